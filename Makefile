@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make bench` and `make test`. Both set themselves up through
+# tools/python, which installs nothing when the interpreter already has what detbench needs.
+SHELL := /bin/bash
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+ARGS ?=
+
+.PHONY: bench test lint bench-matrix pytest-bench clean-venv
+
+## bench: the main job: every suite x every mode x 3 replicates (cuda/full on a GPU, else cpu/quick)
+bench:
+	@py=$$(tools/python) && $$py -m detbench run $(ARGS)
+
+## test: the test suite (CUDA tests skip without a GPU)
+test:
+	@py=$$(tools/python) && $$py -m pytest -q tests $(ARGS)
+
+## lint: ruff and mypy (dev tools, installed in .venv)
+lint:
+	@py=$$(tools/python) && $$py -m ruff check . && $$py -m ruff format --check . && $$py -m mypy
+
+## bench-matrix: how long the CPU quick matrix of all suites takes, and where the time goes
+bench-matrix:
+	@py=$$(tools/python) && $$py -m pytest -q -s benchmarks/test_matrix.py --benchmark-json=benchmarks/matrix.json $(ARGS)
+
+## pytest-bench: the suites as pytest-benchmark tests under one mode: make pytest-bench MODE=det-algos
+MODE ?= default
+pytest-bench:
+	@py=$$(tools/python) && $$py -m pytest -q benchmarks/test_workloads.py --detbench-mode $(MODE) $(ARGS)
+
+clean-venv:
+	rm -rf .venv

@@ -1,0 +1,5 @@
+import sys
+
+from detbench.cli import main
+
+sys.exit(main())

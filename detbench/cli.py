@@ -1,0 +1,168 @@
+"""``detbench``: a thin front over the library. A user error is one line and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from detbench.errors import DetbenchError
+from detbench.modes import MODES, get_mode
+
+
+class UserError(DetbenchError):
+    """Bad input: printed as one line, exit status 2."""
+
+
+def _cmd_modes(args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps([m.to_json() for m in MODES], indent=2))
+        return 0
+    flags = ("benchmark", "cudnn_deterministic", "deterministic_algorithms", "cudnn_enabled")
+    header = ("name", "cudnn.benchmark", "cudnn.deterministic", "det. algorithms", "cudnn.enabled")
+    rows = [header] + [
+        (m.name, *("on" if getattr(m, f) else "off" for f in flags)) for m in MODES
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print("\n'detbench modes --json' gives each mode's Python snippet.")
+    return 0
+
+
+def _load(args: argparse.Namespace) -> list:
+    from detbench.runner import RunConfig, resolve_sources
+
+    config = RunConfig(out=Path("."), suites=args.suite or [],
+                       workload_files=[Path(f) for f in args.workload or []])
+    return resolve_sources(config)[1]
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    workloads = _load(args)
+    if args.json:
+        print(json.dumps(
+            [{"suite": w.suite, "workload": w.name, "params": w.params_for(args.profile),
+              "source": w.source} for w in workloads],
+            indent=2, default=str,
+        ))
+        return 0
+    width = max(len(w.key) for w in workloads)
+    for w in workloads:
+        params = ", ".join(f"{k}={v}" for k, v in w.params_for(args.profile).items())
+        print(f"{w.key:<{width}}  {params}")
+    return 0
+
+
+def _default_out(device: str, profile: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{stamp}-{device}-{profile}"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    from detbench.analysis import summary_table
+    from detbench.results import load_results
+    from detbench.runner import RunConfig, run, validate
+
+    cuda = torch.cuda.is_available()
+    device = args.device or ("cuda" if cuda else "cpu")
+    profile = args.profile or ("full" if device == "cuda" else "quick")
+    modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
+    if len({m.name for m in modes}) != len(modes):
+        raise UserError("a --mode is given twice")
+    out = Path(args.out) if args.out else _default_out(device, profile)
+    config = RunConfig(
+        out=out,
+        suites=args.suite or [],
+        workload_files=[Path(f) for f in args.workload or []],
+        modes=modes,
+        replicates=args.replicates,
+        profile=profile,
+        device=device,
+        seed=args.seed,
+        min_run_time=args.min_run_time,
+        timeout=args.timeout,
+    )
+    validate(config, cuda)
+    if device == "cpu":
+        print("detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
+              "differ only in them measure the same thing.", file=sys.stderr)
+    try:
+        stats, _ = run(config)
+    except KeyboardInterrupt:
+        print(f"\ndetbench: interrupted; the records measured so far are in {out}",
+              file=sys.stderr)
+        return 130
+    _, text = summary_table(load_results(out))
+    print(text)
+    print(
+        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s: start-up "
+        f"{stats.startup:.0f} s, fingerprint {stats.fingerprint:.0f} s, timing "
+        f"{stats.timing:.0f} s, build {stats.build:.0f} s, worker exit {stats.shutdown:.0f} s, "
+        f"other {stats.other:.0f} s)"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="detbench",
+        description="Measure what determinism costs in PyTorch: throughput and bitwise "
+        "run-to-run equality of workloads under every reproducibility mode.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("modes", help="print the determinism modes")
+    m.add_argument("--json", action="store_true", help="a JSON list, with Python snippets")
+    m.set_defaults(func=_cmd_modes)
+
+    def selection(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--suite", action="append", metavar="NAME",
+                       help="a built-in suite (repeatable; default: all)")
+        q.add_argument("--workload", action="append", metavar="FILE.py",
+                       help="a file of @detbench.workload functions (repeatable); alone, it "
+                       "replaces the built-in suites, with --suite it runs beside them")
+
+    ls = sub.add_parser("list", help="print the workloads")
+    selection(ls)
+    ls.add_argument("--profile", choices=("quick", "full"), default="full",
+                    help="whose parameters to show (default: full)")
+    ls.add_argument("--json", action="store_true", help="a JSON list")
+    ls.set_defaults(func=_cmd_list)
+
+    r = sub.add_parser("run", help="run workloads under the determinism modes")
+    selection(r)
+    r.add_argument("--mode", action="append", metavar="NAME",
+                   help="a mode from 'detbench modes' (repeatable; default: all 10)")
+    r.add_argument("--replicates", type=int, default=3, metavar="N",
+                   help="fresh processes per mode (default: 3, at least 2)")
+    r.add_argument("--profile", choices=("quick", "full"),
+                   help="workload sizes (default: full on cuda, quick on cpu)")
+    r.add_argument("--device", choices=("cpu", "cuda"),
+                   help="default: cuda when a GPU is present, else cpu")
+    r.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
+    r.add_argument("--seed", type=int, default=0, help="the seed of every generator (default 0)")
+    r.add_argument("--min-run-time", type=float, metavar="SECONDS",
+                   help="seconds of timing samples per workload (default: 0.2 quick, 1 full)")
+    r.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="kill a workload's worker after this long (default: no limit)")
+    r.set_defaults(func=_cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except DetbenchError as exc:
+        print(f"detbench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

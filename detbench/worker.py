@@ -1,0 +1,250 @@
+"""The worker: one fresh process for one (mode, replicate), running many workloads.
+
+Started by the runner as ``python -m detbench.worker FD`` with a JSON job on stdin. It applies the
+mode before any CUDA work, then for each workload: seeds every generator, builds the workload,
+runs the fingerprint pass and the timing pass, and sends one record per workload to the runner as
+a JSON line on file descriptor ``FD``. Its stdout and stderr (the workloads' own prints and
+warnings) go to a log file the runner chose. The runner alone writes the results file.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+
+from detbench import fingerprint as fp
+from detbench.modes import CUBLAS_ENV, Mode, apply, current_flags
+from detbench.results import utc_now
+from detbench.timing import time_step
+from detbench.workload import Context, Workload, load_file, registry
+
+UNSUPPORTED_MARKERS = ("does not have a deterministic implementation",)
+
+
+def seed_all(seed: int) -> None:
+    """Seed python ``random``, NumPy, torch and every CUDA device identically."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def precision_settings() -> dict[str, Any]:
+    """TF32 and related settings as torch has them (detbench never changes them)."""
+    out: dict[str, Any] = {}
+    getters: dict[str, Callable[[], Any]] = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision,
+        "cuda_matmul_allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+        "cuda_matmul_fp32_precision": lambda: torch.backends.cuda.matmul.fp32_precision,
+        "cudnn_fp32_precision": lambda: torch.backends.cudnn.fp32_precision,
+        "fill_uninitialized_memory": lambda: torch.utils.deterministic.fill_uninitialized_memory,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the old TF32 flags warn about their successors
+        for key, get in getters.items():
+            try:
+                value = get()
+            except (AttributeError, RuntimeError):
+                continue
+            out[key] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return out
+
+
+def device_env(device: torch.device) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "device": device.type,
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "cudnn_version": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "cuda_runtime": torch.version.cuda,
+        CUBLAS_ENV: os.environ.get(CUBLAS_ENV),
+        "precision": precision_settings(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(
+            gpu_name=props.name,
+            gpu_capability=f"{props.major}.{props.minor}",
+            gpu_memory_bytes=props.total_memory,
+            gpu_count=torch.cuda.device_count(),
+        )
+    return env
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(status, message) for an exception raised by a workload."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
+        return "oom", text
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in UNSUPPORTED_MARKERS):
+        return "unsupported", str(exc).strip()
+    return "error", text
+
+
+def reference_path(directory: Path, key: str, mode: str) -> Path:
+    return directory / (key.replace("/", "__") + "@" + mode + ".npz")
+
+
+def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]:
+    """Both passes for one workload; every outcome is a record, never an exception."""
+    device = torch.device(job["device"])
+    seed = int(job["seed"])
+    ctx = Context(device=device, profile=job["profile"], seed=seed)
+    rec: dict[str, Any] = {
+        "suite": w.suite,
+        "workload": w.name,
+        "params": w.params_for(ctx.profile),
+        "mode": mode.name,
+        "benchmark": mode.benchmark,
+        "cudnn_deterministic": mode.cudnn_deterministic,
+        "deterministic_algorithms": mode.deterministic_algorithms,
+        "cudnn_enabled": mode.cudnn_enabled,
+        "replicate": job["replicate"],
+        "seed": seed,
+        "device": device.type,
+        "profile": ctx.profile,
+        "num_threads": torch.get_num_threads(),
+        CUBLAS_ENV.lower(): os.environ.get(CUBLAS_ENV),
+        "status": "ok",
+        "message": None,
+        "fingerprint": None,
+        "step_fingerprints": None,
+        "max_abs_diff": None,
+        "seconds_per_step": None,
+        "items_per_second": None,
+        "timing": None,
+        "phases": {},
+        "utc": None,
+    }
+    phases: dict[str, float] = rec["phases"]
+    phase = "build"
+    t0 = time.perf_counter()
+    try:
+        rec["items_per_step"] = w.items(ctx)
+        seed_all(seed)
+        step = w.factory(ctx)
+        if not callable(step):
+            raise TypeError(f"workload factory must return a step callable, got {type(step)}")
+        _sync(device)
+        phases["build"] = time.perf_counter() - t0
+
+        phase = "fingerprint"
+        t0 = time.perf_counter()
+        digests = []
+        outputs: Any = None
+        for _ in range(int(job["fingerprint_steps"])):
+            outputs = list(step())
+            digests.append(fp.step_digest(outputs))
+        rec["step_fingerprints"] = digests
+        rec["fingerprint"] = fp.combine(digests)
+        ref = reference_path(Path(job["reference_dir"]), w.key, mode.name)
+        diff = fp.diff_against_reference(ref, outputs) if ref.is_file() else None
+        if diff is None:
+            fp.save_reference(ref, rec["fingerprint"], outputs)
+            rec["diff_reference"] = "self"
+        else:
+            if diff.get("reference_fingerprint") == rec["fingerprint"]:
+                diff["max_abs_diff"] = 0.0
+            rec["max_abs_diff"] = diff.pop("max_abs_diff")
+            rec["diff_reference"] = diff
+        del outputs
+        phases["fingerprint"] = time.perf_counter() - t0
+
+        phase = "timing"
+        t0 = time.perf_counter()
+        timing = time_step(
+            step, warmup_steps=int(job["warmup_steps"]), min_run_time=float(job["min_run_time"])
+        )
+        phases["timing"] = time.perf_counter() - t0
+        rec["timing"] = timing.to_json()
+        rec["seconds_per_step"] = timing.median
+        rec["items_per_second"] = rec["items_per_step"] / timing.median
+    except Exception as exc:  # a failing workload is data, never the end of the run
+        phases[phase] = time.perf_counter() - t0
+        status, message = classify(exc)
+        if status == "oom" and device.type == "cuda":
+            message += (
+                f" [allocated {torch.cuda.memory_allocated(device)} B,"
+                f" reserved {torch.cuda.memory_reserved(device)} B]"
+            )
+        rec.update(status=status, message=f"{phase}: {message}")
+        rec["traceback"] = traceback.format_exc(limit=-8)
+        if status != "ok":
+            rec["fingerprint"] = None
+            rec["timing"] = None
+            rec["seconds_per_step"] = rec["items_per_second"] = None
+    finally:
+        step = None  # type: ignore[assignment]
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    rec["utc"] = utc_now()
+    return rec
+
+
+def _send(out: BinaryIO, msg: dict[str, Any]) -> None:
+    out.write((json.dumps(msg, sort_keys=True) + "\n").encode())
+    out.flush()
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(sys.stdin.read())
+    out = os.fdopen(int(argv[0]), "wb", buffering=0)
+    mode = Mode(**job["mode"])
+    apply(mode)
+    flags = current_flags()
+    expected = {k: getattr(mode, k) for k in flags}
+    if flags != expected:
+        raise RuntimeError(f"mode {mode.name} did not apply: torch reports {flags}")
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device=device)  # create the context now: it belongs to start-up
+    for source in job["sources"]:
+        load_file(source)
+    workloads = registry()
+    _send(
+        out,
+        {
+            "type": "ready",
+            "startup_seconds": time.time() - float(job["launched_at"]),
+            "device_env": device_env(device),
+            "pid": os.getpid(),
+        },
+    )
+    for key in job["workloads"]:
+        _send(out, {"type": "start", "workload": key})
+        w = workloads.get(key)
+        if w is None:
+            raise RuntimeError(f"workload {key} is not defined in this worker's sources")
+        _send(out, {"type": "record", "record": run_workload(w, job, mode)})
+    _send(out, {"type": "done"})
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    # Everything is sent: skip the interpreter's teardown of torch (about a second on a CPU),
+    # which would otherwise be paid once per (mode, replicate).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

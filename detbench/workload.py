@@ -1,0 +1,172 @@
+"""The public workload API: ``@detbench.workload``, the ``Context`` a workload is built in, and the
+registry that the built-in suites and a user's own files fill alike.
+
+A workload is a factory: ``factory(ctx)`` builds models and inputs and returns ``step``, a callable
+that does one unit of work and returns the tensors whose bits define its result. The factory is
+called afresh, after seeding, for the fingerprint pass; ``step`` is then timed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+from detbench.errors import DetbenchError
+
+if TYPE_CHECKING:
+    import torch
+
+Profile = Literal["quick", "full"]
+PROFILES: tuple[str, ...] = ("quick", "full")
+
+Step = Callable[[], Sequence[Any]]
+Factory = Callable[["Context"], Step]
+# A count per step: a number, one per profile, or a function of the context.
+PerStep = Union[float, Mapping[str, float], Callable[["Context"], float]]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a workload is built for: the device, the size profile and the seed already applied."""
+
+    device: torch.device
+    profile: str
+    seed: int
+
+    @property
+    def quick(self) -> bool:
+        return self.profile == "quick"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload's identity (suite, name, parameters) and its factory."""
+
+    suite: str
+    name: str
+    factory: Factory = field(compare=False, repr=False)
+    items_per_step: PerStep = field(compare=False, repr=False)
+    params: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    source: str = field(default="", compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.suite}/{self.name}"
+
+    def items(self, ctx: Context) -> float:
+        spec = self.items_per_step
+        if callable(spec):
+            return float(spec(ctx))
+        if isinstance(spec, Mapping):
+            return float(spec[ctx.profile])
+        return float(spec)
+
+    def params_for(self, profile: str) -> dict[str, Any]:
+        """Parameters of the given profile: ``params`` may hold a ``quick``/``full`` split."""
+        flat = {k: v for k, v in self.params.items() if k not in PROFILES}
+        sized = self.params.get(profile)
+        if isinstance(sized, Mapping):
+            flat.update(sized)
+        return flat
+
+
+class WorkloadError(DetbenchError):
+    """A workload definition or file that cannot be used (one clear line for the user)."""
+
+
+_REGISTRY: dict[str, Workload] = {}
+
+
+def workload(
+    fn: Factory | None = None,
+    *,
+    suite: str,
+    items_per_step: PerStep,
+    name: str | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Any:
+    """Register a workload factory.
+
+    ``items_per_step`` is what one step processes (samples, sequences): a number, a mapping
+    ``{"quick": n, "full": m}``, or a function of the ``Context``. ``params`` describes the case
+    (shapes, dtypes) for listings; it may hold ``quick`` and ``full`` sub-mappings.
+    """
+
+    def register(factory: Factory) -> Factory:
+        wname = name or factory.__name__
+        if not suite or "/" in suite or not wname or "/" in wname:
+            raise WorkloadError(f"workload suite and name must be non-empty, without '/': "
+                                f"{suite!r}/{wname!r}")
+        w = Workload(
+            suite=suite,
+            name=wname,
+            factory=factory,
+            items_per_step=items_per_step,
+            params=dict(params or {}),
+            source=getattr(getattr(factory, "__code__", None), "co_filename", ""),
+        )
+        old = _REGISTRY.get(w.key)
+        if old is not None and old.source != w.source:
+            raise WorkloadError(
+                f"workload {w.key} is defined twice: in {old.source} and in {w.source}"
+            )
+        _REGISTRY[w.key] = w
+        return factory
+
+    if fn is not None:
+        return register(fn)
+    return register
+
+
+def registry() -> dict[str, Workload]:
+    """Every registered workload, by ``suite/name``, in registration order."""
+    return dict(_REGISTRY)
+
+
+def load_file(path: str | Path) -> list[Workload]:
+    """Import a Python file that defines workloads and return the workloads it registered."""
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise WorkloadError(f"workload file not found: {path}")
+    if p.suffix != ".py":
+        raise WorkloadError(f"workload file must be a .py file: {path}")
+    # A stable, unique module name per path, so a file loads once per process and the same
+    # module name is used in every worker.
+    mod_name = "detbench_user_" + p.stem + "_" + hashlib.sha1(str(p).encode()).hexdigest()[:10]
+    before = set(_REGISTRY)
+    if mod_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(mod_name, p)
+        if spec is None or spec.loader is None:
+            raise WorkloadError(f"cannot import workload file: {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except WorkloadError:
+            del sys.modules[mod_name]
+            raise
+        except Exception as exc:
+            del sys.modules[mod_name]
+            raise WorkloadError(
+                f"importing {path} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    new = [w for k, w in _REGISTRY.items() if k not in before]
+    return new or [w for w in _REGISTRY.values() if Path(w.source).resolve() == p]
+
+
+def suites_dir() -> Path:
+    """The built-in suites: ``suites/`` beside the ``detbench`` package in a checkout."""
+    return Path(__file__).resolve().parent.parent / "suites"
+
+
+def builtin_suite_files() -> dict[str, Path]:
+    """Built-in suite name -> file. A suite file is named after its suite."""
+    d = suites_dir()
+    if not d.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(d.glob("*.py")) if not p.name.startswith("_")}
