@@ -22,9 +22,7 @@ def _cmd_modes(args: argparse.Namespace) -> int:
         return 0
     flags = ("benchmark", "cudnn_deterministic", "deterministic_algorithms", "cudnn_enabled")
     header = ("name", "cudnn.benchmark", "cudnn.deterministic", "det. algorithms", "cudnn.enabled")
-    rows = [header] + [
-        (m.name, *("on" if getattr(m, f) else "off" for f in flags)) for m in MODES
-    ]
+    rows = [header] + [(m.name, *("on" if getattr(m, f) else "off" for f in flags)) for m in MODES]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
@@ -35,19 +33,32 @@ def _cmd_modes(args: argparse.Namespace) -> int:
 def _load(args: argparse.Namespace) -> list:
     from detbench.runner import RunConfig, resolve_sources
 
-    config = RunConfig(out=Path("."), suites=args.suite or [],
-                       workload_files=[Path(f) for f in args.workload or []])
+    config = RunConfig(
+        out=Path("."),
+        suites=args.suite or [],
+        workload_files=[Path(f) for f in args.workload or []],
+    )
     return resolve_sources(config)[1]
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     workloads = _load(args)
     if args.json:
-        print(json.dumps(
-            [{"suite": w.suite, "workload": w.name, "params": w.params_for(args.profile),
-              "source": w.source} for w in workloads],
-            indent=2, default=str,
-        ))
+        print(
+            json.dumps(
+                [
+                    {
+                        "suite": w.suite,
+                        "workload": w.name,
+                        "params": w.params_for(args.profile),
+                        "source": w.source,
+                    }
+                    for w in workloads
+                ],
+                indent=2,
+                default=str,
+            )
+        )
         return 0
     width = max(len(w.key) for w in workloads)
     for w in workloads:
@@ -66,7 +77,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from detbench.analysis import summary_table
     from detbench.results import load_results
-    from detbench.runner import RunConfig, run, validate
+    from detbench.runner import RunConfig, prepare, validate
 
     cuda = torch.cuda.is_available()
     device = args.device or ("cuda" if cuda else "cpu")
@@ -88,14 +99,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     validate(config, cuda)
+    runner = prepare(config)
     if device == "cpu":
-        print("detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
-              "differ only in them measure the same thing.", file=sys.stderr)
+        print(
+            "detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
+            "differ only in them measure the same thing.",
+            file=sys.stderr,
+        )
     try:
-        stats, _ = run(config)
+        stats = runner.run()
     except KeyboardInterrupt:
-        print(f"\ndetbench: interrupted; the records measured so far are in {out}",
-              file=sys.stderr)
+        print(f"\ndetbench: interrupted; the records measured so far are in {out}", file=sys.stderr)
         return 130
     _, text = summary_table(load_results(out))
     print(text)
@@ -121,35 +135,68 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=_cmd_modes)
 
     def selection(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--suite", action="append", metavar="NAME",
-                       help="a built-in suite (repeatable; default: all)")
-        q.add_argument("--workload", action="append", metavar="FILE.py",
-                       help="a file of @detbench.workload functions (repeatable); alone, it "
-                       "replaces the built-in suites, with --suite it runs beside them")
+        q.add_argument(
+            "--suite",
+            action="append",
+            metavar="NAME",
+            help="a built-in suite (repeatable; default: all)",
+        )
+        q.add_argument(
+            "--workload",
+            action="append",
+            metavar="FILE.py",
+            help="a file of @detbench.workload functions (repeatable); alone, it "
+            "replaces the built-in suites, with --suite it runs beside them",
+        )
 
     ls = sub.add_parser("list", help="print the workloads")
     selection(ls)
-    ls.add_argument("--profile", choices=("quick", "full"), default="full",
-                    help="whose parameters to show (default: full)")
+    ls.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        default="full",
+        help="whose parameters to show (default: full)",
+    )
     ls.add_argument("--json", action="store_true", help="a JSON list")
     ls.set_defaults(func=_cmd_list)
 
     r = sub.add_parser("run", help="run workloads under the determinism modes")
     selection(r)
-    r.add_argument("--mode", action="append", metavar="NAME",
-                   help="a mode from 'detbench modes' (repeatable; default: all 10)")
-    r.add_argument("--replicates", type=int, default=3, metavar="N",
-                   help="fresh processes per mode (default: 3, at least 2)")
-    r.add_argument("--profile", choices=("quick", "full"),
-                   help="workload sizes (default: full on cuda, quick on cpu)")
-    r.add_argument("--device", choices=("cpu", "cuda"),
-                   help="default: cuda when a GPU is present, else cpu")
+    r.add_argument(
+        "--mode",
+        action="append",
+        metavar="NAME",
+        help="a mode from 'detbench modes' (repeatable; default: all 10)",
+    )
+    r.add_argument(
+        "--replicates",
+        type=int,
+        default=3,
+        metavar="N",
+        help="fresh processes per mode (default: 3, at least 2)",
+    )
+    r.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        help="workload sizes (default: full on cuda, quick on cpu)",
+    )
+    r.add_argument(
+        "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is present, else cpu"
+    )
     r.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     r.add_argument("--seed", type=int, default=0, help="the seed of every generator (default 0)")
-    r.add_argument("--min-run-time", type=float, metavar="SECONDS",
-                   help="seconds of timing samples per workload (default: 0.2 quick, 1 full)")
-    r.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="kill a workload's worker after this long (default: no limit)")
+    r.add_argument(
+        "--min-run-time",
+        type=float,
+        metavar="SECONDS",
+        help="seconds of timing samples per workload (default: 0.2 quick, 1 full)",
+    )
+    r.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a workload's worker after this long (default: no limit)",
+    )
     r.set_defaults(func=_cmd_run)
     return p
 

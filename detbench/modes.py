@@ -111,9 +111,7 @@ def get_mode(name: str) -> Mode:
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise DetbenchError(
-            f"unknown mode {name!r}; known modes: {', '.join(_BY_NAME)}"
-        ) from None
+        raise DetbenchError(f"unknown mode {name!r}; known modes: {', '.join(_BY_NAME)}") from None
 
 
 def apply(mode: Mode) -> None:

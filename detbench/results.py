@@ -1,4 +1,4 @@
-"""The result files: ``results.jsonl`` (one record per workload x mode x replicate) and ``env.json``.
+"""The result files: ``results.jsonl`` (a record per workload x mode x replicate) and ``env.json``.
 
 Records are plain JSON, one per line, appended with a single ``os.write`` on a file opened with
 ``O_APPEND``: the kernel writes the whole line or nothing, so a runner killed at any moment leaves
@@ -146,6 +146,8 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     for col in COLUMNS:
         if col not in df.columns:
             df[col] = None
+    for col in ("fingerprint", "message"):  # None, not NaN, where there is no value
+        df[col] = df[col].astype(object).where(df[col].notna(), None)
     rest = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + rest]
 
@@ -172,7 +174,10 @@ def git_info(repo: Path) -> dict[str, Any]:
         try:
             out = subprocess.run(
                 ["git", "-C", str(repo), *args],
-                capture_output=True, text=True, timeout=20, check=True,
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
             )
         except (OSError, subprocess.SubprocessError):
             return None

@@ -25,7 +25,6 @@ from detbench.modes import MODES, Mode
 from detbench.results import (
     ENV_FILE,
     RESULTS_FILE,
-    ResultsError,
     ResultWriter,
     git_info,
     host_env,
@@ -83,8 +82,9 @@ class RunStats:
 
     @property
     def other(self) -> float:
-        return (self.wall - self.startup - self.build - self.fingerprint - self.timing
-                - self.shutdown)
+        return (
+            self.wall - self.startup - self.build - self.fingerprint - self.timing - self.shutdown
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "other": self.other}
@@ -109,9 +109,8 @@ def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
         sources.append(str(builtin[s]))
         chosen += [w for w in load_file(builtin[s]) if w.suite == s]
     for f in config.workload_files:
-        path = str(Path(f).resolve())
-        sources.append(path)
-        chosen += load_file(path)
+        chosen += load_file(f)  # errors name the path as the user gave it
+        sources.append(str(Path(f).resolve()))
     seen: set[str] = set()
     unique = [w for w in chosen if not (w.key in seen or seen.add(w.key))]  # type: ignore[func-returns-value]
     if not unique:
@@ -134,8 +133,9 @@ class Progress:
         m, s = divmod(int(seconds), 60)
         return f"{m}:{s:02d}"
 
-    def show(self, replicate: int, replicates: int, mode_idx: int, modes: int, mode: str,
-             workload: str) -> None:
+    def show(
+        self, replicate: int, replicates: int, mode_idx: int, modes: int, mode: str, workload: str
+    ) -> None:
         elapsed = time.monotonic() - self.t0
         eta = elapsed / self.done * (self.total - self.done) if self.done else None
         line = (
@@ -250,8 +250,16 @@ class Runner:
         }
 
     # -- one worker ----------------------------------------------------------------------------
-    def _worker(self, mode: Mode, replicate: int, keys: list[str], progress: Progress,
-                mode_idx: int, writer: ResultWriter, logs: Path) -> list[str]:
+    def _worker(
+        self,
+        mode: Mode,
+        replicate: int,
+        keys: list[str],
+        progress: Progress,
+        mode_idx: int,
+        writer: ResultWriter,
+        logs: Path,
+    ) -> list[str]:
         """Run ``keys`` in one fresh worker; return the keys it did not finish (after a crash)."""
         c = self.config
         job = {
@@ -278,8 +286,12 @@ class Runner:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [c.python, "-m", "detbench.worker", str(write_fd)],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,), env=env, start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                env=env,
+                start_new_session=True,
             )
         os.close(write_fd)
         self.stats.workers += 1
@@ -308,8 +320,9 @@ class Runner:
                         write_json_atomic(c.out / ENV_FILE, self._env_doc())
                 elif msg["type"] == "start":
                     in_flight = msg["workload"]
-                    progress.show(replicate, c.replicates, mode_idx, len(c.modes), mode.name,
-                                  msg["workload"])
+                    progress.show(
+                        replicate, c.replicates, mode_idx, len(c.modes), mode.name, msg["workload"]
+                    )
                 elif msg["type"] == "record":
                     self._store(msg["record"], writer)
                     remaining.remove(in_flight)  # type: ignore[arg-type]
@@ -333,8 +346,11 @@ class Runner:
         # ready, or between workloads without progress, takes all the rest down with it: a fresh
         # worker would only fail the same way.
         progressed = len(remaining) < len(keys)
-        lost = [in_flight] if in_flight is not None else ([] if started and progressed
-                                                          else list(remaining))
+        lost = (
+            [in_flight]
+            if in_flight is not None
+            else ([] if started and progressed else list(remaining))
+        )
         if timed_out:
             status, why = "timeout", f"exceeded the --timeout of {c.timeout:g} s; worker killed"
         else:
@@ -345,15 +361,24 @@ class Runner:
             suite, name = key.split("/", 1)
             self._store(
                 {
-                    "suite": suite, "workload": name, "mode": mode.name,
+                    "suite": suite,
+                    "workload": name,
+                    "mode": mode.name,
                     "benchmark": mode.benchmark,
                     "cudnn_deterministic": mode.cudnn_deterministic,
                     "deterministic_algorithms": mode.deterministic_algorithms,
                     "cudnn_enabled": mode.cudnn_enabled,
-                    "replicate": replicate, "seed": c.seed, "device": c.device,
-                    "profile": c.profile, "status": status, "message": why,
-                    "exit_code": code, "fingerprint": None, "seconds_per_step": None,
-                    "items_per_second": None, "utc": utc_now(),
+                    "replicate": replicate,
+                    "seed": c.seed,
+                    "device": c.device,
+                    "profile": c.profile,
+                    "status": status,
+                    "message": why,
+                    "exit_code": code,
+                    "fingerprint": None,
+                    "seconds_per_step": None,
+                    "items_per_second": None,
+                    "utc": utc_now(),
                 },
                 writer,
             )
@@ -366,8 +391,11 @@ class Runner:
         self.records.append(rec)
         self.stats.records += 1
         for phase in ("build", "fingerprint", "timing"):
-            setattr(self.stats, phase,
-                    getattr(self.stats, phase) + (rec.get("phases") or {}).get(phase, 0.0))
+            setattr(
+                self.stats,
+                phase,
+                getattr(self.stats, phase) + (rec.get("phases") or {}).get(phase, 0.0),
+            )
 
     # -- the whole run -------------------------------------------------------------------------
     def run(self) -> RunStats:
@@ -419,11 +447,10 @@ def validate(config: RunConfig, cuda_available: bool) -> None:
         raise RunError("--timeout must be a positive number of seconds")
 
 
-def run(config: RunConfig, stream: TextIO = sys.stderr) -> tuple[RunStats, list[dict[str, Any]]]:
+def prepare(config: RunConfig, stream: TextIO = sys.stderr) -> Runner:
+    """A runner whose workloads are loaded and checked: every input error is raised here, before
+    anything is written."""
     try:
-        runner = Runner(config, stream)
+        return Runner(config, stream)
     except WorkloadError as exc:
         raise RunError(str(exc)) from None
-    stats = runner.run()
-    return stats, runner.records
-

@@ -56,7 +56,9 @@ def precision_settings() -> dict[str, Any]:
         "cudnn_allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
         "cuda_matmul_fp32_precision": lambda: torch.backends.cuda.matmul.fp32_precision,
         "cudnn_fp32_precision": lambda: torch.backends.cudnn.fp32_precision,
-        "fill_uninitialized_memory": lambda: torch.utils.deterministic.fill_uninitialized_memory,
+        "fill_uninitialized_memory": lambda: (
+            torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
+        ),
     }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the old TF32 flags warn about their successors

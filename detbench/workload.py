@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
 from detbench.errors import DetbenchError
 
@@ -27,7 +27,7 @@ PROFILES: tuple[str, ...] = ("quick", "full")
 Step = Callable[[], Sequence[Any]]
 Factory = Callable[["Context"], Step]
 # A count per step: a number, one per profile, or a function of the context.
-PerStep = Union[float, Mapping[str, float], Callable[["Context"], float]]
+PerStep = float | Mapping[str, float] | Callable[["Context"], float]
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,9 @@ def workload(
     def register(factory: Factory) -> Factory:
         wname = name or factory.__name__
         if not suite or "/" in suite or not wname or "/" in wname:
-            raise WorkloadError(f"workload suite and name must be non-empty, without '/': "
-                                f"{suite!r}/{wname!r}")
+            raise WorkloadError(
+                f"workload suite and name must be non-empty, without '/': {suite!r}/{wname!r}"
+            )
         w = Workload(
             suite=suite,
             name=wname,
@@ -152,9 +153,7 @@ def load_file(path: str | Path) -> list[Workload]:
             raise
         except Exception as exc:
             del sys.modules[mod_name]
-            raise WorkloadError(
-                f"importing {path} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise WorkloadError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
     new = [w for k, w in _REGISTRY.items() if k not in before]
     return new or [w for w in _REGISTRY.values() if Path(w.source).resolve() == p]
 

@@ -27,23 +27,30 @@ CASES: dict[str, tuple[int, int, int, int, int, dict[str, tuple[int, int]]]] = {
 }
 
 
-def _register(name: str, cin: int, cout: int, k: int, stride: int, pad: int,
-              sizes: dict[str, tuple[int, int]]) -> None:
+def _register(
+    name: str, cin: int, cout: int, k: int, stride: int, pad: int, sizes: dict[str, tuple[int, int]]
+) -> None:
     params: dict[str, Any] = {
-        "op": "Conv2d", "in_channels": cin, "out_channels": cout, "kernel": k,
-        "stride": stride, "padding": pad, "dtype": "float32",
+        "op": "Conv2d",
+        "in_channels": cin,
+        "out_channels": cout,
+        "kernel": k,
+        "stride": stride,
+        "padding": pad,
+        "dtype": "float32",
         **{p: {"batch": b, "height": hw, "width": hw} for p, (b, hw) in sizes.items()},
     }
 
-    @detbench.workload(suite="conv", name=name, params=params,
-                       items_per_step={p: b for p, (b, _) in sizes.items()})
+    @detbench.workload(
+        suite="conv", name=name, params=params, items_per_step={p: b for p, (b, _) in sizes.items()}
+    )
     def factory(ctx: detbench.Context) -> Any:
         batch, hw = sizes[ctx.profile]
         conv = nn.Conv2d(cin, cout, k, stride=stride, padding=pad).to(ctx.device)
         x = torch.randn(batch, cin, hw, hw, device=ctx.device, requires_grad=True)  # (N, C, H, W)
         with torch.no_grad():
             grad_out = torch.randn_like(conv(x))
-        inputs = [x, conv.weight, conv.bias]
+        inputs: list[torch.Tensor] = [x, conv.weight, conv.bias]  # type: ignore[list-item]
 
         def step() -> list[torch.Tensor]:
             out = conv(x)

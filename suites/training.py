@@ -40,8 +40,14 @@ def small_cnn(width: int, classes: int = 10) -> nn.Module:
 @detbench.workload(
     suite="training",
     items_per_step={p: s["batch"] for p, s in SIZES.items()},
-    params={"model": "3-block CNN + BatchNorm", "image": "3x32x32", "classes": 10,
-            "optimizer": "SGD(lr=0.05, momentum=0.9)", "dtype": "float32", **SIZES},
+    params={
+        "model": "3-block CNN + BatchNorm",
+        "image": "3x32x32",
+        "classes": 10,
+        "optimizer": "SGD(lr=0.05, momentum=0.9)",
+        "dtype": "float32",
+        **SIZES,
+    },
 )
 def small_cnn_classifier(ctx: detbench.Context) -> Any:
     size = SIZES[ctx.profile]

@@ -20,5 +20,9 @@ def detbench_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-m", "detbench", *args],
-        capture_output=True, text=True, env=env, cwd=cwd or ROOT, timeout=600,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd or ROOT,
+        timeout=600,
     )

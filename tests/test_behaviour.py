@@ -21,10 +21,21 @@ REPLICATES = 3
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("run") / "out"
     proc = detbench_cli(
-        "run", "--workload", str(WORKLOADS / "behaviour.py"),
-        "--mode", "default", "--mode", "det-algos",
-        "--replicates", str(REPLICATES), "--min-run-time", "0.05",
-        "--device", "cpu", "--out", str(out),
+        "run",
+        "--workload",
+        str(WORKLOADS / "behaviour.py"),
+        "--mode",
+        "default",
+        "--mode",
+        "det-algos",
+        "--replicates",
+        str(REPLICATES),
+        "--min-run-time",
+        "0.05",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr
     return out, proc.stdout
@@ -99,9 +110,21 @@ def test_an_ordinary_exception_is_an_error_and_the_run_goes_on(results: pd.DataF
 
 
 def test_schema_columns_and_timings(results: pd.DataFrame) -> None:
-    for col in ("suite", "workload", "mode", "benchmark", "cudnn_deterministic",
-                "deterministic_algorithms", "cudnn_enabled", "replicate", "status",
-                "fingerprint", "seconds_per_step", "items_per_second", "message"):
+    for col in (
+        "suite",
+        "workload",
+        "mode",
+        "benchmark",
+        "cudnn_deterministic",
+        "deterministic_algorithms",
+        "cudnn_enabled",
+        "replicate",
+        "status",
+        "fingerprint",
+        "seconds_per_step",
+        "items_per_second",
+        "message",
+    ):
         assert col in results.columns
     ok = results[results["status"] == "ok"]
     assert (ok["seconds_per_step"] > 0).all()

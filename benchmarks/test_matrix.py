@@ -1,0 +1,56 @@
+"""How long `make bench` takes on this machine's CPU: every built-in suite, all 10 modes, 3
+replicates, quick profile, and where the wall time goes.
+
+    make bench-matrix
+
+pytest-benchmark times the whole run once (it is minutes long; one round is the honest sample)
+and keeps the breakdown in the JSON's ``extra_info``. The breakdown is printed too: process
+start-up (launching python, importing torch, applying the mode, initialising CUDA where there is
+one) is its own part, beside the fingerprint and timing passes that are the measurement itself.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from detbench.modes import MODES
+from detbench.runner import RunConfig, Runner, prepare
+
+
+def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:
+    runners: list[Runner] = []
+
+    def run_matrix() -> None:
+        config = RunConfig(
+            out=tmp_path / "run", modes=list(MODES), replicates=3, profile="quick", device="cpu"
+        )
+        runners.append(prepare(config, stream=io.StringIO()))
+        runners[-1].run()
+
+    benchmark.pedantic(run_matrix, rounds=1, iterations=1, warmup_rounds=0)
+    runner = runners[-1]
+    s = runner.stats
+    parts = {
+        "process start-up": s.startup,
+        "workload build": s.build,
+        "fingerprint pass": s.fingerprint,
+        "timing pass": s.timing,
+        "worker exit": s.shutdown,
+        "other (runner, messages, clean-up)": s.other,
+    }
+    measuring = s.fingerprint + s.timing
+    benchmark.extra_info.update({k: round(v, 3) for k, v in parts.items()})
+    benchmark.extra_info.update(wall=s.wall, records=s.records, workers=s.workers)
+    print(
+        f"\nCPU quick matrix: {s.records} records from {s.workers} worker processes "
+        f"in {s.wall:.1f} s"
+    )
+    for name, secs in parts.items():
+        print(f"  {name:<36} {secs:7.1f} s  {100 * secs / s.wall:5.1f}%")
+    print(
+        f"  not fingerprint or timing: {100 * (s.wall - measuring) / s.wall:.1f}% of the wall time"
+    )
+    assert s.records == len(MODES) * 3 * len(runner.workloads)
+    assert {r["status"] for r in runner.records} <= {"ok", "unsupported"}

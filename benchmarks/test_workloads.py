@@ -1,0 +1,67 @@
+"""Every built-in workload as a pytest-benchmark test, in the mode given by ``--detbench-mode``.
+
+    make pytest-bench MODE=det-algos ARGS="--benchmark-json=det.json"
+
+pytest-benchmark calibrates the rounds and iterations and computes the statistics; each call of the
+benchmarked function is one step followed by a device synchronisation, so on a GPU the sync cost is
+inside every sample (detbench's own runner amortises it; see detbench/timing.py). Each test also
+stores the mode and the bitwise fingerprint of the first steps in the JSON's ``extra_info``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from detbench import fingerprint as fp
+from detbench.modes import current_flags
+from detbench.worker import seed_all
+from detbench.workload import Context, builtin_suite_files, load_file
+
+FINGERPRINT_STEPS = 3
+
+
+def _workloads() -> list[Any]:
+    out = []
+    for path in builtin_suite_files().values():
+        out += load_file(path)
+    return out
+
+
+WORKLOADS = _workloads()
+
+
+@pytest.mark.parametrize("w", WORKLOADS, ids=[w.key for w in WORKLOADS])
+def test_workload(w: Any, benchmark: Any, request: pytest.FixtureRequest) -> None:
+    suites = request.config.getoption("--detbench-suite")
+    if suites and w.suite not in suites:
+        pytest.skip(f"suite {w.suite} not selected")
+    dev = request.config.getoption("--detbench-device") or (
+        "cuda" if torch.cuda.is_available() else "cpu"
+    )
+    profile = request.config.getoption("--detbench-profile") or (
+        "full" if dev == "cuda" else "quick"
+    )
+    ctx = Context(device=torch.device(dev), profile=profile, seed=0)
+    seed_all(ctx.seed)
+    step = w.factory(ctx)
+    digests = [fp.step_digest(list(step())) for _ in range(FINGERPRINT_STEPS)]
+
+    def synced_step() -> None:
+        step()
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    benchmark.group = w.suite
+    benchmark.extra_info.update(
+        mode=request.config.getoption("--detbench-mode"),
+        flags=current_flags(),
+        profile=profile,
+        device=dev,
+        items_per_step=w.items(ctx),
+        fingerprint=fp.combine(digests),
+        num_threads=torch.get_num_threads(),
+    )
+    benchmark(synced_step)

@@ -1,0 +1,108 @@
+"""Bad input: one clear line, exit status 2, and no file written or changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import WORKLOADS, detbench_cli
+
+
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mode", "fastest"], "unknown mode 'fastest'"),
+        (["--mode", "default", "--mode", "default"], "a --mode is given twice"),
+        (["--replicates", "1"], "one replicate cannot show run-to-run behaviour"),
+        (["--replicates", "0"], "at least 2 are needed"),
+        (["--suite", "nope"], "unknown suite 'nope'; built-in suites: conv, training"),
+        (["--workload", "missing.py"], "workload file not found: missing.py"),
+        (["--timeout", "0"], "--timeout must be a positive number"),
+    ],
+)
+def test_bad_run_options(tmp_path: Path, args: list[str], message: str) -> None:
+    before = snapshot(tmp_path)
+    proc = detbench_cli(
+        "run", "--device", "cpu", "--out", str(tmp_path / "out"), *args, cwd=tmp_path
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert proc.stderr.startswith("detbench: error: ") and message in proc.stderr
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu(tmp_path: Path) -> None:
+    proc = detbench_cli("run", "--device", "cuda", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "detbench: error: --device cuda: no CUDA GPU is available to torch on this machine"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_workload_file_that_fails_to_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import detbench\nraise RuntimeError('boom at import')\n")
+    proc = detbench_cli("run", "--workload", str(bad), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"detbench: error: importing {bad} failed: RuntimeError: boom at import"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_refuses_a_directory_with_results(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.jsonl").write_text('{"schema_version": 1}\n')
+    (out / "env.json").write_text("{}\n")
+    before = snapshot(tmp_path)
+    proc = detbench_cli("run", "--workload", str(WORKLOADS / "crashing.py"), "--out", str(out))
+    assert proc.returncode == 2
+    assert "already holds the results of another run" in proc.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_list_json_names_suite_and_workload() -> None:
+    proc = detbench_cli("list", "--json", "--profile", "quick")
+    assert proc.returncode == 0, proc.stderr
+    items = json.loads(proc.stdout)
+    assert {"suite": "training", "workload": "small_cnn_classifier"}.items() <= items[-1].items()
+    assert {i["suite"] for i in items} == {"conv", "training"}
+    assert items[0]["params"]["batch"] == 2  # the quick size
+
+
+def test_crashing_worker_loses_only_the_workload_in_flight(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = detbench_cli(
+        "run",
+        "--workload",
+        str(WORKLOADS / "crashing.py"),
+        "--mode",
+        "default",
+        "--replicates",
+        "2",
+        "--min-run-time",
+        "0.01",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(ln) for ln in (out / "results.jsonl").read_text().splitlines()]
+    by = {(r["workload"], r["replicate"]): r for r in records}
+    assert len(records) == 6
+    for rep in (0, 1):
+        assert by[("before", rep)]["status"] == "ok"
+        assert by[("after", rep)]["status"] == "ok"  # measured by a fresh worker
+        crash = by[("aborts", rep)]
+        assert crash["status"] == "crashed"
+        assert crash["exit_code"] == -6
+        assert "killed by signal SIGABRT while running this workload" in crash["message"]
