@@ -37,6 +37,7 @@ def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:
         "workload build": s.build,
         "fingerprint pass": s.fingerprint,
         "timing pass": s.timing,
+        "clean-up after each workload": s.cleanup,
         "worker exit": s.shutdown,
         "other (runner, messages, clean-up)": s.other,
     }

@@ -89,7 +89,8 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
 
     v["cell"] = v.apply(cell, axis=1)
     v["key"] = v["suite"] + "/" + v["workload"]
-    table = v.pivot(index="key", columns="mode", values="cell").reindex(columns=modes)
+    rows = list(dict.fromkeys(df["suite"] + "/" + df["workload"]))  # the order they ran in
+    table = v.pivot(index="key", columns="mode", values="cell").reindex(index=rows, columns=modes)
     table.columns = [f"M{i}" for i in range(len(modes))]
     table.index.name = None
     legend = "\n".join(f"  M{i}  {name}" for i, name in enumerate(modes))

@@ -76,6 +76,7 @@ class RunStats:
     build: float = 0.0
     fingerprint: float = 0.0
     timing: float = 0.0
+    cleanup: float = 0.0  # freeing a workload's objects (and CUDA cache) after it
     shutdown: float = 0.0  # from a worker's last message to its exit (interpreter teardown)
     workers: int = 0
     records: int = 0
@@ -83,7 +84,13 @@ class RunStats:
     @property
     def other(self) -> float:
         return (
-            self.wall - self.startup - self.build - self.fingerprint - self.timing - self.shutdown
+            self.wall
+            - self.startup
+            - self.build
+            - self.fingerprint
+            - self.timing
+            - self.cleanup
+            - self.shutdown
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -390,7 +397,7 @@ class Runner:
         writer.append(rec)
         self.records.append(rec)
         self.stats.records += 1
-        for phase in ("build", "fingerprint", "timing"):
+        for phase in ("build", "fingerprint", "timing", "cleanup"):
             setattr(
                 self.stats,
                 phase,
