@@ -237,7 +237,7 @@ class Runner:
             "schema_version": 1,
             "started_utc": self._started,
             "host": self._host,
-            "git": git_info(PACKAGE_ROOT),
+            "git": self._git,
             "worker": self.device_env,
             "options": {
                 "argv": sys.argv,
@@ -337,6 +337,9 @@ class Runner:
                     progress.advance()
                 elif msg["type"] == "done":
                     break
+        except BaseException:  # Ctrl-C or a failure of the runner itself: stop the worker now
+            proc.kill()
+            raise
         finally:
             reader.close()
             t_last = time.perf_counter()
@@ -417,6 +420,7 @@ class Runner:
         logs.mkdir(exist_ok=True)
         self._started = utc_now()
         self._host = host_env()
+        self._git = git_info(PACKAGE_ROOT)
         write_json_atomic(out / ENV_FILE, self._env_doc())
         keys = [w.key for w in self.workloads]
         progress = Progress(c.replicates * len(c.modes) * len(keys), self.stream)
