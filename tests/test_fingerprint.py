@@ -50,14 +50,16 @@ def test_max_abs_diff_against_a_saved_reference(tmp_path: Path) -> None:
     ref = tmp_path / "ref.npz"
     out = [torch.tensor([1.0, 2.0, float("inf")]), torch.tensor([1, 2], dtype=torch.bfloat16)]
     fp.save_reference(ref, "abc", out)
-    same = fp.diff_against_reference(ref, out)
+    same = fp.diff_against_reference(ref, "abc", out)
     assert same == {"max_abs_diff": 0.0, "exact": True, "reference_fingerprint": "abc"}
     other = [torch.tensor([1.0, 2.25, float("inf")]), torch.tensor([1, 3], dtype=torch.bfloat16)]
-    assert fp.diff_against_reference(ref, other)["max_abs_diff"] == 1.0  # type: ignore[index]
+    # Same values under another fingerprint: the distance is computed, and is zero.
+    assert fp.diff_against_reference(ref, "xyz", out)["max_abs_diff"] == 0.0  # type: ignore[index]
+    assert fp.diff_against_reference(ref, "other", other)["max_abs_diff"] == 1.0  # type: ignore[index]
     nan = [torch.tensor([1.0, float("nan"), float("inf")]), out[1]]
-    d = fp.diff_against_reference(ref, nan)
+    d = fp.diff_against_reference(ref, "nan", nan)
     assert d is not None and d["max_abs_diff"] is None and "non-finite" in d["note"]
-    assert fp.diff_against_reference(tmp_path / "missing.npz", out) is None
+    assert fp.diff_against_reference(tmp_path / "missing.npz", "abc", out) is None
 
 
 def test_large_references_are_sampled_and_flagged(
@@ -69,5 +71,5 @@ def test_large_references_are_sampled_and_flagged(
     fp.save_reference(ref, "f", [x])
     y = x.clone()
     y[10] += 0.5  # index 10 is in the sample (stride 10)
-    d = fp.diff_against_reference(ref, [y])
+    d = fp.diff_against_reference(ref, "y", [y])
     assert d is not None and d["max_abs_diff"] == 0.5 and d["exact"] is False
