@@ -2,8 +2,8 @@
 
 This is ``torch.utils.benchmark.Timer.blocked_autorange`` with two choices made explicit:
 
-* Its default clock synchronises the accelerator before reading the time, so GPU work queued by
-  ``step`` is inside the measured interval. A synchronisation costs microseconds, so the timer first
+* The clock synchronises the GPU before reading the time, so GPU work queued by ``step`` is
+  inside the measured interval. A synchronisation costs microseconds, so the timer first
   measures an empty block (the overhead) and grows the block size (steps per sample) by 10x until
   that overhead is at most 1e-4 of a block. The sync cost is therefore negligible in every sample.
 * It times at ``num_threads=1`` unless told otherwise. A benchmark of the run-to-run behaviour of
@@ -16,15 +16,23 @@ sample. The clock is injectable so the logic can be tested with exact numbers an
 
 from __future__ import annotations
 
+import timeit
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.benchmark import Timer
-from torch.utils.benchmark.utils.timer import timer as synchronising_clock
 
 Clock = Callable[[], float]
+
+
+def synchronising_clock() -> float:
+    """Wait for all queued GPU work, then read the clock (torch's own ``timer`` does this too,
+    through ``torch.accelerator`` in recent releases)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return timeit.default_timer()
 
 
 @dataclass(frozen=True)

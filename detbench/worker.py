@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import random
 import sys
@@ -188,10 +189,8 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
             )
         rec.update(status=status, message=f"{phase}: {message}")
         rec["traceback"] = traceback.format_exc(limit=-8)
-        if status != "ok":
-            rec["fingerprint"] = None
-            rec["timing"] = None
-            rec["seconds_per_step"] = rec["items_per_second"] = None
+        rec["fingerprint"] = rec["timing"] = None
+        rec["seconds_per_step"] = rec["items_per_second"] = None
     finally:
         # Free this workload's tensors (reference cycles included) before the next is built.
         t0 = time.perf_counter()
@@ -204,14 +203,28 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
     return rec
 
 
+def _jsonable(obj: Any) -> Any:
+    """``obj`` as strict JSON: NaN and infinities become None, unknown objects (a torch.dtype in
+    a workload's params) their ``str``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, str | int | bool):
+        return obj
+    return str(obj)
+
+
 def _send(out: BinaryIO, msg: dict[str, Any]) -> None:
-    out.write((json.dumps(msg, sort_keys=True) + "\n").encode())
-    out.flush()
+    out.write((json.dumps(_jsonable(msg), sort_keys=True, allow_nan=False) + "\n").encode())
+    out.flush()  # a buffered writer's flush writes the whole message, however large
 
 
 def main(argv: list[str]) -> int:
     job = json.loads(sys.stdin.read())
-    out = os.fdopen(int(argv[0]), "wb", buffering=0)
+    out = os.fdopen(int(argv[0]), "wb")
     mode = Mode(**job["mode"])
     apply(mode)
     flags = current_flags()
