@@ -5,7 +5,8 @@ This is ``torch.utils.benchmark.Timer.blocked_autorange`` with two choices made 
 * The clock synchronises the GPU before reading the time, so GPU work queued by ``step`` is
   inside the measured interval. A synchronisation costs microseconds, so the timer first
   measures an empty block (the overhead) and grows the block size (steps per sample) by 10x until
-  that overhead is at most 1e-4 of a block. The sync cost is therefore negligible in every sample.
+  that overhead is at most 1e-4 of a block (or one block alone outlasts ``min_run_time``). The
+  sync cost is therefore negligible in every sample.
 * It times at ``num_threads=1`` unless told otherwise. A benchmark of the run-to-run behaviour of
   multithreaded kernels must not force one thread, so we pass torch's current thread count.
 
