@@ -225,10 +225,18 @@ class Runner:
     def __init__(self, config: RunConfig, stream: TextIO = sys.stderr) -> None:
         self.config = config
         self.stream = stream
+        self._refuse_used_directory()
         self.sources, self.workloads = resolve_sources(config)
         self.stats = RunStats()
         self.records: list[dict[str, Any]] = []
         self.device_env: dict[str, Any] | None = None
+
+    def _refuse_used_directory(self) -> None:
+        if (self.config.out / RESULTS_FILE).exists():
+            raise RunError(
+                f"{self.config.out} already holds the results of another run; "
+                "choose a new --out directory"
+            )
 
     # -- environment -------------------------------------------------------------------------
     def _env_doc(self) -> dict[str, Any]:
@@ -411,10 +419,7 @@ class Runner:
     def run(self) -> RunStats:
         c = self.config
         out = c.out
-        if (out / RESULTS_FILE).exists():
-            raise RunError(
-                f"{out} already holds the results of another run; choose a new --out directory"
-            )
+        self._refuse_used_directory()
         out.mkdir(parents=True, exist_ok=True)
         logs = out / "logs"
         logs.mkdir(exist_ok=True)

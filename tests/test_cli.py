@@ -67,7 +67,10 @@ def test_refuses_a_directory_with_results(tmp_path: Path) -> None:
     before = snapshot(tmp_path)
     proc = detbench_cli("run", "--workload", str(WORKLOADS / "crashing.py"), "--out", str(out))
     assert proc.returncode == 2
-    assert "already holds the results of another run" in proc.stderr
+    assert proc.stderr == (
+        f"detbench: error: {out} already holds the results of another run; "
+        "choose a new --out directory\n"
+    )
     assert snapshot(tmp_path) == before
 
 
