@@ -103,6 +103,33 @@ def classify(exc: BaseException) -> tuple[str, str]:
     return "error", text
 
 
+def count_flops(step: Callable[[], Any]) -> int | None:
+    """Floating-point operations of one step, forward and backward, by the formulas of
+    ``torch.utils.flop_counter`` (matmuls, convolutions, attention; elementwise ops count 0).
+    None when it counts nothing.
+
+    ``FlopCounterMode`` itself also attributes FLOPs to modules with backward hooks that
+    ``torch.autograd.grad`` on leaf tensors rejects, so the same registry is applied here in a
+    plain dispatch mode that sees every op of the step."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class Counter(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                self.total += int(formula(*args, **kwargs, out_val=out))
+            return out
+
+    with Counter() as counter:
+        step()
+    return counter.total or None
+
+
 def reference_path(directory: Path, key: str, mode: str) -> Path:
     return directory / (key.replace("/", "__") + "@" + mode + ".npz")
 
@@ -143,6 +170,7 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
     t0 = time.perf_counter()
     try:
         rec["items_per_step"] = w.items(ctx)
+        rec["bytes_per_step"] = w.bytes(ctx)
         seed_all(seed)
         step = w.factory(ctx)
         if not callable(step):
@@ -153,11 +181,16 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
         phase = "fingerprint"
         t0 = time.perf_counter()
         digests = []
+        losses: list[float] = []
         outputs: Any = None
         for _ in range(int(job["fingerprint_steps"])):
             outputs = list(step())
             digests.append(fp.step_digest(outputs))
+            if w.loss_output is not None:
+                losses.append(float(outputs[w.loss_output].item()))
         rec["step_fingerprints"] = digests
+        if w.loss_output is not None:
+            rec["losses"] = losses
         rec["fingerprint"] = fp.combine(digests)
         ref = reference_path(Path(job["reference_dir"]), w.key, mode.name)
         diff = fp.diff_against_reference(ref, rec["fingerprint"], outputs)
@@ -170,6 +203,11 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
         del outputs
         phases["fingerprint"] = time.perf_counter() - t0
 
+        phase = "count"
+        t0 = time.perf_counter()
+        rec["flops_per_step"] = count_flops(step)
+        phases["count"] = time.perf_counter() - t0
+
         phase = "timing"
         t0 = time.perf_counter()
         timing = time_step(
@@ -179,6 +217,9 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
         rec["timing"] = timing.to_json()
         rec["seconds_per_step"] = timing.median
         rec["items_per_second"] = rec["items_per_step"] / timing.median
+        for unit in ("flops", "bytes"):
+            per_step = rec[f"{unit}_per_step"]
+            rec[f"{unit}_per_second"] = per_step / timing.median if per_step else None
     except Exception as exc:  # a failing workload is data, never the end of the run
         phases[phase] = time.perf_counter() - t0
         status, message = classify(exc)

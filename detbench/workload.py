@@ -53,18 +53,18 @@ class Workload:
     items_per_step: PerStep = field(compare=False, repr=False)
     params: Mapping[str, Any] = field(default_factory=dict, compare=False)
     source: str = field(default="", compare=False)
+    bytes_per_step: PerStep | None = field(default=None, compare=False, repr=False)
+    loss_output: int | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
         return f"{self.suite}/{self.name}"
 
     def items(self, ctx: Context) -> float:
-        spec = self.items_per_step
-        if callable(spec):
-            return float(spec(ctx))
-        if isinstance(spec, Mapping):
-            return float(spec[ctx.profile])
-        return float(spec)
+        return _per_step(self.items_per_step, ctx)
+
+    def bytes(self, ctx: Context) -> float | None:
+        return None if self.bytes_per_step is None else _per_step(self.bytes_per_step, ctx)
 
     def params_for(self, profile: str) -> dict[str, Any]:
         """Parameters of the given profile: ``params`` may hold a ``quick``/``full`` split."""
@@ -73,6 +73,14 @@ class Workload:
         if isinstance(sized, Mapping):
             flat.update(sized)
         return flat
+
+
+def _per_step(spec: PerStep, ctx: Context) -> float:
+    if callable(spec):
+        return float(spec(ctx))
+    if isinstance(spec, Mapping):
+        return float(spec[ctx.profile])
+    return float(spec)
 
 
 class WorkloadError(DetbenchError):
@@ -89,12 +97,20 @@ def workload(
     items_per_step: PerStep,
     name: str | None = None,
     params: Mapping[str, Any] | None = None,
+    bytes_per_step: PerStep | None = None,
+    loss_output: int | None = None,
 ) -> Any:
     """Register a workload factory.
 
     ``items_per_step`` is what one step processes (samples, sequences): a number, a mapping
     ``{"quick": n, "full": m}``, or a function of the ``Context``. ``params`` describes the case
     (shapes, dtypes) for listings; it may hold ``quick`` and ``full`` sub-mappings.
+
+    Work per step: floating-point operations are counted by the runner with
+    ``torch.utils.flop_counter`` over one step; ``bytes_per_step`` (same forms as
+    ``items_per_step``) is for memory-bound ops the FLOP counter does not see, computed from the
+    shapes. ``loss_output``: the index of the step output that is the scalar loss; its value at
+    every fingerprint step is recorded, to show where two runs first diverge.
     """
 
     def register(factory: Factory) -> Factory:
@@ -110,6 +126,8 @@ def workload(
             items_per_step=items_per_step,
             params=dict(params or {}),
             source=getattr(getattr(factory, "__code__", None), "co_filename", ""),
+            bytes_per_step=bytes_per_step,
+            loss_output=loss_output,
         )
         old = _REGISTRY.get(w.key)
         if old is not None and old.source != w.source:
