@@ -117,7 +117,7 @@ def count_flops(step: Callable[[], Any]) -> int | None:
     class Counter(TorchDispatchMode):
         total = 0
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             formula = flop_registry.get(func._overloadpacket)
