@@ -110,9 +110,15 @@ def count_flops(step: Callable[[], Any]) -> int | None:
 
     ``FlopCounterMode`` itself also attributes FLOPs to modules with backward hooks that
     ``torch.autograd.grad`` on leaf tensors rejects, so the same registry is applied here in a
-    plain dispatch mode that sees every op of the step."""
+    plain dispatch mode that sees every op of the step.
+
+    One correction: torch's formula for ``convolution_backward`` ignores ``groups`` and counts a
+    depthwise convolution's backward ~channels times too high. Each gradient of a convolution
+    (input, weight) costs the forward's multiply-adds, so that is what is counted for it."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
+    from torch.utils.flop_counter import conv_flop_count, flop_registry
+
+    conv_backward = torch.ops.aten.convolution_backward
 
     class Counter(TorchDispatchMode):
         total = 0
@@ -120,9 +126,13 @@ def count_flops(step: Callable[[], Any]) -> int | None:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            formula = flop_registry.get(func._overloadpacket)
-            if formula is not None:
-                self.total += int(formula(*args, **kwargs, out_val=out))
+            packet = func._overloadpacket
+            if packet is conv_backward:
+                grad_out, x, weight, *_, transposed, _, _, mask = args
+                forward = conv_flop_count(x.shape, weight.shape, grad_out.shape, transposed)
+                self.total += forward * (int(mask[0]) + int(mask[1]))
+            elif packet in flop_registry:
+                self.total += int(flop_registry[packet](*args, **kwargs, out_val=out))
             return out
 
     with Counter() as counter:

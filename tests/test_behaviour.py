@@ -160,30 +160,3 @@ def test_summary_is_printed(run: tuple[Path, str]) -> None:
     assert cells["behaviour/urandom_order_sum"][1] == "≠"
     assert cells["behaviour/put_without_accumulate"][2] == "unsup"
     assert cells["behaviour/raises_value_error"] == ["error", "error"]
-
-
-def test_every_builtin_workload_runs_on_cpu(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    proc = detbench_cli(
-        "run",
-        "--mode",
-        "default",
-        "--mode",
-        "cudnn-det+det-algos",
-        "--replicates",
-        "2",
-        "--min-run-time",
-        "0.01",
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "cuDNN flags have no effect" in proc.stderr
-    df = detbench.load_results(out)
-    assert set(df["suite"]) == {"conv", "training"}
-    assert len(df) == df["workload"].nunique() * 2 * 2
-    assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["workload", "message"]]
-    # On CPU these conv and training steps are bitwise reproducible in both modes.
-    assert (verdicts(df)["verdict"] == "reproducible").all()

@@ -1,0 +1,57 @@
+"""Every workload of every built-in suite, quick profile, on CPU, in all 10 modes, in fresh worker
+processes: nothing may end in `error` (an op without a deterministic implementation is
+`unsupported`, which is data). One replicate per mode: run-to-run verdicts are tested elsewhere."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+
+import detbench
+from detbench.modes import MODES
+from detbench.runner import RunConfig, prepare
+from detbench.workload import builtin_suite_files
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    out = tmp_path_factory.mktemp("suites") / "out"
+    config = RunConfig(out=out, modes=list(MODES), replicates=1, profile="quick", device="cpu",
+                       min_run_time=0.01)  # fmt: skip
+    prepare(config, stream=io.StringIO()).run()
+    return detbench.load_results(out)
+
+
+def test_every_workload_runs_in_every_mode(matrix: pd.DataFrame) -> None:
+    assert set(matrix["suite"]) == set(builtin_suite_files())
+    keys = matrix["suite"] + "/" + matrix["workload"]
+    assert (keys.value_counts() == len(MODES)).all()
+    bad = matrix[~matrix["status"].isin(["ok", "unsupported"])]
+    assert bad.empty, bad[["suite", "workload", "mode", "status", "message"]].to_string()
+    # `unsupported` only where deterministic algorithms are on.
+    unsupported = matrix[matrix["status"] == "unsupported"]
+    assert unsupported["deterministic_algorithms"].all()
+
+
+def test_work_per_step_is_recorded(matrix: pd.DataFrame) -> None:
+    ok = matrix[matrix["status"] == "ok"]
+    for suite in ("conv", "training"):
+        rows = ok[ok["suite"] == suite]
+        assert (rows["flops_per_step"] > 0).all()
+        ratio = rows["flops_per_second"] * rows["seconds_per_step"] / rows["flops_per_step"]
+        assert ((ratio - 1).abs() < 1e-12).all()
+
+
+def test_training_losses_are_recorded_per_step(matrix: pd.DataFrame) -> None:
+    rows = matrix[(matrix["suite"] == "training") & (matrix["status"] == "ok")]
+    assert len(rows) == 3 * len(MODES)
+    for losses, fps in zip(rows["losses"], rows["step_fingerprints"], strict=True):
+        assert len(losses) == len(fps) == 3
+        assert all(isinstance(v, float) for v in losses)
+
+
+def test_run_directory_is_complete(matrix: pd.DataFrame) -> None:
+    assert set(matrix["replicate"]) == {0}
+    assert set(matrix["mode"]) == {m.name for m in MODES}
