@@ -112,9 +112,11 @@ def count_flops(step: Callable[[], Any]) -> int | None:
     ``torch.autograd.grad`` on leaf tensors rejects, so the same registry is applied here in a
     plain dispatch mode that sees every op of the step.
 
-    One correction: torch's formula for ``convolution_backward`` ignores ``groups`` and counts a
-    depthwise convolution's backward ~channels times too high. Each gradient of a convolution
-    (input, weight) costs the forward's multiply-adds, so that is what is counted for it."""
+    Two corrections: torch's formula for ``convolution_backward`` ignores ``groups`` and counts a
+    depthwise convolution's backward ~channels times too high; each gradient of a convolution
+    (input, weight) costs the forward's multiply-adds, so that is what is counted for it. And the
+    formulas assume dense operands: an op with a sparse argument is not counted (declare
+    ``flops_per_step`` or ``bytes_per_step`` for those)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import conv_flop_count, flop_registry
 
@@ -131,7 +133,9 @@ def count_flops(step: Callable[[], Any]) -> int | None:
                 grad_out, x, weight, *_, transposed, _, _, mask = args
                 forward = conv_flop_count(x.shape, weight.shape, grad_out.shape, transposed)
                 self.total += forward * (int(mask[0]) + int(mask[1]))
-            elif packet in flop_registry:
+            elif packet in flop_registry and not any(
+                isinstance(a, torch.Tensor) and a.layout != torch.strided for a in args
+            ):
                 self.total += int(flop_registry[packet](*args, **kwargs, out_val=out))
             return out
 
@@ -215,7 +219,9 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
 
         phase = "count"
         t0 = time.perf_counter()
-        rec["flops_per_step"] = count_flops(step)
+        declared = w.declared_flops(ctx)
+        rec["flops_source"] = "declared" if declared is not None else "counted"
+        rec["flops_per_step"] = declared if declared is not None else count_flops(step)
         phases["count"] = time.perf_counter() - t0
 
         phase = "timing"

@@ -54,6 +54,7 @@ class Workload:
     params: Mapping[str, Any] = field(default_factory=dict, compare=False)
     source: str = field(default="", compare=False)
     bytes_per_step: PerStep | None = field(default=None, compare=False, repr=False)
+    flops_per_step: PerStep | None = field(default=None, compare=False, repr=False)
     loss_output: int | None = field(default=None, compare=False)
 
     @property
@@ -65,6 +66,9 @@ class Workload:
 
     def bytes(self, ctx: Context) -> float | None:
         return None if self.bytes_per_step is None else _per_step(self.bytes_per_step, ctx)
+
+    def declared_flops(self, ctx: Context) -> float | None:
+        return None if self.flops_per_step is None else _per_step(self.flops_per_step, ctx)
 
     def params_for(self, profile: str) -> dict[str, Any]:
         """Parameters of the given profile: ``params`` may hold a ``quick``/``full`` split."""
@@ -98,6 +102,7 @@ def workload(
     name: str | None = None,
     params: Mapping[str, Any] | None = None,
     bytes_per_step: PerStep | None = None,
+    flops_per_step: PerStep | None = None,
     loss_output: int | None = None,
 ) -> Any:
     """Register a workload factory.
@@ -109,8 +114,11 @@ def workload(
     Work per step: floating-point operations are counted by the runner with
     ``torch.utils.flop_counter`` over one step; ``bytes_per_step`` (same forms as
     ``items_per_step``) is for memory-bound ops the FLOP counter does not see, computed from the
-    shapes. ``loss_output``: the index of the step output that is the scalar loss; its value at
-    every fingerprint step is recorded, to show where two runs first diverge.
+    shapes. ``flops_per_step`` replaces the count where the counter cannot see the work on every
+    device (fused cuDNN RNN kernels), computed from the shapes.
+
+    ``loss_output``: the index of the step output that is the scalar loss; its value at every
+    fingerprint step is recorded, to show where two runs first diverge.
     """
 
     def register(factory: Factory) -> Factory:
@@ -127,6 +135,7 @@ def workload(
             params=dict(params or {}),
             source=getattr(getattr(factory, "__code__", None), "co_filename", ""),
             bytes_per_step=bytes_per_step,
+            flops_per_step=flops_per_step,
             loss_output=loss_output,
         )
         old = _REGISTRY.get(w.key)

@@ -39,3 +39,24 @@ def test_training_steps_put_the_loss_first_and_learn() -> None:
         assert all(torch.isfinite(torch.tensor(losses))), name
         # Eight steps on one fixed batch: the loss goes down (the optimizer step is really there).
         assert losses[-1] < losses[0], (name, losses)
+
+
+def test_declared_rnn_flops_agree_with_torchs_counter_where_it_can_see() -> None:
+    # On CPU, nn.RNN and nn.GRU run as plain matmuls that torch's FLOP formulas see; the declared
+    # count (needed because cuDNN's fused RNN kernels are invisible to them) must agree.
+    for name, w in _workloads("rnn").items():
+        if name.startswith("lstm") and "packed" not in name:
+            continue  # oneDNN's fused LSTM kernel: nothing to compare with on CPU either
+        seed_all(0)
+        step = w.factory(CPU_QUICK)  # type: ignore[attr-defined]
+        declared = w.declared_flops(CPU_QUICK)  # type: ignore[attr-defined]
+        counted = count_flops(step)
+        assert counted is not None and abs(declared - counted) / counted < 0.02, name
+
+
+def test_sparse_operands_are_not_counted_as_dense() -> None:
+    i = torch.tensor([[0, 0, 1], [0, 5, 7], [3, 1, 2]])  # (batch, row, col) of 3 nonzeros
+    sparse = torch.sparse_coo_tensor(i, torch.ones(3), (2, 8, 8), check_invariants=True)
+    dense = torch.randn(2, 8, 4)
+    assert count_flops(lambda: [torch.bmm(sparse, dense)]) is None
+    assert count_flops(lambda: [torch.bmm(dense.transpose(1, 2), dense)]) == 2 * 2 * 4 * 8 * 4
