@@ -1,0 +1,120 @@
+"""The ops catalog: what the installed torch documents about ``use_deterministic_algorithms``.
+
+The docstring of ``torch.use_deterministic_algorithms`` has two bullet lists: the normally
+nondeterministic ops that "will act deterministically" with ``mode=True``, and those that "will
+throw a RuntimeError". Both lists change between torch releases, so they are parsed from the
+installed torch's docstring, never copied here. An entry keeps the op reference as written
+(``torch.nn.Conv1d``) and the rest of its text (``when called on CUDA tensor``) as its condition;
+an entry may span several lines, with a sub-list (the modes of ``interpolate``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Literal
+
+Kind = Literal["deterministic", "raises"]
+
+# The sentence that opens each list, whitespace-insensitive (the docstring wraps lines).
+_HEADINGS: tuple[tuple[Kind, re.Pattern[str]], ...] = (
+    ("deterministic", re.compile(r"will\s+act\s+deterministically\s+when")),
+    ("raises", re.compile(r"will\s+throw\s+an?\s+\S*RuntimeError\S*\s+when")),
+)
+_BULLET = re.compile(r"^(\s*)[*+-]\s+(.*)$")
+# ":class:`torch.nn.Conv1d` rest", ":func:`~torch.x` rest", "``torch.x`` rest" or "torch.x rest".
+_OP = re.compile(
+    r"^(?::\w+:`~?(?P<role>[^`]+)`|``(?P<lit>[^`]+)``|(?P<bare>[\w.]+))\s*(?P<rest>.*)$"
+)
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One bullet of the docstring: ``op`` as written, ``condition`` (the rest of the entry,
+    whitespace collapsed, markup kept), the list it came from, and the whole entry (``raw``)."""
+
+    op: str
+    condition: str
+    kind: Kind
+    raw: str = field(default="", compare=False)  # the whole entry, markup kept, one line
+
+    @property
+    def devices(self) -> frozenset[str]:
+        """The device types the condition names ("cpu", "cuda"); empty when it names none."""
+        return frozenset(d for d in ("cpu", "cuda") if re.search(rf"\b{d}\b", self.condition, re.I))
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def parse(doc: str) -> list[CatalogEntry]:
+    """Every entry of both lists in ``doc``, in the order written."""
+    lines = doc.expandtabs().splitlines()
+    entries: list[CatalogEntry] = []
+    kind: Kind | None = None
+    paragraph: list[str] = []  # the prose lines since the last blank line
+    bullet_indent = -1  # the column of the current list's top-level bullets; -1 outside a list
+    current: list[str] | None = None  # the lines of the entry being read
+
+    def flush() -> None:
+        nonlocal current
+        if current is not None and kind is not None:
+            text = " ".join(" ".join(current).split())
+            m = _OP.match(text)
+            if m:
+                op = m.group("role") or m.group("lit") or m.group("bare")
+                entries.append(CatalogEntry(op, m.group("rest"), kind, text))
+        current = None
+
+    for line in lines:
+        if not line.strip():
+            paragraph = []
+            continue
+        bullet = _BULLET.match(line)
+        if bullet_indent >= 0:
+            if bullet and _indent(line) == bullet_indent:
+                flush()
+                current = [bullet.group(2)]
+                continue
+            if _indent(line) > bullet_indent and current is not None:
+                current.append(line.strip())  # a continuation line or a sub-list item
+                continue
+            flush()  # prose at the list's own indentation or less ends the list
+            bullet_indent, kind = -1, None
+        if bullet and kind is not None:
+            bullet_indent = _indent(line)
+            current = [bullet.group(2)]
+            continue
+        paragraph.append(line.strip())
+        joined = " ".join(paragraph)  # a list's heading is a paragraph ending in a colon
+        kind = next((k for k, h in _HEADINGS if h.search(joined) and joined.endswith(":")), None)
+    flush()
+    return entries
+
+
+@cache
+def documented_ops() -> tuple[CatalogEntry, ...]:
+    """The entries of the installed torch's ``use_deterministic_algorithms`` docstring."""
+    import torch
+
+    return tuple(parse(torch.use_deterministic_algorithms.__doc__ or ""))
+
+
+def find_all(op: str, *contains: str, kind: Kind | None = None) -> list[CatalogEntry]:
+    """The documented entries for ``op`` whose condition contains every string in ``contains``
+    (and of ``kind``, if given), in the docstring's order."""
+    return [
+        e
+        for e in documented_ops()
+        if e.op == op and all(c in e.condition for c in contains) and kind in (None, e.kind)
+    ]
+
+
+def find(op: str, *contains: str, kind: Kind | None = None) -> CatalogEntry | None:
+    """Like ``find_all``, for one entry: None when none matches, an error when several do."""
+    hits = find_all(op, *contains, kind=kind)
+    if len(hits) > 1:
+        raise LookupError(f"{len(hits)} catalog entries match {op} {contains}: {hits}")
+    return hits[0] if hits else None
