@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-run-time",
         type=float,
         metavar="SECONDS",
-        help="seconds of timing samples per workload (default: 0.2 quick, 1 full)",
+        help="seconds of timing samples per workload (default: 0.1 quick, 1 full)",
     )
     r.add_argument(
         "--timeout",

@@ -37,7 +37,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 #: Per-profile defaults: steps hashed by the fingerprint pass, warm-up steps, seconds of samples.
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "quick": {"fingerprint_steps": 3, "warmup_steps": 2, "min_run_time": 0.2},
+    "quick": {"fingerprint_steps": 3, "warmup_steps": 2, "min_run_time": 0.1},
     "full": {"fingerprint_steps": 3, "warmup_steps": 5, "min_run_time": 1.0},
 }
 
