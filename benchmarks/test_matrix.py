@@ -36,6 +36,7 @@ def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:
         "process start-up": s.startup,
         "workload build": s.build,
         "fingerprint pass": s.fingerprint,
+        "FLOP-counting step": s.count,
         "timing pass": s.timing,
         "clean-up after each workload": s.cleanup,
         "worker exit": s.shutdown,

@@ -116,7 +116,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(
         f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s: start-up "
         f"{stats.startup:.0f} s, fingerprint {stats.fingerprint:.0f} s, timing "
-        f"{stats.timing:.0f} s, build {stats.build:.0f} s, clean-up {stats.cleanup:.0f} s, "
+        f"{stats.timing:.0f} s, build {stats.build:.0f} s, FLOP count {stats.count:.0f} s, "
+        f"clean-up {stats.cleanup:.0f} s, "
         f"worker exit {stats.shutdown:.0f} s, "
         f"other {stats.other:.0f} s)"
     )

@@ -75,6 +75,7 @@ class RunStats:
     startup: float = 0.0  # launching python, importing torch, applying the mode, CUDA init
     build: float = 0.0
     fingerprint: float = 0.0
+    count: float = 0.0  # the one step run under the FLOP counter
     timing: float = 0.0
     cleanup: float = 0.0  # freeing a workload's objects (and CUDA cache) after it
     shutdown: float = 0.0  # from a worker's last message to its exit (interpreter teardown)
@@ -88,6 +89,7 @@ class RunStats:
             - self.startup
             - self.build
             - self.fingerprint
+            - self.count
             - self.timing
             - self.cleanup
             - self.shutdown
@@ -408,7 +410,7 @@ class Runner:
         writer.append(rec)
         self.records.append(rec)
         self.stats.records += 1
-        for phase in ("build", "fingerprint", "timing", "cleanup"):
+        for phase in ("build", "fingerprint", "count", "timing", "cleanup"):
             setattr(
                 self.stats,
                 phase,
