@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from detbench.modes import DEFAULT_MODE, MODES
@@ -100,3 +101,149 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
         f"{legend}\n\n{table.fillna('').to_string()}"
     )
     return baseline, text
+
+
+# --- Costs with confidence intervals -----------------------------------------------------------
+
+#: A replicate is noisy when the IQR of its timing samples exceeds this fraction of their median.
+NOISY_IQR = 0.10
+
+
+def _replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
+    """Seconds-per-step samples of each successful replicate (one array per record)."""
+    ok = g[g["status"] == "ok"]
+    return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
+
+
+def _bootstrap_throughput(
+    reps: list[np.ndarray], rng: np.random.Generator, n_boot: int
+) -> np.ndarray:
+    """Bootstrap distribution of the median over replicates of each replicate's median
+    throughput (1 / seconds per step), resampling both levels: replicates (the between-process
+    variation, usually the larger) and the samples within each replicate."""
+    per_rep = np.empty((len(reps), n_boot))
+    for i, s in enumerate(reps):
+        idx = rng.integers(0, len(s), size=(n_boot, len(s)))
+        per_rep[i] = 1.0 / np.median(s[idx], axis=1)
+    pick = rng.integers(0, len(reps), size=(n_boot, len(reps)))
+    chosen = np.take_along_axis(per_rep.T, pick, axis=1)  # (n_boot, replicates)
+    out: np.ndarray = np.median(chosen, axis=1)
+    return out
+
+
+def costs(
+    df: pd.DataFrame, baseline: str = DEFAULT_MODE.name, n_boot: int = 2000, seed: int = 0
+) -> pd.DataFrame:
+    """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval.
+
+    The point estimate is the ratio of the medians over replicates of each replicate's median
+    throughput (as in the summary table). The interval is the 2.5th-97.5th percentile of the
+    same ratio over ``n_boot`` two-level bootstrap resamples (replicates, then samples within each
+    replicate) drawn independently for the mode and the baseline, with a fixed ``seed`` so a
+    report is reproducible. ``significant`` is False when the interval contains 1. ``noisy``
+    flags a mode or baseline with any replicate whose IQR exceeds ``NOISY_IQR`` of its median.
+    """
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
+        base = g[g["mode"] == baseline]
+        base_reps = _replicate_samples(base)
+        if not base_reps:
+            continue
+        base_boot = _bootstrap_throughput(base_reps, rng, n_boot)
+        base_point = float(np.median([1.0 / np.median(s) for s in base_reps]))
+        base_noisy = _noisy(base)
+        for mode, m in g.groupby("mode", sort=False):
+            reps = _replicate_samples(m)
+            if not reps:
+                continue
+            point = float(np.median([1.0 / np.median(s) for s in reps])) / base_point
+            boot = _bootstrap_throughput(reps, rng, n_boot) / base_boot
+            low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
+            rows.append({
+                "suite": suite, "workload": workload, "mode": mode,
+                "relative_throughput": point, "ci_low": low, "ci_high": high,
+                "significant": not (low <= 1.0 <= high),
+                "noisy": base_noisy or _noisy(m),
+                "replicates": len(reps),
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _noisy(g: pd.DataFrame) -> bool:
+    ok = g[g["status"] == "ok"]
+    rel = pd.to_numeric(ok["iqr"], errors="coerce") / pd.to_numeric(
+        ok["seconds_per_step"], errors="coerce"
+    )
+    return bool((rel > NOISY_IQR).any())
+
+
+# --- Recommendations ---------------------------------------------------------------------------
+
+
+def recommendations(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
+    """For each workload, and for each suite as a whole (workload ``*``): the fastest mode whose
+    results were bitwise reproducible in every replicate, its throughput relative to the fastest
+    mode overall, and the Python lines that set it. ``mode`` is None when no mode was
+    reproducible.
+
+    A suite's recommendation is the mode reproducible for every workload of the suite with the
+    highest geometric mean of relative throughput; its cost is that mean against the best
+    geometric mean of any mode that ran every workload.
+    """
+    from detbench.modes import get_mode
+
+    v = verdicts(df)
+    v = v.assign(rel=relative_throughput(v, baseline))
+    rows: list[dict[str, Any]] = []
+    for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
+        ran = g[g["verdict"].isin(["reproducible", "nondeterministic", "single"])]
+        repro = ran[ran["verdict"] == "reproducible"]
+        rows.append(_recommend(str(suite), str(workload), repro, ran))
+    for suite, g in v.groupby("suite", sort=False):
+        n = g["workload"].nunique()
+        ran = g[g["verdict"].isin(["reproducible", "nondeterministic", "single"])]
+        geo = _geomean_by_mode(ran, n)
+        repro_counts = g[g["verdict"] == "reproducible"].groupby("mode").size()
+        repro_geo = geo[geo.index.isin(repro_counts[repro_counts == n].index)]
+        rows.append(_recommend(str(suite), "*", _as_rows(repro_geo), _as_rows(geo)))
+    out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
+    out["snippet"] = pd.Series(
+        [None if m is None else get_mode(m).snippet() for m in out["mode"]],
+        index=out.index,
+        dtype=object,
+    )
+    return out
+
+
+def _geomean_by_mode(ran: pd.DataFrame, n: int) -> pd.Series:
+    """Geometric mean of relative throughput per mode, over modes that ran all ``n`` workloads."""
+    logs = ran.assign(log=np.log(pd.to_numeric(ran["rel"], errors="coerce")))
+    by_mode = logs.groupby("mode")["log"]
+    geo: pd.Series = np.exp(by_mode.mean())
+    return geo[by_mode.count() == n]
+
+
+def _as_rows(s: pd.Series) -> pd.DataFrame:
+    return pd.DataFrame({"mode": s.index, "rel": s.to_numpy()})
+
+
+def _recommend(suite: str, workload: str, repro: pd.DataFrame, ran: pd.DataFrame
+               ) -> dict[str, Any]:  # fmt: skip
+    def top(rows: pd.DataFrame) -> tuple[str | None, float | None]:
+        rows = rows[pd.to_numeric(rows["rel"], errors="coerce").notna()]
+        if rows.empty:
+            return None, None
+        i = rows["rel"].astype(float).to_numpy().argmax()
+        return str(rows["mode"].iloc[i]), float(rows["rel"].iloc[i])
+
+    mode, rel = top(repro)
+    fastest, fastest_rel = top(ran)
+    return {
+        "suite": suite,
+        "workload": workload,
+        "mode": mode,
+        "relative_throughput": rel,
+        "fastest_mode": fastest,
+        "cost_vs_fastest": None if rel is None or not fastest_rel else 1.0 - rel / fastest_rel,
+    }

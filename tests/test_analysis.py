@@ -1,0 +1,115 @@
+"""Verdicts, costs with intervals and recommendations, from result sets with known fingerprints
+and known timing samples."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import detbench
+from detbench.analysis import costs, recommendations, verdicts
+from detbench.modes import get_mode
+from detbench.results import ResultWriter
+
+
+def record(workload: str, mode: str, rep: int, fingerprint: str | None, samples: list[float],
+           status: str = "ok", suite: str = "s") -> dict[str, Any]:  # fmt: skip
+    m = get_mode(mode)
+    median = float(pd.Series(samples).median()) if samples else None
+    q = pd.Series(samples).quantile([0.25, 0.75]) if samples else None
+    return {
+        "suite": suite, "workload": workload, "mode": mode, "benchmark": m.benchmark,
+        "cudnn_deterministic": m.cudnn_deterministic,
+        "deterministic_algorithms": m.deterministic_algorithms, "cudnn_enabled": m.cudnn_enabled,
+        "replicate": rep, "status": status, "fingerprint": fingerprint,
+        "message": None if status == "ok" else "no deterministic implementation",
+        "items_per_step": 10.0,
+        "seconds_per_step": median,
+        "items_per_second": None if median is None else 10.0 / median,
+        "max_abs_diff": None,
+        "timing": None if not samples else {
+            "samples": samples, "iqr": float(q.iloc[1] - q.iloc[0]), "number_per_block": 1,
+        },
+    }  # fmt: skip
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> pd.DataFrame:
+    recs = []
+    for r in range(3):
+        # fast: nondeterministic by default, reproducible and exactly half as fast under
+        # deterministic algorithms.
+        recs.append(record("fast", "default", r, f"d{r}", [0.010] * 5))
+        recs.append(record("fast", "det-algos", r, "a", [0.020] * 5))
+        # same: reproducible everywhere, the same speed in both modes.
+        recs.append(record("same", "default", r, "x", [0.004] * 5))
+        recs.append(record("same", "det-algos", r, "x", [0.004] * 5))
+        # racy: never reproducible; unsupported under deterministic algorithms.
+        recs.append(record("racy", "default", r, f"r{r}", [0.001] * 5, suite="t"))
+        recs.append(record("racy", "det-algos", r, None, [], status="unsupported", suite="t"))
+        # noisy: IQR of 20% of the median in one replicate.
+        noisy = [0.008, 0.009, 0.010, 0.011, 0.012] if r == 0 else [0.010] * 5
+        recs.append(record("noisy", "default", r, "n", noisy, suite="t"))
+        recs.append(record("noisy", "det-algos", r, "n", [0.010] * 5, suite="t"))
+    with ResultWriter(tmp_path) as w:
+        for rec in recs:
+            w.append(rec)
+    return detbench.load_results(tmp_path)
+
+
+def test_verdicts(results: pd.DataFrame) -> None:
+    v = verdicts(results).set_index(["workload", "mode"])
+    assert v.loc[("fast", "default"), "verdict"] == "nondeterministic"
+    assert v.loc[("fast", "default"), "distinct_fingerprints"] == 3
+    assert v.loc[("fast", "det-algos"), "verdict"] == "reproducible"
+    assert v.loc[("racy", "det-algos"), "verdict"] == "unsupported"
+    assert v.loc[("racy", "det-algos"), "message"] == "no deterministic implementation"
+
+
+def test_costs_exact_for_constant_samples(results: pd.DataFrame) -> None:
+    c = costs(results).set_index(["workload", "mode"])
+    fast = c.loc[("fast", "det-algos")]
+    # Every sample equal: every bootstrap resample gives the same ratio, 0.010 / 0.020.
+    assert (fast["relative_throughput"], fast["ci_low"], fast["ci_high"]) == (0.5, 0.5, 0.5)
+    assert fast["significant"] and not fast["noisy"]
+    same = c.loc[("same", "det-algos")]
+    assert (same["relative_throughput"], same["ci_low"], same["ci_high"]) == (1.0, 1.0, 1.0)
+    assert not same["significant"]
+    assert c.loc[("fast", "default"), "relative_throughput"] == 1.0
+    assert ("racy", "det-algos") not in c.index  # unsupported: no timing, no cost
+
+
+def test_noise_is_flagged_and_widens_the_interval(results: pd.DataFrame) -> None:
+    c = costs(results).set_index(["workload", "mode"])
+    row = c.loc[("noisy", "det-algos")]
+    assert row["noisy"]  # the baseline's replicate 0 has IQR 0.002 on a median of 0.010
+    # Resampling replicate 0's samples moves its median between 0.010 and 0.012... or 0.008:
+    # the interval must cover the point estimate and include values away from it.
+    assert row["ci_low"] <= row["relative_throughput"] == 1.0 <= row["ci_high"]
+    assert not row["significant"]
+
+
+def test_costs_are_reproducible_with_a_seed(results: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(costs(results, seed=3), costs(results, seed=3))
+
+
+def test_recommendations(results: pd.DataFrame) -> None:
+    rec = recommendations(results).set_index(["suite", "workload"])
+    fast = rec.loc[("s", "fast")]
+    assert (fast["mode"], fast["fastest_mode"]) == ("det-algos", "default")
+    assert fast["relative_throughput"] == 0.5 and fast["cost_vs_fastest"] == 0.5
+    assert fast["snippet"] == get_mode("det-algos").snippet()
+    racy = rec.loc[("t", "racy")]
+    assert racy["mode"] is None and racy["snippet"] is None  # no mode was reproducible
+    # Suite s: only det-algos is reproducible for both workloads; geometric mean of 0.5 and 1.0
+    # against default's 1.0.
+    suite = rec.loc[("s", "*")]
+    assert suite["mode"] == "det-algos" and suite["fastest_mode"] == "default"
+    assert suite["relative_throughput"] == pytest.approx(math.sqrt(0.5))
+    assert suite["cost_vs_fastest"] == pytest.approx(1 - math.sqrt(0.5))
+    # Suite t: racy is never reproducible, so no mode serves the whole suite.
+    assert rec.loc[("t", "*"), "mode"] is None
