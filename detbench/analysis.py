@@ -247,3 +247,23 @@ def _recommend(suite: str, workload: str, repro: pd.DataFrame, ran: pd.DataFrame
         "fastest_mode": fastest,
         "cost_vs_fastest": None if rel is None or not fastest_rel else 1.0 - rel / fastest_rel,
     }
+
+
+def recommendation_text(df: pd.DataFrame) -> str:
+    """One line per suite: the fastest mode that was bitwise reproducible for all its workloads
+    in every replicate, and what it costs against the fastest mode overall."""
+    rec = recommendations(df)
+    lines = [
+        "recommended mode per suite (fastest bitwise-reproducible mode for all its workloads):"
+    ]
+    suites: list[dict[Any, Any]] = rec[rec["workload"] == "*"].to_dict("records")
+    for r in suites:
+        if r["mode"] is None:
+            lines.append(f"  {r['suite']}: no mode was bitwise reproducible for every workload")
+        else:
+            lines.append(
+                f"  {r['suite']}: {r['mode']} (geometric mean {r['relative_throughput']:.2f}x the "
+                f"default mode's throughput; {100 * r['cost_vs_fastest']:.0f}% below the fastest "
+                f"mode, {r['fastest_mode']})"
+            )
+    return "\n".join(lines)

@@ -75,7 +75,7 @@ def _default_out(device: str, profile: str) -> Path:
 def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
-    from detbench.analysis import summary_table
+    from detbench.analysis import recommendation_text, summary_table
     from detbench.results import load_results
     from detbench.runner import RunConfig, prepare, validate
 
@@ -111,8 +111,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\ndetbench: interrupted; the records measured so far are in {out}", file=sys.stderr)
         return 130
-    _, text = summary_table(load_results(out))
+    df = load_results(out)
+    _, text = summary_table(df)
     print(text)
+    print("\n" + recommendation_text(df))
     print(
         f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s: start-up "
         f"{stats.startup:.0f} s, fingerprint {stats.fingerprint:.0f} s, timing "

@@ -7,11 +7,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import detbench
-from detbench.analysis import costs, recommendations, verdicts
+from detbench.analysis import costs, recommendation_text, recommendations, verdicts
 from detbench.modes import get_mode
 from detbench.results import ResultWriter
 
@@ -19,8 +20,8 @@ from detbench.results import ResultWriter
 def record(workload: str, mode: str, rep: int, fingerprint: str | None, samples: list[float],
            status: str = "ok", suite: str = "s") -> dict[str, Any]:  # fmt: skip
     m = get_mode(mode)
-    median = float(pd.Series(samples).median()) if samples else None
-    q = pd.Series(samples).quantile([0.25, 0.75]) if samples else None
+    median = float(np.median(samples)) if samples else None
+    iqr = float(np.subtract(*np.percentile(samples, [75, 25]))) if samples else None
     return {
         "suite": suite, "workload": workload, "mode": mode, "benchmark": m.benchmark,
         "cudnn_deterministic": m.cudnn_deterministic,
@@ -32,7 +33,7 @@ def record(workload: str, mode: str, rep: int, fingerprint: str | None, samples:
         "items_per_second": None if median is None else 10.0 / median,
         "max_abs_diff": None,
         "timing": None if not samples else {
-            "samples": samples, "iqr": float(q.iloc[1] - q.iloc[0]), "number_per_block": 1,
+            "samples": samples, "iqr": iqr, "number_per_block": 1,
         },
     }  # fmt: skip
 
@@ -61,31 +62,35 @@ def results(tmp_path: Path) -> pd.DataFrame:
     return detbench.load_results(tmp_path)
 
 
+def by_key(df: pd.DataFrame, *cols: str) -> dict[Any, dict[Any, Any]]:
+    return {tuple(r[c] for c in cols): r for r in df.to_dict("records")}
+
+
 def test_verdicts(results: pd.DataFrame) -> None:
-    v = verdicts(results).set_index(["workload", "mode"])
-    assert v.loc[("fast", "default"), "verdict"] == "nondeterministic"
-    assert v.loc[("fast", "default"), "distinct_fingerprints"] == 3
-    assert v.loc[("fast", "det-algos"), "verdict"] == "reproducible"
-    assert v.loc[("racy", "det-algos"), "verdict"] == "unsupported"
-    assert v.loc[("racy", "det-algos"), "message"] == "no deterministic implementation"
+    v = by_key(verdicts(results), "workload", "mode")
+    assert v[("fast", "default")]["verdict"] == "nondeterministic"
+    assert v[("fast", "default")]["distinct_fingerprints"] == 3
+    assert v[("fast", "det-algos")]["verdict"] == "reproducible"
+    assert v[("racy", "det-algos")]["verdict"] == "unsupported"
+    assert v[("racy", "det-algos")]["message"] == "no deterministic implementation"
 
 
 def test_costs_exact_for_constant_samples(results: pd.DataFrame) -> None:
-    c = costs(results).set_index(["workload", "mode"])
-    fast = c.loc[("fast", "det-algos")]
+    c = by_key(costs(results), "workload", "mode")
+    fast = c[("fast", "det-algos")]
     # Every sample equal: every bootstrap resample gives the same ratio, 0.010 / 0.020.
     assert (fast["relative_throughput"], fast["ci_low"], fast["ci_high"]) == (0.5, 0.5, 0.5)
     assert fast["significant"] and not fast["noisy"]
-    same = c.loc[("same", "det-algos")]
+    same = c[("same", "det-algos")]
     assert (same["relative_throughput"], same["ci_low"], same["ci_high"]) == (1.0, 1.0, 1.0)
     assert not same["significant"]
-    assert c.loc[("fast", "default"), "relative_throughput"] == 1.0
-    assert ("racy", "det-algos") not in c.index  # unsupported: no timing, no cost
+    assert c[("fast", "default")]["relative_throughput"] == 1.0
+    assert ("racy", "det-algos") not in c  # unsupported: no timing, no cost
 
 
 def test_noise_is_flagged_and_widens_the_interval(results: pd.DataFrame) -> None:
-    c = costs(results).set_index(["workload", "mode"])
-    row = c.loc[("noisy", "det-algos")]
+    c = by_key(costs(results), "workload", "mode")
+    row = c[("noisy", "det-algos")]
     assert row["noisy"]  # the baseline's replicate 0 has IQR 0.002 on a median of 0.010
     # Resampling replicate 0's samples moves its median between 0.010 and 0.012... or 0.008:
     # the interval must cover the point estimate and include values away from it.
@@ -98,18 +103,27 @@ def test_costs_are_reproducible_with_a_seed(results: pd.DataFrame) -> None:
 
 
 def test_recommendations(results: pd.DataFrame) -> None:
-    rec = recommendations(results).set_index(["suite", "workload"])
-    fast = rec.loc[("s", "fast")]
+    rec = by_key(recommendations(results), "suite", "workload")
+    fast = rec[("s", "fast")]
     assert (fast["mode"], fast["fastest_mode"]) == ("det-algos", "default")
     assert fast["relative_throughput"] == 0.5 and fast["cost_vs_fastest"] == 0.5
     assert fast["snippet"] == get_mode("det-algos").snippet()
-    racy = rec.loc[("t", "racy")]
+    racy = rec[("t", "racy")]
     assert racy["mode"] is None and racy["snippet"] is None  # no mode was reproducible
     # Suite s: only det-algos is reproducible for both workloads; geometric mean of 0.5 and 1.0
     # against default's 1.0.
-    suite = rec.loc[("s", "*")]
+    suite = rec[("s", "*")]
     assert suite["mode"] == "det-algos" and suite["fastest_mode"] == "default"
     assert suite["relative_throughput"] == pytest.approx(math.sqrt(0.5))
     assert suite["cost_vs_fastest"] == pytest.approx(1 - math.sqrt(0.5))
     # Suite t: racy is never reproducible, so no mode serves the whole suite.
-    assert rec.loc[("t", "*"), "mode"] is None
+    assert rec[("t", "*")]["mode"] is None
+
+
+def test_recommendation_text(results: pd.DataFrame) -> None:
+    assert recommendation_text(results).splitlines() == [
+        "recommended mode per suite (fastest bitwise-reproducible mode for all its workloads):",
+        "  s: det-algos (geometric mean 0.71x the default mode's throughput; 29% below the "
+        "fastest mode, default)",
+        "  t: no mode was bitwise reproducible for every workload",
+    ]
