@@ -24,12 +24,13 @@ def urandom_order_sum(ctx: detbench.Context) -> Any:
     return step
 
 
-@detbench.workload(suite="behaviour", items_per_step=1 << 20)
+@detbench.workload(suite="behaviour", items_per_step=1 << 22)
 def index_put_accumulate(ctx: detbench.Context) -> Any:
-    """index_put_(accumulate=True) with 2^20 values onto 64 slots: on 2+ CPU threads the order of
-    the float additions depends on thread timing, unless deterministic algorithms are on."""
-    idx = torch.randint(0, 64, (1 << 20,), device=ctx.device)
-    vals = torch.randn(1 << 20, device=ctx.device)
+    """index_put_(accumulate=True) with 2^22 values onto 64 slots: on 2+ CPU threads the order of
+    the float additions depends on thread timing, unless deterministic algorithms are on. Large
+    enough (tens of ms a step) that the threads overlap even on a busy machine."""
+    idx = torch.randint(0, 64, (1 << 22,), device=ctx.device)
+    vals = torch.randn(1 << 22, device=ctx.device)
 
     def step() -> list[torch.Tensor]:
         return [torch.zeros(64, device=ctx.device).index_put_((idx,), vals, accumulate=True)]
