@@ -77,14 +77,15 @@ def _as_numpy(t: torch.Tensor) -> np.ndarray:
 
 def reference_arrays(outputs: Sequence[Any]) -> tuple[dict[str, np.ndarray], bool]:
     """Flattened outputs to keep as a reference, and whether they are complete (not sampled)."""
-    parts: list[tuple[str, np.ndarray]] = []
+    parts: list[tuple[str, torch.Tensor]] = []
     for i, out in enumerate(outputs):
         if isinstance(out, torch.Tensor):
             for part, t in _dense(out):
-                parts.append((f"t{i}{part}", _as_numpy(t).reshape(-1)))
-    total = sum(a.size for _, a in parts)
+                parts.append((f"t{i}{part}", t.reshape(-1)))
+    total = sum(t.numel() for _, t in parts)
     stride = max(1, math.ceil(total / REFERENCE_MAX_ELEMENTS))
-    return {k: a[::stride] for k, a in parts}, stride == 1
+    # Sample on the tensor's own device, so only the kept elements are copied to the host.
+    return {k: _as_numpy(t[::stride]).reshape(-1) for k, t in parts}, stride == 1
 
 
 def save_reference(path: Path, fingerprint: str, outputs: Sequence[Any]) -> None:
