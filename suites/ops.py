@@ -360,14 +360,15 @@ for _mode, _sizes in INTERPOLATE.items():
         _scaled,
     )
 
+ADAPTIVE2D: Sizes = {
+    "quick": {"shape": (4, 16, 32, 32), "output_size": (24, 24)},
+    "full": {"shape": (32, 256, 56, 56), "output_size": (42, 42)},
+}
 _spatial(
     "adaptive_avg_pool2d_backward",
     "torch.nn.functional.adaptive_avg_pool2d (overlapping windows), backward",
     _doc(("torch.nn.AdaptiveAvgPool2d",)),
-    {
-        "quick": {"shape": (4, 16, 32, 32), "output_size": (24, 24)},
-        "full": {"shape": (32, 256, 56, 56), "output_size": (42, 42)},
-    },
+    ADAPTIVE2D,
     F.adaptive_avg_pool2d,
     _resized,
 )
@@ -386,10 +387,7 @@ _spatial(
     "adaptive_max_pool2d_backward",
     "torch.nn.functional.adaptive_max_pool2d (overlapping windows), backward",
     _doc(("torch.nn.AdaptiveMaxPool2d",)),
-    {
-        "quick": {"shape": (4, 16, 32, 32), "output_size": (24, 24)},
-        "full": {"shape": (32, 256, 56, 56), "output_size": (42, 42)},
-    },
+    ADAPTIVE2D,
     F.adaptive_max_pool2d,
     _resized,
 )
