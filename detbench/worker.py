@@ -197,7 +197,7 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
         digests = []
         losses: list[float] = []
         outputs: Any = None
-        for _ in range(int(job["fingerprint_steps"])):
+        for _ in range(w.steps(ctx, int(job["fingerprint_steps"]))):
             outputs = list(step())
             digests.append(fp.step_digest(outputs))
             if w.loss_output is not None:

@@ -56,6 +56,7 @@ class Workload:
     bytes_per_step: PerStep | None = field(default=None, compare=False, repr=False)
     flops_per_step: PerStep | None = field(default=None, compare=False, repr=False)
     loss_output: int | None = field(default=None, compare=False)
+    fingerprint_steps: PerStep | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -69,6 +70,12 @@ class Workload:
 
     def declared_flops(self, ctx: Context) -> float | None:
         return None if self.flops_per_step is None else _per_step(self.flops_per_step, ctx)
+
+    def steps(self, ctx: Context, default: int) -> int:
+        """Steps in the fingerprint pass: the workload's own count, else the run's."""
+        if self.fingerprint_steps is None:
+            return default
+        return int(_per_step(self.fingerprint_steps, ctx))
 
     def params_for(self, profile: str) -> dict[str, Any]:
         """Parameters of the given profile: ``params`` may hold a ``quick``/``full`` split."""
@@ -104,6 +111,7 @@ def workload(
     bytes_per_step: PerStep | None = None,
     flops_per_step: PerStep | None = None,
     loss_output: int | None = None,
+    fingerprint_steps: PerStep | None = None,
 ) -> Any:
     """Register a workload factory.
 
@@ -119,6 +127,10 @@ def workload(
 
     ``loss_output``: the index of the step output that is the scalar loss; its value at every
     fingerprint step is recorded, to show where two runs first diverge.
+
+    ``fingerprint_steps`` (same forms as ``items_per_step``): steps in the fingerprint pass, in
+    place of the run's setting; a training workload takes enough steps to show how a divergence
+    between runs grows.
     """
 
     def register(factory: Factory) -> Factory:
@@ -137,6 +149,7 @@ def workload(
             bytes_per_step=bytes_per_step,
             flops_per_step=flops_per_step,
             loss_output=loss_output,
+            fingerprint_steps=fingerprint_steps,
         )
         old = _REGISTRY.get(w.key)
         if old is not None and old.source != w.source:

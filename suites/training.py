@@ -23,6 +23,9 @@ from torch import nn
 
 import detbench
 
+#: Steps in the fingerprint pass: enough to see how a divergence between runs grows.
+TRAIN_STEPS = {"quick": 8, "full": 20}
+
 
 def _outputs(loss: torch.Tensor, model: nn.Module) -> list[torch.Tensor]:
     return [loss.detach(), *(p.detach() for p in model.parameters())]
@@ -83,6 +86,7 @@ RESNET = {
     suite="training",
     items_per_step={p: s["batch"] for p, s in RESNET.items()},
     loss_output=0,
+    fingerprint_steps=TRAIN_STEPS,
     params={"model": "ResNet-18 (CIFAR stem)", "classes": 10,
             "optimizer": "SGD(lr=0.1, momentum=0.9, weight_decay=5e-4)", "dtype": "float32",
             **RESNET},
@@ -131,6 +135,7 @@ LSTM_LM = {
     suite="training",
     items_per_step={p: s["batch"] * s["seq"] for p, s in LSTM_LM.items()},  # tokens
     loss_output=0,
+    fingerprint_steps=TRAIN_STEPS,
     params={"model": "2-layer LSTM LM, dropout 0.5",
             "optimizer": "SGD(lr=1) + clip_grad_norm(0.25)", "dtype": "float32", **LSTM_LM},
 )  # fmt: skip
@@ -208,6 +213,7 @@ TRANSFORMER = {
     suite="training",
     items_per_step={p: s["batch"] for p, s in TRANSFORMER.items()},  # sequences
     loss_output=0,
+    fingerprint_steps=TRAIN_STEPS,
     params={"model": "pre-LN Transformer encoder, SDPA attention, dropout 0.1",
             "task": "sequence classification, 10 classes", "optimizer": "AdamW(lr=3e-4)",
             "dtype": "float32", **TRANSFORMER},
