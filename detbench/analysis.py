@@ -21,6 +21,9 @@ MARKS = {
     "crashed": "crash",
 }
 
+#: Verdicts of a mode that ran the workload (status ok in every replicate).
+RAN = ("reproducible", "nondeterministic", "single")
+
 
 def verdicts(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (suite, workload, mode): verdict, replicate counts, distinct fingerprints,
@@ -109,13 +112,13 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
 NOISY_IQR = 0.10
 
 
-def _replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
+def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
     """Seconds-per-step samples of each successful replicate (one array per record)."""
     ok = g[g["status"] == "ok"]
     return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
 
 
-def _bootstrap_throughput(
+def bootstrap_throughput(
     reps: list[np.ndarray], rng: np.random.Generator, n_boot: int
 ) -> np.ndarray:
     """Bootstrap distribution of the median over replicates of each replicate's median
@@ -147,18 +150,18 @@ def costs(
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
         base = g[g["mode"] == baseline]
-        base_reps = _replicate_samples(base)
+        base_reps = replicate_samples(base)
         if not base_reps:
             continue
-        base_boot = _bootstrap_throughput(base_reps, rng, n_boot)
+        base_boot = bootstrap_throughput(base_reps, rng, n_boot)
         base_point = float(np.median([1.0 / np.median(s) for s in base_reps]))
         base_noisy = _noisy(base)
         for mode, m in g.groupby("mode", sort=False):
-            reps = _replicate_samples(m)
+            reps = replicate_samples(m)
             if not reps:
                 continue
             point = float(np.median([1.0 / np.median(s) for s in reps])) / base_point
-            boot = _bootstrap_throughput(reps, rng, n_boot) / base_boot
+            boot = bootstrap_throughput(reps, rng, n_boot) / base_boot
             low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
             rows.append({
                 "suite": suite, "workload": workload, "mode": mode,
@@ -189,7 +192,9 @@ def recommendations(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.D
 
     A suite's recommendation is the mode reproducible for every workload of the suite with the
     highest geometric mean of relative throughput; its cost is that mean against the best
-    geometric mean of any mode that ran every workload.
+    geometric mean of any mode that ran every workload. A workload that ran in no mode at all
+    (a broken workload, not a property of any mode) is left out of its suite's recommendation;
+    the report warns about it.
     """
     from detbench.modes import get_mode
 
@@ -201,6 +206,7 @@ def recommendations(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.D
         repro = ran[ran["verdict"] == "reproducible"]
         rows.append(_recommend(str(suite), str(workload), repro, ran))
     for suite, g in v.groupby("suite", sort=False):
+        g = g[g["workload"].isin(_ran_somewhere(g))]
         n = g["workload"].nunique()
         ran = g[g["verdict"].isin(["reproducible", "nondeterministic", "single"])]
         geo = _geomean_by_mode(ran, n)
@@ -214,6 +220,11 @@ def recommendations(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.D
         dtype=object,
     )
     return out
+
+
+def _ran_somewhere(v: pd.DataFrame) -> list[Any]:
+    """The workloads of verdict rows ``v`` that ran (status ok) in at least one mode."""
+    return list(dict.fromkeys(v.loc[v["verdict"].isin(RAN), "workload"]))
 
 
 def _geomean_by_mode(ran: pd.DataFrame, n: int) -> pd.Series:
@@ -267,3 +278,83 @@ def recommendation_text(df: pd.DataFrame) -> str:
                 f"mode, {r['fastest_mode']})"
             )
     return "\n".join(lines)
+
+
+# --- The speed-versus-reproducibility plane ----------------------------------------------------
+
+
+def plane(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
+    """One row per (suite, mode): where the mode sits on the speed-versus-reproducibility plane.
+
+    ``relative_throughput`` is the geometric mean over the suite's workloads that the mode ran
+    (``ran`` of ``workloads``) of its throughput relative to ``baseline``; ``reproducible`` is
+    the fraction of the suite's workloads that were bitwise identical in every replicate (a
+    workload the mode could not run counts as not reproducible; one that ran in no mode is left
+    out, as in ``recommendations``). ``frontier`` marks the modes no other mode beats on both
+    axes: the best choices.
+    """
+    v = verdicts(df)
+    v = v.assign(rel=relative_throughput(v, baseline))
+    order = {m.name: i for i, m in enumerate(MODES)}
+    rows: list[dict[str, Any]] = []
+    for suite, g in v.groupby("suite", sort=False):
+        g = g[g["workload"].isin(_ran_somewhere(g))]
+        n = int(g["workload"].nunique())
+        for mode, m in g.groupby("mode", sort=False):
+            ran = m[m["verdict"].isin(RAN)]
+            rel = pd.to_numeric(ran["rel"], errors="coerce").dropna()
+            rows.append({
+                "suite": suite, "mode": mode,
+                "relative_throughput": float(np.exp(np.log(rel).mean())) if len(rel) else None,
+                "reproducible": int((m["verdict"] == "reproducible").sum()) / n,
+                "workloads": n, "ran": len(ran),
+                "nondeterministic": int((m["verdict"] == "nondeterministic").sum()),
+                "failed": int((~m["verdict"].isin(RAN)).sum()),
+            })  # fmt: skip
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["frontier"] = False
+    for _, g in out.groupby("suite", sort=False):
+        pts = g.dropna(subset=["relative_throughput"])
+        for i, r in pts.iterrows():
+            dominated = (
+                (pts["relative_throughput"] >= r["relative_throughput"])
+                & (pts["reproducible"] >= r["reproducible"])
+                & (
+                    (pts["relative_throughput"] > r["relative_throughput"])
+                    | (pts["reproducible"] > r["reproducible"])
+                )
+            ).any()
+            out.loc[i, "frontier"] = not dominated
+    out["_order"] = out["mode"].map(order).fillna(len(order))
+    return out.sort_values(["suite", "_order"], kind="stable").drop(columns="_order")
+
+
+def divergence(df: pd.DataFrame) -> pd.DataFrame:
+    """For workloads that record their loss at every fingerprint step (training workloads): one
+    row per (suite, workload, mode, step) where the replicates are not all identical, with the
+    largest absolute loss difference from the first replicate at that step and whether any
+    replicate's step fingerprint (loss and every parameter) differs there."""
+    if "losses" not in df.columns:
+        return pd.DataFrame()
+    rows: list[dict[str, Any]] = []
+    ok = df[(df["status"] == "ok") & df["losses"].notna()]
+    for (suite, workload, mode), g in ok.groupby(["suite", "workload", "mode"], sort=False):
+        g = g.sort_values("replicate")
+        if len(g) < 2 or g["fingerprint"].nunique() == 1:
+            continue
+        ref_losses = np.asarray(g["losses"].iloc[0], dtype=float)
+        ref_steps = list(g["step_fingerprints"].iloc[0] or [])
+        for step in range(len(ref_losses)):
+            others = [np.asarray(x, dtype=float) for x in g["losses"].iloc[1:]]
+            diff = max(abs(o[step] - ref_losses[step]) for o in others if len(o) > step)
+            params_differ = any(
+                step < len(s or []) and step < len(ref_steps) and s[step] != ref_steps[step]
+                for s in g["step_fingerprints"].iloc[1:]
+            )
+            rows.append({
+                "suite": suite, "workload": workload, "mode": mode, "step": step + 1,
+                "max_abs_loss_diff": float(diff), "step_fingerprint_differs": params_differ,
+            })  # fmt: skip
+    return pd.DataFrame(rows)

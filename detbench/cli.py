@@ -115,6 +115,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _, text = summary_table(df)
     print(text)
     print("\n" + recommendation_text(df))
+    if not args.no_report:
+        from detbench.report import write_report
+
+        _, page = write_report(out)
+        print(f"\nreport: {page}")
     print(
         f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s: start-up "
         f"{stats.startup:.0f} s, fingerprint {stats.fingerprint:.0f} s, timing "
@@ -124,6 +129,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"other {stats.other:.0f} s)"
     )
     return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from detbench.report import write_report
+
+    md, page = write_report(_existing_dir(args.dir))
+    print(f"report: {page}\n        {md}")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from detbench.compare import compare, to_markdown, to_text
+
+    out = Path(args.markdown) if args.markdown else None
+    if out is not None and out.exists():
+        raise UserError(f"{out} exists: give a new file for --markdown (nothing was overwritten)")
+    c = compare(_existing_dir(args.dir_a), _existing_dir(args.dir_b))
+    print(to_text(c), end="")
+    if out is not None:
+        out.write_text(to_markdown(c), encoding="utf-8")
+        print(f"\nMarkdown: {out}")
+    return 0
+
+
+def _existing_dir(path: str) -> Path:
+    d = Path(path)
+    if not d.is_dir():
+        raise UserError(f"no such results directory: {path}")
+    return d
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,7 +235,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="kill a workload's worker after this long (default: no limit)",
     )
+    r.add_argument(
+        "--no-report", action="store_true", help="do not write report.md and report.html at the end"
+    )
     r.set_defaults(func=_cmd_run)
+
+    rep = sub.add_parser(
+        "report", help="write DIR/report.md and a self-contained DIR/report.html for a run"
+    )
+    rep.add_argument("dir", metavar="DIR", help="a results directory written by 'detbench run'")
+    rep.set_defaults(func=_cmd_report)
+
+    cmp = sub.add_parser(
+        "compare", help="compare two runs: throughput changes with significance, verdict changes"
+    )
+    cmp.add_argument("dir_a", metavar="DIR_A", help="the first run (the reference)")
+    cmp.add_argument("dir_b", metavar="DIR_B", help="the second run")
+    cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
+    cmp.set_defaults(func=_cmd_compare)
     return p
 
 

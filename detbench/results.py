@@ -218,3 +218,31 @@ def host_env() -> dict[str, Any]:
         "driver": info.get("nvidia_driver_version"),
         "collect_env": info,
     }
+
+
+#: The facts that make two runs comparable, in the order a report lists them.
+ENV_FACTS = ("device", "gpu", "driver", "cuda", "cudnn", "torch", "python", "cpu", "threads")
+
+
+def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
+    """The environment of a run in a few comparable strings (None where not known): the device,
+    GPU model, NVIDIA driver, CUDA runtime, cuDNN, torch, Python, CPU model and torch's threads."""
+    host = env.get("host") or {}
+    worker = env.get("worker") or {}
+    collected = host.get("collect_env") or {}
+
+    def text(x: Any) -> str | None:
+        return None if x is None or x == "" or x == "None" else str(x)
+
+    gpu = worker.get("gpu_name") or collected.get("nvidia_gpu_models")
+    return {
+        "device": text(worker.get("device") or (env.get("options") or {}).get("device")),
+        "gpu": text(gpu),
+        "driver": text(host.get("driver") or collected.get("nvidia_driver_version")),
+        "cuda": text(worker.get("cuda_runtime") or host.get("torch_cuda")),
+        "cudnn": text(worker.get("cudnn_version")),
+        "torch": text(host.get("torch")),
+        "python": text(host.get("python")),
+        "cpu": text(host.get("cpu_model") or host.get("cpu")),
+        "threads": text(worker.get("num_threads")),
+    }

@@ -1,0 +1,244 @@
+"""The report's figures (matplotlib, written as PNG and SVG).
+
+- ``plane``: per suite, every mode on the speed-versus-reproducibility plane, the frontier of best
+  choices joined and the recommended mode starred.
+- ``heatmap``: per suite, workloads x modes, coloured by throughput relative to the default mode,
+  each cell marked reproducible (=), nondeterministic (≠, outlined) or with the status that stopped
+  it (unsupported, error, ...).
+- ``divergence``: for workloads that record their loss every step (training), how far the
+  replicates' losses drift apart step by step, in the modes where they are not bitwise identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from detbench import analysis
+from detbench.modes import DEFAULT_MODE, MODES
+
+#: The heatmap's colour scale: log2 of relative throughput, clipped to 0.25x..4x.
+LOG2_CLIP = 2.0
+#: Modes closer than this on the throughput axis (and equal on the other) share one label.
+LABEL_MERGE = 0.01
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One figure as written: its kind, suite, title and the PNG and SVG paths."""
+
+    kind: str
+    suite: str
+    title: str
+    png: Path
+    svg: Path
+
+
+def _mode_index(modes: list[str]) -> dict[str, str]:
+    """Short labels (M0, M1, ...) in the canonical mode order, as in the summary table."""
+    known = [m.name for m in MODES if m.name in modes]
+    known += [m for m in modes if m not in known]
+    return {m: f"M{i}" for i, m in enumerate(known)}
+
+
+def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None) -> Figure:
+    """Relative throughput (x) against the fraction of workloads reproducible (y), per mode."""
+    pts = points.dropna(subset=["relative_throughput"]).sort_values("relative_throughput")
+    labels = _mode_index(list(points["mode"]))
+    fig, ax = plt.subplots(figsize=(8.5, 5.2), layout="constrained")
+    ax.axvline(1.0, color="0.75", lw=1, zorder=0)
+    ax.axhline(1.0, color="0.85", lw=1, ls=":", zorder=0)
+    front = pts[pts["frontier"]].sort_values("relative_throughput")
+    if len(front):
+        ax.step(
+            front["relative_throughput"], front["reproducible"], where="post", color="tab:green",
+            lw=1.5, alpha=0.6, zorder=1, label="frontier (no mode faster and more reproducible)",
+        )  # fmt: skip
+    colours = np.where(pts["frontier"], "tab:green", "tab:gray")
+    ax.scatter(pts["relative_throughput"], pts["reproducible"], c=colours, s=45, zorder=2)
+    if recommended is not None and recommended in set(pts["mode"]):
+        r = pts[pts["mode"] == recommended].iloc[0]
+        ax.scatter(
+            [r["relative_throughput"]], [r["reproducible"]], marker="*", s=320,
+            facecolor="gold", edgecolor="black", zorder=3, label=f"recommended: {recommended}",
+        )  # fmt: skip
+    # Modes at the same spot (on a CPU, the cuDNN flags change nothing) share one label.
+    groups: list[list[pd.Series]] = []
+    for _, r in pts.iterrows():
+        for grp in groups:
+            g0 = grp[0]
+            if (
+                g0["reproducible"] == r["reproducible"]
+                and abs(np.log(r["relative_throughput"] / g0["relative_throughput"])) < LABEL_MERGE
+            ):
+                grp.append(r)
+                break
+        else:
+            groups.append([r])
+    for k, grp in enumerate(groups):
+        text = ",".join(labels[str(r["mode"])] for r in grp)
+        ax.annotate(
+            text, (grp[0]["relative_throughput"], grp[0]["reproducible"]),
+            xytext=(6, 6 + 9 * (k % 3)), textcoords="offset points", fontsize=8,
+        )  # fmt: skip
+    ax.set_xlabel("throughput relative to the default mode (geometric mean over workloads)")
+    ax.set_ylabel("fraction of workloads bitwise reproducible")
+    ax.set_ylim(-0.05, 1.1)
+    lo = float(min(pts["relative_throughput"].min(), 1.0)) if len(pts) else 0.5
+    hi = float(max(pts["relative_throughput"].max(), 1.0)) if len(pts) else 1.5
+    pad = 0.08 * (hi - lo) + 0.02
+    ax.set_xlim(lo - pad, hi + 3 * pad)
+    legend = "\n".join(f"{labels[m]}  {m}" for m in labels)
+    ax.text(
+        1.02, 1.0, legend, transform=ax.transAxes, va="top", ha="left", fontsize=8,
+        family="monospace",
+    )  # fmt: skip
+    n = int(points["workloads"].iloc[0]) if len(points) else 0
+    ax.set_title(f"{suite}: speed versus reproducibility ({n} workloads)")
+    if len(front) or recommended:
+        ax.legend(loc="lower left", fontsize=8)
+    ax.grid(alpha=0.2)
+    return fig
+
+
+def heatmap_figure(v: pd.DataFrame, suite: str) -> Figure:
+    """Workloads x modes: colour = relative throughput, text = ratio and reproducibility mark."""
+    modes = [m for m in _mode_index(list(dict.fromkeys(v["mode"])))]
+    workloads = list(dict.fromkeys(v["workload"]))
+    cell = v.set_index(["workload", "mode"])
+    rel = np.full((len(workloads), len(modes)), np.nan)
+    for i, w in enumerate(workloads):
+        for j, m in enumerate(modes):
+            if (w, m) in cell.index and cell.loc[(w, m), "verdict"] in analysis.RAN:
+                rel[i, j] = cell.loc[(w, m), "rel"]
+    logs = np.clip(np.log2(rel), -LOG2_CLIP, LOG2_CLIP)
+    width = max(7.0, 1.0 * len(modes) + 0.09 * max(len(w) for w in workloads) + 2.5)
+    fig, ax = plt.subplots(figsize=(width, 1.8 + 0.34 * len(workloads)), layout="constrained")
+    cmap = plt.get_cmap("RdBu").copy()
+    cmap.set_bad("0.85")
+    norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
+    im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
+    for i, w in enumerate(workloads):
+        for j, m in enumerate(modes):
+            if (w, m) not in cell.index:
+                continue
+            verdict = str(cell.loc[(w, m), "verdict"])
+            mark = analysis.MARKS.get(verdict, verdict)
+            if verdict in analysis.RAN:
+                r = rel[i, j]
+                text = f"{r:.2f} {mark}" if np.isfinite(r) else mark
+            else:
+                text = mark
+            dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
+            ax.text(j, i, text, ha="center", va="center", fontsize=7.5,
+                    color="white" if dark else "black")  # fmt: skip
+            if verdict == "nondeterministic":
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
+    ax.set_xticks(range(len(modes)), modes, rotation=35, ha="right", fontsize=8)
+    ax.set_yticks(range(len(workloads)), workloads, fontsize=8)
+    ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
+    bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
+    bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
+    bar.set_label("throughput relative to the default mode")
+    ax.set_title(
+        f"{suite}: relative throughput per workload and mode\n"
+        "= bitwise identical in every replicate, ≠ (outlined) not; grey: did not run",
+        fontsize=10,
+    )
+    return fig
+
+
+def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
+    """One panel per workload: the largest loss difference between replicates at each step, one
+    line per mode; a hollow marker where the loss is still equal but a parameter differs."""
+    workloads = list(dict.fromkeys(d["workload"]))
+    fig, axes = plt.subplots(
+        len(workloads), 1, figsize=(8, 2.8 * len(workloads) + 0.6), layout="constrained",
+        squeeze=False,
+    )  # fmt: skip
+    for ax, w in zip(axes[:, 0], workloads, strict=True):
+        g = d[d["workload"] == w]
+        nonzero = g.loc[g["max_abs_loss_diff"] > 0, "max_abs_loss_diff"]
+        # Where the loss is equal but parameters differ: a hollow marker below the lowest
+        # difference (on the log axis), or at 0 when no loss differs at all.
+        floor = float(nonzero.min()) / 10 if len(nonzero) else 0.0
+        for mode, m in g.groupby("mode", sort=False):
+            m = m.sort_values("step")
+            y = m["max_abs_loss_diff"].to_numpy(dtype=float)
+            shown = np.where(y > 0, y, np.nan)
+            (line,) = ax.plot(m["step"], shown, marker="o", ms=4, label=str(mode))
+            hidden = (y == 0) & m["step_fingerprint_differs"].to_numpy()
+            if hidden.any():
+                ax.scatter(
+                    m["step"][hidden], np.full(hidden.sum(), floor), marker="o",
+                    facecolor="none", edgecolor=line.get_color(), s=30,
+                )  # fmt: skip
+            first = m.loc[m["step_fingerprint_differs"], "step"]
+            if len(first):
+                ax.axvline(int(first.min()), color=line.get_color(), ls=":", lw=1)
+        if len(nonzero):
+            ax.set_yscale("log")
+        else:
+            ax.text(
+                0.5, 0.6, "the loss is identical at every step; the parameters are not",
+                transform=ax.transAxes, ha="center", fontsize=9,
+            )  # fmt: skip
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_title(f"{w}", fontsize=10)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("max |loss difference|")
+        ax.grid(alpha=0.2)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(
+        f"{suite}: how far replicates drift apart (dotted: first step whose parameters differ;"
+        " hollow: loss equal, parameters not)",
+        fontsize=9,
+    )
+    return fig
+
+
+def _save(fig: Figure, directory: Path, stem: str) -> tuple[Path, Path]:
+    png, svg = directory / f"{stem}.png", directory / f"{stem}.svg"
+    fig.savefig(png, dpi=110)
+    fig.savefig(svg)
+    plt.close(fig)
+    return png, svg
+
+
+def write_plots(df: pd.DataFrame, directory: Path) -> list[Plot]:
+    """Every figure of a result set, written under ``directory`` as PNG and SVG."""
+    directory.mkdir(parents=True, exist_ok=True)
+    v = analysis.verdicts(df)
+    if v.empty:
+        return []
+    v = v.assign(rel=analysis.relative_throughput(v, DEFAULT_MODE.name))
+    points = analysis.plane(df)
+    rec = analysis.recommendations(df)
+    div = analysis.divergence(df)
+    plots: list[Plot] = []
+    for suite in dict.fromkeys(v["suite"]):
+        s = str(suite)
+        suite_rec = rec[(rec["suite"] == s) & (rec["workload"] == "*")]
+        recommended = suite_rec["mode"].iloc[0] if len(suite_rec) else None
+        title = f"{s}: speed versus reproducibility"
+        fig = plane_figure(points[points["suite"] == s], s, recommended)
+        plots.append(Plot("plane", s, title, *_save(fig, directory, f"{s}-plane")))
+        fig = heatmap_figure(v[v["suite"] == s], s)
+        title = f"{s}: relative throughput and reproducibility per workload"
+        plots.append(Plot("heatmap", s, title, *_save(fig, directory, f"{s}-heatmap")))
+        if not div.empty and (div["suite"] == s).any():
+            fig = divergence_figure(div[div["suite"] == s], s)
+            title = f"{s}: divergence between replicates, step by step"
+            plots.append(Plot("divergence", s, title, *_save(fig, directory, f"{s}-divergence")))
+    return plots
