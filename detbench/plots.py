@@ -30,8 +30,6 @@ from detbench.modes import DEFAULT_MODE, MODES
 
 #: The heatmap's colour scale: log2 of relative throughput, clipped to 0.25x..4x.
 LOG2_CLIP = 2.0
-#: Modes closer than this on the throughput axis (and equal on the other) share one label.
-LABEL_MERGE = 0.01
 
 
 @dataclass(frozen=True)
@@ -52,62 +50,54 @@ def _mode_index(modes: list[str]) -> dict[str, str]:
     return {m: f"M{i}" for i, m in enumerate(known)}
 
 
+#: One marker per mode, hollow, so modes at the same spot (on a CPU the cuDNN flags change
+#: nothing) stay visible on top of each other.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+
 def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None) -> Figure:
     """Relative throughput (x) against the fraction of workloads reproducible (y), per mode."""
-    pts = points.dropna(subset=["relative_throughput"]).sort_values("relative_throughput")
+    pts = points.dropna(subset=["relative_throughput"])
     labels = _mode_index(list(points["mode"]))
-    fig, ax = plt.subplots(figsize=(8.5, 5.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 5.2), layout="constrained")
     ax.axvline(1.0, color="0.75", lw=1, zorder=0)
     ax.axhline(1.0, color="0.85", lw=1, ls=":", zorder=0)
     front = pts[pts["frontier"]].sort_values("relative_throughput")
     if len(front):
         ax.step(
             front["relative_throughput"], front["reproducible"], where="post", color="tab:green",
-            lw=1.5, alpha=0.6, zorder=1, label="frontier (no mode faster and more reproducible)",
+            lw=1.5, alpha=0.5, zorder=1,
         )  # fmt: skip
-    colours = np.where(pts["frontier"], "tab:green", "tab:gray")
-    ax.scatter(pts["relative_throughput"], pts["reproducible"], c=colours, s=45, zorder=2)
+        ax.scatter(
+            front["relative_throughput"], front["reproducible"], s=600, color="tab:green",
+            alpha=0.22, lw=0, zorder=1, label="frontier: no mode is faster and more reproducible",
+        )  # fmt: skip
+    colours = plt.get_cmap("tab10").colors
+    for k, mode in enumerate(labels):
+        r = pts[pts["mode"] == mode]
+        if r.empty:
+            continue
+        ax.scatter(
+            r["relative_throughput"], r["reproducible"], marker=MARKERS[k % len(MARKERS)],
+            s=70 + 12 * (k % 4), facecolor="none", edgecolor=colours[k % 10], lw=1.6, zorder=3,
+            label=f"{labels[mode]} {mode}",
+        )  # fmt: skip
     if recommended is not None and recommended in set(pts["mode"]):
         r = pts[pts["mode"] == recommended].iloc[0]
         ax.scatter(
-            [r["relative_throughput"]], [r["reproducible"]], marker="*", s=320,
-            facecolor="gold", edgecolor="black", zorder=3, label=f"recommended: {recommended}",
-        )  # fmt: skip
-    # Modes at the same spot (on a CPU, the cuDNN flags change nothing) share one label.
-    groups: list[list[pd.Series]] = []
-    for _, r in pts.iterrows():
-        for grp in groups:
-            g0 = grp[0]
-            if (
-                g0["reproducible"] == r["reproducible"]
-                and abs(np.log(r["relative_throughput"] / g0["relative_throughput"])) < LABEL_MERGE
-            ):
-                grp.append(r)
-                break
-        else:
-            groups.append([r])
-    for k, grp in enumerate(groups):
-        text = ",".join(labels[str(r["mode"])] for r in grp)
-        ax.annotate(
-            text, (grp[0]["relative_throughput"], grp[0]["reproducible"]),
-            xytext=(6, 6 + 9 * (k % 3)), textcoords="offset points", fontsize=8,
+            [r["relative_throughput"]], [r["reproducible"]], marker="*", s=420,
+            facecolor="gold", edgecolor="black", zorder=2, label=f"recommended: {recommended}",
         )  # fmt: skip
     ax.set_xlabel("throughput relative to the default mode (geometric mean over workloads)")
     ax.set_ylabel("fraction of workloads bitwise reproducible")
-    ax.set_ylim(-0.05, 1.1)
+    ax.set_ylim(-0.05, 1.08)
     lo = float(min(pts["relative_throughput"].min(), 1.0)) if len(pts) else 0.5
     hi = float(max(pts["relative_throughput"].max(), 1.0)) if len(pts) else 1.5
-    pad = 0.08 * (hi - lo) + 0.02
-    ax.set_xlim(lo - pad, hi + 3 * pad)
-    legend = "\n".join(f"{labels[m]}  {m}" for m in labels)
-    ax.text(
-        1.02, 1.0, legend, transform=ax.transAxes, va="top", ha="left", fontsize=8,
-        family="monospace",
-    )  # fmt: skip
+    pad = 0.06 * (hi - lo) + 0.02
+    ax.set_xlim(lo - pad, hi + pad)
     n = int(points["workloads"].iloc[0]) if len(points) else 0
-    ax.set_title(f"{suite}: speed versus reproducibility ({n} workloads)")
-    if len(front) or recommended:
-        ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(f"{suite}: speed versus reproducibility, per mode ({n} workloads)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.grid(alpha=0.2)
     return fig
 

@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -16,26 +15,7 @@ from detbench.analysis import costs, recommendation_text, recommendations, verdi
 from detbench.modes import get_mode
 from detbench.results import ResultWriter
 
-
-def record(workload: str, mode: str, rep: int, fingerprint: str | None, samples: list[float],
-           status: str = "ok", suite: str = "s") -> dict[str, Any]:  # fmt: skip
-    m = get_mode(mode)
-    median = float(np.median(samples)) if samples else None
-    iqr = float(np.subtract(*np.percentile(samples, [75, 25]))) if samples else None
-    return {
-        "suite": suite, "workload": workload, "mode": mode, "benchmark": m.benchmark,
-        "cudnn_deterministic": m.cudnn_deterministic,
-        "deterministic_algorithms": m.deterministic_algorithms, "cudnn_enabled": m.cudnn_enabled,
-        "replicate": rep, "status": status, "fingerprint": fingerprint,
-        "message": None if status == "ok" else "no deterministic implementation",
-        "items_per_step": 10.0,
-        "seconds_per_step": median,
-        "items_per_second": None if median is None else 10.0 / median,
-        "max_abs_diff": None,
-        "timing": None if not samples else {
-            "samples": samples, "iqr": iqr, "number_per_block": 1,
-        },
-    }  # fmt: skip
+from .synthetic import record
 
 
 @pytest.fixture

@@ -1,0 +1,119 @@
+"""`detbench compare`: two result sets with known timings, verdicts and environments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from detbench.compare import compare, to_markdown, to_text
+
+from .conftest import detbench_cli
+from .synthetic import env, record, write_run
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = [], []
+    for r in range(3):
+        # w/default: B exactly twice as fast.
+        a.append(record("w", "default", r, "x", [0.010] * 5))
+        b.append(record("w", "default", r, "x", [0.005] * 5))
+        # w/det-algos: the same speed; reproducible in A, not in B.
+        a.append(record("w", "det-algos", r, "y", [0.020] * 5))
+        b.append(record("w", "det-algos", r, f"y{r}", [0.020] * 5))
+        # only in one run each.
+        a.append(record("gone", "default", r, "g", [0.001] * 5))
+        b.append(record("new", "default", r, "n", [0.001] * 5))
+    return (
+        write_run(tmp_path / "a", a, env(gpu="GPU model A", torch="2.10.0")),
+        write_run(tmp_path / "b", b, env(gpu="GPU model B", torch="2.11.0")),
+    )
+
+
+def test_compare_exact(runs: tuple[Path, Path]) -> None:
+    c = compare(*runs)
+    rows = {(r["workload"], r["mode"]): r for r in c.table.to_dict("records")}
+    assert set(rows) == {("w", "default"), ("w", "det-algos")}
+    d = rows[("w", "default")]
+    # Constant samples: every bootstrap resample gives the same ratio.
+    assert (d["change"], d["ci_low"], d["ci_high"], d["significant"]) == (2.0, 2.0, 2.0, True)
+    assert not d["verdict_changed"]
+    det = rows[("w", "det-algos")]
+    assert (det["change"], det["significant"]) == (1.0, False)
+    assert (det["verdict_a"], det["verdict_b"], det["verdict_changed"]) == (
+        "reproducible",
+        "nondeterministic",
+        True,
+    )
+    # Each run's cost against its own default: 0.5 in A, 0.25 in B.
+    assert (det["rel_default_a"], det["rel_default_b"]) == (0.5, 0.25)
+    assert c.only_a == ["s/gone/default"] and c.only_b == ["s/new/default"]
+    assert c.warnings == [
+        "the runs differ in GPU: GPU model A (A) vs GPU model B (B)",
+        "the runs differ in torch: 2.10.0 (A) vs 2.11.0 (B)",
+    ]
+
+
+def test_compare_text_and_markdown(runs: tuple[Path, Path]) -> None:
+    c = compare(*runs)
+    text = to_text(c)
+    assert "WARNING: the runs differ in GPU: GPU model A (A) vs GPU model B (B)" in text
+    lines = text.splitlines()
+    row = next(line for line in lines if line.startswith("s/w") and " default " in line)
+    assert row.split() == [
+        "s/w", "default", "1000", "2000", "2.000", "[2.000,", "2.000]", "yes", "1.00", "1.00",
+        "reproducible",
+    ]  # fmt: skip
+    assert (
+        "2 (workload, mode) pairs in both runs: 1 significantly faster in B, 0 significantly "
+        "slower, 1 without a significant change; 1 changed verdict."
+    ) in lines
+    assert "verdict changed: s/w under det-algos: reproducible (A) -> nondeterministic (B)" in lines
+    md = to_markdown(c)
+    assert "| s/w | det-algos | 500 | 500 | 1.000 | \\[1.000, 1.000\\] | no | 0.50 | 0.25 |" in md
+    assert "CHANGED: reproducible -&gt; nondeterministic" in md
+    assert "- **the runs differ in torch: 2.10.0 (A) vs 2.11.0 (B)**" in md
+
+
+def test_same_environment_no_warning(tmp_path: Path) -> None:
+    recs = [record("w", "default", r, "x", [0.01] * 3) for r in range(2)]
+    a = write_run(tmp_path / "a", recs, env())
+    b = write_run(tmp_path / "b", recs, env())
+    assert compare(a, b).warnings == []
+
+
+def test_different_parameters_are_not_compared(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", [record("w", "default", r, "x", [0.01]) for r in range(2)],
+                  env(profile="quick"))  # fmt: skip
+    recs_b = [record("w", "default", r, "x", [0.01]) for r in range(2)]
+    for rec in recs_b:
+        rec["params"] = {"n": 2}
+    b = write_run(tmp_path / "b", recs_b, env(profile="full"))
+    c = compare(a, b)
+    row = c.table.iloc[0]
+    assert not row["comparable"] and row["change"] is None
+    assert any("different size profiles: quick (A) vs full (B)" in w for w in c.warnings)
+    assert any("1 workloads ran with different parameters" in w for w in c.warnings)
+
+
+def test_cli_compare_writes_markdown_and_never_overwrites(runs: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    out = tmp_path / "cmp.md"
+    proc = detbench_cli("compare", str(runs[0]), str(runs[1]), "--markdown", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: the runs differ in GPU" in proc.stdout
+    assert out.read_text().startswith("# detbench comparison")
+    out.write_text("mine")
+    proc = detbench_cli("compare", str(runs[0]), str(runs[1]), "--markdown", str(out))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"detbench: error: {out} exists: give a new file for --markdown (nothing was overwritten)"
+    ]
+    assert out.read_text() == "mine"
+
+
+def test_cli_compare_missing_directory(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    proc = detbench_cli("compare", str(runs[0]), str(tmp_path / "nope"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"detbench: error: no such results directory: {tmp_path / 'nope'}"

@@ -1,0 +1,219 @@
+"""`detbench report` on a small real run (genuine nondeterminism on CPU): the Markdown and the
+self-contained HTML, the plots, escaping, and a render in headless Chromium where it is
+installed."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+
+import detbench
+from detbench.analysis import verdicts
+
+from .conftest import WORKLOADS, detbench_cli
+
+EXPECTED_PLOTS = {"plane:demo", "heatmap:demo", "divergence:demo"}
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("report") / "run"
+    proc = detbench_cli(
+        "run", "--workload", str(WORKLOADS / "report_demo.py"), "--mode", "default",
+        "--mode", "det-algos", "--replicates", "3", "--min-run-time", "0.05", "--device", "cpu",
+        "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stdout
+
+
+class Page(HTMLParser):
+    """Every tag with its attributes, the text, and the tables' header cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.headers: list[list[str]] = []
+        self._th = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag == "table":
+            self.headers.append([])
+        self._th = tag == "th"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._th = False
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._th and self.headers:
+            self.headers[-1].append(data)
+
+
+def parse(path: Path) -> Page:
+    page = Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def test_run_ends_with_the_report(run: tuple[Path, str]) -> None:
+    out, stdout = run
+    assert f"report: {out / 'report.html'}" in stdout
+    assert (out / "report.md").is_file()
+
+
+def test_html_is_self_contained(run: tuple[Path, str]) -> None:
+    page = parse(run[0] / "report.html")
+    for tag, attrs in page.tags:
+        assert tag not in ("script", "link", "iframe", "object", "embed"), tag
+        for name in ("src", "href", "srcset", "action"):
+            value = attrs.get(name)
+            assert value is None or value.startswith(("data:", "#")), (tag, name, value)
+    assert "url(" not in (run[0] / "report.html").read_text()
+
+
+def test_html_has_the_recommendation_table_and_every_plot(run: tuple[Path, str]) -> None:
+    out = run[0]
+    page = parse(out / "report.html")
+    assert ["suite", "recommended mode", "throughput vs default", "cost vs fastest",
+            "fastest mode", "Python"] in page.headers  # fmt: skip
+    figures = {a["data-plot"] for t, a in page.tags if t == "figure"}
+    assert figures == EXPECTED_PLOTS
+    images = [a["src"] for t, a in page.tags if t == "img"]
+    assert len(images) == len(EXPECTED_PLOTS)
+    for src in images:
+        assert src is not None and src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    for plot in EXPECTED_PLOTS:
+        kind, suite = plot.split(":")
+        for ext in ("png", "svg"):
+            assert (out / "plots" / f"{suite}-{kind}.{ext}").stat().st_size > 1000
+
+
+def test_markdown_links_every_plot(run: tuple[Path, str]) -> None:
+    out = run[0]
+    md = (out / "report.md").read_text()
+    for plot in EXPECTED_PLOTS:
+        kind, suite = plot.split(":")
+        assert f"(plots/{suite}-{kind}.png)" in md and f"(plots/{suite}-{kind}.svg)" in md
+    assert "| suite | recommended mode | throughput vs default |" in md
+
+
+def test_names_and_messages_are_escaped(run: tuple[Path, str]) -> None:
+    out = run[0]
+    for name in ("report.html", "report.md"):
+        text = (out / name).read_text()
+        assert "<img src=x" not in text and "<script>" not in text, name
+        assert "&lt;img src=x onerror=alert(1)&gt;&amp;co" in text, name
+        assert "&lt;script&gt;alert(" in text, name
+    page = parse(out / "report.html")
+    assert "demo/<img src=x onerror=alert(1)>&co ran in no mode (error): it is left out of its " \
+           "suite's recommendation." in "".join(page.text)  # fmt: skip
+
+
+def test_the_verdicts_in_the_report(run: tuple[Path, str]) -> None:
+    """The racing training loop is nondeterministic by default and reproducible with
+    deterministic algorithms; put_ without accumulate is unsupported there."""
+    out = run[0]
+    text = "".join(parse(out / "report.html").text)
+    v = verdicts(detbench.load_results(out)).set_index(["workload", "mode"])
+    racing = v.loc[("racing_embedding_training", "default")]
+    assert racing["verdict"] == "nondeterministic" and racing["distinct_fingerprints"] >= 2
+    assert f"nondeterministic ({racing['distinct_fingerprints']} distinct of 3)" in text
+    assert v.loc[("racing_embedding_training", "det-algos"), "verdict"] == "reproducible"
+    assert v.loc[("put_without_accumulate", "det-algos"), "verdict"] == "unsupported"
+    assert "This run was on a CPU." in text
+
+
+def test_report_is_rewritten_identically(run: tuple[Path, str]) -> None:
+    out = run[0]
+    before = (out / "report.md").read_text()
+    proc = detbench_cli("report", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == f"report: {out / 'report.html'}"
+    assert (out / "report.md").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no results.jsonl in {d}"),
+        (
+            '{"schema_version": 1, "suite": "s"',
+            "{d}/results.jsonl:1: truncated record (no end of line)",
+        ),
+        (
+            '{"schema_version": 99}\n',
+            "{d}/results.jsonl:1: unknown schema version 99 (this detbench reads 1)",
+        ),
+    ],
+)
+def test_report_bad_input(tmp_path: Path, content: str | None, message: str) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    if content is not None:
+        (d / "results.jsonl").write_text(content)
+    proc = detbench_cli("report", str(d))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "detbench: error: " + message.format(d=d)
+    assert sorted(p.name for p in d.iterdir()) == ([] if content is None else ["results.jsonl"])
+
+
+def screenshot(page: Path, shot: Path, profile: Path) -> np.ndarray:
+    """``page`` rendered by headless Chromium (no network), as an RGB array."""
+    proc = subprocess.run(
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--hide-scrollbars",
+            "--window-size=1280,3000",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    img: np.ndarray = mpimg.imread(shot)[..., :3]
+    return img
+
+
+def coloured(img: np.ndarray) -> float:
+    """The fraction of pixels with a saturated colour (the page's own style has none)."""
+    return float((img.max(axis=2) - img.min(axis=2) > 0.35).mean())
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package 'chromium')")
+def test_report_renders_in_headless_chromium(run: tuple[Path, str], tmp_path: Path) -> None:
+    """The HTML opened by a real browser with no network shows the embedded plots: the same page
+    with its images blanked out has no colour at all."""
+    page = run[0] / "report.html"
+    img = screenshot(page, tmp_path / "shot.png", tmp_path / "profile")
+    assert img.shape[:2] == (3000, 1280)
+    assert (img.min(axis=2) < 0.2).mean() > 0.002  # dark text
+    assert np.isclose(img[0:5], 1.0).all()  # the white margin above the title
+    blank = tmp_path / "blank.html"
+    blank.write_text(re.sub(r"<img [^>]*>", "", page.read_text()))
+    bare = screenshot(blank, tmp_path / "bare.png", tmp_path / "profile2")
+    assert coloured(bare) == 0.0
+    assert coloured(img) > 0.0005  # thousands of coloured pixels from the plots
