@@ -153,6 +153,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_index(args: argparse.Namespace) -> int:
+    from detbench.publish import write_index
+
+    print(f"index: {write_index(_existing_dir(args.dir))}")
+    return 0
+
+
 def _existing_dir(path: str) -> Path:
     d = Path(path)
     if not d.is_dir():
@@ -253,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("dir_b", metavar="DIR_B", help="the second run")
     cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
     cmp.set_defaults(func=_cmd_compare)
+
+    idx = sub.add_parser(
+        "index", help="regenerate DIR/README.md, the index of published runs (default: results)"
+    )
+    idx.add_argument("dir", metavar="DIR", nargs="?", default="results")
+    idx.set_defaults(func=_cmd_index)
     return p
 
 

@@ -72,20 +72,20 @@ def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None) -> F
             front["relative_throughput"], front["reproducible"], s=600, color="tab:green",
             alpha=0.22, lw=0, zorder=1, label="frontier: no mode is faster and more reproducible",
         )  # fmt: skip
-    colours = plt.get_cmap("tab10").colors
+    colours = [f"C{k}" for k in range(10)]  # matplotlib's default cycle (tab10)
     for k, mode in enumerate(labels):
-        r = pts[pts["mode"] == mode]
-        if r.empty:
+        at = pts[pts["mode"] == mode]
+        if at.empty:
             continue
         ax.scatter(
-            r["relative_throughput"], r["reproducible"], marker=MARKERS[k % len(MARKERS)],
+            at["relative_throughput"], at["reproducible"], marker=MARKERS[k % len(MARKERS)],
             s=70 + 12 * (k % 4), facecolor="none", edgecolor=colours[k % 10], lw=1.6, zorder=3,
             label=f"{labels[mode]} {mode}",
         )  # fmt: skip
     if recommended is not None and recommended in set(pts["mode"]):
-        r = pts[pts["mode"] == recommended].iloc[0]
+        star = pts[pts["mode"] == recommended]
         ax.scatter(
-            [r["relative_throughput"]], [r["reproducible"]], marker="*", s=420,
+            star["relative_throughput"], star["reproducible"], marker="*", s=420,
             facecolor="gold", edgecolor="black", zorder=2, label=f"recommended: {recommended}",
         )  # fmt: skip
     ax.set_xlabel("throughput relative to the default mode (geometric mean over workloads)")
@@ -113,8 +113,8 @@ def heatmap_figure(v: pd.DataFrame, suite: str) -> Figure:
             if (w, m) in cell.index and cell.loc[(w, m), "verdict"] in analysis.RAN:
                 rel[i, j] = cell.loc[(w, m), "rel"]
     logs = np.clip(np.log2(rel), -LOG2_CLIP, LOG2_CLIP)
-    width = max(7.0, 1.0 * len(modes) + 0.09 * max(len(w) for w in workloads) + 2.5)
-    fig, ax = plt.subplots(figsize=(width, 1.8 + 0.34 * len(workloads)), layout="constrained")
+    width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
+    fig, ax = plt.subplots(figsize=(width, 2.2 + 0.4 * len(workloads)), layout="constrained")
     cmap = plt.get_cmap("RdBu").copy()
     cmap.set_bad("0.85")
     norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
@@ -131,12 +131,12 @@ def heatmap_figure(v: pd.DataFrame, suite: str) -> Figure:
             else:
                 text = mark
             dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
-            ax.text(j, i, text, ha="center", va="center", fontsize=7.5,
+            ax.text(j, i, text, ha="center", va="center", fontsize=9,
                     color="white" if dark else "black")  # fmt: skip
             if verdict == "nondeterministic":
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
-    ax.set_xticks(range(len(modes)), modes, rotation=35, ha="right", fontsize=8)
-    ax.set_yticks(range(len(workloads)), workloads, fontsize=8)
+    ax.set_xticks(range(len(modes)), modes, rotation=35, ha="right", fontsize=9)
+    ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
     ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
     bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
     bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])

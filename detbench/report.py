@@ -124,7 +124,7 @@ def _html_cell(c: str | Code) -> str:
 
 
 STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1100px;
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 1400px;
        margin: 2em auto; padding: 0 1em; color: #1a1a1a; line-height: 1.45; }
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; }
 table { border-collapse: collapse; margin: .6em 0 1.4em; font-size: .88em; }
