@@ -76,31 +76,49 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from detbench.analysis import recommendation_text, summary_table
-    from detbench.results import load_results
-    from detbench.runner import RunConfig, prepare, validate
+    from detbench.results import RESULTS_FILE, load_results
+    from detbench.runner import RunConfig, prepare, resume_config, validate
 
     cuda = torch.cuda.is_available()
-    device = args.device or ("cuda" if cuda else "cpu")
-    profile = args.profile or ("full" if device == "cuda" else "quick")
-    modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
-    if len({m.name for m in modes}) != len(modes):
-        raise UserError("a --mode is given twice")
-    out = Path(args.out) if args.out else _default_out(device, profile)
-    config = RunConfig(
-        out=out,
-        suites=args.suite or [],
-        workload_files=[Path(f) for f in args.workload or []],
-        modes=modes,
-        replicates=args.replicates,
-        profile=profile,
-        device=device,
-        seed=args.seed,
-        min_run_time=args.min_run_time,
-        timeout=args.timeout,
-    )
+    if args.resume is not None:
+        given = [f"--{name.replace('_', '-')}" for name in RUN_OPTIONS if getattr(args, name)]
+        if given:
+            raise UserError(
+                f"--resume continues a run with its own options; give no {given[0]} with it"
+            )
+        config = resume_config(Path(args.resume))
+    else:
+        device = args.device or ("cuda" if cuda else "cpu")
+        profile = args.profile or ("full" if device == "cuda" else "quick")
+        modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
+        if len({m.name for m in modes}) != len(modes):
+            raise UserError("a --mode is given twice")
+        config = RunConfig(
+            out=Path(args.out) if args.out else _default_out(device, profile),
+            suites=args.suite or [],
+            workload_files=[Path(f) for f in args.workload or []],
+            modes=modes,
+            replicates=3 if args.replicates is None else args.replicates,
+            profile=profile,
+            device=device,
+            seed=args.seed if args.seed is not None else 0,
+            min_run_time=args.min_run_time,
+            timeout=args.timeout,
+            only=args.only,
+        )
+    out = config.out
     validate(config, cuda)
     runner = prepare(config)
-    if device == "cpu":
+    if config.resume:
+        missing = runner.missing
+        if not missing:
+            print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
+            return 0
+        print(
+            f"detbench: resuming {out}: {len(runner.done)} records kept, {missing} to measure",
+            file=sys.stderr,
+        )
+    if config.device == "cpu":
         print(
             "detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
             "differ only in them measure the same thing.",
@@ -109,7 +127,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         stats = runner.run()
     except KeyboardInterrupt:
-        print(f"\ndetbench: interrupted; the records measured so far are in {out}", file=sys.stderr)
+        path = out / RESULTS_FILE
+        kept = sum(1 for _ in path.open()) if path.exists() else 0
+        print(
+            f"\ndetbench: interrupted; {kept} records kept in {out}; "
+            f"resume with: detbench run --resume {out}",
+            file=sys.stderr,
+        )
         return 130
     df = load_results(out)
     _, text = summary_table(df)
@@ -129,6 +153,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"other {stats.other:.0f} s)"
     )
     return 0
+
+
+#: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
+RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
+               "seed", "min_run_time", "timeout")  # fmt: skip
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -216,7 +245,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--replicates",
         type=int,
-        default=3,
         metavar="N",
         help="fresh processes per mode (default: 3, at least 2)",
     )
@@ -229,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is present, else cpu"
     )
     r.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
-    r.add_argument("--seed", type=int, default=0, help="the seed of every generator (default 0)")
+    r.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
     r.add_argument(
         "--min-run-time",
         type=float,
@@ -241,6 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         metavar="SECONDS",
         help="kill a workload's worker after this long (default: no limit)",
+    )
+    r.add_argument(
+        "--only",
+        action="append",
+        metavar="SUITE/NAME",
+        help="run only this workload of the selection (repeatable; see 'detbench list')",
+    )
+    r.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the interrupted run in DIR with its own options, measuring only what "
+        "has no record yet; refused if the GPU, driver, CUDA, cuDNN or torch changed",
     )
     r.add_argument(
         "--no-report", action="store_true", help="do not write report.md and report.html at the end"

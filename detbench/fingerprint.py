@@ -88,23 +88,34 @@ def reference_arrays(outputs: Sequence[Any]) -> tuple[dict[str, np.ndarray], boo
     return {k: _as_numpy(t[::stride]).reshape(-1) for k, t in parts}, stride == 1
 
 
-def save_reference(path: Path, fingerprint: str, outputs: Sequence[Any]) -> None:
+def save_reference(
+    path: Path, fingerprint: str, outputs: Sequence[Any], replicate: int = -1
+) -> None:
     arrays, complete = reference_arrays(outputs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
-    meta = {"__fingerprint__": np.array(fingerprint), "__complete__": np.array(complete)}
+    meta = {
+        "__fingerprint__": np.array(fingerprint),
+        "__complete__": np.array(complete),
+        "__replicate__": np.array(replicate),
+    }
     np.savez(tmp, **meta, **arrays)  # type: ignore[arg-type]
     tmp.replace(path)
 
 
 def diff_against_reference(
-    path: Path, fingerprint: str, outputs: Sequence[Any]
+    path: Path, fingerprint: str, outputs: Sequence[Any], replicate: int = -1
 ) -> dict[str, Any] | None:
     """Max |this - reference| over all outputs (0.0 when the fingerprints are equal), or None
-    when there is no reference yet."""
+    when there is no reference yet, or when the reference was saved by this same ``replicate``
+    in an attempt that never finished (a run interrupted and resumed): this replicate then
+    replaces it, as in an uninterrupted run."""
     if not path.is_file():
         return None
     with np.load(path, allow_pickle=False) as ref:
+        saved_by = int(ref["__replicate__"]) if "__replicate__" in ref.files else -1
+        if replicate >= 0 and saved_by == replicate:
+            return None
         info: dict[str, Any] = {
             "exact": bool(ref["__complete__"]),
             "reference_fingerprint": str(ref["__fingerprint__"]),

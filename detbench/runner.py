@@ -21,13 +21,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from detbench.errors import DetbenchError
-from detbench.modes import MODES, Mode
+from detbench.modes import MODES, Mode, get_mode
 from detbench.results import (
     ENV_FILE,
     RESULTS_FILE,
     ResultWriter,
+    env_facts,
     git_info,
     host_env,
+    iter_records,
+    load_env,
     utc_now,
     write_json_atomic,
 )
@@ -39,6 +42,17 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "quick": {"fingerprint_steps": 3, "warmup_steps": 2, "min_run_time": 0.1},
     "full": {"fingerprint_steps": 3, "warmup_steps": 5, "min_run_time": 1.0},
+}
+
+
+#: The facts that must not change between a run and its resumption, with the words for them.
+RESUME_FACTS = {
+    "device": "the device",
+    "gpu": "the GPU",
+    "driver": "the NVIDIA driver",
+    "cuda": "CUDA",
+    "cudnn": "cuDNN",
+    "torch": "torch",
 }
 
 
@@ -61,6 +75,10 @@ class RunConfig:
     min_run_time: float | None = None
     timeout: float | None = None
     python: str = sys.executable
+    #: Only these workloads (``suite/name``), in this order; None: every selected workload.
+    only: list[str] | None = None
+    #: Continue the run in ``out``: measure only what has no record yet.
+    resume: bool = False
 
     def setting(self, key: str) -> Any:
         value = getattr(self, key)
@@ -118,10 +136,24 @@ def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
         sources.append(str(builtin[s]))
         chosen += [w for w in load_file(builtin[s]) if w.suite == s]
     for f in config.workload_files:
-        chosen += load_file(f)  # errors name the path as the user gave it
+        defined = load_file(f)  # errors name the path as the user gave it
+        if not defined:
+            raise RunError(
+                f"{f} defines no workload (no function decorated with @detbench.workload)"
+            )
+        chosen += defined
         sources.append(str(Path(f).resolve()))
     seen: set[str] = set()
     unique = [w for w in chosen if not (w.key in seen or seen.add(w.key))]  # type: ignore[func-returns-value]
+    if config.only is not None:
+        by_key = {w.key: w for w in unique}
+        missing = [k for k in config.only if k not in by_key]
+        if missing:
+            raise RunError(
+                f"unknown workload {missing[0]!r}; the workloads of this run: "
+                f"{', '.join(by_key) or 'none'}"
+            )
+        unique = [by_key[k] for k in config.only]
     if not unique:
         raise RunError("no workloads to run")
     return sources, unique
@@ -227,11 +259,49 @@ class Runner:
     def __init__(self, config: RunConfig, stream: TextIO = sys.stderr) -> None:
         self.config = config
         self.stream = stream
-        self._refuse_used_directory()
+        self.done: set[tuple[str, str, int]] = set()
+        self._previous: dict[str, Any] = {}
+        self._host: dict[str, Any] | None = None
+        if config.resume:
+            self._previous = load_env(config.out)
+            self._host = host_env()
+            self.check_environment({"host": self._host})  # before anything is printed or run
+            self.done = {
+                (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
+                for r in iter_records(config.out)
+            }
+        else:
+            self._refuse_used_directory()
         self.sources, self.workloads = resolve_sources(config)
         self.stats = RunStats()
         self.records: list[dict[str, Any]] = []
         self.device_env: dict[str, Any] | None = None
+
+    @property
+    def missing(self) -> int:
+        """How many (workload, mode, replicate) records this run will make."""
+        c = self.config
+        return sum(
+            (w.key, m.name, r) not in self.done
+            for r in range(c.replicates)
+            for m in c.modes
+            for w in self.workloads
+        )
+
+    def check_environment(self, here: dict[str, Any]) -> None:
+        """Refuse to resume where the facts that decide the results differ from the run's."""
+        if not self.config.resume:
+            return
+        before = env_facts(self._previous)
+        now = env_facts(here)
+        for key, word in RESUME_FACTS.items():
+            if key in ("device", "gpu", "cudnn") and not here.get("worker"):
+                continue  # known once the first worker has started
+            if before[key] != now[key]:
+                raise RunError(
+                    f"refusing to resume {self.config.out}: {word} differs: {before[key]} "
+                    f"(the run) vs {now[key]} (here); start a new run instead"
+                )
 
     def _refuse_used_directory(self) -> None:
         if (self.config.out / RESULTS_FILE).exists():
@@ -243,9 +313,13 @@ class Runner:
     # -- environment -------------------------------------------------------------------------
     def _env_doc(self) -> dict[str, Any]:
         c = self.config
+        resumed = list(self._previous.get("resumed_utc") or [])
+        if c.resume:
+            resumed.append(self._started)
         return {
             "schema_version": 1,
-            "started_utc": self._started,
+            "started_utc": self._previous.get("started_utc", self._started),
+            **({"resumed_utc": resumed} if resumed else {}),
             "host": self._host,
             "git": self._git,
             "worker": self.device_env,
@@ -292,6 +366,7 @@ class Runner:
             "min_run_time": c.setting("min_run_time"),
             "reference_dir": str(c.out / ".reference"),
             "launched_at": time.time(),
+            "runner_pid": os.getpid(),
         }
         env = mode.environment(os.environ)
         # The worker imports detbench from this checkout, installed or not.
@@ -333,6 +408,7 @@ class Runner:
                     started = True
                     self.stats.startup += msg["startup_seconds"]
                     if self.device_env is None:
+                        self.check_environment({"host": self._host, "worker": msg["device_env"]})
                         self.device_env = msg["device_env"]
                         write_json_atomic(c.out / ENV_FILE, self._env_doc())
                 elif msg["type"] == "start":
@@ -421,34 +497,80 @@ class Runner:
     def run(self) -> RunStats:
         c = self.config
         out = c.out
-        self._refuse_used_directory()
+        self._started = utc_now()
+        if self._host is None:
+            self._host = host_env()
+        if not c.resume:
+            self._refuse_used_directory()
         out.mkdir(parents=True, exist_ok=True)
         logs = out / "logs"
         logs.mkdir(exist_ok=True)
-        self._started = utc_now()
-        self._host = host_env()
         self._git = git_info(PACKAGE_ROOT)
-        write_json_atomic(out / ENV_FILE, self._env_doc())
+        if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
+            write_json_atomic(out / ENV_FILE, self._env_doc())
         keys = [w.key for w in self.workloads]
-        progress = Progress(c.replicates * len(c.modes) * len(keys), self.stream)
+        progress = Progress(self.missing, self.stream)
         t0 = time.perf_counter()
+        finished = False
         with ResultWriter(out) as writer:
             try:
                 for r in range(c.replicates):
                     for i, mode in enumerate(c.modes):
-                        todo = keys
+                        todo = [k for k in keys if (k, mode.name, r) not in self.done]
                         while todo:
                             todo = self._worker(mode, r, todo, progress, i, writer, logs)
+                finished = True
             finally:
                 progress.close()
                 self.stats.wall = time.perf_counter() - t0
-                shutil.rmtree(out / ".reference", ignore_errors=True)
                 doc = self._env_doc()
-                doc["finished_utc"] = utc_now()
                 doc["run_stats"] = self.stats.to_json()
-                with contextlib.suppress(OSError):
-                    write_json_atomic(out / ENV_FILE, doc)
+                if finished:
+                    # The first replicate's outputs served the later ones' differences; an
+                    # interrupted run keeps them for the run that resumes it.
+                    shutil.rmtree(out / ".reference", ignore_errors=True)
+                    doc["finished_utc"] = utc_now()
+                else:
+                    doc["interrupted_utc"] = utc_now()
+                if self.device_env is not None or not c.resume:
+                    with contextlib.suppress(OSError):
+                        write_json_atomic(out / ENV_FILE, doc)
         return self.stats
+
+
+def resume_config(directory: Path) -> RunConfig:
+    """The configuration of the run in ``directory``, to continue it (``--resume``)."""
+    if not directory.is_dir():
+        raise RunError(f"no such results directory: {directory}")
+    if not (directory / ENV_FILE).is_file():
+        raise RunError(f"{directory} holds no {ENV_FILE}: not a detbench run, nothing to resume")
+    env = load_env(directory)
+    for _ in iter_records(directory):  # a malformed or truncated file: its one-line error
+        pass
+    o = env.get("options") or {}
+    try:
+        sources = [Path(s) for s in o["sources"]]
+        config = RunConfig(
+            out=directory,
+            workload_files=sources,
+            modes=[get_mode(m) for m in o["modes"]],
+            replicates=int(o["replicates"]),
+            profile=str(o["profile"]),
+            device=str(o["device"]),
+            seed=int(o["seed"]),
+            fingerprint_steps=o.get("fingerprint_steps"),
+            warmup_steps=o.get("warmup_steps"),
+            min_run_time=o.get("min_run_time"),
+            timeout=o.get("timeout"),
+            only=list(o["workloads"]),
+            resume=True,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None
+    for s in sources:
+        if not s.is_file():
+            raise RunError(f"cannot resume: the run's workload file {s} no longer exists")
+    return config
 
 
 def validate(config: RunConfig, cuda_available: bool) -> None:

@@ -32,6 +32,9 @@ from detbench.timing import time_step
 from detbench.workload import Context, Workload, load_file, registry
 
 UNSUPPORTED_MARKERS = ("does not have a deterministic implementation",)
+#: torch's CPU allocator reports a failed allocation as a RuntimeError with these words.
+CPU_OOM_MARKERS = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough")
+GIB = float(1 << 30)
 
 
 def seed_all(seed: int) -> None:
@@ -98,9 +101,59 @@ def classify(exc: BaseException) -> tuple[str, str]:
     text = f"{type(exc).__name__}: {exc}".strip()
     if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
         return "oom", text
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in CPU_OOM_MARKERS):
+        return "oom", text
     if isinstance(exc, RuntimeError) and any(m in str(exc) for m in UNSUPPORTED_MARKERS):
         return "unsupported", str(exc).strip()
     return "error", text
+
+
+def _available_bytes() -> int:
+    """Memory the kernel could give without swapping (MemAvailable), else free pages."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def memory_figures(device: torch.device) -> dict[str, int]:
+    """What torch and the OS say about memory right after an out-of-memory failure."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    figures = {
+        "process_peak_rss_bytes": int(peak * (1 if sys.platform == "darwin" else 1024)),
+        "available_bytes": _available_bytes(),
+    }
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        figures.update(
+            cuda_allocated_bytes=torch.cuda.memory_allocated(device),
+            cuda_reserved_bytes=torch.cuda.memory_reserved(device),
+            cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(device),
+            cuda_free_bytes=int(free),
+            cuda_total_bytes=int(total),
+        )
+    return figures
+
+
+def describe_memory(f: dict[str, int]) -> str:
+    parts = []
+    if "cuda_total_bytes" in f:
+        parts.append(
+            f"GPU: {f['cuda_allocated_bytes'] / GIB:.2f} GiB allocated and "
+            f"{f['cuda_reserved_bytes'] / GIB:.2f} GiB reserved by torch (peak "
+            f"{f['cuda_max_allocated_bytes'] / GIB:.2f}), {f['cuda_free_bytes'] / GIB:.2f} GiB "
+            f"free of {f['cuda_total_bytes'] / GIB:.2f} GiB"
+        )
+    parts.append(
+        f"host: worker peak RSS {f['process_peak_rss_bytes'] / GIB:.2f} GiB, "
+        f"{f['available_bytes'] / GIB:.1f} GiB available"
+    )
+    return "; ".join(parts)
 
 
 def count_flops(step: Callable[[], Any]) -> int | None:
@@ -207,9 +260,10 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
             rec["losses"] = losses
         rec["fingerprint"] = fp.combine(digests)
         ref = reference_path(Path(job["reference_dir"]), w.key, mode.name)
-        diff = fp.diff_against_reference(ref, rec["fingerprint"], outputs)
+        replicate = int(job["replicate"])
+        diff = fp.diff_against_reference(ref, rec["fingerprint"], outputs, replicate)
         if diff is None:  # the first replicate to get here: the others compare with it
-            fp.save_reference(ref, rec["fingerprint"], outputs)
+            fp.save_reference(ref, rec["fingerprint"], outputs, replicate)
             rec["diff_reference"] = "self"
         else:
             rec["max_abs_diff"] = diff.pop("max_abs_diff")
@@ -239,11 +293,9 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
     except Exception as exc:  # a failing workload is data, never the end of the run
         phases[phase] = time.perf_counter() - t0
         status, message = classify(exc)
-        if status == "oom" and device.type == "cuda":
-            message += (
-                f" [allocated {torch.cuda.memory_allocated(device)} B,"
-                f" reserved {torch.cuda.memory_reserved(device)} B]"
-            )
+        if status == "oom":
+            rec["memory"] = memory_figures(device)
+            message += f" [{describe_memory(rec['memory'])}]"
         rec.update(status=status, message=f"{phase}: {message}")
         rec["traceback"] = traceback.format_exc(limit=-8)
         rec["fingerprint"] = rec["timing"] = None
@@ -279,8 +331,23 @@ def _send(out: BinaryIO, msg: dict[str, Any]) -> None:
     out.flush()  # a buffered writer's flush writes the whole message, however large
 
 
+def _die_with_runner(runner_pid: int | None) -> None:
+    """Ask Linux to kill this worker when the runner dies (even by SIGKILL), so an orphan never
+    goes on measuring beside the run that resumes it."""
+    if runner_pid is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    if os.getppid() != runner_pid:  # the runner died before the request was made
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
     job = json.loads(sys.stdin.read())
+    _die_with_runner(job.get("runner_pid"))
     out = os.fdopen(int(argv[0]), "wb")
     mode = Mode(**job["mode"])
     apply(mode)

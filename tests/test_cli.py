@@ -25,6 +25,17 @@ def snapshot(d: Path) -> dict[str, bytes]:
         (["--suite", "nope"], "unknown suite 'nope'; built-in suites: "),
         (["--workload", "missing.py"], "workload file not found: missing.py"),
         (["--timeout", "0"], "--timeout must be a positive number"),
+        (["--only", "conv/nope"], "unknown workload 'conv/nope'; the workloads of this run: "),
+        (
+            ["--workload", str(WORKLOADS / "crashing.py"), "--only", "crashing/nope"],
+            "unknown workload 'crashing/nope'; the workloads of this run: crashing/before, "
+            "crashing/aborts, crashing/after",
+        ),
+        (["--workload", str(WORKLOADS / "no_workloads.py")], "defines no workload (no function "),
+        (
+            ["--resume", "x", "--seed", "1"],
+            "--resume continues a run with its own options; give no --device with it",
+        ),
     ],
 )
 def test_bad_run_options(tmp_path: Path, args: list[str], message: str) -> None:

@@ -73,3 +73,15 @@ def test_large_references_are_sampled_and_flagged(
     y[10] += 0.5  # index 10 is in the sample (stride 10)
     d = fp.diff_against_reference(ref, "y", [y])
     assert d is not None and d["max_abs_diff"] == 0.5 and d["exact"] is False
+
+
+def test_a_reference_left_by_an_unfinished_attempt_of_the_same_replicate(tmp_path: Path) -> None:
+    """A run killed after replicate 0 saved its reference but before it recorded: resumed,
+    replicate 0 measures again and replaces the reference instead of comparing with itself."""
+    ref = tmp_path / "ref.npz"
+    out = [torch.tensor([1.0, 2.0])]
+    fp.save_reference(ref, "abc", out, replicate=0)
+    assert fp.diff_against_reference(ref, "abc", out, replicate=0) is None
+    assert fp.diff_against_reference(ref, "abc", out, replicate=1) == {
+        "max_abs_diff": 0.0, "exact": True, "reference_fingerprint": "abc",
+    }  # fmt: skip
