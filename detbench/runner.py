@@ -237,10 +237,17 @@ class _MessageReader:
 
 
 def _log_tail(path: Path, lines: int = 6) -> str:
+    """What a dead worker's log says: for a fatal signal, Python's error line and the innermost
+    frames that faulthandler wrote (where the workload crashed); else the log's last lines."""
     try:
         text = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return ""
+    fatal = [i for i, line in enumerate(text) if line.startswith("Fatal Python error")]
+    if fatal:
+        after = text[fatal[-1] :]
+        frames = [line.strip() for line in after if line.strip().startswith("File ")][:3]
+        return " | ".join([after[0].strip(), *frames])
     return " | ".join(text[-lines:])
 
 

@@ -9,6 +9,7 @@ warnings) go to a log file the runner chose. The runner alone writes the results
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
 import math
@@ -348,6 +349,9 @@ def _die_with_runner(runner_pid: int | None) -> None:
 def main(argv: list[str]) -> int:
     job = json.loads(sys.stdin.read())
     _die_with_runner(job.get("runner_pid"))
+    # On SIGSEGV, SIGABRT, SIGFPE or SIGBUS, Python's stack goes to the log, whose tail the
+    # runner puts in the 'crashed' record: the line of the workload that crashed.
+    faulthandler.enable()
     out = os.fdopen(int(argv[0]), "wb")
     mode = Mode(**job["mode"])
     apply(mode)

@@ -81,3 +81,19 @@ def test_report_of_a_faulty_run(run: tuple[Path, list[dict[str, Any]]]) -> None:
     md = (out / "report.md").read_text()
     assert "faults/segfaults ran in no mode (crashed)" in md
     assert "3 (workload, mode) pairs ended as 'oom': see Failures." in md
+
+
+CRASH_LINES = {"aborts": "os.abort()", "segfaults": "os.kill(os.getpid(), signal.SIGSEGV)"}
+
+
+@pytest.mark.parametrize(("workload", "error"), [("aborts", "Aborted"),
+                                                 ("segfaults", "Segmentation fault")])  # fmt: skip
+def test_a_crash_names_the_line_that_crashed(run: tuple[Path, list[dict[str, Any]]],
+                                             workload: str, error: str) -> None:  # fmt: skip
+    source = (WORKLOADS / "faults.py").read_text().splitlines()
+    line = 1 + [text.strip() for text in source].index(CRASH_LINES[workload])
+    expected = (
+        f'log: Fatal Python error: {error} | File "{WORKLOADS / "faults.py"}", line {line} in step'
+    )
+    for rec in (r for r in run[1] if r["workload"] == workload):
+        assert expected in rec["message"]
