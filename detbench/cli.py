@@ -189,6 +189,21 @@ def _cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    import torch
+
+    from detbench.audit import audit, to_text
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(args.out) if args.out else None
+    audits = audit(args.target, device, replicates=args.replicates, out=out)
+    if args.json:
+        print(json.dumps([a.to_json() for a in audits], indent=2, default=str))
+    else:
+        print(to_text(audits), end="")
+    return 0
+
+
 def _existing_dir(path: str) -> Path:
     d = Path(path)
     if not d.is_dir():
@@ -300,6 +315,20 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("dir_b", metavar="DIR_B", help="the second run")
     cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
     cmp.set_defaults(func=_cmd_compare)
+
+    aud = sub.add_parser(
+        "audit",
+        help="which ops of a workload have no deterministic implementation here, and is it "
+        "reproducible by default and fully deterministic",
+    )
+    aud.add_argument("target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of "
+                     "its workloads")  # fmt: skip
+    aud.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present")
+    aud.add_argument("--replicates", type=int, default=3, metavar="N",
+                     help="fresh processes per mode (default 3)")  # fmt: skip
+    aud.add_argument("--out", metavar="DIR", help="keep the verdict runs' records in DIR")
+    aud.add_argument("--json", action="store_true", help="the same answer as JSON")
+    aud.set_defaults(func=_cmd_audit)
 
     idx = sub.add_parser(
         "index", help="regenerate DIR/README.md, the index of published runs (default: results)"

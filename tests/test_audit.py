@@ -1,0 +1,86 @@
+"""`detbench audit` on CPU: the ops with no deterministic implementation, with the lines of the
+user's code that called them, and the verdicts from fresh processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import WORKLOADS, detbench_cli
+
+FILE = WORKLOADS / "audit_me.py"
+
+
+def marked_line(marker: str) -> int:
+    lines = FILE.read_text().splitlines()
+    return next(i + 1 for i, text in enumerate(lines) if text.endswith(f"# AUDIT: {marker}"))
+
+
+@pytest.fixture(scope="module")
+def audits() -> dict[str, dict[str, Any]]:
+    proc = detbench_cli("audit", str(FILE), "--json", "--replicates", "2", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    return {a["workload"]: a for a in json.loads(proc.stdout)}
+
+
+def test_the_culprits_and_their_lines(audits: dict[str, dict[str, Any]]) -> None:
+    a = audits["audit/unpool_and_put"]
+    found = {(f["op"], Path(f["file"]), f["line"], f["phase"]) for f in a["findings"]}
+    assert found == {
+        ("max_unpooling2d_forward_out", FILE, marked_line("max_unpool2d"), "step"),
+        ("put_", FILE, marked_line("put_"), "step"),
+    }
+    assert all(f["count"] == 2 for f in a["findings"])  # once per probe step
+    assert a["probe_error"] is None
+
+
+def test_verdicts_from_fresh_processes(audits: dict[str, dict[str, Any]]) -> None:
+    bad = audits["audit/unpool_and_put"]["verdicts"]
+    assert bad["cudnn-det+det-algos"]["verdict"] == "unsupported"
+    assert (
+        "max_unpooling2d_forward_out does not have a deterministic implementation"
+        in (bad["cudnn-det+det-algos"]["message"])
+    )
+    clean = audits["audit/clean_mlp"]
+    assert clean["findings"] == []
+    assert {m: v["verdict"] for m, v in clean["verdicts"].items()} == {
+        "default": "reproducible",
+        "cudnn-det+det-algos": "reproducible",
+    }
+    assert clean["settings"].splitlines()[-1] == "torch.use_deterministic_algorithms(False)"
+
+
+def test_text_output_for_one_workload() -> None:
+    proc = detbench_cli("audit", f"{FILE}:unpool_and_put", "--replicates", "2", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "audit/unpool_and_put on cpu (torch " + lines[0].split("torch ")[1]
+    assert lines[1] == "  ops with no deterministic implementation here (2):"
+    assert lines[2].split() == [
+        "max_unpooling2d_forward_out", "(x2)", "at",
+        f"tests/workloads/audit_me.py:{marked_line('max_unpool2d')}",
+        "restored", "=", "F.max_unpool2d(pooled,", "where,", "(2,", "2))", "#", "AUDIT:",
+        "max_unpool2d",
+    ]  # fmt: skip
+    assert "audit/clean_mlp" not in proc.stdout
+    assert "    cudnn-det+det-algos    unsupported: fingerprint: max_unpooling2d_forward_out" in (
+        proc.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("missing.py", "workload file not found: missing.py"),
+        (f"{FILE}:nope", f"no workload 'nope' in {FILE}; its workloads: unpool_and_put, clean_mlp"),
+        (str(WORKLOADS / "no_workloads.py"), "defines no workload"),
+    ],
+)
+def test_audit_bad_input(target: str, message: str) -> None:
+    proc = detbench_cli("audit", target)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert proc.stderr.startswith("detbench: error: ") and message in proc.stderr
