@@ -358,3 +358,48 @@ def divergence(df: pd.DataFrame) -> pd.DataFrame:
                 "max_abs_loss_diff": float(diff), "step_fingerprint_differs": params_differ,
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+# --- Recipes -----------------------------------------------------------------------------------
+
+
+def recipes(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per recipe workload (``params["recipe"]``): its verdict in each mode that ran,
+    summarised; whether its results were the same bits as the workload named in
+    ``params["compare_with"]`` (True, False, or None where either was not reproducible); and its
+    median throughput in the default mode (else the first mode)."""
+    if df.empty or "params" not in df.columns:
+        return pd.DataFrame()
+    recs = df[df["params"].map(lambda p: isinstance(p, dict) and "recipe" in p)]
+    if recs.empty:
+        return pd.DataFrame()
+    v = verdicts(recs)
+    prints = recs[recs["status"] == "ok"].groupby(["workload", "mode"])["fingerprint"].agg(set)
+    rows: list[dict[str, Any]] = []
+    for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
+        params = recs.loc[recs["workload"] == workload, "params"].iloc[0]
+        by_mode = dict(zip(g["mode"], g["verdict"], strict=True))
+        kinds = sorted(set(by_mode.values()))
+        if len(kinds) == 1:
+            where = f"all {len(by_mode)} modes" if len(by_mode) > 1 else next(iter(by_mode))
+            summary = f"{kinds[0]} in {where}"
+        else:
+            summary = "; ".join(f"{m}: {x}" for m, x in by_mode.items())
+        other = params.get("compare_with")
+        same: bool | None = None
+        if other:
+            pairs = [(prints.get((workload, m)), prints.get((other, m))) for m in by_mode]
+            if all(a is not None and b is not None and len(a) == len(b) == 1 for a, b in pairs):
+                same = all(a == b for a, b in pairs)
+        base = g[g["mode"] == DEFAULT_MODE.name]
+        base = base if len(base) else g.iloc[:1]
+        rows.append({
+            "suite": suite, "workload": workload, "recipe": params["recipe"],
+            "variant": params.get("variant", workload), "verdict": summary,
+            "reproducible": kinds == ["reproducible"],
+            "compare_with": other, "same_bits": same,
+            "items_per_second": base["items_per_second"].iloc[0],
+        })  # fmt: skip
+    order = {w: i for i, w in enumerate(dict.fromkeys(recs["workload"]))}
+    rows.sort(key=lambda r: order[r["workload"]])
+    return pd.DataFrame(rows, dtype=object)

@@ -235,6 +235,31 @@ def recommendation_blocks(df: pd.DataFrame) -> list[Block]:
     return blocks
 
 
+def recipe_blocks(df: pd.DataFrame) -> list[Block]:
+    r = analysis.recipes(df)
+    if r.empty:
+        return []
+    rows: list[list[str | Code]] = []
+    for x in r.to_dict("records"):
+        same = "–"
+        if x["compare_with"]:
+            same = {True: "yes", False: "no", None: "not comparable"}[x["same_bits"]]
+            same += f" ({x['compare_with']})"
+        rows.append([x["recipe"], x["variant"], x["verdict"], same,
+                     _num(x["items_per_second"], ".4g")])  # fmt: skip
+    return [
+        Heading(2, "Recipes"),
+        Para(
+            "Each seeding recipe as an experiment. detbench did not seed these workloads: each "
+            "starts from the state a fresh process has (every generator seeded from OS entropy) "
+            "and seeds, or fails to seed, as its variant says. 'Same bits' compares a variant's "
+            "results with another workload's (a resumed run with the uninterrupted one, a traced "
+            "model with the eager one); items/s is in the default mode."
+        ),
+        Table(["recipe", "variant", "bitwise run to run", "same bits as", "items/s"], rows),
+    ]
+
+
 def workload_recommendation_table(df: pd.DataFrame, suite: str) -> Table:
     rec = analysis.recommendations(df)
     rec = rec[(rec["suite"] == suite) & (rec["workload"] != "*")]
@@ -428,6 +453,13 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
         f"{stats.get('records', len(df))} records in {_num(stats.get('wall'), '.0f')} s, "
         f"started {env.get('started_utc')}, finished {env.get('finished_utc') or 'never'}.",
     ]
+    if "seeding" in df.columns and (df["seeding"] == "recipe").any():
+        suites = sorted(set(df.loc[df["seeding"] == "recipe", "suite"]))
+        items.append(
+            f"Seeding in {', '.join(suites)}: not done by detbench. Those workloads start from "
+            "the generators' state in a fresh process (seeded from OS entropy) and seed as "
+            "their recipe says; see Recipes."
+        )
     return [Heading(2, "Method"), Bullets(items)]
 
 
@@ -464,6 +496,7 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> li
         ),
     ]
     blocks += recommendation_blocks(df)
+    blocks += recipe_blocks(df)
     warn = warnings(df, env, costs)
     blocks += [Heading(2, "Warnings"), Bullets(warn) if warn else Para("None.")]
     blocks.append(Heading(2, "Plots"))

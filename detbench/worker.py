@@ -47,6 +47,17 @@ def seed_all(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
+def fresh_generators() -> None:
+    """Put every generator in the state a fresh process starts with: seeded from OS entropy
+    (python ``random`` and NumPy's global generator at import, torch at start-up), so a recipe
+    that seeds nothing sees what an unseeded script sees."""
+    random.seed()
+    np.random.seed()
+    torch.seed()
+    if torch.cuda.is_available():
+        torch.cuda.seed_all()
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -239,7 +250,11 @@ def run_workload(w: Workload, job: dict[str, Any], mode: Mode) -> dict[str, Any]
     try:
         rec["items_per_step"] = w.items(ctx)
         rec["bytes_per_step"] = w.bytes(ctx)
-        seed_all(seed)
+        rec["seeding"] = w.seeding
+        if w.seeding == "recipe":
+            fresh_generators()
+        else:
+            seed_all(seed)
         step = w.factory(ctx)
         if not callable(step):
             raise TypeError(f"workload factory must return a step callable, got {type(step)}")

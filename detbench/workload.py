@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 Profile = Literal["quick", "full"]
 PROFILES: tuple[str, ...] = ("quick", "full")
+#: Who seeds the generators before a workload is built: detbench, or the workload (a recipe).
+SEEDING: tuple[str, ...] = ("detbench", "recipe")
 
 Step = Callable[[], Sequence[Any]]
 Factory = Callable[["Context"], Step]
@@ -57,6 +59,7 @@ class Workload:
     flops_per_step: PerStep | None = field(default=None, compare=False, repr=False)
     loss_output: int | None = field(default=None, compare=False)
     fingerprint_steps: PerStep | None = field(default=None, compare=False, repr=False)
+    seeding: str = field(default="detbench", compare=False)
 
     @property
     def key(self) -> str:
@@ -112,6 +115,7 @@ def workload(
     flops_per_step: PerStep | None = None,
     loss_output: int | None = None,
     fingerprint_steps: PerStep | None = None,
+    seeding: str = "detbench",
 ) -> Any:
     """Register a workload factory.
 
@@ -131,7 +135,14 @@ def workload(
     ``fingerprint_steps`` (same forms as ``items_per_step``): steps in the fingerprint pass, in
     place of the run's setting; a training workload takes enough steps to show how a divergence
     between runs grows.
+
+    ``seeding``: ``"detbench"`` (the default) seeds every generator before the factory is called;
+    ``"recipe"`` leaves seeding to the workload, which then starts from the state a fresh process
+    has (every generator seeded from OS entropy), for experiments about seeding itself.
     """
+
+    if seeding not in SEEDING:
+        raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
 
     def register(factory: Factory) -> Factory:
         wname = name or factory.__name__
@@ -150,6 +161,7 @@ def workload(
             flops_per_step=flops_per_step,
             loss_output=loss_output,
             fingerprint_steps=fingerprint_steps,
+            seeding=seeding,
         )
         old = _REGISTRY.get(w.key)
         if old is not None and old.source != w.source:
