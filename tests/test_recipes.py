@@ -40,7 +40,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
 
 
 def verdict(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    return {r["workload"]: r for r in verdicts(df).to_dict("records")}
+    return {str(r["workload"]): {str(k): x for k, x in r.items()}
+            for r in verdicts(df).to_dict("records")}  # fmt: skip
 
 
 @pytest.mark.parametrize("workload", BROKEN)
