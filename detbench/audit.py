@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -236,6 +237,12 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
     return audits
 
 
+def _default_snippet() -> str:
+    from detbench.modes import get_mode
+
+    return get_mode("default").snippet()
+
+
 def _shown(path: str) -> str:
     """A path relative to the current directory when it is inside it."""
     rel = os.path.relpath(path)
@@ -264,7 +271,8 @@ def to_text(audits: list[Audit]) -> str:
                     f", max abs diff {diff:.3g})" if diff is not None else ")"
                 )
             elif what not in ("reproducible", "single"):
-                what += f": {str(r['message'])[:160]}"
+                first = re.split(r"(?<=\.)\s", str(r["message"]).strip())[0]
+                what += f": {first[:200]}"
             lines.append(f"    {mode:<22} {what}")
         if (
             a.settings is not None
@@ -277,7 +285,12 @@ def to_text(audits: list[Audit]) -> str:
                 "hardware can change their results"
             )
         if a.settings is not None:
-            lines.append("  use these settings:")
+            default = a.settings == _default_snippet()
+            lines.append(
+                "  use these settings (torch's defaults: nothing to change):"
+                if default
+                else "  use these settings:"
+            )
             lines += [f"    {s}" for s in a.settings.splitlines()]
         elif a.replace:
             lines.append("  no mode makes it reproducible here; replace these ops (or run them on "

@@ -53,6 +53,16 @@ def test_verdicts_from_fresh_processes(audits: dict[str, dict[str, Any]]) -> Non
     assert clean["settings"].splitlines()[-1] == "torch.use_deterministic_algorithms(False)"
 
 
+def test_nondeterministic_by_default_fixed_by_the_deterministic_mode(
+    audits: dict[str, dict[str, Any]],
+) -> None:
+    a = audits["audit/racing_accumulate"]
+    assert a["findings"] == []  # it has a deterministic implementation, used when asked
+    assert a["verdicts"]["default"]["verdict"] == "nondeterministic"
+    assert a["verdicts"]["cudnn-det+det-algos"]["verdict"] == "reproducible"
+    assert a["settings"].splitlines()[-1] == "torch.use_deterministic_algorithms(True)"
+
+
 def test_text_output_for_one_workload() -> None:
     proc = detbench_cli("audit", f"{FILE}:unpool_and_put", "--replicates", "2", "--device", "cpu")
     assert proc.returncode == 0, proc.stderr
@@ -75,7 +85,11 @@ def test_text_output_for_one_workload() -> None:
     ("target", "message"),
     [
         ("missing.py", "workload file not found: missing.py"),
-        (f"{FILE}:nope", f"no workload 'nope' in {FILE}; its workloads: unpool_and_put, clean_mlp"),
+        (
+            f"{FILE}:nope",
+            f"no workload 'nope' in {FILE}; its workloads: unpool_and_put, clean_mlp, "
+            "racing_accumulate",
+        ),
         (str(WORKLOADS / "no_workloads.py"), "defines no workload"),
     ],
 )

@@ -37,3 +37,16 @@ def clean_mlp(ctx: detbench.Context) -> Any:
         return [loss.detach(), *grads]
 
     return step
+
+
+@detbench.workload(suite="audit", items_per_step=1 << 22)
+def racing_accumulate(ctx: detbench.Context) -> Any:
+    """index_put_(accumulate=True) with 2^22 values onto 64 slots: nondeterministic on 2+ CPU
+    threads by default, deterministic (and flagged by nothing) with deterministic algorithms."""
+    idx = torch.randint(0, 64, (1 << 22,), device=ctx.device)
+    vals = torch.randn(1 << 22, device=ctx.device)
+
+    def step() -> list[torch.Tensor]:
+        return [torch.zeros(64, device=ctx.device).index_put_((idx,), vals, accumulate=True)]
+
+    return step
