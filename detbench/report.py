@@ -449,9 +449,14 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
         f"replicate's samples have an IQR above {analysis.NOISY_IQR:.0%} of their median.",
         "Recommendations: the fastest mode reproducible in every replicate; per suite, the mode "
         "reproducible for every workload with the highest geometric mean throughput.",
-        f"Profile {o.get('profile')} on {facts['device']}; "
-        f"{stats.get('records', len(df))} records in {_num(stats.get('wall'), '.0f')} s, "
-        f"started {env.get('started_utc')}, finished {env.get('finished_utc') or 'never'}.",
+        f"Profile {o.get('profile')} on {facts['device']}; {len(df)} records, started "
+        f"{env.get('started_utc')}, finished {env.get('finished_utc') or 'never'}"
+        + (
+            f", resumed {len(env['resumed_utc'])} time(s) ({', '.join(env['resumed_utc'])}); "
+            f"the last session took {_num(stats.get('wall'), '.0f')} s."
+            if env.get("resumed_utc")
+            else f"; {_num(stats.get('wall'), '.0f')} s."
+        ),
     ]
     if "seeding" in df.columns and (df["seeding"] == "recipe").any():
         suites = sorted(set(df.loc[df["seeding"] == "recipe", "suite"]))
