@@ -115,8 +115,7 @@ def heatmap_figure(v: pd.DataFrame, suite: str) -> Figure:
     logs = np.clip(np.log2(rel), -LOG2_CLIP, LOG2_CLIP)
     width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
     fig, ax = plt.subplots(figsize=(width, 2.2 + 0.4 * len(workloads)), layout="constrained")
-    cmap = plt.get_cmap("RdBu").copy()
-    cmap.set_bad("0.85")
+    cmap = plt.get_cmap("RdBu").with_extremes(bad="0.85")
     norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
     im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
     for i, w in enumerate(workloads):

@@ -189,18 +189,28 @@ def _pct(x: Any) -> str:
     return "–" if x is None or pd.isna(x) else f"{100 * float(x):.0f}%"
 
 
-def recommendation_blocks(df: pd.DataFrame) -> list[Block]:
+def _significant(costs: pd.DataFrame, suite: str, mode: str) -> str:
+    """In how many of the suite's workloads ``mode``'s throughput differs significantly from the
+    default mode's."""
+    if costs.empty or mode == DEFAULT_MODE.name:
+        return "–"
+    c = costs[(costs["suite"] == suite) & (costs["mode"] == mode)]
+    return f"{int(c['significant'].sum())} of {len(c)}"
+
+
+def recommendation_blocks(df: pd.DataFrame, costs: pd.DataFrame) -> list[Block]:
     rec = analysis.recommendations(df)
     suites = rec[rec["workload"] == "*"]
     rows: list[list[str | Code]] = []
     for r in suites.to_dict("records"):
         if r["mode"] is None:
             rows.append([r["suite"], "none: no mode was bitwise reproducible for every workload",
-                         "–", "–", r["fastest_mode"] or "–", Code("")])  # fmt: skip
+                         "–", "–", "–", r["fastest_mode"] or "–", Code("")])  # fmt: skip
             continue
         rows.append([
             r["suite"], r["mode"], _num(r["relative_throughput"], ".2f") + "x",
-            _pct(r["cost_vs_fastest"]), r["fastest_mode"] or "–", Code(r["snippet"]),
+            _significant(costs, r["suite"], r["mode"]), _pct(r["cost_vs_fastest"]),
+            r["fastest_mode"] or "–", Code(r["snippet"]),
         ])  # fmt: skip
     blocks: list[Block] = [
         Heading(2, "Recommendations"),
@@ -208,13 +218,17 @@ def recommendation_blocks(df: pd.DataFrame) -> list[Block]:
             "Per suite: the fastest mode whose results were bitwise identical in every replicate "
             "for every workload of the suite (workloads that ran in no mode are left out), its "
             "throughput relative to the default mode (geometric mean over the workloads), what it "
-            "costs against the fastest mode overall, and the lines that set it."
+            "costs against the fastest mode overall, and the lines that set it. 'Significant' "
+            "counts the workloads whose difference from the default mode's throughput is "
+            "significant (95% interval excluding 1): where it is few, the choice among "
+            "reproducible modes rests on noise and the default mode serves as well."
         ),
         Table(
             [
                 "suite",
                 "recommended mode",
                 "throughput vs default",
+                "significant",
                 "cost vs fastest",
                 "fastest mode",
                 "Python",
@@ -500,7 +514,7 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> li
             f"Run started {env.get('started_utc')}."
         ),
     ]
-    blocks += recommendation_blocks(df)
+    blocks += recommendation_blocks(df, costs)
     blocks += recipe_blocks(df)
     warn = warnings(df, env, costs)
     blocks += [Heading(2, "Warnings"), Bullets(warn) if warn else Para("None.")]

@@ -86,8 +86,8 @@ def test_html_is_self_contained(run: tuple[Path, str]) -> None:
 def test_html_has_the_recommendation_table_and_every_plot(run: tuple[Path, str]) -> None:
     out = run[0]
     page = parse(out / "report.html")
-    assert ["suite", "recommended mode", "throughput vs default", "cost vs fastest",
-            "fastest mode", "Python"] in page.headers  # fmt: skip
+    assert ["suite", "recommended mode", "throughput vs default", "significant",
+            "cost vs fastest", "fastest mode", "Python"] in page.headers  # fmt: skip
     figures = {a["data-plot"] for t, a in page.tags if t == "figure"}
     assert figures == EXPECTED_PLOTS
     images = [a["src"] for t, a in page.tags if t == "img"]
@@ -107,7 +107,7 @@ def test_markdown_links_every_plot(run: tuple[Path, str]) -> None:
     for plot in EXPECTED_PLOTS:
         kind, suite = plot.split(":")
         assert f"(plots/{suite}-{kind}.png)" in md and f"(plots/{suite}-{kind}.svg)" in md
-    assert "| suite | recommended mode | throughput vs default |" in md
+    assert "| suite | recommended mode | throughput vs default | significant |" in md
 
 
 def test_names_and_messages_are_escaped(run: tuple[Path, str]) -> None:
@@ -220,3 +220,22 @@ def test_report_renders_in_headless_chromium(run: tuple[Path, str], tmp_path: Pa
     bare = screenshot(blank, tmp_path / "bare.png", tmp_path / "profile2")
     assert coloured(bare) == 0.0
     assert coloured(img) > 0.0005  # thousands of coloured pixels from the plots
+
+
+def test_recommendation_row_from_known_records(tmp_path: Path) -> None:
+    """Known timings: det-algos halves one workload's throughput (significant) and leaves the
+    other's (not significant); it is the only mode reproducible for both."""
+    from detbench.report import write_report
+
+    from .synthetic import env, record, write_run
+
+    recs = []
+    for r in range(3):
+        recs.append(record("fast", "default", r, f"d{r}", [0.010] * 5))
+        recs.append(record("fast", "det-algos", r, "a", [0.020] * 5))
+        recs.append(record("same", "default", r, "x", [0.004] * 5))
+        recs.append(record("same", "det-algos", r, "x", [0.004] * 5))
+    write_run(tmp_path, recs, env(gpu=None))
+    md_path, _ = write_report(tmp_path)
+    md = md_path.read_text()
+    assert "| s | det-algos | 0.71x | 1 of 2 | 29% | default | `import os`<br>" in md
