@@ -61,3 +61,16 @@ def write_run(directory: Path, records: list[dict[str, Any]],
     if env_doc is not None:
         write_json_atomic(directory / "env.json", env_doc)
     return directory
+
+
+def fast_and_same(replicate: int) -> list[dict[str, Any]]:
+    """Two workloads of suite ``s`` in one replicate: ``fast`` is nondeterministic by default
+    and reproducible but exactly half as fast under deterministic algorithms; ``same`` is
+    reproducible everywhere at the same speed in both modes."""
+    r = replicate
+    return [
+        record("fast", "default", r, f"d{r}", [0.010] * 5),
+        record("fast", "det-algos", r, "a", [0.020] * 5),
+        record("same", "default", r, "x", [0.004] * 5),
+        record("same", "det-algos", r, "x", [0.004] * 5),
+    ]

@@ -15,20 +15,14 @@ from detbench.analysis import costs, recommendation_text, recommendations, verdi
 from detbench.modes import get_mode
 from detbench.results import ResultWriter
 
-from .synthetic import record
+from .synthetic import fast_and_same, record
 
 
 @pytest.fixture
 def results(tmp_path: Path) -> pd.DataFrame:
     recs = []
     for r in range(3):
-        # fast: nondeterministic by default, reproducible and exactly half as fast under
-        # deterministic algorithms.
-        recs.append(record("fast", "default", r, f"d{r}", [0.010] * 5))
-        recs.append(record("fast", "det-algos", r, "a", [0.020] * 5))
-        # same: reproducible everywhere, the same speed in both modes.
-        recs.append(record("same", "default", r, "x", [0.004] * 5))
-        recs.append(record("same", "det-algos", r, "x", [0.004] * 5))
+        recs += fast_and_same(r)
         # racy: never reproducible; unsupported under deterministic algorithms.
         recs.append(record("racy", "default", r, f"r{r}", [0.001] * 5, suite="t"))
         recs.append(record("racy", "det-algos", r, None, [], status="unsupported", suite="t"))

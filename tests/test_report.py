@@ -227,15 +227,9 @@ def test_recommendation_row_from_known_records(tmp_path: Path) -> None:
     other's (not significant); it is the only mode reproducible for both."""
     from detbench.report import write_report
 
-    from .synthetic import env, record, write_run
+    from .synthetic import env, fast_and_same, write_run
 
-    recs = []
-    for r in range(3):
-        recs.append(record("fast", "default", r, f"d{r}", [0.010] * 5))
-        recs.append(record("fast", "det-algos", r, "a", [0.020] * 5))
-        recs.append(record("same", "default", r, "x", [0.004] * 5))
-        recs.append(record("same", "det-algos", r, "x", [0.004] * 5))
-    write_run(tmp_path, recs, env(gpu=None))
+    write_run(tmp_path, [x for r in range(3) for x in fast_and_same(r)], env(gpu=None))
     md_path, _ = write_report(tmp_path)
     md = md_path.read_text()
     assert "| s | det-algos | 0.71x | 1 of 2 | 29% | default | `import os`<br>" in md
