@@ -81,7 +81,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     cuda = torch.cuda.is_available()
     if args.resume is not None:
-        given = [f"--{name.replace('_', '-')}" for name in RUN_OPTIONS if getattr(args, name)]
+        given = [
+            f"--{name.replace('_', '-')}" for name in RUN_OPTIONS if getattr(args, name) is not None
+        ]
         if given:
             raise UserError(
                 f"--resume continues a run with its own options; give no {given[0]} with it"

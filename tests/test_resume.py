@@ -161,6 +161,11 @@ def test_resume_refuses_a_different_environment(uninterrupted: Path, tmp_path: P
             ["--mode", "default"],
             "--resume continues a run with its own options; give no --mode with it",
         ),
+        (
+            "ok",
+            ["--seed", "0"],
+            "--resume continues a run with its own options; give no --seed with it",
+        ),
     ],
 )
 def test_resume_bad_input(uninterrupted: Path, tmp_path: Path, setup: str, extra: list[str],
