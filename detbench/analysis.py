@@ -118,6 +118,12 @@ def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
     return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
 
 
+def median_throughput(reps: list[np.ndarray]) -> float:
+    """The point estimate of throughput (steps/s): the median over replicates of each replicate's
+    median, the statistic that ``bootstrap_throughput`` resamples."""
+    return float(np.median([1.0 / np.median(s) for s in reps]))
+
+
 def bootstrap_throughput(
     reps: list[np.ndarray], rng: np.random.Generator, n_boot: int
 ) -> np.ndarray:
@@ -154,13 +160,13 @@ def costs(
         if not base_reps:
             continue
         base_boot = bootstrap_throughput(base_reps, rng, n_boot)
-        base_point = float(np.median([1.0 / np.median(s) for s in base_reps]))
+        base_point = median_throughput(base_reps)
         base_noisy = _noisy(base)
         for mode, m in g.groupby("mode", sort=False):
             reps = replicate_samples(m)
             if not reps:
                 continue
-            point = float(np.median([1.0 / np.median(s) for s in reps])) / base_point
+            point = median_throughput(reps) / base_point
             boot = bootstrap_throughput(reps, rng, n_boot) / base_boot
             low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
             rows.append({

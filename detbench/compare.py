@@ -36,10 +36,6 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
 
 
-def _point(reps: list[np.ndarray]) -> float:
-    return float(np.median([1.0 / np.median(s) for s in reps]))
-
-
 def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int = 0) -> Comparison:
     """Compare run B with run A. ``change`` is B's throughput over A's (the ratio of the medians
     over replicates of each replicate's median), with the 2.5th-97.5th percentile of the same
@@ -109,7 +105,7 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int 
                 ) / analysis.bootstrap_throughput(reps_a, rng, n_boot)
                 low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
                 row.update(
-                    change=_point(reps_b) / _point(reps_a),
+                    change=analysis.median_throughput(reps_b) / analysis.median_throughput(reps_a),
                     ci_low=low,
                     ci_high=high,
                     significant=not (low <= 1.0 <= high),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from detbench.errors import DetbenchError
 from detbench.report import REPORT_HTML, REPORT_MD, _md_text
-from detbench.results import ENV_FILE, RESULTS_FILE, env_facts, load_env
+from detbench.results import ENV_FILE, RESULTS_FILE, env_facts, load_env, write_text_atomic
 
 INDEX = "README.md"
 NOTE = "NOTE.md"
@@ -79,9 +79,6 @@ def write_index(directory: str | Path) -> Path:
     d = Path(directory)
     if not d.is_dir():
         raise DetbenchError(f"no such directory: {directory}")
-    text = index_text(d)
     path = d / INDEX
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, index_text(d))
     return path

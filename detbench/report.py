@@ -23,7 +23,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.modes import DEFAULT_MODE, MODES, get_mode
 from detbench.plots import Plot, write_plots
-from detbench.results import ENV_FILE, env_facts, load_env, load_results
+from detbench.results import ENV_FILE, env_facts, load_env, load_results, write_text_atomic
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -550,12 +550,6 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> li
     return blocks
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def write_report(directory: str | Path) -> tuple[Path, Path]:
     """Write ``report.md``, ``report.html`` and ``plots/`` for the run in ``directory``."""
     d = Path(directory)
@@ -569,6 +563,6 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     blocks = build_blocks(df, env, plots)
     title = next((b.text for b in blocks if isinstance(b, Heading)), "detbench report")
     md, page = d / REPORT_MD, d / REPORT_HTML
-    _write_atomic(md, to_markdown(blocks, d))
-    _write_atomic(page, to_html(blocks, title))
+    write_text_atomic(md, to_markdown(blocks, d))
+    write_text_atomic(page, to_html(blocks, title))
     return md, page
