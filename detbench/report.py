@@ -198,8 +198,8 @@ def _significant(costs: pd.DataFrame, suite: str, mode: str) -> str:
     return f"{int(c['significant'].sum())} of {len(c)}"
 
 
-def recommendation_blocks(df: pd.DataFrame, costs: pd.DataFrame) -> list[Block]:
-    rec = analysis.recommendations(df)
+def recommendation_blocks(rec: pd.DataFrame, costs: pd.DataFrame) -> list[Block]:
+    """``rec``: ``analysis.recommendations``; ``costs``: ``analysis.costs`` (or empty)."""
     suites = rec[rec["workload"] == "*"]
     rows: list[list[str | Code]] = []
     for r in suites.to_dict("records"):
@@ -274,8 +274,7 @@ def recipe_blocks(df: pd.DataFrame) -> list[Block]:
     ]
 
 
-def workload_recommendation_table(df: pd.DataFrame, suite: str) -> Table:
-    rec = analysis.recommendations(df)
+def workload_recommendation_table(rec: pd.DataFrame, suite: str) -> Table:
     rec = rec[(rec["suite"] == suite) & (rec["workload"] != "*")]
     rows: list[list[str | Code]] = []
     for r in rec.to_dict("records"):
@@ -297,8 +296,8 @@ def workload_recommendation_table(df: pd.DataFrame, suite: str) -> Table:
     )
 
 
-def full_table(df: pd.DataFrame, suite: str, costs: pd.DataFrame) -> Table:
-    v = analysis.verdicts(df)
+def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame) -> Table:
+    """``v``: ``analysis.verdicts`` of the whole run."""
     v = v[v["suite"] == suite]
     c = costs[costs["suite"] == suite].set_index(["workload", "mode"]) if len(costs) else None
     rows: list[list[str | Code]] = []
@@ -352,7 +351,7 @@ def failure_table(df: pd.DataFrame) -> Table | None:
     return Table(["suite", "workload", "mode", "status", "records", "message (first)"], rows)
 
 
-def warnings(df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame) -> list[str]:
+def warnings(v: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame) -> list[str]:
     """What a reader must know before trusting or citing the numbers."""
     out: list[str] = []
     facts = env_facts(env)
@@ -372,7 +371,6 @@ def warnings(df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame) -> list
         out.append(
             f"The detbench checkout had uncommitted changes (commit {str(git.get('commit'))[:12]})."
         )
-    v = analysis.verdicts(df)
     modes = set(v["mode"])
     if DEFAULT_MODE.name not in modes:
         out.append(
@@ -505,6 +503,8 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> li
     device = facts["gpu"] if facts["device"] == "cuda" else f"CPU ({facts['cpu']})"
     suites = list(dict.fromkeys(df["suite"]))
     costs = analysis.costs(df) if DEFAULT_MODE.name in set(df["mode"]) else pd.DataFrame()
+    v = analysis.verdicts(df)
+    rec = analysis.recommendations(df)
     blocks: list[Block] = [
         Heading(1, f"detbench report: {device}, torch {facts['torch']}"),
         Para(
@@ -514,9 +514,9 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> li
             f"Run started {env.get('started_utc')}."
         ),
     ]
-    blocks += recommendation_blocks(df, costs)
+    blocks += recommendation_blocks(rec, costs)
     blocks += recipe_blocks(df)
-    warn = warnings(df, env, costs)
+    warn = warnings(v, env, costs)
     blocks += [Heading(2, "Warnings"), Bullets(warn) if warn else Para("None.")]
     blocks.append(Heading(2, "Plots"))
     for suite in suites:
@@ -534,8 +534,8 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> li
     blocks.append(Heading(2, "Full tables"))
     for suite in suites:
         blocks.append(Heading(3, str(suite)))
-        blocks.append(workload_recommendation_table(df, str(suite)))
-        blocks.append(full_table(df, str(suite), costs))
+        blocks.append(workload_recommendation_table(rec, str(suite)))
+        blocks.append(full_table(v, str(suite), costs))
     failures = failure_table(df)
     if failures is not None:
         blocks += [Heading(2, "Failures"), failures]
