@@ -17,7 +17,7 @@ import torch
 
 from detbench import fingerprint as fp
 from detbench.modes import current_flags
-from detbench.worker import seed_all
+from detbench.seeding import seed_all
 from detbench.workload import Context, builtin_suite_files, load_file
 
 FINGERPRINT_STEPS = 3

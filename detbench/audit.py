@@ -75,7 +75,7 @@ class Audit:
 def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
     import torch
 
-    from detbench.worker import seed_all
+    from detbench.seeding import seed_all
     from detbench.workload import Context, load_file, registry
 
     user_file = str(Path(source).resolve())

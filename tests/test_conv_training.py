@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from detbench.worker import count_flops, seed_all
+from detbench.flops import count_flops
+from detbench.seeding import seed_all
 from detbench.workload import Context, builtin_suite_files, load_file
 
 CPU_QUICK = Context(torch.device("cpu"), "quick", 0)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from detbench import fingerprint as fp
-from detbench.worker import seed_all
+from detbench.seeding import seed_all
 from detbench.workload import PROFILES, Context, Workload, builtin_suite_files, load_file
 
 from .conftest import requires_cuda

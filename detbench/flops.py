@@ -1,0 +1,49 @@
+"""Counting the floating-point operations of one step with torch's own formulas."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def count_flops(step: Callable[[], Any]) -> int | None:
+    """Floating-point operations of one step, forward and backward, by the formulas of
+    ``torch.utils.flop_counter`` (matmuls, convolutions, attention; elementwise ops count 0).
+    None when it counts nothing.
+
+    ``FlopCounterMode`` itself also attributes FLOPs to modules with backward hooks that
+    ``torch.autograd.grad`` on leaf tensors rejects, so the same registry is applied here in a
+    plain dispatch mode that sees every op of the step.
+
+    Two corrections: torch's formula for ``convolution_backward`` ignores ``groups`` and counts a
+    depthwise convolution's backward ~channels times too high; each gradient of a convolution
+    (input, weight) costs the forward's multiply-adds, so that is what is counted for it. And the
+    formulas assume dense operands: an op with a sparse argument is not counted (declare
+    ``flops_per_step`` or ``bytes_per_step`` for those)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import conv_flop_count, flop_registry
+
+    conv_backward = torch.ops.aten.convolution_backward
+
+    class Counter(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            packet = func._overloadpacket
+            if packet is conv_backward:
+                grad_out, x, weight, *_, transposed, _, _, mask = args
+                forward = conv_flop_count(x.shape, weight.shape, grad_out.shape, transposed)
+                self.total += forward * (int(mask[0]) + int(mask[1]))
+            elif packet in flop_registry and not any(
+                isinstance(a, torch.Tensor) and a.layout != torch.strided for a in args
+            ):
+                self.total += int(flop_registry[packet](*args, **kwargs, out_val=out))
+            return out
+
+    with Counter() as counter:
+        step()
+    return counter.total or None
