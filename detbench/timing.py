@@ -1,53 +1,111 @@
-"""Timing of a warmed-up step, synchronised with the device, keeping the raw samples.
+"""Adaptive timing of a warmed-up step: samples until the median step time is known well enough.
 
-This is ``torch.utils.benchmark.Timer.blocked_autorange`` with two choices made explicit:
+``time_step`` replaces ``torch.utils.benchmark.Timer.blocked_autorange`` (GPU-REVIEW.md item 2:
+its block-size rule makes every GPU block 80-800 ms, so a 1 s budget gave 2-12 samples). The
+policy, and why:
 
-* The clock synchronises the GPU before reading the time, so GPU work queued by ``step`` is
-  inside the measured interval. A synchronisation costs microseconds, so the timer first
-  measures an empty block (the overhead) and grows the block size (steps per sample) by 10x until
-  that overhead is at most 1e-4 of a block (or one block alone outlasts ``min_run_time``). The
-  sync cost is therefore negligible in every sample.
-* It times at ``num_threads=1`` unless told otherwise. A benchmark of the run-to-run behaviour of
-  multithreaded kernels must not force one thread, so we pass torch's current thread count.
+* **Warm-up first, outside every sample.** ``warmup_steps`` steps run before anything is timed,
+  at the thread count that is timed, so cuDNN autotuning (``cudnn.benchmark``), allocator growth,
+  lazy initialisation and compilation never land in the block-size estimate or in a sample.
+* **A sample is one block of ``number_per_block`` consecutive steps**, and its value is the
+  block's time divided by the step count (seconds per step, as ``Measurement.times`` gives).
+  Blocks rather than single steps because a step can be far shorter than what the clock can
+  resolve cheaply: a perf_counter read costs ~0.1 µs and a CUDA event pair a few µs of launch.
+* **Block size from one measured step.** After warm-up one step is timed alone (synchronised on a
+  GPU), and the block gets ``max(1, floor(budget / 50 / step))`` steps: a sample lasts about 1/50
+  of the budget (2 ms at the quick profile's 0.1 s, 20 ms at 1 s), which is >= 1e4 clock reads
+  for any budget >= 0.1 s, so clock overhead is negligible, while the budget still holds ~50
+  samples: enough for the rule below to reach a narrow interval (at n = 50 the 95 % interval of
+  the median runs from about the 36th to the 64th percentile of the samples). A step longer than
+  budget / 50 gets one step per sample and fewer samples.
+* **Stopping rule.** After each check, the distribution-free 95 % confidence interval of the
+  median is the pair of order statistics ``(x_(j), x_(n+1-j))`` with ``j`` the largest rank with
+  ``P(B <= j - 1) <= 0.025`` for ``B ~ Binomial(n, 1/2)`` (the number of samples below the true
+  median); coverage is then >= 95 % whatever the distribution of the samples (no normality:
+  step times are skewed, with long right tails). Such an interval exists only from n = 6 on
+  (at n = 5 even ``[min, max]`` covers only 93.75 %), so the floor is
+  ``max(min_samples, 6)``: every record carries an interval. Sampling stops at the first check
+  where ``max(median - low, high - median) <= target_rel * median`` and the floor is reached;
+  or, the target unmet, when ``budget`` seconds of wall time have been spent sampling (the
+  ceiling; ``reached_target`` is then False). The floor is not cut by the budget: a step longer
+  than ``budget / 6`` still gets 6 samples (today's profiles: steps over 17 ms at the quick
+  0.1 s budget).
+* **How often the rule is checked.** Elsewhere than CUDA, after every sample: the check is a
+  sort of n floats plus a cached rank lookup (microseconds, outside the samples), so the run
+  stops at the first sample that meets the target. Past 100 samples (only when the block size
+  was misjudged from a slow first step) it runs every ``n // 100`` samples so that sorting
+  cannot eat the budget; the budget itself is checked after every sample. On CUDA, once per
+  batch of up to 8 samples, because reading CUDA events needs a host synchronisation and a
+  synchronisation inside the run of samples would drain the GPU's queue; a batch may therefore
+  add up to 7 samples past the first one that met the target (more samples, never fewer), and
+  is cut short to fit what is left of the budget.
+* **Clocks.** On CUDA (``device.type == "cuda"``) each sample is bracketed by a pair of
+  ``torch.cuda.Event(enable_timing=True)`` recorded on the device's current stream: the time is
+  the GPU's between the two events, with no host synchronisation inside a sample, and one
+  ``torch.cuda.synchronize(device)`` per batch (the workload's device, not the current one).
+  Elsewhere ``time.perf_counter`` is read before and after each block; when ``device`` is None
+  and CUDA is initialised, the current CUDA device is synchronised before each read (as torch's
+  own timer does), decided once and not per read. An injected ``clock`` replaces both (tests:
+  exact numbers); it reads "injected" in the record.
+* **Garbage collection is off inside a sample** (as ``timeit`` and hence torch's Timer do): a
+  collection triggered by the harness's own allocations is not the step's cost.
+* ``num_threads`` (default: torch's current count) is set for warm-up and sampling and restored.
 
-Warm-up runs before calibration so that one-off costs (cuDNN autotuning under
-``cudnn.benchmark``, allocator growth, lazy initialisation) never land in the calibration or in a
-sample. The clock is injectable so the logic can be tested with exact numbers and no GPU.
+Median and IQR are computed as ``torch.utils.benchmark.Measurement`` computes them (linear
+interpolation between order statistics, ``torch.quantile``'s rule), without building a tensor.
 """
 
 from __future__ import annotations
 
-import timeit
-from collections.abc import Callable
+import gc
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import torch
-from torch.utils.benchmark import Timer
 
 Clock = Callable[[], float]
 
-
-def synchronising_clock() -> float:
-    """Wait for all queued GPU work, then read the clock (torch's own ``timer`` does this too,
-    through ``torch.accelerator`` in recent releases)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    return timeit.default_timer()
+#: Confidence of the interval around the median.
+CONFIDENCE = 0.95
+#: A sample lasts about budget / SAMPLES_PER_BUDGET seconds (see the module docstring).
+SAMPLES_PER_BUDGET = 50
+#: The fewest samples with a 95 % interval of the median (the floor of every record).
+MIN_CI_SAMPLES = 6
+#: The rule is checked after every sample up to this many samples, then every n // this.
+EVERY_SAMPLE_UNTIL = 100
+#: CUDA samples between two host synchronisations (and two checks of the rule).
+CUDA_BATCH = 8
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Raw samples (seconds per step, one per block of ``number_per_block`` steps) and their
-    summary, computed by ``torch.utils.benchmark.Measurement``."""
+    """Raw samples (seconds per step, one per block of ``number_per_block`` steps), their
+    summary, and how far the stopping rule got: the 95 % interval of the median
+    ``[ci_low, ci_high]`` (seconds per step) and its half-width relative to the median."""
 
     samples: tuple[float, ...]
     number_per_block: int
     median: float
     iqr: float
     warmup_steps: int
-    min_run_time: float
+    budget: float
     num_threads: int
+    ci_low: float
+    ci_high: float
+    ci_rel: float
+    target_rel: float
+    reached_target: bool
+    clock: str
+
+    @property
+    def min_run_time(self) -> float:
+        """The budget, under the name older records and readers use."""
+        return self.budget
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,38 +114,275 @@ class Timing:
             "median": self.median,
             "iqr": self.iqr,
             "warmup_steps": self.warmup_steps,
-            "min_run_time": self.min_run_time,
+            "min_run_time": self.budget,
             "num_threads": self.num_threads,
+            "budget": self.budget,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "ci_rel": self.ci_rel,
+            "target_rel": self.target_rel,
+            "reached_target": self.reached_target,
+            "clock": self.clock,
         }
+
+
+@lru_cache(maxsize=4096)
+def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
+    """1-based ranks ``(j, n + 1 - j)`` of the order statistics that bound a distribution-free
+    ``confidence`` interval of the median of ``n`` samples, or None when none exists (n < 6 at
+    95 %). ``j`` is the largest rank with ``P(B <= j - 1) <= (1 - confidence) / 2``,
+    ``B ~ Binomial(n, 1/2)``, computed exactly in integers: ``C(n, i)`` from ``math.comb(n, 0)``
+    by the recurrence ``C(n, i + 1) = C(n, i) * (n - i) / (i + 1)`` (one multiplication per
+    term, not a fresh ``math.comb`` each: 2 ms at n = 10 000 instead of 6 s). Cached: the rule
+    asks for n, n + 1, ... in every record."""
+    tail = (1.0 - confidence) / 2.0
+    total = 2**n
+    term = math.comb(n, 0)
+    below = 0  # sum of C(n, i) for i < j: the count of outcomes with B <= j - 1
+    j = 0
+    for i in range(n // 2 + 1):
+        below += term
+        if below / total > tail:  # int / int: correctly rounded, no overflow
+            break
+        j = i + 1
+        term = term * (n - i) // (i + 1)  # exact: C(n, i) * (n - i) is divisible by i + 1
+    return (j, n + 1 - j) if j >= 1 else None
+
+
+def quantile(sorted_samples: tuple[float, ...] | list[float], q: float) -> float:
+    """``torch.quantile(x, q)`` (linear interpolation) on already sorted floats, with torch's
+    two-sided lerp so results agree with ``Measurement`` to the last bit."""
+    n = len(sorted_samples)
+    pos = q * (n - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    w = pos - lo
+    a, b = sorted_samples[lo], sorted_samples[hi]
+    return a + w * (b - a) if w < 0.5 else b - (b - a) * (1.0 - w)
+
+
+def summarise(samples: tuple[float, ...] | list[float]) -> tuple[float, float]:
+    """(median, IQR) as ``torch.utils.benchmark.Measurement`` gives them."""
+    s = sorted(samples)
+    return quantile(s, 0.5), quantile(s, 0.75) - quantile(s, 0.25)
+
+
+def median_ci(samples: tuple[float, ...] | list[float]) -> tuple[float, float] | None:
+    """The 95 % distribution-free interval of the median, or None below 6 samples."""
+    ranks = median_ci_ranks(len(samples))
+    if ranks is None:
+        return None
+    s = sorted(samples)
+    return s[ranks[0] - 1], s[ranks[1] - 1]
+
+
+def relative_half_width(median: float, ci: tuple[float, float]) -> float:
+    """max(median - low, high - median) / median; 0 for an all-zero interval."""
+    half = max(median - ci[0], ci[1] - median)
+    if median > 0:
+        return half / median
+    return 0.0 if half == 0 else math.inf
+
+
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+@contextmanager
+def _gc_off() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class _ClockSampler:
+    """Samples timed by reading a host clock before and after each block."""
+
+    batch = 1  # the rule is checked after every sample
+
+    def __init__(self, clock: Clock, name: str) -> None:
+        self.clock = clock
+        self.name = name
+
+    def now(self) -> float:
+        return self.clock()
+
+    def one_step(self, step: Callable[[], Any]) -> float:
+        t0 = self.clock()
+        step()
+        return self.clock() - t0
+
+    def samples(self, step: Callable[[], Any], number: int, k: int) -> list[float]:
+        out = []
+        clock = self.clock
+        for _ in range(k):
+            with _gc_off():
+                t0 = clock()
+                for _ in range(number):
+                    step()
+                t1 = clock()
+            out.append((t1 - t0) / number)
+        return out
+
+
+class _CudaEventSampler:
+    """Samples timed on the GPU by a pair of CUDA events around each block; one host
+    synchronisation per batch of samples, none inside one."""
+
+    name = "cuda-event"
+    batch = CUDA_BATCH
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = torch.cuda.current_stream(device)
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def one_step(self, step: Callable[[], Any]) -> float:
+        torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
+    def samples(self, step: Callable[[], Any], number: int, k: int) -> list[float]:
+        pairs = []
+        with _gc_off():
+            for _ in range(k):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(self.stream)
+                for _ in range(number):
+                    step()
+                end.record(self.stream)
+                pairs.append((start, end))
+            torch.cuda.synchronize(self.device)
+        # elapsed_time is in milliseconds
+        return [s.elapsed_time(e) / 1000.0 / number for s, e in pairs]
+
+
+def _host_clock(device: torch.device | None) -> Clock:
+    """perf_counter, preceded by a sync of the current CUDA device when no device was named
+    and CUDA is in use (decided here once, not at every read)."""
+    if device is None and torch.cuda.is_available() and torch.cuda.is_initialized():
+
+        def synchronising_clock() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+
+        return synchronising_clock
+    return time.perf_counter
+
+
+def block_size(step_seconds: float, budget: float) -> int:
+    """Steps per sample: about budget / SAMPLES_PER_BUDGET seconds of steps, at least one."""
+    if step_seconds <= 0:
+        return 1
+    return max(1, math.floor(budget / SAMPLES_PER_BUDGET / step_seconds))
 
 
 def time_step(
     step: Callable[[], Any],
     *,
-    warmup_steps: int = 3,
-    min_run_time: float = 1.0,
+    warmup_steps: int,
+    budget: float,
+    target_rel: float,
+    min_samples: int = 5,
+    device: torch.device | None = None,
     clock: Clock | None = None,
     num_threads: int | None = None,
 ) -> Timing:
-    """Warm up ``step``, then time it in calibrated blocks until ``min_run_time`` seconds of
-    samples exist. ``clock`` defaults to torch's synchronising timer."""
-    clock = clock or synchronising_clock
+    """Warm up ``step``, then sample it until the 95 % interval of its median step time is within
+    ``+-target_rel`` of the median (at least ``max(min_samples, 6)`` samples, ``budget`` seconds
+    of sampling at most unless the floor needs more). See the module docstring for every choice."""
+    if budget < 0 or target_rel <= 0 or min_samples < 1 or warmup_steps < 0:
+        raise ValueError(
+            f"need budget >= 0, target_rel > 0, min_samples >= 1 and warmup_steps >= 0; got "
+            f"{budget}, {target_rel}, {min_samples}, {warmup_steps}"
+        )
     threads = num_threads if num_threads is not None else torch.get_num_threads()
+    dev = torch.device(device) if device is not None else None
+    sampler: _ClockSampler | _CudaEventSampler
+    on_device: AbstractContextManager[Any] = nullcontext()
+    if clock is not None:
+        sampler = _ClockSampler(clock, "injected")
+    elif dev is not None and dev.type == "cuda":
+        sampler = _CudaEventSampler(dev)
+        on_device = torch.cuda.device(dev)  # events and streams of the workload's device
+    else:
+        sampler = _ClockSampler(_host_clock(dev), "perf_counter")
+    with _torch_threads(threads), on_device:
+        samples, number, reached = _sample(
+            step, sampler, warmup_steps, budget, target_rel, min_samples
+        )
+    median, iqr = summarise(samples)
+    ci = median_ci(samples)
+    assert ci is not None  # len(samples) >= MIN_CI_SAMPLES
+    return Timing(
+        samples=tuple(samples),
+        number_per_block=number,
+        median=median,
+        iqr=iqr,
+        warmup_steps=warmup_steps,
+        budget=budget,
+        num_threads=threads,
+        ci_low=ci[0],
+        ci_high=ci[1],
+        ci_rel=relative_half_width(median, ci),
+        target_rel=target_rel,
+        reached_target=reached,
+        clock=sampler.name,
+    )
+
+
+def _sample(
+    step: Callable[[], Any],
+    sampler: _ClockSampler | _CudaEventSampler,
+    warmup_steps: int,
+    budget: float,
+    target_rel: float,
+    min_samples: int,
+) -> tuple[list[float], int, bool]:
+    """(samples, steps per sample, whether the target was reached): the loop of the rule."""
     for _ in range(warmup_steps):
         step()
-    timer = Timer(
-        stmt="step()",
-        globals={"step": step},
-        timer=clock,
-        num_threads=threads,
-    )
-    m = timer.blocked_autorange(min_run_time=min_run_time)
-    return Timing(
-        samples=tuple(m.times),
-        number_per_block=int(m.number_per_run),
-        median=float(m.median),
-        iqr=float(m.iqr),
-        warmup_steps=warmup_steps,
-        min_run_time=min_run_time,
-        num_threads=threads,
-    )
+    one = sampler.one_step(step)
+    number = block_size(one, budget)
+    expected = max(number * one, 1e-9)  # seconds per sample, to size CUDA batches
+    floor = max(min_samples, MIN_CI_SAMPLES)
+    samples: list[float] = []
+    start = sampler.now()
+    spent = 0.0
+    while True:
+        # A batch never plans past the budget (unless the floor still needs samples).
+        room = max(1, math.floor((budget - spent) / expected))
+        k = max(1, min(sampler.batch, max(room, floor - len(samples))))
+        samples.extend(sampler.samples(step, number, k))
+        spent = sampler.now() - start
+        n = len(samples)
+        if n < floor:
+            continue
+        # A check sorts n samples; past EVERY_SAMPLE_UNTIL samples (a block size misjudged from
+        # a slow first step) it runs every n // EVERY_SAMPLE_UNTIL samples, so checks cannot eat
+        # the budget, at the price of at most 1 % more samples than the rule needed.
+        due = n < EVERY_SAMPLE_UNTIL or n % (n // EVERY_SAMPLE_UNTIL) == 0 or k > 1
+        if due or spent >= budget:
+            ci = median_ci(samples)
+            reached = (
+                ci is not None and relative_half_width(summarise(samples)[0], ci) <= target_rel
+            )
+            if reached or spent >= budget:
+                return samples, number, reached
