@@ -1,9 +1,22 @@
 """Bitwise fingerprints of step results, and the divergence between two results.
 
-A fingerprint is sha256 over every tensor a step returned: its dtype, shape and raw bytes. Two runs
-agree bitwise exactly when their fingerprints are equal. To say *how far* two runs drifted when
-they disagree, the first replicate's final outputs are kept as a reference (``save_reference``)
-and later replicates measure their maximum absolute difference against it.
+A step digest covers every tensor a step returned: its dtype, shape and exact bits. Two runs agree
+bitwise exactly when their digests are equal. Two methods give the same verdicts:
+
+- ``"device"`` (default): ``detbench.digest`` computes, where the tensor lives (CUDA or CPU), two
+  64-bit sums of its words times pseudo-random odd position weights, in integer arithmetic modulo
+  2^64, whose result cannot depend on the order of a reduction; only those 16 bytes per tensor
+  reach the host, where sha256 combines them with the dtypes and shapes. Its collision odds are
+  worked out in ``detbench.digest``: a difference in a single word (4 bytes, fewer for 1- and
+  2-byte dtypes) is always seen, and two different tensors get the same digest with probability
+  at most 2^-64 (2^-126 when some word differs in its last bit), taking the weights as random.
+  Equal values give the same digest on a CPU and on a GPU.
+- ``"sha256"``: sha256 of the dtypes, shapes and raw bytes, copied to the host (the digest of
+  schema-1 runs, byte for byte).
+
+To say *how far* two runs drifted when they disagree, the first replicate's final outputs are kept
+as a reference (``save_reference``) and later replicates measure their maximum absolute
+difference against it.
 """
 
 from __future__ import annotations
@@ -17,42 +30,79 @@ from typing import Any
 import numpy as np
 import torch
 
+from detbench import digest
+
+METHODS = ("device", "sha256")
+DEFAULT_METHOD = "device"
+
 #: Elements kept per reference (4 Mi float32 = 16 MiB). Larger results keep an evenly strided
 #: sample, and the difference measured on it is flagged as a lower bound.
 REFERENCE_MAX_ELEMENTS = 4 * 1024 * 1024
 
+#: Opens every device digest, so that it can never equal a sha256 digest of the same outputs.
+_DEVICE_TAG = b"detbench device digest v1;"
+
 
 def _dense(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-    """The strided tensors that carry ``t``'s value (indices and values for sparse COO)."""
+    """The strided tensors that carry ``t``'s value (indices and values for sparse COO), with any
+    lazy conjugation or negation applied (their bits are what the value is)."""
     t = t.detach()
     if t.layout == torch.sparse_coo:
         t = t.coalesce()
-        return [("indices", t.indices()), ("values", t.values())]
-    if t.layout != torch.strided:
-        return [("dense", t.to_dense())]
-    return [("", t)]
+        parts = [("indices", t.indices()), ("values", t.values())]
+    elif t.layout != torch.strided:
+        parts = [("dense", t.to_dense())]
+    else:
+        parts = [("", t)]
+    return [(name, p.resolve_conj().resolve_neg()) for name, p in parts]
 
 
-def _host_bytes(t: torch.Tensor) -> bytes:
-    # Reinterpreting as bytes works for every dtype (bfloat16 included) without a value cast.
-    flat = t.detach().cpu().contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes()
+def _host_array(t: torch.Tensor) -> np.ndarray:
+    """``t``'s bytes in logical order, on the host. Reinterpreting as bytes works for every dtype
+    (bfloat16 included) without a value cast; hashlib reads the array's memory, no second copy."""
+    flat = t.cpu().contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy()
 
 
-def step_digest(outputs: Sequence[Any]) -> str:
-    """sha256 of one step's outputs: for each tensor, its dtype, shape and bytes."""
-    h = hashlib.sha256()
+def _tensors(outputs: Sequence[Any]) -> list[tuple[int, list[tuple[str, torch.Tensor]] | None]]:
+    items: list[tuple[int, list[tuple[str, torch.Tensor]] | None]] = []
     for i, out in enumerate(outputs):
         if out is None:
-            h.update(f"{i}:None;".encode())
-            continue
-        if not isinstance(out, torch.Tensor):
+            items.append((i, None))
+        elif isinstance(out, torch.Tensor):
+            items.append((i, _dense(out)))
+        else:
             raise TypeError(
                 f"a step must return tensors (or None); output {i} is {type(out).__name__}"
             )
-        for part, t in _dense(out):
+    return items
+
+
+def step_digest(outputs: Sequence[Any], method: str = DEFAULT_METHOD) -> str:
+    """A hex digest of one step's outputs: for each tensor, its dtype, shape and exact bits."""
+    if method not in METHODS:
+        raise ValueError(f"unknown fingerprint method {method!r}; expected one of {METHODS}")
+    items = _tensors(outputs)
+    h = hashlib.sha256()
+    if method == "sha256":
+        for i, parts in items:
+            if parts is None:
+                h.update(f"{i}:None;".encode())
+                continue
+            for part, t in parts:
+                h.update(f"{i}{part}:{t.dtype}:{tuple(t.shape)};".encode())
+                h.update(_host_array(t).data)
+        return h.hexdigest()
+    flat = [t for _, parts in items if parts is not None for _, t in parts]
+    sums = iter(digest.lane_sums(flat))
+    h.update(_DEVICE_TAG)
+    for i, parts in items:
+        if parts is None:
+            h.update(f"{i}:None;".encode())
+            continue
+        for part, t in parts:
             h.update(f"{i}{part}:{t.dtype}:{tuple(t.shape)};".encode())
-            h.update(_host_bytes(t))
+            h.update(b"".join(v.to_bytes(8, "little") for v in next(sums)))
     return h.hexdigest()
 
 
