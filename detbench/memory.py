@@ -1,14 +1,23 @@
-"""Memory figures of a worker: torch's GPU allocator and the process's host memory."""
+"""Memory figures of a worker: torch's GPU allocator and the process's host memory.
+
+Two uses: the peak memory of every workload (``PeakWatch``: what deterministic algorithms and
+cuDNN's choices cost in memory, beside what they cost in time), and what torch and the OS say
+right after an out-of-memory failure (``memory_figures``).
+"""
 
 from __future__ import annotations
 
 import os
+import resource
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
 GIB = float(1 << 30)
+#: ru_maxrss is in KiB on Linux, in bytes on macOS.
+_MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
 
 def _available_bytes() -> int:
@@ -22,36 +31,130 @@ def _available_bytes() -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def memory_figures(device: torch.device) -> dict[str, int]:
-    """What torch and the OS say about memory right after an out-of-memory failure."""
-    import resource
+def _status_bytes(field: str) -> int | None:
+    """A ``kB`` field of /proc/self/status (VmRSS, VmHWM) in bytes; None off Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    figures = {
-        "process_peak_rss_bytes": int(peak * (1 if sys.platform == "darwin" else 1024)),
+
+def _max_rss_bytes() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * _MAXRSS_UNIT
+
+
+def _reset_peak_rss() -> bool:
+    """Set the process's peak RSS (VmHWM) back to its current RSS, as Linux >= 4.0 allows
+    (``echo 5 > /proc/self/clear_refs``). False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class PeakWatch:
+    """The peak memory of one workload, from ``start()`` to ``stop()``.
+
+    On CUDA: torch's allocator peaks (``max_memory_allocated/reserved``), reset at the start, so
+    each record has its own peak and not the largest of the worker's earlier workloads.
+    On a CPU: the growth of the worker's peak RSS over the workload. Where Linux lets the peak be
+    reset (``/proc/self/clear_refs``) it is reset at the start, and the growth is the workload's
+    own peak above the RSS it started from; elsewhere it is ru_maxrss after minus before, which
+    is 0 when an earlier workload of the same worker peaked higher (``peak_reset`` says which).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.before: dict[str, Any] = {}
+
+    def start(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.before = {"allocated_at_start_bytes": torch.cuda.memory_allocated(self.device)}
+            return
+        reset = _reset_peak_rss()
+        rss = _status_bytes("VmRSS")
+        self.before = {
+            "rss_before_bytes": rss,
+            "peak_reset": reset and rss is not None,
+            "maxrss_before": _max_rss_bytes(),
+        }
+
+    def stop(self) -> tuple[int | None, dict[str, Any]]:
+        """(peak_memory_bytes, memory): the record's two memory fields. Never raises: a figure
+        that cannot be read (a CUDA context lost to an error) is None, with the reason."""
+        try:
+            return self._stop()
+        except Exception as exc:
+            return None, {"error": f"{type(exc).__name__}: {exc}"}
+
+    def _stop(self) -> tuple[int | None, dict[str, Any]]:
+        if self.device.type == "cuda":
+            # The allocator's own counters: readable even when the context is not.
+            peak = int(torch.cuda.max_memory_allocated(self.device))
+            memory = {
+                **self.before,
+                "peak_allocated_bytes": peak,
+                "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(self.device)),
+            }
+            return peak, memory
+        before = dict(self.before)
+        maxrss_before = before.pop("maxrss_before", None)
+        hwm = _status_bytes("VmHWM") if before.get("peak_reset") else None
+        if hwm is not None and before.get("rss_before_bytes") is not None:
+            peak_rss = hwm
+            growth = max(0, hwm - int(before["rss_before_bytes"]))
+        else:
+            peak_rss = _max_rss_bytes()
+            growth = max(0, peak_rss - int(maxrss_before or 0))
+            before["peak_reset"] = False
+        return growth, {**before, "peak_rss_bytes": peak_rss, "rss_growth_bytes": growth}
+
+
+def memory_figures(device: torch.device) -> dict[str, Any]:
+    """What torch and the OS say about memory right after an out-of-memory failure. Each CUDA
+    figure is read on its own: after some CUDA errors the driver answers nothing."""
+    figures: dict[str, Any] = {
+        "process_peak_rss_bytes": _max_rss_bytes(),
         "available_bytes": _available_bytes(),
     }
     if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        figures.update(
-            cuda_allocated_bytes=torch.cuda.memory_allocated(device),
-            cuda_reserved_bytes=torch.cuda.memory_reserved(device),
-            cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(device),
-            cuda_free_bytes=int(free),
-            cuda_total_bytes=int(total),
-        )
+        try:
+            free, total = torch.cuda.mem_get_info(device)
+            figures.update(cuda_free_bytes=int(free), cuda_total_bytes=int(total))
+        except Exception as exc:
+            figures["cuda_mem_get_info_error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            figures.update(
+                cuda_allocated_bytes=torch.cuda.memory_allocated(device),
+                cuda_reserved_bytes=torch.cuda.memory_reserved(device),
+                # The peak since this workload started (PeakWatch reset it).
+                cuda_max_allocated_bytes=torch.cuda.max_memory_allocated(device),
+            )
+        except Exception as exc:
+            figures["cuda_allocator_error"] = f"{type(exc).__name__}: {exc}"
     return figures
 
 
-def describe_memory(f: dict[str, int]) -> str:
+def describe_memory(f: dict[str, Any]) -> str:
     parts = []
-    if "cuda_total_bytes" in f:
-        parts.append(
+    if "cuda_allocated_bytes" in f:
+        gpu = (
             f"GPU: {f['cuda_allocated_bytes'] / GIB:.2f} GiB allocated and "
             f"{f['cuda_reserved_bytes'] / GIB:.2f} GiB reserved by torch (peak "
-            f"{f['cuda_max_allocated_bytes'] / GIB:.2f}), {f['cuda_free_bytes'] / GIB:.2f} GiB "
-            f"free of {f['cuda_total_bytes'] / GIB:.2f} GiB"
+            f"{f['cuda_max_allocated_bytes'] / GIB:.2f})"
         )
+        if "cuda_total_bytes" in f:
+            gpu += (
+                f", {f['cuda_free_bytes'] / GIB:.2f} GiB free of "
+                f"{f['cuda_total_bytes'] / GIB:.2f} GiB"
+            )
+        parts.append(gpu)
     parts.append(
         f"host: worker peak RSS {f['process_peak_rss_bytes'] / GIB:.2f} GiB, "
         f"{f['available_bytes'] / GIB:.1f} GiB available"

@@ -12,7 +12,8 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,8 +25,20 @@ if TYPE_CHECKING:
 
 # Schema history:
 #   1 (detbench 0.1): first version.
-SCHEMA_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+#   2: every record carries ``fingerprint_method`` ("device" | "sha256"; with the "both" option
+#      also ``fingerprint_sha256`` and ``step_fingerprints_sha256``), ``peak_memory_bytes`` and
+#      ``memory`` (the workload's own peak: torch's allocator on CUDA, the RSS growth on a CPU;
+#      an oom adds its figures there), ``precision`` ({"matmul_fp32", "conv_fp32"}: "tf32" or
+#      "ieee", what fp32 ran in), ``mode_position`` (the place of the mode in its replicate's
+#      shuffled order); ``timing`` adds ``budget``, ``ci_low``, ``ci_high``, ``ci_rel``,
+#      ``target_rel``, ``reached_target`` and ``clock``. A failure after the fingerprint pass
+#      keeps the fingerprint; a failed FLOP count gives ``flops_per_step`` None and
+#      ``flops_note``. Version 1 records load with these fields None (``migrate``).
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
+#: Record fields that schema 2 added, None in a migrated version-1 record.
+SCHEMA_2_FIELDS = ("fingerprint_method", "peak_memory_bytes", "memory", "precision",
+                   "mode_position")  # fmt: skip
 
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
@@ -56,6 +69,23 @@ COLUMNS = (
     "device",
     "profile",
     "num_threads",
+    "peak_memory_bytes",
+    "timing_ci_rel",
+    "timing_reached_target",
+    "fingerprint_method",
+    "matmul_fp32",
+    "conv_fp32",
+)
+#: Columns that hold None, not NaN, where a record has no value.
+NONE_NOT_NAN = (
+    "fingerprint",
+    "message",
+    "peak_memory_bytes",
+    "timing_ci_rel",
+    "timing_reached_target",
+    "fingerprint_method",
+    "matmul_fp32",
+    "conv_fp32",
 )
 
 
@@ -129,14 +159,28 @@ def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
                     f"{path}:{lineno}: unknown schema version {version!r} "
                     f"(this detbench reads {', '.join(map(str, SUPPORTED_VERSIONS))})"
                 )
-            yield rec
+            yield migrate(rec)
+
+
+def migrate(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record of any supported version in the current version's shape: the fields a later
+    version added are None in an older record (its ``schema_version`` is kept, so a reader can
+    tell). A version-1 record has no peak memory and no precision; its ``memory``, where
+    present, is an oom's figures, kept."""
+    if rec.get("schema_version") == 1:
+        for name in SCHEMA_2_FIELDS:
+            rec.setdefault(name, None)
+    return rec
 
 
 def load_results(directory: str | Path) -> pd.DataFrame:
     """One row per (workload, mode, replicate) record, with the columns of ``COLUMNS`` first.
 
     Nested fields are kept as Python objects: ``timing`` (raw samples and block size),
-    ``step_fingerprints``, ``phases`` and ``params``.
+    ``step_fingerprints``, ``phases``, ``params``, ``memory`` and ``precision``. Flattened from
+    them: ``iqr``, ``timing_samples``, ``timing_ci_rel`` and ``timing_reached_target`` (from
+    ``timing``), ``matmul_fp32`` and ``conv_fp32`` (from ``precision``); None where a record
+    has no such value (a failure, or a version-1 record).
     """
     import pandas as pd
 
@@ -146,12 +190,17 @@ def load_results(directory: str | Path) -> pd.DataFrame:
         timing = rec.get("timing") or {}
         row["iqr"] = timing.get("iqr")
         row["timing_samples"] = timing.get("samples")
+        row["timing_ci_rel"] = timing.get("ci_rel")
+        row["timing_reached_target"] = timing.get("reached_target")
+        precision = rec.get("precision") or {}
+        row["matmul_fp32"] = precision.get("matmul_fp32")
+        row["conv_fp32"] = precision.get("conv_fp32")
         rows.append(row)
     df = pd.DataFrame(rows)
     for col in COLUMNS:
         if col not in df.columns:
             df[col] = None
-    for col in ("fingerprint", "message"):  # None, not NaN, where there is no value
+    for col in NONE_NOT_NAN:
         df[col] = df[col].astype(object).where(df[col].notna(), None)
     rest = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + rest]
@@ -203,26 +252,90 @@ def _lscpu_field(text: str, name: str) -> str | None:
     return None
 
 
-def host_env() -> dict[str, Any]:
-    """Facts about this host and torch, from ``torch.utils.collect_env`` (no CUDA context made)."""
-    import torch
-    from torch.utils import collect_env
+#: Runs ``torch.utils.collect_env`` in a child process and prints its facts as JSON. collect_env
+#: initialises CUDA (``get_cuda_module_loading_config`` calls ``torch.cuda.init()``, and the GPU
+#: listing reads device properties), which would hold a CUDA context in the runner for the whole
+#: run; in a short-lived child it is gone when the child exits.
+_COLLECT_ENV = """
+import json
+from torch.utils import collect_env
+info = collect_env.get_env_info()._asdict()
+info.pop("pip_packages", None)
+info.pop("conda_packages", None)
+print(json.dumps(info, default=str))
+"""
+COLLECT_ENV_TIMEOUT = 120.0  # seconds: it runs pip and nvidia-smi, each of which can be slow
 
-    info = collect_env.get_env_info()._asdict()
-    # pip/conda package lists are long and not what a reader compares; keep the rest verbatim.
-    info.pop("pip_packages", None)
-    info.pop("conda_packages", None)
-    return {
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_model": _lscpu_field(info.get("cpu_info") or "", "Model name"),
-        "cpu_count": os.cpu_count(),
-        "driver": info.get("nvidia_driver_version"),
-        "collect_env": info,
-    }
+
+def collect_env_later(
+    timeout: float = COLLECT_ENV_TIMEOUT,
+) -> Callable[[], tuple[dict[str, Any], str | None]]:
+    """Start ``torch.utils.collect_env`` in a child process now and return the function that
+    waits for its facts (pip and conda package lists left out): (facts, None), or ({}, why)
+    when the child fails or outlives ``timeout`` seconds. The child takes seconds (it imports
+    torch, runs pip and nvidia-smi), so a caller can start it and do other work meanwhile."""
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _COLLECT_ENV],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    except OSError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        return lambda: ({}, error)
+    started = time.monotonic()
+
+    def result() -> tuple[dict[str, Any], str | None]:
+        try:
+            out, err = proc.communicate(timeout=max(0.0, timeout - (time.monotonic() - started)))
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.communicate()
+            return {}, f"TimeoutExpired: {exc}"
+        if proc.returncode != 0:
+            lines = err.strip().splitlines()
+            return {}, f"exit code {proc.returncode}: {lines[-1] if lines else 'no message'}"
+        try:
+            info = json.loads(out.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError) as exc:
+            return {}, f"unreadable output: {exc}"
+        if not isinstance(info, dict):
+            return {}, "unreadable output: not a JSON object"
+        return info, None
+
+    return result
+
+
+def host_env_later() -> Callable[[], dict[str, Any]]:
+    """``host_env`` started now (its child process runs meanwhile), its facts when called."""
+    collected = collect_env_later()
+
+    def result() -> dict[str, Any]:
+        import torch
+
+        info, error = collected()
+        return {
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_model": _lscpu_field(info.get("cpu_info") or "", "Model name"),
+            "cpu_count": os.cpu_count(),
+            "driver": info.get("nvidia_driver_version"),
+            "collect_env": info,
+            **({"collect_env_error": error} if error else {}),
+        }
+
+    return result
+
+
+def host_env() -> dict[str, Any]:
+    """Facts about this host and torch, from ``torch.utils.collect_env`` run in a child process,
+    so this process makes no CUDA context. Where the child fails, ``collect_env`` is empty and
+    ``collect_env_error`` says why."""
+    return host_env_later()()
 
 
 #: The facts that make two runs comparable, in the order a report lists them.
@@ -231,7 +344,8 @@ ENV_FACTS = ("device", "gpu", "driver", "cuda", "cudnn", "torch", "python", "cpu
 
 def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
     """The environment of a run in a few comparable strings (None where not known): the device,
-    GPU model, NVIDIA driver, CUDA runtime, cuDNN, torch, Python, CPU model and torch's threads."""
+    GPU model, NVIDIA driver, CUDA (the version torch was built with), cuDNN, torch, Python, CPU
+    model and torch's threads."""
     host = env.get("host") or {}
     worker = env.get("worker") or {}
     collected = host.get("collect_env") or {}
@@ -244,7 +358,10 @@ def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
         "device": text(worker.get("device") or (env.get("options") or {}).get("device")),
         "gpu": text(gpu),
         "driver": text(host.get("driver") or collected.get("nvidia_driver_version")),
-        "cuda": text(worker.get("cuda_runtime") or host.get("torch_cuda")),
+        # ``cuda_build``; runs before schema 2 called it ``cuda_runtime``.
+        "cuda": text(
+            worker.get("cuda_build") or worker.get("cuda_runtime") or host.get("torch_cuda")
+        ),
         "cudnn": text(worker.get("cudnn_version")),
         "torch": text(host.get("torch")),
         "python": text(host.get("python")),

@@ -9,8 +9,10 @@
   backward.
 
 Every step returns the loss first (recorded at every step of the fingerprint pass, so a report can
-show where two runs first diverge) and then every parameter after the update: one differing bit
-anywhere in the step shows in the fingerprint.
+show where two runs first diverge), then every parameter after the update, then every buffer
+(BatchNorm's running mean and variance, updated in the forward pass: they do not feed a training
+forward, but they decide every evaluation and checkpoint): one differing bit anywhere in the step
+shows in the fingerprint.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ TRAIN_STEPS = {"quick": 8, "full": 20}
 
 
 def _outputs(loss: torch.Tensor, model: nn.Module) -> list[torch.Tensor]:
-    return [loss.detach(), *(p.detach() for p in model.parameters())]
+    return [
+        loss.detach(),
+        *(p.detach() for p in model.parameters()),
+        *(b.detach() for b in model.buffers()),
+    ]
 
 
 # --- ResNet-18 ---------------------------------------------------------------------------------
@@ -129,11 +135,31 @@ LSTM_LM = {
     "quick": {"batch": 4, "seq": 16, "vocab": 500, "hidden": 64},
     "full": {"batch": 64, "seq": 35, "vocab": 10000, "hidden": 650},  # PTB "medium"
 }
+LSTM_LAYERS = 2
+
+
+def _lstm_lm_flops(ctx: detbench.Context) -> int:
+    """Matrix-multiply FLOPs of one training step, from the shapes, as ``suites/rnn.py`` counts
+    its RNNs: on CUDA with cuDNN the LSTM is one fused op that torch's FLOP counter cannot see
+    into, without cuDNN it is plain matmuls, and the figure must not change with the mode.
+
+    Per token (N * T of them): each LSTM layer does 4 gate projections of its input (H features)
+    and of its hidden state (H): 2 * 4 * H * (H + H) FLOPs; the output layer 2 * H * V. The
+    backward pass computes the gradients of the inputs and of the weights, each as costly as the
+    forward: 3x in all. The embedding lookup and its backward (an index_add), dropout, the loss,
+    gradient clipping and SGD are elementwise or gathers: 0, as in ``torch.utils.flop_counter``.
+    """
+    s = LSTM_LM[ctx.profile]
+    tokens, hidden = s["batch"] * s["seq"], s["hidden"]
+    lstm = LSTM_LAYERS * 2 * 4 * hidden * (hidden + hidden)
+    head = 2 * hidden * s["vocab"]
+    return 3 * tokens * (lstm + head)
 
 
 @detbench.workload(
     suite="training",
     items_per_step={p: s["batch"] * s["seq"] for p, s in LSTM_LM.items()},  # tokens
+    flops_per_step=_lstm_lm_flops,
     loss_output=0,
     fingerprint_steps=TRAIN_STEPS,
     params={"model": "2-layer LSTM LM, dropout 0.5",
@@ -141,7 +167,7 @@ LSTM_LM = {
 )  # fmt: skip
 def lstm_language_model(ctx: detbench.Context) -> Any:
     size = LSTM_LM[ctx.profile]
-    model = LSTMLanguageModel(size["vocab"], size["hidden"], layers=2).to(ctx.device).train()
+    model = LSTMLanguageModel(size["vocab"], size["hidden"], LSTM_LAYERS).to(ctx.device).train()
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     # Next-token prediction on a fixed random batch: (N, T + 1) tokens.
     tokens = torch.randint(0, size["vocab"], (size["batch"], size["seq"] + 1), device=ctx.device)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import WORKLOADS, detbench_cli
+from .conftest import WORKLOADS, detbench_cli, requires_cuda
 
 REPLICATES = 2
 TIMEOUT = 8
@@ -22,9 +22,12 @@ FAULTS = {
     "cpu_out_of_memory": ("oom", "can't allocate memory"),
     "python_memory_error": ("oom", "MemoryError"),
     "cuda_out_of_memory": ("oom", "OutOfMemoryError: CUDA out of memory"),
+    "device_assert": ("error", "fingerprint: IndexError: index 10 is out of bounds"),
     "raises": ("error", "fingerprint: KeyError: \"no such layer: 'fc3'\""),
     "factory_raises": ("error", "build: FileNotFoundError: weights.pt"),
 }
+
+WORKING = ("works_first", "works_after_oom", "works_last")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
 def test_every_record_is_there(run: tuple[Path, list[dict[str, Any]]]) -> None:
     records = run[1]
     keys = [(r["workload"], r["replicate"]) for r in records]
-    assert len(keys) == len(set(keys)) == (len(FAULTS) + 2) * REPLICATES  # none lost, none twice
+    # none lost, none twice
+    assert len(keys) == len(set(keys)) == (len(FAULTS) + len(WORKING)) * REPLICATES
 
 
 @pytest.mark.parametrize("workload", list(FAULTS))
@@ -66,7 +70,7 @@ def test_oom_records_memory_figures(run: tuple[Path, list[dict[str, Any]]]) -> N
 def test_the_working_workloads_are_measured_and_intact(
     run: tuple[Path, list[dict[str, Any]]],
 ) -> None:
-    for name in ("works_first", "works_last"):
+    for name in WORKING:
         recs = [r for r in run[1] if r["workload"] == name]
         assert [r["status"] for r in recs] == ["ok"] * REPLICATES
         assert len({r["fingerprint"] for r in recs}) == 1
@@ -97,3 +101,44 @@ def test_a_crash_names_the_line_that_crashed(run: tuple[Path, list[dict[str, Any
     )
     for rec in (r for r in run[1] if r["workload"] == workload):
         assert expected in rec["message"]
+
+
+# --- on the GPU: a real CUDA out-of-memory and a real device-side assert -----------------------
+
+
+def _cuda_run(out: Path, *only: str) -> list[dict[str, Any]]:
+    proc = detbench_cli(
+        "run", "--workload", str(WORKLOADS / "faults.py"), "--mode", "default",
+        "--replicates", str(REPLICATES), "--budget", "0.05", "--timeout", "120",
+        "--device", "cuda", "--profile", "quick", "--out", str(out), "--no-report",
+        *(arg for name in only for arg in ("--only", f"faults/{name}")),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+@requires_cuda
+def test_a_real_cuda_oom_is_recorded_and_the_worker_goes_on(tmp_path: Path) -> None:
+    records = _cuda_run(tmp_path / "oom", "works_first", "cuda_out_of_memory", "works_after_oom")
+    assert len(records) == 3 * REPLICATES
+    for rec in (r for r in records if r["workload"] == "cuda_out_of_memory"):
+        assert rec["status"] == "oom", rec["message"]
+        assert "OutOfMemoryError: CUDA out of memory" in rec["message"]
+        memory = rec["memory"]
+        assert memory["cuda_total_bytes"] > 0 and memory["cuda_free_bytes"] > 0
+        assert "peak_allocated_bytes" in memory and "GiB free of" in rec["message"]
+    # The next workload, in the same worker (nothing ended it), is measured after the OOM.
+    after = [r for r in records if r["workload"] == "works_after_oom"]
+    assert [r["status"] for r in after] == ["ok"] * REPLICATES
+    assert all(r["device"] == "cuda" and r["peak_memory_bytes"] is not None for r in after)
+
+
+@requires_cuda
+def test_a_device_side_assert_ends_the_worker_and_a_fresh_one_goes_on(tmp_path: Path) -> None:
+    records = _cuda_run(tmp_path / "assert", "works_first", "device_assert", "works_last")
+    assert len(records) == 3 * REPLICATES
+    for rec in (r for r in records if r["workload"] == "device_assert"):
+        assert rec["status"] == "error" and "CUDA" in rec["message"], rec["message"]
+    # Measured by a fresh worker: the one that ran the assert had an unusable CUDA context.
+    last = [r for r in records if r["workload"] == "works_last"]
+    assert [r["status"] for r in last] == ["ok"] * REPLICATES

@@ -101,6 +101,22 @@ def cuda_out_of_memory(ctx: detbench.Context) -> Any:
     return step
 
 
+@detbench.workload(suite="faults", items_per_step=64)
+def works_after_oom(ctx: detbench.Context) -> Any:
+    """Right after the out-of-memory failures: the worker that ran them must still measure."""
+    return _working(ctx, 5.0)
+
+
+@detbench.workload(suite="faults", items_per_step=1)
+def device_assert(ctx: detbench.Context) -> Any:
+    """An index out of range. On a CPU an IndexError; on a GPU a real device-side assert,
+    raised asynchronously, after which the worker's CUDA context is unusable: the worker must
+    hand the workloads after it to a fresh worker."""
+    x = torch.tensor([5.0], device=ctx.device)
+    index = torch.tensor([10], device=ctx.device)
+    return lambda: [x[index]]
+
+
 @detbench.workload(suite="faults", items_per_step=1)
 def raises(ctx: detbench.Context) -> Any:
     """An ordinary bug in a step."""
