@@ -106,6 +106,27 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
     return baseline, text
 
 
+def peak_memory(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
+    """Per (suite, workload, mode): the median over successful replicates of
+    ``peak_memory_bytes`` and its ratio to ``baseline``'s median for the same workload (NaN where
+    either is missing or the baseline's is 0). Empty when no record carries the field (runs
+    before schema 2)."""
+    if "peak_memory_bytes" not in df.columns:
+        return pd.DataFrame()
+    ok = df[df["status"] == "ok"].assign(
+        peak=pd.to_numeric(df["peak_memory_bytes"], errors="coerce")
+    )
+    if ok["peak"].isna().all():
+        return pd.DataFrame()
+    key = ["suite", "workload", "mode"]
+    med = ok.groupby(key, sort=False)["peak"].median().reset_index()
+    base = med[med["mode"] == baseline].set_index(["suite", "workload"])["peak"]
+    base_peak = base.reindex(pd.MultiIndex.from_frame(med[["suite", "workload"]])).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = med["peak"].to_numpy() / np.where(base_peak > 0, base_peak, np.nan)
+    return med.rename(columns={"peak": "peak_memory_bytes"}).assign(memory_ratio=ratio)
+
+
 # --- Costs with confidence intervals -----------------------------------------------------------
 
 #: A replicate is noisy when the IQR of its timing samples exceeds this fraction of their median.

@@ -3,8 +3,9 @@
 Per (workload, mode) found in both runs: the change in throughput from A to B with a 95%
 bootstrap interval and whether it is significant, each run's cost against its own default mode,
 and any change of verdict. The runs' environments are compared first, and every difference in
-GPU, driver, CUDA, cuDNN or torch is a warning: it is usually what the comparison is for, but the
-reader must know which of them changed.
+GPU, driver, CUDA, cuDNN or torch, SM count, MIG mode, clocks or power limit is a warning, as is
+a GPU that throttled during either run: a difference is usually what the comparison is for, but
+the reader must know which of them changed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench import analysis
+from detbench import analysis, quality
 from detbench.modes import DEFAULT_MODE
 from detbench.results import ENV_FACTS, env_facts, load_env, load_results
 
@@ -54,6 +55,7 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int 
     if facts_a["device"] != facts_b["device"]:
         warnings.insert(0, f"the runs are on different devices: {facts_a['device']} (A) vs "
                            f"{facts_b['device']} (B)")  # fmt: skip
+    warnings += gpu_warnings(env_a, env_b, same_model=facts_a["gpu"] == facts_b["gpu"])
     prof_a = (env_a.get("options") or {}).get("profile")
     prof_b = (env_b.get("options") or {}).get("profile")
     if prof_a != prof_b:
@@ -117,6 +119,41 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int 
             f"are not compared on throughput: {', '.join(sorted(differing_params))}"
         )
     return Comparison(a, b, facts_a, facts_b, pd.DataFrame(rows), warnings, only_a, only_b)
+
+
+#: GPU facts of env.json compared beyond ``WARN_FACTS``: (where, key, words, unit). ``where`` is
+#: "worker" (env["worker"]) or "state" (the run's GPU in the gpu_state snapshot before the run,
+#: else after it).
+GPU_FACTS = (
+    ("worker", "sm_count", "SM count (cuBLAS promises the same bits only on the same count)", ""),
+    ("worker", "mig_mode", "MIG mode", ""),
+    ("state", "max_sm_clock_mhz", "maximum SM clock", " MHz"),
+    ("state", "power_limit_w", "power limit", " W"),
+)
+
+
+def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool) -> list[str]:
+    """Differences in the GPUs themselves (SM count, MIG, clocks, power limit, the physical GPU
+    where the model is the same) and any throttling during either run. A fact recorded in only
+    one run (an older run, or no NVML) is unknown, not a difference."""
+    out: list[str] = []
+    worker_a, worker_b = env_a.get("worker") or {}, env_b.get("worker") or {}
+    state_a = quality.gpu_snapshot(env_a, "before") or quality.gpu_snapshot(env_a, "after") or {}
+    state_b = quality.gpu_snapshot(env_b, "before") or quality.gpu_snapshot(env_b, "after") or {}
+    for where, key, words, unit in GPU_FACTS:
+        a, b = (worker_a, worker_b) if where == "worker" else (state_a, state_b)
+        va, vb = a.get(key), b.get(key)
+        if va is not None and vb is not None and va != vb:
+            out.append(f"the runs differ in {words}: {va}{unit} (A) vs {vb}{unit} (B)")
+    uuid_a, uuid_b = worker_a.get("gpu_uuid"), worker_b.get("gpu_uuid")
+    if same_model and uuid_a and uuid_b and uuid_a != uuid_b:
+        out.append(f"the runs are on two different GPUs of the same model: {uuid_a} (A) vs "
+                   f"{uuid_b} (B)")  # fmt: skip
+    for name, env in (("A", env_a), ("B", env_b)):
+        lines = quality.throttle_lines(env)
+        if lines:
+            out.append(f"the GPU of run {name} throttled during the run: " + "; ".join(lines))
+    return out
 
 
 def _params(g: pd.DataFrame) -> str:
@@ -201,7 +238,7 @@ def to_text(c: Comparison) -> str:
 
 
 def to_markdown(c: Comparison) -> str:
-    from detbench.report import _md_text
+    from detbench.render import md_text as _md_text
 
     lines = [
         "# detbench comparison",

@@ -12,7 +12,10 @@ from detbench.results import ResultWriter, write_json_atomic
 
 
 def record(workload: str, mode: str, rep: int, fingerprint: str | None, samples: list[float],
-           status: str = "ok", suite: str = "s", **extra: Any) -> dict[str, Any]:  # fmt: skip
+           status: str = "ok", suite: str = "s", timing: dict[str, Any] | None = None,
+           **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """A record as a worker writes it; ``timing`` adds keys to its timing dict (schema 2's
+    adaptive timing: ``ci_rel``, ``reached_target``, ...), ``extra`` adds fields."""
     m = get_mode(mode)
     median = float(np.median(samples)) if samples else None
     iqr = float(np.subtract(*np.percentile(samples, [75, 25]))) if samples else None
@@ -28,17 +31,19 @@ def record(workload: str, mode: str, rep: int, fingerprint: str | None, samples:
         "max_abs_diff": None,
         "params": {"n": 1},
         "timing": None if not samples else {
-            "samples": samples, "iqr": iqr, "number_per_block": 1,
+            "samples": samples, "iqr": iqr, "number_per_block": 1, **(timing or {}),
         },
         **extra,
     }  # fmt: skip
 
 
 def env(gpu: str | None = "GPU model A", torch: str = "2.11.0", driver: str = "570.1",
-        cuda: str = "12.8", cudnn: int = 91000, profile: str = "full"
-        ) -> dict[str, Any]:  # fmt: skip
-    """An env.json as a run writes it, with the facts a comparison looks at."""
-    return {
+        cuda: str = "12.8", cudnn: int = 91000, profile: str = "full",
+        worker: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """An env.json as a run writes it, with the facts a comparison looks at; ``worker`` adds
+    worker facts (``sm_count``, ``gpu_uuid``, ...), ``extra`` top-level keys (``gpu_state``,
+    ``mode_order``, ...)."""
+    doc: dict[str, Any] = {
         "schema_version": 1,
         "started_utc": "2026-11-23T00:00:00Z",
         "finished_utc": "2026-11-23T00:10:00Z",
@@ -50,6 +55,22 @@ def env(gpu: str | None = "GPU model A", torch: str = "2.11.0", driver: str = "5
         "options": {"profile": profile, "replicates": 3, "modes": ["default", "det-algos"],
                     "seed": 0, "fingerprint_steps": 3, "warmup_steps": 5, "min_run_time": 1.0},
         "run_stats": {"records": 0, "wall": 1.0},
+    }  # fmt: skip
+    doc["worker"].update(worker or {})
+    doc.update(extra)
+    return doc
+
+
+def gpu(sm_clock: float = 1980, max_sm_clock: float = 1980, power_limit: float = 700.0,
+        power_draw: float = 80.0, temperature: float = 35, reasons: tuple[str, ...] = (),
+        uuid: str = "GPU-0000", name: str = "GPU model A", index: int = 0
+        ) -> dict[str, Any]:  # fmt: skip
+    """One GPU in a ``gpu_state`` snapshot, with the keys ``detbench.gpustate`` records."""
+    return {
+        "index": index, "name": name, "uuid": uuid, "driver": "570.1", "sm_clock_mhz": sm_clock,
+        "mem_clock_mhz": 2619, "max_sm_clock_mhz": max_sm_clock, "power_limit_w": power_limit,
+        "power_draw_w": power_draw, "temperature_c": temperature,
+        "throttle_reasons": list(reasons), "violation_ns": {},
     }  # fmt: skip
 
 
@@ -74,3 +95,53 @@ def fast_and_same(replicate: int) -> list[dict[str, Any]]:
         record("same", "default", r, "x", [0.004] * 5),
         record("same", "det-algos", r, "x", [0.004] * 5),
     ]
+
+
+MIB = 1 << 20
+TF32 = {"matmul_fp32": "tf32", "conv_fp32": "tf32"}
+#: cuDNN off: convolutions fall back to full fp32 while matmuls stay in TF32.
+NO_CUDNN = {"matmul_fp32": "tf32", "conv_fp32": "ieee"}
+#: The adaptive stopping rule of every record of ``gpu_run``.
+RULE = {"target_rel": 0.01, "budget": 2.0, "min_samples": 5, "warmup_steps": 5,
+        "clock": "cuda-event"}  # fmt: skip
+
+
+def gpu_run() -> list[dict[str, Any]]:
+    """Three replicates of two workloads of suite ``s`` on a GPU, in schema 2, with every number
+    known:
+
+    - seconds per step (constant samples): ``conv`` 0.010 by default, 0.020, 0.020, 0.040 in
+      replicates 0-2 under det-algos, 0.010 under no-cudnn; ``mm`` 0.004 by default, 0.004,
+      0.008, 0.004 under det-algos, 0.004 under no-cudnn. Within each replicate det-algos's
+      geometric mean relative throughput is sqrt(0.5 x 1) = 0.707, sqrt(0.5 x 0.5) = 0.5 and
+      sqrt(0.25 x 1) = 0.5; pooled (ratio of medians) sqrt(0.5 x 1) = 0.707.
+    - peak memory (median over replicates): ``conv`` 100 MiB by default, 150 MiB det-algos
+      (1.50x), 250 MiB no-cudnn (2.50x); ``mm`` 1 GiB by default, 1.5 GiB det-algos (1.50x).
+    - precision: TF32 everywhere except convolutions under no-cudnn (full fp32).
+    - timing: target +-1%, budget 2 s; two records hit the budget first (``conv`` det-algos
+      replicate 2 and ``mm`` no-cudnn replicate 1, ci_rel 0.025); the others reached it with
+      ci_rel 0.004 (default), 0.008 (det-algos) and 0.006 (no-cudnn).
+    """
+    secs = {
+        ("conv", "default"): [0.010] * 3, ("conv", "det-algos"): [0.020, 0.020, 0.040],
+        ("conv", "no-cudnn"): [0.010] * 3, ("mm", "default"): [0.004] * 3,
+        ("mm", "det-algos"): [0.004, 0.008, 0.004], ("mm", "no-cudnn"): [0.004] * 3,
+    }  # fmt: skip
+    peak = {
+        ("conv", "default"): [100, 100, 120], ("conv", "det-algos"): [150, 140, 160],
+        ("conv", "no-cudnn"): [250, 250, 250], ("mm", "default"): [1024, 1024, 1024],
+        ("mm", "det-algos"): [1536, 1536, 1536], ("mm", "no-cudnn"): [1024, 1024, 1024],
+    }  # fmt: skip
+    ci = {"default": 0.004, "det-algos": 0.008, "no-cudnn": 0.006}
+    missed = {("conv", "det-algos", 2), ("mm", "no-cudnn", 1)}
+    out = []
+    for r in range(3):
+        for (w, mode), s in secs.items():
+            late = (w, mode, r) in missed
+            timing = {**RULE, "ci_rel": 0.025 if late else ci[mode], "reached_target": not late}
+            out.append(record(
+                w, mode, r, f"{w}-{mode}", [s[r]] * 5, timing=timing,
+                peak_memory_bytes=peak[(w, mode)][r] * MIB,
+                precision=NO_CUDNN if mode == "no-cudnn" else TF32, fingerprint_method="device",
+            ))  # fmt: skip
+    return out

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from detbench.compare import compare, to_markdown, to_text
 
 from .conftest import detbench_cli
-from .synthetic import env, record, write_run
+from .synthetic import env, gpu, record, write_run
 
 
 @pytest.fixture
@@ -117,3 +120,60 @@ def test_cli_compare_missing_directory(runs: tuple[Path, Path], tmp_path: Path) 
     proc = detbench_cli("compare", str(runs[0]), str(tmp_path / "nope"))
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"detbench: error: no such results directory: {tmp_path / 'nope'}"
+
+
+def gpu_env(sm_count: int, uuid: str, max_clock: float, power_limit: float,
+            reasons: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """A run on 'GPU model A' with a recorded SM count, UUID and GPU state."""
+    state = {
+        "source": "nvml", "reason": None,
+        "before": [gpu(uuid=uuid, max_sm_clock=max_clock, power_limit=power_limit)],
+        "after": [gpu(uuid=uuid, max_sm_clock=max_clock, power_limit=power_limit,
+                      reasons=reasons)],
+    }  # fmt: skip
+    return env(worker={"sm_count": sm_count, "gpu_uuid": uuid}, gpu_state=state)
+
+
+def test_different_gpus_of_one_model(tmp_path: Path) -> None:
+    """Same model, driver and torch, but another card: fewer SMs (a cut-down part), a lower
+    clock ceiling and power limit. Each is a warning; the model is not."""
+    recs = [record("w", "default", r, "x", [0.01] * 3) for r in range(2)]
+    a = write_run(tmp_path / "a", recs, gpu_env(132, "GPU-aaaa", 1980, 700.0))
+    b = write_run(tmp_path / "b", recs, gpu_env(114, "GPU-bbbb", 1755, 350.0))
+    assert compare(a, b).warnings == [
+        "the runs differ in SM count (cuBLAS promises the same bits only on the same count): "
+        "132 (A) vs 114 (B)",
+        "the runs differ in maximum SM clock: 1980 MHz (A) vs 1755 MHz (B)",
+        "the runs differ in power limit: 700.0 W (A) vs 350.0 W (B)",
+        "the runs are on two different GPUs of the same model: GPU-aaaa (A) vs GPU-bbbb (B)",
+    ]
+
+
+def test_same_gpu_and_an_old_run_without_gpu_facts(tmp_path: Path) -> None:
+    """A fact recorded in one run only (an older run) is unknown, not a difference."""
+    recs = [record("w", "default", r, "x", [0.01] * 3) for r in range(2)]
+    a = write_run(tmp_path / "a", recs, gpu_env(132, "GPU-aaaa", 1980, 700.0))
+    b = write_run(tmp_path / "b", recs, gpu_env(132, "GPU-aaaa", 1980, 700.0))
+    old = write_run(tmp_path / "old", recs, env())
+    assert compare(a, b).warnings == []
+    assert compare(a, old).warnings == []
+
+
+def test_a_run_whose_gpu_throttled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare passes each run's GPU state to ``detbench.gpustate.throttled`` (a stand-in here
+    that says which run's state it saw; the module's own rules are tested with it)."""
+
+    def throttled(state: dict[str, Any], uuid: str | None = None) -> list[str]:
+        reasons = state["after"][0]["throttle_reasons"]
+        return [f"{uuid} ended with {', '.join(reasons)}"] if reasons else []
+
+    module = types.ModuleType("detbench.gpustate")
+    module.throttled = throttled  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "detbench.gpustate", module)
+    recs = [record("w", "default", r, "x", [0.01] * 3) for r in range(2)]
+    a = write_run(tmp_path / "a", recs, gpu_env(132, "GPU-aaaa", 1980, 700.0))
+    b = write_run(tmp_path / "b", recs,
+                  gpu_env(132, "GPU-aaaa", 1980, 700.0, reasons=("hw_slowdown",)))  # fmt: skip
+    assert compare(a, b).warnings == [
+        "the GPU of run B throttled during the run: GPU-aaaa ended with hw_slowdown"
+    ]

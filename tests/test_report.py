@@ -17,6 +17,7 @@ import pytest
 
 import detbench
 from detbench.analysis import verdicts
+from detbench.results import SUPPORTED_VERSIONS
 
 from .conftest import WORKLOADS, detbench_cli
 
@@ -158,7 +159,9 @@ def test_report_is_rewritten_identically(run: tuple[Path, str]) -> None:
         ),
         (
             '{"schema_version": 99}\n',
-            "{d}/results.jsonl:1: unknown schema version 99 (this detbench reads 1)",
+            "{d}/results.jsonl:1: unknown schema version 99 (this detbench reads "
+            + ", ".join(map(str, SUPPORTED_VERSIONS))
+            + ")",
         ),
     ],
 )

@@ -1,0 +1,295 @@
+"""The report's sections on memory, precision, timing quality, drift and GPU state, from a
+schema-2 result set with every number known (``synthetic.gpu_run``), and an old run (the
+published CPU quick run, read only) that lacks those fields."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import detbench
+from detbench import analysis, quality
+from detbench.render import Table, md_text, to_markdown
+from detbench.report import build_blocks, write_report
+
+from .conftest import ROOT
+from .synthetic import MIB, RULE, env, fast_and_same, gpu, gpu_run, write_run
+
+PUBLISHED = ROOT / "results" / "20261123-002720-cpu-quick"
+
+#: The GPU before and after the run: its SM clock fell from 1980 to 1755 MHz while it heated.
+STATE = {
+    "source": "nvml",
+    "reason": None,
+    "before": [gpu(uuid="GPU-other"), gpu(uuid="GPU-0000", index=1)],
+    "after": [
+        gpu(uuid="GPU-other"),
+        gpu(
+            sm_clock=1755, power_draw=690, temperature=83, reasons=("sw_thermal_slowdown",), index=1
+        ),
+    ],
+}
+
+
+def gpu_env(**extra: Any) -> dict[str, Any]:
+    worker = {"cuda_build": "12.8", "cuda_runtime": None, "sm_count": 132,
+              "gpu_uuid": "GPU-0000", "mig_mode": "disabled"}  # fmt: skip
+    doc = env(worker=worker, cuda="12.4", **extra)  # the host's figure: cuda_build wins
+    doc["options"]["modes"] = ["default", "det-algos", "no-cudnn"]
+    return doc
+
+
+def markdown(directory: Path, records: list[dict[str, Any]], env_doc: dict[str, Any]) -> str:
+    """The report's Markdown for a result set, without plots (they are tested elsewhere)."""
+    write_run(directory, records, env_doc)
+    df = detbench.load_results(directory)
+    return to_markdown(build_blocks(df, env_doc, []), directory)
+
+
+def section(md: str, heading: str) -> str:
+    """The text from ``heading`` (a whole line) to the next heading of the same or a higher
+    level."""
+    level = heading.split()[0]
+    lines = md.splitlines()
+    start = lines.index(heading)
+    end = next(
+        (i for i in range(start + 1, len(lines))
+         if lines[i].startswith("#") and len(lines[i].split()[0]) <= len(level)),
+        len(lines),
+    )  # fmt: skip
+    return "\n".join(lines[start:end]).rstrip("\n")
+
+
+def test_peak_memory_and_its_ratio(tmp_path: Path) -> None:
+    write_run(tmp_path, gpu_run())
+    m = analysis.peak_memory(detbench.load_results(tmp_path)).set_index(["workload", "mode"])
+    assert m.loc[("conv", "default"), "peak_memory_bytes"] == 100 * MIB  # median of 100, 100, 120
+    assert m.loc[("conv", "det-algos"), "memory_ratio"] == 1.5  # 150 / 100
+    assert m.loc[("conv", "no-cudnn"), "memory_ratio"] == 2.5
+    assert m.loc[("mm", "det-algos"), "memory_ratio"] == 1.5  # 1.5 GiB / 1 GiB
+
+
+def test_memory_columns(tmp_path: Path) -> None:
+    md = markdown(tmp_path, gpu_run(), gpu_env())
+    assert "| peak memory (median) | memory vs default |" in md
+    assert "| conv | det-algos | reproducible | 3/3 | – | 500 | 0.500 |" in md
+    rows = [line for line in md.splitlines() if line.startswith(("| conv |", "| mm |"))]
+    assert [r.split(" | ")[-2:] for r in rows if r.count("|") == 13] == [
+        ["100 MiB", "1.00 |"], ["150 MiB", "1.50 |"], ["250 MiB", "2.50 |"],
+        ["1.00 GiB", "1.00 |"], ["1.50 GiB", "1.50 |"], ["1.00 GiB", "1.00 |"],
+    ]  # fmt: skip
+    # The per-workload recommendation: the default mode (every mode is reproducible here).
+    assert "| conv | default | 1.00x | 0% | default | 1.00x |" in md
+
+
+def test_a_zero_baseline_peak_has_no_ratio(tmp_path: Path) -> None:
+    """On a CPU a workload's peak RSS growth can be 0 (an earlier workload set the peak): its
+    ratio is undefined, not infinite."""
+    recs = gpu_run()
+    for r in recs:
+        if r["mode"] == "default" and r["workload"] == "conv":
+            r["peak_memory_bytes"] = 0
+    m = analysis.peak_memory(detbench.load_results(write_run(tmp_path, recs)))
+    conv = m[(m["workload"] == "conv") & (m["mode"] == "det-algos")].iloc[0]
+    assert conv["memory_ratio"] != conv["memory_ratio"]  # NaN
+
+
+def test_precision_of_the_baseline_and_the_mixed_precision_warning(tmp_path: Path) -> None:
+    md = markdown(tmp_path, gpu_run(), gpu_env())
+    assert (
+        "Precision of the baseline: the default mode ran float32 matmuls in TF32 and "
+        "convolutions in TF32 (as each record says;"
+    ) in md
+    assert (
+        "- The modes did not all run float32 in the same precision: matmuls in TF32 and "
+        "convolutions in TF32 under default, det-algos; matmuls in TF32 and convolutions in "
+        "full fp32 (IEEE) under no-cudnn. A throughput ratio between these groups mixes the "
+        "cost of precision with the cost of determinism"
+    ) in md
+
+
+def test_same_precision_everywhere_no_warning(tmp_path: Path) -> None:
+    recs = [r for r in gpu_run() if r["mode"] != "no-cudnn"]
+    md = markdown(tmp_path, recs, gpu_env())
+    assert "did not all run float32 in the same precision" not in md
+    assert "the default mode ran float32 matmuls in TF32 and convolutions in TF32" in md
+
+
+def test_timing_quality_counts_the_records_that_hit_the_budget(tmp_path: Path) -> None:
+    md = markdown(tmp_path, gpu_run(), gpu_env(run_stats={"wall": 1.0, "timing_target_missed": 2}))
+    # 18 timed records: 2 at 0.025, the others at 0.004 (6), 0.006 (5) and 0.008 (5).
+    assert "| s | 18 | 16 | 2 | ±0.6% | ±2.5% |" in section(md, "### Timing")
+    assert "The runner counted 2 records that hit the budget first" in md
+    assert (
+        "- 2 of 18 timed records hit the timing budget (2.0 s) before the 95% interval of their "
+        "median step time reached ±1%"
+    ) in md
+    assert (
+        "- Timing: after 5 warm-up steps, samples (clock: cuda-event) until the 95% interval of "
+        "the median step time is within ±1% of the median, with at least 5 samples and at most "
+        "2.0 s of sampling;"
+    ) in md
+
+
+def test_every_record_reached_its_target(tmp_path: Path) -> None:
+    recs = gpu_run()
+    for r in recs:
+        r["timing"].update(reached_target=True, ci_rel=0.004)
+    md = markdown(tmp_path, recs, gpu_env())
+    assert "| s | 18 | 18 | 0 | ±0.4% | ±0.4% |" in md
+    assert "hit the timing budget" not in md
+    assert "The runner counted" not in md  # no run_stats.timing_target_missed
+
+
+def test_spread_across_replicates(tmp_path: Path) -> None:
+    order = {"seed": 7, "replicates": [["det-algos", "default", "no-cudnn"]] * 3}
+    md = markdown(tmp_path, gpu_run(), gpu_env(mode_order=order))
+    spread = section(md, "### Spread across replicates")
+    assert "shuffled order in each replicate (seed 7)" in spread
+    # Within replicates 0, 1, 2: sqrt(0.5 x 1), sqrt(0.5 x 0.5), sqrt(0.25 x 1); pooled:
+    # sqrt(0.5 x 1) from the medians over replicates.
+    assert "| s | det-algos | 0.707 | 0.500 | 0.707 | 1.41x | 0: 0.707, 1: 0.500, 2: 0.500 | 2 |" \
+        in spread  # fmt: skip
+    assert "| s | no-cudnn | 1.000 | 1.000 | 1.000 | 1.00x |" in spread
+    assert "| s | default |" not in spread  # 1 by construction
+    assert "modes run in a shuffled order within each (seed 7; env.json mode\\_order)" in md
+
+
+def test_spread_min_max_exact(tmp_path: Path) -> None:
+    write_run(tmp_path, gpu_run())
+    s = quality.replicate_spread(detbench.load_results(tmp_path)).set_index("mode")
+    det = s.loc["det-algos"]
+    assert det["min"] == pytest.approx(0.5) and det["max"] == pytest.approx(0.5**0.5)
+    assert det["pooled"] == pytest.approx(0.5**0.5)
+    assert det["per_replicate"] == pytest.approx({0: 0.5**0.5, 1: 0.5, 2: 0.5})
+
+
+def test_spread_needs_every_replicate(tmp_path: Path) -> None:
+    """A workload missing from one replicate is left out of every replicate's mean, so the
+    replicates are compared over the same workloads."""
+    recs = [r for r in gpu_run() if not (r["workload"] == "mm" and r["replicate"] == 2)]
+    write_run(tmp_path, recs)
+    det = quality.replicate_spread(detbench.load_results(tmp_path)).set_index("mode")
+    assert det.loc["det-algos", "workloads"] == 1
+    assert det.loc["det-algos", "per_replicate"] == pytest.approx({0: 0.5, 1: 0.5, 2: 0.25})
+
+
+def test_gpu_state_in_the_environment(tmp_path: Path) -> None:
+    md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
+    envt = section(md, "## Environment")
+    for row in (
+        "| cuda | 12.8 |", "| SM count | 132 |", "| GPU UUID | GPU-0000 |",
+        "| MIG mode | disabled |", "| GPU state (before → after the run) | from nvml |",
+        "| SM clock | 1980 → 1755 MHz (max 1980 MHz) |", "| memory clock | 2619 MHz |",
+        "| power limit | 700 W |", "| power draw | 80 → 690 W |",
+        "| temperature | 35 → 83 °C |", "| throttle reasons | none → sw\\_thermal\\_slowdown |",
+    ):  # fmt: skip
+        assert row in envt, row
+
+
+def test_gpu_state_not_recorded(tmp_path: Path) -> None:
+    state = {"source": None, "reason": "no NVML", "before": None, "after": None}
+    md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=state))
+    assert "| GPU state | not recorded (no NVML) |" in md
+    md = markdown(tmp_path / "old", gpu_run(), gpu_env())  # a CUDA run from before gpu_state
+    assert "| GPU state | not recorded |" in md
+
+
+def test_inherited_cublas_config_and_the_baseline_that_ran_with_it(tmp_path: Path) -> None:
+    doc = gpu_env()
+    doc["options"]["inherited_cublas_workspace_config"] = ":4096:8"
+    recs = gpu_run()
+    for r in recs:
+        r["cublas_workspace_config"] = ":4096:8"
+    md = markdown(tmp_path, recs, doc)
+    assert "| CUBLAS\\_WORKSPACE\\_CONFIG in the shell that started the run | :4096:8 |" in md
+    assert "- The default mode ran with CUBLAS\\_WORKSPACE\\_CONFIG=:4096:8: the baseline" in md
+
+
+def test_throttle_warning_from_gpustate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report words ``detbench.gpustate.throttled``'s lines as a warning (its own logic is
+    tested with the module; here a stand-in returns known lines for a known state)."""
+    seen: list[Any] = []
+
+    def throttled(state: dict[str, Any], uuid: str | None = None) -> list[str]:
+        seen.append((state, uuid))
+        return ["GPU-0000: sw_thermal_slowdown after the run", "SM clock 1980 -> 1755 MHz"]
+
+    module = types.ModuleType("detbench.gpustate")
+    module.throttled = throttled  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "detbench.gpustate", module)
+    md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
+    assert seen and seen[0] == (STATE, "GPU-0000")  # the run's GPU, not every GPU
+    assert (
+        "- The GPU throttled during the run, so modes measured while it did look slower than "
+        "they are (see the GPU state under Environment): GPU-0000: sw\\_thermal\\_slowdown after "
+        "the run; SM clock 1980 -&gt; 1755 MHz"
+    ) in md
+
+
+def test_throttle_warning_with_the_real_module(tmp_path: Path) -> None:
+    gpustate = pytest.importorskip("detbench.gpustate")
+    lines = gpustate.throttled(STATE, uuid="GPU-0000")
+    assert lines, "sw_thermal_slowdown was active when the run ended"
+    md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
+    warning = next(x for x in md.splitlines() if x.startswith("- The GPU throttled"))
+    assert warning.endswith(md_text("; ".join(lines)))
+
+
+def test_without_gpustate_no_throttle_warning(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setitem(sys.modules, "detbench.gpustate", None)  # import raises ImportError
+    md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
+    assert "throttled during the run" not in md
+    assert "| SM clock | 1980 → 1755 MHz (max 1980 MHz) |" in md
+
+
+def test_schema_1_records_have_no_new_sections(tmp_path: Path) -> None:
+    md = markdown(tmp_path, [x for r in range(3) for x in fast_and_same(r)], env(gpu=None))
+    for absent in ("peak memory", "Precision of the baseline", "### Timing", "GPU state",
+                   "SM count", "hit the timing budget"):  # fmt: skip
+        assert absent not in md, absent
+    assert "| s | det-algos | 0.707 | 0.707 | 0.707 | 1.00x |" in md  # the spread still shows
+    assert "same order in every replicate (this run predates shuffling)" in md
+    assert "sha256 taken over the dtype" in md and "blocked\\_autorange" in md
+
+
+def test_rule_is_read_from_the_records(tmp_path: Path) -> None:
+    write_run(tmp_path, gpu_run())
+    rule = quality.stopping_rule(detbench.load_results(tmp_path), {})
+    assert rule == {k: [v] for k, v in RULE.items()}
+
+
+def strip_new(md: str) -> str:
+    """``md`` without the sections an old run gains from this version of the report."""
+    if "## Measurement quality" not in md:
+        return md
+    return md.replace(section(md, "## Measurement quality") + "\n\n", "")
+
+
+@pytest.mark.skipif(not (PUBLISHED / "results.jsonl").is_file(), reason="no published run")
+def test_published_old_run_regenerates_unchanged_but_for_the_new_sections(tmp_path: Path) -> None:
+    """The published CPU quick run (schema 1, no memory, precision, adaptive timing or GPU
+    state) renders in a copy: its report is the published one plus the spread across
+    replicates, and nothing else changed."""
+    d = tmp_path / "run"
+    shutil.copytree(PUBLISHED, d)
+    md_path, _ = write_report(d)
+    md = md_path.read_text()
+    spread = section(md, "### Spread across replicates")
+    assert "| training | no-cudnn | 1.064 | 0.854 | 1.291 | 1.51x |" in spread
+    assert "### Timing" not in md and "peak memory" not in md
+    assert strip_new(md) == strip_new((PUBLISHED / "report.md").read_text())
+
+
+def test_tables_have_as_many_cells_as_headers(tmp_path: Path) -> None:
+    write_run(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
+    df = detbench.load_results(tmp_path)
+    for block in build_blocks(df, gpu_env(gpu_state=STATE), []):
+        if isinstance(block, Table):
+            assert all(len(row) == len(block.header) for row in block.rows), block.header
