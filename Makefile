@@ -4,11 +4,15 @@ SHELL := /bin/bash
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 ARGS ?=
 
-.PHONY: bench test lint bench-matrix pytest-bench clean-venv
+.PHONY: bench test lint gpu-check bench-matrix pytest-bench clean-venv
 
 ## bench: the main job: every suite x every mode x 3 replicates (cuda/full on a GPU, else cpu/quick)
 bench:
 	@py=$$(tools/python) && $$py -m detbench run $(ARGS)
+
+## gpu-check: the first command on a new GPU host: one small workload per suite on CUDA, in plain words
+gpu-check:
+	@py=$$(tools/python) && $$py -m detbench gpu-check $(ARGS)
 
 ## test: the test suite (CUDA tests skip without a GPU)
 test:

@@ -15,8 +15,9 @@ import io
 from pathlib import Path
 from typing import Any
 
+from detbench.config import RunConfig
 from detbench.modes import MODES
-from detbench.runner import RunConfig, Runner, prepare
+from detbench.runner import Runner, prepare
 
 
 def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:

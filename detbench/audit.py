@@ -165,7 +165,7 @@ def _select(target: str) -> tuple[Path, list[str]]:
 
 
 def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
-    from detbench.runner import PACKAGE_ROOT
+    from detbench.config import PACKAGE_ROOT
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
@@ -187,9 +187,10 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
     import torch
 
     from detbench.analysis import verdicts
+    from detbench.config import RunConfig, validate
     from detbench.modes import get_mode
     from detbench.results import load_results
-    from detbench.runner import RunConfig, prepare, validate
+    from detbench.runner import prepare
 
     source, keys = _select(target)
     cuda = torch.cuda.is_available()
@@ -199,7 +200,7 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
     config = RunConfig(
         out=run_dir, workload_files=[source], only=keys, replicates=replicates,
         modes=[get_mode("default"), get_mode(DETERMINISTIC_MODE)], profile="quick",
-        device=device, min_run_time=0.05,
+        device=device, budget=0.05,
     )  # fmt: skip
     validate(config, cuda)
     runner = prepare(config, stream)

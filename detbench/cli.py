@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from detbench.errors import DetbenchError
-from detbench.modes import MODES, get_mode
+from detbench.modes import CUBLAS_ENV, MODES, get_mode
+
+if TYPE_CHECKING:
+    from detbench.config import RunConfig
+    from detbench.runner import Runner
+    from detbench.schedule import Estimate
 
 
 class UserError(DetbenchError):
@@ -31,7 +38,7 @@ def _cmd_modes(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> list:
-    from detbench.runner import RunConfig, resolve_sources
+    from detbench.config import RunConfig, resolve_sources
 
     config = RunConfig(
         out=Path("."),
@@ -72,14 +79,10 @@ def _default_out(device: str, profile: str) -> Path:
     return Path("results") / f"{stamp}-{device}-{profile}"
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    import torch
+def _run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
+    """The run the options ask for (``--resume``: the run in DIR, with its own options)."""
+    from detbench.config import DEFAULT_TIMEOUT, STARTUP_TIMEOUT, RunConfig, resume_config
 
-    from detbench.analysis import recommendation_text, summary_table
-    from detbench.results import RESULTS_FILE, load_results
-    from detbench.runner import RunConfig, prepare, resume_config, validate
-
-    cuda = torch.cuda.is_available()
     if args.resume is not None:
         given = [
             f"--{name.replace('_', '-')}" for name in RUN_OPTIONS if getattr(args, name) is not None
@@ -88,29 +91,47 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise UserError(
                 f"--resume continues a run with its own options; give no {given[0]} with it"
             )
-        config = resume_config(Path(args.resume))
-    else:
-        device = args.device or ("cuda" if cuda else "cpu")
-        profile = args.profile or ("full" if device == "cuda" else "quick")
-        modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
-        if len({m.name for m in modes}) != len(modes):
-            raise UserError("a --mode is given twice")
-        config = RunConfig(
-            out=Path(args.out) if args.out else _default_out(device, profile),
-            suites=args.suite or [],
-            workload_files=[Path(f) for f in args.workload or []],
-            modes=modes,
-            replicates=3 if args.replicates is None else args.replicates,
-            profile=profile,
-            device=device,
-            seed=args.seed if args.seed is not None else 0,
-            min_run_time=args.min_run_time,
-            timeout=args.timeout,
-            only=args.only,
-        )
+        return resume_config(Path(args.resume))
+    device = args.device or ("cuda" if cuda else "cpu")
+    profile = args.profile or ("full" if device == "cuda" else "quick")
+    modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
+    if len({m.name for m in modes}) != len(modes):
+        raise UserError("a --mode is given twice")
+    return RunConfig(
+        out=Path(args.out) if args.out else _default_out(device, profile),
+        suites=args.suite or [],
+        workload_files=[Path(f) for f in args.workload or []],
+        modes=modes,
+        replicates=3 if args.replicates is None else args.replicates,
+        profile=profile,
+        device=device,
+        seed=args.seed if args.seed is not None else 0,
+        budget=args.budget,
+        timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
+        fingerprint=args.fingerprint,
+        startup_timeout=STARTUP_TIMEOUT if args.startup_timeout is None else args.startup_timeout,
+        only=args.only,
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    from detbench.analysis import recommendation_text, summary_table
+    from detbench.config import validate
+    from detbench.results import RESULTS_FILE, load_results
+    from detbench.runner import prepare
+
+    cuda = torch.cuda.is_available()
+    if args.json and not args.dry_run:
+        raise UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
+    config = _run_config(args, cuda)
     out = config.out
     validate(config, cuda)
     runner = prepare(config)
+    plan = _plan(runner, args.dry_run, args.json)
+    if args.dry_run:
+        return 0
     if config.resume:
         missing = runner.missing
         if not missing:
@@ -126,8 +147,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "differ only in them measure the same thing.",
             file=sys.stderr,
         )
+    inherited = os.environ.get(CUBLAS_ENV)
+    if inherited is not None:
+        print(
+            f"detbench: {CUBLAS_ENV}={inherited} from your shell is used by the modes with "
+            "deterministic algorithms only; the others run without it, as torch's default does.",
+            file=sys.stderr,
+        )
     try:
-        stats = runner.run()
+        stats = runner.run(plan.seconds)
     except KeyboardInterrupt:
         path = out / RESULTS_FILE
         kept = sum(1 for _ in path.open()) if path.exists() else 0
@@ -146,20 +174,83 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         _, page = write_report(out)
         print(f"\nreport: {page}")
+    measured = stats.wall - stats.timing - stats.fingerprint
     print(
-        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s: start-up "
-        f"{stats.startup:.0f} s, fingerprint {stats.fingerprint:.0f} s, timing "
-        f"{stats.timing:.0f} s, build {stats.build:.0f} s, FLOP count {stats.count:.0f} s, "
-        f"clean-up {stats.cleanup:.0f} s, "
-        f"worker exit {stats.shutdown:.0f} s, "
-        f"other {stats.other:.0f} s)"
+        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
+        f"{plan.seconds:.0f} s: timing {stats.timing:.0f} s, fingerprint "
+        f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s "
+        f"({stats.startup_cpu:.0f} s of it overlapped with measuring), build {stats.build:.0f} s, "
+        f"FLOP count {stats.count:.0f} s, clean-up {stats.cleanup:.0f} s, worker exit "
+        f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
+        f"{100 * measured / max(stats.wall, 1e-9):.0f}% of the wall time)"
     )
+    if stats.timing_target_missed:
+        print(
+            f"{stats.timing_target_missed} of {stats.records} records used their whole timing "
+            "budget without reaching the target interval (see the report)"
+        )
     return 0
+
+
+def _plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
+    """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
+    from detbench.config import TARGET_REL
+    from detbench.schedule import clock, estimate
+
+    c = runner.config
+    budget = c.setting("budget")
+    # A dry run measures this machine's start-up; a real run's progress line starts from the
+    # model alone and corrects itself from the first records.
+    startup = runner.measure_startup() if dry_run and runner.plan.workers else 2.0
+    est = estimate(runner.plan, c.device, c.profile, budget, startup, measured=dry_run)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    **est.to_json(),
+                    "device": c.device,
+                    "profile": c.profile,
+                    "modes": [m.name for m in c.modes],
+                    "replicates": c.replicates,
+                    "workloads": [w.key for w in runner.workloads],
+                    "budget": budget,
+                    "target_rel": TARGET_REL[c.device],
+                    "out": str(c.out),
+                    "mode_order": runner.plan_order(),
+                },
+                indent=2,
+            )
+        )
+        return est
+    n_modes, n_reps = len(c.modes), c.replicates
+    lines = [
+        f"plan: {len(runner.workloads)} workloads x {n_modes} modes x {n_reps} replicates"
+        + (f" ({len(runner.done)} records already kept)" if runner.done else "")
+        + f" = {est.records} records in {est.workers} fresh workers",
+        f"  device {c.device}, profile {c.profile}: fingerprint "
+        f"{c.setting('fingerprint_steps')} steps (a workload may ask for more), warm-up "
+        f"{c.setting('warmup_steps')} steps, timing until the median's 95% interval is within "
+        f"+-{100 * TARGET_REL[c.device]:g}% or {budget:g} s of samples",
+        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s) = {est.records} records x "
+        f"{est.per_record_seconds:.3f} s + {est.startup_seconds:.1f} s start-up of the first "
+        f"worker ({'measured here' if est.measured_startup else 'assumed'}; each later worker "
+        "starts while the one before it measures)",
+    ]
+    if c.device == "cuda":
+        lines.append(
+            "  (the per-record cost on a GPU is the model's, not yet calibrated by a GPU run)"
+        )
+    if dry_run:
+        lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
+        print("\n".join(lines))
+    else:
+        print(lines[0] + f"; estimated {clock(est.seconds)}", file=sys.stderr)
+    return est
 
 
 #: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
 RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
-               "seed", "min_run_time", "timeout")  # fmt: skip
+               "seed", "budget", "timeout", "fingerprint", "startup_timeout")  # fmt: skip
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -204,6 +295,30 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     else:
         print(to_text(audits), end="")
     return 0
+
+
+def _cmd_gpu_check(args: argparse.Namespace) -> int:
+    import torch
+
+    from detbench.gpucheck import default_out, run_check
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "no CUDA GPU is visible to torch here: nothing to check (on a CPU host, "
+            "'make bench' runs the CPU matrix; 'detbench gpu-check --device cpu' rehearses "
+            "the check)"
+        )
+    out = Path(args.out) if args.out else default_out(args.device)
+    print(f"detbench gpu-check: {args.device}, results in {out}", file=sys.stderr)
+    found, out = run_check(args.device, out)
+    for c in found:
+        print(c.line())
+    failed = sum(not c.ok for c in found)
+    print(
+        f"\n{len(found) - failed} of {len(found)} checks passed"
+        + (f"; {failed} failed (see {out})" if failed else f"; the run is in {out}")
+    )
+    return 1 if failed else 0
 
 
 def _existing_dir(path: str) -> Path:
@@ -276,17 +391,41 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     r.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
     r.add_argument(
+        "--budget",
         "--min-run-time",
+        dest="budget",
         type=float,
         metavar="SECONDS",
-        help="seconds of timing samples per workload (default: 0.1 quick, 1 full)",
+        help="the most seconds of timing samples per record; sampling stops sooner once the "
+        "median's 95%% interval is within +-1%% (GPU) or +-3%% (CPU) (default: 0.1 quick, "
+        "0.5 full)",
     )
     r.add_argument(
         "--timeout",
         type=float,
         metavar="SECONDS",
-        help="kill a workload's worker after this long (default: no limit)",
+        help="kill a workload's worker after this long (default: 900)",
     )
+    r.add_argument(
+        "--startup-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a worker that is not ready this long after its turn came: imports, CUDA "
+        "initialisation (default: 300); two in a row stop the run",
+    )
+    r.add_argument(
+        "--fingerprint",
+        choices=("device", "sha256", "both"),
+        help="how outputs are hashed: an integer digest on the device (default on cuda), "
+        "sha256 on the host (default on cpu), or both (each record then carries both, to check "
+        "one by the other)",
+    )
+    r.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (records, workers, estimated seconds) and write nothing",
+    )
+    r.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
     r.add_argument(
         "--only",
         action="append",
@@ -331,6 +470,16 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--out", metavar="DIR", help="keep the verdict runs' records in DIR")
     aud.add_argument("--json", action="store_true", help="the same answer as JSON")
     aud.set_defaults(func=_cmd_audit)
+
+    gc = sub.add_parser(
+        "gpu-check",
+        help="the smoke test for a new GPU host: one small workload per suite, 2 modes x 2 "
+        "fresh processes, and what worked in plain words",
+    )
+    gc.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cuda (default); cpu rehearses the check without a GPU")  # fmt: skip
+    gc.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
+    gc.set_defaults(func=_cmd_gpu_check)
 
     idx = sub.add_parser(
         "index", help="regenerate DIR/README.md, the index of published runs (default: results)"

@@ -5,9 +5,10 @@ A mode is process state: cuDNN flags and ``torch.use_deterministic_algorithms`` 
 worker process, before any CUDA work, and never toggled inside a process that measures.
 
 Nothing else is changed: no ``CUDA_LAUNCH_BLOCKING``, TF32 left at torch's defaults. The only
-environment variable a mode adds is ``CUBLAS_WORKSPACE_CONFIG`` for modes with deterministic
-algorithms (older CUDA/torch combinations need it for deterministic cuBLAS), and only when the user
-has not set it; the value used is recorded with every result.
+environment variable a mode sets is ``CUBLAS_WORKSPACE_CONFIG``: for modes with deterministic
+algorithms (older CUDA/torch combinations need it for deterministic cuBLAS) the user's value or
+``:4096:8``, for the others none (see ``Mode.environment``); the value used is recorded with every
+result.
 """
 
 from __future__ import annotations
@@ -68,10 +69,19 @@ class Mode:
         return "\n".join(lines)
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
-        """The worker's environment: ``base`` plus what this mode needs, nothing else."""
+        """The worker's environment: ``base`` plus what this mode needs, nothing else.
+
+        ``CUBLAS_WORKSPACE_CONFIG`` belongs to the mode: modes with deterministic algorithms get
+        the user's value, or ``:4096:8`` when the user set none; modes without them run with it
+        unset, as torch's default does. A value inherited from the user's shell would otherwise
+        give the baseline the restricted deterministic workspace too, and the cost of
+        deterministic algorithms would read as about 1.0 (the runner says so when it drops one).
+        """
         env = dict(base)
-        if self.deterministic_algorithms and CUBLAS_ENV not in env:
-            env[CUBLAS_ENV] = CUBLAS_DEFAULT
+        if self.deterministic_algorithms:
+            env.setdefault(CUBLAS_ENV, CUBLAS_DEFAULT)
+        else:
+            env.pop(CUBLAS_ENV, None)
         return env
 
     def to_json(self) -> dict[str, Any]:

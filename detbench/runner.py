@@ -1,27 +1,35 @@
-"""The orchestrator: one fresh worker process per (replicate, mode), records written as they come.
+"""The orchestrator: the plan's workers run one after another, records written as they come.
 
-Replicates are the outer loop and modes the inner one, so every replicate of every mode is spread
-over the whole run: a slow drift of the machine (clocks, temperature, a neighbour) touches all modes
-alike instead of biasing whichever mode ran last.
+``detbench.schedule`` decides the order (replicates outer, modes shuffled per replicate) and the
+estimate; ``detbench.supervise`` owns one worker's life (spawn, messages, pauses, limits). This
+module runs the plan: it starts the next worker while the current one measures, stores each
+record the moment it arrives, turns a worker that died or hung into records with a status, and
+keeps the run's statistics and its env.json.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import selectors
 import shutil
-import signal
-import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from detbench.errors import DetbenchError
-from detbench.modes import MODES, Mode, get_mode
+from detbench import gpustate
+from detbench.config import (
+    MIN_SAMPLES,
+    PACKAGE_ROOT,
+    RESUME_FACTS,
+    TARGET_REL,
+    RunConfig,
+    RunError,
+    resolve_sources,
+)
+from detbench.modes import CUBLAS_ENV
 from detbench.results import (
     ENV_FILE,
     RESULTS_FILE,
@@ -29,60 +37,18 @@ from detbench.results import (
     env_facts,
     git_info,
     host_env,
+    host_env_later,
     iter_records,
     load_env,
     utc_now,
     write_json_atomic,
 )
-from detbench.workload import Workload, WorkloadError, builtin_suite_files, load_file
+from detbench.schedule import Plan, Slot, clock, make_plan
+from detbench.supervise import TIMEOUT, WorkerProcess, exit_description, log_tail, lost_keys
+from detbench.workload import WorkloadError
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-
-#: Per-profile defaults: steps hashed by the fingerprint pass, warm-up steps, seconds of samples.
-PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "quick": {"fingerprint_steps": 3, "warmup_steps": 2, "min_run_time": 0.1},
-    "full": {"fingerprint_steps": 3, "warmup_steps": 5, "min_run_time": 1.0},
-}
-
-
-#: The facts that must not change between a run and its resumption, with the words for them.
-RESUME_FACTS = {
-    "device": "the device",
-    "gpu": "the GPU",
-    "driver": "the NVIDIA driver",
-    "cuda": "CUDA",
-    "cudnn": "cuDNN",
-    "torch": "torch",
-}
-
-
-class RunError(DetbenchError):
-    """A run that cannot start as asked (one clear line for the user)."""
-
-
-@dataclass
-class RunConfig:
-    out: Path
-    suites: list[str] = field(default_factory=list)
-    workload_files: list[Path] = field(default_factory=list)
-    modes: list[Mode] = field(default_factory=lambda: list(MODES))
-    replicates: int = 3
-    profile: str = "quick"
-    device: str = "cpu"
-    seed: int = 0
-    fingerprint_steps: int | None = None
-    warmup_steps: int | None = None
-    min_run_time: float | None = None
-    timeout: float | None = None
-    python: str = sys.executable
-    #: Only these workloads (``suite/name``), in this order; None: every selected workload.
-    only: list[str] | None = None
-    #: Continue the run in ``out``: measure only what has no record yet.
-    resume: bool = False
-
-    def setting(self, key: str) -> Any:
-        value = getattr(self, key)
-        return PROFILE_DEFAULTS[self.profile][key] if value is None else value
+#: Workers in a row that fail to start before the run gives up (a broken GPU or install).
+MAX_FAILED_STARTS = 2
 
 
 @dataclass
@@ -90,7 +56,8 @@ class RunStats:
     """Where the wall time of a run went (seconds)."""
 
     wall: float = 0.0
-    startup: float = 0.0  # launching python, importing torch, applying the mode, CUDA init
+    startup: float = 0.0  # waiting for a worker to be ready: imports, mode, CUDA init
+    startup_cpu: float = 0.0  # the workers' own start-up work, most of it overlapped
     build: float = 0.0
     fingerprint: float = 0.0
     count: float = 0.0  # the one step run under the FLOP counter
@@ -99,6 +66,8 @@ class RunStats:
     shutdown: float = 0.0  # from a worker's last message to its exit (interpreter teardown)
     workers: int = 0
     records: int = 0
+    timing_target_missed: int = 0  # records whose samples hit the budget before the target
+    neighbour_pauses: int = 0  # timing passes during which the next worker's start-up was paused
 
     @property
     def other(self) -> float:
@@ -117,74 +86,32 @@ class RunStats:
         return {**asdict(self), "other": self.other}
 
 
-def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
-    """The files a worker loads and the workloads to run, in order.
-
-    With no ``--suite`` and no ``--workload`` every built-in suite runs; ``--workload`` alone runs
-    only the user's workloads; both together run both.
-    """
-    builtin = builtin_suite_files()
-    suites = config.suites or ([] if config.workload_files else list(builtin))
-    unknown = [s for s in suites if s not in builtin]
-    if unknown:
-        raise RunError(
-            f"unknown suite {unknown[0]!r}; built-in suites: {', '.join(builtin) or 'none'}"
-        )
-    sources: list[str] = []
-    chosen: list[Workload] = []
-    for s in suites:
-        sources.append(str(builtin[s]))
-        chosen += [w for w in load_file(builtin[s]) if w.suite == s]
-    for f in config.workload_files:
-        defined = load_file(f)  # errors name the path as the user gave it
-        if not defined:
-            raise RunError(
-                f"{f} defines no workload (no function decorated with @detbench.workload)"
-            )
-        chosen += defined
-        sources.append(str(Path(f).resolve()))
-    seen: set[str] = set()
-    unique = [w for w in chosen if not (w.key in seen or seen.add(w.key))]  # type: ignore[func-returns-value]
-    if config.only is not None:
-        by_key = {w.key: w for w in unique}
-        missing = [k for k in config.only if k not in by_key]
-        if missing:
-            raise RunError(
-                f"unknown workload {missing[0]!r}; the workloads of this run: "
-                f"{', '.join(by_key) or 'none'}"
-            )
-        unique = [by_key[k] for k in config.only]
-    if not unique:
-        raise RunError("no workloads to run")
-    return sources, unique
-
-
 class Progress:
-    """One status line: which replicate, mode and workload runs, and how far the whole run is."""
+    """One status line: which replicate, mode and workload runs, how far the run is, and the time
+    left: the plan's estimate until the first record, then the measured seconds per record."""
 
-    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, total: int, estimate: float | None = None, stream: TextIO = sys.stderr):
         self.total = total
         self.done = 0
+        self.estimate = estimate
         self.stream = stream
         self.tty = stream.isatty()
         self.t0 = time.monotonic()
         self._width = 0
 
-    def _clock(self, seconds: float) -> str:
-        m, s = divmod(int(seconds), 60)
-        return f"{m}:{s:02d}"
+    def left(self, elapsed: float) -> float | None:
+        if self.done:
+            return elapsed / self.done * (self.total - self.done)
+        return None if self.estimate is None else max(0.0, self.estimate - elapsed)
 
-    def show(
-        self, replicate: int, replicates: int, mode_idx: int, modes: int, mode: str, workload: str
-    ) -> None:
+    def show(self, slot: Slot, replicates: int, modes: int, workload: str) -> None:
         elapsed = time.monotonic() - self.t0
-        eta = elapsed / self.done * (self.total - self.done) if self.done else None
+        left = self.left(elapsed)
         line = (
             f"[{self.done + 1:>{len(str(self.total))}}/{self.total} "
-            f"{100 * self.done / self.total:3.0f}%] replicate {replicate + 1}/{replicates} "
-            f"mode {mode_idx + 1}/{modes} {mode:<24} {workload}  "
-            f"elapsed {self._clock(elapsed)}"
-            + (f" eta {self._clock(eta)}" if eta is not None else "")
+            f"{100 * self.done / max(1, self.total):3.0f}%] replicate {slot.replicate + 1}/"
+            f"{replicates} mode {slot.position + 1}/{modes} {slot.mode.name:<24} {workload}  "
+            f"elapsed {clock(elapsed)}" + (f" left ~{clock(left)}" if left is not None else "")
         )
         if self.tty:
             pad = max(0, self._width - len(line))
@@ -203,65 +130,6 @@ class Progress:
             self.stream.flush()
 
 
-_TIMEOUT: dict[str, Any] = {"type": "timeout"}
-
-
-class _MessageReader:
-    """JSON lines from the worker's pipe, with a time limit per message."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.buf = b""
-        self.sel = selectors.DefaultSelector()
-        self.sel.register(fd, selectors.EVENT_READ)
-
-    def next(self, limit: float | None) -> dict[str, Any] | None:
-        """The next message; ``_TIMEOUT`` after ``limit`` seconds; None when the worker closed
-        the pipe (it exited)."""
-        deadline = None if limit is None else time.monotonic() + limit
-        while b"\n" not in self.buf:
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self.sel.select(wait):
-                return _TIMEOUT
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        msg: dict[str, Any] = json.loads(line)
-        return msg
-
-    def close(self) -> None:
-        self.sel.close()
-        os.close(self.fd)
-
-
-def _log_tail(path: Path, lines: int = 6) -> str:
-    """What a dead worker's log says: for a fatal signal, Python's error line and the innermost
-    frames that faulthandler wrote (where the workload crashed); else the log's last lines."""
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    fatal = [i for i, line in enumerate(text) if line.startswith("Fatal Python error")]
-    if fatal:
-        after = text[fatal[-1] :]
-        frames = [line.strip() for line in after if line.strip().startswith("File ")][:3]
-        return " | ".join([after[0].strip(), *frames])
-    return " | ".join(text[-lines:])
-
-
-def _exit_description(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 class Runner:
     def __init__(self, config: RunConfig, stream: TextIO = sys.stderr) -> None:
         self.config = config
@@ -269,6 +137,7 @@ class Runner:
         self.done: set[tuple[str, str, int]] = set()
         self._previous: dict[str, Any] = {}
         self._host: dict[str, Any] | None = None
+        self._host_later: Callable[[], dict[str, Any]] = host_env
         if config.resume:
             self._previous = load_env(config.out)
             self._host = host_env()
@@ -280,20 +149,20 @@ class Runner:
         else:
             self._refuse_used_directory()
         self.sources, self.workloads = resolve_sources(config)
+        self.plan: Plan = make_plan(
+            [w.key for w in self.workloads], config.modes, config.replicates, config.seed,
+            self.done,
+        )  # fmt: skip
         self.stats = RunStats()
         self.records: list[dict[str, Any]] = []
         self.device_env: dict[str, Any] | None = None
+        self.gpu_state: dict[str, Any] = dict(self._previous.get("gpu_state") or {})
+        self._failed_starts = 0
 
     @property
     def missing(self) -> int:
         """How many (workload, mode, replicate) records this run will make."""
-        c = self.config
-        return sum(
-            (w.key, m.name, r) not in self.done
-            for r in range(c.replicates)
-            for m in c.modes
-            for w in self.workloads
-        )
+        return self.plan.records
 
     def check_environment(self, here: dict[str, Any]) -> None:
         """Refuse to resume where the facts that decide the results differ from the run's."""
@@ -330,6 +199,8 @@ class Runner:
             "host": self._host,
             "git": self._git,
             "worker": self.device_env,
+            "gpu_state": self.gpu_state,
+            "mode_order": self.plan_order(),
             "options": {
                 "argv": sys.argv,
                 "suites": sorted({w.suite for w in self.workloads}),
@@ -342,27 +213,29 @@ class Runner:
                 "seed": c.seed,
                 "fingerprint_steps": c.setting("fingerprint_steps"),
                 "warmup_steps": c.setting("warmup_steps"),
-                "min_run_time": c.setting("min_run_time"),
+                "budget": c.setting("budget"),
+                "target_rel": TARGET_REL[c.device],
+                "min_samples": MIN_SAMPLES,
+                "fingerprint": c.fingerprint,
                 "timeout": c.timeout,
+                "startup_timeout": c.startup_timeout,
+                "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
             },
         }
 
-    # -- one worker ----------------------------------------------------------------------------
-    def _worker(
-        self,
-        mode: Mode,
-        replicate: int,
-        keys: list[str],
-        progress: Progress,
-        mode_idx: int,
-        writer: ResultWriter,
-        logs: Path,
-    ) -> list[str]:
-        """Run ``keys`` in one fresh worker; return the keys it did not finish (after a crash)."""
+    def plan_order(self) -> dict[str, Any]:
+        """The shuffled mode order of every replicate (the whole run's, also when resumed)."""
+        return make_plan(
+            [], self.config.modes, self.config.replicates, self.config.seed
+        ).order_json()
+
+    # -- workers -------------------------------------------------------------------------------
+    def _spawn(self, slot: Slot, keys: list[str], logs: Path) -> WorkerProcess:
         c = self.config
         job = {
-            "mode": asdict(mode),
-            "replicate": replicate,
+            "mode": asdict(slot.mode),
+            "mode_position": slot.position,
+            "replicate": slot.replicate,
             "seed": c.seed,
             "device": c.device,
             "profile": c.profile,
@@ -370,98 +243,116 @@ class Runner:
             "workloads": keys,
             "fingerprint_steps": c.setting("fingerprint_steps"),
             "warmup_steps": c.setting("warmup_steps"),
-            "min_run_time": c.setting("min_run_time"),
+            "budget": c.setting("budget"),
+            "target_rel": TARGET_REL[c.device],
+            "min_samples": MIN_SAMPLES,
+            "fingerprint": c.fingerprint,
             "reference_dir": str(c.out / ".reference"),
             "launched_at": time.time(),
-            "runner_pid": os.getpid(),
         }
-        env = mode.environment(os.environ)
+        env = slot.mode.environment(os.environ)
         # The worker imports detbench from this checkout, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
         )
-        log_path = logs / f"r{replicate}-{mode.name}.log"
-        read_fd, write_fd = os.pipe()
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [c.python, "-m", "detbench.worker", str(write_fd)],
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,),
-                env=env,
-                start_new_session=True,
-            )
-        os.close(write_fd)
         self.stats.workers += 1
-        reader = _MessageReader(read_fd)
+        log = logs / f"r{slot.replicate}-{slot.mode.name}.log"
+        return WorkerProcess(c.python, job, env, log)
+
+    def _drive(
+        self,
+        worker: WorkerProcess,
+        slot: Slot,
+        progress: Progress,
+        writer: ResultWriter,
+        neighbour: WorkerProcess | None,
+    ) -> list[str]:
+        """Run ``worker`` to its end while ``neighbour`` (the next worker) starts up beside it,
+        paused whenever ``worker`` takes timing samples. Return the keys it did not finish."""
+        c = self.config
+        keys = worker.keys
         remaining = list(keys)
         in_flight: str | None = None
         started = timed_out = False
+        alone: bool | None = None  # None until a timing pass has started
+        why_timeout = ""
         try:
-            assert proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.write(json.dumps(job).encode())
-                proc.stdin.close()
-            while True:
-                msg = reader.next(c.timeout if in_flight is not None else None)
+            worker.resume()  # it may have been paused as someone else's neighbour
+            t0 = time.perf_counter()
+            msg = worker.next(c.startup_timeout)
+            self.stats.startup += time.perf_counter() - t0
+            if msg is TIMEOUT:
+                timed_out, why_timeout = (
+                    True,
+                    (
+                        f"the worker did not start within {c.startup_timeout:g} s (imports, mode, "
+                        "CUDA initialisation); killed"
+                    ),
+                )
+            elif msg is not None and msg["type"] == "ready":
+                started = True
+                self._failed_starts = 0
+                self.stats.startup_cpu += float(msg.get("startup_cpu_seconds") or 0.0)
+                if self._host is None:
+                    self._host = self._host_later()
+                if self.device_env is None:
+                    self.check_environment({"host": self._host, "worker": msg["device_env"]})
+                    self.device_env = msg["device_env"]
+                    write_json_atomic(c.out / ENV_FILE, self._env_doc())
+                worker.send("go")
+            while started:
+                msg = worker.next(c.timeout)
                 if msg is None:  # the worker exited
                     break
-                if msg is _TIMEOUT:
-                    proc.kill()
+                if msg is TIMEOUT:
                     timed_out = True
+                    why_timeout = f"exceeded the --timeout of {c.timeout:g} s; worker killed"
                     break
-                if msg["type"] == "ready":
-                    started = True
-                    self.stats.startup += msg["startup_seconds"]
-                    if self.device_env is None:
-                        self.check_environment({"host": self._host, "worker": msg["device_env"]})
-                        self.device_env = msg["device_env"]
-                        write_json_atomic(c.out / ENV_FILE, self._env_doc())
-                elif msg["type"] == "start":
-                    in_flight = msg["workload"]
-                    progress.show(
-                        replicate, c.replicates, mode_idx, len(c.modes), mode.name, msg["workload"]
-                    )
-                elif msg["type"] == "record":
+                kind = msg["type"]
+                if kind == "start":
+                    in_flight, alone = msg["workload"], None
+                    progress.show(slot, c.replicates, len(c.modes), msg["workload"])
+                elif kind == "phase":
+                    if msg["phase"] == "timing":
+                        alone = neighbour is None or neighbour.pause()
+                        self.stats.neighbour_pauses += neighbour is not None
+                        worker.send("ok")
+                    elif neighbour is not None:
+                        neighbour.resume()
+                elif kind == "record":
+                    # Whether no other worker of the run was running while this one timed.
+                    msg["record"]["timed_alone"] = alone
                     self._store(msg["record"], writer)
                     remaining.remove(in_flight)  # type: ignore[arg-type]
                     in_flight = None
                     progress.advance()
-                elif msg["type"] == "done":
+                elif kind == "done":
                     break
+            if timed_out:
+                worker.kill()
         except BaseException:  # Ctrl-C or a failure of the runner itself: stop the worker now
-            proc.kill()
+            worker.kill()
             raise
         finally:
-            reader.close()
+            if neighbour is not None:
+                neighbour.resume()
             t_last = time.perf_counter()
-            try:
-                code = proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
+            code = worker.finish()
             self.stats.shutdown += time.perf_counter() - t_last
         if not remaining:
             return []
-        # The worker died, or was killed at its limit, before it finished. The workload in flight
-        # is recorded as such and the rest go to a fresh worker. A worker that died before it was
-        # ready, or between workloads without progress, takes all the rest down with it: a fresh
-        # worker would only fail the same way.
-        progressed = len(remaining) < len(keys)
-        lost = (
-            [in_flight]
-            if in_flight is not None
-            else ([] if started and progressed else list(remaining))
-        )
+        if not started:
+            self._failed_starts += 1
+        lost = lost_keys(keys, remaining, in_flight, started)
         if timed_out:
-            status, why = "timeout", f"exceeded the --timeout of {c.timeout:g} s; worker killed"
+            status, why = "timeout", why_timeout
         else:
             when = "while running this workload" if in_flight else "before running it"
             status = "crashed"
-            why = f"worker {_exit_description(code)} {when}; log: {_log_tail(log_path)}"
+            why = f"worker {exit_description(code)} {when}; log: {log_tail(worker.log)}"
         for key in lost:
             suite, name = key.split("/", 1)
+            mode = slot.mode
             self._store(
                 {
                     "suite": suite,
@@ -471,7 +362,8 @@ class Runner:
                     "cudnn_deterministic": mode.cudnn_deterministic,
                     "deterministic_algorithms": mode.deterministic_algorithms,
                     "cudnn_enabled": mode.cudnn_enabled,
-                    "replicate": replicate,
+                    "replicate": slot.replicate,
+                    "mode_position": slot.position,
                     "seed": c.seed,
                     "device": c.device,
                     "profile": c.profile,
@@ -487,6 +379,11 @@ class Runner:
             )
             remaining.remove(key)
             progress.advance()
+        if self._failed_starts >= MAX_FAILED_STARTS:
+            raise RunError(
+                f"{self._failed_starts} workers in a row did not start ({status}: {why}); "
+                f"stopping. Records kept in {c.out}; resume with: detbench run --resume {c.out}"
+            )
         return remaining
 
     def _store(self, rec: dict[str, Any], writer: ResultWriter) -> None:
@@ -499,37 +396,78 @@ class Runner:
                 phase,
                 getattr(self.stats, phase) + (rec.get("phases") or {}).get(phase, 0.0),
             )
+        timing = rec.get("timing") or {}
+        if timing.get("reached_target") is False:
+            self.stats.timing_target_missed += 1
+
+    def measure_startup(self) -> float:
+        """Seconds one worker of this run takes to be ready (imports, mode, CUDA initialisation),
+        measured by starting one with nothing to do; it writes nothing but its log, which goes to
+        a temporary directory."""
+        import tempfile
+
+        slot = Slot(0, 0, self.config.modes[0], ())
+        with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
+            t0 = time.perf_counter()
+            worker = self._spawn(slot, [], Path(tmp))
+            msg = worker.next(self.config.startup_timeout)
+            seconds = time.perf_counter() - t0
+            worker.kill()
+            worker.finish()
+            tail = log_tail(worker.log)
+        self.stats.workers -= 1
+        if msg is None or msg is TIMEOUT or msg.get("type") != "ready":
+            raise RunError(f"a worker did not start here; its log: {tail}")
+        return seconds
 
     # -- the whole run -------------------------------------------------------------------------
-    def run(self) -> RunStats:
+    def run(self, estimate: float | None = None) -> RunStats:
         c = self.config
         out = c.out
         self._started = utc_now()
         if self._host is None:
-            self._host = host_env()
+            # collect_env runs in a child process (so the runner never initialises CUDA) and
+            # takes seconds: it overlaps the first worker's start-up and is collected before
+            # that worker's first sample (see _drive).
+            self._host_later = host_env_later()
         if not c.resume:
             self._refuse_used_directory()
         out.mkdir(parents=True, exist_ok=True)
         logs = out / "logs"
         logs.mkdir(exist_ok=True)
         self._git = git_info(PACKAGE_ROOT)
+        # The GPUs' clocks, power and throttling before and after (a resumed run keeps its first
+        # "before"); on a host without NVML or nvidia-smi the reason is recorded instead.
+        snap = gpustate.snapshot()
+        self.gpu_state.update(
+            source=snap["source"], reason=snap["reason"],
+            before=self.gpu_state.get("before") or snap["gpus"],
+        )  # fmt: skip
         if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
             write_json_atomic(out / ENV_FILE, self._env_doc())
-        keys = [w.key for w in self.workloads]
-        progress = Progress(self.missing, self.stream)
+        slots = self.plan.slots
+        progress = Progress(self.plan.records, estimate, self.stream)
         t0 = time.perf_counter()
         finished = False
+        pending: dict[int, WorkerProcess] = {}  # slot index -> its worker, started early
         with ResultWriter(out) as writer:
             try:
-                for r in range(c.replicates):
-                    for i, mode in enumerate(c.modes):
-                        todo = [k for k in keys if (k, mode.name, r) not in self.done]
-                        while todo:
-                            todo = self._worker(mode, r, todo, progress, i, writer, logs)
+                for i, slot in enumerate(slots):
+                    todo = list(slot.keys)
+                    while todo:
+                        worker = pending.pop(i, None) or self._spawn(slot, todo, logs)
+                        if i + 1 < len(slots) and i + 1 not in pending:
+                            nxt = slots[i + 1]
+                            pending[i + 1] = self._spawn(nxt, list(nxt.keys), logs)
+                        todo = self._drive(worker, slot, progress, writer, pending.get(i + 1))
                 finished = True
             finally:
+                for w in pending.values():  # interrupted: the early-started worker goes too
+                    w.kill()
+                    w.finish()
                 progress.close()
                 self.stats.wall = time.perf_counter() - t0
+                self.gpu_state["after"] = gpustate.snapshot()["gpus"]
                 doc = self._env_doc()
                 doc["run_stats"] = self.stats.to_json()
                 if finished:
@@ -543,55 +481,6 @@ class Runner:
                     with contextlib.suppress(OSError):
                         write_json_atomic(out / ENV_FILE, doc)
         return self.stats
-
-
-def resume_config(directory: Path) -> RunConfig:
-    """The configuration of the run in ``directory``, to continue it (``--resume``)."""
-    if not directory.is_dir():
-        raise RunError(f"no such results directory: {directory}")
-    if not (directory / ENV_FILE).is_file():
-        raise RunError(f"{directory} holds no {ENV_FILE}: not a detbench run, nothing to resume")
-    env = load_env(directory)
-    for _ in iter_records(directory):  # a malformed or truncated file: its one-line error
-        pass
-    o = env.get("options") or {}
-    try:
-        sources = [Path(s) for s in o["sources"]]
-        config = RunConfig(
-            out=directory,
-            workload_files=sources,
-            modes=[get_mode(m) for m in o["modes"]],
-            replicates=int(o["replicates"]),
-            profile=str(o["profile"]),
-            device=str(o["device"]),
-            seed=int(o["seed"]),
-            fingerprint_steps=o.get("fingerprint_steps"),
-            warmup_steps=o.get("warmup_steps"),
-            min_run_time=o.get("min_run_time"),
-            timeout=o.get("timeout"),
-            only=list(o["workloads"]),
-            resume=True,
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None
-    for s in sources:
-        if not s.is_file():
-            raise RunError(f"cannot resume: the run's workload file {s} no longer exists")
-    return config
-
-
-def validate(config: RunConfig, cuda_available: bool) -> None:
-    if config.replicates < 2:
-        raise RunError(
-            f"--replicates {config.replicates}: at least 2 are needed, since one replicate "
-            "cannot show run-to-run behaviour"
-        )
-    if config.device == "cuda" and not cuda_available:
-        raise RunError("--device cuda: no CUDA GPU is available to torch on this machine")
-    if config.profile not in PROFILE_DEFAULTS:
-        raise RunError(f"unknown profile {config.profile!r}; use quick or full")
-    if config.timeout is not None and config.timeout <= 0:
-        raise RunError("--timeout must be a positive number of seconds")
 
 
 def prepare(config: RunConfig, stream: TextIO = sys.stderr) -> Runner:

@@ -1,10 +1,11 @@
 """The worker: one fresh process for one (mode, replicate), running many workloads.
 
-Started by the runner as ``python -m detbench.worker FD`` with a JSON job on stdin. It applies the
-mode before any CUDA work, then for each workload: seeds every generator, builds the workload,
-runs the fingerprint pass and the timing pass, and sends one record per workload to the runner as
-a JSON line on file descriptor ``FD``. Its stdout and stderr (the workloads' own prints and
-warnings) go to a log file the runner chose. The runner alone writes the results file.
+Started by the runner as ``python -m detbench.worker FD RUNNER_PID``; the protocol (the job and
+``go`` on stdin, JSON messages on file descriptor ``FD``) is described in ``detbench.supervise``. It
+applies the mode before any CUDA work, then for each workload: seeds every generator, builds the
+workload, runs the fingerprint pass and the timing pass, and sends one record per workload. Its
+stdout and stderr (the workloads' own prints and warnings) go to a log file the runner chose. The
+runner alone writes the results file.
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ import sys
 import time
 from typing import Any, BinaryIO
 
-import torch
-
-from detbench.devenv import device_env
-from detbench.measure import run_workload
-from detbench.modes import Mode, apply, current_flags
-from detbench.workload import load_file, registry
+#: The exit status of a worker whose CUDA context is no longer usable after a workload's error:
+#: the runner gives the workloads it has not run to a fresh worker.
+EXIT_DEVICE_LOST = 75
 
 
 def _jsonable(obj: Any) -> Any:
@@ -60,11 +58,20 @@ def _die_with_runner(runner_pid: int | None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    job = json.loads(sys.stdin.read())
-    _die_with_runner(job.get("runner_pid"))
+    # Before the 2 s of imports: a runner that dies meanwhile takes this worker with it.
+    _die_with_runner(int(argv[1]) if len(argv) > 1 else None)
     # On SIGSEGV, SIGABRT, SIGFPE or SIGBUS, Python's stack goes to the log, whose tail the
     # runner puts in the 'crashed' record: the line of the workload that crashed.
     faulthandler.enable()
+    import torch
+
+    from detbench.devenv import device_env
+    from detbench.measure import run_workload
+    from detbench.modes import Mode, apply, current_flags
+    from detbench.workload import load_file, registry
+
+    stdin = sys.stdin.buffer
+    job = json.loads(stdin.readline())
     out = os.fdopen(int(argv[0]), "wb")
     mode = Mode(**job["mode"])
     apply(mode)
@@ -87,16 +94,31 @@ def main(argv: list[str]) -> int:
         {
             "type": "ready",
             "startup_seconds": time.time() - float(job["launched_at"]),
+            # The start-up's own work (imports, CUDA init), whatever time it spent paused.
+            "startup_cpu_seconds": time.process_time(),
             "device_env": device_env(device),
             "pid": os.getpid(),
         },
     )
+    if stdin.readline().strip() != b"go":  # the runner ended the run before this worker's turn
+        return 0
+
+    def notify(phase: str) -> None:
+        _send(out, {"type": "phase", "phase": phase})
+        if phase == "timing":
+            stdin.readline()  # the runner's "ok": nothing else of the run is using a core now
+
     for key in job["workloads"]:
         _send(out, {"type": "start", "workload": key})
         w = workloads.get(key)
         if w is None:
             raise RuntimeError(f"workload {key} is not defined in this worker's sources")
-        _send(out, {"type": "record", "record": run_workload(w, job, mode)})
+        record, device_lost = run_workload(w, job, mode, notify)
+        record["mode_position"] = job.get("mode_position")
+        _send(out, {"type": "record", "record": record})
+        if device_lost:
+            print(f"detbench worker: the CUDA context is unusable after {key}; exiting")
+            return EXIT_DEVICE_LOST
     _send(out, {"type": "done"})
     return 0
 

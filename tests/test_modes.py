@@ -47,6 +47,8 @@ def test_cublas_workspace_is_added_only_for_deterministic_algorithms() -> None:
     assert det.environment({})[CUBLAS_ENV] == ":4096:8"
     assert det.environment({CUBLAS_ENV: ":16:8"})[CUBLAS_ENV] == ":16:8"  # the user's wins
     assert CUBLAS_ENV not in DEFAULT_MODE.environment({})
+    # A value inherited from the user's shell never reaches a mode without det-algos.
+    assert CUBLAS_ENV not in DEFAULT_MODE.environment({CUBLAS_ENV: ":16:8"})
     base = {"PATH": "/bin", "OMP_NUM_THREADS": "2"}
     # Nothing else changes behind the user's back.
     assert {k: v for k, v in det.environment(base).items() if k != CUBLAS_ENV} == base

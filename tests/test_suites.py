@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 import detbench
+from detbench.config import RunConfig
 from detbench.modes import MODES
-from detbench.runner import RunConfig, prepare
+from detbench.runner import prepare
 from detbench.workload import builtin_suite_files
 
 
@@ -19,7 +20,7 @@ from detbench.workload import builtin_suite_files
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
     out = tmp_path_factory.mktemp("suites") / "out"
     config = RunConfig(out=out, modes=list(MODES), replicates=1, profile="quick", device="cpu",
-                       min_run_time=0.01)  # fmt: skip
+                       budget=0.01)  # fmt: skip
     prepare(config, stream=io.StringIO()).run()
     return detbench.load_results(out)
 

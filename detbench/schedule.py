@@ -1,0 +1,142 @@
+"""Which (mode, replicate) runs in which worker, in what order, and how long the run should take.
+
+The plan is fixed before the first worker starts, so ``--dry-run`` can print it without writing
+anything, and a resumed run rebuilds the same order from the same seed.
+
+Order: replicates are the outer loop, so every mode's replicates are spread over the whole run.
+Within a replicate the modes run in a shuffled order, drawn from a generator seeded by the run's
+``--seed`` (and recorded in env.json). With a fixed order, a machine that slows down for a minute
+makes whichever modes always run at that point of a replicate look expensive; shuffled, the same
+drift falls on different modes in each replicate and shows as spread between replicates instead of
+a bias (the report shows that spread).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from detbench.modes import Mode
+
+#: Seconds a record costs beyond its timing budget, per device and profile: building the workload,
+#: its fingerprint steps, the FLOP count, warm-up and clean-up. Measured on the CPU quick matrix
+#: of every suite (see the README, "Plan and estimate"); for CUDA they are the same model's
+#: guesses until a GPU run measures them, and ``--dry-run`` says so.
+RECORD_OVERHEAD_SECONDS = {("cpu", "quick"): 0.035, ("cpu", "full"): 0.3,
+                           ("cuda", "quick"): 0.05, ("cuda", "full"): 0.15}  # fmt: skip
+#: The share of its budget a record spends sampling before the stopping rule ends it, on average
+#: (measured on the same CPU run; records that reach their target early spend less).
+BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.75}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One worker's share of the run: one mode in one replicate, and its workloads in order."""
+
+    replicate: int
+    position: int  # the mode's place in this replicate's order
+    mode: Mode
+    keys: tuple[str, ...]
+
+
+def mode_order(modes: Sequence[Mode], replicates: int, seed: int) -> list[list[Mode]]:
+    """The modes of each replicate in run order: a seeded shuffle per replicate.
+
+    Seeded with a string, which Python hashes with sha512 (not the per-process hash seed), so the
+    same ``seed`` gives the same order in every process and on every machine."""
+    rng = random.Random(f"detbench-mode-order-{seed}")
+    order = []
+    for _ in range(replicates):
+        modes_r = list(modes)
+        rng.shuffle(modes_r)
+        order.append(modes_r)
+    return order
+
+
+@dataclass(frozen=True)
+class Plan:
+    slots: tuple[Slot, ...]
+    order: tuple[tuple[str, ...], ...]  # mode names per replicate, in run order
+    seed: int
+
+    @property
+    def records(self) -> int:
+        return sum(len(s.keys) for s in self.slots)
+
+    @property
+    def workers(self) -> int:
+        return len(self.slots)
+
+    def order_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "replicates": [list(r) for r in self.order]}
+
+
+def make_plan(
+    keys: Sequence[str],
+    modes: Sequence[Mode],
+    replicates: int,
+    seed: int,
+    done: set[tuple[str, str, int]] | frozenset[tuple[str, str, int]] = frozenset(),
+) -> Plan:
+    """Every (replicate, mode) that still has a workload to measure, in run order; ``done`` holds
+    the (workload, mode, replicate) records a resumed run already has."""
+    order = mode_order(modes, replicates, seed)
+    slots = []
+    for r, modes_r in enumerate(order):
+        for position, mode in enumerate(modes_r):
+            todo = tuple(k for k in keys if (k, mode.name, r) not in done)
+            if todo:
+                slots.append(Slot(r, position, mode, todo))
+    return Plan(tuple(slots), tuple(tuple(m.name for m in r) for r in order), seed)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds a plan should take: its records at the budget-based cost of one record, plus the
+    start-up of the first worker (each later worker starts while the one before it measures)."""
+
+    records: int
+    workers: int
+    startup_seconds: float
+    per_record_seconds: float
+    measured_startup: bool
+
+    @property
+    def seconds(self) -> float:
+        return self.startup_seconds + self.records * self.per_record_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "workers": self.workers,
+            "estimated_seconds": round(self.seconds, 1),
+            "startup_seconds": round(self.startup_seconds, 3),
+            "startup_measured": self.measured_startup,
+            "per_record_seconds": round(self.per_record_seconds, 4),
+        }
+
+
+def per_record_seconds(device: str, profile: str, budget: float) -> float:
+    """The model's cost of one record: its overhead plus the expected share of its budget."""
+    return RECORD_OVERHEAD_SECONDS[(device, profile)] + BUDGET_SHARE[device] * budget
+
+
+def estimate(
+    plan: Plan, device: str, profile: str, budget: float, startup_seconds: float, measured: bool
+) -> Estimate:
+    return Estimate(
+        records=plan.records,
+        workers=plan.workers,
+        startup_seconds=startup_seconds if plan.workers else 0.0,
+        per_record_seconds=per_record_seconds(device, profile, budget),
+        measured_startup=measured,
+    )
+
+
+def clock(seconds: float) -> str:
+    """``M:SS`` (or ``H:MM:SS``) for people."""
+    m, s = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

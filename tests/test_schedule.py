@@ -1,0 +1,103 @@
+"""The plan: shuffled mode order per replicate, what a resumed run still has to do, the estimate,
+and ``detbench run --dry-run`` (which prints the plan and writes nothing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from detbench.modes import MODES, get_mode
+from detbench.schedule import clock, estimate, make_plan, mode_order, per_record_seconds
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_mode_order_is_a_seeded_shuffle_per_replicate() -> None:
+    order = mode_order(MODES, 3, seed=0)
+    assert len(order) == 3
+    for modes_r in order:
+        assert sorted(m.name for m in modes_r) == sorted(m.name for m in MODES)
+    # Each replicate its own order (10! orders: equal by chance with odds 1 in 3.6 million).
+    names = [tuple(m.name for m in r) for r in order]
+    assert len(set(names)) == 3
+    assert names[0] != tuple(m.name for m in MODES)
+    # The same seed gives the same order in any process (string seeding, not the hash seed).
+    script = (
+        "from detbench.schedule import mode_order; from detbench.modes import MODES;"
+        "print([[m.name for m in r] for r in mode_order(MODES, 3, seed=0)])"
+    )
+    for hash_seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT), "PYTHONHASHSEED": hash_seed},
+        ).stdout
+        assert out.strip() == str([list(r) for r in names])
+    assert mode_order(MODES, 3, seed=1) != order
+
+
+def test_plan_skips_what_a_resumed_run_has() -> None:
+    modes = [get_mode("default"), get_mode("det-algos")]
+    keys = ["a/x", "a/y"]
+    full = make_plan(keys, modes, 2, seed=0)
+    assert (full.records, full.workers) == (8, 4)
+    assert [s.replicate for s in full.slots] == [0, 0, 1, 1]
+    assert [s.position for s in full.slots] == [0, 1, 0, 1]
+    first = full.slots[0]
+    done = {("a/x", first.mode.name, 0), ("a/y", first.mode.name, 0), ("a/x", "det-algos", 1)}
+    rest = make_plan(keys, modes, 2, seed=0, done=done)
+    assert rest.records == 5 and rest.workers == 3
+    assert rest.order == full.order  # the same order as the run it resumes
+    det1 = next(s for s in rest.slots if s.replicate == 1 and s.mode.name == "det-algos")
+    assert det1.keys == ("a/y",)
+
+
+def test_estimate_is_records_times_the_per_record_cost_plus_one_startup() -> None:
+    plan = make_plan(["a/x", "a/y", "a/z"], list(MODES), 3, seed=0)
+    est = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True)
+    per = per_record_seconds("cpu", "quick", 0.1)
+    assert est.records == 90 and est.workers == 30
+    assert est.seconds == 2.0 + 90 * per
+    assert est.to_json()["estimated_seconds"] == round(2.0 + 90 * per, 1)
+    assert clock(61) == "1:01" and clock(3725) == "1:02:05"
+
+
+def _detbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "detbench", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["run", "--suite", "conv", "--mode", "default", "--mode", "det-algos",
+            "--replicates", "2", "--device", "cpu", "--out", str(out), "--dry-run"]  # fmt: skip
+    r = _detbench(*args, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    n = len(plan["workloads"])
+    assert n >= 5
+    assert plan["records"] == n * 2 * 2 and plan["workers"] == 4
+    assert isinstance(plan["estimated_seconds"], float)
+    # The start-up was measured by starting a real worker, and is what the estimate adds.
+    assert 0.2 < plan["startup_seconds"] < 60 and plan["startup_measured"] is True
+    expected = plan["startup_seconds"] + plan["records"] * plan["per_record_seconds"]
+    assert abs(plan["estimated_seconds"] - expected) < 0.1  # the JSON rounds each figure
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere here
+    text = _detbench(*args, cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert f"= {n * 4} records in 4 fresh workers" in text.stdout
+    assert "nothing was written" in text.stdout
+    assert not out.exists()
+    bad = _detbench("run", "--suite", "conv", "--json", "--device", "cpu", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
