@@ -194,54 +194,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
-    from detbench.config import TARGET_REL
-    from detbench.schedule import clock, estimate
+    from detbench.schedule import clock, describe_plan, estimate
 
     c = runner.config
-    budget = c.setting("budget")
     # A dry run measures this machine's start-up; a real run's progress line starts from the
     # model alone and corrects itself from the first records.
     startup = runner.measure_startup() if dry_run and runner.plan.workers else 2.0
-    est = estimate(runner.plan, c.device, c.profile, budget, startup, measured=dry_run)
+    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, dry_run)
+    doc, lines = describe_plan(runner, est)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    **est.to_json(),
-                    "device": c.device,
-                    "profile": c.profile,
-                    "modes": [m.name for m in c.modes],
-                    "replicates": c.replicates,
-                    "workloads": [w.key for w in runner.workloads],
-                    "budget": budget,
-                    "target_rel": TARGET_REL[c.device],
-                    "out": str(c.out),
-                    "mode_order": runner.plan_order(),
-                },
-                indent=2,
-            )
-        )
-        return est
-    n_modes, n_reps = len(c.modes), c.replicates
-    lines = [
-        f"plan: {len(runner.workloads)} workloads x {n_modes} modes x {n_reps} replicates"
-        + (f" ({len(runner.done)} records already kept)" if runner.done else "")
-        + f" = {est.records} records in {est.workers} fresh workers",
-        f"  device {c.device}, profile {c.profile}: fingerprint "
-        f"{c.setting('fingerprint_steps')} steps (a workload may ask for more), warm-up "
-        f"{c.setting('warmup_steps')} steps, timing until the median's 95% interval is within "
-        f"+-{100 * TARGET_REL[c.device]:g}% or {budget:g} s of samples",
-        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s) = {est.records} records x "
-        f"{est.per_record_seconds:.3f} s + {est.startup_seconds:.1f} s start-up of the first "
-        f"worker ({'measured here' if est.measured_startup else 'assumed'}; each later worker "
-        "starts while the one before it measures)",
-    ]
-    if c.device == "cuda":
-        lines.append(
-            "  (the per-record cost on a GPU is the model's, not yet calibrated by a GPU run)"
-        )
-    if dry_run:
-        lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
+        print(json.dumps(doc, indent=2))
+    elif dry_run:
         print("\n".join(lines))
     else:
         print(lines[0] + f"; estimated {clock(est.seconds)}", file=sys.stderr)

@@ -131,14 +131,22 @@ def _fingerprint_pass(
         rec["diff_reference"] = diff
 
 
-def _count(w: Workload, ctx: Context, step: Any, rec: dict[str, Any]) -> None:
+def _count(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: bool) -> None:
     """FLOPs per step: declared by the workload, else counted over one step. The counter leans
     on torch internals; its failure costs the FLOP figure (with a note), never the record. An
-    out-of-memory or CUDA error of the step itself is the workload's and is raised."""
+    out-of-memory or CUDA error of the step itself is the workload's and is raised.
+
+    ``count`` False (replicates after the first): the same ops run in every replicate of a mode,
+    so the runner copies the first replicate's count (``flops_source`` "counted"), and this
+    worker spares the extra step under the dispatch mode."""
     declared = w.declared_flops(ctx)
     rec["flops_source"] = "declared" if declared is not None else "counted"
     if declared is not None:
         rec["flops_per_step"] = declared
+        return
+    if not count:
+        rec["flops_per_step"] = None
+        rec["flops_pending"] = True
         return
     try:
         rec["flops_per_step"] = count_flops(step)
@@ -224,7 +232,7 @@ def run_workload(
 
         phase = "count"
         t0 = time.perf_counter()
-        _count(w, ctx, step, rec)
+        _count(w, ctx, step, rec, bool(job.get("count_flops", True)))
         phases["count"] = time.perf_counter() - t0
 
         phase = "timing"

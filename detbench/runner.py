@@ -137,15 +137,18 @@ class Runner:
         self.done: set[tuple[str, str, int]] = set()
         self._previous: dict[str, Any] = {}
         self._host: dict[str, Any] | None = None
+        self._counted_flops: dict[tuple[str, str, str], float | None] = {}
         self._host_later: Callable[[], dict[str, Any]] = host_env
         if config.resume:
             self._previous = load_env(config.out)
             self._host = host_env()
             self.check_environment({"host": self._host})  # before anything is printed or run
-            self.done = {
-                (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
-                for r in iter_records(config.out)
-            }
+            for r in iter_records(config.out):
+                self.done.add((f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])))
+                if r.get("replicate") == 0 and r.get("flops_source") == "counted":
+                    self._counted_flops[(r["suite"], r["workload"], r["mode"])] = r.get(
+                        "flops_per_step"
+                    )
         else:
             self._refuse_used_directory()
         self.sources, self.workloads = resolve_sources(config)
@@ -247,6 +250,7 @@ class Runner:
             "target_rel": TARGET_REL[c.device],
             "min_samples": MIN_SAMPLES,
             "fingerprint": c.fingerprint,
+            "count_flops": slot.replicate == 0,
             "reference_dir": str(c.out / ".reference"),
             "launched_at": time.time(),
         }
@@ -386,7 +390,24 @@ class Runner:
             )
         return remaining
 
+    def _flops_from_first_replicate(self, rec: dict[str, Any]) -> None:
+        """Fill the FLOPs of a later replicate from the first replicate's count of the same
+        (workload, mode), or keep the first's so the later ones can take it."""
+        key = (rec["suite"], rec["workload"], rec["mode"])
+        if rec.get("replicate") == 0 and rec.get("flops_source") == "counted":
+            self._counted_flops[key] = rec.get("flops_per_step")
+        if not rec.pop("flops_pending", False):
+            return
+        flops = self._counted_flops.get(key)
+        rec["flops_per_step"] = flops
+        if flops is None:
+            rec["flops_source"] = None
+            rec["flops_note"] = "the first replicate, which counts the FLOPs, has no count"
+        elif rec.get("seconds_per_step"):
+            rec["flops_per_second"] = flops / rec["seconds_per_step"]
+
     def _store(self, rec: dict[str, Any], writer: ResultWriter) -> None:
+        self._flops_from_first_replicate(rec)
         writer.append(rec)
         self.records.append(rec)
         self.stats.records += 1

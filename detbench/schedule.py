@@ -16,9 +16,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detbench.modes import Mode
+
+if TYPE_CHECKING:
+    from detbench.runner import Runner
 
 #: Seconds a record costs beyond its timing budget, per device and profile: building the workload,
 #: its fingerprint steps, the FLOP count, warm-up and clean-up. Measured on the CPU quick matrix
@@ -133,6 +136,45 @@ def estimate(
         per_record_seconds=per_record_seconds(device, profile, budget),
         measured_startup=measured,
     )
+
+
+def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[str]]:
+    """The plan of ``runner`` and its estimate: as JSON (``--dry-run --json``) and as lines."""
+    from detbench.config import TARGET_REL
+
+    c = runner.config
+    budget, target = c.setting("budget"), TARGET_REL[c.device]
+    doc = {
+        **est.to_json(),
+        "device": c.device,
+        "profile": c.profile,
+        "modes": [m.name for m in c.modes],
+        "replicates": c.replicates,
+        "workloads": [w.key for w in runner.workloads],
+        "budget": budget,
+        "target_rel": target,
+        "fingerprint": c.fingerprint,
+        "out": str(c.out),
+        "mode_order": runner.plan_order(),
+    }
+    lines = [
+        f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
+        "replicates"
+        + (f" ({len(runner.done)} records already kept)" if runner.done else "")
+        + f" = {est.records} records in {est.workers} fresh workers",
+        f"  device {c.device}, profile {c.profile}: fingerprint "
+        f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
+        f"warm-up {c.setting('warmup_steps')} steps, timing until the median's 95% interval is "
+        f"within +-{100 * target:g}% or {budget:g} s of samples",
+        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s) = {est.records} records x "
+        f"{est.per_record_seconds:.3f} s + {est.startup_seconds:.1f} s start-up of the first "
+        f"worker ({'measured here' if est.measured_startup else 'assumed'}; each later worker "
+        "starts while the one before it measures)",
+    ]
+    if c.device == "cuda":
+        lines.append("  (the per-record cost on a GPU is the model's, not yet measured on a GPU)")
+    lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
+    return doc, lines
 
 
 def clock(seconds: float) -> str:

@@ -10,6 +10,7 @@ runner alone writes the results file.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import json
@@ -83,6 +84,11 @@ def main(argv: list[str]) -> int:
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)  # create the context now: it belongs to start-up
+    # torch.optim imports torch._dynamo at the first optimizer, and use_deterministic_algorithms
+    # imports inductor's config (about 1 s in torch 2.13): a one-off of the process, paid here so
+    # it lands in no workload's build time and gc.freeze below covers it.
+    with contextlib.suppress(Exception):  # without it, the workloads will say so if they need it
+        import torch._dynamo
     for source in job["sources"]:
         load_file(source)
     workloads = registry()
@@ -116,6 +122,9 @@ def main(argv: list[str]) -> int:
         record, device_lost = run_workload(w, job, mode, notify)
         record["mode_position"] = job.get("mode_position")
         _send(out, {"type": "record", "record": record})
+        # What the workload imported or cached for good (its own objects are freed by now) joins
+        # the frozen generation, so each later collection scans only the next workload's objects.
+        gc.freeze()
         if device_lost:
             print(f"detbench worker: the CUDA context is unusable after {key}; exiting")
             return EXIT_DEVICE_LOST
