@@ -6,7 +6,10 @@ replicates, quick profile, and where the wall time goes.
 pytest-benchmark times the whole run once (it is minutes long; one round is the honest sample)
 and keeps the breakdown in the JSON's ``extra_info``. The breakdown is printed too: process
 start-up (launching python, importing torch, applying the mode, initialising CUDA where there is
-one) is its own part, beside the fingerprint and timing passes that are the measurement itself.
+one) is its own part, beside the fingerprint and timing passes that are the measurement itself;
+so is what ``--dry-run`` estimated beforehand. Targets of issue 11 (printed, not asserted: a busy
+machine may miss them): within 360 s, at most 15% of the wall outside the fingerprint and timing
+passes, the estimate within 35% of the wall.
 """
 
 from __future__ import annotations
@@ -18,15 +21,19 @@ from typing import Any
 from detbench.config import RunConfig
 from detbench.modes import MODES
 from detbench.runner import Runner, prepare
+from detbench.schedule import estimate
 
 
 def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:
     runners: list[Runner] = []
+    config = RunConfig(
+        out=tmp_path / "run", modes=list(MODES), replicates=3, profile="quick", device="cpu"
+    )
+    planner = prepare(config, stream=io.StringIO())
+    est = estimate(planner.plan, "cpu", "quick", config.setting("budget"),
+                   planner.measure_startup(), measured=True)  # fmt: skip
 
     def run_matrix() -> None:
-        config = RunConfig(
-            out=tmp_path / "run", modes=list(MODES), replicates=3, profile="quick", device="cpu"
-        )
         runners.append(prepare(config, stream=io.StringIO()))
         runners[-1].run()
 
@@ -45,7 +52,10 @@ def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:
     }
     measuring = s.fingerprint + s.timing
     benchmark.extra_info.update({k: round(v, 3) for k, v in parts.items()})
-    benchmark.extra_info.update(wall=s.wall, records=s.records, workers=s.workers)
+    benchmark.extra_info.update(
+        wall=s.wall, records=s.records, workers=s.workers, estimated=est.seconds,
+        startup_overlapped=s.startup_cpu, timing_target_missed=s.timing_target_missed,
+    )  # fmt: skip
     print(
         f"\nCPU quick matrix: {s.records} records from {s.workers} worker processes "
         f"in {s.wall:.1f} s"
@@ -54,6 +64,10 @@ def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:
         print(f"  {name:<36} {secs:7.1f} s  {100 * secs / s.wall:5.1f}%")
     print(
         f"  not fingerprint or timing: {100 * (s.wall - measuring) / s.wall:.1f}% of the wall time"
+        f"\n  workers' own start-up, overlapped with measuring: {s.startup_cpu:.1f} s"
+        f"\n  --dry-run estimate: {est.seconds:.1f} s ({100 * (est.seconds / s.wall - 1):+.0f}% "
+        "of the wall)"
+        f"\n  records that hit the budget before the target: {s.timing_target_missed}"
     )
     assert s.records == len(MODES) * 3 * len(runner.workloads)
     assert {r["status"] for r in runner.records} <= {"ok", "unsupported"}

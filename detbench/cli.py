@@ -361,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="the most seconds of timing samples per record; sampling stops sooner once the "
         "median's 95%% interval is within +-1%% (GPU) or +-3%% (CPU) (default: 0.1 quick, "
-        "0.5 full)",
+        "0.3 full)",
     )
     r.add_argument(
         "--timeout",

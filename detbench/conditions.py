@@ -280,6 +280,27 @@ def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
             ),
             timing,
         ]
+    agreement = quality.fingerprint_agreement(df)
+    if not agreement.empty:
+        n, agree = len(agreement), int(agreement["agree"].sum())
+        steps = int(agreement["steps_agree"].sum())
+        differ = agreement[~agreement["agree"] | ~agreement["steps_agree"]]
+        blocks += [
+            Heading(3, "Fingerprints checked against sha256"),
+            Para(
+                "This run recorded both fingerprints of every record (--fingerprint both). The "
+                f"device digest and sha256 split the replicates the same way for {agree} of {n} "
+                f"(workload, mode) pairs, and step by step for {steps} of {n}; "
+                f"{int((agreement['device_distinct'] > 1).sum())} pairs were nondeterministic "
+                "by both."
+                + (
+                    " They disagree for: "
+                    + ", ".join(f"{r.suite}/{r.workload} [{r.mode}]" for r in differ.itertuples())
+                    if len(differ)
+                    else ""
+                )
+            ),
+        ]
     return [Heading(2, "Measurement quality"), *blocks] if blocks else []
 
 

@@ -20,7 +20,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 #: budget: the most seconds of samples a record takes (the stopping rule usually ends it sooner).
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "quick": {"fingerprint_steps": 3, "warmup_steps": 2, "budget": 0.1},
-    "full": {"fingerprint_steps": 3, "warmup_steps": 5, "budget": 0.5},
+    "full": {"fingerprint_steps": 3, "warmup_steps": 5, "budget": 0.3},
 }
 #: The stopping rule's target: the 95% interval of the median within +-1% on a GPU, whose kernel
 #: times are stable, and +-3% on a CPU, whose shared cores are not.

@@ -179,3 +179,37 @@ def throttle_lines(env: Mapping[str, Any]) -> list[str]:
     uuid = (env.get("worker") or {}).get("gpu_uuid")
     lines = throttled(state, uuid=uuid) if uuid else throttled(state)  # uuid: the run's GPU only
     return [str(line) for line in lines]
+
+
+# --- Fingerprint cross-check -------------------------------------------------------------------
+
+
+def _partition(values: list[Any]) -> tuple[int, ...]:
+    """Which replicates share a fingerprint: each value replaced by the index of its first
+    occurrence, so two methods agree exactly when their partitions are equal."""
+    first: dict[Any, int] = {}
+    return tuple(first.setdefault(v, i) for i, v in enumerate(values))
+
+
+def fingerprint_agreement(df: pd.DataFrame) -> pd.DataFrame:
+    """For a run made with ``--fingerprint both``: per (suite, workload, mode), whether the
+    device digest and sha256 split the replicates the same way (equal fingerprints for exactly
+    the same pairs of replicates), hence give the same verdict. Empty for other runs."""
+    if "fingerprint_sha256" not in df.columns:
+        return pd.DataFrame()
+    rows = []
+    ok = df[df["fingerprint"].notna() & df["fingerprint_sha256"].notna()]
+    for (suite, workload, mode), g in ok.groupby(["suite", "workload", "mode"], sort=True):
+        g = g.sort_values("replicate")
+        device, sha = list(g["fingerprint"]), list(g["fingerprint_sha256"])
+        rows.append({
+            "suite": suite, "workload": workload, "mode": mode, "replicates": len(g),
+            "device_distinct": len(set(device)), "sha256_distinct": len(set(sha)),
+            "agree": _partition(device) == _partition(sha),
+            "steps_agree": all(
+                _partition(list(a)) == _partition(list(b))
+                for a, b in zip(zip(*g["step_fingerprints"], strict=True),
+                                zip(*g["step_fingerprints_sha256"], strict=True), strict=True)
+            ),
+        })  # fmt: skip
+    return pd.DataFrame(rows)

@@ -286,12 +286,10 @@ class Runner:
             msg = worker.next(c.startup_timeout)
             self.stats.startup += time.perf_counter() - t0
             if msg is TIMEOUT:
-                timed_out, why_timeout = (
-                    True,
-                    (
-                        f"the worker did not start within {c.startup_timeout:g} s (imports, mode, "
-                        "CUDA initialisation); killed"
-                    ),
+                timed_out = True
+                why_timeout = (
+                    f"the worker did not start within {c.startup_timeout:g} s (imports, mode, "
+                    "CUDA initialisation); killed"
                 )
             elif msg is not None and msg["type"] == "ready":
                 started = True
