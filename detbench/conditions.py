@@ -378,10 +378,12 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
     if not analysis.peak_memory(df).empty:
         items.append(
             "Memory: each record's peak, measured over its workload alone. On a GPU, torch's "
-            "peak allocated bytes (reset when the workload starts); on a CPU, how much the "
-            "worker's peak RSS grew during the workload (0 when an earlier workload of the same "
-            "worker had already reached a higher peak, so a CPU figure is a lower bound). The "
-            "tables show the median over replicates and its ratio to the default mode's."
+            "peak allocated bytes (reset when the workload starts); on a CPU, how far the "
+            "worker's peak RSS rose above its RSS at the workload's start, with the peak reset "
+            "per workload through /proc/self/clear_refs (where Linux refuses that reset, the "
+            "record says so in memory.peak_reset and its figure is a lower bound: 0 when an "
+            "earlier workload of the worker peaked higher). The tables show the median over "
+            "replicates and its ratio to the default mode's."
         )
     items.append(
         f"Profile {o.get('profile')} on {facts['device']}; {len(df)} records, started "

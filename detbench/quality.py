@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from detbench.modes import DEFAULT_MODE, MODES
+from detbench.timing import MIN_CI_SAMPLES
 
 #: The record's ``precision`` keys, in the order the report names them.
 PRECISION_KEYS = ("matmul_fp32", "conv_fp32")
@@ -94,7 +95,11 @@ def stopping_rule(df: pd.DataFrame, options: Mapping[str, Any]) -> dict[str, lis
 
     return {
         "target_rel": distinct("target_rel"),
-        "min_samples": distinct("min_samples", options.get("min_samples")),
+        # Records without the field still had the timing module's floor of 6 (MIN_CI_SAMPLES)
+        # whatever the options asked for.
+        "min_samples": distinct(
+            "min_samples", max(int(options.get("min_samples") or 0), MIN_CI_SAMPLES)
+        ),
         "budget": distinct("budget"),
         "warmup_steps": distinct("warmup_steps"),
         "clock": distinct("clock"),

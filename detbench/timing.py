@@ -101,6 +101,7 @@ class Timing:
     target_rel: float
     reached_target: bool
     clock: str
+    min_samples: int  # the floor applied: max(min_samples asked for, MIN_CI_SAMPLES)
 
     @property
     def min_run_time(self) -> float:
@@ -123,6 +124,7 @@ class Timing:
             "target_rel": self.target_rel,
             "reached_target": self.reached_target,
             "clock": self.clock,
+            "min_samples": self.min_samples,
         }
 
 
@@ -345,6 +347,7 @@ def time_step(
         target_rel=target_rel,
         reached_target=reached,
         clock=sampler.name,
+        min_samples=max(min_samples, MIN_CI_SAMPLES),
     )
 
 
