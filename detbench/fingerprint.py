@@ -85,24 +85,25 @@ def step_digest(outputs: Sequence[Any], method: str = DEFAULT_METHOD) -> str:
     items = _tensors(outputs)
     h = hashlib.sha256()
     if method == "sha256":
-        for i, parts in items:
-            if parts is None:
-                h.update(f"{i}:None;".encode())
-                continue
-            for part, t in parts:
-                h.update(f"{i}{part}:{t.dtype}:{tuple(t.shape)};".encode())
-                h.update(_host_array(t).data)
-        return h.hexdigest()
-    flat = [t for _, parts in items if parts is not None for _, t in parts]
-    sums = iter(digest.lane_sums(flat))
-    h.update(_DEVICE_TAG)
+
+        def payload(t: torch.Tensor) -> Any:
+            return _host_array(t).data  # the tensor's bytes, on the host
+
+    else:
+        flat = [t for _, parts in items if parts is not None for _, t in parts]
+        sums = iter(digest.lane_sums(flat))  # one list of lane sums per tensor, in order
+        h.update(_DEVICE_TAG)
+
+        def payload(t: torch.Tensor) -> Any:
+            return b"".join(v.to_bytes(8, "little") for v in next(sums))
+
     for i, parts in items:
         if parts is None:
             h.update(f"{i}:None;".encode())
             continue
         for part, t in parts:
             h.update(f"{i}{part}:{t.dtype}:{tuple(t.shape)};".encode())
-            h.update(b"".join(v.to_bytes(8, "little") for v in next(sums)))
+            h.update(payload(t))
     return h.hexdigest()
 
 

@@ -48,6 +48,15 @@ ENV_FILE = "env.json"
 #: died while running the workload.
 STATUSES = ("ok", "unsupported", "oom", "error", "timeout", "crashed")
 
+#: The columns schema 2 added (None in version-1 records).
+SCHEMA_2_COLUMNS = (
+    "peak_memory_bytes",
+    "timing_ci_rel",
+    "timing_reached_target",
+    "fingerprint_method",
+    "matmul_fp32",
+    "conv_fp32",
+)
 #: The columns ``load_results`` always returns, in this order (others follow).
 COLUMNS = (
     "suite",
@@ -69,24 +78,10 @@ COLUMNS = (
     "device",
     "profile",
     "num_threads",
-    "peak_memory_bytes",
-    "timing_ci_rel",
-    "timing_reached_target",
-    "fingerprint_method",
-    "matmul_fp32",
-    "conv_fp32",
+    *SCHEMA_2_COLUMNS,
 )
 #: Columns that hold None, not NaN, where a record has no value.
-NONE_NOT_NAN = (
-    "fingerprint",
-    "message",
-    "peak_memory_bytes",
-    "timing_ci_rel",
-    "timing_reached_target",
-    "fingerprint_method",
-    "matmul_fp32",
-    "conv_fp32",
-)
+NONE_NOT_NAN = ("fingerprint", "message", *SCHEMA_2_COLUMNS)
 
 
 class ResultsError(DetbenchError):
