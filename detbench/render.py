@@ -197,11 +197,14 @@ GIB = float(1 << 30)
 
 
 def size(nbytes: Any) -> str:
-    """A byte count in MiB below 1 GiB, else GiB (binary units, as torch's allocator reports)."""
+    """A byte count in KiB below 1 MiB, MiB below 1 GiB, else GiB (binary units, as torch's
+    allocator reports)."""
     try:
         f = float(nbytes)
     except (TypeError, ValueError):
         return "–"
     if not math.isfinite(f):
         return "–"
-    return f"{f / GIB:.2f} GiB" if f >= GIB else f"{f / MIB:.3g} MiB"
+    if f >= GIB:
+        return f"{f / GIB:.2f} GiB"
+    return f"{f / MIB:.3g} MiB" if f >= MIB else f"{f / 1024:.3g} KiB"

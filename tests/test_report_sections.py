@@ -293,3 +293,11 @@ def test_tables_have_as_many_cells_as_headers(tmp_path: Path) -> None:
     for block in build_blocks(df, gpu_env(gpu_state=STATE), []):
         if isinstance(block, Table):
             assert all(len(row) == len(block.header) for row in block.rows), block.header
+
+
+def test_sizes_in_binary_units() -> None:
+    from detbench.render import size
+
+    assert [size(4096), size(3 * 2**20), size(1.5 * 2**30), size(None)] == [
+        "4 KiB", "3 MiB", "1.50 GiB", "–",
+    ]  # fmt: skip
