@@ -43,7 +43,7 @@ from detbench.results import (
     utc_now,
     write_json_atomic,
 )
-from detbench.schedule import Plan, Slot, clock, make_plan
+from detbench.schedule import Plan, Progress, Slot, make_plan
 from detbench.supervise import TIMEOUT, WorkerProcess, exit_description, log_tail, lost_keys
 from detbench.workload import WorkloadError
 
@@ -84,50 +84,6 @@ class RunStats:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "other": self.other}
-
-
-class Progress:
-    """One status line: which replicate, mode and workload runs, how far the run is, and the time
-    left: the plan's estimate until the first record, then the measured seconds per record."""
-
-    def __init__(self, total: int, estimate: float | None = None, stream: TextIO = sys.stderr):
-        self.total = total
-        self.done = 0
-        self.estimate = estimate
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.t0 = time.monotonic()
-        self._width = 0
-
-    def left(self, elapsed: float) -> float | None:
-        if self.done:
-            return elapsed / self.done * (self.total - self.done)
-        return None if self.estimate is None else max(0.0, self.estimate - elapsed)
-
-    def show(self, slot: Slot, replicates: int, modes: int, workload: str) -> None:
-        elapsed = time.monotonic() - self.t0
-        left = self.left(elapsed)
-        line = (
-            f"[{self.done + 1:>{len(str(self.total))}}/{self.total} "
-            f"{100 * self.done / max(1, self.total):3.0f}%] replicate {slot.replicate + 1}/"
-            f"{replicates} mode {slot.position + 1}/{modes} {slot.mode.name:<24} {workload}  "
-            f"elapsed {clock(elapsed)}" + (f" left ~{clock(left)}" if left is not None else "")
-        )
-        if self.tty:
-            pad = max(0, self._width - len(line))
-            self.stream.write("\r" + line + " " * pad)
-            self._width = len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def advance(self) -> None:
-        self.done += 1
-
-    def close(self) -> None:
-        if self.tty and self._width:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 class Runner:

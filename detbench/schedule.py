@@ -1,4 +1,5 @@
-"""Which (mode, replicate) runs in which worker, in what order, and how long the run should take.
+"""Which (mode, replicate) runs in which worker, in what order, how long the run should take, and
+how far it has got (the progress line).
 
 The plan is fixed before the first worker starts, so ``--dry-run`` can print it without writing
 anything, and a resumed run rebuilds the same order from the same seed.
@@ -14,9 +15,11 @@ a bias (the report shows that spread).
 from __future__ import annotations
 
 import random
+import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.modes import Mode
 
@@ -187,3 +190,47 @@ def clock(seconds: float) -> str:
     m, s = divmod(round(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """One status line: which replicate, mode and workload runs, how far the run is, and the time
+    left: the plan's estimate until the first record, then the measured seconds per record."""
+
+    def __init__(self, total: int, estimate: float | None = None, stream: TextIO = sys.stderr):
+        self.total = total
+        self.done = 0
+        self.estimate = estimate
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.t0 = time.monotonic()
+        self._width = 0
+
+    def left(self, elapsed: float) -> float | None:
+        if self.done:
+            return elapsed / self.done * (self.total - self.done)
+        return None if self.estimate is None else max(0.0, self.estimate - elapsed)
+
+    def show(self, slot: Slot, replicates: int, modes: int, workload: str) -> None:
+        elapsed = time.monotonic() - self.t0
+        left = self.left(elapsed)
+        line = (
+            f"[{self.done + 1:>{len(str(self.total))}}/{self.total} "
+            f"{100 * self.done / max(1, self.total):3.0f}%] replicate {slot.replicate + 1}/"
+            f"{replicates} mode {slot.position + 1}/{modes} {slot.mode.name:<24} {workload}  "
+            f"elapsed {clock(elapsed)}" + (f" left ~{clock(left)}" if left is not None else "")
+        )
+        if self.tty:
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def advance(self) -> None:
+        self.done += 1
+
+    def close(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
