@@ -178,8 +178,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(
         f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
         f"{plan.seconds:.0f} s: timing {stats.timing:.0f} s, fingerprint "
-        f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s "
-        f"({stats.startup_cpu:.0f} s of it overlapped with measuring), build {stats.build:.0f} s, "
+        f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
+        f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
+        f"one measuring), build {stats.build:.0f} s, "
         f"FLOP count {stats.count:.0f} s, clean-up {stats.cleanup:.0f} s, worker exit "
         f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
         f"{100 * measured / max(stats.wall, 1e-9):.0f}% of the wall time)"
