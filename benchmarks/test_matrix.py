@@ -64,7 +64,8 @@ def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:
         print(f"  {name:<36} {secs:7.1f} s  {100 * secs / s.wall:5.1f}%")
     print(
         f"  not fingerprint or timing: {100 * (s.wall - measuring) / s.wall:.1f}% of the wall time"
-        f"\n  workers' own start-up (CPU; all but the first beside a measuring worker): {s.startup_cpu:.1f} s"
+        f"\n  workers' own start-up (CPU; all but the first beside a measuring worker): "
+        f"{s.startup_cpu:.1f} s"
         f"\n  --dry-run estimate: {est.seconds:.1f} s ({100 * (est.seconds / s.wall - 1):+.0f}% "
         "of the wall)"
         f"\n  records that hit the budget before the target: {s.timing_target_missed}"
