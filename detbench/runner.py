@@ -159,7 +159,7 @@ class Runner:
             "git": self._git,
             "worker": self.device_env,
             "gpu_state": self.gpu_state,
-            "mode_order": self.plan_order(),
+            "mode_order": self.plan.order_json(),
             "options": {
                 "argv": sys.argv,
                 "suites": sorted({w.suite for w in self.workloads}),
@@ -181,12 +181,6 @@ class Runner:
                 "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
             },
         }
-
-    def plan_order(self) -> dict[str, Any]:
-        """The shuffled mode order of every replicate (the whole run's, also when resumed)."""
-        return make_plan(
-            [], self.config.modes, self.config.replicates, self.config.seed
-        ).order_json()
 
     # -- workers -------------------------------------------------------------------------------
     def _spawn(self, slot: Slot, keys: list[str], logs: Path) -> WorkerProcess:

@@ -69,7 +69,8 @@ def mode_order(modes: Sequence[Mode], replicates: int, seed: int) -> list[list[M
 @dataclass(frozen=True)
 class Plan:
     slots: tuple[Slot, ...]
-    order: tuple[tuple[str, ...], ...]  # mode names per replicate, in run order
+    # Mode names per replicate, in run order: every replicate's, also those a resumed run has.
+    order: tuple[tuple[str, ...], ...]
     seed: int
 
     @property
@@ -163,7 +164,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         "target_rel": target,
         "fingerprint": c.fingerprint,
         "out": str(c.out),
-        "mode_order": runner.plan_order(),
+        "mode_order": runner.plan.order_json(),
     }
     lines = [
         f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
