@@ -37,6 +37,27 @@ def _cmd_modes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_settings(args: argparse.Namespace) -> int:
+    from detbench.settings import SETTINGS
+
+    if args.json:
+        print(json.dumps([s.to_json() for s in SETTINGS], indent=2))
+        return 0
+    rows = [("name", "levels", "default here", "acts on")]
+    for s in SETTINGS:
+        reason = s.unavailable()
+        default = s.default() if reason is None else "unavailable in this torch"
+        rows.append((s.name, " | ".join(s.levels), default, ", ".join(s.devices)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print(
+        "\nApply one to every mode of a run with 'detbench run --set NAME=LEVEL' (repeatable);"
+        "\n'detbench settings --json' gives what each does."
+    )
+    return 0
+
+
 def _load(args: argparse.Namespace) -> list:
     from detbench.config import RunConfig, resolve_sources
 
@@ -94,7 +115,12 @@ def _run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         return resume_config(Path(args.resume))
     device = args.device or ("cuda" if cuda else "cpu")
     profile = args.profile or ("full" if device == "cuda" else "quick")
+    from detbench.settings import parse_assignments
+
+    overrides = parse_assignments(args.set or [])
     modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
+    if overrides:
+        modes = [m.with_settings(overrides) for m in modes]
     if len({m.name for m in modes}) != len(modes):
         raise UserError("a --mode is given twice")
     return RunConfig(
@@ -111,6 +137,7 @@ def _run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         fingerprint=args.fingerprint,
         startup_timeout=STARTUP_TIMEOUT if args.startup_timeout is None else args.startup_timeout,
         only=args.only,
+        settings=dict(overrides),
     )
 
 
@@ -214,7 +241,7 @@ def _plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
 
 #: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
 RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
-               "seed", "budget", "timeout", "fingerprint", "startup_timeout")  # fmt: skip
+               "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set")  # fmt: skip
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -304,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true", help="a JSON list, with Python snippets")
     m.set_defaults(func=_cmd_modes)
 
+    st = sub.add_parser("settings", help="print the settings beside the modes (--set NAME=LEVEL)")
+    st.add_argument("--json", action="store_true", help="a JSON list: name, levels, default, doc")
+    st.set_defaults(func=_cmd_settings)
+
     def selection(q: argparse.ArgumentParser) -> None:
         q.add_argument(
             "--suite",
@@ -337,6 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME",
         help="a mode from 'detbench modes' (repeatable; default: all 10)",
+    )
+    r.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=LEVEL",
+        help="a setting from 'detbench settings' applied to every mode of the run (repeatable), "
+        "e.g. --set fill_uninitialized_memory=off; the modes' names then carry it",
     )
     r.add_argument(
         "--replicates",

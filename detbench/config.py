@@ -78,6 +78,12 @@ class RunConfig:
     only: list[str] | None = None
     #: Continue the run in ``out``: measure only what has no record yet.
     resume: bool = False
+    #: The ``--set`` overrides the modes carry (for env.json; the modes already hold them).
+    settings: dict[str, str] = field(default_factory=dict)
+    #: Mode name -> the only workload keys that mode runs; a mode not named runs them all.
+    only_for: dict[str, list[str]] | None = None
+    #: The study this run is part of (an attribution study's definition), written to env.json.
+    study: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.fingerprint is None:
@@ -160,6 +166,9 @@ def resume_config(directory: Path) -> RunConfig:
             fingerprint=str(o.get("fingerprint", "sha256")),
             only=list(o["workloads"]),
             resume=True,
+            settings=dict(o.get("settings") or {}),
+            only_for=o.get("only_for"),
+            study=env.get("study"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None

@@ -9,8 +9,8 @@ the worker sends the record and exits, and a fresh worker takes the workloads th
 
 from __future__ import annotations
 
+import contextlib
 import gc
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -20,16 +20,29 @@ from typing import Any
 import torch
 
 from detbench import fingerprint as fp
+from detbench.applied import WorkerSettings, changed, columns, read_all
 from detbench.devenv import fp32_precision
 from detbench.flops import count_flops
 from detbench.memory import PeakWatch, describe_memory, memory_figures
-from detbench.modes import CUBLAS_ENV, Mode
+from detbench.modes import Mode, record_fields
 from detbench.results import utc_now
 from detbench.seeding import fresh_generators, seed_all
 from detbench.timing import time_step
 from detbench.workload import Context, Workload
 
-UNSUPPORTED_MARKERS = ("does not have a deterministic implementation",)
+UNSUPPORTED_MARKERS = (
+    "does not have a deterministic implementation",
+    # torch's refusal of cuBLAS under deterministic algorithms without CUBLAS_WORKSPACE_CONFIG
+    "because it uses CuBLAS",
+    # an SDPA backend the device (or these inputs) cannot use, under sdpa_backend=...
+    "No viable backend for scaled_dot_product_attention",
+    "No available kernel",
+)
+
+
+class SettingUnsupported(Exception):
+    """A workload that cannot run under its mode's settings (an API this torch lacks, autocast
+    not declared): recorded ``unsupported`` with the reason, without building it."""
 #: torch's CPU allocator reports a failed allocation as a RuntimeError with these words.
 CPU_OOM_MARKERS = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough")
 #: Out of memory inside a CUDA library: raised as a RuntimeError, not as torch's
@@ -70,6 +83,8 @@ def _is_cuda_oom_text(text: str) -> bool:
 def classify(exc: BaseException) -> tuple[str, str]:
     """(status, message) for an exception raised by a workload."""
     text = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, SettingUnsupported):
+        return "unsupported", str(exc)
     if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
         return "oom", text
     if isinstance(exc, RuntimeError) and any(m in str(exc) for m in CPU_OOM_MARKERS):
@@ -106,8 +121,12 @@ def _fingerprint_pass(
     sha_digests: list[str] = []
     losses: list[float] = []
     outputs: Any = None
-    for _ in range(w.steps(ctx, int(job["fingerprint_steps"]))):
+    for i in range(w.steps(ctx, int(job["fingerprint_steps"]))):
+        t0 = time.perf_counter()
         outputs = list(step())
+        if i == 0:  # with execution=compile, the compilation happens here
+            _sync(ctx.device)
+            rec["first_step_seconds"] = time.perf_counter() - t0
         digests.append(fp.step_digest(outputs, method))
         if both:
             sha_digests.append(fp.step_digest(outputs, "sha256"))
@@ -158,16 +177,72 @@ def _count(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: boo
         rec["flops_note"] = f"FLOP count failed: {type(exc).__name__}: {exc}"
 
 
+def _with_settings(step: Any, mode: Mode, device: torch.device) -> Any:
+    """``step`` as the mode's workload settings run it: each call under ``torch.autocast`` (entered
+    per step, as a training loop does: autocast's cache of cast weights lives for one region),
+    then through ``torch.compile``."""
+    given = mode.overrides
+    out = step
+    autocast = given.get("autocast", "off")
+    if autocast != "off":
+        dtype = torch.float16 if autocast == "fp16" else torch.bfloat16
+
+        def out() -> Any:
+            with torch.autocast(device.type, dtype=dtype):
+                return step()
+
+    if given.get("execution", "eager") == "compile":
+        return torch.compile(out)
+    return out
+
+
+def _compile_stats() -> dict[str, Any] | None:
+    """Dynamo's counters for this worker's compilations so far (graphs, graph breaks)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    return {
+        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
+
+
+def _read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
+    """Compare the flags and settings now with what the worker applied; a change is recorded
+    under ``settings_changes`` and named in ``settings_changed``. After the build, the record's
+    columns take the values the steps then ran under."""
+    now = read_all()
+    names = changed(ws.applied, now)
+    if not names:
+        return
+    changes = rec.setdefault("settings_changes", {})
+    for name in names:
+        changes.setdefault(name, {"applied": ws.applied[name]})[when] = now[name]
+        if name not in rec["settings_changed"]:
+            rec["settings_changed"].append(name)
+    if when == "after_build":
+        rec.update({k: now[k] for k in names if k in ("benchmark", "cudnn_deterministic",
+                                                      "deterministic_algorithms", "cudnn_enabled")})
+        rec.update({k: v for k, v in columns(now, ws.mode).items() if k in names})
+
+
 def run_workload(
     w: Workload,
     job: dict[str, Any],
     mode: Mode,
     notify: Callable[[str], None] | None = None,
+    ws: WorkerSettings | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Both passes for one workload: (record, device_lost). Every outcome is a record, never an
     exception. ``notify("timing")`` is called right before the timing pass and
     ``notify("timed")`` right after it, also when it fails. ``device_lost``: the workload failed
-    with a CUDA error after which this process's CUDA context cannot be trusted."""
+    with a CUDA error after which this process's CUDA context cannot be trusted.
+
+    ``ws``: the settings the worker applied for ``mode`` (read back after the build and after
+    the last step, and restored when the workload changed any); None reads them as they are."""
+    if ws is None:
+        ws = WorkerSettings(mode, {}, read_all())
     device = torch.device(job["device"])
     seed = int(job["seed"])
     ctx = Context(device=device, profile=job["profile"], seed=seed)
@@ -176,17 +251,17 @@ def run_workload(
         "suite": w.suite,
         "workload": w.name,
         "params": w.params_for(ctx.profile),
-        "mode": mode.name,
-        "benchmark": mode.benchmark,
-        "cudnn_deterministic": mode.cudnn_deterministic,
-        "deterministic_algorithms": mode.deterministic_algorithms,
-        "cudnn_enabled": mode.cudnn_enabled,
+        **record_fields(mode),
+        # Every setting as the worker read it back after applying the mode (a workload that
+        # changes one is caught by _read_back).
+        **columns(ws.applied, mode),
+        "settings_changed": [],
+        "compile_seconds": None,
         "replicate": job["replicate"],
         "seed": seed,
         "device": device.type,
         "profile": ctx.profile,
         "num_threads": torch.get_num_threads(),
-        CUBLAS_ENV.lower(): os.environ.get(CUBLAS_ENV),
         "status": "ok",
         "message": None,
         # "both" fingerprints with the device digest and also with sha256, as a cross-check.
@@ -215,6 +290,9 @@ def run_workload(
         rec["items_per_step"] = w.items(ctx)
         rec["bytes_per_step"] = w.bytes(ctx)
         rec["seeding"] = w.seeding
+        reason = ws.unsupported(w)
+        if reason is not None:
+            raise SettingUnsupported(reason)
         if w.seeding == "recipe":
             fresh_generators()
         else:
@@ -224,11 +302,16 @@ def run_workload(
             raise TypeError(f"workload factory must return a step callable, got {type(step)}")
         _sync(device)
         phases["build"] = time.perf_counter() - t0
+        _read_back(rec, ws, "after_build")
+        step = _with_settings(step, mode, device)
 
         phase = "fingerprint"
         t0 = time.perf_counter()
         _fingerprint_pass(w, ctx, job, mode, step, rec)
         phases["fingerprint"] = time.perf_counter() - t0
+        if mode.overrides.get("execution") == "compile":
+            rec["compile_seconds"] = rec.get("first_step_seconds")
+            rec["compile_stats"] = _compile_stats()
 
         phase = "count"
         t0 = time.perf_counter()
@@ -282,9 +365,15 @@ def run_workload(
         rec["device_lost"] = device_lost
     finally:
         rec["peak_memory_bytes"], rec["memory"] = watch.stop()
+        _read_back(rec, ws, "after_steps")
+        if rec["settings_changed"]:  # the next workload runs in the mode, not in this one's
+            ws.restore()
         # Free this workload's tensors (reference cycles included) before the next is built.
         t0 = time.perf_counter()
         step = None
+        if mode.overrides.get("execution") == "compile":
+            with contextlib.suppress(Exception):
+                torch._dynamo.reset()  # this workload's compiled graphs go with it
         gc.collect()
         if device.type == "cuda" and not device_lost:
             try:

@@ -4,24 +4,29 @@ A mode is process state: cuDNN flags and ``torch.use_deterministic_algorithms`` 
 ``cudnn.benchmark`` caches its algorithm choice per process. So a mode is applied once, in a fresh
 worker process, before any CUDA work, and never toggled inside a process that measures.
 
-Nothing else is changed: no ``CUDA_LAUNCH_BLOCKING``, TF32 left at torch's defaults. The only
-environment variable a mode sets is ``CUBLAS_WORKSPACE_CONFIG``: for modes with deterministic
-algorithms (older CUDA/torch combinations need it for deterministic cuBLAS) the user's value or
-``:4096:8``, for the others none (see ``Mode.environment``); the value used is recorded with every
-result.
+Nothing else is changed by the 10 modes: no ``CUDA_LAUNCH_BLOCKING``, TF32 left at torch's
+defaults. The only environment variable a mode sets is ``CUBLAS_WORKSPACE_CONFIG``: for modes with
+deterministic algorithms (older CUDA/torch combinations need it for deterministic cuBLAS) the
+user's value or ``:4096:8``, for the others none (see ``Mode.environment``); the value used is
+recorded with every result.
+
+A mode may carry overrides of the settings of ``detbench.settings`` (``--set``): its name is then
+the base mode's with the overrides, ``det-algos[fill_uninitialized_memory=off]``, and the 10 modes
+themselves are unchanged.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from detbench import settings as st
 from detbench.errors import DetbenchError
+from detbench.settings import CUBLAS_DEFAULT, CUBLAS_ENV, Overrides
 
-CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
-CUBLAS_DEFAULT = ":4096:8"
+__all__ = ["CUBLAS_DEFAULT", "CUBLAS_ENV", "DEFAULT_MODE", "MODES", "Mode", "apply", "get_mode"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,32 @@ class Mode:
     cudnn_deterministic: bool
     deterministic_algorithms: bool
     cudnn_enabled: bool = True
+    #: Overrides of ``detbench.settings``, canonical (table order); () for the 10 modes.
+    settings: Overrides = ()
+
+    def __post_init__(self) -> None:  # a job's JSON gives lists: make them the canonical tuple
+        object.__setattr__(self, "settings", st.normalise([tuple(x) for x in self.settings]))
+
+    @property
+    def base_name(self) -> str:
+        """The name of the mode without its overrides: one of the 10."""
+        return self.name.partition("[")[0]
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        return dict(self.settings)
+
+    def with_settings(self, overrides: Overrides) -> Mode:
+        """This mode with ``overrides`` added (a later level of a setting replaces an earlier)."""
+        merged = st.normalise({**self.overrides, **dict(overrides)})
+        return replace(self, name=self.base_name + st.label(merged), settings=merged)
+
+    def changes(self) -> list[str]:
+        """What this mode changes from torch's default: the names of its flags and settings that
+        differ (the cuBLAS workspace of deterministic algorithms goes with them, not counted)."""
+        out = [f for f in st.MODE_FLAGS if getattr(self, f) != getattr(DEFAULT_MODE, f)]
+        out += [n for n, level in self.settings if level != st.BY_NAME[n].torch_default]
+        return out
 
     @property
     def description(self) -> str:
@@ -46,12 +77,18 @@ class Mode:
         parts.append(
             "deterministic algorithms " + ("on" if self.deterministic_algorithms else "off")
         )
+        parts += [f"{n}={v}" for n, v in self.settings]
         return ", ".join(parts)
 
     def snippet(self) -> str:
         """The Python lines that put a user's script in this mode (run them before CUDA work)."""
         lines = []
-        if self.deterministic_algorithms:
+        given = self.overrides
+        if "cublas_workspace_config" in given:
+            lines += ["import os"] + st.BY_NAME["cublas_workspace_config"].snippet(
+                given["cublas_workspace_config"]
+            )
+        elif self.deterministic_algorithms:
             lines += [
                 "import os",
                 "# before any CUDA work: cuBLAS reads it when its handle is created",
@@ -66,6 +103,9 @@ class Mode:
         else:
             lines.append("torch.backends.cudnn.enabled = False")
         lines.append(f"torch.use_deterministic_algorithms({self.deterministic_algorithms})")
+        lines += st.snippet_lines(
+            tuple((n, v) for n, v in self.settings if n != "cublas_workspace_config")
+        )
         return "\n".join(lines)
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
@@ -78,14 +118,25 @@ class Mode:
         deterministic algorithms would read as about 1.0 (the runner says so when it drops one).
         """
         env = dict(base)
-        if self.deterministic_algorithms:
+        cublas = self.overrides.get("cublas_workspace_config")
+        if cublas is not None:  # --set: exactly what was asked, whatever the shell has
+            if cublas == "unset":
+                env.pop(CUBLAS_ENV, None)
+            else:
+                env[CUBLAS_ENV] = cublas
+        elif self.deterministic_algorithms:
             env.setdefault(CUBLAS_ENV, CUBLAS_DEFAULT)
         else:
             env.pop(CUBLAS_ENV, None)
         return env
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "description": self.description, "snippet": self.snippet()}
+        out = asdict(self)
+        if not self.settings:  # the 10 modes keep their fields exactly
+            del out["settings"]
+        else:
+            out["settings"] = dict(self.settings)
+        return {**out, "description": self.description, "snippet": self.snippet()}
 
 
 def _name(benchmark: bool, cudnn_det: bool, det_algos: bool, cudnn_enabled: bool) -> str:
@@ -118,24 +169,48 @@ _BY_NAME = {m.name: m for m in MODES}
 
 
 def get_mode(name: str) -> Mode:
+    """One of the 10 modes by name, or a mode with settings, ``det-algos[warn_only=on]``."""
+    base, overrides = st.parse_label(name)
     try:
-        return _BY_NAME[name]
+        mode = _BY_NAME[base]
     except KeyError:
-        raise DetbenchError(f"unknown mode {name!r}; known modes: {', '.join(_BY_NAME)}") from None
+        raise DetbenchError(f"unknown mode {base!r}; known modes: {', '.join(_BY_NAME)}") from None
+    return mode.with_settings(overrides) if overrides else mode
 
 
-def apply(mode: Mode) -> None:
-    """Put this process in ``mode``. Must run before any CUDA work, once per process."""
+def apply(mode: Mode) -> dict[str, str]:
+    """Put this process in ``mode``. Must run before any CUDA work, once per process. Returns
+    {setting: reason} for each override this torch cannot apply (see ``settings.apply_process``).
+    """
     import torch
 
     if torch.cuda.is_initialized():
         raise RuntimeError(
             "a determinism mode must be applied before CUDA is initialised in this process"
         )
+    set_flags(mode)
+    from detbench.applied import apply_process
+
+    return apply_process(mode.settings)
+
+
+def set_flags(mode: Mode) -> None:
+    """The four flags of ``mode``; also how a worker restores them after a workload changed one."""
+    import torch
+
     torch.backends.cudnn.enabled = mode.cudnn_enabled
     torch.backends.cudnn.benchmark = mode.benchmark
     torch.backends.cudnn.deterministic = mode.cudnn_deterministic
     torch.use_deterministic_algorithms(mode.deterministic_algorithms)
+
+
+def record_fields(mode: Mode) -> dict[str, Any]:
+    """The fields that name a record's mode: its label, its base (one of the 10), its four flags,
+    and the levels of the settings it overrides (a worker replaces them by what it read back)."""
+    out: dict[str, Any] = {"mode": mode.name, "base_mode": mode.base_name}
+    out.update({f: getattr(mode, f) for f in st.MODE_FLAGS})
+    out.update({n: st.BY_NAME[n].column(v) for n, v in mode.settings})
+    return out
 
 
 def current_flags() -> dict[str, bool]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from detbench.errors import DetbenchError
+from detbench.settings import NAMES as SETTING_NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,11 +35,22 @@ if TYPE_CHECKING:
 #      ``target_rel``, ``reached_target`` and ``clock``. A failure after the fingerprint pass
 #      keeps the fingerprint; a failed FLOP count gives ``flops_per_step`` None and
 #      ``flops_note``. Version 1 records load with these fields None (``migrate``).
-SCHEMA_VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
+#   3: settings beside the modes (``detbench.settings``): ``mode`` may carry overrides
+#      (``det-algos[fill_uninitialized_memory=off]``), ``base_mode`` is one of the 10 modes, one
+#      column per setting holds the level the workload ran under as the worker read it back
+#      (a boolean for on/off settings; ``cublas_workspace_config`` None when unset, replacing
+#      the old lowercase copy of the variable), ``settings_changed`` lists the flags and
+#      settings the workload itself changed ([] none; ``settings_changes`` has the values), and
+#      ``first_step_seconds``, ``compile_seconds`` (execution=compile) and ``compile_stats``.
+#      Older records load with ``base_mode`` = ``mode`` and the rest None (``migrate``).
+SCHEMA_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.
 SCHEMA_2_FIELDS = ("fingerprint_method", "peak_memory_bytes", "memory", "precision",
                    "mode_position")  # fmt: skip
+
+#: Record fields that schema 3 added, None in a migrated older record.
+SCHEMA_3_FIELDS = (*SETTING_NAMES, "settings_changed", "compile_seconds", "first_step_seconds")
 
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
@@ -79,9 +91,13 @@ COLUMNS = (
     "profile",
     "num_threads",
     *SCHEMA_2_COLUMNS,
+    "base_mode",
+    *SETTING_NAMES,
+    "settings_changed",
 )
 #: Columns that hold None, not NaN, where a record has no value.
-NONE_NOT_NAN = ("fingerprint", "message", *SCHEMA_2_COLUMNS)
+NONE_NOT_NAN = ("fingerprint", "message", *SCHEMA_2_COLUMNS, "base_mode", *SETTING_NAMES,
+                "settings_changed")  # fmt: skip
 
 
 class ResultsError(DetbenchError):
@@ -165,6 +181,11 @@ def migrate(rec: dict[str, Any]) -> dict[str, Any]:
     if rec.get("schema_version") == 1:
         for name in SCHEMA_2_FIELDS:
             rec.setdefault(name, None)
+    if rec.get("schema_version") in (1, 2):
+        rec.setdefault("base_mode", rec.get("mode"))
+        for name in SCHEMA_3_FIELDS:
+            if name != "cublas_workspace_config":  # schema 2 recorded the variable already
+                rec.setdefault(name, None)
     return rec
 
 

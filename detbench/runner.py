@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,7 +30,7 @@ from detbench.config import (
     RunError,
     resolve_sources,
 )
-from detbench.modes import CUBLAS_ENV
+from detbench.modes import CUBLAS_ENV, record_fields
 from detbench.results import (
     ENV_FILE,
     RESULTS_FILE,
@@ -110,13 +111,14 @@ class Runner:
         self.sources, self.workloads = resolve_sources(config)
         self.plan: Plan = make_plan(
             [w.key for w in self.workloads], config.modes, config.replicates, config.seed,
-            self.done,
+            self.done, config.only_for,
         )  # fmt: skip
         self.stats = RunStats()
         self.records: list[dict[str, Any]] = []
         self.device_env: dict[str, Any] | None = None
         self.gpu_state: dict[str, Any] = dict(self._previous.get("gpu_state") or {})
         self._failed_starts = 0
+        self._cache_dirs: list[str] = []  # compile caches of this run's workers, removed at the end
 
     @property
     def missing(self) -> int:
@@ -160,12 +162,15 @@ class Runner:
             "worker": self.device_env,
             "gpu_state": self.gpu_state,
             "mode_order": self.plan.order_json(),
+            "study": c.study,
             "options": {
                 "argv": sys.argv,
                 "suites": sorted({w.suite for w in self.workloads}),
                 "workloads": [w.key for w in self.workloads],
                 "sources": self.sources,
                 "modes": [m.name for m in c.modes],
+                "settings": c.settings,
+                "only_for": c.only_for,
                 "replicates": c.replicates,
                 "profile": c.profile,
                 "device": c.device,
@@ -205,6 +210,13 @@ class Runner:
             "launched_at": time.time(),
         }
         env = slot.mode.environment(os.environ)
+        if slot.mode.overrides.get("execution") == "compile":
+            # Fresh compile caches in every worker: a cached autotuning choice or graph from an
+            # earlier worker would hide the nondeterminism of compiling.
+            env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="detbench-inductor-")
+            env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+            env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
+            self._cache_dirs.append(env["TORCHINDUCTOR_CACHE_DIR"])
         # The worker imports detbench from this checkout, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
@@ -304,16 +316,12 @@ class Runner:
             why = f"worker {exit_description(code)} {when}; log: {log_tail(worker.log)}"
         for key in lost:
             suite, name = key.split("/", 1)
-            mode = slot.mode
             self._store(
                 {
                     "suite": suite,
                     "workload": name,
-                    "mode": mode.name,
-                    "benchmark": mode.benchmark,
-                    "cudnn_deterministic": mode.cudnn_deterministic,
-                    "deterministic_algorithms": mode.deterministic_algorithms,
-                    "cudnn_enabled": mode.cudnn_enabled,
+                    **record_fields(slot.mode),
+                    "settings_changed": None,  # unknown: the worker never said
                     "replicate": slot.replicate,
                     "mode_position": slot.position,
                     "seed": c.seed,
@@ -434,6 +442,8 @@ class Runner:
                 for w in pending.values():  # interrupted: the early-started worker goes too
                     w.kill()
                     w.finish()
+                for d in self._cache_dirs:
+                    shutil.rmtree(d, ignore_errors=True)
                 progress.close()
                 self.stats.wall = time.perf_counter() - t0
                 self.gpu_state["after"] = gpustate.snapshot()["gpus"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -91,14 +91,21 @@ def make_plan(
     replicates: int,
     seed: int,
     done: set[tuple[str, str, int]] | frozenset[tuple[str, str, int]] = frozenset(),
+    only_for: Mapping[str, Sequence[str]] | None = None,
 ) -> Plan:
     """Every (replicate, mode) that still has a workload to measure, in run order; ``done`` holds
-    the (workload, mode, replicate) records a resumed run already has."""
+    the (workload, mode, replicate) records a resumed run already has. ``only_for`` limits a
+    mode (by name) to some of the workloads (an attribution study's attention-backend variants
+    run only on the workloads that use attention)."""
     order = mode_order(modes, replicates, seed)
     slots = []
     for r, modes_r in enumerate(order):
         for position, mode in enumerate(modes_r):
-            todo = tuple(k for k in keys if (k, mode.name, r) not in done)
+            allowed = None if only_for is None else only_for.get(mode.name)
+            todo = tuple(
+                k for k in keys
+                if (k, mode.name, r) not in done and (allowed is None or k in allowed)
+            )  # fmt: skip
             if todo:
                 slots.append(Slot(r, position, mode, todo))
     return Plan(tuple(slots), tuple(tuple(m.name for m in r) for r in order), seed)

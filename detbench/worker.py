@@ -66,16 +66,19 @@ def main(argv: list[str]) -> int:
     faulthandler.enable()
     import torch
 
+    from detbench.applied import WorkerSettings
     from detbench.devenv import device_env
     from detbench.measure import run_workload
-    from detbench.modes import Mode, apply, current_flags
+    from detbench.modes import Mode, current_flags
     from detbench.workload import load_file, registry
 
     stdin = sys.stdin.buffer
     job = json.loads(stdin.readline())
     out = os.fdopen(int(argv[0]), "wb")
     mode = Mode(**job["mode"])
-    apply(mode)
+    # The flags, then the settings (a setting this torch lacks is noted, and its workloads are
+    # recorded unsupported); read back at once, so each workload is compared with this state.
+    ws = WorkerSettings.start(mode)
     flags = current_flags()
     expected = {k: getattr(mode, k) for k in flags}
     if flags != expected:
@@ -103,6 +106,8 @@ def main(argv: list[str]) -> int:
             # The start-up's own work (imports, CUDA init), whatever time it spent paused.
             "startup_cpu_seconds": time.process_time(),
             "device_env": device_env(device),
+            "settings_applied": ws.applied,
+            "settings_problems": ws.problems,
             "pid": os.getpid(),
         },
     )
@@ -119,7 +124,7 @@ def main(argv: list[str]) -> int:
         w = workloads.get(key)
         if w is None:
             raise RuntimeError(f"workload {key} is not defined in this worker's sources")
-        record, device_lost = run_workload(w, job, mode, notify)
+        record, device_lost = run_workload(w, job, mode, notify, ws)
         record["mode_position"] = job.get("mode_position")
         _send(out, {"type": "record", "record": record})
         # What the workload imported or cached for good (its own objects are freed by now) joins

@@ -127,7 +127,7 @@ def test_a_version_1_record_still_loads(tmp_path: Path) -> None:
 
 
 def test_a_version_2_record_fills_the_new_columns(tmp_path: Path) -> None:
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     rec = {
         **RECORD,
         "fingerprint_method": "device",
@@ -144,7 +144,7 @@ def test_a_version_2_record_fills_the_new_columns(tmp_path: Path) -> None:
     df = detbench.load_results(tmp_path)
     assert list(df.columns[: len(COLUMNS)]) == list(COLUMNS)
     assert set(NEW_COLUMNS) <= set(COLUMNS)
-    assert df["schema_version"].tolist() == [2, 2, 1]
+    assert df["schema_version"].tolist() == [3, 3, 1]
     first = df.iloc[0]
     assert (first["peak_memory_bytes"], first["timing_ci_rel"]) == (3 << 20, 0.004)
     assert first["timing_reached_target"] is True
@@ -152,6 +152,22 @@ def test_a_version_2_record_fills_the_new_columns(tmp_path: Path) -> None:
         "device", "ieee", "tf32")  # fmt: skip
     for col in NEW_COLUMNS:  # None, not NaN, where a record has no value
         assert df[col].iloc[1] is None and df[col].iloc[2] is None, col
+
+
+def test_records_before_version_3_load_with_their_mode_as_base_and_no_settings(
+    tmp_path: Path,
+) -> None:
+    from detbench.settings import NAMES
+
+    v2 = json.loads(GOLDEN_V1) | {"schema_version": 2, "cublas_workspace_config": ":4096:8"}
+    (tmp_path / "results.jsonl").write_text(GOLDEN_V1 + "\n" + json.dumps(v2) + "\n")
+    df = detbench.load_results(tmp_path)
+    assert df["base_mode"].tolist() == ["bench", "bench"]
+    for name in NAMES:  # not recorded then: unknown, never a made-up default
+        if name != "cublas_workspace_config":
+            assert df[name].tolist() == [None, None], name
+    assert df["cublas_workspace_config"].tolist() == [None, ":4096:8"]  # recorded since v1
+    assert df["settings_changed"].tolist() == [None, None]
 
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "results" / "20261123-002720-cpu-quick"

@@ -1,0 +1,520 @@
+"""The table of switches beside the modes: what each setting is, its levels, torch's default, how a
+fresh worker applies it before any CUDA work, how it is read back, and its line in the snippet
+that reproduces a mode.
+
+A mode is a named set of settings: the 10 modes of ``detbench.modes`` fix the four cuDNN and
+determinism flags and leave every setting here at torch's default (the cuBLAS workspace at the
+mode's own value). ``--set NAME=LEVEL`` overrides a setting for every mode of a run; the mode's
+name then carries the override, ``det-algos[fill_uninitialized_memory=off]``.
+
+Adding a switch is one row in ``SETTINGS``. Where a row's torch API is missing on the installed
+torch (2.2 has no ``fill_uninitialized_memory``, only 2.8+ has the split-K switch), its
+``unavailable()`` says why, and a run that asks for it records ``unsupported`` with that reason.
+
+Scopes: a ``process`` setting is applied once, in the fresh worker, before CUDA starts (or, for
+``cublas_workspace_config``, in the worker's environment, since cuBLAS reads it when its handle is
+created); a ``workload`` setting (``autocast``, ``execution``) wraps each workload's steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from detbench.errors import DetbenchError
+
+CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
+CUBLAS_DEFAULT = ":4096:8"
+ON_OFF = ("on", "off")
+#: What a level string may also be written as on the command line.
+_ALIASES = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
+#: The four flags the 10 modes are made of, as they are named in records.
+MODE_FLAGS = ("benchmark", "cudnn_deterministic", "deterministic_algorithms", "cudnn_enabled")
+
+
+class SettingError(DetbenchError):
+    """A ``--set`` that names no setting or no level of it (one line for the user)."""
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _quiet(get: Callable[[], Any]) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy TF32 flags warn about their successors
+        return get()
+
+
+def _onoff(value: Any) -> str:
+    return "on" if bool(value) else "off"
+
+
+# -- how each row reads and applies itself -----------------------------------------------------
+
+
+def _read_fill() -> str:
+    return _onoff(_torch().utils.deterministic.fill_uninitialized_memory)
+
+
+def _apply_fill(level: str) -> None:
+    _torch().utils.deterministic.fill_uninitialized_memory = level == "on"
+
+
+def _read_warn_only() -> str:
+    return _onoff(_torch().is_deterministic_algorithms_warn_only_enabled())
+
+
+def _apply_warn_only(level: str) -> None:
+    # warn_only is an argument of use_deterministic_algorithms: applied with the mode's flag.
+    torch = _torch()
+    torch.use_deterministic_algorithms(
+        torch.are_deterministic_algorithms_enabled(), warn_only=level == "on"
+    )
+
+
+def _read_matmul_precision() -> str:
+    return str(_quiet(_torch().get_float32_matmul_precision))
+
+
+def _apply_matmul_precision(level: str) -> None:
+    _torch().set_float32_matmul_precision(level)
+
+
+def _read_cudnn_tf32() -> str:
+    return _onoff(_quiet(lambda: _torch().backends.cudnn.allow_tf32))
+
+
+def _apply_cudnn_tf32(level: str) -> None:
+    torch = _torch()
+    _quiet(lambda: setattr(torch.backends.cudnn, "allow_tf32", level == "on"))
+
+
+def _reduction(dtype: str, split_k: bool) -> tuple[Callable[[], str], Callable[[str], None]]:
+    """Reader and applier of cuBLAS's reduced-precision reduction switch for fp16 or bf16, or of
+    its split-K form (torch 2.8+: a second boolean of the same attribute)."""
+    attr = f"allow_{dtype}_reduced_precision_reduction"
+
+    def read() -> str:
+        matmul = _torch().backends.cuda.matmul
+        return _onoff(getattr(matmul, attr + ("_split_k" if split_k else "")))
+
+    def apply(level: str) -> None:
+        matmul = _torch().backends.cuda.matmul
+        if split_k:
+            setattr(matmul, attr, (bool(getattr(matmul, attr)), level == "on"))
+        else:  # keep the split-K half as it is, where the installed torch has one
+            try:
+                keep = bool(getattr(matmul, attr + "_split_k"))
+            except AttributeError:
+                setattr(matmul, attr, level == "on")
+                return
+            setattr(matmul, attr, (level == "on", keep))
+
+    return read, apply
+
+
+def _read_cublas() -> str:
+    return os.environ.get(CUBLAS_ENV) or "unset"
+
+
+def _apply_cublas(level: str) -> None:
+    # The runner puts it in the worker's environment (see ``environment``); this re-states it,
+    # so restoring a workload's change to os.environ is the same call.
+    if level == "unset":
+        os.environ.pop(CUBLAS_ENV, None)
+    else:
+        os.environ[CUBLAS_ENV] = level
+
+
+#: SDPA backend level -> the member of ``torch.nn.attention.SDPBackend`` it allows alone.
+SDPA_BACKENDS = {
+    "math": "MATH",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
+#: The global flags ``sdpa_kernel`` sets, read back per backend.
+_SDPA_FLAGS = {
+    "math": "math_sdp_enabled",
+    "flash": "flash_sdp_enabled",
+    "efficient": "mem_efficient_sdp_enabled",
+    "cudnn": "cudnn_sdp_enabled",
+}
+#: The process-wide ``sdpa_kernel`` context a worker holds open for its whole life.
+_SDPA_STACK = contextlib.ExitStack()
+
+
+def _read_sdpa() -> str:
+    cuda = _torch().backends.cuda
+    enabled = [lvl for lvl, fn in _SDPA_FLAGS.items() if getattr(cuda, fn, lambda: True)()]
+    if len(enabled) == len(_SDPA_FLAGS):
+        return "default"
+    if len(enabled) == 1:
+        return enabled[0]
+    return "+".join(enabled) or "none"
+
+
+def _apply_sdpa(level: str) -> None:
+    _SDPA_STACK.close()  # a restore re-enters from torch's own state
+    if level == "default":
+        cuda = _torch().backends.cuda
+        for fn in _SDPA_FLAGS.values():
+            enable = getattr(cuda, "enable_" + fn.removesuffix("_enabled"), None)
+            if enable is not None:
+                enable(True)
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _SDPA_STACK.enter_context(sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[level])))
+
+
+def _sdpa_snippet(level: str) -> list[str]:
+    """The process-wide form of ``with sdpa_kernel(SDPBackend.X):``: the flags it sets."""
+    if level == "default":
+        return []
+    lines = [f"# as `with torch.nn.attention.sdpa_kernel(SDPBackend.{SDPA_BACKENDS[level]}):`"]
+    for lvl, fn in _SDPA_FLAGS.items():
+        lines.append(f"torch.backends.cuda.enable_{fn.removesuffix('_enabled')}({lvl == level})")
+    return lines
+
+
+def _read_inductor_det() -> str:
+    import torch._inductor.config as cfg
+
+    return _onoff(cfg.deterministic)
+
+
+def _apply_inductor_det(level: str) -> None:
+    import torch._inductor.config as cfg
+
+    cfg.deterministic = level == "on"
+
+
+# -- availability probes ---------------------------------------------------------------------
+
+
+def _needs(probe: Callable[[], Any], what: str) -> Callable[[], str | None]:
+    def unavailable() -> str | None:
+        try:
+            _quiet(probe)
+        except (AttributeError, ImportError, RuntimeError) as exc:
+            return f"torch {_torch().__version__} has no {what} ({type(exc).__name__})"
+        return None
+
+    return unavailable
+
+
+def _always() -> str | None:
+    return None
+
+
+def _compile_unavailable() -> str | None:
+    if not hasattr(_torch(), "compile"):
+        return f"torch {_torch().__version__} has no torch.compile"
+    return None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One switch: its record column is ``name``; a level is always a string on the command line
+    and in mode names, a boolean in the record where the levels are on/off."""
+
+    name: str
+    levels: tuple[str, ...]
+    #: torch's default, as documented; ``default()`` reads this installation's.
+    torch_default: str
+    doc: str
+    scope: str = "process"  # "process" (once, before CUDA) or "workload" (around the steps)
+    #: The level of the fully deterministic end of an attribution study; None: not a switch of it.
+    strict: str | None = None
+    #: Devices where the setting changes what runs; elsewhere it is inert (an attribution skips it).
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    read: Callable[[], str] | None = field(default=None, compare=False, repr=False)
+    apply: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    snippet: Callable[[str], list[str]] = field(default=lambda level: [], compare=False, repr=False)
+    unavailable: Callable[[], str | None] = field(default=_always, compare=False, repr=False)
+
+    @property
+    def boolean(self) -> bool:
+        return self.levels == ON_OFF
+
+    def column(self, level: str | None) -> Any:
+        """The record's value for ``level``: a boolean for on/off, None for an unset variable."""
+        if level is None:
+            return None
+        if self.boolean and level in ON_OFF:
+            return level == "on"
+        if self.name == "cublas_workspace_config" and level == "unset":
+            return None
+        return level
+
+    def default(self) -> str:
+        """torch's default on this installation: the level a fresh process reads (the documented
+        default where it cannot be read)."""
+        if self.read is None or self.unavailable() is not None:
+            return self.torch_default
+        try:
+            return self.read()
+        except Exception:
+            return self.torch_default
+
+    def to_json(self) -> dict[str, Any]:
+        reason = self.unavailable()
+        return {
+            "name": self.name,
+            "levels": list(self.levels),
+            "default": self.default(),
+            "doc": self.doc,
+            "scope": self.scope,
+            "devices": list(self.devices),
+            "strict": self.strict,
+            "available": reason is None,
+            **({"unavailable": reason} if reason else {}),
+        }
+
+
+def _bool_line(expr: str) -> Callable[[str], list[str]]:
+    return lambda level: [f"{expr} = {level == 'on'}"]
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "fill_uninitialized_memory", ON_OFF, "on",
+        "with deterministic algorithms on, torch fills every torch.empty with NaN (floats) or "
+        "the largest integer; off spares the fill. Acts only with deterministic algorithms.",
+        strict="on",
+        read=_read_fill, apply=_apply_fill,
+        snippet=_bool_line("torch.utils.deterministic.fill_uninitialized_memory"),
+        unavailable=_needs(lambda: _torch().utils.deterministic.fill_uninitialized_memory,
+                           "torch.utils.deterministic.fill_uninitialized_memory"),
+    ),
+    Setting(
+        "warn_only", ON_OFF, "off",
+        "use_deterministic_algorithms(..., warn_only=True): an op without a deterministic "
+        "implementation warns and runs its nondeterministic kernel instead of raising.",
+        read=_read_warn_only, apply=_apply_warn_only,
+        snippet=lambda level: [
+            "torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(), "
+            f"warn_only={level == 'on'})"
+        ],
+        unavailable=_needs(lambda: _torch().is_deterministic_algorithms_warn_only_enabled(),
+                           "warn_only for use_deterministic_algorithms"),
+    ),
+    Setting(
+        "float32_matmul_precision", ("highest", "high", "medium"), "highest",
+        "torch.set_float32_matmul_precision: 'high' lets fp32 matmuls run in TF32 on a GPU (the "
+        "same switch as torch.backends.cuda.matmul.allow_tf32 = True), 'medium' in bf16.",
+        strict="highest",
+        read=_read_matmul_precision, apply=_apply_matmul_precision,
+        snippet=lambda level: [f'torch.set_float32_matmul_precision("{level}")'],
+    ),
+    Setting(
+        "cudnn_tf32", ON_OFF, "on",
+        "torch.backends.cudnn.allow_tf32: fp32 cuDNN convolutions in TF32 (on by default).",
+        strict="off", devices=("cuda",),
+        read=_read_cudnn_tf32, apply=_apply_cudnn_tf32,
+        snippet=_bool_line("torch.backends.cudnn.allow_tf32"),
+    ),
+    *(
+        Setting(
+            f"{dt}_reduced_precision_reduction" + ("_split_k" if sk else ""), ON_OFF, "on",
+            (
+                f"the split-K half of torch.backends.cuda.matmul.allow_{dt}_reduced_precision_"
+                "reduction (torch 2.8+): cuBLAS may split the K dimension of a " + dt
+                + " GEMM; off needs the reduced-precision reduction off too."
+                if sk else
+                f"torch.backends.cuda.matmul.allow_{dt}_reduced_precision_reduction: {dt} GEMMs "
+                f"may reduce in {dt} instead of fp32 (on by default)."
+            ),
+            strict="off", devices=("cuda",),
+            read=_reduction(dt, sk)[0], apply=_reduction(dt, sk)[1],
+            snippet=(
+                (lambda level, dt=dt: [
+                    f"torch.backends.cuda.matmul.allow_{dt}_reduced_precision_reduction = ("
+                    f"torch.backends.cuda.matmul.allow_{dt}_reduced_precision_reduction, "
+                    f"{level == 'on'})"
+                ])
+                if sk else _bool_line(f"torch.backends.cuda.matmul.allow_{dt}_reduced_precision_reduction")
+            ),
+            unavailable=_needs(
+                lambda dt=dt, sk=sk: getattr(
+                    _torch().backends.cuda.matmul,
+                    f"allow_{dt}_reduced_precision_reduction" + ("_split_k" if sk else ""),
+                ),
+                f"allow_{dt}_reduced_precision_reduction" + ("_split_k" if sk else ""),
+            ),
+        )
+        for dt in ("fp16", "bf16")
+        for sk in (False, True)
+    ),
+    Setting(
+        "cublas_workspace_config", ("unset", ":4096:8", ":16:8"), "unset",
+        "the CUBLAS_WORKSPACE_CONFIG environment variable, read by cuBLAS when its handle is "
+        "created: ':4096:8' or ':16:8' make cuBLAS deterministic; the modes with deterministic "
+        "algorithms set ':4096:8' (or the user's value), the others leave it unset.",
+        strict=":4096:8", devices=("cuda",),
+        read=_read_cublas, apply=_apply_cublas,
+        snippet=lambda level: (
+            [f'os.environ.pop("{CUBLAS_ENV}", None)  # before any CUDA work']
+            if level == "unset"
+            else [f'os.environ["{CUBLAS_ENV}"] = "{level}"  # before any CUDA work']
+        ),
+    ),
+    Setting(
+        "sdpa_backend", ("default", "math", "flash", "efficient", "cudnn"), "default",
+        "the scaled_dot_product_attention backend, through torch.nn.attention.sdpa_kernel: "
+        "'default' lets torch choose; a backend the device lacks is recorded as unsupported.",
+        strict="math",
+        read=_read_sdpa, apply=_apply_sdpa,
+        snippet=lambda level: _sdpa_snippet(level),
+        unavailable=_needs(lambda: __import__("torch.nn.attention").nn.attention.sdpa_kernel,
+                           "torch.nn.attention.sdpa_kernel"),
+    ),
+    Setting(
+        "autocast", ("off", "fp16", "bf16"), "off",
+        "automatic mixed precision: each step runs under torch.autocast(device, dtype); only "
+        "for workloads that declare autocast=True (others are recorded as unsupported).",
+        scope="workload",
+        snippet=lambda level: (
+            [] if level == "off" else [
+                f"# each step: with torch.autocast(device.type, dtype=torch."
+                f"{'float16' if level == 'fp16' else 'bfloat16'}): ..."
+            ]
+        ),
+    ),
+    Setting(
+        "execution", ("eager", "compile"), "eager",
+        "eager, or each workload's step through torch.compile (inductor) with fresh compile "
+        "caches in every worker; the compile time is recorded apart from the throughput.",
+        scope="workload",
+        snippet=lambda level: (
+            [] if level == "eager" else ["step = torch.compile(step)  # inductor"]
+        ),
+        unavailable=_compile_unavailable,
+    ),
+    Setting(
+        "inductor_deterministic", ON_OFF, "off",
+        "torch._inductor.config.deterministic: inductor avoids the choices (autotuning by "
+        "measurement among them) that can change bits from run to run. Acts only with "
+        "execution=compile.",
+        strict="on",
+        read=_read_inductor_det, apply=_apply_inductor_det,
+        snippet=_bool_line("torch._inductor.config.deterministic"),
+        unavailable=_needs(lambda: __import__("torch._inductor.config").
+                           _inductor.config.deterministic, "torch._inductor.config.deterministic"),
+    ),
+)  # fmt: skip
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+
+
+def get(name: str) -> Setting:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise SettingError(
+            f"unknown setting {name!r}; known settings: {', '.join(NAMES)}"
+        ) from None
+
+
+def canonical_level(setting: Setting, level: str) -> str:
+    text = str(level).strip()
+    if setting.boolean:
+        text = _ALIASES.get(text.lower(), text.lower())
+    if text not in setting.levels:
+        raise SettingError(
+            f"setting {setting.name} has no level {level!r}; its levels: "
+            + ", ".join(setting.levels)
+        )
+    return text
+
+
+Overrides = tuple[tuple[str, str], ...]
+
+
+def normalise(overrides: Mapping[str, str] | Iterable[tuple[str, str]]) -> Overrides:
+    """Overrides as a canonical tuple: known names, canonical levels, in table order. A name
+    given twice with different levels is an error."""
+    items = overrides.items() if isinstance(overrides, Mapping) else overrides
+    chosen: dict[str, str] = {}
+    for name, level in items:
+        s = get(name)
+        lvl = canonical_level(s, level)
+        if chosen.get(name, lvl) != lvl:
+            raise SettingError(f"setting {name} given twice: {chosen[name]} and {lvl}")
+        chosen[name] = lvl
+    check_combination(chosen)
+    return tuple((n, chosen[n]) for n in NAMES if n in chosen)
+
+
+def check_combination(chosen: Mapping[str, str]) -> None:
+    """Combinations torch refuses, refused before anything runs."""
+    for dt in ("fp16", "bf16"):
+        base = f"{dt}_reduced_precision_reduction"
+        if chosen.get(base + "_split_k") == "off" and chosen.get(base, "on") == "on":
+            raise SettingError(
+                f"{base}_split_k=off needs {base}=off as well: torch refuses split-K off while "
+                "reduced-precision reductions are allowed"
+            )
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    """``NAME=LEVEL`` from the command line, checked."""
+    name, sep, level = text.partition("=")
+    if not sep or not name.strip() or not level.strip():
+        raise SettingError(f"--set takes NAME=LEVEL, not {text!r}")
+    s = get(name.strip())
+    return s.name, canonical_level(s, level)
+
+
+def parse_assignments(texts: Iterable[str]) -> Overrides:
+    return normalise([parse_assignment(t) for t in texts])
+
+
+def label(overrides: Overrides) -> str:
+    """``[name=level,...]`` as it follows a mode's name; empty without overrides."""
+    if not overrides:
+        return ""
+    return "[" + ",".join(f"{n}={v}" for n, v in overrides) + "]"
+
+
+def parse_label(text: str) -> tuple[str, Overrides]:
+    """``det-algos[fill_uninitialized_memory=off]`` -> (``det-algos``, overrides)."""
+    base, sep, rest = text.partition("[")
+    if not sep:
+        return text, ()
+    if not rest.endswith("]"):
+        raise SettingError(f"mode name {text!r}: settings must end with ']'")
+    parts = [p for p in rest[:-1].split(",") if p.strip()]
+    return base, normalise([parse_assignment(p) for p in parts])
+
+
+def snippet_lines(overrides: Overrides) -> list[str]:
+    lines: list[str] = []
+    for name, level in overrides:
+        lines += BY_NAME[name].snippet(level)
+    return lines
+
+
+def inert_reason(name: str, device: str, levels: Mapping[str, str],
+                 deterministic_algorithms: bool) -> str | None:  # fmt: skip
+    """Why setting ``name`` cannot change what runs on ``device`` in a mode with these levels,
+    or None when it can."""
+    s = get(name)
+    if device not in s.devices:
+        return f"{name} acts only on {', '.join(s.devices)}"
+    if name == "fill_uninitialized_memory" and not deterministic_algorithms:
+        return "fill_uninitialized_memory acts only with deterministic algorithms"
+    if name == "warn_only" and not deterministic_algorithms:
+        return "warn_only acts only with deterministic algorithms"
+    if name == "inductor_deterministic" and levels.get("execution", "eager") != "compile":
+        return "inductor_deterministic acts only with execution=compile"
+    return None
