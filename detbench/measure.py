@@ -27,6 +27,7 @@ from detbench.memory import PeakWatch, describe_memory, memory_figures
 from detbench.modes import Mode, record_fields
 from detbench.results import utc_now
 from detbench.seeding import fresh_generators, seed_all
+from detbench.settings import MODE_FLAGS
 from detbench.timing import time_step
 from detbench.workload import Context, Workload
 
@@ -43,6 +44,8 @@ UNSUPPORTED_MARKERS = (
 class SettingUnsupported(Exception):
     """A workload that cannot run under its mode's settings (an API this torch lacks, autocast
     not declared): recorded ``unsupported`` with the reason, without building it."""
+
+
 #: torch's CPU allocator reports a failed allocation as a RuntimeError with these words.
 CPU_OOM_MARKERS = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough")
 #: Out of memory inside a CUDA library: raised as a RuntimeError, not as torch's
@@ -222,8 +225,7 @@ def _read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
         if name not in rec["settings_changed"]:
             rec["settings_changed"].append(name)
     if when == "after_build":
-        rec.update({k: now[k] for k in names if k in ("benchmark", "cudnn_deterministic",
-                                                      "deterministic_algorithms", "cudnn_enabled")})
+        rec.update({k: now[k] for k in names if k in MODE_FLAGS})
         rec.update({k: v for k, v in columns(now, ws.mode).items() if k in names})
 
 

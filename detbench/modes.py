@@ -42,7 +42,8 @@ class Mode:
     settings: Overrides = ()
 
     def __post_init__(self) -> None:  # a job's JSON gives lists: make them the canonical tuple
-        object.__setattr__(self, "settings", st.normalise([tuple(x) for x in self.settings]))
+        pairs = [(str(n), str(v)) for n, v in self.settings]
+        object.__setattr__(self, "settings", st.normalise(pairs))
 
     @property
     def base_name(self) -> str:
@@ -85,9 +86,8 @@ class Mode:
         lines = []
         given = self.overrides
         if "cublas_workspace_config" in given:
-            lines += ["import os"] + st.BY_NAME["cublas_workspace_config"].snippet(
-                given["cublas_workspace_config"]
-            )
+            cublas = st.BY_NAME["cublas_workspace_config"]
+            lines += ["import os", *cublas.snippet(given["cublas_workspace_config"])]
         elif self.deterministic_algorithms:
             lines += [
                 "import os",

@@ -280,6 +280,36 @@ class Setting:
         }
 
 
+_MATMUL = "torch.backends.cuda.matmul"
+
+
+def _reduction_setting(dt: str, split_k: bool) -> Setting:
+    """The row of cuBLAS's reduced-precision reduction switch for ``dt``, or of its split-K
+    half."""
+    attr = f"allow_{dt}_reduced_precision_reduction"
+    name = f"{dt}_reduced_precision_reduction" + ("_split_k" if split_k else "")
+    read, apply = _reduction(dt, split_k)
+
+    def snippet(level: str) -> list[str]:
+        if not split_k:
+            return [f"{_MATMUL}.{attr} = {level == 'on'}"]
+        return [f"{_MATMUL}.{attr} = ({_MATMUL}.{attr}, {level == 'on'})"]
+
+    if split_k:
+        doc = (
+            f"the split-K half of {_MATMUL}.{attr} (torch 2.8+): cuBLAS may split the K "
+            f"dimension of a {dt} GEMM; off needs the reduced-precision reduction off too."
+        )
+    else:
+        doc = f"{_MATMUL}.{attr}: {dt} GEMMs may reduce in {dt} instead of fp32 (on by default)."
+    probe_attr = attr + ("_split_k" if split_k else "")
+    return Setting(
+        name, ON_OFF, "on", doc, strict="off", devices=("cuda",), read=read, apply=apply,
+        snippet=snippet,
+        unavailable=_needs(lambda: getattr(_torch().backends.cuda.matmul, probe_attr), probe_attr),
+    )  # fmt: skip
+
+
 def _bool_line(expr: str) -> Callable[[str], list[str]]:
     return lambda level: [f"{expr} = {level == 'on'}"]
 
@@ -322,38 +352,7 @@ SETTINGS: tuple[Setting, ...] = (
         read=_read_cudnn_tf32, apply=_apply_cudnn_tf32,
         snippet=_bool_line("torch.backends.cudnn.allow_tf32"),
     ),
-    *(
-        Setting(
-            f"{dt}_reduced_precision_reduction" + ("_split_k" if sk else ""), ON_OFF, "on",
-            (
-                f"the split-K half of torch.backends.cuda.matmul.allow_{dt}_reduced_precision_"
-                "reduction (torch 2.8+): cuBLAS may split the K dimension of a " + dt
-                + " GEMM; off needs the reduced-precision reduction off too."
-                if sk else
-                f"torch.backends.cuda.matmul.allow_{dt}_reduced_precision_reduction: {dt} GEMMs "
-                f"may reduce in {dt} instead of fp32 (on by default)."
-            ),
-            strict="off", devices=("cuda",),
-            read=_reduction(dt, sk)[0], apply=_reduction(dt, sk)[1],
-            snippet=(
-                (lambda level, dt=dt: [
-                    f"torch.backends.cuda.matmul.allow_{dt}_reduced_precision_reduction = ("
-                    f"torch.backends.cuda.matmul.allow_{dt}_reduced_precision_reduction, "
-                    f"{level == 'on'})"
-                ])
-                if sk else _bool_line(f"torch.backends.cuda.matmul.allow_{dt}_reduced_precision_reduction")
-            ),
-            unavailable=_needs(
-                lambda dt=dt, sk=sk: getattr(
-                    _torch().backends.cuda.matmul,
-                    f"allow_{dt}_reduced_precision_reduction" + ("_split_k" if sk else ""),
-                ),
-                f"allow_{dt}_reduced_precision_reduction" + ("_split_k" if sk else ""),
-            ),
-        )
-        for dt in ("fp16", "bf16")
-        for sk in (False, True)
-    ),
+    *(_reduction_setting(dt, sk) for dt in ("fp16", "bf16") for sk in (False, True)),
     Setting(
         "cublas_workspace_config", ("unset", ":4096:8", ":16:8"), "unset",
         "the CUBLAS_WORKSPACE_CONFIG environment variable, read by cuBLAS when its handle is "

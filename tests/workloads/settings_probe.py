@@ -32,7 +32,7 @@ def max_unpool_after(ctx: detbench.Context) -> Any:
     out, idx = F.max_pool2d(x, 2, return_indices=True)
 
     def step() -> list[torch.Tensor]:
-        return [F.max_unpool2d(out, idx, 2)]
+        return [F.max_unpool2d(out, idx, [2, 2])]
 
     return step
 

@@ -1,0 +1,268 @@
+"""The settings beside the modes: the table, --set, mode names with settings, the snippet, and what
+a worker records when it applies them, reads them back and restores them (all genuine torch runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import detbench
+from detbench import settings as st
+from detbench.modes import MODES, get_mode
+from detbench.settings import CUBLAS_ENV, SettingError
+from tests.conftest import ROOT, WORKLOADS, detbench_cli, requires_cuda
+
+PROBE = WORKLOADS / "settings_probe.py"
+#: The record columns the issue names, one per setting.
+NAMED = ("fill_uninitialized_memory", "warn_only", "cublas_workspace_config", "sdpa_backend",
+         "autocast", "execution")  # fmt: skip
+
+
+def test_modes_json_keeps_its_ten_entries_unchanged() -> None:
+    data = json.loads(detbench_cli("modes", "--json").stdout)
+    assert [d["name"] for d in data] == [m.name for m in MODES]
+    keys = {"name", "benchmark", "cudnn_deterministic", "deterministic_algorithms",
+            "cudnn_enabled", "description", "snippet"}  # fmt: skip
+    assert all(set(d) == keys for d in data)
+
+
+def test_settings_json_lists_every_setting_with_levels_and_torchs_default() -> None:
+    out = detbench_cli("settings", "--json")
+    assert out.returncode == 0, out.stderr
+    data = {d["name"]: d for d in json.loads(out.stdout)}
+    assert set(NAMED) <= set(data)
+    assert {"float32_matmul_precision", "cudnn_tf32", "fp16_reduced_precision_reduction",
+            "bf16_reduced_precision_reduction"} <= set(data)  # fmt: skip
+    assert data["fill_uninitialized_memory"]["levels"] == ["on", "off"]
+    assert data["fill_uninitialized_memory"]["default"] == "on"  # torch's, read on this install
+    assert data["float32_matmul_precision"]["default"] == "highest"
+    assert data["cublas_workspace_config"]["levels"] == ["unset", ":4096:8", ":16:8"]
+    assert data["sdpa_backend"]["levels"] == ["default", "math", "flash", "efficient", "cudnn"]
+    assert data["autocast"]["levels"] == ["off", "fp16", "bf16"]
+    assert data["execution"]["levels"] == ["eager", "compile"]
+    table = detbench_cli("settings")
+    assert table.returncode == 0 and "fill_uninitialized_memory" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--set", "nope=on"], "unknown setting 'nope'"),
+        (["--set", "fill_uninitialized_memory=maybe"], "has no level 'maybe'"),
+        (["--set", "fill_uninitialized_memory"], "--set takes NAME=LEVEL"),
+        (["--set", "fp16_reduced_precision_reduction_split_k=off"], "needs"),
+        (["--mode", "det-algos[warn_only=sometimes]"], "has no level 'sometimes'"),
+    ],
+)
+def test_a_bad_set_is_one_line_and_runs_nothing(tmp_path: Path, args: list[str],
+                                                words: str) -> None:  # fmt: skip
+    out = tmp_path / "run"
+    proc = detbench_cli("run", "--workload", str(PROBE), "--out", str(out), *args)
+    assert proc.returncode == 2
+    assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_mode_names_carry_their_settings_canonically() -> None:
+    a = get_mode("det-algos[warn_only=on,fill_uninitialized_memory=off]")
+    b = get_mode("det-algos").with_settings(
+        st.parse_assignments(["fill_uninitialized_memory=false", "warn_only=on"])
+    )
+    assert a == b and a.name == "det-algos[fill_uninitialized_memory=off,warn_only=on]"
+    assert a.base_name == "det-algos"
+    assert a.changes() == ["deterministic_algorithms", "fill_uninitialized_memory", "warn_only"]
+    assert get_mode("det-algos").changes() == ["deterministic_algorithms"]
+    assert get_mode("default").changes() == []
+    with pytest.raises(SettingError, match="given twice"):
+        st.parse_assignments(["warn_only=on", "warn_only=off"])
+
+
+def test_cublas_setting_replaces_the_modes_own_workspace() -> None:
+    shell = {CUBLAS_ENV: ":16:8", "PATH": "/bin"}
+    assert get_mode("det-algos").environment(shell)[CUBLAS_ENV] == ":16:8"
+    unset = get_mode("det-algos[cublas_workspace_config=unset]").environment(shell)
+    assert CUBLAS_ENV not in unset
+    forced = get_mode("default[cublas_workspace_config=:4096:8]").environment({})
+    assert forced[CUBLAS_ENV] == ":4096:8"
+
+
+READ_BACK = """
+import json
+from detbench.applied import read_all
+print(json.dumps(read_all()))
+"""
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {
+            "fill_uninitialized_memory": "off",
+            "warn_only": "on",
+            "float32_matmul_precision": "high",
+            "cudnn_tf32": "off",
+            "cublas_workspace_config": ":16:8",
+        },
+        {
+            "fp16_reduced_precision_reduction": "off",
+            "fp16_reduced_precision_reduction_split_k": "off",
+            "bf16_reduced_precision_reduction": "off",
+            "sdpa_backend": "math",
+            "inductor_deterministic": "on",
+        },
+    ],
+    ids=["fill-warn-tf32-cublas", "reductions-sdpa-inductor"],
+)
+def test_the_snippet_puts_a_fresh_process_in_the_settings(overrides: dict[str, str]) -> None:
+    """What a user pastes does what the worker did: read back in a fresh interpreter."""
+    mode = get_mode("det-algos").with_settings(st.normalise(overrides))
+    env = {k: v for k, v in os.environ.items() if k != CUBLAS_ENV}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os\n" + mode.snippet() + READ_BACK],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    levels = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert levels["deterministic_algorithms"] is True
+    for name, level in overrides.items():
+        assert levels[name] == level, name
+
+
+@pytest.fixture(scope="module")
+def probe_run(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    """One run of the probe workloads under the modes the tests below read."""
+    out = tmp_path_factory.mktemp("settings") / "run"
+    modes = ["det-algos", "det-algos[fill_uninitialized_memory=off]", "det-algos[warn_only=on]",
+             "default[sdpa_backend=efficient]", "default[autocast=bf16]"]  # fmt: skip
+    args = ["run", "--workload", str(PROBE), "--replicates", "2", "--out", str(out),
+            "--no-report", "--budget", "0.02"]  # fmt: skip
+    for m in modes:
+        args += ["--mode", m]
+    proc = detbench_cli(*args)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return detbench.load_results(out)
+
+
+def _row(df: pd.DataFrame, workload: str, mode: str, replicate: int = 0) -> Any:
+    sel = df[(df["workload"] == workload) & (df["mode"] == mode) & (df["replicate"] == replicate)]
+    assert len(sel) == 1, (workload, mode)
+    return sel.iloc[0]
+
+
+def test_every_record_carries_every_setting(probe_run: pd.DataFrame) -> None:
+    for name in st.NAMES:
+        assert name in probe_run.columns, name
+    row = _row(probe_run, "empty_unwritten", "det-algos[fill_uninitialized_memory=off]")
+    assert row["fill_uninitialized_memory"] is False and row["base_mode"] == "det-algos"
+    row = _row(probe_run, "empty_unwritten", "det-algos")
+    assert row["fill_uninitialized_memory"] is True
+    assert row["cublas_workspace_config"] == ":4096:8" and row["execution"] == "eager"
+    assert row["settings_changed"] == []
+
+
+def test_a_workload_that_turns_det_algos_off_is_recorded_as_it_ran(
+    probe_run: pd.DataFrame,
+) -> None:
+    """The first workload turns deterministic algorithms off in its build: its record says so,
+    its change is named, and the next workload of the same worker runs in the mode again, so
+    max_unpool2d is unsupported there as it must be."""
+    first = _row(probe_run, "turns_det_algos_off", "det-algos")
+    assert not bool(first["deterministic_algorithms"])
+    assert "deterministic_algorithms" in first["settings_changed"]
+    assert first["settings_changes"]["deterministic_algorithms"]["applied"] is True
+    nxt = _row(probe_run, "max_unpool_after", "det-algos")
+    assert nxt["status"] == "unsupported" and bool(nxt["deterministic_algorithms"])
+    assert nxt["settings_changed"] == []
+    late = _row(probe_run, "benchmark_on_in_step", "det-algos")
+    assert late["settings_changed"] == ["benchmark"]
+    assert late["settings_changes"]["benchmark"] == {"applied": False, "after_steps": True}
+
+
+def test_warn_only_runs_the_op_that_has_no_deterministic_implementation(
+    probe_run: pd.DataFrame,
+) -> None:
+    row = _row(probe_run, "max_unpool_after", "det-algos[warn_only=on]")
+    assert row["status"] == "ok" and row["warn_only"] is True
+
+
+def test_the_fill_makes_unwritten_memory_nan_and_reproducible(probe_run: pd.DataFrame) -> None:
+    both = probe_run[(probe_run["workload"] == "empty_unwritten")
+                     & (probe_run["mode"] == "det-algos")]  # fmt: skip
+    assert set(both["status"]) == {"ok"} and both["fingerprint"].nunique() == 1
+    import torch
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert torch.empty(8).isnan().all()  # what the fill writes, as the record's bits say
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_a_backend_the_device_lacks_and_undeclared_autocast_are_unsupported(
+    probe_run: pd.DataFrame,
+) -> None:
+    sdpa = _row(probe_run, "sdpa_fwd_bwd", "default[sdpa_backend=efficient]")
+    assert sdpa["status"] == "unsupported" and "No viable backend" in sdpa["message"]
+    assert sdpa["sdpa_backend"] == "efficient"
+    plain = _row(probe_run, "linear_plain", "default[autocast=bf16]")
+    assert plain["status"] == "unsupported" and "autocast=True" in plain["message"]
+    amp = _row(probe_run, "linear_amp", "default[autocast=bf16]")
+    assert amp["status"] == "ok" and amp["autocast"] == "bf16"
+
+
+def test_a_compiled_workload_beside_its_eager_twin(tmp_path: Path) -> None:
+    """torch.compile (inductor) compiles here in about 15 s for a small graph: one workload, two
+    fresh workers, each with its own empty compile cache."""
+    out = tmp_path / "run"
+    proc = detbench_cli(
+        "run", "--workload", str(PROBE), "--only", "settings_probe/linear_plain",
+        "--mode", "default", "--mode", "default[execution=compile]", "--replicates", "2",
+        "--out", str(out), "--no-report", "--budget", "0.02",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = detbench.load_results(out)
+    compiled = df[df["mode"] == "default[execution=compile]"]
+    eager = df[df["mode"] == "default"]
+    assert set(compiled["status"]) == {"ok"} and set(compiled["execution"]) == {"compile"}
+    assert (compiled["compile_seconds"] > 0).all() and eager["compile_seconds"].isna().all()
+    assert all(s["unique_graphs"] >= 1 for s in compiled["compile_stats"])
+    assert compiled["fingerprint"].nunique() == 1  # reproducible across fresh compilations
+    assert not list(Path("/tmp").glob("detbench-inductor-*")) or all(
+        p.stat().st_mtime < out.stat().st_mtime for p in Path("/tmp").glob("detbench-inductor-*")
+    )  # this run's caches were removed
+
+
+# --- on a GPU ---------------------------------------------------------------------------------
+
+
+@requires_cuda
+def test_cuda_precision_and_workspace_settings_are_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = detbench_cli(
+        "run", "--workload", str(PROBE), "--device", "cuda", "--profile", "quick",
+        "--mode", "det-algos[cublas_workspace_config=unset]",
+        "--mode", "default[float32_matmul_precision=high,cudnn_tf32=off]",
+        "--mode", "default[sdpa_backend=flash,autocast=fp16]",
+        "--replicates", "2", "--out", str(out), "--no-report",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = detbench.load_results(out)
+    unset = _row(df, "linear_plain", "det-algos[cublas_workspace_config=unset]")
+    assert unset["cublas_workspace_config"] is None
+    # Whether this torch still refuses cuBLAS without the variable is what the run found out.
+    assert unset["status"] == "ok" or CUBLAS_ENV in (unset["message"] or "")
+    tf32 = _row(df, "linear_plain", "default[float32_matmul_precision=high,cudnn_tf32=off]")
+    assert tf32["float32_matmul_precision"] == "high" and tf32["cudnn_tf32"] is False
+    assert tf32["matmul_fp32"] == "tf32"
+    amp = _row(df, "linear_amp", "default[sdpa_backend=flash,autocast=fp16]")
+    assert amp["status"] == "ok" and amp["autocast"] == "fp16"
+    flash = _row(df, "sdpa_fwd_bwd", "default[sdpa_backend=flash,autocast=fp16]")
+    assert flash["status"] in ("ok", "unsupported")  # flash needs sm80+ and half inputs
