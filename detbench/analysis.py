@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from detbench.modes import DEFAULT_MODE, MODES
+from detbench.errors import DetbenchError
+from detbench.modes import DEFAULT_MODE, MODES, Mode, get_mode
 
 #: Verdicts, and the short mark each gets in the summary table.
 MARKS = {
@@ -19,22 +21,102 @@ MARKS = {
     "error": "error",
     "timeout": "t/o",
     "crashed": "crash",
+    # every replicate's workload changed a setting behind detbench's back: nothing to count
+    "settings_changed": "chg",
 }
 
 #: Verdicts of a mode that ran the workload (status ok in every replicate).
 RAN = ("reproducible", "nondeterministic", "single")
 
 
+# --- Modes: their order, the baseline, and the records that count ------------------------------
+
+_ORDER = {m.name: i for i, m in enumerate(MODES)}
+
+
+def mode_of(label: str) -> Mode | None:
+    """The mode a record's label names (one of the 10, or one with settings); None for a label
+    this detbench cannot parse."""
+    try:
+        return get_mode(str(label))
+    except DetbenchError:
+        return None
+
+
+def mode_key(label: str) -> tuple[int, str]:
+    """Sort key of a mode label: its base mode's place among the 10 modes, then the label (so a
+    plain mode comes before its variants with settings); unknown labels last."""
+    return _ORDER.get(str(label).partition("[")[0], len(_ORDER)), str(label)
+
+
+def ordered_modes(labels: Iterable[Any]) -> list[str]:
+    """The distinct labels of ``labels`` in ``mode_key`` order."""
+    return sorted(dict.fromkeys(str(x) for x in labels), key=mode_key)
+
+
+def baseline_mode(labels: Iterable[Any]) -> str | None:
+    """The mode every relative throughput is measured against: ``default`` where the run has
+    it; else the mode based on ``default`` with the fewest overrides (a run of ``--set ...``
+    has ``default[autocast=bf16]``, not ``default``); else the first mode in ``mode_key``
+    order. None for no modes."""
+    modes = ordered_modes(labels)
+    if DEFAULT_MODE.name in modes:
+        return DEFAULT_MODE.name
+    based = [(m, mode_of(m)) for m in modes]
+    on_default = [(len(x.settings), mode_key(m), m) for m, x in based
+                  if x is not None and x.base_name == DEFAULT_MODE.name]  # fmt: skip
+    if on_default:
+        return min(on_default)[2]
+    return modes[0] if modes else None
+
+
+def changed_settings(value: Any) -> list[str]:
+    """A record's ``settings_changed`` as a list of names ([] for none, and for a record of
+    schema 2 or older, which has None or nothing)."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [str(x) for x in value]
+    return []
+
+
+def changed_mask(df: pd.DataFrame) -> pd.Series:
+    """True for the records whose workload changed a setting the mode applied: they do not
+    count toward a verdict, a throughput or a memory figure."""
+    if "settings_changed" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["settings_changed"].map(lambda x: bool(changed_settings(x))).astype(bool)
+
+
+def counted(df: pd.DataFrame) -> pd.DataFrame:
+    """The records of ``df`` that count (see ``changed_mask``)."""
+    mask = changed_mask(df)
+    return df[~mask] if mask.any() else df
+
+
 def verdicts(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (suite, workload, mode): verdict, replicate counts, distinct fingerprints,
-    median items/s over the replicates' medians, and the largest difference measured."""
+    median items/s over the replicates' medians, and the largest difference measured.
+
+    A record whose workload changed a setting behind detbench's back (``settings_changed``) does
+    not vote: it is left out of the fingerprints, the throughput and the status; when every
+    replicate did, the verdict is ``settings_changed``. ``changed`` counts such records and
+    ``changed_settings`` names what they changed."""
     rows: list[dict[str, Any]] = []
-    order = {m.name: i for i, m in enumerate(MODES)}
+    used = ["suite", "workload", "mode", "status", "fingerprint", "max_abs_diff",
+            "items_per_second", "message", "settings_changed"]  # fmt: skip
+    df = df[[c for c in used if c in df.columns]].assign(_changed=changed_mask(df).to_numpy())
     for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"], sort=False):
-        ok = g[g["status"] == "ok"]
-        bad = g[g["status"] != "ok"]
+        if g["_changed"].any():
+            chg, g_count = g[g["_changed"]], g[~g["_changed"]]
+        else:  # the usual case, without the copies
+            chg, g_count = g.iloc[:0], g
+        names = list(dict.fromkeys(n for x in chg.get("settings_changed", []) for n in
+                                   changed_settings(x)))  # fmt: skip
+        ok = g_count[g_count["status"] == "ok"]
+        bad = g_count[g_count["status"] != "ok"]
         distinct = int(ok["fingerprint"].nunique())
-        if len(bad):
+        if g_count.empty:
+            verdict = "settings_changed"
+        elif len(bad):
             verdict = str(bad["status"].mode().iloc[0])
         elif len(ok) >= 2:
             verdict = "reproducible" if distinct == 1 else "nondeterministic"
@@ -53,13 +135,18 @@ def verdicts(df: pd.DataFrame) -> pd.DataFrame:
                 "max_abs_diff": float(diffs.max()) if len(diffs) else None,
                 "items_per_second": float(ok["items_per_second"].median()) if len(ok) else None,
                 "message": None if not len(bad) else bad["message"].iloc[0],
+                "changed": len(chg),
+                "changed_settings": names,
             }
         )
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["_order"] = out["mode"].map(order).fillna(len(order))
-    return out.sort_values(["suite", "workload", "_order"], kind="stable").drop(columns="_order")
+    keys = out["mode"].map(mode_key)
+    out["_order"], out["_label"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
+    return out.sort_values(["suite", "workload", "_order", "_label"], kind="stable").drop(
+        columns=["_order", "_label"]
+    )
 
 
 def relative_throughput(v: pd.DataFrame, baseline: str) -> pd.Series:
@@ -76,13 +163,12 @@ def relative_throughput(v: pd.DataFrame, baseline: str) -> pd.Series:
 def summary_table(df: pd.DataFrame) -> tuple[str, str]:
     """Workloads x modes: throughput relative to the default mode and a reproducibility mark.
 
-    Returns (baseline mode name, text table). If the default mode was not run, the first mode
-    that was is the baseline.
+    Returns (baseline mode name, text table). The baseline is ``baseline_mode``: the default
+    mode, else the mode based on it with the fewest overrides, else the first mode.
     """
     v = verdicts(df)
-    modes = [m.name for m in MODES if m.name in set(v["mode"])]
-    modes += [m for m in dict.fromkeys(v["mode"]) if m not in modes]
-    baseline = DEFAULT_MODE.name if DEFAULT_MODE.name in modes else modes[0]
+    modes = ordered_modes(v["mode"])
+    baseline = str(baseline_mode(modes))
     v = v.assign(rel=relative_throughput(v, baseline))
 
     def cell(row: pd.Series) -> str:
@@ -100,19 +186,26 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
     legend = "\n".join(f"  M{i}  {name}" for i, name in enumerate(modes))
     text = (
         f"throughput relative to mode {baseline!r} (median of replicates); "
-        "= bitwise identical in every replicate, ≠ not, ? one replicate only\n"
-        f"{legend}\n\n{table.fillna('').to_string()}"
+        "= bitwise identical in every replicate, ≠ not, ? one replicate only"
+        + (
+            "; chg every replicate changed a setting during the workload (not counted)"
+            if (v["verdict"] == "settings_changed").any()
+            else ""
+        )
+        + f"\n{legend}\n\n{table.fillna('').to_string()}"
     )
     return baseline, text
 
 
-def peak_memory(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
+def peak_memory(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     """Per (suite, workload, mode): the median over successful replicates of
     ``peak_memory_bytes`` and its ratio to ``baseline``'s median for the same workload (NaN where
     either is missing or the baseline's is 0). Empty when no record carries the field (runs
-    before schema 2)."""
+    before schema 2). ``baseline``: ``baseline_mode`` of the run when None."""
     if "peak_memory_bytes" not in df.columns:
         return pd.DataFrame()
+    baseline = baseline_mode(df["mode"]) if baseline is None else baseline
+    df = counted(df)
     ok = df[df["status"] == "ok"].assign(
         peak=pd.to_numeric(df["peak_memory_bytes"], errors="coerce")
     )
@@ -134,7 +227,9 @@ NOISY_IQR = 0.10
 
 
 def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
-    """Seconds-per-step samples of each successful replicate (one array per record)."""
+    """Seconds-per-step samples of each successful replicate (one array per record) that counts
+    (not one whose workload changed a setting, see ``counted``)."""
+    g = counted(g)
     ok = g[g["status"] == "ok"]
     return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
 
@@ -162,7 +257,7 @@ def bootstrap_throughput(
 
 
 def costs(
-    df: pd.DataFrame, baseline: str = DEFAULT_MODE.name, n_boot: int = 2000, seed: int = 0
+    df: pd.DataFrame, baseline: str | None = None, n_boot: int = 2000, seed: int = 0
 ) -> pd.DataFrame:
     """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval.
 
@@ -172,7 +267,9 @@ def costs(
     replicate) drawn independently for the mode and the baseline, with a fixed ``seed`` so a
     report is reproducible. ``significant`` is False when the interval contains 1. ``noisy``
     flags a mode or baseline with any replicate whose IQR exceeds ``NOISY_IQR`` of its median.
+    ``baseline``: ``baseline_mode`` of the run when None.
     """
+    baseline = baseline_mode(df["mode"]) if baseline is None else baseline
     rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
@@ -201,6 +298,7 @@ def costs(
 
 
 def _noisy(g: pd.DataFrame) -> bool:
+    g = counted(g)
     ok = g[g["status"] == "ok"]
     rel = pd.to_numeric(ok["iqr"], errors="coerce") / pd.to_numeric(
         ok["seconds_per_step"], errors="coerce"
@@ -208,109 +306,32 @@ def _noisy(g: pd.DataFrame) -> bool:
     return bool((rel > NOISY_IQR).any())
 
 
-# --- Recommendations ---------------------------------------------------------------------------
+# --- Recommendations (detbench.recommend) -----------------------------------------------------
 
 
-def recommendations(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
-    """For each workload, and for each suite as a whole (workload ``*``): the fastest mode whose
-    results were bitwise reproducible in every replicate, its throughput relative to the fastest
-    mode overall, and the Python lines that set it. ``mode`` is None when no mode was
-    reproducible.
+def recommendations(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """See ``detbench.recommend.recommendations``."""
+    from detbench.recommend import recommendations as rec
 
-    A suite's recommendation is the mode reproducible for every workload of the suite with the
-    highest geometric mean of relative throughput; its cost is that mean against the best
-    geometric mean of any mode that ran every workload. A workload that ran in no mode at all
-    (a broken workload, not a property of any mode) is left out of its suite's recommendation;
-    the report warns about it.
-    """
-    from detbench.modes import get_mode
-
-    v = verdicts(df)
-    v = v.assign(rel=relative_throughput(v, baseline))
-    rows: list[dict[str, Any]] = []
-    for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
-        ran = g[g["verdict"].isin(["reproducible", "nondeterministic", "single"])]
-        repro = ran[ran["verdict"] == "reproducible"]
-        rows.append(_recommend(str(suite), str(workload), repro, ran))
-    for suite, g in v.groupby("suite", sort=False):
-        g = g[g["workload"].isin(_ran_somewhere(g))]
-        n = g["workload"].nunique()
-        ran = g[g["verdict"].isin(["reproducible", "nondeterministic", "single"])]
-        geo = _geomean_by_mode(ran, n)
-        repro_counts = g[g["verdict"] == "reproducible"].groupby("mode").size()
-        repro_geo = geo[geo.index.isin(repro_counts[repro_counts == n].index)]
-        rows.append(_recommend(str(suite), "*", _as_rows(repro_geo), _as_rows(geo)))
-    out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
-    out["snippet"] = pd.Series(
-        [None if m is None else get_mode(m).snippet() for m in out["mode"]],
-        index=out.index,
-        dtype=object,
-    )
-    return out
-
-
-def _ran_somewhere(v: pd.DataFrame) -> list[Any]:
-    """The workloads of verdict rows ``v`` that ran (status ok) in at least one mode."""
-    return list(dict.fromkeys(v.loc[v["verdict"].isin(RAN), "workload"]))
-
-
-def _geomean_by_mode(ran: pd.DataFrame, n: int) -> pd.Series:
-    """Geometric mean of relative throughput per mode, over modes that ran all ``n`` workloads."""
-    logs = ran.assign(log=np.log(pd.to_numeric(ran["rel"], errors="coerce")))
-    by_mode = logs.groupby("mode")["log"]
-    geo: pd.Series = np.exp(by_mode.mean())
-    return geo[by_mode.count() == n]
-
-
-def _as_rows(s: pd.Series) -> pd.DataFrame:
-    return pd.DataFrame({"mode": s.index, "rel": s.to_numpy()})
-
-
-def _recommend(suite: str, workload: str, repro: pd.DataFrame, ran: pd.DataFrame
-               ) -> dict[str, Any]:  # fmt: skip
-    def top(rows: pd.DataFrame) -> tuple[str | None, float | None]:
-        rows = rows[pd.to_numeric(rows["rel"], errors="coerce").notna()]
-        if rows.empty:
-            return None, None
-        i = rows["rel"].astype(float).to_numpy().argmax()
-        return str(rows["mode"].iloc[i]), float(rows["rel"].iloc[i])
-
-    mode, rel = top(repro)
-    fastest, fastest_rel = top(ran)
-    return {
-        "suite": suite,
-        "workload": workload,
-        "mode": mode,
-        "relative_throughput": rel,
-        "fastest_mode": fastest,
-        "cost_vs_fastest": None if rel is None or not fastest_rel else 1.0 - rel / fastest_rel,
-    }
+    return rec(df, baseline)
 
 
 def recommendation_text(df: pd.DataFrame) -> str:
-    """One line per suite: the fastest mode that was bitwise reproducible for all its workloads
-    in every replicate, and what it costs against the fastest mode overall."""
-    rec = recommendations(df)
-    lines = [
-        "recommended mode per suite (fastest bitwise-reproducible mode for all its workloads):"
-    ]
-    suites: list[dict[Any, Any]] = rec[rec["workload"] == "*"].to_dict("records")
-    for r in suites:
-        if r["mode"] is None:
-            lines.append(f"  {r['suite']}: no mode was bitwise reproducible for every workload")
-        else:
-            lines.append(
-                f"  {r['suite']}: {r['mode']} (geometric mean {r['relative_throughput']:.2f}x the "
-                f"default mode's throughput; {100 * r['cost_vs_fastest']:.0f}% below the fastest "
-                f"mode, {r['fastest_mode']})"
-            )
-    return "\n".join(lines)
+    """See ``detbench.recommend.recommendation_text``."""
+    from detbench.recommend import recommendation_text as text
+
+    return text(df)
+
+
+def ran_somewhere(v: pd.DataFrame) -> list[Any]:
+    """The workloads of verdict rows ``v`` that ran (status ok) in at least one mode."""
+    return list(dict.fromkeys(v.loc[v["verdict"].isin(RAN), "workload"]))
 
 
 # --- The speed-versus-reproducibility plane ----------------------------------------------------
 
 
-def plane(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
+def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     """One row per (suite, mode): where the mode sits on the speed-versus-reproducibility plane.
 
     ``relative_throughput`` is the geometric mean over the suite's workloads that the mode ran
@@ -318,14 +339,14 @@ def plane(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
     the fraction of the suite's workloads that were bitwise identical in every replicate (a
     workload the mode could not run counts as not reproducible; one that ran in no mode is left
     out, as in ``recommendations``). ``frontier`` marks the modes no other mode beats on both
-    axes: the best choices.
+    axes: the best choices. ``baseline``: ``baseline_mode`` of the run when None.
     """
     v = verdicts(df)
-    v = v.assign(rel=relative_throughput(v, baseline))
-    order = {m.name: i for i, m in enumerate(MODES)}
+    baseline = baseline_mode(v["mode"]) if baseline is None else baseline
+    v = v.assign(rel=relative_throughput(v, str(baseline)))
     rows: list[dict[str, Any]] = []
     for suite, g in v.groupby("suite", sort=False):
-        g = g[g["workload"].isin(_ran_somewhere(g))]
+        g = g[g["workload"].isin(ran_somewhere(g))]
         n = int(g["workload"].nunique())
         for mode, m in g.groupby("mode", sort=False):
             ran = m[m["verdict"].isin(RAN)]
@@ -354,8 +375,11 @@ def plane(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
                 )
             ).any()
             out.loc[i, "frontier"] = not dominated
-    out["_order"] = out["mode"].map(order).fillna(len(order))
-    return out.sort_values(["suite", "_order"], kind="stable").drop(columns="_order")
+    keys = out["mode"].map(mode_key)
+    out["_order"], out["_label"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
+    return out.sort_values(["suite", "_order", "_label"], kind="stable").drop(
+        columns=["_order", "_label"]
+    )
 
 
 def divergence(df: pd.DataFrame) -> pd.DataFrame:
@@ -366,6 +390,7 @@ def divergence(df: pd.DataFrame) -> pd.DataFrame:
     if "losses" not in df.columns:
         return pd.DataFrame()
     rows: list[dict[str, Any]] = []
+    df = counted(df)
     ok = df[(df["status"] == "ok") & df["losses"].notna()]
     for (suite, workload, mode), g in ok.groupby(["suite", "workload", "mode"], sort=False):
         g = g.sort_values("replicate")
@@ -394,14 +419,16 @@ def recipes(df: pd.DataFrame) -> pd.DataFrame:
     """One row per recipe workload (``params["recipe"]``): its verdict in each mode that ran,
     summarised; whether its results were the same bits as the workload named in
     ``params["compare_with"]`` (True, False, or None where either was not reproducible); and its
-    median throughput in the default mode (else the first mode)."""
+    median throughput in the baseline mode (``baseline_mode``: the default mode, else ...)."""
     if df.empty or "params" not in df.columns:
         return pd.DataFrame()
     recs = df[df["params"].map(lambda p: isinstance(p, dict) and "recipe" in p)]
     if recs.empty:
         return pd.DataFrame()
     v = verdicts(recs)
-    prints = recs[recs["status"] == "ok"].groupby(["workload", "mode"])["fingerprint"].agg(set)
+    baseline = baseline_mode(df["mode"])
+    counts = counted(recs)
+    prints = counts[counts["status"] == "ok"].groupby(["workload", "mode"])["fingerprint"].agg(set)
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         params = recs.loc[recs["workload"] == workload, "params"].iloc[0]
@@ -418,7 +445,7 @@ def recipes(df: pd.DataFrame) -> pd.DataFrame:
             pairs = [(prints.get((workload, m)), prints.get((other, m))) for m in by_mode]
             if all(a is not None and b is not None and len(a) == len(b) == 1 for a, b in pairs):
                 same = all(a == b for a, b in pairs)
-        base = g[g["mode"] == DEFAULT_MODE.name]
+        base = g[g["mode"] == baseline]
         base = base if len(base) else g.iloc[:1]
         rows.append({
             "suite": suite, "workload": workload, "recipe": params["recipe"],

@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis, quality
-from detbench.modes import CUBLAS_ENV, DEFAULT_MODE, MODES, get_mode
+from detbench.modes import CUBLAS_ENV, DEFAULT_MODE
+from detbench.recommend import RULE
 from detbench.render import Block, Bullets, Code, Heading, Para, Table, num
 from detbench.results import env_facts
 
@@ -38,15 +39,17 @@ def _precision_words(ps: list[tuple[str, ...]]) -> str:
     )
 
 
-def precision_blocks(df: pd.DataFrame) -> list[Block]:
-    """What float32 matmuls and convolutions ran in under the default mode (the baseline of
-    every relative throughput). Nothing for runs that did not record it."""
-    base = quality.precision_by_mode(df).get(DEFAULT_MODE.name)
+def precision_blocks(df: pd.DataFrame, baseline: str | None = None) -> list[Block]:
+    """What float32 matmuls and convolutions ran in under the baseline mode (of every relative
+    throughput; ``analysis.baseline_mode`` when None). Nothing for runs that did not record
+    it."""
+    baseline = analysis.baseline_mode(df["mode"]) if baseline is None else baseline
+    base = quality.precision_by_mode(df).get(str(baseline))
     if not base:
         return []
     return [
         Para(
-            f"Precision of the baseline: the {DEFAULT_MODE.name} mode ran float32 "
+            f"Precision of the baseline: the {baseline} mode ran float32 "
             f"{_precision_words(base)} (as each record says; TF32 keeps 10 of float32's 23 "
             "mantissa bits of a product's inputs)."
         )
@@ -83,8 +86,8 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
     if facts["device"] == "cpu":
         out.append(
             "This run was on a CPU. The cuDNN flags have no effect there, so modes that differ "
-            "only in them measure the same thing, and their throughput differences are noise. "
-            "Run on a GPU for the costs that matter."
+            "only in them measure the same thing, and their throughput differences are noise; "
+            "they are never recommended. Run on a GPU for the costs that matter."
         )
     throttle = quality.throttle_lines(env)
     if throttle:
@@ -102,13 +105,14 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
             f"The detbench checkout had uncommitted changes (commit {str(git.get('commit'))[:12]})."
         )
     modes = set(v["mode"])
+    baseline = analysis.baseline_mode(modes)
     if DEFAULT_MODE.name not in modes:
         out.append(
-            f"The {DEFAULT_MODE.name!r} mode was not run: there is no baseline for relative "
-            "throughput, so costs and recommendations are missing."
+            f"The {DEFAULT_MODE.name!r} mode was not run: every relative throughput, cost and "
+            f"recommendation is measured against {baseline!r} instead."
         )
     det = {
-        m for m in modes if m in {x.name for x in MODES} and get_mode(m).deterministic_algorithms
+        m for m in modes if (x := analysis.mode_of(m)) is not None and x.deterministic_algorithms
     }
     broken = v[(v["verdict"] == "nondeterministic") & v["mode"].isin(det)]
     for (suite, workload), g in broken.groupby(["suite", "workload"], sort=False):
@@ -117,6 +121,7 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
             f"on ({', '.join(g['mode'])}): the nondeterminism comes from somewhere PyTorch's "
             "flags do not reach (seeding, threads, data order, the workload itself)."
         )
+    out += settings_changed_warnings(v)
     ran = v[v["verdict"].isin(analysis.RAN)]
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         if not g["verdict"].isin(analysis.RAN).any():
@@ -124,7 +129,7 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
                 f"{suite}/{workload} ran in no mode ({', '.join(sorted(set(g['verdict'])))}): "
                 "it is left out of its suite's recommendation."
             )
-    failed = v[~v["verdict"].isin(analysis.RAN)]
+    failed = v[~v["verdict"].isin((*analysis.RAN, "settings_changed"))]
     for status, g in failed.groupby("verdict", sort=False):
         out.append(f"{len(g)} (workload, mode) pairs ended as '{status}': see Failures.")
     single = ran[ran["verdict"] == "single"]
@@ -140,12 +145,12 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
                 f"{noisy} of {len(costs)} costs are marked noisy: a replicate's timing samples "
                 f"had an interquartile range above {analysis.NOISY_IQR:.0%} of their median."
             )
-        nonbase = costs[costs["mode"] != DEFAULT_MODE.name]
+        nonbase = costs[costs["mode"] != baseline]
         insig = int((~nonbase["significant"]).sum())
         if insig:
             out.append(
-                f"{insig} of {len(nonbase)} throughput differences from the default mode are not "
-                "significant (the 95% interval contains 1)."
+                f"{insig} of {len(nonbase)} throughput differences from the {baseline} mode are "
+                "not significant (the 95% interval contains 1)."
             )
     tq = quality.timing_quality(df)
     if len(tq) and tq["missed"].sum():
@@ -173,10 +178,10 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
         )
     column = CUBLAS_ENV.lower()
     if column in df.columns:
-        base = df.loc[df["mode"] == DEFAULT_MODE.name, column].dropna()
+        base = df.loc[df["mode"] == baseline, column].dropna()
         if len(base):
             out.append(
-                f"The {DEFAULT_MODE.name} mode ran with {CUBLAS_ENV}={base.iloc[0]}: the baseline "
+                f"The {baseline} mode ran with {CUBLAS_ENV}={base.iloc[0]}: the baseline "
                 "had cuBLAS's deterministic workspace too, so the cost of the modes that set it "
                 "is understated."
             )
@@ -188,17 +193,39 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
     return out
 
 
+def settings_changed_warnings(v: pd.DataFrame) -> list[str]:
+    """One warning per (workload, mode) with records whose workload changed a setting that the
+    mode applied (``settings_changed``), naming the settings: those records are not counted."""
+    out: list[str] = []
+    if "changed" not in v.columns:
+        return out
+    for r in v[v["changed"] > 0].to_dict("records"):
+        names = ", ".join(r["changed_settings"])
+        where = (
+            f"{r['suite']}/{r['workload']} under {r['mode']} changed {names} during the workload"
+        )
+        if r["changed"] >= r["replicates"]:
+            out.append(f"{where}; its verdict is not counted.")
+        else:
+            out.append(
+                f"{where} in {r['changed']} of {r['replicates']} replicates; those replicates "
+                f"are not counted in its verdict ({r['verdict']})."
+            )
+    return out
+
+
 # --- Measurement quality -----------------------------------------------------------------------
 
 
 def spread_table(df: pd.DataFrame) -> Table | None:
     """Per suite and mode: the geometric mean relative throughput within each replicate, its
     min and max, next to the pooled estimate."""
-    s = quality.replicate_spread(df)
+    baseline = str(analysis.baseline_mode(df["mode"]))
+    s = quality.replicate_spread(analysis.counted(df), baseline)
     if s.empty:
         return None
     rows: list[list[str | Code]] = []
-    for r in s[s["mode"] != DEFAULT_MODE.name].to_dict("records"):  # the default's is 1 always
+    for r in s[s["mode"] != baseline].to_dict("records"):  # the baseline's is 1 always
         per = r["per_replicate"]
         rows.append([
             str(r["suite"]), str(r["mode"]), num(r["pooled"], ".3f"), num(r["min"], ".3f"),
@@ -208,7 +235,7 @@ def spread_table(df: pd.DataFrame) -> Table | None:
     return Table(
         ["suite", "mode", "pooled", "min", "max", "max/min", "replicate: value", "workloads"],
         rows,
-        caption="throughput relative to the default mode (geometric mean over the suite's "
+        caption=f"throughput relative to the {baseline} mode (geometric mean over the suite's "
         "workloads): pooled over replicates, and within each replicate",
     )
 
@@ -239,6 +266,7 @@ def timing_table(df: pd.DataFrame) -> Table | None:
 def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
     """How much each mode's cost moved between replicates, and how well the timing converged."""
     blocks: list[Block] = []
+    baseline = analysis.baseline_mode(df["mode"])
     spread = spread_table(df)
     if spread is not None:
         order = env.get("mode_order") or {}
@@ -254,8 +282,8 @@ def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
         blocks += [
             Heading(3, "Spread across replicates"),
             Para(
-                "Each mode's throughput relative to the default mode, computed within each "
-                "replicate (the mode and the default mode measured in the same replicate) and "
+                f"Each mode's throughput relative to the {baseline} mode, computed within each "
+                f"replicate (the mode and the {baseline} mode measured in the same replicate) and "
                 "pooled over replicates. Modes that are the same computation (on a CPU, those "
                 f"that differ only in cuDNN flags) should agree: a wide spread is drift. {how} "
                 "The pooled figure is the ratio of the medians over replicates (as in the tables "
@@ -367,14 +395,26 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
         "replicate's fingerprint is equal; the maximum absolute difference is measured against "
         "the first replicate.",
         _timing_item(df, o),
-        "Intervals: 95% percentile intervals of the throughput ratio against the default mode "
+        "Intervals: 95% percentile intervals of the throughput ratio against the "
+        f"{analysis.baseline_mode(df['mode'])} mode "
         "from 2000 two-level bootstrap resamples (replicates, then the timing samples within "
-        "each), drawn independently for the mode and the default, with a fixed seed. A "
+        "each), drawn independently for the mode and the baseline, with a fixed seed. A "
         "difference is significant when the interval excludes 1; a cost is noisy when a "
         f"replicate's samples have an IQR above {analysis.NOISY_IQR:.0%} of their median.",
-        "Recommendations: the fastest mode reproducible in every replicate; per suite, the mode "
-        "reproducible for every workload with the highest geometric mean throughput.",
+        f"Recommendations: {RULE}. Per suite, a mode qualifies when it is reproducible for "
+        "every workload; its throughput is the geometric mean over the workloads. The intervals "
+        "compared there are each mode's own: its bootstrap throughput over the baseline's point "
+        "estimate (the baseline divides out of a comparison of two modes), per suite of the "
+        "geometric mean with each workload resampled; a fixed seed per workload and mode.",
     ]
+    if "settings_changed" in df.columns and df["settings_changed"].notna().any():
+        items.append(
+            "Settings read back: every setting is read back after each workload's build and "
+            "after its last step. Records whose workload changed one the mode applied "
+            "(settings_changed: a training script that turns deterministic algorithms off, or "
+            "benchmark on) do not count toward their mode's verdict, throughput or memory; the "
+            "Warnings name them."
+        )
     if not analysis.peak_memory(df).empty:
         items.append(
             "Memory: each record's peak, measured over its workload alone. On a GPU, torch's "
@@ -383,7 +423,7 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
             "per workload through /proc/self/clear_refs (where Linux refuses that reset, the "
             "record says so in memory.peak_reset and its figure is a lower bound: 0 when an "
             "earlier workload of the worker peaked higher). The tables show the median over "
-            "replicates and its ratio to the default mode's."
+            f"replicates and its ratio to the {analysis.baseline_mode(df['mode'])} mode's."
         )
     items.append(
         f"Profile {o.get('profile')} on {facts['device']}; {len(df)} records, started "

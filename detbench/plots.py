@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from detbench import analysis
-from detbench.modes import DEFAULT_MODE, MODES
+from detbench.modes import DEFAULT_MODE
 
 #: The heatmap's colour scale: log2 of relative throughput, clipped to 0.25x..4x.
 LOG2_CLIP = 2.0
@@ -45,9 +45,7 @@ class Plot:
 
 def _mode_index(modes: list[str]) -> dict[str, str]:
     """Short labels (M0, M1, ...) in the canonical mode order, as in the summary table."""
-    known = [m.name for m in MODES if m.name in modes]
-    known += [m for m in modes if m not in known]
-    return {m: f"M{i}" for i, m in enumerate(known)}
+    return {m: f"M{i}" for i, m in enumerate(analysis.ordered_modes(modes))}
 
 
 #: One marker per mode, hollow, so modes at the same spot (on a CPU the cuDNN flags change
@@ -55,7 +53,8 @@ def _mode_index(modes: list[str]) -> dict[str, str]:
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 
 
-def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None) -> Figure:
+def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None,
+                 baseline: str = DEFAULT_MODE.name) -> Figure:  # fmt: skip
     """Relative throughput (x) against the fraction of workloads reproducible (y), per mode."""
     pts = points.dropna(subset=["relative_throughput"])
     labels = _mode_index(list(points["mode"]))
@@ -88,7 +87,7 @@ def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None) -> F
             star["relative_throughput"], star["reproducible"], marker="*", s=420,
             facecolor="gold", edgecolor="black", zorder=2, label=f"recommended: {recommended}",
         )  # fmt: skip
-    ax.set_xlabel("throughput relative to the default mode (geometric mean over workloads)")
+    ax.set_xlabel(f"throughput relative to the {baseline} mode (geometric mean over workloads)")
     ax.set_ylabel("fraction of workloads bitwise reproducible")
     ax.set_ylim(-0.05, 1.08)
     lo = float(min(pts["relative_throughput"].min(), 1.0)) if len(pts) else 0.5
@@ -102,7 +101,7 @@ def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None) -> F
     return fig
 
 
-def heatmap_figure(v: pd.DataFrame, suite: str) -> Figure:
+def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.name) -> Figure:
     """Workloads x modes: colour = relative throughput, text = ratio and reproducibility mark."""
     modes = [m for m in _mode_index(list(dict.fromkeys(v["mode"])))]
     workloads = list(dict.fromkeys(v["workload"]))
@@ -139,7 +138,7 @@ def heatmap_figure(v: pd.DataFrame, suite: str) -> Figure:
     ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
     bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
     bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
-    bar.set_label("throughput relative to the default mode")
+    bar.set_label(f"throughput relative to the {baseline} mode")
     ax.set_title(
         f"{suite}: relative throughput per workload and mode\n"
         "= bitwise identical in every replicate, ≠ (outlined) not; grey: did not run",
@@ -205,15 +204,18 @@ def _save(fig: Figure, directory: Path, stem: str) -> tuple[Path, Path]:
     return png, svg
 
 
-def write_plots(df: pd.DataFrame, directory: Path) -> list[Plot]:
-    """Every figure of a result set, written under ``directory`` as PNG and SVG."""
+def write_plots(df: pd.DataFrame, directory: Path,
+                recommendations: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
+    """Every figure of a result set, written under ``directory`` as PNG and SVG;
+    ``recommendations``: ``analysis.recommendations`` of ``df`` where the caller has it."""
     directory.mkdir(parents=True, exist_ok=True)
     v = analysis.verdicts(df)
     if v.empty:
         return []
-    v = v.assign(rel=analysis.relative_throughput(v, DEFAULT_MODE.name))
-    points = analysis.plane(df)
-    rec = analysis.recommendations(df)
+    baseline = str(analysis.baseline_mode(v["mode"]))
+    v = v.assign(rel=analysis.relative_throughput(v, baseline))
+    points = analysis.plane(df, baseline)
+    rec = analysis.recommendations(df, baseline) if recommendations is None else recommendations
     div = analysis.divergence(df)
     plots: list[Plot] = []
     for suite in dict.fromkeys(v["suite"]):
@@ -221,9 +223,9 @@ def write_plots(df: pd.DataFrame, directory: Path) -> list[Plot]:
         suite_rec = rec[(rec["suite"] == s) & (rec["workload"] == "*")]
         recommended = suite_rec["mode"].iloc[0] if len(suite_rec) else None
         title = f"{s}: speed versus reproducibility"
-        fig = plane_figure(points[points["suite"] == s], s, recommended)
+        fig = plane_figure(points[points["suite"] == s], s, recommended, baseline)
         plots.append(Plot("plane", s, title, *_save(fig, directory, f"{s}-plane")))
-        fig = heatmap_figure(v[v["suite"] == s], s)
+        fig = heatmap_figure(v[v["suite"] == s], s, baseline)
         title = f"{s}: relative throughput and reproducibility per workload"
         plots.append(Plot("heatmap", s, title, *_save(fig, directory, f"{s}-heatmap")))
         if not div.empty and (div["suite"] == s).any():

@@ -10,12 +10,13 @@ environment) are in ``detbench.conditions``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from detbench import analysis
+from detbench import analysis, attribution_report
 from detbench.conditions import (
     environment_table,
     method_blocks,
@@ -23,8 +24,8 @@ from detbench.conditions import (
     quality_blocks,
     warnings,
 )
-from detbench.modes import DEFAULT_MODE
 from detbench.plots import Plot, write_plots
+from detbench.recommend import RULE, run_device
 from detbench.render import (
     Block,
     Bullets,
@@ -50,48 +51,67 @@ PLOTS_DIR = "plots"
 # --- Content -----------------------------------------------------------------------------------
 
 
-def _significant(costs: pd.DataFrame, suite: str, mode: str) -> str:
+def _significant(costs: pd.DataFrame, suite: str, mode: str, baseline: str) -> str:
     """In how many of the suite's workloads ``mode``'s throughput differs significantly from the
-    default mode's."""
-    if costs.empty or mode == DEFAULT_MODE.name:
+    baseline's."""
+    if costs.empty or mode == baseline:
         return "–"
     c = costs[(costs["suite"] == suite) & (costs["mode"] == mode)]
     return f"{int(c['significant'].sum())} of {len(c)}"
 
 
-def recommendation_blocks(rec: pd.DataFrame, costs: pd.DataFrame) -> list[Block]:
-    """``rec``: ``analysis.recommendations``; ``costs``: ``analysis.costs`` (or empty)."""
+def _throughput(r: Mapping[Any, Any]) -> str:
+    """``1.31x [1.22, 1.40]``: a recommendation's relative throughput and its 95% interval."""
+    text = num(r["relative_throughput"], ".2f") + ("x" if r["mode"] else "")
+    if r.get("ci_low") is not None and r.get("ci_high") is not None:
+        text += f" [{num(r['ci_low'], '.2f')}, {num(r['ci_high'], '.2f')}]"
+    return text
+
+
+def recommendation_blocks(rec: pd.DataFrame, costs: pd.DataFrame, baseline: str = "default",
+                          device: str | None = None) -> list[Block]:  # fmt: skip
+    """``rec``: ``analysis.recommendations``; ``costs``: ``analysis.costs`` (or empty), both
+    against ``baseline``; ``device``: where the run ran (``recommend.run_device``)."""
     suites = rec[rec["workload"] == "*"]
     rows: list[list[str | Code]] = []
     for r in suites.to_dict("records"):
         if r["mode"] is None:
-            rows.append([r["suite"], "none: no mode was bitwise reproducible for every workload",
-                         "–", "–", "–", r["fastest_mode"] or "–", Code("")])  # fmt: skip
+            rows.append([r["suite"], "none", "–", "–", "–", r["fastest_mode"] or "–",
+                         str(r["reason"]), Code("")])  # fmt: skip
             continue
         rows.append([
-            r["suite"], r["mode"], num(r["relative_throughput"], ".2f") + "x",
-            _significant(costs, r["suite"], r["mode"]), pct(r["cost_vs_fastest"]),
-            r["fastest_mode"] or "–", Code(r["snippet"]),
+            r["suite"], r["mode"], _throughput(r), _significant(costs, r["suite"], r["mode"],
+            baseline), pct(r["cost_vs_fastest"]), r["fastest_mode"] or "–", str(r["reason"]),
+            Code(r["snippet"]),
         ])  # fmt: skip
+    cpu = (
+        " This run was on a CPU: the modes that change cuDNN flags are the same computation "
+        "as their twin without them there, so they are never recommended (nor named the "
+        "fastest)."
+        if device == "cpu"
+        else ""
+    )
     blocks: list[Block] = [
         Heading(2, "Recommendations"),
+        Para(f"The rule: recommended is {RULE}."),
         Para(
-            "Per suite: the fastest mode whose results were bitwise identical in every replicate "
-            "for every workload of the suite (workloads that ran in no mode are left out), its "
-            "throughput relative to the default mode (geometric mean over the workloads), what it "
-            "costs against the fastest mode overall, and the lines that set it. 'Significant' "
-            "counts the workloads whose difference from the default mode's throughput is "
-            "significant (95% interval excluding 1): where it is few, the choice among "
-            "reproducible modes rests on noise and the default mode serves as well."
+            "Per suite, a mode qualifies when it was bitwise reproducible for every workload of "
+            "the suite (workloads that ran in no mode are left out); its throughput is relative "
+            f"to the {baseline} mode (geometric mean over the workloads, with the 95% interval "
+            "of two-level bootstrap resamples), 'cost vs fastest' compares it with the fastest "
+            "mode overall, 'why' says how the rule chose it, and the lines set it. "
+            "'Significant' counts the workloads whose difference from the "
+            f"{baseline} mode's throughput is significant (95% interval excluding 1)." + cpu
         ),
         Table(
             [
                 "suite",
                 "recommended mode",
-                "throughput vs default",
+                f"throughput vs {baseline}",
                 "significant",
                 "cost vs fastest",
                 "fastest mode",
+                "why",
                 "Python",
             ],
             rows,
@@ -114,6 +134,7 @@ def recipe_blocks(df: pd.DataFrame) -> list[Block]:
     r = analysis.recipes(df)
     if r.empty:
         return []
+    baseline = analysis.baseline_mode(df["mode"])
     rows: list[list[str | Code]] = []
     for x in r.to_dict("records"):
         same = "–"
@@ -129,38 +150,40 @@ def recipe_blocks(df: pd.DataFrame) -> list[Block]:
             "starts from the state a fresh process has (every generator seeded from OS entropy) "
             "and seeds, or fails to seed, as its variant says. 'Same bits' compares a variant's "
             "results with another workload's (a resumed run with the uninterrupted one, a traced "
-            "model with the eager one); items/s is in the default mode."
+            f"model with the eager one); items/s is in the {baseline} mode."
         ),
         Table(["recipe", "variant", "bitwise run to run", "same bits as", "items/s"], rows),
     ]
 
 
 def workload_recommendation_table(rec: pd.DataFrame, suite: str,
-                                  memory: pd.DataFrame | None = None) -> Table:  # fmt: skip
+                                  memory: pd.DataFrame | None = None,
+                                  baseline: str = "default") -> Table:  # fmt: skip
     """``memory``: ``analysis.peak_memory`` indexed by (suite, workload, mode), or None when the
     run recorded no memory (no memory column then)."""
     rec = rec[(rec["suite"] == suite) & (rec["workload"] != "*")]
     rows: list[list[str | Code]] = []
     for r in rec.to_dict("records"):
         row: list[str | Code] = [
-            r["workload"], r["mode"] or "none reproducible",
-            num(r["relative_throughput"], ".2f") + ("x" if r["mode"] else ""),
+            r["workload"], r["mode"] or "none reproducible", _throughput(r),
             pct(r["cost_vs_fastest"]), r["fastest_mode"] or "–",
         ]  # fmt: skip
         if memory is not None:
             key = (suite, r["workload"], r["mode"])
             ratio = memory["memory_ratio"].get(key) if r["mode"] else None
             row.append(num(ratio, ".2f") + "x" if num(ratio) != "–" else "–")
+        row.append(str(r["reason"]))
         rows.append(row)
-    header = ["workload", "fastest reproducible mode", "vs default", "cost vs fastest",
+    header = ["workload", "recommended mode", f"vs {baseline}", "cost vs fastest",
               "fastest mode"]  # fmt: skip
     if memory is not None:
-        header.append("peak memory vs default")
+        header.append(f"peak memory vs {baseline}")
+    header.append("why")
     return Table(header, rows, caption=f"{suite}: recommendation per workload")
 
 
 def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
-               memory: pd.DataFrame | None = None) -> Table:  # fmt: skip
+               memory: pd.DataFrame | None = None, baseline: str = "default") -> Table:  # fmt: skip
     """``v``: ``analysis.verdicts`` of the whole run; ``memory``: as for
     ``workload_recommendation_table``."""
     v = v[v["suite"] == suite]
@@ -178,6 +201,8 @@ def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
         verdict = str(r["verdict"])
         if verdict == "nondeterministic":
             verdict += f" ({r['distinct_fingerprints']} distinct of {r['ok']})"
+        if r.get("changed") and verdict != "settings_changed":
+            verdict += f" ({r['changed']} replicate(s) not counted: settings changed)"
         row: list[str | Code] = [
             r["workload"], r["mode"], verdict, f"{r['ok']}/{r['replicates']}",
             num(r["max_abs_diff"], ".3g") if r["max_abs_diff"] is not None else "–",
@@ -188,7 +213,7 @@ def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
             peak = memory["peak_memory_bytes"].get(mkey)
             row += [size(peak), num(memory["memory_ratio"].get(mkey), ".2f")]
         rows.append(row)
-    memory_header = ["peak memory (median)", "memory vs default"] if memory is not None else []
+    memory_header = ["peak memory (median)", f"memory vs {baseline}"] if memory is not None else []
     return Table(
         [
             "workload",
@@ -197,7 +222,7 @@ def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
             "ok/replicates",
             "max abs diff",
             "items/s (median)",
-            "vs default",
+            f"vs {baseline}",
             "95% CI",
             "significant",
             "noise",
@@ -223,15 +248,19 @@ def failure_table(df: pd.DataFrame) -> Table | None:
     return Table(["suite", "workload", "mode", "status", "records", "message (first)"], rows)
 
 
-def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Block]:
+def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
+                 rec: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
+    """The report, block by block; ``rec``: ``analysis.recommendations(df)`` where the caller
+    has it already."""
     facts = env_facts(env)
     o = env.get("options") or {}
     device = facts["gpu"] if facts["device"] == "cuda" else f"CPU ({facts['cpu']})"
     suites = list(dict.fromkeys(df["suite"]))
-    costs = analysis.costs(df) if DEFAULT_MODE.name in set(df["mode"]) else pd.DataFrame()
+    baseline = str(analysis.baseline_mode(df["mode"]))
+    costs = analysis.costs(df, baseline)
     v = analysis.verdicts(df)
-    rec = analysis.recommendations(df)
-    peaks = analysis.peak_memory(df)
+    rec = analysis.recommendations(df, baseline) if rec is None else rec
+    peaks = analysis.peak_memory(df, baseline)
     memory = None if peaks.empty else peaks.set_index(["suite", "workload", "mode"])
     blocks: list[Block] = [
         Heading(1, f"detbench report: {device}, torch {facts['torch']}"),
@@ -242,15 +271,16 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> li
             f"Run started {env.get('started_utc')}."
         ),
     ]
-    blocks += recommendation_blocks(rec, costs)
-    blocks += precision_blocks(df)
+    blocks += recommendation_blocks(rec, costs, baseline, run_device(df))
+    blocks += attribution_report.blocks(df, env, plots)  # an attribution study's own section
+    blocks += precision_blocks(df, baseline)
     blocks += recipe_blocks(df)
     warn = warnings(df, v, env, costs)
     blocks += [Heading(2, "Warnings"), Bullets(warn) if warn else Para("None.")]
     blocks.append(Heading(2, "Plots"))
     for suite in suites:
         for p in plots:
-            if p.suite == suite:
+            if p.suite == suite and p.kind != "attribution":  # that one is in its section
                 blocks.append(Figure(p))
     div = analysis.divergence(df)
     if "losses" in df.columns and df["losses"].notna().any() and div.empty:
@@ -263,8 +293,8 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> li
     blocks.append(Heading(2, "Full tables"))
     for suite in suites:
         blocks.append(Heading(3, str(suite)))
-        blocks.append(workload_recommendation_table(rec, str(suite), memory))
-        blocks.append(full_table(v, str(suite), costs, memory))
+        blocks.append(workload_recommendation_table(rec, str(suite), memory, baseline))
+        blocks.append(full_table(v, str(suite), costs, memory, baseline))
     blocks += quality_blocks(df, env)
     failures = failure_table(df)
     if failures is not None:
@@ -289,8 +319,10 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
 
         raise ResultsError(f"{d}: results.jsonl holds no records yet")
     env = load_env(d) if (d / ENV_FILE).exists() else {}
-    plots = write_plots(df, d / PLOTS_DIR)
-    blocks = build_blocks(df, env, plots)
+    rec = analysis.recommendations(df)
+    plots = write_plots(df, d / PLOTS_DIR, rec)
+    plots += attribution_report.write_plots(df, env, d / PLOTS_DIR)
+    blocks = build_blocks(df, env, plots, rec)
     title = next((b.text for b in blocks if isinstance(b, Heading)), "detbench report")
     md, page = d / REPORT_MD, d / REPORT_HTML
     write_text_atomic(md, to_markdown(blocks, d))

@@ -95,9 +95,11 @@ def test_recommendations(results: pd.DataFrame) -> None:
 
 
 def test_recommendation_text(results: pd.DataFrame) -> None:
+    from detbench.recommend import RULE
+
     assert recommendation_text(results).splitlines() == [
-        "recommended mode per suite (fastest bitwise-reproducible mode for all its workloads):",
-        "  s: det-algos (geometric mean 0.71x the default mode's throughput; 29% below the "
-        "fastest mode, default)",
-        "  t: no mode was bitwise reproducible for every workload",
+        f"recommended mode per suite: {RULE}.",
+        "  s: det-algos: fewest changes from default (1: deterministic_algorithms); throughput "
+        "0.71x default's (geometric mean), 29% below the fastest mode, default",
+        "  t: none: no mode was bitwise reproducible for every workload",
     ]

@@ -88,7 +88,7 @@ def test_html_has_the_recommendation_table_and_every_plot(run: tuple[Path, str])
     out = run[0]
     page = parse(out / "report.html")
     assert ["suite", "recommended mode", "throughput vs default", "significant",
-            "cost vs fastest", "fastest mode", "Python"] in page.headers  # fmt: skip
+            "cost vs fastest", "fastest mode", "why", "Python"] in page.headers  # fmt: skip
     figures = {a["data-plot"] for t, a in page.tags if t == "figure"}
     assert figures == EXPECTED_PLOTS
     images = [a["src"] for t, a in page.tags if t == "img"]
@@ -227,7 +227,8 @@ def test_report_renders_in_headless_chromium(run: tuple[Path, str], tmp_path: Pa
 
 def test_recommendation_row_from_known_records(tmp_path: Path) -> None:
     """Known timings: det-algos halves one workload's throughput (significant) and leaves the
-    other's (not significant); it is the only mode reproducible for both."""
+    other's (not significant); it is the only mode reproducible for both, so it is the simplest
+    reproducible mode, and the row says so."""
     from detbench.report import write_report
 
     from .synthetic import env, fast_and_same, write_run
@@ -235,4 +236,8 @@ def test_recommendation_row_from_known_records(tmp_path: Path) -> None:
     write_run(tmp_path, [x for r in range(3) for x in fast_and_same(r)], env(gpu=None))
     md_path, _ = write_report(tmp_path)
     md = md_path.read_text()
-    assert "| s | det-algos | 0.71x | 1 of 2 | 29% | default | `import os`<br>" in md
+    assert (
+        "| s | det-algos | 0.71x \\[0.71, 0.71\\] | 1 of 2 | 29% | default | fewest changes from "
+        "default (1: deterministic\\_algorithms) | `import os`<br>"
+    ) in md
+    assert "The rule: recommended is the mode bitwise identical in every replicate" in md
