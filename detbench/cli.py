@@ -80,6 +80,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
                         "workload": w.name,
                         "params": w.params_for(args.profile),
                         "source": w.source,
+                        # what the settings act on: autocast=... runs it, sdpa_backend matters
+                        "autocast": getattr(w, "autocast", False),
+                        "attention": getattr(w, "attention", False),
                     }
                     for w in workloads
                 ],
@@ -488,6 +491,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     idx.add_argument("dir", metavar="DIR", nargs="?", default="results")
     idx.set_defaults(func=_cmd_index)
+
+    from detbench import attribution  # imports cli only inside its functions
+
+    attribution.add_parser(sub)
     return p
 
 

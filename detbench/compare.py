@@ -65,8 +65,10 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int 
         )
 
     va, vb = analysis.verdicts(df_a), analysis.verdicts(df_b)
-    va = va.assign(rel=analysis.relative_throughput(va, DEFAULT_MODE.name))
-    vb = vb.assign(rel=analysis.relative_throughput(vb, DEFAULT_MODE.name))
+    base_a = analysis.baseline_mode(va["mode"]) or DEFAULT_MODE.name
+    base_b = analysis.baseline_mode(vb["mode"]) or DEFAULT_MODE.name
+    va = va.assign(rel=analysis.relative_throughput(va, base_a))
+    vb = vb.assign(rel=analysis.relative_throughput(vb, base_b))
     key = ["suite", "workload", "mode"]
     ka = set(map(tuple, va[key].to_numpy().tolist()))
     kb = set(map(tuple, vb[key].to_numpy().tolist()))

@@ -18,16 +18,14 @@ created); a ``workload`` setting (``autocast``, ``execution``) wraps each worklo
 
 from __future__ import annotations
 
-import contextlib
-import os
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from detbench import torchstate as ts
 from detbench.errors import DetbenchError
+from detbench.torchstate import CUBLAS_ENV
 
-CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_DEFAULT = ":4096:8"
 ON_OFF = ("on", "off")
 #: What a level string may also be written as on the command line.
@@ -38,187 +36,6 @@ MODE_FLAGS = ("benchmark", "cudnn_deterministic", "deterministic_algorithms", "c
 
 class SettingError(DetbenchError):
     """A ``--set`` that names no setting or no level of it (one line for the user)."""
-
-
-def _torch() -> Any:
-    import torch
-
-    return torch
-
-
-def _quiet(get: Callable[[], Any]) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy TF32 flags warn about their successors
-        return get()
-
-
-def _onoff(value: Any) -> str:
-    return "on" if bool(value) else "off"
-
-
-# -- how each row reads and applies itself -----------------------------------------------------
-
-
-def _read_fill() -> str:
-    return _onoff(_torch().utils.deterministic.fill_uninitialized_memory)
-
-
-def _apply_fill(level: str) -> None:
-    _torch().utils.deterministic.fill_uninitialized_memory = level == "on"
-
-
-def _read_warn_only() -> str:
-    return _onoff(_torch().is_deterministic_algorithms_warn_only_enabled())
-
-
-def _apply_warn_only(level: str) -> None:
-    # warn_only is an argument of use_deterministic_algorithms: applied with the mode's flag.
-    torch = _torch()
-    torch.use_deterministic_algorithms(
-        torch.are_deterministic_algorithms_enabled(), warn_only=level == "on"
-    )
-
-
-def _read_matmul_precision() -> str:
-    return str(_quiet(_torch().get_float32_matmul_precision))
-
-
-def _apply_matmul_precision(level: str) -> None:
-    _torch().set_float32_matmul_precision(level)
-
-
-def _read_cudnn_tf32() -> str:
-    return _onoff(_quiet(lambda: _torch().backends.cudnn.allow_tf32))
-
-
-def _apply_cudnn_tf32(level: str) -> None:
-    torch = _torch()
-    _quiet(lambda: setattr(torch.backends.cudnn, "allow_tf32", level == "on"))
-
-
-def _reduction(dtype: str, split_k: bool) -> tuple[Callable[[], str], Callable[[str], None]]:
-    """Reader and applier of cuBLAS's reduced-precision reduction switch for fp16 or bf16, or of
-    its split-K form (torch 2.8+: a second boolean of the same attribute)."""
-    attr = f"allow_{dtype}_reduced_precision_reduction"
-
-    def read() -> str:
-        matmul = _torch().backends.cuda.matmul
-        return _onoff(getattr(matmul, attr + ("_split_k" if split_k else "")))
-
-    def apply(level: str) -> None:
-        matmul = _torch().backends.cuda.matmul
-        if split_k:
-            setattr(matmul, attr, (bool(getattr(matmul, attr)), level == "on"))
-        else:  # keep the split-K half as it is, where the installed torch has one
-            try:
-                keep = bool(getattr(matmul, attr + "_split_k"))
-            except AttributeError:
-                setattr(matmul, attr, level == "on")
-                return
-            setattr(matmul, attr, (level == "on", keep))
-
-    return read, apply
-
-
-def _read_cublas() -> str:
-    return os.environ.get(CUBLAS_ENV) or "unset"
-
-
-def _apply_cublas(level: str) -> None:
-    # The runner puts it in the worker's environment (see ``environment``); this re-states it,
-    # so restoring a workload's change to os.environ is the same call.
-    if level == "unset":
-        os.environ.pop(CUBLAS_ENV, None)
-    else:
-        os.environ[CUBLAS_ENV] = level
-
-
-#: SDPA backend level -> the member of ``torch.nn.attention.SDPBackend`` it allows alone.
-SDPA_BACKENDS = {
-    "math": "MATH",
-    "flash": "FLASH_ATTENTION",
-    "efficient": "EFFICIENT_ATTENTION",
-    "cudnn": "CUDNN_ATTENTION",
-}
-#: The global flags ``sdpa_kernel`` sets, read back per backend.
-_SDPA_FLAGS = {
-    "math": "math_sdp_enabled",
-    "flash": "flash_sdp_enabled",
-    "efficient": "mem_efficient_sdp_enabled",
-    "cudnn": "cudnn_sdp_enabled",
-}
-#: The process-wide ``sdpa_kernel`` context a worker holds open for its whole life.
-_SDPA_STACK = contextlib.ExitStack()
-
-
-def _read_sdpa() -> str:
-    cuda = _torch().backends.cuda
-    enabled = [lvl for lvl, fn in _SDPA_FLAGS.items() if getattr(cuda, fn, lambda: True)()]
-    if len(enabled) == len(_SDPA_FLAGS):
-        return "default"
-    if len(enabled) == 1:
-        return enabled[0]
-    return "+".join(enabled) or "none"
-
-
-def _apply_sdpa(level: str) -> None:
-    _SDPA_STACK.close()  # a restore re-enters from torch's own state
-    if level == "default":
-        cuda = _torch().backends.cuda
-        for fn in _SDPA_FLAGS.values():
-            enable = getattr(cuda, "enable_" + fn.removesuffix("_enabled"), None)
-            if enable is not None:
-                enable(True)
-        return
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    _SDPA_STACK.enter_context(sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[level])))
-
-
-def _sdpa_snippet(level: str) -> list[str]:
-    """The process-wide form of ``with sdpa_kernel(SDPBackend.X):``: the flags it sets."""
-    if level == "default":
-        return []
-    lines = [f"# as `with torch.nn.attention.sdpa_kernel(SDPBackend.{SDPA_BACKENDS[level]}):`"]
-    for lvl, fn in _SDPA_FLAGS.items():
-        lines.append(f"torch.backends.cuda.enable_{fn.removesuffix('_enabled')}({lvl == level})")
-    return lines
-
-
-def _read_inductor_det() -> str:
-    import torch._inductor.config as cfg
-
-    return _onoff(cfg.deterministic)
-
-
-def _apply_inductor_det(level: str) -> None:
-    import torch._inductor.config as cfg
-
-    cfg.deterministic = level == "on"
-
-
-# -- availability probes ---------------------------------------------------------------------
-
-
-def _needs(probe: Callable[[], Any], what: str) -> Callable[[], str | None]:
-    def unavailable() -> str | None:
-        try:
-            _quiet(probe)
-        except (AttributeError, ImportError, RuntimeError) as exc:
-            return f"torch {_torch().__version__} has no {what} ({type(exc).__name__})"
-        return None
-
-    return unavailable
-
-
-def _always() -> str | None:
-    return None
-
-
-def _compile_unavailable() -> str | None:
-    if not hasattr(_torch(), "compile"):
-        return f"torch {_torch().__version__} has no torch.compile"
-    return None
 
 
 @dataclass(frozen=True)
@@ -239,7 +56,7 @@ class Setting:
     read: Callable[[], str] | None = field(default=None, compare=False, repr=False)
     apply: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     snippet: Callable[[str], list[str]] = field(default=lambda level: [], compare=False, repr=False)
-    unavailable: Callable[[], str | None] = field(default=_always, compare=False, repr=False)
+    unavailable: Callable[[], str | None] = field(default=ts.always, compare=False, repr=False)
 
     @property
     def boolean(self) -> bool:
@@ -288,7 +105,7 @@ def _reduction_setting(dt: str, split_k: bool) -> Setting:
     half."""
     attr = f"allow_{dt}_reduced_precision_reduction"
     name = f"{dt}_reduced_precision_reduction" + ("_split_k" if split_k else "")
-    read, apply = _reduction(dt, split_k)
+    read, apply = ts.reduction(dt, split_k)
 
     def snippet(level: str) -> list[str]:
         if not split_k:
@@ -306,7 +123,9 @@ def _reduction_setting(dt: str, split_k: bool) -> Setting:
     return Setting(
         name, ON_OFF, "on", doc, strict="off", devices=("cuda",), read=read, apply=apply,
         snippet=snippet,
-        unavailable=_needs(lambda: getattr(_torch().backends.cuda.matmul, probe_attr), probe_attr),
+        unavailable=ts.needs(
+            lambda: getattr(ts.torch_module().backends.cuda.matmul, probe_attr), probe_attr
+        ),
     )  # fmt: skip
 
 
@@ -320,36 +139,34 @@ SETTINGS: tuple[Setting, ...] = (
         "with deterministic algorithms on, torch fills every torch.empty with NaN (floats) or "
         "the largest integer; off spares the fill. Acts only with deterministic algorithms.",
         strict="on",
-        read=_read_fill, apply=_apply_fill,
+        read=ts.read_fill, apply=ts.apply_fill,
         snippet=_bool_line("torch.utils.deterministic.fill_uninitialized_memory"),
-        unavailable=_needs(lambda: _torch().utils.deterministic.fill_uninitialized_memory,
-                           "torch.utils.deterministic.fill_uninitialized_memory"),
+        unavailable=ts.needs(ts.read_fill, "torch.utils.deterministic.fill_uninitialized_memory"),
     ),
     Setting(
         "warn_only", ON_OFF, "off",
         "use_deterministic_algorithms(..., warn_only=True): an op without a deterministic "
         "implementation warns and runs its nondeterministic kernel instead of raising.",
-        read=_read_warn_only, apply=_apply_warn_only,
+        read=ts.read_warn_only, apply=ts.apply_warn_only,
         snippet=lambda level: [
             "torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(), "
             f"warn_only={level == 'on'})"
         ],
-        unavailable=_needs(lambda: _torch().is_deterministic_algorithms_warn_only_enabled(),
-                           "warn_only for use_deterministic_algorithms"),
+        unavailable=ts.needs(ts.read_warn_only, "warn_only for use_deterministic_algorithms"),
     ),
     Setting(
         "float32_matmul_precision", ("highest", "high", "medium"), "highest",
         "torch.set_float32_matmul_precision: 'high' lets fp32 matmuls run in TF32 on a GPU (the "
         "same switch as torch.backends.cuda.matmul.allow_tf32 = True), 'medium' in bf16.",
         strict="highest",
-        read=_read_matmul_precision, apply=_apply_matmul_precision,
+        read=ts.read_matmul_precision, apply=ts.apply_matmul_precision,
         snippet=lambda level: [f'torch.set_float32_matmul_precision("{level}")'],
     ),
     Setting(
         "cudnn_tf32", ON_OFF, "on",
         "torch.backends.cudnn.allow_tf32: fp32 cuDNN convolutions in TF32 (on by default).",
         strict="off", devices=("cuda",),
-        read=_read_cudnn_tf32, apply=_apply_cudnn_tf32,
+        read=ts.read_cudnn_tf32, apply=ts.apply_cudnn_tf32,
         snippet=_bool_line("torch.backends.cudnn.allow_tf32"),
     ),
     *(_reduction_setting(dt, sk) for dt in ("fp16", "bf16") for sk in (False, True)),
@@ -359,7 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
         "created: ':4096:8' or ':16:8' make cuBLAS deterministic; the modes with deterministic "
         "algorithms set ':4096:8' (or the user's value), the others leave it unset.",
         strict=":4096:8", devices=("cuda",),
-        read=_read_cublas, apply=_apply_cublas,
+        read=ts.read_cublas, apply=ts.apply_cublas,
         snippet=lambda level: (
             [f'os.environ.pop("{CUBLAS_ENV}", None)  # before any CUDA work']
             if level == "unset"
@@ -371,9 +188,9 @@ SETTINGS: tuple[Setting, ...] = (
         "the scaled_dot_product_attention backend, through torch.nn.attention.sdpa_kernel: "
         "'default' lets torch choose; a backend the device lacks is recorded as unsupported.",
         strict="math",
-        read=_read_sdpa, apply=_apply_sdpa,
-        snippet=lambda level: _sdpa_snippet(level),
-        unavailable=_needs(lambda: __import__("torch.nn.attention").nn.attention.sdpa_kernel,
+        read=ts.read_sdpa, apply=ts.apply_sdpa,
+        snippet=lambda level: ts.sdpa_snippet(level),
+        unavailable=ts.needs(lambda: __import__("torch.nn.attention").nn.attention.sdpa_kernel,
                            "torch.nn.attention.sdpa_kernel"),
     ),
     Setting(
@@ -396,7 +213,7 @@ SETTINGS: tuple[Setting, ...] = (
         snippet=lambda level: (
             [] if level == "eager" else ["step = torch.compile(step)  # inductor"]
         ),
-        unavailable=_compile_unavailable,
+        unavailable=ts.compile_unavailable,
     ),
     Setting(
         "inductor_deterministic", ON_OFF, "off",
@@ -404,9 +221,9 @@ SETTINGS: tuple[Setting, ...] = (
         "measurement among them) that can change bits from run to run. Acts only with "
         "execution=compile.",
         strict="on",
-        read=_read_inductor_det, apply=_apply_inductor_det,
+        read=ts.read_inductor_det, apply=ts.apply_inductor_det,
         snippet=_bool_line("torch._inductor.config.deterministic"),
-        unavailable=_needs(lambda: __import__("torch._inductor.config").
+        unavailable=ts.needs(lambda: __import__("torch._inductor.config").
                            _inductor.config.deterministic, "torch._inductor.config.deterministic"),
     ),
 )  # fmt: skip

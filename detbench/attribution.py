@@ -1,0 +1,481 @@
+"""``detbench attribute``: which switch costs what, and which is needed for reproducibility.
+
+The study has two ends: the default mode (torch's defaults) and the fully deterministic mode
+(``cudnn-det+det-algos`` with every setting at its ``strict`` level where it acts on the device).
+From the default end each switch is added alone; from the deterministic end each is removed alone
+(set to each of its loose levels). Every variant is a mode with settings, so the study runs as an
+ordinary run: ``load_results`` reads it and ``detbench report`` rebuilds its report, whose
+``Attribution`` section (``detbench.attribution_report``) reads the study from env.json.
+
+``build_study`` is pure: which variants, which workloads each runs, what is skipped and why.
+``effects`` turns a run's records into the effect of each switch, per workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from detbench import analysis
+from detbench import settings as st
+from detbench.modes import MODES, Mode, get_mode
+
+if TYPE_CHECKING:
+    from detbench.config import RunConfig
+    from detbench.workload import Workload
+
+KIND = "attribution"
+#: The two mode flags that are switches of the study, and where each acts.
+FLAG_DEVICES = {"deterministic_algorithms": ("cpu", "cuda"), "cudnn_deterministic": ("cuda",)}
+#: Loose levels where "every level but the strict one" is not what users turn off.
+LOOSE = {"float32_matmul_precision": ("high",)}
+#: Settings that are not switches of the study although they have a strict level.
+NOT_SWITCHES = ("warn_only",)
+#: How the conclusions name the flags (settings go by their setting name).
+FLAG_WORDS = {
+    "deterministic_algorithms": "deterministic algorithms",
+    "cudnn_deterministic": "cudnn.deterministic",
+}
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    strict: str
+    loose: tuple[str, ...]
+    flag: bool = False
+
+    def devices(self) -> tuple[str, ...]:
+        return FLAG_DEVICES[self.name] if self.flag else st.get(self.name).devices
+
+
+def switches() -> list[Switch]:
+    """The two flags, then every process setting with a strict level, in table order."""
+    out = [Switch(f, "on", ("off",), flag=True) for f in FLAG_DEVICES]
+    for s in st.SETTINGS:
+        if s.strict is None or s.scope == "workload" or s.name in NOT_SWITCHES:
+            continue
+        loose = LOOSE.get(s.name, tuple(lvl for lvl in s.levels if lvl != s.strict))
+        out.append(Switch(s.name, s.strict, loose))
+    return out
+
+
+@dataclass(frozen=True)
+class _State:
+    """Where a mode of the study stands: its two flags and its setting overrides."""
+
+    det_algos: bool
+    cudnn_det: bool
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    def mode(self) -> Mode:
+        base = next(
+            m for m in MODES
+            if m.cudnn_enabled and not m.benchmark
+            and m.deterministic_algorithms == self.det_algos
+            and m.cudnn_deterministic == self.cudnn_det
+        )  # fmt: skip
+        return base.with_settings(st.normalise(self.overrides)) if self.overrides else base
+
+    def levels(self) -> dict[str, str]:
+        return {**{s.name: s.torch_default for s in st.SETTINGS}, **dict(self.overrides)}
+
+    def level(self, sw: Switch) -> str:
+        if sw.flag:
+            on = self.det_algos if sw.name == "deterministic_algorithms" else self.cudnn_det
+            return "on" if on else "off"
+        return self.levels()[sw.name]
+
+    def with_level(self, name: str, level: str) -> _State:
+        if name == "deterministic_algorithms":
+            return replace(self, det_algos=level == "on")
+        if name == "cudnn_deterministic":
+            return replace(self, cudnn_det=level == "on")
+        given = {**dict(self.overrides), name: level}
+        return replace(self, overrides=tuple(given.items()))
+
+
+def _inert(sw: Switch, device: str, state: _State) -> str | None:
+    if device not in sw.devices():
+        return f"{sw.name} acts only on {', '.join(sw.devices())}"
+    if sw.flag:
+        return None
+    return st.inert_reason(sw.name, device, state.levels(), state.det_algos)
+
+
+def build_study(device: str, workloads: Sequence[Workload], compile: bool = False
+                ) -> dict[str, Any]:  # fmt: skip
+    """The attribution study of ``workloads`` on ``device`` (see the module's doc), as the dict
+    written to env.json: its ends, its variants (one per switch, end and level; a mode shared
+    by several is listed for each) and the switches skipped with the reason."""
+    attention = [w.key for w in workloads if getattr(w, "attention", False)]
+    default = _State(False, False)
+    strict = {}
+    for sw in switches():
+        s = st.get(sw.name) if not sw.flag else None
+        if s is None or sw.strict == s.torch_default or s.unavailable() is not None:
+            continue
+        if sw.name == "sdpa_backend" and not attention:
+            continue
+        probe = _State(True, True, ((sw.name, sw.strict),))
+        if _inert(sw, device, probe) is None:
+            strict[sw.name] = sw.strict
+    det = _State(True, True, tuple(strict.items()))
+    variants: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+
+    def add(state: _State, sw: str, level: str, end: str, direction: str,
+            only: list[str] | None) -> None:  # fmt: skip
+        try:
+            label = state.mode().name
+        except st.SettingError as exc:  # a combination torch refuses
+            skipped.append({"switch": sw, "end": end, "reason": str(exc)})
+            return
+        variants.append({"mode": label, "switch": sw, "level": level, "end": end,
+                         "direction": direction, "workloads": only})  # fmt: skip
+
+    for end, state in (("default", default), ("deterministic", det)):
+        for sw in switches():
+            only = None
+            reason = _inert(sw, device, state)
+            if reason is None and not sw.flag and st.get(sw.name).unavailable() is not None:
+                reason = str(st.get(sw.name).unavailable())
+            if reason is None and sw.name == "sdpa_backend":
+                if not attention:
+                    reason = "no selected workload calls scaled_dot_product_attention"
+                only = attention
+            now = state.level(sw)
+            if reason is None and end == "default" and now == sw.strict:
+                reason = f"{sw.name} is already {now} in the default mode (torch's default)"
+            if reason is None and end == "deterministic" and now != sw.strict:
+                reason = f"{sw.name} is {now} at the deterministic end"
+            if reason is not None:
+                skipped.append({"switch": sw.name, "end": end, "reason": reason})
+                continue
+            if end == "default":
+                add(state.with_level(sw.name, sw.strict), sw.name, sw.strict, end, "added", only)
+            else:
+                for level in sw.loose:
+                    add(state.with_level(sw.name, level), sw.name, level, end, "removed", only)
+        if compile:
+            compiled = state.with_level("execution", "compile")
+            if end == "deterministic":
+                compiled = compiled.with_level("inductor_deterministic", "on")
+            add(compiled, "execution", "compile", end, "added", None)
+    return {
+        "kind": KIND,
+        "device": device,
+        "default_end": default.mode().name,
+        "deterministic_end": det.mode().name,
+        "variants": variants,
+        "skipped": skipped,
+    }
+
+
+def is_study(study: Any) -> bool:
+    return isinstance(study, dict) and study.get("kind") == KIND
+
+
+def end_label(study: dict[str, Any], end: str) -> str:
+    return str(study["default_end"] if end == "default" else study["deterministic_end"])
+
+
+def study_modes(study: dict[str, Any]) -> list[Mode]:
+    """The modes to run: the two ends, then every variant's, each once."""
+    labels = [study["default_end"], study["deterministic_end"]]
+    labels += [v["mode"] for v in study["variants"]]
+    return [get_mode(label) for label in dict.fromkeys(labels)]
+
+
+def only_for(study: dict[str, Any]) -> dict[str, list[str]]:
+    """Mode label -> the workloads it runs, for the modes that run only some (an end, or a mode
+    any of whose variants runs every workload, runs them all)."""
+    everyone = {study["default_end"], study["deterministic_end"]}
+    everyone |= {v["mode"] for v in study["variants"] if v["workloads"] is None}
+    out: dict[str, list[str]] = {}
+    for v in study["variants"]:
+        if v["mode"] not in everyone:
+            keys = out.setdefault(v["mode"], [])
+            keys += [k for k in v["workloads"] if k not in keys]
+    return out
+
+
+def skipped(study: dict[str, Any]) -> list[str]:
+    """The skipped switches, grouped by reason: "a, b (act only on cuda)"; the end is named
+    where a switch was skipped at one end only."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    ends: dict[tuple[str, str], list[str]] = {}
+    for x in study["skipped"]:
+        reason = str(x["reason"])
+        if reason.startswith(x["switch"] + " "):  # "cudnn_tf32 acts only on cuda"
+            reason = reason[len(x["switch"]) + 1 :]
+        ends.setdefault((x["switch"], reason), []).append(x["end"])
+    for (sw, reason), where in ends.items():
+        one = "" if len(where) > 1 else f" at the {where[0]} end"
+        groups.setdefault((reason, one), []).append(sw)
+    return [f"{', '.join(sws)}{one}: {reason}" for (reason, one), sws in groups.items()]
+
+
+def describe(study: dict[str, Any]) -> list[str]:
+    """The study in lines of text (printed before the plan)."""
+    compile = any(v["switch"] == "execution" for v in study["variants"])
+    lines = [
+        f"attribution study on {study['device']}: default end {study['default_end']}, "
+        f"deterministic end {study['deterministic_end']}",
+    ]
+    for v in study["variants"]:
+        sign = "+" if v["direction"] == "added" else "-"
+        where = "" if v["workloads"] is None else f" (only {', '.join(v['workloads'])})"
+        lines.append(f"  {sign} {v['switch']}={v['level']} at the {v['end']} end: "
+                     f"{v['mode']}{where}")  # fmt: skip
+    lines += [f"  skipped: {x}" for x in skipped(study)]
+    if compile:
+        lines.append(
+            "  --compile: every workload is also compiled with torch.compile (inductor) in two "
+            "more modes: each worker compiles afresh, which takes long (tens of seconds per "
+            "small graph on a CPU)"
+        )
+    else:
+        lines.append(
+            "  execution=compile is not a switch of this study unless --compile is given (off "
+            "by default: it compiles every workload)"
+        )
+    return lines
+
+
+# -- effects -----------------------------------------------------------------------------------
+
+
+def _bits(end: dict[str, Any] | None, var: dict[str, Any] | None) -> Any:
+    """True/False: the variant's bits differ from the end's; "varies"; None (no comparison)."""
+    if end is None or var is None:
+        return None
+    verdicts = {end["verdict"], var["verdict"]}
+    if not verdicts <= set(analysis.RAN):
+        return None
+    if "nondeterministic" in verdicts:
+        return "varies"
+    if "single" in verdicts:
+        return None
+    return bool(end["fingerprints"] != var["fingerprints"])
+
+
+def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
+    """One row per (suite, workload, variant): the switch, its end, direction and level; the
+    variant's throughput relative to its end's mode with a 95% interval (``analysis.costs``);
+    ``bits_changed``; the variant's ``verdict`` and the end's; ``needed`` (deterministic end:
+    the end is reproducible and the variant is not) and ``sufficient`` (default end: the
+    default is not reproducible and the variant is)."""
+    df = analysis.counted(df)
+    if df.empty:
+        return pd.DataFrame()
+    ok = df[df["status"] == "ok"]
+    prints = ok.groupby(["suite", "workload", "mode"])["fingerprint"].agg(frozenset).to_dict()
+    by: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for r in analysis.verdicts(df).to_dict("records"):
+        key3 = (r["suite"], r["workload"], r["mode"])
+        by[key3] = {
+            **{str(k): x for k, x in r.items()},
+            "fingerprints": prints.get(key3, frozenset()),
+        }
+    cost_tables = []
+    for end in ("default", "deterministic"):
+        label = end_label(study, end)
+        modes = {label} | {x["mode"] for x in study["variants"] if x["end"] == end}
+        sub = df[df["mode"].isin(modes)]
+        if len(sub):
+            cost_tables.append(analysis.costs(sub, baseline=label).assign(end=end))
+    c = pd.concat(cost_tables) if cost_tables else pd.DataFrame()
+    cost = {} if c.empty else c.set_index(["suite", "workload", "mode", "end"]).to_dict("index")
+    rows: list[dict[str, Any]] = []
+    for suite, workload in dict.fromkeys(zip(df["suite"], df["workload"], strict=True)):
+        for x in study["variants"]:
+            key = f"{suite}/{workload}"
+            if x["workloads"] is not None and key not in x["workloads"]:
+                continue
+            at_end = by.get((suite, workload, end_label(study, x["end"])))
+            var = by.get((suite, workload, x["mode"]))
+            if var is None:
+                continue
+            ce = cost.get((suite, workload, x["mode"], x["end"]), {})
+            ev = None if at_end is None else str(at_end["verdict"])
+            vv = str(var["verdict"])
+            needed = sufficient = None
+            if x["end"] == "deterministic" and ev == "reproducible":
+                needed = {"nondeterministic": True, "reproducible": False}.get(str(vv))
+            if x["end"] == "default" and ev == "nondeterministic":
+                sufficient = {"reproducible": True, "nondeterministic": False}.get(str(vv))
+            rows.append({
+                "suite": suite, "workload": workload, "mode": x["mode"],
+                "end_mode": end_label(study, x["end"]), "switch": x["switch"],
+                "end": x["end"], "direction": x["direction"], "level": x["level"],
+                "relative_throughput": ce.get("relative_throughput", np.nan),
+                "ci_low": ce.get("ci_low", np.nan), "ci_high": ce.get("ci_high", np.nan),
+                "significant": ce.get("significant"), "bits_changed": _bits(at_end, var),
+                "verdict": vv, "end_verdict": ev, "needed": needed, "sufficient": sufficient,
+            })  # fmt: skip
+    return pd.DataFrame(rows, dtype=object)
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def add_parser(sub: Any) -> None:
+    """``detbench attribute``, with the options of ``run`` that apply to a study."""
+    a = sub.add_parser(
+        "attribute",
+        help="which switch costs what: from the default mode each switch added alone, from the "
+        "fully deterministic mode each removed alone (an ordinary run with an Attribution "
+        "section in its report)",
+    )
+    a.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help="a built-in suite (repeatable; default: all)",
+    )
+    a.add_argument(
+        "--workload",
+        action="append",
+        metavar="FILE.py",
+        help="a file of @detbench.workload functions (repeatable)",
+    )
+    a.add_argument(
+        "--only",
+        action="append",
+        metavar="SUITE/NAME",
+        help="run only this workload of the selection (repeatable)",
+    )
+    a.add_argument(
+        "--replicates",
+        type=int,
+        metavar="N",
+        help="fresh processes per mode (default: 3, at least 2)",
+    )
+    a.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        help="workload sizes (default: full on cuda, quick on cpu)",
+    )
+    a.add_argument(
+        "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is present, else cpu"
+    )
+    a.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
+    a.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
+    a.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="the most seconds of timing samples per record (as for run)",
+    )
+    a.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a workload's worker after this long (default: 900)",
+    )
+    a.add_argument(
+        "--startup-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a worker not ready this long after its turn (default: 300)",
+    )
+    a.add_argument(
+        "--fingerprint",
+        choices=("device", "sha256", "both"),
+        help="how outputs are hashed (as for run)",
+    )
+    a.add_argument(
+        "--compile",
+        action="store_true",
+        help="also attribute execution=compile (torch.compile, inductor): compiles "
+        "every workload in two more modes, so it is off by default",
+    )
+    a.add_argument(
+        "--dry-run", action="store_true", help="print the study and the plan, and write nothing"
+    )
+    a.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    a.add_argument(
+        "--resume", metavar="DIR", help="continue the interrupted study in DIR with its own options"
+    )
+    a.add_argument(
+        "--no-report", action="store_true", help="do not write report.md and report.html at the end"
+    )
+    a.set_defaults(func=run_command, mode=None, set=None)
+
+
+def study_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
+    """The run of the study the options ask for (``--resume``: the run in DIR, as it was)."""
+    from detbench import cli
+    from detbench.config import resolve_sources
+    from detbench.results import load_env
+
+    config = cli._run_config(args, cuda)
+    if args.resume is not None:
+        study = config.study or load_env(Path(args.resume)).get("study")
+        if not is_study(study):
+            raise cli.UserError(f"{args.resume} holds no attribution study; resume it with run")
+        assert study is not None
+        return replace(config, study=study, only_for=config.only_for or only_for(study))
+    _, workloads = resolve_sources(config)  # a bad --suite/--only: one line, before anything
+    study = build_study(config.device, workloads, compile=args.compile)
+    return replace(config, modes=study_modes(study), only_for=only_for(study) or None,
+                   study=study)  # fmt: skip
+
+
+def run_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from detbench import cli
+    from detbench.config import validate
+    from detbench.results import RESULTS_FILE, load_results
+    from detbench.runner import prepare
+
+    cuda = torch.cuda.is_available()
+    if args.json and not args.dry_run:
+        raise cli.UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
+    config = study_config(args, cuda)
+    validate(config, cuda)
+    runner = prepare(config)
+    assert config.study is not None
+    if not args.json:
+        print("\n".join(describe(config.study)),
+              file=sys.stdout if args.dry_run else sys.stderr)  # fmt: skip
+    plan = cli._plan(runner, args.dry_run, args.json)
+    if args.dry_run:
+        return 0
+    out = config.out
+    if config.resume:
+        if not runner.missing:
+            print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
+            return 0
+        print(f"detbench: resuming {out}: {len(runner.done)} records kept, {runner.missing} to "
+              "measure", file=sys.stderr)  # fmt: skip
+    try:
+        stats = runner.run(plan.seconds)
+    except KeyboardInterrupt:
+        path = out / RESULTS_FILE
+        kept = sum(1 for _ in path.open()) if path.exists() else 0
+        print(f"\ndetbench: interrupted; {kept} records kept in {out}; resume with: "
+              f"detbench attribute --resume {out}", file=sys.stderr)  # fmt: skip
+        return 130
+    from detbench.attribution_report import conclusions
+
+    df = load_results(out)
+    for suite, lines in conclusions(df, config.study).items():
+        print(f"{suite}:\n" + "\n".join(f"  {line}" for line in lines))
+    if not args.no_report:
+        from detbench.report import write_report
+
+        _, page = write_report(out)
+        print(f"\nreport: {page}")
+    print(f"\n{stats.records} records in {out / RESULTS_FILE} ({stats.wall:.0f} s, estimated "
+          f"{plan.seconds:.0f} s)")  # fmt: skip
+    return 0

@@ -1,0 +1,196 @@
+"""How each setting of ``detbench.settings`` reads and applies itself in torch, and how it probes
+whether the installed torch has it at all. Every torch attribute is reached at call time, never at
+import, so the table can be listed on any torch from 2.2 on; a missing API is a reason string
+(``unavailable``), never an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
+
+
+def torch_module() -> Any:
+    import torch
+
+    return torch
+
+
+def quiet(get: Callable[[], Any]) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy TF32 flags warn about their successors
+        return get()
+
+
+def onoff(value: Any) -> str:
+    return "on" if bool(value) else "off"
+
+
+# -- how each row reads and applies itself -----------------------------------------------------
+
+
+def read_fill() -> str:
+    return onoff(torch_module().utils.deterministic.fill_uninitialized_memory)
+
+
+def apply_fill(level: str) -> None:
+    torch_module().utils.deterministic.fill_uninitialized_memory = level == "on"
+
+
+def read_warn_only() -> str:
+    return onoff(torch_module().is_deterministic_algorithms_warn_only_enabled())
+
+
+def apply_warn_only(level: str) -> None:
+    # warn_only is an argument of use_deterministic_algorithms: applied with the mode's flag.
+    torch = torch_module()
+    torch.use_deterministic_algorithms(
+        torch.are_deterministic_algorithms_enabled(), warn_only=level == "on"
+    )
+
+
+def read_matmul_precision() -> str:
+    return str(quiet(torch_module().get_float32_matmul_precision))
+
+
+def apply_matmul_precision(level: str) -> None:
+    torch_module().set_float32_matmul_precision(level)
+
+
+def read_cudnn_tf32() -> str:
+    return onoff(quiet(lambda: torch_module().backends.cudnn.allow_tf32))
+
+
+def apply_cudnn_tf32(level: str) -> None:
+    torch = torch_module()
+    quiet(lambda: setattr(torch.backends.cudnn, "allow_tf32", level == "on"))
+
+
+def reduction(dtype: str, split_k: bool) -> tuple[Callable[[], str], Callable[[str], None]]:
+    """Reader and applier of cuBLAS's reduced-precision reduction switch for fp16 or bf16, or of
+    its split-K form (torch 2.8+: a second boolean of the same attribute)."""
+    attr = f"allow_{dtype}_reduced_precision_reduction"
+
+    def read() -> str:
+        matmul = torch_module().backends.cuda.matmul
+        return onoff(getattr(matmul, attr + ("_split_k" if split_k else "")))
+
+    def apply(level: str) -> None:
+        matmul = torch_module().backends.cuda.matmul
+        if split_k:
+            setattr(matmul, attr, (bool(getattr(matmul, attr)), level == "on"))
+        else:  # keep the split-K half as it is, where the installed torch has one
+            try:
+                keep = bool(getattr(matmul, attr + "_split_k"))
+            except AttributeError:
+                setattr(matmul, attr, level == "on")
+                return
+            setattr(matmul, attr, (level == "on", keep))
+
+    return read, apply
+
+
+def read_cublas() -> str:
+    return os.environ.get(CUBLAS_ENV) or "unset"
+
+
+def apply_cublas(level: str) -> None:
+    # The runner puts it in the worker's environment (see ``environment``); this re-states it,
+    # so restoring a workload's change to os.environ is the same call.
+    if level == "unset":
+        os.environ.pop(CUBLAS_ENV, None)
+    else:
+        os.environ[CUBLAS_ENV] = level
+
+
+#: SDPA backend level -> the member of ``torch.nn.attention.SDPBackend`` it allows alone.
+SDPA_BACKENDS = {
+    "math": "MATH",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
+#: The global flags ``sdpa_kernel`` sets, read back per backend.
+_SDPA_FLAGS = {
+    "math": "math_sdp_enabled",
+    "flash": "flash_sdp_enabled",
+    "efficient": "mem_efficient_sdp_enabled",
+    "cudnn": "cudnn_sdp_enabled",
+}
+#: The process-wide ``sdpa_kernel`` context a worker holds open for its whole life.
+_SDPA_STACK = contextlib.ExitStack()
+
+
+def read_sdpa() -> str:
+    cuda = torch_module().backends.cuda
+    enabled = [lvl for lvl, fn in _SDPA_FLAGS.items() if getattr(cuda, fn, lambda: True)()]
+    if len(enabled) == len(_SDPA_FLAGS):
+        return "default"
+    if len(enabled) == 1:
+        return enabled[0]
+    return "+".join(enabled) or "none"
+
+
+def apply_sdpa(level: str) -> None:
+    _SDPA_STACK.close()  # a restore re-enters from torch's own state
+    if level == "default":
+        cuda = torch_module().backends.cuda
+        for fn in _SDPA_FLAGS.values():
+            enable = getattr(cuda, "enable_" + fn.removesuffix("_enabled"), None)
+            if enable is not None:
+                enable(True)
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _SDPA_STACK.enter_context(sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[level])))
+
+
+def sdpa_snippet(level: str) -> list[str]:
+    """The process-wide form of ``with sdpa_kernel(SDPBackend.X):``: the flags it sets."""
+    if level == "default":
+        return []
+    lines = [f"# as `with torch.nn.attention.sdpa_kernel(SDPBackend.{SDPA_BACKENDS[level]}):`"]
+    for lvl, fn in _SDPA_FLAGS.items():
+        lines.append(f"torch.backends.cuda.enable_{fn.removesuffix('_enabled')}({lvl == level})")
+    return lines
+
+
+def read_inductor_det() -> str:
+    import torch._inductor.config as cfg
+
+    return onoff(cfg.deterministic)
+
+
+def apply_inductor_det(level: str) -> None:
+    import torch._inductor.config as cfg
+
+    cfg.deterministic = level == "on"
+
+
+# -- availability probes ---------------------------------------------------------------------
+
+
+def needs(probe: Callable[[], Any], what: str) -> Callable[[], str | None]:
+    def unavailable() -> str | None:
+        try:
+            quiet(probe)
+        except (AttributeError, ImportError, RuntimeError) as exc:
+            return f"torch {torch_module().__version__} has no {what} ({type(exc).__name__})"
+        return None
+
+    return unavailable
+
+
+def always() -> str | None:
+    return None
+
+
+def compile_unavailable() -> str | None:
+    if not hasattr(torch_module(), "compile"):
+        return f"torch {torch_module().__version__} has no torch.compile"
+    return None
