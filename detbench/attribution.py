@@ -14,7 +14,6 @@ ordinary run: ``load_results`` reads it and ``detbench report`` rebuilds its rep
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -434,48 +433,23 @@ def run_command(args: argparse.Namespace) -> int:
     import torch
 
     from detbench import cli
-    from detbench.config import validate
-    from detbench.results import RESULTS_FILE, load_results
-    from detbench.runner import prepare
+    from detbench.execute import execute
 
     cuda = torch.cuda.is_available()
     if args.json and not args.dry_run:
         raise cli.UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
     config = study_config(args, cuda)
-    validate(config, cuda)
-    runner = prepare(config)
-    assert config.study is not None
-    if not args.json:
-        print("\n".join(describe(config.study)),
-              file=sys.stdout if args.dry_run else sys.stderr)  # fmt: skip
-    plan = cli._plan(runner, args.dry_run, args.json)
-    if args.dry_run:
-        return 0
-    out = config.out
-    if config.resume:
-        if not runner.missing:
-            print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
-            return 0
-        print(f"detbench: resuming {out}: {len(runner.done)} records kept, {runner.missing} to "
-              "measure", file=sys.stderr)  # fmt: skip
-    try:
-        stats = runner.run(plan.seconds)
-    except KeyboardInterrupt:
-        path = out / RESULTS_FILE
-        kept = sum(1 for _ in path.open()) if path.exists() else 0
-        print(f"\ndetbench: interrupted; {kept} records kept in {out}; resume with: "
-              f"detbench attribute --resume {out}", file=sys.stderr)  # fmt: skip
-        return 130
-    from detbench.attribution_report import conclusions
+    study = config.study
+    assert study is not None
 
-    df = load_results(out)
-    for suite, lines in conclusions(df, config.study).items():
-        print(f"{suite}:\n" + "\n".join(f"  {line}" for line in lines))
-    if not args.no_report:
-        from detbench.report import write_report
+    def summary(df: pd.DataFrame) -> str:
+        from detbench.attribution_report import conclusions
 
-        _, page = write_report(out)
-        print(f"\nreport: {page}")
-    print(f"\n{stats.records} records in {out / RESULTS_FILE} ({stats.wall:.0f} s, estimated "
-          f"{plan.seconds:.0f} s)")  # fmt: skip
-    return 0
+        return "\n".join(
+            f"{suite}:\n" + "\n".join(f"  {line}" for line in lines)
+            for suite, lines in conclusions(df, study).items()
+        )
+
+    return execute(
+        config, args, cuda, summary=summary, command="attribute", preface=describe(study)
+    )

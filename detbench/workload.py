@@ -60,6 +60,10 @@ class Workload:
     loss_output: int | None = field(default=None, compare=False)
     fingerprint_steps: PerStep | None = field(default=None, compare=False, repr=False)
     seeding: str = field(default="detbench", compare=False)
+    #: The workload can run under ``torch.autocast`` (the ``autocast`` setting).
+    autocast: bool = field(default=False, compare=False)
+    #: The workload calls ``scaled_dot_product_attention``: the ``sdpa_backend`` setting acts.
+    attention: bool = field(default=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -116,6 +120,8 @@ def workload(
     loss_output: int | None = None,
     fingerprint_steps: PerStep | None = None,
     seeding: str = "detbench",
+    autocast: bool = False,
+    attention: bool = False,
 ) -> Any:
     """Register a workload factory.
 
@@ -139,10 +145,23 @@ def workload(
     ``seeding``: ``"detbench"`` (the default) seeds every generator before the factory is called;
     ``"recipe"`` leaves seeding to the workload, which then starts from the state a fresh process
     has (every generator seeded from OS entropy), for experiments about seeding itself.
+
+    ``autocast=True`` declares that the steps can run under automatic mixed precision: when a
+    run's ``autocast`` setting is ``fp16`` or ``bf16``, the runner wraps each step in
+    ``torch.autocast(device, dtype)``. Declare it for float32 models and inputs, as a user would
+    train them under AMP; a workload that does not declare it is recorded ``unsupported`` under
+    those levels (integer or already half-precision work has nothing for autocast to do).
+
+    ``attention=True`` declares that the steps call ``scaled_dot_product_attention``, so the
+    ``sdpa_backend`` setting (math, flash, efficient, cudnn) decides which kernel runs: an
+    attribution study runs the backend variants only on workloads that declare it.
     """
 
     if seeding not in SEEDING:
         raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
+    for flag, value in (("autocast", autocast), ("attention", attention)):
+        if not isinstance(value, bool):
+            raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
 
     def register(factory: Factory) -> Factory:
         wname = name or factory.__name__
@@ -162,6 +181,8 @@ def workload(
             loss_output=loss_output,
             fingerprint_steps=fingerprint_steps,
             seeding=seeding,
+            autocast=autocast,
+            attention=attention,
         )
         old = _REGISTRY.get(w.key)
         if old is not None and old.source != w.source:

@@ -15,7 +15,11 @@ another sparse-dense bmm, with the transposed sparse operand. It is memory-bound
 ``bytes_per_step``.
 
 Every case returns the product and the gradients (of both operands for dense, of the dense
-operand for sparse). ``items_per_step`` counts the matrices in the batch.
+operand for sparse). ``items_per_step`` counts the matrices in the batch. The dense float32 cases
+declare ``autocast=True`` (under the ``autocast`` setting their GEMMs run in half precision, as in
+mixed-precision training); the float16 and bfloat16 cases are half already. The sparse case does not
+declare it: autocast would cast its sparse operand too, and torch 2.13 has no half-precision
+sparse-dense bmm on the CPU ("bmm_sparse_dense" not implemented for 'Half' or 'BFloat16').
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ def _register(name: str, case: Case) -> None:
         name=name,
         params=params,
         items_per_step={p: s.batch for p, s in sizes.items()},
+        # float32 products are what autocast casts to half; the half cases already are.
+        autocast=case.dtype == torch.float32,
     )
     def factory(ctx: detbench.Context) -> Any:
         s = sizes[ctx.profile]

@@ -4,7 +4,9 @@ The backward pass is where cuDNN's nondeterministic algorithms live (Convolution
 and ConvolutionBackwardData accumulate with atomics in some algorithms), and where
 ``cudnn.deterministic`` and ``cudnn.benchmark`` change which algorithm runs. Dilated and grouped
 convolutions are in the published complaints: their deterministic algorithms can be much slower.
-Every case returns the output and the gradients of the input, the weight and the bias.
+Every case returns the output and the gradients of the input, the weight and the bias. Every
+case is float32 and declares ``autocast=True``: under the ``autocast`` setting its convolutions run
+in float16 or bfloat16, as in mixed-precision training.
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ def _register(name: str, case: Case) -> None:
         name=name,
         params=params,
         items_per_step={p: s.batch for p, s in sizes.items()},
+        autocast=True,  # float32 convolutions: what AMP training casts to half
     )
     def factory(ctx: detbench.Context) -> Any:
         s = sizes[ctx.profile]

@@ -8,6 +8,17 @@ Each workload's ``params["doc"]`` lists the entries it corresponds to, verbatim,
 not name the op (in torch 2.13: embedding, embedding_bag with mode='sum' and
 scaled_dot_product_attention).
 
+Beside the catalog, ops whose result or cost depends on the settings (``detbench settings``):
+``scaled_dot_product_attention`` forward and backward in float32 under each ``sdpa_backend``,
+float16 and bfloat16 GEMMs shaped for split-K (what the reduced-precision reduction switches act
+on), and memory from ``torch.empty``: written whole (what ``fill_uninitialized_memory`` costs) or
+returned unwritten (what it makes reproducible). ``cumsum`` and the ``scatter_reduce`` cases are
+plain functions that ``torch.compile`` compiles whole (the ``execution`` setting).
+
+The spatial workloads are defined in ``_ops_spatial.py`` and the settings workloads in
+``_ops_settings.py`` (files starting with "_" are not suites); every workload is registered from
+this file, as ``ops/NAME``.
+
 Work per step: ``bytes_per_step`` counts each tensor the step reads once and each tensor it writes
 once (float32: 4 bytes, indices int64: 8), forward and backward, at the sizes of the profile;
 caches and the zero-fill of an output are not counted. ``items_per_step`` is the number of updates
@@ -16,8 +27,12 @@ caches and the zero-fill of an output are not counted. ``items_per_step`` is the
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -47,16 +62,24 @@ def _register(
     sizes: Sizes,
     items: Callable[..., float],
     nbytes: Callable[..., float],
+    *,
+    extra: dict[str, Any] | None = None,
+    autocast: bool = False,
+    attention: bool = False,
 ) -> Callable[[Callable[..., Step]], Callable[..., Step]]:
-    """Register ``build(ctx, **sizes[profile]) -> step`` as workload ``ops/name``."""
+    """Register ``build(ctx, **sizes[profile]) -> step`` as workload ``ops/name``; ``extra``
+    params go between the catalog entries and the sizes, ``autocast`` and ``attention`` are the
+    workload's declarations (``detbench.workload``)."""
 
     def deco(build: Callable[..., Step]) -> Callable[..., Step]:
         @detbench.workload(
             suite="ops",
             name=name,
-            params={"op": op, **doc, **sizes},
+            params={"op": op, **doc, **(extra or {}), **sizes},
             items_per_step={p: items(**s) for p, s in sizes.items()},
             bytes_per_step={p: nbytes(**s) for p, s in sizes.items()},
+            autocast=autocast,
+            attention=attention,
         )
         def factory(ctx: detbench.Context) -> Step:
             return build(ctx, **sizes[ctx.profile])
@@ -64,6 +87,22 @@ def _register(
         return build
 
     return deco
+
+
+def _private(stem: str) -> ModuleType:
+    """Import ``suites/STEM.py`` once per process. A suite file is imported by its path (see
+    ``detbench.workload.load_file``), not as part of a package, so its helper files are too."""
+    mod_name = f"detbench_suites_{stem}"
+    module = sys.modules.get(mod_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(
+            mod_name, Path(__file__).with_name(f"{stem}.py")
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    return module
 
 
 def _numel(shape: tuple[int, ...] | list[int]) -> int:
@@ -316,202 +355,8 @@ _embedding_bag("sum", _doc(("torch.nn.EmbeddingBag", "mode='sum'")))
 _embedding_bag("max", _doc(("torch.nn.EmbeddingBag", "mode='max'")))
 
 
-# --- Spatial ops, forward and backward: the backward accumulates into the input's grad. --------
-# Bytes: forward reads x and writes y, backward reads dy and writes dx: 2 * (|x| + |y|) * 4
-# (the argmax indices that max pooling saves are not counted).
-def _spatial(
-    name: str,
-    op: str,
-    doc: dict[str, Any],
-    sizes: Sizes,
-    fn: Callable[..., torch.Tensor],
-    out_numel: Callable[..., int],
-) -> None:
-    @_register(
-        name,
-        op,
-        doc,
-        sizes,
-        lambda shape, **kw: _numel(shape),
-        lambda shape, **kw: 2 * (_numel(shape) + out_numel(shape, **kw)) * F4,
-    )
-    def build(ctx: detbench.Context, shape: tuple[int, ...], **kw: Any) -> Step:
-        x = torch.randn(*shape, device=ctx.device, requires_grad=True)
-        with torch.no_grad():
-            grad_out = torch.randn_like(fn(x, **kw))
-        return lambda: _grad(fn(x, **kw), [x], grad_out)
-
-
-def _scaled(shape: tuple[int, ...], scale: int = 2, **kw: Any) -> int:
-    return _numel(shape[:2]) * _numel([s * scale for s in shape[2:]])
-
-
-def _resized(shape: tuple[int, ...], output_size: tuple[int, ...], **kw: Any) -> int:
-    return _numel(shape[:2]) * _numel(output_size)
-
-
-def _padded(shape: tuple[int, ...], pad: int, **kw: Any) -> int:
-    return _numel(shape[:2]) * _numel([s + 2 * pad for s in shape[2:]])
-
-
-def _pooled(shape: tuple[int, ...], **kw: Any) -> int:  # kernel 3, stride 2, padding 1
-    return _numel(shape[:2]) * _numel([(s - 1) // 2 + 1 for s in shape[2:]])
-
-
-INTERPOLATE: dict[str, Sizes] = {
-    "linear": {"quick": {"shape": (4, 16, 2048)}, "full": {"shape": (16, 256, 8192)}},
-    "bilinear": {"quick": {"shape": (2, 8, 32, 32)}, "full": {"shape": (16, 64, 128, 128)}},
-    "bicubic": {"quick": {"shape": (2, 8, 32, 32)}, "full": {"shape": (16, 64, 128, 128)}},
-    "trilinear": {"quick": {"shape": (1, 4, 8, 16, 16)}, "full": {"shape": (2, 32, 32, 64, 64)}},
-}
-for _mode, _sizes in INTERPOLATE.items():
-    _spatial(
-        f"interpolate_{_mode}_backward",
-        f"torch.nn.functional.interpolate (mode={_mode!r}, scale_factor=2), backward",
-        _doc(("torch.nn.functional.interpolate", f"``{_mode}``")),
-        _sizes,
-        lambda x, m=_mode: F.interpolate(x, scale_factor=2, mode=m, align_corners=False),
-        _scaled,
-    )
-
-ADAPTIVE2D: Sizes = {
-    "quick": {"shape": (4, 16, 32, 32), "output_size": (24, 24)},
-    "full": {"shape": (32, 256, 56, 56), "output_size": (42, 42)},
-}
-_spatial(
-    "adaptive_avg_pool2d_backward",
-    "torch.nn.functional.adaptive_avg_pool2d (overlapping windows), backward",
-    _doc(("torch.nn.AdaptiveAvgPool2d",)),
-    ADAPTIVE2D,
-    F.adaptive_avg_pool2d,
-    _resized,
-)
-_spatial(
-    "adaptive_avg_pool3d_backward",
-    "torch.nn.functional.adaptive_avg_pool3d (overlapping windows), backward",
-    _doc(("torch.nn.AdaptiveAvgPool3d",)),
-    {
-        "quick": {"shape": (1, 8, 16, 16, 16), "output_size": (12, 12, 12)},
-        "full": {"shape": (8, 64, 32, 64, 64), "output_size": (24, 48, 48)},
-    },
-    F.adaptive_avg_pool3d,
-    _resized,
-)
-_spatial(
-    "adaptive_max_pool2d_backward",
-    "torch.nn.functional.adaptive_max_pool2d (overlapping windows), backward",
-    _doc(("torch.nn.AdaptiveMaxPool2d",)),
-    ADAPTIVE2D,
-    F.adaptive_max_pool2d,
-    _resized,
-)
-POOL3D: Sizes = {"quick": {"shape": (1, 8, 16, 32, 32)}, "full": {"shape": (4, 64, 32, 112, 112)}}
-_spatial(
-    "max_pool3d_backward",
-    "torch.nn.functional.max_pool3d (kernel 3, stride 2, padding 1), backward",
-    _doc(("torch.nn.MaxPool3d",)),
-    POOL3D,
-    lambda x: F.max_pool3d(x, 3, 2, 1),
-    _pooled,
-)
-_spatial(
-    "avg_pool3d_backward",
-    "torch.nn.functional.avg_pool3d (kernel 3, stride 2, padding 1), backward",
-    _doc(("torch.nn.AvgPool3d",)),
-    POOL3D,
-    lambda x: F.avg_pool3d(x, 3, 2, 1),
-    _pooled,
-)
-_spatial(
-    "fractional_max_pool2d_backward",
-    "torch.nn.functional.fractional_max_pool2d (kernel 3, output_ratio 0.5), backward",
-    _doc(("torch.nn.FractionalMaxPool2d",)),
-    {"quick": {"shape": (4, 16, 64, 64)}, "full": {"shape": (32, 64, 224, 224)}},
-    lambda x: F.fractional_max_pool2d(x, 3, output_ratio=(0.5, 0.5)),
-    lambda shape: _numel(shape) // 4,
-)
-_spatial(
-    "fractional_max_pool3d_backward",
-    "torch.nn.functional.fractional_max_pool3d (kernel 3, output_ratio 0.5), backward",
-    _doc(("torch.nn.FractionalMaxPool3d",)),
-    {"quick": {"shape": (1, 4, 16, 32, 32)}, "full": {"shape": (4, 32, 32, 112, 112)}},
-    lambda x: F.fractional_max_pool3d(x, 3, output_ratio=(0.5, 0.5, 0.5)),
-    lambda shape: _numel(shape) // 8,
-)
-# Padding: 1-D reflection reaches an element from 3 places only when pad > length / 2.
-PAD: dict[int, Sizes] = {
-    1: {
-        "quick": {"shape": (16, 64, 256), "pad": 160},
-        "full": {"shape": (64, 256, 1024), "pad": 640},
-    },
-    2: {
-        "quick": {"shape": (4, 16, 64, 64), "pad": 3},
-        "full": {"shape": (16, 64, 224, 224), "pad": 3},
-    },
-    3: {
-        "quick": {"shape": (1, 8, 16, 32, 32), "pad": 2},
-        "full": {"shape": (4, 32, 32, 64, 64), "pad": 3},
-    },
-}
-for _dims, _sizes in PAD.items():
-    for _kind, _pad_mode in (("Reflection", "reflect"), ("Replication", "replicate")):
-        _spatial(
-            f"{_kind.lower()}_pad{_dims}d_backward",
-            f"torch.nn.{_kind}Pad{_dims}d, backward",
-            _doc((f"torch.nn.{_kind}Pad{_dims}d",)),
-            _sizes,
-            lambda x, pad, m=_pad_mode, d=_dims: F.pad(x, (pad,) * (2 * d), mode=m),
-            _padded,
-        )
-
-
-@_register(
-    "grid_sample_backward",
-    "torch.nn.functional.grid_sample (bilinear), backward",
-    _doc(("torch.nn.functional.grid_sample",)),
-    {
-        "quick": {"shape": (2, 8, 32, 32), "grid": (64, 64)},
-        "full": {"shape": (16, 64, 128, 128), "grid": (256, 256)},
-    },
-    lambda shape, grid: shape[0] * _numel(grid),
-    # forward: read x and the grid, write y; backward: read dy, x and the grid, write dx and
-    # dgrid. x: 3 times, the grid (2 floats per output pixel): 3 times, y and dy: once each.
-    lambda shape, grid: (
-        (3 * _numel(shape) + 3 * 2 * shape[0] * _numel(grid) + 2 * _numel(shape[:2]) * _numel(grid))
-        * F4
-    ),
-)
-def _grid_sample(ctx: detbench.Context, shape: tuple[int, ...], grid: tuple[int, int]) -> Step:
-    x = torch.randn(*shape, device=ctx.device, requires_grad=True)
-    g = (torch.rand(shape[0], *grid, 2, device=ctx.device) * 2 - 1).requires_grad_()
-    grad_out = torch.randn(*shape[:2], *grid, device=ctx.device)
-    return lambda: _grad(F.grid_sample(x, g, align_corners=False), [x, g], grad_out)
-
-
-def _max_unpool(dims: int, sizes: Sizes) -> None:
-    unpool: Callable[..., torch.Tensor] = (F.max_unpool1d, F.max_unpool2d, F.max_unpool3d)[dims - 1]
-
-    @_register(
-        f"max_unpool{dims}d",
-        f"torch.nn.functional.max_unpool{dims}d (kernel 2, random indices within each plane)",
-        _doc((f"torch.nn.MaxUnpool{dims}d",)),
-        sizes,
-        lambda shape: _numel(shape),
-        # read values (4) and indices (8), write an output 2^dims times larger.
-        lambda shape: _numel(shape) * (F4 + I8 + F4 * 2**dims),
-    )
-    def build(ctx: detbench.Context, shape: tuple[int, ...]) -> Step:
-        # Each value goes to a random place in its output plane: duplicates with different
-        # values, so the result depends on which write lands last.
-        values = torch.randn(*shape, device=ctx.device)
-        plane = _numel(shape[2:]) * 2**dims
-        indices = torch.randint(0, plane, shape, device=ctx.device)
-        return lambda: [unpool(values, indices, 2)]
-
-
-_max_unpool(1, {"quick": {"shape": (8, 32, 2048)}, "full": {"shape": (32, 256, 8192)}})
-_max_unpool(2, {"quick": {"shape": (4, 16, 32, 32)}, "full": {"shape": (32, 128, 112, 112)}})
-_max_unpool(3, {"quick": {"shape": (1, 8, 8, 16, 16)}, "full": {"shape": (4, 64, 16, 56, 56)}})
+# --- Spatial ops, forward and backward: in suites/_ops_spatial.py. -------------------------
+_private("_ops_spatial").define(_register, _doc)
 
 
 # --- Losses. --------------------------------------------------------------------------------
@@ -640,9 +485,14 @@ def _median(ctx: detbench.Context, shape: tuple[int, int]) -> Step:
     lambda shape, dtype: shape[0],
     # forward: read q, k, v, write o; backward: read q, k, v, o, do, write dq, dk, dv.
     lambda shape, dtype: 12 * _numel(shape) * (2 if dtype == "bfloat16" else 4),
+    attention=True,
 )
 def _sdpa(ctx: detbench.Context, shape: tuple[int, ...], dtype: str) -> Step:
     dt = getattr(torch, dtype)
     q, k, v = (torch.randn(*shape, device=ctx.device, dtype=dt, requires_grad=True) for _ in "qkv")
     grad_out = torch.randn(*shape, device=ctx.device, dtype=dt)
     return lambda: _grad(F.scaled_dot_product_attention(q, k, v), [q, k, v], grad_out)
+
+
+# --- Settings: SDPA per backend, split-K half GEMMs, torch.empty. In suites/_ops_settings.py. ---
+_private("_ops_settings").define(_register, _doc)

@@ -13,6 +13,11 @@ show where two runs first diverge), then every parameter after the update, then 
 (BatchNorm's running mean and variance, updated in the forward pass: they do not feed a training
 forward, but they decide every evaluation and checkpoint): one differing bit anywhere in the step
 shows in the fingerprint.
+
+All three are float32 models that users train under automatic mixed precision: they declare
+``autocast=True`` (the ``autocast`` setting runs each step under ``torch.autocast``). The
+Transformer calls ``scaled_dot_product_attention`` and declares ``attention=True`` (the
+``sdpa_backend`` setting picks its kernel).
 """
 
 from __future__ import annotations
@@ -93,6 +98,7 @@ RESNET = {
     items_per_step={p: s["batch"] for p, s in RESNET.items()},
     loss_output=0,
     fingerprint_steps=TRAIN_STEPS,
+    autocast=True,
     params={"model": "ResNet-18 (CIFAR stem)", "classes": 10,
             "optimizer": "SGD(lr=0.1, momentum=0.9, weight_decay=5e-4)", "dtype": "float32",
             **RESNET},
@@ -162,6 +168,7 @@ def _lstm_lm_flops(ctx: detbench.Context) -> int:
     flops_per_step=_lstm_lm_flops,
     loss_output=0,
     fingerprint_steps=TRAIN_STEPS,
+    autocast=True,
     params={"model": "2-layer LSTM LM, dropout 0.5",
             "optimizer": "SGD(lr=1) + clip_grad_norm(0.25)", "dtype": "float32", **LSTM_LM},
 )  # fmt: skip
@@ -240,6 +247,8 @@ TRANSFORMER = {
     items_per_step={p: s["batch"] for p, s in TRANSFORMER.items()},  # sequences
     loss_output=0,
     fingerprint_steps=TRAIN_STEPS,
+    autocast=True,
+    attention=True,
     params={"model": "pre-LN Transformer encoder, SDPA attention, dropout 0.1",
             "task": "sequence classification, 10 classes", "optimizer": "AdamW(lr=3e-4)",
             "dtype": "float32", **TRANSFORMER},
