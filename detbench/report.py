@@ -5,7 +5,7 @@ Both files are rendered from one list of blocks (``detbench.render``), so they s
 Everything in them is computed from the raw records in ``results.jsonl`` and the facts in
 ``env.json``; the report files and ``plots/`` are derived and rewritten on every call. The
 sections on the run's conditions (warnings, precision, measurement quality, method,
-environment) are in ``detbench.conditions``.
+environment) are in ``detbench.conditions`` and ``detbench.method``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,8 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis, attribution_report
-from detbench.conditions import (
-    environment_table,
-    method_blocks,
-    precision_blocks,
-    quality_blocks,
-    warnings,
-)
+from detbench.conditions import precision_blocks, quality_blocks, warnings
+from detbench.method import environment_table, method_blocks
 from detbench.plots import Plot, write_plots
 from detbench.recommend import RULE, run_device
 from detbench.render import (
