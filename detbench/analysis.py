@@ -338,7 +338,9 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     (``ran`` of ``workloads``) of its throughput relative to ``baseline``; ``reproducible`` is
     the fraction of the suite's workloads that were bitwise identical in every replicate (a
     workload the mode could not run counts as not reproducible; one that ran in no mode is left
-    out, as in ``recommendations``). ``frontier`` marks the modes no other mode beats on both
+    out, as in ``recommendations``). A mode the run gave only some of the suite's workloads (an
+    attribution study's attention-backend variants) is not on the plane: its fraction would
+    count what it never ran. ``frontier`` marks the modes no other mode beats on both
     axes: the best choices. ``baseline``: ``baseline_mode`` of the run when None.
     """
     v = verdicts(df)
@@ -349,6 +351,8 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
         g = g[g["workload"].isin(ran_somewhere(g))]
         n = int(g["workload"].nunique())
         for mode, m in g.groupby("mode", sort=False):
+            if m["workload"].nunique() < n:  # run on some workloads only (an attribution variant)
+                continue
             ran = m[m["verdict"].isin(RAN)]
             rel = pd.to_numeric(ran["rel"], errors="coerce").dropna()
             rows.append({

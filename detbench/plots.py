@@ -43,6 +43,21 @@ class Plot:
     svg: Path
 
 
+def mode_tick(label: str) -> str:
+    """A mode's name for an axis: a mode with settings on several lines, one setting a line."""
+    base, _, rest = label.partition("[")
+    if not rest:
+        return label
+    return base + "\n" + "\n".join(rest.rstrip("]").split(","))
+
+
+def _tick_room(labels: list[str]) -> float:
+    """Inches under an axis for these labels at 35 degrees, 9 pt (about 0.075 in a character)."""
+    ticks = [mode_tick(m).splitlines() for m in labels] or [[""]]
+    longest = max(len(line) for lines in ticks for line in lines)
+    return 0.045 * longest + 0.16 * max(len(lines) for lines in ticks)
+
+
 def _mode_index(modes: list[str]) -> dict[str, str]:
     """Short labels (M0, M1, ...) in the canonical mode order, as in the summary table."""
     return {m: f"M{i}" for i, m in enumerate(analysis.ordered_modes(modes))}
@@ -58,7 +73,8 @@ def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None,
     """Relative throughput (x) against the fraction of workloads reproducible (y), per mode."""
     pts = points.dropna(subset=["relative_throughput"])
     labels = _mode_index(list(points["mode"]))
-    fig, ax = plt.subplots(figsize=(9, 5.2), layout="constrained")
+    # The legend goes under the axes, one line per mode: names with settings are long.
+    fig, ax = plt.subplots(figsize=(9, 5.0 + 0.2 * (len(labels) + 2)), layout="constrained")
     ax.axvline(1.0, color="0.75", lw=1, zorder=0)
     ax.axhline(1.0, color="0.85", lw=1, ls=":", zorder=0)
     front = pts[pts["frontier"]].sort_values("relative_throughput")
@@ -96,7 +112,7 @@ def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None,
     ax.set_xlim(lo - pad, hi + pad)
     n = int(points["workloads"].iloc[0]) if len(points) else 0
     ax.set_title(f"{suite}: speed versus reproducibility, per mode ({n} workloads)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.legend(loc="outside lower center", fontsize=8, frameon=False, ncols=1)
     ax.grid(alpha=0.2)
     return fig
 
@@ -113,7 +129,8 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
                 rel[i, j] = cell.loc[(w, m), "rel"]
     logs = np.clip(np.log2(rel), -LOG2_CLIP, LOG2_CLIP)
     width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
-    fig, ax = plt.subplots(figsize=(width, 2.2 + 0.4 * len(workloads)), layout="constrained")
+    height = 1.6 + 0.4 * len(workloads) + _tick_room(modes)
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
     cmap = plt.get_cmap("RdBu").with_extremes(bad="0.85")
     norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
     im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
@@ -133,7 +150,8 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
                     color="white" if dark else "black")  # fmt: skip
             if verdict == "nondeterministic":
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
-    ax.set_xticks(range(len(modes)), modes, rotation=35, ha="right", fontsize=9)
+    ax.set_xticks(range(len(modes)), [mode_tick(m) for m in modes], rotation=35, ha="right",
+                  fontsize=9, rotation_mode="anchor")  # fmt: skip
     ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
     ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
     bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
