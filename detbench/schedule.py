@@ -114,17 +114,23 @@ def make_plan(
 @dataclass(frozen=True)
 class Estimate:
     """Seconds a plan should take: its records at the budget-based cost of one record, plus the
-    start-up of the first worker (each later worker starts while the one before it measures)."""
+    start-up of the first worker, plus what each later worker's start-up (begun while the one
+    before it measures) outlasts that worker's measuring: a worker with one or two workloads (an
+    attribution study's attention-backend variants) is done before the next is ready."""
 
     records: int
     workers: int
     startup_seconds: float
     per_record_seconds: float
     measured_startup: bool
+    #: Seconds of later workers' start-up not hidden behind the worker before them.
+    startup_waits: float = 0.0
+    #: Records whose step is compiled (execution=compile): their compile time is not estimated.
+    compiled_records: int = 0
 
     @property
     def seconds(self) -> float:
-        return self.startup_seconds + self.records * self.per_record_seconds
+        return self.startup_seconds + self.startup_waits + self.records * self.per_record_seconds
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -134,6 +140,8 @@ class Estimate:
             "startup_seconds": round(self.startup_seconds, 3),
             "startup_measured": self.measured_startup,
             "per_record_seconds": round(self.per_record_seconds, 4),
+            "startup_waits_seconds": round(self.startup_waits, 1),
+            "compiled_records": self.compiled_records,
         }
 
 
@@ -145,12 +153,21 @@ def per_record_seconds(device: str, profile: str, budget: float) -> float:
 def estimate(
     plan: Plan, device: str, profile: str, budget: float, startup_seconds: float, measured: bool
 ) -> Estimate:
+    per_record = per_record_seconds(device, profile, budget)
+    waits = sum(
+        max(0.0, startup_seconds - len(before.keys) * per_record)
+        for before in plan.slots[:-1]
+    )  # fmt: skip
     return Estimate(
         records=plan.records,
         workers=plan.workers,
         startup_seconds=startup_seconds if plan.workers else 0.0,
-        per_record_seconds=per_record_seconds(device, profile, budget),
+        per_record_seconds=per_record,
         measured_startup=measured,
+        startup_waits=waits,
+        compiled_records=sum(
+            len(s.keys) for s in plan.slots if s.mode.overrides.get("execution") == "compile"
+        ),
     )
 
 
@@ -185,8 +202,19 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s) = {est.records} records x "
         f"{est.per_record_seconds:.3f} s + {est.startup_seconds:.1f} s start-up of the first "
         f"worker ({'measured here' if est.measured_startup else 'assumed'}; each later worker "
-        "starts while the one before it measures)",
+        "starts while the one before it measures"
+        + (
+            f", and {est.startup_waits:.0f} s where a worker has too little to measure for the "
+            "next one's start-up to hide behind it)"
+            if est.startup_waits >= 0.5
+            else ")"
+        ),
     ]
+    if est.compiled_records:
+        lines.append(
+            f"  plus the compile time of {est.compiled_records} records under execution=compile, "
+            "not in the estimate (each worker compiles afresh: seconds to minutes per workload)"
+        )
     if c.device == "cuda":
         lines.append("  (the per-record cost on a GPU is the model's, not yet measured on a GPU)")
     lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
