@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from detbench.modes import MODES, get_mode
 from detbench.schedule import clock, estimate, make_plan, mode_order, per_record_seconds
 
@@ -58,12 +60,23 @@ def test_plan_skips_what_a_resumed_run_has() -> None:
 
 
 def test_estimate_is_records_times_the_per_record_cost_plus_one_startup() -> None:
+    keys = [f"a/w{i}" for i in range(40)]
+    plan = make_plan(keys, list(MODES), 3, seed=0)
+    est = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True)
+    per = per_record_seconds("cpu", "quick", 0.1)
+    assert est.records == 1200 and est.workers == 30
+    assert est.startup_waits == 0.0  # 40 workloads a worker hide the next one's start-up
+    assert est.seconds == 2.0 + 1200 * per
+    assert est.to_json()["estimated_seconds"] == round(2.0 + 1200 * per, 1)
+
+
+def test_estimate_adds_the_startup_a_short_worker_cannot_hide() -> None:
     plan = make_plan(["a/x", "a/y", "a/z"], list(MODES), 3, seed=0)
     est = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True)
     per = per_record_seconds("cpu", "quick", 0.1)
     assert est.records == 90 and est.workers == 30
-    assert est.seconds == 2.0 + 90 * per
-    assert est.to_json()["estimated_seconds"] == round(2.0 + 90 * per, 1)
+    assert est.startup_waits == pytest.approx(29 * (2.0 - 3 * per))
+    assert est.seconds == pytest.approx(2.0 + 90 * per + 29 * (2.0 - 3 * per))
     assert clock(61) == "1:01" and clock(3725) == "1:02:05"
 
 
@@ -90,7 +103,11 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert isinstance(plan["estimated_seconds"], float)
     # The start-up was measured by starting a real worker, and is what the estimate adds.
     assert 0.2 < plan["startup_seconds"] < 60 and plan["startup_measured"] is True
-    expected = plan["startup_seconds"] + plan["records"] * plan["per_record_seconds"]
+    expected = (
+        plan["startup_seconds"]
+        + plan["startup_waits_seconds"]
+        + plan["records"] * plan["per_record_seconds"]
+    )
     assert abs(plan["estimated_seconds"] - expected) < 0.1  # the JSON rounds each figure
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere here
