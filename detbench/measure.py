@@ -309,11 +309,14 @@ def run_workload(
 
         phase = "fingerprint"
         t0 = time.perf_counter()
+        before = _compile_stats()
         _fingerprint_pass(w, ctx, job, mode, step, rec)
         phases["fingerprint"] = time.perf_counter() - t0
         if mode.overrides.get("execution") == "compile":
             rec["compile_seconds"] = rec.get("first_step_seconds")
-            rec["compile_stats"] = _compile_stats()
+            after = _compile_stats()
+            if before is not None and after is not None:  # this workload's own compilation
+                rec["compile_stats"] = {k: after[k] - before[k] for k in after}
 
         phase = "count"
         t0 = time.perf_counter()
