@@ -334,78 +334,14 @@ def add_parser(sub: Any) -> None:
         "fully deterministic mode each removed alone (an ordinary run with an Attribution "
         "section in its report)",
     )
-    a.add_argument(
-        "--suite",
-        action="append",
-        metavar="NAME",
-        help="a built-in suite (repeatable; default: all)",
-    )
-    a.add_argument(
-        "--workload",
-        action="append",
-        metavar="FILE.py",
-        help="a file of @detbench.workload functions (repeatable)",
-    )
-    a.add_argument(
-        "--only",
-        action="append",
-        metavar="SUITE/NAME",
-        help="run only this workload of the selection (repeatable)",
-    )
-    a.add_argument(
-        "--replicates",
-        type=int,
-        metavar="N",
-        help="fresh processes per mode (default: 3, at least 2)",
-    )
-    a.add_argument(
-        "--profile",
-        choices=("quick", "full"),
-        help="workload sizes (default: full on cuda, quick on cpu)",
-    )
-    a.add_argument(
-        "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is present, else cpu"
-    )
-    a.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
-    a.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
-    a.add_argument(
-        "--budget",
-        type=float,
-        metavar="SECONDS",
-        help="the most seconds of timing samples per record (as for run)",
-    )
-    a.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        help="kill a workload's worker after this long (default: 900)",
-    )
-    a.add_argument(
-        "--startup-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="kill a worker not ready this long after its turn (default: 300)",
-    )
-    a.add_argument(
-        "--fingerprint",
-        choices=("device", "sha256", "both"),
-        help="how outputs are hashed (as for run)",
-    )
+    from detbench.cli import run_options  # cli imports this module when it builds its parser
+
+    run_options(a)
     a.add_argument(
         "--compile",
         action="store_true",
         help="also attribute execution=compile (torch.compile, inductor): compiles "
         "every workload in two more modes, so it is off by default",
-    )
-    a.add_argument(
-        "--dry-run", action="store_true", help="print the study and the plan, and write nothing"
-    )
-    a.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
-    a.add_argument(
-        "--resume", metavar="DIR", help="continue the interrupted study in DIR with its own options"
-    )
-    a.add_argument(
-        "--no-report", action="store_true", help="do not write report.md and report.html at the end"
     )
     a.set_defaults(func=run_command, mode=None, set=None)
 

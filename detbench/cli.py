@@ -240,6 +240,95 @@ def _existing_dir(path: str) -> Path:
     return d
 
 
+def selection(q: argparse.ArgumentParser) -> None:
+    q.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help="a built-in suite (repeatable; default: all)",
+    )
+    q.add_argument(
+        "--workload",
+        action="append",
+        metavar="FILE.py",
+        help="a file of @detbench.workload functions (repeatable); alone, it "
+        "replaces the built-in suites, with --suite it runs beside them",
+    )
+
+
+def run_options(q: argparse.ArgumentParser) -> None:
+    """The options of a run that `run` and `attribute` share: what it selects, how it measures,
+    where it writes, how it starts and ends."""
+    selection(q)
+    q.add_argument(
+        "--replicates",
+        type=int,
+        metavar="N",
+        help="fresh processes per mode (default: 3, at least 2)",
+    )
+    q.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        help="workload sizes (default: full on cuda, quick on cpu)",
+    )
+    q.add_argument(
+        "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is present, else cpu"
+    )
+    q.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
+    q.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
+    q.add_argument(
+        "--budget",
+        "--min-run-time",
+        dest="budget",
+        type=float,
+        metavar="SECONDS",
+        help="the most seconds of timing samples per record; sampling stops sooner once the "
+        "median's 95%% interval is within +-1%% (GPU) or +-3%% (CPU) (default: 0.1 quick, "
+        "0.3 full)",
+    )
+    q.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a workload's worker after this long (default: 900)",
+    )
+    q.add_argument(
+        "--startup-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a worker that is not ready this long after its turn came: imports, CUDA "
+        "initialisation (default: 300); two in a row stop the run",
+    )
+    q.add_argument(
+        "--fingerprint",
+        choices=("device", "sha256", "both"),
+        help="how outputs are hashed: an integer digest on the device (default on cuda), "
+        "sha256 on the host (default on cpu), or both (each record then carries both, to check "
+        "one by the other)",
+    )
+    q.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (records, workers, estimated seconds) and write nothing",
+    )
+    q.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    q.add_argument(
+        "--only",
+        action="append",
+        metavar="SUITE/NAME",
+        help="run only this workload of the selection (repeatable; see 'detbench list')",
+    )
+    q.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the interrupted run in DIR with its own options, measuring only what "
+        "has no record yet; refused if the GPU, driver, CUDA, cuDNN or torch changed",
+    )
+    q.add_argument(
+        "--no-report", action="store_true", help="do not write report.md and report.html at the end"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="detbench",
@@ -256,21 +345,6 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="a JSON list: name, levels, default, doc")
     st.set_defaults(func=_cmd_settings)
 
-    def selection(q: argparse.ArgumentParser) -> None:
-        q.add_argument(
-            "--suite",
-            action="append",
-            metavar="NAME",
-            help="a built-in suite (repeatable; default: all)",
-        )
-        q.add_argument(
-            "--workload",
-            action="append",
-            metavar="FILE.py",
-            help="a file of @detbench.workload functions (repeatable); alone, it "
-            "replaces the built-in suites, with --suite it runs beside them",
-        )
-
     ls = sub.add_parser("list", help="print the workloads")
     selection(ls)
     ls.add_argument(
@@ -283,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=_cmd_list)
 
     r = sub.add_parser("run", help="run workloads under the determinism modes")
-    selection(r)
+    run_options(r)
     r.add_argument(
         "--mode",
         action="append",
@@ -296,73 +370,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=LEVEL",
         help="a setting from 'detbench settings' applied to every mode of the run (repeatable), "
         "e.g. --set fill_uninitialized_memory=off; the modes' names then carry it",
-    )
-    r.add_argument(
-        "--replicates",
-        type=int,
-        metavar="N",
-        help="fresh processes per mode (default: 3, at least 2)",
-    )
-    r.add_argument(
-        "--profile",
-        choices=("quick", "full"),
-        help="workload sizes (default: full on cuda, quick on cpu)",
-    )
-    r.add_argument(
-        "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is present, else cpu"
-    )
-    r.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
-    r.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
-    r.add_argument(
-        "--budget",
-        "--min-run-time",
-        dest="budget",
-        type=float,
-        metavar="SECONDS",
-        help="the most seconds of timing samples per record; sampling stops sooner once the "
-        "median's 95%% interval is within +-1%% (GPU) or +-3%% (CPU) (default: 0.1 quick, "
-        "0.3 full)",
-    )
-    r.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        help="kill a workload's worker after this long (default: 900)",
-    )
-    r.add_argument(
-        "--startup-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="kill a worker that is not ready this long after its turn came: imports, CUDA "
-        "initialisation (default: 300); two in a row stop the run",
-    )
-    r.add_argument(
-        "--fingerprint",
-        choices=("device", "sha256", "both"),
-        help="how outputs are hashed: an integer digest on the device (default on cuda), "
-        "sha256 on the host (default on cpu), or both (each record then carries both, to check "
-        "one by the other)",
-    )
-    r.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the plan (records, workers, estimated seconds) and write nothing",
-    )
-    r.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
-    r.add_argument(
-        "--only",
-        action="append",
-        metavar="SUITE/NAME",
-        help="run only this workload of the selection (repeatable; see 'detbench list')",
-    )
-    r.add_argument(
-        "--resume",
-        metavar="DIR",
-        help="continue the interrupted run in DIR with its own options, measuring only what "
-        "has no record yet; refused if the GPU, driver, CUDA, cuDNN or torch changed",
-    )
-    r.add_argument(
-        "--no-report", action="store_true", help="do not write report.md and report.html at the end"
     )
     r.set_defaults(func=_cmd_run)
 
