@@ -392,6 +392,9 @@ class Runner:
             worker.kill()
             worker.finish()
             tail = log_tail(worker.log)
+        for d in self._cache_dirs:  # a compile mode's probe made one, as a worker would
+            shutil.rmtree(d, ignore_errors=True)
+        self._cache_dirs.clear()
         self.stats.workers -= 1
         if msg is None or msg is TIMEOUT or msg.get("type") != "ready":
             raise RunError(f"a worker did not start here; its log: {tail}")
