@@ -106,8 +106,6 @@ def main(argv: list[str]) -> int:
             # The start-up's own work (imports, CUDA init), whatever time it spent paused.
             "startup_cpu_seconds": time.process_time(),
             "device_env": device_env(device),
-            "settings_applied": ws.applied,
-            "settings_problems": ws.problems,
             "pid": os.getpid(),
         },
     )
