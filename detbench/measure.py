@@ -14,12 +14,14 @@ import gc
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from detbench import fingerprint as fp
+from detbench import invariance
 from detbench.applied import WorkerSettings, changed, columns, read_all
 from detbench.devenv import fp32_precision
 from detbench.flops import count_flops
@@ -69,7 +71,7 @@ DEVICE_ERROR_MARKERS = (
 ACCELERATOR_ERROR: type[BaseException] | None = getattr(torch, "AcceleratorError", None)
 
 #: Phases after the fingerprint pass: a failure there keeps the fingerprint it completed.
-AFTER_FINGERPRINT = ("count", "timing")
+AFTER_FINGERPRINT = ("count", "timing", "invariance")
 
 
 def _sync(device: torch.device) -> None:
@@ -229,6 +231,33 @@ def _read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
         rec.update({k: v for k, v in columns(now, ws.mode).items() if k in names})
 
 
+def _invariance(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> None:
+    """The batch-invariance verdict (``detbench.invariance``) into ``rec``: the workload built at
+    each of its batch sizes, freshly seeded, under the mode's settings. A failure there (an
+    out-of-memory at the largest size, outputs that cannot be compared) is ``batch_note`` and
+    leaves the record's own verdict and timing alone; a CUDA error is the workload's."""
+    assert w.batch_sizes is not None
+
+    def build(b: int) -> Any:
+        return _with_settings(w.factory(replace(ctx, batch_size=b)), mode, ctx.device)
+
+    def reseed() -> None:
+        if w.seeding == "recipe":
+            fresh_generators()
+        else:
+            seed_all(ctx.seed)
+
+    try:
+        rec.update(invariance.check(build, w.batch_sizes, reseed).to_record())
+    except invariance.InvarianceError as exc:
+        rec["batch_note"] = str(exc)
+    except Exception as exc:
+        if is_device_error(exc):
+            raise
+        status, message = classify(exc)
+        rec["batch_note"] = f"{status}: {message}"
+
+
 def run_workload(
     w: Workload,
     job: dict[str, Any],
@@ -247,7 +276,7 @@ def run_workload(
         ws = WorkerSettings(mode, {}, read_all())
     device = torch.device(job["device"])
     seed = int(job["seed"])
-    ctx = Context(device=device, profile=job["profile"], seed=seed)
+    ctx = Context(device=device, profile=job["profile"], seed=seed, batch_size=w.batch_size)
     method = job.get("fingerprint") or "device"
     rec: dict[str, Any] = {
         "suite": w.suite,
@@ -259,6 +288,12 @@ def run_workload(
         **columns(ws.applied, mode),
         "settings_changed": [],
         "compile_seconds": None,
+        # The batch-invariance verdict: None for a workload that declares no batch sizes;
+        # ``batch_size`` is the size the fingerprint and timing passes used.
+        "batch_size": w.batch_size,
+        "batch_invariant": None,
+        "batch_first_variant_size": None,
+        "batch_max_abs_diff": None,
         "replicate": job["replicate"],
         "seed": seed,
         "device": device.type,
@@ -346,6 +381,12 @@ def run_workload(
         for unit in ("flops", "bytes"):
             per_step = rec[f"{unit}_per_step"]
             rec[f"{unit}_per_second"] = per_step / timing.median if per_step else None
+        if w.batch_sizes is not None:
+            phase = "invariance"
+            t0 = time.perf_counter()
+            step = None  # the timed build goes before one is built at every size
+            _invariance(w, ctx, mode, rec)
+            phases["invariance"] = time.perf_counter() - t0
         # Last: an asynchronous error of this workload's kernels surfaces here, charged to it.
         _sync(device)
     except Exception as exc:  # a failing workload is data, never the end of the run

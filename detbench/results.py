@@ -41,7 +41,10 @@ if TYPE_CHECKING:
 #      (a boolean for on/off settings; ``cublas_workspace_config`` None when unset, replacing
 #      the old lowercase copy of the variable), ``settings_changed`` lists the flags and
 #      settings the workload itself changed ([] none; ``settings_changes`` has the values), and
-#      ``first_step_seconds``, ``compile_seconds`` (execution=compile) and ``compile_stats``.
+#      ``first_step_seconds``, ``compile_seconds`` (execution=compile) and ``compile_stats``;
+#      the batch-invariance verdict of a workload that declares ``batch_sizes``:
+#      ``batch_invariant``, ``batch_first_variant_size``, ``batch_max_abs_diff``,
+#      ``batch_same_as_smallest`` (or ``batch_note`` where it could not be made).
 #      Older records load with ``base_mode`` = ``mode`` and the rest None (``migrate``).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
@@ -50,7 +53,8 @@ SCHEMA_2_FIELDS = ("fingerprint_method", "peak_memory_bytes", "memory", "precisi
                    "mode_position")  # fmt: skip
 
 #: Record fields that schema 3 added, None in a migrated older record.
-SCHEMA_3_FIELDS = (*SETTING_NAMES, "settings_changed", "compile_seconds", "first_step_seconds")
+SCHEMA_3_FIELDS = (*SETTING_NAMES, "settings_changed", "compile_seconds", "first_step_seconds",
+                   "batch_invariant", "batch_first_variant_size", "batch_max_abs_diff")  # fmt: skip
 
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"

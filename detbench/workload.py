@@ -39,6 +39,8 @@ class Context:
     device: torch.device
     profile: str
     seed: int
+    #: For a workload that declares ``batch_sizes``: the batch size to build at (None otherwise).
+    batch_size: int | None = None
 
     @property
     def quick(self) -> bool:
@@ -64,6 +66,10 @@ class Workload:
     autocast: bool = field(default=False, compare=False)
     #: The workload calls ``scaled_dot_product_attention``: the ``sdpa_backend`` setting acts.
     attention: bool = field(default=False, compare=False)
+    #: The batch sizes the workload can be built at (the batch-invariance verdict), ascending.
+    batch_sizes: tuple[int, ...] | None = field(default=None, compare=False)
+    #: The batch size its fingerprint and timing passes use (the largest unless it said).
+    batch_size: int | None = field(default=None, compare=False)
 
     @property
     def key(self) -> str:
@@ -105,6 +111,26 @@ class WorkloadError(DetbenchError):
     """A workload definition or file that cannot be used (one clear line for the user)."""
 
 
+def _batch_sizes(sizes: Sequence[int] | None, own: int | None) -> tuple[int, ...] | None:
+    """``batch_sizes`` checked: at least two distinct positive integers, ascending."""
+    if sizes is None:
+        if own is not None:
+            raise WorkloadError("workload batch_size needs batch_sizes (the sizes it can build)")
+        return None
+    if isinstance(sizes, str | bytes) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes
+    ):
+        raise WorkloadError(f"workload batch_sizes must be positive integers, not {sizes!r}")
+    out = tuple(sorted(set(sizes)))
+    if len(out) < 2:
+        raise WorkloadError(
+            f"workload batch_sizes needs two sizes or more to compare, not {sizes!r}"
+        )
+    if own is not None and own not in out:
+        raise WorkloadError(f"workload batch_size {own!r} is not one of batch_sizes {out}")
+    return out
+
+
 _REGISTRY: dict[str, Workload] = {}
 
 
@@ -122,6 +148,8 @@ def workload(
     seeding: str = "detbench",
     autocast: bool = False,
     attention: bool = False,
+    batch_sizes: Sequence[int] | None = None,
+    batch_size: int | None = None,
 ) -> Any:
     """Register a workload factory.
 
@@ -155,6 +183,13 @@ def workload(
     ``attention=True`` declares that the steps call ``scaled_dot_product_attention``, so the
     ``sdpa_backend`` setting (math, flash, efficient, cudnn) decides which kernel runs: an
     attribution study runs the backend variants only on workloads that declare it.
+
+    ``batch_sizes`` (e.g. ``(1, 2, 16, 64)``): the sizes the factory can build the workload at,
+    reading ``ctx.batch_size``; row 0 of every returned tensor whose first dimension is the batch
+    must be the same request at every size (the workload makes its input so). detbench then
+    builds it at each size, runs a step, and records whether row 0 kept its bits
+    (``batch_invariant``). ``batch_size``: the size of the fingerprint and timing passes (one of
+    ``batch_sizes``; the largest by default).
     """
 
     if seeding not in SEEDING:
@@ -162,6 +197,8 @@ def workload(
     for flag, value in (("autocast", autocast), ("attention", attention)):
         if not isinstance(value, bool):
             raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
+
+    sizes = _batch_sizes(batch_sizes, batch_size)
 
     def register(factory: Factory) -> Factory:
         wname = name or factory.__name__
@@ -183,6 +220,8 @@ def workload(
             seeding=seeding,
             autocast=autocast,
             attention=attention,
+            batch_sizes=sizes,
+            batch_size=None if sizes is None else (batch_size or sizes[-1]),
         )
         old = _REGISTRY.get(w.key)
         if old is not None and old.source != w.source:
