@@ -104,14 +104,16 @@ def execute(
 
         _, page = write_report(out)
         print(f"\nreport: {page}")
-    measured = stats.wall - stats.timing - stats.fingerprint
+    measured = stats.wall - stats.timing - stats.fingerprint - stats.invariance
     print(
         f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
         f"{est.seconds:.0f} s: timing {stats.timing:.0f} s, fingerprint "
         f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
         f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
         f"one measuring), build {stats.build:.0f} s, "
-        f"FLOP count {stats.count:.0f} s, clean-up {stats.cleanup:.0f} s, worker exit "
+        f"FLOP count {stats.count:.0f} s, "
+        + (f"batch invariance {stats.invariance:.0f} s, " if stats.invariance else "")
+        + f"clean-up {stats.cleanup:.0f} s, worker exit "
         f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
         f"{100 * measured / max(stats.wall, 1e-9):.0f}% of the wall time)"
     )

@@ -63,6 +63,7 @@ class RunStats:
     fingerprint: float = 0.0
     count: float = 0.0  # the one step run under the FLOP counter
     timing: float = 0.0
+    invariance: float = 0.0  # the batch-invariance pass: built and stepped at every batch size
     cleanup: float = 0.0  # freeing a workload's objects (and CUDA cache) after it
     shutdown: float = 0.0  # from a worker's last message to its exit (interpreter teardown)
     workers: int = 0
@@ -79,6 +80,7 @@ class RunStats:
             - self.fingerprint
             - self.count
             - self.timing
+            - self.invariance
             - self.cleanup
             - self.shutdown
         )
@@ -367,7 +369,7 @@ class Runner:
         writer.append(rec)
         self.records.append(rec)
         self.stats.records += 1
-        for phase in ("build", "fingerprint", "count", "timing", "cleanup"):
+        for phase in ("build", "fingerprint", "count", "timing", "invariance", "cleanup"):
             setattr(
                 self.stats,
                 phase,
