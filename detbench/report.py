@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from detbench import analysis, attribution_report
+from detbench import analysis, attribution_report, invariance_report
 from detbench.conditions import precision_blocks, quality_blocks, warnings
 from detbench.method import environment_table, method_blocks
 from detbench.plots import Plot, write_plots
@@ -268,6 +268,7 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
     ]
     blocks += recommendation_blocks(rec, costs, baseline, run_device(df))
     blocks += attribution_report.blocks(df, env, plots)  # an attribution study's own section
+    blocks += invariance_report.blocks(df, env, plots)  # the batch-invariance section
     blocks += precision_blocks(df, baseline)
     blocks += recipe_blocks(df)
     warn = warnings(df, v, env, costs)
@@ -275,7 +276,7 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
     blocks.append(Heading(2, "Plots"))
     for suite in suites:
         for p in plots:
-            if p.suite == suite and p.kind != "attribution":  # that one is in its section
+            if p.suite == suite and p.kind not in ("attribution", "invariance-plane"):
                 blocks.append(Figure(p))
     div = analysis.divergence(df)
     if "losses" in df.columns and df["losses"].notna().any() and div.empty:
@@ -317,6 +318,7 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     rec = analysis.recommendations(df)
     plots = write_plots(df, d / PLOTS_DIR, rec)
     plots += attribution_report.write_plots(df, env, d / PLOTS_DIR)
+    plots += invariance_report.write_plots(df, env, d / PLOTS_DIR)
     blocks = build_blocks(df, env, plots, rec)
     title = next((b.text for b in blocks if isinstance(b, Heading)), "detbench report")
     md, page = d / REPORT_MD, d / REPORT_HTML

@@ -1,0 +1,118 @@
+"""The report's batch-invariance section: on a real run of the probe workloads (whose behaviour is
+known on this CPU: a 512x512 fp32 matmul's row 0 changes with its batch, an elementwise op's
+cannot), and on synthetic records with known timings for the price of an invariant reference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import detbench
+from detbench import invariance_report as ir
+from detbench.render import Figure, Heading, Para, Table, to_markdown
+from tests.conftest import WORKLOADS, detbench_cli
+from tests.synthetic import record, write_run
+
+
+def _rows(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    """``ir.table`` keyed by (workload, mode)."""
+    return {(str(r["workload"]), str(r["mode"])): {str(k): v for k, v in r.items()}
+            for r in ir.table(df).to_dict("records")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    out = tmp_path_factory.mktemp("invariance") / "run"
+    proc = detbench_cli(
+        "run", "--workload", str(WORKLOADS / "invariance_probe.py"), "--mode", "default",
+        "--mode", "det-algos", "--replicates", "2", "--budget", "0.02", "--out", str(out),
+        "--no-report",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return detbench.load_results(out)
+
+
+def test_table_of_the_probe(probe: pd.DataFrame) -> None:
+    t = _rows(probe)
+    assert {w for w, _ in t} == {"matmul_rows", "elementwise_rows"}
+    for mode in ("default", "det-algos"):
+        mm, ew = t[("matmul_rows", mode)], t[("elementwise_rows", mode)]
+        assert mm["invariant"] is False and mm["first_variant_size"] in (2, 4)
+        assert mm["max_abs_diff"] > 0 and mm["batch_sizes"] == (1, 2, 4, 16)
+        assert ew["invariant"] is True and ew["first_variant_size"] is None
+        assert ew["max_abs_diff"] == 0 and ew["replicates"] == 2
+
+
+def test_section_and_plane_of_the_probe(probe: pd.DataFrame, tmp_path: Path) -> None:
+    plots = ir.write_plots(probe, {}, tmp_path / "plots")
+    assert [p.kind for p in plots] == ["invariance-plane"]
+    assert plots[0].png.exists() and plots[0].png.read_bytes()[:4] == b"\x89PNG"
+    blocks = ir.blocks(probe, {}, plots)
+    assert Heading(2, "Batch invariance") in blocks
+    assert [b.plot for b in blocks if isinstance(b, Figure)] == plots
+    (tab,) = [b for b in blocks if isinstance(b, Table)]
+    cells = {(str(r[0]), str(r[1])): str(r[3]) for r in tab.rows}
+    assert cells[("elementwise_rows", "det-algos")] == "invariant"
+    assert cells[("matmul_rows", "det-algos")].startswith("varies from batch ")
+    text = to_markdown(blocks, tmp_path)
+    assert "not batch invariant in any mode" in text and "deterministic algorithms included" in text
+    points = ir.plane(probe)
+    assert set(points["reproducible"]) == {0.5}  # one of the two sized workloads, in each mode
+
+
+def test_no_batch_sizes_no_section(tmp_path: Path) -> None:
+    df = pd.DataFrame([record("w", "default", r, "x", [0.01] * 5) for r in range(2)])
+    assert ir.table(df).empty and ir.blocks(df, {}, []) == []
+    assert ir.write_plots(df, {}, tmp_path) == []
+
+
+def _sized(workload: str, mode: str, rep: int, secs: float, invariant: bool,
+           **extra: Any) -> dict[str, Any]:  # fmt: skip
+    sizes = (1, 2, 8)
+    same = {str(b): invariant or b < 8 for b in sizes}
+    return record(
+        workload, mode, rep, "f", [secs] * 5, batch_invariant=invariant,
+        batch_first_variant_size=None if invariant else 8,
+        batch_max_abs_diff=0.0 if invariant else 1e-6, batch_same_as_smallest=same,
+        batch_size=8, settings_changed=[], **extra,
+    )  # fmt: skip
+
+
+def test_price_of_an_invariant_reference(tmp_path: Path) -> None:
+    """``mm_ref`` (invariant, 4x slower than ``mm``: price 0.25x) and ``mm_bad`` (claims to be
+    ``mm``'s reference, half as fast, but varies): the report gives the price and says plainly
+    that mm_bad is not invariant. A record whose workload changed a setting is left out."""
+    recs = []
+    for r in range(3):
+        for mode in ("default", "det-algos"):
+            recs += [
+                _sized("mm", mode, r, 0.010, False),
+                _sized("mm_ref", mode, r, 0.040, True, params={"invariant_reference_of": "mm"}),
+                _sized("mm_bad", mode, r, 0.020, False, params={"invariant_reference_of": "mm"}),
+            ]
+    changed = _sized("mm_ref", "default", 3, 9.0, False, params={"invariant_reference_of": "mm"})
+    changed["settings_changed"] = ["deterministic_algorithms"]
+    df = detbench.load_results(write_run(tmp_path / "run", [*recs, changed]))
+    t = _rows(df)
+    ref = t[("mm_ref", "default")]
+    assert ref["reference_of"] == "mm" and ref["reference_invariant"] is True
+    assert ref["price"] == pytest.approx(0.25) and ref["replicates"] == 3
+    assert ref["price_low"] == pytest.approx(0.25) and ref["price_high"] == pytest.approx(0.25)
+    assert ref["base_invariant"] is False
+    bad = t[("mm_bad", "det-algos")]
+    assert bad["reference_invariant"] is False and bad["price"] == pytest.approx(0.5)
+    assert t[("mm", "default")]["price"] is None
+    blocks = ir.blocks(df, {}, [])
+    (tab,) = [b for b in blocks if isinstance(b, Table)]
+    row = next(r for r in tab.rows if r[0] == "mm_ref" and r[1] == "default")
+    assert row[5] == "0.25x [0.25, 0.25] vs mm" and row[6] == "yes"
+    paras = " ".join(b.text for b in blocks if isinstance(b, Para))
+    assert (
+        "mm_bad, the invariant reference of mm, is NOT batch invariant in default (varies from "
+        "batch 8), det-algos (varies" in paras
+    )
+    assert "its invariant reference mm_ref costs 0.25x [0.25, 0.25] in default" in paras
+    assert "mm_bad is NOT batch invariant itself in default, det-algos" in paras
