@@ -65,6 +65,9 @@ class Verdict:
     max_abs_diff: float
     #: Per size, whether its row 0 has the smallest size's bits.
     same: dict[int, bool]
+    #: How many different row-0 results the sizes gave (for a decoder: distinct completions of
+    #: the same request decoded in different batch compositions); 1 when invariant.
+    distinct: int = 1
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class Verdict:
             "batch_first_variant_size": self.first_variant_size,
             "batch_max_abs_diff": self.max_abs_diff,
             "batch_same_as_smallest": {str(b): s for b, s in self.same.items()},
+            "batch_distinct_results": self.distinct,
         }
 
 
@@ -97,7 +101,12 @@ def compare(rows: dict[int, list[torch.Tensor]]) -> Verdict:
         if not same[b]:
             worst = max(worst, *(max_abs_diff(x, y) for x, y in zip(ref, got, strict=True)))
     first = next((b for b in sizes if not same[b]), None)
-    return Verdict(sizes, first is None, first, worst, same)
+    distinct = len({tuple(_bits(t) for t in rows[b]) for b in sizes})
+    return Verdict(sizes, first is None, first, worst, same, distinct)
+
+
+def _bits(t: torch.Tensor) -> bytes:
+    return bytes(t.contiguous().view(-1).view(torch.uint8).numpy()) + str(t.dtype).encode()
 
 
 def check(build: Build, sizes: Sequence[int], reseed: Callable[[], None]) -> Verdict:

@@ -33,6 +33,7 @@ def test_compare_names_the_first_size_that_differs() -> None:
     v = invariance.compare({1: [a], 2: [a.clone()], 8: [b], 32: [a.clone()]})
     assert not v.invariant and v.first_variant_size == 8
     assert v.same == {1: True, 2: True, 8: False, 32: True}
+    assert v.distinct == 2  # sizes 1, 2 and 32 agree; 8 is the other result
     assert 0 < v.max_abs_diff < 1e-6
     assert invariance.compare({1: [a], 4: [a.clone()]}).invariant
     with pytest.raises(invariance.InvarianceError, match="batch as its first dimension"):
