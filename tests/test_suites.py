@@ -3,8 +3,8 @@ may end in `error` (an op without a deterministic implementation is `unsupported
 data). One replicate per mode: run-to-run verdicts are tested elsewhere.
 
 On a CPU the 10 modes are two computations (deterministic algorithms off or on; the cuDNN flags
-act on nothing), so four modes that set each flag both on and off stand for all ten here; the
-published `make bench` runs all ten (tests/test_catalog.py reads them per mode for the ops)."""
+act on nothing), so two modes stand for all ten here: `default` (every flag off) and
+`bench+cudnn-det+det-algos` (every flag on but cuDNN's own switch); `make bench` runs all ten."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from detbench.modes import get_mode
 from detbench.runner import prepare
 from detbench.workload import builtin_suite_files
 
-#: Each of the four flags on in one of these modes and off in another.
-MODES = [get_mode(n) for n in ("default", "det-algos", "bench+cudnn-det+det-algos",
-                               "no-cudnn+det-algos")]  # fmt: skip
+#: The two computations of a CPU: every flag off, and every flag on but cuDNN's own switch.
+MODES = [get_mode(n) for n in ("default", "bench+cudnn-det+det-algos")]
 
 
 @pytest.fixture(scope="module")
