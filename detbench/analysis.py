@@ -366,8 +366,19 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["frontier"] = False
-    for _, g in out.groupby("suite", sort=False):
+    mark_frontier(out)
+    keys = out["mode"].map(mode_key)
+    out["_order"], out["_label"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
+    return out.sort_values(["suite", "_order", "_label"], kind="stable").drop(
+        columns=["_order", "_label"]
+    )
+
+
+def mark_frontier(points: pd.DataFrame) -> None:
+    """Set ``points["frontier"]``: per suite, True for the modes that no other mode beats on both
+    ``relative_throughput`` and ``reproducible`` (at least as good on both, better on one)."""
+    points["frontier"] = False
+    for _, g in points.groupby("suite", sort=False):
         pts = g.dropna(subset=["relative_throughput"])
         for i, r in pts.iterrows():
             dominated = (
@@ -378,12 +389,7 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
                     | (pts["reproducible"] > r["reproducible"])
                 )
             ).any()
-            out.loc[i, "frontier"] = not dominated
-    keys = out["mode"].map(mode_key)
-    out["_order"], out["_label"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
-    return out.sort_values(["suite", "_order", "_label"], kind="stable").drop(
-        columns=["_order", "_label"]
-    )
+            points.loc[i, "frontier"] = not dominated
 
 
 def divergence(df: pd.DataFrame) -> pd.DataFrame:

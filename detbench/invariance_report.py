@@ -182,14 +182,7 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["frontier"] = False
-    for _, g in out.groupby("suite", sort=False):
-        pts = g.dropna(subset=["relative_throughput"])
-        for i, r in pts.iterrows():
-            x, y = r["relative_throughput"], r["reproducible"]
-            better = (pts["relative_throughput"] >= x) & (pts["reproducible"] >= y) & (
-                (pts["relative_throughput"] > x) | (pts["reproducible"] > y))  # fmt: skip
-            out.loc[i, "frontier"] = not better.any()
+    analysis.mark_frontier(out)
     return out
 
 

@@ -26,3 +26,17 @@ def detbench_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
         cwd=cwd or ROOT,
         timeout=600,
     )
+
+
+@pytest.fixture(scope="session")
+def invariance_probe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of tests/workloads/invariance_probe.py (default and det-algos, 2 replicates): the
+    batch-invariance verdict's tests and its report section's tests read the same records."""
+    out = tmp_path_factory.mktemp("invariance") / "run"
+    proc = detbench_cli(
+        "run", "--workload", str(WORKLOADS / "invariance_probe.py"), "--mode", "default",
+        "--mode", "det-algos", "--replicates", "2", "--budget", "0.02", "--out", str(out),
+        "--no-report",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out

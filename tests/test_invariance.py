@@ -11,7 +11,6 @@ import torch
 import detbench
 from detbench import invariance
 from detbench.workload import WorkloadError
-from tests.conftest import WORKLOADS, detbench_cli
 
 
 def test_row0_keeps_only_batch_first_outputs() -> None:
@@ -54,18 +53,11 @@ def test_bad_batch_sizes_are_one_line(kwargs: dict, words: str) -> None:
         detbench.workload(suite="bad_sizes", items_per_step=1, **kwargs)
 
 
-def test_a_run_records_the_verdict(tmp_path: Path) -> None:
+def test_a_run_records_the_verdict(invariance_probe_run: Path) -> None:
     """On this CPU a 512x512 fp32 matmul gives row 0 other bits once it shares its batch (from 2
     rows on an Intel Xeon, from 4 on an AMD EPYC), with or without deterministic algorithms; an
     elementwise op cannot."""
-    out = tmp_path / "run"
-    proc = detbench_cli(
-        "run", "--workload", str(WORKLOADS / "invariance_probe.py"), "--mode", "default",
-        "--mode", "det-algos", "--replicates", "2", "--budget", "0.02", "--out", str(out),
-        "--no-report",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    df = detbench.load_results(out)
+    df = detbench.load_results(invariance_probe_run)
     assert set(df["status"]) == {"ok"}
     mm = df[df["workload"] == "matmul_rows"]
     assert set(mm["batch_invariant"]) == {False} and set(mm["mode"]) == {"default", "det-algos"}

@@ -13,7 +13,6 @@ import pytest
 import detbench
 from detbench import invariance_report as ir
 from detbench.render import Figure, Heading, Para, Table, to_markdown
-from tests.conftest import WORKLOADS, detbench_cli
 from tests.synthetic import record, write_run
 
 
@@ -24,15 +23,8 @@ def _rows(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def probe(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    out = tmp_path_factory.mktemp("invariance") / "run"
-    proc = detbench_cli(
-        "run", "--workload", str(WORKLOADS / "invariance_probe.py"), "--mode", "default",
-        "--mode", "det-algos", "--replicates", "2", "--budget", "0.02", "--out", str(out),
-        "--no-report",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return detbench.load_results(out)
+def probe(invariance_probe_run: Path) -> pd.DataFrame:
+    return detbench.load_results(invariance_probe_run)
 
 
 def test_table_of_the_probe(probe: pd.DataFrame) -> None:
