@@ -7,6 +7,7 @@ import, so the table can be listed on any torch from 2.2 on; a missing API is a 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
 from collections.abc import Callable
@@ -176,6 +177,11 @@ def apply_inductor_det(level: str) -> None:
 
 
 def needs(probe: Callable[[], Any], what: str) -> Callable[[], str | None]:
+    """Why this torch lacks ``what`` (``probe`` failed), or None; asked once per process, since
+    an API does not come or go while it runs (a worker reads every setting around each
+    workload)."""
+
+    @functools.cache
     def unavailable() -> str | None:
         try:
             quiet(probe)
