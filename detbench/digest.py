@@ -76,6 +76,8 @@ CHUNK_WORDS = 1 << 21
 CPU_CHUNK_WORDS = 1 << 15
 
 _M64 = (1 << 64) - 1
+#: The mask that reads a signed int64 lane as the unsigned 64-bit sum.
+M64 = _M64
 
 
 def _s64(v: int) -> int:
@@ -160,6 +162,13 @@ def lane_sums(tensors: list[torch.Tensor], chunk_words: int | None = None) -> li
         for i, row in zip(idx, host, strict=True):
             out[i] = [v & _M64 for v in row]
     return out
+
+
+def device_lanes(t: torch.Tensor, chunk_words: int | None = None) -> torch.Tensor:
+    """The (LANES,) int64 sums of one strided tensor, left on its device (no copy to the host,
+    no synchronisation): for callers that collect many and copy them together."""
+    default = CPU_CHUNK_WORDS if t.device.type == "cpu" else CHUNK_WORDS
+    return _device_sums(t.detach(), chunk_words or default)
 
 
 def _device_sums(t: torch.Tensor, chunk_words: int) -> torch.Tensor:

@@ -1,0 +1,240 @@
+"""What ``detbench locate`` found, in words: the text it prints, the lines ``detbench audit`` adds,
+and the report's "Located" section for a run made with ``--locate``."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+#: The file a run made with ``--locate`` keeps the located culprits in.
+LOCATED_FILE = "located.json"
+
+
+def _shown(path: str) -> str:
+    """A path relative to the current directory when it is inside it."""
+    if not path:
+        return "(no line of user code)"
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _size(c: dict[str, Any]) -> str:
+    if c.get("max_abs_diff") is None:
+        return c.get("diff_note") or "size not measured"
+    bound = "at least " if c.get("diff_is_lower_bound") else ""
+    return (
+        f"max abs diff {bound}{c['max_abs_diff']:.3g} ({c['differing_elements']} of "
+        f"{c['elements']} elements differ)"
+    )
+
+
+def _module(c: dict[str, Any]) -> str:
+    if c.get("module") is None:
+        return "outside any nn.Module"
+    if c["module"] == "":
+        return f"module (root {c.get('module_type')})"
+    return f"module {c['module']} ({c.get('module_type')})"
+
+
+def culprit_lines(c: dict[str, Any], indent: str = "    ") -> list[str]:
+    """One culprit in a few lines of text."""
+    how = f" (backward of {c['forward_op']}, node {c['node']})" if c.get("forward_op") else ""
+    steps = ", ".join(str(s) for s in c.get("steps", []))
+    lines = [
+        f"{c['op']} in the {c['phase']} pass{how}, {_module(c)}",
+        f"  at {_shown(c['file'])}:{c['line']}  {c.get('code', '')}".rstrip(),
+        f"  step{'s' if len(c.get('steps', [])) > 1 else ''} {steps}: {_size(c)}",
+    ]
+    if c.get("reads_uninitialized_from"):
+        lines.append(f"  reads memory left uninitialized by {c['reads_uninitialized_from']}")
+    kind = {
+        "deterministic": "deterministic algorithms make it deterministic",
+        "raises": "it raises under deterministic algorithms",
+    }.get(str(c.get("documented_kind")), "")
+    lines.append(
+        f"  documented by torch as nondeterministic ({kind}): {c['documented_as']}"
+        if c.get("documented")
+        else "  not in the list of ops torch documents as nondeterministic"
+    )
+    if c.get("deterministic_mode_note"):
+        fixed = c.get("fixed_by_deterministic_mode")
+        verdict = {True: "fixes it", False: "does not fix it", None: "unknown"}[fixed]
+        lines.append(f"  the deterministic mode {verdict}: {c['deterministic_mode_note']}")
+    return [indent + line for line in lines]
+
+
+def to_text(located: list[dict[str, Any]]) -> str:
+    """What ``detbench locate`` prints for people."""
+    out: list[str] = []
+    for loc in located:
+        head = f"{loc['workload']} on {loc['device']}, mode {loc['mode']} (torch {loc['torch']})"
+        out.append(head)
+        if loc.get("error"):
+            out.append(f"  could not be recorded: {loc['error']}")
+        elif loc["reproducible"]:
+            out.append(
+                f"  reproducible: all {loc['ops']} ops gave the same bits in "
+                f"{loc['processes']} fresh processes"
+            )
+        else:
+            n = len(loc["culprits"])
+            outputs = (
+                "the step's outputs differ too"
+                if loc.get("outputs_reproducible") is False
+                else "the step's outputs were still the same: the difference was rounded away"
+            )
+            out.append(f"  NOT reproducible: {loc['processes']} fresh processes parted; {outputs}")
+            if n:
+                out.append(f"  {n} culprit{'s' if n > 1 else ''} (inputs equal, outputs not):")
+                for i, c in enumerate(loc["culprits"], 1):
+                    lines = culprit_lines(c)
+                    out.append(f"  {i}. " + lines[0].lstrip())
+                    out += lines[1:]
+                out.append(
+                    f"  {loc['carried']} later ops only carried the difference (their inputs "
+                    "already differed)"
+                )
+            else:
+                first = loc.get("first_difference") or {}
+                out.append(
+                    "  no op with equal inputs was seen to differ: the difference arose where "
+                    "the recorder cannot see (see `detbench locate --help`); the first op "
+                    f"that received it: {first.get('op')} at {_shown(first.get('file', ''))}:"
+                    f"{first.get('line')}"
+                )
+            if loc.get("parted_at"):
+                p = loc["parted_at"]
+                out.append(
+                    f"  the two runs called different ops from op {p['index']} on ({p['op']} at "
+                    f"{_shown(p['file'])}:{p['line']}): compared up to there"
+                )
+        if loc.get("sampled_tensors"):
+            out.append(
+                f"  {loc['sampled_tensors']} large tensors were digested on a strided sample"
+            )
+        out += [f"  note: {n}" for n in loc.get("notes", [])]
+        out.append("")
+    return "\n".join(out)
+
+
+def to_json(located: list[dict[str, Any]]) -> str:
+    """``--json``: one object for one workload, a list of them for several."""
+    doc: Any = located[0] if len(located) == 1 else located
+    return json.dumps(doc, indent=2, default=str)
+
+
+# --- the report's section ----------------------------------------------------------------------
+
+
+def load(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / LOCATED_FILE
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    return list(doc.get("located", []))
+
+
+def section(run_dir: Path) -> str:
+    """The report's "Located" section (HTML), or "" for a run made without ``--locate``."""
+    located = load(run_dir)
+    if not located:
+        return ""
+    rows = []
+    for loc in located:
+        name = html.escape(f"{loc['workload']} [{loc['mode']}]")
+        if loc.get("error"):
+            rows.append(f"<tr><td>{name}</td><td colspan='5'>could not be recorded: "
+                        f"{html.escape(str(loc['error']))}</td></tr>")  # fmt: skip
+            continue
+        if not loc["culprits"]:
+            what = (
+                "reproducible under the recorder"
+                if loc["reproducible"]
+                else "no op with equal inputs was seen to differ"
+            )
+            rows.append(f"<tr><td>{name}</td><td colspan='5'>{what}</td></tr>")
+            continue
+        for c in loc["culprits"]:
+            fixed = {True: "yes", False: "no", None: "unknown"}[
+                c.get("fixed_by_deterministic_mode")
+            ]
+            where = f"{_shown(c['file'])}:{c['line']}"
+            rows.append(
+                "<tr>"
+                f"<td>{name}</td>"
+                f"<td><code>{html.escape(c['op'])}</code> ({html.escape(c['phase'])})</td>"
+                f"<td>{html.escape(_module(c))}</td>"
+                f"<td><code>{html.escape(where)}</code><br><small><code>"
+                f"{html.escape(c.get('code', ''))}</code></small></td>"
+                f"<td>{html.escape(_size(c))}</td>"
+                f"<td>{'yes' if c.get('documented') else 'no'} / {fixed}</td>"
+                "</tr>"
+            )
+    return (
+        "<h2 id='located'>Located</h2>\n"
+        "<p>For each nondeterministic (workload, mode) of this run, <code>detbench locate</code> "
+        "recorded every op in fresh processes and compared them: a culprit is an op whose "
+        "inputs were bitwise equal in both runs and whose outputs were not.</p>\n"
+        "<table><thead><tr><th>workload [mode]</th><th>culprit (phase)</th><th>module</th>"
+        "<th>line</th><th>difference</th><th>documented / fixed by "
+        "<code>cudnn-det+det-algos</code></th></tr></thead><tbody>\n"
+        + "\n".join(rows)
+        + "\n</tbody></table>\n"
+    )
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def add_parser(sub: Any) -> None:
+    """``detbench locate``."""
+    from detbench.locate import DETERMINISTIC_MODE
+
+    q = sub.add_parser(
+        "locate",
+        help="find the op, the module and the line where two fresh runs of a workload first "
+        "part (exit 0: reproducible, 1: it differs)",
+        description="Records every op of the workload's build and fingerprint steps (forward, "
+        "backward, optimizer) in fresh processes, with a digest of its inputs and outputs, and "
+        "names each culprit: an op whose inputs were bitwise equal in both runs and whose "
+        "outputs were not. It measures the size of each difference and checks whether "
+        f"{DETERMINISTIC_MODE} fixes it. Not seen: work outside PyTorch's dispatcher, and the "
+        "compiled kernels of torch.compile (under the recorder compiled code runs eagerly).",
+    )
+    q.add_argument("target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of "
+                   "its workloads")  # fmt: skip
+    q.add_argument("--mode", default="default", metavar="NAME",
+                   help="the mode to locate in (default: default; settings as in "
+                   "det-algos[fill_uninitialized_memory=off])")  # fmt: skip
+    q.add_argument("--replicates", type=int, default=2, metavar="N",
+                   help="fresh processes to compare (default 2)")  # fmt: skip
+    q.add_argument("--until", type=int, default=4, metavar="M",
+                   help="while the first N agree, more processes up to M in all "
+                   "(default 4)")  # fmt: skip
+    q.add_argument("--steps", type=int, metavar="K",
+                   help="at most K steps (default: the workload's fingerprint steps)")  # fmt: skip
+    q.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present")
+    q.add_argument("--profile", choices=("quick", "full"),
+                   help="workload sizes (default: full on cuda, quick on cpu)")  # fmt: skip
+    q.add_argument("--no-check", action="store_true",
+                   help=f"do not run the culprits again in {DETERMINISTIC_MODE}")  # fmt: skip
+    q.add_argument("--json", action="store_true", help="the answer as JSON")
+    q.set_defaults(func=command)
+
+
+def command(args: Any) -> int:
+    import sys
+
+    from detbench.locate import locate
+
+    found = locate(
+        args.target, device=args.device, mode=args.mode, replicates=args.replicates,
+        until=args.until, steps=args.steps, profile=args.profile, check=not args.no_check,
+        stream=sys.stderr,
+    )  # fmt: skip
+    docs = [loc.to_json() for loc in found]
+    print(to_json(docs) if args.json else to_text(docs), end="\n" if args.json else "")
+    return 0 if all(d["reproducible"] for d in docs) else 1
