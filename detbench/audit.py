@@ -64,6 +64,8 @@ class Audit:
     settings: str | None = None
     replace: list[str] = field(default_factory=list)
     results_dir: str | None = None
+    #: Where the default mode's runs first part (``detbench.locate``), when they do.
+    located: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -235,7 +237,35 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
         elif det == "reproducible":
             a.settings = get_mode(DETERMINISTIC_MODE).snippet()
         a.replace = sorted({f.op for f in a.findings}) if a.settings is None else []
+    _locate(source, device, audits, stream)
     return audits
+
+
+def _locate(source: Path, device: str, audits: list[Audit], stream: Any) -> None:
+    """Locate the culprits of every workload the default mode left nondeterministic. The
+    deterministic mode's own verdict (already measured) says whether it fixes them."""
+    from detbench.locate import locate
+
+    keys = [a.workload for a in audits
+            if a.verdicts.get("default", {}).get("verdict") == "nondeterministic"]  # fmt: skip
+    if not keys:
+        return
+    print(f"detbench audit: locating where {', '.join(keys)} part from run to run", file=stream)
+    found = {
+        loc.workload: loc
+        for loc in locate(str(source), device, "default", check=False, stream=stream, only=keys)
+    }
+    for a in audits:
+        loc = found.get(a.workload)
+        if loc is None:
+            continue
+        det = a.verdicts.get(DETERMINISTIC_MODE, {}).get("verdict")
+        for c in loc.culprits:
+            c.fixed_by_deterministic_mode = {"reproducible": True, "nondeterministic": False}.get(
+                str(det)
+            )
+            c.deterministic_mode_note = f"{DETERMINISTIC_MODE} is {det} in fresh processes"
+        a.located = loc.to_json()
 
 
 def _default_snippet() -> str:
@@ -285,6 +315,8 @@ def to_text(audits: list[Audit]) -> str:
                 "ops above have no deterministic implementation: other sizes, thread counts or "
                 "hardware can change their results"
             )
+        if a.located is not None:
+            lines += _located_lines(a.located)
         if a.settings is not None:
             default = a.settings == _default_snippet()
             lines.append(
@@ -303,6 +335,20 @@ def to_text(audits: list[Audit]) -> str:
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def _located_lines(loc: dict[str, Any]) -> list[str]:
+    from detbench.locate_report import culprit_lines
+
+    if not loc["culprits"]:
+        first = loc.get("first_difference")
+        at = f" (first difference: {first['op']}, {first['file']}:{first['line']})" if first else ""
+        return [f"  where the default mode's runs part: no op with equal inputs differed{at}"]
+    out = ["  where the default mode's runs part (detbench locate):"]
+    for c in loc["culprits"]:
+        lines = culprit_lines(c, indent="    ")
+        out += lines
+    return out
 
 
 if __name__ == "__main__":

@@ -421,9 +421,10 @@ def _check(runs: _Runs, located: dict[str, Located], steps: dict[str, int],
 
 def locate(target: str, device: str | None = None, mode: str = "default", replicates: int = 2,
            until: int = 4, steps: int | None = None, profile: str | None = None,
-           check: bool = True, seed: int = 0,
-           stream: TextIO = sys.stderr) -> list[Located]:  # fmt: skip
-    """Locate every workload ``target`` names (see the module docstring)."""
+           check: bool = True, seed: int = 0, stream: TextIO = sys.stderr,
+           only: list[str] | None = None) -> list[Located]:  # fmt: skip
+    """Locate every workload ``target`` names (see the module docstring), or those of them whose
+    keys are in ``only``."""
     import torch
 
     from detbench.audit import AuditError, _select
@@ -444,6 +445,7 @@ def locate(target: str, device: str | None = None, mode: str = "default", replic
         source, keys = _select(target)
     except AuditError as exc:
         raise LocateError(str(exc)) from None
+    keys = [k for k in keys if only is None or k in only]
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise LocateError("--device cuda: no CUDA GPU is available to torch on this machine")

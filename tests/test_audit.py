@@ -61,6 +61,14 @@ def test_nondeterministic_by_default_fixed_by_the_deterministic_mode(
     assert a["verdicts"]["default"]["verdict"] == "nondeterministic"
     assert a["verdicts"]["cudnn-det+det-algos"]["verdict"] == "reproducible"
     assert a["settings"].splitlines()[-1] == "torch.use_deterministic_algorithms(True)"
+    # where the default mode's runs part: located at the line, fixed by the deterministic mode
+    (c,) = a["located"]["culprits"]
+    lines = FILE.read_text().splitlines()
+    line = next(i + 1 for i, text in enumerate(lines) if text.endswith("# LOCATE: the race"))
+    assert (c["op"], c["line"], c["phase"], c["module"]) == ("aten.index_put_", line, "forward",
+                                                             None)  # fmt: skip
+    assert c["max_abs_diff"] > 0 and c["fixed_by_deterministic_mode"] is True
+    assert audits["audit/clean_mlp"]["located"] is None  # reproducible: nothing to locate
 
 
 def test_text_output_for_one_workload() -> None:

@@ -47,6 +47,7 @@ def racing_accumulate(ctx: detbench.Context) -> Any:
     vals = torch.randn(1 << 22, device=ctx.device)
 
     def step() -> list[torch.Tensor]:
-        return [torch.zeros(64, device=ctx.device).index_put_((idx,), vals, accumulate=True)]
+        out = torch.zeros(64, device=ctx.device)
+        return [out.index_put_((idx,), vals, accumulate=True)]  # LOCATE: the race
 
     return step

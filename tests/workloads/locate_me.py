@@ -1,6 +1,6 @@
 """Models for `detbench locate` on CPU, with real races and one without.
 
-The races are `index_put_(accumulate=True)` with 2^22 values onto 64 slots (as in behaviour.py):
+The races are `index_put_(accumulate=True)` with 2^21 values onto 64 slots (as in behaviour.py):
 on 2+ CPU threads the order of the float additions follows thread timing, so nearly every fresh
 process gets other bits, unless deterministic algorithms are on. The lines that race are marked
 `# RACE`, so the tests can find them without hard-coding line numbers.
@@ -15,7 +15,7 @@ from torch import nn
 
 import detbench
 
-N = 1 << 16  # rows; x 64 features = 2^22 values racing onto 64 slots
+N = 1 << 15  # rows; x 64 features = 2^21 values racing onto 64 slots
 SLOTS = 64
 
 
@@ -59,14 +59,15 @@ def pooled_forward(ctx: detbench.Context) -> Any:
     x = torch.randn(N, 8, device=ctx.device)
 
     def step() -> list[torch.Tensor]:
-        return [model(x).square().mean()]
+        out = model(x)
+        return [out, out.square().mean()]
 
     return step
 
 
 class Gather(nn.Module):
     """Picks rows of a learned table with many repeats, each row scaled by its own weight: the
-    backward of `table[index]` adds 2^22 different gradient values into 64 rows with
+    backward of `table[index]` adds 2^21 different gradient values into 64 rows with
     index_put_(accumulate=True), and races. (Equal values would not show it: their sum comes
     out the same in nearly any order.)"""
 
@@ -155,5 +156,27 @@ def functional_race(ctx: detbench.Context) -> Any:
         rows = Scatter.apply(table, index) * scale
         (g,) = torch.autograd.grad(rows.sin().sum(), [table])
         return [g]
+
+    return step
+
+
+@detbench.workload(suite="locate", items_per_step=32, fingerprint_steps=1)
+def compiled_mlp(ctx: detbench.Context) -> Any:
+    """Calls torch.compile: under the recorder the compiled function runs eagerly."""
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU()).to(ctx.device)
+    fast = torch.compile(model)  # COMPILE
+    x = torch.randn(32, 16, device=ctx.device)
+    return lambda: [fast(x)]
+
+
+@detbench.workload(suite="locate", items_per_step=8, fingerprint_steps=1)
+def reads_uninitialized(ctx: detbench.Context) -> Any:
+    """Half of a torch.empty buffer is written, then all of it is summed: the sum reads memory
+    that was never initialised (what it holds depends on the process)."""
+
+    def step() -> list[torch.Tensor]:
+        buf = torch.empty(1 << 12, device=ctx.device)  # UNINIT
+        buf[: 1 << 11] = 1.0
+        return [buf.sum()]  # READS
 
     return step

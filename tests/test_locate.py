@@ -1,0 +1,175 @@
+"""`detbench locate`: real races in fresh processes, located at their op, module, line and phase;
+a reproducible model reports none; what the recorder writes for the things users write (custom
+autograd functions, in-place ops, views, ops with several outputs, torch.compile, torch.empty)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from detbench.locate import compare, documented
+from detbench.locate_record import record_workload
+from detbench.modes import get_mode
+from detbench.workload import load_file, registry
+
+from .conftest import WORKLOADS, detbench_cli
+
+FILE = WORKLOADS / "locate_me.py"
+
+
+def line_of(marker: str) -> int:
+    """The line of locate_me.py that carries ``# marker``."""
+    lines = FILE.read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if text.rstrip().endswith(f"# {marker}"))
+
+
+@pytest.fixture(scope="module")
+def located() -> dict[str, dict[str, Any]]:
+    """One `detbench locate --json` over the file's racing and clean workloads: 2 fresh processes
+    to find (3 while they agree), 2 or 3 to measure, 2 in the deterministic mode."""
+    proc = detbench_cli("locate", str(FILE), "--json", "--until", "3")
+    assert proc.returncode == 1, proc.stderr  # something differs
+    assert "process 1 (find, default)" in proc.stderr  # progress on stderr
+    return {d["workload"].split("/")[1]: d for d in json.loads(proc.stdout)}
+
+
+def only_culprit(d: dict[str, Any]) -> dict[str, Any]:
+    assert d["reproducible"] is False and d["error"] is None
+    assert len(d["culprits"]) == 1, d["culprits"]
+    c: dict[str, Any] = d["culprits"][0]
+    assert Path(c["file"]).resolve() == FILE.resolve()
+    assert c["max_abs_diff"] > 0 and c["differing_elements"] > 0
+    assert c["steps"] == [0, 1]  # the same line at each step is one culprit
+    return c
+
+
+def test_a_forward_race_is_located_at_its_line_in_its_module(located: dict[str, Any]) -> None:
+    d = located["pooled_forward"]
+    c = only_culprit(d)
+    assert (c["op"], c["phase"], c["line"]) == (
+        "aten.index_put_",
+        "forward",
+        line_of("RACE forward"),
+    )
+    assert (c["module"], c["module_type"]) == ("encoder.pool", "SlotPool")
+    assert "index_put_" in c["code"]
+    # torch 2.13 documents index_put(accumulate=True) on a CPU tensor, and det-algos fixes it
+    assert c["documented"] and "index_put" in c["documented_as"]
+    assert c["fixed_by_deterministic_mode"] is True
+    assert d["deterministic_mode"]["reproducible"] is True
+    assert d["carried"] > 0  # the head and the loss only carried it
+    assert d["outputs_reproducible"] is False
+
+
+def test_getitem_backward_is_located_in_the_backward_pass(located: dict[str, Any]) -> None:
+    c = only_culprit(located["gather_backward"])
+    assert (c["op"], c["phase"]) == ("aten.index_put", "backward")
+    assert (c["forward_op"], c["node"]) == ("aten.index", "IndexBackward0")
+    assert c["line"] == line_of("RACE backward")  # the line of table[index], not of backward()
+    assert (c["module"], c["module_type"]) == ("", "Gather")  # the root module's own forward
+    assert "__getitem__" in c["documented_as"]
+
+
+def test_a_custom_functions_backward_is_located_at_its_own_line(located: dict[str, Any]) -> None:
+    c = only_culprit(located["functional_race"])
+    assert (c["op"], c["phase"], c["line"]) == (
+        "aten.index_put_",
+        "backward",
+        line_of("RACE custom"),
+    )
+    assert c["module"] is None  # functional code: no nn.Module
+    assert c["node"] == "ScatterBackward"
+
+
+def test_a_reproducible_model_reports_none(located: dict[str, Any]) -> None:
+    d = located["clean_training"]
+    assert d["reproducible"] is True and d["culprits"] == [] and d["outputs_reproducible"]
+    assert d["processes"] == 3  # two agreed, so a third was run (--until 3)
+
+
+def test_torch_compile_is_said_to_run_eagerly(located: dict[str, Any]) -> None:
+    d = located["compiled_mlp"]
+    assert d["compiled"] == [{"file": str(FILE.resolve()), "line": line_of("COMPILE")}]
+    assert any("ran eagerly" in n for n in d["notes"])
+
+
+def test_reading_uninitialized_memory_blames_the_read(located: dict[str, Any]) -> None:
+    d = located["reads_uninitialized"]
+    # What a fresh buffer holds is up to the allocator: equal or not, never blamed on empty().
+    for c in d["culprits"]:
+        assert (c["op"], c["line"]) == ("aten.sum", line_of("READS"))
+        assert "aten.empty" in c["reads_uninitialized_from"]
+
+
+def test_locate_one_reproducible_workload_exits_0_with_text() -> None:
+    proc = detbench_cli("locate", f"{FILE}:clean_training", "--until", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "reproducible: all" in proc.stdout and "2 fresh processes" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope.py"], "nope.py"),
+        ([f"{FILE}:missing"], "no workload 'missing'"),
+        ([str(FILE), "--replicates", "1"], "at least 2"),
+        ([str(FILE), "--mode", "fastest"], "unknown mode"),
+    ],
+)
+def test_bad_input_is_one_line(args: list[str], message: str) -> None:
+    proc = detbench_cli("locate", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+# --- the recorder and the comparison, in this process ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def clean_stream(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    load_file(str(FILE))
+    w = registry()["locate/clean_training"]
+    out = record_workload(w, get_mode("default"), torch.device("cpu"), 1, 0, "quick", set(),
+                          tmp_path_factory.mktemp("saved"))  # fmt: skip
+    assert out["status"] == "ok", out["error"]
+    ops: list[dict[str, Any]] = out["ops"]
+    return ops
+
+
+def test_the_recorder_sees_every_phase_and_module(clean_stream: list[dict[str, Any]]) -> None:
+    phases = [op["phase"] for op in clean_stream]
+    assert phases[0] == "build" and {"forward", "backward", "optimizer"} <= set(phases)
+    assert {op["module"] for op in clean_stream if op["op"] == "aten.addmm"} == {"0", "2"}
+    two = [op for op in clean_stream if op["op"] == "aten.max"]  # values and indices
+    assert len(two) == 1 and len(two[0]["out"]) == 2
+    assert any(op.get("view") for op in clean_stream)  # views are recorded, not digested
+    inplace = [op for op in clean_stream if op["op"] == "aten.mul_"]
+    assert inplace and inplace[0]["in"][0] == inplace[0]["out"][0]  # x.mul_(1.0): same bits
+    custom = [op for op in clean_stream if op.get("node") == "SquareBackward"]
+    assert custom and all(op["func"] == "backward" for op in custom)  # its own lines
+
+
+def test_compare_names_the_first_op_with_equal_inputs(clean_stream: list[dict[str, Any]]) -> None:
+    a = clean_stream
+    b = json.loads(json.dumps(a))
+    i = next(k for k, op in enumerate(b) if op["op"] == "aten.relu")
+    b[i]["out"] = ["changed"]
+    for op in b[i + 1 :]:  # what reads relu's output now differs too
+        if a[i]["out"][0] in op.get("in", []):
+            op["in"] = ["changed" if d == a[i]["out"][0] else d for d in op["in"]]
+            op["out"] = [f"{d}+" for d in op.get("out", [])]
+    c = compare(a, b)
+    assert c.culprits == [i] and c.first_difference == i and c.carried >= 1
+    assert compare(a, a).culprits == [] and compare(a, a[:-3]).parted_at == len(a) - 3
+
+
+def test_the_catalog_lookup_follows_device_and_phase() -> None:
+    hit = documented(["aten.index_put_"], "cpu", "forward")
+    assert hit is not None and "CPU" in hit.condition
+    assert documented(["aten.index_put", "aten.index"], "cpu", "backward").op.endswith("getitem__")
+    assert documented(["aten.index"], "cpu", "forward") is None  # only its backward is listed
+    assert documented(["aten.addmm"], "cpu", "forward") is None
