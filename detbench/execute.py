@@ -99,6 +99,12 @@ def execute(
         )
         return 130
     print(summary(load_results(out)))
+    if getattr(args, "locate", False):
+        from detbench.locate_report import locate_run
+
+        located = locate_run(out, sys.stderr)
+        print(f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
+              f"{out / 'located.json'}")  # fmt: skip
     if not args.no_report:
         from detbench.report import write_report
 

@@ -3,12 +3,14 @@ and the report's "Located" section for a run made with ``--locate``."""
 
 from __future__ import annotations
 
-import html
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+#: The columns of the report's table.
+HEADER = ["workload [mode]", "culprit (phase)", "module", "line", "difference",
+          "documented / fixed"]  # fmt: skip
 #: The file a run made with ``--locate`` keeps the located culprits in.
 LOCATED_FILE = "located.json"
 
@@ -130,6 +132,7 @@ def to_json(located: list[dict[str, Any]]) -> str:
 
 
 def load(run_dir: Path) -> list[dict[str, Any]]:
+    """What ``run --locate`` found for the run in ``run_dir`` ([] when it was not asked)."""
     path = run_dir / LOCATED_FILE
     if not path.exists():
         return []
@@ -137,17 +140,17 @@ def load(run_dir: Path) -> list[dict[str, Any]]:
     return list(doc.get("located", []))
 
 
-def section(run_dir: Path) -> str:
-    """The report's "Located" section (HTML), or "" for a run made without ``--locate``."""
-    located = load(run_dir)
+def blocks(located: list[dict[str, Any]]) -> list[Any]:
+    """The report's "Located" section: [] for a run made without ``--locate``."""
+    from detbench.render import Code, Heading, Para, Table
+
     if not located:
-        return ""
-    rows = []
+        return []
+    rows: list[list[str | Code]] = []
     for loc in located:
-        name = html.escape(f"{loc['workload']} [{loc['mode']}]")
+        name = f"{loc['workload']} [{loc['mode']}]"
         if loc.get("error"):
-            rows.append(f"<tr><td>{name}</td><td colspan='5'>could not be recorded: "
-                        f"{html.escape(str(loc['error']))}</td></tr>")  # fmt: skip
+            rows.append([name, "could not be recorded", "", "", str(loc["error"])[:200], ""])
             continue
         if not loc["culprits"]:
             what = (
@@ -155,35 +158,64 @@ def section(run_dir: Path) -> str:
                 if loc["reproducible"]
                 else "no op with equal inputs was seen to differ"
             )
-            rows.append(f"<tr><td>{name}</td><td colspan='5'>{what}</td></tr>")
+            rows.append([name, what, "", "", "", ""])
             continue
         for c in loc["culprits"]:
             fixed = {True: "yes", False: "no", None: "unknown"}[
                 c.get("fixed_by_deterministic_mode")
             ]
-            where = f"{_shown(c['file'])}:{c['line']}"
-            rows.append(
-                "<tr>"
-                f"<td>{name}</td>"
-                f"<td><code>{html.escape(c['op'])}</code> ({html.escape(c['phase'])})</td>"
-                f"<td>{html.escape(_module(c))}</td>"
-                f"<td><code>{html.escape(where)}</code><br><small><code>"
-                f"{html.escape(c.get('code', ''))}</code></small></td>"
-                f"<td>{html.escape(_size(c))}</td>"
-                f"<td>{'yes' if c.get('documented') else 'no'} / {fixed}</td>"
-                "</tr>"
-            )
-    return (
-        "<h2 id='located'>Located</h2>\n"
-        "<p>For each nondeterministic (workload, mode) of this run, <code>detbench locate</code> "
-        "recorded every op in fresh processes and compared them: a culprit is an op whose "
-        "inputs were bitwise equal in both runs and whose outputs were not.</p>\n"
-        "<table><thead><tr><th>workload [mode]</th><th>culprit (phase)</th><th>module</th>"
-        "<th>line</th><th>difference</th><th>documented / fixed by "
-        "<code>cudnn-det+det-algos</code></th></tr></thead><tbody>\n"
-        + "\n".join(rows)
-        + "\n</tbody></table>\n"
-    )
+            rows.append([
+                name, Code(f"{c['op']} ({c['phase']})"), _module(c).removeprefix("module "),
+                Code(f"{_shown(c['file'])}:{c['line']}  {c.get('code', '')}".strip()),
+                _size(c), f"{'yes' if c.get('documented') else 'no'} / {fixed}",
+            ])  # fmt: skip
+    return [
+        Heading(2, "Located"),
+        Para(
+            "For each nondeterministic (workload, mode) of this run, detbench locate recorded "
+            "every op of its build and fingerprint steps in fresh processes and compared them: "
+            "a culprit is an op whose inputs were bitwise equal in both runs and whose outputs "
+            "were not; the ops after it only carried the difference. Documented: the installed "
+            "torch lists the op as nondeterministic. Fixed: the culprit no longer differs in "
+            "cudnn-det+det-algos."
+        ),
+        Table(HEADER, rows),
+    ]
+
+
+def locate_run(run_dir: Path, stream: Any) -> list[dict[str, Any]]:
+    """``run --locate``: locate every nondeterministic (workload, mode) of the run in
+    ``run_dir``, and keep the answers in its ``located.json``."""
+    from detbench import analysis
+    from detbench.locate import locate
+    from detbench.results import load_env, load_results
+    from detbench.workload import load_file, registry
+
+    df = load_results(run_dir)
+    env = load_env(run_dir)
+    v = analysis.verdicts(df)
+    bad = v[v["verdict"] == "nondeterministic"]
+    options = env.get("options") or {}
+    for src in options.get("sources") or []:
+        load_file(src)
+    known = registry()
+    todo: dict[tuple[str, str], list[str]] = {}
+    for r in bad.to_dict("records"):
+        key = f"{r['suite']}/{r['workload']}"
+        w = known.get(key)
+        if w is None or not w.source:
+            continue
+        todo.setdefault((w.source, str(r["mode"])), []).append(key)
+    found: list[dict[str, Any]] = []
+    for (source, mode), keys in todo.items():
+        print(f"detbench: locating {', '.join(keys)} in {mode}", file=stream)
+        for loc in locate(source, options.get("device"), mode, profile=options.get("profile"),
+                          stream=stream, only=keys):  # fmt: skip
+            found.append(loc.to_json())
+    tmp = run_dir / (LOCATED_FILE + ".tmp")
+    tmp.write_text(json.dumps({"located": found}, indent=1, default=str))
+    tmp.replace(run_dir / LOCATED_FILE)
+    return found
 
 
 # --- the command -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from detbench import analysis, attribution_report, invariance_report
+from detbench import analysis, attribution_report, invariance_report, locate_report
 from detbench.conditions import precision_blocks, quality_blocks, warnings
 from detbench.method import environment_table, method_blocks
 from detbench.plots import Plot, write_plots
@@ -269,6 +269,7 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
     blocks += recommendation_blocks(rec, costs, baseline, run_device(df))
     blocks += attribution_report.blocks(df, env, plots)  # an attribution study's own section
     blocks += invariance_report.blocks(df, env, plots)  # the batch-invariance section
+    blocks += locate_report.blocks(env.get("located") or [])  # a run made with --locate
     blocks += precision_blocks(df, baseline)
     blocks += recipe_blocks(df)
     warn = warnings(df, v, env, costs)
@@ -315,6 +316,7 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
 
         raise ResultsError(f"{d}: results.jsonl holds no records yet")
     env = load_env(d) if (d / ENV_FILE).exists() else {}
+    env["located"] = locate_report.load(d)  # what run --locate found, kept beside env.json
     rec = analysis.recommendations(df)
     plots = write_plots(df, d / PLOTS_DIR, rec)
     plots += attribution_report.write_plots(df, env, d / PLOTS_DIR)
