@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import torch
 
+from detbench import locate_report
+from detbench.cli import main
 from detbench.locate import compare, documented
 from detbench.locate_record import record_workload
 from detbench.modes import get_mode
@@ -28,13 +30,22 @@ def line_of(marker: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def located() -> dict[str, dict[str, Any]]:
-    """One `detbench locate --json` over the file's racing and clean workloads: 2 fresh processes
-    to find (3 while they agree), 2 or 3 to measure, 2 in the deterministic mode."""
-    proc = detbench_cli("locate", str(FILE), "--json", "--until", "3")
-    assert proc.returncode == 1, proc.stderr  # something differs
-    assert "process 1 (find, default)" in proc.stderr  # progress on stderr
-    return {d["workload"].split("/")[1]: d for d in json.loads(proc.stdout)}
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One `detbench run --locate` of the file (2 fresh processes per mode), which then locates
+    each nondeterministic workload: 2 fresh processes to find, 2 or 3 to measure, 2 in the
+    deterministic mode."""
+    out = tmp_path_factory.mktemp("run") / "out"
+    proc = detbench_cli("run", "--workload", str(FILE), "--mode", "default", "--replicates",
+                        "2", "--device", "cpu", "--budget", "0.01", "--out", str(out),
+                        "--locate")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "detbench locate: process 1 (find, default)" in proc.stderr  # progress on stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def located(run_dir: Path) -> dict[str, dict[str, Any]]:
+    return {d["workload"].split("/")[1]: d for d in locate_report.load(run_dir)}
 
 
 def only_culprit(d: dict[str, Any]) -> dict[str, Any]:
@@ -85,30 +96,35 @@ def test_a_custom_functions_backward_is_located_at_its_own_line(located: dict[st
     assert c["node"] == "ScatterBackward"
 
 
-def test_a_reproducible_model_reports_none(located: dict[str, Any]) -> None:
-    d = located["clean_training"]
-    assert d["reproducible"] is True and d["culprits"] == [] and d["outputs_reproducible"]
-    assert d["processes"] == 3  # two agreed, so a third was run (--until 3)
-
-
-def test_torch_compile_is_said_to_run_eagerly(located: dict[str, Any]) -> None:
-    d = located["compiled_mlp"]
-    assert d["compiled"] == [{"file": str(FILE.resolve()), "line": line_of("COMPILE")}]
-    assert any("ran eagerly" in n for n in d["notes"])
+def test_only_what_differed_is_located_and_the_report_shows_it(
+    located: dict[str, Any], run_dir: Path
+) -> None:
+    assert {"pooled_forward", "gather_backward", "functional_race"} <= set(located)
+    assert "clean_training" not in located and "compiled_mlp" not in located
+    report = (run_dir / "report.md").read_text()
+    assert "## Located" in report
+    assert f"tests/workloads/locate_me.py:{line_of('RACE forward')}" in report
+    text = locate_report.to_text([located["pooled_forward"]])
+    assert "NOT reproducible" in text and "1 culprit (inputs equal, outputs not):" in text
+    assert "module encoder.pool (SlotPool)" in text
 
 
 def test_reading_uninitialized_memory_blames_the_read(located: dict[str, Any]) -> None:
-    d = located["reads_uninitialized"]
     # What a fresh buffer holds is up to the allocator: equal or not, never blamed on empty().
-    for c in d["culprits"]:
+    for c in located.get("reads_uninitialized", {"culprits": []})["culprits"]:
         assert (c["op"], c["line"]) == ("aten.sum", line_of("READS"))
         assert "aten.empty" in c["reads_uninitialized_from"]
 
 
-def test_locate_one_reproducible_workload_exits_0_with_text() -> None:
-    proc = detbench_cli("locate", f"{FILE}:clean_training", "--until", "2")
+def test_a_reproducible_model_reports_none_and_exits_0() -> None:
+    proc = detbench_cli("locate", f"{FILE}:clean_training", "--until", "3", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert "reproducible: all" in proc.stdout and "2 fresh processes" in proc.stdout
+    d = json.loads(proc.stdout)
+    assert d["workload"] == "locate/clean_training"
+    assert d["reproducible"] is True and d["culprits"] == [] and d["outputs_reproducible"]
+    assert d["processes"] == 3  # two agreed, so a third was run (--until 3)
+    text = locate_report.to_text([d])
+    assert "reproducible: all" in text and "3 fresh processes" in text
 
 
 @pytest.mark.parametrize(
@@ -120,10 +136,12 @@ def test_locate_one_reproducible_workload_exits_0_with_text() -> None:
         ([str(FILE), "--mode", "fastest"], "unknown mode"),
     ],
 )
-def test_bad_input_is_one_line(args: list[str], message: str) -> None:
-    proc = detbench_cli("locate", *args)
-    assert proc.returncode == 2
-    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+def test_bad_input_is_one_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["locate", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 # --- the recorder and the comparison, in this process ------------------------------------------
@@ -151,6 +169,16 @@ def test_the_recorder_sees_every_phase_and_module(clean_stream: list[dict[str, A
     assert inplace and inplace[0]["in"][0] == inplace[0]["out"][0]  # x.mul_(1.0): same bits
     custom = [op for op in clean_stream if op.get("node") == "SquareBackward"]
     assert custom and all(op["func"] == "backward" for op in custom)  # its own lines
+
+
+@pytest.mark.filterwarnings("ignore:Using `torch.compile")  # torch's note on global hooks
+def test_torch_compile_runs_eagerly_under_the_recorder(tmp_path: Path) -> None:
+    load_file(str(FILE))
+    w = registry()["locate/compiled_mlp"]
+    out = record_workload(w, get_mode("default"), torch.device("cpu"), 1, 0, "quick", set(),
+                          tmp_path)  # fmt: skip
+    assert out["compiled"] == [{"file": str(FILE.resolve()), "line": line_of("COMPILE")}]
+    assert any(op["op"] == "aten.addmm" for op in out["ops"])  # seen op by op
 
 
 def test_compare_names_the_first_op_with_equal_inputs(clean_stream: list[dict[str, Any]]) -> None:
