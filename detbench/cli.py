@@ -104,7 +104,13 @@ def _default_out(device: str, profile: str) -> Path:
 
 def _run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
     """The run the options ask for (``--resume``: the run in DIR, with its own options)."""
-    from detbench.config import DEFAULT_TIMEOUT, STARTUP_TIMEOUT, RunConfig, resume_config
+    from detbench.config import (
+        DEFAULT_TIMEOUT,
+        STARTUP_TIMEOUT,
+        RunConfig,
+        parse_devices,
+        resume_config,
+    )
 
     if args.resume is not None:
         given = [
@@ -115,7 +121,13 @@ def _run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
                 f"--resume continues a run with its own options; give no {given[0]} with it"
             )
         return resume_config(Path(args.resume))
-    device = args.device or ("cuda" if cuda else "cpu")
+    devices = parse_devices(args.devices) if args.devices is not None else None
+    kind = devices[0].split(":")[0] if devices else None
+    if kind is not None and args.device is not None and args.device != kind:
+        raise UserError(
+            f"--devices {args.devices} runs on {kind}, but --device {args.device} says otherwise"
+        )
+    device = args.device or kind or ("cuda" if cuda else "cpu")
     profile = args.profile or ("full" if device == "cuda" else "quick")
     from detbench.settings import parse_assignments
 
@@ -140,6 +152,7 @@ def _run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         startup_timeout=STARTUP_TIMEOUT if args.startup_timeout is None else args.startup_timeout,
         only=args.only,
         settings=dict(overrides),
+        devices=devices,
     )
 
 
@@ -162,7 +175,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 #: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
 RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
-               "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set")  # fmt: skip
+               "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set",
+               "devices")  # fmt: skip
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -274,6 +288,13 @@ def run_options(q: argparse.ArgumentParser) -> None:
     q.add_argument(
         "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is present, else cpu"
     )
+    q.add_argument(
+        "--devices",
+        metavar="LIST",
+        help="run workers side by side, one per device at a time: GPUs (cuda:0,cuda:1,...) or "
+        "cpu entries (cpu,cpu: two CPU workers, each with its share of the cores); replicates "
+        "of a mode spread over the devices, and records say where each ran (device_name)",
+    )
     q.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     q.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
     q.add_argument(
@@ -371,6 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a setting from 'detbench settings' applied to every mode of the run (repeatable), "
         "e.g. --set fill_uninitialized_memory=off; the modes' names then carry it",
     )
+    r.add_argument(
+        "--locate",
+        action="store_true",
+        help="after the run, locate the op, module and line where each nondeterministic "
+        "(workload, mode) parts from run to run (detbench locate; the report shows them)",
+    )
     r.set_defaults(func=_cmd_run)
 
     rep = sub.add_parser(
@@ -417,9 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
     idx.add_argument("dir", metavar="DIR", nargs="?", default="results")
     idx.set_defaults(func=_cmd_index)
 
-    from detbench import attribution  # imports cli only inside its functions
+    from detbench import attribution, locate_report  # import cli only inside their functions
 
     attribution.add_parser(sub)
+    locate_report.add_parser(sub)
     return p
 
 

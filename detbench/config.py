@@ -4,13 +4,14 @@ anything is written."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from detbench.errors import DetbenchError
-from detbench.modes import MODES, Mode, get_mode
+from detbench.modes import CUBLAS_ENV, MODES, Mode, get_mode
 from detbench.results import ENV_FILE, iter_records, load_env
 from detbench.workload import Workload, builtin_suite_files, load_file
 
@@ -84,14 +85,58 @@ class RunConfig:
     only_for: dict[str, list[str]] | None = None
     #: The study this run is part of (an attribution study's definition), written to env.json.
     study: dict[str, Any] | None = None
+    #: ``--devices``: the devices whose workers run in parallel, one worker per device at a time,
+    #: as names (``parse_devices``: "cuda:0", "cuda:1"; "cpu:0", "cpu:1" for two cpu entries).
+    #: None: one worker at a time on ``device``, as without the option.
+    devices: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.fingerprint is None:
             self.fingerprint = "device" if self.device == "cuda" else "sha256"
 
+    @property
+    def device_names(self) -> list[str]:
+        """The devices the run's workers run on: ``devices``, or the one ``device``."""
+        return list(self.devices) if self.devices else [f"{self.device}:0"]
+
+    @property
+    def parallel_cpu(self) -> bool:
+        """Whether CPU workers run side by side (``--devices cpu,cpu``): they share the cores."""
+        return self.device == "cpu" and len(self.device_names) > 1
+
     def setting(self, key: str) -> Any:
         value = getattr(self, key)
         return PROFILE_DEFAULTS[self.profile][key] if value is None else value
+
+    def options_json(
+        self, workloads: list[Workload], sources: list[str], threads: int | None, target: float
+    ) -> dict[str, Any]:
+        """The run's options as env.json keeps them, for the report and for ``--resume``;
+        ``threads``: each parallel CPU worker's share of torch's threads (None: not parallel)."""
+        return {
+            "argv": sys.argv,
+            "suites": sorted({w.suite for w in workloads}),
+            "workloads": [w.key for w in workloads],
+            "sources": sources,
+            "modes": [m.name for m in self.modes],
+            "settings": self.settings,
+            "only_for": self.only_for,
+            "replicates": self.replicates,
+            "profile": self.profile,
+            "device": self.device,
+            "devices": self.devices,
+            "threads_per_worker": threads,
+            "seed": self.seed,
+            "fingerprint_steps": self.setting("fingerprint_steps"),
+            "warmup_steps": self.setting("warmup_steps"),
+            "budget": self.setting("budget"),
+            "target_rel": target,
+            "min_samples": MIN_SAMPLES,
+            "fingerprint": self.fingerprint,
+            "timeout": self.timeout,
+            "startup_timeout": self.startup_timeout,
+            "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
+        }
 
 
 def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
@@ -169,6 +214,7 @@ def resume_config(directory: Path) -> RunConfig:
             settings=dict(o.get("settings") or {}),
             only_for=o.get("only_for"),
             study=env.get("study"),
+            devices=o.get("devices"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None
@@ -176,6 +222,66 @@ def resume_config(directory: Path) -> RunConfig:
         if not s.is_file():
             raise RunError(f"cannot resume: the run's workload file {s} no longer exists")
     return config
+
+
+def parse_devices(text: str) -> list[str]:
+    """The names of ``--devices cpu,cpu`` or ``--devices cuda:0,cuda:1``: ``cuda:N`` as given
+    (each at most once: one worker per GPU at a time), and ``cpu`` entries numbered in order
+    (``cpu:0``, ``cpu:1``), since several CPU workers share one host. Refused: an empty or
+    unknown entry, a GPU named twice, and a list that mixes cpu and cuda (their timings and
+    fingerprints would be compared as if from one kind of device)."""
+    names: list[str] = []
+    kinds: set[str] = set()
+    for entry in text.split(","):
+        e = entry.strip().lower()
+        if e == "cpu":
+            names.append(f"cpu:{sum(n.startswith('cpu') for n in names)}")
+            kinds.add("cpu")
+            continue
+        kind, colon, index = e.partition(":")
+        if kind != "cuda" or not colon or not index.isdigit():
+            raise RunError(
+                f"--devices: unknown device {entry.strip()!r}; give cpu entries or CUDA GPUs "
+                "by index, e.g. --devices cuda:0,cuda:1 or --devices cpu,cpu"
+            )
+        name = f"cuda:{int(index)}"
+        if name in names:
+            raise RunError(f"--devices: {name} is listed twice; one worker per GPU at a time")
+        names.append(name)
+        kinds.add("cuda")
+    if len(kinds) > 1:
+        raise RunError(f"--devices {text}: mixes cpu and cuda; give only GPUs or only cpu entries")
+    return names
+
+
+def check_devices(config: RunConfig, cuda_available: bool) -> None:
+    """Refuse a ``--devices`` list this machine cannot run: a GPU index beyond the GPUs torch
+    sees here, or more cpu workers than cores."""
+    if not config.devices:
+        return
+    kind = config.devices[0].split(":")[0]
+    if kind != config.device:
+        raise RunError(
+            f"--devices {','.join(config.devices)} runs on {kind}, but the run's device is "
+            f"{config.device}"
+        )
+    if kind == "cuda":
+        import torch
+
+        count = torch.cuda.device_count() if cuda_available else 0
+        beyond = [n for n in config.devices if int(n.split(":")[1]) >= count]
+        if beyond:
+            seen = f"cuda:0 to cuda:{count - 1}" if count else "none"
+            raise RunError(
+                f"--devices: no {beyond[0]} here: torch sees {count} CUDA GPU(s) ({seen})"
+            )
+    else:
+        cores = os.cpu_count() or 1
+        if len(config.devices) > cores:
+            raise RunError(
+                f"--devices: {len(config.devices)} cpu workers on a host with {cores} cores; "
+                f"give at most {cores}"
+            )
 
 
 def validate(config: RunConfig, cuda_available: bool) -> None:
@@ -198,3 +304,4 @@ def validate(config: RunConfig, cuda_available: bool) -> None:
         raise RunError(
             f"unknown --fingerprint {config.fingerprint!r}; use {', '.join(FINGERPRINTS)}"
         )
+    check_devices(config, cuda_available)

@@ -110,7 +110,8 @@ def execute(
 
         _, page = write_report(out)
         print(f"\nreport: {page}")
-    measured = stats.wall - stats.timing - stats.fingerprint - stats.invariance
+    # With devices side by side the phases add up over them: compare device-seconds.
+    measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
     print(
         f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
         f"{est.seconds:.0f} s: timing {stats.timing:.0f} s, fingerprint "
@@ -121,7 +122,8 @@ def execute(
         + (f"batch invariance {stats.invariance:.0f} s, " if stats.invariance else "")
         + f"clean-up {stats.cleanup:.0f} s, worker exit "
         f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
-        f"{100 * measured / max(stats.wall, 1e-9):.0f}% of the wall time)"
+        f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
+        + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
     )
     if stats.timing_target_missed:
         print(

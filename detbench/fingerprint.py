@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -144,7 +145,7 @@ def save_reference(
 ) -> None:
     arrays, complete = reference_arrays(outputs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp.npz")  # devices side by side
     meta = {
         "__fingerprint__": np.array(fingerprint),
         "__complete__": np.array(complete),

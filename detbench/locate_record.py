@@ -39,8 +39,8 @@ measures the size of a difference). The stream goes to the job's ``out`` file as
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
-import itertools
 import json
 import os
 import sys
@@ -52,7 +52,6 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from detbench import digest
 
@@ -104,10 +103,12 @@ class _Hasher:
         self.sampled = 0
 
     def __call__(self, t: torch.Tensor) -> str | int:
-        t = t.detach()
         if t.layout != torch.strided:
             t = t.to_dense()
-        t = t.resolve_conj().resolve_neg()
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
         head = f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
         if t.numel() > SAMPLE_ABOVE:
             stride = -(-t.numel() // SAMPLE_ABOVE)
@@ -115,10 +116,14 @@ class _Hasher:
             self.sampled += 1
             head += "~"
         if t.device.type == "cpu":
-            data = t.contiguous().reshape(-1).view(torch.uint8).numpy()
-            return head + ":" + hashlib.sha256(data.data).hexdigest()[:32]
+            if not t.is_contiguous():
+                t = t.contiguous()
+            # The bytes read straight from memory: no tensor op per digest (ops cost more than
+            # hashing the few bytes most of them produce).
+            data = ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+            return head + ":" + hashlib.sha256(data).hexdigest()[:32]
         self.handles += 1
-        self.pending.append((self.handles, digest.device_lanes(t), head))
+        self.pending.append((self.handles, digest.device_lanes(t.detach()), head))
         return self.handles
 
     def flush(self, ops: list[dict[str, Any]]) -> None:
@@ -172,11 +177,12 @@ class Recorder(TorchDispatchMode):
         stack = self._stack
 
         def pre(module: torch.nn.Module, args: Any) -> None:
-            stack().append(module)
+            s = stack()
+            s.append((module, self._path_in(s, module), type(module).__name__))
 
         def post(module: torch.nn.Module, args: Any, out: Any) -> None:
             s = stack()
-            if s and s[-1] is module:
+            if s and s[-1][0] is module:
                 s.pop()
 
         self._handles.append(hooks.register_module_forward_pre_hook(pre))
@@ -206,26 +212,31 @@ class Recorder(TorchDispatchMode):
             h.remove()
         self._handles = []
 
-    def _stack(self) -> list[torch.nn.Module]:
-        s: list[torch.nn.Module] | None = getattr(self._modules, "stack", None)
+    def _stack(self) -> list[tuple[torch.nn.Module, str, str]]:
+        """The modules whose forward is running, innermost last: (module, path, class)."""
+        s: list[tuple[torch.nn.Module, str, str]] | None = getattr(self._modules, "stack", None)
         if s is None:
             s = self._modules.stack = []
         return s
 
+    def _path_in(self, s: list[tuple[torch.nn.Module, str, str]], child: torch.nn.Module) -> str:
+        """``child``'s path: its caller's path and its name in the caller (computed once per
+        call of a module, not per op)."""
+        if not s:
+            return ""
+        parent, path, _ = s[-1]
+        names = self._names.get(id(parent))
+        if names is None:
+            names = {id(m): n for n, m in parent.named_modules() if n}
+            self._names[id(parent)] = names
+        name = names.get(id(child))
+        if name is None:  # not a submodule of its caller (a module passed in): keep the path
+            return path
+        return f"{path}.{name}" if path else name
+
     def _module_path(self) -> tuple[str | None, str | None]:
         s = self._stack()
-        if not s:
-            return None, None
-        parts = []
-        for parent, child in itertools.pairwise(s):
-            names = self._names.get(id(parent))
-            if names is None:
-                names = {id(m): n for n, m in parent.named_modules() if n}
-                self._names[id(parent)] = names
-            name = names.get(id(child))
-            if name is not None:
-                parts.append(name)
-        return ".".join(parts), type(s[-1]).__name__
+        return (s[-1][1], s[-1][2]) if s else (None, None)
 
     def _where(self) -> tuple[str, int, str, bool]:
         """The innermost frame of the user's code: (file, line, function, called_backward),
@@ -297,8 +308,7 @@ class Recorder(TorchDispatchMode):
         i = len(self.ops)
         node = self._node() if self._node is not None else None
         seq = self._seq() if self._seq is not None and node is None else None
-        flat_in, _ = tree_flatten((args, kwargs))
-        tin = [a for a in flat_in if isinstance(a, torch.Tensor)]
+        tin = _tensors(args) + (_tensors(kwargs.values()) if kwargs else [])
         schema = getattr(func, "_schema", None)
         returns = list(getattr(schema, "returns", []) or [])
         view = bool(returns) and all(
@@ -334,8 +344,8 @@ class Recorder(TorchDispatchMode):
                 "uninitialized" if j in uninit_reads else self._digest(t) for j, t in enumerate(tin)
             ]
         out = func(*args, **kwargs)
-        flat_out, _ = tree_flatten(out)
-        tout = [o for o in flat_out if isinstance(o, torch.Tensor)]
+        flat_out = out if isinstance(out, list | tuple) else [out]
+        tout = _tensors(flat_out)
         fresh = [r.alias_info is None for r in returns]
         for t, new in zip(tout, fresh, strict=False):
             ptr = self._storage(t) if new and self._uninit else None
@@ -368,6 +378,18 @@ class Recorder(TorchDispatchMode):
         """Resolve the step's pending device digests (one copy to the host)."""
         self.hasher.flush(self.ops[self._flushed :])
         self._flushed = len(self.ops)
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    """The tensors among an op's arguments or results (ATen's are flat but for lists of
+    tensors: a faster walk than a general pytree flatten)."""
+    out: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, list | tuple):
+            out += [x for x in v if isinstance(x, torch.Tensor)]
+    return out
 
 
 def _keep(t: torch.Tensor) -> torch.Tensor | None:

@@ -1,10 +1,16 @@
 """The orchestrator: the plan's workers run one after another, records written as they come.
 
-``detbench.schedule`` decides the order (replicates outer, modes shuffled per replicate) and the
-estimate; ``detbench.supervise`` owns one worker's life (spawn, messages, pauses, limits). This
-module runs the plan: it starts the next worker while the current one measures, stores each
-record the moment it arrives, turns a worker that died or hung into records with a status, and
-keeps the run's statistics and its env.json.
+``detbench.schedule`` decides the order (replicates outer, modes shuffled per replicate), the
+device of each worker and the estimate; ``detbench.supervise`` owns one worker's life (spawn,
+messages, pauses, limits). This module runs the plan: it starts the next worker while the current
+one measures, stores each record the moment it arrives, turns a worker that died or hung into
+records with a status, and keeps the run's statistics and its env.json.
+
+With ``--devices`` each device runs its queue of workers ("lane") in a thread of its own, one
+worker at a time; a worker's fault costs its own records only. A worker sees only its GPU, as
+``cuda:0``. A lane's thread spawns and reaps its own workers (Linux sends the parent-death signal
+when the *thread* that spawned a worker ends). A later replicate's record waits while the first
+replicate of its (workload, mode), whose FLOP count it takes, still measures on another device.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,7 +38,6 @@ from detbench.config import (
     RunError,
     resolve_sources,
 )
-from detbench.modes import CUBLAS_ENV, record_fields
 from detbench.results import (
     ENV_FILE,
     RESULTS_FILE,
@@ -44,49 +51,34 @@ from detbench.results import (
     utc_now,
     write_json_atomic,
 )
-from detbench.schedule import Plan, Progress, Slot, make_plan
-from detbench.supervise import TIMEOUT, WorkerProcess, exit_description, log_tail, lost_keys
+from detbench.schedule import LaneQueues, Plan, Progress, Slot, make_plan
+from detbench.supervise import (
+    TIMEOUT,
+    Crew,
+    RunStats,
+    Stopped,
+    WorkerProcess,
+    ending,
+    gpu_visible,
+    log_tail,
+    lost_record,
+    side_by_side,
+    take_turn,
+)
 from detbench.workload import WorkloadError
 
-#: Workers in a row that fail to start before the run gives up (a broken GPU or install).
+#: Workers in a row (on one device) that fail to start before the run gives up (a broken GPU or
+#: install).
 MAX_FAILED_STARTS = 2
 
 
 @dataclass
-class RunStats:
-    """Where the wall time of a run went (seconds)."""
+class _Lane:
+    """One device's share of a run while it goes."""
 
-    wall: float = 0.0
-    startup: float = 0.0  # waiting for a worker to be ready: imports, mode, CUDA init
-    startup_cpu: float = 0.0  # the workers' own start-up work, most of it overlapped
-    build: float = 0.0
-    fingerprint: float = 0.0
-    count: float = 0.0  # the one step run under the FLOP counter
-    timing: float = 0.0
-    invariance: float = 0.0  # the batch-invariance pass: built and stepped at every batch size
-    cleanup: float = 0.0  # freeing a workload's objects (and CUDA cache) after it
-    shutdown: float = 0.0  # from a worker's last message to its exit (interpreter teardown)
-    workers: int = 0
-    records: int = 0
-    timing_target_missed: int = 0  # records whose samples hit the budget before the target
-    neighbour_pauses: int = 0  # timing passes during which the next worker's start-up was paused
-
-    @property
-    def other(self) -> float:
-        return (
-            self.wall
-            - self.startup
-            - self.build
-            - self.fingerprint
-            - self.count
-            - self.timing
-            - self.invariance
-            - self.cleanup
-            - self.shutdown
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "other": self.other}
+    index: int
+    name: str
+    failed_starts: int = 0
 
 
 class Runner:
@@ -98,6 +90,10 @@ class Runner:
         self._host: dict[str, Any] | None = None
         self._counted_flops: dict[tuple[str, str, str], float | None] = {}
         self._host_later: Callable[[], dict[str, Any]] = host_env
+        names = config.device_names
+        #: (workload, mode, replicate) -> the device its kept record ran on: the rest of the
+        #: run spreads beside them.
+        self._placed: dict[tuple[str, str, int], int] = {}
         if config.resume:
             self._previous = load_env(config.out)
             self._host = host_env()
@@ -108,19 +104,41 @@ class Runner:
                     self._counted_flops[(r["suite"], r["workload"], r["mode"])] = r.get(
                         "flops_per_step"
                     )
+                if r.get("device_name") in names:
+                    key = (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
+                    self._placed[key] = names.index(r["device_name"])
         else:
             self._refuse_used_directory()
         self.sources, self.workloads = resolve_sources(config)
         self.plan: Plan = make_plan(
             [w.key for w in self.workloads], config.modes, config.replicates, config.seed,
-            self.done, config.only_for,
+            self.done, config.only_for, lanes=len(names), placed=self._placed,
         )  # fmt: skip
+        import torch  # the CLI has it imported already
+
+        #: torch's threads in a worker, and with parallel CPU workers each one's share of them.
+        self.serial_threads = torch.get_num_threads()
+        self.threads_per_worker: int | None = (
+            max(1, self.serial_threads // len(names)) if config.parallel_cpu else None
+        )
         self.stats = RunStats()
         self.records: list[dict[str, Any]] = []
         self.device_env: dict[str, Any] | None = None
         self.gpu_state: dict[str, Any] = dict(self._previous.get("gpu_state") or {})
-        self._failed_starts = 0
         self._cache_dirs: list[str] = []  # compile caches of this run's workers, removed at the end
+        #: Each device's worker facts (its first worker's), for env.json and the report.
+        self.device_envs: dict[str, Any] = dict(self._previous.get("device_workers") or {})
+        # Shared by the lanes: records, progress, statistics, env.json; the workers alive.
+        self._lock = threading.RLock()
+        self.crew = Crew()
+        self._lanes_running = 1
+        # (suite, workload, mode) whose first replicate this run still has to store, and the
+        # later replicates' records that wait for its FLOP count.
+        self._first_todo = {
+            (*k.split("/", 1), s.mode.name)
+            for s in self.plan.slots if s.replicate == 0 for k in s.keys
+        }  # fmt: skip
+        self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
 
     @property
     def missing(self) -> int:
@@ -164,40 +182,36 @@ class Runner:
             "worker": self.device_env,
             "gpu_state": self.gpu_state,
             "mode_order": self.plan.order_json(),
+            **({"device_workers": self.device_envs} if c.devices else {}),
+            **(
+                {
+                    "parallel_timing_note": (
+                        f"{len(c.device_names)} CPU workers ran side by side with "
+                        f"{self.threads_per_worker} thread(s) each: their timings are not "
+                        "comparable with a serial run's"
+                    )
+                }
+                if self.threads_per_worker is not None
+                else {}
+            ),
             "study": c.study,
-            "options": {
-                "argv": sys.argv,
-                "suites": sorted({w.suite for w in self.workloads}),
-                "workloads": [w.key for w in self.workloads],
-                "sources": self.sources,
-                "modes": [m.name for m in c.modes],
-                "settings": c.settings,
-                "only_for": c.only_for,
-                "replicates": c.replicates,
-                "profile": c.profile,
-                "device": c.device,
-                "seed": c.seed,
-                "fingerprint_steps": c.setting("fingerprint_steps"),
-                "warmup_steps": c.setting("warmup_steps"),
-                "budget": c.setting("budget"),
-                "target_rel": TARGET_REL[c.device],
-                "min_samples": MIN_SAMPLES,
-                "fingerprint": c.fingerprint,
-                "timeout": c.timeout,
-                "startup_timeout": c.startup_timeout,
-                "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
-            },
+            "options": c.options_json(
+                self.workloads, self.sources, self.threads_per_worker, TARGET_REL[c.device]
+            ),
         }
 
     # -- workers -------------------------------------------------------------------------------
     def _spawn(self, slot: Slot, keys: list[str], logs: Path) -> WorkerProcess:
         c = self.config
+        name = c.device_names[slot.lane]
         job = {
             "mode": asdict(slot.mode),
             "mode_position": slot.position,
             "replicate": slot.replicate,
             "seed": c.seed,
             "device": c.device,
+            "device_name": name,
+            "num_threads": self.threads_per_worker,
             "profile": c.profile,
             "sources": self.sources,
             "workloads": keys,
@@ -212,6 +226,8 @@ class Runner:
             "launched_at": time.time(),
         }
         env = slot.mode.environment(os.environ)
+        if c.devices and c.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = gpu_visible(name, os.environ)
         if slot.mode.overrides.get("execution") == "compile":
             # Fresh compile caches in every worker: a cached autotuning choice or graph from an
             # earlier worker would hide the nondeterminism of compiling.
@@ -223,9 +239,12 @@ class Runner:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
         )
-        self.stats.workers += 1
-        log = logs / f"r{slot.replicate}-{slot.mode.name}.log"
-        return WorkerProcess(c.python, job, env, log)
+        worker = self.crew.spawn(
+            c.python, job, env, logs / f"r{slot.replicate}-{slot.mode.name}.log"
+        )
+        with self._lock:
+            self.stats.workers += 1
+        return worker
 
     def _drive(
         self,
@@ -234,119 +253,76 @@ class Runner:
         progress: Progress,
         writer: ResultWriter,
         neighbour: WorkerProcess | None,
+        lane: _Lane,
     ) -> list[str]:
-        """Run ``worker`` to its end while ``neighbour`` (the next worker) starts up beside it,
-        paused whenever ``worker`` takes timing samples. Return the keys it did not finish."""
+        """Run ``worker`` to its end (``supervise.take_turn``), its records stored as they come
+        and the workloads it took down with it recorded with their status. Return the keys it
+        did not finish."""
         c = self.config
-        keys = worker.keys
-        remaining = list(keys)
-        in_flight: str | None = None
-        started = timed_out = False
-        alone: bool | None = None  # None until a timing pass has started
-        why_timeout = ""
-        try:
-            worker.resume()  # it may have been paused as someone else's neighbour
-            t0 = time.perf_counter()
-            msg = worker.next(c.startup_timeout)
-            self.stats.startup += time.perf_counter() - t0
-            if msg is TIMEOUT:
-                timed_out = True
-                why_timeout = (
-                    f"the worker did not start within {c.startup_timeout:g} s (imports, mode, "
-                    "CUDA initialisation); killed"
-                )
-            elif msg is not None and msg["type"] == "ready":
-                started = True
-                self._failed_starts = 0
-                self.stats.startup_cpu += float(msg.get("startup_cpu_seconds") or 0.0)
-                if self._host is None:
-                    self._host = self._host_later()
-                if self.device_env is None:
-                    self.check_environment({"host": self._host, "worker": msg["device_env"]})
-                    self.device_env = msg["device_env"]
-                    write_json_atomic(c.out / ENV_FILE, self._env_doc())
-                worker.send("go")
-            while started:
-                msg = worker.next(c.timeout)
-                if msg is None:  # the worker exited
-                    break
-                if msg is TIMEOUT:
-                    timed_out = True
-                    why_timeout = f"exceeded the --timeout of {c.timeout:g} s; worker killed"
-                    break
-                kind = msg["type"]
-                if kind == "start":
-                    in_flight, alone = msg["workload"], None
-                    progress.show(slot, c.replicates, len(c.modes), msg["workload"])
-                elif kind == "phase":
-                    if msg["phase"] == "timing":
-                        alone = neighbour is None or neighbour.pause()
-                        self.stats.neighbour_pauses += neighbour is not None
-                        worker.send("ok")
-                    elif neighbour is not None:
-                        neighbour.resume()
-                elif kind == "record":
-                    # Whether no other worker of the run was running while this one timed.
-                    msg["record"]["timed_alone"] = alone
-                    self._store(msg["record"], writer)
-                    remaining.remove(in_flight)  # type: ignore[arg-type]
-                    in_flight = None
-                    progress.advance()
-                elif kind == "done":
-                    break
-            if timed_out:
-                worker.kill()
-        except BaseException:  # Ctrl-C or a failure of the runner itself: stop the worker now
-            worker.kill()
-            raise
-        finally:
-            if neighbour is not None:
-                neighbour.resume()
-            t_last = time.perf_counter()
-            code = worker.finish()
-            self.stats.shutdown += time.perf_counter() - t_last
-        if not remaining:
+        device = lane.name if len(c.device_names) > 1 else None
+
+        def ready(msg: dict[str, Any]) -> None:
+            lane.failed_starts = 0
+            self._ready(msg, lane)
+
+        def start(key: str) -> None:
+            with self._lock:
+                progress.show(slot, c.replicates, len(c.modes), key, device)
+
+        def others_idle() -> bool:  # other devices' workers run beside it, whatever they do
+            with self._lock:
+                return self._lanes_running <= 1
+
+        def record(rec: dict[str, Any]) -> None:
+            with self._lock:
+                self._store(rec, writer)
+                progress.advance()
+
+        limits = (c.startup_timeout, c.timeout)
+        turn = take_turn(worker, neighbour, self.crew, limits, ready, start, others_idle, record)
+        with self._lock:
+            self.stats.startup += turn.startup_wait
+            self.stats.shutdown += turn.shutdown
+            self.stats.neighbour_pauses += turn.neighbour_pauses
+        if not turn.remaining:
             return []
-        if not started:
-            self._failed_starts += 1
-        lost = lost_keys(keys, remaining, in_flight, started)
-        if timed_out:
-            status, why = "timeout", why_timeout
-        else:
-            when = "while running this workload" if in_flight else "before running it"
-            status = "crashed"
-            why = f"worker {exit_description(code)} {when}; log: {log_tail(worker.log)}"
-        for key in lost:
-            suite, name = key.split("/", 1)
-            self._store(
-                {
-                    "suite": suite,
-                    "workload": name,
-                    **record_fields(slot.mode),
-                    "settings_changed": None,  # unknown: the worker never said
-                    "replicate": slot.replicate,
-                    "mode_position": slot.position,
-                    "seed": c.seed,
-                    "device": c.device,
-                    "profile": c.profile,
-                    "status": status,
-                    "message": why,
-                    "exit_code": code,
-                    "fingerprint": None,
-                    "seconds_per_step": None,
-                    "items_per_second": None,
-                    "utc": utc_now(),
-                },
-                writer,
-            )
-            remaining.remove(key)
-            progress.advance()
-        if self._failed_starts >= MAX_FAILED_STARTS:
+        if self.crew.stopping:  # killed because the run stops: no fault of the workload's
+            raise Stopped
+        if not turn.started:
+            lane.failed_starts += 1
+        status, why = ending(turn, worker.log)
+        for key in turn.lost():
+            rec = lost_record(
+                key, slot.mode, status, why, turn.code, replicate=slot.replicate,
+                mode_position=slot.position, seed=c.seed, device=c.device,
+                device_name=lane.name, profile=c.profile, utc=utc_now(),
+            )  # fmt: skip
+            record(rec)
+            turn.remaining.remove(key)
+        if lane.failed_starts >= MAX_FAILED_STARTS:
+            on = f" on {lane.name}" if len(c.device_names) > 1 else ""
             raise RunError(
-                f"{self._failed_starts} workers in a row did not start ({status}: {why}); "
+                f"{lane.failed_starts} workers in a row did not start{on} ({status}: {why}); "
                 f"stopping. Records kept in {c.out}; resume with: detbench run --resume {c.out}"
             )
-        return remaining
+        return turn.remaining
+
+    def _ready(self, msg: dict[str, Any], lane: _Lane) -> None:
+        """A worker is ready: the first one's facts are checked (resume) and go to env.json, and
+        so does the first worker's of each device."""
+        with self._lock:
+            self.stats.startup_cpu += float(msg.get("startup_cpu_seconds") or 0.0)
+            if self._host is None:
+                self._host = self._host_later()
+            first = self.device_env is None
+            if first:
+                self.check_environment({"host": self._host, "worker": msg["device_env"]})
+                self.device_env = msg["device_env"]
+            new_device = self.config.devices and lane.name not in self.device_envs
+            if new_device:
+                self.device_envs[lane.name] = msg["device_env"]
+            if first or new_device:
+                write_json_atomic(self.config.out / ENV_FILE, self._env_doc())
 
     def _flops_from_first_replicate(self, rec: dict[str, Any]) -> None:
         """Fill the FLOPs of a later replicate from the first replicate's count of the same
@@ -365,6 +341,19 @@ class Runner:
             rec["flops_per_second"] = flops / rec["seconds_per_step"]
 
     def _store(self, rec: dict[str, Any], writer: ResultWriter) -> None:
+        """Write ``rec`` now; or, for a later replicate whose FLOPs come from a first replicate
+        still measuring on another device, when that one's record is written."""
+        key = (rec["suite"], rec["workload"], rec["mode"])
+        if rec.get("flops_pending") and key in self._first_todo:
+            self._held.setdefault(key, []).append(rec)
+            return
+        self._write(rec, writer)
+        if rec.get("replicate") == 0 and key in self._first_todo:
+            self._first_todo.discard(key)
+            for held in self._held.pop(key, []):
+                self._write(held, writer)
+
+    def _write(self, rec: dict[str, Any], writer: ResultWriter) -> None:
         self._flops_from_first_replicate(rec)
         writer.append(rec)
         self.records.append(rec)
@@ -392,7 +381,7 @@ class Runner:
             msg = worker.next(self.config.startup_timeout)
             seconds = time.perf_counter() - t0
             worker.kill()
-            worker.finish()
+            self.crew.finish(worker)
             tail = log_tail(worker.log)
         for d in self._cache_dirs:  # a compile mode's probe made one, as a worker would
             shutil.rmtree(d, ignore_errors=True)
@@ -427,26 +416,27 @@ class Runner:
         )  # fmt: skip
         if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
             write_json_atomic(out / ENV_FILE, self._env_doc())
-        slots = self.plan.slots
         progress = Progress(self.plan.records, estimate, self.stream)
+        queues = LaneQueues(self.plan, self._placed)
+        lanes = [_Lane(i, name) for i, name in enumerate(c.device_names)]
+        self.stats.devices = len(lanes)
         t0 = time.perf_counter()
         finished = False
-        pending: dict[int, WorkerProcess] = {}  # slot index -> its worker, started early
         with ResultWriter(out) as writer:
             try:
-                for i, slot in enumerate(slots):
-                    todo = list(slot.keys)
-                    while todo:
-                        worker = pending.pop(i, None) or self._spawn(slot, todo, logs)
-                        if i + 1 < len(slots) and i + 1 not in pending:
-                            nxt = slots[i + 1]
-                            pending[i + 1] = self._spawn(nxt, list(nxt.keys), logs)
-                        todo = self._drive(worker, slot, progress, writer, pending.get(i + 1))
+                each = [partial(self._run_lane, ln, queues, progress, writer, logs) for ln in lanes]
+                if len(lanes) == 1:
+                    each[0]()
+                else:  # each device's lane in a thread of its own
+                    self._lanes_running = len(lanes)
+                    side_by_side(each, c.device_names, self.crew, self._lane_ended)
                 finished = True
             finally:
-                for w in pending.values():  # interrupted: the early-started worker goes too
-                    w.kill()
-                    w.finish()
+                with self._lock:  # replicates still waiting for a count that will not come
+                    for key in list(self._held):
+                        for rec in self._held.pop(key):
+                            self._write(rec, writer)
+                self.stats.stolen = queues.stolen
                 for d in self._cache_dirs:
                     shutil.rmtree(d, ignore_errors=True)
                 progress.close()
@@ -465,6 +455,42 @@ class Runner:
                     with contextlib.suppress(OSError):
                         write_json_atomic(out / ENV_FILE, doc)
         return self.stats
+
+    def _lane_ended(self) -> None:
+        with self._lock:
+            self._lanes_running -= 1
+
+    def _run_lane(
+        self, lane: _Lane, queues: LaneQueues, progress: Progress, writer: ResultWriter, logs: Path
+    ) -> None:
+        """One device's workers, one at a time: each slot's worker, with the next slot's worker
+        started beside it (its neighbour); the workloads a dead worker did not reach go to a
+        fresh one."""
+        pending: tuple[Slot, WorkerProcess] | None = None  # the next slot, its worker started
+        worker: WorkerProcess | None = None
+        try:
+            while True:
+                if pending is not None:
+                    (slot, worker), pending = pending, None
+                else:
+                    taken = queues.take(lane.index)
+                    if taken is None:
+                        return
+                    slot, worker = taken, self._spawn(taken, list(taken.keys), logs)
+                nxt = queues.take(lane.index)
+                if nxt is not None:
+                    pending = (nxt, self._spawn(nxt, list(nxt.keys), logs))
+                while True:
+                    neighbour = pending[1] if pending is not None else None
+                    todo = self._drive(worker, slot, progress, writer, neighbour, lane)
+                    if not todo:
+                        break
+                    worker = self._spawn(slot, todo, logs)
+        finally:  # interrupted: the early-started worker goes too, and one never driven
+            for w in (worker, pending[1] if pending is not None else None):
+                if w is not None and not w.closed:
+                    w.kill()
+                    self.crew.finish(w)
 
 
 def prepare(config: RunConfig, stream: TextIO = sys.stderr) -> Runner:

@@ -10,15 +10,25 @@ Within a replicate the modes run in a shuffled order, drawn from a generator see
 makes whichever modes always run at that point of a replicate look expensive; shuffled, the same
 drift falls on different modes in each replicate and shows as spread between replicates instead of
 a bias (the report shows that spread).
+
+Devices (``--devices``): every slot is given a device before the run starts, in plan order: the
+device that has run the fewest replicates of the slot's mode so far (replicates of one mode
+spread over the devices, never stacked on one while another has none), then the one with the
+least work (records) planned, then the lowest index. Each device runs its slots in plan order,
+one worker at a time. A device whose queue is empty takes the last queued slot of the busiest
+other device (work stealing), only where that leaves the slot's mode on as many devices as
+before; the records say where each ran (``device_name``).
 """
 
 from __future__ import annotations
 
 import random
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.modes import Mode
@@ -50,6 +60,7 @@ class Slot:
     position: int  # the mode's place in this replicate's order
     mode: Mode
     keys: tuple[str, ...]
+    lane: int = 0  # the index of the device that runs it, in the plan's devices
 
 
 def mode_order(modes: Sequence[Mode], replicates: int, seed: int) -> list[list[Mode]]:
@@ -72,10 +83,16 @@ class Plan:
     # Mode names per replicate, in run order: every replicate's, also those a resumed run has.
     order: tuple[tuple[str, ...], ...]
     seed: int
+    #: How many devices run workers side by side (``--devices``); 1 without the option.
+    lanes: int = 1
 
     @property
     def records(self) -> int:
         return sum(len(s.keys) for s in self.slots)
+
+    def lane_slots(self, lane: int) -> list[Slot]:
+        """The slots planned for device ``lane``, in the order it runs them."""
+        return [s for s in self.slots if s.lane == lane]
 
     @property
     def workers(self) -> int:
@@ -85,6 +102,43 @@ class Plan:
         return {"seed": self.seed, "replicates": [list(r) for r in self.order]}
 
 
+#: (workload key, mode name, replicate) -> the device (index) its kept record ran on (a resumed
+#: run).
+Placed = Mapping[tuple[str, str, int], int]
+
+
+class _Spread:
+    """How many replicates of each (workload, mode) each device has run or is planned to run."""
+
+    def __init__(self, lanes: int, placed: Placed | None) -> None:
+        self.lanes = lanes
+        self.n: dict[tuple[str, str], list[int]] = {}
+        for (key, mode, _), lane in (placed or {}).items():
+            if 0 <= lane < lanes:
+                self._row((key, mode))[lane] += 1
+
+    def _row(self, kk: tuple[str, str]) -> list[int]:
+        return self.n.setdefault(kk, [0] * self.lanes)
+
+    def _rows(self, keys: Sequence[str], mode: Mode) -> list[list[int]]:
+        return [self._row((k, mode.name)) for k in keys]
+
+    def stacked(self, keys: Sequence[str], mode: Mode, lane: int) -> int:
+        """How many replicates of these (workload, mode) device ``lane`` already has."""
+        return sum(row[lane] for row in self._rows(keys, mode))
+
+    def move(self, keys: Sequence[str], mode: Mode, src: int | None, dst: int) -> None:
+        for row in self._rows(keys, mode):
+            if src is not None:
+                row[src] -= 1
+            row[dst] += 1
+
+    def keeps_spread(self, slot: Slot, src: int, dst: int) -> bool:
+        """Whether moving ``slot`` from device ``src`` to ``dst`` leaves each of its (workload,
+        mode) on as many devices as before."""
+        return not any(row[src] == 1 and row[dst] >= 1 for row in self._rows(slot.keys, slot.mode))
+
+
 def make_plan(
     keys: Sequence[str],
     modes: Sequence[Mode],
@@ -92,13 +146,21 @@ def make_plan(
     seed: int,
     done: set[tuple[str, str, int]] | frozenset[tuple[str, str, int]] = frozenset(),
     only_for: Mapping[str, Sequence[str]] | None = None,
+    lanes: int = 1,
+    placed: Placed | None = None,
 ) -> Plan:
     """Every (replicate, mode) that still has a workload to measure, in run order; ``done`` holds
     the (workload, mode, replicate) records a resumed run already has. ``only_for`` limits a
     mode (by name) to some of the workloads (an attribution study's attention-backend variants
-    run only on the workloads that use attention)."""
+    run only on the workloads that use attention). ``lanes``: the devices that run workers side
+    by side, each slot given one (see the module docstring); ``placed``: for a resumed run, the
+    devices its kept records ran on: the rest of a replicate goes where it began when that
+    stacks nothing, and the other replicates spread beside them."""
     order = mode_order(modes, replicates, seed)
     slots = []
+    load = [0] * lanes  # records planned per device
+    spread = _Spread(lanes, placed)
+    began = {(mode, r): lane for (_, mode, r), lane in (placed or {}).items()}
     for r, modes_r in enumerate(order):
         for position, mode in enumerate(modes_r):
             allowed = None if only_for is None else only_for.get(mode.name)
@@ -107,8 +169,51 @@ def make_plan(
                 if (k, mode.name, r) not in done and (allowed is None or k in allowed)
             )  # fmt: skip
             if todo:
-                slots.append(Slot(r, position, mode, todo))
-    return Plan(tuple(slots), tuple(tuple(m.name for m in r) for r in order), seed)
+                here = began.get((mode.name, r))
+                lane = min(
+                    range(lanes),
+                    key=lambda d: (spread.stacked(todo, mode, d), d != here, load[d], d),
+                )
+                spread.move(todo, mode, None, lane)
+                load[lane] += len(todo)
+                slots.append(Slot(r, position, mode, todo, lane))
+    return Plan(tuple(slots), tuple(tuple(m.name for m in r) for r in order), seed, lanes)
+
+
+class LaneQueues:
+    """The plan's slots queued per device while a run goes: each device takes its own in plan
+    order, and one with none left steals (see the module docstring). Thread-safe: the devices'
+    drivers take from it at the same time."""
+
+    def __init__(self, plan: Plan, placed: Placed | None = None) -> None:
+        self.lanes = plan.lanes
+        self.queues = [deque(plan.lane_slots(d)) for d in range(plan.lanes)]
+        self.spread = _Spread(plan.lanes, placed)
+        for s in plan.slots:
+            self.spread.move(s.keys, s.mode, None, s.lane)
+        self.stolen = 0
+        self._lock = threading.Lock()
+
+    def take(self, lane: int) -> Slot | None:
+        """Device ``lane``'s next slot: its own, else one stolen, else None (its work is done)."""
+        with self._lock:
+            if self.queues[lane]:
+                return self.queues[lane].popleft()
+            return self._steal(lane)
+
+    def _steal(self, lane: int) -> Slot | None:
+        def queued(d: int) -> int:
+            return sum(len(s.keys) for s in self.queues[d])
+
+        for d in sorted((d for d in range(self.lanes) if d != lane), key=lambda d: -queued(d)):
+            for s in reversed(self.queues[d]):
+                if not self.spread.keeps_spread(s, d, lane):
+                    continue  # a (workload, mode) would lose device d and stack on this one
+                self.queues[d].remove(s)
+                self.spread.move(s.keys, s.mode, d, lane)
+                self.stolen += 1
+                return replace(s, lane=lane)
+        return None
 
 
 @dataclass(frozen=True)
@@ -127,9 +232,23 @@ class Estimate:
     startup_waits: float = 0.0
     #: Records whose step is compiled (execution=compile): their compile time is not estimated.
     compiled_records: int = 0
+    #: Per device (``--devices``): its records and its start-up waits; empty: one device.
+    lane_records: tuple[int, ...] = ()
+    lane_waits: tuple[float, ...] = ()
+
+    @property
+    def lane_seconds(self) -> tuple[float, ...]:
+        """Each device's share: its records, its waits and the start-up of its first worker."""
+        return tuple(
+            (self.startup_seconds if n else 0.0) + w + n * self.per_record_seconds
+            for n, w in zip(self.lane_records, self.lane_waits, strict=True)
+        )
 
     @property
     def seconds(self) -> float:
+        """The run's seconds: with several devices side by side, the busiest device's."""
+        if len(self.lane_records) > 1:
+            return max(self.lane_seconds)
         return self.startup_seconds + self.startup_waits + self.records * self.per_record_seconds
 
     def to_json(self) -> dict[str, Any]:
@@ -142,6 +261,11 @@ class Estimate:
             "per_record_seconds": round(self.per_record_seconds, 4),
             "startup_waits_seconds": round(self.startup_waits, 1),
             "compiled_records": self.compiled_records,
+            **(
+                {"device_seconds": [round(x, 1) for x in self.lane_seconds]}
+                if len(self.lane_records) > 1
+                else {}
+            ),
         }
 
 
@@ -154,20 +278,24 @@ def estimate(
     plan: Plan, device: str, profile: str, budget: float, startup_seconds: float, measured: bool
 ) -> Estimate:
     per_record = per_record_seconds(device, profile, budget)
-    waits = sum(
-        max(0.0, startup_seconds - len(before.keys) * per_record)
-        for before in plan.slots[:-1]
-    )  # fmt: skip
+
+    def waits(slots: Sequence[Slot]) -> float:
+        return sum(max(0.0, startup_seconds - len(before.keys) * per_record)
+                   for before in slots[:-1])  # fmt: skip
+
+    lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
     return Estimate(
         records=plan.records,
         workers=plan.workers,
         startup_seconds=startup_seconds if plan.workers else 0.0,
         per_record_seconds=per_record,
         measured_startup=measured,
-        startup_waits=waits,
+        startup_waits=waits(plan.slots) if plan.lanes == 1 else max(map(waits, lanes)),
         compiled_records=sum(
             len(s.keys) for s in plan.slots if s.mode.overrides.get("execution") == "compile"
         ),
+        lane_records=tuple(sum(len(s.keys) for s in ss) for ss in lanes),
+        lane_waits=tuple(waits(ss) for ss in lanes),
     )
 
 
@@ -190,6 +318,16 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         "out": str(c.out),
         "mode_order": runner.plan.order_json(),
     }
+    names = c.device_names
+    if c.devices:
+        doc["devices"] = names
+        doc["assignment"] = [
+            {"device": names[s.lane], "replicate": s.replicate, "mode": s.mode.name,
+             "records": len(s.keys)}
+            for s in runner.plan.slots
+        ]  # fmt: skip
+    if runner.threads_per_worker is not None:
+        doc["threads_per_worker"] = runner.threads_per_worker
     lines = [
         f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
         "replicates"
@@ -199,17 +337,10 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
         f"warm-up {c.setting('warmup_steps')} steps, timing until the median's 95% interval is "
         f"within +-{100 * target:g}% or {budget:g} s of samples",
-        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s) = {est.records} records x "
-        f"{est.per_record_seconds:.3f} s + {est.startup_seconds:.1f} s start-up of the first "
-        f"worker ({'measured here' if est.measured_startup else 'assumed'}; each later worker "
-        "starts while the one before it measures"
-        + (
-            f", and {est.startup_waits:.0f} s where a worker has too little to measure for the "
-            "next one's start-up to hide behind it)"
-            if est.startup_waits >= 0.5
-            else ")"
-        ),
+        _estimate_line(est, len(names)),
     ]
+    if c.devices:
+        lines += _device_lines(runner, est)
     if est.compiled_records:
         lines.append(
             f"  plus the compile time of {est.compiled_records} records under execution=compile, "
@@ -219,6 +350,59 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         lines.append("  (the per-record cost on a GPU is the model's, not yet measured on a GPU)")
     lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
     return doc, lines
+
+
+def _estimate_line(est: Estimate, lanes: int) -> str:
+    busiest = max(est.lane_records) if lanes > 1 else est.records
+    return (
+        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s) = "
+        + (f"the busiest of {lanes} devices side by side: " if lanes > 1 else "")
+        + f"{busiest} records x {est.per_record_seconds:.3f} s + {est.startup_seconds:.1f} s "
+        f"start-up of the first worker ({'measured here' if est.measured_startup else 'assumed'}"
+        "; each later worker starts while the one before it measures"
+        + (
+            f", and {est.startup_waits:.0f} s where a worker has too little to measure for the "
+            "next one's start-up to hide behind it)"
+            if est.startup_waits >= 0.5
+            else ")"
+        )
+    )
+
+
+def _device_lines(runner: Runner, est: Estimate) -> list[str]:
+    """Which device runs which (replicate, mode), and what parallel CPU workers mean for their
+    timings."""
+    c = runner.config
+    names = c.device_names
+    lines = [
+        f"  devices {', '.join(names)}: one worker per device at a time, the devices side by "
+        "side; replicates of a mode spread over the devices (a device that runs out of work "
+        "takes another's last queued slot where that keeps the spread):"
+    ]
+    width = max(len(n) for n in names)
+    seconds = est.lane_seconds if len(names) > 1 else (est.seconds,)
+    for d, name in enumerate(names):
+        slots = runner.plan.lane_slots(d)
+        which = ", ".join(f"r{s.replicate + 1} {s.mode.name}" for s in slots) or "nothing"
+        lines.append(
+            f"    {name:<{width}}  {len(slots)} workers, {sum(len(s.keys) for s in slots)} "
+            f"records, ~{clock(seconds[d])}: {which}"
+        )
+    if runner.threads_per_worker is not None:
+        t = runner.threads_per_worker
+        lines.append(
+            f"  timings: {len(names)} CPU workers run side by side with {t} thread"
+            f"{'s' if t != 1 else ''} each (a serial run's workers use {runner.serial_threads}):"
+            " they share the host's cores, so their timings are not comparable with a serial "
+            "run's"
+            + (
+                "; one thread also hides the nondeterminism that comes from the order in which "
+                "threads add (index_put_ with accumulate=True, reductions)"
+                if t == 1
+                else ""
+            )
+        )
+    return lines
 
 
 def clock(seconds: float) -> str:
@@ -246,14 +430,20 @@ class Progress:
             return elapsed / self.done * (self.total - self.done)
         return None if self.estimate is None else max(0.0, self.estimate - elapsed)
 
-    def show(self, slot: Slot, replicates: int, modes: int, workload: str) -> None:
+    def show(
+        self, slot: Slot, replicates: int, modes: int, workload: str, device: str | None = None
+    ) -> None:
+        """The line for ``workload`` starting; ``device``: where, when several run side by side
+        (their lines interleave, each naming its device)."""
         elapsed = time.monotonic() - self.t0
         left = self.left(elapsed)
         line = (
             f"[{self.done + 1:>{len(str(self.total))}}/{self.total} "
-            f"{100 * self.done / max(1, self.total):3.0f}%] replicate {slot.replicate + 1}/"
-            f"{replicates} mode {slot.position + 1}/{modes} {slot.mode.name:<24} {workload}  "
-            f"elapsed {clock(elapsed)}" + (f" left ~{clock(left)}" if left is not None else "")
+            f"{100 * self.done / max(1, self.total):3.0f}%] "
+            + (f"{device} " if device else "")
+            + f"replicate {slot.replicate + 1}/{replicates} mode {slot.position + 1}/{modes} "
+            f"{slot.mode.name:<24} {workload}  elapsed {clock(elapsed)}"
+            + (f" left ~{clock(left)}" if left is not None else "")
         )
         if self.tty:
             pad = max(0, self._width - len(line))

@@ -83,6 +83,10 @@ def main(argv: list[str]) -> int:
     expected = {k: getattr(mode, k) for k in flags}
     if flags != expected:
         raise RuntimeError(f"mode {mode.name} did not apply: torch reports {flags}")
+    if job.get("num_threads"):
+        # Parallel CPU workers (--devices cpu,cpu) share the host's cores: each its share of
+        # torch's threads, recorded in every record's num_threads and in device_env.
+        torch.set_num_threads(int(job["num_threads"]))
     device = torch.device(job["device"])
     if device.type == "cuda":
         torch.cuda.init()
@@ -124,6 +128,8 @@ def main(argv: list[str]) -> int:
             raise RuntimeError(f"workload {key} is not defined in this worker's sources")
         record, device_lost = run_workload(w, job, mode, notify, ws)
         record["mode_position"] = job.get("mode_position")
+        # Which device ran it ("cuda:1", "cpu:0"); ``device`` stays the device type.
+        record["device_name"] = job.get("device_name") or f"{device.type}:0"
         _send(out, {"type": "record", "record": record})
         # What the workload imported or cached for good (its own objects are freed by now) joins
         # the frozen generation, so each later collection scans only the next workload's objects.

@@ -22,6 +22,8 @@ SLOTS = 64
 class SlotPool(nn.Module):
     """Sums each feature row into one of 64 slots: the forward pass races."""
 
+    index: torch.Tensor
+
     def __init__(self, index: torch.Tensor) -> None:
         super().__init__()
         self.register_buffer("index", index)
