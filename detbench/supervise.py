@@ -124,10 +124,29 @@ class WorkerProcess:
         kernel reports it stopped (SIGSTOP is delivered asynchronously: waiting for it means no
         sample starts while the neighbour still runs), or when it has already exited."""
         if not self.paused and self.proc.poll() is None:
+            self._armed(wait=5.0)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGSTOP)
             self.paused = True
         return self.stopped(wait=1.0)
+
+    def _armed(self, wait: float) -> bool:
+        """Whether the worker has asked to die with the runner (it then names itself
+        ``ARMED_NAME``), waiting up to ``wait`` seconds; True where /proc cannot say. A worker
+        stopped before that would outlive a runner killed meanwhile, stopped for good."""
+        from detbench.worker import ARMED_NAME
+
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                comm = Path(f"/proc/{self.proc.pid}/comm").read_bytes().strip()
+            except OSError:
+                return True
+            if comm == ARMED_NAME or self.proc.poll() is not None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
 
     def stopped(self, wait: float = 0.0) -> bool:
         """Whether the process is stopped or gone, per /proc (waiting up to ``wait`` seconds);

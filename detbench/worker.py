@@ -23,6 +23,8 @@ from typing import Any, BinaryIO
 #: The exit status of a worker whose CUDA context is no longer usable after a workload's error:
 #: the runner gives the workloads it has not run to a fresh worker.
 EXIT_DEVICE_LOST = 75
+#: The name (/proc/PID/comm) a worker takes once it dies with its runner.
+ARMED_NAME = b"detbench-worker"
 
 
 def _jsonable(obj: Any) -> Any:
@@ -52,10 +54,14 @@ def _die_with_runner(runner_pid: int | None) -> None:
     import ctypes
     import signal
 
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    pr_set_pdeathsig, pr_set_name = 1, 15
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL))
     if os.getppid() != runner_pid:  # the runner died before the request was made
         os._exit(1)
+    # Say so where the runner can read it without a message: it pauses a starting worker only
+    # once armed, or a worker stopped before this line would outlive a killed runner, stopped.
+    libc.prctl(pr_set_name, ARMED_NAME)
 
 
 def main(argv: list[str]) -> int:
