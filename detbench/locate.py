@@ -288,7 +288,7 @@ def _culprits(streams: list[dict[str, Any]], device: str) -> tuple[list[Culprit]
             op=op["op"], file=op["file"], line=int(op["line"]), module=op["module"],
             phase=op["phase"], module_type=op.get("module_type"), function=op.get("func", ""),
             code=_code(op["file"], int(op["line"])), node=op.get("node"),
-            forward_op=origin["op"] if origin else None, op_index=i,
+            forward_op=origin["op"] if origin and op.get("by_engine") else None, op_index=i,
         )  # fmt: skip
         uninit = op.get("reads_uninitialized")
         if uninit:
