@@ -201,3 +201,20 @@ def test_the_catalog_lookup_follows_device_and_phase() -> None:
     assert documented(["aten.index_put", "aten.index"], "cpu", "backward").op.endswith("getitem__")
     assert documented(["aten.index"], "cpu", "forward") is None  # only its backward is listed
     assert documented(["aten.addmm"], "cpu", "forward") is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_cuda_race_is_located_and_the_deterministic_mode_fixes_it() -> None:
+    """On a GPU, index_put_(accumulate=True) adds with atomics: the forward race is located the
+    same way, from device digests copied once per step, and cudnn-det+det-algos fixes it."""
+    proc = detbench_cli("locate", f"{FILE}:pooled_forward", "--device", "cuda", "--profile",
+                        "quick", "--json")  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["error"] is None and d["device"] == "cuda"
+    if d["reproducible"]:  # atomics may happen to add in one order: then nothing to locate
+        pytest.skip("the CUDA atomics gave the same bits in every process this time")
+    (c,) = d["culprits"]
+    assert (c["op"], c["line"], c["module"]) == ("aten.index_put_", line_of("RACE forward"),
+                                                 "encoder.pool")  # fmt: skip
+    assert c["fixed_by_deterministic_mode"] is True
