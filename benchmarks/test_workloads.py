@@ -38,6 +38,8 @@ def test_workload(w: Any, benchmark: Any, request: pytest.FixtureRequest) -> Non
     suites = request.config.getoption("--detbench-suite")
     if suites and w.suite not in suites:
         pytest.skip(f"suite {w.suite} not selected")
+    if w.distributed:
+        pytest.skip("a distributed workload runs under torchrun: detbench run --suite distributed")
     dev = request.config.getoption("--detbench-device") or (
         "cuda" if torch.cuda.is_available() else "cpu"
     )

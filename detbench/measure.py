@@ -315,6 +315,12 @@ def run_workload(
         "phases": {},
         "utc": None,
     }
+    if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
+        from detbench.distributed import run_distributed
+
+        run_distributed(w, ctx, job, mode, ws, rec, notify)
+        rec["utc"] = utc_now()
+        return rec, False
     phases: dict[str, float] = rec["phases"]
     device_lost = False
     oom_figures: dict[str, Any] | None = None

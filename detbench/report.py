@@ -16,7 +16,14 @@ from typing import Any
 
 import pandas as pd
 
-from detbench import analysis, attribution_report, devices, invariance_report, locate_report
+from detbench import (
+    analysis,
+    attribution_report,
+    devices,
+    distributed_report,
+    invariance_report,
+    locate_report,
+)
 from detbench.conditions import precision_blocks, quality_blocks, warnings
 from detbench.method import environment_table, method_blocks
 from detbench.plots import Plot, write_plots
@@ -269,6 +276,7 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
     blocks += recommendation_blocks(rec, costs, baseline, run_device(df))
     blocks += attribution_report.blocks(df, env, plots)  # an attribution study's own section
     blocks += invariance_report.blocks(df, env, plots)  # the batch-invariance section
+    blocks += distributed_report.blocks(df, env, plots)  # the distributed (torchrun) section
     blocks += locate_report.blocks(env.get("located") or [])  # a run made with --locate
     blocks += devices.blocks(df, env, plots)  # same bits across devices (run --devices)
     blocks += precision_blocks(df, baseline)

@@ -46,6 +46,12 @@ if TYPE_CHECKING:
 #      ``batch_invariant``, ``batch_first_variant_size``, ``batch_max_abs_diff``,
 #      ``batch_same_as_smallest`` (or ``batch_note`` where it could not be made).
 #      Older records load with ``base_mode`` = ``mode`` and the rest None (``migrate``).
+#      Added within version 3, absent from earlier records of it (readers use ``.get``):
+#      ``device_name`` ("cuda:1", "cpu:0": where the record ran, ``run --devices``); for
+#      distributed workloads ``backend``, ``ranks_agree``, ``ranks_first_disagree_step``,
+#      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
+#      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
+#      workloads).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.

@@ -223,6 +223,7 @@ class Runner:
             "fingerprint": c.fingerprint,
             "count_flops": slot.replicate == 0,
             "reference_dir": str(c.out / ".reference"),
+            "timeout": c.timeout,
             "launched_at": time.time(),
         }
         env = slot.mode.environment(os.environ)

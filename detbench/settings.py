@@ -13,7 +13,11 @@ torch (2.2 has no ``fill_uninitialized_memory``, only 2.8+ has the split-K switc
 
 Scopes: a ``process`` setting is applied once, in the fresh worker, before CUDA starts (or, for
 ``cublas_workspace_config``, in the worker's environment, since cuBLAS reads it when its handle is
-created); a ``workload`` setting (``autocast``, ``execution``) wraps each workload's steps.
+created); a ``workload`` setting (``autocast``, ``execution``) wraps each workload's steps; a
+``distributed`` setting (``world_size``, ``bucket_cap_mb``, ``nccl_algo``, ``nccl_proto``) acts only
+on workloads declared ``distributed=True``: ``detbench.distributed`` reads it from the mode when it
+launches the ranks (the NCCL ones as environment variables of the ranks). The records of other
+workloads carry None in those columns.
 """
 
 from __future__ import annotations
@@ -225,6 +229,35 @@ SETTINGS: tuple[Setting, ...] = (
         snippet=_bool_line("torch._inductor.config.deterministic"),
         unavailable=ts.needs(lambda: __import__("torch._inductor.config").
                            _inductor.config.deterministic, "torch._inductor.config.deterministic"),
+    ),
+    Setting(
+        "world_size", ts.WORLD_SIZES, "2",
+        "ranks of a distributed workload: one torchrun launch of this many processes, one per "
+        "GPU on CUDA (more ranks than GPUs is recorded as unsupported), gloo on CPU.",
+        scope="distributed",
+        snippet=lambda level: [f"# torchrun --standalone --nnodes 1 --nproc-per-node {level} ..."],
+    ),
+    Setting(
+        "bucket_cap_mb", ts.BUCKET_CAPS, "25",
+        "DistributedDataParallel(bucket_cap_mb=...): the size of the gradient buckets that are "
+        "all-reduced together, which decides how the additions of a gradient are grouped.",
+        scope="distributed",
+        snippet=lambda level: [f"# DistributedDataParallel(model, bucket_cap_mb={level})"],
+    ),
+    Setting(
+        "nccl_algo", ts.NCCL_ALGOS, "unset",
+        "the NCCL_ALGO environment variable of the ranks: the all-reduce algorithm NCCL may use "
+        "(Ring is what deterministic training stacks pin; NVLS is known to be nondeterministic); "
+        "a level this NCCL or GPU rejects is recorded as unsupported.",
+        scope="distributed", devices=("cuda",),
+        snippet=lambda level: ts.env_snippet("NCCL_ALGO", level),
+    ),
+    Setting(
+        "nccl_proto", ts.NCCL_PROTOS, "unset",
+        "the NCCL_PROTO environment variable of the ranks: the protocol of NCCL's collectives; "
+        "a level this NCCL rejects is recorded as unsupported.",
+        scope="distributed", devices=("cuda",),
+        snippet=lambda level: ts.env_snippet("NCCL_PROTO", level),
     ),
 )  # fmt: skip
 

@@ -200,3 +200,36 @@ def compile_unavailable() -> str | None:
     if not hasattr(torch_module(), "compile"):
         return f"torch {torch_module().__version__} has no torch.compile"
     return None
+
+
+# -- the distributed rows: levels, and the ranks' environment ----------------------------------
+
+#: World sizes a run may ask for (ranks per launch, one node).
+WORLD_SIZES = ("1", "2", "4", "8")
+#: DDP bucket sizes in MiB: torch's default 25, one bucket per few layers (1), one for all (100).
+BUCKET_CAPS = ("1", "25", "100")
+#: NCCL_ALGO values that NCCL documents (CollNet needs a SHARP network, NVLS NVSwitch, PAT 2.23+).
+NCCL_ALGOS = ("unset", "Ring", "Tree", "NVLS", "NVLSTree", "CollnetDirect", "CollnetChain", "PAT")
+#: NCCL_PROTO values that NCCL documents.
+NCCL_PROTOS = ("unset", "Simple", "LL", "LL128")
+#: Setting name -> the environment variable of the ranks it sets.
+NCCL_ENV = {"nccl_algo": "NCCL_ALGO", "nccl_proto": "NCCL_PROTO"}
+
+
+def env_snippet(var: str, level: str) -> list[str]:
+    if level == "unset":
+        return [f"# {var} unset in the ranks' environment"]
+    return [f"# in the ranks' environment, before torchrun: {var}={level}"]
+
+
+def nccl_environment(env: dict[str, str], levels: dict[str, str]) -> dict[str, str]:
+    """``env`` with the NCCL variables the levels ask for; ``unset`` removes one, so a value
+    inherited from the user's shell cannot change what the record says ran."""
+    out = dict(env)
+    for name, var in NCCL_ENV.items():
+        level = levels.get(name, "unset")
+        if level == "unset":
+            out.pop(var, None)
+        else:
+            out[var] = level
+    return out

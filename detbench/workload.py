@@ -41,10 +41,32 @@ class Context:
     seed: int
     #: For a workload that declares ``batch_sizes``: the batch size to build at (None otherwise).
     batch_size: int | None = None
+    #: For a ``distributed`` workload, in each rank that torchrun started: the rank and the world
+    #: size (0 and 1 elsewhere), and DDP's ``bucket_cap_mb`` (the setting of that name).
+    rank: int = 0
+    world_size: int = 1
+    bucket_cap_mb: float | None = None
+    #: The modules ``ddp`` wrapped: the rank compares their parameters across ranks after each
+    #: step (the ``ranks_agree`` verdict).
+    ddp_modules: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def quick(self) -> bool:
         return self.profile == "quick"
+
+    def ddp(self, module: Any, **kwargs: Any) -> Any:
+        """``module`` wrapped in ``DistributedDataParallel`` as the run's settings say: on this
+        rank's GPU (``device_ids``) on CUDA, with the ``bucket_cap_mb`` setting; ``kwargs`` go to
+        DDP as they are. Its parameters are then compared across ranks after every step."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if self.device.type == "cuda":
+            kwargs.setdefault("device_ids", [self.device.index])
+        if self.bucket_cap_mb is not None:
+            kwargs.setdefault("bucket_cap_mb", self.bucket_cap_mb)
+        wrapped = DistributedDataParallel(module, **kwargs)
+        self.ddp_modules.append(wrapped)
+        return wrapped
 
 
 @dataclass(frozen=True)
@@ -70,6 +92,8 @@ class Workload:
     batch_sizes: tuple[int, ...] | None = field(default=None, compare=False)
     #: The batch size its fingerprint and timing passes use (the largest unless it said).
     batch_size: int | None = field(default=None, compare=False)
+    #: Run under ``torchrun``, one process per rank (``detbench.distributed``).
+    distributed: bool = field(default=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -150,6 +174,7 @@ def workload(
     attention: bool = False,
     batch_sizes: Sequence[int] | None = None,
     batch_size: int | None = None,
+    distributed: bool = False,
 ) -> Any:
     """Register a workload factory.
 
@@ -190,15 +215,28 @@ def workload(
     builds it at each size, runs a step, and records whether row 0 kept its bits
     (``batch_invariant``). ``batch_size``: the size of the fingerprint and timing passes (one of
     ``batch_sizes``; the largest by default).
+
+    ``distributed=True``: each record of the workload is one fresh ``torchrun`` launch of
+    ``world_size`` ranks (the setting; ``gloo`` on CPU, ``nccl`` on CUDA) and the factory runs
+    in every rank, the process group already initialised: ``ctx.rank`` and ``ctx.world_size``
+    say where it runs, ``ctx.device`` is the rank's device, and every generator has the same
+    seed on every rank (data that should differ per rank is drawn from the rank). Wrap models
+    with ``ctx.ddp(model)``: the ``bucket_cap_mb`` setting applies, and their parameters are
+    compared across ranks after each step (``ranks_agree``; without ``ctx.ddp``, every output
+    but ``loss_output`` is compared). ``items_per_step`` is one rank's: the record's is the sum
+    over ranks. See ``detbench.distributed``.
     """
 
     if seeding not in SEEDING:
         raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
-    for flag, value in (("autocast", autocast), ("attention", attention)):
+    for flag, value in (("autocast", autocast), ("attention", attention),
+                        ("distributed", distributed)):  # fmt: skip
         if not isinstance(value, bool):
             raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
 
     sizes = _batch_sizes(batch_sizes, batch_size)
+    if distributed and sizes is not None:
+        raise WorkloadError("a distributed workload cannot declare batch_sizes (not measured)")
 
     def register(factory: Factory) -> Factory:
         wname = name or factory.__name__
@@ -222,6 +260,7 @@ def workload(
             attention=attention,
             batch_sizes=sizes,
             batch_size=None if sizes is None else (batch_size or sizes[-1]),
+            distributed=distributed,
         )
         old = _REGISTRY.get(w.key)
         if old is not None and old.source != w.source:

@@ -95,6 +95,7 @@ def test_attention_is_declared_by_exactly_the_workloads_that_call_sdpa() -> None
     assert declared == {
         "training/transformer_encoder",
         "ops/scaled_dot_product_attention_backward",
+        "distributed/ddp_transformer_block",
         *SDPA,
     }
     for key in SDPA:

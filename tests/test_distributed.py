@@ -1,0 +1,227 @@
+"""The distributed suite under torchrun, on this CPU with gloo and 2 ranks (real launches, real
+ranks, real faults): records carry world_size, backend, every rank's fingerprint and the
+ranks_agree verdict; a rank that crashes, runs out of memory or hangs gives its record a status,
+the worker goes on, and no process of a launch is left alive afterwards."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import detbench
+from detbench import analysis, distributed_report
+from detbench import fingerprint as fp
+from detbench import settings as st
+from detbench.config import RunConfig
+from detbench.distributed import launch_limit
+from detbench.measure import run_workload
+from detbench.modes import get_mode
+from detbench.rank import nccl_refusal
+from detbench.runner import prepare
+from detbench.workload import load_file
+
+from .conftest import WORKLOADS, detbench_cli, requires_cuda
+
+FAULTS = WORKLOADS / "distributed_faults.py"
+
+
+def _alive_with(marker: str) -> list[str]:
+    """Command lines of live processes (zombies aside) that carry ``marker``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmd and state not in ("Z", "X"):
+            out.append(cmd)
+    return out
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+# -- the suite: one workload, 2 replicates of one mode, through the CLI ------------------------
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("distributed") / f"run-{uuid.uuid4().hex}"
+    proc = detbench_cli(
+        "run", "--suite", "distributed", "--only", "distributed/ddp_convnet", "--mode", "default",
+        "--replicates", "2", "--device", "cpu", "--budget", "0.02", "--out", str(out),
+        "--no-report",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not _alive_with(out.name)
+    return out
+
+
+def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None:
+    recs = _records(suite_run)
+    assert [r["replicate"] for r in recs] == [0, 1]
+    for r in recs:
+        assert r["status"] == "ok", r["message"]
+        assert r["world_size"] == 2 and isinstance(r["world_size"], int)
+        assert r["backend"] == "gloo" and r["bucket_cap_mb"] == 25
+        assert r["nccl_algo"] is None and r["nccl_proto"] is None
+        assert r["ranks_agree"] is True and r["ranks_first_disagree_step"] is None
+        assert r["rank_status"] == {"0": "ok", "1": "ok"}
+        # The fingerprint covers both ranks: step i combines the ranks' digests of step i.
+        assert len(r["rank_fingerprints"]) == 2 and len(r["step_fingerprints"]) == 4
+        assert r["fingerprint"] == fp.combine(r["step_fingerprints"])
+        # Each rank draws its own batch: their outputs (loss, BatchNorm buffers) differ.
+        assert r["rank_fingerprints"][0] != r["rank_fingerprints"][1]
+        # items: both ranks' batches; throughput from the shared (slowest-rank) clock.
+        assert r["items_per_step"] == 2 * 4
+        assert r["items_per_second"] == pytest.approx(8 / r["seconds_per_step"])
+        assert r["timing"]["clock"] == "perf_counter, latest of 2 ranks"
+        assert r["launch"]["torchrun_exit"] == 0
+        launch_dir = Path(r["launch"]["directory"])
+        assert {"rank0.0.json", "rank1.0.json", "rank0.log", "launcher.log"} <= {
+            p.name for p in launch_dir.iterdir()
+        }
+    # the first replicate's flop count serves the second
+    assert recs[0]["flops_per_step"] > 0 and recs[1]["flops_per_step"] == recs[0]["flops_per_step"]
+
+
+def test_the_run_to_run_verdict_comes_from_replicates(suite_run: Path) -> None:
+    df = detbench.load_results(suite_run)
+    v = analysis.verdicts(df)
+    row = v[v["workload"] == "ddp_convnet"].iloc[0]
+    same = len(set(df["fingerprint"])) == 1
+    assert row["verdict"] == ("reproducible" if same else "nondeterministic")
+
+
+def test_the_report_section_shows_world_size_backend_and_agreement(suite_run: Path) -> None:
+    df = detbench.load_results(suite_run)
+    t = distributed_report.table(df)
+    assert list(t["world_size"]) == [2] and list(t["backend"]) == ["gloo"]
+    assert list(t["ranks_agree"]) == [True]
+    blocks = distributed_report.blocks(df, {}, [])
+    text = "\n".join(repr(b) for b in blocks)
+    assert "Distributed" in text and "gloo" in text
+    assert distributed_report.blocks(df[df["suite"] != "distributed"], {}, []) == []
+
+
+# -- faults --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """A crash and an out-of-memory in rank 1, then an ordinary workload, in one real worker."""
+    out = tmp_path_factory.mktemp("dfaults") / f"run-{uuid.uuid4().hex}"
+    only = ["dfaults/crash_at_step", "dfaults/oom_on_rank1", "dfaults/after"]
+    config = RunConfig(out=out, workload_files=[FAULTS], modes=[get_mode("default")],
+                       replicates=1, budget=0.01, only=only)  # fmt: skip
+    prepare(config, stream=io.StringIO()).run()
+    return out, _records(out)
+
+
+def test_a_rank_killed_mid_step_is_crashed_and_nothing_is_left(
+    fault_run: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    out, recs = fault_run
+    by = {r["workload"]: r for r in recs}
+    crash = by["crash_at_step"]
+    assert crash["status"] == "crashed", crash["message"]
+    assert "rank 1 killed by signal SIGKILL" in crash["message"]
+    assert "fingerprint step 2" in crash["message"]  # the tail of rank 1's log
+    assert crash["fingerprint"] is None and crash["items_per_second"] is None
+    assert crash["world_size"] == 2 and crash["backend"] == "gloo"
+    # One launch per worker: it was to run both distributed workloads; the crash ended it, and
+    # the out-of-memory workload had a fresh launch of its own.
+    assert crash["launch"]["workloads"] == ["dfaults/crash_at_step", "dfaults/oom_on_rank1"]
+    oom = by["oom_on_rank1"]
+    assert oom["launch"]["workloads"] == ["dfaults/oom_on_rank1"]
+    assert oom["launch"]["directory"] != crash["launch"]["directory"]
+    assert not _alive_with(out.name)
+
+
+def test_a_rank_out_of_memory_is_oom_and_the_worker_goes_on(
+    fault_run: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    by = {r["workload"]: r for r in fault_run[1]}
+    oom = by["oom_on_rank1"]
+    assert oom["status"] == "oom", oom["message"]
+    assert oom["message"].startswith("rank 1: build: ")
+    assert by["after"]["status"] == "ok" and by["after"]["world_size"] is None
+
+
+def test_a_hung_rank_is_a_timeout_after_the_launch_limit(tmp_path: Path) -> None:
+    out = tmp_path / f"run-{uuid.uuid4().hex}"
+    (w,) = [w for w in load_file(FAULTS) if w.name == "hang_at_step"]
+    job = {
+        "device": "cpu", "seed": 0, "profile": "quick", "replicate": 0, "fingerprint": "sha256",
+        "fingerprint_steps": 4, "warmup_steps": 1, "budget": 0.01, "target_rel": 0.03,
+        "min_samples": 6, "sources": [str(FAULTS)], "reference_dir": str(out / ".reference"),
+        "timeout": 6.25,
+    }  # fmt: skip
+    assert launch_limit(job) == 5.0
+    rec, device_lost = run_workload(w, job, get_mode("default"))
+    assert not device_lost
+    assert rec["status"] == "timeout", rec["message"]
+    assert "exceeded its limit of 5 s" in rec["message"]
+    assert rec["launch"]["torchrun_exit"] is None and rec["launch"]["seconds"] < 5.0 + 10
+    assert not _alive_with(out.name)
+
+
+def test_launch_limits_leave_the_runner_time_to_record() -> None:
+    assert launch_limit({"timeout": 900.0}) == 870.0
+    assert launch_limit({"timeout": None}) is None
+    assert launch_limit({}) == 870.0  # the runner's default timeout
+
+
+def test_an_nccl_refusal_of_a_set_algorithm_is_unsupported_only_when_one_was_set() -> None:
+    text = "DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, invalid usage"
+    nvls = {"nccl": {"NCCL_ALGO": "NVLS", "NCCL_PROTO": None}}
+    assert nccl_refusal(nvls, text) == "NCCL_ALGO=NVLS"
+    assert nccl_refusal({"nccl": {"NCCL_ALGO": None, "NCCL_PROTO": None}}, text) is None
+    assert nccl_refusal({"nccl": {"NCCL_ALGO": "Ring"}}, "KeyError: 'fc3'") is None
+
+
+def test_world_size_and_ddp_settings_are_rows_of_the_table() -> None:
+    data = {s.name: s.to_json() for s in st.SETTINGS}  # what 'detbench settings --json' lists
+    assert data["world_size"]["default"] == "2" and "8" in data["world_size"]["levels"]
+    assert data["bucket_cap_mb"]["default"] == "25"
+    assert data["nccl_algo"]["levels"][:3] == ["unset", "Ring", "Tree"]
+    assert data["nccl_proto"]["devices"] == ["cuda"]
+    for name in ("world_size", "bucket_cap_mb", "nccl_algo", "nccl_proto"):
+        assert data[name]["scope"] == "distributed" and data[name]["available"]
+    mode = get_mode("default").with_settings(st.parse_assignments(["world_size=4"]))
+    assert mode.name == "default[world_size=4]"
+
+
+# -- CUDA: one rank with NCCL on one GPU ----------------------------------------------------------
+
+
+@requires_cuda
+def test_one_nccl_rank_on_one_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = detbench_cli(
+        "run", "--suite", "distributed", "--only", "distributed/allreduce_gradient",
+        "--only", "distributed/ddp_convnet", "--mode", "default", "--replicates", "2",
+        "--device", "cuda", "--profile", "quick", "--set", "world_size=1",
+        "--set", "nccl_algo=Ring", "--out", str(out), "--no-report",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = _records(out)
+    assert len(recs) == 4
+    for r in recs:
+        assert r["status"] == "ok", r["message"]
+        assert r["backend"] == "nccl" and r["world_size"] == 1 and r["nccl_algo"] == "Ring"
+        assert r["ranks_agree"] is True
+    df = pd.DataFrame(recs)
+    assert set(df["device"]) == {"cuda"}
+    assert not _alive_with(str(out))
