@@ -501,6 +501,11 @@ def main(argv: list[str]) -> int:
     for key in job["keys"]:
         w = workloads[key]
         reason = ws.unsupported(w)
+        if getattr(w, "distributed", False):
+            reason = (
+                "a distributed workload runs in torchrun's ranks: locate records one process "
+                "(not supported yet)"
+            )
         if reason is not None:
             out["workloads"][key] = {"status": "unsupported", "error": reason, "ops": []}
             continue
