@@ -69,14 +69,20 @@ _ENGINE_FILES = tuple(
     os.sep + os.path.join("torch", *p)
     for p in (("_tensor.py",), ("autograd", "__init__.py"), ("autograd", "graph.py"))
 )
+#: Where code that is not the user's lives: torch, detbench's package, the standard library and
+#: site-packages, each as given and with symbolic links resolved (a virtual environment may be a
+#: link, and a frame names its file by the path it was imported from).
 _NOT_USER = tuple(
-    str(Path(p).resolve()) + os.sep
-    for p in {
-        os.path.dirname(torch.__file__),
-        os.path.dirname(os.path.abspath(__file__)),
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["purelib"],
-        sysconfig.get_paths()["platlib"],
+    {
+        form + os.sep
+        for p in (
+            os.path.dirname(torch.__file__),
+            os.path.dirname(os.path.abspath(__file__)),
+            sysconfig.get_paths()["stdlib"],
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+        )
+        for form in (os.path.abspath(p), str(Path(p).resolve()))
     }
 )
 

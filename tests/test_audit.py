@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from detbench.audit import Audit, Finding, to_text
+
 from .conftest import WORKLOADS, detbench_cli
 
 FILE = WORKLOADS / "audit_me.py"
@@ -71,10 +73,10 @@ def test_nondeterministic_by_default_fixed_by_the_deterministic_mode(
     assert audits["audit/clean_mlp"]["located"] is None  # reproducible: nothing to locate
 
 
-def test_text_output_for_one_workload() -> None:
-    proc = detbench_cli("audit", f"{FILE}:unpool_and_put", "--replicates", "2", "--device", "cpu")
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+def test_text_output_for_one_workload(audits: dict[str, dict[str, Any]]) -> None:
+    a = audits["audit/unpool_and_put"]
+    text = to_text([Audit(**{**a, "findings": [Finding(**f) for f in a["findings"]]})])
+    lines = text.splitlines()
     assert lines[0] == "audit/unpool_and_put on cpu (torch " + lines[0].split("torch ")[1]
     assert lines[1] == "  ops with no deterministic implementation here (2):"
     assert lines[2].split() == [
@@ -83,9 +85,9 @@ def test_text_output_for_one_workload() -> None:
         "restored", "=", "F.max_unpool2d(pooled,", "where,", "(2,", "2))", "#", "AUDIT:",
         "max_unpool2d",
     ]  # fmt: skip
-    assert "audit/clean_mlp" not in proc.stdout
-    assert "    cudnn-det+det-algos    unsupported: fingerprint: max_unpooling2d_forward_out" in (
-        proc.stdout
+    assert "audit/clean_mlp" not in text
+    assert (
+        "    cudnn-det+det-algos    unsupported: fingerprint: max_unpooling2d_forward_out" in text
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 from .conftest import WORKLOADS, detbench_cli, requires_cuda
 
 REPLICATES = 2
-TIMEOUT = 8
+TIMEOUT = 5
 #: workload -> (status, what its message says)
 FAULTS = {
     "aborts": ("crashed", "worker killed by signal SIGABRT while running this workload"),
