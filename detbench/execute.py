@@ -30,7 +30,9 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     # A dry run measures this machine's start-up; a real run's progress line starts from the
     # model alone and corrects itself from the first records.
     startup = runner.measure_startup() if dry_run and runner.plan.workers else 2.0
-    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, dry_run)
+    distributed = frozenset(w.key for w in runner.workloads if w.distributed)
+    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, dry_run,
+                   distributed)  # fmt: skip
     doc, lines = describe_plan(runner, est)
     if as_json:
         print(json.dumps(doc, indent=2))

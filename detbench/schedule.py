@@ -50,6 +50,12 @@ RECORD_OVERHEAD_SECONDS = {("cpu", "quick"): 0.035, ("cpu", "full"): 0.3,
 #: GPU run measures it: GPU kernel times are steady, so +-1% should often come within 6-16
 #: samples of budget/50 each.
 BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.5}
+#: Seconds of one torchrun launch, per device: a worker with distributed workloads makes one
+#: (``detbench.distributed``), whose ranks each import torch and join the process group. CPU:
+#: 4.9-5.3 s per launch of 2 gloo ranks running the distributed suite, measured on the 2-core VM
+#: (README, "Distributed"). CUDA: a guess (NCCL's initialisation, a CUDA context per rank) until
+#: a GPU run measures it.
+LAUNCH_SECONDS = {"cpu": 5.0, "cuda": 10.0}
 
 
 @dataclass(frozen=True)
@@ -235,21 +241,34 @@ class Estimate:
     #: Per device (``--devices``): its records and its start-up waits; empty: one device.
     lane_records: tuple[int, ...] = ()
     lane_waits: tuple[float, ...] = ()
+    #: torchrun launches (one per worker with distributed workloads), per device, and the
+    #: seconds of one.
+    lane_launches: tuple[int, ...] = ()
+    launch_seconds: float = 0.0
+
+    @property
+    def launches(self) -> int:
+        return sum(self.lane_launches)
 
     @property
     def lane_seconds(self) -> tuple[float, ...]:
         """Each device's share: its records, its waits and the start-up of its first worker."""
+        launches = self.lane_launches or (0,) * len(self.lane_records)
         return tuple(
             (self.startup_seconds if n else 0.0) + w + n * self.per_record_seconds
-            for n, w in zip(self.lane_records, self.lane_waits, strict=True)
-        )
+            + k * self.launch_seconds
+            for n, w, k in zip(self.lane_records, self.lane_waits, launches, strict=True)
+        )  # fmt: skip
 
     @property
     def seconds(self) -> float:
         """The run's seconds: with several devices side by side, the busiest device's."""
         if len(self.lane_records) > 1:
             return max(self.lane_seconds)
-        return self.startup_seconds + self.startup_waits + self.records * self.per_record_seconds
+        return (
+            self.startup_seconds + self.startup_waits + self.records * self.per_record_seconds
+            + self.launches * self.launch_seconds
+        )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -261,6 +280,7 @@ class Estimate:
             "per_record_seconds": round(self.per_record_seconds, 4),
             "startup_waits_seconds": round(self.startup_waits, 1),
             "compiled_records": self.compiled_records,
+            "torchrun_launches": self.launches,
             **(
                 {"device_seconds": [round(x, 1) for x in self.lane_seconds]}
                 if len(self.lane_records) > 1
@@ -275,8 +295,16 @@ def per_record_seconds(device: str, profile: str, budget: float) -> float:
 
 
 def estimate(
-    plan: Plan, device: str, profile: str, budget: float, startup_seconds: float, measured: bool
+    plan: Plan,
+    device: str,
+    profile: str,
+    budget: float,
+    startup_seconds: float,
+    measured: bool,
+    distributed: frozenset[str] = frozenset(),
 ) -> Estimate:
+    """``distributed``: the keys of the plan's distributed workloads (each worker that has any
+    makes one torchrun launch)."""
     per_record = per_record_seconds(device, profile, budget)
 
     def waits(slots: Sequence[Slot]) -> float:
@@ -296,6 +324,8 @@ def estimate(
         ),
         lane_records=tuple(sum(len(s.keys) for s in ss) for ss in lanes),
         lane_waits=tuple(waits(ss) for ss in lanes),
+        lane_launches=tuple(sum(1 for s in ss if distributed & set(s.keys)) for ss in lanes),
+        launch_seconds=LAUNCH_SECONDS.get(device, 0.0),
     )
 
 
@@ -341,6 +371,12 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     ]
     if c.devices:
         lines += _device_lines(runner, est)
+    if est.launches:
+        lines.append(
+            f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
+            f"x {est.launch_seconds:g} s each, in the estimate above"
+            + (" (a guess on a GPU until a GPU run measures it)" if c.device == "cuda" else "")
+        )
     if est.compiled_records:
         lines.append(
             f"  plus the compile time of {est.compiled_records} records under execution=compile, "
