@@ -24,7 +24,7 @@ from detbench.workload import Context, builtin_suite_files, load_file
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PROFILE = "full" if DEVICE == "cuda" else "quick"
-ROUNDS = 5
+ROUNDS = 7
 WORKLOADS = [w for w in load_file(builtin_suite_files()["training"]) if w.suite == "training"]
 
 
