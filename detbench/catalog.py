@@ -118,3 +118,43 @@ def find(op: str, *contains: str, kind: Kind | None = None) -> CatalogEntry | No
     if len(hits) > 1:
         raise LookupError(f"{len(hits)} catalog entries match {op} {contains}: {hits}")
     return hits[0] if hits else None
+
+
+# --- which entry documents an op: for ``detbench locate`` ----------------------------------
+
+#: ATen names whose catalog entry goes by another name.
+_ALIASES = {"index": "getitem", "gridsampler2d": "gridsample", "gridsampler3d": "gridsample"}
+_SUFFIXES = ("backward", "withindices", "impl", "forward", "out")
+
+
+def _norm(name: str) -> str:
+    name = name.rsplit(".", 1)[-1].lower()
+    name = "".join(c for c in name if c.isalnum())
+    changed = True
+    while changed:
+        changed = False
+        for s in _SUFFIXES:
+            if name.endswith(s) and len(name) > len(s):
+                name, changed = name[: -len(s)], True
+    return _ALIASES.get(name, name)
+
+
+def documenting(names: list[str], device: str, phase: str) -> CatalogEntry | None:
+    """The entry of the installed torch's lists that documents one of ``names`` (ATen ops such
+    as ``aten.index_put_``, autograd nodes, module classes) as nondeterministic on ``device``
+    (``cpu``, ``cuda``) in ``phase`` (an entry about differentiating applies to ``backward``
+    only), or None. Names are compared without case, underscores, ATen's overload and suffixes
+    such as ``_backward`` (``aten._adaptive_avg_pool2d_backward`` is ``AdaptiveAvgPool2d``)."""
+    wanted = {_norm(n) for n in names if n}
+    hits = []
+    for e in documented_ops():
+        op = _norm(e.op)
+        if op not in wanted and not (op.startswith("conv") and "convolution" in wanted):
+            continue
+        if e.devices and device not in e.devices:
+            continue
+        if "differentiate" in e.condition and phase != "backward":
+            continue
+        hits.append(e)
+    hits.sort(key=lambda e: device not in e.devices)  # an entry naming the device first
+    return hits[0] if hits else None

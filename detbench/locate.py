@@ -1,6 +1,7 @@
 """``detbench locate FILE.py[:WORKLOAD]``: where do two runs of my model first part?
 
-Three stages, each in fresh processes that run :mod:`detbench.locate_record` (the recorder):
+Three stages, each in fresh processes (:mod:`detbench.locate_worker`) that run the workload under
+the recorder (:mod:`detbench.locate_record`):
 
 1. **Find.** The workload's build and fingerprint steps run under the recorder in ``replicates``
    fresh processes (default 2), and in more, up to ``until``, while every stream is still equal.
@@ -39,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from detbench import catalog
 from detbench.errors import DetbenchError
 
 #: The fully deterministic mode a culprit is checked in.
@@ -152,45 +154,6 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Comparison:
     return Comparison(culprits, first, parted, carried)
 
 
-# --- the catalog -----------------------------------------------------------------------------
-
-#: ATen names whose catalog entry goes by another name.
-_ALIASES = {"index": "getitem", "gridsampler2d": "gridsample", "gridsampler3d": "gridsample"}
-_SUFFIXES = ("backward", "withindices", "impl", "forward", "out")
-
-
-def _norm(name: str) -> str:
-    name = name.rsplit(".", 1)[-1].lower()
-    name = "".join(c for c in name if c.isalnum())
-    changed = True
-    while changed:
-        changed = False
-        for s in _SUFFIXES:
-            if name.endswith(s) and len(name) > len(s):
-                name, changed = name[: -len(s)], True
-    return _ALIASES.get(name, name)
-
-
-def documented(names: list[str], device: str, phase: str) -> Any:
-    """The catalog entry of the installed torch that documents one of ``names`` (ATen ops,
-    autograd nodes or module classes) as nondeterministic on ``device``, or None."""
-    from detbench.catalog import documented_ops
-
-    wanted = {_norm(n) for n in names if n}
-    hits = []
-    for e in documented_ops():
-        op = _norm(e.op)
-        if op not in wanted and not (op.startswith("conv") and "convolution" in wanted):
-            continue
-        if e.devices and device not in e.devices:
-            continue
-        if "differentiate" in e.condition and phase != "backward":
-            continue
-        hits.append(e)
-    hits.sort(key=lambda e: device not in e.devices)  # an entry naming the device first
-    return hits[0] if hits else None
-
-
 # --- running the recorder --------------------------------------------------------------------
 
 
@@ -223,7 +186,7 @@ class _Runs:
         )
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "detbench.locate_record", str(path)],
+                [sys.executable, "-m", "detbench.locate_worker", str(path)],
                 capture_output=True, text=True, env=env, timeout=PROCESS_TIMEOUT,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -304,7 +267,7 @@ def _culprits(streams: list[dict[str, Any]], device: str) -> tuple[list[Culprit]
         names = [c.op, c.module_type or ""]
         if op.get("by_engine"):
             names += [c.forward_op or "", c.node or ""]
-        entry = documented(names, device, c.phase)
+        entry = catalog.documenting(names, device, c.phase)
         if entry is not None:
             c.documented, c.documented_as = True, f"{entry.op} {entry.condition}".strip()
             c.documented_kind = entry.kind

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from detbench import locate_report
+from detbench.catalog import documenting
 from detbench.cli import main
-from detbench.locate import compare, documented
-from detbench.locate_record import record_workload
+from detbench.locate import compare
+from detbench.locate_worker import record_workload
 from detbench.modes import get_mode
 from detbench.workload import load_file, registry
 
@@ -196,11 +197,12 @@ def test_compare_names_the_first_op_with_equal_inputs(clean_stream: list[dict[st
 
 
 def test_the_catalog_lookup_follows_device_and_phase() -> None:
-    hit = documented(["aten.index_put_"], "cpu", "forward")
+    hit = documenting(["aten.index_put_"], "cpu", "forward")
     assert hit is not None and "CPU" in hit.condition
-    assert documented(["aten.index_put", "aten.index"], "cpu", "backward").op.endswith("getitem__")
-    assert documented(["aten.index"], "cpu", "forward") is None  # only its backward is listed
-    assert documented(["aten.addmm"], "cpu", "forward") is None
+    hit = documenting(["aten.index_put", "aten.index"], "cpu", "backward")
+    assert hit is not None and hit.op.endswith("getitem__")
+    assert documenting(["aten.index"], "cpu", "forward") is None  # only its backward is listed
+    assert documenting(["aten.addmm"], "cpu", "forward") is None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
