@@ -3,15 +3,29 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
+from detbench.results import COLLECT_ENV_CACHE
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+# The host's torch.utils.collect_env facts, collected by the first run of this session and read
+# by the later ones (every run here, in process or through the CLI, inherits this variable):
+# they cannot change between runs seconds apart, and each collection costs 2.5 s of CPU.
+# tests/test_results.py unsets it to test the collection itself.
+_CACHE = Path(tempfile.gettempdir()) / f"detbench-tests-collect-env-{os.getpid()}.json"
+os.environ.setdefault(COLLECT_ENV_CACHE, str(_CACHE))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _CACHE.unlink(missing_ok=True)
 
 
 def detbench_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -7,6 +7,7 @@ import pytest
 
 import detbench
 from detbench.results import (
+    COLLECT_ENV_CACHE,
     COLUMNS,
     SCHEMA_VERSION,
     ResultsError,
@@ -189,9 +190,10 @@ def test_env_facts_read_the_cuda_build_and_old_runs_cuda_runtime() -> None:
     assert env_facts({"worker": {}, "host": {"torch_cuda": "11.8"}})["cuda"] == "11.8"
 
 
-def test_host_env_runs_collect_env_in_a_child_process() -> None:
+def test_host_env_runs_collect_env_in_a_child_process(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
+    monkeypatch.delenv(COLLECT_ENV_CACHE, raising=False)  # the real child, not the tests' cache
     env = host_env()
     assert "collect_env_error" not in env, env.get("collect_env_error")
     assert env["collect_env"]["torch_version"] == torch.__version__
@@ -200,6 +202,7 @@ def test_host_env_runs_collect_env_in_a_child_process() -> None:
     assert not torch.cuda.is_initialized()
 
 
-def test_a_failing_collect_env_is_recorded_not_raised() -> None:
+def test_a_failing_collect_env_is_recorded_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(COLLECT_ENV_CACHE, raising=False)
     info, error = collect_env_later(timeout=0.01)()  # far less than importing torch takes
     assert info == {} and error is not None and error.startswith("TimeoutExpired")

@@ -32,11 +32,19 @@ COMPARED = (
 )  # fmt: skip
 
 
+def _default_sigint() -> None:
+    """In the run's process: Ctrl-C as a terminal gives it, whatever this test runner ignores (a
+    shell's background job ignores SIGINT, and a child inherits that, so Python would never see
+    the SIGINT the test sends)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(out: Path, *extra: str) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen(
         [sys.executable, "-m", "detbench", *RUN, "--out", str(out), *extra],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint,
     )  # fmt: skip
 
 
