@@ -54,3 +54,21 @@ def invariance_probe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
+
+
+#: A serial run of tests/workloads/resumable.py (exact workloads: the same bits in every process),
+#: default and det-algos, 2 replicates: what test_resume compares a resumed run with, and what
+#: test_devices compares a run on two devices with.
+RESUMABLE_RUN = [
+    "run", "--workload", str(WORKLOADS / "resumable.py"), "--mode", "default", "--mode",
+    "det-algos", "--replicates", "2", "--min-run-time", "0.3", "--device", "cpu", "--no-report",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def resumable_serial_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """RESUMABLE_RUN, uninterrupted, once per session (its readers only read it)."""
+    out = tmp_path_factory.mktemp("resumable") / "run"
+    proc = detbench_cli(*RESUMABLE_RUN, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out

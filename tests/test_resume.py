@@ -15,12 +15,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import ROOT, WORKLOADS, detbench_cli
+from .conftest import RESUMABLE_RUN as RUN
+from .conftest import ROOT, detbench_cli
 
-RUN = [
-    "run", "--workload", str(WORKLOADS / "resumable.py"), "--mode", "default", "--mode",
-    "det-algos", "--replicates", "2", "--min-run-time", "0.3", "--device", "cpu", "--no-report",
-]  # fmt: skip
 TOTAL = 3 * 2 * 2  # workloads x modes x replicates
 #: What must be equal between two runs of the same deterministic workloads: everything but the
 #: timings and the moments things happened.
@@ -69,11 +66,8 @@ def comparable(out: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("whole") / "run"
-    proc = detbench_cli(*RUN, "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    return out
+def uninterrupted(resumable_serial_run: Path) -> Path:
+    return resumable_serial_run
 
 
 def test_sigkill_then_resume_equals_an_uninterrupted_run(uninterrupted: Path,
