@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 ARGS ?=
 
-.PHONY: bench test lint gpu-check bench-matrix pytest-bench clean-venv
+.PHONY: bench test test-slow lint gpu-check bench-matrix pytest-bench clean-venv
 
 ## bench: the main job: every suite x every mode x 3 replicates (cuda/full on a GPU, else cpu/quick)
 bench:
@@ -14,9 +14,13 @@ bench:
 gpu-check:
 	@py=$$(tools/python) && $$py -m detbench gpu-check $(ARGS)
 
-## test: the test suite (CUDA tests skip without a GPU)
+## test: the test suite (CUDA tests skip without a GPU), but for the tests marked slow
 test:
-	@py=$$(tools/python) && $$py -m pytest -q tests $(ARGS)
+	@py=$$(tools/python) && $$py -m pytest -q tests -m "not slow" $(ARGS)
+
+## test-slow: the tests marked slow: every workload of every suite, end to end (CI runs them too)
+test-slow:
+	@py=$$(tools/python) && $$py -m pytest -q tests -m slow $(ARGS)
 
 ## lint: ruff and mypy (dev tools, installed in .venv)
 lint:

@@ -19,6 +19,10 @@ from detbench.modes import get_mode
 from detbench.runner import prepare
 from detbench.workload import builtin_suite_files
 
+#: Every workload of every suite: the slowest test file (about a minute here). `make test` leaves
+#: it out to stay under 10 minutes; `make test-slow` and CI run it.
+pytestmark = pytest.mark.slow
+
 #: The two computations of a CPU: every flag off, and every flag on but cuDNN's own switch.
 MODES = [get_mode(n) for n in ("default", "bench+cudnn-det+det-algos")]
 
