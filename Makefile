@@ -18,7 +18,7 @@ gpu-check:
 test:
 	@py=$$(tools/python) && $$py -m pytest -q tests -m "not slow" $(ARGS)
 
-## test-slow: the tests marked slow: every workload of every suite, end to end (CI runs them too)
+## test-slow: the tests marked slow: whole suites end to end (CI runs them too)
 test-slow:
 	@py=$$(tools/python) && $$py -m pytest -q tests -m slow $(ARGS)
 

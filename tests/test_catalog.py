@@ -196,6 +196,7 @@ def applies_to_cpu(e: CatalogEntry) -> bool:
     return not e.devices or "cpu" in e.devices
 
 
+@pytest.mark.slow  # the whole ops suite, end to end (make test-slow, CI)
 def test_every_record_ran_and_none_is_an_error(
     results: pd.DataFrame, ops_workloads: dict[str, Workload]
 ) -> None:
@@ -205,6 +206,7 @@ def test_every_record_ran_and_none_is_an_error(
     assert bad.empty, bad[["workload", "mode", "message"]]
 
 
+@pytest.mark.slow  # the whole ops suite, end to end (make test-slow, CI)
 def test_exactly_these_ops_raise_under_deterministic_algorithms_on_cpu(
     results: pd.DataFrame,
 ) -> None:
@@ -215,6 +217,7 @@ def test_exactly_these_ops_raise_under_deterministic_algorithms_on_cpu(
     assert unsup["message"].str.contains("does not have a deterministic implementation").all()
 
 
+@pytest.mark.slow  # the whole ops suite, end to end (make test-slow, CI)
 def test_what_raises_on_cpu_is_what_the_catalog_says_raises_on_every_device(
     results: pd.DataFrame, ops_workloads: dict[str, Workload]
 ) -> None:
@@ -230,6 +233,7 @@ def test_what_raises_on_cpu_is_what_the_catalog_says_raises_on_every_device(
     assert unsup == documented
 
 
+@pytest.mark.slow  # the whole ops suite, end to end (make test-slow, CI)
 def test_everything_that_runs_is_reproducible_under_deterministic_algorithms(
     results: pd.DataFrame,
 ) -> None:
@@ -241,6 +245,7 @@ def test_everything_that_runs_is_reproducible_under_deterministic_algorithms(
 UNINITIALIZED = {"empty_uninitialized"}
 
 
+@pytest.mark.slow  # the whole ops suite, end to end (make test-slow, CI)
 def test_only_ops_the_catalog_names_for_cpu_are_nondeterministic_by_default(
     results: pd.DataFrame, ops_workloads: dict[str, Workload]
 ) -> None:
@@ -255,6 +260,7 @@ def test_only_ops_the_catalog_names_for_cpu_are_nondeterministic_by_default(
 
 
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="needs 2+ CPU threads to race")
+@pytest.mark.slow  # the whole ops suite, end to end (make test-slow, CI)
 def test_accumulating_index_ops_are_nondeterministic_by_default_on_cpu(
     results: pd.DataFrame,
 ) -> None:
