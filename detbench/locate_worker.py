@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +53,7 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
                     profile: str, save: set[int], saved_dir: Path) -> dict[str, Any]:  # fmt: skip
     """One workload's op stream in this process: build and ``steps`` steps under the recorder."""
     from detbench.fingerprint import step_digest
-    from detbench.measure import _with_settings
-    from detbench.seeding import fresh_generators, seed_all
+    from detbench.measure import build_step, with_settings
     from detbench.workload import Context
 
     ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)
@@ -66,14 +64,10 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
     with _CompileWatch() as watch:
         rec.install()
         try:
-            if w.seeding == "recipe":
-                fresh_generators()
-            else:
-                seed_all(seed)
-            with rec:
-                step = w.factory(replace(ctx))
+            with rec:  # seeding is no ATen op: only the factory's ops are recorded
+                step = build_step(w, ctx)
             rec.end_step()
-            step = _with_settings(step, mode, device)
+            step = with_settings(step, mode, device)
             for s in range(steps):
                 rec.step, rec.phase = s, "forward"
                 with rec:

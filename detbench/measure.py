@@ -28,7 +28,7 @@ from detbench.flops import count_flops
 from detbench.memory import PeakWatch, describe_memory, memory_figures
 from detbench.modes import Mode, record_fields
 from detbench.results import utc_now
-from detbench.seeding import fresh_generators, seed_all
+from detbench.seeding import seed_workload
 from detbench.settings import MODE_FLAGS
 from detbench.timing import time_step
 from detbench.workload import Context, Workload
@@ -182,7 +182,18 @@ def _count(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: boo
         rec["flops_note"] = f"FLOP count failed: {type(exc).__name__}: {exc}"
 
 
-def _with_settings(step: Any, mode: Mode, device: torch.device) -> Any:
+def build_step(w: Workload, ctx: Context) -> Any:
+    """``w``'s step as every pass builds it (a worker's, a rank's, locate's): the generators
+    seeded as the workload asks, its factory run, its result checked, the device synchronised."""
+    seed_workload(w.seeding, ctx.seed)
+    step = w.factory(ctx)
+    if not callable(step):
+        raise TypeError(f"workload factory must return a step callable, got {type(step)}")
+    _sync(ctx.device)
+    return step
+
+
+def with_settings(step: Any, mode: Mode, device: torch.device) -> Any:
     """``step`` as the mode's workload settings run it: each call under ``torch.autocast`` (entered
     per step, as a training loop does: autocast's cache of cast weights lives for one region),
     then through ``torch.compile``."""
@@ -239,13 +250,10 @@ def _invariance(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> N
     assert w.batch_sizes is not None
 
     def build(b: int) -> Any:
-        return _with_settings(w.factory(replace(ctx, batch_size=b)), mode, ctx.device)
+        return with_settings(w.factory(replace(ctx, batch_size=b)), mode, ctx.device)
 
     def reseed() -> None:
-        if w.seeding == "recipe":
-            fresh_generators()
-        else:
-            seed_all(ctx.seed)
+        seed_workload(w.seeding, ctx.seed)
 
     try:
         rec.update(invariance.check(build, w.batch_sizes, reseed).to_record())
@@ -336,17 +344,10 @@ def run_workload(
         reason = ws.unsupported(w)
         if reason is not None:
             raise SettingUnsupported(reason)
-        if w.seeding == "recipe":
-            fresh_generators()
-        else:
-            seed_all(seed)
-        step = w.factory(ctx)
-        if not callable(step):
-            raise TypeError(f"workload factory must return a step callable, got {type(step)}")
-        _sync(device)
+        step = build_step(w, ctx)
         phases["build"] = time.perf_counter() - t0
         _read_back(rec, ws, "after_build")
-        step = _with_settings(step, mode, device)
+        step = with_settings(step, mode, device)
 
         phase = "fingerprint"
         t0 = time.perf_counter()

@@ -186,11 +186,11 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
         _count,
         _read_back,
         _sync,
-        _with_settings,
+        build_step,
         reference_path,
+        with_settings,
     )
     from detbench.memory import PeakWatch
-    from detbench.seeding import fresh_generators, seed_all
     from detbench.timing import time_step
     from detbench.workload import Context, registry
 
@@ -211,17 +211,10 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
                       world_size=world, bucket_cap_mb=job.get("bucket_cap_mb"))  # fmt: skip
         res["items_per_step"] = w.items(ctx)
         res["phase"] = "build"
-        if w.seeding == "recipe":
-            fresh_generators()
-        else:
-            seed_all(seed)
-        step = w.factory(ctx)
-        if not callable(step):
-            raise TypeError(f"workload factory must return a step callable, got {type(step)}")
-        _sync(device)
+        step = build_step(w, ctx)
         phases["build"] = time.perf_counter() - t0
         _read_back(res, ws, "after_build")
-        step = _with_settings(step, mode, device)
+        step = with_settings(step, mode, device)
 
         res["phase"] = "fingerprint"
         t0 = time.perf_counter()

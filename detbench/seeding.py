@@ -26,3 +26,12 @@ def fresh_generators() -> None:
     torch.seed()
     if torch.cuda.is_available():
         torch.cuda.seed_all()
+
+
+def seed_workload(seeding: str, seed: int) -> None:
+    """The generators as a workload's ``seeding`` asks: ``recipe`` (a recipe that seeds itself,
+    or not) sees a fresh process's generators; every other workload sees ``seed`` everywhere."""
+    if seeding == "recipe":
+        fresh_generators()
+    else:
+        seed_all(seed)
