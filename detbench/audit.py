@@ -275,9 +275,10 @@ def _default_snippet() -> str:
 
 
 def _shown(path: str) -> str:
-    """A path relative to the current directory when it is inside it."""
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
+    """A path relative to the current directory when it is inside it (locate's rule)."""
+    from detbench.locate_report import shown
+
+    return shown(path)
 
 
 def to_text(audits: list[Audit]) -> str:

@@ -15,7 +15,7 @@ HEADER = ["workload [mode]", "culprit (phase)", "module", "line", "difference",
 LOCATED_FILE = "located.json"
 
 
-def _shown(path: str) -> str:
+def shown(path: str) -> str:
     """A path relative to the current directory when it is inside it."""
     if not path:
         return "(no line of user code)"
@@ -47,7 +47,7 @@ def culprit_lines(c: dict[str, Any], indent: str = "    ") -> list[str]:
     steps = ", ".join(str(s) for s in c.get("steps", []))
     lines = [
         f"{c['op']} in the {c['phase']} pass{how}, {_module(c)}",
-        f"  at {_shown(c['file'])}:{c['line']}  {c.get('code', '')}".rstrip(),
+        f"  at {shown(c['file'])}:{c['line']}  {c.get('code', '')}".rstrip(),
         f"  step{'s' if len(c.get('steps', [])) > 1 else ''} {steps}: {_size(c)}",
     ]
     if c.get("reads_uninitialized_from"):
@@ -104,14 +104,14 @@ def to_text(located: list[dict[str, Any]]) -> str:
                 out.append(
                     "  no op with equal inputs was seen to differ: the difference arose where "
                     "the recorder cannot see (see `detbench locate --help`); the first op "
-                    f"that received it: {first.get('op')} at {_shown(first.get('file', ''))}:"
+                    f"that received it: {first.get('op')} at {shown(first.get('file', ''))}:"
                     f"{first.get('line')}"
                 )
             if loc.get("parted_at"):
                 p = loc["parted_at"]
                 out.append(
                     f"  the two runs called different ops from op {p['index']} on ({p['op']} at "
-                    f"{_shown(p['file'])}:{p['line']}): compared up to there"
+                    f"{shown(p['file'])}:{p['line']}): compared up to there"
                 )
         if loc.get("sampled_tensors"):
             out.append(
@@ -166,7 +166,7 @@ def blocks(located: list[dict[str, Any]]) -> list[Any]:
             ]
             rows.append([
                 name, Code(f"{c['op']} ({c['phase']})"), _module(c).removeprefix("module "),
-                Code(f"{_shown(c['file'])}:{c['line']}  {c.get('code', '')}".strip()),
+                Code(f"{shown(c['file'])}:{c['line']}  {c.get('code', '')}".strip()),
                 _size(c), f"{'yes' if c.get('documented') else 'no'} / {fixed}",
             ])  # fmt: skip
     return [
