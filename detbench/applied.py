@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from detbench import settings as st
+from detbench import torchstate as ts
 from detbench.modes import Mode, current_flags, set_flags
 
 
@@ -37,7 +38,25 @@ def apply_process(overrides: st.Overrides) -> dict[str, str]:
             s.apply(level)
         except Exception as exc:  # torch refused the level: it cannot run here
             problems[name] = f"{name}={level}: {type(exc).__name__}: {exc}"
+    reason = _inductor_tie(dict(overrides))
+    if reason is not None:
+        problems["inductor_deterministic"] = reason
     return problems
+
+
+def _inductor_tie(given: Mapping[str, str]) -> str | None:
+    """Why the compiled steps cannot run at the ``inductor_deterministic`` level asked for, or
+    None: where torch ties it to deterministic algorithms (``torchstate.inductor_tied``), a
+    different level is overwritten by torch's own compilation, so the records could not say
+    what the steps ran under."""
+    level = given.get("inductor_deterministic")
+    if level is None or given.get("execution", "eager") != "compile":
+        return None
+    import torch
+
+    if (level == "on") == torch.are_deterministic_algorithms_enabled():
+        return None
+    return ts.inductor_tie_reason(level) if ts.inductor_tied() else None
 
 
 def read_all() -> dict[str, Any]:
@@ -58,9 +77,24 @@ def read_all() -> dict[str, Any]:
     return out
 
 
-def changed(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+def differ(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """The names whose value differs between two ``read_all`` results, in table order."""
     return [k for k in applied if now.get(k) != applied[k]]
+
+
+def changed(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The names a workload changed: those of ``differ`` less a change torch made itself.
+
+    Where torch ties ``inductor_deterministic`` to deterministic algorithms
+    (``torchstate.inductor_tied``), inductor's setting that now equals the flag was set by torch
+    (by ``use_deterministic_algorithms``, which dynamo calls after compiling each frame), not by
+    the workload: a workload that turned the flag itself is named for the flag."""
+    names = differ(applied, now)
+    key = "inductor_deterministic"
+    follows = now.get(key) == ("on" if now.get("deterministic_algorithms") else "off")
+    if key in names and follows and ts.inductor_tied():
+        names.remove(key)
+    return names
 
 
 def columns(levels: Mapping[str, Any], mode: Mode) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from detbench import analysis
 from detbench import settings as st
+from detbench import torchstate as ts
 from detbench.modes import MODES, Mode, get_mode
 
 if TYPE_CHECKING:
@@ -109,11 +110,17 @@ def _inert(sw: Switch, device: str, state: _State) -> str | None:
     return st.inert_reason(sw.name, device, state.levels(), state.det_algos)
 
 
-def build_study(device: str, workloads: Sequence[Workload], compile: bool = False
-                ) -> dict[str, Any]:  # fmt: skip
+def build_study(device: str, workloads: Sequence[Workload], compile: bool = False,
+                tied: bool | None = None) -> dict[str, Any]:  # fmt: skip
     """The attribution study of ``workloads`` on ``device`` (see the module's doc), as the dict
     written to env.json: its ends, its variants (one per switch, end and level; a mode shared
-    by several is listed for each) and the switches skipped with the reason."""
+    by several is listed for each) and the switches skipped with the reason.
+
+    ``compile``: execution=compile is a switch at both ends, and ``inductor_deterministic`` is
+    switched in the compiled mode of each end (a variant with ``against``: the mode it is
+    compared with instead of its end). ``tied``: whether torch ties inductor's deterministic
+    setting to deterministic algorithms (``torchstate.inductor_tied``, probed when None); where
+    it does, that switch cannot be set apart from them and is skipped with the reason."""
     attention = [w.key for w in workloads if getattr(w, "attention", False)]
     default = _State(False, False)
     strict = {}
@@ -131,17 +138,21 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
     skipped: list[dict[str, Any]] = []
 
     def add(state: _State, sw: str, level: str, end: str, direction: str,
-            only: list[str] | None) -> None:  # fmt: skip
+            only: list[str] | None, against: _State | None = None) -> None:  # fmt: skip
         try:
             label = state.mode().name
         except st.SettingError as exc:  # a combination torch refuses
             skipped.append({"switch": sw, "end": end, "reason": str(exc)})
             return
         variants.append({"mode": label, "switch": sw, "level": level, "end": end,
-                         "direction": direction, "workloads": only})  # fmt: skip
+                         "direction": direction, "workloads": only,
+                         **({"against": against.mode().name} if against else {})})  # fmt: skip
 
+    ind = "inductor_deterministic"
     for end, state in (("default", default), ("deterministic", det)):
         for sw in switches():
+            if compile and sw.name == ind:  # switched in the compiled mode, below
+                continue
             only = None
             reason = _inert(sw, device, state)
             if reason is None and not sw.flag and st.get(sw.name).unavailable() is not None:
@@ -166,8 +177,17 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
         if compile:
             compiled = state.with_level("execution", "compile")
             if end == "deterministic":
-                compiled = compiled.with_level("inductor_deterministic", "on")
+                compiled = compiled.with_level(ind, "on")
             add(compiled, "execution", "compile", end, "added", None)
+            level = "on" if end == "default" else "off"
+            reason = st.get(ind).unavailable()
+            if reason is None and (ts.inductor_tied() if tied is None else tied):
+                reason = ts.inductor_tie_reason(level)
+            if reason is not None:
+                skipped.append({"switch": ind, "end": end, "reason": reason})
+                continue
+            add(compiled.with_level(ind, level), ind, level, end,
+                "added" if end == "default" else "removed", None, against=compiled)  # fmt: skip
     return {
         "kind": KIND,
         "device": device,
@@ -186,10 +206,16 @@ def end_label(study: dict[str, Any], end: str) -> str:
     return str(study["default_end"] if end == "default" else study["deterministic_end"])
 
 
+def against(study: dict[str, Any], variant: dict[str, Any]) -> str:
+    """The mode a variant is compared with: its end's, or its own ``against`` (the compiled mode
+    of its end, for inductor's switch)."""
+    return str(variant.get("against") or end_label(study, variant["end"]))
+
+
 def study_modes(study: dict[str, Any]) -> list[Mode]:
     """The modes to run: the two ends, then every variant's, each once."""
     labels = [study["default_end"], study["deterministic_end"]]
-    labels += [v["mode"] for v in study["variants"]]
+    labels += [x for v in study["variants"] for x in (v.get("against"), v["mode"]) if x]
     return [get_mode(label) for label in dict.fromkeys(labels)]
 
 
@@ -198,6 +224,7 @@ def only_for(study: dict[str, Any]) -> dict[str, list[str]]:
     any of whose variants runs every workload, runs them all)."""
     everyone = {study["default_end"], study["deterministic_end"]}
     everyone |= {v["mode"] for v in study["variants"] if v["workloads"] is None}
+    everyone |= {v["against"] for v in study["variants"] if v.get("against")}
     out: dict[str, list[str]] = {}
     for v in study["variants"]:
         if v["mode"] not in everyone:
@@ -232,14 +259,15 @@ def describe(study: dict[str, Any]) -> list[str]:
     for v in study["variants"]:
         sign = "+" if v["direction"] == "added" else "-"
         where = "" if v["workloads"] is None else f" (only {', '.join(v['workloads'])})"
+        where += f" (against {v['against']})" if v.get("against") else ""
         lines.append(f"  {sign} {v['switch']}={v['level']} at the {v['end']} end: "
                      f"{v['mode']}{where}")  # fmt: skip
     lines += [f"  skipped: {x}" for x in skipped(study)]
     if compile:
         lines.append(
-            "  --compile: every workload is also compiled with torch.compile (inductor) in two "
-            "more modes: each worker compiles afresh, which takes long (tens of seconds per "
-            "small graph on a CPU)"
+            "  --compile: every workload is also compiled with torch.compile (inductor) in the "
+            "compiled modes above: each worker compiles afresh, which takes long (tens of "
+            "seconds per small graph on a CPU)"
         )
     else:
         lines.append(
@@ -285,25 +313,25 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
             "fingerprints": prints.get(key3, frozenset()),
         }
     cost_tables = []
-    for end in ("default", "deterministic"):
-        label = end_label(study, end)
-        modes = {label} | {x["mode"] for x in study["variants"] if x["end"] == end}
+    for label in dict.fromkeys(against(study, x) for x in study["variants"]):
+        modes = {label} | {x["mode"] for x in study["variants"] if against(study, x) == label}
         sub = df[df["mode"].isin(modes)]
         if len(sub):
-            cost_tables.append(analysis.costs(sub, baseline=label).assign(end=end))
+            cost_tables.append(analysis.costs(sub, baseline=label).assign(against=label))
     c = pd.concat(cost_tables) if cost_tables else pd.DataFrame()
-    cost = {} if c.empty else c.set_index(["suite", "workload", "mode", "end"]).to_dict("index")
+    cost = {} if c.empty else c.set_index(["suite", "workload", "mode", "against"]).to_dict("index")
     rows: list[dict[str, Any]] = []
     for suite, workload in dict.fromkeys(zip(df["suite"], df["workload"], strict=True)):
         for x in study["variants"]:
             key = f"{suite}/{workload}"
             if x["workloads"] is not None and key not in x["workloads"]:
                 continue
-            at_end = by.get((suite, workload, end_label(study, x["end"])))
+            base = against(study, x)
+            at_end = by.get((suite, workload, base))
             var = by.get((suite, workload, x["mode"]))
             if var is None:
                 continue
-            ce = cost.get((suite, workload, x["mode"], x["end"]), {})
+            ce = cost.get((suite, workload, x["mode"], base), {})
             ev = None if at_end is None else str(at_end["verdict"])
             vv = str(var["verdict"])
             needed = sufficient = None
@@ -313,11 +341,12 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
                 sufficient = {"reproducible": True, "nondeterministic": False}.get(str(vv))
             rows.append({
                 "suite": suite, "workload": workload, "mode": x["mode"],
-                "end_mode": end_label(study, x["end"]), "switch": x["switch"],
+                "end_mode": base, "switch": x["switch"],
                 "end": x["end"], "direction": x["direction"], "level": x["level"],
                 "relative_throughput": ce.get("relative_throughput", np.nan),
                 "ci_low": ce.get("ci_low", np.nan), "ci_high": ce.get("ci_high", np.nan),
-                "significant": ce.get("significant"), "bits_changed": _bits(at_end, var),
+                "significant": ce.get("significant"), "noisy": ce.get("noisy"),
+                "bits_changed": _bits(at_end, var),
                 "verdict": vv, "end_verdict": ev, "needed": needed, "sufficient": sufficient,
             })  # fmt: skip
     return pd.DataFrame(rows, dtype=object)

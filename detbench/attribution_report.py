@@ -65,18 +65,35 @@ def _words(switch: str, level: str) -> str:
     return f"{switch}={level}"
 
 
-def _end_level(study: dict[str, Any], switch: str, end: str, level: str) -> str:
-    """The level the switch has at the variant's end (what the variant is compared with)."""
+def _end_level(switch: str, end: str, end_mode: str) -> str:
+    """The level the switch has in the mode the variant is compared with (its end's, or the
+    compiled mode of its end for inductor's switch)."""
     if switch in at.FLAG_WORDS:
         return "off" if end == "default" else "on"
     if switch == "execution":
         return "eager"
-    mode = get_mode(at.end_label(study, end))
-    return mode.overrides.get(switch, st.get(switch).torch_default)
+    return get_mode(end_mode).overrides.get(switch, st.get(switch).torch_default)
 
 
 def _change(r: Any) -> str:
     return ("+ " if r["direction"] == "added" else "- ") + _words(r["switch"], r["level"])
+
+
+def within_noise(r: Any) -> str | None:
+    """Why a significant cost is still no finding, or None: its timing is noisy (a replicate's
+    IQR above ``analysis.NOISY_IQR`` of its median) and its interval reaches within that
+    fraction of 1, or its interval is wider than the effect it measures (on a log scale: the
+    interval's width exceeds the point estimate's distance from 1)."""
+    rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
+    if not all(math.isfinite(x) and x > 0 for x in (rel, low, high)):
+        return None
+    near = 1 / (1 + analysis.NOISY_IQR) < (low if rel > 1 else high) < 1 + analysis.NOISY_IQR
+    if r.get("noisy") and near:
+        return (f"timing noisy: a replicate's samples spread (IQR) over more than "
+                f"{analysis.NOISY_IQR:.0%} of their median")  # fmt: skip
+    if math.log(high / low) > abs(math.log(rel)):
+        return "the interval is wider than the difference"
+    return None
 
 
 def _speed(r: Any, than: str) -> str:
@@ -86,6 +103,9 @@ def _speed(r: Any, than: str) -> str:
     interval = f"{rel:.2f}x, 95% interval {low:.2f}x to {high:.2f}x"
     if not r["significant"]:
         return f"throughput not significantly different ({interval})"
+    noise = within_noise(r)
+    if noise is not None:
+        return f"throughput within the noise ({interval}; {noise})"
     word = "faster" if rel > 1 else "slower"
     return f"{100 * abs(rel - 1):.0f}% {word} than {than} ({interval})"
 
@@ -99,8 +119,8 @@ def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]
         return out
     for r in s.to_dict("records"):
         n = r["workloads"]
-        base = _end_level(study, r["switch"], r["end"], r["level"])
-        start = "the default mode" if r["end"] == "default" else r["end_mode"]
+        base = _end_level(r["switch"], r["end"], r["end_mode"])
+        start = "the default mode" if r["end_mode"] == study["default_end"] else r["end_mode"]
         head = f"{start} with {_words(r['switch'], r['level'])}: "
         if r["failed"] == n:
             text = f"did not run ({', '.join(r['failures'])}; see Failures)"
@@ -162,7 +182,9 @@ def suite_effects(df: pd.DataFrame, study: dict[str, Any], n_boot: int = 2000,
             "suite": suite, "mode": mode, "end": end, "switch": switch, "level": level,
             "direction": direction, "end_mode": g["end_mode"].iloc[0],
             "relative_throughput": point, "ci_low": low, "ci_high": high,
-            "significant": bool(logs) and not (low <= 1.0 <= high), "workloads": len(g),
+            "significant": bool(logs) and not (low <= 1.0 <= high),
+            "noisy": bool((g["noisy"] == True).any()),  # noqa: E712
+            "workloads": len(g),
             "timed": len(logs), "needed": int((g["needed"] == True).sum()),  # noqa: E712
             "sufficient": int((g["sufficient"] == True).sum()),  # noqa: E712
             "reproducible": int((g["verdict"] == "reproducible").sum()),
@@ -216,6 +238,8 @@ def figure(s: pd.DataFrame, suite: str) -> MplFigure:
         note = num(rel[i], ".2f") + "x" if np.isfinite(rel[i]) else f"did not run: {failed}"
         if np.isfinite(rel[i]) and not r["significant"]:
             note += " (n.s.)"
+        elif np.isfinite(rel[i]) and within_noise(r) is not None:
+            note += " (within the noise)"
         if r["end"] == "deterministic" and r["needed"]:
             note += f"  needed on {r['needed']} of {r['workloads']}"
         if r["end"] == "default" and r["sufficient"]:
@@ -305,7 +329,10 @@ def _method(study: dict[str, Any], dropped: int) -> Para:
         + (", ".join(removed) or "none")
         + "). Each variant is compared with its own end, per workload: throughput relative to "
         "the end's (median over replicates of each replicate's median), with a 95% interval from "
-        "a bootstrap over replicates and samples; 'bits changed' compares the fingerprints where "
+        "a bootstrap over replicates and samples; a difference is stated as a finding only "
+        "where the interval excludes 1, is no wider than the difference, and, where a "
+        f"replicate's timing is noisy, lies wholly more than {analysis.NOISY_IQR:.0%} from 1 "
+        "(otherwise it is within the noise); 'bits changed' compares the fingerprints where "
         "both are reproducible; 'needed' means the deterministic end was bitwise reproducible "
         "and the variant without the switch was not; 'alone sufficient' means the default was "
         "not reproducible and the switch alone made it so. The chart's bars are geometric means "
@@ -342,6 +369,7 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
             if rel != "–":
                 rel += f"x [{num(r['ci_low'], '.3f')}, {num(r['ci_high'], '.3f')}]"
                 rel += "" if r["significant"] else " n.s."
+                rel += " noisy" if r["noisy"] else ""
             rows.append([
                 str(r["workload"]), str(r["switch"]), _change(r), str(r["end"]), rel,
                 _bits_cell(r["bits_changed"]), str(r["verdict"]), _needed_cell(r),
@@ -361,7 +389,8 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
                 ],
                 rows,
                 caption=f"{suite}: each switch against its end, per workload "
-                "(n.s.: the interval contains 1)",
+                "(n.s.: the interval contains 1; noisy: a replicate's timing samples had an "
+                f"IQR above {analysis.NOISY_IQR:.0%} of their median)",
             ),
         ]
         out += [Figure(p) for p in plots if p.kind == "attribution" and p.suite == suite]

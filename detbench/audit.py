@@ -18,7 +18,6 @@ The answer ends with the settings to use, or with the ops that must be replaced.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -167,14 +166,13 @@ def _select(target: str) -> tuple[Path, list[str]]:
 
 
 def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
-    from detbench.config import PACKAGE_ROOT
+    from detbench.supervise import child_environment
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, "-m", "detbench.audit", str(source.resolve()), key, device],
-        capture_output=True, text=True, env=env, timeout=3600,
-    )  # fmt: skip
+    with child_environment() as env:
+        proc = subprocess.run(
+            [sys.executable, "-m", "detbench.audit", str(source.resolve()), key, device],
+            capture_output=True, text=True, env=env, timeout=3600,
+        )  # fmt: skip
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if proc.returncode != 0 or not last.startswith("{"):
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])

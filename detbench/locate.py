@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -168,7 +167,7 @@ class _Runs:
 
     def run(self, keys: list[str], mode: Any, steps: dict[str, int], why: str,
             save: dict[str, list[int]] | None = None) -> dict[str, Any]:  # fmt: skip
-        from detbench.config import PACKAGE_ROOT
+        from detbench.supervise import child_environment
 
         self.count += 1
         out = self.workdir / f"p{self.count}.json"
@@ -180,15 +179,12 @@ class _Runs:
         path = self.workdir / f"job{self.count}.json"
         path.write_text(json.dumps(job))
         print(f"detbench locate: process {self.count} ({why}, {mode.name})", file=self.stream)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH")) if p
-        )
         try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "detbench.locate_worker", str(path)],
-                capture_output=True, text=True, env=env, timeout=PROCESS_TIMEOUT,
-            )  # fmt: skip
+            with child_environment() as env:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "detbench.locate_worker", str(path)],
+                    capture_output=True, text=True, env=env, timeout=PROCESS_TIMEOUT,
+                )  # fmt: skip
         except subprocess.TimeoutExpired:
             return {"error": f"the recording process took over {PROCESS_TIMEOUT:.0f} s"}
         if proc.returncode != 0 or not out.exists():

@@ -22,7 +22,7 @@ import torch
 
 from detbench import fingerprint as fp
 from detbench import invariance
-from detbench.applied import WorkerSettings, changed, columns, read_all
+from detbench.applied import WorkerSettings, changed, columns, differ, read_all
 from detbench.devenv import fp32_precision
 from detbench.flops import count_flops
 from detbench.memory import PeakWatch, describe_memory, memory_figures
@@ -225,21 +225,23 @@ def _compile_stats() -> dict[str, Any] | None:
 
 
 def _read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
-    """Compare the flags and settings now with what the worker applied; a change is recorded
-    under ``settings_changes`` and named in ``settings_changed``. After the build, the record's
-    columns take the values the steps then ran under."""
+    """Compare the flags and settings now with what the worker applied; a change the workload
+    made is recorded under ``settings_changes`` and named in ``settings_changed``. The record's
+    columns take the values read now, after the build and again after the last step, so they
+    say what the steps last ran under (a change torch made itself, which ``changed`` does not
+    blame on the workload, shows in the columns too)."""
     now = read_all()
-    names = changed(ws.applied, now)
-    if not names:
+    # Also what the workload changed at the build and has put back since.
+    moved = set(differ(ws.applied, now)) | set(rec.get("settings_changes", ()))
+    if not moved:
         return
-    changes = rec.setdefault("settings_changes", {})
-    for name in names:
+    for name in changed(ws.applied, now):
+        changes = rec.setdefault("settings_changes", {})
         changes.setdefault(name, {"applied": ws.applied[name]})[when] = now[name]
         if name not in rec["settings_changed"]:
             rec["settings_changed"].append(name)
-    if when == "after_build":
-        rec.update({k: now[k] for k in names if k in MODE_FLAGS})
-        rec.update({k: v for k, v in columns(now, ws.mode).items() if k in names})
+    rec.update({k: now[k] for k in moved if k in MODE_FLAGS})
+    rec.update({k: v for k, v in columns(now, ws.mode).items() if k in moved})
 
 
 def _invariance(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> None:

@@ -19,7 +19,6 @@ import contextlib
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +58,7 @@ from detbench.supervise import (
     Stopped,
     WorkerProcess,
     ending,
+    fresh_compile_caches,
     gpu_visible,
     log_tail,
     lost_record,
@@ -229,13 +229,9 @@ class Runner:
         env = slot.mode.environment(os.environ)
         if c.devices and c.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = gpu_visible(name, os.environ)
-        if slot.mode.overrides.get("execution") == "compile":
-            # Fresh compile caches in every worker: a cached autotuning choice or graph from an
-            # earlier worker would hide the nondeterminism of compiling.
-            env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="detbench-inductor-")
-            env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
-            env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
-            self._cache_dirs.append(env["TORCHINDUCTOR_CACHE_DIR"])
+        # Fresh compile caches in every worker, removed at the end of the run (see
+        # supervise.fresh_compile_caches).
+        self._cache_dirs.append(fresh_compile_caches(env))
         # The worker imports detbench from this checkout, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
@@ -384,7 +380,7 @@ class Runner:
             worker.kill()
             self.crew.finish(worker)
             tail = log_tail(worker.log)
-        for d in self._cache_dirs:  # a compile mode's probe made one, as a worker would
+        for d in self._cache_dirs:  # the probe's worker got its own, as every worker does
             shutil.rmtree(d, ignore_errors=True)
         self._cache_dirs.clear()
         self.stats.workers -= 1

@@ -36,6 +36,8 @@ ON_OFF = ("on", "off")
 _ALIASES = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 #: The four flags the 10 modes are made of, as they are named in records.
 MODE_FLAGS = ("benchmark", "cudnn_deterministic", "deterministic_algorithms", "cudnn_enabled")
+#: The settings of inductor: they act only on compiled steps (execution=compile).
+INDUCTOR = ("inductor_deterministic", "inductor_batch_invariant")
 
 
 class SettingError(DetbenchError):
@@ -223,12 +225,27 @@ SETTINGS: tuple[Setting, ...] = (
         "inductor_deterministic", ON_OFF, "off",
         "torch._inductor.config.deterministic: inductor avoids the choices (autotuning by "
         "measurement among them) that can change bits from run to run. Acts only with "
-        "execution=compile.",
+        "execution=compile. Where torch ties it to deterministic algorithms (2.13: "
+        "use_deterministic_algorithms sets it, and dynamo calls that after compiling each "
+        "frame), a level other than deterministic algorithms' is recorded as unsupported.",
         strict="on",
         read=ts.read_inductor_det, apply=ts.apply_inductor_det,
         snippet=_bool_line("torch._inductor.config.deterministic"),
-        unavailable=ts.needs(lambda: __import__("torch._inductor.config").
-                           _inductor.config.deterministic, "torch._inductor.config.deterministic"),
+        unavailable=ts.needs(lambda: ts.inductor_config().deterministic,
+                           "torch._inductor.config.deterministic"),
+    ),
+    Setting(
+        "inductor_batch_invariant", ON_OFF, "off",
+        "torch._inductor.config.batch_invariant (env TORCHINDUCTOR_BATCH_INVARIANT): in the "
+        "Triton kernels inductor generates, persistent reductions get the same configuration "
+        "at every batch size (the batch dimension's size hint is raised to at least 4096) and "
+        "their configurations are chosen as in inductor's deterministic mode; inductor's CPU "
+        "(C++) code does not read it. Acts only with execution=compile.",
+        devices=("cuda",),
+        read=ts.read_inductor_batch_invariant, apply=ts.apply_inductor_batch_invariant,
+        snippet=_bool_line("torch._inductor.config.batch_invariant"),
+        unavailable=ts.needs(lambda: getattr(ts.inductor_config(), "batch_invariant"),  # noqa: B009
+                           "torch._inductor.config.batch_invariant"),
     ),
     Setting(
         "world_size", ts.WORLD_SIZES, "2",
@@ -364,6 +381,6 @@ def inert_reason(name: str, device: str, levels: Mapping[str, str],
         return "fill_uninitialized_memory acts only with deterministic algorithms"
     if name == "warn_only" and not deterministic_algorithms:
         return "warn_only acts only with deterministic algorithms"
-    if name == "inductor_deterministic" and levels.get("execution", "eager") != "compile":
-        return "inductor_deterministic acts only with execution=compile"
+    if name in INDUCTOR and levels.get("execution", "eager") != "compile":
+        return f"{name} acts only with execution=compile"
     return None

@@ -27,11 +27,12 @@ import contextlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,47 @@ def gpu_visible(name: str, environ: Mapping[str, str]) -> str:
     index = int(name.split(":")[1])
     given = environ.get("CUDA_VISIBLE_DEVICES")
     return [v.strip() for v in given.split(",")][index] if given else str(index)
+
+
+#: The environment variables that say where a process's compile caches live, and turn off the
+#: caches that would carry a compiled graph from one process to the next.
+COMPILE_CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+NO_CACHE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+
+
+def fresh_compile_caches(env: dict[str, str]) -> str:
+    """Give a worker's environment ``env`` compile caches of its own, in a new empty directory
+    (returned, for the caller to remove when the worker is done): inductor's cache and Triton's
+    inside it, the FX-graph and autograd caches off. Every worker gets them, compiling or not:
+    importing ``torch._dynamo`` (the worker does at start) makes inductor's cache directory, by
+    default a ``torchinductor_<user>`` directory in the temporary directory shared by every
+    process of the user; and a cached autotuning choice or graph from another process would
+    hide the nondeterminism of compiling."""
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="detbench-inductor-")
+    env["TORCHINDUCTOR_CACHE_DIR"] = root
+    env["TRITON_CACHE_DIR"] = os.path.join(root, "triton")
+    env.update(NO_CACHE_ENV)
+    return root
+
+
+@contextlib.contextmanager
+def child_environment() -> Iterator[dict[str, str]]:
+    """The environment of a detbench child process that is not a runner's worker (locate's
+    recording processes, audit's probe): this checkout on ``PYTHONPATH`` and compile caches of
+    its own (``fresh_compile_caches``), removed when the block ends."""
+    from detbench.config import PACKAGE_ROOT
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    root = fresh_compile_caches(env)
+    try:
+        yield env
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 class Stopped(Exception):

@@ -161,16 +161,86 @@ def sdpa_snippet(level: str) -> list[str]:
     return lines
 
 
-def read_inductor_det() -> str:
-    import torch._inductor.config as cfg
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
-    return onoff(cfg.deterministic)
+
+def inductor_config() -> Any:
+    """``torch._inductor.config``. Importing it imports ``torch._dynamo``, which makes inductor's
+    cache directory at once (``$TMPDIR/torchinductor_<user>`` unless ``TORCHINDUCTOR_CACHE_DIR``
+    says otherwise) and writes its path into ``os.environ``. A worker has its own fresh directory
+    there (the runner's); a process without one (the command that reads the settings' defaults)
+    imports it with a scratch directory, removed at once, so it leaves no shared cache behind
+    and passes no cache path on to the workers it starts."""
+    import sys
+
+    if "torch._inductor.config" in sys.modules or os.environ.get(INDUCTOR_CACHE_ENV):
+        import torch._inductor.config as cfg
+
+        return cfg
+    import shutil
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="detbench-inductor-import-")
+    os.environ[INDUCTOR_CACHE_ENV] = scratch
+    try:
+        import torch._inductor.config as cfg
+    finally:
+        os.environ.pop(INDUCTOR_CACHE_ENV, None)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return cfg
+
+
+def read_inductor_det() -> str:
+    return onoff(inductor_config().deterministic)
 
 
 def apply_inductor_det(level: str) -> None:
-    import torch._inductor.config as cfg
+    inductor_config().deterministic = level == "on"
 
-    cfg.deterministic = level == "on"
+
+def read_inductor_batch_invariant() -> str:
+    # Not in dir(config) on torch 2.13 (the config module lists only some of its entries).
+    return onoff(getattr(inductor_config(), "batch_invariant"))  # noqa: B009
+
+
+def apply_inductor_batch_invariant(level: str) -> None:
+    setattr(inductor_config(), "batch_invariant", level == "on")  # noqa: B010
+
+
+@functools.cache
+def inductor_tied() -> bool:
+    """Whether this torch ties ``torch._inductor.config.deterministic`` to deterministic
+    algorithms: torch 2.13's ``use_deterministic_algorithms(mode)`` sets it to ``mode``, and
+    dynamo calls ``use_deterministic_algorithms`` again after compiling each frame (to restore
+    the flag), so a level of its own holds only until the first compilation ends. Probed by
+    re-stating the flag as it is and seeing whether inductor's setting follows; the state is
+    put back."""
+    torch = torch_module()
+    try:
+        cfg = inductor_config()
+        before = bool(cfg.deterministic)
+    except (AttributeError, ImportError, RuntimeError):
+        return False
+    det = torch.are_deterministic_algorithms_enabled()
+    warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        cfg.deterministic = not det
+        torch.use_deterministic_algorithms(det, warn_only=warn)
+        return bool(cfg.deterministic) == det
+    finally:
+        cfg.deterministic = before
+
+
+def inductor_tie_reason(level: str) -> str:
+    """Why ``inductor_deterministic=level`` cannot hold beside deterministic algorithms at the
+    other level on this torch (see ``inductor_tied``)."""
+    other = "off" if level == "on" else "on"
+    return (
+        f"torch {torch_module().__version__} ties torch._inductor.config.deterministic to "
+        f"deterministic algorithms (use_deterministic_algorithms sets it, and dynamo calls that "
+        f"after compiling each frame), so inductor_deterministic={level} cannot hold with "
+        f"deterministic algorithms {other}"
+    )
 
 
 # -- availability probes ---------------------------------------------------------------------

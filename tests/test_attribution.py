@@ -116,14 +116,32 @@ def test_cuda_study_adds_tf32_and_cublas_switches() -> None:
     assert ("execution", "default", "compile") not in got
 
 
-def test_compile_is_a_switch_only_when_asked() -> None:
-    study = at.build_study("cpu", suite_workloads("batchnorm"), compile=True)
+@pytest.mark.parametrize("tied", [False, True])
+def test_compile_is_a_switch_only_when_asked(tied: bool) -> None:
+    study = at.build_study("cpu", suite_workloads("batchnorm"), compile=True, tied=tied)
     comp = [x for x in study["variants"] if x["switch"] == "execution"]
+    det_compiled = "cudnn-det+det-algos[execution=compile,inductor_deterministic=on]"
     assert [(x["end"], x["mode"]) for x in comp] == [
-        ("default", "default[execution=compile]"),
-        ("deterministic",
-         "cudnn-det+det-algos[execution=compile,inductor_deterministic=on]"),
+        ("default", "default[execution=compile]"), ("deterministic", det_compiled),
     ]  # fmt: skip
+    ind = [x for x in study["variants"] if x["switch"] == "inductor_deterministic"]
+    said = [x["reason"] for x in study["skipped"] if x["switch"] == "inductor_deterministic"]
+    assert not any("acts only with execution=compile" in x for x in said)
+    if tied:  # torch sets it with deterministic algorithms: no level of its own to attribute
+        assert ind == [] and len(said) == 2 and all("ties" in x for x in said)
+    else:  # each end's compiled mode with inductor's switch flipped, against that mode
+        assert [(x["end"], x["mode"], x["against"]) for x in ind] == [
+            ("default", "default[execution=compile,inductor_deterministic=on]",
+             "default[execution=compile]"),
+            ("deterministic", "cudnn-det+det-algos[execution=compile,inductor_deterministic=off]",
+             det_compiled),
+        ]  # fmt: skip
+        modes = [m.name for m in at.study_modes(study)]
+        assert "default[execution=compile,inductor_deterministic=on]" in modes
+        assert at.only_for(study) == {}
+        plan = "\n".join(at.describe(study))
+        assert "+ inductor_deterministic=on at the default end" in plan
+        assert "(against default[execution=compile])" in plan
 
 
 def test_a_mode_shared_by_variants_runs_once() -> None:
@@ -228,6 +246,30 @@ def test_suite_effects_and_conclusions(run_dir: Path, study: dict[str, Any]) -> 
     assert "not significantly different" in high and "other bits than" in high
     added = next(x for x in said if x.startswith("the default mode with deterministic"))
     assert "alone makes 1 of 2 reproducible" in added and "29% slower" in added
+
+
+def test_a_noisy_or_wide_cost_is_within_the_noise_in_words(
+    tmp_path: Path, study: dict[str, Any]
+) -> None:
+    """The fill off measured 1.3x faster on scatter, but with samples that spread over more
+    than 10% of their median: the conclusion says within the noise, not "N% faster"."""
+    recs = []
+    for r in range(3):
+        for mode, sec in ((DET, 0.020), (FILL_OFF, 0.0154), (NO_DET, 0.020), (HIGH, 0.020),
+                          ("default", 0.020), ("det-algos", 0.020)):  # fmt: skip
+            spread = [sec * f for f in (0.8, 0.9, 1.0, 1.0, 1.1, 1.25)]  # IQR about 17%
+            fp = "a" if "det-algos" in mode else f"d{r}"
+            recs.append(syn.record("scatter", mode, r, fp, spread, settings_changed=[]))
+    df = load_results(syn.write_run(tmp_path / "noisy", recs, syn.env(gpu=None, study=study)))
+    s = ar.suite_effects(df, study).set_index("mode")
+    assert bool(s.loc[FILL_OFF, "noisy"]) and bool(s.loc[FILL_OFF, "significant"])
+    assert ar.within_noise(s.loc[FILL_OFF]) is not None
+    fill = next(x for x in ar.conclusions(df, study)["s"] if "fill_uninitialized_memory" in x)
+    assert "throughput within the noise" in fill and "faster" not in fill, fill
+    wide = {"relative_throughput": 1.2, "ci_low": 1.02, "ci_high": 1.6, "noisy": False}
+    assert ar.within_noise(wide) == "the interval is wider than the difference"
+    clear = {"relative_throughput": 2.0, "ci_low": 1.8, "ci_high": 2.2, "noisy": True}
+    assert ar.within_noise(clear) is None  # beyond the noise, even where timing is noisy
 
 
 def test_report_section(run_dir: Path, tmp_path: Path, study: dict[str, Any]) -> None:

@@ -48,6 +48,11 @@ def test_settings_json_lists_every_setting_with_levels_and_torchs_default() -> N
     assert data["sdpa_backend"]["levels"] == ["default", "math", "flash", "efficient", "cudnn"]
     assert data["autocast"]["levels"] == ["off", "fp16", "bf16"]
     assert data["execution"]["levels"] == ["eager", "compile"]
+    assert data["inductor_batch_invariant"]["levels"] == ["on", "off"]
+    assert data["inductor_batch_invariant"]["default"] == (
+        "on" if os.environ.get("TORCHINDUCTOR_BATCH_INVARIANT") == "1" else "off"
+    )
+    assert all({"name", "levels", "default"} <= set(d) for d in data.values())
     table = detbench_cli("settings")
     assert table.returncode == 0 and "fill_uninitialized_memory" in table.stdout
 
@@ -117,6 +122,7 @@ print(json.dumps(read_all()))
             "bf16_reduced_precision_reduction": "off",
             "sdpa_backend": "math",
             "inductor_deterministic": "on",
+            "inductor_batch_invariant": "on",
         },
     ],
     ids=["fill-warn-tf32-cublas", "reductions-sdpa-inductor"],
@@ -136,17 +142,36 @@ def test_the_snippet_puts_a_fresh_process_in_the_settings(overrides: dict[str, s
         assert levels[name] == level, name
 
 
+#: A level of inductor_deterministic apart from deterministic algorithms (see the test below).
+TIED = "det-algos[execution=compile,inductor_deterministic=off]"
+
+
 @pytest.fixture(scope="module")
-def probe_run(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
-    """One run of the probe workloads under the modes the tests below read."""
+def probe_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary directory (TMPDIR) of the probe run: empty before it."""
+    return tmp_path_factory.mktemp("probe-tmpdir")
+
+
+@pytest.fixture(scope="module")
+def probe_run(tmp_path_factory: pytest.TempPathFactory, probe_tmp: Path) -> pd.DataFrame:
+    """One run of the probe workloads under the modes the tests below read, with a temporary
+    directory of its own. Where torch ties inductor_deterministic to deterministic algorithms,
+    also under a level apart from theirs (unsupported before anything compiles; elsewhere that
+    mode would compile every probe workload, so it is left out)."""
+    from detbench import torchstate as ts
+
     out = tmp_path_factory.mktemp("settings") / "run"
     modes = ["det-algos", "det-algos[fill_uninitialized_memory=off]", "det-algos[warn_only=on]",
              "default[sdpa_backend=efficient]", "default[autocast=bf16]"]  # fmt: skip
-    args = ["run", "--workload", str(PROBE), "--replicates", "2", "--out", str(out),
-            "--no-report", "--budget", "0.02"]  # fmt: skip
+    modes += [TIED] if ts.inductor_tied() else []
+    args = ["-m", "detbench", "run", "--workload", str(PROBE), "--replicates", "2", "--out",
+            str(out), "--no-report", "--budget", "0.02"]  # fmt: skip
     for m in modes:
         args += ["--mode", m]
-    proc = detbench_cli(*args)
+    env = {**os.environ, "TMPDIR": str(probe_tmp), "PYTHONPATH": str(ROOT)}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     return detbench.load_results(out)
 
@@ -184,6 +209,7 @@ def test_a_workload_that_turns_det_algos_off_is_recorded_as_it_ran(
     late = _row(probe_run, "benchmark_on_in_step", "det-algos")
     assert late["settings_changed"] == ["benchmark"]
     assert late["settings_changes"]["benchmark"] == {"applied": False, "after_steps": True}
+    assert bool(late["benchmark"])  # its column: what its steps last ran under
 
 
 def test_warn_only_runs_the_op_that_has_no_deterministic_implementation(
@@ -238,6 +264,37 @@ def test_a_compiled_workload_beside_its_eager_twin(tmp_path: Path) -> None:
     assert not list(Path("/tmp").glob("detbench-inductor-*")) or all(
         p.stat().st_mtime < out.stat().st_mtime for p in Path("/tmp").glob("detbench-inductor-*")
     )  # this run's caches were removed
+
+
+def test_torchs_own_change_of_inductor_deterministic_is_not_the_workloads() -> None:
+    from detbench import torchstate as ts
+    from detbench.applied import changed, differ
+
+    applied = {"deterministic_algorithms": True, "inductor_deterministic": "on"}
+    now = {"deterministic_algorithms": False, "inductor_deterministic": "off"}
+    assert differ(applied, now) == ["deterministic_algorithms", "inductor_deterministic"]
+    blamed = ["deterministic_algorithms"] if ts.inductor_tied() else differ(applied, now)
+    assert changed(applied, now) == blamed
+    assert st.inert_reason("inductor_batch_invariant", "cuda", {}, False) == (
+        "inductor_batch_invariant acts only with execution=compile"
+    )
+
+
+def test_workers_leave_no_shared_compile_cache_and_a_tied_level_is_unsupported(
+    probe_run: pd.DataFrame, probe_tmp: Path
+) -> None:
+    """Every worker imports torch._dynamo, which makes inductor's cache directory: each gets its
+    own, removed at the end, and the command makes none in the shared temporary directory. Where
+    torch ties inductor_deterministic to deterministic algorithms, a level apart from theirs is
+    unsupported with the reason, and nothing is blamed on the workload."""
+    assert sorted(p.name for p in probe_tmp.iterdir()) == []  # no torchinductor_*, no cache
+    tied = probe_run[probe_run["mode"] == TIED]
+    from detbench import torchstate as ts
+
+    assert len(tied) == (2 * len(set(probe_run["workload"])) if ts.inductor_tied() else 0)
+    for row in tied.to_dict("records"):
+        assert row["status"] == "unsupported" and "ties" in row["message"], row["message"]
+        assert row["settings_changed"] == []
 
 
 # --- on a GPU ---------------------------------------------------------------------------------
