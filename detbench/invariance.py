@@ -7,6 +7,11 @@ its input so. Each size's rows are compared bitwise with the smallest size's (th
 declared). The verdict is a second one beside run-to-run equality: kernels choose their reduction
 order, blocking and split by the shape they see, so a row can change with its batch in a process
 that is perfectly reproducible run to run.
+
+``invariant`` is over every batch-first output (logits that move while the completion they give
+does not is itself worth knowing). ``distinct`` counts the different row-0 results of the FIRST
+batch-first output only, the workload's result: for a decoder that returns its generated ids
+first, the number of distinct completions of the same request across the batch compositions.
 """
 
 from __future__ import annotations
@@ -65,8 +70,10 @@ class Verdict:
     max_abs_diff: float
     #: Per size, whether its row 0 has the smallest size's bits.
     same: dict[int, bool]
-    #: How many different row-0 results the sizes gave (for a decoder: distinct completions of
-    #: the same request decoded in different batch compositions); 1 when invariant.
+    #: How many different row-0 results of the first batch-first output (the workload's result)
+    #: the sizes gave: for a decoder returning its generated ids first, the distinct completions
+    #: of the same request decoded in different batch compositions. 1 when invariant; it can be 1
+    #: while ``invariant`` is False (a later output, such as the logits, differs).
     distinct: int = 1
 
     def to_record(self) -> dict[str, Any]:
@@ -101,7 +108,7 @@ def compare(rows: dict[int, list[torch.Tensor]]) -> Verdict:
         if not same[b]:
             worst = max(worst, *(max_abs_diff(x, y) for x, y in zip(ref, got, strict=True)))
     first = next((b for b in sizes if not same[b]), None)
-    distinct = len({tuple(_bits(t) for t in rows[b]) for b in sizes})
+    distinct = len({_bits(rows[b][0]) for b in sizes})
     return Verdict(sizes, first is None, first, worst, same, distinct)
 
 

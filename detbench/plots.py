@@ -240,9 +240,13 @@ def write_plots(df: pd.DataFrame, directory: Path,
         s = str(suite)
         suite_rec = rec[(rec["suite"] == s) & (rec["workload"] == "*")]
         recommended = suite_rec["mode"].iloc[0] if len(suite_rec) else None
-        title = f"{s}: speed versus reproducibility"
-        fig = plane_figure(points[points["suite"] == s], s, recommended, baseline)
-        plots.append(Plot("plane", s, title, *_save(fig, directory, f"{s}-plane")))
+        # No plane for a suite none of whose workloads ran in any mode (every record
+        # unsupported, say): there is no point to place; the heatmap shows why.
+        here = points[points["suite"] == s] if "suite" in points.columns else points.iloc[:0]
+        if len(here):
+            title = f"{s}: speed versus reproducibility"
+            fig = plane_figure(here, s, recommended, baseline)
+            plots.append(Plot("plane", s, title, *_save(fig, directory, f"{s}-plane")))
         fig = heatmap_figure(v[v["suite"] == s], s, baseline)
         title = f"{s}: relative throughput and reproducibility per workload"
         plots.append(Plot("heatmap", s, title, *_save(fig, directory, f"{s}-heatmap")))

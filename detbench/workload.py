@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from detbench.errors import DetbenchError
@@ -213,8 +214,11 @@ def workload(
     reading ``ctx.batch_size``; row 0 of every returned tensor whose first dimension is the batch
     must be the same request at every size (the workload makes its input so). detbench then
     builds it at each size, runs a step, and records whether row 0 kept its bits
-    (``batch_invariant``). ``batch_size``: the size of the fingerprint and timing passes (one of
-    ``batch_sizes``; the largest by default).
+    (``batch_invariant``, over every batch-first output). ``batch_distinct_results`` counts the
+    distinct row-0 results of the first batch-first output only, the workload's result (return a
+    decoder's generated ids first and it is the number of distinct completions). ``batch_size``:
+    the size of the fingerprint and timing passes (one of ``batch_sizes``; the largest by
+    default).
 
     ``distributed=True``: each record of the workload is one fresh ``torchrun`` launch of
     ``world_size`` ranks (the setting; ``gloo`` on CPU, ``nccl`` on CUDA) and the factory runs
@@ -312,6 +316,21 @@ def load_file(path: str | Path) -> list[Workload]:
 def suites_dir() -> Path:
     """The built-in suites: ``suites/`` beside the ``detbench`` package in a checkout."""
     return Path(__file__).resolve().parent.parent / "suites"
+
+
+def suite_helper(stem: str) -> ModuleType:
+    """Import ``suites/STEM.py`` (a helper file of a built-in suite, its name starting with "_")
+    once per process. A suite file is imported by its path (see ``load_file``), not as part of a
+    package, so its helper files are imported by path too."""
+    mod_name = f"detbench_suites_{stem}"
+    module = sys.modules.get(mod_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(mod_name, suites_dir() / f"{stem}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    return module
 
 
 def builtin_suite_files() -> dict[str, Path]:

@@ -1,44 +1,58 @@
 """invariance: does the same request give the same bits in a different batch?
 
-Every workload declares ``batch_sizes`` (``SIZES``, one tuple for both profiles: the declaration
-is not per profile) and reads ``ctx.batch_size``. Row 0 is the same request at every size: every
-input is the first ``b`` rows of one seeded tensor built at the largest size, drawn after the
-weights, so neither depends on ``b``. detbench builds each workload at every size, runs a step
-and compares row 0 of every batch-first output bitwise (``detbench.invariance``). Each step keeps
-its batch-first inputs in ``step.inputs`` (for the suite's tests: row 0 of the input is the same
-at every size).
+Every workload declares ``batch_sizes`` (``SIZES``, or the decoder's ``DECODER_SIZES``; one tuple
+for both profiles: the declaration is not per profile) and reads ``ctx.batch_size``. Row 0 is the
+same request at every size: every input is the first ``b`` rows of one seeded tensor built at the
+largest size, drawn after the weights, so neither depends on ``b``. detbench builds each workload
+at every size, runs a step and compares row 0 of every batch-first output bitwise
+(``detbench.invariance``). Each step keeps its batch-first inputs in ``step.inputs`` (for the
+suite's tests: row 0 of the input is the same at every size).
 
 - ``matmul_fp32``, ``matmul_fp16``, ``matmul_bf16``: ``x @ W``, a linear layer without bias.
 - ``rmsnorm`` (``torch.nn.RMSNorm`` where the installed torch has it, else written out),
   ``layernorm``, ``softmax`` over a long last dimension.
+- ``gelu``: an elementwise op, the control: nothing couples the rows, so row 0 must be invariant
+  in every mode (no reference: it is its own).
 - ``sdpa_padded``: a batch of requests of different lengths padded to the longest, keys masked
   per request; request 0 is the longest, so the padded length (the shape) is the same at every
-  size and only the batch changes.
-- ``sdpa_chunked_prefill``: the second chunk of a chunked prefill (the last ``chunk`` queries of
-  every request against its ``2 * chunk`` keys: the cached first chunk plus its own, an explicit
-  causal mask) beside the same query rows of the one-shot causal prefill of the whole prompt.
-  Both are batch-first outputs, so detbench compares each across batch sizes; whether the two
-  agree with each other (a different KV split of the same attention) is not a batch question
-  and is checked in ``tests/test_suite_invariance.py`` (on a 2-thread CPU, torch 2.13, quick
-  size: the same bits).
+  size and only the batch changes. Default dispatch (``attention=True``: the ``sdpa_backend``
+  setting picks the kernel). ``sdpa_padded_math``, ``_flash``, ``_efficient``, ``_cudnn``: the
+  same step inside ``torch.nn.attention.sdpa_kernel(SDPBackend.X)``, one per backend
+  (``params["sdpa_backend"]``); they pin their backend, so they declare ``attention=False``. A
+  backend the device cannot run is ``unsupported`` with torch's reason ("No viable backend"),
+  and so is one this torch does not name (``sdpa_kernel`` or ``SDPBackend.X`` missing).
+- ``sdpa_chunked_prefill``: the KV split as the batch question. A server with a fixed token
+  budget per forward (one prompt's tokens) shares it among the requests that prefill together,
+  so a request's prompt is prefilled in ``chunks(b) = min(b, MAX_CHUNKS)`` chunks at batch size
+  ``b`` (``MAX_CHUNKS = 8``, the smallest chunk an eighth of the prompt; 1, 2, 4, 8, 8 chunks at
+  sizes 1, 2, 4, 16, 64; ``params["chunks"]``). One chunk is the one-shot causal prefill
+  (``is_causal=True``); otherwise each chunk's queries attend to the keys so far (the cached
+  chunks and its own, an explicit causal mask), and the chunks' outputs are concatenated along
+  the positions: ``(b, heads, prompt, head_dim)``. Row 0 at batch 1 against batch 4 is then
+  one-shot against 4-chunk prefill, recorded by the ordinary verdict.
 - ``embedding_mlp``: an embedding lookup and a 2-layer MLP on token ids.
 - ``decoder_greedy``: a small decoder-only transformer (seeded weights) that greedily decodes
-  ``new_tokens`` tokens, without a KV cache, for a batch of prompts (row 0 the reference prompt,
-  the others other prompts). It returns the generated ids and the last logits, batch first: the
-  study's measure, the number of distinct completions of one request decoded in different batch
-  compositions, is the number of distinct row-0 completions across the sizes. ``items_per_step``
-  is the tokens generated, so the throughput is tokens per second.
+  ``new_tokens`` tokens, without a KV cache, for a batch of prompts: row 0 the reference
+  request, the other rows drawn from a generator seeded by the batch size, so both the size and
+  the other requests of the batch change (``DECODER_SIZES``: K = 12 compositions,
+  ``params["requests"]``). It returns the generated ids first, then the last logits, batch
+  first: the study's measure, the distinct completions of K identical requests decoded in
+  different batch compositions, is the record's ``batch_distinct_results`` (distinct row-0
+  results of the first output). ``items_per_step`` is the tokens generated: tokens per second.
 
 The price of invariance: ``<base>_invariant`` computes the same thing as ``<base>`` row by row
-(each row alone, as in a batch of 1), so row 0's reduction order cannot depend on the batch; its
+(each request alone, as in a batch of 1: for the chunked prefill, the batch of 1's one-shot
+prefill), so row 0's reduction order cannot depend on the batch; its
 ``params["invariant_reference_of"]`` names the base, and its throughput relative to the base is
-the price. ``sdpa_*`` declare ``attention=True`` (the ``sdpa_backend`` setting picks the kernel).
-No workload declares ``autocast`` (the dtypes are the case).
+the price. ``decoder_greedy_invariant`` declares ``SIZES`` (5 compositions), not the base's 12:
+decoding each request alone at every size costs 225 decodes per record, not 87. No workload
+declares ``autocast`` (the dtypes are the case).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -46,9 +60,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import detbench
+from detbench.measure import SettingUnsupported
+from detbench.workload import suite_helper
 
 SIZES = (1, 2, 4, 16, 64)
-LARGEST = max(SIZES)
+#: The decoder's: K = 12 batch compositions of the same request.
+DECODER_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+LARGEST = max(SIZES + DECODER_SIZES)
 Step = Callable[[], list[torch.Tensor]]
 Sizes = dict[str, dict[str, Any]]
 
@@ -91,6 +109,7 @@ def _register(
     reference_of: str | None = None,
     attention: bool = False,
     extra: dict[str, Any] | None = None,
+    batch_sizes: tuple[int, ...] = SIZES,
 ) -> Callable[[Callable[..., Step]], Callable[..., Step]]:
     """Register ``build(ctx, **sizes[profile]) -> step`` as ``invariance/name``. Items per step:
     the batch, times ``per_item(sizes[profile])`` (tokens per request) where given."""
@@ -108,7 +127,7 @@ def _register(
             name=name,
             params=params,
             items_per_step=items,
-            batch_sizes=SIZES,
+            batch_sizes=batch_sizes,
             attention=attention,
         )
         def factory(ctx: detbench.Context) -> Step:
@@ -118,6 +137,24 @@ def _register(
         return build
 
     return deco
+
+
+def _pair(
+    name: str,
+    sizes: Sizes,
+    make: Callable[[bool], Callable[..., Step]],
+    extra: dict[str, Any],
+    *,
+    alone: dict[str, Any] | None = None,
+    **kw: Any,
+) -> None:
+    """Register ``name`` (``make(False)``) and its reference ``name_invariant`` (``make(True)``,
+    each request alone; ``alone`` overrides its params, else its op says so)."""
+    _register(name, sizes, extra=extra, **kw)(make(False))
+    mine = alone if alone is not None else {"op": f"{extra['op']}, each request alone"}
+    _register(f"{name}_invariant", sizes, reference_of=name, extra={**extra, **mine}, **kw)(
+        make(True)
+    )
 
 
 # --- matmul ------------------------------------------------------------------------------------
@@ -140,16 +177,13 @@ def _matmul(dtype: torch.dtype, per_row: bool) -> Callable[..., Step]:
 
 
 for _tag, _dtype in DTYPES.items():
-    _register(f"matmul_{_tag}", MATMUL, extra={"op": "x @ W", "dtype": str(_dtype)[6:]})(
-        _matmul(_dtype, per_row=False)
-    )
-for _tag, _dtype in DTYPES.items():
-    _register(
-        f"matmul_{_tag}_invariant",
+    _pair(
+        f"matmul_{_tag}",
         MATMUL,
-        reference_of=f"matmul_{_tag}",
-        extra={"op": "x[i:i+1] @ W for each row i", "dtype": str(_dtype)[6:]},
-    )(_matmul(_dtype, per_row=True))
+        partial(_matmul, _dtype),
+        {"op": "x @ W", "dtype": str(_dtype)[6:]},
+        alone={"op": "x[i:i+1] @ W for each row i"},
+    )
 
 
 # --- normalisation and softmax -----------------------------------------------------------------
@@ -196,26 +230,16 @@ def _norm(kind: str, per_row: bool) -> Callable[..., Step]:
 
 
 _RMS_OP = "torch.nn.RMSNorm" if hasattr(nn, "RMSNorm") else "RMSNorm written out"
-_register("rmsnorm", NORM, per_item=lambda s: s["tokens"], extra={"op": _RMS_OP})(
-    _norm("rms", per_row=False)
+
+
+def _tokens(s: dict[str, Any]) -> int:
+    return int(s["tokens"])
+
+
+_pair("rmsnorm", NORM, lambda r: _norm("rms", r), {"op": _RMS_OP}, per_item=_tokens)
+_pair(
+    "layernorm", NORM, lambda r: _norm("layer", r), {"op": "torch.nn.LayerNorm"}, per_item=_tokens
 )
-_register(
-    "rmsnorm_invariant",
-    NORM,
-    per_item=lambda s: s["tokens"],
-    reference_of="rmsnorm",
-    extra={"op": f"{_RMS_OP}, each request alone"},
-)(_norm("rms", per_row=True))
-_register("layernorm", NORM, per_item=lambda s: s["tokens"], extra={"op": "torch.nn.LayerNorm"})(
-    _norm("layer", per_row=False)
-)
-_register(
-    "layernorm_invariant",
-    NORM,
-    per_item=lambda s: s["tokens"],
-    reference_of="layernorm",
-    extra={"op": "torch.nn.LayerNorm, each request alone"},
-)(_norm("layer", per_row=True))
 
 
 def _softmax(per_row: bool) -> Callable[..., Step]:
@@ -231,13 +255,13 @@ def _softmax(per_row: bool) -> Callable[..., Step]:
     return build
 
 
-_register("softmax", SOFTMAX, extra={"op": "torch.softmax(x, dim=-1)"})(_softmax(per_row=False))
-_register(
-    "softmax_invariant",
-    SOFTMAX,
-    reference_of="softmax",
-    extra={"op": "torch.softmax(x, dim=-1), each request alone"},
-)(_softmax(per_row=True))
+_pair("softmax", SOFTMAX, _softmax, {"op": "torch.softmax(x, dim=-1)"})
+
+
+@_register("gelu", NORM, per_item=_tokens, extra={"op": "F.gelu(x) (erf)"})
+def gelu(ctx: detbench.Context, tokens: int, hidden: int) -> Step:
+    x = _rows(ctx, tokens, hidden)
+    return _expose(lambda: [F.gelu(x)], x)
 
 
 # --- attention ---------------------------------------------------------------------------------
@@ -247,13 +271,38 @@ SDPA: Sizes = {
     "full": {"heads": 8, "head_dim": 64, "length": 512},
 }
 CHUNKED: Sizes = {
-    "quick": {"heads": 4, "head_dim": 32, "chunk": 32},
-    "full": {"heads": 8, "head_dim": 64, "chunk": 256},
+    "quick": {"heads": 4, "head_dim": 32, "prompt": 64},
+    "full": {"heads": 8, "head_dim": 64, "prompt": 512},
 }
+#: The sdpa_backend levels, as ``SDPBackend`` names them.
+BACKENDS = {
+    "math": "MATH",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
+MAX_CHUNKS = 8
 
 
-def _sdpa_padded(per_row: bool) -> Callable[..., Step]:
+def _pinned(backend: str) -> Callable[[], Any]:
+    """``lambda: sdpa_kernel(SDPBackend.X)``; ``SettingUnsupported`` where this torch lacks it."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError as exc:
+        raise SettingUnsupported(
+            f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel ({exc})"
+        ) from exc
+    member = getattr(SDPBackend, BACKENDS[backend], None)
+    if member is None:
+        raise SettingUnsupported(
+            f"torch {torch.__version__} has no SDPBackend.{BACKENDS[backend]} (sdpa_kernel)"
+        )
+    return lambda: sdpa_kernel(member)
+
+
+def _sdpa_padded(per_row: bool, backend: str | None = None) -> Callable[..., Step]:
     def build(ctx: detbench.Context, heads: int, head_dim: int, length: int) -> Step:
+        pin = _pinned(backend) if backend is not None else None
         q, k, v = (_rows(ctx, heads, length, head_dim) for _ in range(3))
         # Request lengths: request 0 is the longest (the padded length does not change with b).
         lengths = torch.randint(length // 4, length + 1, (LARGEST,), device=ctx.device)
@@ -267,47 +316,93 @@ def _sdpa_padded(per_row: bool) -> Callable[..., Step]:
         ) -> torch.Tensor:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
 
-        def step() -> list[torch.Tensor]:
+        def run() -> list[torch.Tensor]:
             return [_per_row(attend, q, k, v, mask) if per_row else attend(q, k, v, mask)]
+
+        def pinned() -> list[torch.Tensor]:
+            assert pin is not None
+            with pin():
+                return run()
+
+        return _expose(run if pin is None else pinned, q, k, v)
+
+    return build
+
+
+_SDPA_OP = "scaled_dot_product_attention, key padding mask"
+_pair("sdpa_padded", SDPA, _sdpa_padded, {"op": _SDPA_OP, "dtype": "float32"}, attention=True)
+for _level, _member in BACKENDS.items():
+    _register(
+        f"sdpa_padded_{_level}",
+        SDPA,
+        extra={
+            "op": f"{_SDPA_OP}, inside sdpa_kernel(SDPBackend.{_member})",
+            "dtype": "float32",
+            "sdpa_backend": _level,
+        },
+    )(_sdpa_padded(per_row=False, backend=_level))
+
+
+def chunks(b: int) -> int:
+    """Prefill chunks at batch size ``b``: a forward's token budget (one prompt) shared by the
+    ``b`` requests that prefill together, down to a smallest chunk of 1/``MAX_CHUNKS`` prompt."""
+    return min(b, MAX_CHUNKS)
+
+
+def _prefill(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pieces: list[tuple[int, int, torch.Tensor]]
+) -> torch.Tensor:
+    """Causal self-attention over the prompt in ``pieces`` (start, end, mask): one piece is the
+    one-shot prefill; else each chunk's queries against the keys so far, concatenated."""
+    if len(pieces) == 1:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return torch.cat(
+        [
+            F.scaled_dot_product_attention(q[:, :, s:e], k[:, :, :e], v[:, :, :e], attn_mask=m)
+            for s, e, m in pieces
+        ],
+        dim=2,
+    )
+
+
+def _chunked_prefill(per_row: bool) -> Callable[..., Step]:
+    def build(ctx: detbench.Context, heads: int, head_dim: int, prompt: int) -> Step:
+        q, k, v = (_rows(ctx, heads, prompt, head_dim) for _ in range(3))
+        pos = torch.arange(prompt, device=ctx.device)
+        n = 1 if per_row else chunks(_batch(ctx))
+        # Chunk [s, e): query s + i sees keys 0 .. s + i (the cached chunks and its own).
+        pieces = [
+            (int(c[0]), int(c[-1]) + 1, pos[None, : int(c[-1]) + 1] <= c[:, None])
+            for c in pos.tensor_split(n)
+        ]
+
+        def step() -> list[torch.Tensor]:
+            if per_row:
+                return [_per_row(lambda a, b, c: _prefill(a, b, c, pieces), q, k, v)]
+            return [_prefill(q, k, v, pieces)]
 
         return _expose(step, q, k, v)
 
     return build
 
 
-_SDPA_OP = "scaled_dot_product_attention, key padding mask"
-_register("sdpa_padded", SDPA, attention=True, extra={"op": _SDPA_OP, "dtype": "float32"})(
-    _sdpa_padded(per_row=False)
-)
-_register(
-    "sdpa_padded_invariant",
-    SDPA,
-    attention=True,
-    reference_of="sdpa_padded",
-    extra={"op": f"{_SDPA_OP}, each request alone", "dtype": "float32"},
-)(_sdpa_padded(per_row=True))
-
-
-@_register(
+_CHUNK_OP = "scaled_dot_product_attention, causal prefill"
+_pair(
     "sdpa_chunked_prefill",
     CHUNKED,
+    _chunked_prefill,
+    {
+        "op": f"{_CHUNK_OP} in chunks(b) = min(b, {MAX_CHUNKS}) chunks",
+        "chunks": {str(b): chunks(b) for b in SIZES},
+        "dtype": "float32",
+    },
+    alone={
+        "op": f"{_CHUNK_OP}, one-shot, each request alone",
+        "chunks": {str(b): 1 for b in SIZES},
+    },
+    per_item=lambda s: int(s["prompt"]),
     attention=True,
-    extra={"op": "scaled_dot_product_attention, second prefill chunk vs one-shot prefill",
-           "dtype": "float32"},
-)  # fmt: skip
-def sdpa_chunked_prefill(ctx: detbench.Context, heads: int, head_dim: int, chunk: int) -> Step:
-    prompt = 2 * chunk
-    q, k, v = (_rows(ctx, heads, prompt, head_dim) for _ in range(3))
-    # Query i of the second chunk is position chunk + i: it sees keys 0 .. chunk + i.
-    pos = torch.arange(prompt, device=ctx.device)
-    mask = pos[None, :] <= (chunk + torch.arange(chunk, device=ctx.device))[:, None]
-
-    def step() -> list[torch.Tensor]:
-        chunked = F.scaled_dot_product_attention(q[:, :, chunk:], k, v, attn_mask=mask)
-        oneshot = F.scaled_dot_product_attention(q, k, v, is_causal=True)[:, :, chunk:]
-        return [chunked, oneshot.contiguous()]
-
-    return _expose(step, q, k, v)
+)
 
 
 # --- embedding + MLP ---------------------------------------------------------------------------
@@ -337,16 +432,8 @@ def _embedding_mlp(per_row: bool) -> Callable[..., Step]:
     return build
 
 
-_register("embedding_mlp", EMBED, per_item=lambda s: s["tokens"], extra={"dtype": "float32"})(
-    _embedding_mlp(per_row=False)
-)
-_register(
-    "embedding_mlp_invariant",
-    EMBED,
-    per_item=lambda s: s["tokens"],
-    reference_of="embedding_mlp",
-    extra={"op": "embedding + MLP, each request alone", "dtype": "float32"},
-)(_embedding_mlp(per_row=True))
+_EMBED_OP = {"op": "embedding + MLP", "dtype": "float32"}
+_pair("embedding_mlp", EMBED, _embedding_mlp, _EMBED_OP, per_item=_tokens)
 
 
 # --- a small decoder, greedy decoding ------------------------------------------------------------
@@ -357,73 +444,73 @@ DECODER: Sizes = {
 }
 
 
-class Block(nn.Module):
-    """A pre-LayerNorm decoder block: causal self-attention (``scaled_dot_product_attention``)
-    and a GELU MLP."""
-
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, T, dim)
-        n, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(n, t, 3, self.heads, d // self.heads).unbind(2)
-        a = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-        )
-        x = x + self.proj(a.transpose(1, 2).reshape(n, t, d))
-        return x + self.mlp(self.ln2(x))
+# Block, Decoder and greedy(): in suites/_decoder.py (not a suite: its name starts with "_").
+_model = suite_helper("_decoder")
 
 
-class Decoder(nn.Module):
-    def __init__(self, vocab: int, dim: int, heads: int, layers: int, context: int) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.pos = nn.Embedding(context, dim)
-        self.blocks = nn.Sequential(*(Block(dim, heads) for _ in range(layers)))
-        self.ln = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, vocab, bias=False)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # (N, T) -> (N, T, vocab)
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        return self.head(self.ln(self.blocks(self.embed(ids) + self.pos(pos))))
+def _prompts(ctx: detbench.Context, vocab: int, prompt: int) -> torch.Tensor:
+    """Row 0: the reference request (the global generator, after the weights); the other
+    ``b - 1`` rows: requests drawn from a generator seeded by ``b`` (and the run's seed), so the
+    other requests of the batch change with its size."""
+    b = _batch(ctx)
+    ref = torch.randint(0, vocab, (1, prompt), device=ctx.device)
+    others = torch.Generator().manual_seed(ctx.seed * 1_000_003 + b)
+    rest = torch.randint(0, vocab, (b - 1, prompt), generator=others).to(ctx.device)
+    return torch.cat([ref, rest])
 
 
-def greedy(model: Decoder, prompts: torch.Tensor, new_tokens: int) -> list[torch.Tensor]:
-    """Greedy decoding without a KV cache: (generated ids (N, new_tokens), last logits)."""
-    ids = prompts
-    logits = torch.empty(0)
-    for _ in range(new_tokens):
-        logits = model(ids)[:, -1]
-        ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
-    return [ids[:, prompts.shape[1] :], logits]
+def _decoder(per_row: bool) -> Callable[..., Step]:
+    def build(
+        ctx: detbench.Context,
+        vocab: int,
+        dim: int,
+        heads: int,
+        layers: int,
+        prompt: int,
+        new_tokens: int,
+    ) -> Step:
+        model = _model.Decoder(vocab, dim, heads, layers, prompt + new_tokens).to(ctx.device).eval()
+        prompts = _prompts(ctx, vocab, prompt)
+
+        def step() -> list[torch.Tensor]:
+            with torch.no_grad():
+                if not per_row:
+                    return _model.greedy(model, prompts, new_tokens)
+                alone = [
+                    _model.greedy(model, prompts[i : i + 1], new_tokens)
+                    for i in range(len(prompts))
+                ]
+                return [torch.cat(out) for out in zip(*alone, strict=True)]
+
+        return _expose(step, prompts)
+
+    return build
 
 
-@_register(
+_DECODER = {
+    "model": "decoder-only transformer, pre-LayerNorm",
+    "dtype": "float32",
+    "requests": len(DECODER_SIZES),
+    "compositions": "batch size and the other requests differ",
+}
+_register(
     "decoder_greedy",
     DECODER,
     per_item=lambda s: s["new_tokens"],
     attention=True,
-    extra={"model": "decoder-only transformer, pre-LayerNorm", "dtype": "float32"},
-)
-def decoder_greedy(
-    ctx: detbench.Context,
-    vocab: int,
-    dim: int,
-    heads: int,
-    layers: int,
-    prompt: int,
-    new_tokens: int,
-) -> Step:
-    model = Decoder(vocab, dim, heads, layers, prompt + new_tokens).to(ctx.device).eval()
-    prompts = _ids(ctx, vocab, prompt)
-
-    def step() -> list[torch.Tensor]:
-        with torch.no_grad():
-            return greedy(model, prompts, new_tokens)
-
-    return _expose(step, prompts)
+    extra=_DECODER,
+    batch_sizes=DECODER_SIZES,
+)(_decoder(per_row=False))
+_register(
+    "decoder_greedy_invariant",
+    DECODER,
+    per_item=lambda s: s["new_tokens"],
+    attention=True,
+    reference_of="decoder_greedy",
+    extra={
+        **_DECODER,
+        "model": f"{_DECODER['model']}, each request decoded alone",
+        "requests": len(SIZES),
+    },
+    batch_sizes=SIZES,  # its cost grows with the rows decoded: 87 here, not 225
+)(_decoder(per_row=True))

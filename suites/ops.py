@@ -27,12 +27,8 @@ caches and the zero-fill of an output are not counted. ``items_per_step`` is the
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -40,6 +36,7 @@ import torch.nn.functional as F
 
 import detbench
 from detbench import catalog
+from detbench.workload import suite_helper
 
 Step = Callable[[], list[torch.Tensor]]
 Sizes = dict[str, dict[str, Any]]
@@ -89,20 +86,7 @@ def _register(
     return deco
 
 
-def _private(stem: str) -> ModuleType:
-    """Import ``suites/STEM.py`` once per process. A suite file is imported by its path (see
-    ``detbench.workload.load_file``), not as part of a package, so its helper files are too."""
-    mod_name = f"detbench_suites_{stem}"
-    module = sys.modules.get(mod_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(
-            mod_name, Path(__file__).with_name(f"{stem}.py")
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        spec.loader.exec_module(module)
-    return module
+_private = suite_helper
 
 
 def _numel(shape: tuple[int, ...] | list[int]) -> int:

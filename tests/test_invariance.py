@@ -67,3 +67,16 @@ def test_a_run_records_the_verdict(invariance_probe_run: Path) -> None:
     assert set(ew["batch_invariant"]) == {True} and ew["batch_first_variant_size"].isna().all()
     plain = df[df["workload"] == "no_sizes"]
     assert plain["batch_invariant"].isna().all()
+
+
+def test_distinct_counts_the_first_output_invariant_counts_all() -> None:
+    """A decoder's completion (its first output) agrees across sizes while its logits (the
+    second) differ: one distinct result, and not invariant."""
+    ids = torch.tensor([3, 1, 4])
+    logits = torch.tensor([0.5, 0.25])
+    moved = torch.nextafter(logits, torch.tensor(9.0))
+    v = invariance.compare({1: [ids, logits], 2: [ids.clone(), logits.clone()], 4: [ids, moved]})
+    assert v.distinct == 1 and not v.invariant and v.first_variant_size == 4
+    assert v.to_record()["batch_distinct_results"] == 1
+    other = invariance.compare({1: [ids, logits], 2: [torch.tensor([3, 1, 5]), logits]})
+    assert other.distinct == 2 and not other.invariant

@@ -12,7 +12,8 @@ import pytest
 
 import detbench
 from detbench import invariance_report as ir
-from detbench.render import Figure, Heading, Para, Table, to_markdown
+from detbench.render import Bullets, Figure, Heading, Para, Table, to_markdown
+from detbench.report import write_report
 from tests.synthetic import record, write_run
 
 
@@ -69,7 +70,7 @@ def _sized(workload: str, mode: str, rep: int, secs: float, invariant: bool,
         workload, mode, rep, "f", [secs] * 5, batch_invariant=invariant,
         batch_first_variant_size=None if invariant else 8,
         batch_max_abs_diff=0.0 if invariant else 1e-6, batch_same_as_smallest=same,
-        batch_size=8, settings_changed=[], **extra,
+        batch_distinct_results=1 if invariant else 2, batch_size=8, settings_changed=[], **extra,
     )  # fmt: skip
 
 
@@ -100,11 +101,97 @@ def test_price_of_an_invariant_reference(tmp_path: Path) -> None:
     blocks = ir.blocks(df, {}, [])
     (tab,) = [b for b in blocks if isinstance(b, Table)]
     row = next(r for r in tab.rows if r[0] == "mm_ref" and r[1] == "default")
-    assert row[5] == "0.25x [0.25, 0.25] vs mm" and row[6] == "yes"
+    assert row[7] == "0.25x [0.25, 0.25] vs mm" and row[8] == "yes"
     paras = " ".join(b.text for b in blocks if isinstance(b, Para))
+    paras += " ".join(x for b in blocks if isinstance(b, Bullets) for x in b.items)
     assert (
         "mm_bad, the invariant reference of mm, is NOT batch invariant in default (varies from "
         "batch 8), det-algos (varies" in paras
     )
     assert "its invariant reference mm_ref costs 0.25x [0.25, 0.25] in default" in paras
     assert "mm_bad is NOT batch invariant itself in default, det-algos" in paras
+
+
+#: A mode with a setting, beside its base mode ``default``.
+MEDIUM = "default[float32_matmul_precision=medium]"
+
+
+def test_price_of_a_setting_a_decoder_and_the_plane(tmp_path: Path) -> None:
+    """Under ``MEDIUM`` (beside ``default``): ``mm`` becomes invariant at half the throughput
+    (price 0.5x); the decoder ``dec`` (params hold ``new_tokens``: its results are completions,
+    its items tokens) stays variant, 2 distinct completions over 3 batch compositions, at 0.8x;
+    ``ew`` is invariant in both. ``mm_ref`` is ``mm``'s invariant reference: left out of the
+    plane's fraction."""
+    recs = []
+    for r in range(2):
+        recs += [
+            _sized("mm", "default", r, 0.010, False),
+            _sized("mm", MEDIUM, r, 0.020, True),
+            _sized("dec", "default", r, 0.008, False, params={"new_tokens": 8}),
+            _sized("dec", MEDIUM, r, 0.010, False, params={"new_tokens": 8}),
+            _sized("ew", "default", r, 0.004, True),
+            _sized("ew", MEDIUM, r, 0.004, True),
+            _sized("mm_ref", "default", r, 0.040, True, params={"invariant_reference_of": "mm"}),
+            _sized("mm_ref", MEDIUM, r, 0.040, True, params={"invariant_reference_of": "mm"}),
+        ]
+    df = detbench.load_results(write_run(tmp_path / "run", recs))
+    t = _rows(df)
+    mm = t[("mm", MEDIUM)]
+    assert mm["base_mode"] == "default" and mm["base_mode_invariant"] is False
+    assert mm["setting_price"] == pytest.approx(0.5) and mm["invariant"] is True
+    assert t[("dec", MEDIUM)]["setting_price"] == pytest.approx(0.8)
+    assert t[("mm", "default")]["base_mode"] is None
+    dec = t[("dec", "default")]
+    assert dec["completion"] is True and dec["distinct_results"] == 2
+    assert dec["items_per_second"] == pytest.approx(10 / 0.008)
+    blocks = ir.blocks(df, {}, [])
+    (tab,) = [b for b in blocks if isinstance(b, Table)]
+    assert tab.header[-1] == "price of the setting (throughput vs base mode)"
+    cells = {(str(r[0]), str(r[1])): r for r in tab.rows}
+    assert cells[("mm", MEDIUM)][-1] == "0.50x [0.50, 0.50] vs default"
+    assert cells[("dec", "default")][4] == "2 completions of 3"
+    assert cells[("dec", "default")][6] == "1250 tokens/s"
+    assert cells[("ew", "default")][4] == "1 of 3" and cells[("mm", "default")][-1] == "–"
+    words = " ".join(x for b in blocks if isinstance(b, Bullets) for x in b.items)
+    assert (
+        "dec: in default, 2 distinct completions of the same request over 3 batch compositions,"
+        " at 1250 tokens/s; in " + MEDIUM + ", 2 distinct completions" in words
+    )
+    assert f"The setting float32_matmul_precision=medium ({MEDIUM} against default)" in words
+    assert "makes mm batch invariant, at 0.50x [0.50, 0.50] the throughput of default" in words
+    assert (
+        "dec: the setting does not make it invariant on this device (varies from batch 8; "
+        "0.80x [0.80, 0.80] the throughput of default)" in words
+    )
+    assert "2 workload(s) invariant in default stay invariant" in words  # ew and mm_ref
+    p = {r["mode"]: r for r in ir.plane(df).to_dict("records")}
+    assert p["default"]["workloads"] == 3  # mm, dec, ew: mm_ref left out
+    assert p["default"]["reproducible"] == pytest.approx(1 / 3)
+    assert p[MEDIUM]["reproducible"] == pytest.approx(2 / 3)
+    assert p[MEDIUM]["relative_throughput"] == pytest.approx((0.5 * 0.8 * 1.0) ** (1 / 3))
+    plots = ir.write_plots(df, {}, tmp_path / "plots")
+    assert "invariant references left out" in plots[0].title
+
+
+def test_a_run_where_nothing_could_run(tmp_path: Path) -> None:
+    """Every record unsupported (an SDPA backend the device lacks): the whole report builds, the
+    section says nothing could run and why, each workload is listed as unsupported with its
+    reason shortened, and there is no plane."""
+    why = "fingerprint: No viable backend for scaled_dot_product_attention was found. This is long."
+    recs = [
+        record(w, "default[sdpa_backend=efficient]", r, None, [], status="unsupported",
+               message=why, batch_size=8, batch_invariant=None, batch_first_variant_size=None,
+               batch_max_abs_diff=None, params={"sdpa_backend": "efficient"})
+        for w in ("sdpa_padded", "decoder") for r in range(2)
+    ]  # fmt: skip
+    run = write_run(tmp_path / "run", recs)
+    md, html = write_report(run)
+    text = md.read_text()
+    assert html.exists() and not list((run / "plots").glob("*invariance-plane*"))
+    assert "Nothing in s could run" in text
+    short = ("unsupported: fingerprint: No viable backend for scaled\\_dot\\_product\\_attention "
+             "was found")  # fmt: skip
+    assert f"{short} (2 workload/mode pairs)" in text
+    mode = "default\\[sdpa\\_backend=efficient\\]"
+    assert f"| decoder (sdpa efficient) | {mode} | – | {short} |" in text
+    assert "Ran in no mode: sdpa\\_padded, decoder" in text
