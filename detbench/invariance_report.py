@@ -21,11 +21,12 @@ import numpy as np
 import pandas as pd
 
 from detbench import analysis
-from detbench.invariance_table import table
+from detbench.invariance_table import base_mode_of, table
 from detbench.plots import Plot, _save, plane_figure
 from detbench.render import Block, Bullets, Figure, Heading, Para, Table, num
 
 KIND = "invariance-plane"
+__all__ = ["base_mode_of", "blocks", "plane", "table", "write_plots"]
 
 
 # -- the plane -------------------------------------------------------------------------------
@@ -226,11 +227,22 @@ def completion_words(w: str, m: pd.DataFrame) -> str:
     return f"{w}: " + "; ".join(said) if said else ""
 
 
+def _added(mode: str, base: str) -> str:
+    """The settings ``mode`` has beyond ``base`` (``inductor_batch_invariant=on`` for
+    ``default[execution=compile,inductor_batch_invariant=on]`` against
+    ``default[execution=compile]``)."""
+    m, b = analysis.mode_of(mode), analysis.mode_of(base)
+    if m is None or b is None:
+        return mode.partition("[")[2].rstrip("]") or mode
+    extra = [f"{n}={v}" for n, v in m.settings if (n, v) not in set(b.settings)]
+    return ",".join(extra) or mode
+
+
 def setting_words(mode: str, m: pd.DataFrame) -> str:
     """What a mode's settings do to batch invariance against its base mode, workload by
     workload, and at what price."""
     base = str(m["base_mode"].iloc[0])
-    setting = mode.partition("[")[2].rstrip("]") or mode
+    setting = _added(mode, base)
     head = f"The setting {setting} ({mode} against {base})"
     parts: list[str] = []
     was = m["base_mode_invariant"] == True  # noqa: E712

@@ -10,6 +10,7 @@ base mode (same bootstrap), and for a decoder its distinct completions and token
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -115,14 +116,26 @@ def _none(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
-def base_mode_of(mode: str) -> str | None:
-    """The mode a mode with settings (``default[reduced_precision_fp16=off]``) is a variant of
-    (``default``); None for a plain mode."""
+def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
+    """The mode a mode with settings is a variant of, among the run's modes ``present``: the one
+    with the same base mode and the most of its settings at the same levels, but not all
+    (``default[execution=compile]`` for ``default[execution=compile,inductor_batch_invariant=on]``,
+    else ``default``); without ``present``, the plain base mode. None for a plain mode."""
     m = analysis.mode_of(mode)
-    if m is not None:
-        return m.base_name if m.settings else None
-    base, bracket, _ = str(mode).partition("[")
-    return base if bracket else None
+    if m is None:
+        base, bracket, _ = str(mode).partition("[")
+        return base if bracket else None
+    if not m.settings:
+        return None
+    mine = set(m.settings)
+    best, most = m.base_name, -1
+    for other in present:
+        o = analysis.mode_of(other)
+        if o is None or o.base_name != m.base_name or not set(o.settings) < mine:
+            continue
+        if len(o.settings) > most:
+            best, most = str(other), len(o.settings)
+    return best
 
 
 def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame:
@@ -144,6 +157,7 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame
     rng = np.random.default_rng(seed)
     groups = {k: g for k, g in s.groupby(["suite", "workload", "mode"], sort=False)}
     verdicts = {k: _verdict(g) for k, g in groups.items()}
+    modes = [str(m) for m in dict.fromkeys(s["mode"])]
     rows: list[dict[str, Any]] = []
     for (suite, workload, mode), g in groups.items():
         invariant, note = verdicts[(suite, workload, mode)]
@@ -180,7 +194,7 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame
                 row["base_invariant"] = verdicts[(suite, base_name, mode)][0]
                 price = _price(g, base, rng, n_boot)
                 row["price"], row["price_low"], row["price_high"] = map(_none, price)
-        parent = base_mode_of(str(mode))
+        parent = base_mode_of(str(mode), modes)
         if parent is not None and (suite, workload, parent) in groups:
             row["base_mode"] = parent
             row["base_mode_invariant"] = verdicts[(suite, workload, parent)][0]
@@ -190,7 +204,8 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame
         rows.append(row)
     out = pd.DataFrame(rows, dtype=object)
     keys = out["mode"].map(analysis.mode_key)
-    out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
+    # A mode before its variants: fewer settings first, then the label.
+    out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: (k[1].count("="), k[1]))
     order = {w: i for i, w in enumerate(dict.fromkeys(s["workload"]))}
     out["_w"] = out["workload"].map(order)
     return (out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")

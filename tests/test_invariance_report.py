@@ -173,6 +173,18 @@ def test_price_of_a_setting_a_decoder_and_the_plane(tmp_path: Path) -> None:
     assert "invariant references left out" in plots[0].title
 
 
+def test_a_setting_is_priced_against_the_mode_that_has_all_its_other_settings() -> None:
+    """``inductor_batch_invariant`` is compared with the compiled mode without it, not with the
+    eager ``default``, when the run has both; the words name the added setting only."""
+    compiled = "default[execution=compile]"
+    both = "default[execution=compile,inductor_batch_invariant=on]"
+    assert ir.base_mode_of(both, ["default", compiled, both]) == compiled
+    assert ir.base_mode_of(both, ["default", both]) == "default"
+    assert ir.base_mode_of(compiled, ["default", compiled, both]) == "default"
+    assert ir.base_mode_of("default", ["default", compiled]) is None
+    assert ir._added(both, compiled) == "inductor_batch_invariant=on"
+
+
 def test_a_run_where_nothing_could_run(tmp_path: Path) -> None:
     """Every record unsupported (an SDPA backend the device lacks): the whole report builds, the
     section says nothing could run and why, each workload is listed as unsupported with its
