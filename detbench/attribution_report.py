@@ -82,8 +82,7 @@ def _change(r: Any) -> str:
 def within_noise(r: Any) -> str | None:
     """Why a significant cost is still no finding, or None: its timing is noisy (a replicate's
     IQR above ``analysis.NOISY_IQR`` of its median) and its interval reaches within that
-    fraction of 1, or its interval is wider than the effect it measures (on a log scale: the
-    interval's width exceeds the point estimate's distance from 1)."""
+    fraction of 1."""
     rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
     if not all(math.isfinite(x) and x > 0 for x in (rel, low, high)):
         return None
@@ -91,9 +90,16 @@ def within_noise(r: Any) -> str | None:
     if r.get("noisy") and near:
         return (f"timing noisy: a replicate's samples spread (IQR) over more than "
                 f"{analysis.NOISY_IQR:.0%} of their median")  # fmt: skip
-    if math.log(high / low) > abs(math.log(rel)):
-        return "the interval is wider than the difference"
     return None
+
+
+def uncertain(r: Any) -> bool:
+    """A significant cost whose size is uncertain: its interval (on a log scale) is wider than
+    the point estimate's distance from 1. The direction is measured; the amount is not."""
+    rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
+    if not all(math.isfinite(x) and x > 0 for x in (rel, low, high)):
+        return False
+    return math.log(high / low) > abs(math.log(rel))
 
 
 def _speed(r: Any, than: str) -> str:
@@ -107,6 +113,9 @@ def _speed(r: Any, than: str) -> str:
     if noise is not None:
         return f"throughput within the noise ({interval}; {noise})"
     word = "faster" if rel > 1 else "slower"
+    if uncertain(r):
+        return (f"{word} than {than} by an uncertain amount ({interval}: the interval is wider "
+                f"than the difference)")  # fmt: skip
     return f"{100 * abs(rel - 1):.0f}% {word} than {than} ({interval})"
 
 
@@ -240,6 +249,8 @@ def figure(s: pd.DataFrame, suite: str) -> MplFigure:
             note += " (n.s.)"
         elif np.isfinite(rel[i]) and within_noise(r) is not None:
             note += " (within the noise)"
+        elif np.isfinite(rel[i]) and uncertain(r):
+            note += " (amount uncertain)"
         if r["end"] == "deterministic" and r["needed"]:
             note += f"  needed on {r['needed']} of {r['workloads']}"
         if r["end"] == "default" and r["sufficient"]:
@@ -330,9 +341,10 @@ def _method(study: dict[str, Any], dropped: int) -> Para:
         + "). Each variant is compared with its own end, per workload: throughput relative to "
         "the end's (median over replicates of each replicate's median), with a 95% interval from "
         "a bootstrap over replicates and samples; a difference is stated as a finding only "
-        "where the interval excludes 1, is no wider than the difference, and, where a "
-        f"replicate's timing is noisy, lies wholly more than {analysis.NOISY_IQR:.0%} from 1 "
-        "(otherwise it is within the noise); 'bits changed' compares the fingerprints where "
+        "where the interval excludes 1 and, where a replicate's timing is noisy, lies wholly "
+        f"more than {analysis.NOISY_IQR:.0%} from 1 (otherwise it is within the noise); where "
+        "the interval is wider than the difference, only its direction is stated (the amount "
+        "is uncertain); 'bits changed' compares the fingerprints where "
         "both are reproducible; 'needed' means the deterministic end was bitwise reproducible "
         "and the variant without the switch was not; 'alone sufficient' means the default was "
         "not reproducible and the switch alone made it so. The chart's bars are geometric means "

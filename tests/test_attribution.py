@@ -266,8 +266,13 @@ def test_a_noisy_or_wide_cost_is_within_the_noise_in_words(
     assert ar.within_noise(s.loc[FILL_OFF]) is not None
     fill = next(x for x in ar.conclusions(df, study)["s"] if "fill_uninitialized_memory" in x)
     assert "throughput within the noise" in fill and "faster" not in fill, fill
-    wide = {"relative_throughput": 1.2, "ci_low": 1.02, "ci_high": 1.6, "noisy": False}
-    assert ar.within_noise(wide) == "the interval is wider than the difference"
+    wide = {"relative_throughput": 1.2, "ci_low": 1.02, "ci_high": 1.6, "noisy": False,
+            "significant": True}  # fmt: skip
+    assert ar.within_noise(wide) is None and ar.uncertain(wide)
+    assert ar._speed(wide, "on") == (
+        "faster than on by an uncertain amount (1.20x, 95% interval 1.02x to 1.60x: the "
+        "interval is wider than the difference)"
+    )
     clear = {"relative_throughput": 2.0, "ci_low": 1.8, "ci_high": 2.2, "noisy": True}
     assert ar.within_noise(clear) is None  # beyond the noise, even where timing is noisy
 
