@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from detbench.config import RunConfig
+from detbench.estimate import estimate
 from detbench.modes import MODES
 from detbench.runner import Runner, prepare
-from detbench.schedule import estimate
 
 
 def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:

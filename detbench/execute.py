@@ -18,21 +18,23 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from detbench.config import RunConfig
+    from detbench.estimate import Estimate
     from detbench.runner import Runner
-    from detbench.schedule import Estimate
 
 
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
-    from detbench.schedule import clock, describe_plan, estimate
+    from detbench.estimate import estimate
+    from detbench.schedule import clock, describe_plan
 
     c = runner.config
     # A dry run measures this machine's start-up; a real run's progress line starts from the
     # model alone and corrects itself from the first records.
     startup = runner.measure_startup() if dry_run and runner.plan.workers else 2.0
     distributed = frozenset(w.key for w in runner.workloads if w.distributed)
+    sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, dry_run,
-                   distributed)  # fmt: skip
+                   distributed, sizes)  # fmt: skip
     doc, lines = describe_plan(runner, est)
     if as_json:
         print(json.dumps(doc, indent=2))

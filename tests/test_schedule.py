@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from detbench.estimate import INVARIANCE_SECONDS_PER_SIZE, estimate, per_record_seconds
 from detbench.modes import MODES, get_mode
-from detbench.schedule import clock, estimate, make_plan, mode_order, per_record_seconds
+from detbench.schedule import clock, make_plan, mode_order
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +79,18 @@ def test_estimate_adds_the_startup_a_short_worker_cannot_hide() -> None:
     assert est.startup_waits == pytest.approx(29 * (2.0 - 3 * per))
     assert est.seconds == pytest.approx(2.0 + 90 * per + 29 * (2.0 - 3 * per))
     assert clock(61) == "1:01" and clock(3725) == "1:02:05"
+
+
+def test_estimate_counts_every_batch_size_an_invariance_pass_builds() -> None:
+    keys = [f"a/w{i}" for i in range(40)]
+    plan = make_plan(keys, list(MODES), 3, seed=0)
+    plain = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True)
+    sized = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True,
+                     batch_sizes={"a/w0": 5, "a/w1": 12})  # fmt: skip
+    assert sum(sized.lane_sizes) == 30 * (5 + 12)  # every (mode, replicate) builds them all
+    per_size = INVARIANCE_SECONDS_PER_SIZE[("cpu", "quick")]
+    assert sized.seconds == pytest.approx(plain.seconds + 30 * 17 * per_size)
+    assert sized.to_json()["invariance_sizes"] == 510
 
 
 def _detbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
