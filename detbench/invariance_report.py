@@ -21,12 +21,11 @@ import numpy as np
 import pandas as pd
 
 from detbench import analysis
-from detbench.invariance_table import base_mode_of, table
+from detbench.invariance_table import table
 from detbench.plots import Plot, _save, plane_figure
 from detbench.render import Block, Bullets, Figure, Heading, Para, Table, num
 
 KIND = "invariance-plane"
-__all__ = ["base_mode_of", "blocks", "plane", "table", "write_plots"]
 
 
 # -- the plane -------------------------------------------------------------------------------

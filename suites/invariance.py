@@ -61,6 +61,7 @@ from torch import nn
 
 import detbench
 from detbench.measure import SettingUnsupported
+from detbench.torchstate import SDPA_BACKENDS
 from detbench.workload import suite_helper
 
 SIZES = (1, 2, 4, 16, 64)
@@ -274,13 +275,8 @@ CHUNKED: Sizes = {
     "quick": {"heads": 4, "head_dim": 32, "prompt": 64},
     "full": {"heads": 8, "head_dim": 64, "prompt": 512},
 }
-#: The sdpa_backend levels, as ``SDPBackend`` names them.
-BACKENDS = {
-    "math": "MATH",
-    "flash": "FLASH_ATTENTION",
-    "efficient": "EFFICIENT_ATTENTION",
-    "cudnn": "CUDNN_ATTENTION",
-}
+#: The sdpa_backend levels, as ``SDPBackend`` names them (the setting's own table).
+BACKENDS = SDPA_BACKENDS
 MAX_CHUNKS = 8
 
 

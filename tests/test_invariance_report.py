@@ -12,6 +12,7 @@ import pytest
 
 import detbench
 from detbench import invariance_report as ir
+from detbench.invariance_table import base_mode_of
 from detbench.render import Bullets, Figure, Heading, Para, Table, to_markdown
 from detbench.report import write_report
 from tests.synthetic import record, write_run
@@ -178,10 +179,10 @@ def test_a_setting_is_priced_against_the_mode_that_has_all_its_other_settings() 
     eager ``default``, when the run has both; the words name the added setting only."""
     compiled = "default[execution=compile]"
     both = "default[execution=compile,inductor_batch_invariant=on]"
-    assert ir.base_mode_of(both, ["default", compiled, both]) == compiled
-    assert ir.base_mode_of(both, ["default", both]) == "default"
-    assert ir.base_mode_of(compiled, ["default", compiled, both]) == "default"
-    assert ir.base_mode_of("default", ["default", compiled]) is None
+    assert base_mode_of(both, ["default", compiled, both]) == compiled
+    assert base_mode_of(both, ["default", both]) == "default"
+    assert base_mode_of(compiled, ["default", compiled, both]) == "default"
+    assert base_mode_of("default", ["default", compiled]) is None
     assert ir._added(both, compiled) == "inductor_batch_invariant=on"
 
 
