@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 ARGS ?=
 
-.PHONY: bench test test-slow lint gpu-check bench-matrix pytest-bench clean-venv
+.PHONY: bench test test-cuda test-slow lint gpu-check bench-matrix pytest-bench clean-venv
 
 ## bench: the main job: every suite x every mode x 3 replicates (cuda/full on a GPU, else cpu/quick)
 bench:
@@ -17,6 +17,10 @@ gpu-check:
 ## test: the test suite (CUDA tests skip without a GPU), but for the tests marked slow
 test:
 	@py=$$(tools/python) && $$py -m pytest -q tests -m "not slow" $(ARGS)
+
+## test-cuda: only the tests that need a CUDA GPU (on a GPU host; without one they all skip)
+test-cuda:
+	@py=$$(tools/python) && $$py -m pytest -q tests --cuda-only $(ARGS)
 
 ## test-slow: the tests marked slow: whole suites end to end (CI runs them too)
 test-slow:

@@ -72,3 +72,24 @@ def resumable_serial_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = detbench_cli(*RESUMABLE_RUN, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     return out
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cuda-only",
+        action="store_true",
+        help="collect only the tests that need a CUDA GPU (make test-cuda, on a GPU host)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--cuda-only"):
+        return
+    keep, drop = [], []
+    for item in items:
+        needs_gpu = any(
+            m.kwargs.get("reason") == "needs a CUDA GPU" for m in item.iter_markers("skipif")
+        )
+        (keep if needs_gpu else drop).append(item)
+    items[:] = keep
+    config.hook.pytest_deselected(items=drop)

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# A short GPU visit in phases of under 10 minutes each (docs/gpu-session.md says why this order).
+#
+#   tools/gpu_session.sh check        # host facts, the plan's estimate, make gpu-check, make test-cuda
+#   tools/gpu_session.sh matrix SECS  # the core suites at full size, all modes, 3 replicates, resumable
+#   tools/gpu_session.sh experiments  # the small experiments paper cannot decide
+#
+# Everything lands in $DETBENCH_GPU_DIR (default .gpu/, ignored by git): run directories and logs.
+# With $OUT set (the device tool's folder), the directory is also packed into $OUT/gpu.tgz, so a
+# later visit can carry it back and `matrix` goes on with --resume where the last one stopped.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dir=${DETBENCH_GPU_DIR:-.gpu}
+mkdir -p "$dir"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+py=$(tools/python)
+phase=${1:?usage: tools/gpu_session.sh check|matrix SECONDS|experiments}
+log=$dir/$phase.log
+SUITES=(--suite conv --suite rnn --suite batchnorm --suite bmm --suite training)
+
+pack() {
+    if [ -n "${OUT:-}" ]; then
+        tar czf "$OUT/gpu.tgz" -C "$dir" . && ls -la "$OUT"
+    fi
+}
+trap pack EXIT
+
+case $phase in
+check)
+    {
+        echo "== host"; date -u; nvidia-smi; "$py" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name(0))'
+        echo "== plan: the whole matrix"; timeout 120 "$py" -m detbench run --dry-run --json
+        echo "== plan: the core suites"; timeout 120 "$py" -m detbench run "${SUITES[@]}" --dry-run --json
+        echo "== make gpu-check"; time timeout -s INT 150 "$py" -m detbench gpu-check --out "$dir/gpu-check"
+        echo "== make test-cuda"; time timeout -s INT 240 "$py" -m pytest -q tests --cuda-only -p no:cacheprovider --junitxml="$dir/test-cuda.xml"
+    } 2>&1 | tee "$log"
+    ;;
+matrix)
+    secs=${2:-500}
+    {
+        if [ -f "$dir/matrix/env.json" ]; then
+            time timeout -k 30 -s INT "$secs" "$py" -m detbench run --resume "$dir/matrix"
+        else
+            time timeout -k 30 -s INT "$secs" "$py" -m detbench run "${SUITES[@]}" --device cuda \
+                --profile full --timeout 120 --out "$dir/matrix"
+        fi
+        echo "exit $?"
+    } 2>&1 | tee -a "$log"
+    ;;
+experiments)
+    {
+        echo "== cuBLAS row 0"; timeout 60 "$py" tools/gpu_experiments.py row0 "$dir/row0.json"
+        echo "== NCCL_ALGO"; timeout 60 "$py" tools/gpu_experiments.py nccl "$dir/nccl.json"
+        echo "== throttle reasons"; timeout 90 "$py" tools/gpu_experiments.py idle "$dir/idle.json" 30
+        echo "== decoder"; time timeout -s INT 120 "$py" -m detbench run --suite invariance \
+            --only invariance/decoder_greedy_invariant --mode default --replicates 2 \
+            --device cuda --profile full --out "$dir/decoder" --no-report
+        echo "== locate"; time timeout -s INT 90 "$py" -m detbench locate \
+            tests/workloads/locate_me.py:gather_backward --device cuda --profile quick
+        echo "== distributed, one rank"; time timeout -s INT 90 "$py" -m detbench run \
+            --suite distributed --set world_size=1 --mode default --mode det-algos \
+            --replicates 2 --device cuda --out "$dir/distributed" --no-report
+    } 2>&1 | tee "$log"
+    ;;
+*)
+    echo "tools/gpu_session.sh: unknown phase $phase (check, matrix SECONDS, experiments)" >&2
+    exit 2
+    ;;
+esac
