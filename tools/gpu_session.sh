@@ -6,8 +6,9 @@
 #   tools/gpu_session.sh experiments  # the small experiments paper cannot decide
 #
 # Everything lands in $DETBENCH_GPU_DIR (default .gpu/, ignored by git): run directories and logs.
-# With $OUT set (the device tool's folder), the directory is also packed into $OUT/gpu.tgz, so a
-# later visit can carry it back and `matrix` goes on with --resume where the last one stopped.
+# With $OUT set (the device tool's folder), its small files are also packed into $OUT/gpu.tgz
+# after every phase: the device machine may not keep .gpu/ between calls (it did not on
+# 2026-11-24), so fetch the archive after each call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${DETBENCH_GPU_DIR:-.gpu}
@@ -20,7 +21,10 @@ SUITES=(--suite conv --suite rnn --suite batchnorm --suite bmm --suite training)
 
 pack() {
     if [ -n "${OUT:-}" ]; then
-        tar czf "$OUT/gpu.tgz" -C "$dir" . && ls -la "$OUT"
+        # Records, env.json, logs and reports only: the .reference/ arrays of a full matrix are
+        # gigabytes, over what comes back from a device machine (16 MiB a file).
+        (cd "$dir" && find . -type f -size -8M -not -path '*/.reference/*' -print0 |
+            tar czf "$OUT/gpu.tgz" --null -T -) && ls -la "$OUT"
     fi
 }
 trap pack EXIT
