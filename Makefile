@@ -26,9 +26,11 @@ test-cuda:
 test-slow:
 	@py=$$(tools/python) && $$py -m pytest -q tests -m slow $(ARGS)
 
-## lint: ruff and mypy (dev tools, installed in .venv)
+## lint: ruff, mypy and the layers (import-linter: no import points up; tools/import_graph.py: no
+## cycle inside a layer, no module over 500 lines). Dev tools, installed in .venv.
 lint:
-	@py=$$(tools/python) && $$py -m ruff check . && $$py -m ruff format --check . && $$py -m mypy
+	@py=$$(tools/python) && $$py -m ruff check . && $$py -m ruff format --check . && $$py -m mypy \
+		&& $$py -c "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())" && $$py tools/import_graph.py
 
 ## bench-matrix: how long the CPU quick matrix of all suites takes, and where the time goes
 bench-matrix:

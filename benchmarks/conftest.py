@@ -36,7 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from detbench.modes import apply, get_mode
+    from detbench.core.modes import get_mode
+    from detbench.worker.applied import apply
 
     name = config.getoption("--detbench-mode", default=None)
     if name is None:  # this conftest's options are not in play (another test directory)

@@ -2,7 +2,8 @@
 
     python -m pytest -q -s benchmarks/test_digest_speed.py
 
-"device" is detbench.digest's integer digest, computed where the tensor lives; "sha256" copies
+"device" is detbench.worker.digest's integer digest, computed where the tensor lives; "sha256"
+copies
 the bytes to the host (a no-op for a CPU tensor) and hashes them there. Both give the same
 verdicts (tests/test_fingerprint.py); this says what each costs. The rounds are few on purpose:
 the whole file takes under two minutes on a 2-core CPU.
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from detbench import fingerprint as fp
+from detbench.worker import fingerprint as fp
 
 MIB = 1 << 20
 #: Bytes of float32 output, and the rounds timed at each size (each round digests it once).

@@ -3,7 +3,7 @@
     python -m pytest -q -s benchmarks/test_locate_overhead.py
 
 For each workload of the training suite (quick profile on a CPU, full on a GPU), the same built
-step is timed plain and under :class:`detbench.locate_record.Recorder` (every op's inputs and
+step is timed plain and under :class:`detbench.locate.record.Recorder` (every op's inputs and
 outputs digested; on a GPU the digests stay on the device until the end of the step). The ratio
 is the slowdown a user pays to locate; locate runs only a few steps, so it is its cost in
 seconds, not its throughput, that matters. Rounds are few so that the file takes about a minute
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 
-from detbench.locate_record import Recorder
-from detbench.seeding import seed_all
-from detbench.workload import Context, builtin_suite_files, load_file
+from detbench.core.seeding import seed_all
+from detbench.core.workload import Context, builtin_suite_files, load_file
+from detbench.locate.record import Recorder
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PROFILE = "full" if DEVICE == "cuda" else "quick"

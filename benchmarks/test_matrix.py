@@ -18,10 +18,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-from detbench.config import RunConfig
-from detbench.estimate import estimate
-from detbench.modes import MODES
-from detbench.runner import Runner, prepare
+from detbench.core.modes import MODES
+from detbench.run.config import RunConfig
+from detbench.run.estimate import estimate
+from detbench.run.runner import Runner, prepare
 
 
 def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Adaptive timing (detbench.timing.time_step) beside torch.utils.benchmark on real CPU steps.
+"""Adaptive timing (detbench.worker.timing.time_step) beside torch.utils.benchmark on real CPU
+steps.
 
     python -m pytest -q -s benchmarks/test_timing_fidelity.py     (or: python THIS_FILE)
 
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils.benchmark import Timer
 
-from detbench.timing import time_step
+from detbench.worker.timing import time_step
 
 TARGET_REL = 0.03  # the CPU target
 BUDGETS = (0.1, 1.0)

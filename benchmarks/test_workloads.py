@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import torch
 
-from detbench import fingerprint as fp
-from detbench.modes import current_flags
-from detbench.seeding import seed_all
-from detbench.workload import Context, builtin_suite_files, load_file
+from detbench.core.modes import current_flags
+from detbench.core.seeding import seed_all
+from detbench.core.workload import Context, builtin_suite_files, load_file
+from detbench.worker import fingerprint as fp
 
 FINGERPRINT_STEPS = 3
 

@@ -8,10 +8,10 @@ The public API:
 * ``load_results``: a results directory as a pandas DataFrame.
 """
 
-from detbench.errors import DetbenchError
-from detbench.modes import MODES, Mode, get_mode
-from detbench.results import SCHEMA_VERSION, load_results
-from detbench.workload import Context, workload
+from detbench.core.errors import DetbenchError
+from detbench.core.modes import MODES, Mode, get_mode
+from detbench.core.workload import Context, workload
+from detbench.store.results import SCHEMA_VERSION, load_results
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 import sys
 
-from detbench.cli import main
+from detbench.cli.main import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 """distributed: data-parallel training steps under ``torchrun``, and the all-reduce on its own.
 
 Each record is one fresh launch of ``world_size`` ranks (the setting; 2 by default): ``gloo`` on
-CPU, ``nccl`` on CUDA with one GPU per rank (see ``detbench.distributed``). The gradient
+CPU, ``nccl`` on CUDA with one GPU per rank (see ``detbench.distributed.launch``). The gradient
 all-reduce is where data parallelism adds a source of difference: its algorithm (ring, tree,
 NVLS) and DDP's bucketing decide the order of the floating-point additions of every gradient.
 

@@ -5,7 +5,7 @@ for both profiles: the declaration is not per profile) and reads ``ctx.batch_siz
 same request at every size: every input is the first ``b`` rows of one seeded tensor built at the
 largest size, drawn after the weights, so neither depends on ``b``. detbench builds each workload
 at every size, runs a step and compares row 0 of every batch-first output bitwise
-(``detbench.invariance``). Each step keeps its batch-first inputs in ``step.inputs`` (for the
+(``detbench.worker.invariance``). Each step keeps its batch-first inputs in ``step.inputs`` (for the
 suite's tests: row 0 of the input is the same at every size).
 
 - ``matmul_fp32``, ``matmul_fp16``, ``matmul_bf16``: ``x @ W``, a linear layer without bias.
@@ -60,9 +60,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import detbench
-from detbench.measure import SettingUnsupported
-from detbench.torchstate import SDPA_BACKENDS
-from detbench.workload import suite_helper
+from detbench.core.torchstate import SDPA_BACKENDS
+from detbench.core.workload import suite_helper
+from detbench.worker.measure import SettingUnsupported
 
 SIZES = (1, 2, 4, 16, 64)
 #: The decoder's: K = 12 batch compositions of the same request.

@@ -2,7 +2,7 @@
 nondeterministic path: many duplicate indices, large reductions, overlapping pooling windows.
 
 The catalog is the docstring of the installed ``torch.use_deterministic_algorithms`` (parsed by
-``detbench.catalog``): ops that act deterministically under ``mode=True`` and ops that raise.
+``detbench.locate.catalog``): ops that act deterministically under ``mode=True`` and ops that raise.
 Each workload's ``params["doc"]`` lists the entries it corresponds to, verbatim, and
 ``params["doc_list"]`` the list each came from; both are None when the installed docstring does
 not name the op (in torch 2.13: embedding, embedding_bag with mode='sum' and
@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 
 import detbench
-from detbench import catalog
-from detbench.workload import suite_helper
+from detbench.core.workload import suite_helper
+from detbench.locate import catalog
 
 Step = Callable[[], list[torch.Tensor]]
 Sizes = dict[str, dict[str, Any]]
@@ -66,7 +66,7 @@ def _register(
 ) -> Callable[[Callable[..., Step]], Callable[..., Step]]:
     """Register ``build(ctx, **sizes[profile]) -> step`` as workload ``ops/name``; ``extra``
     params go between the catalog entries and the sizes, ``autocast`` and ``attention`` are the
-    workload's declarations (``detbench.workload``)."""
+    workload's declarations (``detbench.core.workload``)."""
 
     def deco(build: Callable[..., Step]) -> Callable[..., Step]:
         @detbench.workload(

@@ -261,7 +261,7 @@ def _start(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 def _resumed(device: torch.device, keep_rng: bool) -> list[torch.Tensor]:
-    from detbench.seeding import fresh_generators
+    from detbench.core.seeding import fresh_generators
 
     model, opt = _start(device)
     losses = _train_steps(model, opt, RESUME_AT, device)

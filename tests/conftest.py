@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from detbench.results import COLLECT_ENV_CACHE
+from detbench.store.results import COLLECT_ENV_CACHE
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -85,7 +85,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.getoption("--cuda-only"):
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         needs_gpu = any(
             m.kwargs.get("reason") == "needs a CUDA GPU" for m in item.iter_markers("skipif")

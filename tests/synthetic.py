@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from detbench.modes import get_mode
-from detbench.results import ResultWriter, write_json_atomic
+from detbench.core.modes import get_mode
+from detbench.store.results import ResultWriter, write_json_atomic
 
 
 def record(workload: str, mode: str, rep: int, fingerprint: str | None, samples: list[float],
@@ -65,7 +65,7 @@ def gpu(sm_clock: float = 1980, max_sm_clock: float = 1980, power_limit: float =
         power_draw: float = 80.0, temperature: float = 35, reasons: tuple[str, ...] = (),
         uuid: str = "GPU-0000", name: str = "GPU model A", index: int = 0
         ) -> dict[str, Any]:  # fmt: skip
-    """One GPU in a ``gpu_state`` snapshot, with the keys ``detbench.gpustate`` records."""
+    """One GPU in a ``gpu_state`` snapshot, with the keys ``detbench.store.gpustate`` records."""
     return {
         "index": index, "name": name, "uuid": uuid, "driver": "570.1", "sm_clock_mhz": sm_clock,
         "mem_clock_mhz": 2619, "max_sm_clock_mhz": max_sm_clock, "power_limit_w": power_limit,

@@ -12,8 +12,8 @@ import pytest
 
 import detbench
 from detbench.analysis import costs, recommendation_text, recommendations, verdicts
-from detbench.modes import get_mode
-from detbench.results import ResultWriter
+from detbench.core.modes import get_mode
+from detbench.store.results import ResultWriter
 
 from .synthetic import fast_and_same, record
 
@@ -95,7 +95,7 @@ def test_recommendations(results: pd.DataFrame) -> None:
 
 
 def test_recommendation_text(results: pd.DataFrame) -> None:
-    from detbench.recommend import RULE
+    from detbench.analysis.recommend import RULE
 
     assert recommendation_text(results).splitlines() == [
         f"recommended mode per suite: {RULE}.",

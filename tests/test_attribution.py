@@ -9,13 +9,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from detbench import attribution as at
-from detbench import attribution_report as ar
-from detbench import cli
-from detbench.modes import get_mode
-from detbench.render import Figure, Heading, Para, Table, to_markdown
-from detbench.results import load_env, load_results
-from detbench.workload import Workload, builtin_suite_files, load_file
+from detbench.analysis import attribution as at
+from detbench.cli import main as cli
+from detbench.core.modes import get_mode
+from detbench.core.workload import Workload, builtin_suite_files, load_file
+from detbench.report import attribution as ar
+from detbench.report.render import Figure, Heading, Para, Table, to_markdown
+from detbench.store.results import load_env, load_results
 from tests import synthetic as syn
 
 TRANSFORMER = "training/transformer_encoder"
@@ -302,7 +302,7 @@ def test_report_section(run_dir: Path, tmp_path: Path, study: dict[str, Any]) ->
 
 
 def test_attribute_end_to_end_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from detbench.report import write_report
+    from detbench.report.write import write_report
 
     out = tmp_path / "att"
     code = cli.main(["attribute", "--suite", "batchnorm", "--only", BN_EVAL, "--replicates",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from detbench.audit import Audit, Finding, to_text
+from detbench.locate.audit import Audit, Finding, to_text
 
 from .conftest import WORKLOADS, detbench_cli
 

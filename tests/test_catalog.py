@@ -26,10 +26,10 @@ import pytest
 import torch
 
 import detbench
-from detbench import catalog
 from detbench.analysis import verdicts
-from detbench.catalog import CatalogEntry, parse
-from detbench.workload import Workload, load_file, suites_dir
+from detbench.core.workload import Workload, load_file, suites_dir
+from detbench.locate import catalog
+from detbench.locate.catalog import CatalogEntry, parse
 
 from .conftest import detbench_cli
 

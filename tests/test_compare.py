@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from detbench.compare import compare, to_markdown, to_text
+from detbench.report.compare import compare, to_markdown, to_text
 
 from .conftest import detbench_cli
 from .synthetic import env, gpu, record, write_run
@@ -160,16 +160,16 @@ def test_same_gpu_and_an_old_run_without_gpu_facts(tmp_path: Path) -> None:
 
 
 def test_a_run_whose_gpu_throttled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """compare passes each run's GPU state to ``detbench.gpustate.throttled`` (a stand-in here
+    """compare passes each run's GPU state to ``detbench.store.gpustate.throttled`` (a stand-in here
     that says which run's state it saw; the module's own rules are tested with it)."""
 
     def throttled(state: dict[str, Any], uuid: str | None = None) -> list[str]:
         reasons = state["after"][0]["throttle_reasons"]
         return [f"{uuid} ended with {', '.join(reasons)}"] if reasons else []
 
-    module = types.ModuleType("detbench.gpustate")
+    module = types.ModuleType("detbench.store.gpustate")
     module.throttled = throttled  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "detbench.gpustate", module)
+    monkeypatch.setitem(sys.modules, "detbench.store.gpustate", module)
     recs = [record("w", "default", r, "x", [0.01] * 3) for r in range(2)]
     a = write_run(tmp_path / "a", recs, gpu_env(132, "GPU-aaaa", 1980, 700.0))
     b = write_run(tmp_path / "b", recs,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from detbench.flops import count_flops
-from detbench.seeding import seed_all
-from detbench.workload import Context, builtin_suite_files, load_file
+from detbench.core.seeding import seed_all
+from detbench.core.workload import Context, builtin_suite_files, load_file
+from detbench.worker.flops import count_flops
 
 CPU_QUICK = Context(torch.device("cpu"), "quick", 0)
 

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import torch
 
-from detbench import analysis, devices
-from detbench.cli import main
-from detbench.modes import MODES, get_mode
-from detbench.results import load_env, load_results
-from detbench.schedule import LaneQueues, make_plan
+from detbench import analysis
+from detbench.cli.main import main
+from detbench.core.modes import MODES, get_mode
+from detbench.report import devices
+from detbench.run.schedule import LaneQueues, make_plan
+from detbench.store.results import load_env, load_results
 
 from .conftest import WORKLOADS, detbench_cli
 
@@ -214,7 +215,7 @@ def test_same_bits_across_devices_is_computed(parallel: Path) -> None:
             assert t.loc[(w, m), "devices"] == ("cpu:0", "cpu:1")
     assert t.loc[("aborts", "default"), "same_bits"] is None
     assert "did not run (crashed)" in str(t.loc[("aborts", "default"), "note"])
-    from detbench.render import to_markdown
+    from detbench.report.render import to_markdown
 
     md = to_markdown(devices.blocks(load_results(parallel), load_env(parallel), []), parallel)
     assert "## Same bits across devices" in md
@@ -266,7 +267,7 @@ def test_two_gpus_side_by_side(tmp_path: Path) -> None:
 
 
 def test_a_gpu_index_beyond_those_torch_sees_is_refused(tmp_path: Path) -> None:
-    from detbench.config import RunConfig, RunError, check_devices
+    from detbench.run.config import RunConfig, RunError, check_devices
 
     n = torch.cuda.device_count()
     config = RunConfig(out=tmp_path, device="cuda", devices=[f"cuda:{n}"])

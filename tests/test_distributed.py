@@ -16,16 +16,17 @@ import pandas as pd
 import pytest
 
 import detbench
-from detbench import analysis, distributed_report
-from detbench import fingerprint as fp
-from detbench import settings as st
-from detbench.config import RunConfig
-from detbench.distributed import launch_limit
-from detbench.measure import run_workload
-from detbench.modes import get_mode
-from detbench.rank import nccl_refusal
-from detbench.runner import prepare
-from detbench.workload import load_file
+from detbench import analysis
+from detbench.core import settings as st
+from detbench.core.modes import get_mode
+from detbench.core.workload import load_file
+from detbench.distributed.launch import launch_limit, run_distributed
+from detbench.distributed.rank import nccl_refusal
+from detbench.report import distributed as distributed_report
+from detbench.run.config import RunConfig
+from detbench.run.runner import prepare
+from detbench.worker import fingerprint as fp
+from detbench.worker.measure import run_workload
 
 from .conftest import WORKLOADS, detbench_cli, requires_cuda
 
@@ -169,7 +170,7 @@ def test_a_hung_rank_is_a_timeout_after_the_launch_limit(tmp_path: Path) -> None
         "timeout": 6.25,
     }  # fmt: skip
     assert launch_limit(job) == 5.0
-    rec, device_lost = run_workload(w, job, get_mode("default"))
+    rec, device_lost = run_workload(w, job, get_mode("default"), launch=run_distributed)
     assert not device_lost
     assert rec["status"] == "timeout", rec["message"]
     assert "exceeded its limit of 5 s" in rec["message"]

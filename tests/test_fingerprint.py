@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from detbench import digest as dg
-from detbench import fingerprint as fp
+from detbench.worker import digest as dg
+from detbench.worker import fingerprint as fp
 from tests.conftest import requires_cuda
 
 methods = pytest.mark.parametrize("method", fp.METHODS)
@@ -428,7 +428,8 @@ def test_a_bit_flip_on_cuda_changes_the_digest(dtype: torch.dtype) -> None:
 @requires_cuda
 def test_a_gib_on_cuda_sends_a_few_bytes_to_the_host() -> None:
     """Every copy from the GPU to the host during the digest of a 1 GiB tensor, counted at the
-    dispatcher, and the digest's temporary GPU memory against the bound in detbench.digest."""
+    dispatcher, and the digest's temporary GPU memory against the bound in
+    detbench.worker.digest."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class HostCopies(TorchDispatchMode):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from detbench.quality import _partition, fingerprint_agreement
-from detbench.report import write_report
-from detbench.results import load_results
+from detbench.analysis.quality import _partition, fingerprint_agreement
+from detbench.report.write import write_report
+from detbench.store.results import load_results
 
 from .conftest import WORKLOADS, detbench_cli
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from detbench import gpustate
-from detbench.devenv import GPU_ENV_VARS, cublas_version, device_env
-from detbench.gpustate import parse_smi_csv, reasons_from_mask, snapshot, throttled
+from detbench.store import gpustate
+from detbench.store.gpustate import parse_smi_csv, reasons_from_mask, snapshot, throttled
+from detbench.worker.devenv import GPU_ENV_VARS, cublas_version, device_env
 
 from .conftest import requires_cuda
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import detbench
-from detbench import invariance
-from detbench.workload import WorkloadError
+from detbench.core.workload import WorkloadError
+from detbench.worker import invariance
 
 
 def test_row0_keeps_only_batch_first_outputs() -> None:

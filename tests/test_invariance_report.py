@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 import detbench
-from detbench import invariance_report as ir
-from detbench.invariance_table import base_mode_of
-from detbench.render import Bullets, Figure, Heading, Para, Table, to_markdown
-from detbench.report import write_report
+from detbench.analysis.invariance_table import base_mode_of
+from detbench.report import invariance as ir
+from detbench.report.render import Bullets, Figure, Heading, Para, Table, to_markdown
+from detbench.report.write import write_report
 from tests.synthetic import record, write_run
 
 

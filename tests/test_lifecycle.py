@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from detbench.config import RunConfig
-from detbench.modes import get_mode
-from detbench.runner import prepare
-from detbench.supervise import WorkerProcess
+from detbench.core.modes import get_mode
+from detbench.run.config import RunConfig
+from detbench.run.runner import prepare
+from detbench.run.supervise import WorkerProcess
 
 from .conftest import ROOT, WORKLOADS, detbench_cli, requires_cuda
 

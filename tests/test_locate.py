@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import torch
 
-from detbench import locate_report
-from detbench.catalog import documenting
-from detbench.cli import main
-from detbench.locate import compare
-from detbench.locate_worker import record_workload
-from detbench.modes import get_mode
-from detbench.workload import load_file, registry
+from detbench.cli.main import main
+from detbench.core.modes import get_mode
+from detbench.core.workload import load_file, registry
+from detbench.locate import report as locate_report
+from detbench.locate.catalog import documenting
+from detbench.locate.stages import compare
+from detbench.locate.worker import record_workload
 
 from .conftest import WORKLOADS, detbench_cli
 

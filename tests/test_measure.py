@@ -17,12 +17,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from detbench.devenv import fp32_precision
-from detbench.flops import count_flops
-from detbench.measure import classify, is_device_error, run_workload
-from detbench.modes import get_mode
-from detbench.seeding import seed_all
-from detbench.workload import Context, Workload, builtin_suite_files, load_file
+from detbench.core.modes import get_mode
+from detbench.core.seeding import seed_all
+from detbench.core.workload import Context, Workload, builtin_suite_files, load_file
+from detbench.worker.devenv import fp32_precision
+from detbench.worker.flops import count_flops
+from detbench.worker.measure import classify, is_device_error, run_workload
 
 from .conftest import ROOT, requires_cuda
 
@@ -343,9 +343,9 @@ def test_training_fingerprints_hold_batchnorm_statistics() -> None:
 DEVICE_ASSERT = textwrap.dedent(
     """
     import json, os, sys, torch
-    from detbench.measure import run_workload
-    from detbench.modes import get_mode
-    from detbench.workload import Workload
+    from detbench.worker.measure import run_workload
+    from detbench.core.modes import get_mode
+    from detbench.core.workload import Workload
 
     def factory(ctx):
         x = torch.tensor([5.0], device=ctx.device)

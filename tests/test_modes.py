@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from detbench.errors import DetbenchError
-from detbench.modes import CUBLAS_ENV, DEFAULT_MODE, MODES, Mode, get_mode
+from detbench.core.errors import DetbenchError
+from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE, MODES, Mode, get_mode
 
 from .conftest import detbench_cli
 

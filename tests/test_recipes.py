@@ -12,7 +12,7 @@ import pytest
 
 import detbench
 from detbench.analysis import recipes, verdicts
-from detbench.workload import WorkloadError
+from detbench.core.workload import WorkloadError
 
 from .conftest import detbench_cli
 

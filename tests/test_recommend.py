@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 
 import detbench
-from detbench import analysis, conditions
-from detbench.modes import MODES, get_mode
-from detbench.recommend import CUDNN_FLAGS, inert_changes, recommendations, run_device
-from detbench.render import to_markdown
-from detbench.report import build_blocks
+from detbench import analysis
+from detbench.analysis.recommend import CUDNN_FLAGS, inert_changes, recommendations, run_device
+from detbench.core.modes import MODES, get_mode
+from detbench.report import conditions
+from detbench.report.render import to_markdown
+from detbench.report.write import build_blocks
 
 from .conftest import ROOT
 from .synthetic import env, record, write_run

@@ -17,7 +17,7 @@ import pytest
 
 import detbench
 from detbench.analysis import verdicts
-from detbench.results import SUPPORTED_VERSIONS
+from detbench.store.results import SUPPORTED_VERSIONS
 
 from .conftest import WORKLOADS, detbench_cli
 
@@ -229,7 +229,7 @@ def test_recommendation_row_from_known_records(tmp_path: Path) -> None:
     """Known timings: det-algos halves one workload's throughput (significant) and leaves the
     other's (not significant); it is the only mode reproducible for both, so it is the simplest
     reproducible mode, and the row says so."""
-    from detbench.report import write_report
+    from detbench.report.write import write_report
 
     from .synthetic import env, fast_and_same, write_run
 

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 import detbench
-from detbench import analysis, quality
-from detbench.render import Table, md_text, to_markdown
-from detbench.report import build_blocks, write_report
+from detbench import analysis
+from detbench.analysis import quality
+from detbench.report.render import Table, md_text, to_markdown
+from detbench.report.write import build_blocks, write_report
 
 from .conftest import ROOT
 from .synthetic import MIB, RULE, env, fast_and_same, gpu, gpu_run, write_run
@@ -214,7 +215,7 @@ def test_inherited_cublas_config_and_the_baseline_that_ran_with_it(tmp_path: Pat
 
 
 def test_throttle_warning_from_gpustate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The report words ``detbench.gpustate.throttled``'s lines as a warning (its own logic is
+    """The report words ``detbench.store.gpustate.throttled``'s lines as a warning (its own logic is
     tested with the module; here a stand-in returns known lines for a known state)."""
     seen: list[Any] = []
 
@@ -222,9 +223,9 @@ def test_throttle_warning_from_gpustate(tmp_path: Path, monkeypatch: pytest.Monk
         seen.append((state, uuid))
         return ["GPU-0000: sw_thermal_slowdown after the run", "SM clock 1980 -> 1755 MHz"]
 
-    module = types.ModuleType("detbench.gpustate")
+    module = types.ModuleType("detbench.store.gpustate")
     module.throttled = throttled  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "detbench.gpustate", module)
+    monkeypatch.setitem(sys.modules, "detbench.store.gpustate", module)
     md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
     assert seen and seen[0] == (STATE, "GPU-0000")  # the run's GPU, not every GPU
     assert (
@@ -235,7 +236,7 @@ def test_throttle_warning_from_gpustate(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_throttle_warning_with_the_real_module(tmp_path: Path) -> None:
-    gpustate = pytest.importorskip("detbench.gpustate")
+    gpustate = pytest.importorskip("detbench.store.gpustate")
     lines = gpustate.throttled(STATE, uuid="GPU-0000")
     assert lines, "sw_thermal_slowdown was active when the run ended"
     md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
@@ -245,7 +246,7 @@ def test_throttle_warning_with_the_real_module(tmp_path: Path) -> None:
 
 def test_without_gpustate_no_throttle_warning(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    monkeypatch.setitem(sys.modules, "detbench.gpustate", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "detbench.store.gpustate", None)  # import raises ImportError
     md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
     assert "throttled during the run" not in md
     assert "| SM clock | 1980 → 1755 MHz (max 1980 MHz) |" in md
@@ -310,7 +311,7 @@ def test_tables_have_as_many_cells_as_headers(tmp_path: Path) -> None:
 
 
 def test_sizes_in_binary_units() -> None:
-    from detbench.render import size
+    from detbench.report.render import size
 
     assert [size(4096), size(3 * 2**20), size(1.5 * 2**30), size(None)] == [
         "4 KiB", "3 MiB", "1.50 GiB", "–",

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import detbench
-from detbench.results import (
+from detbench.store.results import (
     COLLECT_ENV_CACHE,
     COLUMNS,
     SCHEMA_VERSION,
@@ -158,7 +158,7 @@ def test_a_version_2_record_fills_the_new_columns(tmp_path: Path) -> None:
 def test_records_before_version_3_load_with_their_mode_as_base_and_no_settings(
     tmp_path: Path,
 ) -> None:
-    from detbench.settings import NAMES
+    from detbench.core.settings import NAMES
 
     v2 = json.loads(GOLDEN_V1) | {"schema_version": 2, "cublas_workspace_config": ":4096:8"}
     (tmp_path / "results.jsonl").write_text(GOLDEN_V1 + "\n" + json.dumps(v2) + "\n")

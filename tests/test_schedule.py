@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from detbench.estimate import INVARIANCE_SECONDS_PER_SIZE, estimate, per_record_seconds
-from detbench.modes import MODES, get_mode
-from detbench.schedule import clock, make_plan, mode_order
+from detbench.core.modes import MODES, get_mode
+from detbench.run.estimate import INVARIANCE_SECONDS_PER_SIZE, estimate, per_record_seconds
+from detbench.run.schedule import clock, make_plan, mode_order
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ def test_mode_order_is_a_seeded_shuffle_per_replicate() -> None:
     assert names[0] != tuple(m.name for m in MODES)
     # The same seed gives the same order in any process (string seeding, not the hash seed).
     script = (
-        "from detbench.schedule import mode_order; from detbench.modes import MODES;"
+        "from detbench.run.schedule import mode_order; from detbench.core.modes import MODES;"
         "print([[m.name for m in r] for r in mode_order(MODES, 3, seed=0)])"
     )
     for hash_seed in ("1", "2"):

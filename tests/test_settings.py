@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import detbench
-from detbench import settings as st
-from detbench.modes import MODES, get_mode
-from detbench.settings import CUBLAS_ENV, SettingError
+from detbench.core import settings as st
+from detbench.core.modes import MODES, get_mode
+from detbench.core.settings import CUBLAS_ENV, SettingError
 from tests.conftest import ROOT, WORKLOADS, detbench_cli, requires_cuda
 
 PROBE = WORKLOADS / "settings_probe.py"
@@ -101,7 +101,7 @@ def test_cublas_setting_replaces_the_modes_own_workspace() -> None:
 
 READ_BACK = """
 import json
-from detbench.applied import read_all
+from detbench.worker.applied import read_all
 print(json.dumps(read_all()))
 """
 
@@ -158,7 +158,7 @@ def probe_run(tmp_path_factory: pytest.TempPathFactory, probe_tmp: Path) -> pd.D
     directory of its own. Where torch ties inductor_deterministic to deterministic algorithms,
     also under a level apart from theirs (unsupported before anything compiles; elsewhere that
     mode would compile every probe workload, so it is left out)."""
-    from detbench import torchstate as ts
+    from detbench.core import torchstate as ts
 
     out = tmp_path_factory.mktemp("settings") / "run"
     modes = ["det-algos", "det-algos[fill_uninitialized_memory=off]", "det-algos[warn_only=on]",
@@ -267,8 +267,8 @@ def test_a_compiled_workload_beside_its_eager_twin(tmp_path: Path) -> None:
 
 
 def test_torchs_own_change_of_inductor_deterministic_is_not_the_workloads() -> None:
-    from detbench import torchstate as ts
-    from detbench.applied import changed, differ
+    from detbench.core import torchstate as ts
+    from detbench.worker.applied import changed, differ
 
     applied = {"deterministic_algorithms": True, "inductor_deterministic": "on"}
     now = {"deterministic_algorithms": False, "inductor_deterministic": "off"}
@@ -289,7 +289,7 @@ def test_workers_leave_no_shared_compile_cache_and_a_tied_level_is_unsupported(
     unsupported with the reason, and nothing is blamed on the workload."""
     assert sorted(p.name for p in probe_tmp.iterdir()) == []  # no torchinductor_*, no cache
     tied = probe_run[probe_run["mode"] == TIED]
-    from detbench import torchstate as ts
+    from detbench.core import torchstate as ts
 
     assert len(tied) == (2 * len(set(probe_run["workload"])) if ts.inductor_tied() else 0)
     for row in tied.to_dict("records"):

@@ -14,9 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from detbench import invariance, seeding
-from detbench.measure import SettingUnsupported, classify
-from detbench.workload import Context, Workload, load_file
+from detbench.core import seeding
+from detbench.core.workload import Context, Workload, load_file
+from detbench.worker import invariance
+from detbench.worker.measure import SettingUnsupported, classify
 
 SUITE = Path(__file__).resolve().parent.parent / "suites" / "invariance.py"
 WORKLOADS = {w.name: w for w in load_file(SUITE)}

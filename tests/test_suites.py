@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 import detbench
-from detbench.config import RunConfig
-from detbench.modes import get_mode
-from detbench.runner import prepare
-from detbench.workload import builtin_suite_files
+from detbench.core.modes import get_mode
+from detbench.core.workload import builtin_suite_files
+from detbench.run.config import RunConfig
+from detbench.run.runner import prepare
 
 #: Every workload of every suite: the slowest test file (about a minute here). `make test` leaves
 #: it out to stay under 10 minutes; `make test-slow` and CI run it.

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from detbench import fingerprint as fp
-from detbench.seeding import seed_all
-from detbench.workload import PROFILES, Context, Workload, builtin_suite_files, load_file
+from detbench.core.seeding import seed_all
+from detbench.core.workload import PROFILES, Context, Workload, builtin_suite_files, load_file
+from detbench.worker import fingerprint as fp
 
 from .conftest import requires_cuda
 

@@ -17,10 +17,8 @@ import torch._dynamo
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import detbench
-from detbench import fingerprint as fp
-from detbench.measure import UNSUPPORTED_MARKERS
-from detbench.seeding import seed_all
-from detbench.workload import (
+from detbench.core.seeding import seed_all
+from detbench.core.workload import (
     Context,
     Step,
     Workload,
@@ -29,6 +27,8 @@ from detbench.workload import (
     load_file,
     registry,
 )
+from detbench.worker import fingerprint as fp
+from detbench.worker.measure import UNSUPPORTED_MARKERS
 
 from .conftest import ROOT
 
@@ -201,8 +201,8 @@ def test_empty_uninitialized_differs_between_fresh_processes_by_default() -> Non
     code = (
         "import torch\n"
         "from detbench import fingerprint as fp\n"
-        "from detbench.seeding import seed_all\n"
-        "from detbench.workload import Context, builtin_suite_files, load_file\n"
+        "from detbench.core.seeding import seed_all\n"
+        "from detbench.core.workload import Context, builtin_suite_files, load_file\n"
         "w = {x.name: x for x in load_file(builtin_suite_files()['ops'])}['empty_uninitialized']\n"
         "seed_all(0)\n"
         "step = w.factory(Context(torch.device('cpu'), 'quick', 0))\n"

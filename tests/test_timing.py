@@ -12,7 +12,7 @@ import torch
 from torch.utils.benchmark import Timer
 from torch.utils.benchmark.utils.common import Measurement, TaskSpec
 
-from detbench.timing import (
+from detbench.worker.timing import (
     SAMPLES_PER_BUDGET,
     _ClockSampler,
     _sample,

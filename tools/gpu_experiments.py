@@ -89,7 +89,7 @@ def idle(out: Path, seconds: float) -> dict[str, Any]:
     """Throttle reasons and NVML violation counters: idle, during `seconds` of bf16 bmm, after."""
     import torch
 
-    from detbench.gpustate import snapshot
+    from detbench.store.gpustate import snapshot
 
     snaps = {"idle_before": snapshot()}
     a = torch.randn(64, 1024, 1024, device="cuda", dtype=torch.bfloat16)
@@ -115,11 +115,24 @@ def idle(out: Path, seconds: float) -> dict[str, Any]:
               "bmm_tflops": per_second, "snapshots": snaps}  # fmt: skip
     for name, snap in snaps.items():
         for gpu in snap.get("gpus") or []:
-            print(name, {k: gpu.get(k) for k in ("throttle_reasons", "sm_clock_mhz",
-                                                 "power_draw_w", "temperature_c", "violation_ns")})
+            print(
+                name,
+                {
+                    k: gpu.get(k)
+                    for k in (
+                        "throttle_reasons",
+                        "sm_clock_mhz",
+                        "power_draw_w",
+                        "temperature_c",
+                        "violation_ns",
+                    )
+                },
+            )
     tf = [p["tflops"] for p in per_second]
-    print(f"bmm bf16 TFLOP/s: first {tf[0]:.0f}, min {min(tf):.0f}, max {max(tf):.0f}, "
-          f"last {tf[-1]:.0f} over {len(tf)} batches")
+    print(
+        f"bmm bf16 TFLOP/s: first {tf[0]:.0f}, min {min(tf):.0f}, max {max(tf):.0f}, "
+        f"last {tf[-1]:.0f} over {len(tf)} batches"
+    )
     return result
 
 

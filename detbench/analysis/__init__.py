@@ -1,0 +1,62 @@
+"""The analysis layer: verdicts, costs, recommendations, quality, attribution, invariance tables.
+
+``detbench.analysis`` is also the library a user reads a run with: the names below are the
+functions of ``verdicts`` and ``recommend`` (``verdicts(df)``, ``costs(df)``,
+``recommendations(df)``, ...). Modules inside this layer import their neighbours' modules, never
+this package, so importing it cannot make a cycle.
+"""
+
+from detbench.analysis.matrix import (
+    MARKS,
+    NOISY_IQR,
+    RAN,
+    baseline_mode,
+    bootstrap_throughput,
+    changed_mask,
+    changed_settings,
+    costs,
+    counted,
+    divergence,
+    mark_frontier,
+    median_throughput,
+    mode_key,
+    mode_of,
+    ordered_modes,
+    peak_memory,
+    plane,
+    ran_somewhere,
+    recipes,
+    relative_throughput,
+    replicate_samples,
+    summary_table,
+    verdicts,
+)
+from detbench.analysis.recommend import recommendation_text, recommendations
+
+__all__ = [
+    "MARKS",
+    "NOISY_IQR",
+    "RAN",
+    "baseline_mode",
+    "bootstrap_throughput",
+    "changed_mask",
+    "changed_settings",
+    "costs",
+    "counted",
+    "divergence",
+    "mark_frontier",
+    "median_throughput",
+    "mode_key",
+    "mode_of",
+    "ordered_modes",
+    "peak_memory",
+    "plane",
+    "ran_somewhere",
+    "recipes",
+    "recommendation_text",
+    "recommendations",
+    "relative_throughput",
+    "replicate_samples",
+    "summary_table",
+    "verdicts",
+]

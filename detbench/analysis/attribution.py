@@ -1,0 +1,349 @@
+"""``detbench attribute``: which switch costs what, and which is needed for reproducibility.
+
+The study has two ends: the default mode (torch's defaults) and the fully deterministic mode
+(``cudnn-det+det-algos`` with every setting at its ``strict`` level where it acts on the device).
+From the default end each switch is added alone; from the deterministic end each is removed alone
+(set to each of its loose levels). Every variant is a mode with settings, so the study runs as an
+ordinary run: ``load_results`` reads it and ``detbench report`` rebuilds its report, whose
+``Attribution`` section (``detbench.report.attribution``) reads the study from env.json.
+
+``build_study`` is pure: which variants, which workloads each runs, what is skipped and why.
+``effects`` turns a run's records into the effect of each switch, per workload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from detbench.analysis import matrix as analysis
+from detbench.core import settings as st
+from detbench.core import torchstate as ts
+from detbench.core.modes import MODES, Mode, get_mode
+
+if TYPE_CHECKING:
+    from detbench.core.workload import Workload
+
+KIND = "attribution"
+#: The two mode flags that are switches of the study, and where each acts.
+FLAG_DEVICES = {"deterministic_algorithms": ("cpu", "cuda"), "cudnn_deterministic": ("cuda",)}
+#: Loose levels where "every level but the strict one" is not what users turn off.
+LOOSE = {"float32_matmul_precision": ("high",)}
+#: Settings that are not switches of the study although they have a strict level.
+NOT_SWITCHES = ("warn_only",)
+#: How the conclusions name the flags (settings go by their setting name).
+FLAG_WORDS = {
+    "deterministic_algorithms": "deterministic algorithms",
+    "cudnn_deterministic": "cudnn.deterministic",
+}
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    strict: str
+    loose: tuple[str, ...]
+    flag: bool = False
+
+    def devices(self) -> tuple[str, ...]:
+        return FLAG_DEVICES[self.name] if self.flag else st.get(self.name).devices
+
+
+def switches() -> list[Switch]:
+    """The two flags, then every process setting with a strict level, in table order."""
+    out = [Switch(f, "on", ("off",), flag=True) for f in FLAG_DEVICES]
+    for s in st.SETTINGS:
+        if s.strict is None or s.scope == "workload" or s.name in NOT_SWITCHES:
+            continue
+        loose = LOOSE.get(s.name, tuple(lvl for lvl in s.levels if lvl != s.strict))
+        out.append(Switch(s.name, s.strict, loose))
+    return out
+
+
+@dataclass(frozen=True)
+class _State:
+    """Where a mode of the study stands: its two flags and its setting overrides."""
+
+    det_algos: bool
+    cudnn_det: bool
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    def mode(self) -> Mode:
+        base = next(
+            m for m in MODES
+            if m.cudnn_enabled and not m.benchmark
+            and m.deterministic_algorithms == self.det_algos
+            and m.cudnn_deterministic == self.cudnn_det
+        )  # fmt: skip
+        return base.with_settings(st.normalise(self.overrides)) if self.overrides else base
+
+    def levels(self) -> dict[str, str]:
+        return {**{s.name: s.torch_default for s in st.SETTINGS}, **dict(self.overrides)}
+
+    def level(self, sw: Switch) -> str:
+        if sw.flag:
+            on = self.det_algos if sw.name == "deterministic_algorithms" else self.cudnn_det
+            return "on" if on else "off"
+        return self.levels()[sw.name]
+
+    def with_level(self, name: str, level: str) -> _State:
+        if name == "deterministic_algorithms":
+            return replace(self, det_algos=level == "on")
+        if name == "cudnn_deterministic":
+            return replace(self, cudnn_det=level == "on")
+        given = {**dict(self.overrides), name: level}
+        return replace(self, overrides=tuple(given.items()))
+
+
+def _inert(sw: Switch, device: str, state: _State) -> str | None:
+    if device not in sw.devices():
+        return f"{sw.name} acts only on {', '.join(sw.devices())}"
+    if sw.flag:
+        return None
+    return st.inert_reason(sw.name, device, state.levels(), state.det_algos)
+
+
+def build_study(device: str, workloads: Sequence[Workload], compile: bool = False,
+                tied: bool | None = None) -> dict[str, Any]:  # fmt: skip
+    """The attribution study of ``workloads`` on ``device`` (see the module's doc), as the dict
+    written to env.json: its ends, its variants (one per switch, end and level; a mode shared
+    by several is listed for each) and the switches skipped with the reason.
+
+    ``compile``: execution=compile is a switch at both ends, and ``inductor_deterministic`` is
+    switched in the compiled mode of each end (a variant with ``against``: the mode it is
+    compared with instead of its end). ``tied``: whether torch ties inductor's deterministic
+    setting to deterministic algorithms (``torchstate.inductor_tied``, probed when None); where
+    it does, that switch cannot be set apart from them and is skipped with the reason."""
+    attention = [w.key for w in workloads if getattr(w, "attention", False)]
+    default = _State(False, False)
+    strict = {}
+    for sw in switches():
+        s = st.get(sw.name) if not sw.flag else None
+        if s is None or sw.strict == s.torch_default or s.unavailable() is not None:
+            continue
+        if sw.name == "sdpa_backend" and not attention:
+            continue
+        probe = _State(True, True, ((sw.name, sw.strict),))
+        if _inert(sw, device, probe) is None:
+            strict[sw.name] = sw.strict
+    det = _State(True, True, tuple(strict.items()))
+    variants: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+
+    def add(state: _State, sw: str, level: str, end: str, direction: str,
+            only: list[str] | None, against: _State | None = None) -> None:  # fmt: skip
+        try:
+            label = state.mode().name
+        except st.SettingError as exc:  # a combination torch refuses
+            skipped.append({"switch": sw, "end": end, "reason": str(exc)})
+            return
+        variants.append({"mode": label, "switch": sw, "level": level, "end": end,
+                         "direction": direction, "workloads": only,
+                         **({"against": against.mode().name} if against else {})})  # fmt: skip
+
+    ind = "inductor_deterministic"
+    for end, state in (("default", default), ("deterministic", det)):
+        for sw in switches():
+            if compile and sw.name == ind:  # switched in the compiled mode, below
+                continue
+            only = None
+            reason = _inert(sw, device, state)
+            if reason is None and not sw.flag and st.get(sw.name).unavailable() is not None:
+                reason = str(st.get(sw.name).unavailable())
+            if reason is None and sw.name == "sdpa_backend":
+                if not attention:
+                    reason = "no selected workload calls scaled_dot_product_attention"
+                only = attention
+            now = state.level(sw)
+            if reason is None and end == "default" and now == sw.strict:
+                reason = f"{sw.name} is already {now} in the default mode (torch's default)"
+            if reason is None and end == "deterministic" and now != sw.strict:
+                reason = f"{sw.name} is {now} at the deterministic end"
+            if reason is not None:
+                skipped.append({"switch": sw.name, "end": end, "reason": reason})
+                continue
+            if end == "default":
+                add(state.with_level(sw.name, sw.strict), sw.name, sw.strict, end, "added", only)
+            else:
+                for level in sw.loose:
+                    add(state.with_level(sw.name, level), sw.name, level, end, "removed", only)
+        if compile:
+            compiled = state.with_level("execution", "compile")
+            if end == "deterministic":
+                compiled = compiled.with_level(ind, "on")
+            add(compiled, "execution", "compile", end, "added", None)
+            level = "on" if end == "default" else "off"
+            reason = st.get(ind).unavailable()
+            if reason is None and (ts.inductor_tied() if tied is None else tied):
+                reason = ts.inductor_tie_reason(level)
+            if reason is not None:
+                skipped.append({"switch": ind, "end": end, "reason": reason})
+                continue
+            add(compiled.with_level(ind, level), ind, level, end,
+                "added" if end == "default" else "removed", None, against=compiled)  # fmt: skip
+    return {
+        "kind": KIND,
+        "device": device,
+        "default_end": default.mode().name,
+        "deterministic_end": det.mode().name,
+        "variants": variants,
+        "skipped": skipped,
+    }
+
+
+def is_study(study: Any) -> bool:
+    return isinstance(study, dict) and study.get("kind") == KIND
+
+
+def end_label(study: dict[str, Any], end: str) -> str:
+    return str(study["default_end"] if end == "default" else study["deterministic_end"])
+
+
+def against(study: dict[str, Any], variant: dict[str, Any]) -> str:
+    """The mode a variant is compared with: its end's, or its own ``against`` (the compiled mode
+    of its end, for inductor's switch)."""
+    return str(variant.get("against") or end_label(study, variant["end"]))
+
+
+def study_modes(study: dict[str, Any]) -> list[Mode]:
+    """The modes to run: the two ends, then every variant's, each once."""
+    labels = [study["default_end"], study["deterministic_end"]]
+    labels += [x for v in study["variants"] for x in (v.get("against"), v["mode"]) if x]
+    return [get_mode(label) for label in dict.fromkeys(labels)]
+
+
+def only_for(study: dict[str, Any]) -> dict[str, list[str]]:
+    """Mode label -> the workloads it runs, for the modes that run only some (an end, or a mode
+    any of whose variants runs every workload, runs them all)."""
+    everyone = {study["default_end"], study["deterministic_end"]}
+    everyone |= {v["mode"] for v in study["variants"] if v["workloads"] is None}
+    everyone |= {v["against"] for v in study["variants"] if v.get("against")}
+    out: dict[str, list[str]] = {}
+    for v in study["variants"]:
+        if v["mode"] not in everyone:
+            keys = out.setdefault(v["mode"], [])
+            keys += [k for k in v["workloads"] if k not in keys]
+    return out
+
+
+def skipped(study: dict[str, Any]) -> list[str]:
+    """The skipped switches, grouped by reason: "a, b (act only on cuda)"; the end is named
+    where a switch was skipped at one end only."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    ends: dict[tuple[str, str], list[str]] = {}
+    for x in study["skipped"]:
+        reason = str(x["reason"])
+        if reason.startswith(x["switch"] + " "):  # "cudnn_tf32 acts only on cuda"
+            reason = reason[len(x["switch"]) + 1 :]
+        ends.setdefault((x["switch"], reason), []).append(x["end"])
+    for (sw, reason), where in ends.items():
+        one = "" if len(where) > 1 else f" at the {where[0]} end"
+        groups.setdefault((reason, one), []).append(sw)
+    return [f"{', '.join(sws)}{one}: {reason}" for (reason, one), sws in groups.items()]
+
+
+def describe(study: dict[str, Any]) -> list[str]:
+    """The study in lines of text (printed before the plan)."""
+    compile = any(v["switch"] == "execution" for v in study["variants"])
+    lines = [
+        f"attribution study on {study['device']}: default end {study['default_end']}, "
+        f"deterministic end {study['deterministic_end']}",
+    ]
+    for v in study["variants"]:
+        sign = "+" if v["direction"] == "added" else "-"
+        where = "" if v["workloads"] is None else f" (only {', '.join(v['workloads'])})"
+        where += f" (against {v['against']})" if v.get("against") else ""
+        lines.append(f"  {sign} {v['switch']}={v['level']} at the {v['end']} end: "
+                     f"{v['mode']}{where}")  # fmt: skip
+    lines += [f"  skipped: {x}" for x in skipped(study)]
+    if compile:
+        lines.append(
+            "  --compile: every workload is also compiled with torch.compile (inductor) in the "
+            "compiled modes above: each worker compiles afresh, which takes long (tens of "
+            "seconds per small graph on a CPU)"
+        )
+    else:
+        lines.append(
+            "  execution=compile is not a switch of this study unless --compile is given (off "
+            "by default: it compiles every workload)"
+        )
+    return lines
+
+
+# -- effects -----------------------------------------------------------------------------------
+
+
+def _bits(end: dict[str, Any] | None, var: dict[str, Any] | None) -> Any:
+    """True/False: the variant's bits differ from the end's; "varies"; None (no comparison)."""
+    if end is None or var is None:
+        return None
+    verdicts = {end["verdict"], var["verdict"]}
+    if not verdicts <= set(analysis.RAN):
+        return None
+    if "nondeterministic" in verdicts:
+        return "varies"
+    if "single" in verdicts:
+        return None
+    return bool(end["fingerprints"] != var["fingerprints"])
+
+
+def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
+    """One row per (suite, workload, variant): the switch, its end, direction and level; the
+    variant's throughput relative to its end's mode with a 95% interval (``analysis.costs``);
+    ``bits_changed``; the variant's ``verdict`` and the end's; ``needed`` (deterministic end:
+    the end is reproducible and the variant is not) and ``sufficient`` (default end: the
+    default is not reproducible and the variant is)."""
+    df = analysis.counted(df)
+    if df.empty:
+        return pd.DataFrame()
+    ok = df[df["status"] == "ok"]
+    prints = ok.groupby(["suite", "workload", "mode"])["fingerprint"].agg(frozenset).to_dict()
+    by: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for r in analysis.verdicts(df).to_dict("records"):
+        key3 = (r["suite"], r["workload"], r["mode"])
+        by[key3] = {
+            **{str(k): x for k, x in r.items()},
+            "fingerprints": prints.get(key3, frozenset()),
+        }
+    cost_tables = []
+    for label in dict.fromkeys(against(study, x) for x in study["variants"]):
+        modes = {label} | {x["mode"] for x in study["variants"] if against(study, x) == label}
+        sub = df[df["mode"].isin(modes)]
+        if len(sub):
+            cost_tables.append(analysis.costs(sub, baseline=label).assign(against=label))
+    c = pd.concat(cost_tables) if cost_tables else pd.DataFrame()
+    cost = {} if c.empty else c.set_index(["suite", "workload", "mode", "against"]).to_dict("index")
+    rows: list[dict[str, Any]] = []
+    for suite, workload in dict.fromkeys(zip(df["suite"], df["workload"], strict=True)):
+        for x in study["variants"]:
+            key = f"{suite}/{workload}"
+            if x["workloads"] is not None and key not in x["workloads"]:
+                continue
+            base = against(study, x)
+            at_end = by.get((suite, workload, base))
+            var = by.get((suite, workload, x["mode"]))
+            if var is None:
+                continue
+            ce = cost.get((suite, workload, x["mode"], base), {})
+            ev = None if at_end is None else str(at_end["verdict"])
+            vv = str(var["verdict"])
+            needed = sufficient = None
+            if x["end"] == "deterministic" and ev == "reproducible":
+                needed = {"nondeterministic": True, "reproducible": False}.get(str(vv))
+            if x["end"] == "default" and ev == "nondeterministic":
+                sufficient = {"reproducible": True, "nondeterministic": False}.get(str(vv))
+            rows.append({
+                "suite": suite, "workload": workload, "mode": x["mode"],
+                "end_mode": base, "switch": x["switch"],
+                "end": x["end"], "direction": x["direction"], "level": x["level"],
+                "relative_throughput": ce.get("relative_throughput", np.nan),
+                "ci_low": ce.get("ci_low", np.nan), "ci_high": ce.get("ci_high", np.nan),
+                "significant": ce.get("significant"), "noisy": ce.get("noisy"),
+                "bits_changed": _bits(at_end, var),
+                "verdict": vv, "end_verdict": ev, "needed": needed, "sufficient": sufficient,
+            })  # fmt: skip
+    return pd.DataFrame(rows, dtype=object)

@@ -1,0 +1,212 @@
+"""The batch-invariance table computed from a run's records: each workload's verdict per mode
+(over its replicates), the price of invariance where the suite has an invariant reference (a
+workload whose params hold ``"invariant_reference_of": "<base workload>"``: its throughput
+relative to the base in the same suite and mode, with a 95% interval from the two-level bootstrap
+of ``analysis.costs``), the price of a setting where the run has a mode with settings beside its
+base mode (same bootstrap), and for a decoder its distinct completions and tokens/s.
+``detbench.report.invariance`` words and draws it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from detbench.analysis import matrix as analysis
+
+#: The params key that names the workload a reference computes invariantly.
+REFERENCE_KEY = "invariant_reference_of"
+#: The params key of a workload that decodes tokens: its first output is a completion (its
+#: distinct row-0 results are distinct completions) and its items are tokens.
+COMPLETION_KEY = "new_tokens"
+N_BOOT = 2000
+
+
+def _sized(df: pd.DataFrame) -> pd.DataFrame:
+    """The records that count of the workloads that declare batch sizes: a workload is in when a
+    record of it carries a verdict, a note or its ``batch_size`` (a record that could not run,
+    an unsupported SDPA backend say, has only that), so one that ran in no mode still shows."""
+    if df.empty or "batch_invariant" not in df.columns:
+        return df.iloc[:0]
+    df = analysis.counted(df)
+    mask = df["batch_invariant"].notna()
+    for col in ("batch_note", "batch_size"):
+        if col in df.columns:
+            mask |= df[col].notna()
+    keys = set(zip(df.loc[mask, "suite"], df.loc[mask, "workload"], strict=True))
+    return df[[k in keys for k in zip(df["suite"], df["workload"], strict=True)]]
+
+
+def _reference_of(params: Any) -> str | None:
+    if isinstance(params, dict) and params.get(REFERENCE_KEY):
+        return str(params[REFERENCE_KEY])
+    return None
+
+
+def _sizes(values: pd.Series) -> tuple[int, ...]:
+    out: set[int] = set()
+    for x in values:
+        if isinstance(x, dict):
+            out.update(int(k) for k in x)
+    return tuple(sorted(out))
+
+
+def short(message: Any, n: int = 90) -> str:
+    """A failure message cut to its first sentence of its first line, at most ``n``
+    characters."""
+    text = str(message).strip().splitlines()[0] if str(message).strip() else ""
+    text = text.split(". ")[0].rstrip(".")
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
+def _verdict(g: pd.DataFrame) -> tuple[bool | None, str | None]:
+    """(invariant, note) over a group's replicates: False if any ok replicate said False, True
+    only if every ok replicate said True, else None with a note saying why (for a group that
+    did not run: its status and first message, shortened)."""
+    ok = g[g["status"] == "ok"]
+    said = [x for x in ok["batch_invariant"] if isinstance(x, (bool, np.bool_))]
+    if any(not x for x in said):
+        return False, None
+    if ok.empty:
+        status = str(g["status"].mode().iloc[0]) if len(g) else "no records"
+        msgs = [x for x in g.get("message", []) if x is not None and str(x) not in ("", "nan")]
+        return None, status + (f": {short(msgs[0])}" if msgs else "")
+    if said and len(said) == len(ok):
+        return True, None
+    notes = [str(x) for x in g.get("batch_note", pd.Series(dtype=object)).dropna()]
+    return None, notes[0] if notes else "no verdict in some replicates"
+
+
+def _items_per_step(g: pd.DataFrame) -> float:
+    if "items_per_step" in g.columns:
+        v = pd.to_numeric(g["items_per_step"], errors="coerce").dropna()
+        if len(v):
+            return float(v.median())
+    return 1.0
+
+
+def _price(ref: pd.DataFrame, base: pd.DataFrame, rng: np.random.Generator,
+           n_boot: int) -> tuple[float, float, float]:  # fmt: skip
+    """The reference's items/s over the base's: the ratio of the medians over replicates of each
+    replicate's median, with the 2.5-97.5th percentiles of the same ratio over two-level
+    bootstrap resamples (as ``analysis.costs``); from the median items/s without an interval
+    where the records hold no timing samples. NaN where either has no throughput."""
+    nan = (math.nan, math.nan, math.nan)
+    ref, base = ref[ref["status"] == "ok"], base[base["status"] == "ok"]
+    a, b = analysis.replicate_samples(ref), analysis.replicate_samples(base)
+    if a and b:
+        scale = _items_per_step(ref) / _items_per_step(base)
+        point = scale * analysis.median_throughput(a) / analysis.median_throughput(b)
+        boot = scale * (analysis.bootstrap_throughput(a, rng, n_boot)
+                        / analysis.bootstrap_throughput(b, rng, n_boot))  # fmt: skip
+        low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
+        return float(point), low, high
+    ra = pd.to_numeric(ref["items_per_second"], errors="coerce")
+    rb = pd.to_numeric(base["items_per_second"], errors="coerce")
+    if ra.notna().any() and rb.notna().any() and float(rb.median()) > 0:
+        return float(ra.median() / rb.median()), math.nan, math.nan
+    return nan
+
+
+def _none(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
+    """The mode a mode with settings is a variant of, among the run's modes ``present``: the one
+    with the same base mode and the most of its settings at the same levels, but not all
+    (``default[execution=compile]`` for ``default[execution=compile,inductor_batch_invariant=on]``,
+    else ``default``); without ``present``, the plain base mode. None for a plain mode."""
+    m = analysis.mode_of(mode)
+    if m is None:
+        base, bracket, _ = str(mode).partition("[")
+        return base if bracket else None
+    if not m.settings:
+        return None
+    mine = set(m.settings)
+    best, most = m.base_name, -1
+    for other in present:
+        o = analysis.mode_of(other)
+        if o is None or o.base_name != m.base_name or not set(o.settings) < mine:
+            continue
+        if len(o.settings) > most:
+            best, most = str(other), len(o.settings)
+    return best
+
+
+def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame:
+    """One row per (suite, workload, mode) of the workloads that declare batch sizes:
+    ``invariant`` (True, False, or None with ``note``), ``ran`` (some replicate ok),
+    ``first_variant_size`` (smallest over replicates), ``max_abs_diff`` (largest),
+    ``batch_sizes``, ``distinct_results`` (the most distinct row-0 results of the first output
+    over the sizes, in any replicate), ``completion`` (the workload decodes ``COMPLETION_KEY``
+    tokens: its results are completions, its items tokens), ``items_per_second`` (median),
+    ``replicates`` (ok ones); for an invariant reference ``reference_of`` (its base), ``price``
+    with ``price_low``/``price_high`` (its throughput relative to the base in the same mode, 95%
+    interval), ``reference_invariant`` and ``base_invariant``; for a mode with settings whose
+    base mode the run has, ``base_mode``, ``base_mode_invariant`` and ``setting_price`` with
+    ``setting_price_low``/``_high`` (its throughput relative to the base mode, same workload).
+    Records whose workload changed a setting (``settings_changed``) are left out."""
+    s = _sized(df)
+    if s.empty:
+        return pd.DataFrame()
+    rng = np.random.default_rng(seed)
+    groups = {k: g for k, g in s.groupby(["suite", "workload", "mode"], sort=False)}
+    verdicts = {k: _verdict(g) for k, g in groups.items()}
+    modes = [str(m) for m in dict.fromkeys(s["mode"])]
+    rows: list[dict[str, Any]] = []
+    for (suite, workload, mode), g in groups.items():
+        invariant, note = verdicts[(suite, workload, mode)]
+        ok = g[g["status"] == "ok"]
+        first = pd.to_numeric(ok["batch_first_variant_size"], errors="coerce").dropna()
+        diff = pd.to_numeric(ok["batch_max_abs_diff"], errors="coerce").dropna()
+        col = "batch_distinct_results"
+        distinct = pd.to_numeric(ok[col], errors="coerce").dropna() if col in ok else ()
+        params = g["params"].iloc[0] if "params" in g.columns else None
+        ips = pd.to_numeric(ok["items_per_second"], errors="coerce").dropna()
+        base_name = _reference_of(params)
+        row: dict[str, Any] = {
+            "suite": suite, "workload": workload, "mode": mode, "invariant": invariant,
+            "note": note, "ran": len(ok) > 0,
+            "first_variant_size": int(first.min()) if len(first) else None,
+            "max_abs_diff": float(diff.max()) if len(diff) else None,
+            "batch_sizes": _sizes(g["batch_same_as_smallest"])
+            if "batch_same_as_smallest" in g else (),
+            "distinct_results": int(max(distinct)) if len(distinct) else None,
+            "completion": isinstance(params, dict) and COMPLETION_KEY in params,
+            "sdpa_backend": params.get("sdpa_backend") if isinstance(params, dict) else None,
+            "items_per_second": float(ips.median()) if len(ips) else None,
+            "replicates": len(ok), "reference_of": base_name, "price": None, "price_low": None,
+            "price_high": None, "reference_invariant": None, "base_invariant": None,
+            "base_mode": None, "base_mode_invariant": None, "setting_price": None,
+            "setting_price_low": None, "setting_price_high": None,
+            "deterministic_algorithms": bool(g["deterministic_algorithms"].iloc[0])
+            if "deterministic_algorithms" in g.columns else None,
+        }  # fmt: skip
+        if base_name is not None:
+            row["reference_invariant"] = invariant
+            base = groups.get((suite, base_name, mode))
+            if base is not None:
+                row["base_invariant"] = verdicts[(suite, base_name, mode)][0]
+                price = _price(g, base, rng, n_boot)
+                row["price"], row["price_low"], row["price_high"] = map(_none, price)
+        parent = base_mode_of(str(mode), modes)
+        if parent is not None and (suite, workload, parent) in groups:
+            row["base_mode"] = parent
+            row["base_mode_invariant"] = verdicts[(suite, workload, parent)][0]
+            price = _price(g, groups[(suite, workload, parent)], rng, n_boot)
+            names = ("setting_price", "setting_price_low", "setting_price_high")
+            row.update(zip(names, map(_none, price), strict=True))
+        rows.append(row)
+    out = pd.DataFrame(rows, dtype=object)
+    keys = out["mode"].map(analysis.mode_key)
+    # A mode before its variants: fewer settings first, then the label.
+    out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: (k[1].count("="), k[1]))
+    order = {w: i for i, w in enumerate(dict.fromkeys(s["workload"]))}
+    out["_w"] = out["workload"].map(order)
+    return (out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
+            .drop(columns=["_o", "_l", "_w"]).reset_index(drop=True))  # fmt: skip

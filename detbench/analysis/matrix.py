@@ -1,0 +1,452 @@
+"""Verdicts and relative throughput per (workload, mode), computed from the raw records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from detbench.core.errors import DetbenchError
+from detbench.core.modes import DEFAULT_MODE, MODES, Mode, get_mode
+
+#: Verdicts, and the short mark each gets in the summary table.
+MARKS = {
+    "reproducible": "=",
+    "nondeterministic": "≠",
+    "single": "?",  # one successful replicate: run-to-run behaviour unknown
+    "unsupported": "unsup",
+    "oom": "oom",
+    "error": "error",
+    "timeout": "t/o",
+    "crashed": "crash",
+    # every replicate's workload changed a setting behind detbench's back: nothing to count
+    "settings_changed": "chg",
+}
+
+#: Verdicts of a mode that ran the workload (status ok in every replicate).
+RAN = ("reproducible", "nondeterministic", "single")
+
+
+# --- Modes: their order, the baseline, and the records that count ------------------------------
+
+_ORDER = {m.name: i for i, m in enumerate(MODES)}
+
+
+def mode_of(label: str) -> Mode | None:
+    """The mode a record's label names (one of the 10, or one with settings); None for a label
+    this detbench cannot parse."""
+    try:
+        return get_mode(str(label))
+    except DetbenchError:
+        return None
+
+
+def mode_key(label: str) -> tuple[int, str]:
+    """Sort key of a mode label: its base mode's place among the 10 modes, then the label (so a
+    plain mode comes before its variants with settings); unknown labels last."""
+    return _ORDER.get(str(label).partition("[")[0], len(_ORDER)), str(label)
+
+
+def ordered_modes(labels: Iterable[Any]) -> list[str]:
+    """The distinct labels of ``labels`` in ``mode_key`` order."""
+    return sorted(dict.fromkeys(str(x) for x in labels), key=mode_key)
+
+
+def baseline_mode(labels: Iterable[Any]) -> str | None:
+    """The mode every relative throughput is measured against: ``default`` where the run has
+    it; else the mode based on ``default`` with the fewest overrides (a run of ``--set ...``
+    has ``default[autocast=bf16]``, not ``default``); else the first mode in ``mode_key``
+    order. None for no modes."""
+    modes = ordered_modes(labels)
+    if DEFAULT_MODE.name in modes:
+        return DEFAULT_MODE.name
+    based = [(m, mode_of(m)) for m in modes]
+    on_default = [(len(x.settings), mode_key(m), m) for m, x in based
+                  if x is not None and x.base_name == DEFAULT_MODE.name]  # fmt: skip
+    if on_default:
+        return min(on_default)[2]
+    return modes[0] if modes else None
+
+
+def changed_settings(value: Any) -> list[str]:
+    """A record's ``settings_changed`` as a list of names ([] for none, and for a record of
+    schema 2 or older, which has None or nothing)."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [str(x) for x in value]
+    return []
+
+
+def changed_mask(df: pd.DataFrame) -> pd.Series:
+    """True for the records whose workload changed a setting the mode applied: they do not
+    count toward a verdict, a throughput or a memory figure."""
+    if "settings_changed" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return df["settings_changed"].map(lambda x: bool(changed_settings(x))).astype(bool)
+
+
+def counted(df: pd.DataFrame) -> pd.DataFrame:
+    """The records of ``df`` that count (see ``changed_mask``)."""
+    mask = changed_mask(df)
+    return df[~mask] if mask.any() else df
+
+
+def verdicts(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (suite, workload, mode): verdict, replicate counts, distinct fingerprints,
+    median items/s over the replicates' medians, and the largest difference measured.
+
+    A record whose workload changed a setting behind detbench's back (``settings_changed``) does
+    not vote: it is left out of the fingerprints, the throughput and the status; when every
+    replicate did, the verdict is ``settings_changed``. ``changed`` counts such records and
+    ``changed_settings`` names what they changed."""
+    rows: list[dict[str, Any]] = []
+    used = ["suite", "workload", "mode", "status", "fingerprint", "max_abs_diff",
+            "items_per_second", "message", "settings_changed"]  # fmt: skip
+    df = df[[c for c in used if c in df.columns]].assign(_changed=changed_mask(df).to_numpy())
+    for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"], sort=False):
+        if g["_changed"].any():
+            chg, g_count = g[g["_changed"]], g[~g["_changed"]]
+        else:  # the usual case, without the copies
+            chg, g_count = g.iloc[:0], g
+        names = list(dict.fromkeys(n for x in chg.get("settings_changed", []) for n in
+                                   changed_settings(x)))  # fmt: skip
+        ok = g_count[g_count["status"] == "ok"]
+        bad = g_count[g_count["status"] != "ok"]
+        distinct = int(ok["fingerprint"].nunique())
+        if g_count.empty:
+            verdict = "settings_changed"
+        elif len(bad):
+            verdict = str(bad["status"].mode().iloc[0])
+        elif len(ok) >= 2:
+            verdict = "reproducible" if distinct == 1 else "nondeterministic"
+        else:
+            verdict = "single"
+        diffs = pd.to_numeric(ok["max_abs_diff"], errors="coerce").dropna()
+        rows.append(
+            {
+                "suite": suite,
+                "workload": workload,
+                "mode": mode,
+                "verdict": verdict,
+                "replicates": len(g),
+                "ok": len(ok),
+                "distinct_fingerprints": distinct,
+                "max_abs_diff": float(diffs.max()) if len(diffs) else None,
+                "items_per_second": float(ok["items_per_second"].median()) if len(ok) else None,
+                "message": None if not len(bad) else bad["message"].iloc[0],
+                "changed": len(chg),
+                "changed_settings": names,
+            }
+        )
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    keys = out["mode"].map(mode_key)
+    out["_order"], out["_label"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
+    return out.sort_values(["suite", "workload", "_order", "_label"], kind="stable").drop(
+        columns=["_order", "_label"]
+    )
+
+
+def relative_throughput(v: pd.DataFrame, baseline: str) -> pd.Series:
+    """Each row's items/s over the same workload's items/s in ``baseline`` (NaN where missing)."""
+    base = v[v["mode"] == baseline].set_index(["suite", "workload"])["items_per_second"]
+    idx = pd.MultiIndex.from_frame(v[["suite", "workload"]])
+    return pd.Series(
+        pd.to_numeric(v["items_per_second"], errors="coerce").to_numpy()
+        / pd.to_numeric(base.reindex(idx), errors="coerce").to_numpy(),
+        index=v.index,
+    )
+
+
+def summary_table(df: pd.DataFrame) -> tuple[str, str]:
+    """Workloads x modes: throughput relative to the default mode and a reproducibility mark.
+
+    Returns (baseline mode name, text table). The baseline is ``baseline_mode``: the default
+    mode, else the mode based on it with the fewest overrides, else the first mode.
+    """
+    v = verdicts(df)
+    modes = ordered_modes(v["mode"])
+    baseline = str(baseline_mode(modes))
+    v = v.assign(rel=relative_throughput(v, baseline))
+
+    def cell(row: pd.Series) -> str:
+        mark = MARKS.get(row["verdict"], row["verdict"])
+        if row["verdict"] in ("reproducible", "nondeterministic", "single"):
+            return f"{row['rel']:.2f} {mark}" if pd.notna(row["rel"]) else f"  -  {mark}"
+        return mark
+
+    v["cell"] = v.apply(cell, axis=1)
+    v["key"] = v["suite"] + "/" + v["workload"]
+    rows = list(dict.fromkeys(df["suite"] + "/" + df["workload"]))  # the order they ran in
+    table = v.pivot(index="key", columns="mode", values="cell").reindex(index=rows, columns=modes)
+    table.columns = [f"M{i}" for i in range(len(modes))]
+    table.index.name = None
+    legend = "\n".join(f"  M{i}  {name}" for i, name in enumerate(modes))
+    text = (
+        f"throughput relative to mode {baseline!r} (median of replicates); "
+        "= bitwise identical in every replicate, ≠ not, ? one replicate only"
+        + (
+            "; chg every replicate changed a setting during the workload (not counted)"
+            if (v["verdict"] == "settings_changed").any()
+            else ""
+        )
+        + f"\n{legend}\n\n{table.fillna('').to_string()}"
+    )
+    return baseline, text
+
+
+def peak_memory(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """Per (suite, workload, mode): the median over successful replicates of
+    ``peak_memory_bytes`` and its ratio to ``baseline``'s median for the same workload (NaN where
+    either is missing or the baseline's is 0). Empty when no record carries the field (runs
+    before schema 2). ``baseline``: ``baseline_mode`` of the run when None."""
+    if "peak_memory_bytes" not in df.columns:
+        return pd.DataFrame()
+    baseline = baseline_mode(df["mode"]) if baseline is None else baseline
+    df = counted(df)
+    ok = df[df["status"] == "ok"].assign(
+        peak=pd.to_numeric(df["peak_memory_bytes"], errors="coerce")
+    )
+    if ok["peak"].isna().all():
+        return pd.DataFrame()
+    key = ["suite", "workload", "mode"]
+    med = ok.groupby(key, sort=False)["peak"].median().reset_index()
+    base = med[med["mode"] == baseline].set_index(["suite", "workload"])["peak"]
+    base_peak = base.reindex(pd.MultiIndex.from_frame(med[["suite", "workload"]])).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = med["peak"].to_numpy() / np.where(base_peak > 0, base_peak, np.nan)
+    return med.rename(columns={"peak": "peak_memory_bytes"}).assign(memory_ratio=ratio)
+
+
+# --- Costs with confidence intervals -----------------------------------------------------------
+
+#: A replicate is noisy when the IQR of its timing samples exceeds this fraction of their median.
+NOISY_IQR = 0.10
+
+
+def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
+    """Seconds-per-step samples of each successful replicate (one array per record) that counts
+    (not one whose workload changed a setting, see ``counted``)."""
+    g = counted(g)
+    ok = g[g["status"] == "ok"]
+    return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
+
+
+def median_throughput(reps: list[np.ndarray]) -> float:
+    """The point estimate of throughput (steps/s): the median over replicates of each replicate's
+    median, the statistic that ``bootstrap_throughput`` resamples."""
+    return float(np.median([1.0 / np.median(s) for s in reps]))
+
+
+def bootstrap_throughput(
+    reps: list[np.ndarray], rng: np.random.Generator, n_boot: int
+) -> np.ndarray:
+    """Bootstrap distribution of the median over replicates of each replicate's median
+    throughput (1 / seconds per step), resampling both levels: replicates (the between-process
+    variation, usually the larger) and the samples within each replicate."""
+    per_rep = np.empty((len(reps), n_boot))
+    for i, s in enumerate(reps):
+        idx = rng.integers(0, len(s), size=(n_boot, len(s)))
+        per_rep[i] = 1.0 / np.median(s[idx], axis=1)
+    pick = rng.integers(0, len(reps), size=(n_boot, len(reps)))
+    chosen = np.take_along_axis(per_rep.T, pick, axis=1)  # (n_boot, replicates)
+    out: np.ndarray = np.median(chosen, axis=1)
+    return out
+
+
+def costs(
+    df: pd.DataFrame, baseline: str | None = None, n_boot: int = 2000, seed: int = 0
+) -> pd.DataFrame:
+    """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval.
+
+    The point estimate is the ratio of the medians over replicates of each replicate's median
+    throughput (as in the summary table). The interval is the 2.5th-97.5th percentile of the
+    same ratio over ``n_boot`` two-level bootstrap resamples (replicates, then samples within each
+    replicate) drawn independently for the mode and the baseline, with a fixed ``seed`` so a
+    report is reproducible. ``significant`` is False when the interval contains 1. ``noisy``
+    flags a mode or baseline with any replicate whose IQR exceeds ``NOISY_IQR`` of its median.
+    ``baseline``: ``baseline_mode`` of the run when None.
+    """
+    baseline = baseline_mode(df["mode"]) if baseline is None else baseline
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
+        base = g[g["mode"] == baseline]
+        base_reps = replicate_samples(base)
+        if not base_reps:
+            continue
+        base_boot = bootstrap_throughput(base_reps, rng, n_boot)
+        base_point = median_throughput(base_reps)
+        base_noisy = _noisy(base)
+        for mode, m in g.groupby("mode", sort=False):
+            reps = replicate_samples(m)
+            if not reps:
+                continue
+            point = median_throughput(reps) / base_point
+            boot = bootstrap_throughput(reps, rng, n_boot) / base_boot
+            low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
+            rows.append({
+                "suite": suite, "workload": workload, "mode": mode,
+                "relative_throughput": point, "ci_low": low, "ci_high": high,
+                "significant": not (low <= 1.0 <= high),
+                "noisy": base_noisy or _noisy(m),
+                "replicates": len(reps),
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _noisy(g: pd.DataFrame) -> bool:
+    g = counted(g)
+    ok = g[g["status"] == "ok"]
+    rel = pd.to_numeric(ok["iqr"], errors="coerce") / pd.to_numeric(
+        ok["seconds_per_step"], errors="coerce"
+    )
+    return bool((rel > NOISY_IQR).any())
+
+
+def ran_somewhere(v: pd.DataFrame) -> list[Any]:
+    """The workloads of verdict rows ``v`` that ran (status ok) in at least one mode."""
+    return list(dict.fromkeys(v.loc[v["verdict"].isin(RAN), "workload"]))
+
+
+# --- The speed-versus-reproducibility plane ----------------------------------------------------
+
+
+def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """One row per (suite, mode): where the mode sits on the speed-versus-reproducibility plane.
+
+    ``relative_throughput`` is the geometric mean over the suite's workloads that the mode ran
+    (``ran`` of ``workloads``) of its throughput relative to ``baseline``; ``reproducible`` is
+    the fraction of the suite's workloads that were bitwise identical in every replicate (a
+    workload the mode could not run counts as not reproducible; one that ran in no mode is left
+    out, as in ``recommendations``). A mode the run gave only some of the suite's workloads (an
+    attribution study's attention-backend variants) is not on the plane: its fraction would
+    count what it never ran. ``frontier`` marks the modes no other mode beats on both
+    axes: the best choices. ``baseline``: ``baseline_mode`` of the run when None.
+    """
+    v = verdicts(df)
+    baseline = baseline_mode(v["mode"]) if baseline is None else baseline
+    v = v.assign(rel=relative_throughput(v, str(baseline)))
+    rows: list[dict[str, Any]] = []
+    for suite, g in v.groupby("suite", sort=False):
+        g = g[g["workload"].isin(ran_somewhere(g))]
+        n = int(g["workload"].nunique())
+        for mode, m in g.groupby("mode", sort=False):
+            if m["workload"].nunique() < n:  # run on some workloads only (an attribution variant)
+                continue
+            ran = m[m["verdict"].isin(RAN)]
+            rel = pd.to_numeric(ran["rel"], errors="coerce").dropna()
+            rows.append({
+                "suite": suite, "mode": mode,
+                "relative_throughput": float(np.exp(np.log(rel).mean())) if len(rel) else None,
+                "reproducible": int((m["verdict"] == "reproducible").sum()) / n,
+                "workloads": n, "ran": len(ran),
+                "nondeterministic": int((m["verdict"] == "nondeterministic").sum()),
+                "failed": int((~m["verdict"].isin(RAN)).sum()),
+            })  # fmt: skip
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    mark_frontier(out)
+    keys = out["mode"].map(mode_key)
+    out["_order"], out["_label"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
+    return out.sort_values(["suite", "_order", "_label"], kind="stable").drop(
+        columns=["_order", "_label"]
+    )
+
+
+def mark_frontier(points: pd.DataFrame) -> None:
+    """Set ``points["frontier"]``: per suite, True for the modes that no other mode beats on both
+    ``relative_throughput`` and ``reproducible`` (at least as good on both, better on one)."""
+    points["frontier"] = False
+    for _, g in points.groupby("suite", sort=False):
+        pts = g.dropna(subset=["relative_throughput"])
+        for i, r in pts.iterrows():
+            dominated = (
+                (pts["relative_throughput"] >= r["relative_throughput"])
+                & (pts["reproducible"] >= r["reproducible"])
+                & (
+                    (pts["relative_throughput"] > r["relative_throughput"])
+                    | (pts["reproducible"] > r["reproducible"])
+                )
+            ).any()
+            points.loc[i, "frontier"] = not dominated
+
+
+def divergence(df: pd.DataFrame) -> pd.DataFrame:
+    """For workloads that record their loss at every fingerprint step (training workloads): one
+    row per (suite, workload, mode, step) where the replicates are not all identical, with the
+    largest absolute loss difference from the first replicate at that step and whether any
+    replicate's step fingerprint (loss and every parameter) differs there."""
+    if "losses" not in df.columns:
+        return pd.DataFrame()
+    rows: list[dict[str, Any]] = []
+    df = counted(df)
+    ok = df[(df["status"] == "ok") & df["losses"].notna()]
+    for (suite, workload, mode), g in ok.groupby(["suite", "workload", "mode"], sort=False):
+        g = g.sort_values("replicate")
+        if len(g) < 2 or g["fingerprint"].nunique() == 1:
+            continue
+        ref_losses = np.asarray(g["losses"].iloc[0], dtype=float)
+        ref_steps = list(g["step_fingerprints"].iloc[0] or [])
+        for step in range(len(ref_losses)):
+            others = [np.asarray(x, dtype=float) for x in g["losses"].iloc[1:]]
+            diff = max(abs(o[step] - ref_losses[step]) for o in others if len(o) > step)
+            params_differ = any(
+                step < len(s or []) and step < len(ref_steps) and s[step] != ref_steps[step]
+                for s in g["step_fingerprints"].iloc[1:]
+            )
+            rows.append({
+                "suite": suite, "workload": workload, "mode": mode, "step": step + 1,
+                "max_abs_loss_diff": float(diff), "step_fingerprint_differs": params_differ,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# --- Recipes -----------------------------------------------------------------------------------
+
+
+def recipes(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per recipe workload (``params["recipe"]``): its verdict in each mode that ran,
+    summarised; whether its results were the same bits as the workload named in
+    ``params["compare_with"]`` (True, False, or None where either was not reproducible); and its
+    median throughput in the baseline mode (``baseline_mode``: the default mode, else ...)."""
+    if df.empty or "params" not in df.columns:
+        return pd.DataFrame()
+    recs = df[df["params"].map(lambda p: isinstance(p, dict) and "recipe" in p)]
+    if recs.empty:
+        return pd.DataFrame()
+    v = verdicts(recs)
+    baseline = baseline_mode(df["mode"])
+    counts = counted(recs)
+    prints = counts[counts["status"] == "ok"].groupby(["workload", "mode"])["fingerprint"].agg(set)
+    rows: list[dict[str, Any]] = []
+    for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
+        params = recs.loc[recs["workload"] == workload, "params"].iloc[0]
+        by_mode = dict(zip(g["mode"], g["verdict"], strict=True))
+        kinds = sorted(set(by_mode.values()))
+        if len(kinds) == 1:
+            where = f"all {len(by_mode)} modes" if len(by_mode) > 1 else next(iter(by_mode))
+            summary = f"{kinds[0]} in {where}"
+        else:
+            summary = "; ".join(f"{m}: {x}" for m, x in by_mode.items())
+        other = params.get("compare_with")
+        same: bool | None = None
+        if other:
+            pairs = [(prints.get((workload, m)), prints.get((other, m))) for m in by_mode]
+            if all(a is not None and b is not None and len(a) == len(b) == 1 for a, b in pairs):
+                same = all(a == b for a, b in pairs)
+        base = g[g["mode"] == baseline]
+        base = base if len(base) else g.iloc[:1]
+        rows.append({
+            "suite": suite, "workload": workload, "recipe": params["recipe"],
+            "variant": params.get("variant", workload), "verdict": summary,
+            "reproducible": kinds == ["reproducible"],
+            "compare_with": other, "same_bits": same,
+            "items_per_second": base["items_per_second"].iloc[0],
+        })  # fmt: skip
+    order = {w: i for i, w in enumerate(dict.fromkeys(recs["workload"]))}
+    rows.sort(key=lambda r: order[r["workload"]])
+    return pd.DataFrame(rows, dtype=object)

@@ -1,0 +1,220 @@
+"""How far a run's numbers can be trusted, from its records and env.json: the float32 precision
+each mode ran in, how well each record's timing met its target, how much each mode's cost moved
+from one replicate to the next (drift), and the GPU's state before and after the run.
+
+Every function here tolerates runs written before these fields existed: it returns an empty
+result, never an error, and the report then leaves the matching section out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from detbench.core.modes import DEFAULT_MODE, MODES
+from detbench.worker.timing import MIN_CI_SAMPLES
+
+#: The record's ``precision`` keys, in the order the report names them.
+PRECISION_KEYS = ("matmul_fp32", "conv_fp32")
+
+
+def _mode_order(modes: list[Any]) -> list[Any]:
+    order = {m.name: i for i, m in enumerate(MODES)}
+    return sorted(dict.fromkeys(modes), key=lambda m: order.get(m, len(order)))
+
+
+# --- Precision ---------------------------------------------------------------------------------
+
+
+def precision_by_mode(df: pd.DataFrame) -> dict[str, list[tuple[str, ...]]]:
+    """Per mode (canonical order): the distinct (matmul_fp32, conv_fp32) pairs its records ran
+    in, e.g. ``[("tf32", "tf32")]``. Empty when no record carries ``precision``."""
+    if "precision" not in df.columns:
+        return {}
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for mode in _mode_order(list(df["mode"])):
+        seen: dict[tuple[str, ...], None] = {}
+        for p in df.loc[df["mode"] == mode, "precision"]:
+            if isinstance(p, Mapping):
+                seen[tuple(str(p.get(k, "n/a")) for k in PRECISION_KEYS)] = None
+        if seen:
+            out[str(mode)] = sorted(seen)
+    return out
+
+
+# --- Timing quality ----------------------------------------------------------------------------
+
+
+def _timings(df: pd.DataFrame) -> list[tuple[str, Mapping[str, Any]]]:
+    """(suite, timing dict) of every successful record timed adaptively (a ``reached_target``
+    key: schema 2 on)."""
+    if "timing" not in df.columns:
+        return []
+    ok = df[df["status"] == "ok"]
+    return [
+        (str(s), t)
+        for s, t in zip(ok["suite"], ok["timing"], strict=True)
+        if isinstance(t, Mapping) and "reached_target" in t
+    ]
+
+
+def timing_quality(df: pd.DataFrame) -> pd.DataFrame:
+    """Per suite: records timed, how many reached their target interval, how many hit the
+    budget first (``missed``), and the median and widest relative half-width (``ci_rel``) of the
+    95% interval of the median step time. Empty for runs without adaptive timing."""
+    rows = []
+    timed = _timings(df)
+    for suite in dict.fromkeys(s for s, _ in timed):
+        ts = [t for s, t in timed if s == suite]
+        rel = np.asarray([float(t["ci_rel"]) for t in ts if t.get("ci_rel") is not None])
+        reached = sum(1 for t in ts if t.get("reached_target") is True)
+        rows.append({
+            "suite": suite, "timed": len(ts), "reached": reached,
+            "missed": sum(1 for t in ts if t.get("reached_target") is False),
+            "median_ci_rel": float(np.median(rel)) if len(rel) else None,
+            "max_ci_rel": float(rel.max()) if len(rel) else None,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def stopping_rule(df: pd.DataFrame, options: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The distinct values, over the run's adaptive timing dicts, of the target (``target_rel``,
+    a fraction of the median), the floor (``min_samples``: the timing dict's, else the run
+    options'), the ceiling (``budget``, seconds of sampling), the warm-up steps and the clock.
+    Empty for runs without adaptive timing."""
+    timed = [t for _, t in _timings(df)]
+    if not timed:
+        return {}
+
+    def distinct(key: str, fallback: Any = None) -> list[Any]:
+        vals = [t.get(key, fallback) for t in timed]
+        return sorted({v for v in vals if v is not None}, key=str)
+
+    return {
+        "target_rel": distinct("target_rel"),
+        # Records without the field still had the timing module's floor of 6 (MIN_CI_SAMPLES)
+        # whatever the options asked for.
+        "min_samples": distinct(
+            "min_samples", max(int(options.get("min_samples") or 0), MIN_CI_SAMPLES)
+        ),
+        "budget": distinct("budget"),
+        "warmup_steps": distinct("warmup_steps"),
+        "clock": distinct("clock"),
+    }
+
+
+# --- Drift: the spread across replicates -------------------------------------------------------
+
+
+def replicate_spread(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
+    """Per (suite, mode): the geometric mean over the suite's workloads of throughput relative
+    to ``baseline``, computed within each replicate (the mode's items/s in replicate r over the
+    baseline's in replicate r), its min and max over replicates, and the pooled estimate (the
+    geometric mean of the ratios of the medians over replicates, as the plane and the
+    recommendations use) over the same workloads.
+
+    The workloads are those with a ratio in every replicate, so each replicate's mean is over
+    the same set. A machine that slows down for a while makes the modes that ran then look
+    slower in that replicate only: the spread shows it. Empty without ``baseline`` or with one
+    replicate.
+    """
+    ok = df[df["status"] == "ok"].assign(
+        ips=lambda d: pd.to_numeric(d["items_per_second"], errors="coerce")
+    )
+    ok = ok[ok["ips"] > 0]
+    if ok.empty or baseline not in set(ok["mode"]) or ok["replicate"].nunique() < 2:
+        return pd.DataFrame()
+    ips = ok.groupby(["suite", "workload", "mode", "replicate"], sort=False)["ips"].median()
+    base = ips.xs(baseline, level="mode")
+    rows = []
+    for suite in dict.fromkeys(ok["suite"]):
+        s = ips.xs(suite, level="suite")
+        b = base.xs(suite, level="suite")
+        reps = sorted(set(ok.loc[ok["suite"] == suite, "replicate"]))
+        for mode in _mode_order(list(s.index.get_level_values("mode"))):
+            m = s.xs(mode, level="mode")
+            ratio = (m / b.reindex(m.index)).unstack("replicate").reindex(columns=reps)
+            ratio = ratio.dropna()  # workloads with a ratio in every replicate
+            if ratio.empty:
+                continue
+            per_rep = np.exp(np.log(ratio).mean(axis=0))
+            pooled_ratio = m.groupby("workload").median() / b.groupby("workload").median()
+            pooled = float(np.exp(np.log(pooled_ratio.reindex(ratio.index)).mean()))
+            rows.append({
+                "suite": suite, "mode": mode, "pooled": pooled,
+                "min": float(per_rep.min()), "max": float(per_rep.max()),
+                "per_replicate": {int(r): float(x) for r, x in per_rep.items()},
+                "workloads": len(ratio),
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# --- GPU state ---------------------------------------------------------------------------------
+
+
+def gpu_snapshot(env: Mapping[str, Any], when: str) -> dict[str, Any] | None:
+    """The run's GPU in ``env["gpu_state"][when]`` (``"before"`` or ``"after"``): the entry whose
+    UUID is the worker's ``gpu_uuid``, else the first. None where not recorded."""
+    state = env.get("gpu_state") or {}
+    snap = state.get(when)
+    if not isinstance(snap, list) or not snap:
+        return None
+    uuid = (env.get("worker") or {}).get("gpu_uuid")
+    for gpu in snap:
+        if isinstance(gpu, dict) and uuid and gpu.get("uuid") == uuid:
+            return gpu
+    first = snap[0]
+    return first if isinstance(first, dict) else None
+
+
+def throttle_lines(env: Mapping[str, Any]) -> list[str]:
+    """``detbench.store.gpustate.throttled`` on the run's GPU state (restricted to the worker's GPU
+    where its UUID is known): lines saying the GPU throttled during the run; empty when it did
+    not, when unknown, or where that module is missing."""
+    state = env.get("gpu_state")
+    if not state:
+        return []
+    try:
+        from detbench.store.gpustate import throttled
+    except ImportError:  # an older detbench, or a checkout without the module
+        return []
+    uuid = (env.get("worker") or {}).get("gpu_uuid")
+    lines = throttled(state, uuid=uuid) if uuid else throttled(state)  # uuid: the run's GPU only
+    return [str(line) for line in lines]
+
+
+# --- Fingerprint cross-check -------------------------------------------------------------------
+
+
+def _partition(values: list[Any]) -> tuple[int, ...]:
+    """Which replicates share a fingerprint: each value replaced by the index of its first
+    occurrence, so two methods agree exactly when their partitions are equal."""
+    first: dict[Any, int] = {}
+    return tuple(first.setdefault(v, i) for i, v in enumerate(values))
+
+
+def fingerprint_agreement(df: pd.DataFrame) -> pd.DataFrame:
+    """For a run made with ``--fingerprint both``: per (suite, workload, mode), whether the
+    device digest and sha256 split the replicates the same way (equal fingerprints for exactly
+    the same pairs of replicates), hence give the same verdict. Empty for other runs."""
+    if "fingerprint_sha256" not in df.columns:
+        return pd.DataFrame()
+    rows = []
+    ok = df[df["fingerprint"].notna() & df["fingerprint_sha256"].notna()]
+    for (suite, workload, mode), g in ok.groupby(["suite", "workload", "mode"], sort=True):
+        g = g.sort_values("replicate")
+        device, sha = list(g["fingerprint"]), list(g["fingerprint_sha256"])
+        rows.append({
+            "suite": suite, "workload": workload, "mode": mode, "replicates": len(g),
+            "device_distinct": len(set(device)), "sha256_distinct": len(set(sha)),
+            "agree": _partition(device) == _partition(sha),
+            "steps_agree": all(
+                _partition(list(a)) == _partition(list(b))
+                for a, b in zip(zip(*g["step_fingerprints"], strict=True),
+                                zip(*g["step_fingerprints_sha256"], strict=True), strict=True)
+            ),
+        })  # fmt: skip
+    return pd.DataFrame(rows)

@@ -1,0 +1,325 @@
+"""Which mode to use, per workload and per suite, and why: the Recommendations of
+``detbench report`` and the closing lines of ``detbench run``.
+
+The rule (``RULE``): among the modes whose results were bitwise identical in every replicate, the
+one that changes the fewest settings from torch's default (``Mode.changes``; ties broken by the
+order of the 10 modes, then the label), unless another reproducible mode is significantly
+faster: its 95% throughput interval lies entirely above the first's. Then, of those, the one with
+the highest point estimate. A difference within the noise never moves the choice away from the
+simplest mode.
+
+On a CPU (the records' ``device``), the cuDNN flags (``benchmark``, ``cudnn_deterministic``,
+``cudnn_enabled``) act on nothing: a mode that changes one is the same computation as its twin
+without it. Such a mode is never recommended, nor named the fastest: its difference from its twin
+is noise.
+
+Intervals: per workload, the 2.5th-97.5th percentiles of the two-level bootstrap of the mode's
+throughput (``analysis.bootstrap_throughput``: replicates, then the samples within each) over
+the baseline's point estimate, so the interval is the mode's own uncertainty; per suite, the same
+percentiles of the geometric mean over the suite's workloads of those ratios, each workload
+resampled independently. Every (suite, workload, mode) draws from its own generator, seeded from
+``seed`` and its names: a report is reproducible, and a mode's interval does not depend on which
+other modes ran.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from detbench.analysis.matrix import (
+    RAN,
+    baseline_mode,
+    bootstrap_throughput,
+    median_throughput,
+    mode_key,
+    mode_of,
+    ran_somewhere,
+    relative_throughput,
+    replicate_samples,
+    verdicts,
+)
+from detbench.core.modes import get_mode
+
+#: The flags of the 10 modes that only cuDNN reads: inert on a CPU.
+CUDNN_FLAGS = ("benchmark", "cudnn_deterministic", "cudnn_enabled")
+N_BOOT = 2000
+SEED = 0
+
+#: The rule, in one sentence (the report and ``detbench run`` print it).
+RULE = (
+    "the mode bitwise identical in every replicate that changes the fewest settings from "
+    "torch's default, unless another such mode is significantly faster (its 95% throughput "
+    "interval lies entirely above the first's), so a difference within the noise never moves "
+    "the choice; on a CPU, where the cuDNN flags act on nothing, a mode that changes one is the "
+    "same computation as its twin without it and is never recommended"
+)
+
+
+def run_device(df: pd.DataFrame) -> str | None:
+    """The device the records say they ran on ("cpu", "cuda"); None where they do not say, or
+    disagree."""
+    if "device" not in df.columns:
+        return None
+    devices = set(df["device"].dropna().astype(str))
+    return devices.pop() if len(devices) == 1 else None
+
+
+def inert_changes(label: str, device: str | None) -> list[str]:
+    """The changes of mode ``label`` from torch's default that cannot act on ``device``: the
+    cuDNN flags on a CPU. (A setting that ``--set`` gives every mode of a run is not one of
+    them, even where it is inert: every mode of the run would go.)"""
+    mode = mode_of(label)
+    if mode is None or device != "cpu":
+        return []
+    return [name for name in mode.changes() if name in CUDNN_FLAGS]
+
+
+def _changes(label: str) -> list[str] | None:
+    mode = mode_of(label)
+    return None if mode is None else mode.changes()
+
+
+def simplicity_key(label: str) -> tuple[int, tuple[int, str]]:
+    """Fewest changes from torch's default first, then the order of the 10 modes, then the
+    label (an unparsable label last)."""
+    changes = _changes(label)
+    return (len(changes) if changes is not None else 1 << 20), mode_key(label)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Throughput relative to the baseline: point estimate and 95% interval (None: none)."""
+
+    point: float
+    low: float | None = None
+    high: float | None = None
+
+    def text(self) -> str:
+        if self.low is None or self.high is None:
+            return f"{self.point:.2f}"
+        return f"{self.point:.2f} [{self.low:.2f}, {self.high:.2f}]"
+
+
+class _Throughput:
+    """Point estimates and bootstrap draws of each (suite, workload, mode)'s throughput over the
+    baseline's point estimate, computed once each."""
+
+    def __init__(self, df: pd.DataFrame, baseline: str, n_boot: int, seed: int) -> None:
+        self.groups = {
+            tuple(map(str, k)): g for k, g in df.groupby(["suite", "workload", "mode"], sort=False)
+        }
+        self.baseline, self.n_boot, self.seed = baseline, n_boot, seed
+        self._reps: dict[tuple[str, ...], list[np.ndarray]] = {}
+        self._boot: dict[tuple[str, ...], np.ndarray | None] = {}
+
+    def reps(self, key: tuple[str, ...]) -> list[np.ndarray]:
+        if key not in self._reps:
+            g = self.groups.get(key)
+            self._reps[key] = [] if g is None else replicate_samples(g)
+        return self._reps[key]
+
+    def base(self, suite: str, workload: str) -> float | None:
+        reps = self.reps((suite, workload, self.baseline))
+        return median_throughput(reps) if reps else None
+
+    def point(self, suite: str, workload: str, mode: str, fallback: Any) -> float:
+        """From the timing samples (the statistic the bootstrap resamples); ``fallback`` (the
+        ratio of median items/s) for records without samples."""
+        reps, base = self.reps((suite, workload, mode)), self.base(suite, workload)
+        if reps and base:
+            return median_throughput(reps) / base
+        x = pd.to_numeric(pd.Series([fallback]), errors="coerce").iloc[0]
+        return float(x) if pd.notna(x) else float("nan")
+
+    def boot(self, suite: str, workload: str, mode: str) -> np.ndarray | None:
+        key = (suite, workload, mode)
+        if key not in self._boot:
+            reps, base = self.reps(key), self.base(suite, workload)
+            if not reps or not base:
+                self._boot[key] = None
+            else:
+                tag = zlib.crc32("\0".join(key).encode())
+                rng = np.random.default_rng([self.seed, tag])
+                self._boot[key] = bootstrap_throughput(reps, rng, self.n_boot) / base
+        return self._boot[key]
+
+
+def _estimate(point: float, boot: np.ndarray | None) -> Estimate:
+    if boot is None or not np.isfinite(point):
+        return Estimate(point)
+    low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
+    return Estimate(point, low, high)
+
+
+def _choose(cands: list[tuple[str, float]], estimate: Callable[[str, float], Estimate],
+            baseline: str) -> tuple[str, Estimate, str, str]:  # fmt: skip
+    """``cands``: (label, point estimate) in ``simplicity_key`` order; ``estimate`` adds the
+    interval (a bootstrap: only drawn for the simplest mode and the modes whose point estimate
+    is above its, the only ones that can be significantly faster). Returns the pick, its
+    estimate, why, and the simplest mode."""
+    simplest, first = cands[0][0], estimate(*cands[0])
+    faster: list[tuple[str, Estimate]] = []
+    for label, point in cands[1:]:
+        if first.high is None or not point > first.point:
+            continue
+        e = estimate(label, point)
+        if e.low is not None and e.low > first.high:
+            faster.append((label, e))
+    if faster:
+        label, e = min(faster, key=lambda x: -x[1].point)  # ties: the simplest of them
+        why = (
+            f"{label} is significantly faster than {simplest}: {e.text()} vs {first.text()} "
+            f"(throughput relative to {baseline}, 95% intervals that do not overlap)"
+        )
+        return label, e, why, simplest
+    changes = _changes(simplest) or []
+    why = f"fewest changes from default ({len(changes)}" + (
+        f": {', '.join(changes)})" if changes else ")"
+    )
+    if len(cands) > 1:
+        others = len(cands) - 1
+        why += (
+            "; the other reproducible mode is not significantly faster"
+            if others == 1
+            else f"; none of the {others} other reproducible modes is significantly faster"
+        )
+    return simplest, first, why, simplest
+
+
+def _row(suite: str, workload: str, cands: list[tuple[str, float]],
+         estimate: Callable[[str, float], Estimate], points: dict[str, float], baseline: str,
+         none_why: str) -> dict[str, Any]:  # fmt: skip
+    fast = {m: p for m, p in points.items() if np.isfinite(p)}
+    fastest = min(fast, key=lambda m: (-fast[m], mode_key(m))) if fast else None
+    row: dict[str, Any] = {
+        "suite": suite, "workload": workload, "mode": None, "relative_throughput": None,
+        "ci_low": None, "ci_high": None, "fastest_mode": fastest, "cost_vs_fastest": None,
+        "changes": None, "reason": none_why, "simplest": None,
+    }  # fmt: skip
+    if not cands:
+        return row
+    mode, est, why, simplest = _choose(cands, estimate, baseline)
+    rel = est.point if np.isfinite(est.point) else None
+    fastest_rel = fast.get(fastest) if fastest is not None else None
+    row.update(
+        mode=mode, relative_throughput=rel, ci_low=est.low, ci_high=est.high, reason=why,
+        changes=_changes(mode), simplest=simplest,
+        cost_vs_fastest=None if rel is None or not fastest_rel else 1.0 - rel / fastest_rel,
+    )  # fmt: skip
+    return row
+
+
+def _none_why(excluded: list[str], scope: str) -> str:
+    why = "no mode was bitwise reproducible" + (f" {scope}" if scope else "")
+    if excluded:
+        why += (
+            f" but {', '.join(excluded)}, which "
+            + ("changes" if len(excluded) == 1 else "change")
+            + " cuDNN flags: on a CPU the same computation as a mode without them, never "
+            "recommended"
+        )
+    return why
+
+
+def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int = N_BOOT,
+                    seed: int = SEED) -> pd.DataFrame:  # fmt: skip
+    """Per workload, and per suite (workload ``*``): the recommended mode by ``RULE``, and why.
+
+    Columns: ``mode`` (None when no mode qualifies), ``relative_throughput`` with ``ci_low`` and
+    ``ci_high`` (its 95% interval, None without timing samples) against ``baseline``
+    (``analysis.baseline_mode`` when None), ``fastest_mode`` (the fastest mode that ran, the
+    same-computation twins left out) and ``cost_vs_fastest``, ``changes`` (the recommended
+    mode's changes from torch's default), ``reason`` (why it was picked), ``simplest`` (the
+    reproducible mode with the fewest changes) and ``snippet`` (the Python lines that set it).
+
+    Per suite, a mode qualifies when it was reproducible for every workload of the suite that
+    ran in some mode (a workload that ran in no mode, a broken workload, is left out; the report
+    warns about it); its throughput is the geometric mean over those workloads.
+    """
+    v = verdicts(df)
+    columns = ["suite", "workload", "mode", "relative_throughput", "ci_low", "ci_high",
+               "fastest_mode", "cost_vs_fastest", "changes", "reason", "simplest",
+               "snippet"]  # fmt: skip
+    if v.empty:
+        return pd.DataFrame(columns=columns, dtype=object)
+    baseline = str(baseline if baseline is not None else baseline_mode(v["mode"]))
+    device = run_device(df)
+    v = v.assign(rel=relative_throughput(v, baseline))
+    inert = {m: bool(inert_changes(m, device)) for m in dict.fromkeys(v["mode"])}
+    v = v.assign(inert=v["mode"].map(inert).astype(bool))
+    tp = _Throughput(df, baseline, n_boot, seed)
+    rows: list[dict[str, Any]] = []
+    for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
+        s, w = str(suite), str(workload)
+        ran = g[g["verdict"].isin(RAN) & ~g["inert"]]
+        points = {str(r.mode): tp.point(s, w, str(r.mode), r.rel) for r in ran.itertuples()}
+        repro = sorted(ran.loc[ran["verdict"] == "reproducible", "mode"], key=simplicity_key)
+
+        def one(m: str, point: float, s: str = s, w: str = w) -> Estimate:
+            return _estimate(point, tp.boot(s, w, m))
+
+        excluded = list(g.loc[(g["verdict"] == "reproducible") & g["inert"], "mode"])
+        cands = [(m, points[m]) for m in repro]
+        rows.append(_row(s, w, cands, one, points, baseline, _none_why(excluded, "")))
+    for suite, g in v.groupby("suite", sort=False):
+        s = str(suite)
+        g = g[g["workload"].isin(ran_somewhere(g))]
+        workloads = [str(w) for w in dict.fromkeys(g["workload"])]
+        n = len(workloads)
+        ran = g[g["verdict"].isin(RAN) & ~g["inert"]]
+        everywhere = [m for m, k in ran.groupby("mode", sort=False).size().items() if k == n]
+        points = {}
+        for m in everywhere:
+            rel = ran[ran["mode"] == m].set_index("workload")["rel"]
+            logs = [np.log(tp.point(s, w, str(m), rel.get(w))) for w in workloads]
+            points[str(m)] = float(np.exp(np.mean(logs))) if n else float("nan")
+        repro_counts = g[g["verdict"] == "reproducible"].groupby("mode", sort=False).size()
+        repro = [str(m) for m, k in repro_counts.items() if k == n and n]
+
+        def geo(m: str, point: float, s: str = s, workloads: list[str] = workloads) -> Estimate:
+            boots = [b for b in (tp.boot(s, w, m) for w in workloads) if b is not None]
+            if len(boots) < len(workloads):
+                return Estimate(point)
+            return _estimate(point, np.exp(np.mean(np.log(np.vstack(boots)), axis=0)))
+
+        qualify = sorted((m for m in repro if not inert[m]), key=simplicity_key)
+        cands = [(m, points.get(m, float("nan"))) for m in qualify]
+        excluded = [m for m in repro if inert[m]]
+        none_why = _none_why(excluded, "for every workload")
+        rows.append(_row(s, "*", cands, geo, points, baseline, none_why))
+    out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
+    out["snippet"] = pd.Series(
+        [None if m is None else get_mode(m).snippet() for m in out["mode"]],
+        index=out.index,
+        dtype=object,
+    )
+    return out[columns]
+
+
+def recommendation_text(df: pd.DataFrame) -> str:
+    """The rule, then one line per suite: the recommended mode, why, and its throughput."""
+    rec = recommendations(df)
+    baseline = baseline_mode(df["mode"]) if len(df) else None
+    lines = [f"recommended mode per suite: {RULE}."]
+    suites: list[dict[Any, Any]] = rec[rec["workload"] == "*"].to_dict("records")
+    for r in suites:
+        if r["mode"] is None:
+            lines.append(f"  {r['suite']}: none: {r['reason']}")
+            continue
+        speed = (
+            f"; throughput {r['relative_throughput']:.2f}x {baseline}'s (geometric mean)"
+            if r["relative_throughput"] is not None
+            else ""
+        )
+        if r["cost_vs_fastest"] is not None and r["fastest_mode"] not in (None, r["mode"]):
+            speed += (
+                f", {100 * r['cost_vs_fastest']:.0f}% below the fastest mode, {r['fastest_mode']}"
+            )
+        lines.append(f"  {r['suite']}: {r['mode']}: {r['reason']}{speed}")
+    return "\n".join(lines)

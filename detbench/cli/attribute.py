@@ -1,0 +1,83 @@
+"""``detbench attribute``: the attribution study as a command (the study itself, its modes and its
+effects, is ``detbench.analysis.attribution``; its report section ``detbench.report.attribution``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from detbench.analysis.attribution import (
+    build_study,
+    describe,
+    is_study,
+    only_for,
+    study_modes,
+)
+from detbench.cli.options import UserError, run_config, run_options
+from detbench.run.config import RunConfig
+
+
+def add_parser(sub: Any) -> None:
+    """``detbench attribute``, with the options of ``run`` that apply to a study."""
+    a = sub.add_parser(
+        "attribute",
+        help="which switch costs what: from the default mode each switch added alone, from the "
+        "fully deterministic mode each removed alone (an ordinary run with an Attribution "
+        "section in its report)",
+    )
+    run_options(a)
+    a.add_argument(
+        "--compile",
+        action="store_true",
+        help="also attribute execution=compile (torch.compile, inductor): compiles "
+        "every workload in two more modes, so it is off by default",
+    )
+    a.set_defaults(func=run_command, mode=None, set=None)
+
+
+def study_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
+    """The run of the study the options ask for (``--resume``: the run in DIR, as it was)."""
+    from detbench.run.config import resolve_sources
+    from detbench.store.results import load_env
+
+    config = run_config(args, cuda)
+    if args.resume is not None:
+        study = config.study or load_env(Path(args.resume)).get("study")
+        if not is_study(study):
+            raise UserError(f"{args.resume} holds no attribution study; resume it with run")
+        assert study is not None
+        return replace(config, study=study, only_for=config.only_for or only_for(study))
+    _, workloads = resolve_sources(config)  # a bad --suite/--only: one line, before anything
+    study = build_study(config.device, workloads, compile=args.compile)
+    return replace(config, modes=study_modes(study), only_for=only_for(study) or None,
+                   study=study)  # fmt: skip
+
+
+def run_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from detbench.cli.execute import execute
+
+    cuda = torch.cuda.is_available()
+    if args.json and not args.dry_run:
+        raise UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
+    config = study_config(args, cuda)
+    study = config.study
+    assert study is not None
+
+    def summary(df: pd.DataFrame) -> str:
+        from detbench.report.attribution import conclusions
+
+        return "\n".join(
+            f"{suite}:\n" + "\n".join(f"  {line}" for line in lines)
+            for suite, lines in conclusions(df, study).items()
+        )
+
+    return execute(
+        config, args, cuda, summary=summary, command="attribute", preface=describe(study)
+    )

@@ -1,0 +1,137 @@
+"""A run from the command line, for ``detbench run`` and ``detbench attribute`` alike: checks, the
+plan (printed in full for ``--dry-run``), the notes a user should see before it starts, the run
+with its interrupt message, the summary, the report and the closing line of where the time went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from detbench.core.modes import CUBLAS_ENV
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from detbench.run.config import RunConfig
+    from detbench.run.estimate import Estimate
+    from detbench.run.runner import Runner
+
+
+def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
+    """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
+    from detbench.run.estimate import estimate
+    from detbench.run.schedule import clock, describe_plan
+
+    c = runner.config
+    # A dry run measures this machine's start-up; a real run's progress line starts from the
+    # model alone and corrects itself from the first records.
+    startup = runner.measure_startup() if dry_run and runner.plan.workers else 2.0
+    distributed = frozenset(w.key for w in runner.workloads if w.distributed)
+    sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
+    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, dry_run,
+                   distributed, sizes)  # fmt: skip
+    doc, lines = describe_plan(runner, est)
+    if as_json:
+        print(json.dumps(doc, indent=2))
+    elif dry_run:
+        print("\n".join(lines))
+    else:
+        print(lines[0] + f"; estimated {clock(est.seconds)}", file=sys.stderr)
+    return est
+
+
+def execute(
+    config: RunConfig,
+    args: argparse.Namespace,
+    cuda: bool,
+    *,
+    summary: Callable[[pd.DataFrame], str],
+    command: str = "run",
+    preface: list[str] | None = None,
+) -> int:
+    """Check ``config``, print its plan, run it and report on it. ``preface``: lines printed
+    before the plan (an attribution study's switches); ``summary``: the text printed from the
+    records at the end; ``command``: the subcommand a resume line names."""
+    from detbench.run.config import validate
+    from detbench.run.runner import prepare
+    from detbench.store.results import RESULTS_FILE, load_results
+
+    out = config.out
+    validate(config, cuda)
+    runner = prepare(config)
+    if preface and not args.json:
+        print("\n".join(preface), file=sys.stdout if args.dry_run else sys.stderr)
+    est = plan(runner, args.dry_run, args.json)
+    if args.dry_run:
+        return 0
+    if config.resume:
+        missing = runner.missing
+        if not missing:
+            print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
+            return 0
+        print(
+            f"detbench: resuming {out}: {len(runner.done)} records kept, {missing} to measure",
+            file=sys.stderr,
+        )
+    if config.device == "cpu":
+        print(
+            "detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
+            "differ only in them measure the same thing.",
+            file=sys.stderr,
+        )
+    inherited = os.environ.get(CUBLAS_ENV)
+    if inherited is not None:
+        print(
+            f"detbench: {CUBLAS_ENV}={inherited} from your shell is used by the modes with "
+            "deterministic algorithms only; the others run without it, as torch's default does.",
+            file=sys.stderr,
+        )
+    try:
+        stats = runner.run(est.seconds)
+    except KeyboardInterrupt:
+        path = out / RESULTS_FILE
+        kept = sum(1 for _ in path.open()) if path.exists() else 0
+        print(
+            f"\ndetbench: interrupted; {kept} records kept in {out}; "
+            f"resume with: detbench {command} --resume {out}",
+            file=sys.stderr,
+        )
+        return 130
+    print(summary(load_results(out)))
+    if getattr(args, "locate", False):
+        from detbench.locate.report import locate_run
+
+        located = locate_run(out, sys.stderr)
+        print(f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
+              f"{out / 'located.json'}")  # fmt: skip
+    if not args.no_report:
+        from detbench.report.write import write_report
+
+        _, page = write_report(out)
+        print(f"\nreport: {page}")
+    # With devices side by side the phases add up over them: compare device-seconds.
+    measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
+    print(
+        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
+        f"{est.seconds:.0f} s: timing {stats.timing:.0f} s, fingerprint "
+        f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
+        f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
+        f"one measuring), build {stats.build:.0f} s, "
+        f"FLOP count {stats.count:.0f} s, "
+        + (f"batch invariance {stats.invariance:.0f} s, " if stats.invariance else "")
+        + f"clean-up {stats.cleanup:.0f} s, worker exit "
+        f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
+        f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
+        + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
+    )
+    if stats.timing_target_missed:
+        print(
+            f"{stats.timing_target_missed} of {stats.records} records used their whole timing "
+            "budget without reaching the target interval (see the report)"
+        )
+    return 0

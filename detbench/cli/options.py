@@ -1,0 +1,184 @@
+"""The options that ``run`` and ``attribute`` share, and how they become a ``RunConfig``: the
+only place an ``argparse.Namespace`` turns into the library's plain arguments."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+from pathlib import Path
+
+from detbench.core.errors import DetbenchError
+from detbench.core.modes import MODES, get_mode
+from detbench.run.config import RunConfig
+
+
+class UserError(DetbenchError):
+    """Bad input: printed as one line, exit status 2."""
+
+
+#: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
+RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
+               "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set",
+               "devices")  # fmt: skip
+
+
+def _default_out(device: str, profile: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{stamp}-{device}-{profile}"
+
+
+def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
+    """The run the options ask for (``--resume``: the run in DIR, with its own options)."""
+    from detbench.run.config import (
+        DEFAULT_TIMEOUT,
+        STARTUP_TIMEOUT,
+        RunConfig,
+        parse_devices,
+        resume_config,
+    )
+
+    if args.resume is not None:
+        given = [
+            f"--{name.replace('_', '-')}" for name in RUN_OPTIONS if getattr(args, name) is not None
+        ]
+        if given:
+            raise UserError(
+                f"--resume continues a run with its own options; give no {given[0]} with it"
+            )
+        return resume_config(Path(args.resume))
+    devices = parse_devices(args.devices) if args.devices is not None else None
+    kind = devices[0].split(":")[0] if devices else None
+    if kind is not None and args.device is not None and args.device != kind:
+        raise UserError(
+            f"--devices {args.devices} runs on {kind}, but --device {args.device} says otherwise"
+        )
+    device = args.device or kind or ("cuda" if cuda else "cpu")
+    profile = args.profile or ("full" if device == "cuda" else "quick")
+    from detbench.core.settings import parse_assignments
+
+    overrides = parse_assignments(args.set or [])
+    modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
+    if overrides:
+        modes = [m.with_settings(overrides) for m in modes]
+    if len({m.name for m in modes}) != len(modes):
+        raise UserError("a --mode is given twice")
+    return RunConfig(
+        out=Path(args.out) if args.out else _default_out(device, profile),
+        suites=args.suite or [],
+        workload_files=[Path(f) for f in args.workload or []],
+        modes=modes,
+        replicates=3 if args.replicates is None else args.replicates,
+        profile=profile,
+        device=device,
+        seed=args.seed if args.seed is not None else 0,
+        budget=args.budget,
+        timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
+        fingerprint=args.fingerprint,
+        startup_timeout=STARTUP_TIMEOUT if args.startup_timeout is None else args.startup_timeout,
+        only=args.only,
+        settings=dict(overrides),
+        devices=devices,
+    )
+
+
+def existing_dir(path: str) -> Path:
+    d = Path(path)
+    if not d.is_dir():
+        raise UserError(f"no such results directory: {path}")
+    return d
+
+
+def selection(q: argparse.ArgumentParser) -> None:
+    q.add_argument(
+        "--suite",
+        action="append",
+        metavar="NAME",
+        help="a built-in suite (repeatable; default: all)",
+    )
+    q.add_argument(
+        "--workload",
+        action="append",
+        metavar="FILE.py",
+        help="a file of @detbench.workload functions (repeatable); alone, it "
+        "replaces the built-in suites, with --suite it runs beside them",
+    )
+
+
+def run_options(q: argparse.ArgumentParser) -> None:
+    """The options of a run that `run` and `attribute` share: what it selects, how it measures,
+    where it writes, how it starts and ends."""
+    selection(q)
+    q.add_argument(
+        "--replicates",
+        type=int,
+        metavar="N",
+        help="fresh processes per mode (default: 3, at least 2)",
+    )
+    q.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        help="workload sizes (default: full on cuda, quick on cpu)",
+    )
+    q.add_argument(
+        "--device", choices=("cpu", "cuda"), help="default: cuda when a GPU is present, else cpu"
+    )
+    q.add_argument(
+        "--devices",
+        metavar="LIST",
+        help="run workers side by side, one per device at a time: GPUs (cuda:0,cuda:1,...) or "
+        "cpu entries (cpu,cpu: two CPU workers, each with its share of the cores); replicates "
+        "of a mode spread over the devices, and records say where each ran (device_name)",
+    )
+    q.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
+    q.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
+    q.add_argument(
+        "--budget",
+        "--min-run-time",
+        dest="budget",
+        type=float,
+        metavar="SECONDS",
+        help="the most seconds of timing samples per record; sampling stops sooner once the "
+        "median's 95%% interval is within +-1%% (GPU) or +-3%% (CPU) (default: 0.1 quick, "
+        "0.3 full)",
+    )
+    q.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a workload's worker after this long (default: 900)",
+    )
+    q.add_argument(
+        "--startup-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a worker that is not ready this long after its turn came: imports, CUDA "
+        "initialisation (default: 300); two in a row stop the run",
+    )
+    q.add_argument(
+        "--fingerprint",
+        choices=("device", "sha256", "both"),
+        help="how outputs are hashed: an integer digest on the device (default on cuda), "
+        "sha256 on the host (default on cpu), or both (each record then carries both, to check "
+        "one by the other)",
+    )
+    q.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (records, workers, estimated seconds) and write nothing",
+    )
+    q.add_argument("--json", action="store_true", help="with --dry-run: the plan as JSON")
+    q.add_argument(
+        "--only",
+        action="append",
+        metavar="SUITE/NAME",
+        help="run only this workload of the selection (repeatable; see 'detbench list')",
+    )
+    q.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the interrupted run in DIR with its own options, measuring only what "
+        "has no record yet; refused if the GPU, driver, CUDA, cuDNN or torch changed",
+    )
+    q.add_argument(
+        "--no-report", action="store_true", help="do not write report.md and report.html at the end"
+    )

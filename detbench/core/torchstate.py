@@ -1,0 +1,306 @@
+"""How each setting of ``detbench.core.settings`` reads and applies itself in torch, and how it
+probes
+whether the installed torch has it at all. Every torch attribute is reached at call time, never at
+import, so the table can be listed on any torch from 2.2 on; a missing API is a reason string
+(``unavailable``), never an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
+
+
+def torch_module() -> Any:
+    import torch
+
+    return torch
+
+
+def quiet(get: Callable[[], Any]) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy TF32 flags warn about their successors
+        return get()
+
+
+def onoff(value: Any) -> str:
+    return "on" if bool(value) else "off"
+
+
+# -- how each row reads and applies itself -----------------------------------------------------
+
+
+def read_fill() -> str:
+    return onoff(torch_module().utils.deterministic.fill_uninitialized_memory)
+
+
+def apply_fill(level: str) -> None:
+    torch_module().utils.deterministic.fill_uninitialized_memory = level == "on"
+
+
+def read_warn_only() -> str:
+    return onoff(torch_module().is_deterministic_algorithms_warn_only_enabled())
+
+
+def apply_warn_only(level: str) -> None:
+    # warn_only is an argument of use_deterministic_algorithms: applied with the mode's flag.
+    torch = torch_module()
+    torch.use_deterministic_algorithms(
+        torch.are_deterministic_algorithms_enabled(), warn_only=level == "on"
+    )
+
+
+def read_matmul_precision() -> str:
+    return str(quiet(torch_module().get_float32_matmul_precision))
+
+
+def apply_matmul_precision(level: str) -> None:
+    torch_module().set_float32_matmul_precision(level)
+
+
+def read_cudnn_tf32() -> str:
+    return onoff(quiet(lambda: torch_module().backends.cudnn.allow_tf32))
+
+
+def apply_cudnn_tf32(level: str) -> None:
+    torch = torch_module()
+    quiet(lambda: setattr(torch.backends.cudnn, "allow_tf32", level == "on"))
+
+
+def reduction(dtype: str, split_k: bool) -> tuple[Callable[[], str], Callable[[str], None]]:
+    """Reader and applier of cuBLAS's reduced-precision reduction switch for fp16 or bf16, or of
+    its split-K form (torch 2.8+: a second boolean of the same attribute)."""
+    attr = f"allow_{dtype}_reduced_precision_reduction"
+
+    def read() -> str:
+        matmul = torch_module().backends.cuda.matmul
+        return onoff(getattr(matmul, attr + ("_split_k" if split_k else "")))
+
+    def apply(level: str) -> None:
+        matmul = torch_module().backends.cuda.matmul
+        if split_k:
+            setattr(matmul, attr, (bool(getattr(matmul, attr)), level == "on"))
+        else:  # keep the split-K half as it is, where the installed torch has one
+            try:
+                keep = bool(getattr(matmul, attr + "_split_k"))
+            except AttributeError:
+                setattr(matmul, attr, level == "on")
+                return
+            setattr(matmul, attr, (level == "on", keep))
+
+    return read, apply
+
+
+def read_cublas() -> str:
+    return os.environ.get(CUBLAS_ENV) or "unset"
+
+
+def apply_cublas(level: str) -> None:
+    # The runner puts it in the worker's environment (see ``environment``); this re-states it,
+    # so restoring a workload's change to os.environ is the same call.
+    if level == "unset":
+        os.environ.pop(CUBLAS_ENV, None)
+    else:
+        os.environ[CUBLAS_ENV] = level
+
+
+#: SDPA backend level -> the member of ``torch.nn.attention.SDPBackend`` it allows alone.
+SDPA_BACKENDS = {
+    "math": "MATH",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
+#: The global flags ``sdpa_kernel`` sets, read back per backend.
+_SDPA_FLAGS = {
+    "math": "math_sdp_enabled",
+    "flash": "flash_sdp_enabled",
+    "efficient": "mem_efficient_sdp_enabled",
+    "cudnn": "cudnn_sdp_enabled",
+}
+#: The process-wide ``sdpa_kernel`` context a worker holds open for its whole life.
+_SDPA_STACK = contextlib.ExitStack()
+
+
+def read_sdpa() -> str:
+    cuda = torch_module().backends.cuda
+    enabled = [lvl for lvl, fn in _SDPA_FLAGS.items() if getattr(cuda, fn, lambda: True)()]
+    if len(enabled) == len(_SDPA_FLAGS):
+        return "default"
+    if len(enabled) == 1:
+        return enabled[0]
+    return "+".join(enabled) or "none"
+
+
+def apply_sdpa(level: str) -> None:
+    _SDPA_STACK.close()  # a restore re-enters from torch's own state
+    if level == "default":
+        cuda = torch_module().backends.cuda
+        for fn in _SDPA_FLAGS.values():
+            enable = getattr(cuda, "enable_" + fn.removesuffix("_enabled"), None)
+            if enable is not None:
+                enable(True)
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _SDPA_STACK.enter_context(sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[level])))
+
+
+def sdpa_snippet(level: str) -> list[str]:
+    """The process-wide form of ``with sdpa_kernel(SDPBackend.X):``: the flags it sets."""
+    if level == "default":
+        return []
+    lines = [f"# as `with torch.nn.attention.sdpa_kernel(SDPBackend.{SDPA_BACKENDS[level]}):`"]
+    for lvl, fn in _SDPA_FLAGS.items():
+        lines.append(f"torch.backends.cuda.enable_{fn.removesuffix('_enabled')}({lvl == level})")
+    return lines
+
+
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def inductor_config() -> Any:
+    """``torch._inductor.config``. Importing it imports ``torch._dynamo``, which makes inductor's
+    cache directory at once (``$TMPDIR/torchinductor_<user>`` unless ``TORCHINDUCTOR_CACHE_DIR``
+    says otherwise) and writes its path into ``os.environ``. A worker has its own fresh directory
+    there (the runner's); a process without one (the command that reads the settings' defaults)
+    imports it with a scratch directory, removed at once, so it leaves no shared cache behind
+    and passes no cache path on to the workers it starts."""
+    import sys
+
+    if "torch._inductor.config" in sys.modules or os.environ.get(INDUCTOR_CACHE_ENV):
+        import torch._inductor.config as cfg
+
+        return cfg
+    import shutil
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="detbench-inductor-import-")
+    os.environ[INDUCTOR_CACHE_ENV] = scratch
+    try:
+        import torch._inductor.config as cfg
+    finally:
+        os.environ.pop(INDUCTOR_CACHE_ENV, None)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return cfg
+
+
+def read_inductor_det() -> str:
+    return onoff(inductor_config().deterministic)
+
+
+def apply_inductor_det(level: str) -> None:
+    inductor_config().deterministic = level == "on"
+
+
+def read_inductor_batch_invariant() -> str:
+    # Not in dir(config) on torch 2.13 (the config module lists only some of its entries).
+    return onoff(getattr(inductor_config(), "batch_invariant"))  # noqa: B009
+
+
+def apply_inductor_batch_invariant(level: str) -> None:
+    setattr(inductor_config(), "batch_invariant", level == "on")  # noqa: B010
+
+
+@functools.cache
+def inductor_tied() -> bool:
+    """Whether this torch ties ``torch._inductor.config.deterministic`` to deterministic
+    algorithms: torch 2.13's ``use_deterministic_algorithms(mode)`` sets it to ``mode``, and
+    dynamo calls ``use_deterministic_algorithms`` again after compiling each frame (to restore
+    the flag), so a level of its own holds only until the first compilation ends. Probed by
+    re-stating the flag as it is and seeing whether inductor's setting follows; the state is
+    put back."""
+    torch = torch_module()
+    try:
+        cfg = inductor_config()
+        before = bool(cfg.deterministic)
+    except (AttributeError, ImportError, RuntimeError):
+        return False
+    det = torch.are_deterministic_algorithms_enabled()
+    warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        cfg.deterministic = not det
+        torch.use_deterministic_algorithms(det, warn_only=warn)
+        return bool(cfg.deterministic) == det
+    finally:
+        cfg.deterministic = before
+
+
+def inductor_tie_reason(level: str) -> str:
+    """Why ``inductor_deterministic=level`` cannot hold beside deterministic algorithms at the
+    other level on this torch (see ``inductor_tied``)."""
+    other = "off" if level == "on" else "on"
+    return (
+        f"torch {torch_module().__version__} ties torch._inductor.config.deterministic to "
+        f"deterministic algorithms (use_deterministic_algorithms sets it, and dynamo calls that "
+        f"after compiling each frame), so inductor_deterministic={level} cannot hold with "
+        f"deterministic algorithms {other}"
+    )
+
+
+# -- availability probes ---------------------------------------------------------------------
+
+
+def needs(probe: Callable[[], Any], what: str) -> Callable[[], str | None]:
+    """Why this torch lacks ``what`` (``probe`` failed), or None; asked once per process, since
+    an API does not come or go while it runs (a worker reads every setting around each
+    workload)."""
+
+    @functools.cache
+    def unavailable() -> str | None:
+        try:
+            quiet(probe)
+        except (AttributeError, ImportError, RuntimeError) as exc:
+            return f"torch {torch_module().__version__} has no {what} ({type(exc).__name__})"
+        return None
+
+    return unavailable
+
+
+def always() -> str | None:
+    return None
+
+
+def compile_unavailable() -> str | None:
+    if not hasattr(torch_module(), "compile"):
+        return f"torch {torch_module().__version__} has no torch.compile"
+    return None
+
+
+# -- the distributed rows: levels, and the ranks' environment ----------------------------------
+
+#: World sizes a run may ask for (ranks per launch, one node).
+WORLD_SIZES = ("1", "2", "4", "8")
+#: DDP bucket sizes in MiB: torch's default 25, one bucket per few layers (1), one for all (100).
+BUCKET_CAPS = ("1", "25", "100")
+#: NCCL_ALGO values that NCCL documents (CollNet needs a SHARP network, NVLS NVSwitch, PAT 2.23+).
+NCCL_ALGOS = ("unset", "Ring", "Tree", "NVLS", "NVLSTree", "CollnetDirect", "CollnetChain", "PAT")
+#: NCCL_PROTO values that NCCL documents.
+NCCL_PROTOS = ("unset", "Simple", "LL", "LL128")
+#: Setting name -> the environment variable of the ranks it sets.
+NCCL_ENV = {"nccl_algo": "NCCL_ALGO", "nccl_proto": "NCCL_PROTO"}
+
+
+def env_snippet(var: str, level: str) -> list[str]:
+    if level == "unset":
+        return [f"# {var} unset in the ranks' environment"]
+    return [f"# in the ranks' environment, before torchrun: {var}={level}"]
+
+
+def nccl_environment(env: dict[str, str], levels: dict[str, str]) -> dict[str, str]:
+    """``env`` with the NCCL variables the levels ask for; ``unset`` removes one, so a value
+    inherited from the user's shell cannot change what the record says ran."""
+    out = dict(env)
+    for name, var in NCCL_ENV.items():
+        level = levels.get(name, "unset")
+        if level == "unset":
+            out.pop(var, None)
+        else:
+            out[var] = level
+    return out

@@ -1,0 +1,365 @@
+"""The public workload API: ``@detbench.workload``, the ``Context`` a workload is built in, and the
+registry that the built-in suites and a user's own files fill alike.
+
+A workload is a factory: ``factory(ctx)`` builds models and inputs and returns ``step``, a callable
+that does one unit of work and returns the tensors whose bits define its result. The factory is
+called afresh, after seeding, for the fingerprint pass; ``step`` is then timed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
+
+from detbench.core.errors import DetbenchError
+
+if TYPE_CHECKING:
+    import torch
+
+Profile = Literal["quick", "full"]
+PROFILES: tuple[str, ...] = ("quick", "full")
+#: Who seeds the generators before a workload is built: detbench, or the workload (a recipe).
+SEEDING: tuple[str, ...] = ("detbench", "recipe")
+
+Step = Callable[[], Sequence[Any]]
+Factory = Callable[["Context"], Step]
+# A count per step: a number, one per profile, or a function of the context.
+PerStep = float | Mapping[str, float] | Callable[["Context"], float]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a workload is built for: the device, the size profile and the seed already applied."""
+
+    device: torch.device
+    profile: str
+    seed: int
+    #: For a workload that declares ``batch_sizes``: the batch size to build at (None otherwise).
+    batch_size: int | None = None
+    #: For a ``distributed`` workload, in each rank that torchrun started: the rank and the world
+    #: size (0 and 1 elsewhere), and DDP's ``bucket_cap_mb`` (the setting of that name).
+    rank: int = 0
+    world_size: int = 1
+    bucket_cap_mb: float | None = None
+    #: The modules ``ddp`` wrapped: the rank compares their parameters across ranks after each
+    #: step (the ``ranks_agree`` verdict).
+    ddp_modules: list[Any] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def quick(self) -> bool:
+        return self.profile == "quick"
+
+    def ddp(self, module: Any, **kwargs: Any) -> Any:
+        """``module`` wrapped in ``DistributedDataParallel`` as the run's settings say: on this
+        rank's GPU (``device_ids``) on CUDA, with the ``bucket_cap_mb`` setting; ``kwargs`` go to
+        DDP as they are. Its parameters are then compared across ranks after every step."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if self.device.type == "cuda":
+            kwargs.setdefault("device_ids", [self.device.index])
+        if self.bucket_cap_mb is not None:
+            kwargs.setdefault("bucket_cap_mb", self.bucket_cap_mb)
+        wrapped = DistributedDataParallel(module, **kwargs)
+        self.ddp_modules.append(wrapped)
+        return wrapped
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload's identity (suite, name, parameters) and its factory."""
+
+    suite: str
+    name: str
+    factory: Factory = field(compare=False, repr=False)
+    items_per_step: PerStep = field(compare=False, repr=False)
+    params: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    source: str = field(default="", compare=False)
+    bytes_per_step: PerStep | None = field(default=None, compare=False, repr=False)
+    flops_per_step: PerStep | None = field(default=None, compare=False, repr=False)
+    loss_output: int | None = field(default=None, compare=False)
+    fingerprint_steps: PerStep | None = field(default=None, compare=False, repr=False)
+    seeding: str = field(default="detbench", compare=False)
+    #: The workload can run under ``torch.autocast`` (the ``autocast`` setting).
+    autocast: bool = field(default=False, compare=False)
+    #: The workload calls ``scaled_dot_product_attention``: the ``sdpa_backend`` setting acts.
+    attention: bool = field(default=False, compare=False)
+    #: The batch sizes the workload can be built at (the batch-invariance verdict), ascending.
+    batch_sizes: tuple[int, ...] | None = field(default=None, compare=False)
+    #: The batch size its fingerprint and timing passes use (the largest unless it said).
+    batch_size: int | None = field(default=None, compare=False)
+    #: Run under ``torchrun``, one process per rank (``detbench.distributed.launch``).
+    distributed: bool = field(default=False, compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.suite}/{self.name}"
+
+    def items(self, ctx: Context) -> float:
+        return _per_step(self.items_per_step, ctx)
+
+    def bytes(self, ctx: Context) -> float | None:
+        return None if self.bytes_per_step is None else _per_step(self.bytes_per_step, ctx)
+
+    def declared_flops(self, ctx: Context) -> float | None:
+        return None if self.flops_per_step is None else _per_step(self.flops_per_step, ctx)
+
+    def steps(self, ctx: Context, default: int) -> int:
+        """Steps in the fingerprint pass: the workload's own count, else the run's."""
+        if self.fingerprint_steps is None:
+            return default
+        return int(_per_step(self.fingerprint_steps, ctx))
+
+    def params_for(self, profile: str) -> dict[str, Any]:
+        """Parameters of the given profile: ``params`` may hold a ``quick``/``full`` split."""
+        flat = {k: v for k, v in self.params.items() if k not in PROFILES}
+        sized = self.params.get(profile)
+        if isinstance(sized, Mapping):
+            flat.update(sized)
+        return flat
+
+
+def _per_step(spec: PerStep, ctx: Context) -> float:
+    if callable(spec):
+        return float(spec(ctx))
+    if isinstance(spec, Mapping):
+        return float(spec[ctx.profile])
+    return float(spec)
+
+
+class WorkloadError(DetbenchError):
+    """A workload definition or file that cannot be used (one clear line for the user)."""
+
+
+def _batch_sizes(sizes: Sequence[int] | None, own: int | None) -> tuple[int, ...] | None:
+    """``batch_sizes`` checked: at least two distinct positive integers, ascending."""
+    if sizes is None:
+        if own is not None:
+            raise WorkloadError("workload batch_size needs batch_sizes (the sizes it can build)")
+        return None
+    if isinstance(sizes, str | bytes) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes
+    ):
+        raise WorkloadError(f"workload batch_sizes must be positive integers, not {sizes!r}")
+    out = tuple(sorted(set(sizes)))
+    if len(out) < 2:
+        raise WorkloadError(
+            f"workload batch_sizes needs two sizes or more to compare, not {sizes!r}"
+        )
+    if own is not None and own not in out:
+        raise WorkloadError(f"workload batch_size {own!r} is not one of batch_sizes {out}")
+    return out
+
+
+_REGISTRY: dict[str, Workload] = {}
+
+
+def workload(
+    fn: Factory | None = None,
+    *,
+    suite: str,
+    items_per_step: PerStep,
+    name: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    bytes_per_step: PerStep | None = None,
+    flops_per_step: PerStep | None = None,
+    loss_output: int | None = None,
+    fingerprint_steps: PerStep | None = None,
+    seeding: str = "detbench",
+    autocast: bool = False,
+    attention: bool = False,
+    batch_sizes: Sequence[int] | None = None,
+    batch_size: int | None = None,
+    distributed: bool = False,
+) -> Any:
+    """Register a workload factory.
+
+    ``items_per_step`` is what one step processes (samples, sequences): a number, a mapping
+    ``{"quick": n, "full": m}``, or a function of the ``Context``. ``params`` describes the case
+    (shapes, dtypes) for listings; it may hold ``quick`` and ``full`` sub-mappings.
+
+    Work per step: floating-point operations are counted by the runner with
+    ``torch.utils.flop_counter`` over one step; ``bytes_per_step`` (same forms as
+    ``items_per_step``) is for memory-bound ops the FLOP counter does not see, computed from the
+    shapes. ``flops_per_step`` replaces the count where the counter cannot see the work on every
+    device (fused cuDNN RNN kernels), computed from the shapes.
+
+    ``loss_output``: the index of the step output that is the scalar loss; its value at every
+    fingerprint step is recorded, to show where two runs first diverge.
+
+    ``fingerprint_steps`` (same forms as ``items_per_step``): steps in the fingerprint pass, in
+    place of the run's setting; a training workload takes enough steps to show how a divergence
+    between runs grows.
+
+    ``seeding``: ``"detbench"`` (the default) seeds every generator before the factory is called;
+    ``"recipe"`` leaves seeding to the workload, which then starts from the state a fresh process
+    has (every generator seeded from OS entropy), for experiments about seeding itself.
+
+    ``autocast=True`` declares that the steps can run under automatic mixed precision: when a
+    run's ``autocast`` setting is ``fp16`` or ``bf16``, the runner wraps each step in
+    ``torch.autocast(device, dtype)``. Declare it for float32 models and inputs, as a user would
+    train them under AMP; a workload that does not declare it is recorded ``unsupported`` under
+    those levels (integer or already half-precision work has nothing for autocast to do).
+
+    ``attention=True`` declares that the steps call ``scaled_dot_product_attention``, so the
+    ``sdpa_backend`` setting (math, flash, efficient, cudnn) decides which kernel runs: an
+    attribution study runs the backend variants only on workloads that declare it.
+
+    ``batch_sizes`` (e.g. ``(1, 2, 16, 64)``): the sizes the factory can build the workload at,
+    reading ``ctx.batch_size``; row 0 of every returned tensor whose first dimension is the batch
+    must be the same request at every size (the workload makes its input so). detbench then
+    builds it at each size, runs a step, and records whether row 0 kept its bits
+    (``batch_invariant``, over every batch-first output). ``batch_distinct_results`` counts the
+    distinct row-0 results of the first batch-first output only, the workload's result (return a
+    decoder's generated ids first and it is the number of distinct completions). ``batch_size``:
+    the size of the fingerprint and timing passes (one of ``batch_sizes``; the largest by
+    default).
+
+    ``distributed=True``: each record of the workload is one fresh ``torchrun`` launch of
+    ``world_size`` ranks (the setting; ``gloo`` on CPU, ``nccl`` on CUDA) and the factory runs
+    in every rank, the process group already initialised: ``ctx.rank`` and ``ctx.world_size``
+    say where it runs, ``ctx.device`` is the rank's device, and every generator has the same
+    seed on every rank (data that should differ per rank is drawn from the rank). Wrap models
+    with ``ctx.ddp(model)``: the ``bucket_cap_mb`` setting applies, and their parameters are
+    compared across ranks after each step (``ranks_agree``; without ``ctx.ddp``, every output
+    but ``loss_output`` is compared). ``items_per_step`` is one rank's: the record's is the sum
+    over ranks. See ``detbench.distributed.launch``.
+    """
+
+    if seeding not in SEEDING:
+        raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
+    for flag, value in (("autocast", autocast), ("attention", attention),
+                        ("distributed", distributed)):  # fmt: skip
+        if not isinstance(value, bool):
+            raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
+
+    sizes = _batch_sizes(batch_sizes, batch_size)
+    if distributed and sizes is not None:
+        raise WorkloadError("a distributed workload cannot declare batch_sizes (not measured)")
+
+    def register(factory: Factory) -> Factory:
+        wname = name or factory.__name__
+        if not suite or "/" in suite or not wname or "/" in wname:
+            raise WorkloadError(
+                f"workload suite and name must be non-empty, without '/': {suite!r}/{wname!r}"
+            )
+        w = Workload(
+            suite=suite,
+            name=wname,
+            factory=factory,
+            items_per_step=items_per_step,
+            params=dict(params or {}),
+            source=getattr(getattr(factory, "__code__", None), "co_filename", ""),
+            bytes_per_step=bytes_per_step,
+            flops_per_step=flops_per_step,
+            loss_output=loss_output,
+            fingerprint_steps=fingerprint_steps,
+            seeding=seeding,
+            autocast=autocast,
+            attention=attention,
+            batch_sizes=sizes,
+            batch_size=None if sizes is None else (batch_size or sizes[-1]),
+            distributed=distributed,
+        )
+        old = _REGISTRY.get(w.key)
+        if old is not None and old.source != w.source:
+            raise WorkloadError(
+                f"workload {w.key} is defined twice: in {old.source} and in {w.source}"
+            )
+        _REGISTRY[w.key] = w
+        return factory
+
+    if fn is not None:
+        return register(fn)
+    return register
+
+
+def registry() -> dict[str, Workload]:
+    """Every registered workload, by ``suite/name``, in registration order."""
+    return dict(_REGISTRY)
+
+
+def load_file(path: str | Path) -> list[Workload]:
+    """Import a Python file that defines workloads and return the workloads it registered."""
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise WorkloadError(f"workload file not found: {path}")
+    if p.suffix != ".py":
+        raise WorkloadError(f"workload file must be a .py file: {path}")
+    # A stable, unique module name per path, so a file loads once per process and the same
+    # module name is used in every worker.
+    mod_name = "detbench_user_" + p.stem + "_" + hashlib.sha1(str(p).encode()).hexdigest()[:10]
+    before = set(_REGISTRY)
+    if mod_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(mod_name, p)
+        if spec is None or spec.loader is None:
+            raise WorkloadError(f"cannot import workload file: {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except WorkloadError:
+            del sys.modules[mod_name]
+            raise
+        except Exception as exc:
+            del sys.modules[mod_name]
+            raise WorkloadError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    new = [w for k, w in _REGISTRY.items() if k not in before]
+    return new or [w for w in _REGISTRY.values() if Path(w.source).resolve() == p]
+
+
+def suites_dir() -> Path:
+    """The built-in suites: ``detbench/suites/`` in an installed detbench (pyproject.toml ships the
+    checkout's ``suites/`` as the package ``detbench.suites``), else ``suites/`` beside the
+    ``detbench`` package in a checkout."""
+    package = Path(__file__).resolve().parent.parent
+    shipped = package / "suites"
+    return shipped if shipped.is_dir() else package.parent / "suites"
+
+
+def suite_helper(stem: str) -> ModuleType:
+    """Import ``suites/STEM.py`` (a helper file of a built-in suite, its name starting with "_")
+    once per process. A suite file is imported by its path (see ``load_file``), not as part of a
+    package, so its helper files are imported by path too."""
+    mod_name = f"detbench_suites_{stem}"
+    module = sys.modules.get(mod_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(mod_name, suites_dir() / f"{stem}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def builtin_suite_files() -> dict[str, Path]:
+    """Built-in suite name -> file. A suite file is named after its suite."""
+    d = suites_dir()
+    if not d.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(d.glob("*.py")) if not p.name.startswith("_")}
+
+
+def select_target(target: str) -> tuple[Path, list[str]]:
+    """``FILE.py[:WORKLOAD]`` (audit's and locate's argument) -> the file and the keys of the
+    workloads it names: all of the file's, or those whose name or key is WORKLOAD."""
+    path, _, name = target.partition(":") if not Path(target).is_file() else (target, "", "")
+    workloads = load_file(path)
+    if not workloads:
+        raise WorkloadError(
+            f"{path} defines no workload (no function decorated with @detbench.workload)"
+        )
+    if not name:
+        return Path(path), [w.key for w in workloads]
+    matches = [w.key for w in workloads if name in (w.name, w.key)]
+    if not matches:
+        raise WorkloadError(
+            f"no workload {name!r} in {path}; its workloads: "
+            + ", ".join(w.name for w in workloads)
+        )
+    return Path(path), matches

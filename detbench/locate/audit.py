@@ -1,0 +1,341 @@
+"""``detbench audit FILE.py[:WORKLOAD]``: which ops in my model break reproducibility?
+
+Two steps, each in fresh processes:
+
+1. **Probe.** A worker runs the workload (seeded, two steps) under
+   ``torch.use_deterministic_algorithms(True, warn_only=True)`` with cuDNN deterministic, so
+   every op without a deterministic implementation on this device warns instead of raising. Each
+   warning is caught as it is issued, with the Python stack at that moment: the innermost frame in
+   the user's file is the line that called the op (for an op in a backward pass, the line that
+   called ``backward``).
+2. **Verdict.** The workload runs like any other in fresh processes, in the default mode and in
+   the fully deterministic mode (``cudnn-det+det-algos``), and each is reproducible or not
+   (bitwise equal fingerprints across replicates), or unsupported.
+
+The answer ends with the settings to use, or with the ops that must be replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import traceback
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detbench.core.errors import DetbenchError
+
+#: The fully deterministic mode an audit checks against the default mode.
+DETERMINISTIC_MODE = "cudnn-det+det-algos"
+MARKER = " does not have a deterministic implementation"
+PROBE_STEPS = 2
+
+
+class AuditError(DetbenchError):
+    """An audit that cannot run as asked (one clear line)."""
+
+
+@dataclass
+class Finding:
+    """One op with no deterministic implementation, where the user's code called it."""
+
+    op: str
+    file: str
+    line: int
+    code: str
+    phase: str  # build or step
+    count: int = 1
+
+
+@dataclass
+class Audit:
+    workload: str
+    device: str
+    torch: str
+    findings: list[Finding] = field(default_factory=list)
+    probe_error: str | None = None
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings: str | None = None
+    replace: list[str] = field(default_factory=list)
+    results_dir: str | None = None
+    #: Where the default mode's runs first part (``detbench.locate.stages``), when they do.
+    located: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- The probe, inside a fresh process ---------------------------------------------------------
+
+
+def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
+    import torch
+
+    from detbench.core.seeding import seed_all
+    from detbench.core.workload import Context, load_file, registry
+
+    user_file = str(Path(source).resolve())
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    load_file(source)
+    w = registry()[key]
+    device = torch.device(device_name)
+    found: dict[tuple[str, int, str], dict[str, Any]] = {}
+    phase = "build"
+
+    def catch(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              file: Any = None, line: str | None = None) -> None:  # fmt: skip
+        text = str(message)
+        if MARKER not in text:
+            return
+        op = text.split(MARKER)[0].strip()
+        frames = [f for f in traceback.extract_stack() if f.filename == user_file]
+        where = frames[-1] if frames else None
+        fkey = (
+            where.filename if where else filename,
+            int((where.lineno if where else lineno) or 0),
+            op,
+        )
+        if fkey in found:
+            found[fkey]["count"] += 1
+            return
+        found[fkey] = {
+            "op": op,
+            "file": fkey[0],
+            "line": int(fkey[1] or 0),
+            "code": (where.line if where else line) or "",
+            "phase": phase,
+            "count": 1,
+        }
+
+    error = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = catch
+        try:
+            seed_all(0)
+            step = w.factory(Context(device=device, profile="quick", seed=0))
+            phase = "step"
+            for _ in range(PROBE_STEPS):
+                step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except Exception as exc:  # the op list so far still answers the question
+            error = f"{phase}: {type(exc).__name__}: {exc}"
+    return {"findings": list(found.values()), "error": error, "torch": torch.__version__}
+
+
+def _probe_main(argv: list[str]) -> int:
+    source, key, device = argv
+    out = _probe(source, key, device)
+    sys.stdout.flush()
+    print("\n" + json.dumps(out))
+    return 0
+
+
+# --- The audit ---------------------------------------------------------------------------------
+
+
+def _select(target: str) -> tuple[Path, list[str]]:
+    """FILE.py[:WORKLOAD] -> the file and the workload keys to audit."""
+    from detbench.core.workload import WorkloadError, select_target
+
+    try:
+        return select_target(target)
+    except WorkloadError as exc:
+        raise AuditError(str(exc)) from None
+
+
+def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
+    from detbench.worker.protocol import child_environment
+
+    with child_environment() as env:
+        proc = subprocess.run(
+            [sys.executable, "-m", "detbench.locate.audit", str(source.resolve()), key, device],
+            capture_output=True, text=True, env=env, timeout=3600,
+        )  # fmt: skip
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    if proc.returncode != 0 or not last.startswith("{"):
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        return {"findings": [], "error": f"the probe process failed ({proc.returncode}): {tail}"}
+    result: dict[str, Any] = json.loads(last)
+    return result
+
+
+def audit(target: str, device: str, replicates: int = 3, out: Path | None = None,
+          stream: Any = sys.stderr) -> list[Audit]:  # fmt: skip
+    """Audit every workload that ``target`` names; ``out`` keeps the verdict runs' records."""
+    import torch
+
+    from detbench.analysis import verdicts
+    from detbench.core.modes import get_mode
+    from detbench.run.config import RunConfig, validate
+    from detbench.run.runner import prepare
+    from detbench.store.results import load_results
+
+    source, keys = _select(target)
+    cuda = torch.cuda.is_available()
+    if out is not None and out.exists():
+        raise AuditError(f"{out} exists: give a new directory for --out (nothing was overwritten)")
+    run_dir = out or Path(tempfile.mkdtemp(prefix="detbench-audit-")) / "run"
+    config = RunConfig(
+        out=run_dir, workload_files=[source], only=keys, replicates=replicates,
+        modes=[get_mode("default"), get_mode(DETERMINISTIC_MODE)], profile="quick",
+        device=device, budget=0.05,
+    )  # fmt: skip
+    validate(config, cuda)
+    runner = prepare(config, stream)
+    audits = []
+    for key in keys:
+        print(f"detbench audit: probing {key} under deterministic algorithms (warn only)",
+              file=stream)  # fmt: skip
+        probe = run_probe(source, key, device)
+        a = Audit(workload=key, device=device, torch=torch.__version__,
+                  findings=[Finding(**f) for f in probe["findings"]],
+                  probe_error=probe.get("error"))  # fmt: skip
+        audits.append(a)
+    print(f"detbench audit: running {', '.join(keys)} in fresh processes, default and "
+          f"{DETERMINISTIC_MODE}, {replicates} replicates each", file=stream)  # fmt: skip
+    runner.run()
+    v = verdicts(load_results(run_dir))
+    for a in audits:
+        suite, name = a.workload.split("/", 1)
+        rows = v[(v["suite"] == suite) & (v["workload"] == name)]
+        for r in rows.to_dict("records"):
+            a.verdicts[str(r["mode"])] = {
+                "verdict": r["verdict"],
+                "distinct_fingerprints": r["distinct_fingerprints"],
+                "max_abs_diff": r["max_abs_diff"],
+                "message": r["message"],
+            }
+        a.results_dir = str(run_dir)
+        det = a.verdicts.get(DETERMINISTIC_MODE, {}).get("verdict")
+        default = a.verdicts.get("default", {}).get("verdict")
+        if default == "reproducible":
+            a.settings = get_mode("default").snippet()
+        elif det == "reproducible":
+            a.settings = get_mode(DETERMINISTIC_MODE).snippet()
+        a.replace = sorted({f.op for f in a.findings}) if a.settings is None else []
+    _locate(source, device, audits, stream)
+    return audits
+
+
+def _locate(source: Path, device: str, audits: list[Audit], stream: Any) -> None:
+    """Locate the culprits of every workload the default mode left nondeterministic. The
+    deterministic mode's own verdict (already measured) says whether it fixes them."""
+    from detbench.locate.stages import locate
+
+    keys = [a.workload for a in audits
+            if a.verdicts.get("default", {}).get("verdict") == "nondeterministic"]  # fmt: skip
+    if not keys:
+        return
+    print(f"detbench audit: locating where {', '.join(keys)} part from run to run", file=stream)
+    found = {
+        loc.workload: loc
+        for loc in locate(str(source), device, "default", check=False, stream=stream, only=keys)
+    }
+    for a in audits:
+        loc = found.get(a.workload)
+        if loc is None:
+            continue
+        det = a.verdicts.get(DETERMINISTIC_MODE, {}).get("verdict")
+        for c in loc.culprits:
+            c.fixed_by_deterministic_mode = {"reproducible": True, "nondeterministic": False}.get(
+                str(det)
+            )
+            c.deterministic_mode_note = f"{DETERMINISTIC_MODE} is {det} in fresh processes"
+        a.located = loc.to_json()
+
+
+def _default_snippet() -> str:
+    from detbench.core.modes import get_mode
+
+    return get_mode("default").snippet()
+
+
+def _shown(path: str) -> str:
+    """A path relative to the current directory when it is inside it (locate's rule)."""
+    from detbench.locate.report import shown
+
+    return shown(path)
+
+
+def to_text(audits: list[Audit]) -> str:
+    lines: list[str] = []
+    for a in audits:
+        lines.append(f"{a.workload} on {a.device} (torch {a.torch})")
+        if a.findings:
+            lines.append(f"  ops with no deterministic implementation here ({len(a.findings)}):")
+            for f in a.findings:
+                times = f" (x{f.count})" if f.count > 1 else ""
+                lines.append(f"    {f.op}{times}  at {_shown(f.file)}:{f.line}  {f.code.strip()}")
+        else:
+            lines.append("  no op without a deterministic implementation was called")
+        if a.probe_error:
+            lines.append(f"  the probe stopped early: {a.probe_error}")
+        lines.append("  bitwise reproducible in fresh processes:")
+        for mode, r in a.verdicts.items():
+            what = r["verdict"]
+            if what == "nondeterministic":
+                diff = r["max_abs_diff"]
+                what += f" ({r['distinct_fingerprints']} distinct results" + (
+                    f", max abs diff {diff:.3g})" if diff is not None else ")"
+                )
+            elif what not in ("reproducible", "single"):
+                first = re.split(r"(?<=\.)\s", str(r["message"]).strip())[0]
+                what += f": {first[:200]}"
+            lines.append(f"    {mode:<22} {what}")
+        if (
+            a.settings is not None
+            and a.findings
+            and a.verdicts.get("default", {}).get("verdict") == "reproducible"
+        ):
+            lines.append(
+                f"  caution: bitwise equal in every replicate here, but the {len(a.findings)} "
+                "ops above have no deterministic implementation: other sizes, thread counts or "
+                "hardware can change their results"
+            )
+        if a.located is not None:
+            lines += _located_lines(a.located)
+        if a.settings is not None:
+            default = a.settings == _default_snippet()
+            lines.append(
+                "  use these settings (torch's defaults: nothing to change):"
+                if default
+                else "  use these settings:"
+            )
+            lines += [f"    {s}" for s in a.settings.splitlines()]
+        elif a.replace:
+            lines.append("  no mode makes it reproducible here; replace these ops (or run them on "
+                         "another device): " + ", ".join(a.replace))  # fmt: skip
+        else:
+            lines.append(
+                "  no mode makes it reproducible, and no op was flagged: the cause is outside "
+                "torch's flags (unseeded randomness, threads, data order)"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _located_lines(loc: dict[str, Any]) -> list[str]:
+    from detbench.locate.report import culprit_lines
+
+    if not loc["culprits"]:
+        first = loc.get("first_difference")
+        at = f" (first difference: {first['op']}, {first['file']}:{first['line']})" if first else ""
+        return [f"  where the default mode's runs part: no op with equal inputs differed{at}"]
+    out = ["  where the default mode's runs part (detbench locate):"]
+    for c in loc["culprits"]:
+        lines = culprit_lines(c, indent="    ")
+        out += lines
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(_probe_main(sys.argv[1:]))

@@ -1,0 +1,408 @@
+"""The recorder of ``detbench locate``: every op a workload calls, with a digest of its inputs and
+outputs, in order, in one fresh process.
+
+A ``TorchDispatchMode`` sees each ATen op below autograd: the forward pass, the ops the autograd
+engine runs for the backward pass (on its own threads on a GPU: the mode is thread-local state the
+engine carries over), the optimizer's step, and the ops the workload's factory runs to build it.
+For each op it notes:
+
+- **phase**: ``build`` (the factory), ``forward`` (a step, outside the two below), ``backward``
+  (the autograd engine is running a node: ``torch._C._current_autograd_node()``), ``optimizer``
+  (between torch's global optimizer step hooks);
+- **module**: the path of the innermost ``nn.Module`` whose ``forward`` is running, such as
+  ``encoder.layers.3.attn`` (from global module hooks; each module's name is looked up in the
+  module that called it; the outermost module's own forward is ``""``), or None outside every
+  module;
+- **where**: the innermost frame of the user's code (not torch, not detbench's package, not the
+  standard library or site-packages);
+- for a backward op, the forward op that made its autograd node (matched by the node's sequence
+  number, which the forward op saw as ``_get_sequence_nr() - 1``): its module and line are the
+  backward op's, so a race in the backward of ``x[idx]`` is placed at the line of ``x[idx]``.
+
+Digests: sha256 of the bytes on a CPU; on a GPU, :mod:`detbench.worker.digest`'s device digest,
+whose 16
+bytes per tensor stay on the device until the end of each step and then reach the host in one
+copy (no synchronisation per op). A tensor of more than ``SAMPLE_ABOVE`` elements is digested on
+an evenly strided sample and flagged ``sampled`` (a difference outside the sample is missed there
+and shows up in a later op instead). Inputs are digested at every read (no cache: see
+``Recorder._digest``). Views (outputs that alias an input without writing it) are recorded
+without digests: equal inputs give equal views.
+
+Memory that ``torch.empty`` and its kin leave uninitialised holds whatever was there, different
+in each process: their outputs are recorded as ``uninitialized`` (not digested), and an op that
+reads such a buffer is flagged, so the comparison can blame the read, not the allocation.
+
+The process that runs a workload under it is :mod:`detbench.locate.worker`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from detbench.worker import digest
+
+#: Tensors above this many elements are digested on an evenly strided sample of about this many.
+SAMPLE_ABOVE = 1 << 24
+#: Saved outputs (second stage) above this many elements keep an evenly strided sample.
+SAVE_MAX_ELEMENTS = 1 << 22
+#: Ops whose output is memory left as it was found (nothing to compare, by contract).
+UNINITIALIZED_OPS = frozenset(
+    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
+)
+
+#: The files through which user code calls the autograd engine (backward(), autograd.grad()).
+_ENGINE_FILES = tuple(
+    os.sep + os.path.join("torch", *p)
+    for p in (("_tensor.py",), ("autograd", "__init__.py"), ("autograd", "graph.py"))
+)
+#: Where code that is not the user's lives: torch, detbench's package, the standard library and
+#: site-packages, each as given and with symbolic links resolved (a virtual environment may be a
+#: link, and a frame names its file by the path it was imported from).
+_NOT_USER = tuple(
+    {
+        form + os.sep
+        for p in (
+            os.path.dirname(torch.__file__),
+            os.path.dirname(os.path.abspath(__file__)),
+            sysconfig.get_paths()["stdlib"],
+            sysconfig.get_paths()["purelib"],
+            sysconfig.get_paths()["platlib"],
+        )
+        for form in (os.path.abspath(p), str(Path(p).resolve()))
+    }
+)
+
+
+def op_name(func: Any) -> str:
+    """``aten.index_put_.default`` -> ``aten.index_put_`` (the overload is noise to a reader)."""
+    name = str(func)
+    return name.rsplit(".", 1)[0] if name.count(".") >= 2 else name
+
+
+def base_name(op: str) -> str:
+    """``aten.empty_like`` -> ``empty_like``."""
+    return op.split(".", 1)[1] if "." in op else op
+
+
+class _Hasher:
+    """Digests of tensors: sha256 on a CPU at once; on other devices, device sums kept pending
+    (an int handle) until ``flush`` copies them all to the host in one go."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, torch.Tensor, str]] = []
+        self.resolved: dict[int, str] = {}
+        self.handles = 0
+        self.sampled = 0
+
+    def __call__(self, t: torch.Tensor) -> str | int:
+        if t.layout != torch.strided:
+            t = t.to_dense()
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.is_neg():
+            t = t.resolve_neg()
+        head = f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+        if t.numel() > SAMPLE_ABOVE:
+            stride = -(-t.numel() // SAMPLE_ABOVE)
+            t = t.reshape(-1)[::stride]
+            self.sampled += 1
+            head += "~"
+        if t.device.type == "cpu":
+            if not t.is_contiguous():
+                t = t.contiguous()
+            # The bytes read straight from memory: no tensor op per digest (ops cost more than
+            # hashing the few bytes most of them produce).
+            data = ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+            return head + ":" + hashlib.sha256(data).hexdigest()[:32]
+        self.handles += 1
+        self.pending.append((self.handles, digest.device_lanes(t.detach()), head))
+        return self.handles
+
+    def flush(self, ops: list[dict[str, Any]]) -> None:
+        """Resolve every pending handle (one copy to the host) and put the digests in ``ops``."""
+        if self.pending:
+            host = torch.stack([p[1] for p in self.pending]).cpu().tolist()
+            for (h, _, head), lanes in zip(self.pending, host, strict=True):
+                self.resolved[h] = head + ":" + "".join(f"{x & digest.M64:016x}" for x in lanes)
+            self.pending = []
+        for op in ops:
+            for side in ("in", "out"):
+                vals = op.get(side) or []
+                for j, v in enumerate(vals):
+                    if isinstance(v, int) and not isinstance(v, bool):
+                        vals[j] = self.resolved[v]
+
+
+class Recorder(TorchDispatchMode):
+    """Records every op (see the module docstring) into ``ops``."""
+
+    def __init__(self, user_file: str | None = None) -> None:
+        super().__init__()
+        self.ops: list[dict[str, Any]] = []
+        self.phase = "build"
+        self.step = -1
+        self.user_file = user_file
+        self.save: set[int] = set()
+        self.saved: dict[int, list[torch.Tensor | None]] = {}
+        self.hasher = _Hasher()
+        self._flushed = 0  # ops before this index hold no pending handle
+        self._uninit: dict[int, int] = {}  # storage pointer -> the op that allocated it
+        self._by_seq: dict[int, int] = {}  # autograd sequence number -> forward op index
+        self._modules = threading.local()
+        self._names: dict[int, dict[int, str]] = {}
+        self._user_code: dict[Any, bool] = {}
+        self._in_optimizer = 0
+        self._handles: list[Any] = []
+        self.notes: list[str] = []
+        self._seq = getattr(torch._C._autograd, "_get_sequence_nr", None)
+        self._node = getattr(torch._C, "_current_autograd_node", None)
+        if self._seq is None or self._node is None:
+            self.notes.append(
+                "this torch lacks the autograd sequence numbers or the current-node query: "
+                "backward ops are placed where backward() was called, not at their forward line"
+            )
+
+    # --- hooks -------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        hooks = torch.nn.modules.module
+        stack = self._stack
+
+        def pre(module: torch.nn.Module, args: Any) -> None:
+            s = stack()
+            s.append((module, self._path_in(s, module), type(module).__name__))
+
+        def post(module: torch.nn.Module, args: Any, out: Any) -> None:
+            s = stack()
+            if s and s[-1][0] is module:
+                s.pop()
+
+        self._handles.append(hooks.register_module_forward_pre_hook(pre))
+        try:
+            self._handles.append(hooks.register_module_forward_hook(post, always_call=True))
+        except TypeError:  # torch < 2.0: no always_call (a module that raises ends the step)
+            self._handles.append(hooks.register_module_forward_hook(post))
+        try:
+            import torch.optim.optimizer as optim
+        except ImportError:  # pragma: no cover
+            optim = None  # type: ignore[assignment]
+        if optim is not None and hasattr(optim, "register_optimizer_step_pre_hook"):
+
+            def enter(*_: Any) -> None:
+                self._in_optimizer += 1
+
+            def leave(*_: Any) -> None:
+                self._in_optimizer = max(0, self._in_optimizer - 1)
+
+            self._handles.append(optim.register_optimizer_step_pre_hook(enter))
+            self._handles.append(optim.register_optimizer_step_post_hook(leave))
+        else:
+            self.notes.append("this torch has no global optimizer hooks: no 'optimizer' phase")
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def _stack(self) -> list[tuple[torch.nn.Module, str, str]]:
+        """The modules whose forward is running, innermost last: (module, path, class)."""
+        s: list[tuple[torch.nn.Module, str, str]] | None = getattr(self._modules, "stack", None)
+        if s is None:
+            s = self._modules.stack = []
+        return s
+
+    def _path_in(self, s: list[tuple[torch.nn.Module, str, str]], child: torch.nn.Module) -> str:
+        """``child``'s path: its caller's path and its name in the caller (computed once per
+        call of a module, not per op)."""
+        if not s:
+            return ""
+        parent, path, _ = s[-1]
+        names = self._names.get(id(parent))
+        if names is None:
+            names = {id(m): n for n, m in parent.named_modules() if n}
+            self._names[id(parent)] = names
+        name = names.get(id(child))
+        if name is None:  # not a submodule of its caller (a module passed in): keep the path
+            return path
+        return f"{path}.{name}" if path else name
+
+    def _module_path(self) -> tuple[str | None, str | None]:
+        s = self._stack()
+        return (s[-1][1], s[-1][2]) if s else (None, None)
+
+    def _where(self) -> tuple[str, int, str, bool]:
+        """The innermost frame of the user's code: (file, line, function, called_backward),
+        where ``called_backward`` says that frame is the one that called ``backward()`` or
+        ``autograd.grad()`` (the op itself was called by the autograd engine, not by it)."""
+        f = sys._getframe(2)
+        callee = None
+        fallback = None
+        while f is not None:
+            code = f.f_code
+            user = self._user_code.get(code)
+            if user is None:
+                path = os.path.abspath(code.co_filename)
+                user = not path.startswith(_NOT_USER) and not code.co_filename.startswith("<")
+                self._user_code[code] = user
+            if user:
+                engine = callee is not None and callee.endswith(_ENGINE_FILES)
+                return code.co_filename, f.f_lineno, code.co_name, engine
+            if fallback is None and self.user_file and code.co_filename == self.user_file:
+                fallback = f
+            callee = code.co_filename
+            f = f.f_back  # type: ignore[assignment]
+        if fallback is not None:
+            return fallback.f_code.co_filename, fallback.f_lineno, fallback.f_code.co_name, False
+        return "", 0, "", False
+
+    # --- digests -----------------------------------------------------------------------------
+
+    def _digest(self, t: torch.Tensor) -> str | int:
+        """Every tensor is digested each time an op reads or writes it: a cache keyed on the
+        version counter would miss writes through ``.data`` (a separate counter) and in-place
+        ops seen here before autograd's layer bumps the counter."""
+        try:
+            d = self.hasher(t)
+        except Exception as exc:  # an exotic tensor: compared by its description only
+            d = f"{t.dtype}{list(t.shape)}:unhashable ({type(exc).__name__})"
+        return d
+
+    def _storage(self, t: torch.Tensor) -> int | None:
+        try:
+            return int(t.untyped_storage().data_ptr())
+        except Exception:
+            return None
+
+    def _reads_uninit(self, tensors: list[torch.Tensor]) -> dict[int, int]:
+        """Input position -> the op that allocated its uninitialised storage."""
+        found = {}
+        for j, t in enumerate(tensors):
+            ptr = self._storage(t)
+            if ptr and ptr in self._uninit:
+                found[j] = self._uninit[ptr]
+        return found
+
+    def _written(self, t: torch.Tensor) -> None:
+        """``t`` was written in place: its storage is initialised once the write covers it."""
+        ptr = self._storage(t)
+        if ptr and ptr in self._uninit:
+            with_storage = t.untyped_storage().nbytes()
+            if t.is_contiguous() and t.numel() * t.element_size() >= with_storage:
+                del self._uninit[ptr]
+
+    # --- the mode ----------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = op_name(func)
+        if name.startswith("profiler."):  # record_function markers: no data
+            return func(*args, **kwargs)
+        i = len(self.ops)
+        node = self._node() if self._node is not None else None
+        seq = self._seq() if self._seq is not None and node is None else None
+        tin = _tensors(args) + (_tensors(kwargs.values()) if kwargs else [])
+        schema = getattr(func, "_schema", None)
+        returns = list(getattr(schema, "returns", []) or [])
+        view = bool(returns) and all(
+            r.alias_info is not None and not r.alias_info.is_write for r in returns
+        )
+        rec: dict[str, Any] = {"i": i, "op": name, "step": self.step}
+        if node is not None:
+            # A backward op: placed at the forward op that made its autograd node, unless user
+            # code called it (a custom autograd Function's backward, a hook): then at that line.
+            rec["phase"] = "backward"
+            rec["node"] = node.name()
+            origin = self._by_seq.get(int(node._sequence_nr()))
+            o = self.ops[origin] if origin is not None else None
+            file, line, fn, engine = self._where()
+            rec["by_engine"] = engine or not file
+            if o is not None and rec["by_engine"]:
+                file, line, fn = o["file"], o["line"], o["func"]
+            rec.update(module=o["module"] if o else None,
+                       module_type=o["module_type"] if o else None,
+                       file=file, line=line, func=fn, origin=origin)  # fmt: skip
+        else:
+            rec["phase"] = "optimizer" if self._in_optimizer else self.phase
+            module, mtype = self._module_path()
+            file, line, fn, _ = self._where()
+            rec.update(module=module, module_type=mtype, file=file, line=line, func=fn)
+            if seq is not None and seq > 0 and (seq - 1) not in self._by_seq:
+                self._by_seq[seq - 1] = i
+        uninit_reads = self._reads_uninit(tin)
+        if uninit_reads:  # input position -> the op that allocated it
+            rec["reads_uninitialized"] = {str(j): o for j, o in uninit_reads.items()}
+        if not view:  # uninitialised memory is not compared: its bits are garbage by contract
+            rec["in"] = [
+                "uninitialized" if j in uninit_reads else self._digest(t) for j, t in enumerate(tin)
+            ]
+        out = func(*args, **kwargs)
+        flat_out = out if isinstance(out, list | tuple) else [out]
+        tout = _tensors(flat_out)
+        fresh = [r.alias_info is None for r in returns]
+        for t, new in zip(tout, fresh, strict=False):
+            ptr = self._storage(t) if new and self._uninit else None
+            if ptr:  # a new tensor where an uninitialised one was: that one was freed
+                self._uninit.pop(ptr, None)
+        if base_name(name) in UNINITIALIZED_OPS:
+            rec["uninitialized"] = True
+            rec["out"] = ["uninitialized"] * len(tout)
+            for t in tout:
+                ptr = self._storage(t)
+                if ptr:
+                    self._uninit[ptr] = i
+        elif view:
+            rec["view"] = True
+        else:
+            rec["out"] = [self._digest(t) for t in tout]
+            writes = [r.alias_info is not None and r.alias_info.is_write for r in returns]
+            for t, wrote in zip(tout, writes, strict=False):
+                if wrote:
+                    self._written(t)
+            scalars = [repr(o) for o in flat_out if isinstance(o, int | float | bool)]
+            if scalars:
+                rec["out"] += scalars
+        if i in self.save:
+            self.saved[i] = [_keep(t) for t in tout]
+        self.ops.append(rec)
+        return out
+
+    def end_step(self) -> None:
+        """Resolve the step's pending device digests (one copy to the host)."""
+        self.hasher.flush(self.ops[self._flushed :])
+        self._flushed = len(self.ops)
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    """The tensors among an op's arguments or results (ATen's are flat but for lists of
+    tensors: a faster walk than a general pytree flatten)."""
+    out: list[torch.Tensor] = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, list | tuple):
+            out += [x for x in v if isinstance(x, torch.Tensor)]
+    return out
+
+
+def _keep(t: torch.Tensor) -> torch.Tensor | None:
+    """A host copy of ``t`` to measure a difference on (an evenly strided sample when large)."""
+    try:
+        t = t.detach()
+        if t.layout != torch.strided:
+            t = t.to_dense()
+        flat = t.resolve_conj().resolve_neg().reshape(-1)
+        if flat.numel() > SAVE_MAX_ELEMENTS:
+            flat = flat[:: -(-flat.numel() // SAVE_MAX_ELEMENTS)]
+        return flat.cpu().clone()
+    except Exception:
+        return None

@@ -1,0 +1,175 @@
+"""What ``detbench locate`` found, in words: the text it prints, the lines ``detbench audit`` adds,
+and the report's "Located" section for a run made with ``--locate``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+#: The columns of the report's table.
+HEADER = ["workload [mode]", "culprit (phase)", "module", "line", "difference",
+          "documented / fixed"]  # fmt: skip
+#: The file a run made with ``--locate`` keeps the located culprits in.
+LOCATED_FILE = "located.json"
+
+
+def shown(path: str) -> str:
+    """A path relative to the current directory when it is inside it."""
+    if not path:
+        return "(no line of user code)"
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _size(c: dict[str, Any]) -> str:
+    if c.get("max_abs_diff") is None:
+        return c.get("diff_note") or "size not measured"
+    bound = "at least " if c.get("diff_is_lower_bound") else ""
+    return (
+        f"max abs diff {bound}{c['max_abs_diff']:.3g} ({c['differing_elements']} of "
+        f"{c['elements']} elements differ)"
+    )
+
+
+def _module(c: dict[str, Any]) -> str:
+    if c.get("module") is None:
+        return "outside any nn.Module"
+    if c["module"] == "":
+        return f"module (root {c.get('module_type')})"
+    return f"module {c['module']} ({c.get('module_type')})"
+
+
+def culprit_lines(c: dict[str, Any], indent: str = "    ") -> list[str]:
+    """One culprit in a few lines of text."""
+    how = f" (backward of {c['forward_op']}, node {c['node']})" if c.get("forward_op") else ""
+    steps = ", ".join(str(s) for s in c.get("steps", []))
+    lines = [
+        f"{c['op']} in the {c['phase']} pass{how}, {_module(c)}",
+        f"  at {shown(c['file'])}:{c['line']}  {c.get('code', '')}".rstrip(),
+        f"  step{'s' if len(c.get('steps', [])) > 1 else ''} {steps}: {_size(c)}",
+    ]
+    if c.get("reads_uninitialized_from"):
+        lines.append(f"  reads memory left uninitialized by {c['reads_uninitialized_from']}")
+    kind = {
+        "deterministic": "deterministic algorithms make it deterministic",
+        "raises": "it raises under deterministic algorithms",
+    }.get(str(c.get("documented_kind")), "")
+    lines.append(
+        f"  documented by torch as nondeterministic ({kind}): {c['documented_as']}"
+        if c.get("documented")
+        else "  not in the list of ops torch documents as nondeterministic"
+    )
+    if c.get("deterministic_mode_note"):
+        fixed = c.get("fixed_by_deterministic_mode")
+        verdict = {True: "fixes it", False: "does not fix it", None: "unknown"}[fixed]
+        lines.append(f"  the deterministic mode {verdict}: {c['deterministic_mode_note']}")
+    return [indent + line for line in lines]
+
+
+def to_text(located: list[dict[str, Any]]) -> str:
+    """What ``detbench locate`` prints for people."""
+    out: list[str] = []
+    for loc in located:
+        head = f"{loc['workload']} on {loc['device']}, mode {loc['mode']} (torch {loc['torch']})"
+        out.append(head)
+        if loc.get("error"):
+            out.append(f"  could not be recorded: {loc['error']}")
+        elif loc["reproducible"]:
+            out.append(
+                f"  reproducible: all {loc['ops']} ops gave the same bits in "
+                f"{loc['processes']} fresh processes"
+            )
+        else:
+            n = len(loc["culprits"])
+            outputs = (
+                "the step's outputs differ too"
+                if loc.get("outputs_reproducible") is False
+                else "the step's outputs were still the same: the difference was rounded away"
+            )
+            out.append(f"  NOT reproducible: {loc['processes']} fresh processes parted; {outputs}")
+            if n:
+                out.append(f"  {n} culprit{'s' if n > 1 else ''} (inputs equal, outputs not):")
+                for i, c in enumerate(loc["culprits"], 1):
+                    lines = culprit_lines(c)
+                    out.append(f"  {i}. " + lines[0].lstrip())
+                    out += lines[1:]
+                out.append(
+                    f"  {loc['carried']} later ops only carried the difference (their inputs "
+                    "already differed)"
+                )
+            else:
+                first = loc.get("first_difference") or {}
+                out.append(
+                    "  no op with equal inputs was seen to differ: the difference arose where "
+                    "the recorder cannot see (see `detbench locate --help`); the first op "
+                    f"that received it: {first.get('op')} at {shown(first.get('file', ''))}:"
+                    f"{first.get('line')}"
+                )
+            if loc.get("parted_at"):
+                p = loc["parted_at"]
+                out.append(
+                    f"  the two runs called different ops from op {p['index']} on ({p['op']} at "
+                    f"{shown(p['file'])}:{p['line']}): compared up to there"
+                )
+        if loc.get("sampled_tensors"):
+            out.append(
+                f"  {loc['sampled_tensors']} large tensors were digested on a strided sample"
+            )
+        out += [f"  note: {n}" for n in loc.get("notes", [])]
+        out.append("")
+    return "\n".join(out)
+
+
+def to_json(located: list[dict[str, Any]]) -> str:
+    """``--json``: one object for one workload, a list of them for several."""
+    doc: Any = located[0] if len(located) == 1 else located
+    return json.dumps(doc, indent=2, default=str)
+
+
+# --- after a run (run --locate) -----------------------------------------------------------------
+
+
+def load(run_dir: Path) -> list[dict[str, Any]]:
+    """What ``run --locate`` found for the run in ``run_dir`` ([] when it was not asked)."""
+    path = run_dir / LOCATED_FILE
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    return list(doc.get("located", []))
+
+
+def locate_run(run_dir: Path, stream: Any) -> list[dict[str, Any]]:
+    """``run --locate``: locate every nondeterministic (workload, mode) of the run in
+    ``run_dir``, and keep the answers in its ``located.json``."""
+    from detbench import analysis
+    from detbench.core.workload import load_file, registry
+    from detbench.locate.stages import locate
+    from detbench.store.results import load_env, load_results
+
+    df = load_results(run_dir)
+    env = load_env(run_dir)
+    v = analysis.verdicts(df)
+    bad = v[v["verdict"] == "nondeterministic"]
+    options = env.get("options") or {}
+    for src in options.get("sources") or []:
+        load_file(src)
+    known = registry()
+    todo: dict[tuple[str, str], list[str]] = {}
+    for r in bad.to_dict("records"):
+        key = f"{r['suite']}/{r['workload']}"
+        w = known.get(key)
+        if w is None or not w.source:
+            continue
+        todo.setdefault((w.source, str(r["mode"])), []).append(key)
+    found: list[dict[str, Any]] = []
+    for (source, mode), keys in todo.items():
+        print(f"detbench: locating {', '.join(keys)} in {mode}", file=stream)
+        for loc in locate(source, options.get("device"), mode, profile=options.get("profile"),
+                          stream=stream, only=keys):  # fmt: skip
+            found.append(loc.to_json())
+    tmp = run_dir / (LOCATED_FILE + ".tmp")
+    tmp.write_text(json.dumps({"located": found}, indent=1, default=str))
+    tmp.replace(run_dir / LOCATED_FILE)
+    return found

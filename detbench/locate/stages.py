@@ -1,0 +1,464 @@
+"""``detbench locate FILE.py[:WORKLOAD]``: where do two runs of my model first part?
+
+Three stages, each in fresh processes (:mod:`detbench.locate.worker`) that run the workload under
+the recorder (:mod:`detbench.locate.record`):
+
+1. **Find.** The workload's build and fingerprint steps run under the recorder in ``replicates``
+   fresh processes (default 2), and in more, up to ``until``, while every stream is still equal.
+   Two streams are compared op by op: the **culprit** is an op whose inputs were bitwise equal in
+   both runs and whose outputs were not. Ops after it that received the difference only carry it.
+   Several independent culprits are possible (each is listed); the same line at several steps is
+   one culprit. A stream that calls other ops than the first (control flow on values) is
+   compared up to where the two part, and the report says where.
+2. **Measure.** The outputs of the culprit ops are saved in up to ``MEASURE_PROCESSES`` further
+   processes, until two of them, with equal inputs, gave different bits: their largest absolute
+   difference is the size of the difference (its lower bound when the output was sampled).
+3. **Check.** The same find stage runs in the fully deterministic mode
+   (``cudnn-det+det-algos``): a culprit that is no longer one there is fixed by it, and one whose
+   op raises there has no deterministic implementation.
+
+Each culprit is looked up in the catalog of the ops the installed torch documents as
+nondeterministic (:mod:`detbench.locate.catalog`).
+
+What the recorder cannot see: work that does not pass through PyTorch's dispatcher (a CUDA kernel
+launched from C++ or Triton without an ATen op, NCCL), and code compiled with ``torch.compile``:
+dynamo steps aside while a dispatch mode is active, so under the recorder compiled functions run
+eagerly, op by op. A difference that only the compiled kernels make (inductor's fused reductions,
+an autotuned kernel choice) is therefore not located; the result says when the workload called
+``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from detbench.core.errors import DetbenchError
+from detbench.locate import catalog
+
+#: The fully deterministic mode a culprit is checked in.
+DETERMINISTIC_MODE = "cudnn-det+det-algos"
+#: Processes that save the culprits' outputs, at most (stage 2).
+MEASURE_PROCESSES = 3
+#: Seconds one recording process may take.
+PROCESS_TIMEOUT = 3600.0
+MARKER = "does not have a deterministic implementation"
+
+
+class LocateError(DetbenchError):
+    """A locate that cannot run as asked (one clear line)."""
+
+
+@dataclass
+class Culprit:
+    op: str
+    file: str
+    line: int
+    module: str | None
+    phase: str
+    max_abs_diff: float | None = None
+    module_type: str | None = None
+    function: str = ""
+    code: str = ""
+    node: str | None = None  # the autograd node, for a backward op
+    forward_op: str | None = None  # the forward op that made that node
+    steps: list[int] = field(default_factory=list)
+    op_index: int = 0  # its first place in the stream
+    differing_elements: int | None = None
+    elements: int | None = None
+    diff_is_lower_bound: bool = False
+    diff_note: str | None = None
+    reads_uninitialized_from: str | None = None
+    documented: bool = False
+    documented_as: str | None = None
+    documented_kind: str | None = None  # "deterministic" (made so) or "raises"
+    fixed_by_deterministic_mode: bool | None = None
+    deterministic_mode_note: str | None = None
+
+    @property
+    def where(self) -> tuple[str, str, int, str, str | None]:
+        return (self.op, self.file, self.line, self.phase, self.module)
+
+
+@dataclass
+class Located:
+    workload: str
+    device: str
+    mode: str
+    torch: str
+    reproducible: bool | None  # every op alike; None: the workload failed first
+    #: The step's outputs (what the fingerprint covers) alike in every process: a difference
+    #: inside can be rounded away before it reaches them.
+    outputs_reproducible: bool | None = None
+    processes: int = 0
+    culprits: list[Culprit] = field(default_factory=list)
+    ops: int = 0
+    carried: int = 0  # ops whose outputs differed because their inputs did
+    first_difference: dict[str, Any] | None = None
+    parted_at: dict[str, Any] | None = None
+    unlocated: bool = False  # outputs differed, but no op with equal inputs was seen to differ
+    error: str | None = None
+    compiled: list[dict[str, Any]] = field(default_factory=list)
+    sampled_tensors: int = 0
+    notes: list[str] = field(default_factory=list)
+    deterministic_mode: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- comparing two op streams ----------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    culprits: list[int]
+    first_difference: int | None
+    parted_at: int | None
+    carried: int
+
+
+def _inputs_equal(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    a, b = x.get("in", []), y.get("in", [])
+    if len(a) != len(b):
+        return False
+    uninit = set(x.get("reads_uninitialized", {})) | set(y.get("reads_uninitialized", {}))
+    return all(p == q or str(j) in uninit for j, (p, q) in enumerate(zip(a, b, strict=True)))
+
+
+def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Comparison:
+    """Culprits (op indices) of two streams of the same workload; see the module docstring."""
+    culprits: list[int] = []
+    first = parted = None
+    carried = 0
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x["op"] != y["op"]:
+            parted = i
+            break
+        if x.get("view") or x.get("uninitialized") or x.get("out") == y.get("out"):
+            continue
+        first = i if first is None else first
+        if _inputs_equal(x, y):
+            culprits.append(i)
+        else:
+            carried += 1
+    if parted is None and len(a) != len(b):
+        parted = min(len(a), len(b))
+    return Comparison(culprits, first, parted, carried)
+
+
+# --- running the recorder --------------------------------------------------------------------
+
+
+class _Runs:
+    """Recording processes of one locate: where their files go, how many ran."""
+
+    def __init__(self, source: Path, device: str, profile: str, seed: int, workdir: Path,
+                 stream: TextIO) -> None:  # fmt: skip
+        self.source, self.device, self.profile, self.seed = source, device, profile, seed
+        self.workdir, self.stream = workdir, stream
+        self.count = 0
+
+    def run(self, keys: list[str], mode: Any, steps: dict[str, int], why: str,
+            save: dict[str, list[int]] | None = None) -> dict[str, Any]:  # fmt: skip
+        from detbench.worker.protocol import child_environment
+
+        self.count += 1
+        out = self.workdir / f"p{self.count}.json"
+        job = {
+            "source": str(self.source.resolve()), "keys": keys, "device": self.device,
+            "mode": asdict(mode), "steps": steps, "seed": self.seed, "profile": self.profile,
+            "save": save or {}, "out": str(out),
+        }  # fmt: skip
+        path = self.workdir / f"job{self.count}.json"
+        path.write_text(json.dumps(job))
+        print(f"detbench locate: process {self.count} ({why}, {mode.name})", file=self.stream)
+        try:
+            with child_environment() as env:
+                proc = subprocess.run(
+                    [sys.executable, "-m", "detbench.locate.worker", str(path)],
+                    capture_output=True, text=True, env=env, timeout=PROCESS_TIMEOUT,
+                )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return {"error": f"the recording process took over {PROCESS_TIMEOUT:.0f} s"}
+        if proc.returncode != 0 or not out.exists():
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+            return {"error": f"the recording process failed ({proc.returncode}): {tail}"}
+        result: dict[str, Any] = json.loads(out.read_text())
+        return result
+
+
+def _find(runs: _Runs, keys: list[str], mode: Any, steps: dict[str, int], replicates: int,
+          until: int) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """Stage 1: per workload, the streams of the processes that ran it."""
+    streams: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
+    for n in range(max(replicates, until)):
+        todo = [
+            k for k in keys
+            if n < replicates or (
+                all(s.get("status") == "ok" for s in streams[k])
+                and all(s["ops"] == streams[k][0]["ops"] for s in streams[k])
+            )
+        ]  # fmt: skip
+        if not todo:
+            break
+        why = "find" if n < replicates else "find: no difference yet"
+        got = runs.run(todo, mode, steps, why)
+        for k in todo:
+            streams[k].append(got["workloads"][k] if "workloads" in got else got)
+    return streams
+
+
+def _code(file: str, line: int) -> str:
+    import linecache
+
+    return linecache.getline(file, line).strip() if file and line else ""
+
+
+def _culprits(streams: list[dict[str, Any]], device: str) -> tuple[list[Culprit], Comparison]:
+    """The culprits over every pair (first process, another), one per place in the code."""
+    first = streams[0]["ops"]
+    merged: dict[int, None] = {}
+    total = Comparison([], None, None, 0)
+    for other in streams[1:]:
+        cmp = compare(first, other["ops"])
+        merged.update(dict.fromkeys(cmp.culprits))
+        if total.first_difference is None or (
+            cmp.first_difference is not None and cmp.first_difference < total.first_difference
+        ):
+            total.first_difference = cmp.first_difference
+        if cmp.parted_at is not None and (
+            total.parted_at is None or cmp.parted_at < total.parted_at
+        ):
+            total.parted_at = cmp.parted_at
+        total.carried = max(total.carried, cmp.carried)
+    total.culprits = sorted(merged)
+    out: dict[tuple[Any, ...], Culprit] = {}
+    for i in total.culprits:
+        op = first[i]
+        origin = first[op["origin"]] if op.get("origin") is not None else None
+        c = Culprit(
+            op=op["op"], file=op["file"], line=int(op["line"]), module=op["module"],
+            phase=op["phase"], module_type=op.get("module_type"), function=op.get("func", ""),
+            code=_code(op["file"], int(op["line"])), node=op.get("node"),
+            forward_op=origin["op"] if origin and op.get("by_engine") else None, op_index=i,
+        )  # fmt: skip
+        uninit = op.get("reads_uninitialized")
+        if uninit:
+            src = first[int(next(iter(uninit.values())))]
+            c.reads_uninitialized_from = f"{src['op']} at {src['file']}:{src['line']}"
+        key = c.where
+        if key in out:
+            if op["step"] not in out[key].steps:
+                out[key].steps.append(op["step"])
+            continue
+        c.steps = [op["step"]]
+        # An op the autograd engine ran for a forward op is known by that op and its node too.
+        names = [c.op, c.module_type or ""]
+        if op.get("by_engine"):
+            names += [c.forward_op or "", c.node or ""]
+        entry = catalog.documenting(names, device, c.phase)
+        if entry is not None:
+            c.documented, c.documented_as = True, f"{entry.op} {entry.condition}".strip()
+            c.documented_kind = entry.kind
+        out[key] = c
+    return list(out.values()), total
+
+
+def _measure(runs: _Runs, mode: Any, steps: dict[str, int],
+             culprits: dict[str, list[Culprit]]) -> None:  # fmt: skip
+    """Stage 2: the size of each culprit's difference, from saved outputs (every workload that
+    has culprits, in the same processes)."""
+    import torch
+
+    seen: dict[str, dict[int, list[Any]]] = {
+        k: {c.op_index: [] for c in cs} for k, cs in culprits.items()
+    }
+    Seen = list[tuple[str, list[Any], list[Any]]]
+    done = lambda k: all(_pair(v) is not None for v in seen[k].values())  # noqa: E731
+    for _ in range(MEASURE_PROCESSES):
+        todo = [k for k in culprits if not done(k)]
+        if not todo:
+            break
+        got = runs.run(todo, mode, steps, "measure", save={k: list(seen[k]) for k in todo})
+        for k in todo:
+            w = got.get("workloads", {}).get(k)
+            if not w or w.get("status") != "ok":
+                continue
+            for i, kept in seen[k].items():
+                if i < len(w["ops"]) and str(i) in w["saved"]:
+                    op = w["ops"][i]
+                    saved = torch.load(w["saved"][str(i)])
+                    cast: Seen = kept
+                    cast.append((json.dumps(op.get("out")), op.get("in", []), saved))
+    for k, cs in culprits.items():
+        for c in cs:
+            _size(c, _pair(seen[k][c.op_index]))
+
+
+def _size(c: Culprit, pair: tuple[list[Any], list[Any]] | None) -> None:
+    """Fill in how far the culprit's two saved outputs are apart."""
+    if pair is None:
+        c.diff_note = (
+            f"the difference did not recur with equal inputs in {MEASURE_PROCESSES} more "
+            "processes: its size was not measured"
+        )
+        return
+    from detbench.locate.record import SAVE_MAX_ELEMENTS
+
+    diff, differing, n, sampled = 0.0, 0, 0, False
+    for x, y in zip(pair[0], pair[1], strict=False):
+        if x is None or y is None or x.shape != y.shape:
+            continue
+        if x.dtype.is_floating_point or x.dtype.is_complex:
+            d = (x - y).abs() if x.dtype.is_complex else (x.double() - y.double()).abs()
+            nan = x.isnan() != y.isnan()
+            differing += int(((d > 0) & ~d.isnan()).sum() + nan.sum())
+            finite = d[~d.isnan()]
+            diff = max(diff, float(finite.max()) if finite.numel() else 0.0)
+        else:
+            ne = x != y
+            differing += int(ne.sum())
+            if ne.any():
+                diff = max(diff, float((x.double() - y.double()).abs().max()))
+        n += x.numel()
+        sampled = sampled or x.numel() >= SAVE_MAX_ELEMENTS
+    c.max_abs_diff = diff if math.isfinite(diff) else None
+    c.differing_elements, c.elements, c.diff_is_lower_bound = differing, n, sampled
+
+
+def _pair(seen: list[tuple[str, list[Any], list[Any]]]) -> tuple[list[Any], list[Any]] | None:
+    """Two saved outputs with equal inputs and different bits, if any."""
+    for i, (out_a, in_a, ta) in enumerate(seen):
+        for out_b, in_b, tb in seen[i + 1 :]:
+            if out_a != out_b and in_a == in_b:
+                return ta, tb
+    return None
+
+
+def _check(runs: _Runs, located: dict[str, Located], steps: dict[str, int],
+           replicates: int) -> None:  # fmt: skip
+    """Stage 3: is each culprit still one in the fully deterministic mode?"""
+    from detbench.core.modes import get_mode
+
+    det = get_mode(DETERMINISTIC_MODE)
+    found = _find(runs, list(located), det, steps, replicates, replicates)
+    for key, loc in located.items():
+        streams = found[key]
+        bad = [s for s in streams if s.get("status") != "ok"]
+        if bad:
+            msg = str(bad[0].get("error") or "failed")
+            raises = MARKER in msg
+            loc.deterministic_mode = {"mode": det.name, "error": msg, "raises": raises}
+            for c in loc.culprits:
+                c.fixed_by_deterministic_mode = False if raises else None
+                c.deterministic_mode_note = (
+                    f"raises in {det.name}: an op has no deterministic implementation "
+                    f"({msg[:200]})" if raises else f"{det.name} failed: {msg[:200]}"
+                )  # fmt: skip
+            continue
+        still, _ = _culprits(streams, loc.device)
+        places = {c.where for c in still}
+        loc.deterministic_mode = {
+            "mode": det.name, "processes": len(streams),
+            "reproducible": all(s["ops"] == streams[0]["ops"] for s in streams),
+            "culprits": [asdict(c) for c in still],
+        }  # fmt: skip
+        for c in loc.culprits:
+            c.fixed_by_deterministic_mode = c.where not in places
+            c.deterministic_mode_note = (
+                f"still a culprit in {det.name}" if c.where in places
+                else f"no difference there in {len(streams)} fresh processes in {det.name}"
+            )  # fmt: skip
+
+
+def locate(target: str, device: str | None = None, mode: str = "default", replicates: int = 2,
+           until: int = 4, steps: int | None = None, profile: str | None = None,
+           check: bool = True, seed: int = 0, stream: TextIO = sys.stderr,
+           only: list[str] | None = None) -> list[Located]:  # fmt: skip
+    """Locate every workload ``target`` names (see the module docstring), or those of them whose
+    keys are in ``only``."""
+    import torch
+
+    from detbench.core.modes import get_mode
+    from detbench.core.workload import Context, WorkloadError, registry, select_target
+
+    if replicates < 2:
+        raise LocateError(
+            f"--replicates must be at least 2 (two runs to compare), not {replicates}"
+        )
+    if steps is not None and steps < 1:
+        raise LocateError(f"--steps must be at least 1, not {steps}")
+    try:
+        m = get_mode(mode)
+    except (DetbenchError, ValueError) as exc:
+        raise LocateError(str(exc)) from None
+    try:
+        source, keys = select_target(target)
+    except WorkloadError as exc:
+        raise LocateError(str(exc)) from None
+    keys = [k for k in keys if only is None or k in only]
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise LocateError("--device cuda: no CUDA GPU is available to torch on this machine")
+    profile = profile or ("full" if device == "cuda" else "quick")
+    workloads = registry()
+    n_steps = {}
+    for k in keys:
+        own = workloads[k].steps(Context(torch.device(device), profile, seed), 3)
+        n_steps[k] = min(own, steps) if steps is not None else own
+    with tempfile.TemporaryDirectory(prefix="detbench-locate-") as tmp:
+        runs = _Runs(source, device, profile, seed, Path(tmp), stream)
+        found = _find(runs, keys, m, n_steps, replicates, max(until, replicates))
+        out = {k: _conclude(k, m, found[k], device) for k in keys}
+        guilty = {k: loc for k, loc in out.items() if loc.culprits}
+        if guilty:
+            _measure(runs, m, n_steps, {k: loc.culprits for k, loc in guilty.items()})
+        if guilty and check and m.name != DETERMINISTIC_MODE:
+            _check(runs, guilty, n_steps, replicates)
+    return list(out.values())
+
+
+def _conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) -> Located:
+    """What the find stage's streams say about one workload."""
+    import torch
+
+    loc = Located(workload=key, device=device, mode=mode.name, torch=torch.__version__,
+                  reproducible=None, processes=len(streams))  # fmt: skip
+    bad = [s for s in streams if s.get("status") != "ok"]
+    if bad:
+        loc.error = str(bad[0].get("error"))
+        return loc
+    first = streams[0]
+    loc.ops, loc.compiled = len(first["ops"]), first.get("compiled", [])
+    loc.sampled_tensors = int(first.get("sampled", 0))
+    loc.notes = list(first.get("notes", []))
+    loc.reproducible = all(s["ops"] == first["ops"] for s in streams)
+    loc.outputs_reproducible = all(
+        s.get("step_digests") == first.get("step_digests") for s in streams
+    )
+    if loc.compiled:
+        at = ", ".join(f"{c['file']}:{c['line']}" for c in loc.compiled)
+        loc.notes.append(
+            f"the workload calls torch.compile ({at}): under the recorder the compiled code ran "
+            "eagerly, op by op; a difference that only the compiled kernels make is not seen "
+            "here (compare `detbench run --set execution=compile`)"
+        )
+    if loc.reproducible:
+        return loc
+    culprits, cmp = _culprits(streams, device)
+    loc.culprits, loc.carried = culprits, cmp.carried
+    for name, i in (("first_difference", cmp.first_difference), ("parted_at", cmp.parted_at)):
+        if i is not None and i < len(first["ops"]):
+            op = first["ops"][i]
+            setattr(loc, name, {"index": i, "op": op["op"], "phase": op["phase"],
+                                "file": op["file"], "line": op["line"], "module": op["module"],
+                                "step": op["step"]})  # fmt: skip
+    loc.unlocated = not culprits
+    return loc

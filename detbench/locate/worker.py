@@ -1,0 +1,145 @@
+"""One recording process of ``detbench locate``: ``python -m detbench.locate.worker JOB.json``.
+
+The job names the workload file and keys, the mode, the device, the steps per workload and the op
+indices whose outputs to save (the second stage of ``detbench locate``, which measures the size of
+a difference). The process applies the mode before any CUDA work (as a worker does), then for each
+workload seeds every generator, builds it and runs its steps under
+:class:`detbench.locate.record.Recorder`, and writes every op stream to the job's ``out`` file as
+JSON, with the step outputs' digests (outside the recorder, as the fingerprint sees them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from detbench.locate.record import Recorder
+
+
+class _CompileWatch:
+    """Notes where the workload calls ``torch.compile`` (under the recorder, dynamo steps aside
+    while a dispatch mode is active, so compiled code runs eagerly and is seen op by op)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self._original = getattr(torch, "compile", None)
+
+    def __enter__(self) -> _CompileWatch:
+        original = self._original
+        if original is None:
+            return self
+        calls = self.calls
+
+        def compile(*args: Any, **kwargs: Any) -> Any:
+            f = sys._getframe(1)
+            calls.append({"file": f.f_code.co_filename, "line": f.f_lineno})
+            return original(*args, **kwargs)
+
+        torch.compile = compile
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._original is not None:
+            torch.compile = self._original
+
+
+def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: int,
+                    profile: str, save: set[int], saved_dir: Path) -> dict[str, Any]:  # fmt: skip
+    """One workload's op stream in this process: build and ``steps`` steps under the recorder."""
+    from detbench.core.workload import Context
+    from detbench.worker.fingerprint import step_digest
+    from detbench.worker.measure import build_step, with_settings
+
+    ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)
+    rec = Recorder(user_file=w.source or None)
+    rec.save = save
+    result: dict[str, Any] = {"status": "ok", "error": None}
+    digests: list[str] = []
+    with _CompileWatch() as watch:
+        rec.install()
+        try:
+            with rec:  # seeding is no ATen op: only the factory's ops are recorded
+                step = build_step(w, ctx)
+            rec.end_step()
+            step = with_settings(step, mode, device)
+            for s in range(steps):
+                rec.step, rec.phase = s, "forward"
+                with rec:
+                    outputs = list(step())
+                rec.end_step()
+                # The step's outputs, as the fingerprint sees them (outside the recorder).
+                digests.append(step_digest(outputs, "sha256" if device.type == "cpu" else "device"))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        except Exception as exc:
+            result.update(status="error", error=f"{rec.phase}: {type(exc).__name__}: {exc}")
+            with contextlib.suppress(Exception):
+                rec.end_step()
+        finally:
+            rec.remove()
+    files = {}
+    for i, tensors in rec.saved.items():
+        path = saved_dir / f"{abs(hash((w.key, i))) % 10**12}-{i}.pt"
+        torch.save(tensors, path)
+        files[str(i)] = str(path)
+    result.update(ops=rec.ops, notes=rec.notes, sampled=rec.hasher.sampled,
+                  compiled=watch.calls, saved=files, step_digests=digests)  # fmt: skip
+    return result
+
+
+def main(argv: list[str]) -> int:
+    from detbench.core.modes import Mode
+    from detbench.core.workload import load_file, registry
+    from detbench.worker.applied import WorkerSettings
+
+    job = json.loads(Path(argv[0]).read_text())
+    mode = Mode(**job["mode"])
+    ws = WorkerSettings.start(mode)  # flags and settings before any CUDA work
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.init()
+    load_file(job["source"])
+    workloads = registry()
+    saved_dir = Path(job["out"]).with_suffix(".saved")
+    saved_dir.mkdir(exist_ok=True)
+    out: dict[str, Any] = {"torch": torch.__version__, "pid": os.getpid(), "workloads": {}}
+    for key in job["keys"]:
+        w = workloads[key]
+        reason = ws.unsupported(w)
+        if getattr(w, "distributed", False):
+            reason = (
+                "a distributed workload runs in torchrun's ranks: locate records one process "
+                "(not supported yet)"
+            )
+        if reason is not None:
+            out["workloads"][key] = {"status": "unsupported", "error": reason, "ops": []}
+            continue
+        save = {int(i) for i in job.get("save", {}).get(key, [])}
+        out["workloads"][key] = record_workload(
+            w,
+            mode,
+            device,
+            int(job["steps"][key]),
+            int(job["seed"]),
+            job["profile"],
+            save,
+            saved_dir,
+        )
+        ws.restore()
+    tmp = Path(job["out"]).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(job["out"])
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,412 @@
+"""The report's ``Attribution`` section and its chart, for a run made by ``detbench attribute``.
+
+Everything here is computed from the records and the study in env.json
+(``detbench.analysis.attribution.effects`` and ``suite_effects``); a run that is not an attribution
+study
+gets no section and no chart.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure as MplFigure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FixedLocator, FuncFormatter
+
+from detbench import analysis
+from detbench.analysis import attribution as at
+from detbench.core import settings as st
+from detbench.core.modes import get_mode
+from detbench.report.plots import Plot, _save
+from detbench.report.render import Block, Bullets, Figure, Heading, Para, Table, num
+
+#: Bar colours: switches added to the default mode, switches removed from the deterministic one.
+COLOURS = {"default": "tab:orange", "deterministic": "tab:blue"}
+
+
+#: Ticks of the chart's log axis, those within its range shown.
+TICKS = (
+    [2.0**k for k in range(-10, -2)]
+    + [0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0]
+    + [2.0**k for k in range(2, 11)]
+)
+
+
+def _ticks(lo: float, hi: float) -> list[float]:
+    """Ticks between 2**lo and 2**hi: the friendly ratios of ``TICKS`` over a narrow range, at
+    most about 8 powers of two over a wide one."""
+    if hi - lo <= 3:
+        return [t for t in TICKS if 2**lo <= t <= 2**hi]
+    powers = list(range(math.ceil(lo), math.floor(hi) + 1))
+    step = max(1, math.ceil(len(powers) / 8))
+    return [2.0**k for k in powers if k % step == 0]
+
+
+def _tick_label(x: float) -> str:
+    if x < 1 and float(np.log2(x)).is_integer():
+        return f"1/{round(1 / x)}x"
+    return f"{x:.3g}x" if x < 1000 else f"{x:.0f}x"
+
+
+def _study(env: dict[str, Any]) -> dict[str, Any] | None:
+    study = (env or {}).get("study")
+    return study if at.is_study(study) else None
+
+
+def _words(switch: str, level: str) -> str:
+    """A switch at a level, as the conclusions say it."""
+    if switch in at.FLAG_WORDS:
+        return f"{at.FLAG_WORDS[switch]} {level}"
+    return f"{switch}={level}"
+
+
+def _end_level(switch: str, end: str, end_mode: str) -> str:
+    """The level the switch has in the mode the variant is compared with (its end's, or the
+    compiled mode of its end for inductor's switch)."""
+    if switch in at.FLAG_WORDS:
+        return "off" if end == "default" else "on"
+    if switch == "execution":
+        return "eager"
+    return get_mode(end_mode).overrides.get(switch, st.get(switch).torch_default)
+
+
+def _change(r: Any) -> str:
+    return ("+ " if r["direction"] == "added" else "- ") + _words(r["switch"], r["level"])
+
+
+def within_noise(r: Any) -> str | None:
+    """Why a significant cost is still no finding, or None: its timing is noisy (a replicate's
+    IQR above ``analysis.NOISY_IQR`` of its median) and its interval reaches within that
+    fraction of 1."""
+    rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
+    if not all(math.isfinite(x) and x > 0 for x in (rel, low, high)):
+        return None
+    near = 1 / (1 + analysis.NOISY_IQR) < (low if rel > 1 else high) < 1 + analysis.NOISY_IQR
+    if r.get("noisy") and near:
+        return (f"timing noisy: a replicate's samples spread (IQR) over more than "
+                f"{analysis.NOISY_IQR:.0%} of their median")  # fmt: skip
+    return None
+
+
+def uncertain(r: Any) -> bool:
+    """A significant cost whose size is uncertain: its interval (on a log scale) is wider than
+    the point estimate's distance from 1. The direction is measured; the amount is not."""
+    rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
+    if not all(math.isfinite(x) and x > 0 for x in (rel, low, high)):
+        return False
+    return math.log(high / low) > abs(math.log(rel))
+
+
+def _speed(r: Any, than: str) -> str:
+    rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
+    if not math.isfinite(rel):
+        return "no throughput to compare"
+    interval = f"{rel:.2f}x, 95% interval {low:.2f}x to {high:.2f}x"
+    if not r["significant"]:
+        return f"throughput not significantly different ({interval})"
+    noise = within_noise(r)
+    if noise is not None:
+        return f"throughput within the noise ({interval}; {noise})"
+    word = "faster" if rel > 1 else "slower"
+    if uncertain(r):
+        return (f"{word} than {than} by an uncertain amount ({interval}: the interval is wider "
+                f"than the difference)")  # fmt: skip
+    return f"{100 * abs(rel - 1):.0f}% {word} than {than} ({interval})"
+
+
+def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]:
+    """Per suite, one sentence per switch: what its variant did to reproducibility and speed,
+    from the measured numbers only."""
+    s = suite_effects(df, study)
+    out: dict[str, list[str]] = {}
+    if s.empty:
+        return out
+    for r in s.to_dict("records"):
+        n = r["workloads"]
+        base = _end_level(r["switch"], r["end"], r["end_mode"])
+        start = "the default mode" if r["end_mode"] == study["default_end"] else r["end_mode"]
+        head = f"{start} with {_words(r['switch'], r['level'])}: "
+        if r["failed"] == n:
+            text = f"did not run ({', '.join(r['failures'])}; see Failures)"
+        else:
+            parts = []
+            if r["reproducible"] == n:
+                parts.append("bitwise reproducible" + ("" if n == 1 else f" on all {n} workloads"))
+            else:
+                parts.append(f"bitwise reproducible on {r['reproducible']} of {n} workloads")
+            if r["end"] == "deterministic" and r["needed"]:
+                parts.append(f"{_words(r['switch'], base)} is needed for reproducibility on "
+                             f"{r['needed']} of {n}")  # fmt: skip
+            if r["end"] == "default" and r["sufficient"]:
+                parts.append(f"alone makes {r['sufficient']} of {n} reproducible that the default "
+                             "mode does not")  # fmt: skip
+            if r["bits_changed"]:
+                parts.append(f"other bits than {_words(r['switch'], base)} on "
+                             f"{r['bits_changed']} of {n}")  # fmt: skip
+            parts.append(_speed(r, "with " + _words(r["switch"], base)))
+            text = ", ".join(parts)
+            if r["failed"]:
+                text += f"; did not run on {r['failed']} of {n} ({', '.join(r['failures'])})"
+        out.setdefault(str(r["suite"]), []).append(head + text)
+    return out
+
+
+def suite_effects(df: pd.DataFrame, study: dict[str, Any], n_boot: int = 2000,
+                  seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Per (suite, variant): the geometric mean over the suite's workloads of the variant's
+    throughput relative to its end, with a 95% interval from the same two-level bootstrap as
+    ``analysis.costs`` (each draw's geometric mean over the workloads), and how many of the
+    workloads the switch is needed for (deterministic end) or alone sufficient for (default end),
+    were reproducible under the variant, and had their bits changed."""
+    e = at.effects(df, study)
+    if e.empty:
+        return pd.DataFrame()
+    df = analysis.counted(df)
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    for (suite, mode, end, switch, level, direction), g in e.groupby(
+        ["suite", "mode", "end", "switch", "level", "direction"], sort=False
+    ):
+        logs, draws = [], []
+        for w in g["workload"]:
+            sel = (df["suite"] == suite) & (df["workload"] == w)
+            a = analysis.replicate_samples(df[sel & (df["mode"] == mode)])
+            b = analysis.replicate_samples(df[sel & (df["mode"] == g["end_mode"].iloc[0])])
+            if not a or not b:
+                continue
+            logs.append(np.log(analysis.median_throughput(a) / analysis.median_throughput(b)))
+            draws.append(np.log(analysis.bootstrap_throughput(a, rng, n_boot)
+                                / analysis.bootstrap_throughput(b, rng, n_boot)))  # fmt: skip
+        point = low = high = np.nan
+        if logs:
+            point = float(np.exp(np.mean(logs)))
+            low, high = (float(x) for x in np.exp(np.percentile(np.mean(draws, axis=0),
+                                                                [2.5, 97.5])))  # fmt: skip
+        rows.append({
+            "suite": suite, "mode": mode, "end": end, "switch": switch, "level": level,
+            "direction": direction, "end_mode": g["end_mode"].iloc[0],
+            "relative_throughput": point, "ci_low": low, "ci_high": high,
+            "significant": bool(logs) and not (low <= 1.0 <= high),
+            "noisy": bool((g["noisy"] == True).any()),  # noqa: E712
+            "workloads": len(g),
+            "timed": len(logs), "needed": int((g["needed"] == True).sum()),  # noqa: E712
+            "sufficient": int((g["sufficient"] == True).sum()),  # noqa: E712
+            "reproducible": int((g["verdict"] == "reproducible").sum()),
+            "end_reproducible": int((g["end_verdict"] == "reproducible").sum()),
+            "bits_changed": int((g["bits_changed"] == True).sum()),  # noqa: E712
+            "failed": int((~g["verdict"].isin(analysis.RAN)).sum()),
+            "failures": sorted({str(x) for x in g["verdict"] if x not in analysis.RAN}),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# -- the chart -------------------------------------------------------------------------------
+
+
+def figure(s: pd.DataFrame, suite: str) -> MplFigure:
+    """One bar per switch: the geometric mean over the suite's workloads of the variant's
+    throughput relative to its end, with its 95% interval; hatched where the switch is needed
+    for reproducibility (deterministic end) or alone sufficient (default end) on a workload."""
+    s = s.reset_index(drop=True)
+    n = len(s)
+    fig, ax = plt.subplots(figsize=(10.5, 1.7 + 0.42 * n), layout="constrained")
+    y = np.arange(n)[::-1]
+    rel = pd.to_numeric(s["relative_throughput"], errors="coerce").to_numpy(dtype=float)
+    low = pd.to_numeric(s["ci_low"], errors="coerce").to_numpy(dtype=float)
+    high = pd.to_numeric(s["ci_high"], errors="coerce").to_numpy(dtype=float)
+    shown = np.where(np.isfinite(rel), rel, 1.0)
+    records = s.to_dict("records")
+    for k, r in enumerate(records):
+        marked = (r["end"] == "deterministic" and r["needed"]) or (
+            r["end"] == "default" and r["sufficient"]
+        )
+        ax.barh(
+            y[k], shown[k] - 1.0, left=1.0, height=0.62, color=COLOURS[str(r["end"])],
+            alpha=0.75, hatch="///" if marked else None, edgecolor="black" if marked else "none",
+        )  # fmt: skip
+        if np.isfinite(rel[k]):
+            ax.errorbar(
+                rel[k], y[k], xerr=[[rel[k] - low[k]], [high[k] - rel[k]]], fmt="none",
+                ecolor="black", capsize=3, lw=1,
+            )  # fmt: skip
+    finite = np.concatenate([low[np.isfinite(low)], high[np.isfinite(high)], [1.0]])
+    lo, hi = float(np.log2(finite.min())), float(np.log2(finite.max()))
+    pad = 0.08 * (hi - lo) + 0.05
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(2 ** (lo - pad), 2 ** (hi + pad))
+    ax.xaxis.set_major_locator(FixedLocator(_ticks(lo - pad, hi + pad)))
+    ax.xaxis.set_minor_locator(FixedLocator([]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _tick_label(x)))
+    for i, r in enumerate(records):
+        failed = ", ".join(r.get("failures") or []) or "no timing"
+        note = num(rel[i], ".2f") + "x" if np.isfinite(rel[i]) else f"did not run: {failed}"
+        if np.isfinite(rel[i]) and not r["significant"]:
+            note += " (n.s.)"
+        elif np.isfinite(rel[i]) and within_noise(r) is not None:
+            note += " (within the noise)"
+        elif np.isfinite(rel[i]) and uncertain(r):
+            note += " (amount uncertain)"
+        if r["end"] == "deterministic" and r["needed"]:
+            note += f"  needed on {r['needed']} of {r['workloads']}"
+        if r["end"] == "default" and r["sufficient"]:
+            note += f"  sufficient on {r['sufficient']} of {r['workloads']}"
+        ax.annotate(
+            note, (1.0, y[i]), xycoords=("axes fraction", "data"), xytext=(6, 0),
+            textcoords="offset points", va="center", fontsize=9,
+        )  # fmt: skip
+    labels = [f"{_change(r)}  [{'from default' if r['end'] == 'default' else 'from det. end'}]"
+              for r in s.to_dict("records")]  # fmt: skip
+    ax.set_yticks(y, labels, fontsize=9)
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set_xlabel("throughput relative to the study's end (geometric mean over workloads; "
+                  "error bars: 95% interval; log scale)")  # fmt: skip
+    ax.set_title(f"{suite}: what each switch costs (+ added to the default mode, - removed from "
+                 "the deterministic mode)", fontsize=10)  # fmt: skip
+    fig.legend(
+        handles=[
+            Patch(color=COLOURS["default"], alpha=0.75, label="added to the default mode"),
+            Patch(color=COLOURS["deterministic"], alpha=0.75,
+                  label="removed from the deterministic mode"),
+            Patch(facecolor="white", edgecolor="black", hatch="///",
+                  label="needed for (or alone sufficient for) reproducibility"),
+        ],
+        loc="outside lower center", ncol=3, fontsize=8, frameon=False,
+    )  # fmt: skip
+    ax.grid(axis="x", alpha=0.25)
+    return fig
+
+
+def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[Plot]:
+    """The attribution chart of each suite, PNG and SVG, under ``directory``; none when the run
+    is not an attribution study."""
+    study = _study(env)
+    if study is None or df.empty:
+        return []
+    s = suite_effects(df, study)
+    if s.empty:
+        return []
+    directory.mkdir(parents=True, exist_ok=True)
+    plots = []
+    for suite in dict.fromkeys(s["suite"]):
+        fig = figure(s[s["suite"] == suite], str(suite))
+        title = f"{suite}: what each switch costs, and where it is needed"
+        plots.append(Plot("attribution", str(suite), title,
+                          *_save(fig, directory, f"{suite}-attribution")))  # fmt: skip
+    return plots
+
+
+# -- the section -----------------------------------------------------------------------------
+
+
+def _bits_cell(x: Any) -> str:
+    if x == "varies":
+        return "varies (nondeterministic)"
+    return {True: "yes", False: "no"}.get(x, "–") if isinstance(x, bool) else "–"
+
+
+def _needed_cell(r: Any) -> str:
+    if r["end"] == "deterministic":
+        if r["needed"] is True:
+            return "needed"
+        if r["needed"] is False:
+            return "not needed"
+        if r["end_verdict"] != "reproducible":
+            return f"– (the end: {r['end_verdict']})"
+        return f"– ({r['verdict']})"
+    if r["sufficient"] is True:
+        return "alone sufficient"
+    if r["sufficient"] is False:
+        return "not sufficient alone"
+    return "– (default reproducible)" if r["end_verdict"] == "reproducible" else "–"
+
+
+def _method(study: dict[str, Any], dropped: int) -> Para:
+    variants = study["variants"]
+    added = list(dict.fromkeys(v["switch"] for v in variants if v["end"] == "default"))
+    removed = list(dict.fromkeys(v["switch"] for v in variants if v["end"] == "deterministic"))
+    skipped = at.skipped(study)
+    text = (
+        f"How this study was made, on {study['device']}: two ends, the default mode "
+        f"({study['default_end']}) and the fully deterministic mode ({study['deterministic_end']}: "
+        "deterministic algorithms and cudnn.deterministic on, every setting that acts here at "
+        "its strict level). From the default mode each switch was added alone ("
+        + (", ".join(added) or "none")
+        + "); from the deterministic mode each was removed alone, to each of its looser levels ("
+        + (", ".join(removed) or "none")
+        + "). Each variant is compared with its own end, per workload: throughput relative to "
+        "the end's (median over replicates of each replicate's median), with a 95% interval from "
+        "a bootstrap over replicates and samples; a difference is stated as a finding only "
+        "where the interval excludes 1 and, where a replicate's timing is noisy, lies wholly "
+        f"more than {analysis.NOISY_IQR:.0%} from 1 (otherwise it is within the noise); where "
+        "the interval is wider than the difference, only its direction is stated (the amount "
+        "is uncertain); 'bits changed' compares the fingerprints where "
+        "both are reproducible; 'needed' means the deterministic end was bitwise reproducible "
+        "and the variant without the switch was not; 'alone sufficient' means the default was "
+        "not reproducible and the switch alone made it so. The chart's bars are geometric means "
+        "over the suite's workloads, their intervals from the same bootstrap."
+    )
+    if skipped:
+        text += " Skipped: " + "; ".join(skipped) + "."
+    if dropped:
+        text += (f" {dropped} records whose workload changed a setting itself are not counted "
+                 "(see the warnings).")  # fmt: skip
+    return Para(text)
+
+
+def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Block]:
+    """The ``Attribution`` section: how the study was made, then per suite the table of every
+    switch and workload, the chart, and the conclusions in words. [] when ``env`` holds no
+    attribution study."""
+    study = _study(env)
+    if study is None:
+        return []
+    out: list[Block] = [
+        Heading(2, "Attribution"),
+        _method(study, len(df) - len(analysis.counted(df))),
+    ]
+    e = at.effects(df, study)
+    if e.empty:
+        return [*out, Para("No record of this study counts yet.")]
+    said = conclusions(df, study)
+    for suite in dict.fromkeys(e["suite"]):
+        g = e[e["suite"] == suite]
+        rows: list[list[Any]] = []
+        for r in g.to_dict("records"):
+            rel = num(r["relative_throughput"], ".3f")
+            if rel != "–":
+                rel += f"x [{num(r['ci_low'], '.3f')}, {num(r['ci_high'], '.3f')}]"
+                rel += "" if r["significant"] else " n.s."
+                rel += " noisy" if r["noisy"] else ""
+            rows.append([
+                str(r["workload"]), str(r["switch"]), _change(r), str(r["end"]), rel,
+                _bits_cell(r["bits_changed"]), str(r["verdict"]), _needed_cell(r),
+            ])  # fmt: skip
+        out += [
+            Heading(3, f"{suite}: attribution"),
+            Table(
+                [
+                    "workload",
+                    "switch",
+                    "change",
+                    "end",
+                    "throughput vs end [95% interval]",
+                    "bits changed",
+                    "verdict",
+                    "needed for reproducibility",
+                ],
+                rows,
+                caption=f"{suite}: each switch against its end, per workload "
+                "(n.s.: the interval contains 1; noisy: a replicate's timing samples had an "
+                f"IQR above {analysis.NOISY_IQR:.0%} of their median)",
+            ),
+        ]
+        out += [Figure(p) for p in plots if p.kind == "attribution" and p.suite == suite]
+        if said.get(str(suite)):
+            out.append(Bullets(said[str(suite)]))
+    return out

@@ -1,0 +1,266 @@
+"""``detbench compare DIR_A DIR_B``: two runs side by side (two GPUs, two torch versions).
+
+Per (workload, mode) found in both runs: the change in throughput from A to B with a 95%
+bootstrap interval and whether it is significant, each run's cost against its own default mode,
+and any change of verdict. The runs' environments are compared first, and every difference in
+GPU, driver, CUDA, cuDNN or torch, SM count, MIG mode, clocks or power limit is a warning, as is
+a GPU that throttled during either run: a difference is usually what the comparison is for, but
+the reader must know which of them changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from detbench import analysis
+from detbench.analysis import quality
+from detbench.core.modes import DEFAULT_MODE
+from detbench.store.results import ENV_FACTS, env_facts, load_env, load_results
+
+#: Environment facts whose difference is warned about, with the words used for them.
+WARN_FACTS = {"gpu": "GPU", "driver": "driver", "cuda": "CUDA", "cudnn": "cuDNN", "torch": "torch"}
+
+
+@dataclass
+class Comparison:
+    a: Path
+    b: Path
+    facts_a: dict[str, str | None]
+    facts_b: dict[str, str | None]
+    table: pd.DataFrame
+    warnings: list[str] = field(default_factory=list)
+    only_a: list[str] = field(default_factory=list)
+    only_b: list[str] = field(default_factory=list)
+
+
+def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int = 0) -> Comparison:
+    """Compare run B with run A. ``change`` is B's throughput over A's (the ratio of the medians
+    over replicates of each replicate's median), with the 2.5th-97.5th percentile of the same
+    ratio over ``n_boot`` two-level bootstrap resamples of each run (a fixed ``seed``, so the
+    output is reproducible); ``significant`` when the interval excludes 1."""
+    a, b = Path(dir_a), Path(dir_b)
+    df_a, df_b = load_results(a), load_results(b)
+    env_a = load_env(a) if (a / "env.json").exists() else {}
+    env_b = load_env(b) if (b / "env.json").exists() else {}
+    facts_a, facts_b = env_facts(env_a), env_facts(env_b)
+    warnings = [
+        f"the runs differ in {word}: {facts_a[k] or 'none'} (A) vs {facts_b[k] or 'none'} (B)"
+        for k, word in WARN_FACTS.items()
+        if facts_a[k] != facts_b[k]
+    ]
+    if facts_a["device"] != facts_b["device"]:
+        warnings.insert(0, f"the runs are on different devices: {facts_a['device']} (A) vs "
+                           f"{facts_b['device']} (B)")  # fmt: skip
+    warnings += gpu_warnings(env_a, env_b, same_model=facts_a["gpu"] == facts_b["gpu"])
+    prof_a = (env_a.get("options") or {}).get("profile")
+    prof_b = (env_b.get("options") or {}).get("profile")
+    if prof_a != prof_b:
+        warnings.append(
+            f"the runs used different size profiles: {prof_a} (A) vs {prof_b} (B); workloads "
+            "whose parameters differ are not compared"
+        )
+
+    va, vb = analysis.verdicts(df_a), analysis.verdicts(df_b)
+    base_a = analysis.baseline_mode(va["mode"]) or DEFAULT_MODE.name
+    base_b = analysis.baseline_mode(vb["mode"]) or DEFAULT_MODE.name
+    va = va.assign(rel=analysis.relative_throughput(va, base_a))
+    vb = vb.assign(rel=analysis.relative_throughput(vb, base_b))
+    key = ["suite", "workload", "mode"]
+    ka = set(map(tuple, va[key].to_numpy().tolist()))
+    kb = set(map(tuple, vb[key].to_numpy().tolist()))
+    only_a = ["/".join(map(str, k)) for k in va[key].to_numpy().tolist() if tuple(k) not in kb]
+    only_b = ["/".join(map(str, k)) for k in vb[key].to_numpy().tolist() if tuple(k) not in ka]
+
+    rng = np.random.default_rng(seed)
+    groups_a = {k: g for k, g in df_a.groupby(key, sort=False)}
+    groups_b = {k: g for k, g in df_b.groupby(key, sort=False)}
+    ib = vb.set_index(key)
+    rows: list[dict[str, Any]] = []
+    differing_params: set[str] = set()
+    for r in va.to_dict("records"):
+        k = (r["suite"], r["workload"], r["mode"])
+        if k not in kb:
+            continue
+        rb = ib.loc[k]  # type: ignore[index]
+        row: dict[str, Any] = {
+            "suite": r["suite"], "workload": r["workload"], "mode": r["mode"],
+            "verdict_a": r["verdict"], "verdict_b": rb["verdict"],
+            "verdict_changed": r["verdict"] != rb["verdict"],
+            "items_per_second_a": r["items_per_second"],
+            "items_per_second_b": rb["items_per_second"],
+            "change": None, "ci_low": None, "ci_high": None, "significant": None,
+            "rel_default_a": r["rel"], "rel_default_b": rb["rel"],
+            "comparable": True,
+        }  # fmt: skip
+        ga, gb = groups_a[k], groups_b[k]
+        if _params(ga) != _params(gb):
+            row["comparable"] = False
+            differing_params.add(f"{r['suite']}/{r['workload']}")
+        else:
+            reps_a = analysis.replicate_samples(ga)
+            reps_b = analysis.replicate_samples(gb)
+            if reps_a and reps_b:
+                boot = analysis.bootstrap_throughput(
+                    reps_b, rng, n_boot
+                ) / analysis.bootstrap_throughput(reps_a, rng, n_boot)
+                low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
+                row.update(
+                    change=analysis.median_throughput(reps_b) / analysis.median_throughput(reps_a),
+                    ci_low=low,
+                    ci_high=high,
+                    significant=not (low <= 1.0 <= high),
+                )
+        rows.append(row)
+    if differing_params:
+        warnings.append(
+            f"{len(differing_params)} workloads ran with different parameters in A and B and "
+            f"are not compared on throughput: {', '.join(sorted(differing_params))}"
+        )
+    return Comparison(a, b, facts_a, facts_b, pd.DataFrame(rows), warnings, only_a, only_b)
+
+
+#: GPU facts of env.json compared beyond ``WARN_FACTS``: (where, key, words, unit). ``where`` is
+#: "worker" (env["worker"]) or "state" (the run's GPU in the gpu_state snapshot before the run,
+#: else after it).
+GPU_FACTS = (
+    ("worker", "sm_count", "SM count (cuBLAS promises the same bits only on the same count)", ""),
+    ("worker", "mig_mode", "MIG mode", ""),
+    ("state", "max_sm_clock_mhz", "maximum SM clock", " MHz"),
+    ("state", "power_limit_w", "power limit", " W"),
+)
+
+
+def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool) -> list[str]:
+    """Differences in the GPUs themselves (SM count, MIG, clocks, power limit, the physical GPU
+    where the model is the same) and any throttling during either run. A fact recorded in only
+    one run (an older run, or no NVML) is unknown, not a difference."""
+    out: list[str] = []
+    worker_a, worker_b = env_a.get("worker") or {}, env_b.get("worker") or {}
+    state_a = quality.gpu_snapshot(env_a, "before") or quality.gpu_snapshot(env_a, "after") or {}
+    state_b = quality.gpu_snapshot(env_b, "before") or quality.gpu_snapshot(env_b, "after") or {}
+    for where, key, words, unit in GPU_FACTS:
+        a, b = (worker_a, worker_b) if where == "worker" else (state_a, state_b)
+        va, vb = a.get(key), b.get(key)
+        if va is not None and vb is not None and va != vb:
+            out.append(f"the runs differ in {words}: {va}{unit} (A) vs {vb}{unit} (B)")
+    uuid_a, uuid_b = worker_a.get("gpu_uuid"), worker_b.get("gpu_uuid")
+    if same_model and uuid_a and uuid_b and uuid_a != uuid_b:
+        out.append(f"the runs are on two different GPUs of the same model: {uuid_a} (A) vs "
+                   f"{uuid_b} (B)")  # fmt: skip
+    for name, env in (("A", env_a), ("B", env_b)):
+        lines = quality.throttle_lines(env)
+        if lines:
+            out.append(f"the GPU of run {name} throttled during the run: " + "; ".join(lines))
+    return out
+
+
+def _params(g: pd.DataFrame) -> str:
+    import json
+
+    p = g["params"].dropna()
+    return json.dumps(p.iloc[0], sort_keys=True, default=str) if len(p) else ""
+
+
+# --- Rendering ---------------------------------------------------------------------------------
+
+HEADER = ("workload", "mode", "items/s A", "items/s B", "B/A", "95% CI", "significant",
+          "vs default A", "vs default B", "verdict A -> B")  # fmt: skip
+
+
+def _f(x: Any, fmt: str) -> str:
+    return "–" if x is None or pd.isna(x) else format(float(x), fmt)
+
+
+def rows(c: Comparison) -> list[list[str]]:
+    out = []
+    for r in c.table.to_dict("records"):
+        if pd.isna(r["significant"]):
+            sig = "not comparable" if not r["comparable"] else "–"
+        else:
+            sig = "yes" if r["significant"] else "no"
+        verdict = f"{r['verdict_a']} -> {r['verdict_b']}"
+        verdict = "CHANGED: " + verdict if r["verdict_changed"] else str(r["verdict_a"])
+        out.append([
+            f"{r['suite']}/{r['workload']}", str(r["mode"]),
+            _f(r["items_per_second_a"], ".4g"), _f(r["items_per_second_b"], ".4g"),
+            _f(r["change"], ".3f"),
+            "–" if pd.isna(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+            sig, _f(r["rel_default_a"], ".2f"), _f(r["rel_default_b"], ".2f"), verdict,
+        ])  # fmt: skip
+    return out
+
+
+def summary_lines(c: Comparison) -> list[str]:
+    t = c.table
+    if t.empty:
+        return ["no (workload, mode) pair is in both runs"]
+    sig = t[t["significant"].astype(object).eq(True)]
+    faster = int((sig["change"] > 1).sum())
+    slower = int((sig["change"] < 1).sum())
+    changed = t[t["verdict_changed"]]
+    lines = [
+        f"{len(t)} (workload, mode) pairs in both runs: {faster} significantly faster in B, "
+        f"{slower} significantly slower, {len(t) - faster - slower} without a significant "
+        f"change; {len(changed)} changed verdict."
+    ]
+    for r in changed.to_dict("records"):
+        lines.append(
+            f"verdict changed: {r['suite']}/{r['workload']} under {r['mode']}: "
+            f"{r['verdict_a']} (A) -> {r['verdict_b']} (B)"
+        )
+    if c.only_a:
+        lines.append(f"only in A ({len(c.only_a)}): {', '.join(c.only_a[:10])}"
+                     + (" ..." if len(c.only_a) > 10 else ""))  # fmt: skip
+    if c.only_b:
+        lines.append(f"only in B ({len(c.only_b)}): {', '.join(c.only_b[:10])}"
+                     + (" ..." if len(c.only_b) > 10 else ""))  # fmt: skip
+    return lines
+
+
+def _facts_line(f: dict[str, str | None]) -> str:
+    return ", ".join(f"{k} {f[k]}" for k in ENV_FACTS if f.get(k))
+
+
+def to_text(c: Comparison) -> str:
+    lines = [f"A: {c.a}  ({_facts_line(c.facts_a)})", f"B: {c.b}  ({_facts_line(c.facts_b)})", ""]
+    lines += [f"WARNING: {w}" for w in c.warnings]
+    if c.warnings:
+        lines.append("")
+    table = [list(HEADER), *rows(c)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    for r in table:
+        lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+    lines.append("")
+    lines += summary_lines(c)
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(c: Comparison) -> str:
+    from detbench.report.render import md_text as _md_text
+
+    lines = [
+        "# detbench comparison",
+        "",
+        f"- **A**: `{c.a}`: {_md_text(_facts_line(c.facts_a))}",
+        f"- **B**: `{c.b}`: {_md_text(_facts_line(c.facts_b))}",
+        "",
+    ]
+    if c.warnings:
+        lines += ["## Warnings", ""] + [f"- **{_md_text(w)}**" for w in c.warnings] + [""]
+    lines += ["## Summary", ""] + [f"- {_md_text(s)}" for s in summary_lines(c)] + [""]
+    lines += ["## Per workload and mode", ""]
+    lines.append("| " + " | ".join(HEADER) + " |")
+    lines.append("|" + "---|" * len(HEADER))
+    lines += ["| " + " | ".join(_md_text(x) for x in r) + " |" for r in rows(c)]
+    lines += [
+        "",
+        "B/A: B's throughput over A's (median over replicates of each replicate's median); 95% "
+        "interval from 2000 two-level bootstrap resamples of each run; significant when it "
+        "excludes 1. 'vs default': each run's throughput relative to its own default mode.",
+    ]
+    return "\n".join(lines) + "\n"

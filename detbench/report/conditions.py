@@ -1,0 +1,335 @@
+"""The report's sections on the conditions of a run, beside its results: the warnings a reader
+must see before citing a number, the float32 precision the modes ran in, the measurement's
+quality (spread across replicates, timing intervals), the method and the environment, GPU state
+included.
+
+Each reads the fields of env.json and of the records (see ``detbench.analysis.quality``) and leaves
+out
+what an older run did not record, so an old run's report keeps its old sections unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from detbench import analysis
+from detbench.analysis import quality
+from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
+from detbench.report.render import Block, Code, Heading, Para, Table, num
+from detbench.store.results import env_facts
+
+#: How the report names a record's ``precision`` values.
+PRECISION_WORDS = {"tf32": "TF32", "ieee": "full fp32 (IEEE)", "n/a": "n/a"}
+
+
+def joined(values: list[Any], unit: str = "") -> str:
+    return " / ".join(f"{v}{unit}" for v in values) if values else "not recorded"
+
+
+# --- Precision ---------------------------------------------------------------------------------
+
+
+def _precision_words(ps: list[tuple[str, ...]]) -> str:
+    """``[("tf32", "ieee")]`` -> "matmuls in TF32 and convolutions in full fp32 (IEEE)"."""
+    return " or ".join(
+        f"matmuls in {PRECISION_WORDS.get(m, m)} and convolutions in {PRECISION_WORDS.get(c, c)}"
+        for m, c in ps
+    )
+
+
+def precision_blocks(df: pd.DataFrame, baseline: str | None = None) -> list[Block]:
+    """What float32 matmuls and convolutions ran in under the baseline mode (of every relative
+    throughput; ``analysis.baseline_mode`` when None). Nothing for runs that did not record
+    it."""
+    baseline = analysis.baseline_mode(df["mode"]) if baseline is None else baseline
+    base = quality.precision_by_mode(df).get(str(baseline))
+    if not base:
+        return []
+    return [
+        Para(
+            f"Precision of the baseline: the {baseline} mode ran float32 "
+            f"{_precision_words(base)} (as each record says; TF32 keeps 10 of float32's 23 "
+            "mantissa bits of a product's inputs)."
+        )
+    ]
+
+
+def precision_warning(df: pd.DataFrame) -> str | None:
+    """A warning when the modes of one run did not all run float32 in the same precision: their
+    throughput ratios then mix precision with determinism."""
+    groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
+    for mode, ps in quality.precision_by_mode(df).items():
+        groups.setdefault(tuple(ps), []).append(mode)
+    if len(groups) < 2:
+        return None
+    parts = [f"{_precision_words(list(ps))} under {', '.join(ms)}" for ps, ms in groups.items()]
+    return (
+        "The modes did not all run float32 in the same precision: "
+        + "; ".join(parts)
+        + ". A throughput ratio between these groups mixes the cost of precision with the cost "
+        "of determinism (e.g. cuDNN convolutions in TF32 against their non-cuDNN fallback in "
+        "full fp32)."
+    )
+
+
+# --- Warnings ----------------------------------------------------------------------------------
+
+
+def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
+             costs: pd.DataFrame) -> list[str]:  # fmt: skip
+    """What a reader must know before trusting or citing the numbers."""
+    out: list[str] = []
+    facts = env_facts(env)
+    options = env.get("options") or {}
+    if facts["device"] == "cpu":
+        out.append(
+            "This run was on a CPU. The cuDNN flags have no effect there, so modes that differ "
+            "only in them measure the same thing, and their throughput differences are noise; "
+            "they are never recommended. Run on a GPU for the costs that matter."
+        )
+    throttle = quality.throttle_lines(env)
+    if throttle:
+        out.append(
+            "The GPU throttled during the run, so modes measured while it did look slower than "
+            "they are (see the GPU state under Environment): " + "; ".join(throttle)
+        )
+    if not env.get("finished_utc"):
+        out.append(
+            "The run did not finish (interrupted or still running): the results are partial."
+        )
+    git = env.get("git") or {}
+    if git.get("dirty"):
+        out.append(
+            f"The detbench checkout had uncommitted changes (commit {str(git.get('commit'))[:12]})."
+        )
+    modes = set(v["mode"])
+    baseline = analysis.baseline_mode(modes)
+    if DEFAULT_MODE.name not in modes:
+        out.append(
+            f"The {DEFAULT_MODE.name!r} mode was not run: every relative throughput, cost and "
+            f"recommendation is measured against {baseline!r} instead."
+        )
+    det = {
+        m for m in modes if (x := analysis.mode_of(m)) is not None and x.deterministic_algorithms
+    }
+    broken = v[(v["verdict"] == "nondeterministic") & v["mode"].isin(det)]
+    for (suite, workload), g in broken.groupby(["suite", "workload"], sort=False):
+        out.append(
+            f"{suite}/{workload} was not bitwise reproducible even with deterministic algorithms "
+            f"on ({', '.join(g['mode'])}): the nondeterminism comes from somewhere PyTorch's "
+            "flags do not reach (seeding, threads, data order, the workload itself)."
+        )
+    out += settings_changed_warnings(v)
+    ran = v[v["verdict"].isin(analysis.RAN)]
+    for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
+        if not g["verdict"].isin(analysis.RAN).any():
+            out.append(
+                f"{suite}/{workload} ran in no mode ({', '.join(sorted(set(g['verdict'])))}): "
+                "it is left out of its suite's recommendation."
+            )
+    failed = v[~v["verdict"].isin((*analysis.RAN, "settings_changed"))]
+    for status, g in failed.groupby("verdict", sort=False):
+        out.append(f"{len(g)} (workload, mode) pairs ended as '{status}': see Failures.")
+    single = ran[ran["verdict"] == "single"]
+    if len(single):
+        out.append(
+            f"{len(single)} (workload, mode) pairs had only one successful replicate: their "
+            "run-to-run behaviour is unknown."
+        )
+    if len(costs):
+        noisy = int(costs["noisy"].sum())
+        if noisy:
+            out.append(
+                f"{noisy} of {len(costs)} costs are marked noisy: a replicate's timing samples "
+                f"had an interquartile range above {analysis.NOISY_IQR:.0%} of their median."
+            )
+        nonbase = costs[costs["mode"] != baseline]
+        insig = int((~nonbase["significant"]).sum())
+        if insig:
+            out.append(
+                f"{insig} of {len(nonbase)} throughput differences from the {baseline} mode are "
+                "not significant (the 95% interval contains 1)."
+            )
+    tq = quality.timing_quality(df)
+    if len(tq) and tq["missed"].sum():
+        rule = quality.stopping_rule(df, options)
+        targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
+        out.append(
+            f"{int(tq['missed'].sum())} of {int(tq['timed'].sum())} timed records hit the "
+            f"timing budget ({joined(rule['budget'], ' s')}) before the 95% interval of their "
+            f"median step time reached {targets}: their figures are less certain (see Timing)."
+        )
+    mixed = precision_warning(df)
+    if mixed:
+        out.append(mixed)
+    precision = (env.get("worker") or {}).get("precision") or {}
+    if (
+        not quality.precision_by_mode(df)  # the records say it more exactly; see Precision
+        and facts["device"] == "cuda"
+        and (precision.get("cuda_matmul_allow_tf32") or precision.get("cudnn_allow_tf32"))
+    ):
+        out.append(
+            "TF32 was allowed (torch's defaults, left as they were: cuDNN "
+            f"{precision.get('cudnn_allow_tf32')}, "
+            f"cuBLAS {precision.get('cuda_matmul_allow_tf32')}):"
+            " it changes float32 results against full precision, not their reproducibility."
+        )
+    column = CUBLAS_ENV.lower()
+    if column in df.columns:
+        base = df.loc[df["mode"] == baseline, column].dropna()
+        if len(base):
+            out.append(
+                f"The {baseline} mode ran with {CUBLAS_ENV}={base.iloc[0]}: the baseline "
+                "had cuBLAS's deterministic workspace too, so the cost of the modes that set it "
+                "is understated."
+            )
+    if options.get("replicates", 3) < 3:
+        out.append(
+            f"Only {options.get('replicates')} replicates per mode: a rare nondeterministic "
+            "outcome can go unseen; use 3 or more for a report you publish."
+        )
+    return out
+
+
+def settings_changed_warnings(v: pd.DataFrame) -> list[str]:
+    """One warning per (workload, mode) with records whose workload changed a setting that the
+    mode applied (``settings_changed``), naming the settings: those records are not counted."""
+    out: list[str] = []
+    if "changed" not in v.columns:
+        return out
+    for r in v[v["changed"] > 0].to_dict("records"):
+        names = ", ".join(r["changed_settings"])
+        where = (
+            f"{r['suite']}/{r['workload']} under {r['mode']} changed {names} during the workload"
+        )
+        if r["changed"] >= r["replicates"]:
+            out.append(f"{where}; its verdict is not counted.")
+        else:
+            out.append(
+                f"{where} in {r['changed']} of {r['replicates']} replicates; those replicates "
+                f"are not counted in its verdict ({r['verdict']})."
+            )
+    return out
+
+
+# --- Measurement quality -----------------------------------------------------------------------
+
+
+def spread_table(df: pd.DataFrame) -> Table | None:
+    """Per suite and mode: the geometric mean relative throughput within each replicate, its
+    min and max, next to the pooled estimate."""
+    baseline = str(analysis.baseline_mode(df["mode"]))
+    s = quality.replicate_spread(analysis.counted(df), baseline)
+    if s.empty:
+        return None
+    rows: list[list[str | Code]] = []
+    for r in s[s["mode"] != baseline].to_dict("records"):  # the baseline's is 1 always
+        per = r["per_replicate"]
+        rows.append([
+            str(r["suite"]), str(r["mode"]), num(r["pooled"], ".3f"), num(r["min"], ".3f"),
+            num(r["max"], ".3f"), num(r["max"] / r["min"], ".2f") + "x",
+            ", ".join(f"{k}: {num(x, '.3f')}" for k, x in per.items()), str(r["workloads"]),
+        ])  # fmt: skip
+    return Table(
+        ["suite", "mode", "pooled", "min", "max", "max/min", "replicate: value", "workloads"],
+        rows,
+        caption=f"throughput relative to the {baseline} mode (geometric mean over the suite's "
+        "workloads): pooled over replicates, and within each replicate",
+    )
+
+
+def _half_width(x: Any) -> str:
+    """A relative half-width as a percentage to 0.1 (targets are 1% on a GPU, 3% on a CPU)."""
+    return "–" if x is None else f"±{100 * float(x):.1f}%"
+
+
+def timing_table(df: pd.DataFrame) -> Table | None:
+    tq = quality.timing_quality(df)
+    if tq.empty:
+        return None
+    rows: list[list[str | Code]] = []
+    for r in tq.to_dict("records"):
+        rows.append([
+            str(r["suite"]), str(r["timed"]), str(r["reached"]), str(r["missed"]),
+            _half_width(r["median_ci_rel"]), _half_width(r["max_ci_rel"]),
+        ])  # fmt: skip
+    return Table(
+        ["suite", "timed records", "reached the target", "hit the budget first",
+         "median 95% interval", "widest 95% interval"],
+        rows,
+        caption="95% interval of each record's median step time, as a fraction of the median",
+    )  # fmt: skip
+
+
+def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
+    """How much each mode's cost moved between replicates, and how well the timing converged."""
+    blocks: list[Block] = []
+    baseline = analysis.baseline_mode(df["mode"])
+    spread = spread_table(df)
+    if spread is not None:
+        order = env.get("mode_order") or {}
+        how = (
+            f"The modes ran in a shuffled order in each replicate (seed {order.get('seed')}), "
+            "so a slow period of the machine lands on different modes in different replicates "
+            "and widens their spread instead of biasing one mode."
+            if order.get("replicates")
+            else "The modes ran in the same order in every replicate (this run predates "
+            "shuffling), so a slow period at the same point of each replicate biases the modes "
+            "that ran then."
+        )
+        blocks += [
+            Heading(3, "Spread across replicates"),
+            Para(
+                f"Each mode's throughput relative to the {baseline} mode, computed within each "
+                f"replicate (the mode and the {baseline} mode measured in the same replicate) and "
+                "pooled over replicates. Modes that are the same computation (on a CPU, those "
+                f"that differ only in cuDNN flags) should agree: a wide spread is drift. {how} "
+                "The pooled figure is the ratio of the medians over replicates (as in the tables "
+                "above), so it can fall outside the per-replicate range."
+            ),
+            spread,
+        ]
+    timing = timing_table(df)
+    if timing is not None:
+        missed = (env.get("run_stats") or {}).get("timing_target_missed")
+        blocks += [
+            Heading(3, "Timing"),
+            Para(
+                "Each record was sampled until the 95% interval of its median step time was "
+                "within the target, or until the budget ran out (see Method)."
+                + (
+                    f" The runner counted {missed} records that hit the budget first "
+                    "(run_stats, last session)."
+                    if missed is not None
+                    else ""
+                )
+            ),
+            timing,
+        ]
+    agreement = quality.fingerprint_agreement(df)
+    if not agreement.empty:
+        n, agree = len(agreement), int(agreement["agree"].sum())
+        steps = int(agreement["steps_agree"].sum())
+        differ = agreement[~agreement["agree"] | ~agreement["steps_agree"]]
+        blocks += [
+            Heading(3, "Fingerprints checked against sha256"),
+            Para(
+                "This run recorded both fingerprints of every record (--fingerprint both). The "
+                f"device digest and sha256 split the replicates the same way for {agree} of {n} "
+                f"(workload, mode) pairs, and step by step for {steps} of {n}; "
+                f"{int((agreement['device_distinct'] > 1).sum())} pairs were nondeterministic "
+                "by both."
+                + (
+                    " They disagree for: "
+                    + ", ".join(f"{r.suite}/{r.workload} [{r.mode}]" for r in differ.itertuples())
+                    if len(differ)
+                    else ""
+                )
+            ),
+        ]
+    return [Heading(2, "Measurement quality"), *blocks] if blocks else []
+
+
+# --- Method ------------------------------------------------------------------------------------

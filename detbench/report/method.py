@@ -1,0 +1,199 @@
+"""The report's account of how a run was made (timing, fingerprints, the rule, settings read back)
+and where (the environment and the GPU's state before and after), from env.json and the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from detbench import analysis
+from detbench.analysis import quality
+from detbench.analysis.recommend import RULE
+from detbench.core.modes import CUBLAS_ENV
+from detbench.report.conditions import joined
+from detbench.report.render import Block, Bullets, Code, Heading, Table, num
+from detbench.store.results import env_facts
+
+FINGERPRINT_WORDS = {
+    "device": "computed where the tensor lives, with integer arithmetic whose result does not "
+    "depend on the order of the reduction",
+    "sha256": "sha256 on the host",
+}
+
+
+def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
+    rule = quality.stopping_rule(df, o)
+    if not rule:
+        return (
+            "Timing: torch.utils.benchmark.Timer.blocked_autorange with at least "
+            f"{o.get('min_run_time')} s of samples after {o.get('warmup_steps')} warm-up steps, "
+            "the device synchronised around each block; the figure per replicate is the median "
+            "step time, and a mode's throughput is the median over replicates."
+        )
+    targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
+    return (
+        f"Timing: after {joined(rule['warmup_steps'])} warm-up steps, samples (clock: "
+        f"{joined(rule['clock'])}) until the 95% interval of the median step time is within "
+        f"{targets} of the median, with at least {joined(rule['min_samples'])} samples and at "
+        f"most {joined(rule['budget'], ' s')} of sampling; the figure per replicate is the "
+        "median step time, and a mode's throughput is the median over replicates."
+    )
+
+
+def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
+    o = env.get("options") or {}
+    stats = env.get("run_stats") or {}
+    facts = env_facts(env)
+    order = env.get("mode_order") or {}
+    methods = (
+        [str(m) for m in dict.fromkeys(df["fingerprint_method"].dropna())]
+        if "fingerprint_method" in df.columns
+        else []
+    )
+    digest = (
+        "a digest taken over the dtype, shape and bits of every output of every step ("
+        + "; ".join(f"{m}: {FINGERPRINT_WORDS.get(m, m)}" for m in methods)
+        + ")"
+        if methods
+        else "a sha256 taken over the dtype, shape and bytes of every output of every step"
+    )
+    items = [
+        f"Modes: {', '.join(o.get('modes') or [])}. Each mode is applied once in a fresh worker "
+        "process before any work, and checked against what torch reports.",
+        f"Replicates: {o.get('replicates')} per mode, each in its own fresh process; "
+        + (
+            f"replicates are the outer loop, and the modes run in a shuffled order within each "
+            f"(seed {order.get('seed')}; env.json mode_order), so a slow period of the machine "
+            "widens the spread of the modes it meets instead of biasing them."
+            if order.get("replicates")
+            else "replicates are the outer loop and modes the inner one, so a slow period of "
+            "the machine does not fall on one mode only."
+        ),
+        f"Reproducibility: every generator is seeded with {o.get('seed')} before each workload "
+        f"is built; then {o.get('fingerprint_steps')} steps (training workloads: their own "
+        f"count) are run and {digest}. A (workload, mode) is reproducible when every "
+        "replicate's fingerprint is equal; the maximum absolute difference is measured against "
+        "the first replicate.",
+        _timing_item(df, o),
+        "Intervals: 95% percentile intervals of the throughput ratio against the "
+        f"{analysis.baseline_mode(df['mode'])} mode "
+        "from 2000 two-level bootstrap resamples (replicates, then the timing samples within "
+        "each), drawn independently for the mode and the baseline, with a fixed seed. A "
+        "difference is significant when the interval excludes 1; a cost is noisy when a "
+        f"replicate's samples have an IQR above {analysis.NOISY_IQR:.0%} of their median.",
+        f"Recommendations: {RULE}. Per suite, a mode qualifies when it is reproducible for "
+        "every workload; its throughput is the geometric mean over the workloads. The intervals "
+        "compared there are each mode's own: its bootstrap throughput over the baseline's point "
+        "estimate (the baseline divides out of a comparison of two modes), per suite of the "
+        "geometric mean with each workload resampled; a fixed seed per workload and mode.",
+    ]
+    if "settings_changed" in df.columns and df["settings_changed"].notna().any():
+        items.append(
+            "Settings read back: every setting is read back after each workload's build and "
+            "after its last step. Records whose workload changed one the mode applied "
+            "(settings_changed: a training script that turns deterministic algorithms off, or "
+            "benchmark on) do not count toward their mode's verdict, throughput or memory; the "
+            "Warnings name them."
+        )
+    if not analysis.peak_memory(df).empty:
+        items.append(
+            "Memory: each record's peak, measured over its workload alone. On a GPU, torch's "
+            "peak allocated bytes (reset when the workload starts); on a CPU, how far the "
+            "worker's peak RSS rose above its RSS at the workload's start, with the peak reset "
+            "per workload through /proc/self/clear_refs (where Linux refuses that reset, the "
+            "record says so in memory.peak_reset and its figure is a lower bound: 0 when an "
+            "earlier workload of the worker peaked higher). The tables show the median over "
+            f"replicates and its ratio to the {analysis.baseline_mode(df['mode'])} mode's."
+        )
+    items.append(
+        f"Profile {o.get('profile')} on {facts['device']}; {len(df)} records, started "
+        f"{env.get('started_utc')}, finished {env.get('finished_utc') or 'never'}"
+        + (
+            f", resumed {len(env['resumed_utc'])} time(s) ({', '.join(env['resumed_utc'])}); "
+            f"the last session took {num(stats.get('wall'), '.0f')} s."
+            if env.get("resumed_utc")
+            else f"; {num(stats.get('wall'), '.0f')} s."
+        )
+    )
+    if "seeding" in df.columns and (df["seeding"] == "recipe").any():
+        suites = sorted(set(df.loc[df["seeding"] == "recipe", "suite"]))
+        items.append(
+            f"Seeding in {', '.join(suites)}: not done by detbench. Those workloads start from "
+            "the generators' state in a fresh process (seeded from OS entropy) and seed as "
+            "their recipe says; see Recipes."
+        )
+    return [Heading(2, "Method"), Bullets(items)]
+
+
+# --- Environment -------------------------------------------------------------------------------
+
+
+def _before_after(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, key: str,
+                  unit: str) -> str:  # fmt: skip
+    """``before -> after unit`` (one value when they are equal); "–" for a missing side."""
+    b = num((before or {}).get(key), ".4g")
+    a = num((after or {}).get(key), ".4g")
+    return f"{b} {unit}" if a == b else f"{b} → {a} {unit}"
+
+
+def _reasons(snap: Mapping[str, Any] | None) -> str:
+    if snap is None:
+        return "–"
+    reasons = snap.get("throttle_reasons")
+    return ", ".join(map(str, reasons)) if reasons else "none"
+
+
+def gpu_state_rows(env: dict[str, Any]) -> list[list[str | Code]]:
+    """The GPU's clocks, power and temperature before and after the run; "not recorded" (with
+    the reason) where the run has no snapshot. Nothing for an older CPU run."""
+    state = env.get("gpu_state")
+    if state is None:
+        return [["GPU state", "not recorded"]] if env_facts(env)["device"] == "cuda" else []
+    before, after = quality.gpu_snapshot(env, "before"), quality.gpu_snapshot(env, "after")
+    if before is None and after is None:
+        why = (state or {}).get("reason") or "no NVML"
+        return [["GPU state", f"not recorded ({why})"]]
+    return [
+        ["GPU state (before → after the run)", f"from {state.get('source')}"],
+        ["SM clock", _before_after(before, after, "sm_clock_mhz", "MHz")
+         + f" (max {num((before or after or {}).get('max_sm_clock_mhz'), '.4g')} MHz)"],
+        ["memory clock", _before_after(before, after, "mem_clock_mhz", "MHz")],
+        ["power limit", _before_after(before, after, "power_limit_w", "W")],
+        ["power draw", _before_after(before, after, "power_draw_w", "W")],
+        ["temperature", _before_after(before, after, "temperature_c", "°C")],
+        ["throttle reasons", f"{_reasons(before)} → {_reasons(after)}"],
+    ]  # fmt: skip
+
+
+def environment_table(env: dict[str, Any]) -> Table:
+    facts = env_facts(env)
+    host = env.get("host") or {}
+    worker = env.get("worker") or {}
+    git = env.get("git") or {}
+    options = env.get("options") or {}
+    collected = host.get("collect_env") or {}
+    if worker.get("cuda_build"):  # torch.version.cuda (older runs: "cuda_runtime")
+        facts["cuda"] = str(worker["cuda_build"])
+    rows: list[list[str | Code]] = [[k, v if v is not None else "–"] for k, v in facts.items()]
+    for key, label in (("cublas_version", "cuBLAS"), ("sm_count", "SM count"),
+                       ("gpu_uuid", "GPU UUID"), ("mig_mode", "MIG mode")):  # fmt: skip
+        if key in worker:
+            rows.append([label, str(worker[key]) if worker[key] is not None else "unknown"])
+    rows += gpu_state_rows(env)
+    rows += [
+        ["OS", str(collected.get("os") or host.get("platform") or "–")],
+        ["CUBLAS_WORKSPACE_CONFIG (outside the modes)", str(worker.get("CUBLAS_WORKSPACE_CONFIG"))],
+    ]
+    if "inherited_cublas_workspace_config" in options:
+        inherited = options["inherited_cublas_workspace_config"]
+        rows.append([f"{CUBLAS_ENV} in the shell that started the run",
+                     "not set" if inherited is None else str(inherited)])  # fmt: skip
+    rows += [
+        ["precision settings", Code(", ".join(
+            f"{k}={v}" for k, v in sorted((worker.get("precision") or {}).items())))],
+        ["detbench commit", str(git.get("commit"))[:12] + (" (dirty)" if git.get("dirty") else "")],
+    ]  # fmt: skip
+    return Table(["", "value"], rows)

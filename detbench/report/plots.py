@@ -1,0 +1,257 @@
+"""The report's figures (matplotlib, written as PNG and SVG).
+
+- ``plane``: per suite, every mode on the speed-versus-reproducibility plane, the frontier of best
+  choices joined and the recommended mode starred.
+- ``heatmap``: per suite, workloads x modes, coloured by throughput relative to the default mode,
+  each cell marked reproducible (=), nondeterministic (≠, outlined) or with the status that stopped
+  it (unsupported, error, ...).
+- ``divergence``: for workloads that record their loss every step (training), how far the
+  replicates' losses drift apart step by step, in the modes where they are not bitwise identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from detbench import analysis
+from detbench.core.modes import DEFAULT_MODE
+
+#: The heatmap's colour scale: log2 of relative throughput, clipped to 0.25x..4x.
+LOG2_CLIP = 2.0
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One figure as written: its kind, suite, title and the PNG and SVG paths."""
+
+    kind: str
+    suite: str
+    title: str
+    png: Path
+    svg: Path
+
+
+def mode_tick(label: str) -> str:
+    """A mode's name for an axis: a mode with settings on several lines, one setting a line."""
+    base, _, rest = label.partition("[")
+    if not rest:
+        return label
+    return base + "\n" + "\n".join(rest.rstrip("]").split(","))
+
+
+def _tick_room(labels: list[str]) -> float:
+    """Inches under an axis for these labels at 35 degrees, 9 pt (about 0.075 in a character)."""
+    ticks = [mode_tick(m).splitlines() for m in labels] or [[""]]
+    longest = max(len(line) for lines in ticks for line in lines)
+    return 0.045 * longest + 0.16 * max(len(lines) for lines in ticks)
+
+
+def _mode_index(modes: list[str]) -> dict[str, str]:
+    """Short labels (M0, M1, ...) in the canonical mode order, as in the summary table."""
+    return {m: f"M{i}" for i, m in enumerate(analysis.ordered_modes(modes))}
+
+
+#: One marker per mode, hollow, so modes at the same spot (on a CPU the cuDNN flags change
+#: nothing) stay visible on top of each other.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+
+def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None,
+                 baseline: str = DEFAULT_MODE.name) -> Figure:  # fmt: skip
+    """Relative throughput (x) against the fraction of workloads reproducible (y), per mode."""
+    pts = points.dropna(subset=["relative_throughput"])
+    labels = _mode_index(list(points["mode"]))
+    # The legend goes under the axes, one line per mode: names with settings are long.
+    fig, ax = plt.subplots(figsize=(9, 5.0 + 0.2 * (len(labels) + 2)), layout="constrained")
+    ax.axvline(1.0, color="0.75", lw=1, zorder=0)
+    ax.axhline(1.0, color="0.85", lw=1, ls=":", zorder=0)
+    front = pts[pts["frontier"]].sort_values("relative_throughput")
+    if len(front):
+        ax.step(
+            front["relative_throughput"], front["reproducible"], where="post", color="tab:green",
+            lw=1.5, alpha=0.5, zorder=1,
+        )  # fmt: skip
+        ax.scatter(
+            front["relative_throughput"], front["reproducible"], s=600, color="tab:green",
+            alpha=0.22, lw=0, zorder=1, label="frontier: no mode is faster and more reproducible",
+        )  # fmt: skip
+    colours = [f"C{k}" for k in range(10)]  # matplotlib's default cycle (tab10)
+    for k, mode in enumerate(labels):
+        at = pts[pts["mode"] == mode]
+        if at.empty:
+            continue
+        ax.scatter(
+            at["relative_throughput"], at["reproducible"], marker=MARKERS[k % len(MARKERS)],
+            s=70 + 12 * (k % 4), facecolor="none", edgecolor=colours[k % 10], lw=1.6, zorder=3,
+            label=f"{labels[mode]} {mode}",
+        )  # fmt: skip
+    if recommended is not None and recommended in set(pts["mode"]):
+        star = pts[pts["mode"] == recommended]
+        ax.scatter(
+            star["relative_throughput"], star["reproducible"], marker="*", s=420,
+            facecolor="gold", edgecolor="black", zorder=2, label=f"recommended: {recommended}",
+        )  # fmt: skip
+    ax.set_xlabel(f"throughput relative to the {baseline} mode (geometric mean over workloads)")
+    ax.set_ylabel("fraction of workloads bitwise reproducible")
+    ax.set_ylim(-0.05, 1.08)
+    lo = float(min(pts["relative_throughput"].min(), 1.0)) if len(pts) else 0.5
+    hi = float(max(pts["relative_throughput"].max(), 1.0)) if len(pts) else 1.5
+    pad = 0.06 * (hi - lo) + 0.02
+    ax.set_xlim(lo - pad, hi + pad)
+    n = int(points["workloads"].iloc[0]) if len(points) else 0
+    ax.set_title(f"{suite}: speed versus reproducibility, per mode ({n} workloads)")
+    fig.legend(loc="outside lower center", fontsize=8, frameon=False, ncols=1)
+    ax.grid(alpha=0.2)
+    return fig
+
+
+def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.name) -> Figure:
+    """Workloads x modes: colour = relative throughput, text = ratio and reproducibility mark."""
+    modes = [m for m in _mode_index(list(dict.fromkeys(v["mode"])))]
+    workloads = list(dict.fromkeys(v["workload"]))
+    cell = v.set_index(["workload", "mode"])
+    rel = np.full((len(workloads), len(modes)), np.nan)
+    for i, w in enumerate(workloads):
+        for j, m in enumerate(modes):
+            if (w, m) in cell.index and cell.loc[(w, m), "verdict"] in analysis.RAN:
+                rel[i, j] = cell.loc[(w, m), "rel"]
+    logs = np.clip(np.log2(rel), -LOG2_CLIP, LOG2_CLIP)
+    width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
+    height = 1.6 + 0.4 * len(workloads) + _tick_room(modes)
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    cmap = plt.get_cmap("RdBu").with_extremes(bad="0.85")
+    norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
+    im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
+    for i, w in enumerate(workloads):
+        for j, m in enumerate(modes):
+            if (w, m) not in cell.index:
+                continue
+            verdict = str(cell.loc[(w, m), "verdict"])
+            mark = analysis.MARKS.get(verdict, verdict)
+            if verdict in analysis.RAN:
+                r = rel[i, j]
+                text = f"{r:.2f} {mark}" if np.isfinite(r) else mark
+            else:
+                text = mark
+            dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
+            ax.text(j, i, text, ha="center", va="center", fontsize=9,
+                    color="white" if dark else "black")  # fmt: skip
+            if verdict == "nondeterministic":
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
+    ax.set_xticks(range(len(modes)), [mode_tick(m) for m in modes], rotation=35, ha="right",
+                  fontsize=9, rotation_mode="anchor")  # fmt: skip
+    ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
+    ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
+    bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
+    bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
+    bar.set_label(f"throughput relative to the {baseline} mode")
+    ax.set_title(
+        f"{suite}: relative throughput per workload and mode\n"
+        "= bitwise identical in every replicate, ≠ (outlined) not; grey: did not run",
+        fontsize=10,
+    )
+    return fig
+
+
+def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
+    """One panel per workload: the largest loss difference between replicates at each step, one
+    line per mode; a hollow marker where the loss is still equal but a parameter differs."""
+    workloads = list(dict.fromkeys(d["workload"]))
+    fig, axes = plt.subplots(
+        len(workloads), 1, figsize=(8, 2.8 * len(workloads) + 0.6), layout="constrained",
+        squeeze=False,
+    )  # fmt: skip
+    for ax, w in zip(axes[:, 0], workloads, strict=True):
+        g = d[d["workload"] == w]
+        nonzero = g.loc[g["max_abs_loss_diff"] > 0, "max_abs_loss_diff"]
+        # Where the loss is equal but parameters differ: a hollow marker below the lowest
+        # difference (on the log axis), or at 0 when no loss differs at all.
+        floor = float(nonzero.min()) / 10 if len(nonzero) else 0.0
+        for mode, m in g.groupby("mode", sort=False):
+            m = m.sort_values("step")
+            y = m["max_abs_loss_diff"].to_numpy(dtype=float)
+            shown = np.where(y > 0, y, np.nan)
+            (line,) = ax.plot(m["step"], shown, marker="o", ms=4, label=str(mode))
+            hidden = (y == 0) & m["step_fingerprint_differs"].to_numpy()
+            if hidden.any():
+                ax.scatter(
+                    m["step"][hidden], np.full(hidden.sum(), floor), marker="o",
+                    facecolor="none", edgecolor=line.get_color(), s=30,
+                )  # fmt: skip
+            first = m.loc[m["step_fingerprint_differs"], "step"]
+            if len(first):
+                ax.axvline(int(first.min()), color=line.get_color(), ls=":", lw=1)
+        if len(nonzero):
+            ax.set_yscale("log")
+        else:
+            ax.text(
+                0.5, 0.6, "the loss is identical at every step; the parameters are not",
+                transform=ax.transAxes, ha="center", fontsize=9,
+            )  # fmt: skip
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_title(f"{w}", fontsize=10)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("max |loss difference|")
+        ax.grid(alpha=0.2)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(
+        f"{suite}: how far replicates drift apart (dotted: first step whose parameters differ;"
+        " hollow: loss equal, parameters not)",
+        fontsize=9,
+    )
+    return fig
+
+
+def _save(fig: Figure, directory: Path, stem: str) -> tuple[Path, Path]:
+    png, svg = directory / f"{stem}.png", directory / f"{stem}.svg"
+    fig.savefig(png, dpi=110)
+    fig.savefig(svg)
+    plt.close(fig)
+    return png, svg
+
+
+def write_plots(df: pd.DataFrame, directory: Path,
+                recommendations: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
+    """Every figure of a result set, written under ``directory`` as PNG and SVG;
+    ``recommendations``: ``analysis.recommendations`` of ``df`` where the caller has it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    v = analysis.verdicts(df)
+    if v.empty:
+        return []
+    baseline = str(analysis.baseline_mode(v["mode"]))
+    v = v.assign(rel=analysis.relative_throughput(v, baseline))
+    points = analysis.plane(df, baseline)
+    rec = analysis.recommendations(df, baseline) if recommendations is None else recommendations
+    div = analysis.divergence(df)
+    plots: list[Plot] = []
+    for suite in dict.fromkeys(v["suite"]):
+        s = str(suite)
+        suite_rec = rec[(rec["suite"] == s) & (rec["workload"] == "*")]
+        recommended = suite_rec["mode"].iloc[0] if len(suite_rec) else None
+        # No plane for a suite none of whose workloads ran in any mode (every record
+        # unsupported, say): there is no point to place; the heatmap shows why.
+        here = points[points["suite"] == s] if "suite" in points.columns else points.iloc[:0]
+        if len(here):
+            title = f"{s}: speed versus reproducibility"
+            fig = plane_figure(here, s, recommended, baseline)
+            plots.append(Plot("plane", s, title, *_save(fig, directory, f"{s}-plane")))
+        fig = heatmap_figure(v[v["suite"] == s], s, baseline)
+        title = f"{s}: relative throughput and reproducibility per workload"
+        plots.append(Plot("heatmap", s, title, *_save(fig, directory, f"{s}-heatmap")))
+        if not div.empty and (div["suite"] == s).any():
+            fig = divergence_figure(div[div["suite"] == s], s)
+            title = f"{s}: divergence between replicates, step by step"
+            plots.append(Plot("divergence", s, title, *_save(fig, directory, f"{s}-divergence")))
+    return plots

@@ -1,0 +1,305 @@
+"""What a run is asked to do: its options (``RunConfig``), the defaults of each profile, the
+workloads it selects, the options of a run to resume, and the checks that refuse bad input before
+anything is written."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detbench.core.errors import DetbenchError
+from detbench.core.modes import CUBLAS_ENV, MODES, Mode, get_mode
+from detbench.core.workload import Workload, builtin_suite_files, load_file
+from detbench.store.results import ENV_FILE, iter_records, load_env
+from detbench.worker.protocol import DEFAULT_TIMEOUT
+
+#: Per-profile defaults: steps hashed by the fingerprint pass, warm-up steps, and the timing
+#: budget: the most seconds of samples a record takes (the stopping rule usually ends it sooner).
+PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "quick": {"fingerprint_steps": 3, "warmup_steps": 2, "budget": 0.1},
+    "full": {"fingerprint_steps": 3, "warmup_steps": 5, "budget": 0.3},
+}
+#: The stopping rule's target: the 95% interval of the median within +-1% on a GPU, whose kernel
+#: times are stable, and +-3% on a CPU, whose shared cores are not.
+TARGET_REL = {"cuda": 0.01, "cpu": 0.03}
+#: The fewest samples a record takes: 6, the fewest that have a 95% interval of the median (with
+#: 5, even [min, max] covers only 93.75%); detbench.worker.timing enforces the same floor.
+MIN_SAMPLES = 6
+#: Seconds a workload may run before its worker is killed, unless --timeout says otherwise: a
+#: wedged GPU or a deadlocked DataLoader must not stall a run forever.
+#: Seconds a worker may take from its turn to ``ready`` (imports, CUDA initialisation).
+STARTUP_TIMEOUT = 300.0
+#: --fingerprint: the digest on the device, sha256 on the host, or both (to check one by the other).
+FINGERPRINTS = ("device", "sha256", "both")
+
+
+#: The facts that must not change between a run and its resumption, with the words for them.
+RESUME_FACTS = {
+    "device": "the device",
+    "gpu": "the GPU",
+    "driver": "the NVIDIA driver",
+    "cuda": "CUDA",
+    "cudnn": "cuDNN",
+    "torch": "torch",
+}
+
+
+class RunError(DetbenchError):
+    """A run that cannot start as asked (one clear line for the user)."""
+
+
+@dataclass
+class RunConfig:
+    out: Path
+    suites: list[str] = field(default_factory=list)
+    workload_files: list[Path] = field(default_factory=list)
+    modes: list[Mode] = field(default_factory=lambda: list(MODES))
+    replicates: int = 3
+    profile: str = "quick"
+    device: str = "cpu"
+    seed: int = 0
+    fingerprint_steps: int | None = None
+    warmup_steps: int | None = None
+    #: Seconds of timing samples per record at most (None: the profile's).
+    budget: float | None = None
+    timeout: float | None = DEFAULT_TIMEOUT
+    startup_timeout: float = STARTUP_TIMEOUT
+    #: How outputs are fingerprinted: "device", "sha256", or "both" (both recorded, to check one
+    #: against the other). None: the device digest on a GPU, where it spares copying every output
+    #: to the host; sha256 on a CPU, where the tensors are on the host already and sha256 is about
+    #: 5x faster than the integer digest (benchmarks/test_digest_speed.py).
+    fingerprint: str | None = None
+    python: str = sys.executable
+    #: Only these workloads (``suite/name``), in this order; None: every selected workload.
+    only: list[str] | None = None
+    #: Continue the run in ``out``: measure only what has no record yet.
+    resume: bool = False
+    #: The ``--set`` overrides the modes carry (for env.json; the modes already hold them).
+    settings: dict[str, str] = field(default_factory=dict)
+    #: Mode name -> the only workload keys that mode runs; a mode not named runs them all.
+    only_for: dict[str, list[str]] | None = None
+    #: The study this run is part of (an attribution study's definition), written to env.json.
+    study: dict[str, Any] | None = None
+    #: ``--devices``: the devices whose workers run in parallel, one worker per device at a time,
+    #: as names (``parse_devices``: "cuda:0", "cuda:1"; "cpu:0", "cpu:1" for two cpu entries).
+    #: None: one worker at a time on ``device``, as without the option.
+    devices: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.fingerprint is None:
+            self.fingerprint = "device" if self.device == "cuda" else "sha256"
+
+    @property
+    def device_names(self) -> list[str]:
+        """The devices the run's workers run on: ``devices``, or the one ``device``."""
+        return list(self.devices) if self.devices else [f"{self.device}:0"]
+
+    @property
+    def parallel_cpu(self) -> bool:
+        """Whether CPU workers run side by side (``--devices cpu,cpu``): they share the cores."""
+        return self.device == "cpu" and len(self.device_names) > 1
+
+    def setting(self, key: str) -> Any:
+        value = getattr(self, key)
+        return PROFILE_DEFAULTS[self.profile][key] if value is None else value
+
+    def options_json(
+        self, workloads: list[Workload], sources: list[str], threads: int | None, target: float
+    ) -> dict[str, Any]:
+        """The run's options as env.json keeps them, for the report and for ``--resume``;
+        ``threads``: each parallel CPU worker's share of torch's threads (None: not parallel)."""
+        return {
+            "argv": sys.argv,
+            "suites": sorted({w.suite for w in workloads}),
+            "workloads": [w.key for w in workloads],
+            "sources": sources,
+            "modes": [m.name for m in self.modes],
+            "settings": self.settings,
+            "only_for": self.only_for,
+            "replicates": self.replicates,
+            "profile": self.profile,
+            "device": self.device,
+            "devices": self.devices,
+            "threads_per_worker": threads,
+            "seed": self.seed,
+            "fingerprint_steps": self.setting("fingerprint_steps"),
+            "warmup_steps": self.setting("warmup_steps"),
+            "budget": self.setting("budget"),
+            "target_rel": target,
+            "min_samples": MIN_SAMPLES,
+            "fingerprint": self.fingerprint,
+            "timeout": self.timeout,
+            "startup_timeout": self.startup_timeout,
+            "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
+        }
+
+
+def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
+    """The files a worker loads and the workloads to run, in order.
+
+    With no ``--suite`` and no ``--workload`` every built-in suite runs; ``--workload`` alone runs
+    only the user's workloads; both together run both.
+    """
+    builtin = builtin_suite_files()
+    suites = config.suites or ([] if config.workload_files else list(builtin))
+    unknown = [s for s in suites if s not in builtin]
+    if unknown:
+        raise RunError(
+            f"unknown suite {unknown[0]!r}; built-in suites: {', '.join(builtin) or 'none'}"
+        )
+    sources: list[str] = []
+    chosen: list[Workload] = []
+    for s in suites:
+        sources.append(str(builtin[s]))
+        chosen += [w for w in load_file(builtin[s]) if w.suite == s]
+    for f in config.workload_files:
+        defined = load_file(f)  # errors name the path as the user gave it
+        if not defined:
+            raise RunError(
+                f"{f} defines no workload (no function decorated with @detbench.workload)"
+            )
+        chosen += defined
+        sources.append(str(Path(f).resolve()))
+    seen: set[str] = set()
+    unique = [w for w in chosen if not (w.key in seen or seen.add(w.key))]  # type: ignore[func-returns-value]
+    if config.only is not None:
+        by_key = {w.key: w for w in unique}
+        missing = [k for k in config.only if k not in by_key]
+        if missing:
+            raise RunError(
+                f"unknown workload {missing[0]!r}; the workloads of this run: "
+                f"{', '.join(by_key) or 'none'}"
+            )
+        unique = [by_key[k] for k in config.only]
+    if not unique:
+        raise RunError("no workloads to run")
+    return sources, unique
+
+
+def resume_config(directory: Path) -> RunConfig:
+    """The configuration of the run in ``directory``, to continue it (``--resume``)."""
+    if not directory.is_dir():
+        raise RunError(f"no such results directory: {directory}")
+    if not (directory / ENV_FILE).is_file():
+        raise RunError(f"{directory} holds no {ENV_FILE}: not a detbench run, nothing to resume")
+    env = load_env(directory)
+    for _ in iter_records(directory):  # a malformed or truncated file: its one-line error
+        pass
+    o = env.get("options") or {}
+    try:
+        sources = [Path(s) for s in o["sources"]]
+        config = RunConfig(
+            out=directory,
+            workload_files=sources,
+            modes=[get_mode(m) for m in o["modes"]],
+            replicates=int(o["replicates"]),
+            profile=str(o["profile"]),
+            device=str(o["device"]),
+            seed=int(o["seed"]),
+            fingerprint_steps=o.get("fingerprint_steps"),
+            warmup_steps=o.get("warmup_steps"),
+            budget=o.get("budget", o.get("min_run_time")),
+            timeout=o.get("timeout"),
+            startup_timeout=float(o.get("startup_timeout") or STARTUP_TIMEOUT),
+            # Runs before the device digest were fingerprinted with sha256: a resumed run must
+            # hash as its first records did, or every workload would look nondeterministic.
+            fingerprint=str(o.get("fingerprint", "sha256")),
+            only=list(o["workloads"]),
+            resume=True,
+            settings=dict(o.get("settings") or {}),
+            only_for=o.get("only_for"),
+            study=env.get("study"),
+            devices=o.get("devices"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None
+    for s in sources:
+        if not s.is_file():
+            raise RunError(f"cannot resume: the run's workload file {s} no longer exists")
+    return config
+
+
+def parse_devices(text: str) -> list[str]:
+    """The names of ``--devices cpu,cpu`` or ``--devices cuda:0,cuda:1``: ``cuda:N`` as given
+    (each at most once: one worker per GPU at a time), and ``cpu`` entries numbered in order
+    (``cpu:0``, ``cpu:1``), since several CPU workers share one host. Refused: an empty or
+    unknown entry, a GPU named twice, and a list that mixes cpu and cuda (their timings and
+    fingerprints would be compared as if from one kind of device)."""
+    names: list[str] = []
+    kinds: set[str] = set()
+    for entry in text.split(","):
+        e = entry.strip().lower()
+        if e == "cpu":
+            names.append(f"cpu:{sum(n.startswith('cpu') for n in names)}")
+            kinds.add("cpu")
+            continue
+        kind, colon, index = e.partition(":")
+        if kind != "cuda" or not colon or not index.isdigit():
+            raise RunError(
+                f"--devices: unknown device {entry.strip()!r}; give cpu entries or CUDA GPUs "
+                "by index, e.g. --devices cuda:0,cuda:1 or --devices cpu,cpu"
+            )
+        name = f"cuda:{int(index)}"
+        if name in names:
+            raise RunError(f"--devices: {name} is listed twice; one worker per GPU at a time")
+        names.append(name)
+        kinds.add("cuda")
+    if len(kinds) > 1:
+        raise RunError(f"--devices {text}: mixes cpu and cuda; give only GPUs or only cpu entries")
+    return names
+
+
+def check_devices(config: RunConfig, cuda_available: bool) -> None:
+    """Refuse a ``--devices`` list this machine cannot run: a GPU index beyond the GPUs torch
+    sees here, or more cpu workers than cores."""
+    if not config.devices:
+        return
+    kind = config.devices[0].split(":")[0]
+    if kind != config.device:
+        raise RunError(
+            f"--devices {','.join(config.devices)} runs on {kind}, but the run's device is "
+            f"{config.device}"
+        )
+    if kind == "cuda":
+        import torch
+
+        count = torch.cuda.device_count() if cuda_available else 0
+        beyond = [n for n in config.devices if int(n.split(":")[1]) >= count]
+        if beyond:
+            seen = f"cuda:0 to cuda:{count - 1}" if count else "none"
+            raise RunError(
+                f"--devices: no {beyond[0]} here: torch sees {count} CUDA GPU(s) ({seen})"
+            )
+    else:
+        cores = os.cpu_count() or 1
+        if len(config.devices) > cores:
+            raise RunError(
+                f"--devices: {len(config.devices)} cpu workers on a host with {cores} cores; "
+                f"give at most {cores}"
+            )
+
+
+def validate(config: RunConfig, cuda_available: bool) -> None:
+    if config.replicates < 2:
+        raise RunError(
+            f"--replicates {config.replicates}: at least 2 are needed, since one replicate "
+            "cannot show run-to-run behaviour"
+        )
+    if config.device == "cuda" and not cuda_available:
+        raise RunError("--device cuda: no CUDA GPU is available to torch on this machine")
+    if config.profile not in PROFILE_DEFAULTS:
+        raise RunError(f"unknown profile {config.profile!r}; use quick or full")
+    if config.timeout is not None and config.timeout <= 0:
+        raise RunError("--timeout must be a positive number of seconds")
+    if config.startup_timeout <= 0:
+        raise RunError("--startup-timeout must be a positive number of seconds")
+    if config.budget is not None and config.budget <= 0:
+        raise RunError("--budget must be a positive number of seconds")
+    if config.fingerprint not in FINGERPRINTS:
+        raise RunError(
+            f"unknown --fingerprint {config.fingerprint!r}; use {', '.join(FINGERPRINTS)}"
+        )
+    check_devices(config, cuda_available)

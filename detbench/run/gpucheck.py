@@ -1,0 +1,126 @@
+"""``detbench gpu-check``: the smoke test to run first on a new GPU host.
+
+One small workload of each suite, in the default mode and the fully deterministic one, two fresh
+processes each, on CUDA at the quick sizes: about 28 records, well under two minutes on one GPU.
+Then it says in plain words what worked: the device and its facts, every record's status, the
+bitwise verdicts, whether the timing reached its target, and the fingerprint method. The exit
+status is 0 when every check passed and 1 otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from detbench.core.modes import get_mode
+
+#: One small workload per suite: the GPU paths each suite exercises (cuDNN conv, cuDNN RNN,
+#: cuDNN BatchNorm, cuBLAS batched matmul in fp16, an atomic-add race, a DataLoader with worker
+#: processes, a whole training step).
+WORKLOADS = (
+    "conv/conv2d_resnet50_stem",
+    "rnn/lstm_2layer",
+    "batchnorm/batchnorm2d_train_resnet50_stage1",
+    "bmm/bmm_attention_scores_fp16",
+    "ops/index_add_",
+    "recipes/dataloader__global_seeds_only",
+    "training/resnet18_cifar",
+)
+MODES = ("default", "cudnn-det+det-algos")
+REPLICATES = 2
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    text: str
+
+    def line(self) -> str:
+        return ("  ok    " if self.ok else "  FAIL  ") + self.text
+
+
+def default_out(device: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{stamp}-{device}-gpu-check"
+
+
+def checks(records: list[dict[str, Any]], env: dict[str, Any]) -> list[Check]:
+    """What worked, in plain words, from the check run's records and env.json."""
+    out: list[Check] = []
+    worker = env.get("worker") or {}
+    if worker.get("device") == "cuda":
+        out.append(
+            Check(
+                True,
+                f"CUDA device: {worker.get('gpu_name')} (compute capability "
+                f"{worker.get('gpu_capability')}, {worker.get('sm_count')} SMs), CUDA build "
+                f"{worker.get('cuda_build') or worker.get('cuda_runtime')}, cuDNN "
+                f"{worker.get('cudnn_version')}",
+            )
+        )
+    else:
+        device = worker.get("device")
+        out.append(Check(device is not None, f"device: {device} (not a GPU: a rehearsal)"))
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        by_key.setdefault((f"{r['suite']}/{r['workload']}", r["mode"]), []).append(r)
+    for (key, mode), recs in sorted(by_key.items()):
+        statuses = sorted({r["status"] for r in recs})
+        if statuses == ["unsupported"]:
+            note = "unsupported (no deterministic kernel), recorded as data"
+            out.append(Check(True, f"{key} [{mode}]: {note}"))
+            continue
+        if statuses != ["ok"]:
+            first = next(r for r in recs if r["status"] != "ok")
+            out.append(
+                Check(False, f"{key} [{mode}]: {first['status']}: {(first['message'] or '')[:160]}")
+            )
+            continue
+        prints = {r["fingerprint"] for r in recs}
+        verdict = "reproducible" if len(prints) == 1 else f"{len(prints)} different results"
+        timings = [r.get("timing") or {} for r in recs]
+        samples = min(len(t.get("samples") or []) for t in timings)
+        reached = sum(bool(t.get("reached_target")) for t in timings)
+        ci = max(float(t.get("ci_rel") or 0.0) for t in timings)
+        method = {str(r.get("fingerprint_method")) for r in recs}
+        deterministic = get_mode(mode).deterministic_algorithms
+        # In the deterministic mode every supported workload must give the same bits twice;
+        # in the default mode a difference is a finding, not a failure.
+        out.append(
+            Check(
+                (len(prints) == 1 or not deterministic) and samples >= 5,
+                f"{key} [{mode}]: {verdict} over {len(recs)} fresh processes; timing "
+                f"{samples}+ samples, interval +-{100 * ci:.1f}%, target reached in "
+                f"{reached}/{len(recs)}; fingerprint {'/'.join(sorted(method))}",
+            )
+        )
+    expected = len(WORKLOADS) * len(MODES) * REPLICATES
+    out.append(Check(len(records) == expected, f"{len(records)} of {expected} records written"))
+    return out
+
+
+def run_check(device: str, out: Path) -> tuple[list[Check], Path]:
+    """Run the check's workloads and judge them; the run's directory keeps everything."""
+    from detbench.run.config import RunConfig, validate
+    from detbench.run.runner import prepare
+    from detbench.store.results import iter_records, load_env
+
+    config = RunConfig(
+        out=out,
+        modes=[get_mode(m) for m in MODES],
+        replicates=REPLICATES,
+        profile="quick",
+        device=device,
+        only=list(WORKLOADS),
+        suites=sorted({k.split("/")[0] for k in WORKLOADS}),
+        timeout=300.0,
+    )
+    import torch
+
+    validate(config, torch.cuda.is_available())
+    runner = prepare(config)
+    runner.run()
+    records = list(iter_records(out))
+    return checks(records, load_env(out)), out

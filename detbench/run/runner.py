@@ -1,0 +1,498 @@
+"""The orchestrator: the plan's workers run one after another, records written as they come.
+
+``detbench.run.schedule`` decides the order (replicates outer, modes shuffled per replicate), the
+device of each worker and the estimate; ``detbench.run.supervise`` owns one worker's life (spawn,
+messages, pauses, limits). This module runs the plan: it starts the next worker while the current
+one measures, stores each record the moment it arrives, turns a worker that died or hung into
+records with a status, and keeps the run's statistics and its env.json.
+
+With ``--devices`` each device runs its queue of workers ("lane") in a thread of its own, one
+worker at a time; a worker's fault costs its own records only. A worker sees only its GPU, as
+``cuda:0``. A lane's thread spawns and reaps its own workers (Linux sends the parent-death signal
+when the *thread* that spawned a worker ends). A later replicate's record waits while the first
+replicate of its (workload, mode), whose FLOP count it takes, still measures on another device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TextIO
+
+from detbench.core.workload import WorkloadError
+from detbench.run.config import (
+    MIN_SAMPLES,
+    RESUME_FACTS,
+    TARGET_REL,
+    RunConfig,
+    RunError,
+    resolve_sources,
+)
+from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan
+from detbench.run.supervise import (
+    TIMEOUT,
+    Crew,
+    RunStats,
+    Stopped,
+    WorkerProcess,
+    ending,
+    gpu_visible,
+    log_tail,
+    lost_record,
+    side_by_side,
+    take_turn,
+)
+from detbench.store import gpustate
+from detbench.store.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    ResultWriter,
+    env_facts,
+    git_info,
+    host_env,
+    host_env_later,
+    iter_records,
+    load_env,
+    utc_now,
+    write_json_atomic,
+)
+from detbench.worker.protocol import PACKAGE_ROOT, fresh_compile_caches
+
+#: Workers in a row (on one device) that fail to start before the run gives up (a broken GPU or
+#: install).
+MAX_FAILED_STARTS = 2
+
+
+@dataclass
+class _Lane:
+    """One device's share of a run while it goes."""
+
+    index: int
+    name: str
+    failed_starts: int = 0
+
+
+class Runner:
+    def __init__(self, config: RunConfig, stream: TextIO = sys.stderr) -> None:
+        self.config = config
+        self.stream = stream
+        self.done: set[tuple[str, str, int]] = set()
+        self._previous: dict[str, Any] = {}
+        self._host: dict[str, Any] | None = None
+        self._counted_flops: dict[tuple[str, str, str], float | None] = {}
+        self._host_later: Callable[[], dict[str, Any]] = host_env
+        names = config.device_names
+        #: (workload, mode, replicate) -> the device its kept record ran on: the rest of the
+        #: run spreads beside them.
+        self._placed: dict[tuple[str, str, int], int] = {}
+        if config.resume:
+            self._previous = load_env(config.out)
+            self._host = host_env()
+            self.check_environment({"host": self._host})  # before anything is printed or run
+            for r in iter_records(config.out):
+                self.done.add((f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])))
+                if r.get("replicate") == 0 and r.get("flops_source") == "counted":
+                    self._counted_flops[(r["suite"], r["workload"], r["mode"])] = r.get(
+                        "flops_per_step"
+                    )
+                if r.get("device_name") in names:
+                    key = (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
+                    self._placed[key] = names.index(r["device_name"])
+        else:
+            self._refuse_used_directory()
+        self.sources, self.workloads = resolve_sources(config)
+        self.plan: Plan = make_plan(
+            [w.key for w in self.workloads], config.modes, config.replicates, config.seed,
+            self.done, config.only_for, lanes=len(names), placed=self._placed,
+        )  # fmt: skip
+        import torch  # the CLI has it imported already
+
+        #: torch's threads in a worker, and with parallel CPU workers each one's share of them.
+        self.serial_threads = torch.get_num_threads()
+        self.threads_per_worker: int | None = (
+            max(1, self.serial_threads // len(names)) if config.parallel_cpu else None
+        )
+        self.stats = RunStats()
+        self.records: list[dict[str, Any]] = []
+        self.device_env: dict[str, Any] | None = None
+        self.gpu_state: dict[str, Any] = dict(self._previous.get("gpu_state") or {})
+        self._cache_dirs: list[str] = []  # compile caches of this run's workers, removed at the end
+        #: Each device's worker facts (its first worker's), for env.json and the report.
+        self.device_envs: dict[str, Any] = dict(self._previous.get("device_workers") or {})
+        # Shared by the lanes: records, progress, statistics, env.json; the workers alive.
+        self._lock = threading.RLock()
+        self.crew = Crew()
+        self._lanes_running = 1
+        # (suite, workload, mode) whose first replicate this run still has to store, and the
+        # later replicates' records that wait for its FLOP count.
+        self._first_todo = {
+            (*k.split("/", 1), s.mode.name)
+            for s in self.plan.slots if s.replicate == 0 for k in s.keys
+        }  # fmt: skip
+        self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+
+    @property
+    def missing(self) -> int:
+        """How many (workload, mode, replicate) records this run will make."""
+        return self.plan.records
+
+    def check_environment(self, here: dict[str, Any]) -> None:
+        """Refuse to resume where the facts that decide the results differ from the run's."""
+        if not self.config.resume:
+            return
+        before = env_facts(self._previous)
+        now = env_facts(here)
+        for key, word in RESUME_FACTS.items():
+            if key in ("device", "gpu", "cudnn") and not here.get("worker"):
+                continue  # known once the first worker has started
+            if before[key] != now[key]:
+                raise RunError(
+                    f"refusing to resume {self.config.out}: {word} differs: {before[key]} "
+                    f"(the run) vs {now[key]} (here); start a new run instead"
+                )
+
+    def _refuse_used_directory(self) -> None:
+        if (self.config.out / RESULTS_FILE).exists():
+            raise RunError(
+                f"{self.config.out} already holds the results of another run; "
+                "choose a new --out directory"
+            )
+
+    # -- environment -------------------------------------------------------------------------
+    def _env_doc(self) -> dict[str, Any]:
+        c = self.config
+        resumed = list(self._previous.get("resumed_utc") or [])
+        if c.resume:
+            resumed.append(self._started)
+        return {
+            "schema_version": 1,
+            "started_utc": self._previous.get("started_utc", self._started),
+            **({"resumed_utc": resumed} if resumed else {}),
+            "host": self._host,
+            "git": self._git,
+            "worker": self.device_env,
+            "gpu_state": self.gpu_state,
+            "mode_order": self.plan.order_json(),
+            **({"device_workers": self.device_envs} if c.devices else {}),
+            **(
+                {
+                    "parallel_timing_note": (
+                        f"{len(c.device_names)} CPU workers ran side by side with "
+                        f"{self.threads_per_worker} thread(s) each: their timings are not "
+                        "comparable with a serial run's"
+                    )
+                }
+                if self.threads_per_worker is not None
+                else {}
+            ),
+            "study": c.study,
+            "options": c.options_json(
+                self.workloads, self.sources, self.threads_per_worker, TARGET_REL[c.device]
+            ),
+        }
+
+    # -- workers -------------------------------------------------------------------------------
+    def _spawn(self, slot: Slot, keys: list[str], logs: Path) -> WorkerProcess:
+        c = self.config
+        name = c.device_names[slot.lane]
+        job = {
+            "mode": asdict(slot.mode),
+            "mode_position": slot.position,
+            "replicate": slot.replicate,
+            "seed": c.seed,
+            "device": c.device,
+            "device_name": name,
+            "num_threads": self.threads_per_worker,
+            "profile": c.profile,
+            "sources": self.sources,
+            "workloads": keys,
+            "fingerprint_steps": c.setting("fingerprint_steps"),
+            "warmup_steps": c.setting("warmup_steps"),
+            "budget": c.setting("budget"),
+            "target_rel": TARGET_REL[c.device],
+            "min_samples": MIN_SAMPLES,
+            "fingerprint": c.fingerprint,
+            "count_flops": slot.replicate == 0,
+            "reference_dir": str(c.out / ".reference"),
+            "timeout": c.timeout,
+            "launched_at": time.time(),
+        }
+        env = slot.mode.environment(os.environ)
+        if c.devices and c.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = gpu_visible(name, os.environ)
+        # Fresh compile caches in every worker, removed at the end of the run (see
+        # supervise.fresh_compile_caches).
+        self._cache_dirs.append(fresh_compile_caches(env))
+        # The worker imports detbench from this checkout, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        worker = self.crew.spawn(
+            c.python, job, env, logs / f"r{slot.replicate}-{slot.mode.name}.log"
+        )
+        with self._lock:
+            self.stats.workers += 1
+        return worker
+
+    def _drive(
+        self,
+        worker: WorkerProcess,
+        slot: Slot,
+        progress: Progress,
+        writer: ResultWriter,
+        neighbour: WorkerProcess | None,
+        lane: _Lane,
+    ) -> list[str]:
+        """Run ``worker`` to its end (``supervise.take_turn``), its records stored as they come
+        and the workloads it took down with it recorded with their status. Return the keys it
+        did not finish."""
+        c = self.config
+        device = lane.name if len(c.device_names) > 1 else None
+
+        def ready(msg: dict[str, Any]) -> None:
+            lane.failed_starts = 0
+            self._ready(msg, lane)
+
+        def start(key: str) -> None:
+            with self._lock:
+                progress.show(slot, c.replicates, len(c.modes), key, device)
+
+        def others_idle() -> bool:  # other devices' workers run beside it, whatever they do
+            with self._lock:
+                return self._lanes_running <= 1
+
+        def record(rec: dict[str, Any]) -> None:
+            with self._lock:
+                self._store(rec, writer)
+                progress.advance()
+
+        limits = (c.startup_timeout, c.timeout)
+        turn = take_turn(worker, neighbour, self.crew, limits, ready, start, others_idle, record)
+        with self._lock:
+            self.stats.startup += turn.startup_wait
+            self.stats.shutdown += turn.shutdown
+            self.stats.neighbour_pauses += turn.neighbour_pauses
+        if not turn.remaining:
+            return []
+        if self.crew.stopping:  # killed because the run stops: no fault of the workload's
+            raise Stopped
+        if not turn.started:
+            lane.failed_starts += 1
+        status, why = ending(turn, worker.log)
+        for key in turn.lost():
+            rec = lost_record(
+                key, slot.mode, status, why, turn.code, replicate=slot.replicate,
+                mode_position=slot.position, seed=c.seed, device=c.device,
+                device_name=lane.name, profile=c.profile, utc=utc_now(),
+            )  # fmt: skip
+            record(rec)
+            turn.remaining.remove(key)
+        if lane.failed_starts >= MAX_FAILED_STARTS:
+            on = f" on {lane.name}" if len(c.device_names) > 1 else ""
+            raise RunError(
+                f"{lane.failed_starts} workers in a row did not start{on} ({status}: {why}); "
+                f"stopping. Records kept in {c.out}; resume with: detbench run --resume {c.out}"
+            )
+        return turn.remaining
+
+    def _ready(self, msg: dict[str, Any], lane: _Lane) -> None:
+        """A worker is ready: the first one's facts are checked (resume) and go to env.json, and
+        so does the first worker's of each device."""
+        with self._lock:
+            self.stats.startup_cpu += float(msg.get("startup_cpu_seconds") or 0.0)
+            if self._host is None:
+                self._host = self._host_later()
+            first = self.device_env is None
+            if first:
+                self.check_environment({"host": self._host, "worker": msg["device_env"]})
+                self.device_env = msg["device_env"]
+            new_device = self.config.devices and lane.name not in self.device_envs
+            if new_device:
+                self.device_envs[lane.name] = msg["device_env"]
+            if first or new_device:
+                write_json_atomic(self.config.out / ENV_FILE, self._env_doc())
+
+    def _flops_from_first_replicate(self, rec: dict[str, Any]) -> None:
+        """Fill the FLOPs of a later replicate from the first replicate's count of the same
+        (workload, mode), or keep the first's so the later ones can take it."""
+        key = (rec["suite"], rec["workload"], rec["mode"])
+        if rec.get("replicate") == 0 and rec.get("flops_source") == "counted":
+            self._counted_flops[key] = rec.get("flops_per_step")
+        if not rec.pop("flops_pending", False):
+            return
+        flops = self._counted_flops.get(key)
+        rec["flops_per_step"] = flops
+        if flops is None:
+            rec["flops_source"] = None
+            rec["flops_note"] = "the first replicate, which counts the FLOPs, has no count"
+        elif rec.get("seconds_per_step"):
+            rec["flops_per_second"] = flops / rec["seconds_per_step"]
+
+    def _store(self, rec: dict[str, Any], writer: ResultWriter) -> None:
+        """Write ``rec`` now; or, for a later replicate whose FLOPs come from a first replicate
+        still measuring on another device, when that one's record is written."""
+        key = (rec["suite"], rec["workload"], rec["mode"])
+        if rec.get("flops_pending") and key in self._first_todo:
+            self._held.setdefault(key, []).append(rec)
+            return
+        self._write(rec, writer)
+        if rec.get("replicate") == 0 and key in self._first_todo:
+            self._first_todo.discard(key)
+            for held in self._held.pop(key, []):
+                self._write(held, writer)
+
+    def _write(self, rec: dict[str, Any], writer: ResultWriter) -> None:
+        self._flops_from_first_replicate(rec)
+        writer.append(rec)
+        self.records.append(rec)
+        self.stats.records += 1
+        for phase in ("build", "fingerprint", "count", "timing", "invariance", "cleanup"):
+            setattr(
+                self.stats,
+                phase,
+                getattr(self.stats, phase) + (rec.get("phases") or {}).get(phase, 0.0),
+            )
+        timing = rec.get("timing") or {}
+        if timing.get("reached_target") is False:
+            self.stats.timing_target_missed += 1
+
+    def measure_startup(self) -> float:
+        """Seconds one worker of this run takes to be ready (imports, mode, CUDA initialisation),
+        measured by starting one with nothing to do; it writes nothing but its log, which goes to
+        a temporary directory."""
+        import tempfile
+
+        slot = Slot(0, 0, self.config.modes[0], ())
+        with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
+            t0 = time.perf_counter()
+            worker = self._spawn(slot, [], Path(tmp))
+            msg = worker.next(self.config.startup_timeout)
+            seconds = time.perf_counter() - t0
+            worker.kill()
+            self.crew.finish(worker)
+            tail = log_tail(worker.log)
+        for d in self._cache_dirs:  # the probe's worker got its own, as every worker does
+            shutil.rmtree(d, ignore_errors=True)
+        self._cache_dirs.clear()
+        self.stats.workers -= 1
+        if msg is None or msg is TIMEOUT or msg.get("type") != "ready":
+            raise RunError(f"a worker did not start here; its log: {tail}")
+        return seconds
+
+    # -- the whole run -------------------------------------------------------------------------
+    def run(self, estimate: float | None = None) -> RunStats:
+        c = self.config
+        out = c.out
+        self._started = utc_now()
+        if self._host is None:
+            # collect_env runs in a child process (so the runner never initialises CUDA) and
+            # takes seconds: it overlaps the first worker's start-up and is collected before
+            # that worker's first sample (see _drive).
+            self._host_later = host_env_later()
+        if not c.resume:
+            self._refuse_used_directory()
+        out.mkdir(parents=True, exist_ok=True)
+        logs = out / "logs"
+        logs.mkdir(exist_ok=True)
+        self._git = git_info(PACKAGE_ROOT)
+        # The GPUs' clocks, power and throttling before and after (a resumed run keeps its first
+        # "before"); on a host without NVML or nvidia-smi the reason is recorded instead.
+        snap = gpustate.snapshot()
+        self.gpu_state.update(
+            source=snap["source"], reason=snap["reason"],
+            before=self.gpu_state.get("before") or snap["gpus"],
+        )  # fmt: skip
+        if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
+            write_json_atomic(out / ENV_FILE, self._env_doc())
+        progress = Progress(self.plan.records, estimate, self.stream)
+        queues = LaneQueues(self.plan, self._placed)
+        lanes = [_Lane(i, name) for i, name in enumerate(c.device_names)]
+        self.stats.devices = len(lanes)
+        t0 = time.perf_counter()
+        finished = False
+        with ResultWriter(out) as writer:
+            try:
+                each = [partial(self._run_lane, ln, queues, progress, writer, logs) for ln in lanes]
+                if len(lanes) == 1:
+                    each[0]()
+                else:  # each device's lane in a thread of its own
+                    self._lanes_running = len(lanes)
+                    side_by_side(each, c.device_names, self.crew, self._lane_ended)
+                finished = True
+            finally:
+                with self._lock:  # replicates still waiting for a count that will not come
+                    for key in list(self._held):
+                        for rec in self._held.pop(key):
+                            self._write(rec, writer)
+                self.stats.stolen = queues.stolen
+                for d in self._cache_dirs:
+                    shutil.rmtree(d, ignore_errors=True)
+                progress.close()
+                self.stats.wall = time.perf_counter() - t0
+                self.gpu_state["after"] = gpustate.snapshot()["gpus"]
+                doc = self._env_doc()
+                doc["run_stats"] = self.stats.to_json()
+                if finished:
+                    # The first replicate's outputs served the later ones' differences; an
+                    # interrupted run keeps them for the run that resumes it.
+                    shutil.rmtree(out / ".reference", ignore_errors=True)
+                    doc["finished_utc"] = utc_now()
+                else:
+                    doc["interrupted_utc"] = utc_now()
+                if self.device_env is not None or not c.resume:
+                    with contextlib.suppress(OSError):
+                        write_json_atomic(out / ENV_FILE, doc)
+        return self.stats
+
+    def _lane_ended(self) -> None:
+        with self._lock:
+            self._lanes_running -= 1
+
+    def _run_lane(
+        self, lane: _Lane, queues: LaneQueues, progress: Progress, writer: ResultWriter, logs: Path
+    ) -> None:
+        """One device's workers, one at a time: each slot's worker, with the next slot's worker
+        started beside it (its neighbour); the workloads a dead worker did not reach go to a
+        fresh one."""
+        pending: tuple[Slot, WorkerProcess] | None = None  # the next slot, its worker started
+        worker: WorkerProcess | None = None
+        try:
+            while True:
+                if pending is not None:
+                    (slot, worker), pending = pending, None
+                else:
+                    taken = queues.take(lane.index)
+                    if taken is None:
+                        return
+                    slot, worker = taken, self._spawn(taken, list(taken.keys), logs)
+                nxt = queues.take(lane.index)
+                if nxt is not None:
+                    pending = (nxt, self._spawn(nxt, list(nxt.keys), logs))
+                while True:
+                    neighbour = pending[1] if pending is not None else None
+                    todo = self._drive(worker, slot, progress, writer, neighbour, lane)
+                    if not todo:
+                        break
+                    worker = self._spawn(slot, todo, logs)
+        finally:  # interrupted: the early-started worker goes too, and one never driven
+            for w in (worker, pending[1] if pending is not None else None):
+                if w is not None and not w.closed:
+                    w.kill()
+                    self.crew.finish(w)
+
+
+def prepare(config: RunConfig, stream: TextIO = sys.stderr) -> Runner:
+    """A runner whose workloads are loaded and checked: every input error is raised here, before
+    anything is written."""
+    try:
+        return Runner(config, stream)
+    except WorkloadError as exc:
+        raise RunError(str(exc)) from None

@@ -1,0 +1,378 @@
+"""Which (mode, replicate) runs in which worker, in what order, how long the run should take, and
+how far it has got (the progress line).
+
+The plan is fixed before the first worker starts, so ``--dry-run`` can print it without writing
+anything, and a resumed run rebuilds the same order from the same seed.
+
+Order: replicates are the outer loop, so every mode's replicates are spread over the whole run.
+Within a replicate the modes run in a shuffled order, drawn from a generator seeded by the run's
+``--seed`` (and recorded in env.json). With a fixed order, a machine that slows down for a minute
+makes whichever modes always run at that point of a replicate look expensive; shuffled, the same
+drift falls on different modes in each replicate and shows as spread between replicates instead of
+a bias (the report shows that spread).
+
+Devices (``--devices``): every slot is given a device before the run starts, in plan order: the
+device that has run the fewest replicates of the slot's mode so far (replicates of one mode
+spread over the devices, never stacked on one while another has none), then the one with the
+least work (records) planned, then the lowest index. Each device runs its slots in plan order,
+one worker at a time. A device whose queue is empty takes the last queued slot of the busiest
+other device (work stealing), only where that leaves the slot's mode on as many devices as
+before; the records say where each ran (``device_name``).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TextIO
+
+from detbench.core.modes import Mode
+
+if TYPE_CHECKING:
+    from detbench.run.estimate import Estimate
+    from detbench.run.runner import Runner
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One worker's share of the run: one mode in one replicate, and its workloads in order."""
+
+    replicate: int
+    position: int  # the mode's place in this replicate's order
+    mode: Mode
+    keys: tuple[str, ...]
+    lane: int = 0  # the index of the device that runs it, in the plan's devices
+
+
+def mode_order(modes: Sequence[Mode], replicates: int, seed: int) -> list[list[Mode]]:
+    """The modes of each replicate in run order: a seeded shuffle per replicate.
+
+    Seeded with a string, which Python hashes with sha512 (not the per-process hash seed), so the
+    same ``seed`` gives the same order in every process and on every machine."""
+    rng = random.Random(f"detbench-mode-order-{seed}")
+    order = []
+    for _ in range(replicates):
+        modes_r = list(modes)
+        rng.shuffle(modes_r)
+        order.append(modes_r)
+    return order
+
+
+@dataclass(frozen=True)
+class Plan:
+    slots: tuple[Slot, ...]
+    # Mode names per replicate, in run order: every replicate's, also those a resumed run has.
+    order: tuple[tuple[str, ...], ...]
+    seed: int
+    #: How many devices run workers side by side (``--devices``); 1 without the option.
+    lanes: int = 1
+
+    @property
+    def records(self) -> int:
+        return sum(len(s.keys) for s in self.slots)
+
+    def lane_slots(self, lane: int) -> list[Slot]:
+        """The slots planned for device ``lane``, in the order it runs them."""
+        return [s for s in self.slots if s.lane == lane]
+
+    @property
+    def workers(self) -> int:
+        return len(self.slots)
+
+    def order_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "replicates": [list(r) for r in self.order]}
+
+
+#: (workload key, mode name, replicate) -> the device (index) its kept record ran on (a resumed
+#: run).
+Placed = Mapping[tuple[str, str, int], int]
+
+
+class _Spread:
+    """How many replicates of each (workload, mode) each device has run or is planned to run."""
+
+    def __init__(self, lanes: int, placed: Placed | None) -> None:
+        self.lanes = lanes
+        self.n: dict[tuple[str, str], list[int]] = {}
+        for (key, mode, _), lane in (placed or {}).items():
+            if 0 <= lane < lanes:
+                self._row((key, mode))[lane] += 1
+
+    def _row(self, kk: tuple[str, str]) -> list[int]:
+        return self.n.setdefault(kk, [0] * self.lanes)
+
+    def _rows(self, keys: Sequence[str], mode: Mode) -> list[list[int]]:
+        return [self._row((k, mode.name)) for k in keys]
+
+    def stacked(self, keys: Sequence[str], mode: Mode, lane: int) -> int:
+        """How many replicates of these (workload, mode) device ``lane`` already has."""
+        return sum(row[lane] for row in self._rows(keys, mode))
+
+    def move(self, keys: Sequence[str], mode: Mode, src: int | None, dst: int) -> None:
+        for row in self._rows(keys, mode):
+            if src is not None:
+                row[src] -= 1
+            row[dst] += 1
+
+    def keeps_spread(self, slot: Slot, src: int, dst: int) -> bool:
+        """Whether moving ``slot`` from device ``src`` to ``dst`` leaves each of its (workload,
+        mode) on as many devices as before."""
+        return not any(row[src] == 1 and row[dst] >= 1 for row in self._rows(slot.keys, slot.mode))
+
+
+def make_plan(
+    keys: Sequence[str],
+    modes: Sequence[Mode],
+    replicates: int,
+    seed: int,
+    done: set[tuple[str, str, int]] | frozenset[tuple[str, str, int]] = frozenset(),
+    only_for: Mapping[str, Sequence[str]] | None = None,
+    lanes: int = 1,
+    placed: Placed | None = None,
+) -> Plan:
+    """Every (replicate, mode) that still has a workload to measure, in run order; ``done`` holds
+    the (workload, mode, replicate) records a resumed run already has. ``only_for`` limits a
+    mode (by name) to some of the workloads (an attribution study's attention-backend variants
+    run only on the workloads that use attention). ``lanes``: the devices that run workers side
+    by side, each slot given one (see the module docstring); ``placed``: for a resumed run, the
+    devices its kept records ran on: the rest of a replicate goes where it began when that
+    stacks nothing, and the other replicates spread beside them."""
+    order = mode_order(modes, replicates, seed)
+    slots = []
+    load = [0] * lanes  # records planned per device
+    spread = _Spread(lanes, placed)
+    began = {(mode, r): lane for (_, mode, r), lane in (placed or {}).items()}
+    for r, modes_r in enumerate(order):
+        for position, mode in enumerate(modes_r):
+            allowed = None if only_for is None else only_for.get(mode.name)
+            todo = tuple(
+                k for k in keys
+                if (k, mode.name, r) not in done and (allowed is None or k in allowed)
+            )  # fmt: skip
+            if todo:
+                here = began.get((mode.name, r))
+                lane = min(
+                    range(lanes),
+                    key=lambda d: (spread.stacked(todo, mode, d), d != here, load[d], d),
+                )
+                spread.move(todo, mode, None, lane)
+                load[lane] += len(todo)
+                slots.append(Slot(r, position, mode, todo, lane))
+    return Plan(tuple(slots), tuple(tuple(m.name for m in r) for r in order), seed, lanes)
+
+
+class LaneQueues:
+    """The plan's slots queued per device while a run goes: each device takes its own in plan
+    order, and one with none left steals (see the module docstring). Thread-safe: the devices'
+    drivers take from it at the same time."""
+
+    def __init__(self, plan: Plan, placed: Placed | None = None) -> None:
+        self.lanes = plan.lanes
+        self.queues = [deque(plan.lane_slots(d)) for d in range(plan.lanes)]
+        self.spread = _Spread(plan.lanes, placed)
+        for s in plan.slots:
+            self.spread.move(s.keys, s.mode, None, s.lane)
+        self.stolen = 0
+        self._lock = threading.Lock()
+
+    def take(self, lane: int) -> Slot | None:
+        """Device ``lane``'s next slot: its own, else one stolen, else None (its work is done)."""
+        with self._lock:
+            if self.queues[lane]:
+                return self.queues[lane].popleft()
+            return self._steal(lane)
+
+    def _steal(self, lane: int) -> Slot | None:
+        def queued(d: int) -> int:
+            return sum(len(s.keys) for s in self.queues[d])
+
+        for d in sorted((d for d in range(self.lanes) if d != lane), key=lambda d: -queued(d)):
+            for s in reversed(self.queues[d]):
+                if not self.spread.keeps_spread(s, d, lane):
+                    continue  # a (workload, mode) would lose device d and stack on this one
+                self.queues[d].remove(s)
+                self.spread.move(s.keys, s.mode, d, lane)
+                self.stolen += 1
+                return replace(s, lane=lane)
+        return None
+
+
+def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[str]]:
+    """The plan of ``runner`` and its estimate: as JSON (``--dry-run --json``) and as lines."""
+    from detbench.run.config import TARGET_REL
+
+    c = runner.config
+    budget, target = c.setting("budget"), TARGET_REL[c.device]
+    doc = {
+        **est.to_json(),
+        "device": c.device,
+        "profile": c.profile,
+        "modes": [m.name for m in c.modes],
+        "replicates": c.replicates,
+        "workloads": [w.key for w in runner.workloads],
+        "budget": budget,
+        "target_rel": target,
+        "fingerprint": c.fingerprint,
+        "out": str(c.out),
+        "mode_order": runner.plan.order_json(),
+    }
+    names = c.device_names
+    if c.devices:
+        doc["devices"] = names
+        doc["assignment"] = [
+            {"device": names[s.lane], "replicate": s.replicate, "mode": s.mode.name,
+             "records": len(s.keys)}
+            for s in runner.plan.slots
+        ]  # fmt: skip
+    if runner.threads_per_worker is not None:
+        doc["threads_per_worker"] = runner.threads_per_worker
+    lines = [
+        f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
+        "replicates"
+        + (f" ({len(runner.done)} records already kept)" if runner.done else "")
+        + f" = {est.records} records in {est.workers} fresh workers",
+        f"  device {c.device}, profile {c.profile}: fingerprint "
+        f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
+        f"warm-up {c.setting('warmup_steps')} steps, timing until the median's 95% interval is "
+        f"within +-{100 * target:g}% or {budget:g} s of samples",
+        _estimate_line(est, len(names)),
+    ]
+    if c.devices:
+        lines += _device_lines(runner, est)
+    if est.launches:
+        lines.append(
+            f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
+            f"x {est.launch_seconds:g} s each, in the estimate above"
+            + (" (a guess on a GPU until a GPU run measures it)" if c.device == "cuda" else "")
+        )
+    if est.invariance_seconds:
+        measured = (c.device, c.profile) == ("cpu", "quick")
+        lines.append(
+            f"  and {sum(est.lane_sizes)} batch sizes built in invariance passes x "
+            f"{est.size_seconds:g} s each, in the estimate above"
+            + ("" if measured else " (a guess until a run of this device and profile measures it)")
+        )
+    if est.compiled_records:
+        lines.append(
+            f"  plus the compile time of {est.compiled_records} records under execution=compile, "
+            "not in the estimate (each worker compiles afresh: seconds to minutes per workload)"
+        )
+    if c.device == "cuda":
+        lines.append("  (the per-record cost on a GPU is the model's, not yet measured on a GPU)")
+    lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
+    return doc, lines
+
+
+def _estimate_line(est: Estimate, lanes: int) -> str:
+    busiest = max(est.lane_records) if lanes > 1 else est.records
+    return (
+        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s) = "
+        + (f"the busiest of {lanes} devices side by side: " if lanes > 1 else "")
+        + f"{busiest} records x {est.per_record_seconds:.3f} s + {est.startup_seconds:.1f} s "
+        f"start-up of the first worker ({'measured here' if est.measured_startup else 'assumed'}"
+        "; each later worker starts while the one before it measures"
+        + (
+            f", and {est.startup_waits:.0f} s where a worker has too little to measure for the "
+            "next one's start-up to hide behind it)"
+            if est.startup_waits >= 0.5
+            else ")"
+        )
+    )
+
+
+def _device_lines(runner: Runner, est: Estimate) -> list[str]:
+    """Which device runs which (replicate, mode), and what parallel CPU workers mean for their
+    timings."""
+    c = runner.config
+    names = c.device_names
+    lines = [
+        f"  devices {', '.join(names)}: one worker per device at a time, the devices side by "
+        "side; replicates of a mode spread over the devices (a device that runs out of work "
+        "takes another's last queued slot where that keeps the spread):"
+    ]
+    width = max(len(n) for n in names)
+    seconds = est.lane_seconds if len(names) > 1 else (est.seconds,)
+    for d, name in enumerate(names):
+        slots = runner.plan.lane_slots(d)
+        which = ", ".join(f"r{s.replicate + 1} {s.mode.name}" for s in slots) or "nothing"
+        lines.append(
+            f"    {name:<{width}}  {len(slots)} workers, {sum(len(s.keys) for s in slots)} "
+            f"records, ~{clock(seconds[d])}: {which}"
+        )
+    if runner.threads_per_worker is not None:
+        t = runner.threads_per_worker
+        lines.append(
+            f"  timings: {len(names)} CPU workers run side by side with {t} thread"
+            f"{'s' if t != 1 else ''} each (a serial run's workers use {runner.serial_threads}):"
+            " they share the host's cores, so their timings are not comparable with a serial "
+            "run's"
+            + (
+                "; one thread also hides the nondeterminism that comes from the order in which "
+                "threads add (index_put_ with accumulate=True, reductions)"
+                if t == 1
+                else ""
+            )
+        )
+    return lines
+
+
+def clock(seconds: float) -> str:
+    """``M:SS`` (or ``H:MM:SS``) for people."""
+    m, s = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """One status line: which replicate, mode and workload runs, how far the run is, and the time
+    left: the plan's estimate until the first record, then the measured seconds per record."""
+
+    def __init__(self, total: int, estimate: float | None = None, stream: TextIO = sys.stderr):
+        self.total = total
+        self.done = 0
+        self.estimate = estimate
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.t0 = time.monotonic()
+        self._width = 0
+
+    def left(self, elapsed: float) -> float | None:
+        if self.done:
+            return elapsed / self.done * (self.total - self.done)
+        return None if self.estimate is None else max(0.0, self.estimate - elapsed)
+
+    def show(
+        self, slot: Slot, replicates: int, modes: int, workload: str, device: str | None = None
+    ) -> None:
+        """The line for ``workload`` starting; ``device``: where, when several run side by side
+        (their lines interleave, each naming its device)."""
+        elapsed = time.monotonic() - self.t0
+        left = self.left(elapsed)
+        line = (
+            f"[{self.done + 1:>{len(str(self.total))}}/{self.total} "
+            f"{100 * self.done / max(1, self.total):3.0f}%] "
+            + (f"{device} " if device else "")
+            + f"replicate {slot.replicate + 1}/{replicates} mode {slot.position + 1}/{modes} "
+            f"{slot.mode.name:<24} {workload}  elapsed {clock(elapsed)}"
+            + (f" left ~{clock(left)}" if left is not None else "")
+        )
+        if self.tty:
+            pad = max(0, self._width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def advance(self) -> None:
+        self.done += 1
+
+    def close(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()

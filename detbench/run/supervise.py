@@ -1,0 +1,444 @@
+"""One worker's life seen from the runner: spawn, messages, pauses, limits, and how it ended.
+
+The protocol, over the worker's stdin (runner to worker, one line each) and a pipe of JSON lines
+(worker to runner):
+
+1. The runner spawns ``python -m detbench.run.child FD RUNNER_PID`` and writes the job (one JSON
+   line). The worker imports torch, applies its mode, initialises CUDA, loads the workload files
+   and sends ``ready``. Then it waits for ``go``. So the next worker can be spawned early and
+   pay its start-up while the current one measures: a fresh process per (mode, replicate)
+   still, with its own hash seed and CUDA context, but its start-up no longer between two
+   workers.
+2. After ``go``, for each workload: ``start``, then ``phase: timing`` before its timing pass. The
+   worker waits for the runner's ``ok``: by then the runner has paused (SIGSTOP) any worker that
+   is starting up beside it, so no other process of the run uses a core while samples are taken.
+   ``phase: timed`` lets the paused one continue. Then ``record``.
+3. ``done`` at the end; an exit without it is a crash (the runner reads its log), a silence longer
+   than the limit is a timeout (the runner kills it).
+
+With several devices (``--devices``) each device's workers are driven from a thread of their own
+(``side_by_side``), and a ``Crew`` knows every worker alive, so that stopping the run (Ctrl-C, or a
+device whose workers do not start) kills them all and starts none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detbench.core.modes import Mode, record_fields
+from detbench.worker.protocol import (
+    ARMED_NAME,
+    exit_description,
+)
+
+TIMEOUT: dict[str, Any] = {"type": "timeout"}
+
+
+@dataclass
+class RunStats:
+    """Where the wall time of a run went (seconds)."""
+
+    wall: float = 0.0
+    startup: float = 0.0  # waiting for a worker to be ready: imports, mode, CUDA init
+    startup_cpu: float = 0.0  # the workers' own start-up work, most of it overlapped
+    build: float = 0.0
+    fingerprint: float = 0.0
+    count: float = 0.0  # the one step run under the FLOP counter
+    timing: float = 0.0
+    invariance: float = 0.0  # the batch-invariance pass: built and stepped at every batch size
+    cleanup: float = 0.0  # freeing a workload's objects (and CUDA cache) after it
+    shutdown: float = 0.0  # from a worker's last message to its exit (interpreter teardown)
+    workers: int = 0
+    records: int = 0
+    devices: int = 1  # side by side (--devices): the phase seconds above add up over them
+    stolen: int = 0  # slots a device took from another's queue
+    timing_target_missed: int = 0  # records whose samples hit the budget before the target
+    neighbour_pauses: int = 0  # timing passes during which the next worker's start-up was paused
+
+    @property
+    def other(self) -> float:
+        """The rest of the wall time; with devices side by side, of their device-seconds (wall
+        x devices), since the phases add up over the devices."""
+        return (
+            self.wall * self.devices
+            - self.startup
+            - self.build
+            - self.fingerprint
+            - self.count
+            - self.timing
+            - self.invariance
+            - self.cleanup
+            - self.shutdown
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "other": self.other}
+
+
+class WorkerProcess:
+    """A worker process, its job already written, and the pipe it reports on."""
+
+    def __init__(self, python: str, job: dict[str, Any], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self.keys: list[str] = list(job["workloads"])
+        read_fd, write_fd = os.pipe()
+        with open(log, "ab") as log_file:
+            self.proc = subprocess.Popen(
+                [python, "-m", "detbench.run.child", str(write_fd), str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,),
+                env=env,
+                start_new_session=True,
+            )
+        os.close(write_fd)
+        self.fd = read_fd
+        self.buf = b""
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(read_fd, selectors.EVENT_READ)
+        self.paused = False
+        self.closed = False
+        self.send(json.dumps(job))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, line: str) -> None:
+        """One line to the worker's stdin; a worker that already exited is noticed on its pipe."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+
+    def pause(self) -> bool:
+        """Stop a worker that is starting up while another takes timing samples. True once the
+        kernel reports it stopped (SIGSTOP is delivered asynchronously: waiting for it means no
+        sample starts while the neighbour still runs), or when it has already exited."""
+        if not self.paused and self.proc.poll() is None:
+            self._armed(wait=5.0)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGSTOP)
+            self.paused = True
+        return self.stopped(wait=1.0)
+
+    def _armed(self, wait: float) -> bool:
+        """Whether the worker has asked to die with the runner (it then names itself
+        ``ARMED_NAME``), waiting up to ``wait`` seconds; True where /proc cannot say. A worker
+        stopped before that would outlive a runner killed meanwhile, stopped for good."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                comm = Path(f"/proc/{self.proc.pid}/comm").read_bytes().strip()
+            except OSError:
+                return True
+            if comm == ARMED_NAME or self.proc.poll() is not None:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+    def stopped(self, wait: float = 0.0) -> bool:
+        """Whether the process is stopped or gone, per /proc (waiting up to ``wait`` seconds);
+        True where /proc is not there to ask (not Linux)."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+            except FileNotFoundError:
+                return True
+            except OSError:
+                return True
+            state = stat.rsplit(")", 1)[1].split()[0]  # the field after the command name
+            if state in ("T", "t", "Z", "X"):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+
+    def resume(self) -> None:
+        if self.paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+            self.paused = False
+
+    def next(self, limit: float | None) -> dict[str, Any] | None:
+        """The next message; ``TIMEOUT`` after ``limit`` seconds of silence; None when the worker
+        closed its pipe (it exited)."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while b"\n" not in self.buf:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.sel.select(wait):
+                return TIMEOUT
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        msg: dict[str, Any] = json.loads(line)
+        return msg
+
+    def kill(self) -> None:
+        self.resume()  # a stopped process dies on SIGKILL too; continuing it first is tidier
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+    def finish(self) -> int | None:
+        """Close the pipe and reap the process (killed if it has not exited within 60 s)."""
+        if not self.closed:
+            self.closed = True
+            self.resume()
+            self.sel.close()
+            os.close(self.fd)
+            if self.proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def log_tail(path: Path, lines: int = 6) -> str:
+    """What a dead worker's log says: for a fatal signal, Python's error line and the innermost
+    frames that faulthandler wrote (where the workload crashed); else the log's last lines."""
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    fatal = [i for i, line in enumerate(text) if line.startswith("Fatal Python error")]
+    if fatal:
+        after = text[fatal[-1] :]
+        frames = [line.strip() for line in after if line.strip().startswith("File ")][:3]
+        return " | ".join([after[0].strip(), *frames])
+    return " | ".join(text[-lines:])
+
+
+def lost_keys(
+    keys: list[str], remaining: list[str], in_flight: str | None, started: bool
+) -> list[str]:
+    """The workloads a worker that ended early takes down with it: the one in flight; or, when
+    it died before it was ready, or between workloads without progress, all the rest (a fresh
+    worker would only fail the same way). The others go to a fresh worker."""
+    if in_flight is not None:
+        return [in_flight]
+    progressed = len(remaining) < len(keys)
+    return [] if started and progressed else list(remaining)
+
+
+def ending(turn: Turn, log: Path) -> tuple[str, str]:
+    """The status and message of the workloads a worker that ended early takes down with it."""
+    if turn.timed_out:
+        return "timeout", turn.timed_out
+    when = "while running this workload" if turn.in_flight else "before running it"
+    return "crashed", f"worker {exit_description(turn.code)} {when}; log: {log_tail(log)}"
+
+
+def lost_record(
+    key: str, mode: Mode, status: str, message: str, code: int | None, **context: Any
+) -> dict[str, Any]:
+    """The record of workload ``key`` that a worker took down with it; ``context``: the fields
+    the runner knows (replicate, mode position, seed, device, device name, profile)."""
+    suite, name = key.split("/", 1)
+    return {
+        "suite": suite,
+        "workload": name,
+        **record_fields(mode),
+        "settings_changed": None,  # unknown: the worker never said
+        **context,
+        "status": status,
+        "message": message,
+        "exit_code": code,
+        "fingerprint": None,
+        "seconds_per_step": None,
+        "items_per_second": None,
+    }
+
+
+def gpu_visible(name: str, environ: Mapping[str, str]) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a worker of GPU ``name`` ("cuda:N"): it sees that GPU alone,
+    as cuda:0, so a workload that says "cuda" (or a library that uses the current device) cannot
+    reach another device's GPU. N counts among the GPUs the user's own ``CUDA_VISIBLE_DEVICES``
+    leaves, as torch's indices do."""
+    index = int(name.split(":")[1])
+    given = environ.get("CUDA_VISIBLE_DEVICES")
+    return [v.strip() for v in given.split(",")][index] if given else str(index)
+
+
+class Stopped(Exception):
+    """The run is being stopped (Ctrl-C, or another device's failure): no new worker starts."""
+
+
+class Crew:
+    """The workers alive in a run, spawned and reaped from the devices' threads: ``halt`` kills
+    every one of them and refuses new ones."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._alive: set[WorkerProcess] = set()
+        self._stop = threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def spawn(
+        self, python: str, job: dict[str, Any], env: dict[str, str], log: Path
+    ) -> WorkerProcess:
+        with self._lock:
+            if self._stop.is_set():
+                raise Stopped
+            worker = WorkerProcess(python, job, env, log)
+            self._alive.add(worker)
+        return worker
+
+    def finish(self, worker: WorkerProcess) -> int | None:
+        """``worker.finish()``, and it is no longer alive."""
+        code = worker.finish()
+        with self._lock:
+            self._alive.discard(worker)
+        return code
+
+    def halt(self) -> None:
+        with self._lock:
+            self._stop.set()
+            for w in list(self._alive):
+                w.kill()
+
+
+def side_by_side(lanes: Sequence[Callable[[], None]], names: Sequence[str], crew: Crew,
+                 ended: Callable[[], None]) -> None:  # fmt: skip
+    """Run each of ``lanes`` (a device's workers, one after another) in a thread of its own;
+    ``ended`` is called as each ends. Ctrl-C, or a lane that raises, halts ``crew`` (every worker
+    killed, none started), and the first error is raised here, in the calling thread."""
+    errors: list[BaseException] = []
+
+    def main(lane: Callable[[], None]) -> None:
+        try:
+            lane()
+        except Stopped:
+            pass
+        except BaseException as exc:
+            errors.append(exc)
+            crew.halt()
+        finally:
+            ended()
+
+    threads = [threading.Thread(target=main, args=(lane,), name=f"detbench-{name}")
+               for lane, name in zip(lanes, names, strict=True)]  # fmt: skip
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # in slices: the calling thread must stay free to take Ctrl-C
+    except BaseException:
+        crew.halt()
+        for t in threads:
+            t.join()
+        raise
+    if errors:
+        raise errors[0]
+
+
+@dataclass
+class Turn:
+    """One worker's turn as the runner saw it: what it did not finish, how it ended, and where
+    the runner's time went (seconds)."""
+
+    keys: list[str]
+    remaining: list[str] = field(default_factory=list)
+    in_flight: str | None = None  # the workload it was running when it ended
+    started: bool = False  # it got ready
+    timed_out: str | None = None  # why, when it was killed for silence
+    code: int | None = None  # its exit status
+    startup_wait: float = 0.0  # from its turn to ready
+    shutdown: float = 0.0  # reaping it
+    neighbour_pauses: int = 0
+
+    def lost(self) -> list[str]:
+        return lost_keys(self.keys, self.remaining, self.in_flight, self.started)
+
+
+def take_turn(
+    worker: WorkerProcess,
+    neighbour: WorkerProcess | None,
+    crew: Crew,
+    limits: tuple[float, float | None],
+    ready: Callable[[dict[str, Any]], None],
+    start: Callable[[str], None],
+    others_idle: Callable[[], bool],
+    record: Callable[[dict[str, Any]], None],
+) -> Turn:
+    """Run ``worker`` to its end while ``neighbour`` (the next worker on its device) starts up
+    beside it, paused whenever ``worker`` takes timing samples. ``limits``: the seconds it may
+    take to be ready, and to stay silent later. The callbacks get its ready message, each
+    workload it starts, and each record (``timed_alone`` set: whether no other worker of the
+    run ran while it timed; ``others_idle`` says whether other devices' workers run)."""
+    startup_timeout, timeout = limits
+    turn = Turn(list(worker.keys), list(worker.keys))
+    alone: bool | None = None  # None until a timing pass has started
+    try:
+        worker.resume()  # it may have been paused as someone else's neighbour
+        t0 = time.perf_counter()
+        msg = worker.next(startup_timeout)
+        turn.startup_wait = time.perf_counter() - t0
+        if msg is TIMEOUT:
+            turn.timed_out = (
+                f"the worker did not start within {startup_timeout:g} s (imports, mode, "
+                "CUDA initialisation); killed"
+            )
+        elif msg is not None and msg["type"] == "ready":
+            turn.started = True
+            ready(msg)
+            worker.send("go")
+        while turn.started:
+            msg = worker.next(timeout)
+            if msg is None:  # the worker exited
+                break
+            if msg is TIMEOUT:
+                turn.timed_out = f"exceeded the --timeout of {timeout:g} s; worker killed"
+                break
+            kind = msg["type"]
+            if kind == "start":
+                turn.in_flight, alone = msg["workload"], None
+                start(msg["workload"])
+            elif kind == "phase":
+                if msg["phase"] == "timing":
+                    alone = (neighbour is None or neighbour.pause()) and others_idle()
+                    turn.neighbour_pauses += neighbour is not None
+                    worker.send("ok")
+                elif neighbour is not None:
+                    neighbour.resume()
+            elif kind == "record":
+                msg["record"]["timed_alone"] = alone
+                record(msg["record"])
+                turn.remaining.remove(turn.in_flight)  # type: ignore[arg-type]
+                turn.in_flight = None
+            elif kind == "done":
+                break
+        if turn.timed_out:
+            worker.kill()
+    except BaseException:  # Ctrl-C or a failure of the runner itself: stop the worker now
+        worker.kill()
+        raise
+    finally:
+        if neighbour is not None:
+            neighbour.resume()
+        t_last = time.perf_counter()
+        turn.code = crew.finish(worker)
+        turn.shutdown = time.perf_counter() - t_last
+    return turn

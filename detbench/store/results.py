@@ -1,0 +1,412 @@
+"""The result files: ``results.jsonl`` (a record per workload x mode x replicate) and ``env.json``.
+
+Records are plain JSON, one per line, appended with a single ``os.write`` on a file opened with
+``O_APPEND``: the kernel writes the whole line or nothing, so a runner killed at any moment leaves
+every completed record and no partial line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from detbench.core.errors import DetbenchError
+from detbench.core.settings import NAMES as SETTING_NAMES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Schema history:
+#   1 (detbench 0.1): first version.
+#   2: every record carries ``fingerprint_method`` ("device" | "sha256"; with the "both" option
+#      also ``fingerprint_sha256`` and ``step_fingerprints_sha256``), ``peak_memory_bytes`` and
+#      ``memory`` (the workload's own peak: torch's allocator on CUDA, the RSS growth on a CPU;
+#      an oom adds its figures there), ``precision`` ({"matmul_fp32", "conv_fp32"}: "tf32" or
+#      "ieee", what fp32 ran in), ``mode_position`` (the place of the mode in its replicate's
+#      shuffled order); ``timing`` adds ``budget``, ``ci_low``, ``ci_high``, ``ci_rel``,
+#      ``target_rel``, ``reached_target`` and ``clock``. A failure after the fingerprint pass
+#      keeps the fingerprint; a failed FLOP count gives ``flops_per_step`` None and
+#      ``flops_note``. Version 1 records load with these fields None (``migrate``).
+#   3: settings beside the modes (``detbench.core.settings``): ``mode`` may carry overrides
+#      (``det-algos[fill_uninitialized_memory=off]``), ``base_mode`` is one of the 10 modes, one
+#      column per setting holds the level the workload ran under as the worker read it back
+#      (a boolean for on/off settings; ``cublas_workspace_config`` None when unset, replacing
+#      the old lowercase copy of the variable), ``settings_changed`` lists the flags and
+#      settings the workload itself changed ([] none; ``settings_changes`` has the values), and
+#      ``first_step_seconds``, ``compile_seconds`` (execution=compile) and ``compile_stats``;
+#      the batch-invariance verdict of a workload that declares ``batch_sizes``:
+#      ``batch_invariant``, ``batch_first_variant_size``, ``batch_max_abs_diff``,
+#      ``batch_same_as_smallest`` (or ``batch_note`` where it could not be made).
+#      Older records load with ``base_mode`` = ``mode`` and the rest None (``migrate``).
+#      Added within version 3, absent from earlier records of it (readers use ``.get``):
+#      ``device_name`` ("cuda:1", "cpu:0": where the record ran, ``run --devices``); for
+#      distributed workloads ``backend``, ``ranks_agree``, ``ranks_first_disagree_step``,
+#      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
+#      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
+#      workloads).
+SCHEMA_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
+#: Record fields that schema 2 added, None in a migrated version-1 record.
+SCHEMA_2_FIELDS = ("fingerprint_method", "peak_memory_bytes", "memory", "precision",
+                   "mode_position")  # fmt: skip
+
+#: Record fields that schema 3 added, None in a migrated older record.
+SCHEMA_3_FIELDS = (*SETTING_NAMES, "settings_changed", "compile_seconds", "first_step_seconds",
+                   "batch_invariant", "batch_first_variant_size", "batch_max_abs_diff")  # fmt: skip
+
+RESULTS_FILE = "results.jsonl"
+ENV_FILE = "env.json"
+
+#: Record statuses. ``unsupported``: an op has no deterministic implementation; ``oom``: out of
+#: memory; ``timeout``: past ``--timeout``, the worker was killed; ``crashed``: the worker process
+#: died while running the workload.
+STATUSES = ("ok", "unsupported", "oom", "error", "timeout", "crashed")
+
+#: The columns schema 2 added (None in version-1 records).
+SCHEMA_2_COLUMNS = (
+    "peak_memory_bytes",
+    "timing_ci_rel",
+    "timing_reached_target",
+    "fingerprint_method",
+    "matmul_fp32",
+    "conv_fp32",
+)
+#: The columns ``load_results`` always returns, in this order (others follow).
+COLUMNS = (
+    "suite",
+    "workload",
+    "mode",
+    "benchmark",
+    "cudnn_deterministic",
+    "deterministic_algorithms",
+    "cudnn_enabled",
+    "replicate",
+    "status",
+    "fingerprint",
+    "seconds_per_step",
+    "items_per_second",
+    "message",
+    "iqr",
+    "items_per_step",
+    "max_abs_diff",
+    "device",
+    "profile",
+    "num_threads",
+    *SCHEMA_2_COLUMNS,
+    "base_mode",
+    *SETTING_NAMES,
+    "settings_changed",
+)
+#: Columns that hold None, not NaN, where a record has no value.
+NONE_NOT_NAN = ("fingerprint", "message", *SCHEMA_2_COLUMNS, "base_mode", *SETTING_NAMES,
+                "settings_changed")  # fmt: skip
+
+
+class ResultsError(DetbenchError):
+    """A results directory or file that cannot be read (one clear line for the user)."""
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def dumps(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, no NaN/Infinity (not valid JSON)."""
+    return json.dumps(obj, sort_keys=True, allow_nan=False, separators=(",", ":"))
+
+
+class ResultWriter:
+    """Appends records to ``results.jsonl``, each in one write (see the module docstring)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / RESULTS_FILE
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        line = (dumps({"schema_version": SCHEMA_VERSION, **record}) + "\n").encode()
+        written = os.write(self._fd, line)
+        if written != len(line):  # only on a full disk; never leave half a line unflagged
+            raise OSError(f"short write to {self.path}: {written} of {len(line)} bytes")
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> ResultWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one rename: a reader sees the old file or the new one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n")
+
+
+def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
+    path = Path(directory) / RESULTS_FILE
+    if not path.is_file():
+        raise ResultsError(f"no {RESULTS_FILE} in {directory}")
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if not line.endswith("\n"):
+                raise ResultsError(f"{path}:{lineno}: truncated record (no end of line)")
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ResultsError(f"{path}:{lineno}: malformed record: {exc.msg}") from None
+            if not isinstance(rec, dict):
+                raise ResultsError(f"{path}:{lineno}: a record must be a JSON object")
+            version = rec.get("schema_version")
+            if version not in SUPPORTED_VERSIONS:
+                raise ResultsError(
+                    f"{path}:{lineno}: unknown schema version {version!r} "
+                    f"(this detbench reads {', '.join(map(str, SUPPORTED_VERSIONS))})"
+                )
+            yield migrate(rec)
+
+
+def migrate(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record of any supported version in the current version's shape: the fields a later
+    version added are None in an older record (its ``schema_version`` is kept, so a reader can
+    tell). A version-1 record has no peak memory and no precision; its ``memory``, where
+    present, is an oom's figures, kept."""
+    if rec.get("schema_version") == 1:
+        for name in SCHEMA_2_FIELDS:
+            rec.setdefault(name, None)
+    if rec.get("schema_version") in (1, 2):
+        rec.setdefault("base_mode", rec.get("mode"))
+        for name in SCHEMA_3_FIELDS:
+            if name != "cublas_workspace_config":  # schema 2 recorded the variable already
+                rec.setdefault(name, None)
+    return rec
+
+
+def load_results(directory: str | Path) -> pd.DataFrame:
+    """One row per (workload, mode, replicate) record, with the columns of ``COLUMNS`` first.
+
+    Nested fields are kept as Python objects: ``timing`` (raw samples and block size),
+    ``step_fingerprints``, ``phases``, ``params``, ``memory`` and ``precision``. Flattened from
+    them: ``iqr``, ``timing_samples``, ``timing_ci_rel`` and ``timing_reached_target`` (from
+    ``timing``), ``matmul_fp32`` and ``conv_fp32`` (from ``precision``); None where a record
+    has no such value (a failure, or a version-1 record).
+    """
+    import pandas as pd
+
+    rows = []
+    for rec in iter_records(directory):
+        row = dict(rec)
+        timing = rec.get("timing") or {}
+        row["iqr"] = timing.get("iqr")
+        row["timing_samples"] = timing.get("samples")
+        row["timing_ci_rel"] = timing.get("ci_rel")
+        row["timing_reached_target"] = timing.get("reached_target")
+        precision = rec.get("precision") or {}
+        row["matmul_fp32"] = precision.get("matmul_fp32")
+        row["conv_fp32"] = precision.get("conv_fp32")
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    for col in NONE_NOT_NAN:
+        df[col] = df[col].astype(object).where(df[col].notna(), None)
+    rest = [c for c in df.columns if c not in COLUMNS]
+    return df[list(COLUMNS) + rest]
+
+
+def load_env(directory: str | Path) -> dict[str, Any]:
+    path = Path(directory) / ENV_FILE
+    if not path.is_file():
+        raise ResultsError(f"no {ENV_FILE} in {directory}")
+    try:
+        env: dict[str, Any] = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: malformed JSON: {exc.msg}") from None
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a result came from
+
+
+def git_info(repo: Path) -> dict[str, Any]:
+    """The checkout's commit and whether tracked files differ from it (untracked files ignored)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(repo), *args],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def _lscpu_field(text: str, name: str) -> str | None:
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return None
+
+
+#: Runs ``torch.utils.collect_env`` in a child process and prints its facts as JSON. collect_env
+#: initialises CUDA (``get_cuda_module_loading_config`` calls ``torch.cuda.init()``, and the GPU
+#: listing reads device properties), which would hold a CUDA context in the runner for the whole
+#: run; in a short-lived child it is gone when the child exits.
+_COLLECT_ENV = """
+import json
+from torch.utils import collect_env
+info = collect_env.get_env_info()._asdict()
+info.pop("pip_packages", None)
+info.pop("conda_packages", None)
+print(json.dumps(info, default=str))
+"""
+COLLECT_ENV_TIMEOUT = 120.0  # seconds: it runs pip and nvidia-smi, each of which can be slow
+#: A file that keeps collect_env's facts for the runs after the first, when this variable names
+#: one. The test suite sets it: a host's facts do not change between its dozens of short runs,
+#: and each collect_env costs 2.5 s of CPU beside the first worker's start-up. Unset (users):
+#: every run collects its own.
+COLLECT_ENV_CACHE = "DETBENCH_COLLECT_ENV_CACHE"
+
+
+def collect_env_later(
+    timeout: float = COLLECT_ENV_TIMEOUT,
+) -> Callable[[], tuple[dict[str, Any], str | None]]:
+    """Start ``torch.utils.collect_env`` in a child process now and return the function that
+    waits for its facts (pip and conda package lists left out): (facts, None), or ({}, why)
+    when the child fails or outlives ``timeout`` seconds. The child takes seconds (it imports
+    torch, runs pip and nvidia-smi), so a caller can start it and do other work meanwhile."""
+    cache = os.environ.get(COLLECT_ENV_CACHE)
+    if cache:
+        try:
+            kept = json.loads(Path(cache).read_text())
+            return lambda: (kept, None)
+        except (OSError, ValueError):
+            pass  # none kept yet: collect, and keep it below
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _COLLECT_ENV],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    except OSError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        return lambda: ({}, error)
+    started = time.monotonic()
+
+    def result() -> tuple[dict[str, Any], str | None]:
+        try:
+            out, err = proc.communicate(timeout=max(0.0, timeout - (time.monotonic() - started)))
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.communicate()
+            return {}, f"TimeoutExpired: {exc}"
+        if proc.returncode != 0:
+            lines = err.strip().splitlines()
+            return {}, f"exit code {proc.returncode}: {lines[-1] if lines else 'no message'}"
+        try:
+            info = json.loads(out.strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError) as exc:
+            return {}, f"unreadable output: {exc}"
+        if not isinstance(info, dict):
+            return {}, "unreadable output: not a JSON object"
+        if cache:
+            with contextlib.suppress(OSError):
+                write_json_atomic(Path(cache), info)
+        return info, None
+
+    return result
+
+
+def host_env_later() -> Callable[[], dict[str, Any]]:
+    """``host_env`` started now (its child process runs meanwhile), its facts when called."""
+    collected = collect_env_later()
+
+    def result() -> dict[str, Any]:
+        import torch
+
+        info, error = collected()
+        return {
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_model": _lscpu_field(info.get("cpu_info") or "", "Model name"),
+            "cpu_count": os.cpu_count(),
+            "driver": info.get("nvidia_driver_version"),
+            "collect_env": info,
+            **({"collect_env_error": error} if error else {}),
+        }
+
+    return result
+
+
+def host_env() -> dict[str, Any]:
+    """Facts about this host and torch, from ``torch.utils.collect_env`` run in a child process,
+    so this process makes no CUDA context. Where the child fails, ``collect_env`` is empty and
+    ``collect_env_error`` says why."""
+    return host_env_later()()
+
+
+#: The facts that make two runs comparable, in the order a report lists them.
+ENV_FACTS = ("device", "gpu", "driver", "cuda", "cudnn", "torch", "python", "cpu", "threads")
+
+
+def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
+    """The environment of a run in a few comparable strings (None where not known): the device,
+    GPU model, NVIDIA driver, CUDA (the version torch was built with), cuDNN, torch, Python, CPU
+    model and torch's threads."""
+    host = env.get("host") or {}
+    worker = env.get("worker") or {}
+    collected = host.get("collect_env") or {}
+
+    def text(x: Any) -> str | None:
+        return None if x is None or x == "" or x == "None" else str(x)
+
+    gpu = worker.get("gpu_name") or collected.get("nvidia_gpu_models")
+    return {
+        "device": text(worker.get("device") or (env.get("options") or {}).get("device")),
+        "gpu": text(gpu),
+        "driver": text(host.get("driver") or collected.get("nvidia_driver_version")),
+        # ``cuda_build``; runs before schema 2 called it ``cuda_runtime``.
+        "cuda": text(
+            worker.get("cuda_build") or worker.get("cuda_runtime") or host.get("torch_cuda")
+        ),
+        "cudnn": text(worker.get("cudnn_version")),
+        "torch": text(host.get("torch")),
+        "python": text(host.get("python")),
+        "cpu": text(host.get("cpu_model") or host.get("cpu")),
+        "threads": text(worker.get("num_threads")),
+    }

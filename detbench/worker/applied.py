@@ -1,0 +1,176 @@
+"""A mode's settings inside a worker: applied once before CUDA starts, read back around every
+workload, and restored when a workload changed one.
+
+User code changes settings behind a benchmark's back: a training script sets
+``torch.backends.cudnn.benchmark = True`` on import, a model's constructor calls
+``use_deterministic_algorithms(False)``. The worker reads every flag and setting after each
+workload's build and after its last step; a change is recorded (``settings_changed``), the record's
+columns say what the steps ran under, and the mode is put back before the next workload, so one
+workload cannot change the mode of another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from detbench.core import settings as st
+from detbench.core import torchstate as ts
+from detbench.core.modes import Mode, current_flags
+
+
+def apply_process(overrides: st.Overrides) -> dict[str, str]:
+    """Apply the process settings a mode overrides, in table order (the mode's flags already
+    set). Returns {name: reason} for each override this torch cannot apply: the worker records
+    its workloads as unsupported with that reason."""
+    problems: dict[str, str] = {}
+    for name, level in overrides:
+        s = st.BY_NAME[name]
+        reason = s.unavailable()
+        if reason is not None:
+            problems[name] = reason
+            continue
+        if s.scope != "process" or s.apply is None:
+            continue
+        try:
+            s.apply(level)
+        except Exception as exc:  # torch refused the level: it cannot run here
+            problems[name] = f"{name}={level}: {type(exc).__name__}: {exc}"
+    reason = _inductor_tie(dict(overrides))
+    if reason is not None:
+        problems["inductor_deterministic"] = reason
+    return problems
+
+
+def _inductor_tie(given: Mapping[str, str]) -> str | None:
+    """Why the compiled steps cannot run at the ``inductor_deterministic`` level asked for, or
+    None: where torch ties it to deterministic algorithms (``torchstate.inductor_tied``), a
+    different level is overwritten by torch's own compilation, so the records could not say
+    what the steps ran under."""
+    level = given.get("inductor_deterministic")
+    if level is None or given.get("execution", "eager") != "compile":
+        return None
+    import torch
+
+    if (level == "on") == torch.are_deterministic_algorithms_enabled():
+        return None
+    return ts.inductor_tie_reason(level) if ts.inductor_tied() else None
+
+
+def read_all() -> dict[str, Any]:
+    """The four mode flags (booleans) and every process setting (its level) as torch, or the
+    environment, has them now. A setting that cannot be read is "unavailable" (no such API in
+    this torch) or "unreadable: ..." (torch refused, e.g. 2.9+ after a mix of TF32 APIs)."""
+    out: dict[str, Any] = dict(current_flags())
+    for s in st.SETTINGS:
+        if s.scope != "process" or s.read is None:
+            continue
+        if s.unavailable() is not None:
+            out[s.name] = "unavailable"
+            continue
+        try:
+            out[s.name] = s.read()
+        except Exception as exc:
+            out[s.name] = f"unreadable: {type(exc).__name__}"
+    return out
+
+
+def differ(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The names whose value differs between two ``read_all`` results, in table order."""
+    return [k for k in applied if now.get(k) != applied[k]]
+
+
+def changed(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The names a workload changed: those of ``differ`` less a change torch made itself.
+
+    Where torch ties ``inductor_deterministic`` to deterministic algorithms
+    (``torchstate.inductor_tied``), inductor's setting that now equals the flag was set by torch
+    (by ``use_deterministic_algorithms``, which dynamo calls after compiling each frame), not by
+    the workload: a workload that turned the flag itself is named for the flag."""
+    names = differ(applied, now)
+    key = "inductor_deterministic"
+    follows = now.get(key) == ("on" if now.get("deterministic_algorithms") else "off")
+    if key in names and follows and ts.inductor_tied():
+        names.remove(key)
+    return names
+
+
+def columns(levels: Mapping[str, Any], mode: Mode) -> dict[str, Any]:
+    """A record's setting columns: each process setting as ``levels`` has it (a boolean for
+    on/off), each workload setting as the mode sets it (torch's default otherwise)."""
+    given = mode.overrides
+    out: dict[str, Any] = {}
+    for s in st.SETTINGS:
+        if s.scope == "workload":
+            out[s.name] = s.column(given.get(s.name, s.torch_default))
+            continue
+        level = levels.get(s.name)
+        out[s.name] = None if level is None or level not in s.levels else s.column(level)
+        if level is not None and level not in s.levels:  # "unavailable", "unreadable: ..."
+            out[s.name] = level
+    return out
+
+
+def apply(mode: Mode) -> dict[str, str]:
+    """Put this process in ``mode``. Must run before any CUDA work, once per process. Returns
+    {setting: reason} for each override this torch cannot apply (see ``settings.apply_process``).
+    """
+    import torch
+
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "a determinism mode must be applied before CUDA is initialised in this process"
+        )
+    set_flags(mode)
+    return apply_process(mode.settings)
+
+
+def set_flags(mode: Mode) -> None:
+    """The four flags of ``mode``; also how a worker restores them after a workload changed one."""
+    import torch
+
+    torch.backends.cudnn.enabled = mode.cudnn_enabled
+    torch.backends.cudnn.benchmark = mode.benchmark
+    torch.backends.cudnn.deterministic = mode.cudnn_deterministic
+    torch.use_deterministic_algorithms(mode.deterministic_algorithms)
+
+
+@dataclass
+class WorkerSettings:
+    """What the worker applied for its mode, to read back against and to restore."""
+
+    mode: Mode
+    #: Overrides this torch cannot apply: {name: reason}; the worker's records are unsupported.
+    problems: dict[str, str] = field(default_factory=dict)
+    applied: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, mode: Mode) -> WorkerSettings:
+        """Apply ``mode`` (its flags, then its settings) in this fresh process; before CUDA."""
+        problems = apply(mode)
+        return cls(mode, problems, read_all())
+
+    def restore(self) -> None:
+        """Put the mode back: flags, then every process setting as it was applied."""
+        set_flags(self.mode)
+        for name, level in self.applied.items():
+            s = st.BY_NAME.get(name)
+            if s is None or s.scope != "process" or s.apply is None or level not in s.levels:
+                continue
+            with contextlib.suppress(Exception):
+                s.apply(level)
+
+    def unsupported(self, workload: Any) -> str | None:
+        """Why ``workload`` cannot run under this mode's settings, or None."""
+        if self.problems:
+            name, reason = next(iter(self.problems.items()))
+            return f"setting {name}={self.mode.overrides.get(name)} is unavailable: {reason}"
+        autocast = self.mode.overrides.get("autocast", "off")
+        if autocast != "off" and not getattr(workload, "autocast", False):
+            return (
+                f"setting autocast={autocast}: the workload does not declare that it can run "
+                "under autocast (@detbench.workload(..., autocast=True))"
+            )
+        return None

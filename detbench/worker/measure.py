@@ -1,0 +1,447 @@
+"""One workload measured in a worker: build, fingerprint pass, FLOP count, timing pass, and every
+outcome turned into a record (a failure is a status and a message, never an exception).
+
+On CUDA, the last statement of a workload is a synchronisation, so an asynchronous error of its
+kernels is charged to it and not to the next workload. An error that leaves the CUDA context
+unusable (an illegal address, a device-side assert) is reported to the worker as ``device_lost``:
+the worker sends the record and exits, and a fresh worker takes the workloads that remain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from detbench.core.modes import Mode, record_fields
+from detbench.core.seeding import seed_workload
+from detbench.core.settings import MODE_FLAGS
+from detbench.core.workload import Context, Workload
+from detbench.store.results import utc_now
+from detbench.worker import fingerprint as fp
+from detbench.worker import invariance
+from detbench.worker.applied import WorkerSettings, changed, columns, differ, read_all
+from detbench.worker.devenv import fp32_precision
+from detbench.worker.flops import count_flops
+from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
+from detbench.worker.timing import time_step
+
+UNSUPPORTED_MARKERS = (
+    "does not have a deterministic implementation",
+    # torch's refusal of cuBLAS under deterministic algorithms without CUBLAS_WORKSPACE_CONFIG
+    "because it uses CuBLAS",
+    # an SDPA backend the device (or these inputs) cannot use, under sdpa_backend=...
+    "No viable backend for scaled_dot_product_attention",
+    "No available kernel",
+)
+
+
+class SettingUnsupported(Exception):
+    """A workload that cannot run under its mode's settings (an API this torch lacks, autocast
+    not declared): recorded ``unsupported`` with the reason, without building it."""
+
+
+#: torch's CPU allocator reports a failed allocation as a RuntimeError with these words.
+CPU_OOM_MARKERS = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough")
+#: Out of memory inside a CUDA library: raised as a RuntimeError, not as torch's
+#: OutOfMemoryError, but a lack of memory all the same.
+LIBRARY_OOM_MARKERS = (
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUFFT_ALLOC_FAILED",
+)
+#: Words of a CUDA error that may leave the context unusable. Library statuses other than an
+#: allocation failure count too: an execution failure in cuDNN or cuBLAS is usually a kernel
+#: fault, and a fresh worker costs only its start-up.
+DEVICE_ERROR_MARKERS = (
+    "CUDA error",
+    "CUDNN_STATUS_",
+    "CUBLAS_STATUS_",
+    "illegal memory access",
+    "device-side assert",
+)
+#: torch >= 2.8 raises CUDA errors as ``torch.AcceleratorError`` (a RuntimeError).
+ACCELERATOR_ERROR: type[BaseException] | None = getattr(torch, "AcceleratorError", None)
+
+#: Phases after the fingerprint pass: a failure there keeps the fingerprint it completed.
+AFTER_FINGERPRINT = ("count", "timing", "invariance")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _is_cuda_oom_text(text: str) -> bool:
+    if any(m in text for m in LIBRARY_OOM_MARKERS):
+        return True
+    return "out of memory" in text and ("CUDA" in text or "cuda" in text)
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(status, message) for an exception raised by a workload."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if isinstance(exc, SettingUnsupported):
+        return "unsupported", str(exc)
+    if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
+        return "oom", text
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in CPU_OOM_MARKERS):
+        return "oom", text
+    if isinstance(exc, RuntimeError) and _is_cuda_oom_text(str(exc)):
+        return "oom", text
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in UNSUPPORTED_MARKERS):
+        return "unsupported", str(exc).strip()
+    return "error", text
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a CUDA error other than an out-of-memory, one after which the worker's
+    CUDA context may be unusable (the worker then makes way for a fresh one)."""
+    if classify(exc)[0] != "error":
+        return False
+    if ACCELERATOR_ERROR is not None and isinstance(exc, ACCELERATOR_ERROR):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in DEVICE_ERROR_MARKERS)
+
+
+def reference_path(directory: Path, key: str, mode: str) -> Path:
+    return directory / (key.replace("/", "__") + "@" + mode + ".npz")
+
+
+def _fingerprint_pass(
+    w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, step: Any, rec: dict[str, Any]
+) -> None:
+    """Run the fingerprint steps and fill the record's fingerprint fields (all at the end, so a
+    pass that fails leaves none)."""
+    method = rec["fingerprint_method"]
+    both = job.get("fingerprint") == "both"
+    digests: list[str] = []
+    sha_digests: list[str] = []
+    losses: list[float] = []
+    outputs: Any = None
+    for i in range(w.steps(ctx, int(job["fingerprint_steps"]))):
+        t0 = time.perf_counter()
+        outputs = list(step())
+        if i == 0:  # with execution=compile, the compilation happens here
+            _sync(ctx.device)
+            rec["first_step_seconds"] = time.perf_counter() - t0
+        digests.append(fp.step_digest(outputs, method))
+        if both:
+            sha_digests.append(fp.step_digest(outputs, "sha256"))
+        if w.loss_output is not None:
+            losses.append(float(outputs[w.loss_output].item()))
+    rec["step_fingerprints"] = digests
+    if w.loss_output is not None:
+        rec["losses"] = losses
+    rec["fingerprint"] = fp.combine(digests)
+    if both:
+        rec["step_fingerprints_sha256"] = sha_digests
+        rec["fingerprint_sha256"] = fp.combine(sha_digests)
+    ref = reference_path(Path(job["reference_dir"]), w.key, mode.name)
+    replicate = int(job["replicate"])
+    diff = fp.diff_against_reference(ref, rec["fingerprint"], outputs, replicate)
+    if diff is None:  # the first replicate to get here: the others compare with it
+        fp.save_reference(ref, rec["fingerprint"], outputs, replicate)
+        rec["diff_reference"] = "self"
+    else:
+        rec["max_abs_diff"] = diff.pop("max_abs_diff")
+        rec["diff_reference"] = diff
+
+
+def _count(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: bool) -> None:
+    """FLOPs per step: declared by the workload, else counted over one step. The counter leans
+    on torch internals; its failure costs the FLOP figure (with a note), never the record. An
+    out-of-memory or CUDA error of the step itself is the workload's and is raised.
+
+    ``count`` False (replicates after the first): the same ops run in every replicate of a mode,
+    so the runner copies the first replicate's count (``flops_source`` "counted"), and this
+    worker spares the extra step under the dispatch mode."""
+    declared = w.declared_flops(ctx)
+    rec["flops_source"] = "declared" if declared is not None else "counted"
+    if declared is not None:
+        rec["flops_per_step"] = declared
+        return
+    if not count:
+        rec["flops_per_step"] = None
+        rec["flops_pending"] = True
+        return
+    try:
+        rec["flops_per_step"] = count_flops(step)
+    except Exception as exc:
+        if classify(exc)[0] == "oom" or is_device_error(exc):
+            raise
+        rec["flops_per_step"] = None
+        rec["flops_source"] = None
+        rec["flops_note"] = f"FLOP count failed: {type(exc).__name__}: {exc}"
+
+
+def build_step(w: Workload, ctx: Context) -> Any:
+    """``w``'s step as every pass builds it (a worker's, a rank's, locate's): the generators
+    seeded as the workload asks, its factory run, its result checked, the device synchronised."""
+    seed_workload(w.seeding, ctx.seed)
+    step = w.factory(ctx)
+    if not callable(step):
+        raise TypeError(f"workload factory must return a step callable, got {type(step)}")
+    _sync(ctx.device)
+    return step
+
+
+def with_settings(step: Any, mode: Mode, device: torch.device) -> Any:
+    """``step`` as the mode's workload settings run it: each call under ``torch.autocast`` (entered
+    per step, as a training loop does: autocast's cache of cast weights lives for one region),
+    then through ``torch.compile``."""
+    given = mode.overrides
+    out = step
+    autocast = given.get("autocast", "off")
+    if autocast != "off":
+        dtype = torch.float16 if autocast == "fp16" else torch.bfloat16
+
+        def out() -> Any:
+            with torch.autocast(device.type, dtype=dtype):
+                return step()
+
+    if given.get("execution", "eager") == "compile":
+        return torch.compile(out)
+    return out
+
+
+def _compile_stats() -> dict[str, Any] | None:
+    """Dynamo's counters for this worker's compilations so far (graphs, graph breaks)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return None
+    return {
+        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
+
+
+def _read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
+    """Compare the flags and settings now with what the worker applied; a change the workload
+    made is recorded under ``settings_changes`` and named in ``settings_changed``. The record's
+    columns take the values read now, after the build and again after the last step, so they
+    say what the steps last ran under (a change torch made itself, which ``changed`` does not
+    blame on the workload, shows in the columns too)."""
+    now = read_all()
+    # Also what the workload changed at the build and has put back since.
+    moved = set(differ(ws.applied, now)) | set(rec.get("settings_changes", ()))
+    if not moved:
+        return
+    for name in changed(ws.applied, now):
+        changes = rec.setdefault("settings_changes", {})
+        changes.setdefault(name, {"applied": ws.applied[name]})[when] = now[name]
+        if name not in rec["settings_changed"]:
+            rec["settings_changed"].append(name)
+    rec.update({k: now[k] for k in moved if k in MODE_FLAGS})
+    rec.update({k: v for k, v in columns(now, ws.mode).items() if k in moved})
+
+
+def _invariance(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> None:
+    """The batch-invariance verdict (``detbench.worker.invariance``) into ``rec``: the workload
+    built at
+    each of its batch sizes, freshly seeded, under the mode's settings. A failure there (an
+    out-of-memory at the largest size, outputs that cannot be compared) is ``batch_note`` and
+    leaves the record's own verdict and timing alone; a CUDA error is the workload's."""
+    assert w.batch_sizes is not None
+
+    def build(b: int) -> Any:
+        return with_settings(w.factory(replace(ctx, batch_size=b)), mode, ctx.device)
+
+    def reseed() -> None:
+        seed_workload(w.seeding, ctx.seed)
+
+    try:
+        rec.update(invariance.check(build, w.batch_sizes, reseed).to_record())
+    except invariance.InvarianceError as exc:
+        rec["batch_note"] = str(exc)
+    except Exception as exc:
+        if is_device_error(exc):
+            raise
+        status, message = classify(exc)
+        rec["batch_note"] = f"{status}: {message}"
+
+
+def run_workload(
+    w: Workload,
+    job: dict[str, Any],
+    mode: Mode,
+    notify: Callable[[str], None] | None = None,
+    ws: WorkerSettings | None = None,
+    launch: Callable[..., None] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Both passes for one workload: (record, device_lost). Every outcome is a record, never an
+    exception. ``notify("timing")`` is called right before the timing pass and
+    ``notify("timed")`` right after it, also when it fails. ``device_lost``: the workload failed
+    with a CUDA error after which this process's CUDA context cannot be trusted.
+
+    ``ws``: the settings the worker applied for ``mode`` (read back after the build and after
+    the last step, and restored when the workload changed any); None reads them as they are.
+    ``launch``: how a distributed workload's ranks are launched (``distributed.launch.
+    run_distributed``, passed in by the worker's main: the launch is a layer above this one)."""
+    if ws is None:
+        ws = WorkerSettings(mode, {}, read_all())
+    device = torch.device(job["device"])
+    seed = int(job["seed"])
+    ctx = Context(device=device, profile=job["profile"], seed=seed, batch_size=w.batch_size)
+    method = job.get("fingerprint") or "device"
+    rec: dict[str, Any] = {
+        "suite": w.suite,
+        "workload": w.name,
+        "params": w.params_for(ctx.profile),
+        **record_fields(mode),
+        # Every setting as the worker read it back after applying the mode (a workload that
+        # changes one is caught by _read_back).
+        **columns(ws.applied, mode),
+        "settings_changed": [],
+        "compile_seconds": None,
+        # The batch-invariance verdict: None for a workload that declares no batch sizes;
+        # ``batch_size`` is the size the fingerprint and timing passes used.
+        "batch_size": w.batch_size,
+        "batch_invariant": None,
+        "batch_first_variant_size": None,
+        "batch_max_abs_diff": None,
+        "replicate": job["replicate"],
+        "seed": seed,
+        "device": device.type,
+        "profile": ctx.profile,
+        "num_threads": torch.get_num_threads(),
+        "status": "ok",
+        "message": None,
+        # "both" fingerprints with the device digest and also with sha256, as a cross-check.
+        "fingerprint_method": "device" if method == "both" else method,
+        "fingerprint": None,
+        "step_fingerprints": None,
+        "max_abs_diff": None,
+        "seconds_per_step": None,
+        "items_per_second": None,
+        "timing": None,
+        "peak_memory_bytes": None,
+        "memory": None,
+        "precision": None,
+        "phases": {},
+        "utc": None,
+    }
+    if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
+        if launch is None:
+            raise RuntimeError(f"{w.key}: a distributed workload needs a launcher (launch=...)")
+        launch(w, ctx, job, mode, ws, rec, notify)
+        rec["utc"] = utc_now()
+        return rec, False
+    phases: dict[str, float] = rec["phases"]
+    device_lost = False
+    oom_figures: dict[str, Any] | None = None
+    watch = PeakWatch(device)
+    phase = "build"
+    t0 = time.perf_counter()
+    step: Any = None
+    try:
+        watch.start()
+        rec["items_per_step"] = w.items(ctx)
+        rec["bytes_per_step"] = w.bytes(ctx)
+        rec["seeding"] = w.seeding
+        reason = ws.unsupported(w)
+        if reason is not None:
+            raise SettingUnsupported(reason)
+        step = build_step(w, ctx)
+        phases["build"] = time.perf_counter() - t0
+        _read_back(rec, ws, "after_build")
+        step = with_settings(step, mode, device)
+
+        phase = "fingerprint"
+        t0 = time.perf_counter()
+        before = _compile_stats()
+        _fingerprint_pass(w, ctx, job, mode, step, rec)
+        phases["fingerprint"] = time.perf_counter() - t0
+        if mode.overrides.get("execution") == "compile":
+            rec["compile_seconds"] = rec.get("first_step_seconds")
+            after = _compile_stats()
+            if before is not None and after is not None:  # this workload's own compilation
+                rec["compile_stats"] = {k: after[k] - before[k] for k in after}
+
+        phase = "count"
+        t0 = time.perf_counter()
+        _count(w, ctx, step, rec, bool(job.get("count_flops", True)))
+        phases["count"] = time.perf_counter() - t0
+
+        phase = "timing"
+        if notify is not None:
+            notify("timing")  # may wait while the runner pauses its other processes
+        t0 = time.perf_counter()
+        try:
+            timing = time_step(
+                step,
+                warmup_steps=int(job["warmup_steps"]),
+                budget=float(job["budget"]),
+                target_rel=float(job["target_rel"]),
+                min_samples=int(job["min_samples"]),
+                device=device,
+            )
+        finally:
+            if notify is not None:
+                notify("timed")
+        phases["timing"] = time.perf_counter() - t0
+        rec["timing"] = timing.to_json()
+        rec["seconds_per_step"] = timing.median
+        rec["items_per_second"] = rec["items_per_step"] / timing.median
+        for unit in ("flops", "bytes"):
+            per_step = rec[f"{unit}_per_step"]
+            rec[f"{unit}_per_second"] = per_step / timing.median if per_step else None
+        if w.batch_sizes is not None:
+            phase = "invariance"
+            t0 = time.perf_counter()
+            step = None  # the timed build goes before one is built at every size
+            _invariance(w, ctx, mode, rec)
+            phases["invariance"] = time.perf_counter() - t0
+        # Last: an asynchronous error of this workload's kernels surfaces here, charged to it.
+        _sync(device)
+    except Exception as exc:  # a failing workload is data, never the end of the run
+        phases[phase] = time.perf_counter() - t0  # t0: when the failing phase began
+        status, message = classify(exc)
+        device_lost = is_device_error(exc)
+        if device.type == "cuda" and not device_lost:
+            try:  # an error that broke the context shows here, if it did not say so itself
+                torch.cuda.synchronize(device)
+            except Exception as sync_exc:
+                device_lost = True
+                message += f" [then the device failed: {type(sync_exc).__name__}: {sync_exc}]"
+        if status == "oom":
+            oom_figures = memory_figures(device)
+            message += f" [{describe_memory(oom_figures)}]"
+        rec.update(status=status, message=f"{phase}: {message}")
+        rec["traceback"] = traceback.format_exc(limit=-8)
+        if phase not in AFTER_FINGERPRINT:  # a pass that failed has no fingerprint
+            rec["fingerprint"] = rec["step_fingerprints"] = None
+        rec["timing"] = rec["seconds_per_step"] = rec["items_per_second"] = None
+        rec["flops_per_second"] = rec["bytes_per_second"] = None
+        rec["device_lost"] = device_lost
+    finally:
+        rec["peak_memory_bytes"], rec["memory"] = watch.stop()
+        _read_back(rec, ws, "after_steps")
+        if rec["settings_changed"]:  # the next workload runs in the mode, not in this one's
+            ws.restore()
+        # Free this workload's tensors (reference cycles included) before the next is built.
+        t0 = time.perf_counter()
+        step = None
+        if mode.overrides.get("execution") == "compile":
+            with contextlib.suppress(Exception):
+                torch._dynamo.reset()  # this workload's compiled graphs go with it
+        gc.collect()
+        if device.type == "cuda" and not device_lost:
+            try:
+                torch.cuda.empty_cache()
+            except Exception:  # the context failed after all: the next workload will say so
+                device_lost = True
+        phases["cleanup"] = time.perf_counter() - t0
+    if oom_figures is not None:  # an oom's figures join the record's peaks under ``memory``
+        rec["memory"] = {**(rec["memory"] or {}), **oom_figures}
+    rec["precision"] = fp32_precision(device)  # torch's flags as the workload left them
+    rec["utc"] = utc_now()
+    return rec, device_lost

@@ -1,0 +1,138 @@
+"""What every detbench child process shares with its parent, whoever starts it: the runner's
+workers, torchrun's ranks, locate's recording processes and audit's probe.
+
+- how a child dies with its parent (``die_with_parent`` in the child; ``dies_with_us`` as a
+  ``Popen(preexec_fn=...)`` in the parent), so no orphan measures beside a run that resumes it;
+- how it writes a message (``jsonable``: strict JSON, NaN as None) and a file the parent reads
+  (``write_json_atomic`` from the store: the parent sees the old file or the new one);
+- how its exit reads in a record (``exit_description``);
+- its environment when it is not a runner's worker (``child_environment``): this checkout on
+  ``PYTHONPATH`` and compile caches of its own (``fresh_compile_caches``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+#: The directory holding the ``detbench`` package (a checkout's root, or site-packages).
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
+#: Seconds a workload's worker may take before it is killed, unless the run says otherwise.
+DEFAULT_TIMEOUT = 900.0
+#: The exit status of a worker whose CUDA context is no longer usable after a workload's error:
+#: the runner gives the workloads it has not run to a fresh worker.
+EXIT_DEVICE_LOST = 75
+#: The name (/proc/PID/comm) a worker takes once it dies with its runner.
+ARMED_NAME = b"detbench-worker"
+
+_PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
+
+
+def _prctl() -> Callable[..., int] | None:
+    """Linux's prctl(2), or None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def die_with_parent(parent_pid: int | None = None, name: bytes | None = None) -> None:
+    """Ask Linux to kill this process when its parent dies, even by SIGKILL. ``parent_pid``: the
+    parent expected (default: the current one); if it died before the request was made, exit
+    now. ``name``: a process name (/proc/PID/comm) to take once the request is in place, so the
+    parent can tell from /proc that it was made. Nothing off Linux."""
+    prctl = _prctl()
+    if prctl is None:
+        return
+    parent = os.getppid() if parent_pid is None else parent_pid
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != parent:
+        os._exit(1)
+    if name is not None:
+        prctl(_PR_SET_NAME, name)
+
+
+def dies_with_us() -> Callable[[], None] | None:
+    """For ``Popen(preexec_fn=...)``: the child gets SIGKILL when this process dies, even by
+    SIGKILL. prctl is looked up here, before the fork. None off Linux."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+
+    def request() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+    return request
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` as strict JSON: NaN and infinities become None, unknown objects (a torch.dtype in
+    a workload's params) their ``str``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if obj is None or isinstance(obj, str | int | bool):
+        return obj
+    return str(obj)
+
+
+def exit_description(code: int | None) -> str:
+    """How a child's exit status reads in a record: "exit code 3", "killed by signal SIGKILL"."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+#: The environment variables that say where a process's compile caches live, and turn off the
+#: caches that would carry a compiled graph from one process to the next.
+COMPILE_CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+NO_CACHE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+
+
+def fresh_compile_caches(env: dict[str, str]) -> str:
+    """Give a child's environment ``env`` compile caches of its own, in a new empty directory
+    (returned, for the caller to remove when the child is done): inductor's cache and Triton's
+    inside it, the FX-graph and autograd caches off. Every worker gets them, compiling or not:
+    importing ``torch._dynamo`` (the worker does at start) makes inductor's cache directory, by
+    default a ``torchinductor_<user>`` directory in the temporary directory shared by every
+    process of the user; and a cached autotuning choice or graph from another process would
+    hide the nondeterminism of compiling."""
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="detbench-inductor-")
+    env["TORCHINDUCTOR_CACHE_DIR"] = root
+    env["TRITON_CACHE_DIR"] = os.path.join(root, "triton")
+    env.update(NO_CACHE_ENV)
+    return root
+
+
+@contextlib.contextmanager
+def child_environment() -> Iterator[dict[str, str]]:
+    """The environment of a detbench child process that is not a runner's worker (locate's
+    recording processes, audit's probe): this checkout on ``PYTHONPATH`` and compile caches of
+    its own (``fresh_compile_caches``), removed when the block ends."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    root = fresh_compile_caches(env)
+    try:
+        yield env
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
