@@ -57,13 +57,11 @@ def execute(
     """Check ``config``, print its plan, run it and report on it. ``preface``: lines printed
     before the plan (an attribution study's switches); ``summary``: the text printed from the
     records at the end; ``command``: the subcommand a resume line names."""
-    from detbench.run.config import validate
-    from detbench.run.runner import prepare
+    from detbench.run.api import plan_run, run_planned
     from detbench.store.results import RESULTS_FILE, load_results
 
     out = config.out
-    validate(config, cuda)
-    runner = prepare(config)
+    runner = plan_run(config, cuda=cuda)
     if preface and not args.json:
         print("\n".join(preface), file=sys.stdout if args.dry_run else sys.stderr)
     est = plan(runner, args.dry_run, args.json)
@@ -92,7 +90,7 @@ def execute(
             file=sys.stderr,
         )
     try:
-        stats = runner.run(est.seconds)
+        stats = run_planned(runner, est.seconds)
     except KeyboardInterrupt:
         path = out / RESULTS_FILE
         kept = sum(1 for _ in path.open()) if path.exists() else 0

@@ -175,8 +175,8 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
 
     from detbench.analysis import verdicts
     from detbench.core.modes import get_mode
-    from detbench.run.config import RunConfig, validate
-    from detbench.run.runner import prepare
+    from detbench.run.api import plan_run, run_planned
+    from detbench.run.config import RunConfig
     from detbench.store.results import load_results
 
     source, keys = _select(target)
@@ -189,8 +189,7 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
         modes=[get_mode("default"), get_mode(DETERMINISTIC_MODE)], profile="quick",
         device=device, budget=0.05,
     )  # fmt: skip
-    validate(config, cuda)
-    runner = prepare(config, stream)
+    runner = plan_run(config, stream, cuda=cuda)
     audits = []
     for key in keys:
         print(f"detbench audit: probing {key} under deterministic algorithms (warn only)",
@@ -202,7 +201,7 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
         audits.append(a)
     print(f"detbench audit: running {', '.join(keys)} in fresh processes, default and "
           f"{DETERMINISTIC_MODE}, {replicates} replicates each", file=stream)  # fmt: skip
-    runner.run()
+    run_planned(runner)
     v = verdicts(load_results(run_dir))
     for a in audits:
         suite, name = a.workload.split("/", 1)

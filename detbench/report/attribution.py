@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure as MplFigure
@@ -23,7 +22,7 @@ from detbench import analysis
 from detbench.analysis import attribution as at
 from detbench.core import settings as st
 from detbench.core.modes import get_mode
-from detbench.report.plots import Plot, _save
+from detbench.report.plots import Plot, _save, subplots
 from detbench.report.render import Block, Bullets, Figure, Heading, Para, Table, num
 
 #: Bar colours: switches added to the default mode, switches removed from the deterministic one.
@@ -215,7 +214,7 @@ def figure(s: pd.DataFrame, suite: str) -> MplFigure:
     for reproducibility (deterministic end) or alone sufficient (default end) on a workload."""
     s = s.reset_index(drop=True)
     n = len(s)
-    fig, ax = plt.subplots(figsize=(10.5, 1.7 + 0.42 * n), layout="constrained")
+    fig, ax = subplots(figsize=(10.5, 1.7 + 0.42 * n))
     y = np.arange(n)[::-1]
     rel = pd.to_numeric(s["relative_throughput"], errors="coerce").to_numpy(dtype=float)
     low = pd.to_numeric(s["ci_low"], errors="coerce").to_numpy(dtype=float)

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, never a window
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -30,6 +27,14 @@ from detbench.core.modes import DEFAULT_MODE
 
 #: The heatmap's colour scale: log2 of relative throughput, clipped to 0.25x..4x.
 LOG2_CLIP = 2.0
+
+
+def subplots(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Figure, Any]:
+    """A figure and its axes, made without pyplot: no backend is chosen and no global state
+    changes (``Figure.savefig`` picks the writer from the file's extension), so importing or
+    calling detbench never switches a user's matplotlib backend."""
+    fig = Figure(figsize=kw.pop("figsize", None), layout="constrained")
+    return fig, fig.subplots(nrows, ncols, **kw)
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None,
     pts = points.dropna(subset=["relative_throughput"])
     labels = _mode_index(list(points["mode"]))
     # The legend goes under the axes, one line per mode: names with settings are long.
-    fig, ax = plt.subplots(figsize=(9, 5.0 + 0.2 * (len(labels) + 2)), layout="constrained")
+    fig, ax = subplots(figsize=(9, 5.0 + 0.2 * (len(labels) + 2)))
     ax.axvline(1.0, color="0.75", lw=1, zorder=0)
     ax.axhline(1.0, color="0.85", lw=1, ls=":", zorder=0)
     front = pts[pts["frontier"]].sort_values("relative_throughput")
@@ -130,8 +135,8 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
     logs = np.clip(np.log2(rel), -LOG2_CLIP, LOG2_CLIP)
     width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
     height = 1.6 + 0.4 * len(workloads) + _tick_room(modes)
-    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    cmap = plt.get_cmap("RdBu").with_extremes(bad="0.85")
+    fig, ax = subplots(figsize=(width, height))
+    cmap = colormaps["RdBu"].with_extremes(bad="0.85")
     norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
     im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
     for i, w in enumerate(workloads):
@@ -169,10 +174,7 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
     """One panel per workload: the largest loss difference between replicates at each step, one
     line per mode; a hollow marker where the loss is still equal but a parameter differs."""
     workloads = list(dict.fromkeys(d["workload"]))
-    fig, axes = plt.subplots(
-        len(workloads), 1, figsize=(8, 2.8 * len(workloads) + 0.6), layout="constrained",
-        squeeze=False,
-    )  # fmt: skip
+    fig, axes = subplots(len(workloads), 1, figsize=(8, 2.8 * len(workloads) + 0.6), squeeze=False)
     for ax, w in zip(axes[:, 0], workloads, strict=True):
         g = d[d["workload"] == w]
         nonzero = g.loc[g["max_abs_loss_diff"] > 0, "max_abs_loss_diff"]
@@ -218,7 +220,6 @@ def _save(fig: Figure, directory: Path, stem: str) -> tuple[Path, Path]:
     png, svg = directory / f"{stem}.png", directory / f"{stem}.svg"
     fig.savefig(png, dpi=110)
     fig.savefig(svg)
-    plt.close(fig)
     return png, svg
 
 

@@ -103,8 +103,8 @@ def checks(records: list[dict[str, Any]], env: dict[str, Any]) -> list[Check]:
 
 def run_check(device: str, out: Path) -> tuple[list[Check], Path]:
     """Run the check's workloads and judge them; the run's directory keeps everything."""
-    from detbench.run.config import RunConfig, validate
-    from detbench.run.runner import prepare
+    from detbench.run.api import run_benchmark
+    from detbench.run.config import RunConfig
     from detbench.store.results import iter_records, load_env
 
     config = RunConfig(
@@ -117,10 +117,6 @@ def run_check(device: str, out: Path) -> tuple[list[Check], Path]:
         suites=sorted({k.split("/")[0] for k in WORKLOADS}),
         timeout=300.0,
     )
-    import torch
-
-    validate(config, torch.cuda.is_available())
-    runner = prepare(config)
-    runner.run()
+    run_benchmark(config)
     records = list(iter_records(out))
     return checks(records, load_env(out)), out

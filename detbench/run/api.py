@@ -1,0 +1,48 @@
+"""The public run API: a ``RunConfig`` in, a results directory out. ``detbench run`` and
+``detbench attribute`` (through ``cli.execute``, which prints the plan and the summary around
+it), ``detbench gpu-check`` and ``detbench audit`` all start their runs here, with plain
+arguments: nothing below the command line sees its options.
+
+    from pathlib import Path
+    from detbench import RunConfig, get_mode, run_benchmark
+    out = run_benchmark(RunConfig(out=Path("/tmp/bmm"), suites=["bmm"], device="cpu",
+                                  modes=[get_mode("default"), get_mode("det-algos")]))
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from detbench.run.config import RunConfig, validate
+from detbench.run.runner import Runner, prepare
+from detbench.run.supervise import RunStats
+
+
+def plan_run(config: RunConfig, stream: TextIO = sys.stderr, cuda: bool | None = None) -> Runner:
+    """Check ``config`` against this machine and plan it, writing nothing: the runner to run
+    (``runner.plan``, ``runner.missing`` for a resumed run). Every input error is raised here as
+    a ``DetbenchError`` with one clear line. ``cuda``: whether a GPU is usable (default: ask
+    torch)."""
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    validate(config, cuda)
+    return prepare(config, stream)
+
+
+def run_benchmark(
+    config: RunConfig, stream: TextIO = sys.stderr, estimate: float | None = None
+) -> Path:
+    """Check, plan and run ``config`` (progress to ``stream``); the run's directory, holding
+    ``results.jsonl`` and ``env.json``. Read it with ``detbench.load_results``."""
+    run_planned(plan_run(config, stream), estimate)
+    return config.out
+
+
+def run_planned(runner: Runner, estimate: float | None = None) -> RunStats:
+    """Run what ``plan_run`` planned; where the time went. ``estimate``: the plan's seconds, for
+    the progress line's first figure."""
+    return runner.run(estimate)
