@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from detbench.core.modes import DEFAULT_MODE, MODES
+from detbench.store.schema import Status
 from detbench.worker.timing import MIN_CI_SAMPLES
 
 #: The record's ``precision`` keys, in the order the report names them.
@@ -53,7 +54,7 @@ def _timings(df: pd.DataFrame) -> list[tuple[str, Mapping[str, Any]]]:
     key: schema 2 on)."""
     if "timing" not in df.columns:
         return []
-    ok = df[df["status"] == "ok"]
+    ok = df[df["status"] == Status.OK]
     return [
         (str(s), t)
         for s, t in zip(ok["suite"], ok["timing"], strict=True)
@@ -121,7 +122,7 @@ def replicate_spread(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.
     slower in that replicate only: the spread shows it. Empty without ``baseline`` or with one
     replicate.
     """
-    ok = df[df["status"] == "ok"].assign(
+    ok = df[df["status"] == Status.OK].assign(
         ips=lambda d: pd.to_numeric(d["items_per_second"], errors="coerce")
     )
     ok = ok[ok["ips"] > 0]

@@ -76,6 +76,7 @@ from detbench.core import settings as st
 from detbench.core import torchstate as ts
 from detbench.core.modes import Mode
 from detbench.core.workload import Context, Workload
+from detbench.store.schema import Status
 from detbench.worker import fingerprint as fp
 from detbench.worker.protocol import DEFAULT_TIMEOUT, dies_with_us, exit_description
 
@@ -183,7 +184,9 @@ class Launch:
     def done(self, i: int) -> bool:
         """Whether every rank finished workload ``i`` and recorded it ok."""
         res = self.results.get(i, {})
-        return len(res) == self.world_size and all(r.get("status") == "ok" for r in res.values())
+        return len(res) == self.world_size and all(
+            r.get("status") == Status.OK for r in res.values()
+        )
 
     @property
     def ended_at(self) -> int:
@@ -268,14 +271,14 @@ def outcome(ln: Launch, i: int) -> tuple[str, str | None] | None:
     the earliest failure a rank recorded (``oom``, ``unsupported``, ``error``)."""
     end = ln.ended_at
     if i < end:
-        return "ok", None
+        return Status.OK, None
     if i > end:
         return None
     results = ln.results.get(i, {})
-    failed = [r for r in results.values() if r.get("status") != "ok"]
+    failed = [r for r in results.values() if r.get("status") != Status.OK]
     if ln.timed_out:
         where = {r: ln.log_tail(f"rank{r}.log", 1) for r in range(ln.world_size)}
-        return "timeout", (
+        return Status.TIMEOUT, (
             f"the launch of {ln.world_size} ranks exceeded its limit of {ln.limit:g} s; torchrun "
             "and every rank killed; last words: "
             + "; ".join(f"rank {r}: {w or 'nothing'}" for r, w in where.items())
@@ -287,7 +290,7 @@ def outcome(ln: Launch, i: int) -> tuple[str, str | None] | None:
         rank = dead[0]
         how = exit_description(codes.get(rank, ln.code))
         tail = ln.log_tail(f"rank{rank}.log") or ln.log_tail("launcher.log")
-        return "crashed", f"rank {rank} {how} before writing its result; log: {tail}"
+        return Status.CRASHED, f"rank {rank} {how} before writing its result; log: {tail}"
     first = min(failed, key=lambda r: float(r.get("failed_at") or 0.0))
     return str(first["status"]), f"rank {first['rank']}: {first.get('message')}"
 
@@ -297,7 +300,7 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
     said = outcome(ln, i)
     assert said is not None
     status, message = said
-    if status == "ok" and ln.code:  # every result is in; torchrun's own end was not clean
+    if status == Status.OK and ln.code:  # every result is in; torchrun's own end was not clean
         message = f"the ranks ended, then torchrun {exit_description(ln.code)}"
     rec["status"], rec["message"] = status, message
     results = ln.results.get(i, {})
@@ -315,7 +318,7 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
     rec["peak_memory_bytes"] = max((r.get("peak_memory_bytes") or 0 for r in ranks), default=None)
     rec["memory"] = first.get("memory")
     rec["phases"] = {**rec.get("phases", {}), **first.get("phases", {})}
-    if "traceback" in first or status != "ok":
+    if "traceback" in first or status != Status.OK:
         failed = [r for r in ranks if r.get("traceback")]
         if failed:
             rec["traceback"] = failed[0]["traceback"]
@@ -333,7 +336,7 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
         rec["losses"] = first.get("losses")
         rec["first_step_seconds"] = first.get("first_step_seconds")
         _diff(rec, ranks)
-    if status != "ok":
+    if status != Status.OK:
         return
     rec["flops_source"] = first.get("flops_source")
     if first.get("flops_pending"):
@@ -442,7 +445,7 @@ def run_distributed(w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, 
     rec["seeding"] = w.seeding
     reason = ws.unsupported(w) or _unsupported(ctx.device.type, world, levels)
     if reason is not None:
-        rec.update(status="unsupported", message=f"build: {reason}")
+        rec.update(status=Status.UNSUPPORTED, message=f"build: {reason}")
         return
     ident = (str(job["reference_dir"]), mode.name, int(job["replicate"]), w.key)
     pending = _PENDING.pop(ident, None)

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from detbench.store.schema import Status
 from detbench.worker.protocol import die_with_parent
 
 #: The exit status of a rank that recorded a failure in its result file.
@@ -271,7 +272,7 @@ def _failed(res: dict[str, Any], job: dict[str, Any], exc: BaseException) -> Non
     from detbench.worker.measure import classify
 
     status, message = classify(exc)
-    refused = nccl_refusal(job, message) if status == "error" else None
+    refused = nccl_refusal(job, message) if status == Status.ERROR else None
     if refused is not None:
         status, message = "unsupported", f"NCCL refused {refused}: {message}"
     res.update(status=status, message=f"{res['phase']}: {message}",
@@ -298,7 +299,7 @@ def main(argv: list[str]) -> int:
     for i, key in enumerate(keys):
         res: dict[str, Any] = {
             "rank": rank, "local_rank": local_rank, "world_size": world, "pid": os.getpid(),
-            "key": key, "status": "ok", "message": None, "phase": "start", "phases": {},
+            "key": key, "status": Status.OK, "message": None, "phase": "start", "phases": {},
             "settings_changed": [],
         }  # fmt: skip
         try:
@@ -311,7 +312,7 @@ def main(argv: list[str]) -> int:
             _failed(res, job, exc)
         _write_json(directory / f"rank{rank}.{i}.json", res)
         _say(rank, f"{key}: result written ({res['status']})")
-        if res["status"] != "ok":
+        if res["status"] != Status.OK:
             return EXIT_FAILED
     import torch.distributed as dist
 

@@ -41,6 +41,7 @@ from typing import Any, TextIO
 
 from detbench.core.errors import DetbenchError
 from detbench.locate import catalog
+from detbench.store.schema import Status
 
 #: The fully deterministic mode a culprit is checked in.
 DETERMINISTIC_MODE = "cudnn-det+det-algos"
@@ -202,7 +203,7 @@ def _find(runs: _Runs, keys: list[str], mode: Any, steps: dict[str, int], replic
         todo = [
             k for k in keys
             if n < replicates or (
-                all(s.get("status") == "ok" for s in streams[k])
+                all(s.get("status") == Status.OK for s in streams[k])
                 and all(s["ops"] == streams[k][0]["ops"] for s in streams[k])
             )
         ]  # fmt: skip
@@ -289,7 +290,7 @@ def _measure(runs: _Runs, mode: Any, steps: dict[str, int],
         got = runs.run(todo, mode, steps, "measure", save={k: list(seen[k]) for k in todo})
         for k in todo:
             w = got.get("workloads", {}).get(k)
-            if not w or w.get("status") != "ok":
+            if not w or w.get("status") != Status.OK:
                 continue
             for i, kept in seen[k].items():
                 if i < len(w["ops"]) and str(i) in w["saved"]:
@@ -351,7 +352,7 @@ def _check(runs: _Runs, located: dict[str, Located], steps: dict[str, int],
     found = _find(runs, list(located), det, steps, replicates, replicates)
     for key, loc in located.items():
         streams = found[key]
-        bad = [s for s in streams if s.get("status") != "ok"]
+        bad = [s for s in streams if s.get("status") != Status.OK]
         if bad:
             msg = str(bad[0].get("error") or "failed")
             raises = MARKER in msg
@@ -431,7 +432,7 @@ def _conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) -
 
     loc = Located(workload=key, device=device, mode=mode.name, torch=torch.__version__,
                   reproducible=None, processes=len(streams))  # fmt: skip
-    bad = [s for s in streams if s.get("status") != "ok"]
+    bad = [s for s in streams if s.get("status") != Status.OK]
     if bad:
         loc.error = str(bad[0].get("error"))
         return loc

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from detbench.locate.record import Recorder
+from detbench.store.schema import Status
 
 
 class _CompileWatch:
@@ -59,7 +60,7 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
     ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)
     rec = Recorder(user_file=w.source or None)
     rec.save = save
-    result: dict[str, Any] = {"status": "ok", "error": None}
+    result: dict[str, Any] = {"status": Status.OK, "error": None}
     digests: list[str] = []
     with _CompileWatch() as watch:
         rec.install()
@@ -78,7 +79,7 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         except Exception as exc:
-            result.update(status="error", error=f"{rec.phase}: {type(exc).__name__}: {exc}")
+            result.update(status=Status.ERROR, error=f"{rec.phase}: {type(exc).__name__}: {exc}")
             with contextlib.suppress(Exception):
                 rec.end_step()
         finally:
@@ -118,7 +119,7 @@ def main(argv: list[str]) -> int:
                 "(not supported yet)"
             )
         if reason is not None:
-            out["workloads"][key] = {"status": "unsupported", "error": reason, "ops": []}
+            out["workloads"][key] = {"status": Status.UNSUPPORTED, "error": reason, "ops": []}
             continue
         save = {int(i) for i in job.get("save", {}).get(key, [])}
         out["workloads"][key] = record_workload(

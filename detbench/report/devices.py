@@ -26,6 +26,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.report.plots import Plot
 from detbench.report.render import Block, Heading, Para, Table
+from detbench.store.schema import Status
 
 #: The verdict's name, as the report and the issue call it.
 VERDICT = "same bits across GPUs"
@@ -33,7 +34,7 @@ VERDICT = "same bits across GPUs"
 
 def _ok(g: pd.DataFrame) -> pd.DataFrame:
     """A group's records that voted: ok, fingerprinted, and saying where they ran."""
-    return g[(g["status"] == "ok") & g["fingerprint"].notna() & g["device_name"].notna()]
+    return g[(g["status"] == Status.OK) & g["fingerprint"].notna() & g["device_name"].notna()]
 
 
 def _verdict(g: pd.DataFrame) -> tuple[bool | None, str | None]:

@@ -18,6 +18,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.report.plots import Plot
 from detbench.report.render import Block, Heading, Para, Table, num
+from detbench.store.schema import Status
 
 #: The columns that say how a launch ran, beside the mode.
 LAUNCH_COLUMNS = ("world_size", "backend", "bucket_cap_mb", "nccl_algo", "nccl_proto")
@@ -44,7 +45,7 @@ def _first(g: pd.DataFrame, column: str) -> Any:
 def _agree(g: pd.DataFrame) -> tuple[bool | None, int | None]:
     """(ranks agree, first step where they did not) over a group's ok launches: False if any
     launch saw ranks disagree, True only if every ok launch had the verdict and it was True."""
-    ok = g[g["status"] == "ok"] if "ranks_agree" in g.columns else g.iloc[:0]
+    ok = g[g["status"] == Status.OK] if "ranks_agree" in g.columns else g.iloc[:0]
     said = [x for x in ok.get("ranks_agree", pd.Series(dtype=object))
             if isinstance(x, (bool, np.bool_))]  # fmt: skip
     if any(not x for x in said):
@@ -77,7 +78,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "suite": suite, "workload": workload, "mode": mode,
             **{c: _first(g, c) for c in LAUNCH_COLUMNS},
             "verdict": verdict["verdict"], "ranks_agree": agree, "first_disagree_step": step,
-            "launches": len(g), "ok": int((g["status"] == "ok").sum()),
+            "launches": len(g), "ok": int((g["status"] == Status.OK).sum()),
             "items_per_second": verdict.get("items_per_second"),
             "launch_seconds": float(np.median(launch)) if launch else None,
         })  # fmt: skip

@@ -43,6 +43,7 @@ from detbench.report.render import (
 )
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
 from detbench.store.results import ENV_FILE, env_facts, load_env, load_results, write_text_atomic
+from detbench.store.schema import Status
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -235,7 +236,7 @@ def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
 
 
 def failure_table(df: pd.DataFrame) -> Table | None:
-    bad = df[df["status"] != "ok"]
+    bad = df[df["status"] != Status.OK]
     if bad.empty:
         return None
     rows: list[list[str | Code]] = []

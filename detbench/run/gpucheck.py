@@ -9,12 +9,14 @@ status is 0 when every check passed and 1 otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from detbench.core.modes import get_mode
+from detbench.store.schema import Status
 
 #: One small workload per suite: the GPU paths each suite exercises (cuDNN conv, cuDNN RNN,
 #: cuDNN BatchNorm, cuBLAS batched matmul in fp16, an atomic-add race, a DataLoader with worker
@@ -46,7 +48,7 @@ def default_out(device: str) -> Path:
     return Path("results") / f"{stamp}-{device}-gpu-check"
 
 
-def checks(records: list[dict[str, Any]], env: dict[str, Any]) -> list[Check]:
+def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Check]:
     """What worked, in plain words, from the check run's records and env.json."""
     out: list[Check] = []
     worker = env.get("worker") or {}
@@ -63,17 +65,17 @@ def checks(records: list[dict[str, Any]], env: dict[str, Any]) -> list[Check]:
     else:
         device = worker.get("device")
         out.append(Check(device is not None, f"device: {device} (not a GPU: a rehearsal)"))
-    by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in records:
         by_key.setdefault((f"{r['suite']}/{r['workload']}", r["mode"]), []).append(r)
     for (key, mode), recs in sorted(by_key.items()):
         statuses = sorted({r["status"] for r in recs})
-        if statuses == ["unsupported"]:
+        if statuses == [Status.UNSUPPORTED]:
             note = "unsupported (no deterministic kernel), recorded as data"
             out.append(Check(True, f"{key} [{mode}]: {note}"))
             continue
-        if statuses != ["ok"]:
-            first = next(r for r in recs if r["status"] != "ok")
+        if statuses != [Status.OK]:
+            first = next(r for r in recs if r["status"] != Status.OK)
             out.append(
                 Check(False, f"{key} [{mode}]: {first['status']}: {(first['message'] or '')[:160]}")
             )

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.modes import Mode, record_fields
+from detbench.store.schema import Status
 from detbench.worker.protocol import (
     ARMED_NAME,
     exit_description,
@@ -242,9 +243,9 @@ def lost_keys(
 def ending(turn: Turn, log: Path) -> tuple[str, str]:
     """The status and message of the workloads a worker that ended early takes down with it."""
     if turn.timed_out:
-        return "timeout", turn.timed_out
+        return Status.TIMEOUT, turn.timed_out
     when = "while running this workload" if turn.in_flight else "before running it"
-    return "crashed", f"worker {exit_description(turn.code)} {when}; log: {log_tail(log)}"
+    return Status.CRASHED, f"worker {exit_description(turn.code)} {when}; log: {log_tail(log)}"
 
 
 def lost_record(

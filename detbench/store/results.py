@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from detbench.core.errors import DetbenchError
 from detbench.core.settings import NAMES as SETTING_NAMES
+from detbench.store.schema import STATUSES as _STATUSES
+from detbench.store.schema import Record, Status  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,10 +68,8 @@ SCHEMA_3_FIELDS = (*SETTING_NAMES, "settings_changed", "compile_seconds", "first
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
 
-#: Record statuses. ``unsupported``: an op has no deterministic implementation; ``oom``: out of
-#: memory; ``timeout``: past ``--timeout``, the worker was killed; ``crashed``: the worker process
-#: died while running the workload.
-STATUSES = ("ok", "unsupported", "oom", "error", "timeout", "crashed")
+#: Record statuses: the values of ``schema.Status`` (what each means is said there).
+STATUSES = _STATUSES
 
 #: The columns schema 2 added (None in version-1 records).
 SCHEMA_2_COLUMNS = (
@@ -159,7 +159,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n")
 
 
-def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
+def iter_records(directory: str | Path) -> Iterator[Record]:
     path = Path(directory) / RESULTS_FILE
     if not path.is_file():
         raise ResultsError(f"no {RESULTS_FILE} in {directory}")
@@ -181,7 +181,7 @@ def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
                     f"{path}:{lineno}: unknown schema version {version!r} "
                     f"(this detbench reads {', '.join(map(str, SUPPORTED_VERSIONS))})"
                 )
-            yield migrate(rec)
+            yield cast(Record, migrate(rec))
 
 
 def migrate(rec: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from detbench.core.seeding import seed_workload
 from detbench.core.settings import MODE_FLAGS
 from detbench.core.workload import Context, Workload
 from detbench.store.results import utc_now
+from detbench.store.schema import Status
 from detbench.worker import fingerprint as fp
 from detbench.worker import invariance
 from detbench.worker.applied import WorkerSettings, changed, columns, differ, read_all
@@ -89,22 +90,22 @@ def classify(exc: BaseException) -> tuple[str, str]:
     """(status, message) for an exception raised by a workload."""
     text = f"{type(exc).__name__}: {exc}".strip()
     if isinstance(exc, SettingUnsupported):
-        return "unsupported", str(exc)
+        return Status.UNSUPPORTED, str(exc)
     if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
-        return "oom", text
+        return Status.OOM, text
     if isinstance(exc, RuntimeError) and any(m in str(exc) for m in CPU_OOM_MARKERS):
-        return "oom", text
+        return Status.OOM, text
     if isinstance(exc, RuntimeError) and _is_cuda_oom_text(str(exc)):
-        return "oom", text
+        return Status.OOM, text
     if isinstance(exc, RuntimeError) and any(m in str(exc) for m in UNSUPPORTED_MARKERS):
-        return "unsupported", str(exc).strip()
-    return "error", text
+        return Status.UNSUPPORTED, str(exc).strip()
+    return Status.ERROR, text
 
 
 def is_device_error(exc: BaseException) -> bool:
     """Whether ``exc`` is a CUDA error other than an out-of-memory, one after which the worker's
     CUDA context may be unusable (the worker then makes way for a fresh one)."""
-    if classify(exc)[0] != "error":
+    if classify(exc)[0] != Status.ERROR:
         return False
     if ACCELERATOR_ERROR is not None and isinstance(exc, ACCELERATOR_ERROR):
         return True
@@ -175,7 +176,7 @@ def _count(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: boo
     try:
         rec["flops_per_step"] = count_flops(step)
     except Exception as exc:
-        if classify(exc)[0] == "oom" or is_device_error(exc):
+        if classify(exc)[0] == Status.OOM or is_device_error(exc):
             raise
         rec["flops_per_step"] = None
         rec["flops_source"] = None
@@ -313,7 +314,7 @@ def run_workload(
         "device": device.type,
         "profile": ctx.profile,
         "num_threads": torch.get_num_threads(),
-        "status": "ok",
+        "status": Status.OK,
         "message": None,
         # "both" fingerprints with the device digest and also with sha256, as a cross-check.
         "fingerprint_method": "device" if method == "both" else method,
@@ -412,7 +413,7 @@ def run_workload(
             except Exception as sync_exc:
                 device_lost = True
                 message += f" [then the device failed: {type(sync_exc).__name__}: {sync_exc}]"
-        if status == "oom":
+        if status == Status.OOM:
             oom_figures = memory_figures(device)
             message += f" [{describe_memory(oom_figures)}]"
         rec.update(status=status, message=f"{phase}: {message}")
