@@ -173,24 +173,19 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
     from detbench.worker import fingerprint as fp
     from detbench.worker.devenv import fp32_precision
     from detbench.worker.measure import (
-        SettingUnsupported,
-        _count,
-        _read_back,
-        _sync,
-        build_step,
+        build_pass,
+        count_pass,
+        finish_pass,
         reference_path,
-        with_settings,
+        sync,
+        timing_pass,
     )
     from detbench.worker.memory import PeakWatch
-    from detbench.worker.timing import time_step
 
     job, rank, world, mode, ws, device = st.job, st.rank, st.world, st.mode, st.ws, st.device
     phases: dict[str, float] = res["phases"]
     res["device"] = str(device)
     w = registry()[key]
-    reason = ws.unsupported(w)
-    if reason is not None:
-        raise SettingUnsupported(reason)
     watch = PeakWatch(device)
     watch.start()
     t0 = time.perf_counter()
@@ -201,10 +196,8 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
                       world_size=world, bucket_cap_mb=job.get("bucket_cap_mb"))  # fmt: skip
         res["items_per_step"] = w.items(ctx)
         res["phase"] = "build"
-        step = build_step(w, ctx)
+        step = build_pass(w, ctx, ws, mode, res)
         phases["build"] = time.perf_counter() - t0
-        _read_back(res, ws, "after_build")
-        step = with_settings(step, mode, device)
 
         res["phase"] = "fingerprint"
         t0 = time.perf_counter()
@@ -216,7 +209,7 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
             t1 = time.perf_counter()
             outputs = list(step())
             if i == 0:
-                _sync(device)
+                sync(device)
                 res["first_step_seconds"] = time.perf_counter() - t1
             digests.append(fp.step_digest(outputs, method))
             agree.append(fp.step_digest(_agreement(ctx, outputs, w.loss_output), method))
@@ -238,26 +231,20 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
         res["phase"] = "count"
         t0 = time.perf_counter()
         _say(rank, f"{key}: FLOP count")
-        _count(w, ctx, step, res, bool(job.get("count_flops", True)))
+        count_pass(w, ctx, step, res, bool(job.get("count_flops", True)))
         phases["count"] = time.perf_counter() - t0
 
         res["phase"] = "timing"
         t0 = time.perf_counter()
         _say(rank, f"{key}: timing")
-        timing = time_step(step, warmup_steps=int(job["warmup_steps"]),
-                           budget=float(job["budget"]), target_rel=float(job["target_rel"]),
-                           min_samples=int(job["min_samples"]), device=device,
-                           clock=_shared_clock(device))  # fmt: skip
+        timing = timing_pass(step, job, device, clock=_shared_clock(device))
         phases["timing"] = time.perf_counter() - t0
         res["timing"] = {**timing.to_json(), "clock": f"perf_counter, latest of {world} ranks"}
         res["num_threads"] = timing.num_threads
-        _sync(device)
+        sync(device)
         res["phase"] = "done"
     finally:
-        res["peak_memory_bytes"], res["memory"] = watch.stop()
-        _read_back(res, ws, "after_steps")
-        if res["settings_changed"]:  # the next workload runs in the mode, not in this one's
-            ws.restore()
+        finish_pass(res, ws, watch)
         res["precision"] = fp32_precision(device)
         step = None
         gc.collect()  # this workload's model, its DDP buckets and inputs go before the next

@@ -17,9 +17,7 @@ The answer ends with the settings to use, or with the ops that must be replaced.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -131,12 +129,8 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
     return {"findings": list(found.values()), "error": error, "torch": torch.__version__}
 
 
-def _probe_main(argv: list[str]) -> int:
-    source, key, device = argv
-    out = _probe(source, key, device)
-    sys.stdout.flush()
-    print("\n" + json.dumps(out))
-    return 0
+def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
+    return _probe(job["source"], job["key"], job["device"])
 
 
 # --- The audit ---------------------------------------------------------------------------------
@@ -153,19 +147,16 @@ def _select(target: str) -> tuple[Path, list[str]]:
 
 
 def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
-    from detbench.worker.protocol import child_environment
+    """The probe of ``key`` under deterministic algorithms (warn only), in a process of its own
+    (the one-shot child protocol of ``worker/protocol.py``)."""
+    from detbench.worker.protocol import ChildFailed, run_child
 
-    with child_environment() as env:
-        proc = subprocess.run(
-            [sys.executable, "-m", "detbench.locate.audit", str(source.resolve()), key, device],
-            capture_output=True, text=True, env=env, timeout=3600,
-        )  # fmt: skip
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    if proc.returncode != 0 or not last.startswith("{"):
-        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        return {"findings": [], "error": f"the probe process failed ({proc.returncode}): {tail}"}
-    result: dict[str, Any] = json.loads(last)
-    return result
+    job = {"source": str(source.resolve()), "key": key, "device": device}
+    with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
+        try:
+            return run_child("detbench.locate.audit", job, Path(tmp), "probe", timeout=3600)
+        except ChildFailed as exc:
+            return {"findings": [], "error": str(exc).replace("detbench.locate.audit", "probe")}
 
 
 def audit(target: str, device: str, replicates: int = 3, out: Path | None = None,
@@ -337,4 +328,6 @@ def _located_lines(loc: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(_probe_main(sys.argv[1:]))
+    from detbench.worker.protocol import child_main
+
+    sys.exit(child_main(_probe_job, sys.argv[1:]))

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -168,31 +167,21 @@ class _Runs:
 
     def run(self, keys: list[str], mode: Any, steps: dict[str, int], why: str,
             save: dict[str, list[int]] | None = None) -> dict[str, Any]:  # fmt: skip
-        from detbench.worker.protocol import child_environment
+        from detbench.worker.protocol import ChildFailed, run_child
 
         self.count += 1
-        out = self.workdir / f"p{self.count}.json"
         job = {
             "source": str(self.source.resolve()), "keys": keys, "device": self.device,
             "mode": asdict(mode), "steps": steps, "seed": self.seed, "profile": self.profile,
-            "save": save or {}, "out": str(out),
+            "save": save or {},
         }  # fmt: skip
-        path = self.workdir / f"job{self.count}.json"
-        path.write_text(json.dumps(job))
         print(f"detbench locate: process {self.count} ({why}, {mode.name})", file=self.stream)
         try:
-            with child_environment() as env:
-                proc = subprocess.run(
-                    [sys.executable, "-m", "detbench.locate.worker", str(path)],
-                    capture_output=True, text=True, env=env, timeout=PROCESS_TIMEOUT,
-                )  # fmt: skip
-        except subprocess.TimeoutExpired:
-            return {"error": f"the recording process took over {PROCESS_TIMEOUT:.0f} s"}
-        if proc.returncode != 0 or not out.exists():
-            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-            return {"error": f"the recording process failed ({proc.returncode}): {tail}"}
-        result: dict[str, Any] = json.loads(out.read_text())
-        return result
+            return run_child("detbench.locate.worker", job, self.workdir, f"p{self.count}",
+                             timeout=PROCESS_TIMEOUT)  # fmt: skip
+        except ChildFailed as exc:
+            msg = str(exc).replace("the detbench.locate.worker process", "the recording process")
+            return {"error": msg}
 
 
 def _find(runs: _Runs, keys: list[str], mode: Any, steps: dict[str, int], replicates: int,

@@ -11,7 +11,6 @@ JSON, with the step outputs' digests (outside the recorder, as the fingerprint s
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -94,12 +93,13 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
     return result
 
 
-def main(argv: list[str]) -> int:
+def record(job: dict[str, Any]) -> dict[str, Any]:
+    """The job of one recording process (see ``locate.stages``): each named workload's op stream
+    under the job's mode, in this fresh process."""
     from detbench.core.modes import Mode
     from detbench.core.workload import load_file, registry
     from detbench.worker.applied import WorkerSettings
 
-    job = json.loads(Path(argv[0]).read_text())
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode)  # flags and settings before any CUDA work
     device = torch.device(job["device"])
@@ -133,14 +133,13 @@ def main(argv: list[str]) -> int:
             saved_dir,
         )
         ws.restore()
-    tmp = Path(job["out"]).with_suffix(".tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(job["out"])
-    return 0
+    return out
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
+    from detbench.worker.protocol import child_main
+
+    code = child_main(record, sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

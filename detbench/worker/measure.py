@@ -13,7 +13,7 @@ import contextlib
 import gc
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from detbench.worker.applied import WorkerSettings, changed, columns, differ, re
 from detbench.worker.devenv import fp32_precision
 from detbench.worker.flops import count_flops
 from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
-from detbench.worker.timing import time_step
+from detbench.worker.timing import Clock, Timing, time_step
 
 UNSUPPORTED_MARKERS = (
     "does not have a deterministic implementation",
@@ -75,7 +75,7 @@ ACCELERATOR_ERROR: type[BaseException] | None = getattr(torch, "AcceleratorError
 AFTER_FINGERPRINT = ("count", "timing", "invariance")
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -131,7 +131,7 @@ def _fingerprint_pass(
         t0 = time.perf_counter()
         outputs = list(step())
         if i == 0:  # with execution=compile, the compilation happens here
-            _sync(ctx.device)
+            sync(ctx.device)
             rec["first_step_seconds"] = time.perf_counter() - t0
         digests.append(fp.step_digest(outputs, method))
         if both:
@@ -156,7 +156,7 @@ def _fingerprint_pass(
         rec["diff_reference"] = diff
 
 
-def _count(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: bool) -> None:
+def count_pass(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: bool) -> None:
     """FLOPs per step: declared by the workload, else counted over one step. The counter leans
     on torch internals; its failure costs the FLOP figure (with a note), never the record. An
     out-of-memory or CUDA error of the step itself is the workload's and is raised.
@@ -190,7 +190,7 @@ def build_step(w: Workload, ctx: Context) -> Any:
     step = w.factory(ctx)
     if not callable(step):
         raise TypeError(f"workload factory must return a step callable, got {type(step)}")
-    _sync(ctx.device)
+    sync(ctx.device)
     return step
 
 
@@ -225,7 +225,7 @@ def _compile_stats() -> dict[str, Any] | None:
     }
 
 
-def _read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
+def read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
     """Compare the flags and settings now with what the worker applied; a change the workload
     made is recorded under ``settings_changes`` and named in ``settings_changed``. The record's
     columns take the values read now, after the build and again after the last step, so they
@@ -268,6 +268,49 @@ def _invariance(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> N
             raise
         status, message = classify(exc)
         rec["batch_note"] = f"{status}: {message}"
+
+
+# --- the passes: a worker (run_workload) and a torchrun rank (distributed/rank) share them ---
+
+
+def build_pass(
+    w: Workload, ctx: Context, ws: WorkerSettings, mode: Mode, rec: dict[str, Any]
+) -> Any:
+    """Build ``w``'s step under the worker's settings (``SettingUnsupported`` where they cannot
+    apply to it), read the settings back into ``rec`` and wrap the step in the mode's execution
+    (eager, compiled, autocast): the step both passes run."""
+    reason = ws.unsupported(w)
+    if reason is not None:
+        raise SettingUnsupported(reason)
+    step = build_step(w, ctx)
+    read_back(rec, ws, "after_build")
+    return with_settings(step, mode, ctx.device)
+
+
+def timing_pass(
+    step: Any, job: Mapping[str, Any], device: torch.device, clock: Clock | None = None
+) -> Timing:
+    """The timing pass with the job's warm-up, budget, target and minimum of samples; ``clock``:
+    a rank's clock shared by all ranks (None: the device's own)."""
+    return time_step(
+        step,
+        warmup_steps=int(job["warmup_steps"]),
+        budget=float(job["budget"]),
+        target_rel=float(job["target_rel"]),
+        min_samples=int(job["min_samples"]),
+        device=device,
+        clock=clock,
+    )
+
+
+def finish_pass(rec: dict[str, Any], ws: WorkerSettings, watch: PeakWatch) -> None:
+    """After the passes, whatever happened: the workload's peak memory, the settings read back
+    after its last step, and the mode restored where the workload changed a setting (the next
+    workload runs in the mode, not in this one's)."""
+    rec["peak_memory_bytes"], rec["memory"] = watch.stop()
+    read_back(rec, ws, "after_steps")
+    if rec["settings_changed"]:
+        ws.restore()
 
 
 def run_workload(
@@ -348,13 +391,8 @@ def run_workload(
         rec["items_per_step"] = w.items(ctx)
         rec["bytes_per_step"] = w.bytes(ctx)
         rec["seeding"] = w.seeding
-        reason = ws.unsupported(w)
-        if reason is not None:
-            raise SettingUnsupported(reason)
-        step = build_step(w, ctx)
+        step = build_pass(w, ctx, ws, mode, rec)
         phases["build"] = time.perf_counter() - t0
-        _read_back(rec, ws, "after_build")
-        step = with_settings(step, mode, device)
 
         phase = "fingerprint"
         t0 = time.perf_counter()
@@ -369,7 +407,7 @@ def run_workload(
 
         phase = "count"
         t0 = time.perf_counter()
-        _count(w, ctx, step, rec, bool(job.get("count_flops", True)))
+        count_pass(w, ctx, step, rec, bool(job.get("count_flops", True)))
         phases["count"] = time.perf_counter() - t0
 
         phase = "timing"
@@ -377,14 +415,7 @@ def run_workload(
             notify("timing")  # may wait while the runner pauses its other processes
         t0 = time.perf_counter()
         try:
-            timing = time_step(
-                step,
-                warmup_steps=int(job["warmup_steps"]),
-                budget=float(job["budget"]),
-                target_rel=float(job["target_rel"]),
-                min_samples=int(job["min_samples"]),
-                device=device,
-            )
+            timing = timing_pass(step, job, device)
         finally:
             if notify is not None:
                 notify("timed")
@@ -402,7 +433,7 @@ def run_workload(
             _invariance(w, ctx, mode, rec)
             phases["invariance"] = time.perf_counter() - t0
         # Last: an asynchronous error of this workload's kernels surfaces here, charged to it.
-        _sync(device)
+        sync(device)
     except Exception as exc:  # a failing workload is data, never the end of the run
         phases[phase] = time.perf_counter() - t0  # t0: when the failing phase began
         status, message = classify(exc)
@@ -424,10 +455,7 @@ def run_workload(
         rec["flops_per_second"] = rec["bytes_per_second"] = None
         rec["device_lost"] = device_lost
     finally:
-        rec["peak_memory_bytes"], rec["memory"] = watch.stop()
-        _read_back(rec, ws, "after_steps")
-        if rec["settings_changed"]:  # the next workload runs in the mode, not in this one's
-            ws.restore()
+        finish_pass(rec, ws, watch)
         # Free this workload's tensors (reference cycles included) before the next is built.
         t0 = time.perf_counter()
         step = None

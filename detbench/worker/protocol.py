@@ -136,3 +136,58 @@ def child_environment() -> Iterator[dict[str, str]]:
         yield env
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# --- one-shot children: a job file in, a result file out --------------------------------------
+#
+# locate's recording processes and audit's probe (and, in the same shape, torchrun's ranks:
+# ``distributed/rank.py`` reads ``job.json`` and writes its result atomically) are started with
+# the path of a JSON job; the job names the result file (``"out"``), which the child writes in one
+# rename, so the parent reads a whole result or none. A runner's worker is the one child that
+# talks while it runs (several records, a go-ahead before each timing pass): it streams the same
+# strict JSON (``jsonable``) as lines over a pipe instead (``run/child.py``).
+
+
+class ChildFailed(Exception):
+    """A one-shot child ended without its result: why, in one line (with its stderr's tail)."""
+
+
+def run_child(
+    module: str, job: dict[str, Any], workdir: Path, name: str, timeout: float
+) -> dict[str, Any]:
+    """Start ``python -m MODULE JOB.json`` in ``child_environment()``, with ``job`` written to
+    ``workdir/NAME.job.json`` and its result expected in ``workdir/NAME.json``; the result, or
+    ``ChildFailed``. The child dies with this process (``child_main`` asks for it)."""
+    import json
+    import subprocess
+
+    out = workdir / f"{name}.json"
+    path = workdir / f"{name}.job.json"
+    path.write_text(json.dumps(jsonable({**job, "out": str(out)}), sort_keys=True))
+    with child_environment() as env:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", module, str(path), str(os.getpid())],
+                capture_output=True, text=True, env=env, timeout=timeout,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise ChildFailed(f"the {module} process took over {timeout:.0f} s") from None
+    if proc.returncode != 0 or not out.exists():
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise ChildFailed(f"the {module} process failed ({proc.returncode}): {tail}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def child_main(work: Callable[[dict[str, Any]], dict[str, Any]], argv: list[str]) -> int:
+    """The child side of ``run_child``: die with the parent, read the job (``argv``: JOB.json and
+    the parent's pid), do ``work(job)`` and write its result atomically where the job says."""
+    import json
+
+    from detbench.store.results import write_text_atomic
+
+    die_with_parent(int(argv[1]) if len(argv) > 1 else None)
+    job = json.loads(Path(argv[0]).read_text())
+    result = work(job)
+    write_text_atomic(Path(job["out"]), json.dumps(jsonable(result), allow_nan=False))
+    return 0
