@@ -4,7 +4,7 @@ SHELL := /bin/bash
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 ARGS ?=
 
-.PHONY: bench test test-cuda test-slow lint gpu-check bench-matrix pytest-bench clean-venv
+.PHONY: bench test test-cuda test-slow lint docs gpu-check bench-matrix pytest-bench clean-venv
 
 ## bench: the main job: every suite x every mode x 3 replicates (cuda/full on a GPU, else cpu/quick)
 bench:
@@ -31,6 +31,10 @@ test-slow:
 lint:
 	@py=$$(tools/python) && $$py -m ruff check . && $$py -m ruff format --check . && $$py -m mypy \
 		&& $$py -c "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())" && $$py tools/import_graph.py
+
+## docs: the manual in docs/ as a site in site/ (mkdocs-material, installed where missing); --strict fails on a broken link
+docs:
+	@py=$$(tools/python) && { $$py -c 'import material' 2>/dev/null || $$py -m pip install -q 'mkdocs-material>=9'; } && $$py -m mkdocs build --strict --site-dir site
 
 ## bench-matrix: how long the CPU quick matrix of all suites takes, and where the time goes
 bench-matrix:
