@@ -229,7 +229,7 @@ class Runner:
         if c.devices and c.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = gpu_visible(name, os.environ)
         # Fresh compile caches in every worker, removed at the end of the run (see
-        # supervise.fresh_compile_caches).
+        # protocol.fresh_compile_caches).
         self._cache_dirs.append(fresh_compile_caches(env))
         # The worker imports detbench from this checkout, installed or not.
         env["PYTHONPATH"] = os.pathsep.join(
