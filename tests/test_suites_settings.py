@@ -200,7 +200,7 @@ def test_empty_uninitialized_differs_between_fresh_processes_by_default() -> Non
     # which depend on where the heap was mapped. Observed: a different digest in every process.
     code = (
         "import torch\n"
-        "from detbench import fingerprint as fp\n"
+        "from detbench.worker import fingerprint as fp\n"
         "from detbench.core.seeding import seed_all\n"
         "from detbench.core.workload import Context, builtin_suite_files, load_file\n"
         "w = {x.name: x for x in load_file(builtin_suite_files()['ops'])}['empty_uninitialized']\n"
