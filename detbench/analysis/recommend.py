@@ -13,18 +13,16 @@ On a CPU (the records' ``device``), the cuDNN flags (``benchmark``, ``cudnn_dete
 without it. Such a mode is never recommended, nor named the fastest: its difference from its twin
 is noise.
 
-Intervals: per workload, the 2.5th-97.5th percentiles of the two-level bootstrap of the mode's
-throughput (``analysis.bootstrap_throughput``: replicates, then the samples within each) over
-the baseline's point estimate, so the interval is the mode's own uncertainty; per suite, the same
-percentiles of the geometric mean over the suite's workloads of those ratios, each workload
-resampled independently. Every (suite, workload, mode) draws from its own generator, seeded from
-``seed`` and its names: a report is reproducible, and a mode's interval does not depend on which
-other modes ran.
+Intervals: per workload, ``stats.ratio`` of the mode against the baseline, the same numbers as
+``analysis.costs`` (the 2.5th-97.5th percentiles of the two-level bootstrap, replicates then the
+samples within each, of both sides); per suite, ``stats.geometric_mean`` of those over the
+suite's workloads, each workload resampled independently. Every comparison draws from its own
+generator, seeded from ``seed`` and its names (``stats.comparison_key``): a report is
+reproducible, and a mode's interval does not depend on which other modes ran.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +30,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from detbench.analysis import stats
 from detbench.analysis.matrix import (
     RAN,
     baseline_mode,
-    bootstrap_throughput,
-    median_throughput,
     mode_key,
     mode_of,
     ran_somewhere,
@@ -48,8 +45,8 @@ from detbench.core.modes import get_mode
 
 #: The flags of the 10 modes that only cuDNN reads: inert on a CPU.
 CUDNN_FLAGS = ("benchmark", "cudnn_deterministic", "cudnn_enabled")
-N_BOOT = 2000
-SEED = 0
+N_BOOT = stats.N_BOOT
+SEED = stats.SEED
 
 #: The rule, in one sentence (the report and ``detbench run`` print it).
 RULE = (
@@ -107,8 +104,8 @@ class Estimate:
 
 
 class _Throughput:
-    """Point estimates and bootstrap draws of each (suite, workload, mode)'s throughput over the
-    baseline's point estimate, computed once each."""
+    """Point estimates and ratios (``stats.ratio``) of each (suite, workload, mode)'s throughput
+    against the baseline's, computed once each."""
 
     def __init__(self, df: pd.DataFrame, baseline: str, n_boot: int, seed: int) -> None:
         self.groups = {
@@ -116,7 +113,7 @@ class _Throughput:
         }
         self.baseline, self.n_boot, self.seed = baseline, n_boot, seed
         self._reps: dict[tuple[str, ...], list[np.ndarray]] = {}
-        self._boot: dict[tuple[str, ...], np.ndarray | None] = {}
+        self._ratio: dict[tuple[str, ...], stats.Ratio | None] = {}
 
     def reps(self, key: tuple[str, ...]) -> list[np.ndarray]:
         if key not in self._reps:
@@ -126,35 +123,33 @@ class _Throughput:
 
     def base(self, suite: str, workload: str) -> float | None:
         reps = self.reps((suite, workload, self.baseline))
-        return median_throughput(reps) if reps else None
+        return stats.median_throughput(reps) if reps else None
 
     def point(self, suite: str, workload: str, mode: str, fallback: Any) -> float:
         """From the timing samples (the statistic the bootstrap resamples); ``fallback`` (the
         ratio of median items/s) for records without samples."""
         reps, base = self.reps((suite, workload, mode)), self.base(suite, workload)
         if reps and base:
-            return median_throughput(reps) / base
+            return stats.median_throughput(reps) / base
         x = pd.to_numeric(pd.Series([fallback]), errors="coerce").iloc[0]
         return float(x) if pd.notna(x) else float("nan")
 
-    def boot(self, suite: str, workload: str, mode: str) -> np.ndarray | None:
+    def ratio(self, suite: str, workload: str, mode: str) -> stats.Ratio | None:
         key = (suite, workload, mode)
-        if key not in self._boot:
-            reps, base = self.reps(key), self.base(suite, workload)
-            if not reps or not base:
-                self._boot[key] = None
+        if key not in self._ratio:
+            reps, base_reps = self.reps(key), self.reps((suite, workload, self.baseline))
+            if not reps or not base_reps or not self.base(suite, workload):
+                self._ratio[key] = None
             else:
-                tag = zlib.crc32("\0".join(key).encode())
-                rng = np.random.default_rng([self.seed, tag])
-                self._boot[key] = bootstrap_throughput(reps, rng, self.n_boot) / base
-        return self._boot[key]
+                name = stats.comparison_key(suite, workload, mode, self.baseline)
+                self._ratio[key] = stats.ratio(reps, base_reps, name, self.seed, self.n_boot)
+        return self._ratio[key]
 
 
-def _estimate(point: float, boot: np.ndarray | None) -> Estimate:
-    if boot is None or not np.isfinite(point):
+def _estimate(point: float, r: stats.Ratio | None) -> Estimate:
+    if r is None or not np.isfinite(point):
         return Estimate(point)
-    low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
-    return Estimate(point, low, high)
+    return Estimate(point, r.low, r.high)
 
 
 def _choose(cands: list[tuple[str, float]], estimate: Callable[[str, float], Estimate],
@@ -262,7 +257,7 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         repro = sorted(ran.loc[ran["verdict"] == "reproducible", "mode"], key=simplicity_key)
 
         def one(m: str, point: float, s: str = s, w: str = w) -> Estimate:
-            return _estimate(point, tp.boot(s, w, m))
+            return _estimate(point, tp.ratio(s, w, m))
 
         excluded = list(g.loc[(g["verdict"] == "reproducible") & g["inert"], "mode"])
         cands = [(m, points[m]) for m in repro]
@@ -277,16 +272,16 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         points = {}
         for m in everywhere:
             rel = ran[ran["mode"] == m].set_index("workload")["rel"]
-            logs = [np.log(tp.point(s, w, str(m), rel.get(w))) for w in workloads]
-            points[str(m)] = float(np.exp(np.mean(logs))) if n else float("nan")
+            each = [tp.point(s, w, str(m), rel.get(w)) for w in workloads]
+            points[str(m)] = stats.geometric_mean_of(each) if n else float("nan")
         repro_counts = g[g["verdict"] == "reproducible"].groupby("mode", sort=False).size()
         repro = [str(m) for m, k in repro_counts.items() if k == n and n]
 
         def geo(m: str, point: float, s: str = s, workloads: list[str] = workloads) -> Estimate:
-            boots = [b for b in (tp.boot(s, w, m) for w in workloads) if b is not None]
-            if len(boots) < len(workloads):
+            ratios = [r for r in (tp.ratio(s, w, m) for w in workloads) if r is not None]
+            if not ratios or len(ratios) < len(workloads):
                 return Estimate(point)
-            return _estimate(point, np.exp(np.mean(np.log(np.vstack(boots)), axis=0)))
+            return _estimate(point, stats.geometric_mean(ratios))
 
         qualify = sorted((m for m in repro if not inert[m]), key=simplicity_key)
         cands = [(m, points.get(m, float("nan"))) for m in qualify]
