@@ -165,7 +165,7 @@ def test_significantly_faster_mode_is_recommended_with_its_reason(tmp_path: Path
         assert r["relative_throughput"] == pytest.approx(1.4)
         assert r["ci_low"] > 1.2
         assert r["reason"].startswith("bench is significantly faster than default: 1.40 [")
-        assert "vs 1.00 [" in r["reason"] and "do not overlap" in r["reason"]
+        assert "vs 1.00 [" in r["reason"] and "interval lies above 1" in r["reason"]
 
 
 def test_faster_within_the_noise_is_not_recommended(tmp_path: Path) -> None:

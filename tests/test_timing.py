@@ -65,7 +65,7 @@ def test_median_ci_ranks_are_the_binomial_order_statistics() -> None:
 
 
 def test_median_ci_ranks_agree_with_binomial_sums_from_math_comb() -> None:
-    # The recurrence in median_ci_ranks against the definition, one math.comb per term.
+    # median_ci_ranks (scipy.stats.binom) against the definition, one math.comb per term.
     def by_definition(n: int) -> tuple[int, int] | None:
         j = 0
         for i in range(n // 2 + 1):

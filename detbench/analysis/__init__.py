@@ -2,8 +2,9 @@
 
 ``detbench.analysis`` is also the library a user reads a run with: the names below are the
 functions of ``verdicts`` and ``recommend`` (``verdicts(df)``, ``costs(df)``,
-``recommendations(df)``, ...). Modules inside this layer import their neighbours' modules, never
-this package, so importing it cannot make a cycle.
+``recommendations(df)``, ...), and two of ``stats`` (``bootstrap_throughput``,
+``median_throughput``). Modules inside this layer import their neighbours' modules, never this
+package, so importing it cannot make a cycle.
 """
 
 from detbench.analysis.matrix import (
@@ -11,14 +12,12 @@ from detbench.analysis.matrix import (
     NOISY_IQR,
     RAN,
     baseline_mode,
-    bootstrap_throughput,
     changed_mask,
     changed_settings,
     costs,
     counted,
     divergence,
     mark_frontier,
-    median_throughput,
     mode_key,
     mode_of,
     ordered_modes,
@@ -32,6 +31,7 @@ from detbench.analysis.matrix import (
     verdicts,
 )
 from detbench.analysis.recommend import recommendation_text, recommendations
+from detbench.analysis.stats import bootstrap_throughput, median_throughput
 
 __all__ = [
     "MARKS",

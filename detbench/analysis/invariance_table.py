@@ -17,13 +17,14 @@ import numpy as np
 import pandas as pd
 
 from detbench.analysis import matrix as analysis
+from detbench.analysis import stats
 
 #: The params key that names the workload a reference computes invariantly.
 REFERENCE_KEY = "invariant_reference_of"
 #: The params key of a workload that decodes tokens: its first output is a completion (its
 #: distinct row-0 results are distinct completions) and its items are tokens.
 COMPLETION_KEY = "new_tokens"
-N_BOOT = 2000
+N_BOOT = stats.N_BOOT
 
 
 def _sized(df: pd.DataFrame) -> pd.DataFrame:
@@ -89,22 +90,23 @@ def _items_per_step(g: pd.DataFrame) -> float:
     return 1.0
 
 
-def _price(ref: pd.DataFrame, base: pd.DataFrame, rng: np.random.Generator,
+def _price(ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int,
            n_boot: int) -> tuple[float, float, float]:  # fmt: skip
-    """The reference's items/s over the base's: the ratio of the medians over replicates of each
-    replicate's median, with the 2.5-97.5th percentiles of the same ratio over two-level
-    bootstrap resamples (as ``analysis.costs``); from the median items/s without an interval
-    where the records hold no timing samples. NaN where either has no throughput."""
+    """The reference's items/s over the base's: ``stats.ratio`` of their throughputs (the ratio
+    of the medians over replicates of each replicate's median, with the 2.5-97.5th percentiles
+    of the same ratio over two-level bootstrap resamples, as ``analysis.costs``; ``name`` names
+    the comparison for its generator) times their items per step; from the median items/s
+    without an interval where the records hold no timing samples. NaN where either has no
+    throughput."""
     nan = (math.nan, math.nan, math.nan)
     ref, base = ref[ref["status"] == "ok"], base[base["status"] == "ok"]
     a, b = analysis.replicate_samples(ref), analysis.replicate_samples(base)
     if a and b:
+        r = stats.ratio(a, b, name, seed, n_boot)
         scale = _items_per_step(ref) / _items_per_step(base)
-        point = scale * analysis.median_throughput(a) / analysis.median_throughput(b)
-        boot = scale * (analysis.bootstrap_throughput(a, rng, n_boot)
-                        / analysis.bootstrap_throughput(b, rng, n_boot))  # fmt: skip
-        low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
-        return float(point), low, high
+        if scale != 1.0:
+            r = r.scaled(scale)
+        return r.point, r.low, r.high
     ra = pd.to_numeric(ref["items_per_second"], errors="coerce")
     rb = pd.to_numeric(base["items_per_second"], errors="coerce")
     if ra.notna().any() and rb.notna().any() and float(rb.median()) > 0:
@@ -138,7 +140,7 @@ def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
     return best
 
 
-def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame:
+def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.DataFrame:
     """One row per (suite, workload, mode) of the workloads that declare batch sizes:
     ``invariant`` (True, False, or None with ``note``), ``ran`` (some replicate ok),
     ``first_variant_size`` (smallest over replicates), ``max_abs_diff`` (largest),
@@ -154,7 +156,6 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame
     s = _sized(df)
     if s.empty:
         return pd.DataFrame()
-    rng = np.random.default_rng(seed)
     groups = {k: g for k, g in s.groupby(["suite", "workload", "mode"], sort=False)}
     verdicts = {k: _verdict(g) for k, g in groups.items()}
     modes = [str(m) for m in dict.fromkeys(s["mode"])]
@@ -192,13 +193,15 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> pd.DataFrame
             base = groups.get((suite, base_name, mode))
             if base is not None:
                 row["base_invariant"] = verdicts[(suite, base_name, mode)][0]
-                price = _price(g, base, rng, n_boot)
+                name = stats.key(f"{suite}/{workload}", mode, f"{suite}/{base_name}", mode)
+                price = _price(g, base, name, seed, n_boot)
                 row["price"], row["price_low"], row["price_high"] = map(_none, price)
         parent = base_mode_of(str(mode), modes)
         if parent is not None and (suite, workload, parent) in groups:
             row["base_mode"] = parent
             row["base_mode_invariant"] = verdicts[(suite, workload, parent)][0]
-            price = _price(g, groups[(suite, workload, parent)], rng, n_boot)
+            name = stats.comparison_key(suite, workload, mode, parent)
+            price = _price(g, groups[(suite, workload, parent)], name, seed, n_boot)
             names = ("setting_price", "setting_price_low", "setting_price_high")
             row.update(zip(names, map(_none, price), strict=True))
         rows.append(row)

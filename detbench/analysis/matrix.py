@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from detbench.analysis import stats
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import DEFAULT_MODE, MODES, Mode, get_mode
 
@@ -234,63 +235,42 @@ def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
     return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
 
 
-def median_throughput(reps: list[np.ndarray]) -> float:
-    """The point estimate of throughput (steps/s): the median over replicates of each replicate's
-    median, the statistic that ``bootstrap_throughput`` resamples."""
-    return float(np.median([1.0 / np.median(s) for s in reps]))
-
-
-def bootstrap_throughput(
-    reps: list[np.ndarray], rng: np.random.Generator, n_boot: int
-) -> np.ndarray:
-    """Bootstrap distribution of the median over replicates of each replicate's median
-    throughput (1 / seconds per step), resampling both levels: replicates (the between-process
-    variation, usually the larger) and the samples within each replicate."""
-    per_rep = np.empty((len(reps), n_boot))
-    for i, s in enumerate(reps):
-        idx = rng.integers(0, len(s), size=(n_boot, len(s)))
-        per_rep[i] = 1.0 / np.median(s[idx], axis=1)
-    pick = rng.integers(0, len(reps), size=(n_boot, len(reps)))
-    chosen = np.take_along_axis(per_rep.T, pick, axis=1)  # (n_boot, replicates)
-    out: np.ndarray = np.median(chosen, axis=1)
-    return out
-
-
 def costs(
-    df: pd.DataFrame, baseline: str | None = None, n_boot: int = 2000, seed: int = 0
+    df: pd.DataFrame,
+    baseline: str | None = None,
+    n_boot: int = stats.N_BOOT,
+    seed: int = stats.SEED,
 ) -> pd.DataFrame:
     """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval.
 
-    The point estimate is the ratio of the medians over replicates of each replicate's median
-    throughput (as in the summary table). The interval is the 2.5th-97.5th percentile of the
-    same ratio over ``n_boot`` two-level bootstrap resamples (replicates, then samples within each
-    replicate) drawn independently for the mode and the baseline, with a fixed ``seed`` so a
-    report is reproducible. ``significant`` is False when the interval contains 1. ``noisy``
+    ``stats.ratio`` of the mode against the baseline: the point estimate is the ratio of the
+    medians over replicates of each replicate's median throughput (as in the summary table), the
+    interval the 2.5th-97.5th percentile of the same ratio over ``n_boot`` two-level bootstrap
+    resamples (replicates, then samples within each replicate) drawn independently for the mode
+    and the baseline, from a generator seeded with ``seed`` and the comparison's name
+    (``stats.comparison_key``): a report is reproducible, and an interval does not depend on
+    what else the records hold. ``significant`` is False when the interval contains 1. ``noisy``
     flags a mode or baseline with any replicate whose IQR exceeds ``NOISY_IQR`` of its median.
     ``baseline``: ``baseline_mode`` of the run when None.
     """
     baseline = baseline_mode(df["mode"]) if baseline is None else baseline
-    rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
         base = g[g["mode"] == baseline]
         base_reps = replicate_samples(base)
         if not base_reps:
             continue
-        base_boot = bootstrap_throughput(base_reps, rng, n_boot)
-        base_point = median_throughput(base_reps)
         base_noisy = _noisy(base)
         for mode, m in g.groupby("mode", sort=False):
             reps = replicate_samples(m)
             if not reps:
                 continue
-            point = median_throughput(reps) / base_point
-            boot = bootstrap_throughput(reps, rng, n_boot) / base_boot
-            low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
+            name = stats.comparison_key(suite, workload, mode, baseline)
+            r = stats.ratio(reps, base_reps, name, seed, n_boot)
             rows.append({
                 "suite": suite, "workload": workload, "mode": mode,
-                "relative_throughput": point, "ci_low": low, "ci_high": high,
-                "significant": not (low <= 1.0 <= high),
+                "relative_throughput": r.point, "ci_low": r.low, "ci_high": r.high,
+                "significant": r.significant,
                 "noisy": base_noisy or _noisy(m),
                 "replicates": len(reps),
             })  # fmt: skip

@@ -4,27 +4,29 @@
 The rule (``RULE``): among the modes whose results were bitwise identical in every replicate, the
 one that changes the fewest settings from torch's default (``Mode.changes``; ties broken by the
 order of the 10 modes, then the label), unless another reproducible mode is significantly
-faster: its 95% throughput interval lies entirely above the first's. Then, of those, the one with
-the highest point estimate. A difference within the noise never moves the choice away from the
-simplest mode.
+faster: the 95% interval of its throughput over the first's lies entirely above 1. Then, of
+those, the one with the highest point estimate. A difference within the noise never moves the
+choice away from the simplest mode.
 
 On a CPU (the records' ``device``), the cuDNN flags (``benchmark``, ``cudnn_deterministic``,
 ``cudnn_enabled``) act on nothing: a mode that changes one is the same computation as its twin
 without it. Such a mode is never recommended, nor named the fastest: its difference from its twin
 is noise.
 
-Intervals: per workload, the 2.5th-97.5th percentiles of the two-level bootstrap of the mode's
-throughput (``analysis.bootstrap_throughput``: replicates, then the samples within each) over
-the baseline's point estimate, so the interval is the mode's own uncertainty; per suite, the same
-percentiles of the geometric mean over the suite's workloads of those ratios, each workload
-resampled independently. Every (suite, workload, mode) draws from its own generator, seeded from
-``seed`` and its names: a report is reproducible, and a mode's interval does not depend on which
-other modes ran.
+Intervals: per workload, ``stats.ratio`` of the mode against the baseline, the same numbers as
+``analysis.costs`` (the 2.5th-97.5th percentiles of the two-level bootstrap, replicates then the
+samples within each, of both sides); per suite, ``stats.geometric_mean`` of those over the
+suite's workloads, each workload resampled independently. Whether a mode is significantly faster
+than the simplest is the same statistic of the one against the other (``stats.ratio`` of the
+two modes, per suite its geometric mean): a direct comparison, not two intervals against the
+baseline, each holding the baseline's own noise, checked for overlap. Every comparison draws
+from its own
+generator, seeded from ``seed`` and its names (``stats.comparison_key``): a report is
+reproducible, and a mode's interval does not depend on which other modes ran.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,11 +34,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from detbench.analysis import stats
 from detbench.analysis.matrix import (
     RAN,
     baseline_mode,
-    bootstrap_throughput,
-    median_throughput,
     mode_key,
     mode_of,
     ran_somewhere,
@@ -48,14 +49,15 @@ from detbench.core.modes import get_mode
 
 #: The flags of the 10 modes that only cuDNN reads: inert on a CPU.
 CUDNN_FLAGS = ("benchmark", "cudnn_deterministic", "cudnn_enabled")
-N_BOOT = 2000
-SEED = 0
+N_BOOT = stats.N_BOOT
+SEED = stats.SEED
 
 #: The rule, in one sentence (the report and ``detbench run`` print it).
 RULE = (
     "the mode bitwise identical in every replicate that changes the fewest settings from "
-    "torch's default, unless another such mode is significantly faster (its 95% throughput "
-    "interval lies entirely above the first's), so a difference within the noise never moves "
+    "torch's default, unless another such mode is significantly faster (the 95% interval of its "
+    "throughput over the first's lies entirely above 1), so a difference within the noise never "
+    "moves "
     "the choice; on a CPU, where the cuDNN flags act on nothing, a mode that changes one is the "
     "same computation as its twin without it and is never recommended"
 )
@@ -107,8 +109,8 @@ class Estimate:
 
 
 class _Throughput:
-    """Point estimates and bootstrap draws of each (suite, workload, mode)'s throughput over the
-    baseline's point estimate, computed once each."""
+    """Point estimates and ratios (``stats.ratio``) of each (suite, workload, mode)'s throughput
+    against the baseline's, computed once each."""
 
     def __init__(self, df: pd.DataFrame, baseline: str, n_boot: int, seed: int) -> None:
         self.groups = {
@@ -116,7 +118,7 @@ class _Throughput:
         }
         self.baseline, self.n_boot, self.seed = baseline, n_boot, seed
         self._reps: dict[tuple[str, ...], list[np.ndarray]] = {}
-        self._boot: dict[tuple[str, ...], np.ndarray | None] = {}
+        self._ratio: dict[tuple[str, ...], stats.Ratio | None] = {}
 
     def reps(self, key: tuple[str, ...]) -> list[np.ndarray]:
         if key not in self._reps:
@@ -126,57 +128,65 @@ class _Throughput:
 
     def base(self, suite: str, workload: str) -> float | None:
         reps = self.reps((suite, workload, self.baseline))
-        return median_throughput(reps) if reps else None
+        return stats.median_throughput(reps) if reps else None
 
     def point(self, suite: str, workload: str, mode: str, fallback: Any) -> float:
         """From the timing samples (the statistic the bootstrap resamples); ``fallback`` (the
         ratio of median items/s) for records without samples."""
         reps, base = self.reps((suite, workload, mode)), self.base(suite, workload)
         if reps and base:
-            return median_throughput(reps) / base
+            return stats.median_throughput(reps) / base
         x = pd.to_numeric(pd.Series([fallback]), errors="coerce").iloc[0]
         return float(x) if pd.notna(x) else float("nan")
 
-    def boot(self, suite: str, workload: str, mode: str) -> np.ndarray | None:
-        key = (suite, workload, mode)
-        if key not in self._boot:
-            reps, base = self.reps(key), self.base(suite, workload)
-            if not reps or not base:
-                self._boot[key] = None
+    def ratio(self, suite: str, workload: str, mode: str,
+              against: str | None = None) -> stats.Ratio | None:  # fmt: skip
+        """``mode``'s throughput over ``against``'s (the baseline when None), ``stats.ratio``."""
+        against = self.baseline if against is None else against
+        key = (suite, workload, mode, against)
+        if key not in self._ratio:
+            reps, base_reps = self.reps(key[:3]), self.reps((suite, workload, against))
+            if not reps or not base_reps or not stats.median_throughput(base_reps):
+                self._ratio[key] = None
             else:
-                tag = zlib.crc32("\0".join(key).encode())
-                rng = np.random.default_rng([self.seed, tag])
-                self._boot[key] = bootstrap_throughput(reps, rng, self.n_boot) / base
-        return self._boot[key]
+                name = stats.comparison_key(suite, workload, mode, against)
+                self._ratio[key] = stats.ratio(reps, base_reps, name, self.seed, self.n_boot)
+        return self._ratio[key]
 
 
-def _estimate(point: float, boot: np.ndarray | None) -> Estimate:
-    if boot is None or not np.isfinite(point):
+def _estimate(point: float, r: stats.Ratio | None) -> Estimate:
+    if r is None or not np.isfinite(point):
         return Estimate(point)
-    low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
-    return Estimate(point, low, high)
+    return Estimate(point, r.low, r.high)
+
+
+Versus = Callable[[str, str], "stats.Ratio | None"]
 
 
 def _choose(cands: list[tuple[str, float]], estimate: Callable[[str, float], Estimate],
-            baseline: str) -> tuple[str, Estimate, str, str]:  # fmt: skip
+            versus: Versus, baseline: str) -> tuple[str, Estimate, str, str]:  # fmt: skip
     """``cands``: (label, point estimate) in ``simplicity_key`` order; ``estimate`` adds the
-    interval (a bootstrap: only drawn for the simplest mode and the modes whose point estimate
-    is above its, the only ones that can be significantly faster). Returns the pick, its
-    estimate, why, and the simplest mode."""
+    interval against the baseline, ``versus(label, simplest)`` the ratio of one mode to the
+    other (bootstraps: only drawn for the simplest mode and the modes whose point estimate is
+    above its, the only ones that can be significantly faster). Returns the pick, its estimate,
+    why, and the simplest mode."""
     simplest, first = cands[0][0], estimate(*cands[0])
-    faster: list[tuple[str, Estimate]] = []
+    faster: list[tuple[str, Estimate, stats.Ratio]] = []
     for label, point in cands[1:]:
-        if first.high is None or not point > first.point:
+        if not point > first.point:
             continue
-        e = estimate(label, point)
-        if e.low is not None and e.low > first.high:
-            faster.append((label, e))
+        d = versus(label, simplest)
+        if d is not None and d.low > 1.0:
+            faster.append((label, estimate(label, point), d))
     if faster:
-        label, e = min(faster, key=lambda x: -x[1].point)  # ties: the simplest of them
+        label, e, d = min(faster, key=lambda x: -x[1].point)  # ties: the simplest of them
         why = (
             f"{label} is significantly faster than {simplest}: {e.text()} vs {first.text()} "
-            f"(throughput relative to {baseline}, 95% intervals that do not overlap)"
-        )
+            f"(throughput relative to {baseline}"
+            + ("; the 95% interval lies above 1)" if simplest == baseline else
+               f"; {label} over {simplest} {d.point:.2f}, 95% interval {d.low:.2f} to "
+               f"{d.high:.2f}, above 1)")
+        )  # fmt: skip
         return label, e, why, simplest
     changes = _changes(simplest) or []
     why = f"fewest changes from default ({len(changes)}" + (
@@ -193,8 +203,8 @@ def _choose(cands: list[tuple[str, float]], estimate: Callable[[str, float], Est
 
 
 def _row(suite: str, workload: str, cands: list[tuple[str, float]],
-         estimate: Callable[[str, float], Estimate], points: dict[str, float], baseline: str,
-         none_why: str) -> dict[str, Any]:  # fmt: skip
+         estimate: Callable[[str, float], Estimate], versus: Versus, points: dict[str, float],
+         baseline: str, none_why: str) -> dict[str, Any]:  # fmt: skip
     fast = {m: p for m, p in points.items() if np.isfinite(p)}
     fastest = min(fast, key=lambda m: (-fast[m], mode_key(m))) if fast else None
     row: dict[str, Any] = {
@@ -204,7 +214,7 @@ def _row(suite: str, workload: str, cands: list[tuple[str, float]],
     }  # fmt: skip
     if not cands:
         return row
-    mode, est, why, simplest = _choose(cands, estimate, baseline)
+    mode, est, why, simplest = _choose(cands, estimate, versus, baseline)
     rel = est.point if np.isfinite(est.point) else None
     fastest_rel = fast.get(fastest) if fastest is not None else None
     row.update(
@@ -262,11 +272,14 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         repro = sorted(ran.loc[ran["verdict"] == "reproducible", "mode"], key=simplicity_key)
 
         def one(m: str, point: float, s: str = s, w: str = w) -> Estimate:
-            return _estimate(point, tp.boot(s, w, m))
+            return _estimate(point, tp.ratio(s, w, m))
+
+        def versus(m: str, than: str, s: str = s, w: str = w) -> stats.Ratio | None:
+            return tp.ratio(s, w, m, than)
 
         excluded = list(g.loc[(g["verdict"] == "reproducible") & g["inert"], "mode"])
         cands = [(m, points[m]) for m in repro]
-        rows.append(_row(s, w, cands, one, points, baseline, _none_why(excluded, "")))
+        rows.append(_row(s, w, cands, one, versus, points, baseline, _none_why(excluded, "")))
     for suite, g in v.groupby("suite", sort=False):
         s = str(suite)
         g = g[g["workload"].isin(ran_somewhere(g))]
@@ -277,22 +290,29 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         points = {}
         for m in everywhere:
             rel = ran[ran["mode"] == m].set_index("workload")["rel"]
-            logs = [np.log(tp.point(s, w, str(m), rel.get(w))) for w in workloads]
-            points[str(m)] = float(np.exp(np.mean(logs))) if n else float("nan")
+            each = [tp.point(s, w, str(m), rel.get(w)) for w in workloads]
+            points[str(m)] = stats.geometric_mean_of(each) if n else float("nan")
         repro_counts = g[g["verdict"] == "reproducible"].groupby("mode", sort=False).size()
         repro = [str(m) for m, k in repro_counts.items() if k == n and n]
 
         def geo(m: str, point: float, s: str = s, workloads: list[str] = workloads) -> Estimate:
-            boots = [b for b in (tp.boot(s, w, m) for w in workloads) if b is not None]
-            if len(boots) < len(workloads):
+            ratios = [r for r in (tp.ratio(s, w, m) for w in workloads) if r is not None]
+            if not ratios or len(ratios) < len(workloads):
                 return Estimate(point)
-            return _estimate(point, np.exp(np.mean(np.log(np.vstack(boots)), axis=0)))
+            return _estimate(point, stats.geometric_mean(ratios))
+
+        def geo_versus(m: str, than: str, s: str = s,
+                       workloads: list[str] = workloads) -> stats.Ratio | None:  # fmt: skip
+            ratios = [r for r in (tp.ratio(s, w, m, than) for w in workloads) if r is not None]
+            if not ratios or len(ratios) < len(workloads):
+                return None
+            return stats.geometric_mean(ratios)
 
         qualify = sorted((m for m in repro if not inert[m]), key=simplicity_key)
         cands = [(m, points.get(m, float("nan"))) for m in qualify]
         excluded = [m for m in repro if inert[m]]
         none_why = _none_why(excluded, "for every workload")
-        rows.append(_row(s, "*", cands, geo, points, baseline, none_why))
+        rows.append(_row(s, "*", cands, geo, geo_versus, points, baseline, none_why))
     out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
     out["snippet"] = pd.Series(
         [None if m is None else get_mode(m).snippet() for m in out["mode"]],

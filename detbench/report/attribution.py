@@ -20,6 +20,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter
 
 from detbench import analysis
 from detbench.analysis import attribution as at
+from detbench.analysis import stats
 from detbench.core import settings as st
 from detbench.core.modes import get_mode
 from detbench.report.plots import Plot, _save, subplots
@@ -156,45 +157,43 @@ def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]
     return out
 
 
-def suite_effects(df: pd.DataFrame, study: dict[str, Any], n_boot: int = 2000,
-                  seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def suite_effects(df: pd.DataFrame, study: dict[str, Any], n_boot: int = stats.N_BOOT,
+                  seed: int = stats.SEED) -> pd.DataFrame:  # fmt: skip
     """Per (suite, variant): the geometric mean over the suite's workloads of the variant's
-    throughput relative to its end, with a 95% interval from the same two-level bootstrap as
-    ``analysis.costs`` (each draw's geometric mean over the workloads), and how many of the
-    workloads the switch is needed for (deterministic end) or alone sufficient for (default end),
-    were reproducible under the variant, and had their bits changed."""
+    throughput relative to its end, with its 95% interval (``stats.geometric_mean`` of each
+    workload's ``stats.ratio``, the very numbers of ``analysis.costs`` and so of the table: a
+    suite of one workload states the table's numbers), and how many of the workloads the switch
+    is needed for (deterministic end) or alone sufficient for (default end), were reproducible
+    under the variant, and had their bits changed."""
     e = at.effects(df, study)
     if e.empty:
         return pd.DataFrame()
     df = analysis.counted(df)
-    rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
     for (suite, mode, end, switch, level, direction), g in e.groupby(
         ["suite", "mode", "end", "switch", "level", "direction"], sort=False
     ):
-        logs, draws = [], []
+        end_mode = g["end_mode"].iloc[0]
+        ratios = []
         for w in g["workload"]:
             sel = (df["suite"] == suite) & (df["workload"] == w)
             a = analysis.replicate_samples(df[sel & (df["mode"] == mode)])
-            b = analysis.replicate_samples(df[sel & (df["mode"] == g["end_mode"].iloc[0])])
-            if not a or not b:
-                continue
-            logs.append(np.log(analysis.median_throughput(a) / analysis.median_throughput(b)))
-            draws.append(np.log(analysis.bootstrap_throughput(a, rng, n_boot)
-                                / analysis.bootstrap_throughput(b, rng, n_boot)))  # fmt: skip
+            b = analysis.replicate_samples(df[sel & (df["mode"] == end_mode)])
+            if a and b:
+                name = stats.comparison_key(suite, w, mode, end_mode)
+                ratios.append(stats.ratio(a, b, name, seed, n_boot))
         point = low = high = np.nan
-        if logs:
-            point = float(np.exp(np.mean(logs)))
-            low, high = (float(x) for x in np.exp(np.percentile(np.mean(draws, axis=0),
-                                                                [2.5, 97.5])))  # fmt: skip
+        if ratios:
+            both = stats.geometric_mean(ratios)
+            point, low, high = both.point, both.low, both.high
         rows.append({
             "suite": suite, "mode": mode, "end": end, "switch": switch, "level": level,
-            "direction": direction, "end_mode": g["end_mode"].iloc[0],
+            "direction": direction, "end_mode": end_mode,
             "relative_throughput": point, "ci_low": low, "ci_high": high,
-            "significant": bool(logs) and not (low <= 1.0 <= high),
+            "significant": bool(ratios) and not (low <= 1.0 <= high),
             "noisy": bool((g["noisy"] == True).any()),  # noqa: E712
             "workloads": len(g),
-            "timed": len(logs), "needed": int((g["needed"] == True).sum()),  # noqa: E712
+            "timed": len(ratios), "needed": int((g["needed"] == True).sum()),  # noqa: E712
             "sufficient": int((g["sufficient"] == True).sum()),  # noqa: E712
             "reproducible": int((g["verdict"] == "reproducible").sum()),
             "end_reproducible": int((g["end_verdict"] == "reproducible").sum()),

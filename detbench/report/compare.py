@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import quality
+from detbench.analysis import quality, stats
 from detbench.core.modes import DEFAULT_MODE
 from detbench.store.results import ENV_FACTS, env_facts, load_env, load_results
 
@@ -38,11 +37,14 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
 
 
-def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int = 0) -> Comparison:
-    """Compare run B with run A. ``change`` is B's throughput over A's (the ratio of the medians
-    over replicates of each replicate's median), with the 2.5th-97.5th percentile of the same
-    ratio over ``n_boot`` two-level bootstrap resamples of each run (a fixed ``seed``, so the
-    output is reproducible); ``significant`` when the interval excludes 1."""
+def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
+            seed: int = stats.SEED) -> Comparison:  # fmt: skip
+    """Compare run B with run A. ``change`` is B's throughput over A's, ``stats.ratio`` (the
+    ratio of the medians over replicates of each replicate's median), with the 2.5th-97.5th
+    percentile of the same ratio over ``n_boot`` two-level bootstrap resamples of each run, from
+    a generator seeded with ``seed`` and the comparison's name ("suite/workload|mode|run B|run
+    A"), so the output is reproducible and no row depends on the others; ``significant`` when
+    the interval excludes 1."""
     a, b = Path(dir_a), Path(dir_b)
     df_a, df_b = load_results(a), load_results(b)
     env_a = load_env(a) if (a / "env.json").exists() else {}
@@ -76,7 +78,6 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int 
     only_a = ["/".join(map(str, k)) for k in va[key].to_numpy().tolist() if tuple(k) not in kb]
     only_b = ["/".join(map(str, k)) for k in vb[key].to_numpy().tolist() if tuple(k) not in ka]
 
-    rng = np.random.default_rng(seed)
     groups_a = {k: g for k, g in df_a.groupby(key, sort=False)}
     groups_b = {k: g for k, g in df_b.groupby(key, sort=False)}
     ib = vb.set_index(key)
@@ -105,16 +106,10 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = 2000, seed: int 
             reps_a = analysis.replicate_samples(ga)
             reps_b = analysis.replicate_samples(gb)
             if reps_a and reps_b:
-                boot = analysis.bootstrap_throughput(
-                    reps_b, rng, n_boot
-                ) / analysis.bootstrap_throughput(reps_a, rng, n_boot)
-                low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
-                row.update(
-                    change=analysis.median_throughput(reps_b) / analysis.median_throughput(reps_a),
-                    ci_low=low,
-                    ci_high=high,
-                    significant=not (low <= 1.0 <= high),
-                )
+                name = stats.key(f"{r['suite']}/{r['workload']}", r["mode"], "run B", "run A")
+                c = stats.ratio(reps_b, reps_a, name, seed, n_boot)
+                row.update(change=c.point, ci_low=c.low, ci_high=c.high,
+                           significant=c.significant)  # fmt: skip
         rows.append(row)
     if differing_params:
         warnings.append(

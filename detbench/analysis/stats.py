@@ -1,0 +1,140 @@
+"""The one statistic of a throughput comparison: a ratio of median throughputs with a 95% interval.
+
+Every interval detbench states about throughput (``analysis.costs``, the recommendations,
+``detbench compare``, the attribution table and its sentences, the invariance table's prices)
+comes from ``ratio`` here, and every geometric mean over a suite's workloads from
+``geometric_mean``.
+
+* **The statistic.** Throughput is steps per second: per replicate (one process), 1 / the median
+  of its seconds-per-step samples; over replicates, the median of those. A mode against its
+  baseline is the ratio of the two (``median_throughput``).
+* **The interval.** ``bootstrap_throughput`` resamples both levels: the samples within each
+  replicate, then the replicates (the between-process variation, usually the larger). The
+  numerator and the denominator are resampled independently, ``N_BOOT`` times each; the interval
+  is the 2.5th-97.5th percentile of the ``N_BOOT`` ratios, ``significant`` when it excludes 1.
+* **One seeding rule.** Each interval draws from a generator of its own, seeded from the run's
+  ``seed`` and a stable key of what is compared (``key``: for a mode against its baseline
+  ``"suite/workload|mode|baseline"``), hashed with SHA-256 (``generator``). No generator is
+  shared across a loop, so an interval never depends on what else ran, or in which order: the
+  same comparison gives the same numbers whichever function asks for it, and whatever other
+  modes or workloads the records hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Bootstrap resamples of each side of a ratio.
+N_BOOT = 2000
+#: The interval's confidence, and the percentiles of the resampled ratios that bound it.
+CONFIDENCE = 0.95
+PERCENTILES = (100 * (1 - CONFIDENCE) / 2, 100 * (1 + CONFIDENCE) / 2)
+#: The run's seed when the caller gives none.
+SEED = 0
+
+
+def key(*parts: object) -> str:
+    """The stable name of a comparison: its parts joined by ``|``."""
+    return "|".join(map(str, parts))
+
+
+def comparison_key(suite: object, workload: object, mode: object, baseline: object) -> str:
+    """``"suite/workload|mode|baseline"``: mode against baseline on one workload."""
+    return key(f"{suite}/{workload}", mode, baseline)
+
+
+def generator(seed: int, name: str) -> np.random.Generator:
+    """The generator of the comparison named ``name`` in a run with ``seed``: the same for the
+    same pair in every process and on every platform (SHA-256 of the name, not ``hash``)."""
+    digest = int.from_bytes(hashlib.sha256(name.encode()).digest(), "big")
+    return np.random.default_rng(np.random.SeedSequence([int(seed), digest]))
+
+
+def median_throughput(reps: Sequence[np.ndarray]) -> float:
+    """The point estimate of throughput (steps/s): the median over replicates of each replicate's
+    median, the statistic that ``bootstrap_throughput`` resamples."""
+    return float(np.median([1.0 / np.median(s) for s in reps]))
+
+
+def bootstrap_throughput(
+    reps: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = N_BOOT
+) -> np.ndarray:
+    """Bootstrap distribution of the median over replicates of each replicate's median
+    throughput (1 / seconds per step), resampling both levels: replicates (the between-process
+    variation, usually the larger) and the samples within each replicate."""
+    per_rep = np.empty((len(reps), n_boot))
+    for i, s in enumerate(reps):
+        s = np.asarray(s, dtype=float)
+        idx = rng.integers(0, len(s), size=(n_boot, len(s)))
+        per_rep[i] = 1.0 / np.median(s[idx], axis=1)
+    pick = rng.integers(0, len(reps), size=(n_boot, len(reps)))
+    chosen = np.take_along_axis(per_rep.T, pick, axis=1)  # (n_boot, replicates)
+    out: np.ndarray = np.median(chosen, axis=1)
+    return out
+
+
+def interval(draws: np.ndarray) -> tuple[float, float]:
+    """The ``CONFIDENCE`` percentile interval of bootstrap draws."""
+    low, high = np.percentile(draws, PERCENTILES)
+    return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A throughput ratio: point estimate, 95% interval, and the bootstrap draws it came from
+    (what a geometric mean over workloads resamples)."""
+
+    point: float
+    low: float
+    high: float
+    draws: np.ndarray = field(repr=False, compare=False)
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 1."""
+        return not (self.low <= 1.0 <= self.high)
+
+    def scaled(self, factor: float) -> Ratio:
+        """The same ratio times a constant (items per step of two workloads)."""
+        return Ratio(self.point * factor, self.low * factor, self.high * factor,
+                     self.draws * factor)  # fmt: skip
+
+
+def ratio(
+    reps: Sequence[np.ndarray],
+    base_reps: Sequence[np.ndarray],
+    name: str,
+    seed: int = SEED,
+    n_boot: int = N_BOOT,
+) -> Ratio:
+    """``reps``' throughput over ``base_reps``' (each a list of one sample array per replicate),
+    with the percentile interval of ``n_boot`` two-level bootstrap resamples of each side, drawn
+    from ``generator(seed, name)``: the numerator's draws first, then the denominator's."""
+    rng = generator(seed, name)
+    draws = bootstrap_throughput(reps, rng, n_boot) / bootstrap_throughput(base_reps, rng, n_boot)
+    point = median_throughput(reps) / median_throughput(base_reps)
+    return Ratio(point, *interval(draws), draws)
+
+
+def geometric_mean(ratios: Sequence[Ratio]) -> Ratio:
+    """The geometric mean of ratios (one per workload, each resampled independently), with the
+    percentile interval of the geometric means of their draws. One ratio is returned as it is,
+    so a suite of one workload states the workload's own numbers."""
+    if not ratios:
+        raise ValueError("geometric_mean of no ratios")
+    if len(ratios) == 1:
+        return ratios[0]
+    point = geometric_mean_of([r.point for r in ratios])
+    draws = np.exp(np.mean(np.log(np.vstack([r.draws for r in ratios])), axis=0))
+    return Ratio(point, *interval(draws), draws)
+
+
+def geometric_mean_of(points: Sequence[float]) -> float:
+    """The geometric mean of point estimates (no interval); one is returned as it is."""
+    if len(points) == 1:
+        return float(points[0])
+    return float(np.exp(np.mean(np.log(np.asarray(points, dtype=float)))))
