@@ -365,9 +365,16 @@ def parse_label(text: str) -> tuple[str, Overrides]:
 
 
 def snippet_lines(overrides: Overrides) -> list[str]:
+    """The snippet's lines for ``overrides``. A setting the installed torch lacks is left out:
+    its line would raise there (torch 2.11 has no ``torch._inductor.config.batch_invariant``, and
+    setting an unknown inductor option raises ``AttributeError``), and a run that asked for it
+    recorded ``unsupported``, so no recommended mode needs it."""
     lines: list[str] = []
     for name, level in overrides:
-        lines += BY_NAME[name].snippet(level)
+        setting = BY_NAME[name]
+        if setting.unavailable() is not None:
+            continue
+        lines += setting.snippet(level)
     return lines
 
 
