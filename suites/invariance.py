@@ -18,9 +18,13 @@ suite's tests: row 0 of the input is the same at every size).
   size and only the batch changes. Default dispatch (``attention=True``: the ``sdpa_backend``
   setting picks the kernel). ``sdpa_padded_math``, ``_flash``, ``_efficient``, ``_cudnn``: the
   same step inside ``torch.nn.attention.sdpa_kernel(SDPBackend.X)``, one per backend
-  (``params["sdpa_backend"]``); they pin their backend, so they declare ``attention=False``. A
-  backend the device cannot run is ``unsupported`` with torch's reason ("No viable backend"),
-  and so is one this torch does not name (``sdpa_kernel`` or ``SDPBackend.X`` missing).
+  (``params["sdpa_backend"]``); they pin their backend, so they declare ``attention=False``.
+  ``_flash`` and ``_cudnn`` run in bf16, causal, with the padding on the right and no mask
+  (``HALF_PINNED``: a GPU's flash and cuDNN kernels take neither fp32 nor, for flash, an
+  arbitrary mask); ``_math`` and ``_efficient`` are the fp32 masked step. A backend the device
+  cannot run is ``unsupported`` with torch's reason ("No viable backend" on a CPU, "No available
+  kernel" on CUDA), and so is one this torch does not name (``sdpa_kernel`` or ``SDPBackend.X``
+  missing).
 - ``sdpa_chunked_prefill``: the KV split as the batch question. A server with a fixed token
   budget per forward (one prompt's tokens) shares it among the requests that prefill together,
   so a request's prompt is prefilled in ``chunks(b) = min(b, MAX_CHUNKS)`` chunks at batch size
@@ -336,18 +340,53 @@ def _sdpa_padded(per_row: bool, backend: str | None = None) -> Callable[..., Ste
     return build
 
 
+#: The pinned backends that need half precision and no arbitrary mask on a GPU: flash attention
+#: takes fp16/bf16 only and refuses an ``attn_mask`` (its constraints in torch's
+#: ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``), and cuDNN attention takes fp16/bf16
+#: only; both take ``is_causal``. Their cases run in bf16, causal, with the padding on the right:
+#: a query at position i < its request's length sees keys j <= i only, never a padded one, so the
+#: padding needs no mask; the outputs at padded positions are zeroed. Request 0 has no padding.
+HALF_PINNED = ("flash", "cudnn")
+
+
+def _sdpa_padded_causal(backend: str) -> Callable[..., Step]:
+    def build(ctx: detbench.Context, heads: int, head_dim: int, length: int) -> Step:
+        pin = _pinned(backend)
+        q, k, v = (_rows(ctx, heads, length, head_dim, dtype=torch.bfloat16) for _ in range(3))
+        lengths = torch.randint(length // 4, length + 1, (LARGEST,), device=ctx.device)
+        lengths[0] = length
+        lengths = lengths[: _batch(ctx)]
+        keep = torch.arange(length, device=ctx.device) < lengths[:, None]  # (b, length)
+        valid = keep[:, None, :, None].to(torch.bfloat16)  # (b, 1, length, 1): real queries
+
+        def pinned() -> list[torch.Tensor]:
+            with pin():
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return [out * valid]
+
+        return _expose(pinned, q, k, v)
+
+    return build
+
+
 _SDPA_OP = "scaled_dot_product_attention, key padding mask"
 _pair("sdpa_padded", SDPA, _sdpa_padded, {"op": _SDPA_OP, "dtype": "float32"}, attention=True)
 for _level, _member in BACKENDS.items():
+    _half = _level in HALF_PINNED
     _register(
         f"sdpa_padded_{_level}",
         SDPA,
         extra={
-            "op": f"{_SDPA_OP}, inside sdpa_kernel(SDPBackend.{_member})",
-            "dtype": "float32",
+            "op": (
+                "scaled_dot_product_attention, causal, right padding (no mask)"
+                if _half
+                else _SDPA_OP
+            )
+            + f", inside sdpa_kernel(SDPBackend.{_member})",
+            "dtype": "bfloat16" if _half else "float32",
             "sdpa_backend": _level,
         },
-    )(_sdpa_padded(per_row=False, backend=_level))
+    )(_sdpa_padded_causal(_level) if _half else _sdpa_padded(per_row=False, backend=_level))
 
 
 def chunks(b: int) -> int:
