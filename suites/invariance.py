@@ -18,9 +18,13 @@ suite's tests: row 0 of the input is the same at every size).
   size and only the batch changes. Default dispatch (``attention=True``: the ``sdpa_backend``
   setting picks the kernel). ``sdpa_padded_math``, ``_flash``, ``_efficient``, ``_cudnn``: the
   same step inside ``torch.nn.attention.sdpa_kernel(SDPBackend.X)``, one per backend
-  (``params["sdpa_backend"]``); they pin their backend, so they declare ``attention=False``. A
-  backend the device cannot run is ``unsupported`` with torch's reason ("No viable backend"),
-  and so is one this torch does not name (``sdpa_kernel`` or ``SDPBackend.X`` missing).
+  (``params["sdpa_backend"]``); they pin their backend, so they declare ``attention=False``.
+  ``_flash`` and ``_cudnn`` run in bf16, causal, with the padding on the right and no mask
+  (``HALF_PINNED``: a GPU's flash and cuDNN kernels take neither fp32 nor, for flash, an
+  arbitrary mask); ``_math`` and ``_efficient`` are the fp32 masked step. A backend the device
+  cannot run is ``unsupported`` with torch's reason ("No viable backend" on a CPU, "No available
+  kernel" on CUDA), and so is one this torch does not name (``sdpa_kernel`` or ``SDPBackend.X``
+  missing).
 - ``sdpa_chunked_prefill``: the KV split as the batch question. A server with a fixed token
   budget per forward (one prompt's tokens) shares it among the requests that prefill together,
   so a request's prompt is prefilled in ``chunks(b) = min(b, MAX_CHUNKS)`` chunks at batch size
@@ -45,7 +49,11 @@ The price of invariance: ``<base>_invariant`` computes the same thing as ``<base
 prefill), so row 0's reduction order cannot depend on the batch; its
 ``params["invariant_reference_of"]`` names the base, and its throughput relative to the base is
 the price. ``decoder_greedy_invariant`` declares ``SIZES`` (5 compositions), not the base's 12:
-decoding each request alone at every size costs 225 decodes per record, not 87. No workload
+decoding each request alone at every size costs 225 decodes per record, not 87. It is
+fingerprinted and timed at batch ``INVARIANT_DECODER_BATCH`` (4) in ``INVARIANT_DECODER_STEPS`` (2)
+fingerprint steps: its requests are decoded one after another, so its tokens per second do not
+depend on the batch, and at batch 64 a step took 2.35 s on an H100 (64 host-bound sequential
+decodes; about 50 s per record, results/20261124-084508-cuda-full-decoder). No workload
 declares ``autocast`` (the dtypes are the case).
 """
 
@@ -111,9 +119,14 @@ def _register(
     attention: bool = False,
     extra: dict[str, Any] | None = None,
     batch_sizes: tuple[int, ...] = SIZES,
+    batch_size: int | None = None,
+    fingerprint_steps: int | None = None,
 ) -> Callable[[Callable[..., Step]], Callable[..., Step]]:
     """Register ``build(ctx, **sizes[profile]) -> step`` as ``invariance/name``. Items per step:
-    the batch, times ``per_item(sizes[profile])`` (tokens per request) where given."""
+    the batch, times ``per_item(sizes[profile])`` (tokens per request) where given.
+    ``batch_size`` (the size of the fingerprint and timing passes; the largest of
+    ``batch_sizes`` when None) and ``fingerprint_steps`` (the run's when None) go to
+    ``detbench.workload``."""
 
     def items(ctx: detbench.Context) -> float:
         return _batch(ctx) * (per_item(sizes[ctx.profile]) if per_item else 1)
@@ -129,6 +142,8 @@ def _register(
             params=params,
             items_per_step=items,
             batch_sizes=batch_sizes,
+            batch_size=batch_size,
+            fingerprint_steps=fingerprint_steps,
             attention=attention,
         )
         def factory(ctx: detbench.Context) -> Step:
@@ -325,18 +340,53 @@ def _sdpa_padded(per_row: bool, backend: str | None = None) -> Callable[..., Ste
     return build
 
 
+#: The pinned backends that need half precision and no arbitrary mask on a GPU: flash attention
+#: takes fp16/bf16 only and refuses an ``attn_mask`` (its constraints in torch's
+#: ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``), and cuDNN attention takes fp16/bf16
+#: only; both take ``is_causal``. Their cases run in bf16, causal, with the padding on the right:
+#: a query at position i < its request's length sees keys j <= i only, never a padded one, so the
+#: padding needs no mask; the outputs at padded positions are zeroed. Request 0 has no padding.
+HALF_PINNED = ("flash", "cudnn")
+
+
+def _sdpa_padded_causal(backend: str) -> Callable[..., Step]:
+    def build(ctx: detbench.Context, heads: int, head_dim: int, length: int) -> Step:
+        pin = _pinned(backend)
+        q, k, v = (_rows(ctx, heads, length, head_dim, dtype=torch.bfloat16) for _ in range(3))
+        lengths = torch.randint(length // 4, length + 1, (LARGEST,), device=ctx.device)
+        lengths[0] = length
+        lengths = lengths[: _batch(ctx)]
+        keep = torch.arange(length, device=ctx.device) < lengths[:, None]  # (b, length)
+        valid = keep[:, None, :, None].to(torch.bfloat16)  # (b, 1, length, 1): real queries
+
+        def pinned() -> list[torch.Tensor]:
+            with pin():
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return [out * valid]
+
+        return _expose(pinned, q, k, v)
+
+    return build
+
+
 _SDPA_OP = "scaled_dot_product_attention, key padding mask"
 _pair("sdpa_padded", SDPA, _sdpa_padded, {"op": _SDPA_OP, "dtype": "float32"}, attention=True)
 for _level, _member in BACKENDS.items():
+    _half = _level in HALF_PINNED
     _register(
         f"sdpa_padded_{_level}",
         SDPA,
         extra={
-            "op": f"{_SDPA_OP}, inside sdpa_kernel(SDPBackend.{_member})",
-            "dtype": "float32",
+            "op": (
+                "scaled_dot_product_attention, causal, right padding (no mask)"
+                if _half
+                else _SDPA_OP
+            )
+            + f", inside sdpa_kernel(SDPBackend.{_member})",
+            "dtype": "bfloat16" if _half else "float32",
             "sdpa_backend": _level,
         },
-    )(_sdpa_padded(per_row=False, backend=_level))
+    )(_sdpa_padded_causal(_level) if _half else _sdpa_padded(per_row=False, backend=_level))
 
 
 def chunks(b: int) -> int:
@@ -434,6 +484,19 @@ _pair("embedding_mlp", EMBED, _embedding_mlp, _EMBED_OP, per_item=_tokens)
 
 # --- a small decoder, greedy decoding ------------------------------------------------------------
 
+#: ``decoder_greedy_invariant`` is fingerprinted and timed at this batch, not at 64, in this many
+#: fingerprint steps, not the run's 3. It decodes each request alone, one after another, so a
+#: step's time grows with the batch and its per-request throughput (tokens/s) does not depend on
+#: it: a small batch measures the same price of invariance in a sixteenth of the time. On a GPU
+#: the decodes are host-bound (about 55 small kernels per token): on the H100 a step at batch 64
+#: (64 sequential decodes) took 2.35 s, and one record about 50 s (FLOP count 9.5 s, fingerprint
+#: 8.1 s, invariance pass 4.0 s, timing 28.7 s; results/20261124-084508-cuda-full-decoder), 25
+#: minutes for its 30 records. At batch 4 a step is 4 decodes, about 2.35 s x 4 / 64 = 0.15 s
+#: (arithmetic from that record, not measured); the invariance verdict keeps every size of
+#: ``SIZES`` (87 decodes, the 4.0 s above), so it is unchanged.
+INVARIANT_DECODER_BATCH = 4
+INVARIANT_DECODER_STEPS = 2
+
 DECODER: Sizes = {
     "quick": {"vocab": 256, "dim": 64, "heads": 4, "layers": 2, "prompt": 4, "new_tokens": 8},
     "full": {"vocab": 8192, "dim": 512, "heads": 8, "layers": 4, "prompt": 64, "new_tokens": 32},
@@ -509,4 +572,6 @@ _register(
         "requests": len(SIZES),
     },
     batch_sizes=SIZES,  # its cost grows with the rows decoded: 87 here, not 225
+    batch_size=INVARIANT_DECODER_BATCH,
+    fingerprint_steps=INVARIANT_DECODER_STEPS,
 )(_decoder(per_row=True))

@@ -55,14 +55,18 @@ def test_suite_declares_sizes_and_pairs_references() -> None:
     assert WORKLOADS and all(w.suite == "invariance" for w in WORKLOADS.values())
     for w in WORKLOADS.values():
         assert w.batch_sizes is not None and w.batch_sizes[0] == 1
-        assert w.batch_size == max(w.batch_sizes)
+        # the per-request decoder is timed at a small batch (its docstring says why)
+        small = w.name == "decoder_greedy_invariant"
+        assert w.batch_size == (4 if small else max(w.batch_sizes))
         ctx = Context(CPU, "quick", 0, batch_size=w.batch_size)
         assert w.items(ctx) % w.batch_size == 0  # the batch (times tokens per request)
         base = w.params.get("invariant_reference_of")
         assert (base is not None) == w.name.endswith("_invariant")
         if base is not None:
             assert w.name == f"{base}_invariant" and base in WORKLOADS
-            assert WORKLOADS[base].batch_size == w.batch_size  # timed at the same batch
+            # timed at the same batch, but for the decoder decoded request by request, whose
+            # tokens/s do not depend on its batch
+            assert small or WORKLOADS[base].batch_size == w.batch_size
     for base in ("matmul_fp32", "rmsnorm", "sdpa_chunked_prefill", "decoder_greedy"):
         assert f"{base}_invariant" in WORKLOADS
     assert "gelu" in WORKLOADS and "gelu_invariant" not in WORKLOADS
@@ -177,4 +181,6 @@ def test_pinned_backend_runs_or_is_unsupported(level: str) -> None:
     finally:
         assert torch.backends.cuda.math_sdp_enabled()  # the context restored the flags
     assert level in ("math", "flash"), f"{level} ran on a CPU"
+    if level == "flash":  # bf16, causal, right padding (suites/invariance.py HALF_PINNED)
+        return
     torch.testing.assert_close(got, _build(WORKLOADS["sdpa_padded"], 2)()[0])

@@ -24,17 +24,24 @@ if TYPE_CHECKING:
 
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
-    from detbench.run.estimate import estimate
+    from detbench.core.settings import visible_gpus
+    from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
     from detbench.run.schedule import clock, describe_plan
 
     c = runner.config
+    gpus = visible_gpus() if c.device == "cuda" else 0
+    # A CUDA plan on a host without a GPU (a dry run only): nothing can be measured here, so the
+    # estimate is the model's on paper, for one GPU.
+    paper = c.device == "cuda" and gpus == 0
     # A dry run measures this machine's start-up; a real run's progress line starts from the
     # model alone and corrects itself from the first records.
-    startup = runner.measure_startup() if dry_run and runner.plan.workers else 2.0
+    measure = dry_run and runner.plan.workers and not paper
+    startup = runner.measure_startup() if measure else PAPER_STARTUP_SECONDS.get(c.device, 2.0)
     distributed = frozenset(w.key for w in runner.workloads if w.distributed)
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
-    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, dry_run,
-                   distributed, sizes)  # fmt: skip
+    skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
+    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, bool(measure),
+                   distributed, sizes, skipped, "paper" if paper else None)  # fmt: skip
     doc, lines = describe_plan(runner, est)
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -61,7 +68,7 @@ def execute(
     from detbench.store.results import RESULTS_FILE, load_results
 
     out = config.out
-    runner = plan_run(config, cuda=cuda)
+    runner = plan_run(config, cuda=cuda, dry_run=bool(args.dry_run))
     if preface and not args.json:
         print("\n".join(preface), file=sys.stdout if args.dry_run else sys.stderr)
     est = plan(runner, args.dry_run, args.json)

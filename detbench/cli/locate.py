@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
                    help="at most K steps (default: the workload's fingerprint steps)")  # fmt: skip
     q.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present")
     q.add_argument("--profile", choices=("quick", "full"),
-                   help="workload sizes (default: full on cuda, quick on cpu)")  # fmt: skip
+                   help="workload sizes (default: quick, on cuda as on cpu)")  # fmt: skip
     q.add_argument("--no-check", action="store_true",
                    help=f"do not run the culprits again in {DETERMINISTIC_MODE}")  # fmt: skip
     q.add_argument("--json", action="store_true", help="the answer as JSON")

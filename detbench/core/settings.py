@@ -251,7 +251,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "world_size", ts.WORLD_SIZES, "2",
         "ranks of a distributed workload: one torchrun launch of this many processes, one per "
-        "GPU on CUDA (more ranks than GPUs is recorded as unsupported), gloo on CPU.",
+        "GPU on CUDA (more ranks than GPUs is recorded as unsupported), gloo on CPU. Unset: 2 "
+        "on CPU, min(2, visible GPUs) on CUDA (world_size_default).",
         scope="distributed",
         snippet=lambda level: [f"# torchrun --standalone --nnodes 1 --nproc-per-node {level} ..."],
     ),
@@ -266,14 +267,15 @@ SETTINGS: tuple[Setting, ...] = (
         "nccl_algo", ts.NCCL_ALGOS, "unset",
         "the NCCL_ALGO environment variable of the ranks: the all-reduce algorithm NCCL may use "
         "(Ring is what deterministic training stacks pin; NVLS is known to be nondeterministic); "
-        "a level this NCCL or GPU rejects is recorded as unsupported.",
+        "a level this NCCL or GPU rejects is recorded as unsupported. Inert at world size 1. "
+        "The record holds the variable as rank 0 read it after init_process_group.",
         scope="distributed", devices=("cuda",),
         snippet=lambda level: ts.env_snippet("NCCL_ALGO", level),
     ),
     Setting(
         "nccl_proto", ts.NCCL_PROTOS, "unset",
         "the NCCL_PROTO environment variable of the ranks: the protocol of NCCL's collectives; "
-        "a level this NCCL rejects is recorded as unsupported.",
+        "a level this NCCL rejects is recorded as unsupported. Inert at world size 1.",
         scope="distributed", devices=("cuda",),
         snippet=lambda level: ts.env_snippet("NCCL_PROTO", level),
     ),
@@ -365,10 +367,57 @@ def parse_label(text: str) -> tuple[str, Overrides]:
 
 
 def snippet_lines(overrides: Overrides) -> list[str]:
+    """The snippet's lines for ``overrides``. A setting the installed torch lacks is left out:
+    its line would raise there (torch 2.11 has no ``torch._inductor.config.batch_invariant``, and
+    setting an unknown inductor option raises ``AttributeError``), and a run that asked for it
+    recorded ``unsupported``, so no recommended mode needs it."""
     lines: list[str] = []
     for name, level in overrides:
-        lines += BY_NAME[name].snippet(level)
+        setting = BY_NAME[name]
+        if setting.unavailable() is not None:
+            continue
+        lines += setting.snippet(level)
     return lines
+
+
+#: Why the NCCL settings cannot act at one rank.
+NCCL_ONE_RANK = "NCCL's one-rank path runs no algorithm, so {name} is inert at world size 1"
+
+
+def visible_gpus() -> int:
+    """CUDA GPUs torch sees here (0 without CUDA, or where it cannot tell)."""
+    try:
+        torch = ts.torch_module()
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def world_size_default(device: str, gpus: int | None = None) -> str:
+    """The ranks of a distributed workload when no ``--set world_size`` says: 2 gloo ranks on a
+    CPU; on CUDA one rank per GPU, at most 2: ``min(2, gpus)`` (``gpus``: the visible GPUs when
+    None), so a one-GPU host runs its distributed workloads at world size 1 instead of recording
+    them all ``unsupported``. A host without a GPU (a dry run's paper plan) counts as one."""
+    if device != "cuda":
+        return "2"
+    n = visible_gpus() if gpus is None else gpus
+    return str(min(2, max(1, n)))
+
+
+def default_level(name: str, device: str, gpus: int | None = None) -> str:
+    """The level of setting ``name`` that a mode without it runs at on ``device``: torch's
+    default, but for ``world_size`` (``world_size_default``)."""
+    if name == "world_size":
+        return world_size_default(device, gpus)
+    return get(name).torch_default
+
+
+def inert_settings(names: Iterable[str], device: str, levels: Mapping[str, str],
+                   deterministic_algorithms: bool) -> dict[str, str] | None:  # fmt: skip
+    """Setting -> why it cannot act (``inert_reason``), for those of ``names`` that cannot; None
+    when all can (a distributed record's ``settings_inert``)."""
+    out = {n: inert_reason(n, device, levels, deterministic_algorithms) for n in names}
+    return {n: r for n, r in out.items() if r is not None} or None
 
 
 def inert_reason(name: str, device: str, levels: Mapping[str, str],
@@ -384,4 +433,6 @@ def inert_reason(name: str, device: str, levels: Mapping[str, str],
         return "warn_only acts only with deterministic algorithms"
     if name in INDUCTOR and levels.get("execution", "eager") != "compile":
         return f"{name} acts only with execution=compile"
+    if name in ts.NCCL_ENV and str(levels.get("world_size") or world_size_default(device)) == "1":
+        return NCCL_ONE_RANK.format(name=name)
     return None

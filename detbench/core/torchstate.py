@@ -287,6 +287,19 @@ NCCL_PROTOS = ("unset", "Simple", "LL", "LL128")
 NCCL_ENV = {"nccl_algo": "NCCL_ALGO", "nccl_proto": "NCCL_PROTO"}
 
 
+def nccl_read_back(rec: dict[str, Any], read_back: Any) -> None:
+    """Into a distributed record: ``nccl_env``, the NCCL variables as rank 0 read them after
+    ``init_process_group``, and with NCCL the ``nccl_algo``/``nccl_proto`` columns from them:
+    what NCCL ran under, not what the launcher set (torch may set ``NCCL_ALGO`` itself: ``^NVLS``
+    under deterministic algorithms in some versions; 2.11 at one rank on an H100 did not)."""
+    if not isinstance(read_back, dict):
+        return
+    rec["nccl_env"] = read_back
+    if rec.get("backend") == "nccl":
+        for name, var in NCCL_ENV.items():
+            rec[name] = read_back.get(var)
+
+
 def env_snippet(var: str, level: str) -> list[str]:
     if level == "unset":
         return [f"# {var} unset in the ranks' environment"]

@@ -24,7 +24,8 @@ usual fields, so analysis and the report treat it like any other (a fresh launch
 replicate; run-to-run verdicts come from replicates as usual), plus:
 
 - ``world_size`` (int), ``backend``, ``bucket_cap_mb``, ``nccl_algo``/``nccl_proto`` (None when
-  unset) as the ranks ran them;
+  unset) as the ranks ran them (with NCCL: as rank 0 read them after ``init_process_group``,
+  ``nccl_env``); ``settings_inert``: the NCCL settings that cannot act here, and why;
 - ``fingerprint`` over every rank's outputs: step ``i``'s digest is ``combine`` of the ranks'
   digests of step ``i`` in rank order, and the fingerprint ``combine`` of those;
   ``rank_fingerprints`` has each rank's own;
@@ -105,10 +106,11 @@ def launch_limit(job: dict[str, Any]) -> float | None:
     return max(LIMIT_SHARE * timeout, timeout - LIMIT_MARGIN)
 
 
-def _levels(mode: Mode) -> dict[str, str]:
+def _levels(mode: Mode, device_type: str) -> dict[str, str]:
+    """The mode's distributed settings, else their default on ``device_type``."""
     given = mode.overrides
-    return {s.name: given.get(s.name, s.torch_default) for s in st.SETTINGS
-            if s.scope == "distributed"}  # fmt: skip
+    return {s.name: given.get(s.name, st.default_level(s.name, device_type))
+            for s in st.SETTINGS if s.scope == "distributed"}  # fmt: skip
 
 
 # -- the processes of a launch ---------------------------------------------------------------
@@ -315,6 +317,7 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
     for k in ("precision", "num_threads", "settings_changed", "settings_changes"):
         if k in first:
             rec[k] = first[k]
+    ts.nccl_read_back(rec, first.get("nccl_env"))
     rec["peak_memory_bytes"] = max((r.get("peak_memory_bytes") or 0 for r in ranks), default=None)
     rec["memory"] = first.get("memory")
     rec["phases"] = {**rec.get("phases", {}), **first.get("phases", {})}
@@ -433,12 +436,14 @@ def run_distributed(w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, 
     one it ended in to a fresh launch. ``notify`` brackets a launch as ``timing``/``timed``, so
     the runner keeps its other processes paused while the ranks run and time. Never raises for a
     fault of the workload or of its ranks."""
-    levels = _levels(mode)
+    levels = _levels(mode, ctx.device.type)
     world = int(levels["world_size"])
     backend = backend_for(ctx.device.type)
     nccl = {k: (None if levels[k] == "unset" else levels[k]) for k in ts.NCCL_ENV}
     rec.update(world_size=world, backend=backend, bucket_cap_mb=int(levels["bucket_cap_mb"]),
                ranks_agree=None, rank_fingerprints=None, launch=None, **nccl)  # fmt: skip
+    rec["settings_inert"] = st.inert_settings(ts.NCCL_ENV, ctx.device.type, levels,
+                                              mode.deterministic_algorithms)  # fmt: skip
     rec["items_per_step"] = w.items(ctx) * world
     per_rank_bytes = w.bytes(ctx)
     rec["bytes_per_step"] = None if per_rank_bytes is None else per_rank_bytes * world

@@ -142,6 +142,10 @@ class RankState:
     mode: Any
     ws: Any
     device: Any
+    #: The NCCL variables as this rank read them right after ``init_process_group`` (None:
+    #: unset): torch may set ``NCCL_ALGO`` itself (``^NVLS`` under deterministic algorithms, in
+    #: some versions), so the record says what NCCL ran under, not what the launcher set.
+    nccl_env: dict[str, str | None] | None = None
 
 
 def setup(job: dict[str, Any], rank: int, local_rank: int, world: int) -> RankState:
@@ -163,7 +167,14 @@ def setup(job: dict[str, Any], rank: int, local_rank: int, world: int) -> RankSt
     for source in job["sources"]:
         load_file(source)
     _init_group(job["backend"], device, job.get("collective_timeout"))
-    return RankState(job, rank, world, mode, ws, device)
+    return RankState(job, rank, world, mode, ws, device, nccl_read_back())
+
+
+def nccl_read_back() -> dict[str, str | None]:
+    """``NCCL_ALGO`` and ``NCCL_PROTO`` as this process's environment has them now."""
+    from detbench.core.torchstate import NCCL_ENV
+
+    return {var: os.environ.get(var) for var in NCCL_ENV.values()}
 
 
 def run(st: RankState, key: str, res: dict[str, Any]) -> None:
@@ -185,6 +196,7 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
     job, rank, world, mode, ws, device = st.job, st.rank, st.world, st.mode, st.ws, st.device
     phases: dict[str, float] = res["phases"]
     res["device"] = str(device)
+    res["nccl_env"] = st.nccl_env
     w = registry()[key]
     watch = PeakWatch(device)
     watch.start()

@@ -244,7 +244,10 @@ class Recorder(TorchDispatchMode):
         """The innermost frame of the user's code: (file, line, function, called_backward),
         where ``called_backward`` says that frame is the one that called ``backward()`` or
         ``autograd.grad()`` (the op itself was called by the autograd engine, not by it)."""
-        f = sys._getframe(2)
+        try:
+            f: Any = sys._getframe(2)
+        except ValueError:  # a stack under 3 frames: autograd's device thread on torch < 2.11
+            f = None
         callee = None
         fallback = None
         while f is not None:
@@ -260,7 +263,7 @@ class Recorder(TorchDispatchMode):
             if fallback is None and self.user_file and code.co_filename == self.user_file:
                 fallback = f
             callee = code.co_filename
-            f = f.f_back  # type: ignore[assignment]
+            f = f.f_back
         if fallback is not None:
             return fallback.f_code.co_filename, fallback.f_lineno, fallback.f_code.co_name, False
         return "", 0, "", False

@@ -177,8 +177,10 @@ class _Runs:
         }  # fmt: skip
         print(f"detbench locate: process {self.count} ({why}, {mode.name})", file=self.stream)
         try:
+            # The mode's environment, as a run's worker gets it: with deterministic algorithms,
+            # CUBLAS_WORKSPACE_CONFIG (the user's or :4096:8); without them, none.
             return run_child("detbench.locate.worker", job, self.workdir, f"p{self.count}",
-                             timeout=PROCESS_TIMEOUT)  # fmt: skip
+                             timeout=PROCESS_TIMEOUT, environment=mode.environment)  # fmt: skip
         except ChildFailed as exc:
             msg = str(exc).replace("the detbench.locate.worker process", "the recording process")
             return {"error": msg}
@@ -397,7 +399,8 @@ def locate(target: str, device: str | None = None, mode: str = "default", replic
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise LocateError("--device cuda: no CUDA GPU is available to torch on this machine")
-    profile = profile or ("full" if device == "cuda" else "quick")
+    # quick on a GPU too: at full sizes a digest of every op's tensors takes seconds per step
+    profile = profile or "quick"
     workloads = registry()
     n_steps = {}
     for k in keys:

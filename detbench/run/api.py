@@ -20,16 +20,18 @@ from detbench.run.runner import Runner, prepare
 from detbench.run.supervise import RunStats
 
 
-def plan_run(config: RunConfig, stream: TextIO = sys.stderr, cuda: bool | None = None) -> Runner:
+def plan_run(config: RunConfig, stream: TextIO = sys.stderr, cuda: bool | None = None,
+             dry_run: bool = False) -> Runner:  # fmt: skip
     """Check ``config`` against this machine and plan it, writing nothing: the runner to run
     (``runner.plan``, ``runner.missing`` for a resumed run). Every input error is raised here as
     a ``DetbenchError`` with one clear line. ``cuda``: whether a GPU is usable (default: ask
-    torch)."""
+    torch). ``dry_run``: only the plan is wanted, so a CUDA plan is made on a host without a
+    GPU too (its estimate is then a paper one); a real run still refuses it."""
     if cuda is None:
         import torch
 
         cuda = torch.cuda.is_available()
-    validate(config, cuda)
+    validate(config, cuda, paper=dry_run and not cuda)
     return prepare(config, stream)
 
 

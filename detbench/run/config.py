@@ -282,7 +282,11 @@ def check_devices(config: RunConfig, cuda_available: bool) -> None:
             )
 
 
-def validate(config: RunConfig, cuda_available: bool) -> None:
+def validate(config: RunConfig, cuda_available: bool, paper: bool = False) -> None:
+    """``paper``: a dry run of a CUDA plan on a host without a GPU, which plans and estimates
+    but measures nothing here, so the GPU checks are left to the real run."""
+    if paper:
+        cuda_available = True
     if config.replicates < 2:
         raise RunError(
             f"--replicates {config.replicates}: at least 2 are needed, since one replicate "
@@ -302,4 +306,5 @@ def validate(config: RunConfig, cuda_available: bool) -> None:
         raise RunError(
             f"unknown --fingerprint {config.fingerprint!r}; use {', '.join(FINGERPRINTS)}"
         )
-    check_devices(config, cuda_available)
+    if not (paper and config.device == "cuda"):
+        check_devices(config, cuda_available)

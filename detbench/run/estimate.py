@@ -7,11 +7,12 @@ constant says where its value was measured, or that it is a guess.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from detbench.core.modes import Mode
     from detbench.run.schedule import Plan, Slot
 
 #: Seconds a record costs beyond its timing budget, per device and profile: building the workload,
@@ -31,9 +32,41 @@ BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.5}
 #: Seconds of one torchrun launch, per device: a worker with distributed workloads makes one
 #: (``detbench.distributed.launch``), whose ranks each import torch and join the process group. CPU:
 #: 4.9-5.3 s per launch of 2 gloo ranks running the distributed suite, measured on the 2-core VM
-#: (README, "Distributed"). CUDA: a guess (NCCL's initialisation, a CUDA context per rank) until
-#: a GPU run measures it.
-LAUNCH_SECONDS = {"cpu": 5.0, "cuda": 10.0}
+#: (README, "Distributed"). CUDA: 17-19 s per launch of one NCCL rank on the H100 (``phases.launch``
+#: of results/20261124-084754-cuda-full-distributed-world1, 8-11 s of it the rank's set-up, the
+#: measurement of its 3 workloads 0.3-1.1 s each): 18 s, the measurement of the distributed
+#: records included (they are charged nothing beside it on CUDA).
+LAUNCH_SECONDS = {"cpu": 5.0, "cuda": 18.0}
+#: Seconds of one record by suite, per (device, profile), where a run measured them: the mean over
+#: the suite's records of the phases build + fingerprint + FLOP count + timing + clean-up (the
+#: worker's start-up is counted apart). CUDA full: on the H100 (torch 2.11, 4 modes: default,
+#: bench, det-algos, cudnn-det+det-algos; 2 replicates), conv 25.66 s / 88 records, rnn 47.08 s /
+#: 56, training 71.75 s / 24 (results/20261124-085144-cuda-full-conv-rnn-training/results.jsonl),
+#: batchnorm 15.38 s / 56, bmm 19.12 s / 40
+#: (results/20261124-085445-cuda-full-batchnorm-bmm/results.jsonl). Not measured: the no-cudnn
+#: modes (native convolutions and RNNs, slower) and cudnn.benchmark's autotuning in its other modes.
+SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
+    ("cuda", "full"): {"conv": 0.292, "rnn": 0.841, "training": 2.99, "batchnorm": 0.275,
+                       "bmm": 0.478},
+}  # fmt: skip
+#: Seconds of one record of a workload, its batch-invariance pass included, where known. CUDA full,
+#: estimates from the one H100 record of decoder_greedy_invariant at batch 64
+#: (results/20261124-084508-cuda-full-decoder: build 0.19 s, FLOP count 9.46 s, fingerprint
+#: 8.07 s, invariance pass 3.99 s, timing 28.7 s; 2.35 s per step of 64 decodes, 37 ms per
+#: decode): at batch 4 and 2 fingerprint steps (suites/invariance.py), 0.19 + 9.46 / 16 (count)
+#: + 2 x 0.147 (fingerprint) + 3.99 (invariance, its sizes unchanged) + 11 x 0.147 (5 warm-up
+#: steps and at least 6 samples) = 6.7 s. decoder_greedy (one batched decode per step, host-bound
+#: as well): a step about one decode, 37 ms; 0.19 + 0.15 (count) + 3 x 0.037 + 12 sizes x 0.2
+#: (a build and a step at each) + 0.3 (its budget) = 3.2 s. Both are paper estimates.
+WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
+    ("cuda", "full"): {"invariance/decoder_greedy_invariant": 6.7,
+                       "invariance/decoder_greedy": 3.2},
+}  # fmt: skip
+#: Seconds until the first worker of a CUDA run is ready, where a dry run cannot measure it (no
+#: GPU here: the paper estimate): 9.8 s, what the H100 run of conv, rnn and training waited for its
+#: workers' start-up in all (results/20261124-085144-cuda-full-conv-rnn-training/env.json,
+#: ``run_stats.startup``: 8 workers, each later one ready before the one before it was done).
+PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 2.0}
 #: Seconds of the batch-invariance pass per declared batch size of a record (a build and one
 #: step at that size). CPU quick: 54 s over the 3960 sizes of the invariance suite's 750
 #: records, measured on the 2-core VM (results/20261124-024157-cpu-quick-invariance). The
@@ -68,6 +101,22 @@ class Estimate:
     #: Per device: the batch sizes its records' invariance passes build, and the seconds of one.
     lane_sizes: tuple[int, ...] = ()
     size_seconds: float = 0.0
+    #: Per device: the seconds of its records (each at its suite's or workload's measured cost
+    #: where known, else ``per_record_seconds``); empty: records x ``per_record_seconds``.
+    lane_record_seconds: tuple[float, ...] = ()
+    #: Records that will be ``unsupported`` (known when planning: more ranks than GPUs, a setting
+    #: this torch lacks), charged nothing; and records costed from a measured or declared figure.
+    unsupported_records: int = 0
+    costed_records: int = 0
+    #: "measured start-up" (a dry run started a worker here), "model" (a real run's first guess),
+    #: or "paper" (a CUDA plan on a host without a GPU: nothing here could be measured).
+    basis: str = "model"
+
+    @property
+    def record_seconds(self) -> float:
+        if self.lane_record_seconds:
+            return sum(self.lane_record_seconds)
+        return self.records * self.per_record_seconds
 
     @property
     def invariance_seconds(self) -> float:
@@ -82,10 +131,13 @@ class Estimate:
         """Each device's share: its records, its waits and the start-up of its first worker."""
         launches = self.lane_launches or (0,) * len(self.lane_records)
         sizes = self.lane_sizes or (0,) * len(self.lane_records)
+        costs = self.lane_record_seconds or tuple(n * self.per_record_seconds
+                                                  for n in self.lane_records)  # fmt: skip
         return tuple(
-            (self.startup_seconds if n else 0.0) + w + n * self.per_record_seconds
-            + k * self.launch_seconds + b * self.size_seconds
-            for n, w, k, b in zip(self.lane_records, self.lane_waits, launches, sizes, strict=True)
+            (self.startup_seconds if n else 0.0) + w + c + k * self.launch_seconds
+            + b * self.size_seconds
+            for n, w, c, k, b in zip(self.lane_records, self.lane_waits, costs, launches, sizes,
+                                     strict=True)
         )  # fmt: skip
 
     @property
@@ -94,7 +146,7 @@ class Estimate:
         if len(self.lane_records) > 1:
             return max(self.lane_seconds)
         return (
-            self.startup_seconds + self.startup_waits + self.records * self.per_record_seconds
+            self.startup_seconds + self.startup_waits + self.record_seconds
             + self.launches * self.launch_seconds + self.invariance_seconds
         )  # fmt: skip
 
@@ -111,6 +163,10 @@ class Estimate:
             "torchrun_launches": self.launches,
             "invariance_sizes": sum(self.lane_sizes),
             "invariance_seconds": round(self.invariance_seconds, 1),
+            "record_seconds": round(self.record_seconds, 1),
+            "unsupported_records": self.unsupported_records,
+            "costed_records": self.costed_records,
+            "estimate_basis": self.basis,
             **(
                 {"device_seconds": [round(x, 1) for x in self.lane_seconds]}
                 if len(self.lane_records) > 1
@@ -124,6 +180,46 @@ def per_record_seconds(device: str, profile: str, budget: float) -> float:
     return RECORD_OVERHEAD_SECONDS[(device, profile)] + BUDGET_SHARE[device] * budget
 
 
+def planned_unsupported(workloads: Sequence[Any], device: str,
+                        gpus: int) -> Callable[[Mode, str], bool]:  # fmt: skip
+    """Whether a record (mode, workload key) will be ``unsupported``, as far as a plan can know:
+    a ``--set`` setting this torch lacks, autocast for a workload that does not declare it, and
+    on CUDA a distributed workload with more ranks than ``gpus`` (its world size as the mode sets
+    it, else ``min(2, gpus)``)."""
+    from detbench.core import settings as st
+
+    by_key = {w.key: w for w in workloads}
+
+    def unsupported(mode: Mode, key: str) -> bool:
+        w = by_key.get(key)
+        if any(st.get(n).unavailable() is not None for n, _ in mode.settings):
+            return True
+        if w is None:
+            return False
+        if mode.overrides.get("autocast", "off") != "off" and not w.autocast:
+            return True
+        if w.distributed and device == "cuda":
+            world = mode.overrides.get("world_size") or st.world_size_default(device, gpus)
+            return int(world) > gpus
+        return False
+
+    return unsupported
+
+
+def record_cost(key: str, device: str, profile: str, per_record: float) -> tuple[float, bool]:
+    """Seconds of one record of ``key`` (SUITE/NAME) and whether the figure is the workload's or
+    its suite's (True) rather than the model's ``per_record``. A workload's figure includes its
+    invariance pass."""
+    own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
+    if key in own:
+        return own[key], True
+    suites = SUITE_RECORD_SECONDS.get((device, profile), {})
+    suite = key.partition("/")[0]
+    if suite in suites:
+        return suites[suite], True
+    return per_record, False
+
+
 def estimate(
     plan: Plan,
     device: str,
@@ -133,12 +229,36 @@ def estimate(
     measured: bool,
     distributed: frozenset[str] = frozenset(),
     batch_sizes: Mapping[str, int] | None = None,
+    unsupported: Callable[[Mode, str], bool] | None = None,
+    basis: str | None = None,
 ) -> Estimate:
     """``distributed``: the keys of the plan's distributed workloads (each worker that has any
-    makes one torchrun launch). ``batch_sizes``: per workload key that declares batch sizes,
-    how many (each of its records builds and steps it at every one)."""
+    that will run makes one torchrun launch; on CUDA the launch's figure includes their
+    measurement). ``batch_sizes``: per workload key that declares batch sizes, how many (each of
+    its records builds and steps it at every one, unless the workload's own figure includes
+    it). ``unsupported(mode, key)``: whether that record will be ``unsupported`` (charged
+    nothing, and a launch of nothing but such records is not made)."""
     sizes = batch_sizes or {}
     per_record = per_record_seconds(device, profile, budget)
+    skip = unsupported or (lambda mode, key: False)
+    own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
+
+    def runs(s: Slot) -> list[str]:
+        return [k for k in s.keys if not skip(s.mode, k)]
+
+    def cost(slots: Sequence[Slot]) -> float:
+        """Records x their cost, counted per cost (a product, as the model's own arithmetic)."""
+        counts: dict[float, int] = {}
+        for s in slots:
+            for k in runs(s):
+                if k in distributed and device == "cuda":
+                    continue  # in the launch's measured figure
+                c = record_cost(k, device, profile, per_record)[0]
+                counts[c] = counts.get(c, 0) + 1
+        return sum(c * n for c, n in counts.items())
+
+    def costed(s: Slot) -> int:
+        return sum(1 for k in runs(s) if record_cost(k, device, profile, per_record)[1])
 
     def waits(slots: Sequence[Slot]) -> float:
         return sum(max(0.0, startup_seconds - len(before.keys) * per_record)
@@ -157,8 +277,14 @@ def estimate(
         ),
         lane_records=tuple(sum(len(s.keys) for s in ss) for ss in lanes),
         lane_waits=tuple(waits(ss) for ss in lanes),
-        lane_launches=tuple(sum(1 for s in ss if distributed & set(s.keys)) for ss in lanes),
+        lane_launches=tuple(sum(1 for s in ss if distributed & set(runs(s))) for ss in lanes),
         launch_seconds=LAUNCH_SECONDS.get(device, 0.0),
-        lane_sizes=tuple(sum(sizes.get(k, 0) for s in ss for k in s.keys) for ss in lanes),
+        lane_sizes=tuple(
+            sum(sizes.get(k, 0) for s in ss for k in runs(s) if k not in own) for ss in lanes
+        ),
         size_seconds=INVARIANCE_SECONDS_PER_SIZE.get((device, profile), 0.0),
+        lane_record_seconds=tuple(cost(ss) for ss in lanes),
+        unsupported_records=sum(len(s.keys) - len(runs(s)) for s in plan.slots),
+        costed_records=sum(costed(s) for s in plan.slots),
+        basis=basis or ("measured start-up" if measured else "model"),
     )

@@ -248,8 +248,9 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         lines.append(
             f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
             f"x {est.launch_seconds:g} s each, in the estimate above"
-            + (" (a guess on a GPU until a GPU run measures it)" if c.device == "cuda" else "")
-        )
+            + (" (measured on the H100: 17-19 s per launch of one rank, its records' measurement "
+               "included)" if c.device == "cuda" else "")
+        )  # fmt: skip
     if est.invariance_seconds:
         measured = (c.device, c.profile) == ("cpu", "quick")
         lines.append(
@@ -262,18 +263,42 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
             f"  plus the compile time of {est.compiled_records} records under execution=compile, "
             "not in the estimate (each worker compiles afresh: seconds to minutes per workload)"
         )
-    if c.device == "cuda":
-        lines.append("  (the per-record cost on a GPU is the model's, not yet measured on a GPU)")
+    if est.unsupported_records:
+        lines.append(
+            f"  {est.unsupported_records} records will be unsupported (known now: more ranks "
+            "than GPUs, a setting this torch lacks, autocast undeclared), charged nothing"
+        )
+    if est.costed_records:
+        lines.append(
+            f"  {est.costed_records} records at their suite's cost measured on an H100 (or "
+            f"their workload's estimate), the rest at the model's {est.per_record_seconds:.3f} s "
+            "(run/estimate.py says where each figure comes from)"
+        )
+    elif c.device == "cuda":
+        lines.append("  (the per-record cost on a GPU is the model's, unmeasured here)")
+    if est.basis == "paper":
+        lines.append(
+            "  a paper estimate: no GPU here, so nothing was measured on this host; it assumes "
+            "one GPU and the start-up measured on the H100 (a real run needs a GPU)"
+        )
     lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
     return doc, lines
 
 
 def _estimate_line(est: Estimate, lanes: int) -> str:
     busiest = max(est.lane_records) if lanes > 1 else est.records
+    costs = est.lane_record_seconds or (est.record_seconds,)
+    records = (
+        f"{busiest} records x {est.per_record_seconds:.3f} s"
+        if not est.costed_records and not est.unsupported_records
+        else f"{busiest} records in {max(costs):.0f} s"
+    )
     return (
-        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s) = "
+        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s"
+        + (", a paper estimate" if est.basis == "paper" else "")
+        + ") = "
         + (f"the busiest of {lanes} devices side by side: " if lanes > 1 else "")
-        + f"{busiest} records x {est.per_record_seconds:.3f} s + {est.startup_seconds:.1f} s "
+        + f"{records} + {est.startup_seconds:.1f} s "
         f"start-up of the first worker ({'measured here' if est.measured_startup else 'assumed'}"
         "; each later worker starts while the one before it measures"
         + (

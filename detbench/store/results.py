@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 #      distributed workloads ``backend``, ``ranks_agree``, ``ranks_first_disagree_step``,
 #      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
 #      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
-#      workloads).
+#      workloads), ``nccl_env`` (the NCCL variables as rank 0 read them after
+#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.

@@ -153,11 +153,19 @@ class ChildFailed(Exception):
 
 
 def run_child(
-    module: str, job: dict[str, Any], workdir: Path, name: str, timeout: float
+    module: str,
+    job: dict[str, Any],
+    workdir: Path,
+    name: str,
+    timeout: float,
+    environment: Callable[[dict[str, str]], dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Start ``python -m MODULE JOB.json`` in ``child_environment()``, with ``job`` written to
     ``workdir/NAME.job.json`` and its result expected in ``workdir/NAME.json``; the result, or
-    ``ChildFailed``. The child dies with this process (``child_main`` asks for it)."""
+    ``ChildFailed``. The child dies with this process (``child_main`` asks for it).
+    ``environment``: what to make of the child environment before the child starts (a mode's
+    ``Mode.environment``: its ``CUBLAS_WORKSPACE_CONFIG``, as a run's worker gets it); None
+    keeps it as it is."""
     import json
     import subprocess
 
@@ -165,6 +173,8 @@ def run_child(
     path = workdir / f"{name}.job.json"
     path.write_text(json.dumps(jsonable({**job, "out": str(out)}), sort_keys=True))
     with child_environment() as env:
+        if environment is not None:
+            env = environment(env)
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", module, str(path), str(os.getpid())],

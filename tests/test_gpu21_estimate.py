@@ -1,0 +1,92 @@
+"""Issue 21, item 9 (and item 5's estimate): ``detbench run --device cuda --dry-run`` plans and
+estimates on a host without a GPU, labelled a paper estimate, while a real run still refuses;
+the estimate uses the per-suite record costs measured on the H100 and charges nothing for the
+records that will be unsupported (and for launches that will not run)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+
+from detbench.core.modes import get_mode
+from detbench.run import estimate as E
+from detbench.run.schedule import Plan, Slot
+
+from .conftest import detbench_cli
+
+no_gpu = pytest.mark.skipif(
+    torch.cuda.is_available(), reason="asserts the paper plan of a host without a GPU"
+)
+
+
+def _dry(*args: str) -> dict[str, Any]:
+    proc = detbench_cli(
+        "run", "--device", "cuda", "--profile", "full", "--dry-run", "--json", *args
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+@no_gpu
+def test_the_full_cuda_matrix_is_planned_on_paper_without_a_gpu() -> None:
+    doc = _dry()
+    assert doc["estimate_basis"] == "paper" and doc["startup_measured"] is False
+    assert doc["device"] == "cuda" and doc["profile"] == "full"
+    assert doc["records"] == len(doc["workloads"]) * len(doc["modes"]) * doc["replicates"]
+    assert doc["costed_records"] > 0 and doc["estimated_seconds"] > 0
+
+
+@no_gpu
+def test_the_text_plan_says_it_is_a_paper_estimate() -> None:
+    proc = detbench_cli("run", "--device", "cuda", "--suite", "bmm", "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "a paper estimate" in proc.stdout
+
+
+@no_gpu
+def test_a_real_cuda_run_still_refuses_without_a_gpu(tmp_path: Any) -> None:
+    proc = detbench_cli("run", "--device", "cuda", "--suite", "bmm", "--out", str(tmp_path / "r"))
+    assert proc.returncode != 0 and "no CUDA GPU" in proc.stderr
+
+
+@no_gpu
+def test_records_that_will_be_unsupported_cost_nothing() -> None:
+    """On paper one GPU: two ranks per launch cannot run, so no launch is charged."""
+    two = _dry("--suite", "distributed", "--set", "world_size=2", "--mode", "default",
+               "--mode", "det-algos")  # fmt: skip
+    assert two["unsupported_records"] == two["records"] > 0
+    assert two["torchrun_launches"] == 0 and two["record_seconds"] == 0
+    one = _dry("--suite", "distributed", "--mode", "default", "--mode", "det-algos")
+    assert one["unsupported_records"] == 0  # the default: min(2, 1 GPU) = one rank
+    assert one["torchrun_launches"] == 2 * 3  # one per worker (2 modes x 3 replicates)
+
+
+def test_measured_suites_are_charged_their_h100_cost() -> None:
+    keys = ("conv/a", "conv/b", "ops/x")
+    slots = (Slot(0, 0, get_mode("default"), keys), Slot(1, 0, get_mode("det-algos"), keys))
+    plan = Plan(slots, (("default",), ("det-algos",)), 0)
+    est = E.estimate(plan, "cuda", "full", 0.3, 9.8, False, basis="paper")
+    conv = E.SUITE_RECORD_SECONDS[("cuda", "full")]["conv"]
+    model = E.per_record_seconds("cuda", "full", 0.3)
+    assert est.record_seconds == pytest.approx(2 * (2 * conv + model))
+    assert est.costed_records == 4 and est.to_json()["estimate_basis"] == "paper"
+    skip = E.estimate(plan, "cuda", "full", 0.3, 9.8, False,
+                      unsupported=lambda mode, key: mode.deterministic_algorithms)  # fmt: skip
+    assert skip.unsupported_records == 3
+    assert skip.record_seconds == pytest.approx(2 * conv + model)
+
+
+def test_a_distributed_record_beyond_the_gpus_is_known_unsupported() -> None:
+    from types import SimpleNamespace
+
+    w = SimpleNamespace(key="distributed/x", distributed=True, autocast=False)
+    one_gpu = E.planned_unsupported([w], "cuda", 1)
+    assert not one_gpu(get_mode("default"), "distributed/x")
+    assert one_gpu(get_mode("default[world_size=2]"), "distributed/x")
+    assert not E.planned_unsupported([w], "cuda", 2)(
+        get_mode("default[world_size=2]"), "distributed/x"
+    )
