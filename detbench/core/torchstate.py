@@ -64,13 +64,53 @@ def apply_matmul_precision(level: str) -> None:
     torch_module().set_float32_matmul_precision(level)
 
 
+def _cudnn_fp32_precision_api() -> tuple[Any, Any] | None:
+    """cuDNN's per-op ``fp32_precision`` settings (conv, rnn) of torch 2.9+, or None where this
+    torch has only the legacy ``allow_tf32``. torch 2.9 deprecates the legacy flag, and mixing the
+    two in one process can raise ("cuDNN conv and cuDNN RNN have different TF32 flags",
+    pytorch#179445): where the new settings exist they are the only ones used."""
+    cudnn = torch_module().backends.cudnn
+    conv, rnn = getattr(cudnn, "conv", None), getattr(cudnn, "rnn", None)
+    if conv is None or rnn is None or not hasattr(conv, "fp32_precision"):
+        return None
+    return conv, rnn
+
+
+def _effective(setting: Any, parent: Any, legacy: Callable[[], bool]) -> bool:
+    """Whether an fp32_precision setting means TF32: its own value, else its parent's ("none"
+    inherits), else the legacy flag's default."""
+    for value in (
+        getattr(setting, "fp32_precision", "none"),
+        getattr(parent, "fp32_precision", "none"),
+    ):
+        if value != "none":
+            return bool(value == "tf32")
+    return bool(quiet(legacy))
+
+
 def read_cudnn_tf32() -> str:
-    return onoff(quiet(lambda: torch_module().backends.cudnn.allow_tf32))
+    """ "on" where cuDNN may run fp32 convolutions and RNNs in TF32. With torch 2.9+'s settings,
+    both conv's and rnn's are read (and "on" only where both say TF32); else ``allow_tf32``."""
+    torch = torch_module()
+    api = _cudnn_fp32_precision_api()
+    if api is None:
+        return onoff(quiet(lambda: torch.backends.cudnn.allow_tf32))
+    cudnn = torch.backends.cudnn
+    default = lambda: torch.backends.cudnn.allow_tf32  # noqa: E731
+    return onoff(all(_effective(op, cudnn, default) for op in api))
 
 
 def apply_cudnn_tf32(level: str) -> None:
+    """TF32 for cuDNN's fp32 convolutions and RNNs, on or off, through the API this torch prefers:
+    torch 2.9+'s per-op ``fp32_precision`` (conv and rnn together, so they never differ), else
+    the legacy ``allow_tf32``."""
     torch = torch_module()
-    quiet(lambda: setattr(torch.backends.cudnn, "allow_tf32", level == "on"))
+    api = _cudnn_fp32_precision_api()
+    if api is None:
+        quiet(lambda: setattr(torch.backends.cudnn, "allow_tf32", level == "on"))
+        return
+    for op in api:
+        op.fp32_precision = "tf32" if level == "on" else "ieee"
 
 
 def reduction(dtype: str, split_k: bool) -> tuple[Callable[[], str], Callable[[str], None]]:

@@ -40,6 +40,7 @@ def precision_settings() -> dict[str, Any]:
         "cuda_matmul_fp32_precision": lambda: torch.backends.cuda.matmul.fp32_precision,
         "cudnn_fp32_precision": lambda: torch.backends.cudnn.fp32_precision,
         "cudnn_conv_fp32_precision": lambda: torch.backends.cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
+        "cudnn_rnn_fp32_precision": lambda: torch.backends.cudnn.rnn.fp32_precision,  # type: ignore[attr-defined]
         "fill_uninitialized_memory": lambda: (
             torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
         ),
