@@ -160,3 +160,27 @@ def describe_memory(f: dict[str, Any]) -> str:
         f"{f['available_bytes'] / GIB:.1f} GiB available"
     )
     return "; ".join(parts)
+
+
+def warm_libraries(device: torch.device) -> dict[str, int]:
+    """Create, before the first measured workload, what cuBLAS and cuBLASLt keep for the whole
+    process: their handles and workspaces (torch allocates the workspaces through its caching
+    allocator, once per handle and stream). Otherwise the first workload of a worker that
+    multiplies matrices carries them in its peak memory and the later ones do not. One small
+    product per dtype (fp32, fp16, bf16: each may take its own path) and a small convolution with
+    its backward (cuDNN's handle). Returns the bytes the allocator holds afterwards, for the
+    record of the worker's start-up. Nothing on a CPU."""
+    if device.type != "cuda":
+        return {}
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        a = torch.randn(64, 64, device=device, dtype=dtype)
+        torch.mm(a, a)
+        torch.nn.functional.linear(a, a)
+    x = torch.randn(2, 4, 8, 8, device=device, requires_grad=True)
+    w = torch.randn(4, 4, 3, 3, device=device, requires_grad=True)
+    torch.nn.functional.conv2d(x, w, padding=1).sum().backward()
+    torch.cuda.synchronize(device)
+    return {
+        "allocated_bytes": int(torch.cuda.memory_allocated(device)),
+        "reserved_bytes": int(torch.cuda.memory_reserved(device)),
+    }
