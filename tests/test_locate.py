@@ -118,7 +118,8 @@ def test_reading_uninitialized_memory_blames_the_read(located: dict[str, Any]) -
 
 
 def test_a_reproducible_model_reports_none_and_exits_0() -> None:
-    proc = detbench_cli("locate", f"{FILE}:clean_training", "--until", "3", "--json")
+    proc = detbench_cli("locate", f"{FILE}:clean_training", "--until", "3", "--device", "cpu",
+                        "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     assert d["workload"] == "locate/clean_training"
@@ -140,7 +141,7 @@ def test_a_reproducible_model_reports_none_and_exits_0() -> None:
 def test_bad_input_is_one_line(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["locate", *args]) == 2
+    assert main(["locate", *args, "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
 
