@@ -167,7 +167,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: The session's shared runs: under pytest-xdist (`make test` runs 2 workers with --dist
+#: loadgroup) a session fixture runs once per worker, so the modules that read one of these run
+#: on one worker, as one group named after it.
+SHARED_RUNS = ("resumable_serial_run", "invariance_probe_run")
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """The group of a test under --dist loadgroup: its module, so that a module's own fixtures
+    run once; the shared run it reads, so that the run is made once; or "serial" for the tests
+    marked serial (they run one after another; `make test` runs them after the others, alone)."""
+    if item.get_closest_marker("serial"):
+        return "serial"
+    shared = [name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())]
+    return shared[0] if shared else item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items if config.pluginmanager.hasplugin("xdist") else ():
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
     if not config.getoption("--cuda-only"):
         return
     keep, drop = [], []
