@@ -14,9 +14,14 @@ bench:
 gpu-check:
 	@py=$$(tools/python) && $$py -m detbench gpu-check $(ARGS)
 
-## test: the test suite (CUDA tests skip without a GPU), but for the tests marked slow
+## test: the test suite (CUDA tests skip without a GPU), but for the tests marked slow: on
+## XDIST's workers (pytest-xdist, one group per module or shared run: tests/conftest.py), then the
+## tests marked serial alone. Without pytest-xdist installed, or with XDIST=, all in one process.
+XDIST ?= -n 2 --dist loadgroup
 test:
-	@py=$$(tools/python) && $$py -m pytest -q tests -m "not slow" $(ARGS)
+	@py=$$(tools/python) && xdist=$$($$py -c 'import xdist' 2>/dev/null && echo "$(XDIST)" || true) && \
+	{ $$py -m pytest -q tests -m "not slow and not serial" $$xdist $(ARGS) || [ $$? = 5 ]; } && \
+	{ $$py -m pytest -q tests -m "not slow and serial" $(ARGS) || [ $$? = 5 ]; }
 
 ## test-cuda: only the tests that need a CUDA GPU (on a GPU host; without one they all skip)
 test-cuda:

@@ -8,8 +8,12 @@ process measures one mode. Compare modes with pytest-benchmark's own tools, for 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
+
+#: The mode this pytest process applied (the test reads it to check what it measured).
+APPLIED_MODE = pytest.StashKey[Any]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,3 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for key, value in mode.environment(os.environ).items():
         os.environ.setdefault(key, value)
     apply(mode)
+    config.stash[APPLIED_MODE] = mode
+
+
+@pytest.fixture
+def detbench_mode(request: pytest.FixtureRequest) -> Any:
+    """The mode of ``--detbench-mode``, as applied to this process before any test ran."""
+    return request.config.stash[APPLIED_MODE]

@@ -34,7 +34,9 @@ WORKLOADS = _workloads()
 
 
 @pytest.mark.parametrize("w", WORKLOADS, ids=[w.key for w in WORKLOADS])
-def test_workload(w: Any, benchmark: Any, request: pytest.FixtureRequest) -> None:
+def test_workload(
+    w: Any, benchmark: Any, request: pytest.FixtureRequest, detbench_mode: Any
+) -> None:
     suites = request.config.getoption("--detbench-suite")
     if suites and w.suite not in suites:
         pytest.skip(f"suite {w.suite} not selected")
@@ -50,6 +52,8 @@ def test_workload(w: Any, benchmark: Any, request: pytest.FixtureRequest) -> Non
     seed_all(ctx.seed)
     step = w.factory(ctx)
     digests = [fp.step_digest(list(step())) for _ in range(FINGERPRINT_STEPS)]
+    # A step whose outputs hash like no outputs would fingerprint nothing.
+    assert fp.step_digest([]) not in digests, f"{w.key}: a step returned no tensor"
 
     def synced_step() -> None:
         step()
@@ -67,3 +71,10 @@ def test_workload(w: Any, benchmark: Any, request: pytest.FixtureRequest) -> Non
         num_threads=torch.get_num_threads(),
     )
     benchmark(synced_step)
+    # What was measured ran in the mode its results are filed under (a workload that changed a
+    # flag would be measured in another mode), and it was measured.
+    flags = current_flags()
+    assert flags == {k: getattr(detbench_mode, k) for k in flags}, (w.key, flags)
+    if not benchmark.disabled:
+        stats = benchmark.stats.stats
+        assert stats.rounds >= 1 and stats.min > 0, w.key

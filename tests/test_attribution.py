@@ -17,6 +17,7 @@ from detbench.report import attribution as ar
 from detbench.report.render import Figure, Heading, Para, Table, to_markdown
 from detbench.store.results import load_env, load_results
 from tests import synthetic as syn
+from tests.conftest import requires_cuda
 
 TRANSFORMER = "training/transformer_encoder"
 BN_EVAL = "batchnorm/batchnorm2d_eval_resnet50_stage1"
@@ -306,7 +307,8 @@ def test_attribute_end_to_end_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixtu
 
     out = tmp_path / "att"
     code = cli.main(["attribute", "--suite", "batchnorm", "--only", BN_EVAL, "--replicates",
-                     "2", "--budget", "0.02", "--out", str(out), "--no-report"])  # fmt: skip
+                     "2", "--budget", "0.02", "--device", "cpu", "--out", str(out),
+                     "--no-report"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     df = load_results(out)
     study = load_env(out)["study"]
@@ -323,12 +325,32 @@ def test_attribute_end_to_end_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert (out / "plots" / "batchnorm-attribution.png").is_file()
 
 
+@requires_cuda
+def test_attribute_end_to_end_on_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CUDA twin of the test above, structure only: a CUDA study adds the cuDNN, TF32,
+    reduction and workspace switches, and which of them matter is what the GPU measures."""
+    out = tmp_path / "att"
+    code = cli.main(["attribute", "--suite", "batchnorm", "--only", BN_EVAL, "--replicates",
+                     "2", "--budget", "0.02", "--device", "cuda", "--profile", "quick", "--out",
+                     str(out), "--no-report"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    df = load_results(out)
+    study = load_env(out)["study"]
+    assert at.is_study(study) and set(df["device"]) == {"cuda"}
+    assert set(df["mode"]) == {m.name for m in at.study_modes(study)}
+    assert len(df) == 2 * len(set(df["mode"]))
+    assert set(df["status"]) <= {"ok", "unsupported"}
+    switches = {x["switch"] for x in study["variants"]}
+    assert {"deterministic_algorithms", "cudnn_deterministic", "cudnn_tf32"} <= switches
+    assert set(at.effects(df, study)["switch"]) <= switches
+
+
 def test_bad_only_is_one_line_before_anything_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "att"
     code = cli.main(["attribute", "--suite", "batchnorm", "--only", "batchnorm/nope",
-                     "--out", str(out)])  # fmt: skip
+                     "--device", "cpu", "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err
     assert code != 0
     assert err.count("\n") == 1 and "unknown workload 'batchnorm/nope'" in err
@@ -340,7 +362,7 @@ def test_dry_run_prints_the_study_and_writes_nothing(
 ) -> None:
     out = tmp_path / "att"
     code = cli.main(["attribute", "--suite", "batchnorm", "--only", BN_EVAL, "--compile",
-                     "--dry-run", "--out", str(out)])  # fmt: skip
+                     "--device", "cpu", "--dry-run", "--out", str(out)])  # fmt: skip
     text = capsys.readouterr().out
     assert code == 0
     assert "deterministic end cudnn-det+det-algos" in text

@@ -104,7 +104,7 @@ def test_text_output_for_one_workload(audits: dict[str, dict[str, Any]]) -> None
     ],
 )
 def test_audit_bad_input(target: str, message: str) -> None:
-    proc = detbench_cli("audit", target)
+    proc = detbench_cli("audit", target, "--device", "cpu")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert proc.stderr.startswith("detbench: error: ") and message in proc.stderr

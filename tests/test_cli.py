@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from .conftest import WORKLOADS, detbench_cli
+from .conftest import WORKLOADS, detbench_cli, unnamed_device
 
 
 def snapshot(d: Path) -> dict[str, bytes]:
@@ -62,7 +64,9 @@ def test_cuda_without_a_gpu(tmp_path: Path) -> None:
 def test_a_workload_file_that_fails_to_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import detbench\nraise RuntimeError('boom at import')\n")
-    proc = detbench_cli("run", "--workload", str(bad), "--out", str(tmp_path / "out"))
+    proc = detbench_cli(
+        "run", "--workload", str(bad), "--device", "cpu", "--out", str(tmp_path / "out")
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         f"detbench: error: importing {bad} failed: RuntimeError: boom at import"
@@ -76,7 +80,9 @@ def test_refuses_a_directory_with_results(tmp_path: Path) -> None:
     (out / "results.jsonl").write_text('{"schema_version": 1}\n')
     (out / "env.json").write_text("{}\n")
     before = snapshot(tmp_path)
-    proc = detbench_cli("run", "--workload", str(WORKLOADS / "crashing.py"), "--out", str(out))
+    proc = detbench_cli(
+        "run", "--workload", str(WORKLOADS / "crashing.py"), "--device", "cpu", "--out", str(out)
+    )
     assert proc.returncode == 2
     assert proc.stderr == (
         f"detbench: error: {out} already holds the results of another run; "
@@ -109,6 +115,8 @@ def test_crashing_worker_loses_only_the_workload_in_flight(tmp_path: Path) -> No
         "2",
         "--min-run-time",
         "0.01",
+        "--device",
+        "cpu",
         "--out",
         str(out),
     )
@@ -123,3 +131,45 @@ def test_crashing_worker_loses_only_the_workload_in_flight(tmp_path: Path) -> No
         assert crash["status"] == "crashed"
         assert crash["exit_code"] == -6
         assert "killed by signal SIGABRT while running this workload" in crash["message"]
+
+
+# -- the rule of tests/conftest.py: every run a test starts names its device (issue 21) -----------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--suite", "bmm"],
+        ["attribute", "--suite", "batchnorm"],
+        ["audit", "x.py"],
+        ["locate", "x.py:w", "--json"],
+        ["gpu-check"],
+    ],
+)
+def test_a_run_that_names_no_device_fails_the_test(args: list[str]) -> None:
+    from detbench.cli import main
+
+    assert unnamed_device(args) is not None
+    for named in (["--device", "cpu"], ["--device=cuda"], ["--devices", "cpu,cpu"]):
+        assert unnamed_device([*args, *named]) is None
+    with pytest.raises(pytest.fail.Exception, match="names no device"):
+        detbench_cli(*args)  # refused before any process starts
+    with pytest.raises(pytest.fail.Exception, match="names no device"):
+        main(args)  # detbench's parser, in this process
+    with pytest.raises(pytest.fail.Exception, match="names no device"):
+        subprocess.run([sys.executable, "-m", "detbench", *args], check=False)
+    assert unnamed_device(["run", "--resume", "DIR"]) is None  # the run's own device
+    assert unnamed_device(["report", "DIR"]) is None and unnamed_device(["list"]) is None
+
+
+@pytest.mark.default_device
+def test_the_default_device_is_cuda_with_a_gpu_else_cpu(tmp_path: Path) -> None:
+    """The one test that leaves the device out on purpose: what a user gets by default."""
+    out = tmp_path / "run"
+    proc = detbench_cli("run", "--suite", "bmm", "--mode", "default", "--replicates", "2",
+                        "--out", str(out), "--dry-run", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert plan["profile"] == ("full" if torch.cuda.is_available() else "quick")
+    assert not out.exists()

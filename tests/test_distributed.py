@@ -125,7 +125,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
     out = tmp_path_factory.mktemp("dfaults") / f"run-{uuid.uuid4().hex}"
     only = ["dfaults/crash_at_step", "dfaults/oom_on_rank1", "dfaults/after"]
     config = RunConfig(out=out, workload_files=[FAULTS], modes=[get_mode("default")],
-                       replicates=1, budget=0.01, only=only)  # fmt: skip
+                       replicates=1, budget=0.01, only=only, device="cpu")  # fmt: skip
     prepare(config, stream=io.StringIO()).run()
     return out, _records(out)
 

@@ -53,14 +53,20 @@ def test_every_record_is_there(run: tuple[Path, list[dict[str, Any]]]) -> None:
 @pytest.mark.parametrize("workload", list(FAULTS))
 def test_fault_becomes_a_status(run: tuple[Path, list[dict[str, Any]]], workload: str) -> None:
     status, says = FAULTS[workload]
-    for rec in (r for r in run[1] if r["workload"] == workload):
+    recs = [r for r in run[1] if r["workload"] == workload]
+    assert [r["replicate"] for r in recs] == list(range(REPLICATES))  # one record per replicate
+    for rec in recs:
         assert rec["status"] == status, rec["message"]
         assert says in rec["message"]
         assert rec["fingerprint"] is None and rec["items_per_second"] is None
 
 
 def test_oom_records_memory_figures(run: tuple[Path, list[dict[str, Any]]]) -> None:
-    for rec in (r for r in run[1] if r["status"] == "oom"):
+    ooms = [r for r in run[1] if r["status"] == "oom"]
+    # Every workload whose fault is an out-of-memory, in every replicate: none missed, no other.
+    oom_faults = sorted(w for w, (status, _) in FAULTS.items() if status == "oom")
+    assert sorted(r["workload"] for r in ooms) == sorted(oom_faults * REPLICATES)
+    for rec in ooms:
         memory = rec["memory"]
         assert memory["process_peak_rss_bytes"] > 10 * 2**20  # torch is loaded: tens of MB
         assert memory["available_bytes"] > 0
@@ -99,8 +105,10 @@ def test_a_crash_names_the_line_that_crashed(run: tuple[Path, list[dict[str, Any
     expected = (
         f'log: Fatal Python error: {error} | File "{WORKLOADS / "faults.py"}", line {line} in step'
     )
-    for rec in (r for r in run[1] if r["workload"] == workload):
-        assert expected in rec["message"]
+    recs = [r for r in run[1] if r["workload"] == workload]
+    assert len(recs) == REPLICATES
+    for rec in recs:
+        assert rec["status"] == "crashed" and expected in rec["message"], rec["message"]
 
 
 # --- on the GPU: a real CUDA out-of-memory and a real device-side assert -----------------------
@@ -121,7 +129,9 @@ def _cuda_run(out: Path, *only: str) -> list[dict[str, Any]]:
 def test_a_real_cuda_oom_is_recorded_and_the_worker_goes_on(tmp_path: Path) -> None:
     records = _cuda_run(tmp_path / "oom", "works_first", "cuda_out_of_memory", "works_after_oom")
     assert len(records) == 3 * REPLICATES
-    for rec in (r for r in records if r["workload"] == "cuda_out_of_memory"):
+    ooms = [r for r in records if r["workload"] == "cuda_out_of_memory"]
+    assert len(ooms) == REPLICATES
+    for rec in ooms:
         assert rec["status"] == "oom", rec["message"]
         assert "OutOfMemoryError: CUDA out of memory" in rec["message"]
         memory = rec["memory"]
@@ -137,7 +147,9 @@ def test_a_real_cuda_oom_is_recorded_and_the_worker_goes_on(tmp_path: Path) -> N
 def test_a_device_side_assert_ends_the_worker_and_a_fresh_one_goes_on(tmp_path: Path) -> None:
     records = _cuda_run(tmp_path / "assert", "works_first", "device_assert", "works_last")
     assert len(records) == 3 * REPLICATES
-    for rec in (r for r in records if r["workload"] == "device_assert"):
+    asserts = [r for r in records if r["workload"] == "device_assert"]
+    assert len(asserts) == REPLICATES
+    for rec in asserts:
         assert rec["status"] == "error" and "CUDA" in rec["message"], rec["message"]
     # Measured by a fresh worker: the one that ran the assert had an unusable CUDA context.
     last = [r for r in records if r["workload"] == "works_last"]

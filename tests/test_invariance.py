@@ -12,6 +12,8 @@ import detbench
 from detbench.core.workload import WorkloadError
 from detbench.worker import invariance
 
+from .conftest import WORKLOADS, detbench_cli, requires_cuda
+
 
 def test_row0_keeps_only_batch_first_outputs() -> None:
     out = [torch.arange(6.0).view(3, 2), torch.tensor(5.0), torch.zeros(2, 3)]
@@ -67,6 +69,27 @@ def test_a_run_records_the_verdict(invariance_probe_run: Path) -> None:
     assert set(ew["batch_invariant"]) == {True} and ew["batch_first_variant_size"].isna().all()
     plain = df[df["workload"] == "no_sizes"]
     assert plain["batch_invariant"].isna().all()
+
+
+@requires_cuda
+def test_a_cuda_run_records_the_verdict(tmp_path: Path) -> None:
+    """The CUDA twin of the test above, structure only: where cuBLAS's batch-invariance boundary
+    lies is what the GPU answers, so only the columns and their kinds are asserted."""
+    out = tmp_path / "run"
+    proc = detbench_cli(
+        "run", "--workload", str(WORKLOADS / "invariance_probe.py"), "--mode", "default",
+        "--mode", "det-algos", "--replicates", "2", "--budget", "0.02", "--device", "cuda",
+        "--profile", "quick", "--out", str(out), "--no-report",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = detbench.load_results(out)
+    assert set(df["status"]) == {"ok"} and set(df["device"]) == {"cuda"}
+    sized = df[df["workload"].isin(["matmul_rows", "elementwise_rows"])]
+    assert len(sized) == 2 * 2 * 2 and set(sized["batch_invariant"]) <= {True, False}
+    assert set(sized["batch_size"]) == {16}
+    varies = sized[sized["batch_invariant"] == False]  # noqa: E712
+    assert set(varies["batch_first_variant_size"]) <= {2, 4, 16}
+    assert df[df["workload"] == "no_sizes"]["batch_invariant"].isna().all()
 
 
 def test_distinct_counts_the_first_output_invariant_counts_all() -> None:

@@ -305,9 +305,15 @@ def test_published_old_run_regenerates_unchanged_but_for_the_new_sections(tmp_pa
 def test_tables_have_as_many_cells_as_headers(tmp_path: Path) -> None:
     write_run(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
     df = detbench.load_results(tmp_path)
-    for block in build_blocks(df, gpu_env(gpu_state=STATE), []):
-        if isinstance(block, Table):
-            assert all(len(row) == len(block.header) for row in block.rows), block.header
+    tables = [b for b in build_blocks(df, gpu_env(gpu_state=STATE), []) if isinstance(b, Table)]
+    # This run's report has its recommendations per suite and per workload, its verdicts, the
+    # spread across replicates, the measurement quality and the environment: each with rows.
+    heads = {tuple(t.header[:2]) for t in tables}
+    assert {("suite", "recommended mode"), ("workload", "recommended mode"), ("workload", "mode"),
+            ("suite", "mode"), ("suite", "timed records"), ("", "value")} <= heads, heads  # fmt: skip
+    for table in tables:
+        assert table.rows, table.header
+        assert all(len(row) == len(table.header) for row in table.rows), table.header
 
 
 def test_sizes_in_binary_units() -> None:

@@ -70,7 +70,7 @@ def test_settings_json_lists_every_setting_with_levels_and_torchs_default() -> N
 def test_a_bad_set_is_one_line_and_runs_nothing(tmp_path: Path, args: list[str],
                                                 words: str) -> None:  # fmt: skip
     out = tmp_path / "run"
-    proc = detbench_cli("run", "--workload", str(PROBE), "--out", str(out), *args)
+    proc = detbench_cli("run", "--workload", str(PROBE), "--device", "cpu", "--out", str(out), *args)
     assert proc.returncode == 2
     assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not out.exists()
@@ -164,8 +164,8 @@ def probe_run(tmp_path_factory: pytest.TempPathFactory, probe_tmp: Path) -> pd.D
     modes = ["det-algos", "det-algos[fill_uninitialized_memory=off]", "det-algos[warn_only=on]",
              "default[sdpa_backend=efficient]", "default[autocast=bf16]"]  # fmt: skip
     modes += [TIED] if ts.inductor_tied() else []
-    args = ["-m", "detbench", "run", "--workload", str(PROBE), "--replicates", "2", "--out",
-            str(out), "--no-report", "--budget", "0.02"]  # fmt: skip
+    args = ["-m", "detbench", "run", "--workload", str(PROBE), "--replicates", "2", "--device",
+            "cpu", "--out", str(out), "--no-report", "--budget", "0.02"]  # fmt: skip
     for m in modes:
         args += ["--mode", m]
     env = {**os.environ, "TMPDIR": str(probe_tmp), "PYTHONPATH": str(ROOT)}
@@ -246,12 +246,15 @@ def test_a_backend_the_device_lacks_and_undeclared_autocast_are_unsupported(
 
 def test_a_compiled_workload_beside_its_eager_twin(tmp_path: Path) -> None:
     """torch.compile (inductor) compiles here in about 15 s for a small graph: one workload, two
-    fresh workers, each with its own empty compile cache."""
-    out = tmp_path / "run"
+    fresh workers, each with its own empty compile cache, removed at the end. The run has a
+    temporary directory of its own: /tmp is shared with whatever else runs beside this test."""
+    out, tmpdir = tmp_path / "run", tmp_path / "tmpdir"
+    tmpdir.mkdir()
     proc = detbench_cli(
         "run", "--workload", str(PROBE), "--only", "settings_probe/linear_plain",
         "--mode", "default", "--mode", "default[execution=compile]", "--replicates", "2",
-        "--out", str(out), "--no-report", "--budget", "0.02",
+        "--device", "cpu", "--out", str(out), "--no-report", "--budget", "0.02",
+        env={"TMPDIR": str(tmpdir)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     df = detbench.load_results(out)
@@ -261,9 +264,7 @@ def test_a_compiled_workload_beside_its_eager_twin(tmp_path: Path) -> None:
     assert (compiled["compile_seconds"] > 0).all() and eager["compile_seconds"].isna().all()
     assert all(s["unique_graphs"] >= 1 for s in compiled["compile_stats"])
     assert compiled["fingerprint"].nunique() == 1  # reproducible across fresh compilations
-    assert not list(Path("/tmp").glob("detbench-inductor-*")) or all(
-        p.stat().st_mtime < out.stat().st_mtime for p in Path("/tmp").glob("detbench-inductor-*")
-    )  # this run's caches were removed
+    assert sorted(p.name for p in tmpdir.iterdir()) == []  # its caches were removed
 
 
 def test_torchs_own_change_of_inductor_deterministic_is_not_the_workloads() -> None:
@@ -323,3 +324,27 @@ def test_cuda_precision_and_workspace_settings_are_recorded(tmp_path: Path) -> N
     assert amp["status"] == "ok" and amp["autocast"] == "fp16"
     flash = _row(df, "sdpa_fwd_bwd", "default[sdpa_backend=flash,autocast=fp16]")
     assert flash["status"] in ("ok", "unsupported")  # flash needs sm80+ and half inputs
+
+
+@requires_cuda
+def test_the_probe_run_on_cuda_records_every_setting(tmp_path: Path) -> None:
+    """The CUDA twin of probe_run's CPU facts, structure only: on a GPU the efficient SDPA kernel
+    may take fp32 (sm90 does) and its refusal reads otherwise, so only the shape is asserted."""
+    out = tmp_path / "run"
+    modes = ["det-algos", "det-algos[fill_uninitialized_memory=off]", "det-algos[warn_only=on]",
+             "default[sdpa_backend=efficient]", "default[autocast=bf16]"]  # fmt: skip
+    proc = detbench_cli(
+        "run", "--workload", str(PROBE), "--device", "cuda", "--profile", "quick",
+        "--replicates", "2", "--budget", "0.02", "--out", str(out), "--no-report",
+        *(a for m in modes for a in ("--mode", m)),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = detbench.load_results(out)
+    assert set(df["device"]) == {"cuda"} and set(df["mode"]) == set(modes)
+    for name in st.NAMES:
+        assert name in df.columns, name
+    assert len(df) == 2 * len(modes) * df["workload"].nunique()
+    assert set(df["status"]) <= {"ok", "unsupported"}, df[["workload", "mode", "message"]]
+    assert set(df[df["mode"] == "default[sdpa_backend=efficient]"]["sdpa_backend"]) == {"efficient"}
+    fill_off = _row(df, "empty_unwritten", "det-algos[fill_uninitialized_memory=off]")
+    assert fill_off["fill_uninitialized_memory"] is False and fill_off["base_mode"] == "det-algos"
