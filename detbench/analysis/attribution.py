@@ -24,6 +24,7 @@ from detbench.analysis import matrix as analysis
 from detbench.core import settings as st
 from detbench.core import torchstate as ts
 from detbench.core.modes import MODES, Mode, get_mode
+from detbench.store.schema import Status
 
 if TYPE_CHECKING:
     from detbench.core.workload import Workload
@@ -300,7 +301,7 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
     df = analysis.counted(df)
     if df.empty:
         return pd.DataFrame()
-    ok = df[df["status"] == "ok"]
+    ok = df[df["status"] == Status.OK]
     prints = ok.groupby(["suite", "workload", "mode"])["fingerprint"].agg(frozenset).to_dict()
     by: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
     for r in analysis.verdicts(df).to_dict("records"):

@@ -18,6 +18,7 @@ import pandas as pd
 
 from detbench.analysis import matrix as analysis
 from detbench.analysis import stats
+from detbench.store.schema import Status
 
 #: The params key that names the workload a reference computes invariantly.
 REFERENCE_KEY = "invariant_reference_of"
@@ -68,7 +69,7 @@ def _verdict(g: pd.DataFrame) -> tuple[bool | None, str | None]:
     """(invariant, note) over a group's replicates: False if any ok replicate said False, True
     only if every ok replicate said True, else None with a note saying why (for a group that
     did not run: its status and first message, shortened)."""
-    ok = g[g["status"] == "ok"]
+    ok = g[g["status"] == Status.OK]
     said = [x for x in ok["batch_invariant"] if isinstance(x, (bool, np.bool_))]
     if any(not x for x in said):
         return False, None
@@ -99,7 +100,7 @@ def _price(ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int,
     without an interval where the records hold no timing samples. NaN where either has no
     throughput."""
     nan = (math.nan, math.nan, math.nan)
-    ref, base = ref[ref["status"] == "ok"], base[base["status"] == "ok"]
+    ref, base = ref[ref["status"] == Status.OK], base[base["status"] == Status.OK]
     a, b = analysis.replicate_samples(ref), analysis.replicate_samples(base)
     if a and b:
         r = stats.ratio(a, b, name, seed, n_boot)
@@ -162,7 +163,7 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.
     rows: list[dict[str, Any]] = []
     for (suite, workload, mode), g in groups.items():
         invariant, note = verdicts[(suite, workload, mode)]
-        ok = g[g["status"] == "ok"]
+        ok = g[g["status"] == Status.OK]
         first = pd.to_numeric(ok["batch_first_variant_size"], errors="coerce").dropna()
         diff = pd.to_numeric(ok["batch_max_abs_diff"], errors="coerce").dropna()
         col = "batch_distinct_results"

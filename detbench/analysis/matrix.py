@@ -11,6 +11,7 @@ import pandas as pd
 from detbench.analysis import stats
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import DEFAULT_MODE, MODES, Mode, get_mode
+from detbench.store.schema import Status
 
 #: Verdicts, and the short mark each gets in the summary table.
 MARKS = {
@@ -112,8 +113,8 @@ def verdicts(df: pd.DataFrame) -> pd.DataFrame:
             chg, g_count = g.iloc[:0], g
         names = list(dict.fromkeys(n for x in chg.get("settings_changed", []) for n in
                                    changed_settings(x)))  # fmt: skip
-        ok = g_count[g_count["status"] == "ok"]
-        bad = g_count[g_count["status"] != "ok"]
+        ok = g_count[g_count["status"] == Status.OK]
+        bad = g_count[g_count["status"] != Status.OK]
         distinct = int(ok["fingerprint"].nunique())
         if g_count.empty:
             verdict = "settings_changed"
@@ -207,7 +208,7 @@ def peak_memory(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
         return pd.DataFrame()
     baseline = baseline_mode(df["mode"]) if baseline is None else baseline
     df = counted(df)
-    ok = df[df["status"] == "ok"].assign(
+    ok = df[df["status"] == Status.OK].assign(
         peak=pd.to_numeric(df["peak_memory_bytes"], errors="coerce")
     )
     if ok["peak"].isna().all():
@@ -231,7 +232,7 @@ def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
     """Seconds-per-step samples of each successful replicate (one array per record) that counts
     (not one whose workload changed a setting, see ``counted``)."""
     g = counted(g)
-    ok = g[g["status"] == "ok"]
+    ok = g[g["status"] == Status.OK]
     return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
 
 
@@ -279,7 +280,7 @@ def costs(
 
 def _noisy(g: pd.DataFrame) -> bool:
     g = counted(g)
-    ok = g[g["status"] == "ok"]
+    ok = g[g["status"] == Status.OK]
     rel = pd.to_numeric(ok["iqr"], errors="coerce") / pd.to_numeric(
         ok["seconds_per_step"], errors="coerce"
     )
@@ -364,7 +365,7 @@ def divergence(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     rows: list[dict[str, Any]] = []
     df = counted(df)
-    ok = df[(df["status"] == "ok") & df["losses"].notna()]
+    ok = df[(df["status"] == Status.OK) & df["losses"].notna()]
     for (suite, workload, mode), g in ok.groupby(["suite", "workload", "mode"], sort=False):
         g = g.sort_values("replicate")
         if len(g) < 2 or g["fingerprint"].nunique() == 1:
@@ -401,7 +402,9 @@ def recipes(df: pd.DataFrame) -> pd.DataFrame:
     v = verdicts(recs)
     baseline = baseline_mode(df["mode"])
     counts = counted(recs)
-    prints = counts[counts["status"] == "ok"].groupby(["workload", "mode"])["fingerprint"].agg(set)
+    prints = (
+        counts[counts["status"] == Status.OK].groupby(["workload", "mode"])["fingerprint"].agg(set)
+    )
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         params = recs.loc[recs["workload"] == workload, "params"].iloc[0]

@@ -273,7 +273,7 @@ def _failed(res: dict[str, Any], job: dict[str, Any], exc: BaseException) -> Non
     status, message = classify(exc)
     refused = nccl_refusal(job, message) if status == Status.ERROR else None
     if refused is not None:
-        status, message = "unsupported", f"NCCL refused {refused}: {message}"
+        status, message = Status.UNSUPPORTED, f"NCCL refused {refused}: {message}"
     res.update(status=status, message=f"{res['phase']}: {message}",
                traceback=traceback.format_exc(limit=-8), failed_at=time.time())  # fmt: skip
     traceback.print_exc()

@@ -146,7 +146,7 @@ def locate_run(run_dir: Path, stream: Any) -> list[dict[str, Any]]:
     from detbench import analysis
     from detbench.core.workload import load_file, registry
     from detbench.locate.stages import locate
-    from detbench.store.results import load_env, load_results
+    from detbench.store.results import load_env, load_results, write_text_atomic
 
     df = load_results(run_dir)
     env = load_env(run_dir)
@@ -169,7 +169,5 @@ def locate_run(run_dir: Path, stream: Any) -> list[dict[str, Any]]:
         for loc in locate(source, options.get("device"), mode, profile=options.get("profile"),
                           stream=stream, only=keys):  # fmt: skip
             found.append(loc.to_json())
-    tmp = run_dir / (LOCATED_FILE + ".tmp")
-    tmp.write_text(json.dumps({"located": found}, indent=1, default=str))
-    tmp.replace(run_dir / LOCATED_FILE)
+    write_text_atomic(run_dir / LOCATED_FILE, json.dumps({"located": found}, indent=1, default=str))
     return found
