@@ -147,7 +147,7 @@ def test_crashing_worker_loses_only_the_workload_in_flight(tmp_path: Path) -> No
     ],
 )
 def test_a_run_that_names_no_device_fails_the_test(args: list[str]) -> None:
-    from detbench.cli import main
+    from detbench.cli.main import main
 
     assert unnamed_device(args) is not None
     for named in (["--device", "cpu"], ["--device=cuda"], ["--devices", "cpu,cpu"]):
