@@ -27,9 +27,10 @@ test:
 test-cuda:
 	@py=$$(tools/python) && $$py -m pytest -q tests --cuda-only $(ARGS)
 
-## test-slow: the tests marked slow: whole suites end to end (CI runs them too)
+## test-slow: the tests marked slow: whole suites end to end (CI runs them too), on XDIST's workers
 test-slow:
-	@py=$$(tools/python) && $$py -m pytest -q tests -m slow $(ARGS)
+	@py=$$(tools/python) && xdist=$$($$py -c 'import xdist' 2>/dev/null && echo "$(XDIST)" || true) && \
+	$$py -m pytest -q tests -m slow $$xdist $(ARGS)
 
 ## lint: ruff and mypy (dev tools, installed in .venv)
 lint:

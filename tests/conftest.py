@@ -200,7 +200,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     if not config.getoption("--cuda-only"):
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         needs_gpu = any(
             m.kwargs.get("reason") == "needs a CUDA GPU" for m in item.iter_markers("skipif")
