@@ -173,21 +173,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 SHARED_RUNS = ("resumable_serial_run", "invariance_probe_run")
 
 
-def xdist_group_of(item: pytest.Item) -> str:
-    """The group of a test under --dist loadgroup: its module, so that a module's own fixtures
-    run once; the shared run it reads, so that the run is made once; or "serial" for the tests
-    marked serial (they run one after another; `make test` runs them after the others, alone)."""
-    if item.get_closest_marker("serial"):
-        return "serial"
-    shared = [name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())]
-    return shared[0] if shared else item.nodeid.split("::")[0]
+def xdist_groups(items: list[pytest.Item]) -> dict[str, str]:
+    """The group of each test (by node id) under --dist loadgroup: its module, so that the
+    module's own fixtures run once, unless a test of the module reads a shared run: then the
+    run's name, so that the run is made once. "serial" for the tests marked serial (they run one
+    after another; `make test` runs them after the others, alone)."""
+    module_group: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        shared = [n for n in SHARED_RUNS if n in getattr(item, "fixturenames", ())]
+        if shared or module not in module_group:
+            module_group[module] = shared[0] if shared else module
+    return {
+        item.nodeid: "serial" if item.get_closest_marker("serial")
+        else module_group[item.nodeid.split("::")[0]]
+        for item in items
+    }  # fmt: skip
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items if config.pluginmanager.hasplugin("xdist") else ():
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+    if config.pluginmanager.hasplugin("xdist"):
+        groups = xdist_groups(items)
+        for item in items:
+            if item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     if not config.getoption("--cuda-only"):
         return
     keep: list[pytest.Item] = []

@@ -328,7 +328,8 @@ def test_attribute_end_to_end_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixtu
 @requires_cuda
 def test_attribute_end_to_end_on_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The CUDA twin of the test above, structure only: a CUDA study adds the cuDNN, TF32,
-    reduction and workspace switches, and which of them matter is what the GPU measures."""
+    reduction and workspace switches, and which of them matter is what the GPU measures. (17
+    modes x 2 fresh workers of one small workload: about a minute on a GPU host.)"""
     out = tmp_path / "att"
     code = cli.main(["attribute", "--suite", "batchnorm", "--only", BN_EVAL, "--replicates",
                      "2", "--budget", "0.02", "--device", "cuda", "--profile", "quick", "--out",

@@ -44,23 +44,27 @@ def verdict(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
             for r in verdicts(df).to_dict("records")}  # fmt: skip
 
 
+@pytest.mark.slow  # the whole recipes suite, end to end (make test-slow, CI)
 @pytest.mark.parametrize("workload", BROKEN)
 def test_broken_variants_are_not_reproducible(run: pd.DataFrame, workload: str) -> None:
     v = verdict(run)[workload]
     assert v["verdict"] == "nondeterministic" and v["distinct_fingerprints"] >= 2
 
 
+@pytest.mark.slow  # the whole recipes suite, end to end (make test-slow, CI)
 @pytest.mark.parametrize("workload", FIXED)
 def test_fixed_variants_are_reproducible(run: pd.DataFrame, workload: str) -> None:
     assert verdict(run)[workload]["verdict"] == "reproducible"
 
 
+@pytest.mark.slow  # the whole recipes suite, end to end (make test-slow, CI)
 def test_global_seeds_reach_dataloader_workers(run: pd.DataFrame) -> None:
     """Measured, not assumed: with every global generator seeded, torch seeds NumPy and python
     `random` in each DataLoader worker from its base seed, so worker_init_fn adds nothing."""
     assert verdict(run)["dataloader__global_seeds_only"]["verdict"] == "reproducible"
 
 
+@pytest.mark.slow  # the whole recipes suite, end to end (make test-slow, CI)
 def test_a_seeded_sampler_still_reshuffles_every_epoch(run: pd.DataFrame) -> None:
     rec = run[run["workload"] == "reshuffle__generator_seeded_per_epoch"].iloc[0]
     steps = rec["step_fingerprints"]
@@ -71,6 +75,7 @@ def fingerprints(df: pd.DataFrame, workload: str) -> set[str]:
     return set(df.loc[df["workload"] == workload, "fingerprint"])
 
 
+@pytest.mark.slow  # the whole recipes suite, end to end (make test-slow, CI)
 def test_resume_equals_the_uninterrupted_run_only_with_rng_state(run: pd.DataFrame) -> None:
     whole = fingerprints(run, "resume__uninterrupted")
     assert len(whole) == 1
@@ -78,6 +83,7 @@ def test_resume_equals_the_uninterrupted_run_only_with_rng_state(run: pd.DataFra
     assert fingerprints(run, "resume__without_rng_state").isdisjoint(whole)
 
 
+@pytest.mark.slow  # the whole recipes suite, end to end (make test-slow, CI)
 def test_the_recipes_table(run: pd.DataFrame) -> None:
     r = {x["workload"]: x for x in recipes(run).to_dict("records")}
     assert r["resume__with_rng_state"]["same_bits"] is True
@@ -88,6 +94,7 @@ def test_the_recipes_table(run: pd.DataFrame) -> None:
     assert (run["seeding"] == "recipe").all()
 
 
+@pytest.mark.slow  # the whole recipes suite, end to end (make test-slow, CI)
 def test_the_report_says_who_seeded(run: pd.DataFrame) -> None:
     out = run["out"].iloc[0]
     md = (Path(out) / "report.md").read_text(encoding="utf-8")

@@ -309,8 +309,10 @@ def test_tables_have_as_many_cells_as_headers(tmp_path: Path) -> None:
     # This run's report has its recommendations per suite and per workload, its verdicts, the
     # spread across replicates, the measurement quality and the environment: each with rows.
     heads = {tuple(t.header[:2]) for t in tables}
-    assert {("suite", "recommended mode"), ("workload", "recommended mode"), ("workload", "mode"),
-            ("suite", "mode"), ("suite", "timed records"), ("", "value")} <= heads, heads  # fmt: skip
+    assert {
+        ("suite", "recommended mode"), ("workload", "recommended mode"), ("workload", "mode"),
+        ("suite", "mode"), ("suite", "timed records"), ("", "value"),
+    } <= heads, heads  # fmt: skip
     for table in tables:
         assert table.rows, table.header
         assert all(len(row) == len(table.header) for row in table.rows), table.header

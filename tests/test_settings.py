@@ -70,7 +70,8 @@ def test_settings_json_lists_every_setting_with_levels_and_torchs_default() -> N
 def test_a_bad_set_is_one_line_and_runs_nothing(tmp_path: Path, args: list[str],
                                                 words: str) -> None:  # fmt: skip
     out = tmp_path / "run"
-    proc = detbench_cli("run", "--workload", str(PROBE), "--device", "cpu", "--out", str(out), *args)
+    proc = detbench_cli("run", "--workload", str(PROBE), "--device", "cpu", "--out", str(out),
+                        *args)  # fmt: skip
     assert proc.returncode == 2
     assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not out.exists()
