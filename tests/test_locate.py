@@ -56,8 +56,9 @@ def only_culprit(d: dict[str, Any]) -> dict[str, Any]:
     assert Path(c["file"]).resolve() == FILE.resolve()
     assert c["max_abs_diff"] > 0 and c["differing_elements"] > 0
     # The same line at each step is one culprit (len(culprits) == 1 above). The race is real, so
-    # a step may happen to agree in both processes: on a loaded 2-core host, 1 of about 20 runs
-    # of make test saw gather_backward differ at step 1 only. Each step that differed is listed.
+    # a step may happen to agree in both processes (seen once on this 2-core host, under make
+    # test's two xdist workers: gather_backward differed at step 1 only). Each step that differed
+    # is listed.
     assert c["steps"] and set(c["steps"]) <= {0, 1} and c["steps"] == sorted(c["steps"])
     return c
 
