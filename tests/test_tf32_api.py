@@ -38,3 +38,17 @@ def test_cudnn_tf32_is_set_and_read_through_one_api() -> None:
         assert out["off_ops"] == ["ieee", "ieee"] and out["on_ops"] == ["tf32", "tf32"]
     else:
         assert out["off_ops"] == [False] and out["on_ops"] == [True]
+
+
+def test_the_snippet_uses_the_same_api() -> None:
+    """A reproducing snippet sets cuDNN's TF32 the way the worker did."""
+    from detbench.core import torchstate as ts
+
+    lines = ts.cudnn_tf32_snippet("off")
+    if ts._cudnn_fp32_precision_api() is None:
+        assert lines == ["torch.backends.cudnn.allow_tf32 = False"]
+    else:
+        assert lines == [
+            'torch.backends.cudnn.conv.fp32_precision = "ieee"',
+            'torch.backends.cudnn.rnn.fp32_precision = "ieee"',
+        ]

@@ -171,10 +171,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "cudnn_tf32", ON_OFF, "on",
-        "torch.backends.cudnn.allow_tf32: fp32 cuDNN convolutions in TF32 (on by default).",
+        "fp32 cuDNN convolutions and RNNs in TF32 (on by default): torch 2.9+'s "
+        "torch.backends.cudnn.{conv,rnn}.fp32_precision where this torch has them, else "
+        "torch.backends.cudnn.allow_tf32 (never both: mixing them raises).",
         strict="off", devices=("cuda",),
         read=ts.read_cudnn_tf32, apply=ts.apply_cudnn_tf32,
-        snippet=_bool_line("torch.backends.cudnn.allow_tf32"),
+        snippet=ts.cudnn_tf32_snippet,
     ),
     *(_reduction_setting(dt, sk) for dt in ("fp16", "bf16") for sk in (False, True)),
     Setting(

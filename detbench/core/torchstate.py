@@ -100,6 +100,14 @@ def read_cudnn_tf32() -> str:
     return onoff(all(_effective(op, cudnn, default) for op in api))
 
 
+def cudnn_tf32_snippet(level: str) -> list[str]:
+    """The lines that set cuDNN's TF32 switch, in the API ``apply_cudnn_tf32`` uses here."""
+    if _cudnn_fp32_precision_api() is None:
+        return [f"torch.backends.cudnn.allow_tf32 = {level == 'on'}"]
+    value = "tf32" if level == "on" else "ieee"
+    return [f'torch.backends.cudnn.{op}.fp32_precision = "{value}"' for op in ("conv", "rnn")]
+
+
 def apply_cudnn_tf32(level: str) -> None:
     """TF32 for cuDNN's fp32 convolutions and RNNs, on or off, through the API this torch prefers:
     torch 2.9+'s per-op ``fp32_precision`` (conv and rnn together, so they never differ), else
