@@ -41,7 +41,7 @@ def test_every_recording_process_gets_its_modes_environment(
     seen: list[Any] = []
 
     def fake(module: str, job: dict[str, Any], workdir: Path, name: str, timeout: float,
-             environment: Any = None) -> dict[str, Any]:  # fmt: skip
+             environment: Any = None, label: str | None = None) -> dict[str, Any]:  # fmt: skip
         seen.append(environment({"PATH": "/bin"}) if environment else None)
         return {"workloads": {}}
 

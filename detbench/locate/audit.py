@@ -154,9 +154,10 @@ def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
     job = {"source": str(source.resolve()), "key": key, "device": device}
     with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
         try:
-            return run_child("detbench.locate.audit", job, Path(tmp), "probe", timeout=3600)
+            return run_child("detbench.locate.audit", job, Path(tmp), "probe", timeout=3600,
+                             label="the probe process")  # fmt: skip
         except ChildFailed as exc:
-            return {"findings": [], "error": str(exc).replace("detbench.locate.audit", "probe")}
+            return {"findings": [], "error": str(exc)}
 
 
 def audit(target: str, device: str, replicates: int = 3, out: Path | None = None,

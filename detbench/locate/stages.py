@@ -180,10 +180,10 @@ class _Runs:
             # The mode's environment, as a run's worker gets it: with deterministic algorithms,
             # CUBLAS_WORKSPACE_CONFIG (the user's or :4096:8); without them, none.
             return run_child("detbench.locate.worker", job, self.workdir, f"p{self.count}",
-                             timeout=PROCESS_TIMEOUT, environment=mode.environment)  # fmt: skip
+                             timeout=PROCESS_TIMEOUT, environment=mode.environment,
+                             label="the recording process")  # fmt: skip
         except ChildFailed as exc:
-            msg = str(exc).replace("the detbench.locate.worker process", "the recording process")
-            return {"error": msg}
+            return {"error": str(exc)}
 
 
 def _find(runs: _Runs, keys: list[str], mode: Any, steps: dict[str, int], replicates: int,

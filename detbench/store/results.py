@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from detbench.core.errors import DetbenchError
 from detbench.core.settings import NAMES as SETTING_NAMES
-from detbench.store.schema import STATUSES as _STATUSES
-from detbench.store.schema import Record, Status  # noqa: F401 (re-exported)
+from detbench.store.schema import STATUSES, Record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,8 +68,8 @@ SCHEMA_3_FIELDS = (*SETTING_NAMES, "settings_changed", "compile_seconds", "first
 RESULTS_FILE = "results.jsonl"
 ENV_FILE = "env.json"
 
-#: Record statuses: the values of ``schema.Status`` (what each means is said there).
-STATUSES = _STATUSES
+# STATUSES (imported above, and kept importable from here): the values of ``schema.Status``.
+__all__ = ["STATUSES"]
 
 #: The columns schema 2 added (None in version-1 records).
 SCHEMA_2_COLUMNS = (

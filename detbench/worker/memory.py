@@ -168,8 +168,9 @@ def warm_libraries(device: torch.device) -> dict[str, int]:
     allocator, once per handle and stream). Otherwise the first workload of a worker that
     multiplies matrices carries them in its peak memory and the later ones do not. One small
     product per dtype (fp32, fp16, bf16: each may take its own path) and a small convolution with
-    its backward (cuDNN's handle). Returns the bytes the allocator holds afterwards, for the
-    record of the worker's start-up. Nothing on a CPU."""
+    its backward (cuDNN's handle). Returns the bytes the allocator holds afterwards (allocated,
+    reserved: the workspaces every later workload starts with); {} on a CPU, where nothing is
+    done."""
     if device.type != "cuda":
         return {}
     for dtype in (torch.float32, torch.float16, torch.bfloat16):

@@ -159,16 +159,19 @@ def run_child(
     name: str,
     timeout: float,
     environment: Callable[[dict[str, str]], dict[str, str]] | None = None,
+    label: str | None = None,
 ) -> dict[str, Any]:
     """Start ``python -m MODULE JOB.json`` in ``child_environment()``, with ``job`` written to
     ``workdir/NAME.job.json`` and its result expected in ``workdir/NAME.json``; the result, or
     ``ChildFailed``. The child dies with this process (``child_main`` asks for it).
     ``environment``: what to make of the child environment before the child starts (a mode's
     ``Mode.environment``: its ``CUBLAS_WORKSPACE_CONFIG``, as a run's worker gets it); None
-    keeps it as it is."""
+    keeps it as it is. ``label``: what the child is called in ``ChildFailed``'s message
+    (default: its module)."""
     import json
     import subprocess
 
+    label = label or f"the {module} process"
     out = workdir / f"{name}.json"
     path = workdir / f"{name}.job.json"
     path.write_text(json.dumps(jsonable({**job, "out": str(out)}), sort_keys=True))
@@ -181,10 +184,10 @@ def run_child(
                 capture_output=True, text=True, env=env, timeout=timeout,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
-            raise ChildFailed(f"the {module} process took over {timeout:.0f} s") from None
+            raise ChildFailed(f"{label} took over {timeout:.0f} s") from None
     if proc.returncode != 0 or not out.exists():
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        raise ChildFailed(f"the {module} process failed ({proc.returncode}): {tail}")
+        raise ChildFailed(f"{label} failed ({proc.returncode}): {tail}")
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 
