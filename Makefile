@@ -6,7 +6,7 @@ ARGS ?=
 
 .PHONY: bench test test-cuda test-slow lint docs gpu-check bench-matrix pytest-bench clean-venv
 
-## bench: the main job: every suite x every mode x 3 replicates (cuda/full on a GPU, else cpu/quick)
+## bench: the main job: the matrix, every mode x 3 replicates (cuda/full on a GPU: the 5 core suites; else cpu/quick: every suite)
 bench:
 	@py=$$(tools/python) && $$py -m detbench run $(ARGS)
 

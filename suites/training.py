@@ -30,8 +30,11 @@ from torch import nn
 
 import detbench
 
-#: Steps in the fingerprint pass: enough to see how a divergence between runs grows.
-TRAIN_STEPS = {"quick": 8, "full": 20}
+#: Steps in the fingerprint pass: enough to see how a divergence between runs grows. Full: 10. On
+#: the H100 (results/20261124-085144-cuda-full-conv-rnn-training, 20 steps then) every model that
+#: was not reproducible differed from its first step on, so 10 steps find the same verdicts, and
+#: save about 0.9 s of each record's 3.0 s (docs/gpu-session.md, "The 15-minute matrix").
+TRAIN_STEPS = {"quick": 8, "full": 10}
 
 
 def _outputs(loss: torch.Tensor, model: nn.Module) -> list[torch.Tensor]:

@@ -41,6 +41,35 @@ def test_the_full_cuda_matrix_is_planned_on_paper_without_a_gpu() -> None:
 
 
 @no_gpu
+def test_the_default_cuda_matrix_fits_fifteen_minutes_on_paper() -> None:
+    """The matrix a plain ``make bench`` runs on one H100: every mode x 3 replicates of the
+    suites that fit, at most 900 s on paper; the rest named, each with why, and all of them
+    back with ``--suite all``."""
+    doc = _dry()
+    assert doc["estimated_seconds"] <= 900, doc["estimated_seconds"]
+    assert len(doc["modes"]) == 10 and doc["replicates"] == 3
+    assert set(doc["left_out"]) == {"ops", "invariance", "recipes", "distributed"}
+    assert not any(w.split("/")[0] in doc["left_out"] for w in doc["workloads"])
+    assert {w.split("/")[0] for w in doc["workloads"]} == {"conv", "rnn", "batchnorm", "bmm",
+                                                           "training"}  # fmt: skip
+    every = _dry("--suite", "all")
+    assert every["left_out"] == {} and every["records"] > doc["records"]
+    assert {w.split("/")[0] for w in every["workloads"]} >= set(doc["left_out"])
+    named = _dry("--suite", "ops")  # a suite named is run, and nothing is said left out
+    assert named["left_out"] == {} and {w.split("/")[0] for w in named["workloads"]} == {"ops"}
+    text = detbench_cli("run", "--device", "cuda", "--profile", "full", "--dry-run").stdout
+    assert "not in the cuda matrix" in text and "--suite all" in text
+
+
+def test_the_cpu_matrix_keeps_every_suite() -> None:
+    proc = detbench_cli("run", "--device", "cpu", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["left_out"] == {}
+    assert {"ops", "invariance", "distributed"} <= {w.split("/")[0] for w in doc["workloads"]}
+
+
+@no_gpu
 def test_the_text_plan_says_it_is_a_paper_estimate() -> None:
     proc = detbench_cli("run", "--device", "cuda", "--suite", "bmm", "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -89,4 +118,19 @@ def test_a_distributed_record_beyond_the_gpus_is_known_unsupported() -> None:
     assert one_gpu(get_mode("default[world_size=2]"), "distributed/x")
     assert not E.planned_unsupported([w], "cuda", 2)(
         get_mode("default[world_size=2]"), "distributed/x"
+    )
+
+
+def test_modes_without_cudnn_are_charged_their_measured_native_cost() -> None:
+    keys = ("rnn/a", "batchnorm/b")
+    slots = (Slot(0, 0, get_mode("default"), keys), Slot(1, 0, get_mode("no-cudnn"), keys))
+    plan = Plan(slots, (("default",), ("no-cudnn",)), 0)
+    est = E.estimate(plan, "cuda", "full", 0.3, 9.8, False, basis="paper")
+    suite, native = (
+        E.SUITE_RECORD_SECONDS[("cuda", "full")],
+        E.NO_CUDNN_RECORD_SECONDS[("cuda", "full")],
+    )
+    assert native["rnn"] > suite["rnn"]
+    assert est.record_seconds == pytest.approx(
+        suite["rnn"] + native["rnn"] + 2 * suite["batchnorm"]
     )

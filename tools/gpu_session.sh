@@ -33,7 +33,7 @@ case $phase in
 check)
     {
         echo "== host"; date -u; nvidia-smi; "$py" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name(0))'
-        echo "== plan: the whole matrix"; timeout 120 "$py" -m detbench run --dry-run --json
+        echo "== plan: every suite"; timeout 120 "$py" -m detbench run --suite all --dry-run --json
         echo "== plan: the core suites"; timeout 120 "$py" -m detbench run "${SUITES[@]}" --dry-run --json
         echo "== make gpu-check"; time timeout -s INT 150 "$py" -m detbench gpu-check --out "$dir/gpu-check"
         echo "== make test-cuda"; time timeout -s INT 240 "$py" -m pytest -q tests --cuda-only -p no:cacheprovider --junitxml="$dir/test-cuda.xml"

@@ -26,7 +26,7 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
     from detbench.core.settings import visible_gpus
     from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
-    from detbench.run.schedule import clock, describe_plan
+    from detbench.run.schedule import clock, describe_plan, left_out_line
 
     c = runner.config
     gpus = visible_gpus() if c.device == "cuda" else 0
@@ -49,6 +49,8 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
         print("\n".join(lines))
     else:
         print(lines[0] + f"; estimated {clock(est.seconds)}", file=sys.stderr)
+        if doc["left_out"]:
+            print(left_out_line(c.device, doc["left_out"]).lstrip(), file=sys.stderr)
     return est
 
 

@@ -93,7 +93,8 @@ def selection(q: argparse.ArgumentParser) -> None:
         "--suite",
         action="append",
         metavar="NAME",
-        help="a built-in suite (repeatable; default: all)",
+        help="a built-in suite (repeatable; default: the device's matrix, which the plan "
+        "names; all: every suite)",
     )
     q.add_argument(
         "--workload",

@@ -36,6 +36,25 @@ STARTUP_TIMEOUT = 300.0
 FINGERPRINTS = ("device", "sha256", "both")
 
 
+#: The matrix on each device: with no ``--suite`` and no ``--workload`` a run takes every built-in
+#: suite but these, which its plan names; ``--suite NAME`` adds one, ``--suite all`` takes every
+#: suite. On CUDA the matrix of every suite does not fit the 15 minutes of one H100 (3810 records,
+#: about 42 minutes on paper; docs/gpu-session.md, "The 15-minute matrix"), so its matrix is the
+#: mission's five suites (conv, rnn, batchnorm, bmm, training: about 12 minutes on paper) and the
+#: studies run on their own, each a command of its own.
+MATRIX_OPT_IN: dict[str, dict[str, str]] = {
+    "cuda": {
+        "ops": "a catalogue of single ops, more records than the matrix itself",
+        "invariance": "batch invariance: a batch-size pass per record, host-bound decoders",
+        "recipes": "seeding recipes, whose verdicts the four flags do not change",
+        "distributed": "a torchrun launch per worker, 18 s each on the H100; on one GPU a world "
+        "of one rank, whose collectives run no algorithm",
+    },
+}
+#: ``--suite all``: every built-in suite.
+ALL_SUITES = "all"
+
+
 #: The facts that must not change between a run and its resumption, with the words for them.
 RESUME_FACTS = {
     "device": "the device",
@@ -140,15 +159,23 @@ class RunConfig:
 def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
     """The files a worker loads and the workloads to run, in order.
 
-    With no ``--suite`` and no ``--workload`` every built-in suite runs; ``--workload`` alone runs
-    only the user's workloads; both together run both.
+    With no ``--suite`` and no ``--workload`` the device's matrix runs: every built-in suite but
+    those ``MATRIX_OPT_IN`` leaves out (``left_out``); ``--suite all`` runs every one;
+    ``--workload`` alone runs only the user's workloads; both together run both.
     """
     builtin = builtin_suite_files()
-    suites = config.suites or ([] if config.workload_files else list(builtin))
+    if ALL_SUITES in config.suites:
+        suites = list(builtin)
+    elif config.suites:
+        suites = list(config.suites)
+    elif config.workload_files:
+        suites = []
+    else:
+        suites = [s for s in builtin if s not in left_out(config)]
     unknown = [s for s in suites if s not in builtin]
     if unknown:
         raise RunError(
-            f"unknown suite {unknown[0]!r}; built-in suites: {', '.join(builtin) or 'none'}"
+            f"unknown suite {unknown[0]!r}; built-in suites: {', '.join(builtin) or 'none'}, or all"
         )
     sources: list[str] = []
     chosen: list[Workload] = []
@@ -177,6 +204,15 @@ def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
     if not unique:
         raise RunError("no workloads to run")
     return sources, unique
+
+
+def left_out(config: RunConfig) -> dict[str, str]:
+    """The built-in suites this run's matrix leaves out, with why: none when it names suites or
+    workload files (``--suite``, ``--workload``), or resumes a run."""
+    if config.suites or config.workload_files or config.resume:
+        return {}
+    builtin = builtin_suite_files()
+    return {s: why for s, why in MATRIX_OPT_IN.get(config.device, {}).items() if s in builtin}
 
 
 def resume_config(directory: Path) -> RunConfig:

@@ -43,12 +43,24 @@ LAUNCH_SECONDS = {"cpu": 5.0, "cuda": 18.0}
 #: bench, det-algos, cudnn-det+det-algos; 2 replicates), conv 25.66 s / 88 records, rnn 47.08 s /
 #: 56, training 71.75 s / 24 (results/20261124-085144-cuda-full-conv-rnn-training/results.jsonl),
 #: batchnorm 15.38 s / 56, bmm 19.12 s / 40
-#: (results/20261124-085445-cuda-full-batchnorm-bmm/results.jsonl). Not measured: the no-cudnn
-#: modes (native convolutions and RNNs, slower) and cudnn.benchmark's autotuning in its other modes.
+#: (results/20261124-085445-cuda-full-batchnorm-bmm/results.jsonl). Training since its full
+#: fingerprint pass went from 20 steps to 10: 2.99 s less 10 x 0.090 s, the mean over its records
+#: of (fingerprint phase - first step) / 19 later steps, = 2.09 s (an estimate from the measured
+#: phases). The modes without cuDNN: below. Not measured: cudnn.benchmark's autotuning in its
+#: modes other than bench and bench+cudnn-det+det-algos.
 SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
-    ("cuda", "full"): {"conv": 0.292, "rnn": 0.841, "training": 2.99, "batchnorm": 0.275,
+    ("cuda", "full"): {"conv": 0.292, "rnn": 0.841, "training": 2.09, "batchnorm": 0.275,
                        "bmm": 0.478},
 }  # fmt: skip
+#: Seconds of one record by suite in the modes with cuDNN off (``no-cudnn``,
+#: ``no-cudnn+det-algos``), where a run measured them: native convolutions and RNNs are slower.
+#: CUDA full, on the H100: conv 0.54 s (11 records), rnn 3.34 s (5 records: 2.56 s of it timing,
+#: a native RNN's 5 warm-up steps and 6 samples outlasting the budget), in the no-cudnn mode of
+#: results/20261124-084930-cuda-full-core-partial. The other suites are charged their cuDNN cost
+#: there: not measured (training's ResNet-18 then runs native convolutions too).
+NO_CUDNN_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
+    ("cuda", "full"): {"conv": 0.54, "rnn": 3.34},
+}
 #: Seconds of one record of a workload, its batch-invariance pass included, where known. CUDA full,
 #: estimates from the one H100 record of decoder_greedy_invariant at batch 64
 #: (results/20261124-084508-cuda-full-decoder: build 0.19 s, FLOP count 9.46 s, fingerprint
@@ -57,10 +69,20 @@ SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: + 2 x 0.147 (fingerprint) + 3.99 (invariance, its sizes unchanged) + 11 x 0.147 (5 warm-up
 #: steps and at least 6 samples) = 6.7 s. decoder_greedy (one batched decode per step, host-bound
 #: as well): a step about one decode, 37 ms; 0.19 + 0.15 (count) + 3 x 0.037 + 12 sizes x 0.2
-#: (a build and a step at each) + 0.3 (its budget) = 3.2 s. Both are paper estimates.
+#: (a build and a step at each) + 0.3 (its budget) = 3.2 s. Both are paper estimates. The
+#: recipes suite's DataLoader epochs with 2 worker processes (its sizes are the same in every
+#: profile): 1.27 s per record of dataloader__global_seeds_only on the H100 in cuda quick
+#: (results/20261124-082858-cuda-gpu-check: build 0.002, FLOP count 0.1 in the first worker,
+#: fingerprint 0.31-0.46, timing 0.80-0.87 s at 0.083-0.095 s per step, its 6 samples and 2
+#: warm-up steps outlasting the budget), plus the 3 more warm-up steps of full at 0.09 s = 1.55 s,
+#: an estimate for each of the three variants with workers.
+_DATALOADER = 1.55
 WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
     ("cuda", "full"): {"invariance/decoder_greedy_invariant": 6.7,
-                       "invariance/decoder_greedy": 3.2},
+                       "invariance/decoder_greedy": 3.2,
+                       "recipes/dataloader__nothing_seeded": _DATALOADER,
+                       "recipes/dataloader__global_seeds_only": _DATALOADER,
+                       "recipes/dataloader__worker_init_fn_and_generator": _DATALOADER},
 }  # fmt: skip
 #: Seconds until the first worker of a CUDA run is ready, where a dry run cannot measure it (no
 #: GPU here: the paper estimate): 9.8 s, what the H100 run of conv, rnn and training waited for its
@@ -206,15 +228,19 @@ def planned_unsupported(workloads: Sequence[Any], device: str,
     return unsupported
 
 
-def record_cost(key: str, device: str, profile: str, per_record: float) -> tuple[float, bool]:
-    """Seconds of one record of ``key`` (SUITE/NAME) and whether the figure is the workload's or
-    its suite's (True) rather than the model's ``per_record``. A workload's figure includes its
-    invariance pass."""
+def record_cost(key: str, device: str, profile: str, per_record: float,
+                cudnn: bool = True) -> tuple[float, bool]:  # fmt: skip
+    """Seconds of one record of ``key`` (SUITE/NAME) in a mode with cuDNN on or off, and whether
+    the figure is the workload's or its suite's (True) rather than the model's ``per_record``. A
+    workload's figure includes its invariance pass."""
     own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
     if key in own:
         return own[key], True
-    suites = SUITE_RECORD_SECONDS.get((device, profile), {})
     suite = key.partition("/")[0]
+    native = NO_CUDNN_RECORD_SECONDS.get((device, profile), {})
+    if not cudnn and suite in native:
+        return native[suite], True
+    suites = SUITE_RECORD_SECONDS.get((device, profile), {})
     if suite in suites:
         return suites[suite], True
     return per_record, False
@@ -253,7 +279,7 @@ def estimate(
             for k in runs(s):
                 if k in distributed and device == "cuda":
                     continue  # in the launch's measured figure
-                c = record_cost(k, device, profile, per_record)[0]
+                c = record_cost(k, device, profile, per_record, s.mode.cudnn_enabled)[0]
                 counts[c] = counts.get(c, 0) + 1
         return sum(c * n for c, n in counts.items())
 

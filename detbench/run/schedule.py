@@ -204,9 +204,10 @@ class LaneQueues:
 
 def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[str]]:
     """The plan of ``runner`` and its estimate: as JSON (``--dry-run --json``) and as lines."""
-    from detbench.run.config import TARGET_REL
+    from detbench.run.config import TARGET_REL, left_out
 
     c = runner.config
+    skipped = left_out(c)
     budget, target = c.setting("budget"), TARGET_REL[c.device]
     doc = {
         **est.to_json(),
@@ -220,6 +221,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         "fingerprint": c.fingerprint,
         "out": str(c.out),
         "mode_order": runner.plan.order_json(),
+        "left_out": skipped,
     }
     names = c.device_names
     if c.devices:
@@ -244,6 +246,8 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     ]
     if c.devices:
         lines += _device_lines(runner, est)
+    if skipped:
+        lines.append(left_out_line(c.device, skipped))
     if est.launches:
         lines.append(
             f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
@@ -283,6 +287,15 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         )
     lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
     return doc, lines
+
+
+def left_out_line(device: str, skipped: dict[str, str]) -> str:
+    """The suites the device's matrix leaves out, with why, and how to add them."""
+    return (
+        f"  not in the {device} matrix, each run on its own: "
+        + "; ".join(f"{name} ({why})" for name, why in skipped.items())
+        + ". --suite NAME adds one, --suite all runs every suite"
+    )
 
 
 def _estimate_line(est: Estimate, lanes: int) -> str:
