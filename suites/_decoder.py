@@ -1,8 +1,11 @@
 """The small decoder-only transformer of the ``invariance`` suite's ``decoder_greedy`` and its
-greedy decoding. Not a suite (its name starts with "_"): ``suites/invariance.py`` imports it by
-path."""
+greedy decoding, and the step that decodes a batch of requests together or each alone. Not a
+suite (its name starts with "_"): ``suites/invariance.py`` imports it by path."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -53,3 +56,32 @@ def greedy(model: Decoder, prompts: torch.Tensor, new_tokens: int) -> list[torch
         logits = model(ids)[:, -1]
         ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
     return [ids[:, prompts.shape[1] :], logits]
+
+
+def prompts(ctx: Any, batch: int, vocab: int, prompt: int) -> torch.Tensor:
+    """Row 0: the reference request (the global generator, after the weights); the other
+    ``batch - 1`` rows: requests drawn from a generator seeded by ``batch`` (and the run's seed),
+    so the other requests of the batch change with its size."""
+    ref = torch.randint(0, vocab, (1, prompt), device=ctx.device)
+    others = torch.Generator().manual_seed(ctx.seed * 1_000_003 + batch)
+    rest = torch.randint(0, vocab, (batch - 1, prompt), generator=others).to(ctx.device)
+    return torch.cat([ref, rest])
+
+
+def build(ctx: Any, batch: int, per_row: bool, vocab: int, dim: int, heads: int, layers: int,
+          prompt: int, new_tokens: int) -> Callable[[], list[torch.Tensor]]:  # fmt: skip
+    """The step: greedy decoding of ``batch`` requests, batched, or each alone (``per_row``: the
+    batch of 1's computation for every request, invariant by construction). Its prompts are
+    on it as ``step.prompts``."""
+    model = Decoder(vocab, dim, heads, layers, prompt + new_tokens).to(ctx.device).eval()
+    ids = prompts(ctx, batch, vocab, prompt)
+
+    def step() -> list[torch.Tensor]:
+        with torch.no_grad():
+            if not per_row:
+                return greedy(model, ids, new_tokens)
+            alone = [greedy(model, ids[i : i + 1], new_tokens) for i in range(len(ids))]
+            return [torch.cat(out) for out in zip(*alone, strict=True)]
+
+    setattr(step, "prompts", ids)  # noqa: B010 (a function attribute; mypy-clean)
+    return step

@@ -70,7 +70,6 @@ from torch import nn
 import detbench
 from detbench.core.torchstate import SDPA_BACKENDS
 from detbench.core.workload import suite_helper
-from detbench.worker.measure import SettingUnsupported
 
 SIZES = (1, 2, 4, 16, 64)
 #: The decoder's: K = 12 batch compositions of the same request.
@@ -80,34 +79,12 @@ Step = Callable[[], list[torch.Tensor]]
 Sizes = dict[str, dict[str, Any]]
 
 
-def _batch(ctx: detbench.Context) -> int:
-    return ctx.batch_size if ctx.batch_size is not None else LARGEST
-
-
-def _rows(ctx: detbench.Context, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The first ``b`` rows of one seeded ``(LARGEST, *shape)`` tensor: row 0 is the same request
-    at every batch size."""
-    x = torch.randn(LARGEST, *shape, device=ctx.device, dtype=torch.float32)
-    return x[: _batch(ctx)].to(dtype).contiguous()
-
-
-def _ids(ctx: detbench.Context, vocab: int, *shape: int) -> torch.Tensor:
-    x = torch.randint(0, vocab, (LARGEST, *shape), device=ctx.device)
-    return x[: _batch(ctx)].contiguous()
-
-
-def _per_row(fn: Callable[..., torch.Tensor], *batched: torch.Tensor) -> torch.Tensor:
-    """``fn`` on each request alone (its rows ``i:i+1`` of every batched input), concatenated:
-    the batch of 1's computation for every row, whatever the batch, so invariant by
-    construction."""
-    n = batched[0].shape[0]
-    return torch.cat([fn(*(t[i : i + 1] for t in batched)) for i in range(n)])
-
-
-def _expose(step: Step, *inputs: torch.Tensor) -> Step:
-    """Keep the step's batch-first inputs on it (``step.inputs``) for tests."""
-    setattr(step, "inputs", list(inputs))  # noqa: B010 (a function attribute; mypy-clean)
-    return step
+# The batch-first inputs (rows of one seeded tensor), per-row computation and pinned attention
+# backends: in suites/_batched.py (not a suite: its name starts with "_").
+_b = suite_helper("_batched")
+_batch, _rows, _ids, _per_row, _expose = _b.batch, _b.rows, _b.ids, _b.per_row, _b.expose
+_pinned = _b.pinned
+assert _b.LARGEST == LARGEST, "suites/_batched.py's LARGEST is the largest declared batch size"
 
 
 def _register(
@@ -293,22 +270,6 @@ CHUNKED: Sizes = {
 #: The sdpa_backend levels, as ``SDPBackend`` names them (the setting's own table).
 BACKENDS = SDPA_BACKENDS
 MAX_CHUNKS = 8
-
-
-def _pinned(backend: str) -> Callable[[], Any]:
-    """``lambda: sdpa_kernel(SDPBackend.X)``; ``SettingUnsupported`` where this torch lacks it."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError as exc:
-        raise SettingUnsupported(
-            f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel ({exc})"
-        ) from exc
-    member = getattr(SDPBackend, BACKENDS[backend], None)
-    if member is None:
-        raise SettingUnsupported(
-            f"torch {torch.__version__} has no SDPBackend.{BACKENDS[backend]} (sdpa_kernel)"
-        )
-    return lambda: sdpa_kernel(member)
 
 
 def _sdpa_padded(per_row: bool, backend: str | None = None) -> Callable[..., Step]:
@@ -503,45 +464,15 @@ DECODER: Sizes = {
 }
 
 
-# Block, Decoder and greedy(): in suites/_decoder.py (not a suite: its name starts with "_").
+# Block, Decoder, greedy() and the step: in suites/_decoder.py (not a suite: its name starts
+# with "_").
 _model = suite_helper("_decoder")
 
 
-def _prompts(ctx: detbench.Context, vocab: int, prompt: int) -> torch.Tensor:
-    """Row 0: the reference request (the global generator, after the weights); the other
-    ``b - 1`` rows: requests drawn from a generator seeded by ``b`` (and the run's seed), so the
-    other requests of the batch change with its size."""
-    b = _batch(ctx)
-    ref = torch.randint(0, vocab, (1, prompt), device=ctx.device)
-    others = torch.Generator().manual_seed(ctx.seed * 1_000_003 + b)
-    rest = torch.randint(0, vocab, (b - 1, prompt), generator=others).to(ctx.device)
-    return torch.cat([ref, rest])
-
-
 def _decoder(per_row: bool) -> Callable[..., Step]:
-    def build(
-        ctx: detbench.Context,
-        vocab: int,
-        dim: int,
-        heads: int,
-        layers: int,
-        prompt: int,
-        new_tokens: int,
-    ) -> Step:
-        model = _model.Decoder(vocab, dim, heads, layers, prompt + new_tokens).to(ctx.device).eval()
-        prompts = _prompts(ctx, vocab, prompt)
-
-        def step() -> list[torch.Tensor]:
-            with torch.no_grad():
-                if not per_row:
-                    return _model.greedy(model, prompts, new_tokens)
-                alone = [
-                    _model.greedy(model, prompts[i : i + 1], new_tokens)
-                    for i in range(len(prompts))
-                ]
-                return [torch.cat(out) for out in zip(*alone, strict=True)]
-
-        return _expose(step, prompts)
+    def build(ctx: detbench.Context, **sizes: int) -> Step:
+        step = _model.build(ctx, _batch(ctx), per_row, **sizes)
+        return _expose(step, step.prompts)
 
     return build
 

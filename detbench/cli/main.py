@@ -155,7 +155,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_gpu_check(args: argparse.Namespace) -> int:
     import torch
 
-    from detbench.run.gpucheck import default_out, run_check
+    from detbench.run.gpucheck import run_check
+    from detbench.store.results import stamped_dir
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UserError(
@@ -163,7 +164,7 @@ def _cmd_gpu_check(args: argparse.Namespace) -> int:
             "'make bench' runs the CPU matrix; 'detbench gpu-check --device cpu' rehearses "
             "the check)"
         )
-    out = Path(args.out) if args.out else default_out(args.device)
+    out = Path(args.out) if args.out else stamped_dir(f"{args.device}-gpu-check")
     print(f"detbench gpu-check: {args.device}, results in {out}", file=sys.stderr)
     found, out = run_check(args.device, out)
     for c in found:

@@ -4,12 +4,12 @@ only place an ``argparse.Namespace`` turns into the library's plain arguments.""
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
 from pathlib import Path
 
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import MODES, get_mode
 from detbench.run.config import RunConfig
+from detbench.store.results import stamped_dir
 
 
 class UserError(DetbenchError):
@@ -20,11 +20,6 @@ class UserError(DetbenchError):
 RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
                "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set",
                "devices")  # fmt: skip
-
-
-def _default_out(device: str, profile: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"{stamp}-{device}-{profile}"
 
 
 def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
@@ -63,7 +58,7 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
     if len({m.name for m in modes}) != len(modes):
         raise UserError("a --mode is given twice")
     return RunConfig(
-        out=Path(args.out) if args.out else _default_out(device, profile),
+        out=Path(args.out) if args.out else stamped_dir(f"{device}-{profile}"),
         suites=args.suite or [],
         workload_files=[Path(f) for f in args.workload or []],
         modes=modes,

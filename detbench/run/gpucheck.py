@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +40,6 @@ class Check:
 
     def line(self) -> str:
         return ("  ok    " if self.ok else "  FAIL  ") + self.text
-
-
-def default_out(device: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"{stamp}-{device}-gpu-check"
 
 
 def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Check]:

@@ -410,3 +410,9 @@ def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
         "cpu": text(host.get("cpu_model") or host.get("cpu")),
         "threads": text(worker.get("num_threads")),
     }
+
+
+def stamped_dir(label: str) -> Path:
+    """``results/STAMP-LABEL``: a new run's default directory, stamped with the UTC time."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{stamp}-{label}"
