@@ -108,3 +108,18 @@ def test_audit_bad_input(target: str, message: str) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert proc.stderr.startswith("detbench: error: ") and message in proc.stderr
+
+
+def test_the_probe_runs_in_the_deterministic_modes_environment(monkeypatch: Any) -> None:
+    """The probe is a process of the fully deterministic mode: it gets the mode's
+    ``CUBLAS_WORKSPACE_CONFIG`` (cuBLAS refuses deterministic algorithms on CUDA without it),
+    not the bare environment of the shell."""
+    from detbench.core.modes import CUBLAS_ENV
+    from detbench.locate.audit import run_probe
+
+    monkeypatch.delenv(CUBLAS_ENV, raising=False)
+    first = json.loads(detbench_cli("list", "--workload", str(FILE), "--json").stdout)[0]
+    key = f"{first['suite']}/{first['workload']}"
+    result = run_probe(FILE, key, "cpu")
+    assert result["error"] is None, result
+    assert result["cublas_workspace_config"] == ":4096:8"

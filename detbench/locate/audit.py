@@ -17,6 +17,7 @@ The answer ends with the settings to use, or with the ops that must be replaced.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.errors import DetbenchError
+from detbench.core.modes import CUBLAS_ENV
 
 #: The fully deterministic mode an audit checks against the default mode.
 DETERMINISTIC_MODE = "cudnn-det+det-algos"
@@ -126,7 +128,8 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
                 torch.cuda.synchronize(device)
         except Exception as exc:  # the op list so far still answers the question
             error = f"{phase}: {type(exc).__name__}: {exc}"
-    return {"findings": list(found.values()), "error": error, "torch": torch.__version__}
+    return {"findings": list(found.values()), "error": error, "torch": torch.__version__,
+            "cublas_workspace_config": os.environ.get(CUBLAS_ENV)}  # fmt: skip
 
 
 def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -148,13 +151,17 @@ def _select(target: str) -> tuple[Path, list[str]]:
 
 def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
     """The probe of ``key`` under deterministic algorithms (warn only), in a process of its own
-    (the one-shot child protocol of ``worker/protocol.py``)."""
+    (the one-shot child protocol of ``worker/protocol.py``), with the environment the fully
+    deterministic mode's workers get (its ``CUBLAS_WORKSPACE_CONFIG``), so the probe meets what
+    a run in that mode meets: on CUDA, cuBLAS refuses to be deterministic without it."""
+    from detbench.core.modes import get_mode
     from detbench.worker.protocol import ChildFailed, run_child
 
     job = {"source": str(source.resolve()), "key": key, "device": device}
     with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
         try:
             return run_child("detbench.locate.audit", job, Path(tmp), "probe", timeout=3600,
+                             environment=get_mode(DETERMINISTIC_MODE).environment,
                              label="the probe process")  # fmt: skip
         except ChildFailed as exc:
             return {"findings": [], "error": str(exc)}
