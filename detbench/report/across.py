@@ -5,10 +5,11 @@ machines (``detbench merge``) opens with it."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from detbench.analysis.across import FACTS, VERDICTS, Run, counts
-from detbench.report.render import Block, Bullets, Heading, Para, Table
+from detbench.analysis.across import FACTS, VERDICTS, Run, across, counts, load_runs
+from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
 
 HEADER = ("workload", "mode", "verdict", "groups (runs with equal bits)",
           "what differs between the groups")  # fmt: skip
@@ -58,7 +59,9 @@ def _verdict(r: Mapping[str, Any], lab: Mapping[str, str]) -> str:
     if v == "different bits":
         return "DIFFERENT bits"
     if v == "nondeterministic within a run":
-        return f"nondeterministic within {' '.join(lab.get(n, n) for n in r['nondeterministic_in'])}"
+        return (
+            f"nondeterministic within {' '.join(lab.get(n, n) for n in r['nondeterministic_in'])}"
+        )
     if v == "not comparable":
         return "not comparable"
     return v
@@ -120,9 +123,34 @@ def blocks(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]],
 
 
 def to_markdown(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
-    from pathlib import Path
-
     from detbench.report.render import to_markdown as render
 
     return render(blocks(runs, verdicts), Path("."))
 
+
+def set_blocks(directory: Path) -> list[Block]:
+    """The report of a set of runs merged from several machines (``detbench merge``): the
+    "Across machines" section, then each machine's summary and its same-bits groups."""
+    from detbench.analysis.matrix import summary_table
+    from detbench.report import samebits
+
+    runs = load_runs([directory])
+    verdicts = across(runs)
+    out: list[Block] = [
+        Heading(1, f"detbench report: {len(runs)} machines"),
+        Para(f"Runs from {len(runs)} machines merged into one set ({directory}): "
+             + ", ".join(f"{r.name.rsplit(':', 1)[-1]} ({len(r.df)} records)" for r in runs)
+             + ". Each record names its machine (the column 'machine')."),
+    ]  # fmt: skip
+    out += blocks(runs, verdicts)
+    for r in runs:
+        name = r.name.rsplit(":", 1)[-1]
+        out += [Heading(2, f"Machine {name}"), Para(fact_line(r)),
+                Code(summary_table(r.df)[1])]  # fmt: skip
+        out += [b if not isinstance(b, Heading) else Heading(3, b.text)
+                for b in samebits.blocks(r.df, r.env, [])]  # fmt: skip
+    return out
+
+
+def fact_line(r: Run) -> str:
+    return ", ".join(f"{FACTS[k]} {v}" for k, v in r.facts.items() if v)

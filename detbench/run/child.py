@@ -41,8 +41,8 @@ def main(argv: list[str]) -> int:
 
     from detbench.core.modes import Mode, current_flags
     from detbench.core.workload import load_file, registry
-    from detbench.store.results import where
     from detbench.distributed.launch import run_distributed
+    from detbench.store.results import where
     from detbench.worker.applied import WorkerSettings
     from detbench.worker.devenv import device_env
     from detbench.worker.measure import run_workload

@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 #      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
 #      workloads), ``nccl_env`` (the NCCL variables as rank 0 read them after
 #      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there);
+#      ``max_abs_diff_vs_default`` (the largest difference from the default mode's first
+#      replicate's outputs, where they were saved before this record's worker ran);
 #      ``node`` and ``job`` (the host and batch job the record ran in, ``where``); a merged run's
 #      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
 #      set of runs from several machines).

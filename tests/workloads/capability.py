@@ -15,7 +15,7 @@ import detbench
 
 @detbench.workload(suite="capability", items_per_step=64)
 def softmax_exp(ctx: detbench.Context) -> Any:
-    """exp, tanh and softmax of a (64, 512) float32 tensor: vectorised differently per capability."""
+    """exp, tanh and softmax of a (64, 512) float32 tensor: vectorised per capability."""
     x = torch.randn(64, 512, device=ctx.device)
 
     def step() -> list[torch.Tensor]:
