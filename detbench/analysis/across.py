@@ -98,9 +98,9 @@ def load_runs(paths: Sequence[str | Path]) -> list[Run]:
         if not set_of or "machine" not in df.columns:
             runs.append(Run(str(p), df, env, d))
             continue
-        for name, menv in set_of.items():
+        for name in env.get("machine_order") or list(set_of):
             part = df[df["machine"] == name].reset_index(drop=True)
-            runs.append(Run(f"{p}:{name}", part, dict(menv), d))
+            runs.append(Run(f"{p}:{name}", part, dict(set_of[name]), d))
     return runs
 
 

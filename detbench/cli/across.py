@@ -62,7 +62,7 @@ def add_parsers(sub: Any) -> None:
                    "several: one whole run per partition (a GPU type each), merged into a set "
                    "for the cross-machine verdict")  # fmt: skip
     s.add_argument("--gres", metavar="GRES", help="Slurm --gres, e.g. gpu:1")
-    s.add_argument("--time", type=float, metavar="MINUTES", help="each job's time limit")
+    s.add_argument("--time", type=int, metavar="MINUTES", help="each job's time limit")
     s.add_argument("--account", metavar="ACCOUNT", help="Slurm --account")
     s.add_argument("--constraint", metavar="FEATURES", help="Slurm --constraint")
     s.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per job")

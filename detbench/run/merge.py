@@ -245,7 +245,7 @@ def merge(out: Path, dirs: Sequence[Path]) -> Merged:
             recs, env = group[0].records, group[0].env
         envs[name] = env
         records += [{**r, "machine": name} for r in recs]
-    doc = {"schema_version": 1, "merged_utc": utc_now(), "machines": envs,
+    doc = {"schema_version": 1, "merged_utc": utc_now(), "machines": envs, "machine_order": names,
            "merged_from": [str(p.path) for p in parts]}  # fmt: skip
     _write(out, records, doc)
     return Merged(out, "machines", len(records), names, notes)

@@ -18,6 +18,7 @@ refuses in one line.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -133,9 +134,12 @@ def executor(kind: str, folder: Path, params: Mapping[str, Any]) -> Any:
     submitit = submitit_module()
     if kind not in EXECUTORS:
         raise SubmitError(f"unknown --executor {kind!r}; use {' or '.join(EXECUTORS)}")
-    ex = submitit.AutoExecutor(folder=folder, cluster=kind)
-    given = {k: v for k, v in params.items() if v is not None}
-    ex.update_parameters(name="detbench", **given)
+    try:
+        ex = submitit.AutoExecutor(folder=folder, cluster=kind)
+        given = {k: v for k, v in params.items() if v is not None}
+        ex.update_parameters(name="detbench", **given)
+    except (AssertionError, ValueError, RuntimeError) as exc:  # submitit's word on the options
+        raise SubmitError(f"submitit refused the {kind} executor's options: {exc}") from None
     return ex
 
 
@@ -159,11 +163,15 @@ def wait(jobs: Sequence[Any], outcomes: Sequence[Outcome], stream: TextIO, poll:
     failed = []
     while left:
         for i, job in list(left.items()):
-            if not job.done():
+            vanished = not job.done() and _vanished(job)
+            if not (vanished or job.done()):
                 continue
             del left[i]
             o = outcomes[i]
             try:
+                if vanished:
+                    raise SubmitError("the job left Slurm's queue without a result (no "
+                                      "accounting here to say why: see its log in submitit/)")  # fmt: skip
                 result = job.result()
                 o.state, o.node, o.error = "COMPLETED", result.get("node"), None
             except Exception as exc:  # the job's own failure, or one submitit saw
@@ -176,6 +184,19 @@ def wait(jobs: Sequence[Any], outcomes: Sequence[Outcome], stream: TextIO, poll:
         if left:
             time.sleep(poll)
     return failed
+
+
+def _vanished(job: Any) -> bool:
+    """A Slurm job that left the queue without a result where ``sacct`` cannot say so (a cluster
+    without accounting storage): submitit would wait for it for ever."""
+    if type(job).__name__ != "SlurmJob" or job.state != "UNKNOWN":
+        return False
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", str(job.job_id)], capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and not out.stdout.strip() and not job.paths.result_pickle.exists()
 
 
 def submit(kind: str, todo: Sequence[Task], params: Mapping[str, Any], retries: int = 1,
