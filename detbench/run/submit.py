@@ -170,8 +170,10 @@ def wait(jobs: Sequence[Any], outcomes: Sequence[Outcome], stream: TextIO, poll:
             o = outcomes[i]
             try:
                 if vanished:
-                    raise SubmitError("the job left Slurm's queue without a result (no "
-                                      "accounting here to say why: see its log in submitit/)")  # fmt: skip
+                    raise SubmitError(
+                        "the job left Slurm's queue without a result (no accounting here to "
+                        "say why: see its log in submitit/)"
+                    )
                 result = job.result()
                 o.state, o.node, o.error = "COMPLETED", result.get("node"), None
             except Exception as exc:  # the job's own failure, or one submitit saw
