@@ -87,8 +87,9 @@ def describe(r: Mapping[Any, Any]) -> str:
     if r["other"]:
         groups = " | ".join(", ".join(ms) + diff_text(r["max_diff"], ms) for ms in r["other"])
         parts.append(f"other bits: {groups}")
-    if r["nondeterministic"]:
-        parts.append(f"not reproducible: {', '.join(r['nondeterministic'])}")
+    nondet = [m for m in r["nondeterministic"] if m != base]  # the baseline's is said above
+    if nondet:
+        parts.append(f"not reproducible: {', '.join(nondet)}")
     return "; ".join(parts)
 
 
