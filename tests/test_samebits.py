@@ -63,8 +63,10 @@ def test_report_section(tmp_path: Path) -> None:
     md_path, _ = write_report(d)
     md = md_path.read_text()
     assert "## Same bits as default" in md
-    assert ("| s/attn | reproducible | det-algos | default\\[sdpa\\_backend=math\\] (max \\|diff\\| "
-            "2e-06) | no-cudnn | default\\[autocast=bf16\\] (unsupported) |") in md  # fmt: skip
+    assert (
+        "| s/attn | reproducible | det-algos | default\\[sdpa\\_backend=math\\] "
+        "(max \\|diff\\| 2e-06) | no-cudnn | default\\[autocast=bf16\\] (unsupported) |"
+    ) in md
     assert (
         "In 2 of 3 workloads a reproducible mode gives other bits than default: s/attn, s/race."
         in md
