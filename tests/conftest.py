@@ -40,7 +40,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # means to exercise the default device says so with @pytest.mark.default_device.
 
 #: The commands that start a run, and the options that name its device.
-RUN_COMMANDS = frozenset({"run", "attribute", "audit", "locate", "gpu-check"})
+RUN_COMMANDS = frozenset({"run", "attribute", "audit", "locate", "gpu-check", "submit"})
 DEVICE_OPTIONS = ("--device", "--devices", "--resume")
 _default_device_allowed = False  # True while a test marked default_device runs
 

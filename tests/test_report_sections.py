@@ -276,6 +276,9 @@ def strip_new(md: str) -> str:
     if "## Measurement quality" in md:
         md = md.replace(section(md, "## Measurement quality") + "\n\n", "")
     md = md.replace(section(md, "## Recommendations") + "\n\n", "")
+    if "## Same bits as default" in md:  # issue 23: which modes give default's bits
+        md = md.replace(section(md, "## Same bits as default") + "\n\n", "")
+    md = re.sub(r"^\| cpu\\_capability \| [^\n]*\n", "", md, flags=re.M)  # issue 23's fact
     md = re.sub(r"\*[^*\n]*: recommendation per workload\*\n\n(\|[^\n]*\n)+\n", "", md)
     md = re.sub(r"^- (Recommendations|Intervals):[^\n]*\n", "", md, flags=re.M)
     return re.sub(r"throughput differences are noise[^\n]*", "", md)

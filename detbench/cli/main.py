@@ -103,7 +103,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args, cuda)
 
     def summary(df: pd.DataFrame) -> str:
-        return summary_table(df)[1] + "\n\n" + recommendation_text(df)
+        from detbench.analysis.samebits import text
+
+        same = text(df)
+        return (
+            summary_table(df)[1]
+            + "\n\n"
+            + recommendation_text(df)
+            + (f"\n\n{same}" if same else "")
+        )
 
     return execute(config, args, cuda, summary=summary)
 
@@ -113,20 +121,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     md, page = write_report(existing_dir(args.dir))
     print(f"report: {page}\n        {md}")
-    return 0
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from detbench.report.compare import compare, to_markdown, to_text
-
-    out = Path(args.markdown) if args.markdown else None
-    if out is not None and out.exists():
-        raise UserError(f"{out} exists: give a new file for --markdown (nothing was overwritten)")
-    c = compare(existing_dir(args.dir_a), existing_dir(args.dir_b))
-    print(to_text(c), end="")
-    if out is not None:
-        out.write_text(to_markdown(c), encoding="utf-8")
-        print(f"\nMarkdown: {out}")
     return 0
 
 
@@ -233,14 +227,6 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("dir", metavar="DIR", help="a results directory written by 'detbench run'")
     rep.set_defaults(func=_cmd_report)
 
-    cmp = sub.add_parser(
-        "compare", help="compare two runs: throughput changes with significance, verdict changes"
-    )
-    cmp.add_argument("dir_a", metavar="DIR_A", help="the first run (the reference)")
-    cmp.add_argument("dir_b", metavar="DIR_B", help="the second run")
-    cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
-    cmp.set_defaults(func=_cmd_compare)
-
     aud = sub.add_parser(
         "audit",
         help="which ops of a workload have no deterministic implementation here, and is it "
@@ -271,8 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     idx.add_argument("dir", metavar="DIR", nargs="?", default="results")
     idx.set_defaults(func=_cmd_index)
 
-    from detbench.cli import attribute, locate  # they import this module's run_options
+    from detbench.cli import across, attribute, locate  # they import this module's run_options
 
+    across.add_parsers(sub)
     attribute.add_parser(sub)
     locate.add_parser(sub)
     return p

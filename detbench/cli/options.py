@@ -19,7 +19,7 @@ class UserError(DetbenchError):
 #: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
 RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
                "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set",
-               "devices")  # fmt: skip
+               "devices", "shard")  # fmt: skip
 
 
 def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
@@ -50,6 +50,7 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
     device = args.device or kind or ("cuda" if cuda else "cpu")
     profile = args.profile or ("full" if device == "cuda" else "quick")
     from detbench.core.settings import parse_assignments
+    from detbench.run.schedule import parse_shard
 
     overrides = parse_assignments(args.set or [])
     modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
@@ -73,6 +74,7 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         only=args.only,
         settings=dict(overrides),
         devices=devices,
+        shard=parse_shard(args.shard) if args.shard is not None else None,
     )
 
 
@@ -174,6 +176,12 @@ def run_options(q: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="continue the interrupted run in DIR with its own options, measuring only what "
         "has no record yet; refused if the GPU, driver, CUDA, cuDNN or torch changed",
+    )
+    q.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="run only shard K of N of the plan: whole workers (mode, replicate), dealt the same "
+        "way on every machine; 'detbench merge' joins the N shards into one run",
     )
     q.add_argument(
         "--no-report", action="store_true", help="do not write report.md and report.html at the end"

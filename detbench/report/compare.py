@@ -22,7 +22,8 @@ from detbench.core.modes import DEFAULT_MODE
 from detbench.store.results import ENV_FACTS, env_facts, load_env, load_results
 
 #: Environment facts whose difference is warned about, with the words used for them.
-WARN_FACTS = {"gpu": "GPU", "driver": "driver", "cuda": "CUDA", "cudnn": "cuDNN", "torch": "torch"}
+WARN_FACTS = {"gpu": "GPU", "driver": "driver", "cuda": "CUDA", "cudnn": "cuDNN", "torch": "torch",
+              "cpu_capability": "CPU capability"}  # fmt: skip
 
 
 @dataclass

@@ -20,8 +20,9 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis.recommend import RULE, run_device
 from detbench.locate import report as locate_report
+from detbench.report import across as across_report
 from detbench.report import attribution as attribution_report
-from detbench.report import devices, located
+from detbench.report import devices, located, samebits
 from detbench.report import distributed as distributed_report
 from detbench.report import invariance as invariance_report
 from detbench.report.conditions import precision_blocks, quality_blocks, warnings
@@ -279,6 +280,7 @@ def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
     blocks += distributed_report.blocks(df, env, plots)  # the distributed (torchrun) section
     blocks += located.blocks(env.get("located") or [])  # a run made with --locate
     blocks += devices.blocks(df, env, plots)  # same bits across devices (run --devices)
+    blocks += samebits.blocks(df, env, plots)  # which modes give the default mode's bits
     blocks += precision_blocks(df, baseline)
     blocks += recipe_blocks(df)
     warn = warnings(df, v, env, costs)
@@ -325,12 +327,17 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
 
         raise ResultsError(f"{d}: results.jsonl holds no records yet")
     env = load_env(d) if (d / ENV_FILE).exists() else {}
+    if env.get("machines"):  # a set of runs from several machines (detbench merge)
+        return _write(d, across_report.set_blocks(d))
     env["located"] = locate_report.load(d)  # what run --locate found, kept beside env.json
     rec = analysis.recommendations(df)
     plots = write_plots(df, d / PLOTS_DIR, rec)
     plots += attribution_report.write_plots(df, env, d / PLOTS_DIR)
     plots += invariance_report.write_plots(df, env, d / PLOTS_DIR)
-    blocks = build_blocks(df, env, plots, rec)
+    return _write(d, build_blocks(df, env, plots, rec))
+
+
+def _write(d: Path, blocks: list[Block]) -> tuple[Path, Path]:
     title = next((b.text for b in blocks if isinstance(b, Heading)), "detbench report")
     md, page = d / REPORT_MD, d / REPORT_HTML
     write_text_atomic(md, to_markdown(blocks, d))

@@ -42,6 +42,7 @@ def main(argv: list[str]) -> int:
     from detbench.core.modes import Mode, current_flags
     from detbench.core.workload import load_file, registry
     from detbench.distributed.launch import run_distributed
+    from detbench.store.results import where
     from detbench.worker.applied import WorkerSettings
     from detbench.worker.devenv import device_env
     from detbench.worker.measure import run_workload
@@ -108,6 +109,7 @@ def main(argv: list[str]) -> int:
         record["mode_position"] = job.get("mode_position")
         # Which device ran it ("cuda:1", "cpu:0"); ``device`` stays the device type.
         record["device_name"] = job.get("device_name") or f"{device.type}:0"
+        record.update(where())  # the node and batch job (detbench submit) it ran in
         _send(out, {"type": "record", "record": record})
         # What the workload imported or cached for good (its own objects are freed by now) joins
         # the frozen generation, so each later collection scans only the next workload's objects.

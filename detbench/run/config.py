@@ -106,6 +106,8 @@ class RunConfig:
     #: as names (``parse_devices``: "cuda:0", "cuda:1"; "cpu:0", "cpu:1" for two cpu entries).
     #: None: one worker at a time on ``device``, as without the option.
     devices: list[str] | None = None
+    #: ``--shard K/N``: only shard K of N of the plan's workers (``schedule.shard_slots``).
+    shard: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.fingerprint is None:
@@ -142,6 +144,7 @@ class RunConfig:
             "profile": self.profile,
             "device": self.device,
             "devices": self.devices,
+            "shard": list(self.shard) if self.shard else None,
             "threads_per_worker": threads,
             "seed": self.seed,
             "fingerprint_steps": self.setting("fingerprint_steps"),
@@ -249,6 +252,7 @@ def resume_config(directory: Path) -> RunConfig:
             only_for=o.get("only_for"),
             study=env.get("study"),
             devices=o.get("devices"),
+            shard=(int(o["shard"][0]), int(o["shard"][1])) if o.get("shard") else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None

@@ -111,7 +111,7 @@ class Runner:
         self.sources, self.workloads = resolve_sources(config)
         self.plan: Plan = make_plan(
             [w.key for w in self.workloads], config.modes, config.replicates, config.seed,
-            self.done, config.only_for, lanes=len(names), placed=self._placed,
+            self.done, config.only_for, lanes=len(names), placed=self._placed, shard=config.shard,
         )  # fmt: skip
         import torch  # the CLI has it imported already
 

@@ -134,6 +134,7 @@ def make_plan(
     only_for: Mapping[str, Sequence[str]] | None = None,
     lanes: int = 1,
     placed: Placed | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> Plan:
     """Every (replicate, mode) that still has a workload to measure, in run order; ``done`` holds
     the (workload, mode, replicate) records a resumed run already has. ``only_for`` limits a
@@ -141,7 +142,12 @@ def make_plan(
     run only on the workloads that use attention). ``lanes``: the devices that run workers side
     by side, each slot given one (see the module docstring); ``placed``: for a resumed run, the
     devices its kept records ran on: the rest of a replicate goes where it began when that
-    stacks nothing, and the other replicates spread beside them."""
+    stacks nothing, and the other replicates spread beside them. ``shard`` (K, N): only the
+    workers ``shard_slots`` gives shard K of N (``run --shard K/N``)."""
+    if shard is not None:
+        mine = shard_slots(make_plan(keys, modes, replicates, seed, only_for=only_for), shard)
+        done = set(done) | {(k, m.name, r) for r in range(replicates) for m in modes
+                            for k in keys if (r, m.name) not in mine}  # fmt: skip
     order = mode_order(modes, replicates, seed)
     slots = []
     load = [0] * lanes  # records planned per device
@@ -164,6 +170,37 @@ def make_plan(
                 load[lane] += len(todo)
                 slots.append(Slot(r, position, mode, todo, lane))
     return Plan(tuple(slots), tuple(tuple(m.name for m in r) for r in order), seed, lanes)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard K/N``: (K, N), with 1 <= K <= N."""
+    from detbench.run.config import RunError
+
+    k, slash, n = text.partition("/")
+    if not (slash and k.strip().isdigit() and n.strip().isdigit()) or not 1 <= int(k) <= int(n):
+        raise RunError(f"--shard {text}: give K/N with 1 <= K <= N, e.g. --shard 1/4")
+    return int(k), int(n)
+
+
+def shard_slots(full: Plan, shard: tuple[int, int]) -> set[tuple[int, str]]:
+    """The (replicate, mode) workers of shard K of N: the whole plan's workers (of a fresh run,
+    whatever a resumed one has kept) dealt in plan order, each to the shard with the fewest
+    records so far (ties: the lowest K). Whole workers, so every replicate stays a fresh process;
+    the same options give every machine the same deal, and the N shards together are the plan."""
+    from detbench.run.config import RunError
+
+    k, n = shard
+    if n > len(full.slots):
+        raise RunError(f"--shard {k}/{n}: the plan has {len(full.slots)} workers, fewer than "
+                       f"{n} shards; give at most {len(full.slots)}")  # fmt: skip
+    load = [0] * n
+    mine: set[tuple[int, str]] = set()
+    for s in full.slots:
+        i = min(range(n), key=lambda j: (load[j], j))
+        load[i] += len(s.keys)
+        if i == k - 1:
+            mine.add((s.replicate, s.mode.name))
+    return mine
 
 
 class LaneQueues:
@@ -237,7 +274,8 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
         "replicates"
         + (f" ({len(runner.done)} records already kept)" if runner.done else "")
-        + f" = {est.records} records in {est.workers} fresh workers",
+        + f" = {est.records} records in {est.workers} fresh workers"
+        + (f" (shard {c.shard[0]}/{c.shard[1]} of the plan)" if c.shard else ""),
         f"  device {c.device}, profile {c.profile}: fingerprint "
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
         f"warm-up {c.setting('warmup_steps')} steps, timing until the median's 95% interval is "

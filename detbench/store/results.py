@@ -54,7 +54,12 @@ if TYPE_CHECKING:
 #      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
 #      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
 #      workloads), ``nccl_env`` (the NCCL variables as rank 0 read them after
-#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there).
+#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there);
+#      ``max_abs_diff_vs_default`` (the largest difference from the default mode's first
+#      replicate's outputs, where they were saved before this record's worker ran);
+#      ``node`` and ``job`` (the host and batch job the record ran in, ``where``); a merged run's
+#      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
+#      set of runs from several machines).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.
@@ -349,6 +354,21 @@ def collect_env_later(
     return result
 
 
+#: Set by ``detbench submit`` in each job it launches: the job's id, as the scheduler names it.
+JOB_ENV = "DETBENCH_JOB"
+
+
+def where(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The node this process runs on and the batch job it belongs to: ``DETBENCH_JOB`` (set by
+    ``detbench submit``), else Slurm's array task (``JOBID_TASK``) or job id; None outside a
+    job. Every record and env.json's ``host`` carry both."""
+    env = os.environ if environ is None else environ
+    job = env.get(JOB_ENV)
+    if not job and env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return {"node": platform.node() or None, "job": job or env.get("SLURM_JOB_ID") or None}
+
+
 def host_env_later() -> Callable[[], dict[str, Any]]:
     """``host_env`` started now (its child process runs meanwhile), its facts when called."""
     collected = collect_env_later()
@@ -366,6 +386,7 @@ def host_env_later() -> Callable[[], dict[str, Any]]:
             "cpu_model": _lscpu_field(info.get("cpu_info") or "", "Model name"),
             "cpu_count": os.cpu_count(),
             "driver": info.get("nvidia_driver_version"),
+            **where(),
             "collect_env": info,
             **({"collect_env_error": error} if error else {}),
         }
@@ -381,13 +402,14 @@ def host_env() -> dict[str, Any]:
 
 
 #: The facts that make two runs comparable, in the order a report lists them.
-ENV_FACTS = ("device", "gpu", "driver", "cuda", "cudnn", "torch", "python", "cpu", "threads")
+ENV_FACTS = ("device", "gpu", "driver", "cuda", "cudnn", "torch", "python", "cpu",
+             "cpu_capability", "threads")  # fmt: skip
 
 
 def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
     """The environment of a run in a few comparable strings (None where not known): the device,
-    GPU model, NVIDIA driver, CUDA (the version torch was built with), cuDNN, torch, Python, CPU
-    model and torch's threads."""
+    GPU model, NVIDIA driver, CUDA (the version torch was built with), cuDNN, torch,
+    Python, CPU model, the CPU capability torch's kernels were chosen for, and torch's threads."""
     host = env.get("host") or {}
     worker = env.get("worker") or {}
     collected = host.get("collect_env") or {}
@@ -408,6 +430,7 @@ def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
         "torch": text(host.get("torch")),
         "python": text(host.get("python")),
         "cpu": text(host.get("cpu_model") or host.get("cpu")),
+        "cpu_capability": text(worker.get("cpu_capability")),
         "threads": text(worker.get("num_threads")),
     }
 

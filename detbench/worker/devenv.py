@@ -27,6 +27,8 @@ GPU_ENV_VARS = (
     "NVIDIA_TF32_OVERRIDE",
     "CUDA_MODULE_LOADING",
     "CUDA_LAUNCH_BLOCKING",
+    # Chooses the CPU kernels torch dispatches to ("default", "avx2", "avx512"): other bits.
+    "ATEN_CPU_CAPABILITY",
 )
 
 
@@ -192,6 +194,16 @@ def _uuid_text(uuid: Any) -> str | None:
     return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
 
 
+def cpu_capability() -> str:
+    """The CPU instruction set torch's kernels were chosen for ("AVX2", "AVX512", "DEFAULT"):
+    exp, tanh, softmax and matmul give other bits under another. "unsupported: ..." where this
+    torch cannot say (``torch.backends.cpu.get_cpu_capability`` is torch 2.1+)."""
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except (AttributeError, RuntimeError) as exc:
+        return f"unsupported: {type(exc).__name__}: {exc}"
+
+
 def device_env(device: torch.device) -> dict[str, Any]:
     env: dict[str, Any] = {
         "device": device.type,
@@ -205,6 +217,7 @@ def device_env(device: torch.device) -> dict[str, Any]:
         **{name: os.environ.get(name) for name in GPU_ENV_VARS},
         "precision": precision_settings(),
         "fp32": fp32_precision(device),
+        "cpu_capability": cpu_capability(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

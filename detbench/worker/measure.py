@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from detbench.core.modes import Mode, record_fields
+from detbench.core.modes import DEFAULT_MODE, Mode, record_fields
 from detbench.core.seeding import seed_workload
 from detbench.core.settings import MODE_FLAGS
 from detbench.core.workload import Context, Workload
@@ -154,6 +154,12 @@ def _fingerprint_pass(
     else:
         rec["max_abs_diff"] = diff.pop("max_abs_diff")
         rec["diff_reference"] = diff
+    # How far from the default mode's outputs (its first replicate's, where saved already): what
+    # turning a setting on changes in the results, not only whether it changes the bits.
+    base = reference_path(Path(job["reference_dir"]), w.key, DEFAULT_MODE.name)
+    if mode.name != DEFAULT_MODE.name and base.is_file():
+        vs = fp.diff_against_reference(base, rec["fingerprint"], outputs)
+        rec["max_abs_diff_vs_default"] = None if vs is None else vs["max_abs_diff"]
 
 
 def count_pass(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: bool) -> None:

@@ -1,0 +1,245 @@
+"""The cross-machine verdict: do two or more runs (two GPUs, two CPUs, two torch releases, two CPU
+capabilities) give the same bits for the same workload in the same mode and settings?
+
+Computed from each run's records and env.json alone. For every (suite, workload, mode) found in
+more than one run (the mode's label carries its settings, ``default[sdpa_backend=math]``):
+
+- each run's own verdict first: its ok replicates reproducible (one fingerprint), one replicate
+  only, nondeterministic (several fingerprints), or not run (a status);
+- fingerprints count as comparable only where the inputs and the digest are the same: the same
+  device type (a CPU's and a GPU's random streams differ), the same workload parameters (sizes,
+  the profile), seed, digest method and number of hashed steps. Runs that differ in any of
+  these are "not comparable", never "different";
+- a workload nondeterministic inside a run has no cross-machine verdict: its runs differ from
+  themselves, and that is what it is called;
+- otherwise the runs fall into groups of equal fingerprints: one group is ``same_bits`` True,
+  more are False, and the facts of the runs' environments that differ between the groups (GPU,
+  SM count, driver, CUDA, cuDNN, torch, CPU capability, ...) say what may explain it.
+
+A set of runs merged from several machines (``detbench merge``: env.json has ``machines``, each
+record its ``machine``) counts as one run per machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from detbench.analysis.matrix import counted, mode_key, mode_of
+from detbench.store.results import ENV_FILE, env_facts, load_env, load_results
+from detbench.store.schema import Status
+
+#: The facts of a run's environment that may explain other bits, with the words for them.
+FACTS = {
+    "device": "device",
+    "gpu": "GPU",
+    "sm_count": "SM count",
+    "driver": "driver",
+    "cuda": "CUDA",
+    "cudnn": "cuDNN",
+    "torch": "torch",
+    "cpu_capability": "CPU capability",
+    "cpu": "CPU",
+    "threads": "threads",
+    "python": "Python",
+}
+
+#: What makes two runs' fingerprints of one workload comparable, with the words for each.
+INPUTS = {
+    "device": "device",
+    "params": "workload parameters (sizes, profile)",
+    "seed": "seed",
+    "method": "digest method",
+    "steps": "hashed steps",
+}
+
+#: The verdicts, in the order a summary counts them.
+VERDICTS = ("same bits", "different bits", "nondeterministic within a run", "not comparable",
+            "no verdict")  # fmt: skip
+
+
+@dataclass
+class Run:
+    """One run as the verdict sees it: its name (the path given, or ``DIR:machine`` for a
+    machine of a merged set), its records and its env.json."""
+
+    name: str
+    df: pd.DataFrame
+    env: dict[str, Any]
+    path: Path | None = None
+
+    @property
+    def facts(self) -> dict[str, str | None]:
+        facts = env_facts(self.env)
+        sm = (self.env.get("worker") or {}).get("sm_count")
+        return {k: (str(sm) if sm is not None else None) if k == "sm_count" else facts.get(k)
+                for k in FACTS}  # fmt: skip
+
+
+def machines(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The machines of a merged multi-machine set (name -> its env.json); {} for one run."""
+    m = env.get("machines")
+    return dict(m) if isinstance(m, dict) else {}
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[Run]:
+    """The runs in ``paths``, in order; a multi-machine set gives one run per machine."""
+    runs: list[Run] = []
+    for p in paths:
+        d = Path(p)
+        df = load_results(d)
+        env = load_env(d) if (d / ENV_FILE).exists() else {}
+        set_of = machines(env)
+        if not set_of or "machine" not in df.columns:
+            runs.append(Run(str(p), df, env, d))
+            continue
+        for name in env.get("machine_order") or list(set_of):
+            part = df[df["machine"] == name].reset_index(drop=True)
+            runs.append(Run(f"{p}:{name}", part, dict(set_of[name]), d))
+    return runs
+
+
+@dataclass
+class Side:
+    """One run's records of one (suite, workload, mode)."""
+
+    run: str
+    state: str  # reproducible | single | nondeterministic | the status it failed with
+    fingerprints: list[str] = field(default_factory=list)
+    inputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ran(self) -> bool:
+        return self.state in ("reproducible", "single", "nondeterministic")
+
+
+def _text(x: Any) -> str:
+    if isinstance(x, dict):
+        return json.dumps(x, sort_keys=True, default=str)
+    return "" if x is None or (isinstance(x, float) and pd.isna(x)) else str(x)
+
+
+def sides(run: Run) -> dict[tuple[str, str, str], Side]:
+    """Each (suite, workload, mode) of ``run``: its own verdict, fingerprints and inputs."""
+    out: dict[tuple[str, str, str], Side] = {}
+    if run.df.empty:
+        return out
+    df = counted(run.df)
+    steps = _text((run.env.get("options") or {}).get("fingerprint_steps"))
+    for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"], sort=False):
+        ok = g[(g["status"] == Status.OK) & g["fingerprint"].notna()]
+        prints = list(dict.fromkeys(str(x) for x in ok["fingerprint"]))
+        first = ok.iloc[0] if len(ok) else g.iloc[0]
+        inputs = {
+            "device": _text(first.get("device")),
+            "params": _text(first.get("params")),
+            "seed": _text(first.get("seed")),
+            "method": _text(first.get("fingerprint_method")) or "sha256",
+            "steps": steps,
+        }
+        if len(prints) > 1:
+            state = "nondeterministic"
+        elif len(ok) >= 2:
+            state = "reproducible"
+        elif len(ok) == 1:
+            state = "single"
+        else:
+            bad = g[g["status"] != Status.OK]["status"]
+            state = str(bad.mode().iloc[0]) if len(bad) else "no fingerprint"
+        out[(str(suite), str(workload), str(mode))] = Side(run.name, state, prints, inputs)
+    return out
+
+
+def _inputs_differ(a: Side, b: Side) -> str:
+    return "; ".join(f"{words} {a.inputs.get(k) or '–'} ({a.run}) vs {b.inputs.get(k) or '–'} "
+                     f"({b.run})" for k, words in INPUTS.items()
+                     if a.inputs.get(k) != b.inputs.get(k))  # fmt: skip
+
+
+def _differs(groups: list[list[str]], facts: Mapping[str, Mapping[str, str | None]]
+             ) -> dict[str, list[str]]:  # fmt: skip
+    """The facts whose values differ between ``groups`` of runs: fact -> each group's value(s)
+    ("?" where a run did not record it; "a / b" where a group's runs differ among themselves)."""
+    out: dict[str, list[str]] = {}
+    for k in FACTS:
+        per = [" / ".join(dict.fromkeys(facts[r].get(k) or "?" for r in g)) for g in groups]
+        if len(set(per)) > 1:
+            out[k] = per
+    return out
+
+
+def verdict(key: tuple[str, str, str], present: list[Side],
+            facts: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:  # fmt: skip
+    """The verdict of one (suite, workload, mode) over the runs that have it (see the module
+    docstring), as a plain dict (the JSON of ``detbench compare --json``)."""
+    suite, workload, mode = key
+    m = mode_of(mode)
+    row: dict[str, Any] = {
+        "suite": suite, "workload": workload, "mode": mode,
+        "base_mode": m.base_name if m else mode, "settings": m.overrides if m else {},
+        "runs": [s.run for s in present], "same_bits": None, "verdict": "no verdict",
+        "groups": [], "fingerprints": [], "differs": {}, "nondeterministic_in": [],
+        "not_comparable": {}, "not_run": {}, "note": "",
+    }  # fmt: skip
+    ran = [s for s in present if s.ran]
+    row["not_run"] = {s.run: s.state for s in present if not s.ran}
+    if len(ran) < 2:
+        row["note"] = "ran in fewer than two runs" + (
+            ": " + ", ".join(f"{r} {st}" for r, st in row["not_run"].items())
+            if row["not_run"] else "")  # fmt: skip
+        return row
+    # The largest class of runs with the same inputs (ties: the first run's class).
+    classes: dict[tuple[str, ...], list[Side]] = {}
+    for s in ran:
+        classes.setdefault(tuple(s.inputs.get(k, "") for k in INPUTS), []).append(s)
+    best = max(classes.values(), key=len)
+    row["not_comparable"] = {s.run: _inputs_differ(best[0], s) for s in ran if s not in best}
+    if len(best) < 2:
+        row["verdict"] = "not comparable"
+        row["note"] = "; ".join(row["not_comparable"].values())
+        return row
+    nondet = [s for s in best if s.state == "nondeterministic"]
+    row["nondeterministic_in"] = [s.run for s in nondet]
+    groups: dict[str, list[str]] = {}
+    for s in best:
+        if s.state != "nondeterministic":
+            groups.setdefault(s.fingerprints[0], []).append(s.run)
+    row["groups"], row["fingerprints"] = list(groups.values()), list(groups)
+    if nondet:
+        row["verdict"] = "nondeterministic within a run"
+        row["note"] = (f"run to run within {', '.join(row['nondeterministic_in'])}: not a "
+                       "cross-machine difference")  # fmt: skip
+        return row
+    row["same_bits"] = len(groups) == 1
+    row["verdict"] = "same bits" if row["same_bits"] else "different bits"
+    if not row["same_bits"]:
+        row["differs"] = _differs(row["groups"], facts)
+        if not row["differs"]:
+            row["note"] = "no recorded fact of the environments differs between the groups"
+    return row
+
+
+def across(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """The verdict of every (suite, workload, mode) found in more than one of ``runs``, ordered
+    by suite, the order workloads first appear, and mode."""
+    per = [sides(r) for r in runs]
+    facts = {r.name: r.facts for r in runs}
+    keys = list(dict.fromkeys(k for s in per for k in s))
+    order = {w: i for i, w in enumerate(dict.fromkeys((k[0], k[1]) for k in keys))}
+    keys.sort(key=lambda k: (k[0], order[(k[0], k[1])], mode_key(k[2])))
+    out = []
+    for key in keys:
+        present = [s[key] for s in per if key in s]
+        if len(present) > 1:
+            out.append(verdict(key, present, facts))
+    return out
+
+
+def counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many rows have each verdict, in ``VERDICTS`` order."""
+    return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}

@@ -1,0 +1,209 @@
+"""``detbench compare``, ``detbench merge`` and ``detbench submit``: runs across machines.
+
+- ``compare A B [C ...]``: the cross-machine verdict (``analysis.across``) for every workload and
+  mode found in more than one run; with two single runs, first their throughput comparison
+  (``report.compare``).
+- ``merge OUT DIR...``: shards into one run, or runs from several machines into one set
+  (``run.merge``).
+- ``submit``: a run's shards, or one run per partition, as jobs through submitit (``run.submit``),
+  merged when they end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from detbench.cli.options import UserError, existing_dir, run_config, run_options
+
+
+def add_parsers(sub: Any) -> None:
+    cmp = sub.add_parser(
+        "compare",
+        help="compare runs: the same bits across machines for every workload and mode in more "
+        "than one run; with two runs, also throughput changes with significance",
+    )
+    cmp.add_argument("dirs", nargs="+", metavar="DIR", help="two or more runs (the first is the "
+                     "reference), or a set merged from several machines")  # fmt: skip
+    cmp.add_argument("--json", action="store_true", help="the cross-machine verdicts as a JSON "
+                     "list: workload, mode, same_bits (true/false/null), groups")  # fmt: skip
+    cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
+    cmp.set_defaults(func=compare_command)
+
+    mrg = sub.add_parser(
+        "merge",
+        help="merge the shards of one run (run --shard K/N) into one run, or runs from several "
+        "machines into one set, each record naming its machine",
+    )
+    mrg.add_argument("out", metavar="OUT", help="the merged run's directory (new)")
+    mrg.add_argument("dirs", nargs="+", metavar="DIR", help="the shards, or the runs")
+    mrg.add_argument("--no-report", action="store_true", help="do not write the report")
+    mrg.set_defaults(func=merge_command)
+
+    s = sub.add_parser(
+        "submit",
+        help="run a run's shards (or one run per partition) as batch jobs through submitit "
+        "(Slurm, or --executor local), then merge them",
+    )
+    run_options(s)
+    s.add_argument("--mode", action="append", metavar="NAME",
+                   help="a mode from 'detbench modes' (repeatable; default: all 10)")  # fmt: skip
+    s.add_argument("--set", action="append", metavar="NAME=LEVEL",
+                   help="a setting applied to every mode (as for run)")  # fmt: skip
+    s.add_argument("--executor", choices=("slurm", "local"), required=True,
+                   help="slurm (sbatch, a job array) or local (submitit's local executor: "
+                   "processes on this machine)")  # fmt: skip
+    s.add_argument("--shards", type=int, metavar="N", help="split the run into N shards, one "
+                   "job each (a job array)")  # fmt: skip
+    s.add_argument("--partition", metavar="P[,P...]", help="the Slurm partition of the shards; "
+                   "several: one whole run per partition (a GPU type each), merged into a set "
+                   "for the cross-machine verdict")  # fmt: skip
+    s.add_argument("--gres", metavar="GRES", help="Slurm --gres, e.g. gpu:1")
+    s.add_argument("--time", type=int, metavar="MINUTES", help="each job's time limit")
+    s.add_argument("--account", metavar="ACCOUNT", help="Slurm --account")
+    s.add_argument("--constraint", metavar="FEATURES", help="Slurm --constraint")
+    s.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per job")
+    s.add_argument("--array-parallelism", type=int, metavar="N",
+                   help="at most N jobs of the array at once (Slurm)")  # fmt: skip
+    s.add_argument("--slurm-option", action="append", metavar="KEY=VALUE",
+                   help="any other sbatch option (repeatable), e.g. qos=high")  # fmt: skip
+    s.add_argument("--retries", type=int, default=1, metavar="N",
+                   help="resubmit a failed job (it resumes) up to N times (default 1)")  # fmt: skip
+    s.set_defaults(func=submit_command)
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    from detbench.analysis.across import across, load_runs, machines
+    from detbench.report import across as across_report
+    from detbench.report import compare as pair
+    from detbench.store.results import ENV_FILE, load_env
+
+    out = Path(args.markdown) if args.markdown else None
+    if out is not None and out.exists():
+        raise UserError(f"{out} exists: give a new file for --markdown (nothing was overwritten)")
+    dirs = [existing_dir(d) for d in args.dirs]
+    if len(dirs) < 2 and not (dirs[0] / ENV_FILE).exists():
+        raise UserError("give two or more runs to compare, or one set merged from several "
+                        "machines")  # fmt: skip
+    runs = load_runs(dirs)
+    if len(runs) < 2:
+        raise UserError(f"{dirs[0]} holds one run: give two or more runs to compare")
+    verdicts = across(runs)
+    if args.json:
+        print(json.dumps(verdicts, indent=2, default=str))
+        return 0
+    sets = [d for d in dirs if (d / ENV_FILE).exists() and machines(load_env(d))]
+    text = md = ""
+    if len(dirs) == 2 and not sets:  # two single runs: their throughput too
+        c = pair.compare(dirs[0], dirs[1])
+        text, md = pair.to_text(c) + "\n", pair.to_markdown(c) + "\n"
+    print(text + across_report.to_text(runs, verdicts), end="")
+    if out is not None:
+        out.write_text(md + across_report.to_markdown(runs, verdicts), encoding="utf-8")
+        print(f"\nMarkdown: {out}")
+    return 0
+
+
+# --- merge -------------------------------------------------------------------------------------
+
+
+def merge_command(args: argparse.Namespace) -> int:
+    from detbench.run.merge import merge
+
+    m = merge(Path(args.out), [Path(d) for d in args.dirs])
+    _merged(m, args.no_report)
+    return 0
+
+
+def _merged(m: Any, no_report: bool) -> None:
+    if m.kind == "run":
+        print(f"merged {'some' if m.notes else 'the'} shards of one run: {m.records} "
+              f"records in {m.out}")  # fmt: skip
+    else:
+        print(f"merged runs from {len(m.machines)} machines ({', '.join(m.machines)}): "
+              f"{m.records} records in {m.out}")  # fmt: skip
+    for note in m.notes:
+        print(f"note: {note}")
+    if not no_report:
+        from detbench.report.write import write_report
+
+        _, page = write_report(m.out)
+        print(f"report: {page}")
+
+
+# --- submit ------------------------------------------------------------------------------------
+
+
+def _params(args: argparse.Namespace, several: bool) -> dict[str, Any]:
+    extra: dict[str, str] = {}
+    for item in args.slurm_option or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UserError(f"--slurm-option {item}: give KEY=VALUE, e.g. qos=high")
+        extra[key.strip().replace("-", "_")] = value
+    return {
+        "timeout_min": args.time,
+        "slurm_partition": None if several else args.partition,
+        "slurm_gres": args.gres,
+        "slurm_account": args.account,
+        "slurm_constraint": args.constraint,
+        "cpus_per_task": args.cpus_per_task,
+        "slurm_array_parallelism": args.array_parallelism,
+        "slurm_additional_parameters": extra or None,
+    }
+
+
+def submit_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from detbench.run.api import plan_run
+    from detbench.run.merge import merge
+    from detbench.run.submit import PARTS, submit, submitit_module, tasks
+    from detbench.store.results import ENV_FILE, RESULTS_FILE, load_env, write_json_atomic
+
+    for flag in ("resume", "shard"):
+        if getattr(args, flag) is not None:
+            raise UserError(f"submit makes its own shards and resumes its own jobs; give no "
+                            f"--{flag} with it")  # fmt: skip
+    if args.out is None:
+        raise UserError("give --out DIR: where the merged run goes (its jobs write under "
+                        f"DIR/{PARTS}/)")  # fmt: skip
+    partitions = [p.strip() for p in (args.partition or "").split(",") if p.strip()]
+    several = len(partitions) > 1
+    if several and args.shards:
+        raise UserError("--shards splits one run; with several partitions each runs the whole "
+                        "run: give one or the other")  # fmt: skip
+    out = Path(args.out)
+    if (out / RESULTS_FILE).exists() or (out / PARTS).exists():
+        raise UserError(f"{out} holds a run or a submission already; give a new --out")
+    config = run_config(args, torch.cuda.is_available())
+    todo = tasks(config, None if several else args.shards, partitions if several else None)
+    for t in todo[:1]:  # a bad selection, or more shards than workers: one line, nothing sent
+        plan_run(t.config, cuda=torch.cuda.is_available(), dry_run=True)
+    params = _params(args, several)
+    if args.dry_run:
+        for t in todo:
+            print(f"{t.name}: {t.config.out}")
+        print(f"would submit {len(todo)} job(s) through {args.executor}; nothing was submitted")
+        return 0
+    submitit_module()  # refuse now, in one line, where submitit is missing
+    outcomes = submit(args.executor, todo, params, retries=args.retries)
+    done = [o for o in outcomes if (o.out / RESULTS_FILE).exists()]
+    if not done:
+        raise UserError("no job left any record: nothing to merge (see the lines above)")
+    m = merge(out, [o.out for o in done])
+    env = load_env(out)
+    env["jobs"] = [o.to_json() for o in outcomes]
+    env["executor"] = args.executor
+    write_json_atomic(out / ENV_FILE, env)
+    _merged(m, args.no_report)
+    failed = [o for o in outcomes if o.state != "COMPLETED"]
+    for o in failed:
+        print(f"job not completed: {o.line()}", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,156 @@
+"""The cross-machine verdict (``detbench.analysis.across``) as text, Markdown and a report section:
+``detbench compare A B [C ...]`` prints it, and the report of a set of runs merged from several
+machines (``detbench merge``) opens with it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from detbench.analysis.across import FACTS, VERDICTS, Run, across, counts, load_runs
+from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
+
+HEADER = ("workload", "mode", "verdict", "groups (runs with equal bits)",
+          "what differs between the groups")  # fmt: skip
+
+EXPLAIN = (
+    "For every workload and mode (with its settings) found in more than one run: 'same bits' "
+    "when every run's fingerprints agree, 'different bits' when the runs fall into groups of "
+    "equal fingerprints (the facts of their environments that differ between the groups are "
+    "named), 'nondeterministic within a run' when a run's own replicates disagree (run-to-run "
+    "nondeterminism, not a difference between machines), 'not comparable' when the inputs or "
+    "the digest differ (a CPU run and a GPU run draw other random numbers; other sizes), and "
+    "'no verdict' when fewer than two runs ran it."
+)
+
+
+def labels(runs: Sequence[Run]) -> dict[str, str]:
+    """A short label per run: A, B, C, ..."""
+    return {r.name: _letter(i) for i, r in enumerate(runs)}
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i) if i < 26 else f"R{i + 1}"
+
+
+def fact_lines(runs: Sequence[Run]) -> tuple[str, list[str]]:
+    """The facts the runs share (one line) and each run's own where they differ."""
+    facts = [r.facts for r in runs]
+    same = [k for k in FACTS if len({f.get(k) for f in facts}) == 1]
+    common = ", ".join(f"{FACTS[k]} {facts[0][k]}" for k in same if facts[0].get(k))
+    own = []
+    for r, f in zip(runs, facts, strict=True):
+        diff = ", ".join(f"{FACTS[k]} {f.get(k) or '?'}" for k in FACTS if k not in same)
+        own.append(f"{r.name}" + (f"  ({diff})" if diff else ""))
+    return common, own
+
+
+def _groups(r: Mapping[str, Any], lab: Mapping[str, str]) -> str:
+    return " | ".join(" ".join(lab.get(n, n) for n in g) for g in r["groups"]) or "–"
+
+
+def _differs(r: Mapping[str, Any]) -> str:
+    return "; ".join(f"{FACTS.get(k, k)}: {' | '.join(v)}" for k, v in r["differs"].items())
+
+
+def _verdict(r: Mapping[str, Any], lab: Mapping[str, str]) -> str:
+    v = str(r["verdict"])
+    if v == "different bits":
+        return "DIFFERENT bits"
+    if v == "nondeterministic within a run":
+        return (
+            f"nondeterministic within {' '.join(lab.get(n, n) for n in r['nondeterministic_in'])}"
+        )
+    if v == "not comparable":
+        return "not comparable"
+    return v
+
+
+def rows(verdicts: Sequence[Mapping[str, Any]], lab: Mapping[str, str]) -> list[list[str]]:
+    out = []
+    for r in verdicts:
+        last = _differs(r) or str(r["note"] or "")
+        if r["verdict"] == "nondeterministic within a run":
+            last = "run to run: not a cross-machine difference"
+        if r["not_comparable"] and r["verdict"] != "not comparable":
+            last = "; ".join(x for x in (last, "not comparable: " + ", ".join(
+                lab.get(n, n) for n in r["not_comparable"])) if x)  # fmt: skip
+        out.append([f"{r['suite']}/{r['workload']}", str(r["mode"]), _verdict(r, lab),
+                    _groups(r, lab), last])  # fmt: skip
+    return out
+
+
+def summary_line(verdicts: Sequence[Mapping[str, Any]]) -> str:
+    if not verdicts:
+        return "no workload and mode is in more than one run: nothing to compare"
+    n = counts(verdicts)
+    return (f"{len(verdicts)} (workload, mode) in more than one run: "
+            + ", ".join(f"{n[v]} {v}" for v in VERDICTS))  # fmt: skip
+
+
+def to_text(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
+    lab = labels(runs)
+    common, own = fact_lines(runs)
+    lines = ["Across machines: the same bits in every run?"]
+    lines += [f"  {lab[r.name]}  {line}" for r, line in zip(runs, own, strict=True)]
+    if common:
+        lines.append(f"  all: {common}")
+    lines.append("")
+    table = [list(HEADER), *rows(verdicts, lab)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    for r in table:
+        lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+    lines += ["", summary_line(verdicts)]
+    return "\n".join(lines) + "\n"
+
+
+def blocks(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]],
+           level: int = 2) -> list[Block]:  # fmt: skip
+    """The "Across machines" section."""
+    lab = labels(runs)
+    common, own = fact_lines(runs)
+    items = [f"{lab[r.name]}: {line}" for r, line in zip(runs, own, strict=True)]
+    if common:
+        items.append(f"all runs: {common}")
+    return [
+        Heading(level, "Across machines"),
+        Para(EXPLAIN),
+        Bullets(items),
+        Table(list(HEADER), rows(verdicts, lab), caption="the same bits across the runs"),
+        Para(summary_line(verdicts) + "."),
+    ]
+
+
+def to_markdown(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
+    from detbench.report.render import to_markdown as render
+
+    return render(blocks(runs, verdicts), Path("."))
+
+
+def set_blocks(directory: Path) -> list[Block]:
+    """The report of a set of runs merged from several machines (``detbench merge``): the
+    "Across machines" section, then each machine's summary and its same-bits groups."""
+    from detbench.analysis.matrix import summary_table
+    from detbench.report import samebits
+
+    runs = load_runs([directory])
+    verdicts = across(runs)
+    out: list[Block] = [
+        Heading(1, f"detbench report: {len(runs)} machines"),
+        Para(f"Runs from {len(runs)} machines merged into one set ({directory}): "
+             + ", ".join(f"{r.name.rsplit(':', 1)[-1]} ({len(r.df)} records)" for r in runs)
+             + ". Each record names its machine (the column 'machine')."),
+    ]  # fmt: skip
+    out += blocks(runs, verdicts)
+    for r in runs:
+        name = r.name.rsplit(":", 1)[-1]
+        out += [Heading(2, f"Machine {name}"), Para(fact_line(r)),
+                Code(summary_table(r.df)[1])]  # fmt: skip
+        out += [b if not isinstance(b, Heading) else Heading(3, b.text)
+                for b in samebits.blocks(r.df, r.env, [])]  # fmt: skip
+    return out
+
+
+def fact_line(r: Run) -> str:
+    return ", ".join(f"{FACTS[k]} {v}" for k, v in r.facts.items() if v)

@@ -1,0 +1,259 @@
+"""``detbench merge OUT DIR...``: shards of one run into one run, or runs from several machines
+into one set.
+
+- Shards (``run --shard K/N``, env.json's ``options.shard``) of one run, made in one environment,
+  become one run in OUT: the same set of (workload, mode, replicate) records as the run made
+  whole, each record saying which shard made it (``shard``: "K/N"). A later replicate's FLOP
+  count, which the first replicate counts, is filled in where the first replicate ran in another
+  shard. env.json is the first shard's, with ``shards`` saying where and when each ran.
+- Whole runs (and at most one run's shards) from two or more machines become a set: every record
+  says which machine made it (``machine``), and env.json's ``machines`` holds each one's env.json.
+  ``detbench compare`` and the report read it as one run per machine.
+
+Everything is checked before anything is written; a refusal is one line: shards that overlap (the
+same shard twice, a record in two of them), shards whose options differ (another selection, seed
+or split), shards of one run from different environments, and an OUT that holds a run already.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detbench.core.errors import DetbenchError
+from detbench.store.results import (
+    ENV_FILE,
+    RESULTS_FILE,
+    ResultWriter,
+    env_facts,
+    iter_records,
+    load_env,
+    utc_now,
+    write_json_atomic,
+)
+
+#: Options that may differ between the shards of one run: the command line that started each,
+#: the shard itself, and the absolute paths of the workload files (another checkout per node).
+SHARD_FREE = ("argv", "shard", "sources", "inherited_cublas_workspace_config")
+#: What a later replicate's record says when its first replicate, which counts the FLOPs, ran in
+#: another shard (``runner._flops_from_first_replicate``).
+NO_COUNT = "the first replicate, which counts the FLOPs, has no count"
+
+
+class MergeError(DetbenchError):
+    """Runs that cannot be merged as asked (one clear line; nothing was written)."""
+
+
+@dataclass
+class Part:
+    """One directory given to merge."""
+
+    path: Path
+    env: dict[str, Any]
+    records: list[dict[str, Any]]
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.env.get("options") or {})
+
+    @property
+    def shard(self) -> tuple[int, int] | None:
+        s = self.options.get("shard")
+        return (int(s[0]), int(s[1])) if s else None
+
+    def facts(self) -> dict[str, Any]:
+        return {**env_facts(self.env), "sm_count": (self.env.get("worker") or {}).get("sm_count")}
+
+
+@dataclass
+class Merged:
+    """What merge wrote: ``kind`` "run" (shards joined) or "machines" (a set), the records, the
+    machines' names (a set), and notes for the user (a missing shard)."""
+
+    out: Path
+    kind: str
+    records: int
+    machines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _key(rec: dict[str, Any]) -> tuple[str, str, str, int]:
+    return (str(rec["suite"]), str(rec["workload"]), str(rec["mode"]), int(rec["replicate"]))
+
+
+def load_part(d: Path) -> Part:
+    if not d.is_dir():
+        raise MergeError(f"no such results directory: {d}")
+    if not (d / ENV_FILE).is_file():
+        raise MergeError(f"{d} holds no {ENV_FILE}: not a detbench run")
+    env = load_env(d)
+    if env.get("machines"):
+        raise MergeError(f"{d} is a set of runs from several machines already; merge the runs "
+                         "it was made from")  # fmt: skip
+    return Part(d, env, [dict(r) for r in iter_records(d)])
+
+
+def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    for k in sorted(set(a) | set(b)):
+        if k not in SHARD_FREE and a.get(k) != b.get(k):
+            return k
+    return None
+
+
+def check_shards(shards: list[Part]) -> None:
+    """Refuse shards that are not the disjoint shards of one run made in one environment."""
+    first = shards[0]
+    k0, n0 = first.shard or (0, 0)
+    seen: dict[int, Path] = {}
+    for p in shards:
+        k, n = p.shard or (0, 0)
+        if n != n0:
+            raise MergeError(f"{first.path} is shard {k0}/{n0} but {p.path} is shard {k}/{n}: "
+                             "the shards of one run split it the same way")  # fmt: skip
+        name = _first_difference(first.options, p.options)
+        if name is not None:
+            raise MergeError(f"the shards' options differ in {name}: "
+                             f"{first.options.get(name)!r} ({first.path}) vs "
+                             f"{p.options.get(name)!r} ({p.path}); merge only the shards of "
+                             "one run")  # fmt: skip
+        if k in seen:
+            raise MergeError(f"{seen[k]} and {p.path} are both shard {k}/{n}: they overlap")
+        seen[k] = p.path
+        fa, fb = first.facts(), p.facts()
+        diff = [f for f in fa if fa[f] != fb[f]]
+        if diff:
+            raise MergeError(
+                f"the shards ran in different environments: {diff[0]} {fa[diff[0]]} "
+                f"({first.path}) vs {fb[diff[0]]} ({p.path}); a run's shards must share one, so "
+                "run each machine's own run and merge those instead"
+            )
+    owner: dict[tuple[str, str, str, int], Path] = {}
+    for p in shards:
+        for rec in p.records:
+            key = _key(rec)
+            if key in owner:
+                raise MergeError(
+                    f"{owner[key]} and {p.path} overlap: both hold {key[0]}/{key[1]} in "
+                    f"{key[2]}, replicate {key[3] + 1}"
+                )
+            owner[key] = p.path
+
+
+def fill_flops(records: list[dict[str, Any]]) -> None:
+    """A later replicate whose first replicate ran in another shard takes that one's count."""
+    counted = {_key(r)[:3]: r.get("flops_per_step") for r in records
+               if r.get("replicate") == 0 and r.get("flops_source") == "counted"}  # fmt: skip
+    for r in records:
+        flops = counted.get(_key(r)[:3])
+        if r.get("flops_note") == NO_COUNT and flops is not None:
+            r.pop("flops_note")
+            r["flops_per_step"], r["flops_source"] = flops, "counted"
+            if r.get("seconds_per_step"):
+                r["flops_per_second"] = flops / r["seconds_per_step"]
+
+
+def _run_order(records: list[dict[str, Any]], options: dict[str, Any]) -> list[dict[str, Any]]:
+    """Records in the order a whole run writes them: replicate, the mode's place in it, workload."""
+    where = {k: i for i, k in enumerate(options.get("workloads") or [])}
+    return sorted(records, key=lambda r: (
+        int(r["replicate"]), int(r.get("mode_position") or 0),
+        where.get(f"{r['suite']}/{r['workload']}", len(where)), str(r["mode"])))  # fmt: skip
+
+
+def join_shards(shards: list[Part]) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
+    """The records and env.json of the run the shards make, and notes (missing shards)."""
+    shards = sorted(shards, key=lambda p: p.shard)  # type: ignore[arg-type, return-value]
+    n = shards[0].shard[1]  # type: ignore[index]
+    records = []
+    for p in shards:
+        records += [{**r, "shard": f"{p.shard[0]}/{n}"} for r in p.records]  # type: ignore[index]
+    fill_flops(records)
+    env = copy.deepcopy(shards[0].env)
+    env["options"] = {**env.get("options", {}), "shard": None, "shards": n}
+    env["shards"] = [{
+        "shard": f"{p.shard[0]}/{n}", "dir": str(p.path),  # type: ignore[index]
+        "node": (p.env.get("host") or {}).get("node"), "job": (p.env.get("host") or {}).get("job"),
+        "started_utc": p.env.get("started_utc"), "finished_utc": p.env.get("finished_utc"),
+        "records": len(p.records), "run_stats": p.env.get("run_stats"),
+    } for p in shards]  # fmt: skip
+    env["started_utc"] = min(str(p.env.get("started_utc") or "") for p in shards) or None
+    finished = [str(p.env.get("finished_utc") or "") for p in shards]
+    env["finished_utc"] = max(finished) if all(finished) else None
+    stats = [p.env.get("run_stats") or {} for p in shards]
+    env["run_stats"] = {k: sum(s.get(k) or 0 for s in stats) for k in stats[0]
+                        if all(isinstance(s.get(k, 0), (int, float)) for s in stats)}  # fmt: skip
+    env["run_stats_note"] = f"sums over the {len(shards)} shards"
+    workers: dict[str, Any] = {}
+    for p in shards:
+        workers.update(p.env.get("device_workers") or {})
+    if workers:
+        env["device_workers"] = workers
+    have = {p.shard[0] for p in shards}  # type: ignore[index]
+    notes = [f"shard {k}/{n} is missing: the merged run lacks its records; run it with "
+             f"--shard {k}/{n} and merge again"
+             for k in range(1, n + 1) if k not in have]  # fmt: skip
+    return _run_order(records, env["options"]), env, notes
+
+
+def _names(parts: list[list[Part]]) -> list[str]:
+    """A machine's name: its directory's (a shard's: the folder holding the shards), made unique."""
+    names: list[str] = []
+    for group in parts:
+        p = group[0].path.resolve()
+        base = p.parent.name if len(group) > 1 else p.name
+        name, i = base, 2
+        while name in names:
+            name, i = f"{base}-{i}", i + 1
+        names.append(name)
+    return names
+
+
+def merge(out: Path, dirs: Sequence[Path]) -> Merged:
+    """Merge ``dirs`` into ``out`` (see the module docstring); nothing is written on a refusal."""
+    if out.exists() and not out.is_dir():
+        raise MergeError(f"{out} exists and is not a directory; give a new OUT")
+    if (out / RESULTS_FILE).exists():
+        raise MergeError(f"{out} already holds a run; give a new OUT (nothing was overwritten)")
+    if len(dirs) < 2:
+        raise MergeError("give at least two directories: the shards of a run, or runs from "
+                         "several machines")  # fmt: skip
+    parts = [load_part(Path(d)) for d in dirs]
+    resolved = [p.path.resolve() for p in parts]
+    if len(set(resolved)) < len(resolved):
+        raise MergeError("a directory is given twice")
+    if out.resolve() in resolved:
+        raise MergeError(f"{out} is one of the directories merged; give a new OUT")
+    shards = [p for p in parts if p.shard is not None]
+    whole = [p for p in parts if p.shard is None]
+    if shards:
+        check_shards(shards)
+    groups: list[list[Part]] = ([shards] if shards else []) + [[p] for p in whole]
+    if len(groups) == 1:  # the shards of one run
+        records, env, notes = join_shards(shards)
+        env["merged_utc"] = utc_now()
+        _write(out, records, env)
+        return Merged(out, "run", len(records), notes=notes)
+    names = _names(groups)
+    records, envs, notes = [], {}, []
+    for name, group in zip(names, groups, strict=True):
+        if group[0].shard is not None:
+            recs, env, notes = join_shards(group)
+        else:
+            recs, env = group[0].records, group[0].env
+        envs[name] = env
+        records += [{**r, "machine": name} for r in recs]
+    doc = {"schema_version": 1, "merged_utc": utc_now(), "machines": envs, "machine_order": names,
+           "merged_from": [str(p.path) for p in parts]}  # fmt: skip
+    _write(out, records, doc)
+    return Merged(out, "machines", len(records), names, notes)
+
+
+def _write(out: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with ResultWriter(out) as w:
+        for rec in records:
+            w.append(rec)
+    write_json_atomic(out / ENV_FILE, env)

@@ -1,0 +1,153 @@
+"""`detbench run --shard K/N` and `detbench merge`: the shards of a real CPU run of two small
+suites, merged, are the run made whole; merge refuses what is not one run's shards, in one line,
+writing nothing; runs from several machines become one set with each record's machine named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from detbench import analysis
+from detbench.core.modes import get_mode
+from detbench.run.schedule import make_plan, shard_slots
+from detbench.store.results import load_results
+
+from .conftest import detbench_cli
+from .synthetic import env, record, write_run
+
+#: Two small suites, two workloads each, two modes, two replicates: 4 workers, 16 records.
+SELECTION = [
+    "--suite", "bmm", "--suite", "batchnorm", "--only", "bmm/bmm_attention_scores_fp32",
+    "--only", "bmm/bmm_moe_experts_fp32", "--only", "batchnorm/batchnorm1d_train_quartznet",
+    "--only", "batchnorm/batchnorm2d_eval_resnet50_stage1", "--mode", "default", "--mode",
+    "det-algos", "--replicates", "2", "--budget", "0.02", "--device", "cpu", "--no-report",
+]  # fmt: skip
+
+
+def identity(d: Path) -> set[tuple[str, str, str, int]]:
+    df = load_results(d)
+    return set(zip(df["suite"], df["workload"], df["mode"], df["replicate"].astype(int),
+                   strict=True))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The run made whole, and its shards 1/2 and 2/2."""
+    d = tmp_path_factory.mktemp("shards")
+    out = {}
+    for name, extra in (("whole", []), ("s1", ["--shard", "1/2"]), ("s2", ["--shard", "2/2"])):
+        proc = detbench_cli("run", *SELECTION, *extra, "--out", str(d / name))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[name] = d / name
+    return out
+
+
+def test_shards_deal_whole_workers() -> None:
+    """Every (replicate, mode) worker is in exactly one shard, the deal is the same each time,
+    and the shards' records are balanced."""
+    modes = [get_mode(m) for m in ("default", "det-algos", "no-cudnn")]
+    full = make_plan(["s/a", "s/b"], modes, 3, 0)
+    deals = [shard_slots(full, (k, 2)) for k in (1, 2)]
+    workers = {(s.replicate, s.mode.name) for s in full.slots}
+    assert deals[0] | deals[1] == workers and not deals[0] & deals[1]
+    assert [len(d) for d in deals] == [5, 4]
+    assert deals == [shard_slots(make_plan(["s/a", "s/b"], modes, 3, 0), (k, 2)) for k in (1, 2)]
+    mine = make_plan(["s/a", "s/b"], modes, 3, 0, shard=(2, 2))
+    assert {(s.replicate, s.mode.name) for s in mine.slots} == deals[1]
+
+
+def test_more_shards_than_workers_is_refused() -> None:
+    proc = detbench_cli("run", *SELECTION, "--shard", "5/5", "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("detbench: error: --shard 5/5: the plan has 4 workers, fewer "
+                                   "than 5 shards; give at most 4")  # fmt: skip
+
+
+def test_merged_shards_are_the_whole_run(runs: dict[str, Path], tmp_path: Path) -> None:
+    assert identity(runs["s1"]) and identity(runs["s2"])
+    assert not identity(runs["s1"]) & identity(runs["s2"])
+    proc = detbench_cli("merge", str(tmp_path / "m"), str(runs["s2"]), str(runs["s1"]),
+                        "--no-report")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"merged the shards of one run: 16 records in {tmp_path / 'm'}"
+    merged, whole = load_results(tmp_path / "m"), load_results(runs["whole"])
+    assert identity(tmp_path / "m") == identity(runs["whole"])
+    cols = ["suite", "workload", "mode", "verdict"]
+    assert (analysis.verdicts(merged)[cols].values.tolist()
+            == analysis.verdicts(whole)[cols].values.tolist())  # fmt: skip
+    # Exact workloads: the same bits as the whole run's, record by record.
+    key = ["workload", "mode", "replicate"]
+    assert (merged.sort_values(key)["fingerprint"].tolist()
+            == whole.sort_values(key)["fingerprint"].tolist())  # fmt: skip
+    assert set(merged["shard"]) == {"1/2", "2/2"}
+    # FLOPs come from each (workload, mode)'s first replicate, wherever it ran.
+    flops = lambda df: df.sort_values(key)["flops_per_step"].fillna(-1).tolist()  # noqa: E731
+    assert flops(merged) == flops(whole)
+    doc = json.loads((tmp_path / "m" / "env.json").read_text())
+    assert [s["shard"] for s in doc["shards"]] == ["1/2", "2/2"]
+    assert doc["options"]["shard"] is None and doc["options"]["shards"] == 2
+    assert {s["node"] for s in doc["shards"]} == set(merged["node"])
+
+
+def test_merge_refusals_write_nothing(runs: dict[str, Path], tmp_path: Path) -> None:
+    twin = tmp_path / "twin"
+    shutil.copytree(runs["s1"], twin)
+    out = tmp_path / "out"
+
+    def refused(*dirs: Path) -> str:
+        proc = detbench_cli("merge", str(out), *map(str, dirs))
+        assert proc.returncode == 2 and not out.exists(), proc.stdout
+        (line,) = proc.stderr.strip().splitlines()
+        return line
+
+    assert refused(runs["s1"], twin) == (f"detbench: error: {runs['s1']} and {twin} are both "
+                                         "shard 1/2: they overlap")  # fmt: skip
+    other = tmp_path / "other"
+    shutil.copytree(runs["s2"], other)
+    doc = json.loads((other / "env.json").read_text())
+    doc["options"]["seed"] = 1
+    (other / "env.json").write_text(json.dumps(doc))
+    assert refused(runs["s1"], other) == (
+        f"detbench: error: the shards' options differ in seed: 0 ({runs['s1']}) vs 1 ({other}); "
+        "merge only the shards of one run"
+    )
+    doc["options"]["seed"] = 0
+    doc["worker"]["cpu_capability"] = "DEFAULT"
+    (other / "env.json").write_text(json.dumps(doc))
+    assert refused(runs["s1"], other).startswith(
+        "detbench: error: the shards ran in different environments: cpu_capability"
+    )
+    assert refused(runs["s1"]) == ("detbench: error: give at least two directories: the shards "
+                                   "of a run, or runs from several machines")  # fmt: skip
+    proc = detbench_cli("merge", str(runs["whole"]), str(runs["s1"]), str(runs["s2"]))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"detbench: error: {runs['whole']} already holds a run; give "
+                                   "a new OUT (nothing was overwritten)")  # fmt: skip
+
+
+def test_runs_from_several_machines_become_a_set(tmp_path: Path) -> None:
+    """Each record names its machine; compare reads the set as one run per machine; its report
+    opens with the Across machines section."""
+    a = write_run(tmp_path / "h100", [record("w", "default", r, "x", [0.01] * 3)
+                                      for r in range(2)], env(gpu="H100"))  # fmt: skip
+    b = write_run(tmp_path / "a100", [record("w", "default", r, "y", [0.01] * 3)
+                                      for r in range(2)], env(gpu="A100"))  # fmt: skip
+    out = tmp_path / "set"
+    proc = detbench_cli("merge", str(out), str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == (f"merged runs from 2 machines (h100, a100): 4 records "
+                                           f"in {out}")  # fmt: skip
+    df = load_results(out)
+    assert df["machine"].tolist() == ["h100", "h100", "a100", "a100"]
+    proc = detbench_cli("compare", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["groups"] == [[f"{out}:h100"], [f"{out}:a100"]]
+    assert row["differs"] == {"gpu": ["H100", "A100"]}
+    md = (out / "report.md").read_text()
+    assert md.startswith("# detbench report: 2 machines")
+    assert "## Across machines" in md and "## Machine h100" in md
+    assert "| s/w | default | DIFFERENT bits | A \\| B | GPU: H100 \\| A100 |" in md
