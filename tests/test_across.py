@@ -86,6 +86,28 @@ def test_not_comparable_is_never_different(tmp_path: Path) -> None:
     assert list(row["not_comparable"]) == [str(cpu)]
 
 
+def test_a_run_with_both_digests_compares_by_the_one_it_shares(tmp_path: Path) -> None:
+    """``--fingerprint both`` keeps the sha256 digest beside the device digest: such a run
+    compares with a sha256 run by sha256 (the published CPU runs 20261123-124820-cpu-quick-both
+    and 20261123-133303-cpu-quick agree this way), and with a device run by the device digest."""
+    both = []
+    for r in range(2):
+        rec = record("w", "default", r, "dev-x", [0.01], device="cpu", fingerprint_method="device")
+        rec["fingerprint_sha256"] = "sha-x"
+        both.append(rec)
+    b = write_run(tmp_path / "both", both, env(gpu=None))
+    sha = write_run(tmp_path / "sha", [record("w", "default", r, "sha-x", [0.01], device="cpu",
+                                              fingerprint_method="sha256") for r in range(2)],
+                    env(gpu=None))  # fmt: skip
+    other = write_run(tmp_path / "dev", [record("w", "default", r, "dev-y", [0.01], device="cpu",
+                                                fingerprint_method="device") for r in range(2)],
+                      env(gpu=None))  # fmt: skip
+    (row,) = across(load_runs([b, sha]))
+    assert (row["same_bits"], row["groups"]) == (True, [[str(b), str(sha)]])
+    (row,) = across(load_runs([b, other]))
+    assert (row["same_bits"], row["groups"]) == (False, [[str(b)], [str(other)]])
+
+
 def test_a_run_where_it_did_not_run(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a", [record("w", "det-algos", r, "x", [0.01]) for r in range(2)],
                   env())  # fmt: skip

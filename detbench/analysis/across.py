@@ -112,6 +112,9 @@ class Side:
     state: str  # reproducible | single | nondeterministic | the status it failed with
     fingerprints: list[str] = field(default_factory=list)
     inputs: dict[str, str] = field(default_factory=dict)
+    #: Its distinct fingerprints by digest method: a run with ``--fingerprint both`` has both,
+    #: so it compares with a run of either method.
+    digests: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ran(self) -> bool:
@@ -135,11 +138,15 @@ def sides(run: Run) -> dict[tuple[str, str, str], Side]:
         ok = g[(g["status"] == Status.OK) & g["fingerprint"].notna()]
         prints = list(dict.fromkeys(str(x) for x in ok["fingerprint"]))
         first = ok.iloc[0] if len(ok) else g.iloc[0]
+        method = _text(first.get("fingerprint_method")) or "sha256"
+        digests = {method: prints}
+        if "fingerprint_sha256" in ok and ok["fingerprint_sha256"].notna().all() and len(ok):
+            digests["sha256"] = list(dict.fromkeys(str(x) for x in ok["fingerprint_sha256"]))
         inputs = {
             "device": _text(first.get("device")),
             "params": _text(first.get("params")),
             "seed": _text(first.get("seed")),
-            "method": _text(first.get("fingerprint_method")) or "sha256",
+            "method": " + ".join(sorted(digests)),
             "steps": steps,
         }
         if len(prints) > 1:
@@ -151,7 +158,8 @@ def sides(run: Run) -> dict[tuple[str, str, str], Side]:
         else:
             bad = g[g["status"] != Status.OK]["status"]
             state = str(bad.mode().iloc[0]) if len(bad) else "no fingerprint"
-        out[(str(suite), str(workload), str(mode))] = Side(run.name, state, prints, inputs)
+        out[(str(suite), str(workload), str(mode))] = Side(run.name, state, prints, inputs,
+                                                           digests)  # fmt: skip
     return out
 
 
@@ -193,11 +201,20 @@ def verdict(key: tuple[str, str, str], present: list[Side],
             ": " + ", ".join(f"{r} {st}" for r, st in row["not_run"].items())
             if row["not_run"] else "")  # fmt: skip
         return row
-    # The largest class of runs with the same inputs (ties: the first run's class).
+    # The largest class of runs with the same inputs (ties: the first run's class), compared by
+    # the digest method most of them have (sha256 on a tie: a --fingerprint both run has it).
     classes: dict[tuple[str, ...], list[Side]] = {}
     for s in ran:
-        classes.setdefault(tuple(s.inputs.get(k, "") for k in INPUTS), []).append(s)
-    best = max(classes.values(), key=len)
+        classes.setdefault(tuple(s.inputs.get(k, "") for k in INPUTS if k != "method"),
+                           []).append(s)  # fmt: skip
+    largest = max(classes.values(), key=len)
+
+    def shared(m: str) -> tuple[int, bool]:
+        return -sum(m in s.digests for s in largest), m != "sha256"
+
+    methods = sorted({m for s in largest for m in s.digests}, key=shared)
+    method = methods[0] if methods else "sha256"
+    best = [s for s in largest if method in s.digests]
     row["not_comparable"] = {s.run: _inputs_differ(best[0], s) for s in ran if s not in best}
     if len(best) < 2:
         row["verdict"] = "not comparable"
@@ -208,7 +225,7 @@ def verdict(key: tuple[str, str, str], present: list[Side],
     groups: dict[str, list[str]] = {}
     for s in best:
         if s.state != "nondeterministic":
-            groups.setdefault(s.fingerprints[0], []).append(s.run)
+            groups.setdefault(s.digests[method][0], []).append(s.run)
     row["groups"], row["fingerprints"] = list(groups.values()), list(groups)
     if nondet:
         row["verdict"] = "nondeterministic within a run"
