@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 #      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
 #      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
 #      workloads), ``nccl_env`` (the NCCL variables as rank 0 read them after
-#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there).
+#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there);
+#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.
