@@ -95,6 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from detbench.analysis import recommendation_text, summary_table
+    from detbench.analysis.busy import host_load
     from detbench.cli.execute import execute
 
     cuda = torch.cuda.is_available()
@@ -103,7 +104,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args, cuda)
 
     def summary(df: pd.DataFrame) -> str:
-        return summary_table(df)[1] + "\n\n" + recommendation_text(df)
+        load = host_load(df)
+        busy = f"\n\nWARNING: {load.sentence()}" if load is not None and load.is_busy else ""
+        return summary_table(df)[1] + "\n\n" + recommendation_text(df) + busy
 
     return execute(config, args, cuda, summary=summary)
 

@@ -16,9 +16,11 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from detbench.report.plots import Plot, _save, subplots
 
@@ -86,6 +88,13 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
         index=placed.index,
     )
     x_lo, x_hi = _limits([*low, *high, 1.0])
+    positive = [v for v in [*low, *high, 1.0] if v > 0]
+    log = max(positive) / min(positive) > 3  # ratios over a wide range: a log axis
+    if log:
+        ax.set_xscale("log")
+        x_lo, x_hi = min(positive) / 1.2, max(positive) * 1.2
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     y_lo, y_hi = _limits(list(placed["reproducible"].astype(float)), floor=-0.02)
     room = 0.45 * (y_hi - y_lo)  # for the labels above the highest and below the lowest points
     y_lo, y_hi = y_lo - room, y_hi + room
@@ -111,7 +120,9 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
                        edgecolor="black", zorder=4)  # fmt: skip
     y_mid = (y_lo + y_hi) / 2
     flip: dict[float, bool] = {}
-    for group in _clusters(placed, x_hi - x_lo):
+    span = float(np.log(x_hi / x_lo)) if log else x_hi - x_lo
+    where = placed.assign(relative_throughput=np.log(x)) if log else placed
+    for group in _clusters(where, span):
         rows = placed.loc[group].sort_values("relative_throughput")
         names = []
         for rr in rows.to_dict("records"):
@@ -120,7 +131,7 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
                 name += f" ({int(rr['failed'])} not run)"
             names.append(name)
         xm = float(rows["relative_throughput"].mean())
-        frac = (xm - x_lo) / (x_hi - x_lo)
+        frac = (np.log(xm / x_lo) / np.log(x_hi / x_lo)) if log else (xm - x_lo) / (x_hi - x_lo)
         y = float(rows["reproducible"].iloc[0])
         # Inside the axes; neighbouring clusters at one height alternate above and below.
         below = flip.setdefault(y, y >= y_mid)
