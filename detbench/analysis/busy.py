@@ -54,10 +54,11 @@ class HostLoad:
         """One line for the first screen and the console."""
         parts = []
         if self.timed:
-            parts.append(f"{self.busy} of {self.timed} timings ran while other processes used "
-                         f"{_pct(self.other_cpu)} of the host's CPU (median; load "
-                         f"{_num(self.load1)} on {self.cpus} CPUs"
-                         + (f", steal {_pct(self.steal)}" if self.steal else "") + ")")  # fmt: skip
+            share = f"{self.busy} of {self.timed} timings ran on a busy host; " if self.busy else ""
+            parts.append(f"{share}other processes used {_pct(self.other_cpu)} of the host's CPU "
+                         f"(median over {self.timed} timings; load {_num(self.load1)} on "
+                         f"{self.cpus} CPUs" + (f", steal {_pct(self.steal)}" if self.steal
+                                                else "") + ")")  # fmt: skip
         if self.gpu_others:
             parts.append(f"{self.gpu_others} timings shared the GPU with another process")
         if self.not_alone:

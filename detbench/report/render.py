@@ -150,7 +150,7 @@ figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #e
 figcaption { font-size: .9em; color: #555; }
 .caption { font-style: italic; color: #444; margin-bottom: .2em; }
 details { margin: .4em 0 1em; } summary { cursor: pointer; color: #124; }
-td.ns { color: #777; } .busy { background: #fff3cd; border-left: 4px solid #e0a800;
+.busy { background: #fff3cd; border-left: 4px solid #8a6d3b;
        padding: .4em .7em; }
 """
 

@@ -108,7 +108,7 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
         grey = bool(r["inert"])
         colour = "0.6" if grey else "tab:blue"
         ax.errorbar(
-            x.loc[i], r["reproducible"], xerr=[[x.loc[i] - low[i]], [high[i] - x.loc[i]]],
+            x.loc[i], r["reproducible"], xerr=[[max(0.0, x.loc[i] - low[i])], [max(0.0, high[i] - x.loc[i])]],
             fmt="o", ms=5, color=colour, mfc="white" if grey else colour, capsize=1.5, lw=0.8,
             zorder=3,
         )  # fmt: skip
