@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -198,7 +198,10 @@ def _save(fig: Figure, directory: Path, stem: str, dpi: int = DPI) -> tuple[Path
     smaller with no visible change)."""
     png, svg = directory / f"{stem}.png", directory / f"{stem}.svg"
     fig.savefig(png, dpi=dpi)
-    fig.savefig(svg, metadata={"Date": None})  # no date: a rewritten report is the same file
+    # No date, and ids salted by the file's name, not at random: a report rewritten from the
+    # same records is the same file (rc_context restores the setting).
+    with rc_context({"svg.hashsalt": stem}):
+        fig.savefig(svg, metadata={"Date": None})
     with Image.open(png) as im:
         small = im.convert("RGB").quantize(colors=256, dither=Image.Dither.NONE)
     small.save(png, optimize=True)

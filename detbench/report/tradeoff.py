@@ -13,6 +13,7 @@ suite is listed under the panel as not run, with why.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -108,7 +109,8 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
         grey = bool(r["inert"])
         colour = "0.6" if grey else "tab:blue"
         ax.errorbar(
-            x.loc[i], r["reproducible"], xerr=[[max(0.0, x.loc[i] - low[i])], [max(0.0, high[i] - x.loc[i])]],
+            x.loc[i], r["reproducible"],
+            xerr=[[max(0.0, x.loc[i] - low[i])], [max(0.0, high[i] - x.loc[i])]],
             fmt="o", ms=5, color=colour, mfc="white" if grey else colour, capsize=1.5, lw=0.8,
             zorder=3,
         )  # fmt: skip
@@ -136,12 +138,13 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
         # Inside the axes; neighbouring clusters at one height alternate above and below.
         below = flip.setdefault(y, y >= y_mid)
         flip[y] = not below
-        ax.annotate(
+        label = ax.annotate(
             _wrap(names), (xm, y), xytext=(0, -9 if below else 9), textcoords="offset points",
             fontsize=7, ha="left" if frac < 0.3 else "right" if frac > 0.7 else "center",
             va="top" if below else "bottom",
             color="0.45" if bool(rows["inert"].all()) else "black",
         )  # fmt: skip
+        label.set_in_layout(False)  # a long label must not squeeze the axes to nothing
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, y_hi)
     ticks = [t for t in ax.get_yticks() if -1e-9 <= t <= 1 + 1e-9 and y_lo <= t <= y_hi]
@@ -154,17 +157,11 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
     return missing
 
 
-def _wrap(names: list[str], width: int = 34) -> str:
-    """Mode names joined with commas, a new line before ``width`` characters."""
-    lines, line = [], ""
-    for n in names:
-        piece = n if not line else f", {n}"
-        if line and len(line) + len(piece) > width:
-            lines.append(line + ",")
-            line = n
-        else:
-            line += piece
-    return "\n".join([*lines, line])
+def _wrap(names: list[str], width: int = 36) -> str:
+    """Mode names joined with commas, wrapped before ``width`` characters; a long name breaks
+    between its settings."""
+    text = ", ".join(n.replace(",", ", ") for n in names)
+    return textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
 
 
 def figure(p: pd.DataFrame, baseline: str, y_label: str = "fraction reproducible") -> Figure:
@@ -173,7 +170,8 @@ def figure(p: pd.DataFrame, baseline: str, y_label: str = "fraction reproducible
     n = len(suites)
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig, axes = subplots(rows, cols, figsize=(4.3 * cols, 3.3 * rows + 0.5), squeeze=False)
+    width = 4.3 * cols if cols > 1 else 7.5  # one panel: room for its labels
+    fig, axes = subplots(rows, cols, figsize=(width, 3.3 * rows + 0.5), squeeze=False)
     notes: list[str] = []
     for ax, suite in zip(axes.flat, suites, strict=False):
         g = p[p["suite"] == suite]
