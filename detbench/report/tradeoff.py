@@ -140,7 +140,7 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
         flip[y] = not below
         label = ax.annotate(
             _wrap(names), (xm, y), xytext=(0, -9 if below else 9), textcoords="offset points",
-            fontsize=7, ha="left" if frac < 0.3 else "right" if frac > 0.7 else "center",
+            fontsize=7, ha="left" if frac < 0.2 else "right" if frac > 0.8 else "center",
             va="top" if below else "bottom",
             color="0.45" if bool(rows["inert"].all()) else "black",
         )  # fmt: skip
