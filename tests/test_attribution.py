@@ -14,7 +14,7 @@ from detbench.cli import main as cli
 from detbench.core.modes import get_mode
 from detbench.core.workload import Workload, builtin_suite_files, load_file
 from detbench.report import attribution as ar
-from detbench.report.render import Figure, Heading, Para, Table, to_markdown
+from detbench.report.render import Details, Figure, Heading, Para, Table, to_markdown
 from detbench.store.results import load_env, load_results
 from tests import synthetic as syn
 from tests.conftest import requires_cuda
@@ -286,7 +286,9 @@ def test_report_section(run_dir: Path, tmp_path: Path, study: dict[str, Any]) ->
     blocks = ar.blocks(df, env, plots)
     assert blocks[0] == Heading(2, "Attribution")
     assert any(isinstance(b, Figure) for b in blocks)
-    table = next(b for b in blocks if isinstance(b, Table))
+    # The per-workload table: collapsed under the chart and its conclusions.
+    table = next(t for b in blocks if isinstance(b, Details) for t in b.blocks
+                 if isinstance(t, Table))  # fmt: skip
     cells = {(r[0], r[1], r[3]): r for r in table.rows}
     assert cells[("scatter", "deterministic_algorithms", "deterministic")][-1] == "needed"
     assert cells[("scatter", "fill_uninitialized_memory", "deterministic")][-1] == "not needed"

@@ -13,7 +13,7 @@ import pytest
 import detbench
 from detbench.analysis.invariance_table import base_mode_of
 from detbench.report import invariance as ir
-from detbench.report.render import Bullets, Figure, Heading, Para, Table, to_markdown
+from detbench.report.render import Bullets, Details, Figure, Heading, Para, Table, to_markdown
 from detbench.report.write import write_report
 from tests.synthetic import record, write_run
 
@@ -40,6 +40,12 @@ def test_table_of_the_probe(probe: pd.DataFrame) -> None:
         assert ew["max_abs_diff"] == 0 and ew["replicates"] == 2
 
 
+def full_table(blocks: list[Any]) -> Table:
+    """The section's full per-record table: collapsed, under its compact table."""
+    (tab,) = [t for b in blocks if isinstance(b, Details) for t in b.blocks if isinstance(t, Table)]
+    return tab
+
+
 def test_section_and_plane_of_the_probe(probe: pd.DataFrame, tmp_path: Path) -> None:
     plots = ir.write_plots(probe, {}, tmp_path / "plots")
     assert [p.kind for p in plots] == ["invariance-plane"]
@@ -47,7 +53,7 @@ def test_section_and_plane_of_the_probe(probe: pd.DataFrame, tmp_path: Path) -> 
     blocks = ir.blocks(probe, {}, plots)
     assert Heading(2, "Batch invariance") in blocks
     assert [b.plot for b in blocks if isinstance(b, Figure)] == plots
-    (tab,) = [b for b in blocks if isinstance(b, Table)]
+    tab = full_table(blocks)
     cells = {(str(r[0]), str(r[1])): str(r[3]) for r in tab.rows}
     assert cells[("elementwise_rows", "det-algos")] == "invariant"
     assert cells[("matmul_rows", "det-algos")].startswith("varies from batch ")
@@ -100,7 +106,7 @@ def test_price_of_an_invariant_reference(tmp_path: Path) -> None:
     assert bad["reference_invariant"] is False and bad["price"] == pytest.approx(0.5)
     assert t[("mm", "default")]["price"] is None
     blocks = ir.blocks(df, {}, [])
-    (tab,) = [b for b in blocks if isinstance(b, Table)]
+    tab = full_table(blocks)
     row = next(r for r in tab.rows if r[0] == "mm_ref" and r[1] == "default")
     assert row[7] == "0.25x [0.25, 0.25] vs mm" and row[8] == "yes"
     paras = " ".join(b.text for b in blocks if isinstance(b, Para))
@@ -146,7 +152,7 @@ def test_price_of_a_setting_a_decoder_and_the_plane(tmp_path: Path) -> None:
     assert dec["completion"] is True and dec["distinct_results"] == 2
     assert dec["items_per_second"] == pytest.approx(10 / 0.008)
     blocks = ir.blocks(df, {}, [])
-    (tab,) = [b for b in blocks if isinstance(b, Table)]
+    tab = full_table(blocks)
     assert tab.header[-1] == "price of the setting (throughput vs base mode)"
     cells = {(str(r[0]), str(r[1])): r for r in tab.rows}
     assert cells[("mm", MEDIUM)][-1] == "0.50x [0.50, 0.50] vs default"

@@ -83,11 +83,12 @@ def test_cpu_noise_recommends_default_everywhere(tmp_path: Path) -> None:
 def test_cpu_noise_report_says_the_rule_and_why(tmp_path: Path) -> None:
     df = load(tmp_path, noisy_cpu_run())
     md = to_markdown(build_blocks(df, env(gpu=None), []), tmp_path)
-    assert "The rule: recommended is the mode bitwise identical in every replicate that " \
+    assert "Recommendations: the mode bitwise identical in every replicate that " \
            "changes the fewest settings from torch's default" in md  # fmt: skip
-    assert "This run was on a CPU: the modes that change cuDNN flags" in md
+    assert "On a CPU, the modes that change cuDNN flags are the same computation" in md
     for suite in ("a", "b"):
-        assert f"| {suite} | default | 1.00x \\[" in md
+        assert f"| {suite} | default | 1x (baseline) |" in md
+        assert f"| {suite} (default) | nothing: torch's defaults | 1x: the baseline |" in md
     assert "cudnn.enabled = False" not in md and "benchmark = True" not in md
     text = analysis.recommendation_text(df).splitlines()
     assert text[0].startswith("recommended mode per suite: the mode bitwise identical")

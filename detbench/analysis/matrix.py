@@ -166,18 +166,32 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
     """Workloads x modes: throughput relative to the default mode and a reproducibility mark.
 
     Returns (baseline mode name, text table). The baseline is ``baseline_mode``: the default
-    mode, else the mode based on it with the fewest overrides, else the first mode.
+    mode, else the mode based on it with the fewest overrides, else the first mode. A ratio is
+    printed only where it is significant (``costs``: its 95% interval excludes 1), with ``~``
+    where the timing was noisy; elsewhere the cell reads ``n.s.``, and the baseline's ``base``.
     """
     v = verdicts(df)
     modes = ordered_modes(v["mode"])
     baseline = str(baseline_mode(modes))
     v = v.assign(rel=relative_throughput(v, baseline))
+    c = costs(df, baseline)
+    quality = {} if c.empty else {
+        (r["suite"], r["workload"], r["mode"]): (bool(r["significant"]), bool(r["noisy"]))
+        for r in c.to_dict("records")
+    }  # fmt: skip
 
     def cell(row: pd.Series) -> str:
         mark = MARKS.get(row["verdict"], row["verdict"])
-        if row["verdict"] in ("reproducible", "nondeterministic", "single"):
-            return f"{row['rel']:.2f} {mark}" if pd.notna(row["rel"]) else f"  -  {mark}"
-        return mark
+        if row["verdict"] not in RAN:
+            return mark
+        if row["mode"] == baseline:
+            return f"base {mark}"
+        significant, noisy = quality.get((row["suite"], row["workload"], row["mode"]), (1, 0))
+        if pd.isna(row["rel"]):
+            return f"  -  {mark}"
+        if not significant:
+            return f"n.s. {mark}"
+        return f"{row['rel']:.2f}{'~' if noisy else ''} {mark}"
 
     v["cell"] = v.apply(cell, axis=1)
     v["key"] = v["suite"] + "/" + v["workload"]
@@ -187,7 +201,8 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
     table.index.name = None
     legend = "\n".join(f"  M{i}  {name}" for i, name in enumerate(modes))
     text = (
-        f"throughput relative to mode {baseline!r} (median of replicates); "
+        f"throughput relative to mode {baseline!r} (median of replicates) where the difference "
+        "is significant; n.s. within the noise (95% interval contains 1), ~ noisy timing; "
         "= bitwise identical in every replicate, ≠ not, ? one replicate only"
         + (
             "; chg every replicate changed a setting during the workload (not counted)"

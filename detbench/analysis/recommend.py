@@ -334,7 +334,7 @@ def recommendation_text(df: pd.DataFrame) -> str:
             continue
         speed = (
             f"; throughput {r['relative_throughput']:.2f}x {baseline}'s (geometric mean)"
-            if r["relative_throughput"] is not None
+            if r["relative_throughput"] is not None and r["mode"] != baseline
             else ""
         )
         if r["cost_vs_fastest"] is not None and r["fastest_mode"] not in (None, r["mode"]):

@@ -95,6 +95,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from detbench.analysis import recommendation_text, summary_table
+    from detbench.analysis.busy import host_load
     from detbench.cli.execute import execute
 
     cuda = torch.cuda.is_available()
@@ -106,11 +107,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from detbench.analysis.samebits import text
 
         same = text(df)
+        load = host_load(df)
+        busy = f"\n\nWARNING: {load.sentence()}" if load is not None and load.is_busy else ""
         return (
             summary_table(df)[1]
             + "\n\n"
             + recommendation_text(df)
             + (f"\n\n{same}" if same else "")
+            + busy
         )
 
     return execute(config, args, cuda, summary=summary)

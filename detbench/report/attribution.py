@@ -24,7 +24,7 @@ from detbench.analysis import stats
 from detbench.core import settings as st
 from detbench.core.modes import get_mode
 from detbench.report.plots import Plot, _save, subplots
-from detbench.report.render import Block, Bullets, Figure, Heading, Para, Table, num
+from detbench.report.render import Block, Bullets, Details, Figure, Heading, Para, Table, num
 
 #: Bar colours: switches added to the default mode, switches removed from the deterministic one.
 COLOURS = {"default": "tab:orange", "deterministic": "tab:blue"}
@@ -385,26 +385,25 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
                 str(r["workload"]), str(r["switch"]), _change(r), str(r["end"]), rel,
                 _bits_cell(r["bits_changed"]), str(r["verdict"]), _needed_cell(r),
             ])  # fmt: skip
-        out += [
-            Heading(3, f"{suite}: attribution"),
-            Table(
-                [
-                    "workload",
-                    "switch",
-                    "change",
-                    "end",
-                    "throughput vs end [95% interval]",
-                    "bits changed",
-                    "verdict",
-                    "needed for reproducibility",
-                ],
-                rows,
-                caption=f"{suite}: each switch against its end, per workload "
-                "(n.s.: the interval contains 1; noisy: a replicate's timing samples had an "
-                f"IQR above {analysis.NOISY_IQR:.0%} of their median)",
-            ),
-        ]
+        table = Table(
+            [
+                "workload",
+                "switch",
+                "change",
+                "end",
+                "throughput vs end [95% interval]",
+                "bits changed",
+                "verdict",
+                "needed for reproducibility",
+            ],
+            rows,
+            caption=f"{suite}: each switch against its end, per workload "
+            "(n.s.: the interval contains 1; noisy: a replicate's timing samples had an "
+            f"IQR above {analysis.NOISY_IQR:.0%} of their median)",
+        )
+        out.append(Heading(3, f"{suite}: attribution"))
         out += [Figure(p) for p in plots if p.kind == "attribution" and p.suite == suite]
         if said.get(str(suite)):
             out.append(Bullets(said[str(suite)]))
+        out.append(Details(f"{suite}: each switch against its end, per workload", [table]))
     return out

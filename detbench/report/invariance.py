@@ -21,9 +21,22 @@ import numpy as np
 import pandas as pd
 
 from detbench import analysis
+from detbench.analysis import tradeoff
 from detbench.analysis.invariance_table import table
-from detbench.report.plots import Plot, _save, plane_figure
-from detbench.report.render import Block, Bullets, Figure, Heading, Para, Table, num
+from detbench.report.matrices import grouped_rows, key_para, split, symbol_matrix
+from detbench.report.plots import Plot, _save, subplots
+from detbench.report.render import (
+    Block,
+    Bullets,
+    Code,
+    Details,
+    Figure,
+    Heading,
+    Para,
+    Table,
+    num,
+)
+from detbench.report.tradeoff import draw_panel
 
 KIND = "invariance-plane"
 
@@ -71,6 +84,7 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     if out.empty:
         return out
     analysis.mark_frontier(out)
+    out.attrs["workloads"] = sorted(set(t["workload"]))  # those the points are over
     return out
 
 
@@ -82,6 +96,12 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
     if points.empty or points["relative_throughput"].isna().all():
         return []
     baseline = str(analysis.baseline_mode(df["mode"]))
+    # The intervals of the same geometric means, over the same workloads (the one statistic).
+    sub = df[df["workload"].isin(set(points.attrs.get("workloads", ())))]
+    ci = tradeoff.points(sub, pd.DataFrame(columns=["suite", "workload", "mode"]), baseline)
+    if len(ci):
+        points = points.merge(ci[["suite", "mode", "ci_low", "ci_high"]], how="left",
+                              on=["suite", "mode"])  # fmt: skip
     directory.mkdir(parents=True, exist_ok=True)
     plots = []
     for suite in dict.fromkeys(points["suite"]):
@@ -89,16 +109,13 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
         p = points[points["suite"] == suite]
         if p["relative_throughput"].isna().all():
             continue
-        fig = plane_figure(p, s, None, baseline)
-        ax = fig.axes[0]
-        ax.set_ylabel(PLANE_AXIS)
-        ax.set_title(f"{s}: speed versus batch invariance, per mode\n"
-                     f"({int(p['workloads'].iloc[0])} workloads with batch sizes; their "
-                     "invariant references are the price, not counted)", fontsize=10)  # fmt: skip
-        for leg in fig.legends:
-            for text in leg.get_texts():
-                if text.get_text().startswith("frontier"):
-                    text.set_text("frontier: no mode is faster and more often batch invariant")
+        fig, ax = subplots(figsize=(8, 4.6))
+        title = (f"{s}: speed versus batch invariance, per mode ({int(p['workloads'].iloc[0])} "
+                 "workloads with batch sizes;\ntheir invariant references are the price, not "
+                 "counted); green: the frontier")  # fmt: skip
+        missing = draw_panel(ax, p, title, PLANE_AXIS, baseline)
+        if missing:
+            fig.text(0.01, 0.0, "Not placed: " + "; ".join(missing), fontsize=8, va="bottom")
         title = f"{s}: speed versus batch invariance (invariant references left out)"
         plots.append(Plot(KIND, s, title, *_save(fig, directory, f"{s}-invariance-plane")))
     return plots
@@ -181,8 +198,76 @@ def _suite_table(t: pd.DataFrame, suite: str) -> Table:
     return Table(header, rows, caption=f"{suite}: batch invariance per workload and mode")
 
 
+def _symbol(r: Mapping[Any, Any]) -> str:
+    """A mode's batch verdict in a matrix cell: = invariant, ≠N varies from batch N, u did not
+    run, ? no verdict."""
+    if not r.get("ran", True):
+        return "u"
+    if r["invariant"] is True:
+        return "="
+    if r["invariant"] is False:
+        first = r["first_variant_size"]
+        return f"≠{first}" if first is not None else "≠"
+    return "?"
+
+
+def _short(x: float, fmt: str) -> str:
+    return num(x, fmt).replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+def _range(values: list[Any], fmt: str, unit: str = "") -> str:
+    """``lo–hi`` (one value where they are equal) in ``fmt``, exponents without padding."""
+    xs = sorted(float(x) for x in values if x is not None and num(x) != "–")
+    if not xs:
+        return "–"
+    lo, hi = _short(xs[0], fmt), _short(xs[-1], fmt)
+    return f"{lo}{unit}" if lo == hi else f"{lo}–{hi}{unit}"
+
+
+def _sizes_text(sizes: Any) -> str:
+    sizes = [str(b) for b in sizes]
+    if len(sizes) > 5:
+        return f"{sizes[0]}–{sizes[-1]} ({len(sizes)} sizes)"
+    return "/".join(sizes) or "–"
+
+
+def compact_table(t: pd.DataFrame, suite: str, baseline: str) -> Table:
+    """One row per workload and batch verdict: the modes that share it ("all 10 modes" when
+    every mode does), its numbers over those modes, the price in the baseline mode where it is
+    among them (else the first), with its interval."""
+    refs = bool(t["reference_of"].notna().any())
+    n = int(t["mode"].nunique())
+    groups = t.assign(_v=[_cell(r) for r in t.to_dict("records")])
+
+    def row(first: Mapping[Any, Any], where: str) -> list[str | Code]:
+        g = groups[(groups["workload"] == first["workload"]) & (groups["_v"] == first["_v"])]
+        base = g[g["mode"] == baseline]
+        r = (base if len(base) else g).to_dict("records")[0]
+        name, backend = str(r["workload"]), r.get("sdpa_backend")
+        if backend and str(backend) not in name:
+            name += f" (sdpa {backend})"
+        cells: list[str | Code] = [
+            name, where, _sizes_text(r["batch_sizes"]), str(first["_v"]),
+            _distinct(r), _range(list(g["max_abs_diff"]), ".3g"),
+            _range(list(g["items_per_second"]), ".3g"),
+        ]  # fmt: skip
+        if refs:
+            ref = r["reference_of"]
+            price = f"{price_text(r)} vs {ref} ({r['mode']})" if ref else "–"
+            cells += [price, _yes_no(r["reference_invariant"]) if ref else "–"]
+        return cells
+
+    rows = grouped_rows(groups, n, lambda r: str(r["_v"]), row)
+    header = ["workload", "modes", "batch sizes", "row 0 across batch sizes",
+              "distinct row-0 results", "max abs diff", "items/s"]  # fmt: skip
+    if refs:
+        header += ["price of invariance", "reference invariant"]
+    return Table(header, rows, caption=f"{suite}: batch invariance, one row per verdict")
+
+
 def _join(modes: list[str]) -> str:
-    return ", ".join(modes)
+    """Mode names, or "all N modes" past three (the modes are listed in the tables)."""
+    return f"all {len(modes)} modes" if len(modes) > 3 else ", ".join(modes)
 
 
 def _workload_words(w: str, m: pd.DataFrame) -> str:
@@ -278,8 +363,11 @@ def conclusions(t: pd.DataFrame) -> dict[str, list[str]]:
             text = _workload_words(str(w), m)
             for rw, rm in refs[refs["reference_of"] == w].groupby("workload", sort=False):
                 rm = rm[rm["ran"] == True]  # noqa: E712
-                prices = "; ".join(f"{price_text(r)} in {r['mode']}"
-                                   for r in rm.to_dict("records"))  # fmt: skip
+                rs = rm.to_dict("records")
+                prices = "; ".join(f"{price_text(r)} in {r['mode']}" for r in rs[:1])
+                if len(rs) > 1:
+                    spread = _range([r["price"] for r in rs], ".2f", "x")
+                    prices += f" ({spread} over the {len(rs)} modes it ran in)"
                 text += f"; its invariant reference {rw} costs {prices}"
                 bad = [r["mode"] for r in rm.to_dict("records") if r["invariant"] is not True]
                 if bad:
@@ -357,7 +445,20 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
                 + "; ".join(f"{note} ({n} workload/mode pair{'s' if n != 1 else ''})"
                             for note, n in why.items()) + "."
             ))  # fmt: skip
-        out.append(_suite_table(g, s))
+        baseline = str(analysis.baseline_mode(df["mode"]))
+        out.append(compact_table(g, s, baseline))
+        cells = g.assign(symbol=[_symbol(r) for r in g.to_dict("records")])
+        _, differ = split(cells)
+        if len(differ):
+            modes = analysis.ordered_modes(g["mode"])
+            out.append(symbol_matrix(differ, modes, f"{s}: where the batch verdict depends on "
+                                     "the mode"))  # fmt: skip
+            out.append(key_para(list(differ["symbol"]), modes, {
+                "=": "batch invariant", "u": "did not run", "?": "no verdict",
+                **{x: f"varies from batch {x[1:]}" if len(x) > 1 else "varies"
+                   for x in differ["symbol"] if x.startswith("≠")},
+            }))  # fmt: skip
+        out.append(Details(f"{s}: every workload and mode (full table)", [_suite_table(g, s)]))
         bad = g[g["reference_of"].notna() & (g["ran"] == True)  # noqa: E712
                 & (g["reference_invariant"] != True)]  # noqa: E712  # fmt: skip
         for w, b in bad.groupby("workload", sort=False):

@@ -1,10 +1,10 @@
-"""The report's figures (matplotlib, written as PNG and SVG).
+"""The report's per-suite figures (matplotlib, written as PNG and SVG); the headline plane of
+every suite is ``detbench.report.tradeoff``'s.
 
-- ``plane``: per suite, every mode on the speed-versus-reproducibility plane, the frontier of best
-  choices joined and the recommended mode starred.
-- ``heatmap``: per suite, workloads x modes, coloured by throughput relative to the default mode,
-  each cell marked reproducible (=), nondeterministic (≠, outlined) or with the status that stopped
-  it (unsupported, error, ...).
+- ``heatmap``: per suite, workloads x modes, coloured by throughput relative to the default mode
+  where the difference is significant ("n.s." and uncoloured where not, hatched where the timing
+  was noisy), each cell marked reproducible (=), nondeterministic (≠, outlined) or with the
+  status that stopped it (unsupported, error, ...).
 - ``divergence``: for workloads that record their loss every step (training), how far the
   replicates' losses drift apart step by step, in the modes where they are not bitwise identical.
 """
@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from PIL import Image
 
 from detbench import analysis
 from detbench.core.modes import DEFAULT_MODE
@@ -68,75 +69,32 @@ def _mode_index(modes: list[str]) -> dict[str, str]:
     return {m: f"M{i}" for i, m in enumerate(analysis.ordered_modes(modes))}
 
 
-#: One marker per mode, hollow, so modes at the same spot (on a CPU the cuDNN flags change
-#: nothing) stay visible on top of each other.
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.name,
+                   costs: pd.DataFrame | None = None) -> Figure:  # fmt: skip
+    """Workloads x modes: colour = relative throughput, text = ratio and reproducibility mark.
 
-
-def plane_figure(points: pd.DataFrame, suite: str, recommended: str | None,
-                 baseline: str = DEFAULT_MODE.name) -> Figure:  # fmt: skip
-    """Relative throughput (x) against the fraction of workloads reproducible (y), per mode."""
-    pts = points.dropna(subset=["relative_throughput"])
-    labels = _mode_index(list(points["mode"]))
-    # The legend goes under the axes, one line per mode: names with settings are long.
-    fig, ax = subplots(figsize=(9, 5.0 + 0.2 * (len(labels) + 2)))
-    ax.axvline(1.0, color="0.75", lw=1, zorder=0)
-    ax.axhline(1.0, color="0.85", lw=1, ls=":", zorder=0)
-    front = pts[pts["frontier"]].sort_values("relative_throughput")
-    if len(front):
-        ax.step(
-            front["relative_throughput"], front["reproducible"], where="post", color="tab:green",
-            lw=1.5, alpha=0.5, zorder=1,
-        )  # fmt: skip
-        ax.scatter(
-            front["relative_throughput"], front["reproducible"], s=600, color="tab:green",
-            alpha=0.22, lw=0, zorder=1, label="frontier: no mode is faster and more reproducible",
-        )  # fmt: skip
-    colours = [f"C{k}" for k in range(10)]  # matplotlib's default cycle (tab10)
-    for k, mode in enumerate(labels):
-        at = pts[pts["mode"] == mode]
-        if at.empty:
-            continue
-        ax.scatter(
-            at["relative_throughput"], at["reproducible"], marker=MARKERS[k % len(MARKERS)],
-            s=70 + 12 * (k % 4), facecolor="none", edgecolor=colours[k % 10], lw=1.6, zorder=3,
-            label=f"{labels[mode]} {mode}",
-        )  # fmt: skip
-    if recommended is not None and recommended in set(pts["mode"]):
-        star = pts[pts["mode"] == recommended]
-        ax.scatter(
-            star["relative_throughput"], star["reproducible"], marker="*", s=420,
-            facecolor="gold", edgecolor="black", zorder=2, label=f"recommended: {recommended}",
-        )  # fmt: skip
-    ax.set_xlabel(f"throughput relative to the {baseline} mode (geometric mean over workloads)")
-    ax.set_ylabel("fraction of workloads bitwise reproducible")
-    ax.set_ylim(-0.05, 1.08)
-    lo = float(min(pts["relative_throughput"].min(), 1.0)) if len(pts) else 0.5
-    hi = float(max(pts["relative_throughput"].max(), 1.0)) if len(pts) else 1.5
-    pad = 0.06 * (hi - lo) + 0.02
-    ax.set_xlim(lo - pad, hi + pad)
-    n = int(points["workloads"].iloc[0]) if len(points) else 0
-    ax.set_title(f"{suite}: speed versus reproducibility, per mode ({n} workloads)")
-    fig.legend(loc="outside lower center", fontsize=8, frameon=False, ncols=1)
-    ax.grid(alpha=0.2)
-    return fig
-
-
-def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.name) -> Figure:
-    """Workloads x modes: colour = relative throughput, text = ratio and reproducibility mark."""
+    ``costs``: ``analysis.costs`` of the suite. A cell whose difference from the baseline is not
+    significant (its 95% interval contains 1) is not coloured and reads "n.s."; a significant
+    one whose timing was noisy is hatched; the baseline's own column reads "base"."""
     modes = [m for m in _mode_index(list(dict.fromkeys(v["mode"])))]
     workloads = list(dict.fromkeys(v["workload"]))
     cell = v.set_index(["workload", "mode"])
+    c = None if costs is None or costs.empty else costs.set_index(["workload", "mode"])
     rel = np.full((len(workloads), len(modes)), np.nan)
+    shown = np.full((len(workloads), len(modes)), np.nan)  # coloured: significant only
     for i, w in enumerate(workloads):
         for j, m in enumerate(modes):
             if (w, m) in cell.index and cell.loc[(w, m), "verdict"] in analysis.RAN:
                 rel[i, j] = cell.loc[(w, m), "rel"]
-    logs = np.clip(np.log2(rel), -LOG2_CLIP, LOG2_CLIP)
+                significant = (c is None or ((w, m) in c.index
+                               and bool(c.loc[(w, m), "significant"])))  # fmt: skip
+                if m != baseline and significant:
+                    shown[i, j] = rel[i, j]
+    logs = np.clip(np.log2(shown), -LOG2_CLIP, LOG2_CLIP)
     width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
     height = 1.6 + 0.4 * len(workloads) + _tick_room(modes)
     fig, ax = subplots(figsize=(width, height))
-    cmap = colormaps["RdBu"].with_extremes(bad="0.85")
+    cmap = colormaps["RdBu"].with_extremes(bad="0.96")
     norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
     im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
     for i, w in enumerate(workloads):
@@ -147,9 +105,18 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
             mark = analysis.MARKS.get(verdict, verdict)
             if verdict in analysis.RAN:
                 r = rel[i, j]
-                text = f"{r:.2f} {mark}" if np.isfinite(r) else mark
+                if m == baseline:
+                    text = f"base {mark}"
+                elif not np.isfinite(shown[i, j]):
+                    text = f"n.s. {mark}" if np.isfinite(r) else mark
+                else:
+                    text = f"{r:.2f} {mark}"
+                    if c is not None and (w, m) in c.index and bool(c.loc[(w, m), "noisy"]):
+                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=0,
+                                               hatch="///", ec="0.35", alpha=0.6))  # fmt: skip
             else:
                 text = mark
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="0.82", lw=0))
             dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
             ax.text(j, i, text, ha="center", va="center", fontsize=9,
                     color="white" if dark else "black")  # fmt: skip
@@ -163,9 +130,10 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
     bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
     bar.set_label(f"throughput relative to the {baseline} mode")
     ax.set_title(
-        f"{suite}: relative throughput per workload and mode\n"
-        "= bitwise identical in every replicate, ≠ (outlined) not; grey: did not run",
-        fontsize=10,
+        f"{suite}: relative throughput per workload and mode (coloured where significant)\n"
+        "= bitwise identical in every replicate, ≠ (outlined) not; n.s.: within the noise "
+        "(95% interval contains 1); hatched: noisy timing; grey: did not run",
+        fontsize=9,
     )
     return fig
 
@@ -216,41 +184,50 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
     return fig
 
 
-def _save(fig: Figure, directory: Path, stem: str) -> tuple[Path, Path]:
+#: The files a figure is written as (``plots/`` holds nothing else of the report's).
+PLOTS_SUFFIXES = (".png", ".svg")
+#: The PNG's resolution; the HTML embeds the PNG, the Markdown links both. Heatmaps, whose cells
+#: are large, use ``HEATMAP_DPI`` (the HTML of a 7-suite run stays well under 1 MB).
+DPI = 100
+HEATMAP_DPI = 80
+
+
+def _save(fig: Figure, directory: Path, stem: str, dpi: int = DPI) -> tuple[Path, Path]:
+    """The figure as SVG and as a compressed PNG: quantised to an adaptive palette of 256
+    colours (a plot has few; this makes the PNG, and the HTML that embeds it, 3-4 times
+    smaller with no visible change)."""
     png, svg = directory / f"{stem}.png", directory / f"{stem}.svg"
-    fig.savefig(png, dpi=110)
-    fig.savefig(svg)
+    fig.savefig(png, dpi=dpi)
+    # No date, and ids salted by the file's name, not at random: a report rewritten from the
+    # same records is the same file (rc_context restores the setting).
+    with rc_context({"svg.hashsalt": stem}):
+        fig.savefig(svg, metadata={"Date": None})
+    with Image.open(png) as im:
+        small = im.convert("RGB").quantize(colors=256, dither=Image.Dither.NONE)
+    small.save(png, optimize=True)
     return png, svg
 
 
 def write_plots(df: pd.DataFrame, directory: Path,
-                recommendations: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
-    """Every figure of a result set, written under ``directory`` as PNG and SVG;
-    ``recommendations``: ``analysis.recommendations`` of ``df`` where the caller has it."""
+                costs: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
+    """The per-suite figures of a result set (heatmap, divergence), written under ``directory``
+    as PNG and SVG; ``costs``: ``analysis.costs`` of ``df`` where the caller has it."""
     directory.mkdir(parents=True, exist_ok=True)
     v = analysis.verdicts(df)
     if v.empty:
         return []
     baseline = str(analysis.baseline_mode(v["mode"]))
     v = v.assign(rel=analysis.relative_throughput(v, baseline))
-    points = analysis.plane(df, baseline)
-    rec = analysis.recommendations(df, baseline) if recommendations is None else recommendations
+    costs = analysis.costs(df, baseline) if costs is None else costs
     div = analysis.divergence(df)
     plots: list[Plot] = []
     for suite in dict.fromkeys(v["suite"]):
         s = str(suite)
-        suite_rec = rec[(rec["suite"] == s) & (rec["workload"] == "*")]
-        recommended = suite_rec["mode"].iloc[0] if len(suite_rec) else None
-        # No plane for a suite none of whose workloads ran in any mode (every record
-        # unsupported, say): there is no point to place; the heatmap shows why.
-        here = points[points["suite"] == s] if "suite" in points.columns else points.iloc[:0]
-        if len(here):
-            title = f"{s}: speed versus reproducibility"
-            fig = plane_figure(here, s, recommended, baseline)
-            plots.append(Plot("plane", s, title, *_save(fig, directory, f"{s}-plane")))
-        fig = heatmap_figure(v[v["suite"] == s], s, baseline)
+        here = costs[costs["suite"] == s] if len(costs) else costs
+        fig = heatmap_figure(v[v["suite"] == s], s, baseline, here)
         title = f"{s}: relative throughput and reproducibility per workload"
-        plots.append(Plot("heatmap", s, title, *_save(fig, directory, f"{s}-heatmap")))
+        plots.append(Plot("heatmap", s, title,
+                          *_save(fig, directory, f"{s}-heatmap", HEATMAP_DPI)))  # fmt: skip
         if not div.empty and (div["suite"] == s).any():
             fig = divergence_figure(div[div["suite"] == s], s)
             title = f"{s}: divergence between replicates, step by step"

@@ -38,6 +38,8 @@ class Heading:
 @dataclass(frozen=True)
 class Para:
     text: str
+    #: A warning the reader must not miss: bold in Markdown, on a yellow band in HTML.
+    alert: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,16 @@ class Figure:
     plot: Plot
 
 
-Block = Heading | Para | Bullets | Table | Figure | Code
+@dataclass(frozen=True)
+class Details:
+    """Blocks shown collapsed under a one-line summary (``<details>`` in both renderings:
+    GitHub's Markdown collapses it too)."""
+
+    summary: str
+    blocks: Sequence[Block]
+
+
+Block = Heading | Para | Bullets | Table | Figure | Code | Details
 
 
 def md_text(s: str) -> str:
@@ -79,10 +90,15 @@ def _md_cell(c: str | Code) -> str:
 def to_markdown(blocks: Sequence[Block], base: Path) -> str:
     out: list[str] = []
     for b in blocks:
+        if isinstance(b, Details):
+            inner = to_markdown(b.blocks, base).rstrip("\n")
+            out.append(f"<details><summary>{html.escape(b.summary)}</summary>\n\n{inner}\n\n"
+                       "</details>")  # fmt: skip
+            continue
         if isinstance(b, Heading):
             out.append(f"{'#' * b.level} {md_text(b.text)}")
         elif isinstance(b, Para):
-            out.append(md_text(b.text))
+            out.append(f"**{md_text(b.text)}**" if b.alert else md_text(b.text))
         elif isinstance(b, Bullets):
             out.append("\n".join(f"- {md_text(i)}" for i in b.items))
         elif isinstance(b, Code):
@@ -112,11 +128,12 @@ NOWRAP_CHARS = 28
 
 
 def _html_cell(c: str | Code) -> str:
+    """Cells do not wrap (the style's default), but for long text, which gets class ``w``."""
     if isinstance(c, Code):
-        return f"<td><code>{_h(c.text)}</code></td>".replace("\n", "<br>")
+        return f'<td class="w"><code>{_h(c.text)}</code></td>'.replace("\n", "<br>")
     if len(c) <= NOWRAP_CHARS and "\n" not in c:
-        return f'<td class="nw">{_h(c)}</td>'
-    return f"<td>{_h(c)}</td>".replace("\n", "<br>")
+        return f"<td>{_h(c)}</td>"
+    return f'<td class="w">{_h(c)}</td>'.replace("\n", "<br>")
 
 
 STYLE = """
@@ -126,23 +143,29 @@ h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2e
 table { border-collapse: collapse; margin: .6em 0 1.4em; font-size: .88em; }
 th, td { border: 1px solid #ccc; padding: .25em .55em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } tr:nth-child(even) td { background: #fafafa; }
-td.nw { white-space: nowrap; } .scroll { overflow-x: auto; }
+td { white-space: nowrap; } td.w { white-space: normal; } .scroll { overflow-x: auto; }
 code, pre { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .92em; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: .9em; color: #555; }
 .caption { font-style: italic; color: #444; margin-bottom: .2em; }
+details { margin: .4em 0 1em; } summary { cursor: pointer; color: #124; }
+.busy { background: #fff3cd; border-left: 4px solid #8a6d3b;
+       padding: .4em .7em; }
 """
 
 
-def to_html(blocks: Sequence[Block], title: str) -> str:
+def _html_body(blocks: Sequence[Block]) -> list[str]:
     body: list[str] = []
     for b in blocks:
-        if isinstance(b, Heading):
+        if isinstance(b, Details):
+            body.append(f"<details><summary>{_h(b.summary)}</summary>"
+                        + "\n".join(_html_body(b.blocks)) + "</details>")  # fmt: skip
+        elif isinstance(b, Heading):
             anchor = "".join(ch if ch.isalnum() else "-" for ch in b.text.lower()).strip("-")
             body.append(f'<h{b.level} id="{_h(anchor)}">{_h(b.text)}</h{b.level}>')
         elif isinstance(b, Para):
-            body.append(f"<p>{_h(b.text)}</p>")
+            body.append(f'<p class="busy">{_h(b.text)}</p>' if b.alert else f"<p>{_h(b.text)}</p>")
         elif isinstance(b, Bullets):
             body.append("<ul>" + "".join(f"<li>{_h(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Code):
@@ -162,6 +185,11 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
                 f'<img alt="{_h(b.plot.title)}" src="data:image/png;base64,{data}">'
                 f"<figcaption>{_h(b.plot.title)}</figcaption></figure>"
             )
+    return body
+
+
+def to_html(blocks: Sequence[Block], title: str) -> str:
+    body = _html_body(blocks)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 #      replicate's outputs, where they were saved before this record's worker ran);
 #      ``node`` and ``job`` (the host and batch job the record ran in, ``where``); a merged run's
 #      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
-#      set of runs from several machines).
+#      set of runs from several machines);
+#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.

@@ -102,6 +102,7 @@ class Record(TypedDict, total=False):
     cudnn_enabled: bool
     num_threads: int
     timed_alone: bool
+    host_load: dict[str, Any] | None
     utc: str | None
 
 

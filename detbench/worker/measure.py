@@ -31,6 +31,7 @@ from detbench.worker import invariance
 from detbench.worker.applied import WorkerSettings, changed, columns, differ, read_all
 from detbench.worker.devenv import fp32_precision
 from detbench.worker.flops import count_flops
+from detbench.worker.hostload import Probe
 from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
 from detbench.worker.timing import Clock, Timing, time_step
 
@@ -377,6 +378,7 @@ def run_workload(
         "memory": None,
         "precision": None,
         "phases": {},
+        "host_load": None,
         "utc": None,
     }
     if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
@@ -420,9 +422,12 @@ def run_workload(
         if notify is not None:
             notify("timing")  # may wait while the runner pauses its other processes
         t0 = time.perf_counter()
+        load = Probe(device.type)
+        load.start()
         try:
             timing = timing_pass(step, job, device)
         finally:
+            rec["host_load"] = load.stop()  # how busy the host was while this was timed
             if notify is not None:
                 notify("timed")
         phases["timing"] = time.perf_counter() - t0

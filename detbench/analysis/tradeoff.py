@@ -1,0 +1,97 @@
+"""The speed-versus-reproducibility plane with its noise: each mode's place (``matrix.plane``),
+the 95% interval of its throughput, and a frontier that agrees with the recommendation.
+
+``matrix.plane`` places each mode at the geometric mean of its throughput relative to the
+baseline; here each point gets the interval of that mean (``stats.geometric_mean`` of the
+workloads' ``stats.ratio``, the very ratios of ``matrix.costs``), so a figure can draw it.
+
+The frontier of ``matrix.plane`` compares point estimates, so a mode faster by noise alone sits on
+it while the recommendation, which moves only for a significant difference, picks another. Here,
+among the modes reproducible on every workload, the frontier holds the recommended mode alone;
+a less reproducible mode is on it only when no mode at least as reproducible beats its point
+estimate and its interval lies above the interval of every frontier mode more reproducible than
+it (faster beyond the noise). A mode the recommendation never picks on this device (a cuDNN flag
+on a CPU: ``recommend.inert_changes``) is ``inert`` and never on the frontier.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from detbench.analysis import stats
+from detbench.analysis.matrix import RAN, baseline_mode, plane, replicate_samples, verdicts
+from detbench.analysis.recommend import inert_changes, run_device
+
+
+def points(df: pd.DataFrame, rec: pd.DataFrame, baseline: str | None = None,
+           seed: int = stats.SEED) -> pd.DataFrame:  # fmt: skip
+    """``matrix.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
+    definition, and where a workload has no samples), ``inert``, ``recommended`` and the
+    noise-aware ``frontier``; ``rec``: ``recommend.recommendations`` of ``df``."""
+    baseline = str(baseline_mode(df["mode"]) if baseline is None else baseline)
+    p = plane(df, baseline)
+    if p.empty:
+        return p
+    device = run_device(df)
+    v = verdicts(df)
+    groups = {k: g for k, g in df.groupby(["suite", "workload", "mode"], sort=False)}
+    lows, highs = [], []
+    for r in p.to_dict("records"):
+        low = high = None
+        if r["mode"] != baseline and r["relative_throughput"] is not None:
+            ran = v[(v["suite"] == r["suite"]) & (v["mode"] == r["mode"])
+                    & v["verdict"].isin(RAN)]  # fmt: skip
+            ratios = []
+            for w in ran["workload"]:
+                a = groups.get((r["suite"], w, r["mode"]))
+                b = groups.get((r["suite"], w, baseline))
+                ra = replicate_samples(a) if a is not None else []
+                rb = replicate_samples(b) if b is not None else []
+                if ra and rb:
+                    name = stats.comparison_key(r["suite"], w, r["mode"], baseline)
+                    ratios.append(stats.ratio(ra, rb, name, seed))
+            if ratios and len(ratios) == len(ran):
+                mean = stats.geometric_mean(ratios)
+                low, high = mean.low, mean.high
+        lows.append(low)
+        highs.append(high)
+    p = p.assign(ci_low=pd.Series(lows, index=p.index, dtype=object),
+                 ci_high=pd.Series(highs, index=p.index, dtype=object))  # fmt: skip
+    p["inert"] = [bool(inert_changes(str(m), device)) for m in p["mode"]]
+    picks = rec[rec["workload"] == "*"].set_index("suite")["mode"].to_dict() if len(rec) else {}
+    p["recommended"] = [picks.get(s) == m for s, m in zip(p["suite"], p["mode"], strict=True)]
+    p["frontier"] = False
+    for _suite, g in p.groupby("suite", sort=False):
+        for i in _frontier(g, baseline):
+            p.loc[i, "frontier"] = True
+    return p
+
+
+def _bounds(r: Any) -> tuple[float, float]:
+    x = float(r["relative_throughput"])
+    low = x if r["ci_low"] is None or pd.isna(r["ci_low"]) else float(r["ci_low"])
+    high = x if r["ci_high"] is None or pd.isna(r["ci_high"]) else float(r["ci_high"])
+    return low, high
+
+
+def _frontier(g: pd.DataFrame, baseline: str) -> list[Any]:
+    pts = g[g["relative_throughput"].notna() & ~g["inert"]]
+    if pts.empty:
+        return []
+    on: list[Any] = []
+    full = pts[pts["reproducible"] >= 1.0]
+    if len(full):
+        on += list(full.index[full["recommended"]])
+    rest = pts[pts["reproducible"] < 1.0].sort_values("reproducible", ascending=False)
+    for i in rest.index:
+        r = rest.loc[i]
+        x = float(r["relative_throughput"])
+        better = pts[(pts["reproducible"] >= r["reproducible"]) & (pts.index != i)]
+        if (better["relative_throughput"].astype(float) >= x).any():
+            continue
+        above = [j for j in on if pts.loc[j, "reproducible"] > r["reproducible"]]
+        if all(_bounds(r)[0] > _bounds(pts.loc[j])[1] for j in above):
+            on.append(i)
+    return on

@@ -1,0 +1,211 @@
+"""The report's sections, in the order a reader meets them, and what they all read.
+
+``SECTIONS`` is the report: a list of functions, each taking the ``ReportRun`` (the records,
+env.json, the plots and the analyses computed once) and returning its blocks ([] when it has
+nothing to say for this run). A new section is a module of its own with a function of that
+shape, put into ``SECTIONS`` where it belongs; the answer stays first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pandas as pd
+
+from detbench import analysis
+from detbench.analysis import tradeoff as tradeoff_points
+from detbench.analysis.recommend import run_device
+from detbench.report import answer, devices, located, matrices, samebits, tables, tradeoff
+from detbench.report import attribution as attribution_report
+from detbench.report import distributed as distributed_report
+from detbench.report import invariance as invariance_report
+from detbench.report.conditions import precision_blocks, quality_blocks, warnings
+from detbench.report.method import environment_table, method_blocks
+from detbench.report.plots import Plot
+from detbench.report.render import Block, Bullets, Details, Figure, Heading, Para
+from detbench.store.results import env_facts
+
+
+@dataclass
+class ReportRun:
+    """A run as the sections read it; each analysis is computed once, when first asked for."""
+
+    df: pd.DataFrame
+    env: dict[str, Any]
+    plots: list[Plot] = field(default_factory=list)
+    rec_given: pd.DataFrame | None = None
+
+    @cached_property
+    def baseline(self) -> str:
+        return str(analysis.baseline_mode(self.df["mode"]))
+
+    @cached_property
+    def suites(self) -> list[str]:
+        return [str(s) for s in dict.fromkeys(self.df["suite"])]
+
+    @cached_property
+    def rec(self) -> pd.DataFrame:
+        if self.rec_given is not None:
+            return self.rec_given
+        return analysis.recommendations(self.df, self.baseline)
+
+    @cached_property
+    def costs(self) -> pd.DataFrame:
+        return analysis.costs(self.df, self.baseline)
+
+    @cached_property
+    def verdicts(self) -> pd.DataFrame:
+        return analysis.verdicts(self.df)
+
+    @cached_property
+    def points(self) -> pd.DataFrame:
+        """The plane with its intervals and a frontier that agrees with ``rec``."""
+        return tradeoff_points.points(self.df, self.rec, self.baseline)
+
+    @cached_property
+    def memory(self) -> pd.DataFrame | None:
+        peaks = analysis.peak_memory(self.df, self.baseline)
+        return None if peaks.empty else peaks.set_index(["suite", "workload", "mode"])
+
+    @cached_property
+    def device(self) -> str | None:
+        return run_device(self.df)
+
+
+Section = Callable[[ReportRun], list[Block]]
+
+
+def header(r: ReportRun) -> list[Block]:
+    facts = env_facts(r.env)
+    o = r.env.get("options") or {}
+    device = facts["gpu"] if facts["device"] == "cuda" else f"CPU ({facts['cpu']})"
+    return [
+        Heading(1, f"detbench report: {device}, torch {facts['torch']}"),
+        Para(
+            f"{r.df['workload'].nunique()} workloads in {len(r.suites)} suites "
+            f"({', '.join(r.suites)}) x {r.df['mode'].nunique()} modes x "
+            f"{o.get('replicates')} replicates = {len(r.df)} records, profile "
+            f"{o.get('profile')}, on {device}. Run started {r.env.get('started_utc')}."
+        ),
+    ]
+
+
+def the_answer(r: ReportRun) -> list[Block]:
+    return answer.blocks(r.df, r.env, r.rec, r.points, r.verdicts, r.baseline, r.device)
+
+
+def headline_plot(r: ReportRun) -> list[Block]:
+    return [Figure(p) for p in r.plots if p.kind == tradeoff.KIND]
+
+
+def recommendations(r: ReportRun) -> list[Block]:
+    return tables.recommendation_blocks(r.rec, r.costs, r.baseline, r.device)
+
+
+def _by_signature(module: Any) -> Section:
+    """A section module whose ``blocks(df, env, plots)`` is the older signature."""
+    return lambda r: list(module.blocks(r.df, r.env, r.plots))
+
+
+def located_section(r: ReportRun) -> list[Block]:
+    return list(located.blocks(r.env.get("located") or []))
+
+
+def precision(r: ReportRun) -> list[Block]:
+    return precision_blocks(r.df, r.baseline)
+
+
+def recipes(r: ReportRun) -> list[Block]:
+    return tables.recipe_blocks(r.df)
+
+
+def warnings_section(r: ReportRun) -> list[Block]:
+    warn = warnings(r.df, r.verdicts, r.env, r.costs)
+    return [Heading(2, "Warnings"), Bullets(warn) if warn else Para("None.")]
+
+
+def verdicts_and_plots(r: ReportRun) -> list[Block]:
+    """Per suite: the compact verdict matrix, the workloads whose own pick differs from the
+    suite's, the heatmap and divergence, then the full tables collapsed."""
+    out: list[Block] = [Heading(2, "Per suite")]
+    picks = r.rec[r.rec["workload"] == "*"].set_index("suite")["mode"].to_dict()
+    for suite in r.suites:
+        out.append(Heading(3, suite))
+        out += matrices.verdict_blocks(r.verdicts, suite)
+        mine = r.rec[(r.rec["suite"] == suite) & (r.rec["workload"] != "*")]
+        other = mine[mine["mode"] != picks.get(suite)]
+        if len(other):
+            table = tables.workload_recommendation_table(other, suite, r.memory, r.baseline)
+            out.append(type(table)(table.header, table.rows,
+                                   caption=f"{suite}: workloads whose own pick differs from the "
+                                   "suite's"))  # fmt: skip
+        out += [Figure(p) for p in r.plots
+                if p.suite == suite and p.kind in ("heatmap", "divergence")]  # fmt: skip
+        out.append(Details(f"{suite}: every workload and mode (full tables)", [
+            tables.workload_recommendation_table(r.rec, suite, r.memory, r.baseline),
+            tables.full_table(r.verdicts, suite, r.costs, r.memory, r.baseline),
+        ]))  # fmt: skip
+    div = analysis.divergence(r.df)
+    if "losses" in r.df.columns and r.df["losses"].notna().any() and div.empty:
+        out.append(Para(
+            "Training workloads: every replicate was bitwise identical to the first in every "
+            "mode that ran, so there is no divergence to plot."
+        ))  # fmt: skip
+    return out
+
+
+def quality(r: ReportRun) -> list[Block]:
+    return quality_blocks(r.df, r.env)
+
+
+def failures(r: ReportRun) -> list[Block]:
+    t = tables.failure_table(r.df)
+    return [] if t is None else [Heading(2, "Failures"), Details(f"{len(t.rows)} failures", [t])]
+
+
+def method(r: ReportRun) -> list[Block]:
+    return method_blocks(r.df, r.env)
+
+
+def environment(r: ReportRun) -> list[Block]:
+    return [
+        Heading(2, "Environment"),
+        environment_table(r.env),
+        Para(
+            "Generated by detbench from results.jsonl and env.json in this folder; "
+            "detbench.load_results(FOLDER) reads every raw record."
+        ),
+    ]
+
+
+#: The report, top to bottom.
+SECTIONS: list[Section] = [
+    header,
+    the_answer,
+    headline_plot,
+    recommendations,
+    _by_signature(attribution_report),  # an attribution study's own section
+    _by_signature(invariance_report),  # the batch-invariance section
+    _by_signature(distributed_report),  # the distributed (torchrun) section
+    located_section,  # a run made with --locate
+    _by_signature(devices),  # same bits across devices (run --devices)
+    _by_signature(samebits),  # which modes give the default mode's bits
+    precision,
+    recipes,
+    warnings_section,
+    verdicts_and_plots,
+    quality,
+    failures,
+    method,
+    environment,
+]
+
+
+def build(run: ReportRun, sections: list[Section] | None = None) -> list[Block]:
+    out: list[Block] = []
+    for section in SECTIONS if sections is None else sections:
+        out += section(run)
+    return out
