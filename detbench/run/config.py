@@ -49,6 +49,8 @@ MATRIX_OPT_IN: dict[str, dict[str, str]] = {
         "recipes": "seeding recipes, whose verdicts the four flags do not change",
         "distributed": "a torchrun launch per worker, 18 s each on the H100; on one GPU a world "
         "of one rank, whose collectives run no algorithm",
+        "models": "Transformers and torchvision models at their published sizes, about 12 "
+        "minutes on their own on one H100 (a paper estimate from their FLOPs; docs/models.md)",
     },
 }
 #: ``--suite all``: every built-in suite.
