@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
 from detbench.worker import digest
 
@@ -68,10 +69,7 @@ def _host_array(t: torch.Tensor) -> np.ndarray:
 
 
 #: What a step may return, in words (``step_outputs``'s refusal).
-EXPECTED = (
-    "a tensor, or a list, tuple, dict (a ModelOutput) or dataclass of tensors (nested as you "
-    "like; None allowed)"
-)
+EXPECTED = "tensors: a tensor, or lists, tuples, dicts (a ModelOutput), dataclasses of them, None"
 
 
 class OutputError(TypeError):
@@ -80,8 +78,10 @@ class OutputError(TypeError):
 
 def _leaves(value: Any, path: str, out: list[Any]) -> None:
     """Append ``value``'s leaves to ``out`` in order: dicts (a Hugging Face ``ModelOutput`` is
-    one) by their keys' order, dataclasses by their fields' order, lists and tuples by position;
-    a leaf is a tensor or None, anything else is an ``OutputError`` naming where it is."""
+    one) by their keys' order, dataclasses by their fields' order, lists and tuples by position,
+    other types registered with ``torch.utils._pytree`` as it flattens them, and a Transformers
+    KV cache through its ``to_legacy_cache()``; a leaf is a tensor or None, anything else is an
+    ``OutputError`` naming where it is."""
     if value is None or isinstance(value, torch.Tensor):
         out.append(value)
     elif isinstance(value, Mapping):
@@ -93,12 +93,19 @@ def _leaves(value: Any, path: str, out: list[Any]) -> None:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _leaves(v, f"{path}[{i}]", out)
+    elif type(value) in pytree.SUPPORTED_NODES:  # registered with torch's pytree
+        for i, v in enumerate(pytree.tree_flatten(value)[0]):
+            _leaves(v, f"{path}<{i}>", out)
+    elif callable(getattr(value, "to_legacy_cache", None)):
+        # A Transformers KV cache (a ModelOutput's past_key_values): its keys and values, per
+        # layer, through the cache's own API.
+        _leaves(value.to_legacy_cache(), f"{path}.to_legacy_cache()", out)
     else:
         shown = repr(value)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
         raise OutputError(
-            f"a step must return {EXPECTED}; this one returned a {type(value).__name__} "
-            f"({shown}) at {path or 'the top'}"
+            f"the step returned a {type(value).__name__} ({shown}) at {path or 'its top'}; "
+            f"expected {EXPECTED}"
         )
 
 
