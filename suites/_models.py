@@ -49,7 +49,7 @@ def hf_model(ctx: detbench.Context, auto: str, config: Any, attn: str) -> nn.Mod
     the model really runs (``config._attn_implementation``) is noted for the record."""
     transformers = library("transformers")
     factory = getattr(transformers, auto)
-    model = on_device(ctx, lambda: factory.from_config(config, attn_implementation=attn))
+    model: Any = on_device(ctx, lambda: factory.from_config(config, attn_implementation=attn))
     ctx.note(attn_implementation=model.config._attn_implementation)
     return model
 

@@ -117,7 +117,7 @@ LLAMA: Sizes = {
     "quick": {"batch": 2, "seq": 32, "hidden": 32, "intermediate": 64, "layers": 2,
               "heads": 4, "kv_heads": 2, "vocab": 256},
     "full": {"batch": 8, "seq": 1024, "hidden": 768, "intermediate": 2048, "layers": 12,
-             "heads": 12, "kv_heads": 4, "vocab": 32000},  # about 150M parameters
+             "heads": 12, "kv_heads": 4, "vocab": 32000},  # 125M parameters
 }  # fmt: skip
 
 
@@ -213,7 +213,9 @@ CONVNEXT: Sizes = {
          "dtype": "float32"}, attention=False)  # fmt: skip
 def convnext_classify(ctx: detbench.Context, **s: Any) -> Any:
     config = _m.library(TF).ConvNextConfig(
-        depths=s["depths"], hidden_sizes=s["widths"], num_labels=s["classes"],
+        depths=s["depths"],
+        hidden_sizes=s["widths"],
+        num_labels=s["classes"],
         image_size=s["image"],
     )
     # ConvNeXt has no attention: nothing to note.
@@ -325,8 +327,11 @@ def _cnn(name: str, model_fn: str, what: str) -> None:
 
 
 _cnn("tv_resnet50", "resnet50", "torchvision resnet50 (BatchNorm)")
-_cnn("tv_efficientnet_b0", "efficientnet_b0",
-     "torchvision efficientnet_b0 (depthwise convolutions, squeeze-excitation, BatchNorm)")
+_cnn(
+    "tv_efficientnet_b0",
+    "efficientnet_b0",
+    "torchvision efficientnet_b0 (depthwise convolutions, squeeze-excitation, BatchNorm)",
+)
 
 
 @_train("tv_vit_b_16", TV, TV_VIT, _batch,

@@ -129,6 +129,7 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
     declared = [w.key for w in workloads if getattr(w, "attention", False)]
     seen = [k for k, ops in (called or {}).items() if SDPA in ops]
     attention = [w.key for w in workloads if w.key in declared or w.key in seen]
+    seen_keys = [w.key for w in workloads if w.key in seen] if called is not None else None
     default = _State(False, False)
     strict = {}
     for sw in switches():
@@ -166,9 +167,8 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
                 reason = str(st.get(sw.name).unavailable())
             if reason is None and sw.name == "sdpa_backend":
                 if not attention:
-                    reason = (
-                        "no selected workload calls scaled_dot_product_attention"
-                        + (" (one step of each was run to see)" if called is not None else "")
+                    reason = "no selected workload calls scaled_dot_product_attention" + (
+                        " (one step of each was run to see)" if called is not None else ""
                     )
                 only = attention
             now = state.level(sw)
@@ -206,7 +206,7 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
         "variants": variants,
         "skipped": skipped,
         # Which workloads call SDPA, and how that is known: declared, seen in a step, or both.
-        "attention": {"declared": declared, "seen": sorted(seen) if called is not None else None},
+        "attention": {"declared": declared, "seen": seen_keys},
     }
 
 

@@ -40,7 +40,7 @@ PerStep = float | Mapping[str, float] | Callable[["Context"], float]
 NOTES = ("attn_implementation",)
 
 
-class Unsupported(Exception):  # noqa: N818 (a status, as torch's "unsupported" reads)
+class Unsupported(Exception):
     """Raise it from a factory when the workload cannot run here (a library that is not
     installed, a device it needs): its record is ``unsupported`` with this message, not an
     error."""

@@ -109,10 +109,10 @@ def _leaves(value: Any, path: str, out: list[Any]) -> None:
         )
 
 
-def step_outputs(result: Any) -> list[torch.Tensor | None]:
+def step_outputs(result: Any) -> list[Any]:
     """A step's result as the flat list of its tensors (None kept in place), in a fixed order:
     the "outputs" that fingerprints, ``loss_output`` and the batch-invariance rows index. A
-    single tensor is one output (never its rows)."""
+    single tensor is one output (never its rows). Each item is a tensor or None."""
     out: list[Any] = []
     _leaves(result, "", out)
     return out
