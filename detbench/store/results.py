@@ -54,7 +54,10 @@ if TYPE_CHECKING:
 #      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
 #      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
 #      workloads), ``nccl_env`` (the NCCL variables as rank 0 read them after
-#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there).
+#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there);
+#      ``attn_implementation`` (the attention the model ran: noted by its factory, else "sdpa"
+#      where the first fingerprint step called scaled_dot_product_attention, else None) and
+#      ``ops_called`` (the ops with a setting of their own that step called; None when compiled).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.
