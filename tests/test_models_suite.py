@@ -287,3 +287,22 @@ def test_the_suite_is_costed_on_paper_from_its_flops_and_left_out_of_the_cuda_ma
         assert doc["costed_records"] == doc["records"] == 300
         assert doc["record_seconds"] == pytest.approx(30 * sum(
             v for k, v in own.items() if k.startswith("models/")), abs=0.1)  # fmt: skip
+
+
+def test_the_cpu_flash_attention_is_counted_as_the_gpu_one() -> None:
+    """On a CPU, SDPA without a mask runs the CPU flash kernel, which torch's FLOP registry does
+    not know: the Transformers models' attention would count 0 FLOPs there."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    from detbench.worker.flops import count_flops
+
+    q = torch.randn(2, 4, 128, 32, requires_grad=True)
+
+    def step() -> None:
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        out.sum().backward()
+
+    shape = q.shape
+    assert count_flops(step) == sdpa_flop_count(shape, shape, shape) + sdpa_backward_flop_count(
+        shape, shape, shape, shape
+    )

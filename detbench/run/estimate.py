@@ -88,16 +88,16 @@ _DATALOADER = 1.55
 #: blocks' overshoot) and the FLOP count's step in one replicate of 3; the build at that run's
 #: 0.61 s. ``_MODELS``: FLOPs per step (counted here with the FLOP counter: on the meta device
 #: for GPT-2, ViT, ConvNeXt and Whisper, on the CPU at batch 1 times the batch for Llama and
-#: BERT; torchvision's published multiply-adds x 2 x 3 for its models), parameters, and the
-#: rate. ConvNeXt's and EfficientNet's depthwise convolutions run far below ResNet's rate, so
-#: theirs are low; gpt2_generate is host-bound (one kernel launch after another per token), so
-#: it is costed from the decoder's measured 0.29 ms per layer and token
-#: (results/20261124-084508-cuda-full-decoder: 37 ms per 32-token decode of 4 layers) x 12
-#: layers x 32 tokens = 0.11 s per generate() at any batch up to 16, its 3 fingerprint steps,
-#: 12.4 timed, and an invariance pass of 5 sizes (a build and a generate() each).
+#: BERT, the CPU's flash attention counted as the GPU's; torchvision's published multiply-adds
+#: x 2 x 3 for its models), parameters, and the rate. ConvNeXt's and EfficientNet's depthwise
+#: convolutions run far below ResNet's rate, so theirs are low; gpt2_generate is host-bound (one
+#: kernel launch after another per token), so it is costed from the decoder's measured 0.29 ms per
+#: layer and token (results/20261124-084508-cuda-full-decoder: 37 ms per 32-token decode of 4
+#: layers) x 12 layers x 32 tokens = 0.11 s per generate() at any batch up to 16, its 3 fingerprint
+#: steps, 12.4 timed, and an invariance pass of 5 sizes (a build and a generate() each).
 _H100_MATMUL_FP32, _H100_CONV_TF32 = 41.3e12, 61.2e12
 _MODELS = {"gpt2_lm": (7.00e12, 124.4e6, _H100_MATMUL_FP32),
-           "llama_lm": (4.92e12, 124.7e6, _H100_MATMUL_FP32),
+           "llama_lm": (6.00e12, 124.7e6, _H100_MATMUL_FP32),
            "bert_classify": (2.15e12, 109.5e6, _H100_MATMUL_FP32),
            "vit_classify": (3.36e12, 86.6e6, _H100_MATMUL_FP32),
            "convnext_classify": (0.855e12, 28.6e6, _H100_CONV_TF32),
