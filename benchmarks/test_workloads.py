@@ -17,7 +17,7 @@ import torch
 
 from detbench.core.modes import current_flags
 from detbench.core.seeding import seed_all
-from detbench.core.workload import Context, builtin_suite_files, load_file
+from detbench.core.workload import Context, Unsupported, builtin_suite_files, load_file
 from detbench.worker import fingerprint as fp
 
 FINGERPRINT_STEPS = 3
@@ -50,8 +50,11 @@ def test_workload(
     )
     ctx = Context(device=torch.device(dev), profile=profile, seed=0)
     seed_all(ctx.seed)
-    step = w.factory(ctx)
-    digests = [fp.step_digest(list(step())) for _ in range(FINGERPRINT_STEPS)]
+    try:
+        step = w.factory(ctx)
+    except Unsupported as exc:  # a library the models suite needs is not installed here
+        pytest.skip(str(exc))
+    digests = [fp.step_digest(fp.step_outputs(step())) for _ in range(FINGERPRINT_STEPS)]
     # A step whose outputs hash like no outputs would fingerprint nothing.
     assert fp.step_digest([]) not in digests, f"{w.key}: a step returned no tensor"
 

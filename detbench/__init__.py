@@ -4,6 +4,8 @@ The public API:
 
 * ``workload``: the decorator that registers a workload (the built-in suites use it too);
 * ``Context``: what a workload factory receives (``device``, ``profile``, ``seed``);
+* ``Unsupported``: what a factory raises when its workload cannot run here (a library that is
+  not installed): the record is ``unsupported`` with the reason, not an error;
 * ``MODES``, ``Mode``, ``get_mode``: the determinism mode matrix;
 * ``RunConfig``, ``run_benchmark``: a run, from its plain arguments to its results directory;
 * ``load_results``: a results directory as a pandas DataFrame.
@@ -14,7 +16,7 @@ a run starts, and matplotlib's backend only when a plot is drawn.
 
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import MODES, Mode, get_mode
-from detbench.core.workload import Context, workload
+from detbench.core.workload import Context, Unsupported, workload
 from detbench.run.api import run_benchmark
 from detbench.run.config import RunConfig
 from detbench.store.results import SCHEMA_VERSION, load_results
@@ -28,6 +30,7 @@ __all__ = [
     "DetbenchError",
     "Mode",
     "RunConfig",
+    "Unsupported",
     "get_mode",
     "load_results",
     "run_benchmark",

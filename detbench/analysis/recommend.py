@@ -312,6 +312,8 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         cands = [(m, points.get(m, float("nan"))) for m in qualify]
         excluded = [m for m in repro if inert[m]]
         none_why = _none_why(excluded, "for every workload")
+        if not n:  # a library the suite needs is missing, say: nothing to recommend from
+            none_why = "no workload of the suite ran in any mode (unsupported or failed here)"
         rows.append(_row(s, "*", cands, geo, geo_versus, points, baseline, none_why))
     out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
     out["snippet"] = pd.Series(

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detbench.core.modes import CUBLAS_ENV
@@ -66,6 +67,7 @@ def execute(
     """Check ``config``, print its plan, run it and report on it. ``preface``: lines printed
     before the plan (an attribution study's switches); ``summary``: the text printed from the
     records at the end; ``command``: the subcommand a resume line names."""
+    from detbench.analysis.failures import all_failed, failures_text
     from detbench.run.api import plan_run, run_planned
     from detbench.store.results import RESULTS_FILE, load_results
 
@@ -109,7 +111,11 @@ def execute(
             file=sys.stderr,
         )
         return 130
-    print(summary(load_results(out)))
+    df = load_results(out)
+    print(summary(df))
+    failed = failures_text(df)
+    if failed:
+        print("\n" + failed)
     if getattr(args, "locate", False):
         from detbench.locate.report import locate_run
 
@@ -141,4 +147,15 @@ def execute(
             f"{stats.timing_target_missed} of {stats.records} records used their whole timing "
             "budget without reaching the target interval (see the report)"
         )
+    # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
+    # the exit status (a built-in suite's failure is data of the machine, and exits 0).
+    files = {Path(f).resolve() for f in config.workload_files}
+    own = [w.key for w in runner.workloads if w.source and Path(w.source).resolve() in files]
+    if all_failed(df, own):
+        print(
+            f"detbench: every record of your own workloads failed ({', '.join(own)}): see the "
+            "messages above",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -27,10 +27,23 @@ PROFILES: tuple[str, ...] = ("quick", "full")
 #: Who seeds the generators before a workload is built: detbench, or the workload (a recipe).
 SEEDING: tuple[str, ...] = ("detbench", "recipe")
 
-Step = Callable[[], Sequence[Any]]
+#: A step returns its result: a tensor, or any nesting of lists, tuples, dicts (a Hugging Face
+#: ``ModelOutput`` is one) and dataclasses whose leaves are tensors or None
+#: (``detbench.worker.fingerprint.step_outputs`` flattens it).
+Step = Callable[[], Any]
 Factory = Callable[["Context"], Step]
 # A count per step: a number, one per profile, or a function of the context.
 PerStep = float | Mapping[str, float] | Callable[["Context"], float]
+
+
+#: The facts a factory may note for its record (``Context.note``).
+NOTES = ("attn_implementation",)
+
+
+class Unsupported(Exception):
+    """Raise it from a factory when the workload cannot run here (a library that is not
+    installed, a device it needs): its record is ``unsupported`` with this message, not an
+    error."""
 
 
 @dataclass(frozen=True)
@@ -50,10 +63,23 @@ class Context:
     #: The modules ``ddp`` wrapped: the rank compares their parameters across ranks after each
     #: step (the ``ranks_agree`` verdict).
     ddp_modules: list[Any] = field(default_factory=list, compare=False, repr=False)
+    #: What the factory said about the workload it built (``note``), copied into its record.
+    notes: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def quick(self) -> bool:
         return self.profile == "quick"
+
+    def note(self, **facts: str) -> None:
+        """Facts of the built workload for its record, known only once it is built:
+        ``attn_implementation`` (the attention the model runs: ``"eager"``, ``"sdpa"``,
+        ``"flash_attention_2"``, ...; for a Hugging Face model, its
+        ``model.config._attn_implementation``). Without a note, a record says ``"sdpa"`` where
+        its fingerprint pass saw ``scaled_dot_product_attention`` run, else nothing."""
+        for name, value in facts.items():
+            if name not in NOTES:
+                raise WorkloadError(f"ctx.note knows {', '.join(NOTES)}, not {name!r}")
+            self.notes[name] = str(value)
 
     def ddp(self, module: Any, **kwargs: Any) -> Any:
         """``module`` wrapped in ``DistributedDataParallel`` as the run's settings say: on this

@@ -219,7 +219,7 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
         for i in range(w.steps(ctx, int(job["fingerprint_steps"]))):
             _say(rank, f"{key}: fingerprint step {i}")
             t1 = time.perf_counter()
-            outputs = list(step())
+            outputs = fp.step_outputs(step())
             if i == 0:
                 sync(device)
                 res["first_step_seconds"] = time.perf_counter() - t1

@@ -53,7 +53,7 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
                     profile: str, save: set[int], saved_dir: Path) -> dict[str, Any]:  # fmt: skip
     """One workload's op stream in this process: build and ``steps`` steps under the recorder."""
     from detbench.core.workload import Context
-    from detbench.worker.fingerprint import step_digest
+    from detbench.worker.fingerprint import step_digest, step_outputs
     from detbench.worker.measure import build_step, with_settings
 
     ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)
@@ -71,7 +71,7 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
             for s in range(steps):
                 rec.step, rec.phase = s, "forward"
                 with rec:
-                    outputs = list(step())
+                    outputs = step_outputs(step())
                 rec.end_step()
                 # The step's outputs, as the fingerprint sees them (outside the recorder).
                 digests.append(step_digest(outputs, "sha256" if device.type == "cpu" else "device"))

@@ -41,7 +41,8 @@ FINGERPRINTS = ("device", "sha256", "both")
 #: suite. On CUDA the matrix of every suite does not fit the 15 minutes of one H100 (3810 records,
 #: about 42 minutes on paper; docs/gpu-session.md, "The 15-minute matrix"), so its matrix is the
 #: mission's five suites (conv, rnn, batchnorm, bmm, training: about 12 minutes on paper) and the
-#: studies run on their own, each a command of its own.
+#: studies and the models suite (15 minutes on paper by itself) run on their own, each a command
+#: of its own.
 MATRIX_OPT_IN: dict[str, dict[str, str]] = {
     "cuda": {
         "ops": "a catalogue of single ops, more records than the matrix itself",
@@ -49,6 +50,8 @@ MATRIX_OPT_IN: dict[str, dict[str, str]] = {
         "recipes": "seeding recipes, whose verdicts the four flags do not change",
         "distributed": "a torchrun launch per worker, 18 s each on the H100; on one GPU a world "
         "of one rank, whose collectives run no algorithm",
+        "models": "Transformers and torchvision models at their published sizes: 15 minutes "
+        "on their own on one H100 (a paper estimate from their FLOPs; docs/models.md)",
     },
 }
 #: ``--suite all``: every built-in suite.

@@ -77,12 +77,52 @@ NO_CUDNN_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: warm-up steps outlasting the budget), plus the 3 more warm-up steps of full at 0.09 s = 1.55 s,
 #: an estimate for each of the three variants with workers.
 _DATALOADER = 1.55
+#: The models suite at full size on one H100: paper estimates (no GPU has run it), from each
+#: step's FLOPs and the rates the H100 reached on the training suite
+#: (results/20261124-085144-cuda-full-conv-rnn-training, default mode): 41.3 TFLOP/s for the
+#: fp32 Transformer encoder (cuBLAS, IEEE fp32 matmuls), 61.2 TFLOP/s for ResNet-18 (cuDNN's
+#: convolutions in TF32, torch's default). A record: the build, 10 fingerprint steps each with
+#: its digest of the returned parameters (that run's Transformer: (3.26 s - 0.18 s first step) /
+#: 19 steps = 0.162 s against 0.114 s timed, 0.048 s for its 66M parameters: 0.73 ns per
+#: parameter), the timing pass (1.41 s = 12.4 of its steps: 5 warm-up, 6 samples and the
+#: blocks' overshoot) and the FLOP count's step in one replicate of 3; the build at that run's
+#: 0.61 s. ``_MODELS``: FLOPs per step (counted here with the FLOP counter: on the meta device
+#: for GPT-2, ViT, ConvNeXt and Whisper, on the CPU at batch 1 times the batch for Llama and
+#: BERT, the CPU's flash attention counted as the GPU's; torchvision's published multiply-adds
+#: x 2 x 3 for its models), parameters, and the rate. ConvNeXt's and EfficientNet's depthwise
+#: convolutions run far below ResNet's rate, so theirs are low; gpt2_generate is host-bound (one
+#: kernel launch after another per token), so it is costed from the decoder's measured 0.29 ms per
+#: layer and token (results/20261124-084508-cuda-full-decoder: 37 ms per 32-token decode of 4
+#: layers) x 12 layers x 32 tokens = 0.11 s per generate() at any batch up to 16, its 3 fingerprint
+#: steps, 12.4 timed, and an invariance pass of 5 sizes (a build and a generate() each).
+_H100_MATMUL_FP32, _H100_CONV_TF32 = 41.3e12, 61.2e12
+_MODELS = {"gpt2_lm": (7.00e12, 124.4e6, _H100_MATMUL_FP32),
+           "llama_lm": (6.00e12, 124.7e6, _H100_MATMUL_FP32),
+           "bert_classify": (2.15e12, 109.5e6, _H100_MATMUL_FP32),
+           "vit_classify": (3.36e12, 86.6e6, _H100_MATMUL_FP32),
+           "convnext_classify": (0.855e12, 28.6e6, _H100_CONV_TF32),
+           "whisper_seq2seq": (2.68e12, 72.6e6, _H100_MATMUL_FP32),
+           "tv_resnet50": (4.09e9 * 6 * 64, 25.6e6, _H100_CONV_TF32),
+           "tv_efficientnet_b0": (0.39e9 * 6 * 64, 5.3e6, _H100_CONV_TF32),
+           "tv_vit_b_16": (17.56e9 * 6 * 32, 86.6e6, _H100_MATMUL_FP32)}  # fmt: skip
+_BUILD, _DIGEST_PER_PARAMETER, _TIMED_STEPS = 0.61, 0.73e-9, 12.4
+
+
+def _paper_record(flops: float, parameters: float, rate: float) -> float:
+    step = flops / rate
+    return _BUILD + 10 * (step + _DIGEST_PER_PARAMETER * parameters) + (_TIMED_STEPS + 1 / 3) * step
+
+
+_GENERATE_STEP = 0.29e-3 * 12 * 32
+_GENERATE = _BUILD + (3 + _TIMED_STEPS) * _GENERATE_STEP + 5 * (_BUILD + _GENERATE_STEP)
 WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
     ("cuda", "full"): {"invariance/decoder_greedy_invariant": 6.7,
                        "invariance/decoder_greedy": 3.2,
                        "recipes/dataloader__nothing_seeded": _DATALOADER,
                        "recipes/dataloader__global_seeds_only": _DATALOADER,
-                       "recipes/dataloader__worker_init_fn_and_generator": _DATALOADER},
+                       "recipes/dataloader__worker_init_fn_and_generator": _DATALOADER,
+                       **{f"models/{k}": _paper_record(*v) for k, v in _MODELS.items()},
+                       "models/gpt2_generate": _GENERATE},
 }  # fmt: skip
 #: Seconds until the first worker of a CUDA run is ready, where a dry run cannot measure it (no
 #: GPU here: the paper estimate): 9.8 s, what the H100 run of conv, rnn and training waited for its
@@ -287,8 +327,9 @@ def estimate(
         return sum(1 for k in runs(s) if record_cost(k, device, profile, per_record)[1])
 
     def waits(slots: Sequence[Slot]) -> float:
-        return sum(max(0.0, startup_seconds - len(before.keys) * per_record)
-                   for before in slots[:-1])  # fmt: skip
+        """What each worker's start-up outlasts the measuring of the worker before it (its
+        records at their own cost: a worker of ten 3 s models hides any start-up)."""
+        return sum(max(0.0, startup_seconds - cost([before])) for before in slots[:-1])
 
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
     return Estimate(

@@ -272,7 +272,7 @@ class Runner:
         def record(rec: dict[str, Any]) -> None:
             with self._lock:
                 self._store(rec, writer)
-                progress.advance()
+                progress.advance(f"{rec['suite']}/{rec['workload']}", device)
 
         limits = (c.startup_timeout, c.timeout)
         turn = take_turn(worker, neighbour, self.crew, limits, ready, start, others_idle, record)
@@ -412,7 +412,8 @@ class Runner:
         )  # fmt: skip
         if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
             write_json_atomic(out / ENV_FILE, self._env_doc())
-        progress = Progress(self.plan.records, estimate, self.stream)
+        progress = Progress.for_plan(self.plan, c.device, c.profile, c.setting("budget"),
+                                     estimate, self.stream)  # fmt: skip
         queues = LaneQueues(self.plan, self._placed)
         lanes = [_Lane(i, name) for i, name in enumerate(c.device_names)]
         self.stats.devices = len(lanes)

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -406,18 +406,63 @@ def clock(seconds: float) -> str:
 
 class Progress:
     """One status line: which replicate, mode and workload runs, how far the run is, and the time
-    left: the plan's estimate until the first record, then the measured seconds per record."""
+    left: the plan's estimate until the first record, then the time so far scaled by the work
+    left over the work done, each record weighed by its workload's cost.
 
-    def __init__(self, total: int, estimate: float | None = None, stream: TextIO = sys.stderr):
+    A workload's cost is the wall time of its first record as the run measures it (from its
+    line to its record); until then, the estimate's cost for it (``costs``: a suite's figure
+    measured on a GPU, or the model's per-record seconds) times how far the estimate was off for
+    the workloads measured so far. A user's own workload has no measured figure: its first
+    replicate replaces the model's guess, so the time left is corrected as the run goes."""
+
+    def __init__(self, total: int, estimate: float | None = None, stream: TextIO = sys.stderr,
+                 costs: Mapping[str, tuple[int, float]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.total = total
+        self.clock = clock
         self.done = 0
         self.estimate = estimate
         self.stream = stream
         self.tty = stream.isatty()
-        self.t0 = time.monotonic()
+        self.t0 = clock()
         self._width = 0
+        #: key -> (records planned, the estimate's seconds for one).
+        self.planned = dict(costs or {})
+        self.done_by: dict[str, int] = {}
+        #: key -> seconds of its first record, as measured.
+        self.measured: dict[str, float] = {}
+        self._began: dict[tuple[str | None, str], float] = {}
+
+    @classmethod
+    def for_plan(cls, plan: Plan, device: str, profile: str, budget: float,
+                 estimate: float | None, stream: TextIO) -> Progress:  # fmt: skip
+        """The progress of ``plan``, each workload weighed by the estimate's cost of a record."""
+        from detbench.run.estimate import per_record_seconds, record_cost
+
+        per = per_record_seconds(device, profile, budget)
+        counts: dict[str, int] = {}
+        for s in plan.slots:
+            for k in s.keys:
+                counts[k] = counts.get(k, 0) + 1
+        costs = {k: (n, record_cost(k, device, profile, per)[0]) for k, n in counts.items()}
+        return cls(plan.records, estimate, stream, costs)
+
+    def _cost(self, key: str, scale: float) -> float:
+        if key in self.measured:
+            return self.measured[key]
+        return self.planned[key][1] * scale
 
     def left(self, elapsed: float) -> float | None:
+        if self.done and self.planned:
+            seen = [k for k in self.measured if k in self.planned]
+            model = sum(self.planned[k][1] for k in seen)
+            scale = sum(self.measured[k] for k in seen) / model if seen and model > 0 else 1.0
+            done = sum(n * self._cost(k, scale) for k, n in self.done_by.items()
+                       if k in self.planned)  # fmt: skip
+            todo = sum(max(0, n - self.done_by.get(k, 0)) * self._cost(k, scale)
+                       for k, (n, _) in self.planned.items())  # fmt: skip
+            if done > 0:
+                return elapsed * todo / done
         if self.done:
             return elapsed / self.done * (self.total - self.done)
         return None if self.estimate is None else max(0.0, self.estimate - elapsed)
@@ -427,7 +472,8 @@ class Progress:
     ) -> None:
         """The line for ``workload`` starting; ``device``: where, when several run side by side
         (their lines interleave, each naming its device)."""
-        elapsed = time.monotonic() - self.t0
+        elapsed = self.clock() - self.t0
+        self._began[(device, workload)] = elapsed
         left = self.left(elapsed)
         line = (
             f"[{self.done + 1:>{len(str(self.total))}}/{self.total} "
@@ -445,8 +491,15 @@ class Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
 
-    def advance(self) -> None:
+    def advance(self, key: str | None = None, device: str | None = None) -> None:
+        """A record of ``key`` came back (from ``device``, as ``show`` named it)."""
         self.done += 1
+        if key is None:
+            return
+        self.done_by[key] = self.done_by.get(key, 0) + 1
+        began = self._began.pop((device, key), None)
+        if key not in self.measured and began is not None:
+            self.measured[key] = max(0.0, self.clock() - self.t0 - began)
 
     def close(self) -> None:
         if self.tty and self._width:

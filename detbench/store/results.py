@@ -60,7 +60,10 @@ if TYPE_CHECKING:
 #      ``node`` and ``job`` (the host and batch job the record ran in, ``where``); a merged run's
 #      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
 #      set of runs from several machines);
-#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``).
+#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``);
+#      ``attn_implementation`` (the attention the model ran: noted by its factory, else "sdpa"
+#      where the first fingerprint step called scaled_dot_product_attention, else None) and
+#      ``ops_called`` (the ops with a setting of their own that step called; None when compiled).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.

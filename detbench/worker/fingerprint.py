@@ -22,15 +22,17 @@ difference against it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
 from detbench.worker import digest
 
@@ -64,6 +66,56 @@ def _host_array(t: torch.Tensor) -> np.ndarray:
     (bfloat16 included) without a value cast; hashlib reads the array's memory, no second copy."""
     flat = t.cpu().contiguous().reshape(-1)
     return flat.view(torch.uint8).numpy()
+
+
+#: What a step may return, in words (``step_outputs``'s refusal).
+EXPECTED = "tensors: a tensor, or lists, tuples, dicts (a ModelOutput), dataclasses of them, None"
+
+
+class OutputError(TypeError):
+    """A step returned something that is not tensors: what, where, and what is expected."""
+
+
+def _leaves(value: Any, path: str, out: list[Any]) -> None:
+    """Append ``value``'s leaves to ``out`` in order: dicts (a Hugging Face ``ModelOutput`` is
+    one) by their keys' order, dataclasses by their fields' order, lists and tuples by position,
+    other types registered with ``torch.utils._pytree`` as it flattens them, and a Transformers
+    KV cache through its ``to_legacy_cache()``; a leaf is a tensor or None, anything else is an
+    ``OutputError`` naming where it is."""
+    if value is None or isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            _leaves(v, f"{path}[{k!r}]", out)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _leaves(getattr(value, f.name), f"{path}.{f.name}", out)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _leaves(v, f"{path}[{i}]", out)
+    elif type(value) in pytree.SUPPORTED_NODES:  # registered with torch's pytree
+        for i, v in enumerate(pytree.tree_flatten(value)[0]):
+            _leaves(v, f"{path}<{i}>", out)
+    elif callable(getattr(value, "to_legacy_cache", None)):
+        # A Transformers KV cache (a ModelOutput's past_key_values): its keys and values, per
+        # layer, through the cache's own API.
+        _leaves(value.to_legacy_cache(), f"{path}.to_legacy_cache()", out)
+    else:
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise OutputError(
+            f"the step returned a {type(value).__name__} ({shown}) at {path or 'its top'}; "
+            f"expected {EXPECTED}"
+        )
+
+
+def step_outputs(result: Any) -> list[Any]:
+    """A step's result as the flat list of its tensors (None kept in place), in a fixed order:
+    the "outputs" that fingerprints, ``loss_output`` and the batch-invariance rows index. A
+    single tensor is one output (never its rows). Each item is a tensor or None."""
+    out: list[Any] = []
+    _leaves(result, "", out)
+    return out
 
 
 def _tensors(outputs: Sequence[Any]) -> list[tuple[int, list[tuple[str, torch.Tensor]] | None]]:

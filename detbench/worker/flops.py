@@ -21,11 +21,15 @@ def count_flops(step: Callable[[], Any]) -> int | None:
     depthwise convolution's backward ~channels times too high; each gradient of a convolution
     (input, weight) costs the forward's multiply-adds, so that is what is counted for it. And the
     formulas assume dense operands: an op with a sparse argument is not counted (declare
-    ``flops_per_step`` or ``bytes_per_step`` for those)."""
+    ``flops_per_step`` or ``bytes_per_step`` for those). A third: torch's registry has no
+    formula for the CPU's flash attention (what ``scaled_dot_product_attention`` runs on a CPU
+    without a mask), so its forward and backward are counted with the formulas of the GPU's
+    (``_cpu_attention``)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import conv_flop_count, flop_registry
 
     conv_backward = torch.ops.aten.convolution_backward
+    own = {**flop_registry, **_cpu_attention()}
 
     class Counter(TorchDispatchMode):
         total = 0
@@ -38,12 +42,35 @@ def count_flops(step: Callable[[], Any]) -> int | None:
                 grad_out, x, weight, *_, transposed, _, _, mask = args
                 forward = conv_flop_count(x.shape, weight.shape, grad_out.shape, transposed)
                 self.total += forward * (int(mask[0]) + int(mask[1]))
-            elif packet in flop_registry and not any(
+            elif packet in own and not any(
                 isinstance(a, torch.Tensor) and a.layout != torch.strided for a in args
             ):
-                self.total += int(flop_registry[packet](*args, **kwargs, out_val=out))
+                self.total += int(own[packet](*args, **kwargs, out_val=out))
             return out
 
     with Counter() as counter:
         step()
     return counter.total or None
+
+
+def _cpu_attention() -> dict[Any, Callable[..., int]]:
+    """The CPU flash attention's forward and backward, counted as torch counts the GPU's: from
+    the shapes of query, key and value (and the output's gradient): (B, H, T, D) each."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    aten = torch.ops.aten
+    forward = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    backward = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+    def fwd(q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> int:
+        return int(sdpa_flop_count(q.shape, k.shape, v.shape))
+
+    def bwd(grad: Any, q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> int:
+        return int(sdpa_backward_flop_count(grad.shape, q.shape, k.shape, v.shape))
+
+    out: dict[Any, Callable[..., int]] = {}
+    if forward is not None:
+        out[forward] = fwd
+    if backward is not None:
+        out[backward] = bwd
+    return out

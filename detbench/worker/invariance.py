@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from detbench.worker.fingerprint import step_outputs
+
 #: A function that builds the workload at a batch size and returns its step, wrapped as the mode
 #: runs it (autocast, compile).
 Build = Callable[[int], Callable[[], Sequence[Any]]]
@@ -122,6 +124,6 @@ def check(build: Build, sizes: Sequence[int], reseed: Callable[[], None]) -> Ver
     for b in sorted(sizes):
         reseed()
         step = build(b)
-        rows[b] = row0(list(step()), b)
+        rows[b] = row0(step_outputs(step()), b)
         del step
     return compare(rows)

@@ -23,7 +23,7 @@ import torch
 from detbench.core.modes import DEFAULT_MODE, Mode, record_fields
 from detbench.core.seeding import seed_workload
 from detbench.core.settings import MODE_FLAGS
-from detbench.core.workload import Context, Workload
+from detbench.core.workload import Context, Unsupported, Workload
 from detbench.store.results import utc_now
 from detbench.store.schema import Status
 from detbench.worker import fingerprint as fp
@@ -33,6 +33,7 @@ from detbench.worker.devenv import fp32_precision
 from detbench.worker.flops import count_flops
 from detbench.worker.hostload import Probe
 from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
+from detbench.worker.ops import OpsSeen, attn_implementation
 from detbench.worker.timing import Clock, Timing, time_step
 
 UNSUPPORTED_MARKERS = (
@@ -45,7 +46,7 @@ UNSUPPORTED_MARKERS = (
 )
 
 
-class SettingUnsupported(Exception):
+class SettingUnsupported(Unsupported):
     """A workload that cannot run under its mode's settings (an API this torch lacks, autocast
     not declared): recorded ``unsupported`` with the reason, without building it."""
 
@@ -90,7 +91,7 @@ def _is_cuda_oom_text(text: str) -> bool:
 def classify(exc: BaseException) -> tuple[str, str]:
     """(status, message) for an exception raised by a workload."""
     text = f"{type(exc).__name__}: {exc}".strip()
-    if isinstance(exc, SettingUnsupported):
+    if isinstance(exc, Unsupported):  # the settings', or the workload's own (a library)
         return Status.UNSUPPORTED, str(exc)
     if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
         return Status.OOM, text
@@ -128,12 +129,20 @@ def _fingerprint_pass(
     sha_digests: list[str] = []
     losses: list[float] = []
     outputs: Any = None
+    # The first step under OpsSeen: which ops the settings act on it calls (not when compiled:
+    # that step is the compilation, which a function mode would change).
+    watch = None if mode.overrides.get("execution") == "compile" else OpsSeen()
     for i in range(w.steps(ctx, int(job["fingerprint_steps"]))):
         t0 = time.perf_counter()
-        outputs = list(step())
+        with watch if (watch is not None and i == 0) else contextlib.nullcontext():
+            outputs = fp.step_outputs(step())
         if i == 0:  # with execution=compile, the compilation happens here
             sync(ctx.device)
             rec["first_step_seconds"] = time.perf_counter() - t0
+            rec["ops_called"] = None if watch is None else watch.called
+            rec["attn_implementation"] = attn_implementation(
+                ctx.notes.get("attn_implementation"), rec["ops_called"]
+            )
         digests.append(fp.step_digest(outputs, method))
         if both:
             sha_digests.append(fp.step_digest(outputs, "sha256"))

@@ -1,0 +1,94 @@
+"""Which ops each workload really calls, seen by running one step of it: what ``detbench
+attribute`` asks before it chooses its variants, instead of trusting declarations alone.
+
+One process of its own (the one-shot child protocol of ``worker/protocol.py``; torch's defaults,
+nothing applied), on the run's device and profile: each workload is built as a worker builds it
+(seeded, ``measure.build_step``) and one step runs under ``worker.ops.OpsSeen``. A workload that
+fails here is named with its first error line and keeps its declarations only; the run itself
+will record its failure. Distributed workloads are not probed (their step needs the ranks of a
+``torchrun`` launch) and keep their declarations.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from detbench.core.workload import Workload
+
+#: Seconds the probe may take in all (one build and one step per workload).
+TIMEOUT = 1800.0
+
+
+@dataclass
+class Probed:
+    """What the probe saw: per workload key, the watched ops its step called (``ops.WATCHED``
+    names); the keys it could not probe, with why."""
+
+    calls: dict[str, list[str]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def calling(self, op: str) -> list[str]:
+        return [k for k, ops in self.calls.items() if op in ops]
+
+
+def probe_ops(workloads: Sequence[Workload], sources: Sequence[str], device: str,
+              profile: str, seed: int) -> Probed:  # fmt: skip
+    """Run one step of each of ``workloads`` (but the distributed ones) in a fresh process and
+    say which watched ops each called. ``sources``: the files that define them."""
+    from detbench.worker.protocol import ChildFailed, run_child
+
+    keys = [w.key for w in workloads if not w.distributed]
+    if not keys:
+        return Probed()
+    job = {"sources": [str(Path(s).resolve()) for s in sources], "keys": keys,
+           "device": device, "profile": profile, "seed": seed}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="detbench-ops-") as tmp:
+        try:
+            got = run_child("detbench.run.probe", job, Path(tmp), "ops", timeout=TIMEOUT,
+                            label="the op probe")  # fmt: skip
+        except ChildFailed as exc:
+            return Probed(failed={k: str(exc) for k in keys})
+    return Probed(calls=got["calls"], failed=got["failed"])
+
+
+def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
+    """The child: build each workload and run one step under ``OpsSeen``."""
+    import torch
+
+    from detbench.core.workload import Context, load_file, registry
+    from detbench.worker.fingerprint import step_outputs
+    from detbench.worker.measure import build_step, classify, sync
+    from detbench.worker.ops import OpsSeen
+
+    for source in job["sources"]:
+        load_file(source)
+    known = registry()
+    device = torch.device(job["device"])
+    calls: dict[str, list[str]] = {}
+    failed: dict[str, str] = {}
+    for key in job["keys"]:
+        w = known[key]
+        ctx = Context(device=device, profile=job["profile"], seed=int(job["seed"]),
+                      batch_size=w.batch_size)  # fmt: skip
+        try:
+            step = build_step(w, ctx)
+            with OpsSeen() as seen:
+                step_outputs(step())
+            sync(device)
+            calls[key] = seen.called
+        except Exception as exc:  # the run will record it; here it only costs the detection
+            status, message = classify(exc)
+            failed[key] = f"{status}: {message.splitlines()[0] if message else ''}"
+        step = None
+    return {"calls": calls, "failed": failed}
+
+
+if __name__ == "__main__":
+    from detbench.worker.protocol import child_main
+
+    sys.exit(child_main(_probe_job, sys.argv[1:]))
