@@ -27,7 +27,8 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
     from detbench.core.settings import visible_gpus
     from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
-    from detbench.run.schedule import clock, describe_plan, left_out_line
+    from detbench.run.plantext import describe_plan, left_out_line
+    from detbench.run.schedule import clock
 
     c = runner.config
     gpus = visible_gpus() if c.device == "cuda" else 0

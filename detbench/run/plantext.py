@@ -1,0 +1,171 @@
+"""The plan of a run in words and as JSON: what ``--dry-run`` prints (the records, the workers,
+the stopping rule, the estimate and where each of its figures comes from, the suites the device's
+matrix leaves out), and the plan line every run starts with."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from detbench.run.schedule import clock
+
+if TYPE_CHECKING:
+    from detbench.run.estimate import Estimate
+    from detbench.run.runner import Runner
+
+
+def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[str]]:
+    """The plan of ``runner`` and its estimate: as JSON (``--dry-run --json``) and as lines."""
+    from detbench.run.config import TARGET_REL, left_out
+
+    c = runner.config
+    skipped = left_out(c)
+    budget, target = c.setting("budget"), TARGET_REL[c.device]
+    doc = {
+        **est.to_json(),
+        "device": c.device,
+        "profile": c.profile,
+        "modes": [m.name for m in c.modes],
+        "replicates": c.replicates,
+        "workloads": [w.key for w in runner.workloads],
+        "budget": budget,
+        "target_rel": target,
+        "fingerprint": c.fingerprint,
+        "out": str(c.out),
+        "mode_order": runner.plan.order_json(),
+        "left_out": skipped,
+    }
+    names = c.device_names
+    if c.devices:
+        doc["devices"] = names
+        doc["assignment"] = [
+            {"device": names[s.lane], "replicate": s.replicate, "mode": s.mode.name,
+             "records": len(s.keys)}
+            for s in runner.plan.slots
+        ]  # fmt: skip
+    if runner.threads_per_worker is not None:
+        doc["threads_per_worker"] = runner.threads_per_worker
+    lines = [
+        f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
+        "replicates"
+        + (f" ({len(runner.done)} records already kept)" if runner.done else "")
+        + f" = {est.records} records in {est.workers} fresh workers"
+        + (f" (shard {c.shard[0]}/{c.shard[1]} of the plan)" if c.shard else ""),
+        f"  device {c.device}, profile {c.profile}: fingerprint "
+        f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
+        f"warm-up {c.setting('warmup_steps')} steps, timing until the median's 95% interval is "
+        f"within +-{100 * target:g}% or {budget:g} s of samples",
+        _estimate_line(est, len(names)),
+    ]
+    if c.devices:
+        lines += _device_lines(runner, est)
+    if skipped:
+        lines.append(left_out_line(c.device, skipped))
+    if est.launches:
+        lines.append(
+            f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
+            f"x {est.launch_seconds:g} s each, in the estimate above"
+            + (" (measured on the H100: 17-19 s per launch of one rank, its records' measurement "
+               "included)" if c.device == "cuda" else "")
+        )  # fmt: skip
+    if est.invariance_seconds:
+        measured = (c.device, c.profile) == ("cpu", "quick")
+        lines.append(
+            f"  and {sum(est.lane_sizes)} batch sizes built in invariance passes x "
+            f"{est.size_seconds:g} s each, in the estimate above"
+            + ("" if measured else " (a guess until a run of this device and profile measures it)")
+        )
+    if est.compiled_records:
+        lines.append(
+            f"  plus the compile time of {est.compiled_records} records under execution=compile, "
+            "not in the estimate (each worker compiles afresh: seconds to minutes per workload)"
+        )
+    if est.unsupported_records:
+        lines.append(
+            f"  {est.unsupported_records} records will be unsupported (known now: more ranks "
+            "than GPUs, a setting this torch lacks, autocast undeclared), charged nothing"
+        )
+    if est.costed_records:
+        lines.append(
+            f"  {est.costed_records} records at their suite's cost measured on an H100 (or "
+            f"their workload's estimate), the rest at the model's {est.per_record_seconds:.3f} s "
+            "(run/estimate.py says where each figure comes from)"
+        )
+    elif c.device == "cuda":
+        lines.append("  (the per-record cost on a GPU is the model's, unmeasured here)")
+    if est.basis == "paper":
+        lines.append(
+            "  a paper estimate: no GPU here, so nothing was measured on this host; it assumes "
+            "one GPU and the start-up measured on the H100 (a real run needs a GPU)"
+        )
+    lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
+    return doc, lines
+
+
+def left_out_line(device: str, skipped: dict[str, str]) -> str:
+    """The suites the device's matrix leaves out, with why, and how to add them."""
+    return (
+        f"  not in the {device} matrix, each run on its own: "
+        + "; ".join(f"{name} ({why})" for name, why in skipped.items())
+        + ". --suite NAME adds one, --suite all runs every suite"
+    )
+
+
+def _estimate_line(est: Estimate, lanes: int) -> str:
+    busiest = max(est.lane_records) if lanes > 1 else est.records
+    costs = est.lane_record_seconds or (est.record_seconds,)
+    records = (
+        f"{busiest} records x {est.per_record_seconds:.3f} s"
+        if not est.costed_records and not est.unsupported_records
+        else f"{busiest} records in {max(costs):.0f} s"
+    )
+    return (
+        f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s"
+        + (", a paper estimate" if est.basis == "paper" else "")
+        + ") = "
+        + (f"the busiest of {lanes} devices side by side: " if lanes > 1 else "")
+        + f"{records} + {est.startup_seconds:.1f} s "
+        f"start-up of the first worker ({'measured here' if est.measured_startup else 'assumed'}"
+        "; each later worker starts while the one before it measures"
+        + (
+            f", and {est.startup_waits:.0f} s where a worker has too little to measure for the "
+            "next one's start-up to hide behind it)"
+            if est.startup_waits >= 0.5
+            else ")"
+        )
+    )
+
+
+def _device_lines(runner: Runner, est: Estimate) -> list[str]:
+    """Which device runs which (replicate, mode), and what parallel CPU workers mean for their
+    timings."""
+    c = runner.config
+    names = c.device_names
+    lines = [
+        f"  devices {', '.join(names)}: one worker per device at a time, the devices side by "
+        "side; replicates of a mode spread over the devices (a device that runs out of work "
+        "takes another's last queued slot where that keeps the spread):"
+    ]
+    width = max(len(n) for n in names)
+    seconds = est.lane_seconds if len(names) > 1 else (est.seconds,)
+    for d, name in enumerate(names):
+        slots = runner.plan.lane_slots(d)
+        which = ", ".join(f"r{s.replicate + 1} {s.mode.name}" for s in slots) or "nothing"
+        lines.append(
+            f"    {name:<{width}}  {len(slots)} workers, {sum(len(s.keys) for s in slots)} "
+            f"records, ~{clock(seconds[d])}: {which}"
+        )
+    if runner.threads_per_worker is not None:
+        t = runner.threads_per_worker
+        lines.append(
+            f"  timings: {len(names)} CPU workers run side by side with {t} thread"
+            f"{'s' if t != 1 else ''} each (a serial run's workers use {runner.serial_threads}):"
+            " they share the host's cores, so their timings are not comparable with a serial "
+            "run's"
+            + (
+                "; one thread also hides the nondeterminism that comes from the order in which "
+                "threads add (index_put_ with accumulate=True, reductions)"
+                if t == 1
+                else ""
+            )
+        )
+    return lines
