@@ -155,6 +155,7 @@ CAPABILITY = torch.backends.cpu.get_cpu_capability()
 
 @pytest.mark.skipif(CAPABILITY not in ("AVX2", "AVX512"),
                     reason=f"needs a CPU with AVX2 (torch here: {CAPABILITY})")  # fmt: skip
+@pytest.mark.slow  # three real runs under two CPU capabilities: test-slow (CI runs it)
 def test_two_cpu_capabilities_for_real(tmp_path: Path) -> None:
     """Three runs of tests/workloads/capability.py and a workload nondeterministic in every
     process, under ATEN_CPU_CAPABILITY=default, avx2 and avx2 again: exp/softmax and the matmul

@@ -304,6 +304,7 @@ def test_report_section(run_dir: Path, tmp_path: Path, study: dict[str, Any]) ->
 # -- the command -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a whole attribution study: test-slow (CI runs it)
 def test_attribute_end_to_end_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from detbench.report.write import write_report
 

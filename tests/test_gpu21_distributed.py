@@ -75,6 +75,7 @@ def test_the_record_says_what_nccl_read_after_init(monkeypatch: pytest.MonkeyPat
     assert gloo["nccl_algo"] is None and gloo["nccl_env"] == seen
 
 
+@pytest.mark.slow  # a torchrun launch of 2 ranks per mode: test-slow (CI runs it)
 def test_a_cpu_launch_records_the_read_back_and_the_inert_settings(tmp_path: Path) -> None:
     out = tmp_path / f"run-{uuid.uuid4().hex}"
     proc = detbench_cli(

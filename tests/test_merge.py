@@ -66,6 +66,7 @@ def test_more_shards_than_workers_is_refused() -> None:
                                    "than 5 shards; give at most 4")  # fmt: skip
 
 
+@pytest.mark.slow  # real runs, sharded and whole: test-slow (CI runs it)
 def test_merged_shards_are_the_whole_run(runs: dict[str, Path], tmp_path: Path) -> None:
     assert identity(runs["s1"]) and identity(runs["s2"])
     assert not identity(runs["s1"]) & identity(runs["s2"])
@@ -92,6 +93,7 @@ def test_merged_shards_are_the_whole_run(runs: dict[str, Path], tmp_path: Path) 
     assert {s["node"] for s in doc["shards"]} == set(merged["node"])
 
 
+@pytest.mark.slow  # it reads the real runs above
 def test_merge_refusals_write_nothing(runs: dict[str, Path], tmp_path: Path) -> None:
     twin = tmp_path / "twin"
     shutil.copytree(runs["s1"], twin)

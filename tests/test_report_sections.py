@@ -284,6 +284,7 @@ def strip_new(md: str) -> str:
     return re.sub(r"throughput differences are noise[^\n]*", "", md)
 
 
+@pytest.mark.slow  # a whole published run's report: test-slow (CI runs it)
 @pytest.mark.skipif(not (PUBLISHED / "results.jsonl").is_file(), reason="no published run")
 def test_published_old_run_regenerates_unchanged_but_for_the_new_sections(tmp_path: Path) -> None:
     """The published CPU quick run (schema 1, no memory, precision, adaptive timing or GPU

@@ -43,6 +43,7 @@ def _job_ids(stderr: str) -> list[str]:
     return [m.group(1), m.group(2)]
 
 
+@pytest.mark.slow  # two shards run through submitit: test-slow (CI runs it)
 def test_submit_local_writes_one_merged_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = detbench_cli("submit", "--executor", "local", "--shards", "2",
