@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from detbench.core.modes import get_mode
 from detbench.run.config import RunConfig
 from detbench.run.runner import prepare
@@ -62,6 +64,7 @@ def test_a_paused_worker_is_stopped_until_resumed(tmp_path: Path) -> None:
         w.finish()
 
 
+@pytest.mark.slow  # two workers, one lost mid-run: test-slow (CI runs it)
 def test_worker_with_a_lost_device_ends_and_a_fresh_worker_takes_the_rest(tmp_path: Path) -> None:
     keys = ("lifecycle/steady", "lifecycle/loses_device", "lifecycle/after_loss")
     runner = prepare(_config(tmp_path / "run", *keys, replicates=2), io.StringIO())

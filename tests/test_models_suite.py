@@ -207,6 +207,7 @@ def test_every_own_workload_failing_exits_1_with_each_first_error_line(tmp_path:
     assert len(failure_lines(df)) == 2
 
 
+@pytest.mark.slow  # a user's Transformers models run end to end: test-slow (CI runs it)
 def test_own_workloads_that_run_exit_0(tmp_path: Path) -> None:
     proc = detbench_cli(
         "run", "--workload", str(WORKLOADS / "hf_user.py"), "--mode", "default",
