@@ -101,13 +101,15 @@ def pairs(labels: Iterable[Any]) -> dict[str, list[tuple[str, str]]]:
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
-def effects(df: pd.DataFrame, seed: int = stats.SEED) -> list[SwitchEffect]:
+def effects(df: pd.DataFrame, seed: int = stats.SEED,
+            v: pd.DataFrame | None = None) -> list[SwitchEffect]:  # fmt: skip
     """Every switch the run measured (see the module's docstring), in the order of the flags,
-    then the settings."""
-    v = verdicts(df)
+    then the settings; ``v``: ``matrix.verdicts(df)`` where the caller has it already."""
+    v = verdicts(df) if v is None else v
     if v.empty:
         return []
     df = counted(df)
+    groups = {k: g for k, g in df.groupby(["suite", "workload", "mode"], sort=False)}
     ok = df[df["status"] == Status.OK]
     prints: dict[Any, frozenset[Any]] = {
         k: frozenset(g["fingerprint"])
@@ -136,15 +138,16 @@ def effects(df: pd.DataFrame, seed: int = stats.SEED) -> list[SwitchEffect]:
         out.append(SwitchEffect(
             switch=sw, words=FLAG_WORDS.get(sw, sw), pairs=tuple(ps), workloads=len(compared),
             bits_changed=tuple(changed), made_reproducible=tuple(made),
-            ratio=_time(df, keys, ps[0], seed),
+            ratio=_time(groups, keys, ps[0], seed),
         ))  # fmt: skip
     return out
 
 
-def _time(df: pd.DataFrame, keys: list[tuple[str, str]], pair: tuple[str, str],
+def _time(groups: dict[Any, pd.DataFrame], keys: list[tuple[str, str]], pair: tuple[str, str],
           seed: int) -> stats.Ratio | None:  # fmt: skip
+    """The pair's throughput ratio, with over without; ``groups``: the run's records by
+    (suite, workload, mode), grouped once for every switch."""
     without, with_ = pair
-    groups = {k: g for k, g in df.groupby(["suite", "workload", "mode"], sort=False)}
     ratios = []
     for suite, w in keys:
         a, b = groups.get((suite, w, with_)), groups.get((suite, w, without))

@@ -26,16 +26,17 @@ from detbench.analysis.recommend import inert_changes, run_device
 
 
 def points(df: pd.DataFrame, rec: pd.DataFrame, baseline: str | None = None,
-           seed: int = stats.SEED) -> pd.DataFrame:  # fmt: skip
+           seed: int = stats.SEED, v: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
     """``matrix.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
     definition, and where a workload has no samples), ``inert``, ``recommended`` and the
-    noise-aware ``frontier``; ``rec``: ``recommend.recommendations`` of ``df``."""
+    noise-aware ``frontier``; ``rec``: ``recommend.recommendations`` of ``df``; ``v``:
+    ``matrix.verdicts(df)`` where the caller has it already."""
     baseline = str(baseline_mode(df["mode"]) if baseline is None else baseline)
     p = plane(df, baseline)
     if p.empty:
         return p
     device = run_device(df)
-    v = verdicts(df)
+    v = verdicts(df) if v is None else v
     groups = {k: g for k, g in df.groupby(["suite", "workload", "mode"], sort=False)}
     lows, highs = [], []
     for r in p.to_dict("records"):

@@ -185,7 +185,7 @@ def blocks(df: pd.DataFrame, env: Mapping[str, Any], rec: pd.DataFrame, points: 
     stuck = irreproducible(df, v, env)
     if stuck:
         items.append("Reproducible in no mode: " + "; ".join(stuck) + ".")
-    line = switch_line(switches.effects(df), device)
+    line = switch_line(switches.effects(df, v=v), device)
     if line:
         items.append(line)
     if device == "cpu":

@@ -63,7 +63,7 @@ class ReportRun:
     @cached_property
     def points(self) -> pd.DataFrame:
         """The plane with its intervals and a frontier that agrees with ``rec``."""
-        return tradeoff_points.points(self.df, self.rec, self.baseline)
+        return tradeoff_points.points(self.df, self.rec, self.baseline, v=self.verdicts)
 
     @cached_property
     def memory(self) -> pd.DataFrame | None:
