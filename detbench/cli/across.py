@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from detbench.cli.options import UserError, existing_dir, run_config, run_options
+from detbench.cli.options import UserError, existing_dir, mode_options, run_config, run_options
 
 
 def add_parsers(sub: Any) -> None:
@@ -49,10 +49,7 @@ def add_parsers(sub: Any) -> None:
         "(Slurm, or --executor local), then merge them",
     )
     run_options(s)
-    s.add_argument("--mode", action="append", metavar="NAME",
-                   help="a mode from 'detbench modes' (repeatable; default: all 10)")  # fmt: skip
-    s.add_argument("--set", action="append", metavar="NAME=LEVEL",
-                   help="a setting applied to every mode (as for run)")  # fmt: skip
+    mode_options(s)
     s.add_argument("--executor", choices=("slurm", "local"), required=True,
                    help="slurm (sbatch, a job array) or local (submitit's local executor: "
                    "processes on this machine)")  # fmt: skip

@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from detbench.cli.options import UserError, existing_dir, run_config, run_options, selection
+from detbench.cli.options import (
+    UserError,
+    existing_dir,
+    mode_options,
+    run_config,
+    run_options,
+    selection,
+)
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import MODES
 
@@ -204,19 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run workloads under the determinism modes")
     run_options(r)
-    r.add_argument(
-        "--mode",
-        action="append",
-        metavar="NAME",
-        help="a mode from 'detbench modes' (repeatable; default: all 10)",
-    )
-    r.add_argument(
-        "--set",
-        action="append",
-        metavar="NAME=LEVEL",
-        help="a setting from 'detbench settings' applied to every mode of the run (repeatable), "
-        "e.g. --set fill_uninitialized_memory=off; the modes' names then carry it",
-    )
+    mode_options(r)
     r.add_argument(
         "--locate",
         action="store_true",

@@ -102,6 +102,23 @@ def selection(q: argparse.ArgumentParser) -> None:
     )
 
 
+def mode_options(q: argparse.ArgumentParser) -> None:
+    """The modes of a run and the settings applied to every one: ``run``'s and ``submit``'s."""
+    q.add_argument(
+        "--mode",
+        action="append",
+        metavar="NAME",
+        help="a mode from 'detbench modes' (repeatable; default: all 10)",
+    )
+    q.add_argument(
+        "--set",
+        action="append",
+        metavar="NAME=LEVEL",
+        help="a setting from 'detbench settings' applied to every mode of the run (repeatable), "
+        "e.g. --set fill_uninitialized_memory=off; the modes' names then carry it",
+    )
+
+
 def run_options(q: argparse.ArgumentParser) -> None:
     """The options of a run that `run` and `attribute` share: what it selects, how it measures,
     where it writes, how it starts and ends."""
