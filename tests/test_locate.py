@@ -63,6 +63,7 @@ def only_culprit(d: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
+@pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
 def test_a_forward_race_is_located_at_its_line_in_its_module(located: dict[str, Any]) -> None:
     d = located["pooled_forward"]
     c = only_culprit(d)
@@ -81,6 +82,7 @@ def test_a_forward_race_is_located_at_its_line_in_its_module(located: dict[str, 
     assert d["outputs_reproducible"] is False
 
 
+@pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
 def test_getitem_backward_is_located_in_the_backward_pass(located: dict[str, Any]) -> None:
     c = only_culprit(located["gather_backward"])
     assert (c["op"], c["phase"]) == ("aten.index_put", "backward")
@@ -90,6 +92,7 @@ def test_getitem_backward_is_located_in_the_backward_pass(located: dict[str, Any
     assert "__getitem__" in c["documented_as"]
 
 
+@pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
 def test_a_custom_functions_backward_is_located_at_its_own_line(located: dict[str, Any]) -> None:
     c = only_culprit(located["functional_race"])
     assert (c["op"], c["phase"], c["line"]) == (
@@ -101,6 +104,7 @@ def test_a_custom_functions_backward_is_located_at_its_own_line(located: dict[st
     assert c["node"] == "ScatterBackward"
 
 
+@pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
 def test_only_what_differed_is_located_and_the_report_shows_it(
     located: dict[str, Any], run_dir: Path
 ) -> None:
@@ -114,6 +118,7 @@ def test_only_what_differed_is_located_and_the_report_shows_it(
     assert "module encoder.pool (SlotPool)" in text
 
 
+@pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
 def test_reading_uninitialized_memory_blames_the_read(
     located: dict[str, Any], run_dir: Path, tmp_path: Path
 ) -> None:
