@@ -15,7 +15,7 @@ import pytest
 from detbench.core.modes import get_mode
 from detbench.run.config import RunConfig
 from detbench.run.runner import prepare
-from detbench.run.supervise import WorkerProcess
+from detbench.run.supervise import TIMEOUT, WorkerProcess
 
 from .conftest import ROOT, WORKLOADS, detbench_cli, requires_cuda
 
@@ -42,6 +42,38 @@ def test_next_worker_starts_early_and_is_stopped_while_samples_are_taken(tmp_pat
     assert all(r["timed_alone"] is True for r in runner.records)
     assert stats.neighbour_pauses == 3
     assert stats.startup_cpu > 0
+    # No process of the run used a core while a record was timed (the next worker stopped, the
+    # runner waiting), and each worker's device stage came after the last timing before it.
+    for r in runner.records:
+        load = r["host_load"]
+        assert load["other_cpu_own"] is not None and load["other_cpu_own"] <= 0.02, load
+        assert load["other_cpu_own"] + load["other_cpu_foreign"] == load["other_cpu"]
+    ends = {s["pid"]: [r["host_load"]["end_unix"] for r in runner.records
+                       if r["worker_pid"] == s["pid"]] for s in stats.worker_stages}  # fmt: skip
+    for before, after in zip(stats.worker_stages, stats.worker_stages[1:], strict=False):
+        assert after["device_stage"][0] >= max(ends[before["pid"]])
+    assert stats.device_stage > 0
+
+
+@pytest.mark.slow  # two workers with a 5 s build each: test-slow (CI runs it)
+def test_the_next_worker_starts_its_device_stage_after_the_last_timing_before_it(
+    tmp_path: Path,
+) -> None:
+    # Two workers (one per mode): a workload whose build takes 5 s, then a timed one. The second
+    # worker finishes its imports during the first one's long build, and still its device stage
+    # (CUDA's initialisation, on a GPU) begins only after the first worker's last timing sample.
+    keys = ("lifecycle/slow_build", "lifecycle/steady")
+    runner = prepare(_config(tmp_path / "run", *keys, replicates=1), io.StringIO())
+    stats = runner.run()
+    assert stats.records == 4 and stats.workers == 2
+    assert all(r["status"] == "ok" for r in runner.records)
+    first, second = stats.worker_stages
+    assert [first["mode"], second["mode"]] == runner.plan.order_json()["replicates"][0]
+    timed = [r for r in runner.records if r["worker_pid"] == first["pid"]]
+    assert [r["workload"] for r in timed] == ["slow_build", "steady"]
+    assert second["device_stage"][0] >= max(r["host_load"]["end_unix"] for r in timed)
+    # It had loaded everything and waited for the go-ahead: the imports overlapped the build.
+    assert second["device_wait_seconds"] > 0
 
 
 def test_a_paused_worker_is_stopped_until_resumed(tmp_path: Path) -> None:
@@ -56,9 +88,17 @@ def test_a_paused_worker_is_stopped_until_resumed(tmp_path: Path) -> None:
         assert w.pause() is True and w.stopped() is True
         w.resume()
         assert w.stopped(wait=0.0) is False
+        msg = w.next(120)  # its first stage: imports, the mode, the workload files
+        assert msg is not None and msg["type"] == "loaded"
+        # Held before its device stage until released: nothing more comes.
+        assert w.next(1.0) is TIMEOUT
+        w.release()
         msg = w.next(120)
         assert msg is not None and msg["type"] == "ready"
         assert msg["startup_cpu_seconds"] > 0
+        assert msg["device_wait_seconds"] >= 1.0
+        start, end = msg["device_stage"]
+        assert end >= start >= time.time() - 120
     finally:
         w.kill()
         w.finish()

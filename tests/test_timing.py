@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Iterable
 
 import pytest
@@ -13,14 +14,13 @@ from torch.utils.benchmark import Timer
 from torch.utils.benchmark.utils.common import Measurement, TaskSpec
 
 from detbench.worker.timing import (
-    SAMPLES_PER_BUDGET,
     _ClockSampler,
     _sample,
-    block_size,
     median_ci_ranks,
     summarise,
     time_step,
 )
+from detbench.worker.warmup import GROUP, SAMPLES_PER_BUDGET, block_size
 from tests.conftest import requires_cuda
 
 
@@ -48,6 +48,12 @@ class FakeDevice:
         self.steps += 1
         self.now += next(self.costs, self.step_cost)
         return []
+
+
+def settled(cost: float, groups: int = 2) -> list[float]:
+    """The step costs of a warm-up that settles at once: its first step alone, then ``groups``
+    groups of ``GROUP`` equal samples of one step each (steps of ``cost`` >= budget / 50)."""
+    return [cost] * (1 + GROUP * groups)
 
 
 def test_median_ci_ranks_are_the_binomial_order_statistics() -> None:
@@ -79,8 +85,9 @@ def test_median_ci_ranks_agree_with_binomial_sums_from_math_comb() -> None:
 
 
 def test_ci_bounds_are_the_order_statistics_of_the_samples() -> None:
-    # Ten distinct samples in shuffled order: the interval is the 2nd and 9th smallest.
-    costs = [1.0] + [0.5 * k for k in (7, 3, 10, 1, 6, 9, 2, 8, 4, 5)]  # calibration step first
+    # Ten distinct samples in shuffled order: the interval is the 2nd and 9th smallest. Budget 0:
+    # the warm-up's ceiling is reached after its first step and one group of 3 one-step samples.
+    costs = settled(1.0, groups=1) + [0.5 * k for k in (7, 3, 10, 1, 6, 9, 2, 8, 4, 5)]
     dev = FakeDevice(costs=costs, step_cost=99.0)
     # target 0 is unreachable; min_samples=10 and budget=0 stop it at exactly ten samples.
     t = time_step(
@@ -91,12 +98,13 @@ def test_ci_bounds_are_the_order_statistics_of_the_samples() -> None:
     assert t.median == 2.75
     assert t.ci_rel == (4.5 - 2.75) / 2.75
     assert t.reached_target is False
+    assert t.warmup is not None and (t.warmup.steps, t.warmup.settled) == (4, False)
 
 
 def test_rule_stops_at_the_first_sample_whose_interval_is_within_target() -> None:
     # Samples 1, 2, 0.5, then 1s. Up to n=8 the interval is [min, max] = [0.5, 2] (+-100 %);
     # at n=9 it is [x(2), x(8)] = [1, 1]: within +-5 %, so it stops there and not later.
-    costs = [1.0, 1.0, 2.0, 0.5]  # the first is the block-size step (not a sample)
+    costs = [*settled(1.0), 1.0, 2.0, 0.5]  # a warm-up of 7 steps first (not samples)
     dev = FakeDevice(costs=costs, step_cost=1.0)
     t = time_step(
         dev.step, warmup_steps=0, budget=40.0, target_rel=0.05, clock=dev.clock, num_threads=2
@@ -108,7 +116,7 @@ def test_rule_stops_at_the_first_sample_whose_interval_is_within_target() -> Non
     assert t.reached_target is True
     assert t.clock == "injected"
     assert t.num_threads == 2
-    assert dev.steps == 1 + 9
+    assert dev.steps == 7 + 9
 
 
 def test_min_samples_is_a_floor_and_six_samples_make_the_first_interval() -> None:
@@ -129,7 +137,7 @@ def test_min_samples_is_a_floor_and_six_samples_make_the_first_interval() -> Non
 def test_budget_is_the_ceiling_and_a_missed_target_is_recorded() -> None:
     # Samples alternate 1, 2: the interval always holds both values (+-100 % of a median of 1),
     # so the target is never met; spent time is 1, 3, 4, 6, 7, 9, 10 s: it stops at 10 >= 10.
-    costs = [1.0] + [1.0, 2.0] * 20
+    costs = settled(1.0) + [1.0, 2.0] * 20
     dev = FakeDevice(costs=costs)
     t = time_step(dev.step, warmup_steps=0, budget=10.0, target_rel=0.03, clock=dev.clock)
     assert t.samples == (1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 1.0)
@@ -139,13 +147,16 @@ def test_budget_is_the_ceiling_and_a_missed_target_is_recorded() -> None:
     assert js["reached_target"] is False and js["budget"] == js["min_run_time"] == 10.0
     assert js["target_rel"] == 0.03 and js["clock"] == "injected"
     assert set(js) >= {"samples", "number_per_block", "median", "iqr", "warmup_steps",
-                       "num_threads", "ci_low", "ci_high", "ci_rel"}  # fmt: skip
+                       "num_threads", "ci_low", "ci_high", "ci_rel", "warmup",
+                       "gpu_clocks"}  # fmt: skip
+    assert js["warmup"]["settled"] is True and js["warmup"]["steps"] == js["warmup_steps"] == 7
 
 
 def test_a_long_run_still_stops_exactly_at_the_budget() -> None:
     # Past 100 samples the rule is checked every n // 100 samples, the budget after every one:
     # alternating 1 s and 2 s samples spend 3 s a pair, so 450 s hold exactly 300 samples.
-    dev = FakeDevice(costs=[100.0] + [1.0, 2.0] * 400)  # a slow first step: 1 step a sample
+    # A warm-up at 10 s a step (over 450 s / 50): one step a sample.
+    dev = FakeDevice(costs=settled(10.0) + [1.0, 2.0] * 400)
     t = time_step(dev.step, warmup_steps=0, budget=450.0, target_rel=0.03, clock=dev.clock)
     assert len(t.samples) == 300 and t.reached_target is False
     assert (t.ci_low, t.ci_high) == (1.0, 2.0)
@@ -154,7 +165,8 @@ def test_a_long_run_still_stops_exactly_at_the_budget() -> None:
 def test_the_floor_is_six_samples_so_every_record_has_an_interval() -> None:
     # The budget is spent after 2 samples and min_samples is 5, but no 95 % interval of the
     # median exists below 6 samples: the floor is 6, and the record carries [min, max].
-    dev = FakeDevice(costs=[1.0, 1.0, 2.0, 1.0, 0.5, 1.0, 4.0])
+    # The warm-up's ceiling (2 s) comes after its first step and one group: 4 steps.
+    dev = FakeDevice(costs=[*settled(1.0, groups=1), 1.0, 2.0, 1.0, 0.5, 1.0, 4.0])
     t = time_step(dev.step, warmup_steps=0, budget=2.0, target_rel=0.5, clock=dev.clock)
     assert t.samples == (1.0, 2.0, 1.0, 0.5, 1.0, 4.0)
     assert (t.median, t.ci_low, t.ci_high, t.ci_rel, t.reached_target) == (
@@ -166,30 +178,128 @@ def test_the_floor_is_six_samples_so_every_record_has_an_interval() -> None:
     )
 
 
-def test_warmup_steps_are_outside_every_sample() -> None:
-    # Warm-up steps cost 100 s each (autotuning, allocator growth...); then 0.25 s steps.
-    dev = FakeDevice(costs=[100.0] * 4, step_cost=0.25)
-    t = time_step(dev.step, warmup_steps=4, budget=10.0, target_rel=0.01, clock=dev.clock)
-    assert t.samples == (0.25,) * 6
-    assert t.warmup_steps == 4
-    # 4 warm-up + 1 block-size step + 6 samples of one step; the clock was read only around the
-    # block-size step and the samples, never during warm-up.
-    assert dev.steps == 4 + 1 + 6
-    assert dev.reads == 2 + 2 * 6 + 7  # 7 reads of the time spent: once at start, once per check
+def test_warmup_runs_until_the_step_time_settles_and_not_before() -> None:
+    # Ten slow steps (1 s: autotuning, a clock still ramping up), then 0.25 s steps. The first
+    # step sets 2 steps a sample (100 s / 50 = 2 s); each group of 3 samples is 6 steps.
+    dev = FakeDevice(costs=[1.0] * 10, step_cost=0.25)
+    t = time_step(dev.step, warmup_steps=0, budget=100.0, target_rel=0.01, clock=dev.clock)
+    w = t.warmup
+    assert w is not None
+    # Group medians: steps 2-7 all slow (1.0); steps 8-13 mix (1.0, 0.625, 0.25: 0.625); then
+    # 0.25, which shows the first step was 4x too slow: blocks of 8 steps from then on, and two
+    # groups of those within 0.5 % (target 1 % x SETTLE_SHARE) settle it, no sooner.
+    assert w.medians == (1.0, 0.625, 0.25, 0.25, 0.25) and w.settled
+    assert w.steps == 1 + 3 * GROUP * 2 + 2 * GROUP * 8 == 67 and t.warmup_steps == 67
+    assert w.seconds == 10 * 1.0 + 57 * 0.25 and w.tolerance == 0.005
+    # The samples hold no slow step, and their blocks are sized from the settled step.
+    assert t.number_per_block == block_size(0.25, 100.0) == 8
+    assert t.samples == (0.25,) * 6 and dev.steps == 67 + 6 * 8
+
+
+def test_warmup_stops_at_its_ceiling_unsettled_and_says_so() -> None:
+    # Steps alternating 1 s and 2 s never settle (group medians 2, 1, ...): the warm-up stops at
+    # its ceiling, the budget (10 s) of wall time, and the record says it did not settle.
+    dev = FakeDevice(costs=[1.0, 2.0] * 50)
+    t = time_step(dev.step, warmup_steps=0, budget=10.0, target_rel=0.01, clock=dev.clock)
+    w = t.warmup
+    assert w is not None and not w.settled
+    # 1 (the first step) + 3 (group 1: 2, 1, 2) + 3 (group 2: 1, 2, 1): 10 s, the ceiling.
+    assert w.medians == (2.0, 1.0) and w.steps == 7 and w.seconds == 10.0
+    assert t.to_json()["warmup"] == {
+        "steps": 7, "seconds": 10.0, "settled": False, "group_medians": [2.0, 1.0],
+        "group_samples": 3, "min_steps": 0, "ceiling_seconds": 10.0, "tolerance": 0.005,
+    }  # fmt: skip
+
+
+def test_warmup_runs_at_least_its_minimum_of_steps() -> None:
+    # A constant 1 s step settles after 2 groups (7 steps), but 10 are asked for: a third group.
+    dev = FakeDevice(step_cost=1.0)
+    t = time_step(dev.step, warmup_steps=10, budget=40.0, target_rel=0.01, clock=dev.clock)
+    assert t.warmup is not None and (t.warmup.steps, t.warmup.settled) == (10, True)
+    assert t.samples == (1.0,) * 6 and dev.steps == 10 + 6
 
 
 def test_block_size_aims_at_a_fiftieth_of_the_budget() -> None:
     cost = 2.0**-10  # ~1 ms
     dev = FakeDevice(step_cost=cost, sync_cost=cost)
     t = time_step(dev.step, warmup_steps=0, budget=1.0, target_rel=0.01, clock=dev.clock)
-    # The block-size step measured one step plus one clock read: 1.95 ms; 1 s / 50 = 20 ms, so
-    # floor(10.24) = 10 steps per sample.
-    assert t.number_per_block == block_size(2 * cost, 1.0) == 10
-    # Each sample reads the clock twice, so it holds one read (a sync) plus 10 steps.
-    assert t.samples[0] == (10 * cost + cost) / 10
+    # The warm-up's first step measured one step plus one clock read: 1.95 ms; 1 s / 50 = 20 ms,
+    # so floor(10.24) = 10 steps per sample in its groups, each sample 11 reads' worth / 10.
+    assert t.warmup is not None and t.warmup.medians == (11 * cost / 10,) * 2
+    # The samples' blocks come from the warmed step: floor(20 ms / 1.07 ms) = 18 steps.
+    assert t.number_per_block == block_size(11 * cost / 10, 1.0) == 18
+    # Each sample reads the clock twice, so it holds one read (a sync) plus 18 steps.
+    assert t.samples[0] == (18 * cost + cost) / 18
     assert block_size(1.0, 1.0) == 1  # a step longer than a sample: one step per sample
     assert block_size(0.0, 1.0) == 1
     assert block_size(2.0**-16, 1.0) == 1310 == int(2.0**16 / SAMPLES_PER_BUDGET)
+
+
+def test_the_sample_count_adapts_to_the_step_time() -> None:
+    # The same budget (1 s) and target: a 1 ms step gets blocks of 20 steps and stops at the
+    # rule's first chance (6 samples of a constant step); steps of 0.5 s and 0.125 s get one step
+    # a sample, 6 of them (the floor outlasts the budget for the longer one).
+    for cost, number in ((2.0**-10, 20), (0.5, 1), (0.125, 1)):
+        dev = FakeDevice(step_cost=cost)
+        t = time_step(dev.step, warmup_steps=0, budget=1.0, target_rel=0.01, clock=dev.clock)
+        assert (t.number_per_block, len(t.samples)) == (number, 6), cost
+    # Samples alternating around the median (never within +-1%): the count is then set by the
+    # budget, and a shorter step gets more of them in the same budget.
+    counts = []
+    for cost in (0.0625, 0.125):
+        dev = FakeDevice(costs=settled(cost) + [cost, 1.5 * cost] * 200)
+        t = time_step(dev.step, warmup_steps=0, budget=1.0, target_rel=0.01, clock=dev.clock)
+        assert t.number_per_block == 1 and not t.reached_target
+        counts.append(len(t.samples))
+    assert counts == [13, 7]
+
+
+class RampingStep:
+    """A real step on this CPU (a small product, then a busy wait) that starts 9x slower and
+    speeds up steadily for ``ramp`` seconds from its first call, as a GPU's clock ramps up, then
+    stays steady. Counts its calls."""
+
+    def __init__(self, base: float = 100e-6, ramp: float = 0.4) -> None:
+        self.a = torch.randn(32, 32)
+        self.base, self.ramp = base, ramp
+        self.calls = 0
+        self.t0 = 0.0
+
+    def __call__(self) -> torch.Tensor:
+        now = time.perf_counter()
+        self.calls += 1
+        if self.calls == 1:
+            self.t0 = now
+        left = max(0.0, 1.0 - (now - self.t0) / self.ramp)
+        out = self.a @ self.a
+        end = now + self.base * (1.0 + 8.0 * left)
+        while time.perf_counter() < end:
+            pass
+        return out
+
+
+def test_real_steps_that_settle_after_slow_ones_are_warmed_past_them() -> None:
+    # The warm-up must outlast the ramp (a fixed count of steps or of groups would stop within
+    # 0.15 s) and stop once the step time is steady, before its ceiling. A loose target (20 %:
+    # groups within 10 %; the ramp moves a group's median by 20 % or more) keeps the shared
+    # machine's noise from deciding. Its 2 cores are shared: a burst of load can keep the
+    # warm-up from settling before its ceiling, or look like a step that settled: the better of
+    # 3 attempts.
+    for _ in range(3):
+        step = RampingStep()
+        t = time_step(step, warmup_steps=0, budget=1.0, target_rel=0.2, num_threads=1,
+                      device=torch.device("cpu"))  # fmt: skip
+        w = t.warmup
+        assert w is not None
+        # Every step is the warm-up's or a sample's. The warm-up outlasted the ramp but for its
+        # end, whose last groups move by less than the tolerance (the samples' start may hold
+        # what is left of it: about 10 % of the step here, 0.5 % on CUDA).
+        assert step.calls == w.steps + len(t.samples) * t.number_per_block
+        if w.settled and 0.8 * step.ramp <= w.seconds < w.ceiling:
+            break
+    assert w is not None and w.settled and 0.8 * step.ramp <= w.seconds < w.ceiling, w
+    reason = "the device is not a CUDA GPU: NVML reads NVIDIA GPUs only"
+    assert t.gpu_clocks == {"status": "unsupported", "reason": reason}
 
 
 def test_batched_checks_as_on_cuda() -> None:
@@ -207,17 +317,17 @@ def test_batched_checks_as_on_cuda() -> None:
         return inner(step, number, k)
 
     sampler.samples = counted  # type: ignore[method-assign]
-    samples, number, reached = _sample(dev.step, sampler, 0, 10.0, 0.01, 5)
+    samples, number, reached = _sample(dev.step, sampler, 1, 0.25, 10.0, 0.01, 5)
     assert (len(samples), number, reached, calls) == (8, 1, True, [8])
     # A batch never plans past the budget: the target is never met (samples alternate 0.25 and
     # 0.5 s); after a first batch of 8 (3 s), 0.5 s are left at 0.25 s a sample: a batch of 2.
-    dev = FakeDevice(costs=[0.25] + [0.25, 0.5] * 20)
+    dev = FakeDevice(costs=[0.25, 0.5] * 20)
     sampler = _ClockSampler(dev.clock, "injected")
     sampler.batch = 8
     calls.clear()
     inner = sampler.samples
     sampler.samples = counted  # type: ignore[method-assign]
-    samples, number, reached = _sample(dev.step, sampler, 0, 3.5, 0.01, 5)
+    samples, number, reached = _sample(dev.step, sampler, 1, 0.25, 3.5, 0.01, 5)
     assert (len(samples), reached, calls) == (10, False, [8, 2])
 
 

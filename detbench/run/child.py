@@ -7,6 +7,14 @@ applies the mode before any CUDA work, then for each workload: seeds every gener
 workload, runs the fingerprint pass and the timing pass, and sends one record per workload. Its
 stdout and stderr (the workloads' own prints and warnings) go to a log file the runner chose. The
 runner alone writes the results file.
+
+Its start-up has two stages. The first (imports, the mode, the workload files) touches no device
+and runs while the worker before it measures (stopped by the runner during that worker's timing
+passes). The second (CUDA's initialisation, the context, cuBLAS's and cuDNN's handles) waits for
+the runner's ``device`` line, which comes once the worker before it has taken its last timing
+sample: so no timing shares its GPU with detbench's next worker, not even one that is stopped
+while holding a context (issue 29: the H100 and H200 runs of 2026-11-26 showed the next worker's
+context beside 146 of 736 and 102 of 824 timings).
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ def main(argv: list[str]) -> int:
 
     stdin = sys.stdin.buffer
     job = json.loads(stdin.readline())
+    if len(argv) > 1:  # whose processes share the device during a timing: the run's or others'
+        job["run_pid"] = int(argv[1])
     out = os.fdopen(int(argv[0]), "wb")
     mode = Mode(**job["mode"])
     # The flags, then the settings (a setting this torch lacks is noted, and its workloads are
@@ -64,12 +74,6 @@ def main(argv: list[str]) -> int:
         # torch's threads, recorded in every record's num_threads and in device_env.
         torch.set_num_threads(int(job["num_threads"]))
     device = torch.device(job["device"])
-    if device.type == "cuda":
-        torch.cuda.init()
-        torch.empty(1, device=device)  # create the context now: it belongs to start-up
-        # cuBLAS's and cuDNN's process-lifetime handles and workspaces, now, so the first
-        # measured workload's peak memory is its own (issue 21 item 8).
-        warm_libraries(device)
     # torch.optim imports torch._dynamo at the first optimizer, and use_deterministic_algorithms
     # imports inductor's config (about 1 s in torch 2.13): a one-off of the process, paid here so
     # it lands in no workload's build time and gc.freeze below covers it.
@@ -78,9 +82,22 @@ def main(argv: list[str]) -> int:
     for source in job["sources"]:
         load_file(source)
     workloads = registry()
+    # The device stage waits for the runner's go-ahead (see the module docstring).
+    waited = time.time()
+    _send(out, {"type": "loaded", "seconds": waited - float(job["launched_at"])})
+    if stdin.readline().strip() != b"device":  # the runner ended the run meanwhile
+        return 0
+    stage = time.time()
+    if device.type == "cuda":
+        torch.cuda.init()
+        torch.empty(1, device=device)  # create the context now: it belongs to start-up
+        # cuBLAS's and cuDNN's process-lifetime handles and workspaces, now, so the first
+        # measured workload's peak memory is its own (issue 21 item 8).
+        warm_libraries(device)
     # Everything alive now (torch, the suites) lives as long as the process: move it out of the
     # collector's sight, so the collection after each workload scans only that workload's objects.
     gc.freeze()
+    facts = device_env(device)
     _send(
         out,
         {
@@ -88,8 +105,12 @@ def main(argv: list[str]) -> int:
             "startup_seconds": time.time() - float(job["launched_at"]),
             # The start-up's own work (imports, CUDA init), whatever time it spent paused.
             "startup_cpu_seconds": time.process_time(),
-            "device_env": device_env(device),
+            "device_env": facts,
             "pid": os.getpid(),
+            # When the device stage began and ended (epoch seconds), and how long the worker
+            # waited for it with its first stage done.
+            "device_stage": [stage, time.time()],
+            "device_wait_seconds": stage - waited,
         },
     )
     if stdin.readline().strip() != b"go":  # the runner ended the run before this worker's turn
@@ -106,6 +127,7 @@ def main(argv: list[str]) -> int:
         if w is None:
             raise RuntimeError(f"workload {key} is not defined in this worker's sources")
         record, device_lost = run_workload(w, job, mode, notify, ws, launch=run_distributed)
+        record["worker_pid"] = os.getpid()  # to tell this run's processes from others (NVML)
         record["mode_position"] = job.get("mode_position")
         # Which device ran it ("cuda:1", "cpu:0"); ``device`` stays the device type.
         record["device_name"] = job.get("device_name") or f"{device.type}:0"

@@ -3,8 +3,9 @@
 ``detbench.run.schedule`` decides the order (replicates outer, modes shuffled per replicate), the
 device of each worker and the estimate; ``detbench.run.supervise`` owns one worker's life (spawn,
 messages, pauses, limits). This module runs the plan: it starts the next worker while the current
-one measures, stores each record the moment it arrives, turns a worker that died or hung into
-records with a status, and keeps the run's statistics and its env.json.
+one measures (its device stage waits for the current one's last timing sample), stores each
+record the moment it arrives, turns a worker that died or hung into records with a status, and
+keeps the run's statistics and its env.json.
 
 With ``--devices`` each device runs its queue of workers ("lane") in a thread of its own, one
 worker at a time; a worker's fault costs its own records only. A worker sees only its GPU, as
@@ -277,9 +278,7 @@ class Runner:
         limits = (c.startup_timeout, c.timeout)
         turn = take_turn(worker, neighbour, self.crew, limits, ready, start, others_idle, record)
         with self._lock:
-            self.stats.startup += turn.startup_wait
-            self.stats.shutdown += turn.shutdown
-            self.stats.neighbour_pauses += turn.neighbour_pauses
+            self.stats.add_turn(turn, slot.replicate, slot.mode.name)
         if not turn.remaining:
             return []
         if self.crew.stopping:  # killed because the run stops: no fault of the workload's
@@ -374,7 +373,8 @@ class Runner:
         with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
             t0 = time.perf_counter()
             worker = self._spawn(slot, [], Path(tmp))
-            msg = worker.next(self.config.startup_timeout)
+            worker.release()  # nothing else runs: its device stage counts in its start-up
+            msg = worker.ready(self.config.startup_timeout)
             seconds = time.perf_counter() - t0
             worker.kill()
             self.crew.finish(worker)

@@ -4,11 +4,14 @@ The protocol, over the worker's stdin (runner to worker, one line each) and a pi
 (worker to runner):
 
 1. The runner spawns ``python -m detbench.run.child FD RUNNER_PID`` and writes the job (one JSON
-   line). The worker imports torch, applies its mode, initialises CUDA, loads the workload files
-   and sends ``ready``. Then it waits for ``go``. So the next worker can be spawned early and
-   pay its start-up while the current one measures: a fresh process per (mode, replicate)
-   still, with its own hash seed and CUDA context, but its start-up no longer between two
-   workers.
+   line). The worker imports torch, applies its mode and loads the workload files: nothing that
+   touches a device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its
+   context, cuBLAS's and cuDNN's handles), sends ``ready`` and waits for ``go``. So the next
+   worker can be spawned early and pay most of its start-up while the current one measures: a
+   fresh process per (mode, replicate) still, with its own hash seed and CUDA context, but its
+   imports no longer between two workers. It gets ``device`` when the current worker has taken
+   its last timing sample (the ``phase: timed`` of its last workload), or at its own turn: no
+   timing shares its GPU with the next worker's context (issue 29).
 2. After ``go``, for each workload: ``start``, then ``phase: timing`` before its timing pass. The
    worker waits for the runner's ``ok``: by then the runner has paused (SIGSTOP) any worker that
    is starting up beside it, so no other process of the run uses a core while samples are taken.
@@ -66,6 +69,10 @@ class RunStats:
     stolen: int = 0  # slots a device took from another's queue
     timing_target_missed: int = 0  # records whose samples hit the budget before the target
     neighbour_pauses: int = 0  # timing passes during which the next worker's start-up was paused
+    device_stage: float = 0.0  # the workers' device stage (CUDA init), after their go-ahead
+    #: Per worker: its pid, (replicate, mode), and its device stage's start and end (epoch
+    #: seconds): set against the records' timing windows, it shows that none overlapped.
+    worker_stages: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def other(self) -> float:
@@ -85,6 +92,16 @@ class RunStats:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "other": self.other}
+
+    def add_turn(self, turn: Turn, replicate: int, mode: str) -> None:
+        """Count a worker's turn: its waits, its pauses of the next worker, its device stage."""
+        self.startup += turn.startup_wait
+        self.shutdown += turn.shutdown
+        self.neighbour_pauses += turn.neighbour_pauses
+        if turn.stage is not None:
+            start, end = turn.stage["device_stage"]
+            self.device_stage += end - start
+            self.worker_stages.append({"replicate": replicate, "mode": mode, **turn.stage})
 
 
 class WorkerProcess:
@@ -111,6 +128,7 @@ class WorkerProcess:
         self.sel.register(read_fd, selectors.EVENT_READ)
         self.paused = False
         self.closed = False
+        self.released = False
         self.send(json.dumps(job))
 
     @property
@@ -123,6 +141,13 @@ class WorkerProcess:
         with contextlib.suppress(BrokenPipeError, OSError):
             self.proc.stdin.write(line.encode() + b"\n")
             self.proc.stdin.flush()
+
+    def release(self) -> None:
+        """Let the worker begin its device stage (CUDA's initialisation): once, when no other
+        worker of its device will take timing samples before it does."""
+        if not self.released:
+            self.released = True
+            self.send("device")
 
     def pause(self) -> bool:
         """Stop a worker that is starting up while another takes timing samples. True once the
@@ -190,6 +215,16 @@ class WorkerProcess:
         line, self.buf = self.buf.split(b"\n", 1)
         msg: dict[str, Any] = json.loads(line)
         return msg
+
+    def ready(self, limit: float | None) -> dict[str, Any] | None:
+        """The next message but ``loaded`` (the end of its first stage, which only a test
+        waits for): ``ready``, or ``TIMEOUT`` after ``limit`` seconds in all, or None."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            msg = self.next(wait)
+            if msg is None or msg is TIMEOUT or msg.get("type") != "loaded":
+                return msg
 
     def kill(self) -> None:
         self.resume()  # a stopped process dies on SIGKILL too; continuing it first is tidier
@@ -369,6 +404,8 @@ class Turn:
     startup_wait: float = 0.0  # from its turn to ready
     shutdown: float = 0.0  # reaping it
     neighbour_pauses: int = 0
+    #: From its ready message: its pid and device stage (``RunStats.worker_stages``).
+    stage: dict[str, Any] | None = None
 
     def lost(self) -> list[str]:
         return lost_keys(self.keys, self.remaining, self.in_flight, self.started)
@@ -385,7 +422,8 @@ def take_turn(
     record: Callable[[dict[str, Any]], None],
 ) -> Turn:
     """Run ``worker`` to its end while ``neighbour`` (the next worker on its device) starts up
-    beside it, paused whenever ``worker`` takes timing samples. ``limits``: the seconds it may
+    beside it, paused whenever ``worker`` takes timing samples, and let into its device stage
+    once ``worker`` has taken its last timing sample. ``limits``: the seconds it may
     take to be ready, and to stay silent later. The callbacks get its ready message, each
     workload it starts, and each record (``timed_alone`` set: whether no other worker of the
     run ran while it timed; ``others_idle`` says whether other devices' workers run)."""
@@ -394,8 +432,9 @@ def take_turn(
     alone: bool | None = None  # None until a timing pass has started
     try:
         worker.resume()  # it may have been paused as someone else's neighbour
+        worker.release()  # its turn: no worker of its device times before it any more
         t0 = time.perf_counter()
-        msg = worker.next(startup_timeout)
+        msg = worker.ready(startup_timeout)
         turn.startup_wait = time.perf_counter() - t0
         if msg is TIMEOUT:
             turn.timed_out = (
@@ -404,6 +443,9 @@ def take_turn(
             )
         elif msg is not None and msg["type"] == "ready":
             turn.started = True
+            if msg.get("device_stage"):
+                turn.stage = {k: msg.get(k) for k in ("pid", "device_stage",
+                                                      "device_wait_seconds")}  # fmt: skip
             ready(msg)
             worker.send("go")
         while turn.started:
@@ -424,6 +466,8 @@ def take_turn(
                     worker.send("ok")
                 elif neighbour is not None:
                     neighbour.resume()
+                    if turn.remaining == [turn.in_flight]:  # its last timing pass is over
+                        neighbour.release()
             elif kind == "record":
                 msg["record"]["timed_alone"] = alone
                 record(msg["record"])

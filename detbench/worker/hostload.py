@@ -11,10 +11,26 @@ the workload. The worker reads the host's counters right before and right after 
   host's CPU time (busy jiffies of ``/proc/stat`` minus this process's own CPU time, over
   wall time x ``cpus``): 0.5 on a 2-core host means another process kept one core busy;
 - ``steal``: the fraction of the host's CPU time the hypervisor gave to other guests;
-- ``seconds``: the wall time between the two readings;
-- on CUDA, ``gpu_other_processes`` (compute processes other than this one on the worker's GPU,
-  from NVML) and ``gpu_other_util`` (the highest SM utilisation NVML sampled for any of them
-  during the pass, percent), or ``gpu_note`` with the reason where NVML cannot say.
+- ``other_cpu_own`` and ``other_cpu_foreign``: ``other_cpu`` split into the share of the run's
+  own processes (the runner, its other workers, this workload's own child processes: every
+  descendant of the runner, ``run_pid``, but this worker) and the rest; None where the run is
+  not known (a worker started by hand) or /proc cannot say;
+- ``seconds``: the wall time between the two readings, and ``start_unix``/``end_unix``, the
+  two readings' times (epoch seconds), to set beside a log of the GPU's processes;
+- on CUDA, ``gpu_other_processes`` (compute processes other than this one on the worker's GPU
+  at the start or the end of the pass, or sampled by NVML during it), split into
+  ``gpu_own_processes`` (detbench's own: the runner's descendants) and
+  ``gpu_foreign_processes``; ``gpu_other_util`` (the highest SM utilisation NVML sampled for
+  any of them during the pass, percent) and the same for each kind (``gpu_own_util``,
+  ``gpu_foreign_util``); or ``gpu_note`` with the reason where NVML cannot say. Where NVML's
+  process ids are not this container's (it does not list this worker, which holds a context),
+  whose they are is unknown: the split is None and ``gpu_note`` says so.
+
+Before issue 29 the next worker created its CUDA context while the one before it still timed
+(stopped, but holding a context): the H100 run of 2026-11-26 shows ``gpu_other_processes`` 1 on
+146 of its 736 records (docs/measured.md). Since then a worker's device stage waits for the one
+before it to take its last sample (``detbench.run.child``), and the split says whose a process
+was where one is there.
 
 Linux only for the CPU counters: elsewhere the CPU keys are None and ``note`` says why. Nothing
 here raises: a probe that cannot read is a note, never a failed workload.
@@ -27,6 +43,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+from detbench.worker import procs
 
 PROC_STAT = Path("/proc/stat")
 #: /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (guest time is
@@ -57,24 +75,35 @@ def _own_cpu() -> float:
 
 class Probe:
     """Counters read at ``start`` and turned into ``host_load`` at ``stop``; ``device``: "cpu" or
-    "cuda" (the GPU part only on CUDA)."""
+    "cuda" (the GPU part only on CUDA); ``run_pid``: the runner's pid, whose descendants are the
+    run's own processes (None: none is known)."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, run_pid: int | None = None) -> None:
         self.device = device
+        self.run_pid = run_pid
         self._t0 = 0.0
         self._own0 = 0.0
         self._stat0: tuple[list[int], int] | None = None
-        self._nvml_t0 = 0
+        self._unix0 = 0.0
+        self._run0: dict[int, int] | None = None
+        self._gpu0: dict[int, bool] = {}
 
     def start(self) -> None:
+        self._run0 = run_cpu_ticks(self.run_pid)
+        if self.device == "cuda":
+            self._gpu0 = procs.gpu_processes(self.run_pid) or {}
         self._t0, self._own0, self._stat0 = time.monotonic(), _own_cpu(), _stat()
-        self._nvml_t0 = int(time.time() * 1e6)  # NVML's sample timestamps are in microseconds
+        self._unix0 = time.time()
 
     def stop(self) -> dict[str, Any]:
         seconds = time.monotonic() - self._t0
         own = _own_cpu() - self._own0
-        out: dict[str, Any] = {"seconds": seconds, "cpus": None, "load1": None,
-                               "other_cpu": None, "steal": None}  # fmt: skip
+        end = time.time()
+        run_after = run_cpu_ticks(self.run_pid)
+        out: dict[str, Any] = {"seconds": seconds, "start_unix": self._unix0, "end_unix": end,
+                               "cpus": None, "load1": None, "other_cpu": None,
+                               "other_cpu_own": None, "other_cpu_foreign": None,
+                               "steal": None}  # fmt: skip
         with contextlib.suppress(OSError):
             out["load1"] = os.getloadavg()[0]
         now = _stat()
@@ -88,39 +117,31 @@ class Probe:
             if jiffies > 0:
                 hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
                 busy = (jiffies - sum(delta[i] for i in IDLE_FIELDS) - delta[STEAL_FIELD]) / hz
-                out["other_cpu"] = min(1.0, max(0.0, (busy - own) / (jiffies / hz)))
+                out["other_cpu"] = other = min(1.0, max(0.0, (busy - own) / (jiffies / hz)))
                 out["steal"] = delta[STEAL_FIELD] / jiffies
+                if self._run0 is not None and run_after is not None:
+                    ticks = sum(t - self._run0.get(p, 0) for p, t in run_after.items())
+                    out["other_cpu_own"] = mine = min(other, max(0, ticks) / jiffies)
+                    out["other_cpu_foreign"] = other - mine
             out["cpus"] = cpus
         if self.device == "cuda":
-            out.update(_gpu_others(self._nvml_t0))
+            out.update(procs.gpu_others(int(self._unix0 * 1e6), self._gpu0, self.run_pid))
         return out
 
 
-def _gpu_others(since_us: int) -> dict[str, Any]:
-    """Other processes on this worker's GPU during the pass, from NVML (nvidia-ml-py)."""
-    try:
-        import pynvml as nvml  # nvidia-ml-py
-        import torch
-
-        nvml.nvmlInit()
-    except Exception as exc:  # not installed, or no driver library
-        return {"gpu_note": f"NVML unavailable ({type(exc).__name__}: {exc})"[:200]}
-    try:
-        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
-        handle = nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-        me = os.getpid()
-        procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        others = {int(p.pid) for p in procs if int(p.pid) != me}
-        out: dict[str, Any] = {"gpu_other_processes": len(others), "gpu_other_util": None}
-        try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
-            utils = [int(s.smUtil) for s in samples if int(s.pid) != me]
-            out["gpu_other_util"] = max(utils) if utils else 0
-        except Exception as exc:  # NVML_ERROR_NOT_FOUND: no samples in the window
-            out["gpu_note"] = f"no per-process utilisation ({type(exc).__name__})"
-        return out
-    except Exception as exc:
-        return {"gpu_note": f"NVML could not say ({type(exc).__name__}: {exc})"[:200]}
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+def run_cpu_ticks(run_pid: int | None) -> dict[int, int] | None:
+    """CPU time (clock ticks, user + system) of each of the run's processes but this one: the
+    runner and its descendants; None where the run is not known or /proc cannot say. A process
+    that starts during the pass counts from its start at ``stop`` only (0 at ``start``)."""
+    family = None if run_pid is None else procs.descendants(run_pid)
+    if family is None:
+        return None
+    me = os.getpid()
+    ticks = {}
+    for pid in family:
+        if pid == me:
+            continue
+        stat = procs.proc_stat(pid)
+        if stat is not None:
+            ticks[pid] = int(stat[11]) + int(stat[12])  # utime, stime (fields 14 and 15)
+    return ticks

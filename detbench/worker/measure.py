@@ -431,7 +431,7 @@ def run_workload(
         if notify is not None:
             notify("timing")  # may wait while the runner pauses its other processes
         t0 = time.perf_counter()
-        load = Probe(device.type)
+        load = Probe(device.type, job.get("run_pid"))
         load.start()
         try:
             timing = timing_pass(step, job, device)

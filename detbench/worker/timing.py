@@ -4,15 +4,18 @@
 its block-size rule makes every GPU block 80-800 ms, so a 1 s budget gave 2-12 samples). The
 policy, and why:
 
-* **Warm-up first, outside every sample.** ``warmup_steps`` steps run before anything is timed,
-  at the thread count that is timed, so cuDNN autotuning (``cudnn.benchmark``), allocator growth,
-  lazy initialisation and compilation never land in the block-size estimate or in a sample.
+* **Warm-up until steady, outside every sample** (``detbench.worker.warmup``): at the thread
+  count that is timed, a step timed alone, then groups of samples until the median of a group
+  stops moving from the group before it, with a ceiling of the budget in wall time and at least
+  ``warmup_steps`` steps unless the ceiling comes first. cuDNN autotuning (``cudnn.benchmark``),
+  allocator growth, lazy initialisation, compilation and a GPU clock still ramping up land
+  there, never in a sample. ``Timing.warmup`` says what it did (steps, seconds, settled or not).
 * **A sample is one block of ``number_per_block`` consecutive steps**, and its value is the
   block's time divided by the step count (seconds per step, as ``Measurement.times`` gives).
   Blocks rather than single steps because a step can be far shorter than what the clock can
   resolve cheaply: a perf_counter read costs ~0.1 µs and a CUDA event pair a few µs of launch.
-* **Block size from one measured step.** After warm-up one step is timed alone (synchronised on a
-  GPU), and the block gets ``max(1, floor(budget / 50 / step))`` steps: a sample lasts about 1/50
+* **Block size from the warmed step.** The block gets ``max(1, floor(budget / 50 / step))``
+  steps, ``step`` the median of the warm-up's last group: a sample lasts about 1/50
   of the budget (2 ms at the quick profile's 0.1 s, 20 ms at 1 s), which is >= 1e4 clock reads
   for any budget >= 0.1 s, so clock overhead is negligible, while the budget still holds ~50
   samples: enough for the rule below to reach a narrow interval (at n = 50 the 95 % interval of
@@ -50,6 +53,10 @@ policy, and why:
 * **Garbage collection is off inside a sample** (as ``timeit`` and hence torch's Timer do): a
   collection triggered by the harness's own allocations is not the step's cost.
 * ``num_threads`` (default: torch's current count) is set for warm-up and sampling and restored.
+* **The GPU's clock beside every pass** (``detbench.worker.gpuclock``): NVML's SM clock, power
+  draw and throttling, read before the warm-up, when sampling begins and when it ends (never
+  inside a sample), in ``Timing.gpu_clocks``; ``unsupported`` with the reason where NVML cannot
+  say (a CPU, an injected clock, no driver).
 
 Median and IQR are computed as ``torch.utils.benchmark.Measurement`` computes them (linear
 interpolation between order statistics, ``torch.quantile``'s rule), without building a tensor.
@@ -69,12 +76,13 @@ from typing import Any
 import torch
 from scipy.stats import binom
 
+from detbench.worker.gpuclock import ClockWatch
+from detbench.worker.warmup import Warmup, warm_up
+
 Clock = Callable[[], float]
 
 #: Confidence of the interval around the median.
 CONFIDENCE = 0.95
-#: A sample lasts about budget / SAMPLES_PER_BUDGET seconds (see the module docstring).
-SAMPLES_PER_BUDGET = 50
 #: The fewest samples with a 95 % interval of the median (the floor of every record).
 MIN_CI_SAMPLES = 6
 #: The rule is checked after every sample up to this many samples, then every n // this.
@@ -103,6 +111,8 @@ class Timing:
     reached_target: bool
     clock: str
     min_samples: int  # the floor applied: max(min_samples asked for, MIN_CI_SAMPLES)
+    warmup: Warmup | None = None  # what the warm-up did; None: no warm-up record
+    gpu_clocks: dict[str, Any] | None = None  # ``gpuclock.ClockWatch.stop()``
 
     @property
     def min_run_time(self) -> float:
@@ -126,6 +136,8 @@ class Timing:
             "reached_target": self.reached_target,
             "clock": self.clock,
             "min_samples": self.min_samples,
+            "warmup": None if self.warmup is None else self.warmup.to_json(),
+            "gpu_clocks": self.gpu_clocks,
         }
 
 
@@ -281,13 +293,6 @@ def _host_clock(device: torch.device | None) -> Clock:
     return time.perf_counter
 
 
-def block_size(step_seconds: float, budget: float) -> int:
-    """Steps per sample: about budget / SAMPLES_PER_BUDGET seconds of steps, at least one."""
-    if step_seconds <= 0:
-        return 1
-    return max(1, math.floor(budget / SAMPLES_PER_BUDGET / step_seconds))
-
-
 def time_step(
     step: Callable[[], Any],
     *,
@@ -299,9 +304,11 @@ def time_step(
     clock: Clock | None = None,
     num_threads: int | None = None,
 ) -> Timing:
-    """Warm up ``step``, then sample it until the 95 % interval of its median step time is within
-    ``+-target_rel`` of the median (at least ``max(min_samples, 6)`` samples, ``budget`` seconds
-    of sampling at most unless the floor needs more). See the module docstring for every choice."""
+    """Warm up ``step`` until its step time settles (at least ``warmup_steps`` steps unless the
+    warm-up's ceiling comes first), then sample it until the 95 % interval of its median step
+    time is within ``+-target_rel`` of the median (at least ``max(min_samples, 6)`` samples,
+    ``budget`` seconds of sampling at most unless the floor needs more). See the module
+    docstring for every choice."""
     if budget < 0 or target_rel <= 0 or min_samples < 1 or warmup_steps < 0:
         raise ValueError(
             f"need budget >= 0, target_rel > 0, min_samples >= 1 and warmup_steps >= 0; got "
@@ -318,10 +325,15 @@ def time_step(
         on_device = torch.cuda.device(dev)  # events and streams of the workload's device
     else:
         sampler = _ClockSampler(_host_clock(dev), "perf_counter")
+    watch = ClockWatch(dev if clock is None else None)
     with _torch_threads(threads), on_device:
+        watch.start()
+        warm = warm_up(step, sampler, warmup_steps, budget, target_rel)
+        watch.mark()
         samples, number, reached = _sample(
-            step, sampler, warmup_steps, budget, target_rel, min_samples
+            step, sampler, warm.number_per_block, warm.medians[-1], budget, target_rel, min_samples
         )
+        clocks = watch.stop()
     median, iqr = summarise(samples)
     ci = median_ci(samples)
     assert ci is not None  # len(samples) >= MIN_CI_SAMPLES
@@ -330,7 +342,7 @@ def time_step(
         number_per_block=number,
         median=median,
         iqr=iqr,
-        warmup_steps=warmup_steps,
+        warmup_steps=warm.steps,
         budget=budget,
         num_threads=threads,
         ci_low=ci[0],
@@ -340,23 +352,23 @@ def time_step(
         reached_target=reached,
         clock=sampler.name,
         min_samples=max(min_samples, MIN_CI_SAMPLES),
+        warmup=warm,
+        gpu_clocks=clocks,
     )
 
 
 def _sample(
     step: Callable[[], Any],
     sampler: _ClockSampler | _CudaEventSampler,
-    warmup_steps: int,
+    number: int,
+    per_step: float,
     budget: float,
     target_rel: float,
     min_samples: int,
 ) -> tuple[list[float], int, bool]:
-    """(samples, steps per sample, whether the target was reached): the loop of the rule."""
-    for _ in range(warmup_steps):
-        step()
-    one = sampler.one_step(step)
-    number = block_size(one, budget)
-    expected = max(number * one, 1e-9)  # seconds per sample, to size CUDA batches
+    """(samples, steps per sample, whether the target was reached): the loop of the rule, with
+    ``number`` steps per sample of about ``per_step`` seconds each (from the warm-up)."""
+    expected = max(number * per_step, 1e-9)  # seconds per sample, to size CUDA batches
     floor = max(min_samples, MIN_CI_SAMPLES)
     samples: list[float] = []
     start = sampler.now()

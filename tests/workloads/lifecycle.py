@@ -1,9 +1,11 @@
-"""Workloads for the worker's life cycle: a plain one that is timed, and one whose step fails the
-way a lost CUDA context does, so its worker must end and hand the rest to a fresh one."""
+"""Workloads for the worker's life cycle: a plain one that is timed, one whose step fails the
+way a lost CUDA context does, so its worker must end and hand the rest to a fresh one, and one
+whose build takes seconds, time enough for the next worker to finish its imports beside it."""
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import torch
@@ -35,3 +37,10 @@ def after_loss(ctx: detbench.Context) -> Any:
     x = torch.arange(8.0, device=ctx.device)
     pid = torch.tensor([os.getpid()])  # which worker ran it: a fresh one after the loss
     return lambda: [x + 1, pid]
+
+
+@detbench.workload(suite="lifecycle", items_per_step=1)
+def slow_build(ctx: detbench.Context) -> Any:
+    time.sleep(5.0)  # no timing pass runs meanwhile: the next worker starts up unpaused
+    x = torch.randn(32, 32, device=ctx.device)
+    return lambda: [x @ x]

@@ -1,0 +1,130 @@
+"""The GPU's SM clock, power draw and throttling across one timing pass: ``timing["gpu_clocks"]``.
+
+A step time is as fast as the clock it ran at. A GPU that has idled ramps its clock up over its
+first tens of milliseconds of work; one under sustained matrix work sits at its power cap
+(``sw_power_cap``) at a lower clock. So every timing pass records what the clock did (issue 29):
+the timing reads NVML right before its warm-up (``start``), when sampling begins (``mark``) and
+when it ends (``stop``), and nothing while steps run. At ``stop`` it also reads the driver's own
+sample buffers of the SM clock and the power draw over the sampling (``nvml.samples``: the
+driver samples them itself, so no thread of ours wakes up inside a sample), and NVML's cumulative
+throttle-time counters, whose growth says for how long power or heat held the clocks down.
+
+The record (``to_json``)::
+
+    {"status": "ok", "source": "nvml",
+     "sm_clock_mhz": {"warmup_start", "sampling_start", "end", "min", "median", "max", "samples"},
+     "power_w":      {"warmup_start", "sampling_start", "end", "min", "median", "max", "samples"},
+     "max_sm_clock_mhz", "power_limit_w",
+     "throttle_reasons": [reasons active at the sampling's start or end],
+     "throttled_seconds": {"power": s, "thermal": s, ...} (held down during the sampling),
+     "unavailable": {field: why}}
+
+``min``/``median``/``max`` are over the driver's samples inside the sampling (None without any).
+Where NVML cannot answer (a CPU, no nvidia-ml-py, no driver): ``{"status": "unsupported",
+"reason": ...}``. What these fields read on a real GPU waits for one to be verified
+(docs/measured.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from detbench.store.gpustate import SLOWDOWN_VIOLATIONS, VIOLATION_POLICIES, reasons_from_mask
+from detbench.worker import nvml as nv
+
+
+def _now_us() -> int:
+    return int(time.time() * 1e6)
+
+
+class ClockWatch:
+    """NVML read at ``start`` (before the warm-up), ``mark`` (the first sample) and ``stop``."""
+
+    def __init__(self, device: Any) -> None:
+        self.nvml, self.handle, self.reason = nv.device_handle(device)
+        self.unavailable: dict[str, str] = {}
+        self._reads: dict[str, dict[str, Any]] = {}
+        self._us: dict[str, int] = {}
+
+    def _read(self, when: str) -> None:
+        if self.nvml is None:
+            return
+        nvml, h, miss = self.nvml, self.handle, self.unavailable
+        sm = getattr(nvml, "NVML_CLOCK_SM", 1)
+        now: dict[str, Any] = {
+            "sm": nv.read(lambda: int(nvml.nvmlDeviceGetClockInfo(h, sm)), miss, "sm_clock"),
+            # NVML reports milliwatts.
+            "power": nv.read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0, miss, "power"),
+        }
+        if when != "start":
+            get: Any = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+                nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+            )
+            now["reasons"] = nv.read(lambda: reasons_from_mask(int(get(h))), miss, "reasons")
+            now["violation_ns"] = {
+                name: nv.read(
+                    lambda p=VIOLATION_POLICIES[name]: int(
+                        nvml.nvmlDeviceGetViolationStatus(h, p).violationTime
+                    ),
+                    miss,
+                    f"violation.{name}",
+                )
+                for name in SLOWDOWN_VIOLATIONS
+            }
+        self._reads[when] = now
+        self._us[when] = _now_us()
+
+    def start(self) -> None:
+        self._read("start")
+
+    def mark(self) -> None:
+        self._read("mark")
+
+    def stop(self) -> dict[str, Any]:
+        if self.nvml is None:
+            return {"status": "unsupported", "reason": self.reason}
+        self._read("stop")
+        start, mark, stop = (self._reads.get(k, {}) for k in ("start", "mark", "stop"))
+        nvml, h, miss = self.nvml, self.handle, self.unavailable
+        since, until = self._us.get("mark", self._us["stop"]), self._us["stop"]
+
+        def series(key: str, kind: str, scale: float) -> dict[str, Any]:
+            got = [v * scale for v in nv.samples(nvml, h, kind, since, until)]
+            return {
+                "warmup_start": start.get(key),
+                "sampling_start": mark.get(key),
+                "end": stop.get(key),
+                "min": min(got) if got else None,
+                "median": statistics.median(got) if got else None,
+                "max": max(got) if got else None,
+                "samples": len(got),
+            }
+
+        held: dict[str, float] = {}
+        for name in SLOWDOWN_VIOLATIONS:
+            a = (mark.get("violation_ns") or {}).get(name)
+            b = (stop.get("violation_ns") or {}).get(name)
+            if a is not None and b is not None:
+                held[name] = (b - a) / 1e9
+        sm = getattr(nvml, "NVML_CLOCK_SM", 1)
+        out = {
+            "status": "ok",
+            "source": "nvml",
+            "sm_clock_mhz": series("sm", "NVML_PROCESSOR_CLK_SAMPLES", 1.0),
+            "power_w": series("power", "NVML_TOTAL_POWER_SAMPLES", 1e-3),
+            "max_sm_clock_mhz": nv.read(
+                lambda: int(nvml.nvmlDeviceGetMaxClockInfo(h, sm)), miss, "max_sm_clock"
+            ),
+            "power_limit_w": nv.read(
+                lambda: nvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0, miss, "power_limit"
+            ),
+            "throttle_reasons": sorted(
+                set(mark.get("reasons") or []) | set(stop.get("reasons") or [])
+            ),
+            "throttled_seconds": held,
+        }
+        if miss:
+            out["unavailable"] = dict(miss)
+        return out

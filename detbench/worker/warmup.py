@@ -1,0 +1,127 @@
+"""Warm-up until steady: the steps a timing pass runs before its first sample.
+
+A fixed count of warm-up steps (5, before issue 29) is too few where the GPU's clock is still
+ramping up after the worker's start: on the H200 the first workload of every worker drifted by
+5.9% (median over 25 workers, up to 72%) between the first and the last quarter of its samples,
+the later workloads by 0.05-0.3%. So the warm-up runs until the step time stops moving:
+
+1. One step alone, timed (synchronised on a GPU): what it costs sets the block size, as for the
+   samples (``timing.block_size``); lazy set-up, autotuning and allocator growth land in it.
+2. Then groups of ``GROUP`` samples (each a block of steps, timed as the samples will be), until
+   the median of a group is within ``tolerance`` of the median of the group before it (two
+   groups of the same block size at least): the warm-up has **settled**. ``tolerance`` is
+   ``SETTLE_SHARE`` of the pass's target half-width (0.5% on CUDA, 1.5% on a CPU), so what the
+   warm-up leaves moving is small beside the interval the samples will reach.
+3. It runs at least ``min_steps`` steps (the profile's ``warmup_steps``), unless its ceiling
+   comes first: ``CEILING_SHARE`` of the budget in wall time, after one group at least, settled
+   or not. A workload whose step time never settles within the ceiling (an RNN whose steps vary
+   by 10-50%) is timed all the same, and its record says ``settled: false``.
+
+If a group's median shows the first step was far slower than the steady ones (a factor of 2 or
+more), the block size is taken again from that median, so the samples are not needlessly short.
+The first workload of a worker gets the same treatment as every other: no special case.
+
+Cost, simulated on the H100's recorded samples of 2026-11-26 (736 records, groups of 3 samples,
+0.5% tolerance, 0.3 s ceiling): 134 ms per record on average, against 146 ms for the old 5 steps
+plus the block-size step; 138 records (92 of them rnn) would end unsettled at the ceiling.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+#: Samples per group: the median of three ignores one outlier.
+GROUP = 3
+#: Two successive groups' medians this share of the target half-width apart, or closer: settled.
+SETTLE_SHARE = 0.5
+#: The warm-up's ceiling in wall time, as a share of the timing budget.
+CEILING_SHARE = 1.0
+#: A sample lasts about budget / this many seconds (the samples' rule, in ``timing``).
+SAMPLES_PER_BUDGET = 50
+
+
+class Sampler(Protocol):
+    def now(self) -> float: ...
+
+    def one_step(self, step: Callable[[], Any]) -> float: ...
+
+    def samples(self, step: Callable[[], Any], number: int, k: int) -> list[float]: ...
+
+
+def block_size(step_seconds: float, budget: float) -> int:
+    """Steps per sample: about budget / SAMPLES_PER_BUDGET seconds of steps, at least one."""
+    if step_seconds <= 0:
+        return 1
+    return max(1, math.floor(budget / SAMPLES_PER_BUDGET / step_seconds))
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """What a warm-up did: its steps and wall time, whether the step time settled, each group's
+    median (seconds per step), and the block size it leaves for the samples."""
+
+    steps: int
+    seconds: float
+    settled: bool
+    medians: tuple[float, ...]
+    number_per_block: int
+    min_steps: int
+    ceiling: float
+    tolerance: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "settled": self.settled,
+            "group_medians": list(self.medians),
+            "group_samples": GROUP,
+            "min_steps": self.min_steps,
+            "ceiling_seconds": self.ceiling,
+            "tolerance": self.tolerance,
+        }
+
+
+def warm_up(
+    step: Callable[[], Any], sampler: Sampler, min_steps: int, budget: float, target_rel: float
+) -> Warmup:
+    """Run ``step`` until its time per step settles (see the module docstring)."""
+    tolerance = SETTLE_SHARE * target_rel
+    ceiling = CEILING_SHARE * budget
+    start = sampler.now()
+    one = sampler.one_step(step)
+    steps = 1
+    number = block_size(one, budget)
+    medians: list[float] = []
+    numbers: list[int] = []
+    settled = False
+    while True:
+        m = statistics.median(sampler.samples(step, number, GROUP))
+        steps += GROUP * number
+        medians.append(m)
+        numbers.append(number)
+        spent = sampler.now() - start
+        if len(medians) >= 2 and numbers[-2] == number and steps >= min_steps:
+            before = medians[-2]
+            if abs(m - before) <= tolerance * before:
+                settled = True
+                break
+        if spent >= ceiling:
+            break
+        better = block_size(m, budget)
+        if better >= 2 * number:  # the first step was far slower than the steady ones
+            number = better
+    return Warmup(
+        steps=steps,
+        seconds=sampler.now() - start,
+        settled=settled,
+        medians=tuple(medians),
+        number_per_block=block_size(medians[-1], budget),
+        min_steps=min_steps,
+        ceiling=ceiling,
+        tolerance=tolerance,
+    )
