@@ -53,6 +53,15 @@ def test_next_worker_starts_early_and_is_stopped_while_samples_are_taken(tmp_pat
     for before, after in zip(stats.worker_stages, stats.worker_stages[1:], strict=False):
         assert after["device_stage"][0] >= max(ends[before["pid"]])
     assert stats.device_stage > 0
+    # What each timing pass's warm-up did, and the clock fields: unsupported here, with why.
+    for r in runner.records:
+        warm, clocks = r["timing"]["warmup"], r["timing"]["gpu_clocks"]
+        assert warm["steps"] == r["timing"]["warmup_steps"] >= 1 and warm["seconds"] > 0
+        assert isinstance(warm["settled"], bool) and warm["ceiling_seconds"] == 0.05
+        assert clocks == {
+            "status": "unsupported",
+            "reason": "the device is not a CUDA GPU: NVML reads NVIDIA GPUs only",
+        }
 
 
 @pytest.mark.slow  # two workers with a 5 s build each: test-slow (CI runs it)

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 
 from detbench.core.modes import MODES, get_mode
-from detbench.run.estimate import INVARIANCE_SECONDS_PER_SIZE, estimate, per_record_seconds
+from detbench.run.estimate import (
+    HANDOVER_SECONDS,
+    INVARIANCE_SECONDS_PER_SIZE,
+    estimate,
+    per_record_seconds,
+)
 from detbench.run.schedule import clock, make_plan, mode_order
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +84,23 @@ def test_estimate_adds_the_startup_a_short_worker_cannot_hide() -> None:
     assert est.startup_waits == pytest.approx(29 * (2.0 - 3 * per))
     assert est.seconds == pytest.approx(2.0 + 90 * per + 29 * (2.0 - 3 * per))
     assert clock(61) == "1:01" and clock(3725) == "1:02:05"
+
+
+def test_estimate_charges_each_later_workers_device_stage_on_cuda() -> None:
+    # A worker's device stage (CUDA's initialisation) waits for the last timing sample of the
+    # worker before it: 29 of 30 workers pay it in the run's time; on a CPU it costs nothing.
+    keys = [f"a/w{i}" for i in range(40)]
+    plan = make_plan(keys, list(MODES), 3, seed=0)
+    cuda = estimate(plan, "cuda", "quick", budget=0.1, startup_seconds=9.8, measured=False)
+    assert cuda.handovers == 29 and cuda.handover_seconds == HANDOVER_SECONDS["cuda"] == 1.0
+    per = per_record_seconds("cuda", "quick", 0.1)
+    assert cuda.startup_waits == pytest.approx(29 * (9.8 - 40 * per))  # workers too short
+    assert cuda.seconds == pytest.approx(9.8 + 1200 * per + cuda.startup_waits + 29 * 1.0)
+    assert cuda.to_json()["handovers"] == 29
+    cpu = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True)
+    assert cpu.handovers == 29 and cpu.seconds == 2.0 + 1200 * per_record_seconds(
+        "cpu", "quick", 0.1
+    )
 
 
 def test_estimate_counts_every_batch_size_an_invariance_pass_builds() -> None:

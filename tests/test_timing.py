@@ -51,9 +51,10 @@ class FakeDevice:
 
 
 def settled(cost: float, groups: int = 2) -> list[float]:
-    """The step costs of a warm-up that settles at once: its first step alone, then ``groups``
-    groups of ``GROUP`` equal samples of one step each (steps of ``cost`` >= budget / 50)."""
-    return [cost] * (1 + GROUP * groups)
+    """The step costs of a warm-up that settles at once: ``groups`` groups of ``GROUP`` equal
+    samples of one step each, its first step alone the first one's first (steps of ``cost`` >=
+    budget / 50)."""
+    return [cost] * (GROUP * groups)
 
 
 def test_median_ci_ranks_are_the_binomial_order_statistics() -> None:
@@ -86,7 +87,7 @@ def test_median_ci_ranks_agree_with_binomial_sums_from_math_comb() -> None:
 
 def test_ci_bounds_are_the_order_statistics_of_the_samples() -> None:
     # Ten distinct samples in shuffled order: the interval is the 2nd and 9th smallest. Budget 0:
-    # the warm-up's ceiling is reached after its first step and one group of 3 one-step samples.
+    # the warm-up's ceiling is reached after one group of 3 one-step samples.
     costs = settled(1.0, groups=1) + [0.5 * k for k in (7, 3, 10, 1, 6, 9, 2, 8, 4, 5)]
     dev = FakeDevice(costs=costs, step_cost=99.0)
     # target 0 is unreachable; min_samples=10 and budget=0 stop it at exactly ten samples.
@@ -98,13 +99,13 @@ def test_ci_bounds_are_the_order_statistics_of_the_samples() -> None:
     assert t.median == 2.75
     assert t.ci_rel == (4.5 - 2.75) / 2.75
     assert t.reached_target is False
-    assert t.warmup is not None and (t.warmup.steps, t.warmup.settled) == (4, False)
+    assert t.warmup is not None and (t.warmup.steps, t.warmup.settled) == (3, False)
 
 
 def test_rule_stops_at_the_first_sample_whose_interval_is_within_target() -> None:
     # Samples 1, 2, 0.5, then 1s. Up to n=8 the interval is [min, max] = [0.5, 2] (+-100 %);
     # at n=9 it is [x(2), x(8)] = [1, 1]: within +-5 %, so it stops there and not later.
-    costs = [*settled(1.0), 1.0, 2.0, 0.5]  # a warm-up of 7 steps first (not samples)
+    costs = [*settled(1.0), 1.0, 2.0, 0.5]  # a warm-up of 6 steps first (not samples)
     dev = FakeDevice(costs=costs, step_cost=1.0)
     t = time_step(
         dev.step, warmup_steps=0, budget=40.0, target_rel=0.05, clock=dev.clock, num_threads=2
@@ -116,7 +117,7 @@ def test_rule_stops_at_the_first_sample_whose_interval_is_within_target() -> Non
     assert t.reached_target is True
     assert t.clock == "injected"
     assert t.num_threads == 2
-    assert dev.steps == 7 + 9
+    assert dev.steps == 6 + 9
 
 
 def test_min_samples_is_a_floor_and_six_samples_make_the_first_interval() -> None:
@@ -149,7 +150,7 @@ def test_budget_is_the_ceiling_and_a_missed_target_is_recorded() -> None:
     assert set(js) >= {"samples", "number_per_block", "median", "iqr", "warmup_steps",
                        "num_threads", "ci_low", "ci_high", "ci_rel", "warmup",
                        "gpu_clocks"}  # fmt: skip
-    assert js["warmup"]["settled"] is True and js["warmup"]["steps"] == js["warmup_steps"] == 7
+    assert js["warmup"]["settled"] is True and js["warmup"]["steps"] == js["warmup_steps"] == 6
 
 
 def test_a_long_run_still_stops_exactly_at_the_budget() -> None:
@@ -165,7 +166,7 @@ def test_a_long_run_still_stops_exactly_at_the_budget() -> None:
 def test_the_floor_is_six_samples_so_every_record_has_an_interval() -> None:
     # The budget is spent after 2 samples and min_samples is 5, but no 95 % interval of the
     # median exists below 6 samples: the floor is 6, and the record carries [min, max].
-    # The warm-up's ceiling (2 s) comes after its first step and one group: 4 steps.
+    # The warm-up's ceiling (2 s) comes after one group: 3 steps.
     dev = FakeDevice(costs=[*settled(1.0, groups=1), 1.0, 2.0, 1.0, 0.5, 1.0, 4.0])
     t = time_step(dev.step, warmup_steps=0, budget=2.0, target_rel=0.5, clock=dev.clock)
     assert t.samples == (1.0, 2.0, 1.0, 0.5, 1.0, 4.0)
@@ -197,26 +198,42 @@ def test_warmup_runs_until_the_step_time_settles_and_not_before() -> None:
 
 
 def test_warmup_stops_at_its_ceiling_unsettled_and_says_so() -> None:
-    # Steps alternating 1 s and 2 s never settle (group medians 2, 1, ...): the warm-up stops at
-    # its ceiling, the budget (10 s) of wall time, and the record says it did not settle.
+    # Steps alternating 1 s and 2 s never settle (group medians 1, 2, 1: 1 s apart, more than
+    # their scatter of 0.5 s): the warm-up stops at its ceiling, the budget (10 s) of wall time,
+    # and the record says it did not settle.
     dev = FakeDevice(costs=[1.0, 2.0] * 50)
     t = time_step(dev.step, warmup_steps=0, budget=10.0, target_rel=0.01, clock=dev.clock)
     w = t.warmup
     assert w is not None and not w.settled
-    # 1 (the first step) + 3 (group 1: 2, 1, 2) + 3 (group 2: 1, 2, 1): 10 s, the ceiling.
-    assert w.medians == (2.0, 1.0) and w.steps == 7 and w.seconds == 10.0
+    # Groups (1, 2, 1), (2, 1, 2), (1, 2, 1): 4 s, 9 s, 13 s: past the ceiling.
+    assert w.medians == (1.0, 2.0, 1.0) and w.steps == 9 and w.seconds == 13.0
     assert t.to_json()["warmup"] == {
-        "steps": 7, "seconds": 10.0, "settled": False, "group_medians": [2.0, 1.0],
+        "steps": 9, "seconds": 13.0, "settled": False, "group_medians": [1.0, 2.0, 1.0],
         "group_samples": 3, "min_steps": 0, "ceiling_seconds": 10.0, "tolerance": 0.005,
     }  # fmt: skip
 
 
+def test_a_step_that_scatters_without_moving_settles_within_its_scatter() -> None:
+    # One-step samples scattering by +-10-25 % (an RNN's steps): the group medians 1.0 and
+    # 1.125 are 12.5 % apart, far over the 0.5 % tolerance, but within the groups' scatter (half
+    # their range: 0.1875 s each), so the step time has stopped moving.
+    dev = FakeDevice(costs=[1.0, 1.25, 0.875, 1.125, 0.875, 1.25], step_cost=1.0)
+    t = time_step(dev.step, warmup_steps=0, budget=40.0, target_rel=0.01, clock=dev.clock)
+    assert t.warmup is not None and t.warmup.settled and t.warmup.medians == (1.0, 1.125)
+    # A group that straddles a change (1.0, 0.75, 0.5: half-range 0.25) has a narrow neighbour
+    # on either side: the narrower decides, and the change is not taken for scatter.
+    dev = FakeDevice(costs=[1.0, 1.0, 1.0, 1.0, 0.75], step_cost=0.5)
+    t = time_step(dev.step, warmup_steps=0, budget=40.0, target_rel=0.01, clock=dev.clock)
+    assert t.warmup is not None and t.warmup.medians == (1.0, 0.75, 0.5, 0.5)
+    assert t.warmup.settled and t.samples == (0.5,) * 6
+
+
 def test_warmup_runs_at_least_its_minimum_of_steps() -> None:
-    # A constant 1 s step settles after 2 groups (7 steps), but 10 are asked for: a third group.
+    # A constant 1 s step settles after 2 groups (6 steps), but 10 are asked for: 4 groups.
     dev = FakeDevice(step_cost=1.0)
     t = time_step(dev.step, warmup_steps=10, budget=40.0, target_rel=0.01, clock=dev.clock)
-    assert t.warmup is not None and (t.warmup.steps, t.warmup.settled) == (10, True)
-    assert t.samples == (1.0,) * 6 and dev.steps == 10 + 6
+    assert t.warmup is not None and (t.warmup.steps, t.warmup.settled) == (12, True)
+    assert t.samples == (1.0,) * 6 and dev.steps == 12 + 6
 
 
 def test_block_size_aims_at_a_fiftieth_of_the_budget() -> None:
@@ -291,13 +308,13 @@ def test_real_steps_that_settle_after_slow_ones_are_warmed_past_them() -> None:
                       device=torch.device("cpu"))  # fmt: skip
         w = t.warmup
         assert w is not None
-        # Every step is the warm-up's or a sample's. The warm-up outlasted the ramp but for its
-        # end, whose last groups move by less than the tolerance (the samples' start may hold
-        # what is left of it: about 10 % of the step here, 0.5 % on CUDA).
+        # Every step is the warm-up's or a sample's. The warm-up outlasted most of the ramp: its
+        # end moves a group's median by less than the tolerance or the machine's noise (the
+        # samples' start may hold what is left of it: about 10 % of the step here).
         assert step.calls == w.steps + len(t.samples) * t.number_per_block
-        if w.settled and 0.8 * step.ramp <= w.seconds < w.ceiling:
+        if w.settled and 0.6 * step.ramp <= w.seconds < w.ceiling:
             break
-    assert w is not None and w.settled and 0.8 * step.ramp <= w.seconds < w.ceiling, w
+    assert w is not None and w.settled and 0.6 * step.ramp <= w.seconds < w.ceiling, w
     reason = "the device is not a CUDA GPU: NVML reads NVIDIA GPUs only"
     assert t.gpu_clocks == {"status": "unsupported", "reason": reason}
 

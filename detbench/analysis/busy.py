@@ -8,6 +8,15 @@ busy when at least ``BUSY_SHARE`` of its timed records were, or when the runner 
 some records alone. Its timings (every ratio and interval) are then not to be trusted; its bitwise
 verdicts are, since the bits do not depend on the host's load.
 
+Whose the other processes were is kept apart (issue 29): detbench's own (another worker of the
+run, which the runner stops while a record is timed) or foreign. Another of the run's workers on
+the GPU makes a timing busy only where it used the GPU (NVML sampled it above ``GPU_UTIL``), or
+where the runner could not say it had it stopped; a foreign one whenever NVML cannot say it was
+idle. Records written before the split (``gpu_own_processes`` absent) do not say whose: they are
+counted apart, as before (busy unless NVML sampled the other process idle). Before the split the
+H100 and H200 runs of 2026-11-26 counted detbench's own next worker, stopped but holding a CUDA
+context, as "another process" beside 146 and 102 timings (docs/measured.md).
+
 A run recorded before ``host_load`` existed says nothing about its host (``verdict`` returns
 None), unless ``timed_alone`` says another worker ran beside a timing.
 """
@@ -44,7 +53,10 @@ class HostLoad:
     load1: float | None  # median 1-minute load average at the end of a timing pass
     other_cpu: float | None  # median share of the host's CPU used by other processes
     steal: float | None  # median steal share
-    gpu_others: int  # records with another process on their GPU
+    gpu_own: int = 0  # records with another of the run's own processes on their GPU
+    gpu_foreign: int = 0  # ... with a foreign process on their GPU
+    gpu_unknown: int = 0  # ... with another process whose owner the record does not say
+    cpu_own: int = 0  # records whose own other processes took OTHER_CPU or more of the CPU
 
     @property
     def is_busy(self) -> bool:
@@ -59,8 +71,15 @@ class HostLoad:
                          f"(median over {self.timed} timings; load {_num(self.load1)} on "
                          f"{self.cpus} CPUs" + (f", steal {_pct(self.steal)}" if self.steal
                                                 else "") + ")")  # fmt: skip
-        if self.gpu_others:
-            parts.append(f"{self.gpu_others} timings shared the GPU with another process")
+        if self.gpu_foreign:
+            parts.append(f"{self.gpu_foreign} timings shared the GPU with another program")
+        if self.gpu_own:
+            parts.append(f"{self.gpu_own} timings had another of this run's processes on the GPU")
+        if self.gpu_unknown:
+            parts.append(f"{self.gpu_unknown} timings had another process on the GPU, whose the "
+                         "records do not say")  # fmt: skip
+        if self.cpu_own:
+            parts.append(f"{self.cpu_own} timings shared the CPU with this run's own processes")
         if self.not_alone:
             parts.append(f"{self.not_alone} timings could not be taken alone")
         head = (
@@ -80,14 +99,41 @@ def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}"
 
 
-def _busy(h: Mapping[str, Any]) -> bool:
+def _gpu_busy(h: Mapping[str, Any], alone: object) -> bool:
+    """Whether another process used the record's GPU while it was timed (see the docstring)."""
+    if not h.get("gpu_other_processes"):
+        return False
+    own, foreign = h.get("gpu_own_processes"), h.get("gpu_foreign_processes")
+    if own is None or foreign is None:  # whose is unknown: as before the split
+        util = h.get("gpu_other_util")
+        return util is None or util > GPU_UTIL
+    if foreign:
+        util = h.get("gpu_foreign_util")
+        if util is None or util > GPU_UTIL:
+            return True
+    if own:
+        util = h.get("gpu_own_util")
+        return (util is not None and util > GPU_UTIL) or (util is None and alone is not True)
+    return False
+
+
+def _busy(h: Mapping[str, Any], alone: object = None) -> bool:
     other, steal = h.get("other_cpu"), h.get("steal")
-    util, others = h.get("gpu_other_util"), h.get("gpu_other_processes")
     return bool(
         (other is not None and other >= OTHER_CPU)
         or (steal is not None and steal >= STEAL)
-        or (others and (util is None or util > GPU_UTIL))
+        or _gpu_busy(h, alone)
     )
+
+
+def _whose(h: Mapping[str, Any]) -> str | None:
+    """Whose the other processes on the record's GPU were: "own", "foreign" (either present),
+    "unknown", or None where there were none."""
+    if not h.get("gpu_other_processes"):
+        return None
+    if h.get("gpu_foreign_processes"):
+        return "foreign"
+    return "own" if h.get("gpu_own_processes") else "unknown"
 
 
 def host_load(df: pd.DataFrame) -> HostLoad | None:
@@ -95,8 +141,10 @@ def host_load(df: pd.DataFrame) -> HostLoad | None:
     if df.empty:
         return None
     ok = df[df["status"] == Status.OK]
-    loads = [h for h in ok.get("host_load", pd.Series(dtype=object)) if isinstance(h, Mapping)]
-    alone = ok["timed_alone"] if "timed_alone" in ok.columns else pd.Series(dtype=object)
+    alone = ok["timed_alone"] if "timed_alone" in ok.columns else pd.Series(None, index=ok.index)
+    pairs = [(h, a) for h, a in zip(ok.get("host_load", pd.Series(None, index=ok.index)), alone,
+                                    strict=True) if isinstance(h, Mapping)]  # fmt: skip
+    loads = [h for h, _ in pairs]
     not_alone = int((alone == False).sum())  # noqa: E712  (None: not known)
     if not loads and not not_alone:
         return None
@@ -106,8 +154,11 @@ def host_load(df: pd.DataFrame) -> HostLoad | None:
         return float(np.median(xs)) if xs else None
 
     cpus = [int(h["cpus"]) for h in loads if h.get("cpus")]
+    whose = [_whose(h) for h in loads]
     return HostLoad(
-        timed=len(loads), busy=sum(_busy(h) for h in loads), not_alone=not_alone,
+        timed=len(loads), busy=sum(_busy(h, a) for h, a in pairs), not_alone=not_alone,
         cpus=max(cpus) if cpus else None, load1=median("load1"), other_cpu=median("other_cpu"),
-        steal=median("steal"), gpu_others=sum(1 for h in loads if h.get("gpu_other_processes")),
+        steal=median("steal"), gpu_own=whose.count("own"), gpu_foreign=whose.count("foreign"),
+        gpu_unknown=whose.count("unknown"),
+        cpu_own=sum(1 for h in loads if (h.get("other_cpu_own") or 0) >= OTHER_CPU),
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """How long a plan should take: the cost model behind ``--dry-run``, the plan line of every run
 and the progress line's first guess. Every record costs its overhead plus the expected share of
-its timing budget; the first worker's start-up (measured by a dry run) and what later workers'
-start-ups cannot hide are added, and so are torchrun launches and invariance passes. Each
+its timing budget; the first worker's start-up (measured by a dry run), what later workers'
+start-ups cannot hide and their device stages (which wait for the last timing sample before
+them) are added, and so are torchrun launches and invariance passes. Each
 constant says where its value was measured, or that it is a guess.
 """
 
@@ -29,6 +30,16 @@ RECORD_OVERHEAD_SECONDS = {("cpu", "quick"): 0.035, ("cpu", "full"): 0.3,
 #: GPU run measures it: GPU kernel times are steady, so +-1% should often come within 6-16
 #: samples of budget/50 each.
 BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.5}
+#: What the warm-up until steady (issue 29, ``worker/warmup.py``) costs a record beyond the fixed
+#: warm-up steps the figures above were measured with, as a share of its budget (the warm-up's
+#: ceiling). CPU: 0.046 s per record at the quick profile's 0.1 s budget (the mean over the 120
+#: records of conv, bmm, batchnorm and rnn, 2 modes x 2 replicates, on the 2-core development
+#: CPU on 2026-11-26: warm-up 0.071 s against 3 of the record's median steps; 100 of 120
+#: settled), so 0.45. CUDA: 0, from the H100's recorded samples
+#: (results/20261126-060355-cuda-full-h100-partial): the new warm-up, simulated on them, costs 150
+#: ms per record on average against the old 5 steps' and block-size step's 146 ms; a GPU run is
+#: to confirm it.
+WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
 #: Seconds of one torchrun launch, per device: a worker with distributed workloads makes one
 #: (``detbench.distributed.launch``), whose ranks each import torch and join the process group. CPU:
 #: 4.9-5.3 s per launch of 2 gloo ranks running the distributed suite, measured on the 2-core VM
@@ -129,6 +140,17 @@ WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: workers' start-up in all (results/20261124-085144-cuda-full-conv-rnn-training/env.json,
 #: ``run_stats.startup``: 8 workers, each later one ready before the one before it was done).
 PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 2.0}
+#: Seconds each later worker's device stage adds to a run, per device: the stage (CUDA's
+#: initialisation, its context, cuBLAS's and cuDNN's handles) begins only once the worker before
+#: it has taken its last timing sample (issue 29), so it no longer hides behind that worker's
+#: measuring; what the worker before it does after that sample (its last record's clean-up, its
+#: exit) hides part of it. CUDA: 1 s, a guess until a GPU run measures it (``run_stats``:
+#: ``device_stage`` over ``workers``); the H100's process watch of 2026-11-26
+#: (results/20261126-h100-experiments/watch.jsonl) saw a worker's context go from its first 14 MiB
+#: to ~700 MiB, libraries warmed, within 0.2 s, and CUDA's initialisation comes before that. CPU:
+#: nothing to initialise (``run_stats.device_stage``: 0.002 s over the 4 workers of a CPU run of
+#: conv, bmm, batchnorm and rnn on the development CPU, 2026-11-26), charged nothing.
+HANDOVER_SECONDS = {"cuda": 1.0, "cpu": 0.0}
 #: Seconds of the batch-invariance pass per declared batch size of a record (a build and one
 #: step at that size). CPU quick: 54 s over the 3960 sizes of the invariance suite's 750
 #: records, measured on the 2-core VM (results/20261124-024157-cpu-quick-invariance). The
@@ -173,6 +195,14 @@ class Estimate:
     #: "measured start-up" (a dry run started a worker here), "model" (a real run's first guess),
     #: or "paper" (a CUDA plan on a host without a GPU: nothing here could be measured).
     basis: str = "model"
+    #: Per device: its workers after the first, each of whose device stage waits for the last
+    #: timing sample before it; and the seconds of one such stage (``HANDOVER_SECONDS``).
+    lane_handovers: tuple[int, ...] = ()
+    handover_seconds: float = 0.0
+
+    @property
+    def handovers(self) -> int:
+        return sum(self.lane_handovers)
 
     @property
     def record_seconds(self) -> float:
@@ -193,13 +223,14 @@ class Estimate:
         """Each device's share: its records, its waits and the start-up of its first worker."""
         launches = self.lane_launches or (0,) * len(self.lane_records)
         sizes = self.lane_sizes or (0,) * len(self.lane_records)
+        handovers = self.lane_handovers or (0,) * len(self.lane_records)
         costs = self.lane_record_seconds or tuple(n * self.per_record_seconds
                                                   for n in self.lane_records)  # fmt: skip
         return tuple(
             (self.startup_seconds if n else 0.0) + w + c + k * self.launch_seconds
-            + b * self.size_seconds
-            for n, w, c, k, b in zip(self.lane_records, self.lane_waits, costs, launches, sizes,
-                                     strict=True)
+            + b * self.size_seconds + h * self.handover_seconds
+            for n, w, c, k, b, h in zip(self.lane_records, self.lane_waits, costs, launches, sizes,
+                                        handovers, strict=True)
         )  # fmt: skip
 
     @property
@@ -210,6 +241,7 @@ class Estimate:
         return (
             self.startup_seconds + self.startup_waits + self.record_seconds
             + self.launches * self.launch_seconds + self.invariance_seconds
+            + self.handovers * self.handover_seconds
         )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
@@ -221,6 +253,8 @@ class Estimate:
             "startup_measured": self.measured_startup,
             "per_record_seconds": round(self.per_record_seconds, 4),
             "startup_waits_seconds": round(self.startup_waits, 1),
+            "handovers": self.handovers,
+            "handover_seconds": self.handover_seconds,
             "compiled_records": self.compiled_records,
             "torchrun_launches": self.launches,
             "invariance_sizes": sum(self.lane_sizes),
@@ -238,8 +272,10 @@ class Estimate:
 
 
 def per_record_seconds(device: str, profile: str, budget: float) -> float:
-    """The model's cost of one record: its overhead plus the expected share of its budget."""
-    return RECORD_OVERHEAD_SECONDS[(device, profile)] + BUDGET_SHARE[device] * budget
+    """The model's cost of one record: its overhead, its warm-up's and the expected share of its
+    budget."""
+    share = BUDGET_SHARE[device] + WARMUP_SHARE[device]
+    return RECORD_OVERHEAD_SECONDS[(device, profile)] + share * budget
 
 
 def planned_unsupported(workloads: Sequence[Any], device: str,
@@ -354,4 +390,6 @@ def estimate(
         unsupported_records=sum(len(s.keys) - len(runs(s)) for s in plan.slots),
         costed_records=sum(costed(s) for s in plan.slots),
         basis=basis or ("measured start-up" if measured else "model"),
+        lane_handovers=tuple(max(0, len(ss) - 1) for ss in lanes),
+        handover_seconds=HANDOVER_SECONDS.get(device, 0.0),
     )

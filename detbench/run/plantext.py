@@ -52,8 +52,9 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         + (f" (shard {c.shard[0]}/{c.shard[1]} of the plan)" if c.shard else ""),
         f"  device {c.device}, profile {c.profile}: fingerprint "
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
-        f"warm-up {c.setting('warmup_steps')} steps, timing until the median's 95% interval is "
-        f"within +-{100 * target:g}% or {budget:g} s of samples",
+        f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
+        f"most {budget:g} s), timing until the median's 95% interval is within "
+        f"+-{100 * target:g}% or {budget:g} s of samples",
         _estimate_line(est, len(names)),
     ]
     if c.devices:
@@ -128,10 +129,17 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
         "; each later worker starts while the one before it measures"
         + (
             f", and {est.startup_waits:.0f} s where a worker has too little to measure for the "
-            "next one's start-up to hide behind it)"
+            "next one's start-up to hide behind it"
             if est.startup_waits >= 0.5
-            else ")"
+            else ""
         )
+        + (
+            f", and initialises the GPU after that one's last timing sample: {est.handovers} x "
+            f"{est.handover_seconds:g} s"
+            if est.handovers * est.handover_seconds >= 0.5
+            else ""
+        )
+        + ")"
     )
 
 

@@ -7,11 +7,18 @@ the later workloads by 0.05-0.3%. So the warm-up runs until the step time stops 
 
 1. One step alone, timed (synchronised on a GPU): what it costs sets the block size, as for the
    samples (``timing.block_size``); lazy set-up, autotuning and allocator growth land in it.
+   Where a step fills a sample on its own (one step a sample), it is also the first group's
+   first sample.
 2. Then groups of ``GROUP`` samples (each a block of steps, timed as the samples will be), until
-   the median of a group is within ``tolerance`` of the median of the group before it (two
-   groups of the same block size at least): the warm-up has **settled**. ``tolerance`` is
-   ``SETTLE_SHARE`` of the pass's target half-width (0.5% on CUDA, 1.5% on a CPU), so what the
-   warm-up leaves moving is small beside the interval the samples will reach.
+   the median of a group is as close to the median of the group before it (two groups of the
+   same block size at least) as either ``tolerance`` allows or the groups' own scatter: the
+   warm-up has **settled**. ``tolerance`` is ``SETTLE_SHARE`` of the pass's target half-width
+   (0.5% on CUDA, 1.5% on a CPU), so what the warm-up leaves moving is small beside the interval
+   the samples will reach. The scatter is half the range of the narrower of the two groups: a
+   step whose time jumps by 10% from sample to sample (an RNN) has stopped moving when its
+   medians differ by less than that, while a ramp moves each median by about three samples'
+   worth of ramp, more than the half-range of a group on it (one sample's worth), and a group
+   that straddles a sudden change has a narrow neighbour.
 3. It runs at least ``min_steps`` steps (the profile's ``warmup_steps``), unless its ceiling
    comes first: ``CEILING_SHARE`` of the budget in wall time, after one group at least, settled
    or not. A workload whose step time never settles within the ceiling (an RNN whose steps vary
@@ -21,9 +28,13 @@ If a group's median shows the first step was far slower than the steady ones (a 
 more), the block size is taken again from that median, so the samples are not needlessly short.
 The first workload of a worker gets the same treatment as every other: no special case.
 
-Cost, simulated on the H100's recorded samples of 2026-11-26 (736 records, groups of 3 samples,
-0.5% tolerance, 0.3 s ceiling): 134 ms per record on average, against 146 ms for the old 5 steps
-plus the block-size step; 138 records (92 of them rnn) would end unsettled at the ceiling.
+Cost, simulated on the recorded samples of the core matrix (groups of 3 samples, the scatter
+allowed, its first step included), against the old 5 steps and the block-size step: on the H100
+(results/20261126-060355-cuda-full-h100-partial, 736 records, 0.3 s ceiling) 150 ms per record
+on average against 146 ms, 100 records unsettled at the ceiling (59 rnn, 27 training); on the
+H200 (results/20261126-040517-cuda-full-h200-partial) 148 ms, 124 of 824 unsettled. On the CPU
+quick matrix (results/20261123-133303-cpu-quick, 2730 records, 0.1 s ceiling) 38 ms per record
+against the old 3 steps' few milliseconds: the estimate charges it (``run/estimate.py``).
 """
 
 from __future__ import annotations
@@ -98,16 +109,23 @@ def warm_up(
     number = block_size(one, budget)
     medians: list[float] = []
     numbers: list[int] = []
+    spreads: list[float] = []  # half the range of each group
     settled = False
+    # A step that fills a sample on its own (one step a sample): the first step is the first
+    # group's first sample, so a long step's warm-up costs no step more than it must.
+    first: list[float] = [one] if number == 1 else []
     while True:
-        m = statistics.median(sampler.samples(step, number, GROUP))
-        steps += GROUP * number
+        group = first + sampler.samples(step, number, GROUP - len(first))
+        steps += (GROUP - len(first)) * number
+        first = []
+        m = statistics.median(group)
         medians.append(m)
         numbers.append(number)
+        spreads.append((max(group) - min(group)) / 2)
         spent = sampler.now() - start
         if len(medians) >= 2 and numbers[-2] == number and steps >= min_steps:
             before = medians[-2]
-            if abs(m - before) <= tolerance * before:
+            if abs(m - before) <= max(tolerance * before, min(spreads[-2:])):
                 settled = True
                 break
         if spent >= ceiling:
