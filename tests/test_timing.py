@@ -150,7 +150,8 @@ def test_budget_is_the_ceiling_and_a_missed_target_is_recorded() -> None:
     assert set(js) >= {"samples", "number_per_block", "median", "iqr", "warmup_steps",
                        "num_threads", "ci_low", "ci_high", "ci_rel", "warmup",
                        "gpu_clocks"}  # fmt: skip
-    assert js["warmup"]["settled"] is True and js["warmup"]["steps"] == js["warmup_steps"] == 6
+    assert js["warmup"]["settled"] is True and js["warmup"]["steps"] == 6
+    assert js["warmup_steps"] == js["warmup"]["min_steps"] == 0  # the least it was asked for
 
 
 def test_a_long_run_still_stops_exactly_at_the_budget() -> None:
@@ -190,7 +191,7 @@ def test_warmup_runs_until_the_step_time_settles_and_not_before() -> None:
     # 0.25, which shows the first step was 4x too slow: blocks of 8 steps from then on, and two
     # groups of those within 0.5 % (target 1 % x SETTLE_SHARE) settle it, no sooner.
     assert w.medians == (1.0, 0.625, 0.25, 0.25, 0.25) and w.settled
-    assert w.steps == 1 + 3 * GROUP * 2 + 2 * GROUP * 8 == 67 and t.warmup_steps == 67
+    assert w.steps == 1 + 3 * GROUP * 2 + 2 * GROUP * 8 == 67
     assert w.seconds == 10 * 1.0 + 57 * 0.25 and w.tolerance == 0.005
     # The samples hold no slow step, and their blocks are sized from the settled step.
     assert t.number_per_block == block_size(0.25, 100.0) == 8
@@ -295,14 +296,15 @@ class RampingStep:
         return out
 
 
+@pytest.mark.serial  # wall-clock ramps: not beside other tests' processes
 def test_real_steps_that_settle_after_slow_ones_are_warmed_past_them() -> None:
     # The warm-up must outlast the ramp (a fixed count of steps or of groups would stop within
     # 0.15 s) and stop once the step time is steady, before its ceiling. A loose target (20 %:
     # groups within 10 %; the ramp moves a group's median by 20 % or more) keeps the shared
     # machine's noise from deciding. Its 2 cores are shared: a burst of load can keep the
-    # warm-up from settling before its ceiling, or look like a step that settled: the better of
-    # 3 attempts.
-    for _ in range(3):
+    # warm-up from settling before its ceiling, or look like a step that settled: the best of 5
+    # attempts (a warm-up that stops at a fixed count fails all five).
+    for _ in range(5):
         step = RampingStep()
         t = time_step(step, warmup_steps=0, budget=1.0, target_rel=0.2, num_threads=1,
                       device=torch.device("cpu"))  # fmt: skip

@@ -36,9 +36,9 @@ BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.5}
 #: records of conv, bmm, batchnorm and rnn, 2 modes x 2 replicates, on the 2-core development
 #: CPU on 2026-11-26: warm-up 0.071 s against 3 of the record's median steps; 100 of 120
 #: settled), so 0.45. CUDA: 0, from the H100's recorded samples
-#: (results/20261126-060355-cuda-full-h100-partial): the new warm-up, simulated on them, costs 150
-#: ms per record on average against the old 5 steps' and block-size step's 146 ms; a GPU run is
-#: to confirm it.
+#: (results/20261126-060355-cuda-full-h100-partial): the new warm-up, simulated on them, costs 126
+#: ms per record on average against the old 5 steps' and block-size step's 146 ms (the H200's:
+#: 124 against 146), so the suites' measured figures stand; a GPU run is to confirm it.
 WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
 #: Seconds of one torchrun launch, per device: a worker with distributed workloads makes one
 #: (``detbench.distributed.launch``), whose ranks each import torch and join the process group. CPU:

@@ -60,7 +60,12 @@ if TYPE_CHECKING:
 #      ``node`` and ``job`` (the host and batch job the record ran in, ``where``); a merged run's
 #      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
 #      set of runs from several machines);
-#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``);
+#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``;
+#      since issue 29 also whose the other processes were: ``other_cpu_own``/``_foreign``,
+#      ``gpu_own_processes``/``gpu_foreign_processes`` and their utilisation, and the pass's
+#      ``start_unix``/``end_unix``); ``worker_pid``; in ``timing``, ``warmup`` (what the warm-up
+#      until steady did) and ``gpu_clocks`` (NVML's clocks, power and throttling, or
+#      ``unsupported`` with the reason);
 #      ``attn_implementation`` (the attention the model ran: noted by its factory, else "sdpa"
 #      where the first fingerprint step called scaled_dot_product_attention, else None) and
 #      ``ops_called`` (the ops with a setting of their own that step called; None when compiled).

@@ -57,6 +57,8 @@ class Timing(TypedDict, total=False):
     min_samples: int
     number_per_block: int
     warmup_steps: int
+    warmup: dict[str, Any] | None  # what the warm-up until steady did (worker/warmup.py)
+    gpu_clocks: dict[str, Any] | None  # NVML's clocks during the pass (worker/gpuclock.py)
     num_threads: int
     clock: str
 
@@ -103,6 +105,7 @@ class Record(TypedDict, total=False):
     num_threads: int
     timed_alone: bool
     host_load: dict[str, Any] | None
+    worker_pid: int
     utc: str | None
 
 

@@ -101,7 +101,7 @@ class Timing:
     number_per_block: int
     median: float
     iqr: float
-    warmup_steps: int
+    warmup_steps: int  # the least the warm-up was asked for; what it ran is ``warmup.steps``
     budget: float
     num_threads: int
     ci_low: float
@@ -342,7 +342,7 @@ def time_step(
         number_per_block=number,
         median=median,
         iqr=iqr,
-        warmup_steps=warm.steps,
+        warmup_steps=warmup_steps,
         budget=budget,
         num_threads=threads,
         ci_low=ci[0],

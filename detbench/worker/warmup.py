@@ -29,12 +29,13 @@ more), the block size is taken again from that median, so the samples are not ne
 The first workload of a worker gets the same treatment as every other: no special case.
 
 Cost, simulated on the recorded samples of the core matrix (groups of 3 samples, the scatter
-allowed, its first step included), against the old 5 steps and the block-size step: on the H100
-(results/20261126-060355-cuda-full-h100-partial, 736 records, 0.3 s ceiling) 150 ms per record
-on average against 146 ms, 100 records unsettled at the ceiling (59 rnn, 27 training); on the
-H200 (results/20261126-040517-cuda-full-h200-partial) 148 ms, 124 of 824 unsettled. On the CPU
-quick matrix (results/20261123-133303-cpu-quick, 2730 records, 0.1 s ceiling) 38 ms per record
-against the old 3 steps' few milliseconds: the estimate charges it (``run/estimate.py``).
+allowed, the first step included) against the old fixed steps and the block-size step: on the
+H100 (results/20261126-060355-cuda-full-h100-partial, 736 records, 0.3 s ceiling) 126 ms per
+record on average against 146 ms, 99 records unsettled at the ceiling (59 rnn, 27 training); on
+the H200 (results/20261126-040517-cuda-full-h200-partial) 124 ms against 146 ms, 123 of 824
+unsettled. On the CPU quick matrix (results/20261123-133303-cpu-quick, 2730 records, 0.1 s
+ceiling) 34 ms against 12 ms; measured on the development CPU, 0.046 s more per record
+(``run/estimate.py``, ``WARMUP_SHARE``).
 """
 
 from __future__ import annotations
