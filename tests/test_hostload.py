@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from detbench.worker import procs
 from detbench.worker.hostload import Probe
@@ -69,6 +70,7 @@ def test_without_a_known_runner_the_split_is_unknown() -> None:
     assert out["other_cpu_own"] is None and out["other_cpu_foreign"] is None
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a host without a GPU is what it reads")
 def test_a_cuda_probe_without_nvml_says_why() -> None:
     # This machine has neither a GPU nor nvidia-ml-py: the GPU part is a note, never an error.
     probe = Probe("cuda", run_pid=os.getpid())
