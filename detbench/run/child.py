@@ -36,31 +36,15 @@ def _send(out: BinaryIO, msg: dict[str, Any]) -> None:
     out.flush()  # a buffered writer's flush writes the whole message, however large
 
 
-def main(argv: list[str]) -> int:
-    # Before the 2 s of imports: a runner that dies meanwhile takes this worker with it.
-    # Say so where the runner can read it without a message (ARMED_NAME): it pauses a starting
-    # worker only once armed, or a worker stopped before this would outlive a killed runner.
-    if len(argv) > 1:
-        die_with_parent(int(argv[1]), name=ARMED_NAME)
-    # On SIGSEGV, SIGABRT, SIGFPE or SIGBUS, Python's stack goes to the log, whose tail the
-    # runner puts in the 'crashed' record: the line of the workload that crashed.
-    faulthandler.enable()
+def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """What touches no device: the mode applied and read back, torch's threads, the workload
+    files loaded. Returns (mode, the worker's settings, the registry of workloads)."""
     import torch
 
     from detbench.core.modes import Mode, current_flags
     from detbench.core.workload import load_file, registry
-    from detbench.distributed.launch import run_distributed
-    from detbench.store.results import where
     from detbench.worker.applied import WorkerSettings
-    from detbench.worker.devenv import device_env
-    from detbench.worker.measure import run_workload
-    from detbench.worker.memory import warm_libraries
 
-    stdin = sys.stdin.buffer
-    job = json.loads(stdin.readline())
-    if len(argv) > 1:  # whose processes share the device during a timing: the run's or others'
-        job["run_pid"] = int(argv[1])
-    out = os.fdopen(int(argv[0]), "wb")
     mode = Mode(**job["mode"])
     # The flags, then the settings (a setting this torch lacks is noted, and its workloads are
     # recorded unsupported); read back at once, so each workload is compared with this state.
@@ -73,21 +57,24 @@ def main(argv: list[str]) -> int:
         # Parallel CPU workers (--devices cpu,cpu) share the host's cores: each its share of
         # torch's threads, recorded in every record's num_threads and in device_env.
         torch.set_num_threads(int(job["num_threads"]))
-    device = torch.device(job["device"])
     # torch.optim imports torch._dynamo at the first optimizer, and use_deterministic_algorithms
     # imports inductor's config (about 1 s in torch 2.13): a one-off of the process, paid here so
-    # it lands in no workload's build time and gc.freeze below covers it.
+    # it lands in no workload's build time and gc.freeze covers it.
     with contextlib.suppress(Exception):  # without it, the workloads will say so if they need it
         import torch._dynamo
     for source in job["sources"]:
         load_file(source)
-    workloads = registry()
-    # The device stage waits for the runner's go-ahead (see the module docstring).
-    waited = time.time()
-    _send(out, {"type": "loaded", "seconds": waited - float(job["launched_at"])})
-    if stdin.readline().strip() != b"device":  # the runner ended the run meanwhile
-        return 0
-    stage = time.time()
+    return mode, ws, registry()
+
+
+def _device_stage(device: Any) -> dict[str, Any]:
+    """CUDA's initialisation, its context, cuBLAS's and cuDNN's handles (nothing on a CPU); the
+    device's facts for env.json."""
+    import torch
+
+    from detbench.worker.devenv import device_env
+    from detbench.worker.memory import warm_libraries
+
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)  # create the context now: it belongs to start-up
@@ -97,7 +84,38 @@ def main(argv: list[str]) -> int:
     # Everything alive now (torch, the suites) lives as long as the process: move it out of the
     # collector's sight, so the collection after each workload scans only that workload's objects.
     gc.freeze()
-    facts = device_env(device)
+    return device_env(device)
+
+
+def main(argv: list[str]) -> int:
+    # Before the 2 s of imports: a runner that dies meanwhile takes this worker with it.
+    # Say so where the runner can read it without a message (ARMED_NAME): it pauses a starting
+    # worker only once armed, or a worker stopped before this would outlive a killed runner.
+    if len(argv) > 1:
+        die_with_parent(int(argv[1]), name=ARMED_NAME)
+    # On SIGSEGV, SIGABRT, SIGFPE or SIGBUS, Python's stack goes to the log, whose tail the
+    # runner puts in the 'crashed' record: the line of the workload that crashed.
+    faulthandler.enable()
+    import torch
+
+    from detbench.distributed.launch import run_distributed
+    from detbench.store.results import where
+    from detbench.worker.measure import run_workload
+
+    stdin = sys.stdin.buffer
+    job = json.loads(stdin.readline())
+    if len(argv) > 1:  # whose processes share the device during a timing: the run's or others'
+        job["run_pid"] = int(argv[1])
+    out = os.fdopen(int(argv[0]), "wb")
+    mode, ws, workloads = _first_stage(job)
+    device = torch.device(job["device"])
+    # The device stage waits for the runner's go-ahead (see the module docstring).
+    waited = time.time()
+    _send(out, {"type": "loaded", "seconds": waited - float(job["launched_at"])})
+    if stdin.readline().strip() != b"device":  # the runner ended the run meanwhile
+        return 0
+    stage = time.time()
+    facts = _device_stage(device)
     _send(
         out,
         {
