@@ -126,8 +126,10 @@ def test_merge_refusals_write_nothing(runs: dict[str, Path], tmp_path: Path) -> 
                                    "of a run, or runs from several machines")  # fmt: skip
     proc = detbench_cli("merge", str(runs["whole"]), str(runs["s1"]), str(runs["s2"]))
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"detbench: error: {runs['whole']} already holds a run; give "
-                                   "a new OUT (nothing was overwritten)")  # fmt: skip
+    assert proc.stderr.strip() == (
+        f"detbench: error: {runs['whole']} holds a finished detbench run (16 records): give a new "
+        "OUT (nothing was changed)"
+    )
 
 
 def test_runs_from_several_machines_become_a_set(tmp_path: Path) -> None:

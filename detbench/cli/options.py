@@ -9,6 +9,7 @@ from pathlib import Path
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import MODES, get_mode
 from detbench.run.config import RunConfig
+from detbench.store.outdir import refuse_used
 from detbench.store.results import stamped_dir
 
 
@@ -58,8 +59,10 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         modes = [m.with_settings(overrides) for m in modes]
     if len({m.name for m in modes}) != len(modes):
         raise UserError("a --mode is given twice")
+    out = Path(args.out) if args.out else stamped_dir(f"{device}-{profile}")
+    refuse_used(out)  # now, before anything is probed or planned
     return RunConfig(
-        out=Path(args.out) if args.out else stamped_dir(f"{device}-{profile}"),
+        out=out,
         suites=args.suite or [],
         workload_files=[Path(f) for f in args.workload or []],
         modes=modes,

@@ -12,7 +12,8 @@ into one set.
 
 Everything is checked before anything is written; a refusal is one line: shards that overlap (the
 same shard twice, a record in two of them), shards whose options differ (another selection, seed
-or split), shards of one run from different environments, and an OUT that holds a run already.
+or split), shards of one run from different environments, and an OUT that is neither new nor empty
+(``store.outdir``: a run already, or anyone's files).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.errors import DetbenchError
+from detbench.store.outdir import refuse_used
 from detbench.store.results import (
     ENV_FILE,
-    RESULTS_FILE,
     ResultWriter,
     env_facts,
     iter_records,
@@ -211,12 +212,21 @@ def _names(parts: list[list[Part]]) -> list[str]:
     return names
 
 
+def _inside(out: Path, dirs: Sequence[Path]) -> set[str]:
+    """The entries of ``out`` that hold one of ``dirs``."""
+    top = out.resolve()
+    names = set()
+    for d in dirs:
+        path = Path(d).resolve()
+        if path != top and path.is_relative_to(top):
+            names.add(path.relative_to(top).parts[0])
+    return names
+
+
 def merge(out: Path, dirs: Sequence[Path]) -> Merged:
     """Merge ``dirs`` into ``out`` (see the module docstring); nothing is written on a refusal."""
-    if out.exists() and not out.is_dir():
-        raise MergeError(f"{out} exists and is not a directory; give a new OUT")
-    if (out / RESULTS_FILE).exists():
-        raise MergeError(f"{out} already holds a run; give a new OUT (nothing was overwritten)")
+    # The runs merged may live inside OUT (submit's jobs write under OUT/parts/): not counted.
+    refuse_used(out, "OUT", inside=_inside(out, dirs))
     if len(dirs) < 2:
         raise MergeError("give at least two directories: the shards of a run, or runs from "
                          "several machines")  # fmt: skip
