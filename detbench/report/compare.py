@@ -151,7 +151,7 @@ def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool)
     for name, env in (("A", env_a), ("B", env_b)):
         lines = quality.throttle_lines(env)
         if lines:
-            out.append(f"the GPU of run {name} throttled during the run: " + "; ".join(lines))
+            out.append(f"in run {name}, " + "; ".join(lines))  # "GPU 0 (...) held its clocks..."
     return out
 
 
