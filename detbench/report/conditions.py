@@ -88,13 +88,13 @@ def precision_warning(df: pd.DataFrame) -> str | None:
         groups.setdefault(tuple(ps), []).append(mode)
     if len(groups) < 2:
         return None
-    # The smaller groups first, by name; the largest last, as "the other N modes" when long.
+    # The smaller groups first; the largest last, as "the other N modes" when it is long.
     ordered = sorted(groups.items(), key=lambda g: len(g[1]))
     parts = []
-    for i, (ps, ms) in enumerate(ordered):
+    for i, (kinds, ms) in enumerate(ordered):
         last = i == len(ordered) - 1 and len(ms) > 3
         who = f"the other {len(ms)} modes" if last else _and(ms)
-        parts.append(f"{who} ran {_precision_words(list(ps))}")
+        parts.append(f"{who} ran {_precision_words(list(kinds))}")
     return (
         "The modes did not all run float32 in the same precision: "
         + "; ".join(parts)
