@@ -94,12 +94,9 @@ def _both_autotuned(a: str, b: str) -> bool:
 def unexplained(v: pd.DataFrame, found: Sequence[Cause]) -> pd.DataFrame:
     """The nondeterministic (workload, mode) rows of ``v`` that no switch explains."""
     named = {(c.suite, c.workload, c.mode) for c in found}
-    nd = v[v["verdict"] == "nondeterministic"]
-    keep = [
-        (s, w, m) not in named
-        for s, w, m in zip(nd["suite"], nd["workload"], nd["mode"], strict=True)
-    ]
-    return nd[keep]
+    keys = zip(v["suite"], v["workload"], v["mode"], strict=True)
+    keep = pd.Series([k not in named for k in keys], index=v.index, dtype=bool)
+    return v[(v["verdict"] == "nondeterministic") & keep]
 
 
 def by_switch(found: Iterable[Cause]) -> dict[tuple[str, bool], dict[str, list[str]]]:

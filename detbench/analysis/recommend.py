@@ -322,26 +322,3 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         dtype=object,
     )
     return out[columns]
-
-
-def recommendation_text(df: pd.DataFrame) -> str:
-    """The rule, then one line per suite: the recommended mode, why, and its throughput."""
-    rec = recommendations(df)
-    baseline = baseline_mode(df["mode"]) if len(df) else None
-    lines = [f"recommended mode per suite: {RULE}."]
-    suites: list[dict[Any, Any]] = rec[rec["workload"] == "*"].to_dict("records")
-    for r in suites:
-        if r["mode"] is None:
-            lines.append(f"  {r['suite']}: none: {r['reason']}")
-            continue
-        speed = (
-            f"; throughput {r['relative_throughput']:.2f}x {baseline}'s (geometric mean)"
-            if r["relative_throughput"] is not None and r["mode"] != baseline
-            else ""
-        )
-        if r["cost_vs_fastest"] is not None and r["fastest_mode"] not in (None, r["mode"]):
-            speed += (
-                f", {100 * r['cost_vs_fastest']:.0f}% below the fastest mode, {r['fastest_mode']}"
-            )
-        lines.append(f"  {r['suite']}: {r['mode']}: {r['reason']}{speed}")
-    return "\n".join(lines)

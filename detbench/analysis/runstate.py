@@ -60,7 +60,7 @@ class RunState:
             parts.append("the GPU throttled (" + "; ".join(self.throttle) + ")")
         if self.load is not None:
             if self.load.is_busy:
-                parts.append("the host was busy while it timed (see the warning below)")
+                parts.append("the host was busy while it timed (see its warning)")
             elif self.load.gpu_others:
                 parts.append(
                     f"the host was quiet, but {self.load.gpu_others} of {self.load.timed} "

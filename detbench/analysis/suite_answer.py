@@ -51,19 +51,30 @@ def _names(items: Sequence[str]) -> str:
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
-def _not_run(w: str, g: pd.DataFrame, mode: str, fixers: Mapping[str, list[str]]) -> str:
-    """Why ``w`` has no verdict under ``mode``, and which mode makes it reproducible."""
-    row = g[(g["workload"] == w) & (g["mode"] == mode)]
-    verdict = str(row["verdict"].iloc[0]) if len(row) else "not run"
-    msg = " ".join(str(x) for x in row["message"].dropna()) if "message" in row else ""
-    hit = NO_DET.search(msg)
-    why = (
-        f"{w} has no deterministic implementation of {hit.group(1)} here ({verdict} under {mode})"
-        if hit
-        else f"{w} was {verdict} under {mode}"
-    )
-    fix = fixers.get(w)
-    return why + (f", and {fix[0]} makes it reproducible" if fix else "")
+def _not_run(missing: list[str], g: pd.DataFrame, mode: str,
+             fixers: Mapping[str, list[str]]) -> list[str]:  # fmt: skip
+    """Why the ``missing`` workloads have no verdict under ``mode`` (grouped by reason), and
+    which mode makes them reproducible (grouped by mode)."""
+    reasons: dict[str, list[str]] = {}
+    for w in missing:
+        row = g[(g["workload"] == w) & (g["mode"] == mode)]
+        verdict = str(row["verdict"].iloc[0]) if len(row) else "not run"
+        msg = " ".join(str(x) for x in row["message"].dropna()) if "message" in row else ""
+        why = f"no deterministic implementation here ({verdict} under {mode})" \
+            if NO_DET.search(msg) else f"{verdict} under {mode}"  # fmt: skip
+        reasons.setdefault(why, []).append(w)
+    out = []
+    for why, ws in reasons.items():
+        verb = "has" if len(ws) == 1 else "have"
+        out.append(
+            f"{_names(ws)} {verb} {why}" if why.startswith("no ") else f"{_names(ws)}: {why}"
+        )
+    by_fixer: dict[str, list[str]] = {}
+    for w in missing:
+        if fixers.get(w):
+            by_fixer.setdefault(fixers[w][0], []).append(w)
+    out += [f"{m} makes {_names(ws)} reproducible" for m, ws in by_fixer.items()]
+    return out
 
 
 def _partial(suite: str, g: pd.DataFrame, device: str | None) -> SuiteAnswer:
@@ -98,7 +109,7 @@ def _partial(suite: str, g: pd.DataFrame, device: str | None) -> SuiteAnswer:
         )
     ran = {str(w) for w in g.loc[(g["mode"] == best) & g["verdict"].isin(RAN), "workload"]}
     single = g[(g["mode"] == best) & (g["verdict"] == "single")]
-    parts += [_not_run(w, g, best, fixers) for w in workloads if w not in ran]
+    parts += _not_run([w for w in workloads if w not in ran], g, best, fixers)
     if len(single):
         parts.append(f"{_names(list(map(str, single['workload'])))}: one replicate only")
     never = [w for w in workloads if w not in fixers]

@@ -111,17 +111,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args, cuda)
 
     def summary(df: pd.DataFrame) -> str:
-        from detbench.analysis.samebits import text
+        from detbench.analysis import cause, samebits
+        from detbench.analysis.runstate import run_state
+        from detbench.store.results import load_env
 
-        same = text(df)
+        same = samebits.text(df)
+        why = cause.text(df)
         load = host_load(df)
         busy = f"\n\nWARNING: {load.sentence()}" if load is not None and load.is_busy else ""
         return (
             summary_table(df)[1]
             + "\n\n"
             + recommendation_text(df)
+            + (f"\n\n{why}" if why else "")
             + (f"\n\n{same}" if same else "")
             + busy
+            + f"\n\n{run_state(df, load_env(config.out)).line()}"
         )
 
     return execute(config, args, cuda, summary=summary)
