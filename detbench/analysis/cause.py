@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from detbench.analysis.matrix import mode_of, verdicts
+from detbench.analysis.recommend import run_device
 from detbench.analysis.switches import FLAG_WORDS, pairs
 
 #: What a switch did, in words, when it was on in the nondeterministic mode ...
@@ -67,12 +68,13 @@ def causes(df: pd.DataFrame, v: pd.DataFrame | None = None) -> list[Cause]:
         return []
     verdict = v.set_index(["suite", "workload", "mode"])["verdict"]
     keys = list(dict.fromkeys(zip(v["suite"], v["workload"], strict=True)))
+    lottery = run_device(df) != "cpu"  # cuDNN's autotuner runs only where cuDNN does
     out: list[Cause] = []
     for sw, ps in pairs(v["mode"]).items():
         for suite, w in keys:
             breaks, fixes = [], []
             for without, with_ in ps:
-                if sw != "benchmark" and _both_autotuned(without, with_):
+                if lottery and sw != "benchmark" and _both_autotuned(without, with_):
                     continue
                 a, b = verdict.get((suite, w, without)), verdict.get((suite, w, with_))
                 if b == "nondeterministic" and a == "reproducible":
@@ -86,7 +88,8 @@ def causes(df: pd.DataFrame, v: pd.DataFrame | None = None) -> list[Cause]:
 
 def _both_autotuned(a: str, b: str) -> bool:
     """Whether both modes ran cudnn.benchmark with cuDNN on: two draws of the autotuner, whose
-    choice may differ from process to process; such a pair names no other switch."""
+    choice may differ from process to process; such a pair names no other switch (on a GPU: on a
+    CPU the cuDNN flags act on nothing)."""
     ma, mb = mode_of(a), mode_of(b)
     return all(m is not None and m.benchmark and m.cudnn_enabled for m in (ma, mb))
 

@@ -40,7 +40,7 @@ class RunState:
     def completeness(self) -> str:
         if self.planned is None:
             state = "finished" if self.finished else "did not finish"
-            return f"{self.records} records; the run {state}, and its plan is not recorded"
+            return f"{self.records} records; the run {state} (its plan is not recorded)"
         if not self.partial:
             return f"Complete: all {self.planned} planned records"
         pct = 100 * self.records / self.planned if self.planned else 0.0
@@ -58,16 +58,13 @@ class RunState:
         parts = []
         if self.throttle:
             parts.append("the GPU throttled (" + "; ".join(self.throttle) + ")")
-        if self.load is not None:
-            if self.load.is_busy:
-                parts.append("the host was busy while it timed (see its warning)")
-            elif self.load.gpu_others:
-                parts.append(
-                    f"the host was quiet, but {self.load.gpu_others} of {self.load.timed} "
-                    "timings shared the GPU with another process"
-                )
-            else:
-                parts.append("the host was quiet while it timed")
+        if self.load is not None and self.load.is_busy:
+            parts.append("the host was busy while it timed (see its warning)")
+        elif self.load is not None and self.load.gpu_others:
+            parts.append(
+                f"the host was quiet, but {self.load.gpu_others} of {self.load.timed} "
+                "timings shared the GPU with another process"
+            )
         return "; ".join(parts)
 
     def line(self) -> str:

@@ -51,8 +51,9 @@ def _names(items: Sequence[str]) -> str:
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
-def _not_run(missing: list[str], g: pd.DataFrame, mode: str,
-             fixers: Mapping[str, list[str]]) -> list[str]:  # fmt: skip
+def _not_run(
+    missing: list[str], g: pd.DataFrame, mode: str, fixers: Mapping[str, list[str]]
+) -> list[str]:
     """Why the ``missing`` workloads have no verdict under ``mode`` (grouped by reason), and
     which mode makes them reproducible (grouped by mode)."""
     reasons: dict[str, list[str]] = {}
@@ -60,8 +61,11 @@ def _not_run(missing: list[str], g: pd.DataFrame, mode: str,
         row = g[(g["workload"] == w) & (g["mode"] == mode)]
         verdict = str(row["verdict"].iloc[0]) if len(row) else "not run"
         msg = " ".join(str(x) for x in row["message"].dropna()) if "message" in row else ""
-        why = f"no deterministic implementation here ({verdict} under {mode})" \
-            if NO_DET.search(msg) else f"{verdict} under {mode}"  # fmt: skip
+        why = (
+            f"no deterministic implementation here ({verdict} under {mode})"
+            if NO_DET.search(msg)
+            else f"{verdict} under {mode}"
+        )
         reasons.setdefault(why, []).append(w)
     out = []
     for why, ws in reasons.items():

@@ -205,6 +205,8 @@ def blocks(df: pd.DataFrame, env: Mapping[str, Any], rec: pd.DataFrame, points: 
         items.append(line)
     if device == "cpu":
         items.append(CPU_LINE)
+    if load is not None and not load.is_busy:
+        items.append(load.sentence())
     if items:
         out.append(Bullets(items))
     return out
