@@ -137,3 +137,16 @@ def test_cpu_answer_claims_inertness_only_from_the_settings_table() -> None:
     inert = line.split("(", 1)[-1] if "act on nothing" in line else ""
     assert "deterministic algorithms" not in inert.split(")")[0]
     assert "cudnn.benchmark" in line
+
+
+def test_a_mode_with_the_autotuner_is_never_recommended_where_it_broke_a_workload() -> None:
+    # On the H100, bench+det-algos agreed with itself for resnet18_cifar by luck while
+    # bench+cudnn-det and bench+cudnn-det+det-algos did not: it must not be the answer.
+    df = load_results(H100)
+    assert ("training", "resnet18_cifar") in cause.lottery(df)
+    rec = analysis.recommendations(df)
+    picks = rec.set_index(["suite", "workload"])["mode"]
+    assert not cause.autotuned(str(picks[("training", "*")]))
+    assert not cause.autotuned(str(picks[("training", "resnet18_cifar")]))
+    # Where cudnn.benchmark broke nothing, a mode with it may still be recommended.
+    assert ("bmm", "bmm_attention_scores_fp32") not in cause.lottery(df)

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from detbench.analysis.matrix import mode_of, verdicts
-from detbench.analysis.recommend import run_device
+from detbench.analysis.matrix import mode_of, run_device, verdicts
 from detbench.analysis.switches import FLAG_WORDS, pairs
 
 #: What a switch did, in words, when it was on in the nondeterministic mode ...
@@ -86,12 +85,23 @@ def causes(df: pd.DataFrame, v: pd.DataFrame | None = None) -> list[Cause]:
     return out
 
 
+def autotuned(label: str) -> bool:
+    """Whether mode ``label`` runs cuDNN's autotuner: cudnn.benchmark on, cuDNN on."""
+    m = mode_of(label)
+    return m is not None and m.benchmark and m.cudnn_enabled
+
+
+def lottery(df: pd.DataFrame, v: pd.DataFrame | None = None) -> set[tuple[str, str]]:
+    """The (suite, workload) pairs in which cudnn.benchmark made a mode nondeterministic: there a
+    mode with the autotuner that agreed with itself only drew the same algorithm each time."""
+    return {(c.suite, c.workload) for c in causes(df, v) if c.switch == "benchmark" and c.on}
+
+
 def _both_autotuned(a: str, b: str) -> bool:
     """Whether both modes ran cudnn.benchmark with cuDNN on: two draws of the autotuner, whose
     choice may differ from process to process; such a pair names no other switch (on a GPU: on a
     CPU the cuDNN flags act on nothing)."""
-    ma, mb = mode_of(a), mode_of(b)
-    return all(m is not None and m.benchmark and m.cudnn_enabled for m in (ma, mb))
+    return autotuned(a) and autotuned(b)
 
 
 def unexplained(v: pd.DataFrame, found: Sequence[Cause]) -> pd.DataFrame:

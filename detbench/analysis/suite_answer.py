@@ -21,13 +21,19 @@ from typing import Any
 
 import pandas as pd
 
-from detbench.analysis.matrix import RAN, baseline_mode, ran_somewhere, verdicts
+from detbench.analysis import cause
+from detbench.analysis.matrix import (
+    RAN,
+    baseline_mode,
+    ran_somewhere,
+    run_device,
+    simplicity_key,
+    verdicts,
+)
 from detbench.analysis.recommend import (
     RULE,
     inert_changes,
     recommendations,
-    run_device,
-    simplicity_key,
 )
 
 #: How an unsupported record's message names an op with no deterministic implementation.
@@ -81,11 +87,19 @@ def _not_run(
     return out
 
 
-def _partial(suite: str, g: pd.DataFrame, device: str | None) -> SuiteAnswer:
-    """The answer for a suite in which no one mode made every workload reproducible."""
+def _partial(
+    suite: str, g: pd.DataFrame, device: str | None, drawn: set[tuple[str, str]]
+) -> SuiteAnswer:
+    """The answer for a suite in which no one mode made every workload reproducible; ``drawn``:
+    ``cause.lottery``, where a mode with the autotuner is never the answer."""
     workloads = [str(w) for w in dict.fromkeys(g["workload"])]
     n = len(workloads)
-    modes = [m for m in dict.fromkeys(map(str, g["mode"])) if not inert_changes(m, device)]
+    luck = any((suite, w) in drawn for w in workloads)
+    modes = [
+        m
+        for m in dict.fromkeys(map(str, g["mode"]))
+        if not inert_changes(m, device) and not (luck and cause.autotuned(m))
+    ]
 
     def with_verdict(m: str, verdict: str) -> set[str]:
         return {str(w) for w in g.loc[(g["mode"] == m) & (g["verdict"] == verdict), "workload"]}
@@ -129,6 +143,7 @@ def answers(
     v = verdicts(df) if v is None else v
     rec = recommendations(df) if rec is None else rec
     device = run_device(df)
+    drawn = cause.lottery(df, v)
     out = []
     for r in rec[rec["workload"] == "*"].to_dict("records"):
         suite = str(r["suite"])
@@ -140,7 +155,7 @@ def answers(
         elif not n:
             out.append(SuiteAnswer(suite, None, False, 0, 0, f"none: {r['reason']}"))
         else:
-            out.append(_partial(suite, g, device))
+            out.append(_partial(suite, g, device, drawn))
     return out
 
 
