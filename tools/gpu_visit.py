@@ -1,4 +1,4 @@
-"""Facts for issues 28 and 29 that only a GPU can give, each in fresh processes (docs/gpu-session.md).
+"""Facts for issues 28 and 29 that only a GPU can give, in fresh processes (docs/gpu-session.md).
 
     python tools/gpu_visit.py cudnnlog DIR       # cuDNN's API log of a conv in fresh processes
     python tools/gpu_visit.py sustained OUT.json # a GEMM and a memory-bound kernel held for seconds
@@ -191,7 +191,8 @@ def sustained(out: Path) -> dict[str, Any]:
         first, last = blocks[0]["ms"], sorted(bl["ms"] for bl in blocks[-20:])[10]
         print(
             f"{name}: first block {first:.4f} ms, median of the last 2 s {last:.4f} ms, "
-            f"do_bench {entry['do_bench_ms']}, SM {blocks[0]['sm_mhz']}->{blocks[-1]['sm_mhz']} MHz, "
+            f"do_bench {entry['do_bench_ms']}, "
+            f"SM {blocks[0]['sm_mhz']}->{blocks[-1]['sm_mhz']} MHz, "
             f"power {blocks[0]['power_w']:.0f}->{blocks[-1]['power_w']:.0f} W, "
             f"throttle {blocks[-1]['throttle']:#x}"
         )

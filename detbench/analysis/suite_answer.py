@@ -163,7 +163,7 @@ def recommendation_text(df: pd.DataFrame) -> str:
     """The rule, then one line per suite: its answer, why, and its throughput (the console's
     closing lines)."""
     rec = recommendations(df)
-    by_suite: dict[Any, dict[str, Any]] = {
+    by_suite: dict[Any, Any] = {
         r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")
     }
     baseline = baseline_mode(df["mode"]) if len(df) else None
