@@ -23,6 +23,7 @@ from detbench.analysis.engines import describe, differs, engine_choices, timings
 from detbench.core.modes import get_mode
 from detbench.core.workload import Context, Workload
 from detbench.run.config import resume_config
+from detbench.run.gpucheck import engines_check
 from detbench.store.results import load_results
 from detbench.worker.cudnnlog import Watch, parse, read_since
 from detbench.worker.measure import run_workload
@@ -237,6 +238,22 @@ def test_the_analysis_names_the_convolutions_whose_engine_differed() -> None:
     assert not timings_logged(df.drop(columns=["cudnn_log"])).any()
 
 
+def test_gpu_check_says_whether_each_conv_record_names_its_engines() -> None:
+    named = {"suite": "conv", "status": "ok", "cudnn_engines": parse(R0.read_text()).to_record()}
+    no_conv = {"suite": "bmm", "status": "ok", "cudnn_engines": []}
+    check = engines_check([named, no_conv], "cuda")
+    assert check.ok and check.text == (
+        "cuDNN's log: 1 of 1 conv records name the engines their convolutions ran "
+        "(CONV_BWD_DATA, CONV_BWD_FILTER, CONV_FORWARD)"
+    )
+    unread = {**named, "cudnn_engines": {"unsupported": "cuDNN wrote no log"}}
+    assert not engines_check([named, unread], "cuda").ok
+    cpu = {"suite": "conv", "status": "ok", "cudnn_engines": {"unsupported": "on the CPU"}}
+    assert engines_check([cpu, cpu], "cpu").text == (
+        "cuDNN's log: 2 of 2 records that ran say why they name no engine: on the CPU"
+    )
+
+
 @pytest.mark.slow
 def test_a_cpu_run_with_the_log_on(tmp_path: Path) -> None:
     """``detbench run --cudnn-log --device cpu``: each worker started with cuDNN's variables set,
@@ -259,6 +276,9 @@ def test_a_cpu_run_with_the_log_on(tmp_path: Path) -> None:
         "--no-report",
     )
     assert proc.returncode == 0, proc.stderr
+    assert "detbench: --cudnn-log on a CPU: cuDNN never loads here, so each record will say " in (
+        proc.stderr
+    )
     df = load_results(out)
     assert (df["status"] == "ok").all() and len(df) == 4, df[["workload", "message"]]
     assert df["cudnn_log"].tolist() == [True] * 4
