@@ -8,7 +8,7 @@ engine can change the bits but need not (on the H100, conv3d_r3d18_stage1's back
 two configurations of engine 71 in three processes that gave the same bits), so the report shows it
 beside the bitwise verdict, never as one.
 
-A run with the log on is timed with it on (about 3x per conv step on an H100), so
+A run with the log on is timed with it on (a short conv step took 3x as long on an H100), so
 ``timings_logged`` marks the records whose timings are not costs.
 """
 

@@ -65,7 +65,7 @@ def cudnn_log_note(config: RunConfig) -> str:
         )
     return (
         f"detbench: cuDNN's API log is on (--cudnn-log), one file per worker in {config.out}/logs: "
-        "each record names the engine every convolution ran, but a conv step runs about 3x "
+        "each record names the engine every convolution ran, but a short conv step runs up to 3x "
         "slower and cudnn.benchmark may choose differently, so this run's timings are not costs."
     )
 

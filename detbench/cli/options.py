@@ -24,9 +24,9 @@ RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "de
 #: ``run --cudnn-log`` and ``gpu-check --cudnn-log``.
 CUDNN_LOG_HELP = (
     "record which cuDNN engine each convolution ran in each process, read from cuDNN's API log "
-    "(a file per worker under DIR/logs, 10-15 MB per conv workload); the log makes a conv step "
-    "about 3x slower and can change what cudnn.benchmark picks, so such a run's timings are not "
-    "costs (off by default)"
+    "(a file per worker under DIR/logs, about 13 KB per cuDNN execution); the log slows every "
+    "cuDNN call (a short conv step took 3x as long on an H100) and can change what "
+    "cudnn.benchmark picks, so such a run's timings are not costs (off by default)"
 )
 
 
