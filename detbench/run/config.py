@@ -111,6 +111,9 @@ class RunConfig:
     devices: list[str] | None = None
     #: ``--shard K/N``: only shard K of N of the plan's workers (``schedule.shard_slots``).
     shard: tuple[int, int] | None = None
+    #: ``--cudnn-log``: cuDNN's API log on in every worker, and the engines each convolution ran
+    #: in each record (``worker.cudnnlog``); its timings are then not costs.
+    cudnn_log: bool = False
 
     def __post_init__(self) -> None:
         if self.fingerprint is None:
@@ -159,6 +162,7 @@ class RunConfig:
             "timeout": self.timeout,
             "startup_timeout": self.startup_timeout,
             "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
+            "cudnn_log": self.cudnn_log,
         }
 
 
@@ -256,6 +260,7 @@ def resume_config(directory: Path) -> RunConfig:
             study=env.get("study"),
             devices=o.get("devices"),
             shard=(int(o["shard"][0]), int(o["shard"][1])) if o.get("shard") else None,
+            cudnn_log=bool(o.get("cudnn_log", False)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None
