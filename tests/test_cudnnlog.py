@@ -300,3 +300,15 @@ def test_a_cpu_run_with_the_log_on(tmp_path: Path) -> None:
     env = json.loads((out / "env.json").read_text())
     assert env["options"]["cudnn_log"] is True
     assert resume_config(out).cudnn_log is True
+
+
+def test_the_report_shows_the_engines_beside_the_verdicts() -> None:
+    from detbench.report.answer import engine_lines
+
+    lines = engine_lines(_records())
+    assert len(lines) == 2
+    assert lines[0].startswith(
+        "cuDNN's log: in conv/conv3d_r3d18_stage1 under bench, the processes chose different "
+        "engines: CONV_"
+    )
+    assert any(f"replicate 3 chose engine {R3_FORWARD}" in line for line in lines)

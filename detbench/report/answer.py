@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import cause, runstate, suite_answer, switches
+from detbench.analysis import cause, engines, runstate, suite_answer, switches
 from detbench.analysis.recommend import CUDNN_FLAGS
 from detbench.core import settings as st
 from detbench.core.modes import DEFAULT_MODE, get_mode
@@ -174,6 +174,19 @@ def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str
     return "Switches, " + "; ".join(parts) + "." if parts else ""
 
 
+def engine_lines(df: pd.DataFrame) -> list[str]:
+    """Where a run recorded cuDNN's engines (``--cudnn-log``) and the processes of one
+    (workload, mode) chose differently: one line each, beside the verdicts, never as one."""
+    out = []
+    for (workload, mode), reps in engines.engine_choices(df).items():
+        for conv, chosen in engines.differs(reps).items():
+            out.append(
+                f"cuDNN's log: in {workload} under {mode}, the processes chose different "
+                f"engines: {engines.describe(conv, chosen)}"
+            )
+    return out[:SHOWN]
+
+
 CPU_LINE = (
     "This run was on a CPU: the cuDNN flags act on nothing there (the modes that differ only in "
     "them are the same computation, and never recommended), and the costs are a CPU's; run on "
@@ -200,6 +213,7 @@ def blocks(df: pd.DataFrame, env: Mapping[str, Any], rec: pd.DataFrame, points: 
     if stuck:
         items.append("Reproducible in no mode: " + "; ".join(stuck) + ".")
     items += cause.sentences(cause.causes(df, v))
+    items += engine_lines(df)
     line = switch_line(switches.effects(df, v=v), device)
     if line:
         items.append(line)

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import cause, quality
+from detbench.analysis import cause, engines, quality
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
 from detbench.report.render import Block, Code, Heading, Para, Table, num
 from detbench.store.results import env_facts
@@ -124,6 +124,12 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
             f"on ({', '.join(g['mode'])}), and no switch the run varied made it so. The "
             "nondeterminism comes from something PyTorch does not set: seeding, threads, data "
             "order or the workload itself."
+        )
+    logged = int(engines.timings_logged(df).sum())
+    if logged:
+        out.append(
+            f"{logged} records were timed with cuDNN's API log on (--cudnn-log), which slows "
+            "convolutions and changes what the autotuner picks: their timings are not costs."
         )
     out += settings_changed_warnings(v)
     ran = v[v["verdict"].isin(analysis.RAN)]
