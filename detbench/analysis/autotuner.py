@@ -1,0 +1,64 @@
+"""The autotuner's choice: a difference across runs found only in modes with cudnn.benchmark on.
+
+With ``torch.backends.cudnn.benchmark`` on, each process times the candidate algorithms of every
+convolution shape it meets and keeps the fastest; the next process, on the same GPU or another,
+may keep another algorithm, with other bits (seed 001). So where a workload's runs differ only in
+modes with benchmark on (the records' ``benchmark`` read back), the difference is put down to
+that choice, never to the machines' arithmetic, and the modes without it say whether the
+machines agree. A workload that differs in a mode without benchmark keeps "different bits" in
+every mode: there the machines differ whatever the autotuner chose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping, Sequence
+from typing import Any
+
+#: The verdict of a difference found only in modes with cudnn.benchmark on.
+AUTOTUNER = "autotuner's choice"
+
+#: Why, in words.
+WHY = (
+    "cudnn.benchmark was on: it times candidate algorithms in each process and may pick another "
+    "one in the next, on the same GPU too"
+)
+
+
+def _plain(rows: Sequence[MutableMapping[str, Any]]) -> str:
+    """What the modes without cudnn.benchmark say about the same workload."""
+    same = [str(r["mode"]) for r in rows if not r["benchmark"] and r["verdict"] == "same bits"]
+    if not same:
+        return "no mode without it has a verdict to compare"
+    everywhere = "both runs" if len(rows[0]["runs"]) == 2 else "every run"
+    return (f"without it, {len(same)} mode{'s' if len(same) != 1 else ''} "
+            f"({', '.join(same)}) give the same bits in {everywhere}")  # fmt: skip
+
+
+def label(rows: Sequence[MutableMapping[str, Any]]) -> None:
+    """Relabel, in place, the rows of each workload whose only differences are in modes with
+    cudnn.benchmark on (``row["benchmark"]``): their verdict becomes ``AUTOTUNER``, the facts of
+    the machines move from ``differs`` to ``machine_facts`` (they may differ, but they are not
+    what the bits show), and the note says why and what the modes without it say. A row of such
+    a mode that is nondeterministic within a run, where no mode without it is, gets the same
+    cause in its note."""
+    by_workload: dict[tuple[str, str], list[MutableMapping[str, Any]]] = {}
+    for r in rows:
+        by_workload.setdefault((str(r["suite"]), str(r["workload"])), []).append(r)
+    for group in by_workload.values():
+        bench = [r for r in group if r["benchmark"]]
+        plain = [r for r in group if not r["benchmark"]]
+        if not bench or any(r["verdict"] == "different bits" for r in plain):
+            continue
+        words = _plain(group)
+        for r in bench:
+            if r["verdict"] == "different bits":
+                r["verdict"], r["cause"] = AUTOTUNER, "cudnn.benchmark"
+                r["machine_facts"], r["differs"] = r["differs"], {}
+                r["note"] = f"{WHY}; {words}"
+            elif (
+                r["verdict"] == "nondeterministic within a run"
+                and plain
+                and not any(p["verdict"] == "nondeterministic within a run" for p in plain)
+            ):
+                r["cause"] = "cudnn.benchmark"
+                r["note"] = f"{r['note']}; {WHY}"
