@@ -219,7 +219,7 @@ def _row(key: tuple[str, str, str], present: list[Side]) -> dict[str, Any]:
         "runs": [s.run for s in present], "same_bits": None, "verdict": "no verdict",
         "groups": [], "fingerprints": [], "differs": {}, "nondeterministic_in": [],
         "not_comparable": {}, "not_run": {}, "steps": {}, "compared_steps": None,
-        "cause": None, "note": "",
+        "cause": None, "machine_facts": {}, "note": "",
     }  # fmt: skip
 
 

@@ -116,9 +116,10 @@ def like_lines(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> li
     for d in comparable.step_differences(verdicts):
         n = len(d["workloads"])
         each = [f"{k} in {lab.get(r, r)}" for r, k in d["steps"].items()]
+        each[0] = each[0].replace(" in ", " steps in ", 1)
         out.append(
             f"The {d['suite']} suite's {n} workload{'s' if n != 1 else ''} hashed "
-            f"{', '.join(each[:-1])} and {each[-1]} steps: their "
+            f"{', '.join(each[:-1])} and {each[-1]}: their "
             f"bits are compared over the {d['common']} steps "
             f"{'both' if len(d['steps']) == 2 else 'all'} ran."
         )
