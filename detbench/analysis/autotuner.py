@@ -17,21 +17,24 @@ from typing import Any
 #: The verdict of a difference found only in modes with cudnn.benchmark on.
 AUTOTUNER = "autotuner's choice"
 
-#: Why, in words.
-WHY = (
-    "cudnn.benchmark was on: it times candidate algorithms in each process and may pick another "
-    "one in the next, on the same GPU too"
-)
+#: Why, in words (the module docstring and the Across machines section say the rest).
+WHY = "cudnn.benchmark was on, and its autotuner may pick another algorithm in each process"
 
 
 def _plain(rows: Sequence[MutableMapping[str, Any]]) -> str:
     """What the modes without cudnn.benchmark say about the same workload."""
-    same = [str(r["mode"]) for r in rows if not r["benchmark"] and r["verdict"] == "same bits"]
+    plain = [r for r in rows if not r["benchmark"]]
+    same = [str(r["mode"]) for r in plain if r["verdict"] == "same bits"]
+    where = "in both runs" if len(rows[0]["runs"]) == 2 else "in every run"
     if not same:
         return "no mode without it has a verdict to compare"
-    everywhere = "both runs" if len(rows[0]["runs"]) == 2 else "every run"
-    return (f"without it, {len(same)} mode{'s' if len(same) != 1 else ''} "
-            f"({', '.join(same)}) give the same bits in {everywhere}")  # fmt: skip
+    if len(same) == len(plain):
+        if len(same) == 1:
+            return f"the one mode without it ({same[0]}) gives the same bits {where}"
+        every = "both" if len(same) == 2 else f"all {len(same)}"
+        return f"{every} modes without it give the same bits {where}"
+    return (f"{len(same)} of the {len(plain)} modes without it ({', '.join(same)}) give the "
+            f"same bits {where}")  # fmt: skip
 
 
 def label(rows: Sequence[MutableMapping[str, Any]]) -> None:

@@ -73,8 +73,15 @@ def source_lines(runs: Sequence[Any], lab: Mapping[str, str]) -> list[str]:
     ``env``): where a run did not record its suites' digests, its commit is all there is."""
     unrecorded = [r for r in runs if not suite_sources(r.env)]
     if not unrecorded:
-        return [f"Every run recorded its suites' source digest; workloads whose {FIELDS['source']} "
-                "differs are not compared."]  # fmt: skip
+        digests: dict[str, set[str]] = {}
+        for r in runs:
+            for suite, d in suite_sources(r.env).items():
+                digests.setdefault(suite, set()).add(d)
+        other = sorted(s for s, ds in digests.items() if len(ds) > 1)
+        if not other:
+            return ["Every run recorded its suites' source digests, and they agree."]
+        return [f"Every run recorded its suites' source digests; those of {', '.join(other)} "
+                f"differ, so their workloads are not comparable ({FIELDS['source']})."]  # fmt: skip
 
     def commit(r: Any) -> str:
         git = r.env.get("git") or {}

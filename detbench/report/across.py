@@ -10,7 +10,7 @@ from typing import Any
 
 from detbench.analysis import comparable
 from detbench.analysis.across import FACTS, VERDICTS, Run, across, counts, load_runs
-from detbench.analysis.autotuner import AUTOTUNER
+from detbench.analysis.autotuner import AUTOTUNER, WHY
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
 
 HEADER = ("workload", "mode", "verdict", "groups (runs with equal bits)",
@@ -89,7 +89,7 @@ def _why(r: Mapping[str, Any], lab: Mapping[str, str]) -> str:
     if v == "nondeterministic within a run":
         last = "run to run: not a cross-machine difference"
         if r.get("cause"):
-            last += "; " + str(r["note"]).rsplit("; ", 1)[-1]
+            last += "; " + WHY
     elif v == "not comparable":
         last = "not comparable: " + str(r["note"])
     else:
