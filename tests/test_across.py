@@ -283,3 +283,20 @@ def test_another_suite_source_is_not_comparable(tmp_path: Path) -> None:
     assert row["note"] == f"suite source {'1' * 12} ({a}) vs {'2' * 12} ({b})"
     (row,) = across(load_runs([a, old]))
     assert row["verdict"] == "same bits"
+
+
+def test_on_a_cpu_benchmark_is_no_cause(tmp_path: Path) -> None:
+    """cudnn.benchmark acts on nothing on a CPU: a difference only in its modes stays a
+    difference between the machines."""
+
+    def recs(tag: str) -> list[dict[str, Any]]:
+        return [record("w", mode, r, f"{tag}-{mode}" if mode == "bench" else mode, [0.01],
+                       device="cpu")
+                for mode in ("default", "bench") for r in range(2)]  # fmt: skip
+
+    a = write_run(tmp_path / "a", recs("x"), env(gpu=None, worker={"cpu_capability": "AVX2"}))
+    b = write_run(tmp_path / "b", recs("y"), env(gpu=None, worker={"cpu_capability": "AVX512"}))
+    rows = {r["mode"]: r for r in across(load_runs([a, b]))}
+    assert (rows["default"]["verdict"], rows["bench"]["verdict"]) == ("same bits",
+                                                                      "different bits")  # fmt: skip
+    assert rows["bench"]["differs"] == {"cpu_capability": ["AVX2", "AVX512"]}

@@ -60,7 +60,7 @@ def _first_steps(d: Path, workload: str, mode: str, n: int) -> set[tuple[str, ..
 def test_training_is_compared_over_the_steps_both_ran(old_pair: dict[Any, Any]) -> None:
     """The H100 hashed training over 20 steps, the H200 over 10: no "different bits" where the
     first 10 step digests are equal record by record, and the verdict says over how many."""
-    assert counts(old_pair.values())["different bits"] == 0
+    assert counts(list(old_pair.values()))["different bits"] == 0
     same = [r for (w, _), r in old_pair.items() if w in TRAINING and r["verdict"] == "same bits"]
     assert len(same) == 8  # the 8 pairs compare used to call DIFFERENT bits
     for r in same:
@@ -93,7 +93,7 @@ def test_bench_only_differences_are_the_autotuners(old_pair: dict[Any, Any]) -> 
 def test_the_like_for_like_pair(new_pair: dict[Any, Any]) -> None:
     """One commit and the same options on an H100 and an H200: no "different bits" at all; every
     difference is in a mode with cudnn.benchmark on, in a workload whose modes without it agree."""
-    n = counts(new_pair.values())
+    n = counts(list(new_pair.values()))
     assert (n["different bits"], n["not comparable"]) == (0, 0)
     tuned = [r for r in new_pair.values() if r["verdict"] == AUTOTUNER]
     assert len(tuned) == 7 and all(r["mode"].startswith("bench") for r in tuned)

@@ -216,6 +216,7 @@ def _row(key: tuple[str, str, str], present: list[Side]) -> dict[str, Any]:
         "suite": suite, "workload": workload, "mode": mode,
         "base_mode": m.base_name if m else mode, "settings": m.overrides if m else {},
         "benchmark": any(s.benchmark for s in present),
+        "device": " / ".join(dict.fromkeys(s.inputs.get("device") or "?" for s in present)),
         "runs": [s.run for s in present], "same_bits": None, "verdict": "no verdict",
         "groups": [], "fingerprints": [], "differs": {}, "nondeterministic_in": [],
         "not_comparable": {}, "not_run": {}, "steps": {}, "compared_steps": None,

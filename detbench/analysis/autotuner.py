@@ -2,11 +2,12 @@
 
 With ``torch.backends.cudnn.benchmark`` on, each process times the candidate algorithms of every
 convolution shape it meets and keeps the fastest; the next process, on the same GPU or another,
-may keep another algorithm, with other bits (seed 001). So where a workload's runs differ only in
-modes with benchmark on (the records' ``benchmark`` read back), the difference is put down to
-that choice, never to the machines' arithmetic, and the modes without it say whether the
-machines agree. A workload that differs in a mode without benchmark keeps "different bits" in
-every mode: there the machines differ whatever the autotuner chose.
+may keep another algorithm, with other bits (seed 001). So where a workload's runs on a GPU differ
+only in modes with benchmark on (the records' ``benchmark`` read back), the difference is put down
+to that choice, never to the machines' arithmetic, and the modes without it say whether the
+machines agree. On a CPU the flag acts on nothing, and nothing is relabelled. A workload that
+differs in a mode without benchmark keeps "different bits" in every mode: there the machines
+differ whatever the autotuner chose.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def label(rows: Sequence[MutableMapping[str, Any]]) -> None:
     for r in rows:
         by_workload.setdefault((str(r["suite"]), str(r["workload"])), []).append(r)
     for group in by_workload.values():
+        if any(r.get("device") != "cuda" for r in group):
+            continue  # cudnn.benchmark acts on cuDNN's convolutions alone: on a GPU
         bench = [r for r in group if r["benchmark"]]
         plain = [r for r in group if not r["benchmark"]]
         if not bench or any(r["verdict"] == "different bits" for r in plain):

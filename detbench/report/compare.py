@@ -107,7 +107,11 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
             "comparable": True, "benchmark": False,
         }  # fmt: skip
         ga, gb = groups_a[k], groups_b[k]
-        row["benchmark"] = bool(ga["benchmark"].eq(True).any() or gb["benchmark"].eq(True).any())
+        # cudnn.benchmark acts on a GPU's convolutions; on a CPU it changes nothing.
+        row["benchmark"] = bool(
+            (ga["benchmark"].eq(True) & ga["device"].eq("cuda")).any()
+            or (gb["benchmark"].eq(True) & gb["device"].eq("cuda")).any()
+        )
         unlike = _unlike(ga, gb, env_a, env_b)
         if unlike:
             row["comparable"] = False
