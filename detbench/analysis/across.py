@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from detbench.analysis import autotuner, comparable
+from detbench.analysis.cause import autotuned
 from detbench.analysis.matrix import counted, mode_key, mode_of
 from detbench.store.identity import identity, text
 from detbench.store.results import ENV_FILE, env_facts, load_env, load_results
@@ -155,11 +157,17 @@ def _side(run: Run, mode: str, g: pd.DataFrame) -> Side:
     else:
         bad = g[g["status"] != Status.OK]["status"]
         state = str(bad.mode().iloc[0]) if len(bad) else "no fingerprint"
-    bench = first.get("benchmark")
-    if bench is None or (isinstance(bench, float) and pd.isna(bench)):
-        m = mode_of(mode)
-        bench = bool(m and m.benchmark)
-    return Side(run.name, state, prints, identity(first, run.env), digests, steps, bool(bench))
+    return Side(run.name, state, prints, identity(first, run.env), digests, steps,
+                _autotuned(first, mode))  # fmt: skip
+
+
+def _autotuned(rec: pd.Series, mode: str) -> bool:
+    """Whether cuDNN's autotuner ran: cudnn.benchmark on with cuDNN on, as the record read them
+    back, else as the mode says (``cause.autotuned``)."""
+    bench, cudnn = rec.get("benchmark"), rec.get("cudnn_enabled")
+    if isinstance(bench, (bool, np.bool_)):
+        return bool(bench) and not (isinstance(cudnn, (bool, np.bool_)) and not cudnn)
+    return autotuned(mode)
 
 
 def sides(run: Run) -> dict[tuple[str, str, str], Side]:

@@ -107,11 +107,7 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
             "comparable": True, "benchmark": False,
         }  # fmt: skip
         ga, gb = groups_a[k], groups_b[k]
-        # cudnn.benchmark acts on a GPU's convolutions; on a CPU it changes nothing.
-        row["benchmark"] = bool(
-            (ga["benchmark"].eq(True) & ga["device"].eq("cuda")).any()
-            or (gb["benchmark"].eq(True) & gb["device"].eq("cuda")).any()
-        )
+        row["benchmark"] = _autotuned(ga) or _autotuned(gb)
         unlike = _unlike(ga, gb, env_a, env_b)
         if unlike:
             row["comparable"] = False
@@ -168,6 +164,14 @@ def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool)
         if lines:
             out.append(f"the GPU of run {name} throttled during the run: " + "; ".join(lines))
     return out
+
+
+def _autotuned(g: pd.DataFrame) -> bool:
+    """Whether cuDNN's autotuner ran in any of ``g``'s records: cudnn.benchmark on, cuDNN on, on
+    a GPU (on a CPU the flag changes nothing)."""
+    return bool(
+        (g["benchmark"].eq(True) & g["cudnn_enabled"].ne(False) & g["device"].eq("cuda")).any()
+    )
 
 
 #: What makes a workload another one for its throughput: not the device (comparing a CPU with a
