@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import quality
+from detbench.analysis import cause, engines, quality
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
 from detbench.report.render import Block, Code, Heading, Para, Table, num
 from detbench.store.results import env_facts
@@ -148,12 +148,22 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
     det = {
         m for m in modes if (x := analysis.mode_of(m)) is not None and x.deterministic_algorithms
     }
-    broken = v[(v["verdict"] == "nondeterministic") & v["mode"].isin(det)]
+    # Only where no switch the run varied separates reproducible from not (analysis.cause): a
+    # named cause, cudnn.benchmark say, is told in the answer instead.
+    loose = cause.unexplained(v, cause.causes(df, v))
+    broken = loose[loose["mode"].isin(det)]
     for (suite, workload), g in broken.groupby(["suite", "workload"], sort=False):
         out.append(
             f"{suite}/{workload} was not bitwise reproducible even with deterministic algorithms "
-            f"on ({', '.join(g['mode'])}): the nondeterminism comes from somewhere PyTorch's "
-            "flags do not reach (seeding, threads, data order, the workload itself)."
+            f"on ({', '.join(g['mode'])}), and no switch the run varied made it so. The "
+            "nondeterminism comes from something PyTorch does not set: seeding, threads, data "
+            "order or the workload itself."
+        )
+    logged = int(engines.timings_logged(df).sum())
+    if logged:
+        out.append(
+            f"{logged} records were timed with cuDNN's API log on (--cudnn-log), which slows "
+            "convolutions and changes what the autotuner picks: their timings are not costs."
         )
     out += settings_changed_warnings(v)
     ran = v[v["verdict"].isin(analysis.RAN)]

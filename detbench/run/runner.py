@@ -214,6 +214,7 @@ class Runner:
             "min_samples": MIN_SAMPLES,
             "fingerprint": c.fingerprint,
             "count_flops": slot.replicate == 0,
+            "cudnn_log": c.cudnn_log,  # the worker's log file and environment: WorkerProcess
             "reference_dir": str(c.out / ".reference"),
             "timeout": c.timeout,
             "launched_at": time.time(),
