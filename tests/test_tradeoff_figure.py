@@ -113,4 +113,16 @@ def test_the_axis_is_cut_between_two_groups_far_apart() -> None:
     near = float(np.diff(axis.forward(np.array([0.97, 1.011])))[0])
     assert near > 0.4
     assert not planeaxis.fit([0.6, 0.8, 1.0, 1.1]).log  # within 3x: linear
+    # The quickstart's one panel (det-algos 1.27x [1.08, 2.48]): linear, ticked in steps of 0.2
+    # on 200 points, not only at 1x and 2x.
+    assert planeaxis.fit([1.0, 1.08, 1.27, 2.48]).ticks(200) == [
+        1.0,
+        1.2,
+        1.4,
+        1.6,
+        1.8,
+        2.0,
+        2.2,
+        2.4,
+    ]
     assert planeaxis.fit([0.1, 0.3, 0.5, 1.0]).cut is None  # spread out: log, not cut

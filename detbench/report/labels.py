@@ -25,6 +25,8 @@ Box = tuple[float, float, float, float]
 Segment = tuple[tuple[float, float], tuple[float, float]]
 #: What a leader line that crosses another, or a label, costs, in pixels of distance.
 CROSSING = 60.0
+#: What a label over another's leader line costs: it would hide whose label is whose.
+HIDING = 250.0
 #: What a label next to another point costs.
 CROWD = 25.0
 #: Orders of the labels tried; the cheapest layout is kept.
@@ -162,10 +164,11 @@ def _layout(
             cost = sum(_overlap(box, b) for b in placed + markers) * 1e6
             # Hugging another point takes the place its own label wants.
             cost += CROWD * sum(_overlap(_grown(box, 6 * px), m) > 0 for m in others)
+            cost += HIDING * sum(_through(other, box) for other in leaders)
             if _distance(box, it.x, it.y) > _near(it, px):  # a leader line: crossing nothing
                 line = ((it.x, it.y), centre)
                 cost += CROSSING * sum(_crosses(line, other) for other in leaders)
-                cost += CROSSING * sum(_through(line, b) for b in placed)
+                cost += HIDING * sum(_through(line, b) for b in placed)
             score = cost + distance
             if best is None or score < best[0]:
                 best = (score, box)

@@ -77,7 +77,7 @@ class XAxis:
         for i in range(0, len(self.knots) - 1, 2):
             lo, hi = self._value(self.knots[i]), self._value(self.knots[i + 1])
             best: list[tuple[float, float]] = []
-            for values in _tick_sets(lo, hi):
+            for values in _tick_sets(lo, hi, self.log):
                 at = [(float(self.forward(np.array([v]))[0]) * width, v) for v in values]
                 at = [(u, v) for u, v in at if all(_clear(u, v, e) for e in edges)]
                 if not all(_apart(a, b) for a, b in itertools.pairwise(at)):
@@ -118,14 +118,14 @@ def _through(t: np.ndarray, xs: Sequence[float], ys: Sequence[float]) -> np.ndar
     return np.where(t > xs[-1], ys[-1] + (t - xs[-1]) * hi_slope, out)
 
 
-def _tick_sets(lo: float, hi: float) -> list[list[float]]:
-    """Ever finer sets of tick values in [lo, hi], each sorted. Over more than a factor of 2
-    (a log axis's group): 1 times the powers of ten, then 1, 2 and 5 times, then 1 to 9 times.
-    Else all the multiples of 1, 0.5, 0.2, 0.1, ... down to a thousandth of ``hi``'s decade."""
-    if lo <= 0 or hi <= 0:
+def _tick_sets(lo: float, hi: float, log: bool) -> list[list[float]]:
+    """Ever finer sets of tick values in [lo, hi], each sorted. On a log axis over more than a
+    factor of 2: 1 times the powers of ten, then 1, 2 and 5 times, then 1 to 9 times. Else all
+    the multiples of 1, 0.5, 0.2, 0.1, ... down to a thousandth of ``hi``'s decade."""
+    if hi <= 0 or (log and lo <= 0):
         return []
     out = []
-    if hi / lo > 2:
+    if log and hi / lo > 2:
         decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
         for ms in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
             vs = [round(m * 10.0**e, 9) for e in decades for m in ms]
@@ -136,7 +136,7 @@ def _tick_sets(lo: float, hi: float) -> list[list[float]]:
         for m in (5, 2, 1):
             step = m * 10.0**e
             ks = range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)
-            out.append([round(k * step, 9) for k in ks if k > 0])
+            out.append([round(k * step, 9) for k in ks if k * step >= 0])
     return out
 
 
