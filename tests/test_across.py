@@ -190,6 +190,113 @@ def test_two_cpu_capabilities_for_real(tmp_path: Path) -> None:
     text = to_text(load_runs(dirs), across(load_runs(dirs)))
     assert "CPU capability: DEFAULT | AVX2" in text
     assert text.rstrip().endswith(
-        "4 (workload, mode) in more than one run: 1 same bits, 2 different bits, 1 "
-        "nondeterministic within a run, 0 not comparable, 0 no verdict"
+        "4 (workload, mode) in more than one run: 1 same bits, 2 different bits, 0 autotuner's "
+        "choice, 1 nondeterministic within a run, 0 not comparable, 0 no verdict"
     )
+
+
+# --- Like with like (issue 28, item 2) -----------------------------------------------------------
+
+
+def _stepped(workload: str, mode: str, steps: list[str], reps: int = 2) -> list[dict[str, Any]]:
+    """Replicates of one workload whose fingerprint pass hashed ``steps`` (one digest a step)."""
+    return [record(workload, mode, r, "+".join(steps), [0.01], device="cuda",
+                   fingerprint_method="device", step_fingerprints=steps)
+            for r in range(reps)]  # fmt: skip
+
+
+def test_other_step_counts_compare_over_the_common_steps(tmp_path: Path) -> None:
+    """20 steps against 10: equal first steps are the same bits "over the 10 steps both ran";
+    a difference inside them is still a difference."""
+    long = [f"s{i}" for i in range(20)]
+    recs_a = _stepped("same", "default", long) + _stepped("drift", "default", long)
+    recs_b = _stepped("same", "default", long[:10]) + _stepped("drift", "default",
+                                                               [*long[:9], "other"])  # fmt: skip
+    a = write_run(tmp_path / "a", recs_a, env(gpu="H100"))
+    b = write_run(tmp_path / "b", recs_b, env(gpu="H200"))
+    runs = load_runs([a, b])
+    rows = _by_workload(across(runs))
+    same, drift = rows["same"], rows["drift"]
+    assert (same["verdict"], same["compared_steps"]) == ("same bits", 10)
+    assert same["steps"] == {str(a): 20, str(b): 10}
+    assert (drift["verdict"], drift["compared_steps"]) == ("different bits", 10)
+    assert drift["differs"] == {"gpu": ["H100", "H200"]}
+    text = to_text(runs, list(rows.values()))
+    assert ("The s suite's 2 workloads hashed 20 steps in A and 10 in B: their bits are compared "
+            "over the 10 steps both ran.") in text  # fmt: skip
+    line = next(x for x in text.splitlines() if x.startswith("s/same"))
+    assert line.split() == ["s/same", "default", "same", "bits", "over", "the", "10", "steps",
+                            "both", "ran", "A", "B", "steps", "hashed:", "A", "20,", "B",
+                            "10"]  # fmt: skip
+
+
+def test_a_difference_without_benchmark_is_the_machines(tmp_path: Path) -> None:
+    """A workload that differs across GPUs in a mode without cudnn.benchmark differs in its
+    bench modes for the same reason as far as anyone can tell: "different bits" in both. One
+    that differs only under bench is the autotuner's choice."""
+
+    def recs(tag: str) -> list[dict[str, Any]]:
+        out = []
+        for mode in ("default", "bench", "det-algos"):
+            out += [record("both", mode, r, f"{tag}-{mode}", [0.01], device="cuda")
+                    for r in range(2)]  # fmt: skip
+            bits = f"{tag}-bench" if mode == "bench" else mode
+            out += [record("tuned", mode, r, bits, [0.01], device="cuda") for r in range(2)]
+        return out
+
+    a = write_run(tmp_path / "a", recs("x"), env(gpu="H100"))
+    b = write_run(tmp_path / "b", recs("y"), env(gpu="H200"))
+    rows = {(r["workload"], r["mode"]): r for r in across(load_runs([a, b]))}
+    assert {m: rows[("both", m)]["verdict"] for m in ("default", "bench", "det-algos")} == {
+        "default": "different bits",
+        "bench": "different bits",
+        "det-algos": "different bits",
+    }
+    assert rows[("both", "bench")]["differs"] == {"gpu": ["H100", "H200"]}
+    tuned = rows[("tuned", "bench")]
+    assert (tuned["verdict"], tuned["cause"], tuned["differs"]) == (
+        "autotuner's choice",
+        "cudnn.benchmark",
+        {},
+    )
+    assert tuned["machine_facts"] == {"gpu": ["H100", "H200"]}
+    assert tuned["note"] == (
+        "cudnn.benchmark was on, and its autotuner may pick another algorithm in each process; "
+        "both modes without it give the same bits in both runs"
+    )
+
+
+def test_another_suite_source_is_not_comparable(tmp_path: Path) -> None:
+    """Runs that recorded their suites' source digests compare only where the digests agree; a
+    run that did not record one is matched on the rest."""
+
+    def run(name: str, digest: str | None) -> Path:
+        doc = env()
+        if digest:
+            doc["options"]["suite_sha256"] = {"s": digest}
+        return write_run(tmp_path / name, [record("w", "default", r, "x", [0.01], device="cuda")
+                                           for r in range(2)], doc)  # fmt: skip
+
+    a, b, old = run("a", "1" * 64), run("b", "2" * 64), run("old", None)
+    (row,) = across(load_runs([a, b]))
+    assert row["verdict"] == "not comparable"
+    assert row["note"] == f"suite source {'1' * 12} ({a}) vs {'2' * 12} ({b})"
+    (row,) = across(load_runs([a, old]))
+    assert row["verdict"] == "same bits"
+
+
+def test_on_a_cpu_benchmark_is_no_cause(tmp_path: Path) -> None:
+    """cudnn.benchmark acts on nothing on a CPU: a difference only in its modes stays a
+    difference between the machines."""
+
+    def recs(tag: str) -> list[dict[str, Any]]:
+        return [record("w", mode, r, f"{tag}-{mode}" if mode == "bench" else mode, [0.01],
+                       device="cpu")
+                for mode in ("default", "bench") for r in range(2)]  # fmt: skip
+
+    a = write_run(tmp_path / "a", recs("x"), env(gpu=None, worker={"cpu_capability": "AVX2"}))
+    b = write_run(tmp_path / "b", recs("y"), env(gpu=None, worker={"cpu_capability": "AVX512"}))
+    rows = {r["mode"]: r for r in across(load_runs([a, b]))}
+    assert (rows["default"]["verdict"], rows["bench"]["verdict"]) == ("same bits",
+                                                                      "different bits")  # fmt: skip
+    assert rows["bench"]["differs"] == {"cpu_capability": ["AVX2", "AVX512"]}

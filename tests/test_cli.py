@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import WORKLOADS, detbench_cli, unnamed_device
+from .conftest import ROOT, WORKLOADS, detbench_cli, unnamed_device
 
 
 def snapshot(d: Path) -> dict[str, bytes]:
@@ -85,8 +85,42 @@ def test_refuses_a_directory_with_results(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr == (
-        f"detbench: error: {out} already holds the results of another run; "
-        "choose a new --out directory\n"
+        f"detbench: error: {out} holds the results of a detbench run (1 record): give a new "
+        "--out (nothing was changed)\n"
+    )
+    assert snapshot(tmp_path) == before
+
+
+#: Every command that writes into a folder it is given, as a user would call it on theirs.
+WRITERS = {
+    "run": ["run", "--only", "ops/cumsum", "--device", "cpu", "--out"],
+    "attribute": ["attribute", "--only", "ops/cumsum", "--device", "cpu", "--out"],
+    "gpu-check": ["gpu-check", "--device", "cpu", "--out"],
+    "audit": ["audit", str(WORKLOADS / "audit_me.py"), "--device", "cpu", "--out"],
+    "submit": ["submit", "--executor", "local", "--shards", "2", "--device", "cpu", "--out"],
+}
+
+
+@pytest.mark.parametrize("command", [*WRITERS, "merge"])
+def test_a_users_own_folder_is_refused_and_left_as_it_was(tmp_path: Path, command: str) -> None:
+    """--out (merge: OUT) on a folder with a user's report.md and plots/, but no run: one line,
+    exit status 2, every file byte for byte as it was (issue 28)."""
+    mine = tmp_path / "mine"
+    (mine / "plots").mkdir(parents=True)
+    (mine / "report.md").write_text("# my own notes\n")
+    (mine / "plots" / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n not detbench's")
+    before = snapshot(tmp_path)
+    if command == "merge":
+        runs = sorted(ROOT.joinpath("results").glob("*-cuda-full-*"))[:2]
+        proc = detbench_cli("merge", str(mine), *map(str, runs))
+        flag = "OUT"
+    else:
+        proc = detbench_cli(*WRITERS[command], str(mine))
+        flag = "--out"
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"detbench: error: {mine} is not empty (it holds plots/ and report.md): give {flag} a "
+        "new or empty folder (nothing was changed)"
     )
     assert snapshot(tmp_path) == before
 

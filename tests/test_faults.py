@@ -90,7 +90,7 @@ def test_report_of_a_faulty_run(run: tuple[Path, list[dict[str, Any]]]) -> None:
     assert proc.returncode == 0, proc.stderr
     md = (out / "report.md").read_text()
     assert "faults/segfaults ran in no mode (crashed)" in md
-    assert "3 (workload, mode) pairs ended as 'oom': see Failures." in md
+    assert "3 (workload, mode) pairs ended with status oom (see Failures)." in md
 
 
 CRASH_LINES = {"aborts": "os.abort()", "segfaults": "os.kill(os.getpid(), signal.SIGSEGV)"}

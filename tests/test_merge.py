@@ -12,10 +12,13 @@ import pytest
 
 from detbench import analysis
 from detbench.core.modes import get_mode
+from detbench.core.workload import builtin_suite_files, load_file, suites_dir
+from detbench.run.config import suite_digests
 from detbench.run.schedule import make_plan, shard_slots
+from detbench.store.identity import source_digest
 from detbench.store.results import load_results
 
-from .conftest import detbench_cli
+from .conftest import ROOT, detbench_cli
 from .synthetic import env, record, write_run
 
 #: Two small suites, two workloads each, two modes, two replicates: 4 workers, 16 records.
@@ -122,12 +125,38 @@ def test_merge_refusals_write_nothing(runs: dict[str, Path], tmp_path: Path) -> 
     assert refused(runs["s1"], other).startswith(
         "detbench: error: the shards ran in different environments: cpu_capability"
     )
+    # Another source of a suite: the runs record each suite's source digest.
+    doc["worker"]["cpu_capability"] = json.loads((runs["s1"] / "env.json").read_text())[
+        "worker"]["cpu_capability"]  # fmt: skip
+    assert set(doc["options"]["suite_sha256"]) == {"bmm", "batchnorm"}
+    doc["options"]["suite_sha256"] = {**doc["options"]["suite_sha256"], "bmm": "0" * 64}
+    (other / "env.json").write_text(json.dumps(doc))
+    assert refused(runs["s1"], other) == (
+        f"detbench: error: the shards ran another source of the suite bmm: its files differ "
+        f"between {runs['s1']} and {other}; merge only the shards of one run"
+    )
+    # One workload hashed over other steps (a suite edited between shards of a run that did not
+    # record its source): two workloads, not one.
+    doc["options"]["suite_sha256"] = json.loads((runs["s1"] / "env.json").read_text())[
+        "options"]["suite_sha256"]  # fmt: skip
+    (other / "env.json").write_text(json.dumps(doc))
+    recs = [json.loads(x) for x in (other / "results.jsonl").read_text().splitlines()]
+    for r in recs:
+        if r["workload"] == "bmm_moe_experts_fp32" and r["step_fingerprints"]:
+            r["step_fingerprints"] = r["step_fingerprints"][:2]
+    (other / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert refused(runs["s1"], other) == (
+        f"detbench: error: the shards ran bmm/bmm_moe_experts_fp32 as two different workloads: "
+        f"hashed steps 3 ({runs['s1']}) vs 2 ({other}); merge only the shards of one run"
+    )
     assert refused(runs["s1"]) == ("detbench: error: give at least two directories: the shards "
                                    "of a run, or runs from several machines")  # fmt: skip
     proc = detbench_cli("merge", str(runs["whole"]), str(runs["s1"]), str(runs["s2"]))
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"detbench: error: {runs['whole']} already holds a run; give "
-                                   "a new OUT (nothing was overwritten)")  # fmt: skip
+    assert proc.stderr.strip() == (
+        f"detbench: error: {runs['whole']} holds a finished detbench run (16 records): give a new "
+        "OUT (nothing was changed)"
+    )
 
 
 def test_runs_from_several_machines_become_a_set(tmp_path: Path) -> None:
@@ -153,3 +182,30 @@ def test_runs_from_several_machines_become_a_set(tmp_path: Path) -> None:
     assert md.startswith("# detbench report: 2 machines")
     assert "## Across machines" in md and "## Machine h100" in md
     assert "| s/w | default | DIFFERENT bits | A \\| B | GPU: H100 \\| A100 |" in md
+
+
+def test_a_suites_source_digest_covers_its_helper_files() -> None:
+    """A built-in suite's digest is over its file and the helper files it loads
+    (``suite_helper``): editing suites/_decoder.py changes the invariance suite's digest."""
+    suites = builtin_suite_files()
+    ws = load_file(suites["invariance"]) + load_file(suites["bmm"])
+    d = suites_dir()
+    assert suite_digests(ws) == {
+        "bmm": source_digest([suites["bmm"]]),
+        "invariance": source_digest([suites["invariance"], d / "_batched.py", d / "_decoder.py"]),
+    }
+
+
+def test_machines_that_ran_a_workload_differently_are_noted(tmp_path: Path) -> None:
+    """The published H100 run hashed training over 20 steps, the H200 run over 10: merged as a
+    set, with a note that says so and what compare will do with them."""
+    old = ROOT / "results" / "20261124-085144-cuda-full-conv-rnn-training"
+    h200 = ROOT / "results" / "20261126-040517-cuda-full-h200-partial"
+    out = tmp_path / "set"
+    proc = detbench_cli("merge", str(out), str(old), str(h200), "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1] == (
+        "note: the machines ran 3 workloads differently (training/resnet18_cifar, "
+        "training/lstm_language_model, training/transformer_encoder): hashed steps 20 "
+        f"({old.name}) vs 10 ({h200.name}); compare reads their bits over the steps both ran"
+    )

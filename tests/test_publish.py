@@ -41,3 +41,18 @@ def test_index_of_a_missing_directory(tmp_path: Path) -> None:
     proc = detbench_cli("index", str(tmp_path / "nope"))
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"detbench: error: no such results directory: {tmp_path / 'nope'}"
+
+
+def test_index_replaces_its_own_readme_and_never_a_users(tmp_path: Path) -> None:
+    write_run(tmp_path / "run", [record("w", "default", 0, "x", [0.01])], env(gpu=None))
+    assert detbench_cli("index", str(tmp_path)).returncode == 0
+    assert detbench_cli("index", str(tmp_path)).returncode == 0  # its own index, made again
+    mine = tmp_path / "README.md"
+    mine.write_text("# My results\n\nWhat these runs were for.\n")
+    proc = detbench_cli("index", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"detbench: error: {mine} is not an index detbench wrote: move it, or give another DIR "
+        "(nothing was changed)"
+    )
+    assert mine.read_text() == "# My results\n\nWhat these runs were for.\n"

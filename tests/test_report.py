@@ -95,8 +95,9 @@ def test_html_has_the_recommendation_table_and_every_plot(run: tuple[Path, str])
     page = parse(out / "report.html")
     assert ["suite", "recommended mode", "throughput vs default", "significant",
             "cost vs fastest", "fastest mode", "why"] in page.headers  # fmt: skip
-    assert page.headers[0] == ["suite (recommended mode)", "set this before any CUDA work "
-                               "(Python)", "throughput vs default (95% interval)"]  # fmt: skip
+    # A CPU run: nothing to set "before any CUDA work" (issue 28).
+    assert page.headers[0] == ["suite (recommended mode)", "set this (Python)",
+                               "throughput vs default (95% interval)"]  # fmt: skip
     figures = {a["data-plot"] for t, a in page.tags if t == "figure"}
     assert figures == EXPECTED_PLOTS
     images = [a["src"] for t, a in page.tags if t == "img"]
@@ -232,7 +233,8 @@ def test_report_renders_in_headless_chromium(run: tuple[Path, str], tmp_path: Pa
     blank.write_text(re.sub(r"<img [^>]*>", "", page.read_text()))
     bare = screenshot(blank, tmp_path / "bare.png", tmp_path / "profile2")
     assert coloured(bare) == 0.0
-    assert coloured(img) > 0.0005  # thousands of coloured pixels from the plots
+    # over a thousand coloured pixels from the plots (1523 with the figure of issue 28)
+    assert coloured(img) > 0.0002
 
 
 #: Measures the page once it has loaded, into a <pre id="probe"> that --dump-dom prints: the
@@ -284,7 +286,9 @@ def test_report_fits_a_1400_pixel_window(run: tuple[Path, str], tmp_path: Path) 
     assert m["images"] == len(EXPECTED_PLOTS) and m["loaded"] == m["images"]
     # No one mode makes all three workloads that ran reproducible: the racing one needs
     # deterministic algorithms, under which put_ without accumulate is unsupported.
-    assert re.search(r"demo \(no one mode: (default|det-algos) makes 2 of 3 reproducible\)",
+    # Where default raced on a workload that det-algos fixes, det-algos is the answer (issue 28);
+    # a race that did not show in this run leaves default.
+    assert re.search(r"demo \(no one mode: (default|det-algos) makes 2 of 3 reproducible; ",
                      m["answer"]), m["answer"]  # fmt: skip
     assert "throughput vs default" in m["answer"] and "This run was on a CPU" in m["answer"]
     assert "deterministic algorithms (1 of 2 workloads, 1 made reproducible)" in m["answer"]

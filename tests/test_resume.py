@@ -45,6 +45,10 @@ def start(out: Path, *extra: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
 def lines(out: Path) -> list[str]:
     path = out / "results.jsonl"
     return path.read_text().splitlines() if path.exists() else []
@@ -110,9 +114,29 @@ def test_sigint_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     )
     env = json.loads((out / "env.json").read_text())
     assert "finished_utc" not in env and env["interrupted_utc"]
+    # The same command again: refused, naming --resume, nothing changed (issue 28).
+    before = snapshot(out)
+    again = detbench_cli(*RUN, "--out", str(out))
+    assert again.returncode == 2
+    assert again.stderr == (
+        f"detbench: error: {out} holds an interrupted detbench run ({len(kept)} records): give a "
+        f"new --out, or continue that run with: detbench run --resume {out}\n"
+    )
+    assert snapshot(out) == before
     resumed = detbench_cli("run", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert len(comparable(out)) == TOTAL
+
+
+def test_a_finished_run_is_refused_as_a_new_runs_folder(uninterrupted: Path) -> None:
+    before = snapshot(uninterrupted)
+    proc = detbench_cli(*RUN, "--out", str(uninterrupted))
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"detbench: error: {uninterrupted} holds a finished detbench run ({TOTAL} records): give "
+        "a new --out (nothing was changed)\n"
+    )
+    assert snapshot(uninterrupted) == before
 
 
 def test_resume_of_a_finished_run_measures_nothing(uninterrupted: Path) -> None:
@@ -121,10 +145,6 @@ def test_resume_of_a_finished_run_measures_nothing(uninterrupted: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert f"nothing to resume: every record of {uninterrupted} is there" in proc.stderr
     assert (uninterrupted / "results.jsonl").read_bytes() == before
-
-
-def snapshot(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 def test_resume_refuses_a_different_environment(uninterrupted: Path, tmp_path: Path) -> None:

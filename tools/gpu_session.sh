@@ -4,6 +4,7 @@
 #   tools/gpu_session.sh check        # host facts, the plan's estimate, make gpu-check, make test-cuda
 #   tools/gpu_session.sh matrix SECS  # the core suites at full size, all modes, 3 replicates, resumable
 #   tools/gpu_session.sh experiments  # the small experiments paper cannot decide
+#   tools/gpu_session.sh cudnnlog     # issue 28: run --cudnn-log on two convs, checked (~3 min)
 #
 # Everything lands in $DETBENCH_GPU_DIR (default .gpu/, ignored by git): run directories and logs.
 # With $OUT set (the device tool's folder), its small files are also packed into $OUT/gpu.tgz
@@ -15,7 +16,7 @@ dir=${DETBENCH_GPU_DIR:-.gpu}
 mkdir -p "$dir"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 py=$(tools/python)
-phase=${1:?usage: tools/gpu_session.sh check|matrix SECONDS|experiments}
+phase=${1:?usage: tools/gpu_session.sh check|matrix SECONDS|experiments|cudnnlog}
 log=$dir/$phase.log
 SUITES=(--suite conv --suite rnn --suite batchnorm --suite bmm --suite training)
 
@@ -64,6 +65,15 @@ experiments)
         echo "== distributed, one rank"; time timeout -s INT 90 "$py" -m detbench run \
             --suite distributed --set world_size=1 --mode default --mode det-algos \
             --replicates 2 --device cuda --out "$dir/distributed" --no-report
+    } 2>&1 | tee "$log"
+    ;;
+cudnnlog)
+    {
+        time timeout -s INT 180 "$py" -m detbench run --cudnn-log --suite conv \
+            --only conv/conv3d_r3d18_stage1 --only conv/conv2d_resnet50_stage3_1x1 \
+            --mode bench --mode default --replicates 4 --device cuda --out "$dir/cudnnlog" \
+            --no-report
+        timeout 60 "$py" tools/cudnnlog_check.py "$dir/cudnnlog"
     } 2>&1 | tee "$log"
     ;;
 *)

@@ -1,4 +1,4 @@
-"""Facts for issues 28 and 29 that only a GPU can give, each in fresh processes (docs/gpu-session.md).
+"""Facts for issues 28 and 29 that only a GPU can give, in fresh processes (docs/gpu-session.md).
 
     python tools/gpu_visit.py cudnnlog DIR       # cuDNN's API log of a conv in fresh processes
     python tools/gpu_visit.py sustained OUT.json # a GEMM and a memory-bound kernel held for seconds
@@ -54,10 +54,18 @@ def conv_child(name: str, bench: bool) -> None:
         conv(x).backward(torch.ones_like(y))
     end.record()
     torch.cuda.synchronize()
-    print(json.dumps({
-        "workload": name, "benchmark": bench, "pid": os.getpid(), "sha256": digest.hexdigest(),
-        "first_step_s": first, "step_ms": start.elapsed_time(end) / 20,
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "workload": name,
+                "benchmark": bench,
+                "pid": os.getpid(),
+                "sha256": digest.hexdigest(),
+                "first_step_s": first,
+                "step_ms": start.elapsed_time(end) / 20,
+            }
+        )
+    )
 
 
 def cudnnlog(out: Path) -> dict[str, Any]:
@@ -76,8 +84,11 @@ def cudnnlog(out: Path) -> dict[str, Any]:
         t0 = time.perf_counter()
         p = subprocess.run(
             [sys.executable, __file__, "conv-child", name, str(int(bench))],
-            env=env, capture_output=True, text=True, timeout=90,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         wall = time.perf_counter() - t0
         row: dict[str, Any] = {"tag": tag, "logged": logged, "wall_s": wall, "rc": p.returncode}
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -88,17 +99,24 @@ def cudnnlog(out: Path) -> dict[str, Any]:
         log = out / f"{tag}.log"
         row["log_bytes"] = log.stat().st_size if log.exists() else None
         runs.append(row)
-        print(f"{tag:55} rc={p.returncode} wall={wall:5.2f}s step={row.get('step_ms', 0):7.3f}ms "
-              f"sha={str(row.get('sha256'))[:12]} log={row['log_bytes']}")  # fmt: skip
+        print(
+            f"{tag:55} rc={p.returncode} wall={wall:5.2f}s step={row.get('step_ms', 0):7.3f}ms "
+            f"sha={str(row.get('sha256'))[:12]} log={row['log_bytes']}"
+        )
     import torch
 
-    return {"experiment": "cudnn_api_log", "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(), "runs": runs}  # fmt: skip
+    return {
+        "experiment": "cudnn_api_log",
+        "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "runs": runs,
+    }
 
 
 def _nvml_sample(nvml: Any, h: Any) -> dict[str, Any]:
-    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons"
+    reasons = (
+        getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
     )
     return {
         "t": time.time(),
@@ -144,9 +162,16 @@ def sustained(out: Path) -> dict[str, Any]:
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(256 * 2**20, device="cuda")
     y = torch.empty_like(x)
-    kernels = {"gemm_bf16_8192": lambda: torch.mm(a, b), "scale_fp32_1gib": lambda: torch.mul(x, 1.5, out=y)}
-    result: dict[str, Any] = {"experiment": "sustained", "gpu": torch.cuda.get_device_name(0),
-                              "torch": torch.__version__, "kernels": {}}  # fmt: skip
+    kernels = {
+        "gemm_bf16_8192": lambda: torch.mm(a, b),
+        "scale_fp32_1gib": lambda: torch.mul(x, 1.5, out=y),
+    }
+    result: dict[str, Any] = {
+        "experiment": "sustained",
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "kernels": {},
+    }
     for name, fn in kernels.items():
         for _ in range(3):
             fn()
@@ -158,14 +183,19 @@ def sustained(out: Path) -> dict[str, Any]:
         try:
             from triton.testing import do_bench
 
-            entry["do_bench_ms"] = [do_bench(fn, warmup=100, rep=1000, return_mode="median") for _ in range(2)]
-        except Exception as e:  # noqa: BLE001 - an experiment: say what failed and go on
+            entry["do_bench_ms"] = [
+                do_bench(fn, warmup=100, rep=1000, return_mode="median") for _ in range(2)
+            ]
+        except Exception as e:
             entry["do_bench_ms"] = f"unavailable: {e}"
         first, last = blocks[0]["ms"], sorted(bl["ms"] for bl in blocks[-20:])[10]
-        print(f"{name}: first block {first:.4f} ms, median of the last 2 s {last:.4f} ms, "
-              f"do_bench {entry['do_bench_ms']}, SM {blocks[0]['sm_mhz']}->{blocks[-1]['sm_mhz']} MHz, "
-              f"power {blocks[0]['power_w']:.0f}->{blocks[-1]['power_w']:.0f} W, "
-              f"throttle {blocks[-1]['throttle']:#x}")  # fmt: skip
+        print(
+            f"{name}: first block {first:.4f} ms, median of the last 2 s {last:.4f} ms, "
+            f"do_bench {entry['do_bench_ms']}, "
+            f"SM {blocks[0]['sm_mhz']}->{blocks[-1]['sm_mhz']} MHz, "
+            f"power {blocks[0]['power_w']:.0f}->{blocks[-1]['power_w']:.0f} W, "
+            f"throttle {blocks[-1]['throttle']:#x}"
+        )
         result["kernels"][name] = entry
     return result
 
@@ -185,7 +215,12 @@ def watch(out: Path) -> None:
             procs = []
             for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
                 try:
-                    cmd = Path(f"/proc/{p.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+                    cmd = (
+                        Path(f"/proc/{p.pid}/cmdline")
+                        .read_bytes()
+                        .replace(b"\0", b" ")
+                        .decode()[:200]
+                    )
                 except OSError:
                     cmd = "?"
                 procs.append({"pid": p.pid, "mib": (p.usedGpuMemory or 0) // 2**20, "cmd": cmd})
@@ -213,7 +248,9 @@ def main(argv: list[str]) -> int:
     if what == "sustained":
         out.write_text(json.dumps(sustained(out), indent=1) + "\n")
         return 0
-    print(f"gpu_visit.py: unknown experiment {what!r} (cudnnlog, sustained, watch)", file=sys.stderr)
+    print(
+        f"gpu_visit.py: unknown experiment {what!r} (cudnnlog, sustained, watch)", file=sys.stderr
+    )
     return 2
 
 

@@ -30,8 +30,9 @@ from detbench.analysis.matrix import (
     summary_table,
     verdicts,
 )
-from detbench.analysis.recommend import recommendation_text, recommendations
+from detbench.analysis.recommend import recommendations
 from detbench.analysis.stats import bootstrap_throughput, median_throughput
+from detbench.analysis.suite_answer import recommendation_text
 
 __all__ = [
     "MARKS",

@@ -6,15 +6,19 @@ more than one run (the mode's label carries its settings, ``default[sdpa_backend
 
 - each run's own verdict first: its ok replicates reproducible (one fingerprint), one replicate
   only, nondeterministic (several fingerprints), or not run (a status);
-- fingerprints count as comparable only where the inputs and the digest are the same: the same
-  device type (a CPU's and a GPU's random streams differ), the same workload parameters (sizes,
-  the profile), seed, digest method and number of hashed steps. Runs that differ in any of
-  these are "not comparable", never "different";
+- like with like (``analysis.comparable``): fingerprints count as comparable only where the
+  workload is the same (``store.identity``: device type, since a CPU's and a GPU's random streams
+  differ; workload parameters; size profile; seed; the suite's source where both runs recorded
+  it) and a digest method is shared. Runs that differ in any of these are "not comparable: <what
+  differs>", never "different". Runs that hashed a different number of steps are compared over
+  the steps all of them ran (``compared_steps``);
 - a workload nondeterministic inside a run has no cross-machine verdict: its runs differ from
   themselves, and that is what it is called;
 - otherwise the runs fall into groups of equal fingerprints: one group is ``same_bits`` True,
   more are False, and the facts of the runs' environments that differ between the groups (GPU,
-  SM count, driver, CUDA, cuDNN, torch, CPU capability, ...) say what may explain it.
+  SM count, driver, CUDA, cuDNN, torch, CPU capability, ...) say what may explain it;
+- a workload whose runs differ only in modes with cudnn.benchmark on has those differences put
+  down to the autotuner's choice (``analysis.autotuner``), never to the machines.
 
 A set of runs merged from several machines (``detbench merge``: env.json has ``machines``, each
 record its ``machine``) counts as one run per machine.
@@ -22,15 +26,18 @@ record its ``machine``) counts as one run per machine.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from detbench.analysis import autotuner, comparable
+from detbench.analysis.cause import autotuned
 from detbench.analysis.matrix import counted, mode_key, mode_of
+from detbench.store.identity import identity, text
 from detbench.store.results import ENV_FILE, env_facts, load_env, load_results
 from detbench.store.schema import Status
 
@@ -49,18 +56,9 @@ FACTS = {
     "python": "Python",
 }
 
-#: What makes two runs' fingerprints of one workload comparable, with the words for each.
-INPUTS = {
-    "device": "device",
-    "params": "workload parameters (sizes, profile)",
-    "seed": "seed",
-    "method": "digest method",
-    "steps": "hashed steps",
-}
-
 #: The verdicts, in the order a summary counts them.
-VERDICTS = ("same bits", "different bits", "nondeterministic within a run", "not comparable",
-            "no verdict")  # fmt: skip
+VERDICTS = ("same bits", "different bits", autotuner.AUTOTUNER, "nondeterministic within a run",
+            "not comparable", "no verdict")  # fmt: skip
 
 
 @dataclass
@@ -111,89 +109,134 @@ class Side:
     run: str
     state: str  # reproducible | single | nondeterministic | the status it failed with
     fingerprints: list[str] = field(default_factory=list)
+    #: The workload it ran (``store.identity``).
     inputs: dict[str, str] = field(default_factory=dict)
     #: Its distinct fingerprints by digest method: a run with ``--fingerprint both`` has both,
     #: so it compares with a run of either method.
     digests: dict[str, list[str]] = field(default_factory=dict)
+    #: By digest method, the first ok record's step digests (its own verdict says whether the
+    #: others agree).
+    steps: dict[str, list[str]] = field(default_factory=dict)
+    #: cudnn.benchmark was on (the records' read-back).
+    benchmark: bool = False
 
     @property
     def ran(self) -> bool:
         return self.state in ("reproducible", "single", "nondeterministic")
 
+    @property
+    def n_steps(self) -> int | None:
+        """The steps its fingerprint pass hashed (None: no step digests recorded)."""
+        counts = {len(s) for s in self.steps.values() if s}
+        return min(counts) if counts else None
 
-def _text(x: Any) -> str:
-    if isinstance(x, dict):
-        return json.dumps(x, sort_keys=True, default=str)
-    return "" if x is None or (isinstance(x, float) and pd.isna(x)) else str(x)
+
+def _distinct(col: pd.Series) -> list[str]:
+    return list(dict.fromkeys(str(x) for x in col))
+
+
+def _list(x: Any) -> list[str]:
+    return [str(d) for d in x] if isinstance(x, (list, tuple)) else []
+
+
+def _side(run: Run, mode: str, g: pd.DataFrame) -> Side:
+    ok = g[(g["status"] == Status.OK) & g["fingerprint"].notna()]
+    prints = _distinct(ok["fingerprint"])
+    first = ok.iloc[0] if len(ok) else g.iloc[0]
+    method = text(first.get("fingerprint_method")) or "sha256"
+    digests, steps = {method: prints}, {method: _list(first.get("step_fingerprints"))}
+    if "fingerprint_sha256" in ok and ok["fingerprint_sha256"].notna().all() and len(ok):
+        digests["sha256"] = _distinct(ok["fingerprint_sha256"])
+        steps["sha256"] = _list(first.get("step_fingerprints_sha256"))
+    if len(prints) > 1:
+        state = "nondeterministic"
+    elif len(ok) >= 2:
+        state = "reproducible"
+    elif len(ok) == 1:
+        state = "single"
+    else:
+        bad = g[g["status"] != Status.OK]["status"]
+        state = str(bad.mode().iloc[0]) if len(bad) else "no fingerprint"
+    return Side(run.name, state, prints, identity(first, run.env), digests, steps,
+                _autotuned(first, mode))  # fmt: skip
+
+
+def _autotuned(rec: pd.Series, mode: str) -> bool:
+    """Whether cuDNN's autotuner ran: cudnn.benchmark on with cuDNN on, as the record read them
+    back, else as the mode says (``cause.autotuned``)."""
+    bench, cudnn = rec.get("benchmark"), rec.get("cudnn_enabled")
+    if isinstance(bench, (bool, np.bool_)):
+        return bool(bench) and not (isinstance(cudnn, (bool, np.bool_)) and not cudnn)
+    return autotuned(mode)
 
 
 def sides(run: Run) -> dict[tuple[str, str, str], Side]:
-    """Each (suite, workload, mode) of ``run``: its own verdict, fingerprints and inputs."""
-    out: dict[tuple[str, str, str], Side] = {}
+    """Each (suite, workload, mode) of ``run``: its own verdict, fingerprints and workload."""
     if run.df.empty:
-        return out
+        return {}
     df = counted(run.df)
-    steps = _text((run.env.get("options") or {}).get("fingerprint_steps"))
-    for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"], sort=False):
-        ok = g[(g["status"] == Status.OK) & g["fingerprint"].notna()]
-        prints = list(dict.fromkeys(str(x) for x in ok["fingerprint"]))
-        first = ok.iloc[0] if len(ok) else g.iloc[0]
-        method = _text(first.get("fingerprint_method")) or "sha256"
-        digests = {method: prints}
-        if "fingerprint_sha256" in ok and ok["fingerprint_sha256"].notna().all() and len(ok):
-            digests["sha256"] = list(dict.fromkeys(str(x) for x in ok["fingerprint_sha256"]))
-        inputs = {
-            "device": _text(first.get("device")),
-            "params": _text(first.get("params")),
-            "seed": _text(first.get("seed")),
-            "method": " + ".join(sorted(digests)),
-            "steps": steps,
-        }
-        if len(prints) > 1:
-            state = "nondeterministic"
-        elif len(ok) >= 2:
-            state = "reproducible"
-        elif len(ok) == 1:
-            state = "single"
-        else:
-            bad = g[g["status"] != Status.OK]["status"]
-            state = str(bad.mode().iloc[0]) if len(bad) else "no fingerprint"
-        out[(str(suite), str(workload), str(mode))] = Side(run.name, state, prints, inputs,
-                                                           digests)  # fmt: skip
-    return out
-
-
-def _inputs_differ(a: Side, b: Side) -> str:
-    return "; ".join(f"{words} {a.inputs.get(k) or '–'} ({a.run}) vs {b.inputs.get(k) or '–'} "
-                     f"({b.run})" for k, words in INPUTS.items()
-                     if a.inputs.get(k) != b.inputs.get(k))  # fmt: skip
+    return {(str(suite), str(workload), str(mode)): _side(run, str(mode), g)
+            for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"],
+                                                         sort=False)}  # fmt: skip
 
 
 def _differs(groups: list[list[str]], facts: Mapping[str, Mapping[str, str | None]]
              ) -> dict[str, list[str]]:  # fmt: skip
     """The facts whose values differ between ``groups`` of runs: fact -> each group's value(s)
-    ("?" where a run did not record it; "a / b" where a group's runs differ among themselves)."""
+    ("?" where a run did not record it; "a / b" where a group's runs differ among themselves).
+    A fact whose recorded values are all the same is no difference, whoever left it out."""
     out: dict[str, list[str]] = {}
     for k in FACTS:
         per = [" / ".join(dict.fromkeys(facts[r].get(k) or "?" for r in g)) for g in groups]
-        if len(set(per)) > 1:
+        known = {facts[r].get(k) for g in groups for r in g} - {None}
+        if len(set(per)) > 1 and len(known) > 1:
             out[k] = per
     return out
+
+
+def _comparable(ran: list[Side]) -> tuple[list[Side], str]:
+    """The largest class of ``ran`` with the same workload (ties: the first run's class), and
+    the digest method most of them have (sha256 on a tie: a --fingerprint both run has it)."""
+    groups = comparable.classes([s.inputs for s in ran])
+    largest = [ran[i] for i in max(groups, key=len)]
+
+    def shared(m: str) -> tuple[int, bool]:
+        return -sum(m in s.digests for s in largest), m != "sha256"
+
+    methods = sorted({m for s in largest for m in s.digests}, key=shared)
+    method = methods[0] if methods else "sha256"
+    return [s for s in largest if method in s.digests], method
+
+
+def _unlike(ref: Side, s: Side, method: str) -> str:
+    """What keeps ``s`` from being compared with ``ref``, in words."""
+    words = [comparable.not_comparable(ref.inputs, s.inputs, ref.run, s.run)]
+    if method not in s.digests:
+        words.append(f"digest method {method} ({ref.run}) vs {' + '.join(sorted(s.digests))} "
+                     f"({s.run})")  # fmt: skip
+    return "; ".join(w for w in words if w)
+
+
+def _row(key: tuple[str, str, str], present: list[Side]) -> dict[str, Any]:
+    suite, workload, mode = key
+    m = mode_of(mode)
+    return {
+        "suite": suite, "workload": workload, "mode": mode,
+        "base_mode": m.base_name if m else mode, "settings": m.overrides if m else {},
+        "benchmark": any(s.benchmark for s in present),
+        "device": " / ".join(dict.fromkeys(s.inputs.get("device") or "?" for s in present)),
+        "runs": [s.run for s in present], "same_bits": None, "verdict": "no verdict",
+        "groups": [], "fingerprints": [], "differs": {}, "nondeterministic_in": [],
+        "not_comparable": {}, "not_run": {}, "steps": {}, "compared_steps": None,
+        "cause": None, "machine_facts": {}, "note": "",
+    }  # fmt: skip
 
 
 def verdict(key: tuple[str, str, str], present: list[Side],
             facts: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:  # fmt: skip
     """The verdict of one (suite, workload, mode) over the runs that have it (see the module
     docstring), as a plain dict (the JSON of ``detbench compare --json``)."""
-    suite, workload, mode = key
-    m = mode_of(mode)
-    row: dict[str, Any] = {
-        "suite": suite, "workload": workload, "mode": mode,
-        "base_mode": m.base_name if m else mode, "settings": m.overrides if m else {},
-        "runs": [s.run for s in present], "same_bits": None, "verdict": "no verdict",
-        "groups": [], "fingerprints": [], "differs": {}, "nondeterministic_in": [],
-        "not_comparable": {}, "not_run": {}, "note": "",
-    }  # fmt: skip
+    row = _row(key, present)
     ran = [s for s in present if s.ran]
     row["not_run"] = {s.run: s.state for s in present if not s.ran}
     if len(ran) < 2:
@@ -201,31 +244,25 @@ def verdict(key: tuple[str, str, str], present: list[Side],
             ": " + ", ".join(f"{r} {st}" for r, st in row["not_run"].items())
             if row["not_run"] else "")  # fmt: skip
         return row
-    # The largest class of runs with the same inputs (ties: the first run's class), compared by
-    # the digest method most of them have (sha256 on a tie: a --fingerprint both run has it).
-    classes: dict[tuple[str, ...], list[Side]] = {}
-    for s in ran:
-        classes.setdefault(tuple(s.inputs.get(k, "") for k in INPUTS if k != "method"),
-                           []).append(s)  # fmt: skip
-    largest = max(classes.values(), key=len)
-
-    def shared(m: str) -> tuple[int, bool]:
-        return -sum(m in s.digests for s in largest), m != "sha256"
-
-    methods = sorted({m for s in largest for m in s.digests}, key=shared)
-    method = methods[0] if methods else "sha256"
-    best = [s for s in largest if method in s.digests]
-    row["not_comparable"] = {s.run: _inputs_differ(best[0], s) for s in ran if s not in best}
+    best, method = _comparable(ran)
+    row["not_comparable"] = {s.run: _unlike(best[0], s, method) for s in ran if s not in best}
     if len(best) < 2:
         row["verdict"] = "not comparable"
         row["note"] = "; ".join(row["not_comparable"].values())
         return row
+    counts = {s.run: s.n_steps for s in best}
+    common = None
+    if len(set(counts.values())) > 1 and None not in counts.values():
+        common = min(c for c in counts.values() if c is not None)
+        row["steps"], row["compared_steps"] = counts, common
     nondet = [s for s in best if s.state == "nondeterministic"]
     row["nondeterministic_in"] = [s.run for s in nondet]
     groups: dict[str, list[str]] = {}
     for s in best:
         if s.state != "nondeterministic":
-            groups.setdefault(s.digests[method][0], []).append(s.run)
+            bits = s.digests[method][0] if common is None else comparable.prefix(
+                s.steps[method], common)  # fmt: skip
+            groups.setdefault(bits, []).append(s.run)
     row["groups"], row["fingerprints"] = list(groups.values()), list(groups)
     if nondet:
         row["verdict"] = "nondeterministic within a run"
@@ -254,6 +291,7 @@ def across(runs: Sequence[Run]) -> list[dict[str, Any]]:
         present = [s[key] for s in per if key in s]
         if len(present) > 1:
             out.append(verdict(key, present, facts))
+    autotuner.label(out)
     return out
 
 

@@ -59,44 +59,68 @@ class HostLoad:
     cpu_own: int = 0  # records whose own other processes took OTHER_CPU or more of the CPU
 
     @property
+    def gpu_others(self) -> int:
+        """Records with another process on their GPU, whoever's it was."""
+        return self.gpu_own + self.gpu_foreign + self.gpu_unknown
+
+    @property
     def is_busy(self) -> bool:
         return (self.timed > 0 and self.busy >= BUSY_SHARE * self.timed) or self.not_alone > 0
 
     def sentence(self) -> str:
-        """One line for the first screen and the console."""
+        """The host's state in sentences, for the first screen and the console, e.g. "The host
+        was busy while this run timed: 5 of 10 timings ran beside other work; other processes
+        used 35% of its CPU (the median over the 10 timings; load 1.4 on 2 CPUs). Do not trust
+        its timings (every ratio and interval); its bitwise verdicts still hold, since the load
+        does not change the bits." """
         parts = []
         if self.timed:
-            share = f"{self.busy} of {self.timed} timings ran on a busy host; " if self.busy else ""
-            parts.append(f"{share}other processes used {_pct(self.other_cpu)} of the host's CPU "
-                         f"(median over {self.timed} timings; load {_num(self.load1)} on "
-                         f"{self.cpus} CPUs" + (f", steal {_pct(self.steal)}" if self.steal
-                                                else "") + ")")  # fmt: skip
+            usage = self._usage()
+            if self.busy:
+                some = f"{self.busy} of {self.timed} timings"
+                if self.busy == self.timed:
+                    some = f"all {self.timed} timings" if self.timed > 1 else "its one timing"
+                parts.append(f"{some} ran beside other work")
+            if usage:
+                parts.append(usage)
         if self.gpu_foreign:
-            parts.append(f"{self.gpu_foreign} timings shared the GPU with another program")
+            parts.append(f"{_timings(self.gpu_foreign)} shared the GPU with another program")
         if self.gpu_own:
-            parts.append(f"{self.gpu_own} timings had another of this run's processes on the GPU")
+            parts.append(f"{_timings(self.gpu_own)} had another of this run's processes on the GPU")
         if self.gpu_unknown:
-            parts.append(f"{self.gpu_unknown} timings had another process on the GPU, whose the "
+            parts.append(f"{_timings(self.gpu_unknown)} had another process on the GPU, whose the "
                          "records do not say")  # fmt: skip
         if self.cpu_own:
-            parts.append(f"{self.cpu_own} timings shared the CPU with this run's own processes")
+            parts.append(f"{_timings(self.cpu_own)} shared the CPU with this run's own processes")
         if self.not_alone:
-            parts.append(f"{self.not_alone} timings could not be taken alone")
-        head = (
-            "The host was busy while this run timed, so its timings (every ratio and interval) "
-            "are not to be trusted; its bitwise verdicts are: "
-            if self.is_busy
-            else "The host was quiet while this run timed: "
+            parts.append(f"{_timings(self.not_alone)} ran beside another worker of this run")
+        said = (": " + "; ".join(parts) if parts else "") + "."
+        if not self.is_busy:
+            return "The host was quiet while this run timed" + said
+        return (
+            "The host was busy while this run timed" + said + " Do not trust its timings (every "
+            "ratio and interval); its bitwise verdicts still hold, since the load does not change "
+            "the bits."
         )
-        return head + "; ".join(parts) + "."
+
+    def _usage(self) -> str:
+        """How much of the CPU other processes used, with the load and steal, as a clause."""
+        if self.other_cpu is None:
+            return ""
+        facts = ["the median over " + ("the " if self.busy else "") + _timings(self.timed)]
+        if self.load1 is not None:
+            facts.append(f"load {self.load1:.1f}" + (f" on {self.cpus} CPUs" if self.cpus else ""))
+        if self.steal:
+            facts.append(f"the hypervisor stole {_pct(self.steal)}")
+        return f"other processes used {_pct(self.other_cpu)} of its CPU ({'; '.join(facts)})"
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.0f}%"
+def _timings(n: int) -> str:
+    return f"{n} timing{'' if n == 1 else 's'}"
 
 
-def _num(x: float | None) -> str:
-    return "–" if x is None else f"{x:.1f}"
+def _pct(x: float) -> str:
+    return "under 1%" if 0.0005 <= x < 0.005 else f"{100 * x:.0f}%"
 
 
 def _gpu_busy(h: Mapping[str, Any], alone: object) -> bool:

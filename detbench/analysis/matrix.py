@@ -51,6 +51,23 @@ def mode_key(label: str) -> tuple[int, str]:
     return _ORDER.get(str(label).partition("[")[0], len(_ORDER)), str(label)
 
 
+def run_device(df: pd.DataFrame) -> str | None:
+    """The device the records say they ran on ("cpu", "cuda"); None where they do not say, or
+    disagree."""
+    if "device" not in df.columns:
+        return None
+    devices = set(df["device"].dropna().astype(str))
+    return devices.pop() if len(devices) == 1 else None
+
+
+def simplicity_key(label: str) -> tuple[int, tuple[int, str]]:
+    """Fewest changes from torch's default first, then the order of the 10 modes, then the
+    label (an unparsable label last)."""
+    mode = mode_of(label)
+    changes = None if mode is None else mode.changes()
+    return (len(changes) if changes is not None else 1 << 20), mode_key(label)
+
+
 def ordered_modes(labels: Iterable[Any]) -> list[str]:
     """The distinct labels of ``labels`` in ``mode_key`` order."""
     return sorted(dict.fromkeys(str(x) for x in labels), key=mode_key)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import stats
+from detbench.analysis import cause, stats
 from detbench.analysis.matrix import (
     RAN,
     baseline_mode,
@@ -43,6 +43,8 @@ from detbench.analysis.matrix import (
     ran_somewhere,
     relative_throughput,
     replicate_samples,
+    run_device,
+    simplicity_key,
     verdicts,
 )
 from detbench.core.modes import get_mode
@@ -59,17 +61,10 @@ RULE = (
     "throughput over the first's lies entirely above 1), so a difference within the noise never "
     "moves "
     "the choice; on a CPU, where the cuDNN flags act on nothing, a mode that changes one is the "
-    "same computation as its twin without it and is never recommended"
+    "same computation as its twin without it and is never recommended; on a GPU, a mode with "
+    "cudnn.benchmark is never recommended where cudnn.benchmark made another mode of the same "
+    "workload nondeterministic, since its own agreement was the autotuner's luck"
 )
-
-
-def run_device(df: pd.DataFrame) -> str | None:
-    """The device the records say they ran on ("cpu", "cuda"); None where they do not say, or
-    disagree."""
-    if "device" not in df.columns:
-        return None
-    devices = set(df["device"].dropna().astype(str))
-    return devices.pop() if len(devices) == 1 else None
 
 
 def inert_changes(label: str, device: str | None) -> list[str]:
@@ -85,13 +80,6 @@ def inert_changes(label: str, device: str | None) -> list[str]:
 def _changes(label: str) -> list[str] | None:
     mode = mode_of(label)
     return None if mode is None else mode.changes()
-
-
-def simplicity_key(label: str) -> tuple[int, tuple[int, str]]:
-    """Fewest changes from torch's default first, then the order of the 10 modes, then the
-    label (an unparsable label last)."""
-    changes = _changes(label)
-    return (len(changes) if changes is not None else 1 << 20), mode_key(label)
 
 
 @dataclass(frozen=True)
@@ -264,12 +252,19 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
     inert = {m: bool(inert_changes(m, device)) for m in dict.fromkeys(v["mode"])}
     v = v.assign(inert=v["mode"].map(inert).astype(bool))
     tp = _Throughput(df, baseline, n_boot, seed)
+    drawn = cause.lottery(df, v)
+
+    def luck(s: str, m: str, ws: list[str]) -> bool:
+        """A mode with the autotuner, where cudnn.benchmark broke one of ``ws`` elsewhere."""
+        return cause.autotuned(m) and any((s, w) in drawn for w in ws)
+
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         s, w = str(suite), str(workload)
         ran = g[g["verdict"].isin(RAN) & ~g["inert"]]
         points = {str(r.mode): tp.point(s, w, str(r.mode), r.rel) for r in ran.itertuples()}
         repro = sorted(ran.loc[ran["verdict"] == "reproducible", "mode"], key=simplicity_key)
+        repro = [m for m in repro if not luck(s, str(m), [w])]
 
         def one(m: str, point: float, s: str = s, w: str = w) -> Estimate:
             return _estimate(point, tp.ratio(s, w, m))
@@ -308,7 +303,9 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
                 return None
             return stats.geometric_mean(ratios)
 
-        qualify = sorted((m for m in repro if not inert[m]), key=simplicity_key)
+        qualify = sorted(
+            (m for m in repro if not inert[m] and not luck(s, m, workloads)), key=simplicity_key
+        )
         cands = [(m, points.get(m, float("nan"))) for m in qualify]
         excluded = [m for m in repro if inert[m]]
         none_why = _none_why(excluded, "for every workload")
@@ -322,26 +319,3 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         dtype=object,
     )
     return out[columns]
-
-
-def recommendation_text(df: pd.DataFrame) -> str:
-    """The rule, then one line per suite: the recommended mode, why, and its throughput."""
-    rec = recommendations(df)
-    baseline = baseline_mode(df["mode"]) if len(df) else None
-    lines = [f"recommended mode per suite: {RULE}."]
-    suites: list[dict[Any, Any]] = rec[rec["workload"] == "*"].to_dict("records")
-    for r in suites:
-        if r["mode"] is None:
-            lines.append(f"  {r['suite']}: none: {r['reason']}")
-            continue
-        speed = (
-            f"; throughput {r['relative_throughput']:.2f}x {baseline}'s (geometric mean)"
-            if r["relative_throughput"] is not None and r["mode"] != baseline
-            else ""
-        )
-        if r["cost_vs_fastest"] is not None and r["fastest_mode"] not in (None, r["mode"]):
-            speed += (
-                f", {100 * r['cost_vs_fastest']:.0f}% below the fastest mode, {r['fastest_mode']}"
-            )
-        lines.append(f"  {r['suite']}: {r['mode']}: {r['reason']}{speed}")
-    return "\n".join(lines)

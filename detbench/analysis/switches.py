@@ -25,8 +25,14 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import stats
-from detbench.analysis.matrix import RAN, counted, mode_of, replicate_samples, verdicts
-from detbench.analysis.recommend import simplicity_key
+from detbench.analysis.matrix import (
+    RAN,
+    counted,
+    mode_of,
+    replicate_samples,
+    simplicity_key,
+    verdicts,
+)
 from detbench.core import settings as st
 from detbench.core.modes import Mode
 from detbench.store.schema import Status

@@ -176,9 +176,7 @@ def submit_command(args: argparse.Namespace) -> int:
     if several and args.shards:
         raise UserError("--shards splits one run; with several partitions each runs the whole "
                         "run: give one or the other")  # fmt: skip
-    out = Path(args.out)
-    if (out / RESULTS_FILE).exists() or (out / PARTS).exists():
-        raise UserError(f"{out} holds a run or a submission already; give a new --out")
+    out = Path(args.out)  # run_config refuses it unless it is new or empty
     config = run_config(args, torch.cuda.is_available())
     todo = tasks(config, None if several else args.shards, partitions if several else None)
     for t in todo[:1]:  # a bad selection, or more shards than workers: one line, nothing sent

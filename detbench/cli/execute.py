@@ -56,6 +56,20 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     return est
 
 
+def cudnn_log_note(config: RunConfig) -> str:
+    """What ``--cudnn-log`` does to this run, before it starts."""
+    if config.device != "cuda":
+        return (
+            "detbench: --cudnn-log on a CPU: cuDNN never loads here, so each record will say "
+            "why it names no engine."
+        )
+    return (
+        f"detbench: cuDNN's API log is on (--cudnn-log), one file per worker in {config.out}/logs: "
+        "each record names the engine every convolution ran, but a short conv step runs up to 3x "
+        "slower and cudnn.benchmark may choose differently, so this run's timings are not costs."
+    )
+
+
 def execute(
     config: RunConfig,
     args: argparse.Namespace,
@@ -94,6 +108,8 @@ def execute(
             "differ only in them measure the same thing.",
             file=sys.stderr,
         )
+    if config.cudnn_log:
+        print(cudnn_log_note(config), file=sys.stderr)
     inherited = os.environ.get(CUBLAS_ENV)
     if inherited is not None:
         print(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detbench.cli.options import (
+    CUDNN_LOG_HELP,
     UserError,
     existing_dir,
     mode_options,
@@ -111,17 +112,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = run_config(args, cuda)
 
     def summary(df: pd.DataFrame) -> str:
-        from detbench.analysis.samebits import text
+        from detbench.analysis import cause, samebits
+        from detbench.analysis.runstate import run_state
+        from detbench.store.results import load_env
 
-        same = text(df)
+        same = samebits.text(df)
+        why = cause.text(df)
         load = host_load(df)
         busy = f"\n\nWARNING: {load.sentence()}" if load is not None and load.is_busy else ""
         return (
             summary_table(df)[1]
             + "\n\n"
             + recommendation_text(df)
+            + (f"\n\n{why}" if why else "")
             + (f"\n\n{same}" if same else "")
             + busy
+            + f"\n\n{run_state(df, load_env(config.out)).line()}"
         )
 
     return execute(config, args, cuda, summary=summary)
@@ -171,7 +177,7 @@ def _cmd_gpu_check(args: argparse.Namespace) -> int:
         )
     out = Path(args.out) if args.out else stamped_dir(f"{args.device}-gpu-check")
     print(f"detbench gpu-check: {args.device}, results in {out}", file=sys.stderr)
-    found, out = run_check(args.device, out)
+    found, out = run_check(args.device, out, cudnn_log=args.cudnn_log)
     for c in found:
         print(c.line())
     failed = sum(not c.ok for c in found)
@@ -218,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="after the run, locate the op, module and line where each nondeterministic "
         "(workload, mode) parts from run to run (detbench locate; the report shows them)",
     )
+    r.add_argument("--cudnn-log", action="store_true", default=None, help=CUDNN_LOG_HELP)
     r.set_defaults(func=_cmd_run)
 
     rep = sub.add_parser(
@@ -248,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                     help="cuda (default); cpu rehearses the check without a GPU")  # fmt: skip
     gc.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
+    gc.add_argument("--cudnn-log", action="store_true", help=CUDNN_LOG_HELP)
     gc.set_defaults(func=_cmd_gpu_check)
 
     idx = sub.add_parser(

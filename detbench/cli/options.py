@@ -9,6 +9,7 @@ from pathlib import Path
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import MODES, get_mode
 from detbench.run.config import RunConfig
+from detbench.store.outdir import refuse_used
 from detbench.store.results import stamped_dir
 
 
@@ -19,7 +20,15 @@ class UserError(DetbenchError):
 #: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
 RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
                "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set",
-               "devices", "shard")  # fmt: skip
+               "devices", "shard", "cudnn_log")  # fmt: skip
+
+#: ``run --cudnn-log`` and ``gpu-check --cudnn-log``.
+CUDNN_LOG_HELP = (
+    "record which cuDNN engine each convolution ran in each process, read from cuDNN's API log "
+    "(a file per worker under DIR/logs, about 13 KB per cuDNN execution); the log slows every "
+    "cuDNN call (a short conv step took 3x as long on an H100) and can change what "
+    "cudnn.benchmark picks, so such a run's timings are not costs (off by default)"
+)
 
 
 def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
@@ -34,7 +43,9 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
 
     if args.resume is not None:
         given = [
-            f"--{name.replace('_', '-')}" for name in RUN_OPTIONS if getattr(args, name) is not None
+            f"--{name.replace('_', '-')}"
+            for name in RUN_OPTIONS
+            if getattr(args, name, None) is not None
         ]
         if given:
             raise UserError(
@@ -58,8 +69,10 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         modes = [m.with_settings(overrides) for m in modes]
     if len({m.name for m in modes}) != len(modes):
         raise UserError("a --mode is given twice")
+    out = Path(args.out) if args.out else stamped_dir(f"{device}-{profile}")
+    refuse_used(out)  # now, before anything is probed or planned
     return RunConfig(
-        out=Path(args.out) if args.out else stamped_dir(f"{device}-{profile}"),
+        out=out,
         suites=args.suite or [],
         workload_files=[Path(f) for f in args.workload or []],
         modes=modes,
@@ -75,6 +88,7 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         settings=dict(overrides),
         devices=devices,
         shard=parse_shard(args.shard) if args.shard is not None else None,
+        cudnn_log=bool(getattr(args, "cudnn_log", None)),
     )
 
 

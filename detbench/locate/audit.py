@@ -176,12 +176,13 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
     from detbench.core.modes import get_mode
     from detbench.run.api import plan_run, run_planned
     from detbench.run.config import RunConfig
+    from detbench.store.outdir import refuse_used
     from detbench.store.results import load_results
 
     source, keys = _select(target)
     cuda = torch.cuda.is_available()
-    if out is not None and out.exists():
-        raise AuditError(f"{out} exists: give a new directory for --out (nothing was overwritten)")
+    if out is not None:
+        refuse_used(out)  # before the probes, which take a while
     run_dir = out or Path(tempfile.mkdtemp(prefix="detbench-audit-")) / "run"
     config = RunConfig(
         out=run_dir, workload_files=[source], only=keys, replicates=replicates,

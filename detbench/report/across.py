@@ -8,20 +8,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from detbench.analysis import comparable
 from detbench.analysis.across import FACTS, VERDICTS, Run, across, counts, load_runs
+from detbench.analysis.autotuner import AUTOTUNER, WHY
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
 
 HEADER = ("workload", "mode", "verdict", "groups (runs with equal bits)",
-          "what differs between the groups")  # fmt: skip
+          "what differs, or why")  # fmt: skip
 
 EXPLAIN = (
     "For every workload and mode (with its settings) found in more than one run: 'same bits' "
     "when every run's fingerprints agree, 'different bits' when the runs fall into groups of "
     "equal fingerprints (the facts of their environments that differ between the groups are "
-    "named), 'nondeterministic within a run' when a run's own replicates disagree (run-to-run "
-    "nondeterminism, not a difference between machines), 'not comparable' when the inputs or "
-    "the digest differ (a CPU run and a GPU run draw other random numbers; other sizes), and "
-    "'no verdict' when fewer than two runs ran it."
+    "named), 'autotuner's choice' when a workload's runs differ only in modes with "
+    "cudnn.benchmark on (it times candidate algorithms in each process and may pick another one "
+    "in the next, on one GPU too), 'nondeterministic within a run' when a run's own replicates "
+    "disagree (run-to-run nondeterminism, not a difference between machines), 'not comparable' "
+    "when the workload or the digest differs (a CPU run and a GPU run draw other random numbers; "
+    "other sizes, profile or suite source), and 'no verdict' when fewer than two runs ran it. "
+    "Runs that hashed a different number of steps are compared over the steps all of them ran."
 )
 
 
@@ -54,31 +59,71 @@ def _differs(r: Mapping[str, Any]) -> str:
     return "; ".join(f"{FACTS.get(k, k)}: {' | '.join(v)}" for k, v in r["differs"].items())
 
 
+def _named(words: str, lab: Mapping[str, str]) -> str:
+    """``words`` with each run's name replaced by its label (the longest names first)."""
+    for name in sorted(lab, key=len, reverse=True):
+        words = words.replace(name, lab[name])
+    return words
+
+
 def _verdict(r: Mapping[str, Any], lab: Mapping[str, str]) -> str:
     v = str(r["verdict"])
+    n = r.get("compared_steps")
+    over = f" over the {n} steps {'both' if len(r['steps']) == 2 else 'all'} ran" if n else ""
     if v == "different bits":
-        return "DIFFERENT bits"
+        return "DIFFERENT bits" + over
+    if v == "same bits":
+        return v + over
     if v == "nondeterministic within a run":
         return (
             f"nondeterministic within {' '.join(lab.get(n, n) for n in r['nondeterministic_in'])}"
         )
-    if v == "not comparable":
-        return "not comparable"
+    if v == AUTOTUNER:
+        return "autotuner's choice"
     return v
 
 
-def rows(verdicts: Sequence[Mapping[str, Any]], lab: Mapping[str, str]) -> list[list[str]]:
-    out = []
-    for r in verdicts:
+def _why(r: Mapping[str, Any], lab: Mapping[str, str]) -> str:
+    """The last column: what differs between the groups, or why there is no such verdict."""
+    v = r["verdict"]
+    if v == "nondeterministic within a run":
+        last = "run to run: not a cross-machine difference"
+        if r.get("cause"):
+            last += "; " + WHY
+    elif v == "not comparable":
+        last = "not comparable: " + str(r["note"])
+    else:
         last = _differs(r) or str(r["note"] or "")
-        if r["verdict"] == "nondeterministic within a run":
-            last = "run to run: not a cross-machine difference"
-        if r["not_comparable"] and r["verdict"] != "not comparable":
-            last = "; ".join(x for x in (last, "not comparable: " + ", ".join(
-                lab.get(n, n) for n in r["not_comparable"])) if x)  # fmt: skip
-        out.append([f"{r['suite']}/{r['workload']}", str(r["mode"]), _verdict(r, lab),
-                    _groups(r, lab), last])  # fmt: skip
-    return out
+    if r.get("compared_steps"):
+        each = ", ".join(f"{lab.get(n, n)} {k}" for n, k in r["steps"].items())
+        last = "; ".join(x for x in (last, f"steps hashed: {each}") if x)
+    if r["not_comparable"] and v != "not comparable":
+        last = "; ".join(x for x in (last, "not comparable: " + "; ".join(
+            r["not_comparable"].values())) if x)  # fmt: skip
+    return _named(last, lab)
+
+
+def rows(verdicts: Sequence[Mapping[str, Any]], lab: Mapping[str, str]) -> list[list[str]]:
+    return [[f"{r['suite']}/{r['workload']}", str(r["mode"]), _verdict(r, lab), _groups(r, lab),
+             _why(r, lab)] for r in verdicts]  # fmt: skip
+
+
+def like_lines(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Whether the runs ran the same workloads: the workloads compared over a prefix of their
+    steps, and what is known of the suites' source."""
+    lab = labels(runs)
+    out = []
+    for d in comparable.step_differences(verdicts):
+        n = len(d["workloads"])
+        each = [f"{k} in {lab.get(r, r)}" for r, k in d["steps"].items()]
+        each[0] = each[0].replace(" in ", " steps in ", 1)
+        out.append(
+            f"The {d['suite']} suite's {n} workload{'s' if n != 1 else ''} hashed "
+            f"{', '.join(each[:-1])} and {each[-1]}: their "
+            f"bits are compared over the {d['common']} steps "
+            f"{'both' if len(d['steps']) == 2 else 'all'} ran."
+        )
+    return out + comparable.source_lines(runs, lab)
 
 
 def summary_line(verdicts: Sequence[Mapping[str, Any]]) -> str:
@@ -96,6 +141,8 @@ def to_text(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
     lines += [f"  {lab[r.name]}  {line}" for r, line in zip(runs, own, strict=True)]
     if common:
         lines.append(f"  all: {common}")
+    lines.append("")
+    lines += like_lines(runs, verdicts)
     lines.append("")
     table = [list(HEADER), *rows(verdicts, lab)]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
@@ -117,6 +164,7 @@ def blocks(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]],
         Heading(level, "Across machines"),
         Para(EXPLAIN),
         Bullets(items),
+        Para(" ".join(like_lines(runs, verdicts))),
         Table(list(HEADER), rows(verdicts, lab), caption="the same bits across the runs"),
         Para(summary_line(verdicts) + "."),
     ]

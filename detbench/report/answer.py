@@ -17,21 +17,20 @@ How the recommendation is chosen is told in the Method section, not here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import busy, switches
-from detbench.analysis.recommend import simplicity_key
+from detbench.analysis import cause, engines, runstate, suite_answer, switches
+from detbench.analysis.recommend import CUDNN_FLAGS
+from detbench.core import settings as st
 from detbench.core.modes import DEFAULT_MODE, get_mode
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table, num
 
 #: Names listed in a sentence before "and N more".
 SHOWN = 6
-_NO_DET = re.compile(r"(\w+) does not have a deterministic implementation")
 
 
 def one_line(mode: str) -> str:
@@ -57,44 +56,35 @@ def _names(items: list[str]) -> str:
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
-def _best_partial(points: pd.DataFrame, suite: str) -> Mapping[str, Any] | None:
-    """The mode that made the most of ``suite``'s workloads reproducible (inert modes left out;
-    ties: the simplest)."""
-    p = points[
-        (points["suite"] == suite) & ~points["inert"] & points["relative_throughput"].notna()
-    ]
-    if p.empty or float(p["reproducible"].max()) <= 0:
-        return None
-    top = p[p["reproducible"] == p["reproducible"].max()]
-    best = min(top.to_dict("records"), key=lambda r: simplicity_key(str(r["mode"])))
-    return best
-
-
-def suite_rows(rec: pd.DataFrame, points: pd.DataFrame, baseline: str) -> list[list[str | Code]]:
-    """One row per suite: suite, the one line of Python, the throughput against the baseline."""
+def suite_rows(df: pd.DataFrame, rec: pd.DataFrame, v: pd.DataFrame, points: pd.DataFrame,
+               baseline: str) -> list[list[str | Code]]:  # fmt: skip
+    """One row per suite, from ``suite_answer.answers`` (what the console prints too): the
+    suite and its answer, the one line of Python, the throughput against the baseline."""
+    by_suite = {r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")}
     rows: list[list[str | Code]] = []
-    for r in rec[rec["workload"] == "*"].to_dict("records"):
-        suite = str(r["suite"])
-        if r["mode"] is None:
-            best = _best_partial(points, suite) if len(points) else None
-            if best is None:
-                rows.append([suite, "no mode made any workload reproducible", "–"])
-                continue
-            n = int(best["workloads"])
-            k = round(float(best["reproducible"]) * n)
-            line = one_line(str(best["mode"]))
-            rows.append([
-                f"{suite} (no one mode: {best['mode']} makes {k} of {n} reproducible)",
-                Code(line) if line else "nothing: torch's defaults",
-                _cost(str(best["mode"]), baseline, best["relative_throughput"],
-                      best.get("ci_low"), best.get("ci_high")),
-            ])  # fmt: skip
+    for a in suite_answer.answers(df, rec, v):
+        if a.mode is None:
+            rows.append([f"{a.suite} ({a.text})", "–", "–"])
             continue
-        line = one_line(str(r["mode"]))
-        rows.append([
-            f"{suite} ({r['mode']})", Code(line) if line else "nothing: torch's defaults",
-            _cost(str(r["mode"]), baseline, r["relative_throughput"], r["ci_low"], r["ci_high"]),
-        ])  # fmt: skip
+        line = one_line(a.mode)
+        python: str | Code = Code(line) if line else "nothing: torch's defaults"
+        if a.complete:
+            r = by_suite[a.suite]
+            cost = _cost(a.mode, baseline, r["relative_throughput"], r["ci_low"], r["ci_high"])
+            rows.append([f"{a.suite} ({a.mode})", python, cost])
+            continue
+        p = (
+            points[(points["suite"] == a.suite) & (points["mode"] == a.mode)]
+            if len(points)
+            else points
+        )
+        cost = "–"
+        if len(p):
+            q = p.iloc[0]
+            cost = _cost(
+                a.mode, baseline, q["relative_throughput"], q.get("ci_low"), q.get("ci_high")
+            )
+        rows.append([f"{a.suite} ({a.text})", python, cost])
     return rows
 
 
@@ -119,7 +109,9 @@ def _why(suite: str, workload: str, g: pd.DataFrame, params: Any,
         return "reproducible only with a setting beyond the four flags: " + ", ".join(
             map(str, with_settings["mode"])
         )
-    ops = sorted({m.group(1) for x in g["message"].dropna() if (m := _NO_DET.search(str(x)))})
+    ops = sorted(
+        {m.group(1) for x in g["message"].dropna() if (m := suite_answer.NO_DET.search(str(x)))}
+    )
     if ops:
         return f"{', '.join(ops)} has no deterministic implementation (unsupported under " \
                "deterministic algorithms, nondeterministic without them)"  # fmt: skip
@@ -146,6 +138,17 @@ def irreproducible(df: pd.DataFrame, v: pd.DataFrame, env: Mapping[str, Any]) ->
     return [f"{_names(names)}: {why}" for why, names in by_reason.items()]
 
 
+def _acts_on(switch: str, device: str | None) -> bool:
+    """Whether the settings table says ``switch`` can act on ``device`` (the cuDNN flags act on
+    nothing on a CPU; deterministic algorithms and most settings act on both)."""
+    if device is None:
+        return True
+    if switch in CUDNN_FLAGS:
+        return device != "cpu"
+    setting = st.BY_NAME.get(switch)
+    return setting is None or device in setting.devices
+
+
 def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str:
     changed = [e for e in effects if e.changed_bits]
     same = [e for e in effects if not e.changed_bits and e.workloads]
@@ -156,11 +159,32 @@ def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str
             + (f", {len(e.made_reproducible)} made reproducible" if e.made_reproducible else "")
             + ")" for e in changed))  # fmt: skip
     if same:
-        inert = " (they act on nothing on a CPU)" if device == "cpu" else ""
-        parts.append("changed no bits, only the time: " + "; ".join(
+        words = [
             f"{e.words} {interval_text(e.ratio.point, e.ratio.low, e.ratio.high)}"
-            if e.ratio is not None else e.words for e in same) + inert)  # fmt: skip
+            if e.ratio is not None
+            else e.words
+            for e in same
+        ]
+        inert = [e.words for e in same if not _acts_on(e.switch, device)]
+        note = ""
+        if inert and device:
+            verb = "acts" if len(inert) == 1 else "act"
+            note = f" ({', '.join(inert)} {verb} on nothing on a {device.upper()})"
+        parts.append("changed no bits, only the time: " + "; ".join(words) + note)
     return "Switches, " + "; ".join(parts) + "." if parts else ""
+
+
+def engine_lines(df: pd.DataFrame) -> list[str]:
+    """Where a run recorded cuDNN's engines (``--cudnn-log``) and the processes of one
+    (workload, mode) chose differently: one line each, beside the verdicts, never as one."""
+    out = []
+    for (workload, mode), reps in engines.engine_choices(df).items():
+        for conv, chosen in engines.differs(reps).items():
+            out.append(
+                f"cuDNN's log: in {workload} under {mode}, the processes chose different "
+                f"engines: {engines.describe(conv, chosen)}"
+            )
+    return out[:SHOWN]
 
 
 CPU_LINE = (
@@ -174,17 +198,22 @@ def blocks(df: pd.DataFrame, env: Mapping[str, Any], rec: pd.DataFrame, points: 
            v: pd.DataFrame, baseline: str, device: str | None) -> list[Block]:  # fmt: skip
     """The section; ``points``: ``analysis.tradeoff.points``; ``device``: ``run_device``."""
     out: list[Block] = [Heading(2, "The answer")]
-    load = busy.host_load(df)
+    state = runstate.run_state(df, env)
+    out.append(Para(state.line(), alert=state.partial or bool(state.throttle)))
+    load = state.load
     if load is not None and load.is_busy:
         out.append(Para(load.sentence(), alert=True))
+    where = "before any CUDA work " if device != "cpu" else ""
     out.append(Table([
-        "suite (recommended mode)", "set this before any CUDA work (Python)",
+        "suite (recommended mode)", f"set this {where}(Python)",
         f"throughput vs {baseline} (95% interval)",
-    ], suite_rows(rec, points, baseline)))  # fmt: skip
+    ], suite_rows(df, rec, v, points, baseline)))  # fmt: skip
     items = []
     stuck = irreproducible(df, v, env)
     if stuck:
         items.append("Reproducible in no mode: " + "; ".join(stuck) + ".")
+    items += cause.sentences(cause.causes(df, v))
+    items += engine_lines(df)
     line = switch_line(switches.effects(df, v=v), device)
     if line:
         items.append(line)

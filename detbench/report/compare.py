@@ -5,7 +5,10 @@ bootstrap interval and whether it is significant, each run's cost against its ow
 and any change of verdict. The runs' environments are compared first, and every difference in
 GPU, driver, CUDA, cuDNN or torch, SM count, MIG mode, clocks or power limit is a warning, as is
 a GPU that throttled during either run: a difference is usually what the comparison is for, but
-the reader must know which of them changed.
+the reader must know which of them changed. A workload is compared on throughput only where it
+is the same workload in both runs (``store.identity``: parameters, size profile, suite source);
+a verdict that changed in a mode with cudnn.benchmark on is said to be the autotuner's choice,
+which can change from process to process on one GPU.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import quality, stats
 from detbench.core.modes import DEFAULT_MODE
+from detbench.store.identity import describe, differences, identity
 from detbench.store.results import ENV_FACTS, env_facts, load_env, load_results
 
 #: Environment facts whose difference is warned about, with the words used for them.
@@ -51,10 +55,13 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
     env_a = load_env(a) if (a / "env.json").exists() else {}
     env_b = load_env(b) if (b / "env.json").exists() else {}
     facts_a, facts_b = env_facts(env_a), env_facts(env_b)
+    # On one device type a fact one run did not record (an older run) is unknown, not a
+    # difference; across device types "none" says what is there (no GPU).
+    same_device = facts_a["device"] == facts_b["device"]
     warnings = [
         f"the runs differ in {word}: {facts_a[k] or 'none'} (A) vs {facts_b[k] or 'none'} (B)"
         for k, word in WARN_FACTS.items()
-        if facts_a[k] != facts_b[k]
+        if facts_a[k] != facts_b[k] and not (same_device and None in (facts_a[k], facts_b[k]))
     ]
     if facts_a["device"] != facts_b["device"]:
         warnings.insert(0, f"the runs are on different devices: {facts_a['device']} (A) vs "
@@ -83,7 +90,7 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
     groups_b = {k: g for k, g in df_b.groupby(key, sort=False)}
     ib = vb.set_index(key)
     rows: list[dict[str, Any]] = []
-    differing_params: set[str] = set()
+    differing: dict[str, str] = {}
     for r in va.to_dict("records"):
         k = (r["suite"], r["workload"], r["mode"])
         if k not in kb:
@@ -97,12 +104,14 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
             "items_per_second_b": rb["items_per_second"],
             "change": None, "ci_low": None, "ci_high": None, "significant": None,
             "rel_default_a": r["rel"], "rel_default_b": rb["rel"],
-            "comparable": True,
+            "comparable": True, "benchmark": False,
         }  # fmt: skip
         ga, gb = groups_a[k], groups_b[k]
-        if _params(ga) != _params(gb):
+        row["benchmark"] = _autotuned(ga) or _autotuned(gb)
+        unlike = _unlike(ga, gb, env_a, env_b)
+        if unlike:
             row["comparable"] = False
-            differing_params.add(f"{r['suite']}/{r['workload']}")
+            differing[f"{r['suite']}/{r['workload']}"] = unlike
         else:
             reps_a = analysis.replicate_samples(ga)
             reps_b = analysis.replicate_samples(gb)
@@ -112,10 +121,12 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
                 row.update(change=c.point, ci_low=c.low, ci_high=c.high,
                            significant=c.significant)  # fmt: skip
         rows.append(row)
-    if differing_params:
+    if differing:
+        n = len(differing)
         warnings.append(
-            f"{len(differing_params)} workloads ran with different parameters in A and B and "
-            f"are not compared on throughput: {', '.join(sorted(differing_params))}"
+            f"{n} workload{'s are' if n != 1 else ' is'} not the same in A and B and "
+            f"{'are' if n != 1 else 'is'} not compared on throughput: "
+            + "; ".join(f"{w} ({why})" for w, why in sorted(differing.items()))
         )
     return Comparison(a, b, facts_a, facts_b, pd.DataFrame(rows), warnings, only_a, only_b)
 
@@ -151,15 +162,30 @@ def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool)
     for name, env in (("A", env_a), ("B", env_b)):
         lines = quality.throttle_lines(env)
         if lines:
-            out.append(f"the GPU of run {name} throttled during the run: " + "; ".join(lines))
+            out.append(f"in run {name}, " + "; ".join(lines))  # "GPU 0 (...) held its clocks..."
     return out
 
 
-def _params(g: pd.DataFrame) -> str:
-    import json
+def _autotuned(g: pd.DataFrame) -> bool:
+    """Whether cuDNN's autotuner ran in any of ``g``'s records: cudnn.benchmark on, cuDNN on, on
+    a GPU (on a CPU the flag changes nothing)."""
+    return bool(
+        (g["benchmark"].eq(True) & g["cudnn_enabled"].ne(False) & g["device"].eq("cuda")).any()
+    )
 
-    p = g["params"].dropna()
-    return json.dumps(p.iloc[0], sort_keys=True, default=str) if len(p) else ""
+
+#: What makes a workload another one for its throughput: not the device (comparing a CPU with a
+#: GPU is what a user may want), nor the seed.
+THROUGHPUT_FIELDS = ("params", "profile", "source")
+
+
+def _unlike(ga: pd.DataFrame, gb: pd.DataFrame, env_a: dict[str, Any],
+            env_b: dict[str, Any]) -> str:  # fmt: skip
+    """How a workload's records in A differ from its records in B ("" where they are the same
+    workload), from each run's first record."""
+    ia, ib = identity(ga.iloc[0], env_a), identity(gb.iloc[0], env_b)
+    return "; ".join(describe(f, ia[f], ib[f], "A", "B") for f in differences(ia, ib)
+                     if f in THROUGHPUT_FIELDS)  # fmt: skip
 
 
 # --- Rendering ---------------------------------------------------------------------------------
@@ -180,7 +206,8 @@ def rows(c: Comparison) -> list[list[str]]:
         else:
             sig = "yes" if r["significant"] else "no"
         verdict = f"{r['verdict_a']} -> {r['verdict_b']}"
-        verdict = "CHANGED: " + verdict if r["verdict_changed"] else str(r["verdict_a"])
+        changed = "CHANGED under cudnn.benchmark: " if r["benchmark"] else "CHANGED: "
+        verdict = changed + verdict if r["verdict_changed"] else str(r["verdict_a"])
         out.append([
             f"{r['suite']}/{r['workload']}", str(r["mode"]),
             _f(r["items_per_second_a"], ".4g"), _f(r["items_per_second_b"], ".4g"),
@@ -208,6 +235,14 @@ def summary_lines(c: Comparison) -> list[str]:
         lines.append(
             f"verdict changed: {r['suite']}/{r['workload']} under {r['mode']}: "
             f"{r['verdict_a']} (A) -> {r['verdict_b']} (B)"
+        )
+    tuned = int(changed["benchmark"].sum()) if len(changed) else 0
+    if tuned:
+        lines.append(
+            f"{tuned} of the {len(changed)} changed verdicts are in modes with cudnn.benchmark "
+            "on. It times candidate algorithms in each process and may pick another one in the "
+            "next, so such a verdict can change between two runs on one GPU too: it is the "
+            "autotuner's choice, not the GPU's."
         )
     if c.only_a:
         lines.append(f"only in A ({len(c.only_a)}): {', '.join(c.only_a[:10])}"

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import quality
+from detbench.analysis import cause, engines, quality
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
 from detbench.report.render import Block, Code, Heading, Para, Table, num
 from detbench.store.results import env_facts
@@ -28,13 +28,37 @@ def joined(values: list[Any], unit: str = "") -> str:
     return " / ".join(f"{v}{unit}" for v in values) if values else "not recorded"
 
 
+def of(n: int, total: int, noun: str) -> str:
+    """The subject of a warning's first sentence: "3 of 18 timed records", "1 of 18 timed
+    records", "The one timed record"."""
+    return f"The one {noun}" if total == 1 else f"{n} of {total} {noun}s"
+
+
+def pairs(n: int) -> str:
+    """As in "1 (workload, mode) pair", "3 (workload, mode) pairs"."""
+    return f"{n} (workload, mode) pair{'' if n == 1 else 's'}"
+
+
+def be(n: int) -> str:
+    """The verb that agrees with ``n`` things."""
+    return "is" if n == 1 else "are"
+
+
+def its(n: int) -> str:
+    """The possessive that agrees with ``n`` things."""
+    return "its" if n == 1 else "their"
+
+
 # --- Precision ---------------------------------------------------------------------------------
 
 
 def _precision_words(ps: list[tuple[str, ...]]) -> str:
     """``[("tf32", "ieee")]`` -> "matmuls in TF32 and convolutions in full fp32 (IEEE)"."""
     return " or ".join(
-        f"matmuls in {PRECISION_WORDS.get(m, m)} and convolutions in {PRECISION_WORDS.get(c, c)}"
+        f"matmuls and convolutions in {PRECISION_WORDS.get(m, m)}"
+        if m == c
+        else f"matmuls in {PRECISION_WORDS.get(m, m)} and convolutions in "
+        f"{PRECISION_WORDS.get(c, c)}"
         for m, c in ps
     )
 
@@ -64,7 +88,13 @@ def precision_warning(df: pd.DataFrame) -> str | None:
         groups.setdefault(tuple(ps), []).append(mode)
     if len(groups) < 2:
         return None
-    parts = [f"{_precision_words(list(ps))} under {', '.join(ms)}" for ps, ms in groups.items()]
+    # The smaller groups first; the largest last, as "the other N modes" when it is long.
+    ordered = sorted(groups.items(), key=lambda g: len(g[1]))
+    parts = []
+    for i, (kinds, ms) in enumerate(ordered):
+        last = i == len(ordered) - 1 and len(ms) > 3
+        who = f"the other {len(ms)} modes" if last else _and(ms)
+        parts.append(f"{who} ran {_precision_words(list(kinds))}")
     return (
         "The modes did not all run float32 in the same precision: "
         + "; ".join(parts)
@@ -72,6 +102,10 @@ def precision_warning(df: pd.DataFrame) -> str | None:
         "of determinism (e.g. cuDNN convolutions in TF32 against their non-cuDNN fallback in "
         "full fp32)."
     )
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 # --- Warnings ----------------------------------------------------------------------------------
@@ -114,12 +148,22 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
     det = {
         m for m in modes if (x := analysis.mode_of(m)) is not None and x.deterministic_algorithms
     }
-    broken = v[(v["verdict"] == "nondeterministic") & v["mode"].isin(det)]
+    # Only where no switch the run varied separates reproducible from not (analysis.cause): a
+    # named cause, cudnn.benchmark say, is told in the answer instead.
+    loose = cause.unexplained(v, cause.causes(df, v))
+    broken = loose[loose["mode"].isin(det)]
     for (suite, workload), g in broken.groupby(["suite", "workload"], sort=False):
         out.append(
             f"{suite}/{workload} was not bitwise reproducible even with deterministic algorithms "
-            f"on ({', '.join(g['mode'])}): the nondeterminism comes from somewhere PyTorch's "
-            "flags do not reach (seeding, threads, data order, the workload itself)."
+            f"on ({', '.join(g['mode'])}), and no switch the run varied made it so. The "
+            "nondeterminism comes from something PyTorch does not set: seeding, threads, data "
+            "order or the workload itself."
+        )
+    logged = int(engines.timings_logged(df).sum())
+    if logged:
+        out.append(
+            f"{logged} records were timed with cuDNN's API log on (--cudnn-log), which slows "
+            "convolutions and changes what the autotuner picks: their timings are not costs."
         )
     out += settings_changed_warnings(v)
     ran = v[v["verdict"].isin(analysis.RAN)]
@@ -131,35 +175,37 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
             )
     failed = v[~v["verdict"].isin((*analysis.RAN, "settings_changed"))]
     for status, g in failed.groupby("verdict", sort=False):
-        out.append(f"{len(g)} (workload, mode) pairs ended as '{status}': see Failures.")
+        out.append(f"{pairs(len(g))} ended with status {status} (see Failures).")
     single = ran[ran["verdict"] == "single"]
     if len(single):
         out.append(
-            f"{len(single)} (workload, mode) pairs had only one successful replicate: their "
+            f"{pairs(len(single))} had only one successful replicate, so {its(len(single))} "
             "run-to-run behaviour is unknown."
         )
     if len(costs):
         noisy = int(costs["noisy"].sum())
         if noisy:
             out.append(
-                f"{noisy} of {len(costs)} costs are marked noisy: a replicate's timing samples "
-                f"had an interquartile range above {analysis.NOISY_IQR:.0%} of their median."
+                f"{of(noisy, len(costs), 'cost')} {be(noisy)} marked noisy: a "
+                "replicate's timing samples had an interquartile range above "
+                f"{analysis.NOISY_IQR:.0%} of their median."
             )
         nonbase = costs[costs["mode"] != baseline]
         insig = int((~nonbase["significant"]).sum())
         if insig:
             out.append(
-                f"{insig} of {len(nonbase)} throughput differences from the {baseline} mode are "
-                "not significant (the 95% interval contains 1)."
+                f"{of(insig, len(nonbase), 'throughput difference')} from the "
+                f"{baseline} mode {be(insig)} not significant (the 95% interval contains 1)."
             )
     tq = quality.timing_quality(df)
     if len(tq) and tq["missed"].sum():
         rule = quality.stopping_rule(df, options)
         targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
+        missed = int(tq["missed"].sum())
         out.append(
-            f"{int(tq['missed'].sum())} of {int(tq['timed'].sum())} timed records hit the "
-            f"timing budget ({joined(rule['budget'], ' s')}) before the 95% interval of their "
-            f"median step time reached {targets}: their figures are less certain (see Timing)."
+            f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit the timing budget "
+            f"({joined(rule['budget'], ' s')}) before the 95% interval of {its(missed)} median "
+            f"step time reached {targets}: {its(missed)} figures are less certain (see Timing)."
         )
     mixed = precision_warning(df)
     if mixed:
@@ -170,11 +216,15 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
         and facts["device"] == "cuda"
         and (precision.get("cuda_matmul_allow_tf32") or precision.get("cudnn_allow_tf32"))
     ):
+        allowed = [
+            name
+            for name, key in (("cuDNN", "cudnn_allow_tf32"), ("cuBLAS", "cuda_matmul_allow_tf32"))
+            if precision.get(key)
+        ]
         out.append(
-            "TF32 was allowed (torch's defaults, left as they were: cuDNN "
-            f"{precision.get('cudnn_allow_tf32')}, "
-            f"cuBLAS {precision.get('cuda_matmul_allow_tf32')}):"
-            " it changes float32 results against full precision, not their reproducibility."
+            f"TF32 was allowed for {' and '.join(allowed)} (torch's defaults, left as they "
+            "were): it changes float32 results against full precision, not their "
+            "reproducibility."
         )
     column = CUBLAS_ENV.lower()
     if column in df.columns:

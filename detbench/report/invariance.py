@@ -36,7 +36,7 @@ from detbench.report.render import (
     Table,
     num,
 )
-from detbench.report.tradeoff import draw_panel
+from detbench.report.tradeoff import draw_panel, finish
 
 KIND = "invariance-plane"
 
@@ -45,7 +45,7 @@ KIND = "invariance-plane"
 
 
 #: The plane's axis, and the words for what it leaves out.
-PLANE_AXIS = "fraction of workloads batch invariant\n(invariant references left out)"
+PLANE_AXIS = "workloads batch invariant\n(invariant references left out)"
 
 
 def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
@@ -116,6 +116,7 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
         missing = draw_panel(ax, p, title, PLANE_AXIS, baseline)
         if missing:
             fig.text(0.01, 0.0, "Not placed: " + "; ".join(missing), fontsize=8, va="bottom")
+        finish(fig)
         title = f"{s}: speed versus batch invariance (invariant references left out)"
         plots.append(Plot(KIND, s, title, *_save(fig, directory, f"{s}-invariance-plane")))
     return plots

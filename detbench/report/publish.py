@@ -80,5 +80,10 @@ def write_index(directory: str | Path) -> Path:
     if not d.is_dir():
         raise DetbenchError(f"no such directory: {directory}")
     path = d / INDEX
+    if path.is_file() and not path.read_text(encoding="utf-8").startswith(HEADER.split("\n")[0]):
+        raise DetbenchError(
+            f"{path} is not an index detbench wrote: move it, or give another DIR (nothing was "
+            "changed)"
+        )
     write_text_atomic(path, index_text(d))
     return path

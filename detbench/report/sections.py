@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
+from detbench.analysis import runstate
 from detbench.analysis import tradeoff as tradeoff_points
 from detbench.analysis.recommend import run_device
 from detbench.report import answer, devices, located, matrices, samebits, tables, tradeoff
@@ -82,12 +83,22 @@ def header(r: ReportRun) -> list[Block]:
     facts = env_facts(r.env)
     o = r.env.get("options") or {}
     device = facts["gpu"] if facts["device"] == "cuda" else f"CPU ({facts['cpu']})"
+    planned = runstate.planned_counts(o)
+    workloads = len(o["workloads"]) if planned else r.df["workload"].nunique()
+    modes = len(o["modes"]) if planned else r.df["mode"].nunique()
+    total = sum(planned.values()) if planned else None
+    records = (
+        f"{len(r.df)} records"
+        if total is None
+        else f"{total} records planned, all measured"
+        if len(r.df) >= total
+        else f"{total} records planned, {len(r.df)} measured (a partial run)"
+    )
     return [
         Heading(1, f"detbench report: {device}, torch {facts['torch']}"),
         Para(
-            f"{r.df['workload'].nunique()} workloads in {len(r.suites)} suites "
-            f"({', '.join(r.suites)}) x {r.df['mode'].nunique()} modes x "
-            f"{o.get('replicates')} replicates = {len(r.df)} records, profile "
+            f"{workloads} workloads in {len(r.suites)} suites ({', '.join(r.suites)}) x {modes} "
+            f"modes x {o.get('replicates')} replicates = {records}, profile "
             f"{o.get('profile')}, on {device}. Run started {r.env.get('started_utc')}."
         ),
     ]

@@ -14,46 +14,38 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
 
+from detbench.report import labels, planeaxis
 from detbench.report.plots import Plot, _save, subplots
 
 KIND = "tradeoff"
 FRONTIER = "tab:green"
 
 
-def _clusters(pts: pd.DataFrame, span: float) -> list[list[int]]:
-    """Indices of modes whose points fall together: the same y, and x within 20% of the axis's
-    span of the cluster's first point (on a CPU, the modes that differ only in cuDNN flags)."""
-    out: list[list[int]] = []
-    for _, g in pts.sort_values(["reproducible", "relative_throughput"]).groupby(
-        "reproducible", sort=False
-    ):
-        current: list[int] = []
-        start = None
-        for i, x in zip(g.index, g["relative_throughput"].astype(float), strict=True):
-            if start is not None and x - start > 0.2 * span:
-                out.append(current)
-                current, start = [], None
-            current.append(int(i))
-            start = x if start is None else start
-        if current:
-            out.append(current)
-    return out
+#: Marker radii, in points: a mode's point, and the recommended mode's star.
+DOT = 2.5
+STAR = 8.0
 
 
-def _limits(values: Sequence[float], floor: float | None = None) -> tuple[float, float]:
-    lo, hi = min(values), max(values)
-    pad = 0.08 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 0.1)
-    lo, hi = lo - pad, hi + pad
-    return (max(lo, floor) if floor is not None else lo), hi
+def _bounds(placed: pd.DataFrame, col: str) -> pd.Series:
+    """An interval's end per mode, the point itself where the mode has no interval."""
+    return pd.Series(
+        [
+            float(v) if v is not None and not pd.isna(v) else float(p)
+            for v, p in zip(placed[col], placed["relative_throughput"], strict=True)
+        ],
+        index=placed.index,
+    )
+
+
+def times(x: float) -> str:
+    """A ratio as a label gives it: ``0.94x``, ``0.065x``."""
+    return f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x"
 
 
 def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
@@ -61,7 +53,8 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
     """One suite's plane on ``ax``; returns the names of the modes that could not be placed
     (ran no workload), with why. ``pts``: ``analysis.tradeoff.points`` of one suite (or a frame
     with ``mode``, ``relative_throughput``, ``reproducible``, ``frontier``, and optionally
-    ``ci_low``, ``ci_high``, ``inert``, ``recommended``, ``failed``, ``workloads``)."""
+    ``ci_low``, ``ci_high``, ``inert``, ``recommended``, ``failed``, ``workloads``). The names
+    beside the points are placed by ``labels.place`` once the figure is laid out."""
     pts = pts.copy()
     for col, default in (("ci_low", None), ("ci_high", None), ("inert", False),
                          ("recommended", False), ("failed", 0)):  # fmt: skip
@@ -69,36 +62,13 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
             pts[col] = default
     placed = pts[pts["relative_throughput"].notna()]
     missing = [f"{m} (ran no workload)" for m in pts.loc[pts["relative_throughput"].isna(), "mode"]]
+    ax.set_title(title, fontsize=10)
     if placed.empty:
         ax.text(0.5, 0.5, "no mode ran", ha="center", transform=ax.transAxes)
-        ax.set_title(title, fontsize=10)
         return missing
     x = placed["relative_throughput"].astype(float)
-    low = pd.Series(
-        [
-            float(v) if v is not None and not pd.isna(v) else float(p)
-            for v, p in zip(placed["ci_low"], x, strict=True)
-        ],
-        index=placed.index,
-    )
-    high = pd.Series(
-        [
-            float(v) if v is not None and not pd.isna(v) else float(p)
-            for v, p in zip(placed["ci_high"], x, strict=True)
-        ],
-        index=placed.index,
-    )
-    x_lo, x_hi = _limits([*low, *high, 1.0])
-    positive = [v for v in [*low, *high, 1.0] if v > 0]
-    log = max(positive) / min(positive) > 3  # ratios over a wide range: a log axis
-    if log:
-        ax.set_xscale("log")
-        x_lo, x_hi = min(positive) / 1.2, max(positive) * 1.2
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-    y_lo, y_hi = _limits(list(placed["reproducible"].astype(float)), floor=-0.02)
-    room = 0.45 * (y_hi - y_lo)  # for the labels above the highest and below the lowest points
-    y_lo, y_hi = y_lo - room, y_hi + room
+    low, high = _bounds(placed, "ci_low"), _bounds(placed, "ci_high")
+    planeaxis.apply(ax, planeaxis.fit([*low, *high, 1.0]))
     ax.axvline(1.0, color="0.7", lw=1, zorder=0)
     front = placed[placed["frontier"]].sort_values("relative_throughput")
     if len(front) > 1:
@@ -111,8 +81,8 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
         ax.errorbar(
             x.loc[i], r["reproducible"],
             xerr=[[max(0.0, x.loc[i] - low[i])], [max(0.0, high[i] - x.loc[i])]],
-            fmt="o", ms=5, color=colour, mfc="white" if grey else colour, capsize=1.5, lw=0.8,
-            zorder=3,
+            fmt="o", ms=2 * DOT, color=colour, mfc="white" if grey else colour, capsize=1.5,
+            lw=0.8, zorder=3,
         )  # fmt: skip
         if r["frontier"]:
             ax.scatter(x.loc[i], r["reproducible"], s=220, color=FRONTIER, alpha=0.3, lw=0,
@@ -120,58 +90,81 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
         if r["recommended"]:
             ax.scatter(x.loc[i], r["reproducible"], marker="*", s=260, color="gold",
                        edgecolor="black", zorder=4)  # fmt: skip
-    y_mid = (y_lo + y_hi) / 2
-    flip: dict[float, bool] = {}
-    span = float(np.log(x_hi / x_lo)) if log else x_hi - x_lo
-    where = placed.assign(relative_throughput=np.log(x)) if log else placed
-    for group in _clusters(where, span):
-        rows = placed.loc[group].sort_values("relative_throughput")
-        names = []
-        for rr in rows.to_dict("records"):
-            name = str(rr["mode"]) + (" ★" if rr["recommended"] else "")
-            if rr.get("failed"):
-                name += f" ({int(rr['failed'])} not run)"
-            names.append(name)
-        xm = float(rows["relative_throughput"].mean())
-        frac = (np.log(xm / x_lo) / np.log(x_hi / x_lo)) if log else (xm - x_lo) / (x_hi - x_lo)
-        y = float(rows["reproducible"].iloc[0])
-        # Inside the axes; neighbouring clusters at one height alternate above and below.
-        below = flip.setdefault(y, y >= y_mid)
-        flip[y] = not below
-        label = ax.annotate(
-            _wrap(names), (xm, y), xytext=(0, -9 if below else 9), textcoords="offset points",
-            fontsize=7, ha="left" if frac < 0.2 else "right" if frac > 0.8 else "center",
-            va="top" if below else "bottom",
-            color="0.45" if bool(rows["inert"].all()) else "black",
-        )  # fmt: skip
-        label.set_in_layout(False)  # a long label must not squeeze the axes to nothing
-    ax.set_xlim(x_lo, x_hi)
-    ax.set_ylim(y_lo, y_hi)
-    ticks = [t for t in ax.get_yticks() if -1e-9 <= t <= 1 + 1e-9 and y_lo <= t <= y_hi]
-    ax.set_yticks(ticks, [f"{t:.3g}" for t in ticks])  # a fraction: nothing above 1
-    ax.set_title(title, fontsize=10)
+    _name_points(ax, placed, baseline)
+    _y_axis(ax, placed, y_label)
     ax.set_xlabel(f"throughput vs {baseline} (95% interval)", fontsize=8)
-    ax.set_ylabel(y_label, fontsize=8)
     ax.tick_params(labelsize=8)
     ax.grid(alpha=0.2)
     return missing
 
 
-def _wrap(names: list[str], width: int = 36) -> str:
+def _name_points(ax: Axes, placed: pd.DataFrame, baseline: str) -> None:
+    """Each mode's name and ratio beside its point: the recommended mode's first, then the
+    frontier's, then the rest from the top right (the order in which they take their places)."""
+    order = placed.assign(
+        _first=~placed["recommended"].astype(bool),
+        _front=~placed["frontier"].astype(bool),
+        _y=-placed["reproducible"].astype(float),
+        _x=-placed["relative_throughput"].astype(float),
+    ).sort_values(["_first", "_front", "_y", "_x"])
+    for r in order.to_dict("records"):
+        x = float(r["relative_throughput"])
+        value = "(baseline)" if r["mode"] == baseline else times(x)
+        name = f"{r['mode']} {value}" + (" ★" if r["recommended"] else "")
+        if r.get("failed"):
+            name += f" ({int(r['failed'])} not run)"
+        labels.add(
+            ax,
+            (x, float(r["reproducible"])),
+            _wrap([name]),
+            STAR if r["recommended"] else DOT,
+            fontsize=7,
+            color="0.45" if bool(r["inert"]) else "black",
+        )
+
+
+def _y_axis(ax: Axes, placed: pd.DataFrame, y_label: str) -> None:
+    """The share of the suite's workloads, as "k/n": the whole 0 to n where the modes differ;
+    where every mode has the same share, one row across the middle (a strip), whose one tick
+    says it."""
+    n = int(placed["workloads"].iloc[0]) if "workloads" in placed.columns else 0
+    levels = sorted({float(v) for v in placed["reproducible"]}, reverse=True)
+
+    def share(v: float) -> str:
+        return f"{round(v * n)}/{n}" if n > 0 else f"{v:.2g}"
+
+    if len(levels) == 1:
+        ax.set_ylim(levels[0] - 1, levels[0] + 1)
+        ax.set_yticks(levels, [share(levels[0])])
+    else:
+        ax.set_ylim(-0.1, 1.12)
+        fig = ax.get_figure()
+        assert isinstance(fig, Figure)
+        height = 0.8 * ax.get_position().height * fig.get_figheight() * 72  # points
+        room = 10 / height * 1.22  # a tick label's height, in shares
+        ticks: list[float] = []
+        for v in [1.0, *levels, 0.0]:
+            if all(abs(v - t) >= room for t in ticks):
+                ticks.append(v)
+        ax.set_yticks(sorted(ticks), [share(t) for t in sorted(ticks)])
+    ax.set_ylabel(y_label, fontsize=8)
+
+
+def _wrap(names: list[str], width: int = 40) -> str:
     """Mode names joined with commas, wrapped before ``width`` characters; a long name breaks
     between its settings."""
     text = ", ".join(n.replace(",", ", ") for n in names)
     return textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
 
 
-def figure(p: pd.DataFrame, baseline: str, y_label: str = "fraction reproducible") -> Figure:
+def figure(p: pd.DataFrame, baseline: str, y_label: str = "workloads reproducible") -> Figure:
     """Small multiples: one panel per suite of ``p`` (``analysis.tradeoff.points``)."""
     suites = list(dict.fromkeys(p["suite"]))
     n = len(suites)
     cols = min(n, 3)
     rows = math.ceil(n / cols)
     width = 4.3 * cols if cols > 1 else 7.5  # one panel: room for its labels
-    fig, axes = subplots(rows, cols, figsize=(width, 3.3 * rows + 0.5), squeeze=False)
+    fig, axes = subplots(rows, cols, figsize=(width, 3.8 * rows + 0.5), squeeze=False)
     notes: list[str] = []
     for ax, suite in zip(axes.flat, suites, strict=False):
         g = p[p["suite"] == suite]
@@ -191,7 +184,15 @@ def figure(p: pd.DataFrame, baseline: str, y_label: str = "fraction reproducible
     fig.suptitle(parts[0] + ": " + sep.join(parts[1:]), fontsize=10 if cols == 3 else 8)
     if notes:
         fig.text(0.01, 0.0, "Not placed: " + "; ".join(notes), fontsize=8, va="bottom")
+    finish(fig)
     return fig
+
+
+def finish(fig: Figure) -> None:
+    """Once every panel of ``fig`` is drawn: their ticks fitted to the laid-out axes, then the
+    names placed beside the points."""
+    planeaxis.fit_ticks(fig)
+    labels.place(fig)
 
 
 def write_plots(p: pd.DataFrame, baseline: str, directory: Path) -> list[Plot]:

@@ -5,6 +5,7 @@ anything is written."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import Any
 
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import CUBLAS_ENV, MODES, Mode, get_mode
-from detbench.core.workload import Workload, builtin_suite_files, load_file
+from detbench.core.workload import Workload, builtin_suite_files, load_file, suites_dir
+from detbench.store.identity import SOURCES_KEY, source_digest
 from detbench.store.results import ENV_FILE, iter_records, load_env
 from detbench.worker.protocol import DEFAULT_TIMEOUT
 
@@ -111,6 +113,9 @@ class RunConfig:
     devices: list[str] | None = None
     #: ``--shard K/N``: only shard K of N of the plan's workers (``schedule.shard_slots``).
     shard: tuple[int, int] | None = None
+    #: ``--cudnn-log``: cuDNN's API log on in every worker, and the engines each convolution ran
+    #: in each record (``worker.cudnnlog``); its timings are then not costs.
+    cudnn_log: bool = False
 
     def __post_init__(self) -> None:
         if self.fingerprint is None:
@@ -140,6 +145,7 @@ class RunConfig:
             "suites": sorted({w.suite for w in workloads}),
             "workloads": [w.key for w in workloads],
             "sources": sources,
+            SOURCES_KEY: suite_digests(workloads),
             "modes": [m.name for m in self.modes],
             "settings": self.settings,
             "only_for": self.only_for,
@@ -159,7 +165,29 @@ class RunConfig:
             "timeout": self.timeout,
             "startup_timeout": self.startup_timeout,
             "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
+            "cudnn_log": self.cudnn_log,
         }
+
+
+#: A built-in suite's helper file, loaded by ``suite_helper("_name")``: part of its source.
+_HELPER = re.compile(r"""suite_helper\(\s*["'](\w+)["']\s*\)""")
+
+
+def suite_digests(workloads: list[Workload]) -> dict[str, str]:
+    """Each suite's source digest (``store.identity``) over the files that define its workloads
+    and the helper files they load: what ``compare`` and ``merge`` check before they put two
+    runs' bits of a workload side by side."""
+    files: dict[str, set[str]] = {}
+    for w in workloads:
+        if w.source and Path(w.source).is_file():
+            files.setdefault(w.suite, set()).add(w.source)
+    for paths in files.values():
+        for p in list(paths):
+            for stem in _HELPER.findall(Path(p).read_text(encoding="utf-8", errors="replace")):
+                helper = suites_dir() / f"{stem}.py"
+                if helper.is_file():
+                    paths.add(str(helper))
+    return {suite: source_digest(paths) for suite, paths in sorted(files.items())}
 
 
 def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
@@ -256,6 +284,7 @@ def resume_config(directory: Path) -> RunConfig:
             study=env.get("study"),
             devices=o.get("devices"),
             shard=(int(o["shard"][0]), int(o["shard"][1])) if o.get("shard") else None,
+            cudnn_log=bool(o.get("cudnn_log", False)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None

@@ -97,8 +97,36 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Ch
     return out
 
 
-def run_check(device: str, out: Path) -> tuple[list[Check], Path]:
-    """Run the check's workloads and judge them; the run's directory keeps everything."""
+def engines_check(records: Sequence[Mapping[str, Any]], device: str) -> Check:
+    """``--cudnn-log``: on CUDA, whether every conv record that ran names the cuDNN engines of its
+    convolutions; on a CPU, whether every record that ran says why it names none."""
+    ran = [r for r in records if r["status"] == Status.OK]
+    if device != "cuda":
+        why = {
+            str((r.get("cudnn_engines") or {}).get("unsupported"))
+            for r in ran
+            if isinstance(r.get("cudnn_engines"), Mapping)
+        }
+        said = sum(isinstance(r.get("cudnn_engines"), Mapping) for r in ran)
+        return Check(
+            said == len(ran) and len(why) == 1,
+            f"cuDNN's log: {said} of {len(ran)} records that ran say why they name no "
+            f"engine: {'; '.join(sorted(why))}",
+        )
+    conv = [r for r in ran if r["suite"] == "conv"]
+    named = [r for r in conv if isinstance(r.get("cudnn_engines"), list) and r["cudnn_engines"]]
+    ops = sorted({e["op"] for r in named for e in r["cudnn_engines"]})
+    return Check(
+        bool(conv) and len(named) == len(conv),
+        f"cuDNN's log: {len(named)} of {len(conv)} conv records name the engines "
+        f"their convolutions ran ({', '.join(ops) or 'none'})",
+    )
+
+
+def run_check(device: str, out: Path, cudnn_log: bool = False) -> tuple[list[Check], Path]:
+    """Run the check's workloads and judge them; the run's directory keeps everything.
+    ``cudnn_log``: with cuDNN's API log on (``run --cudnn-log``), and a check that the records
+    name the engines their convolutions ran."""
     from detbench.run.api import run_benchmark
     from detbench.run.config import RunConfig
     from detbench.store.results import iter_records, load_env
@@ -112,7 +140,9 @@ def run_check(device: str, out: Path) -> tuple[list[Check], Path]:
         only=list(WORKLOADS),
         suites=sorted({k.split("/")[0] for k in WORKLOADS}),
         timeout=300.0,
+        cudnn_log=cudnn_log,
     )
     run_benchmark(config)
     records = list(iter_records(out))
-    return checks(records, load_env(out)), out
+    found = checks(records, load_env(out))
+    return ([*found, engines_check(records, device)] if cudnn_log else found), out

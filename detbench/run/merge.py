@@ -12,7 +12,12 @@ into one set.
 
 Everything is checked before anything is written; a refusal is one line: shards that overlap (the
 same shard twice, a record in two of them), shards whose options differ (another selection, seed
-or split), shards of one run from different environments, and an OUT that holds a run already.
+or split, another source of a suite), shards of one run from different environments, shards that
+ran one workload as two (``store.identity``: other parameters, size profile or seed, another
+number of hashed steps or another digest), and an OUT that is neither new nor empty
+(``store.outdir``: a run already, or anyone's files). Runs from several machines whose workloads
+differ are merged, with a note: ``detbench compare`` reads them over the steps all ran, or calls
+them not comparable.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.errors import DetbenchError
+from detbench.store.identity import SOURCES_KEY, describe, differences, identity, steps, text
+from detbench.store.outdir import refuse_used
 from detbench.store.results import (
     ENV_FILE,
-    RESULTS_FILE,
     ResultWriter,
     env_facts,
     iter_records,
@@ -114,6 +120,12 @@ def check_shards(shards: list[Part]) -> None:
             raise MergeError(f"{first.path} is shard {k0}/{n0} but {p.path} is shard {k}/{n}: "
                              "the shards of one run split it the same way")  # fmt: skip
         name = _first_difference(first.options, p.options)
+        if name == SOURCES_KEY:
+            a, b = first.options.get(name) or {}, p.options.get(name) or {}
+            suites = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            raise MergeError(f"the shards ran another source of the suite {', '.join(suites)}: "
+                             f"its files differ between {first.path} and {p.path}; merge only "
+                             "the shards of one run")  # fmt: skip
         if name is not None:
             raise MergeError(f"the shards' options differ in {name}: "
                              f"{first.options.get(name)!r} ({first.path}) vs "
@@ -130,6 +142,11 @@ def check_shards(shards: list[Part]) -> None:
                 f"({first.path}) vs {fb[diff[0]]} ({p.path}); a run's shards must share one, so "
                 "run each machine's own run and merge those instead"
             )
+    unlike = workload_differences(shards, [str(p.path) for p in shards])
+    if unlike:
+        workload, words = unlike[0]
+        raise MergeError(f"the shards ran {workload} as two different workloads: {words}; "
+                         "merge only the shards of one run")  # fmt: skip
     owner: dict[tuple[str, str, str, int], Path] = {}
     for p in shards:
         for rec in p.records:
@@ -140,6 +157,56 @@ def check_shards(shards: list[Part]) -> None:
                     f"{key[2]}, replicate {key[3] + 1}"
                 )
             owner[key] = p.path
+
+
+def _workloads(p: Part) -> dict[str, dict[str, str]]:
+    """Each workload of ``p`` as its first record with a fingerprint ran it: its identity, the
+    steps it hashed and its digest method."""
+    out: dict[str, dict[str, str]] = {}
+    for rec in p.records:
+        key = f"{rec['suite']}/{rec['workload']}"
+        if key not in out and rec.get("fingerprint"):
+            out[key] = {**identity(rec, p.env), "steps": text(steps(rec)),
+                        "method": text(rec.get("fingerprint_method"))}  # fmt: skip
+    return out
+
+
+def workload_differences(parts: list[Part], names: list[str]) -> list[tuple[str, str]]:
+    """(workload, what differs) for each workload that ``parts`` (named ``names``) ran as two:
+    each compared with the first part that ran it."""
+    words = {"steps": "hashed steps", "method": "digest method"}
+    seen: dict[str, tuple[str, dict[str, str]]] = {}
+    out: list[tuple[str, str]] = []
+    for name, p in zip(names, parts, strict=True):
+        for key, mine in _workloads(p).items():
+            if key not in seen:
+                seen[key] = (name, mine)
+                continue
+            ref_name, ref = seen[key]
+            diff = [describe(f, ref[f], mine[f], ref_name, name) for f in differences(ref, mine)]
+            diff += [f"{w} {ref[f]} ({ref_name}) vs {mine[f]} ({name})" for f, w in words.items()
+                     if ref[f] and mine[f] and ref[f] != mine[f]]  # fmt: skip
+            if diff:
+                out.append((key, "; ".join(diff)))
+    return out
+
+
+def machine_notes(groups: list[list[Part]], names: list[str]) -> list[str]:
+    """Notes for a set whose machines ran some workload differently, grouped by what differs."""
+    firsts = [g[0] for g in groups]
+    by_words: dict[str, list[str]] = {}
+    for key, words in workload_differences(firsts, names):
+        by_words.setdefault(words, []).append(key)
+    out = []
+    for words, keys in by_words.items():
+        only_steps = all(w.startswith("hashed steps") for w in words.split("; "))
+        both = "both" if len(groups) == 2 else "all"
+        then = (f"compare reads their bits over the steps {both} ran" if only_steps
+                else "compare calls them not comparable")  # fmt: skip
+        shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+        out.append(f"the machines ran {len(keys)} workload{'s' if len(keys) != 1 else ''} "
+                   f"differently ({shown}): {words}; {then}")  # fmt: skip
+    return out
 
 
 def fill_flops(records: list[dict[str, Any]]) -> None:
@@ -211,12 +278,21 @@ def _names(parts: list[list[Part]]) -> list[str]:
     return names
 
 
+def _inside(out: Path, dirs: Sequence[Path]) -> set[str]:
+    """The entries of ``out`` that hold one of ``dirs``."""
+    top = out.resolve()
+    names = set()
+    for d in dirs:
+        path = Path(d).resolve()
+        if path != top and path.is_relative_to(top):
+            names.add(path.relative_to(top).parts[0])
+    return names
+
+
 def merge(out: Path, dirs: Sequence[Path]) -> Merged:
     """Merge ``dirs`` into ``out`` (see the module docstring); nothing is written on a refusal."""
-    if out.exists() and not out.is_dir():
-        raise MergeError(f"{out} exists and is not a directory; give a new OUT")
-    if (out / RESULTS_FILE).exists():
-        raise MergeError(f"{out} already holds a run; give a new OUT (nothing was overwritten)")
+    # The runs merged may live inside OUT (submit's jobs write under OUT/parts/): not counted.
+    refuse_used(out, "OUT", inside=_inside(out, dirs))
     if len(dirs) < 2:
         raise MergeError("give at least two directories: the shards of a run, or runs from "
                          "several machines")  # fmt: skip
@@ -237,10 +313,11 @@ def merge(out: Path, dirs: Sequence[Path]) -> Merged:
         _write(out, records, env)
         return Merged(out, "run", len(records), notes=notes)
     names = _names(groups)
-    records, envs, notes = [], {}, []
+    records, envs, notes = [], {}, machine_notes(groups, names)
     for name, group in zip(names, groups, strict=True):
         if group[0].shard is not None:
-            recs, env, notes = join_shards(group)
+            recs, env, missing = join_shards(group)
+            notes += missing
         else:
             recs, env = group[0].records, group[0].env
         envs[name] = env

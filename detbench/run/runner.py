@@ -52,9 +52,9 @@ from detbench.run.supervise import (
     take_turn,
 )
 from detbench.store import gpustate
+from detbench.store.outdir import refuse_used
 from detbench.store.results import (
     ENV_FILE,
-    RESULTS_FILE,
     ResultWriter,
     env_facts,
     git_info,
@@ -108,7 +108,7 @@ class Runner:
                     key = (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
                     self._placed[key] = names.index(r["device_name"])
         else:
-            self._refuse_used_directory()
+            refuse_used(self.config.out)
         self.sources, self.workloads = resolve_sources(config)
         self.plan: Plan = make_plan(
             [w.key for w in self.workloads], config.modes, config.replicates, config.seed,
@@ -159,13 +159,6 @@ class Runner:
                     f"refusing to resume {self.config.out}: {word} differs: {before[key]} "
                     f"(the run) vs {now[key]} (here); start a new run instead"
                 )
-
-    def _refuse_used_directory(self) -> None:
-        if (self.config.out / RESULTS_FILE).exists():
-            raise RunError(
-                f"{self.config.out} already holds the results of another run; "
-                "choose a new --out directory"
-            )
 
     # -- environment -------------------------------------------------------------------------
     def _env_doc(self) -> dict[str, Any]:
@@ -222,6 +215,7 @@ class Runner:
             "min_samples": MIN_SAMPLES,
             "fingerprint": c.fingerprint,
             "count_flops": slot.replicate == 0,
+            "cudnn_log": c.cudnn_log,  # the worker's log file and environment: WorkerProcess
             "reference_dir": str(c.out / ".reference"),
             "timeout": c.timeout,
             "launched_at": time.time(),
@@ -398,7 +392,7 @@ class Runner:
             # that worker's first sample (see _drive).
             self._host_later = host_env_later()
         if not c.resume:
-            self._refuse_used_directory()
+            refuse_used(self.config.out)
         out.mkdir(parents=True, exist_ok=True)
         logs = out / "logs"
         logs.mkdir(exist_ok=True)

@@ -41,6 +41,7 @@ from typing import Any
 
 from detbench.core.modes import Mode, record_fields
 from detbench.store.schema import Status
+from detbench.worker.cudnnlog import log_environment
 from detbench.worker.protocol import (
     ARMED_NAME,
     exit_description,
@@ -110,6 +111,9 @@ class WorkerProcess:
     def __init__(self, python: str, job: dict[str, Any], env: dict[str, str], log: Path) -> None:
         self.log = log
         self.keys: list[str] = list(job["workloads"])
+        if job.get("cudnn_log") is True:  # --cudnn-log: cuDNN reads its variables when it loads
+            env = dict(env)
+            job = {**job, "cudnn_log": log_environment(env, log.with_suffix(".cudnn.log"))}
         read_fd, write_fd = os.pipe()
         with open(log, "ab") as log_file:
             self.proc = subprocess.Popen(

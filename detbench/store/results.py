@@ -68,7 +68,10 @@ if TYPE_CHECKING:
 #      ``unsupported`` with the reason);
 #      ``attn_implementation`` (the attention the model ran: noted by its factory, else "sdpa"
 #      where the first fingerprint step called scaled_dot_product_attention, else None) and
-#      ``ops_called`` (the ops with a setting of their own that step called; None when compiled).
+#      ``ops_called`` (the ops with a setting of their own that step called; None when compiled);
+#      ``cudnn_log`` (True: run with ``--cudnn-log``, so its timings ran with cuDNN's API log on
+#      and are not costs) and ``cudnn_engines`` (the engine each convolution settled on, from
+#      that log: a list of {op, shapes, engine, candidates, executions}, or {"unsupported": why}).
 SCHEMA_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 #: Record fields that schema 2 added, None in a migrated version-1 record.

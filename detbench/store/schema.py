@@ -107,6 +107,11 @@ class Record(TypedDict, total=False):
     host_load: dict[str, Any] | None
     worker_pid: int
     utc: str | None
+    #: ``run --cudnn-log`` only: True (the timings ran with cuDNN's API log on, so they are not
+    #: costs), and the engine each convolution settled on (``worker/cudnnlog.py``): a list of
+    #: {op, shapes, engine, candidates, executions}, or {"unsupported": reason}.
+    cudnn_log: bool
+    cudnn_engines: list[dict[str, Any]] | dict[str, str]
 
 
 class Job(TypedDict, total=False):
@@ -127,6 +132,8 @@ class Job(TypedDict, total=False):
     warmup_steps: int
     timeout: float | None
     reference_dir: str
+    #: True from the runner (``--cudnn-log``); the worker's log file once it is spawned.
+    cudnn_log: bool | str
 
 
 class Env(TypedDict, total=False):

@@ -26,8 +26,8 @@ from detbench.core.settings import MODE_FLAGS
 from detbench.core.workload import Context, Unsupported, Workload
 from detbench.store.results import utc_now
 from detbench.store.schema import Status
+from detbench.worker import cudnnlog, invariance
 from detbench.worker import fingerprint as fp
-from detbench.worker import invariance
 from detbench.worker.applied import WorkerSettings, changed, columns, differ, read_all
 from detbench.worker.devenv import fp32_precision
 from detbench.worker.flops import count_flops
@@ -390,6 +390,7 @@ def run_workload(
         "host_load": None,
         "utc": None,
     }
+    engines = cudnnlog.Watch(job, rec, w.distributed)  # --cudnn-log: the log's size now
     if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
         if launch is None:
             raise RuntimeError(f"{w.key}: a distributed workload needs a launcher (launch=...)")
@@ -416,6 +417,7 @@ def run_workload(
         before = _compile_stats()
         _fingerprint_pass(w, ctx, job, mode, step, rec)
         phases["fingerprint"] = time.perf_counter() - t0
+        engines.record(rec)  # the cuDNN engines the build and fingerprint pass ran
         if mode.overrides.get("execution") == "compile":
             rec["compile_seconds"] = rec.get("first_step_seconds")
             after = _compile_stats()

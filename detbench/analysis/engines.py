@@ -1,0 +1,69 @@
+"""Which cuDNN engine each process settled on, from the records of ``run --cudnn-log``
+(``worker/cudnnlog.py`` reads cuDNN's API log into ``record["cudnn_engines"]``).
+
+With ``cudnn.benchmark`` on, each process times cuDNN's candidates and keeps the fastest, so two
+processes may run a convolution with different engines. This shows it: for each (workload, mode),
+the engine each replicate chose for each convolution, and those whose choice differed. A different
+engine can change the bits but need not (on the H100, conv3d_r3d18_stage1's backward-data pass ran
+two configurations of engine 71 in three processes that gave the same bits), so the report shows it
+beside the bitwise verdict, never as one.
+
+A run with the log on is timed with it on (a short conv step took 3x as long on an H100), so
+``timings_logged`` marks the records whose timings are not costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+#: (suite/workload, mode) -> replicate -> {"OP shapes": "engine:knobs"}.
+Choices = dict[tuple[str, str], dict[int, dict[str, str]]]
+
+
+def engine_choices(df: pd.DataFrame) -> Choices:
+    """The engines each replicate of each (workload, mode) settled on, for every record whose
+    ``cudnn_engines`` lists them; pairs with none (a CPU, a run without the log) are left out."""
+    out: Choices = {}
+    if "cudnn_engines" not in df.columns:
+        return out
+    columns = [df[c] for c in ("suite", "workload", "mode", "replicate", "cudnn_engines")]
+    for suite, workload, mode, replicate, engines in zip(*columns, strict=True):
+        if not isinstance(engines, list) or not engines:
+            continue
+        out.setdefault((f"{suite}/{workload}", str(mode)), {})[int(replicate)] = {
+            f"{e['op']} {e['shapes']}": str(e["engine"]) for e in engines
+        }
+    return out
+
+
+def differs(by_replicate: Mapping[int, Mapping[str, str]]) -> dict[str, dict[str, list[int]]]:
+    """The convolutions ("OP shapes") whose engine was not the same in every replicate that ran
+    them: for each, engine -> the replicates that chose it."""
+    chosen: dict[str, dict[str, list[int]]] = {}
+    for rep in sorted(by_replicate):
+        for conv, engine in by_replicate[rep].items():
+            chosen.setdefault(conv, {}).setdefault(engine, []).append(rep)
+    return {conv: engines for conv, engines in chosen.items() if len(engines) > 1}
+
+
+def _replicates(reps: Sequence[int]) -> str:
+    names = [str(r) for r in reps]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"replicate{'s' if len(names) > 1 else ''} {listed}"
+
+
+def describe(conv: str, engines: Mapping[str, Sequence[int]]) -> str:
+    """One sentence: which replicates ran ``conv`` with which engine, the most common first."""
+    ranked = sorted(engines.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    parts = [f"{_replicates(reps)} chose engine {engine}" for engine, reps in ranked]
+    return f"{conv}: " + "; ".join(parts) + "."
+
+
+def timings_logged(df: pd.DataFrame) -> pd.Series:
+    """Whether each record was timed with cuDNN's API log on (``--cudnn-log`` on a GPU): such a
+    timing is not a cost. On a CPU cuDNN never loads, and the log slows nothing."""
+    if "cudnn_log" not in df.columns:
+        return pd.Series(False, index=df.index)
+    return (df["cudnn_log"] == True) & (df["device"] == "cuda")  # noqa: E712  (None: not on)

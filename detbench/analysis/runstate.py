@@ -1,0 +1,125 @@
+"""The run's state in one line, for the first screen and the console: complete or partial
+(records measured of those planned, and which suites and modes fall short), whether the GPU
+throttled, and whether the host or the GPU was shared.
+
+The plan is rebuilt from env.json's options with the scheduler's own ``make_plan`` (the
+workloads, the modes, the replicates, ``only_for`` and the shard), so "planned" is what the run
+set out to measure, not what its records happen to hold. A run whose env.json does not name its
+workloads and modes (an older run, or a merge) says how many records it has, and no more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from detbench.analysis import busy, quality
+from detbench.analysis.matrix import mode_of
+from detbench.run.schedule import make_plan
+
+#: Modes named before "and N more".
+SHOWN = 4
+
+
+@dataclass(frozen=True)
+class RunState:
+    records: int  # records of the run (every status)
+    planned: int | None  # records the plan asked for; None where env.json cannot say
+    short: dict[str, tuple[int, int, list[str]]]  # suite -> (measured, planned, modes short)
+    finished: bool  # env.json has finished_utc
+    throttle: list[str]  # quality.throttle_lines
+    load: busy.HostLoad | None
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.short) or (self.planned is not None and self.records < self.planned)
+
+    def completeness(self) -> str:
+        if self.planned is None:
+            state = "finished" if self.finished else "did not finish"
+            return f"{self.records} records; the run {state} (its plan is not recorded)"
+        if not self.partial:
+            return f"Complete: all {self.planned} planned records"
+        pct = 100 * self.records / self.planned if self.planned else 0.0
+        suites = [f"{suite} {done}/{plan}" for suite, (done, plan, _) in self.short.items()]
+        modes = list(dict.fromkeys(m for _, _, ms in self.short.values() for m in ms))
+        shown = ", ".join(modes[:SHOWN]) + (
+            f" and {len(modes) - SHOWN} more" if len(modes) > SHOWN else ""
+        )
+        return (
+            f"Partial run: {self.records} of {self.planned} planned records ({pct:.0f}%). "
+            f"Short of the plan: {', '.join(suites)}, in {len(modes)} modes ({shown})"
+        )
+
+    def conditions(self) -> str:
+        parts = []
+        if self.throttle:
+            parts.append("the GPU throttled (" + "; ".join(self.throttle) + ")")
+        if self.load is not None and self.load.is_busy:
+            parts.append("the host was busy while it timed (see its warning)")
+        elif self.load is not None and self.load.gpu_others:
+            parts.append(
+                f"the host was quiet, but {self.load.gpu_others} of {self.load.timed} "
+                "timings shared the GPU with another process"
+            )
+        return "; ".join(parts)
+
+    def line(self) -> str:
+        """One line: completeness, then the conditions."""
+        cond = self.conditions()
+        return self.completeness() + (f". Conditions: {cond}." if cond else ".")
+
+
+def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | None:
+    """(workload key "suite/name", mode) -> replicates planned; None where the options do not
+    name the workloads, the modes and the replicates."""
+    keys, labels, reps = options.get("workloads"), options.get("modes"), options.get("replicates")
+    if not keys or not labels or not reps:
+        return None
+    modes = [m for x in labels if (m := mode_of(str(x))) is not None]
+    if len(modes) != len(labels):
+        return None
+    shard = options.get("shard")
+    plan = make_plan(
+        list(keys),
+        modes,
+        int(reps),
+        int(options.get("seed") or 0),
+        only_for=options.get("only_for"),
+        shard=(int(shard[0]), int(shard[1])) if shard else None,
+    )
+    out: dict[tuple[str, str], int] = {}
+    for slot in plan.slots:
+        for k in slot.keys:
+            out[(k, slot.mode.name)] = out.get((k, slot.mode.name), 0) + 1
+    return out
+
+
+def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
+    planned = planned_counts(env.get("options") or {})
+    short: dict[str, tuple[int, int, list[str]]] = {}
+    if planned is not None and len(df):
+        keys = df["suite"].astype(str) + "/" + df["workload"].astype(str)
+        have = pd.Series(1, index=pd.MultiIndex.from_arrays([keys, df["mode"].astype(str)]))
+        done = have.groupby(level=[0, 1]).sum().to_dict()
+        per_suite: dict[str, list[Any]] = {}
+        for (k, m), n in planned.items():
+            suite = k.split("/", 1)[0]
+            got = min(int(done.get((k, m), 0)), n)
+            entry = per_suite.setdefault(suite, [0, 0, []])
+            entry[0] += got
+            entry[1] += n
+            if got < n and m not in entry[2]:
+                entry[2].append(m)
+        short = {s: (e[0], e[1], e[2]) for s, e in per_suite.items() if e[0] < e[1]}
+    return RunState(
+        records=len(df),
+        planned=None if planned is None else sum(planned.values()),
+        short=short,
+        finished=bool(env.get("finished_utc")),
+        throttle=quality.throttle_lines(env),
+        load=busy.host_load(df),
+    )
