@@ -42,7 +42,7 @@ def test_the_h100_run_does_not_say_whose_the_other_process_was(h100: pd.DataFram
     # Before the split, another process whose SM use NVML did not sample (no samples in the
     # window: 37 records) made a timing busy; 37 of 736 is under a tenth: a quiet host.
     assert h.busy == 37 and not h.is_busy
-    assert "146 timings had another process on the GPU, whose the records do not say" in (
+    assert "146 timings had another process on the GPU that the records do not attribute" in (
         h.sentence()
     )
 

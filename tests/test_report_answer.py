@@ -152,7 +152,7 @@ def test_the_h200_runs_host_reads_as_sentences() -> None:
     assert h.sentence() == (
         "The host was quiet while this run timed: 16 of 824 timings ran beside other work; other "
         "processes used 0% of its CPU (the median over the 824 timings; load 1.8 on 16 CPUs); 102 "
-        "timings had another process on the GPU, whose the records do not say."
+        "timings had another process on the GPU that the records do not attribute."
     )
     loud = busy.HostLoad(
         10, 10, not_alone=2, cpus=2, load1=4.2, other_cpu=0.83, steal=0.07, gpu_foreign=1

@@ -88,8 +88,10 @@ class HostLoad:
         if self.gpu_own:
             parts.append(f"{_timings(self.gpu_own)} had another of this run's processes on the GPU")
         if self.gpu_unknown:
-            parts.append(f"{_timings(self.gpu_unknown)} had another process on the GPU, whose the "
-                         "records do not say")  # fmt: skip
+            parts.append(
+                f"{_timings(self.gpu_unknown)} had another process on the GPU that the records "
+                "do not attribute"
+            )
         if self.cpu_own:
             parts.append(f"{_timings(self.cpu_own)} shared the CPU with this run's own processes")
         if self.not_alone:

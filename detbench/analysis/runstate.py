@@ -61,16 +61,28 @@ class RunState:
         if self.load is not None and self.load.is_busy:
             parts.append("the host was busy while it timed (see its warning)")
         elif self.load is not None and self.load.gpu_others:
-            parts.append(
-                f"the host was quiet, but {self.load.gpu_others} of {self.load.timed} "
-                "timings shared the GPU with another process"
-            )
+            parts.append("the host was quiet, but " + _gpu_shared(self.load))
         return "; ".join(parts)
 
     def line(self) -> str:
         """One line: completeness, then the conditions."""
         cond = self.conditions()
         return self.completeness() + (f". Conditions: {cond}." if cond else ".")
+
+
+def _gpu_shared(load: busy.HostLoad) -> str:
+    """Who shared the GPU with the timings: a foreign program, the run's own processes, or a
+    process the records do not name."""
+    parts = []
+    if load.gpu_foreign:
+        parts.append(f"{load.gpu_foreign} shared the GPU with another program")
+    if load.gpu_own:
+        parts.append(f"{load.gpu_own} had another of this run's own workers on the GPU")
+    if load.gpu_unknown:
+        parts.append(
+            f"{load.gpu_unknown} had another process on the GPU that the records do not attribute"
+        )
+    return f"of {load.timed} timings, " + ", ".join(parts)
 
 
 def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | None:

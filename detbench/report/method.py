@@ -34,8 +34,15 @@ def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
             "step time, and a mode's throughput is the median over replicates."
         )
     targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
+    timings = [t for t in df.get("timing", pd.Series(dtype=object)) if isinstance(t, Mapping)]
+    warm = (
+        f"after a warm-up until the step time settled (at least {joined(rule['warmup_steps'])} "
+        "steps, at most the budget)"
+        if any("warmup" in t for t in timings)
+        else f"after {joined(rule['warmup_steps'])} warm-up steps"
+    )
     return (
-        f"Timing: after {joined(rule['warmup_steps'])} warm-up steps, samples (clock: "
+        f"Timing: {warm}, samples (clock: "
         f"{joined(rule['clock'])}) until the 95% interval of the median step time is within "
         f"{targets} of the median, with at least {joined(rule['min_samples'])} samples and at "
         f"most {joined(rule['budget'], ' s')} of sampling; the figure per replicate is the "
