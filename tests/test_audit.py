@@ -28,6 +28,7 @@ def audits() -> dict[str, dict[str, Any]]:
     return {a["workload"]: a for a in json.loads(proc.stdout)}
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_the_culprits_and_their_lines(audits: dict[str, dict[str, Any]]) -> None:
     a = audits["audit/unpool_and_put"]
     found = {(f["op"], Path(f["file"]), f["line"], f["phase"]) for f in a["findings"]}
@@ -39,6 +40,7 @@ def test_the_culprits_and_their_lines(audits: dict[str, dict[str, Any]]) -> None
     assert a["probe_error"] is None
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_verdicts_from_fresh_processes(audits: dict[str, dict[str, Any]]) -> None:
     bad = audits["audit/unpool_and_put"]["verdicts"]
     assert bad["cudnn-det+det-algos"]["verdict"] == "unsupported"
@@ -55,6 +57,7 @@ def test_verdicts_from_fresh_processes(audits: dict[str, dict[str, Any]]) -> Non
     assert clean["settings"].splitlines()[-1] == "torch.use_deterministic_algorithms(False)"
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_nondeterministic_by_default_fixed_by_the_deterministic_mode(
     audits: dict[str, dict[str, Any]],
 ) -> None:
@@ -73,6 +76,7 @@ def test_nondeterministic_by_default_fixed_by_the_deterministic_mode(
     assert audits["audit/clean_mlp"]["located"] is None  # reproducible: nothing to locate
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_text_output_for_one_workload(audits: dict[str, dict[str, Any]]) -> None:
     a = audits["audit/unpool_and_put"]
     text = to_text([Audit(**{**a, "findings": [Finding(**f) for f in a["findings"]]})])

@@ -69,6 +69,7 @@ def test_cudnn_benchmark_is_named_for_the_h200_bench_only_workloads(h200: pd.Dat
     assert not set(loose["workload"]) & set(BENCH_ONLY)
 
 
+@pytest.mark.slow  # regenerates the H200 run's whole report: make test-slow and CI
 def test_h200_report_names_the_autotuner_and_never_the_flags_reach(h200_report: str) -> None:
     answer = h200_report.split("## Recommendations")[0]
     assert "The cause is cudnn.benchmark" in answer
@@ -78,6 +79,7 @@ def test_h200_report_names_the_autotuner_and_never_the_flags_reach(h200_report: 
     assert "PyTorch does not set" not in h200_report
 
 
+@pytest.mark.slow  # regenerates the H200 run's whole report: make test-slow and CI
 def test_h200_first_screen_says_partial_and_throttled(h200_report: str) -> None:
     head = h200_report.split("| suite (recommended mode)")[0]
     assert "990 records planned, 824 measured (a partial run)" in head

@@ -137,6 +137,7 @@ def test_list_json_names_suite_and_workload() -> None:
     assert ("training", "transformer_encoder") in by_key
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_crashing_worker_loses_only_the_workload_in_flight(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = detbench_cli(

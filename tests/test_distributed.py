@@ -69,6 +69,7 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None:
     recs = _records(suite_run)
     assert [r["replicate"] for r in recs] == [0, 1]
@@ -97,6 +98,7 @@ def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None
     assert recs[0]["flops_per_step"] > 0 and recs[1]["flops_per_step"] == recs[0]["flops_per_step"]
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_the_run_to_run_verdict_comes_from_replicates(suite_run: Path) -> None:
     df = detbench.load_results(suite_run)
     v = analysis.verdicts(df)
@@ -105,6 +107,7 @@ def test_the_run_to_run_verdict_comes_from_replicates(suite_run: Path) -> None:
     assert row["verdict"] == ("reproducible" if same else "nondeterministic")
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_the_report_section_shows_world_size_backend_and_agreement(suite_run: Path) -> None:
     df = detbench.load_results(suite_run)
     t = distributed_report.table(df)
@@ -130,6 +133,7 @@ def fault_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
     return out, _records(out)
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_a_rank_killed_mid_step_is_crashed_and_nothing_is_left(
     fault_run: tuple[Path, list[dict[str, Any]]],
 ) -> None:

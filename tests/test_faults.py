@@ -43,6 +43,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     return out, [json.loads(line) for line in lines]
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_every_record_is_there(run: tuple[Path, list[dict[str, Any]]]) -> None:
     records = run[1]
     keys = [(r["workload"], r["replicate"]) for r in records]
@@ -50,6 +51,7 @@ def test_every_record_is_there(run: tuple[Path, list[dict[str, Any]]]) -> None:
     assert len(keys) == len(set(keys)) == (len(FAULTS) + len(WORKING)) * REPLICATES
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 @pytest.mark.parametrize("workload", list(FAULTS))
 def test_fault_becomes_a_status(run: tuple[Path, list[dict[str, Any]]], workload: str) -> None:
     status, says = FAULTS[workload]
@@ -61,6 +63,7 @@ def test_fault_becomes_a_status(run: tuple[Path, list[dict[str, Any]]], workload
         assert rec["fingerprint"] is None and rec["items_per_second"] is None
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_oom_records_memory_figures(run: tuple[Path, list[dict[str, Any]]]) -> None:
     ooms = [r for r in run[1] if r["status"] == "oom"]
     # Every workload whose fault is an out-of-memory, in every replicate: none missed, no other.
@@ -73,6 +76,7 @@ def test_oom_records_memory_figures(run: tuple[Path, list[dict[str, Any]]]) -> N
         assert "peak RSS" in rec["message"] and "GiB available" in rec["message"]
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_the_working_workloads_are_measured_and_intact(
     run: tuple[Path, list[dict[str, Any]]],
 ) -> None:
@@ -84,6 +88,7 @@ def test_the_working_workloads_are_measured_and_intact(
             assert r["items_per_second"] > 0 and len(r["timing"]["samples"]) >= 1
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_report_of_a_faulty_run(run: tuple[Path, list[dict[str, Any]]]) -> None:
     out = run[0]
     proc = detbench_cli("report", str(out))
@@ -98,6 +103,7 @@ CRASH_LINES = {"aborts": "os.abort()", "segfaults": "os.kill(os.getpid(), signal
 
 @pytest.mark.parametrize(("workload", "error"), [("aborts", "Aborted"),
                                                  ("segfaults", "Segmentation fault")])  # fmt: skip
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_a_crash_names_the_line_that_crashed(run: tuple[Path, list[dict[str, Any]]],
                                              workload: str, error: str) -> None:  # fmt: skip
     source = (WORKLOADS / "faults.py").read_text().splitlines()

@@ -147,6 +147,7 @@ def test_reading_uninitialized_memory_blames_the_read(
     assert origin.startswith("aten.empty at ") and origin.endswith(f":{line_of('UNINIT')}")
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_a_reproducible_model_reports_none_and_exits_0() -> None:
     proc = detbench_cli("locate", f"{FILE}:clean_training", "--until", "3", "--device", "cpu",
                         "--json")  # fmt: skip

@@ -66,6 +66,7 @@ def models_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_every_transformers_model_runs_in_both_modes(models_run: Path) -> None:
     df = detbench.load_results(models_run)
     tf = df[df["workload"].isin(TRANSFORMERS)]
@@ -94,6 +95,7 @@ def test_every_transformers_model_runs_in_both_modes(models_run: Path) -> None:
         assert tv["message"].str.contains("needs torchvision, which does not import here").all()
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_without_transformers_the_records_say_unsupported_and_why(tmp_path: Path) -> None:
     hide = tmp_path / "hide"
     hide.mkdir()

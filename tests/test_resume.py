@@ -74,6 +74,7 @@ def uninterrupted(resumable_serial_run: Path) -> Path:
     return resumable_serial_run
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_sigkill_then_resume_equals_an_uninterrupted_run(uninterrupted: Path,
                                                          tmp_path: Path) -> None:  # fmt: skip
     out = tmp_path / "run"
@@ -99,6 +100,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(uninterrupted: Path,
     assert env["finished_utc"] and len(env["resumed_utc"]) == 1
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_sigint_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = start(out)

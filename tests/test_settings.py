@@ -183,6 +183,7 @@ def _row(df: pd.DataFrame, workload: str, mode: str, replicate: int = 0) -> Any:
     return sel.iloc[0]
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_every_record_carries_every_setting(probe_run: pd.DataFrame) -> None:
     for name in st.NAMES:
         assert name in probe_run.columns, name
@@ -194,6 +195,7 @@ def test_every_record_carries_every_setting(probe_run: pd.DataFrame) -> None:
     assert row["settings_changed"] == []
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_a_workload_that_turns_det_algos_off_is_recorded_as_it_ran(
     probe_run: pd.DataFrame,
 ) -> None:
@@ -213,6 +215,7 @@ def test_a_workload_that_turns_det_algos_off_is_recorded_as_it_ran(
     assert bool(late["benchmark"])  # its column: what its steps last ran under
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_warn_only_runs_the_op_that_has_no_deterministic_implementation(
     probe_run: pd.DataFrame,
 ) -> None:
@@ -220,6 +223,7 @@ def test_warn_only_runs_the_op_that_has_no_deterministic_implementation(
     assert row["status"] == "ok" and row["warn_only"] is True
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_the_fill_makes_unwritten_memory_nan_and_reproducible(probe_run: pd.DataFrame) -> None:
     both = probe_run[(probe_run["workload"] == "empty_unwritten")
                      & (probe_run["mode"] == "det-algos")]  # fmt: skip
@@ -233,6 +237,7 @@ def test_the_fill_makes_unwritten_memory_nan_and_reproducible(probe_run: pd.Data
         torch.use_deterministic_algorithms(False)
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_a_backend_the_device_lacks_and_undeclared_autocast_are_unsupported(
     probe_run: pd.DataFrame,
 ) -> None:
@@ -245,6 +250,7 @@ def test_a_backend_the_device_lacks_and_undeclared_autocast_are_unsupported(
     assert amp["status"] == "ok" and amp["autocast"] == "bf16"
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_a_compiled_workload_beside_its_eager_twin(tmp_path: Path) -> None:
     """torch.compile (inductor) compiles here in about 15 s for a small graph: one workload, two
     fresh workers, each with its own empty compile cache, removed at the end. The run has a
