@@ -32,12 +32,14 @@ def line_of(marker: str) -> int:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One `detbench run --locate` of the file (2 fresh processes per mode), which then locates
+    """One `detbench run --locate` of the file (3 fresh processes per mode), which then locates
     each nondeterministic workload: 2 fresh processes to find, 2 or 3 to measure, 2 in the
-    deterministic mode."""
+    deterministic mode. Three replicates, not two: since issue 29 a worker times with no
+    neighbour running beside it, so the CPU races (two threads) meet less contention and show
+    less often in two processes."""
     out = tmp_path_factory.mktemp("run") / "out"
     proc = detbench_cli("run", "--workload", str(FILE), "--mode", "default", "--replicates",
-                        "2", "--device", "cpu", "--budget", "0.01", "--out", str(out),
+                        "3", "--device", "cpu", "--budget", "0.01", "--out", str(out),
                         "--locate")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "detbench locate: process 1 (find, default)" in proc.stderr  # progress on stderr
@@ -54,7 +56,12 @@ def only_culprit(d: dict[str, Any]) -> dict[str, Any]:
     assert len(d["culprits"]) == 1, d["culprits"]
     c: dict[str, Any] = d["culprits"][0]
     assert Path(c["file"]).resolve() == FILE.resolve()
-    assert c["max_abs_diff"] > 0 and c["differing_elements"] > 0
+    if c["max_abs_diff"] is None:
+        # The race is real, so it may not recur in the processes that measure its size (seen
+        # under make test-slow's two loaded xdist workers): locate then says so, in words.
+        assert "did not recur" in c["diff_note"], c
+    else:
+        assert c["max_abs_diff"] > 0 and c["differing_elements"] > 0
     # The same line at each step is one culprit (len(culprits) == 1 above). The race is real, so
     # a step may happen to agree in both processes (seen once on this 2-core host, under make
     # test's two xdist workers: gather_backward differed at step 1 only). Each step that differed
