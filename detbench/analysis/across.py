@@ -57,8 +57,14 @@ FACTS = {
 }
 
 #: The verdicts, in the order a summary counts them.
-VERDICTS = ("same bits", "different bits", autotuner.AUTOTUNER, "nondeterministic within a run",
-            "not comparable", "no verdict")  # fmt: skip
+VERDICTS = (
+    "same bits",
+    "different bits",
+    autotuner.AUTOTUNER,
+    "nondeterministic within a run",
+    "not comparable",
+    "no verdict",
+)
 
 
 @dataclass
@@ -157,8 +163,9 @@ def _side(run: Run, mode: str, g: pd.DataFrame) -> Side:
     else:
         bad = g[g["status"] != Status.OK]["status"]
         state = str(bad.mode().iloc[0]) if len(bad) else "no fingerprint"
-    return Side(run.name, state, prints, identity(first, run.env), digests, steps,
-                _autotuned(first, mode))  # fmt: skip
+    return Side(
+        run.name, state, prints, identity(first, run.env), digests, steps, _autotuned(first, mode)
+    )
 
 
 def _autotuned(rec: pd.Series, mode: str) -> bool:
@@ -175,9 +182,10 @@ def sides(run: Run) -> dict[tuple[str, str, str], Side]:
     if run.df.empty:
         return {}
     df = counted(run.df)
-    return {(str(suite), str(workload), str(mode)): _side(run, str(mode), g)
-            for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"],
-                                                         sort=False)}  # fmt: skip
+    return {
+        (str(suite), str(workload), str(mode)): _side(run, str(mode), g)
+        for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"], sort=False)
+    }
 
 
 def _differs(groups: list[list[str]], facts: Mapping[str, Mapping[str, str | None]]
@@ -212,8 +220,9 @@ def _unlike(ref: Side, s: Side, method: str) -> str:
     """What keeps ``s`` from being compared with ``ref``, in words."""
     words = [comparable.not_comparable(ref.inputs, s.inputs, ref.run, s.run)]
     if method not in s.digests:
-        words.append(f"digest method {method} ({ref.run}) vs {' + '.join(sorted(s.digests))} "
-                     f"({s.run})")  # fmt: skip
+        words.append(
+            f"digest method {method} ({ref.run}) vs {' + '.join(sorted(s.digests))} ({s.run})"
+        )
     return "; ".join(w for w in words if w)
 
 
@@ -232,8 +241,9 @@ def _row(key: tuple[str, str, str], present: list[Side]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def verdict(key: tuple[str, str, str], present: list[Side],
-            facts: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:  # fmt: skip
+def verdict(
+    key: tuple[str, str, str], present: list[Side], facts: Mapping[str, Mapping[str, str | None]]
+) -> dict[str, Any]:
     """The verdict of one (suite, workload, mode) over the runs that have it (see the module
     docstring), as a plain dict (the JSON of ``detbench compare --json``)."""
     row = _row(key, present)
@@ -260,8 +270,11 @@ def verdict(key: tuple[str, str, str], present: list[Side],
     groups: dict[str, list[str]] = {}
     for s in best:
         if s.state != "nondeterministic":
-            bits = s.digests[method][0] if common is None else comparable.prefix(
-                s.steps[method], common)  # fmt: skip
+            bits = (
+                s.digests[method][0]
+                if common is None
+                else comparable.prefix(s.steps[method], common)
+            )
             groups.setdefault(bits, []).append(s.run)
     row["groups"], row["fingerprints"] = list(groups.values()), list(groups)
     if nondet:

@@ -34,8 +34,10 @@ def _plain(rows: Sequence[MutableMapping[str, Any]]) -> str:
             return f"the one mode without it ({same[0]}) gives the same bits {where}"
         every = "both" if len(same) == 2 else f"all {len(same)}"
         return f"{every} modes without it give the same bits {where}"
-    return (f"{len(same)} of the {len(plain)} modes without it ({', '.join(same)}) give the "
-            f"same bits {where}")  # fmt: skip
+    return (
+        f"{len(same)} of the {len(plain)} modes without it ({', '.join(same)}) give the "
+        f"same bits {where}"
+    )
 
 
 def label(rows: Sequence[MutableMapping[str, Any]]) -> None:

@@ -97,6 +97,13 @@ def lottery(df: pd.DataFrame, v: pd.DataFrame | None = None) -> set[tuple[str, s
     return {(c.suite, c.workload) for c in causes(df, v) if c.switch == "benchmark" and c.on}
 
 
+def by_luck(drawn: set[tuple[str, str]], suite: str, mode: str, workloads: Iterable[str]) -> bool:
+    """Whether ``mode`` runs the autotuner and cudnn.benchmark broke one of ``workloads`` of
+    ``suite`` elsewhere (``drawn``: ``lottery``): its own agreement was then luck, and it is never
+    the answer (``recommend`` and ``suite_answer`` both ask here)."""
+    return autotuned(mode) and any((suite, w) in drawn for w in workloads)
+
+
 def _both_autotuned(a: str, b: str) -> bool:
     """Whether both modes ran cudnn.benchmark with cuDNN on: two draws of the autotuner, whose
     choice may differ from process to process; such a pair names no other switch (on a GPU: on a

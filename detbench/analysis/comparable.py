@@ -31,12 +31,14 @@ def classes(identities: Sequence[Mapping[str, str]]) -> list[list[int]]:
     return out
 
 
-def not_comparable(ref: Mapping[str, str], other: Mapping[str, str], ref_name: str,
-                   other_name: str) -> str:  # fmt: skip
+def not_comparable(
+    ref: Mapping[str, str], other: Mapping[str, str], ref_name: str, other_name: str
+) -> str:
     """What differs between two runs' workloads, in words ("size profile quick (A) vs full
     (B)"); "" where nothing does."""
-    return "; ".join(describe(k, ref[k], other[k], ref_name, other_name)
-                     for k in differences(ref, other))  # fmt: skip
+    return "; ".join(
+        describe(k, ref[k], other[k], ref_name, other_name) for k in differences(ref, other)
+    )
 
 
 def prefix(steps: Sequence[str], n: int) -> str:
@@ -61,8 +63,15 @@ def step_differences(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if r.get("compared_steps") is None:
             continue
         key = (str(r["suite"]), tuple(r["steps"].items()))
-        entry = out.setdefault(key, {"suite": r["suite"], "steps": dict(r["steps"]),
-                                     "common": r["compared_steps"], "workloads": []})  # fmt: skip
+        entry = out.setdefault(
+            key,
+            {
+                "suite": r["suite"],
+                "steps": dict(r["steps"]),
+                "common": r["compared_steps"],
+                "workloads": [],
+            },
+        )
         if r["workload"] not in entry["workloads"]:
             entry["workloads"].append(r["workload"])
     return list(out.values())
@@ -80,8 +89,10 @@ def source_lines(runs: Sequence[Any], lab: Mapping[str, str]) -> list[str]:
         other = sorted(s for s, ds in digests.items() if len(ds) > 1)
         if not other:
             return ["Every run recorded its suites' source digests, and they agree."]
-        return [f"Every run recorded its suites' source digests; those of {', '.join(other)} "
-                f"differ, so their workloads are not comparable ({FIELDS['source']})."]  # fmt: skip
+        return [
+            f"Every run recorded its suites' source digests; those of {', '.join(other)} "
+            f"differ, so their workloads are not comparable ({FIELDS['source']})."
+        ]
 
     def commit(r: Any) -> str:
         git = r.env.get("git") or {}

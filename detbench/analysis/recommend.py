@@ -253,18 +253,13 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
     v = v.assign(inert=v["mode"].map(inert).astype(bool))
     tp = _Throughput(df, baseline, n_boot, seed)
     drawn = cause.lottery(df, v)
-
-    def luck(s: str, m: str, ws: list[str]) -> bool:
-        """A mode with the autotuner, where cudnn.benchmark broke one of ``ws`` elsewhere."""
-        return cause.autotuned(m) and any((s, w) in drawn for w in ws)
-
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         s, w = str(suite), str(workload)
         ran = g[g["verdict"].isin(RAN) & ~g["inert"]]
         points = {str(r.mode): tp.point(s, w, str(r.mode), r.rel) for r in ran.itertuples()}
         repro = sorted(ran.loc[ran["verdict"] == "reproducible", "mode"], key=simplicity_key)
-        repro = [m for m in repro if not luck(s, str(m), [w])]
+        repro = [m for m in repro if not cause.by_luck(drawn, s, str(m), [w])]
 
         def one(m: str, point: float, s: str = s, w: str = w) -> Estimate:
             return _estimate(point, tp.ratio(s, w, m))
@@ -304,7 +299,8 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
             return stats.geometric_mean(ratios)
 
         qualify = sorted(
-            (m for m in repro if not inert[m] and not luck(s, m, workloads)), key=simplicity_key
+            (m for m in repro if not inert[m] and not cause.by_luck(drawn, s, m, workloads)),
+            key=simplicity_key,
         )
         cands = [(m, points.get(m, float("nan"))) for m in qualify]
         excluded = [m for m in repro if inert[m]]

@@ -94,11 +94,10 @@ def _partial(
     ``cause.lottery``, where a mode with the autotuner is never the answer."""
     workloads = [str(w) for w in dict.fromkeys(g["workload"])]
     n = len(workloads)
-    luck = any((suite, w) in drawn for w in workloads)
     modes = [
         m
         for m in dict.fromkeys(map(str, g["mode"]))
-        if not inert_changes(m, device) and not (luck and cause.autotuned(m))
+        if not inert_changes(m, device) and not cause.by_luck(drawn, suite, m, workloads)
     ]
 
     def with_verdict(m: str, verdict: str) -> set[str]:

@@ -179,13 +179,15 @@ def _autotuned(g: pd.DataFrame) -> bool:
 THROUGHPUT_FIELDS = ("params", "profile", "source")
 
 
-def _unlike(ga: pd.DataFrame, gb: pd.DataFrame, env_a: dict[str, Any],
-            env_b: dict[str, Any]) -> str:  # fmt: skip
+def _unlike(
+    ga: pd.DataFrame, gb: pd.DataFrame, env_a: dict[str, Any], env_b: dict[str, Any]
+) -> str:
     """How a workload's records in A differ from its records in B ("" where they are the same
     workload), from each run's first record."""
     ia, ib = identity(ga.iloc[0], env_a), identity(gb.iloc[0], env_b)
-    return "; ".join(describe(f, ia[f], ib[f], "A", "B") for f in differences(ia, ib)
-                     if f in THROUGHPUT_FIELDS)  # fmt: skip
+    return "; ".join(
+        describe(f, ia[f], ib[f], "A", "B") for f in differences(ia, ib) if f in THROUGHPUT_FIELDS
+    )
 
 
 # --- Rendering ---------------------------------------------------------------------------------

@@ -123,9 +123,11 @@ def check_shards(shards: list[Part]) -> None:
         if name == SOURCES_KEY:
             a, b = first.options.get(name) or {}, p.options.get(name) or {}
             suites = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-            raise MergeError(f"the shards ran another source of the suite {', '.join(suites)}: "
-                             f"its files differ between {first.path} and {p.path}; merge only "
-                             "the shards of one run")  # fmt: skip
+            raise MergeError(
+                f"the shards ran another source of the suite {', '.join(suites)}: "
+                f"its files differ between {first.path} and {p.path}; merge only "
+                "the shards of one run"
+            )
         if name is not None:
             raise MergeError(f"the shards' options differ in {name}: "
                              f"{first.options.get(name)!r} ({first.path}) vs "
@@ -145,8 +147,10 @@ def check_shards(shards: list[Part]) -> None:
     unlike = workload_differences(shards, [str(p.path) for p in shards])
     if unlike:
         workload, words = unlike[0]
-        raise MergeError(f"the shards ran {workload} as two different workloads: {words}; "
-                         "merge only the shards of one run")  # fmt: skip
+        raise MergeError(
+            f"the shards ran {workload} as two different workloads: {words}; "
+            "merge only the shards of one run"
+        )
     owner: dict[tuple[str, str, str, int], Path] = {}
     for p in shards:
         for rec in p.records:
@@ -166,8 +170,11 @@ def _workloads(p: Part) -> dict[str, dict[str, str]]:
     for rec in p.records:
         key = f"{rec['suite']}/{rec['workload']}"
         if key not in out and rec.get("fingerprint"):
-            out[key] = {**identity(rec, p.env), "steps": text(steps(rec)),
-                        "method": text(rec.get("fingerprint_method"))}  # fmt: skip
+            out[key] = {
+                **identity(rec, p.env),
+                "steps": text(steps(rec)),
+                "method": text(rec.get("fingerprint_method")),
+            }
     return out
 
 
@@ -184,8 +191,11 @@ def workload_differences(parts: list[Part], names: list[str]) -> list[tuple[str,
                 continue
             ref_name, ref = seen[key]
             diff = [describe(f, ref[f], mine[f], ref_name, name) for f in differences(ref, mine)]
-            diff += [f"{w} {ref[f]} ({ref_name}) vs {mine[f]} ({name})" for f, w in words.items()
-                     if ref[f] and mine[f] and ref[f] != mine[f]]  # fmt: skip
+            diff += [
+                f"{w} {ref[f]} ({ref_name}) vs {mine[f]} ({name})"
+                for f, w in words.items()
+                if ref[f] and mine[f] and ref[f] != mine[f]
+            ]
             if diff:
                 out.append((key, "; ".join(diff)))
     return out
@@ -201,11 +211,16 @@ def machine_notes(groups: list[list[Part]], names: list[str]) -> list[str]:
     for words, keys in by_words.items():
         only_steps = all(w.startswith("hashed steps") for w in words.split("; "))
         both = "both" if len(groups) == 2 else "all"
-        then = (f"compare reads their bits over the steps {both} ran" if only_steps
-                else "compare calls them not comparable")  # fmt: skip
+        then = (
+            f"compare reads their bits over the steps {both} ran"
+            if only_steps
+            else "compare calls them not comparable"
+        )
         shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-        out.append(f"the machines ran {len(keys)} workload{'s' if len(keys) != 1 else ''} "
-                   f"differently ({shown}): {words}; {then}")  # fmt: skip
+        out.append(
+            f"the machines ran {len(keys)} workload{'s' if len(keys) != 1 else ''} "
+            f"differently ({shown}): {words}; {then}"
+        )
     return out
 
 

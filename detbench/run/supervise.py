@@ -448,8 +448,7 @@ def take_turn(
         elif msg is not None and msg["type"] == "ready":
             turn.started = True
             if msg.get("device_stage"):
-                turn.stage = {k: msg.get(k) for k in ("pid", "device_stage",
-                                                      "device_wait_seconds")}  # fmt: skip
+                turn.stage = {k: msg.get(k) for k in ("pid", "device_stage", "device_wait_seconds")}
             ready(msg)
             worker.send("go")
         while turn.started:

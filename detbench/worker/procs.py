@@ -153,13 +153,24 @@ def gpu_others(since_us: int, at_start: dict[int, bool], run_pid: int | None) ->
     if me not in listed or run_pid is None:
         # NVML does not list this worker, which holds a context: its pids are another
         # namespace's (a container); or no runner is known. Whose the others are is unknown.
-        out.update(gpu_own_processes=None, gpu_foreign_processes=None, gpu_own_util=None,
-                   gpu_foreign_util=None)  # fmt: skip
-        why = ("no runner is known" if run_pid is None
-               else "NVML's process ids are not this container's")  # fmt: skip
+        out.update(
+            gpu_own_processes=None,
+            gpu_foreign_processes=None,
+            gpu_own_util=None,
+            gpu_foreign_util=None,
+        )
+        why = (
+            "no runner is known"
+            if run_pid is None
+            else "NVML's process ids are not this container's"
+        )
         out["gpu_note"] = "; ".join(filter(None, (out.get("gpu_note"), f"whose: unknown ({why})")))
         return out
     own = {p for p in others if listed.get(p) or is_own(p, run_pid)}
-    out.update(gpu_own_processes=len(own), gpu_foreign_processes=len(others - own),
-               gpu_own_util=peak(own), gpu_foreign_util=peak(others - own))  # fmt: skip
+    out.update(
+        gpu_own_processes=len(own),
+        gpu_foreign_processes=len(others - own),
+        gpu_own_util=peak(own),
+        gpu_foreign_util=peak(others - own),
+    )
     return out
