@@ -18,7 +18,7 @@ the recorder (:mod:`detbench.locate.record`):
    op raises there has no deterministic implementation.
 
 Each culprit is looked up in the catalog of the ops the installed torch documents as
-nondeterministic (:mod:`detbench.locate.catalog`).
+nondeterministic (:mod:`detbench.core.catalog`).
 
 What the recorder cannot see: work that does not pass through PyTorch's dispatcher (a CUDA kernel
 launched from C++ or Triton without an ATen op, NCCL), and code compiled with ``torch.compile``:
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from detbench.core.errors import DetbenchError
-from detbench.locate import catalog
+from detbench.core import catalog
 from detbench.store.schema import Status
 
 #: The fully deterministic mode a culprit is checked in.
