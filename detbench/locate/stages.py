@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from detbench.core.errors import DetbenchError
 from detbench.core import catalog
+from detbench.core.errors import DetbenchError
 from detbench.store.schema import Status
 
 #: The fully deterministic mode a culprit is checked in.
