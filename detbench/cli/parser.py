@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run-to-run equality of workloads under every reproducibility mode.",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_show, _run, _across, _attribute, _locate):
+    for add in (_show, _run, _across, _submit, _attribute, _locate):
         add(sub)
     return p
 
@@ -68,11 +68,17 @@ def _run(sub: Any) -> None:
         help="which ops of a workload have no deterministic implementation here, and is it "
         "reproducible by default and fully deterministic",
     )
-    aud.add_argument("target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of "
-                     "its workloads")  # fmt: skip
+    aud.add_argument(
+        "target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of its workloads"
+    )
     aud.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present")
-    aud.add_argument("--replicates", type=int, default=3, metavar="N",
-                     help="fresh processes per mode (default 3)")  # fmt: skip
+    aud.add_argument(
+        "--replicates",
+        type=int,
+        default=3,
+        metavar="N",
+        help="fresh processes per mode (default 3)",
+    )
     aud.add_argument("--out", metavar="DIR", help="keep the verdict runs' records in DIR")
     aud.add_argument("--json", action="store_true", help="the same answer as JSON")
 
@@ -81,8 +87,12 @@ def _run(sub: Any) -> None:
         help="the smoke test for a new GPU host: one small workload per suite, 2 modes x 2 "
         "fresh processes, and what worked in plain words",
     )
-    gc.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                    help="cuda (default); cpu rehearses the check without a GPU")  # fmt: skip
+    gc.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cuda (default); cpu rehearses the check without a GPU",
+    )
     gc.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     gc.add_argument("--cudnn-log", action="store_true", help=CUDNN_LOG_HELP)
 
@@ -93,16 +103,24 @@ def _run(sub: Any) -> None:
 
 
 def _across(sub: Any) -> None:
-    """``compare``, ``merge`` and ``submit`` (``detbench.cli.across``)."""
+    """``compare`` and ``merge`` (``detbench.cli.across``)."""
     cmp = sub.add_parser(
         "compare",
         help="compare runs: the same bits across machines for every workload and mode in more "
         "than one run; with two runs, also throughput changes with significance",
     )
-    cmp.add_argument("dirs", nargs="+", metavar="DIR", help="two or more runs (the first is the "
-                     "reference), or a set merged from several machines")  # fmt: skip
-    cmp.add_argument("--json", action="store_true", help="the cross-machine verdicts as a JSON "
-                     "list: workload, mode, same_bits (true/false/null), groups")  # fmt: skip
+    cmp.add_argument(
+        "dirs",
+        nargs="+",
+        metavar="DIR",
+        help="two or more runs (the first is the reference), or a set merged from several machines",
+    )
+    cmp.add_argument(
+        "--json",
+        action="store_true",
+        help="the cross-machine verdicts as a JSON "
+        "list: workload, mode, same_bits (true/false/null), groups",
+    )
     cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
 
     mrg = sub.add_parser(
@@ -114,6 +132,9 @@ def _across(sub: Any) -> None:
     mrg.add_argument("dirs", nargs="+", metavar="DIR", help="the shards, or the runs")
     mrg.add_argument("--no-report", action="store_true", help="do not write the report")
 
+
+def _submit(sub: Any) -> None:
+    """``submit`` (``detbench.cli.across``)."""
     s = sub.add_parser(
         "submit",
         help="run a run's shards (or one run per partition) as batch jobs through submitit "
@@ -121,25 +142,50 @@ def _across(sub: Any) -> None:
     )
     run_options(s)
     mode_options(s)
-    s.add_argument("--executor", choices=("slurm", "local"), required=True,
-                   help="slurm (sbatch, a job array) or local (submitit's local executor: "
-                   "processes on this machine)")  # fmt: skip
-    s.add_argument("--shards", type=int, metavar="N", help="split the run into N shards, one "
-                   "job each (a job array)")  # fmt: skip
-    s.add_argument("--partition", metavar="P[,P...]", help="the Slurm partition of the shards; "
-                   "several: one whole run per partition (a GPU type each), merged into a set "
-                   "for the cross-machine verdict")  # fmt: skip
+    s.add_argument(
+        "--executor",
+        choices=("slurm", "local"),
+        required=True,
+        help="slurm (sbatch, a job array) or local (submitit's local executor: "
+        "processes on this machine)",
+    )
+    s.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help="split the run into N shards, one job each (a job array)",
+    )
+    s.add_argument(
+        "--partition",
+        metavar="P[,P...]",
+        help="the Slurm partition of the shards; "
+        "several: one whole run per partition (a GPU type each), merged into a set "
+        "for the cross-machine verdict",
+    )
     s.add_argument("--gres", metavar="GRES", help="Slurm --gres, e.g. gpu:1")
     s.add_argument("--time", type=int, metavar="MINUTES", help="each job's time limit")
     s.add_argument("--account", metavar="ACCOUNT", help="Slurm --account")
     s.add_argument("--constraint", metavar="FEATURES", help="Slurm --constraint")
     s.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per job")
-    s.add_argument("--array-parallelism", type=int, metavar="N",
-                   help="at most N jobs of the array at once (Slurm)")  # fmt: skip
-    s.add_argument("--slurm-option", action="append", metavar="KEY=VALUE",
-                   help="any other sbatch option (repeatable), e.g. qos=high")  # fmt: skip
-    s.add_argument("--retries", type=int, default=1, metavar="N",
-                   help="resubmit a failed job (it resumes) up to N times (default 1)")  # fmt: skip
+    s.add_argument(
+        "--array-parallelism",
+        type=int,
+        metavar="N",
+        help="at most N jobs of the array at once (Slurm)",
+    )
+    s.add_argument(
+        "--slurm-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any other sbatch option (repeatable), e.g. qos=high",
+    )
+    s.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        metavar="N",
+        help="resubmit a failed job (it resumes) up to N times (default 1)",
+    )
 
 
 def _attribute(sub: Any) -> None:
@@ -173,21 +219,45 @@ def _locate(sub: Any) -> None:
         f"{DETERMINISTIC_MODE} fixes it. Not seen: work outside PyTorch's dispatcher, and the "
         "compiled kernels of torch.compile (under the recorder compiled code runs eagerly).",
     )
-    q.add_argument("target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of "
-                   "its workloads")  # fmt: skip
-    q.add_argument("--mode", default="default", metavar="NAME",
-                   help="the mode to locate in (default: default; settings as in "
-                   "det-algos[fill_uninitialized_memory=off])")  # fmt: skip
-    q.add_argument("--replicates", type=int, default=2, metavar="N",
-                   help="fresh processes to compare (default 2)")  # fmt: skip
-    q.add_argument("--until", type=int, default=4, metavar="M",
-                   help="while the first N agree, more processes up to M in all "
-                   "(default 4)")  # fmt: skip
-    q.add_argument("--steps", type=int, metavar="K",
-                   help="at most K steps (default: the workload's fingerprint steps)")  # fmt: skip
+    q.add_argument(
+        "target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of its workloads"
+    )
+    q.add_argument(
+        "--mode",
+        default="default",
+        metavar="NAME",
+        help="the mode to locate in (default: default; settings as in "
+        "det-algos[fill_uninitialized_memory=off])",
+    )
+    q.add_argument(
+        "--replicates",
+        type=int,
+        default=2,
+        metavar="N",
+        help="fresh processes to compare (default 2)",
+    )
+    q.add_argument(
+        "--until",
+        type=int,
+        default=4,
+        metavar="M",
+        help="while the first N agree, more processes up to M in all (default 4)",
+    )
+    q.add_argument(
+        "--steps",
+        type=int,
+        metavar="K",
+        help="at most K steps (default: the workload's fingerprint steps)",
+    )
     q.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present")
-    q.add_argument("--profile", choices=("quick", "full"),
-                   help="workload sizes (default: quick, on cuda as on cpu)")  # fmt: skip
-    q.add_argument("--no-check", action="store_true",
-                   help=f"do not run the culprits again in {DETERMINISTIC_MODE}")  # fmt: skip
+    q.add_argument(
+        "--profile",
+        choices=("quick", "full"),
+        help="workload sizes (default: quick, on cuda as on cpu)",
+    )
+    q.add_argument(
+        "--no-check",
+        action="store_true",
+        help=f"do not run the culprits again in {DETERMINISTIC_MODE}",
+    )
     q.add_argument("--json", action="store_true", help="the answer as JSON")
