@@ -77,11 +77,13 @@ class _State:
 
     def mode(self) -> Mode:
         base = next(
-            m for m in MODES
-            if m.cudnn_enabled and not m.benchmark
+            m
+            for m in MODES
+            if m.cudnn_enabled
+            and not m.benchmark
             and m.deterministic_algorithms == self.det_algos
             and m.cudnn_deterministic == self.cudnn_det
-        )  # fmt: skip
+        )
         return base.with_settings(st.normalise(self.overrides)) if self.overrides else base
 
     def levels(self) -> dict[str, str]:
@@ -110,9 +112,13 @@ def _inert(sw: Switch, device: str, state: _State) -> str | None:
     return st.inert_reason(sw.name, device, state.levels(), state.det_algos)
 
 
-def build_study(device: str, workloads: Sequence[Workload], compile: bool = False,
-                tied: bool | None = None,
-                called: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:  # fmt: skip
+def build_study(
+    device: str,
+    workloads: Sequence[Workload],
+    compile: bool = False,
+    tied: bool | None = None,
+    called: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Any]:
     """The attribution study of ``workloads`` on ``device`` (see the module's doc), as the dict
     written to env.json: its ends, its variants (one per switch, end and level; a mode shared
     by several is listed for each) and the switches skipped with the reason.
@@ -145,16 +151,31 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
     variants: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
 
-    def add(state: _State, sw: str, level: str, end: str, direction: str,
-            only: list[str] | None, against: _State | None = None) -> None:  # fmt: skip
+    def add(
+        state: _State,
+        sw: str,
+        level: str,
+        end: str,
+        direction: str,
+        only: list[str] | None,
+        against: _State | None = None,
+    ) -> None:
         try:
             label = state.mode().name
         except st.SettingError as exc:  # a combination torch refuses
             skipped.append({"switch": sw, "end": end, "reason": str(exc)})
             return
-        variants.append({"mode": label, "switch": sw, "level": level, "end": end,
-                         "direction": direction, "workloads": only,
-                         **({"against": against.mode().name} if against else {})})  # fmt: skip
+        variants.append(
+            {
+                "mode": label,
+                "switch": sw,
+                "level": level,
+                "end": end,
+                "direction": direction,
+                "workloads": only,
+                **({"against": against.mode().name} if against else {}),
+            }
+        )
 
     ind = "inductor_deterministic"
     for end, state in (("default", default), ("deterministic", det)):
@@ -196,8 +217,15 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
             if reason is not None:
                 skipped.append({"switch": ind, "end": end, "reason": reason})
                 continue
-            add(compiled.with_level(ind, level), ind, level, end,
-                "added" if end == "default" else "removed", None, against=compiled)  # fmt: skip
+            add(
+                compiled.with_level(ind, level),
+                ind,
+                level,
+                end,
+                "added" if end == "default" else "removed",
+                None,
+                against=compiled,
+            )
     return {
         "kind": KIND,
         "device": device,
@@ -272,8 +300,9 @@ def describe(study: dict[str, Any]) -> list[str]:
         sign = "+" if v["direction"] == "added" else "-"
         where = "" if v["workloads"] is None else f" (only {', '.join(v['workloads'])})"
         where += f" (against {v['against']})" if v.get("against") else ""
-        lines.append(f"  {sign} {v['switch']}={v['level']} at the {v['end']} end: "
-                     f"{v['mode']}{where}")  # fmt: skip
+        lines.append(
+            f"  {sign} {v['switch']}={v['level']} at the {v['end']} end: {v['mode']}{where}"
+        )
     lines += [f"  skipped: {x}" for x in skipped(study)]
     if compile:
         lines.append(
@@ -351,14 +380,26 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
                 needed = {"nondeterministic": True, "reproducible": False}.get(str(vv))
             if x["end"] == "default" and ev == "nondeterministic":
                 sufficient = {"reproducible": True, "nondeterministic": False}.get(str(vv))
-            rows.append({
-                "suite": suite, "workload": workload, "mode": x["mode"],
-                "end_mode": base, "switch": x["switch"],
-                "end": x["end"], "direction": x["direction"], "level": x["level"],
-                "relative_throughput": ce.get("relative_throughput", np.nan),
-                "ci_low": ce.get("ci_low", np.nan), "ci_high": ce.get("ci_high", np.nan),
-                "significant": ce.get("significant"), "noisy": ce.get("noisy"),
-                "bits_changed": _bits(at_end, var),
-                "verdict": vv, "end_verdict": ev, "needed": needed, "sufficient": sufficient,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "workload": workload,
+                    "mode": x["mode"],
+                    "end_mode": base,
+                    "switch": x["switch"],
+                    "end": x["end"],
+                    "direction": x["direction"],
+                    "level": x["level"],
+                    "relative_throughput": ce.get("relative_throughput", np.nan),
+                    "ci_low": ce.get("ci_low", np.nan),
+                    "ci_high": ce.get("ci_high", np.nan),
+                    "significant": ce.get("significant"),
+                    "noisy": ce.get("noisy"),
+                    "bits_changed": _bits(at_end, var),
+                    "verdict": vv,
+                    "end_verdict": ev,
+                    "needed": needed,
+                    "sufficient": sufficient,
+                }
+            )
     return pd.DataFrame(rows, dtype=object)

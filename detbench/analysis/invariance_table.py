@@ -91,8 +91,9 @@ def _items_per_step(g: pd.DataFrame) -> float:
     return 1.0
 
 
-def _price(ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int,
-           n_boot: int) -> tuple[float, float, float]:  # fmt: skip
+def _price(
+    ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int, n_boot: int
+) -> tuple[float, float, float]:
     """The reference's items/s over the base's: ``stats.ratio`` of their throughputs (the ratio
     of the medians over replicates of each replicate's median, with the 2.5-97.5th percentiles
     of the same ratio over two-level bootstrap resamples, as ``analysis.costs``; ``name`` names
@@ -172,23 +173,37 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.
         ips = pd.to_numeric(ok["items_per_second"], errors="coerce").dropna()
         base_name = _reference_of(params)
         row: dict[str, Any] = {
-            "suite": suite, "workload": workload, "mode": mode, "invariant": invariant,
-            "note": note, "ran": len(ok) > 0,
+            "suite": suite,
+            "workload": workload,
+            "mode": mode,
+            "invariant": invariant,
+            "note": note,
+            "ran": len(ok) > 0,
             "first_variant_size": int(first.min()) if len(first) else None,
             "max_abs_diff": float(diff.max()) if len(diff) else None,
             "batch_sizes": _sizes(g["batch_same_as_smallest"])
-            if "batch_same_as_smallest" in g else (),
+            if "batch_same_as_smallest" in g
+            else (),
             "distinct_results": int(max(distinct)) if len(distinct) else None,
             "completion": isinstance(params, dict) and COMPLETION_KEY in params,
             "sdpa_backend": params.get("sdpa_backend") if isinstance(params, dict) else None,
             "items_per_second": float(ips.median()) if len(ips) else None,
-            "replicates": len(ok), "reference_of": base_name, "price": None, "price_low": None,
-            "price_high": None, "reference_invariant": None, "base_invariant": None,
-            "base_mode": None, "base_mode_invariant": None, "setting_price": None,
-            "setting_price_low": None, "setting_price_high": None,
+            "replicates": len(ok),
+            "reference_of": base_name,
+            "price": None,
+            "price_low": None,
+            "price_high": None,
+            "reference_invariant": None,
+            "base_invariant": None,
+            "base_mode": None,
+            "base_mode_invariant": None,
+            "setting_price": None,
+            "setting_price_low": None,
+            "setting_price_high": None,
             "deterministic_algorithms": bool(g["deterministic_algorithms"].iloc[0])
-            if "deterministic_algorithms" in g.columns else None,
-        }  # fmt: skip
+            if "deterministic_algorithms" in g.columns
+            else None,
+        }
         if base_name is not None:
             row["reference_invariant"] = invariant
             base = groups.get((suite, base_name, mode))
@@ -212,5 +227,8 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.
     out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: (k[1].count("="), k[1]))
     order = {w: i for i, w in enumerate(dict.fromkeys(s["workload"]))}
     out["_w"] = out["workload"].map(order)
-    return (out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
-            .drop(columns=["_o", "_l", "_w"]).reset_index(drop=True))  # fmt: skip
+    return (
+        out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
+        .drop(columns=["_o", "_l", "_w"])
+        .reset_index(drop=True)
+    )

@@ -82,8 +82,11 @@ def baseline_mode(labels: Iterable[Any]) -> str | None:
     if DEFAULT_MODE.name in modes:
         return DEFAULT_MODE.name
     based = [(m, mode_of(m)) for m in modes]
-    on_default = [(len(x.settings), mode_key(m), m) for m, x in based
-                  if x is not None and x.base_name == DEFAULT_MODE.name]  # fmt: skip
+    on_default = [
+        (len(x.settings), mode_key(m), m)
+        for m, x in based
+        if x is not None and x.base_name == DEFAULT_MODE.name
+    ]
     if on_default:
         return min(on_default)[2]
     return modes[0] if modes else None
@@ -120,16 +123,26 @@ def verdicts(df: pd.DataFrame) -> pd.DataFrame:
     replicate did, the verdict is ``settings_changed``. ``changed`` counts such records and
     ``changed_settings`` names what they changed."""
     rows: list[dict[str, Any]] = []
-    used = ["suite", "workload", "mode", "status", "fingerprint", "max_abs_diff",
-            "items_per_second", "message", "settings_changed"]  # fmt: skip
+    used = [
+        "suite",
+        "workload",
+        "mode",
+        "status",
+        "fingerprint",
+        "max_abs_diff",
+        "items_per_second",
+        "message",
+        "settings_changed",
+    ]
     df = df[[c for c in used if c in df.columns]].assign(_changed=changed_mask(df).to_numpy())
     for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"], sort=False):
         if g["_changed"].any():
             chg, g_count = g[g["_changed"]], g[~g["_changed"]]
         else:  # the usual case, without the copies
             chg, g_count = g.iloc[:0], g
-        names = list(dict.fromkeys(n for x in chg.get("settings_changed", []) for n in
-                                   changed_settings(x)))  # fmt: skip
+        names = list(
+            dict.fromkeys(n for x in chg.get("settings_changed", []) for n in changed_settings(x))
+        )
         ok = g_count[g_count["status"] == Status.OK]
         bad = g_count[g_count["status"] != Status.OK]
         distinct = int(ok["fingerprint"].nunique())
@@ -192,10 +205,14 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
     baseline = str(baseline_mode(modes))
     v = v.assign(rel=relative_throughput(v, baseline))
     c = costs(df, baseline)
-    quality = {} if c.empty else {
-        (r["suite"], r["workload"], r["mode"]): (bool(r["significant"]), bool(r["noisy"]))
-        for r in c.to_dict("records")
-    }  # fmt: skip
+    quality = (
+        {}
+        if c.empty
+        else {
+            (r["suite"], r["workload"], r["mode"]): (bool(r["significant"]), bool(r["noisy"]))
+            for r in c.to_dict("records")
+        }
+    )
 
     def cell(row: pd.Series) -> str:
         mark = MARKS.get(row["verdict"], row["verdict"])
@@ -300,13 +317,19 @@ def costs(
                 continue
             name = stats.comparison_key(suite, workload, mode, baseline)
             r = stats.ratio(reps, base_reps, name, seed, n_boot)
-            rows.append({
-                "suite": suite, "workload": workload, "mode": mode,
-                "relative_throughput": r.point, "ci_low": r.low, "ci_high": r.high,
-                "significant": r.significant,
-                "noisy": base_noisy or _noisy(m),
-                "replicates": len(reps),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "workload": workload,
+                    "mode": mode,
+                    "relative_throughput": r.point,
+                    "ci_low": r.low,
+                    "ci_high": r.high,
+                    "significant": r.significant,
+                    "noisy": base_noisy or _noisy(m),
+                    "replicates": len(reps),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -351,14 +374,18 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
                 continue
             ran = m[m["verdict"].isin(RAN)]
             rel = pd.to_numeric(ran["rel"], errors="coerce").dropna()
-            rows.append({
-                "suite": suite, "mode": mode,
-                "relative_throughput": float(np.exp(np.log(rel).mean())) if len(rel) else None,
-                "reproducible": int((m["verdict"] == "reproducible").sum()) / n,
-                "workloads": n, "ran": len(ran),
-                "nondeterministic": int((m["verdict"] == "nondeterministic").sum()),
-                "failed": int((~m["verdict"].isin(RAN)).sum()),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "mode": mode,
+                    "relative_throughput": float(np.exp(np.log(rel).mean())) if len(rel) else None,
+                    "reproducible": int((m["verdict"] == "reproducible").sum()) / n,
+                    "workloads": n,
+                    "ran": len(ran),
+                    "nondeterministic": int((m["verdict"] == "nondeterministic").sum()),
+                    "failed": int((~m["verdict"].isin(RAN)).sum()),
+                }
+            )
     out = pd.DataFrame(rows)
     if out.empty:
         return out
@@ -411,10 +438,16 @@ def divergence(df: pd.DataFrame) -> pd.DataFrame:
                 step < len(s or []) and step < len(ref_steps) and s[step] != ref_steps[step]
                 for s in g["step_fingerprints"].iloc[1:]
             )
-            rows.append({
-                "suite": suite, "workload": workload, "mode": mode, "step": step + 1,
-                "max_abs_loss_diff": float(diff), "step_fingerprint_differs": params_differ,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "workload": workload,
+                    "mode": mode,
+                    "step": step + 1,
+                    "max_abs_loss_diff": float(diff),
+                    "step_fingerprint_differs": params_differ,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -455,13 +488,19 @@ def recipes(df: pd.DataFrame) -> pd.DataFrame:
                 same = all(a == b for a, b in pairs)
         base = g[g["mode"] == baseline]
         base = base if len(base) else g.iloc[:1]
-        rows.append({
-            "suite": suite, "workload": workload, "recipe": params["recipe"],
-            "variant": params.get("variant", workload), "verdict": summary,
-            "reproducible": kinds == ["reproducible"],
-            "compare_with": other, "same_bits": same,
-            "items_per_second": base["items_per_second"].iloc[0],
-        })  # fmt: skip
+        rows.append(
+            {
+                "suite": suite,
+                "workload": workload,
+                "recipe": params["recipe"],
+                "variant": params.get("variant", workload),
+                "verdict": summary,
+                "reproducible": kinds == ["reproducible"],
+                "compare_with": other,
+                "same_bits": same,
+                "items_per_second": base["items_per_second"].iloc[0],
+            }
+        )
     order = {w: i for i, w in enumerate(dict.fromkeys(recs["workload"]))}
     rows.sort(key=lambda r: order[r["workload"]])
     return pd.DataFrame(rows, dtype=object)

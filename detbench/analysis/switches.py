@@ -107,8 +107,9 @@ def pairs(labels: Iterable[Any]) -> dict[str, list[tuple[str, str]]]:
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
-def effects(df: pd.DataFrame, seed: int = stats.SEED,
-            v: pd.DataFrame | None = None) -> list[SwitchEffect]:  # fmt: skip
+def effects(
+    df: pd.DataFrame, seed: int = stats.SEED, v: pd.DataFrame | None = None
+) -> list[SwitchEffect]:
     """Every switch the run measured (see the module's docstring), in the order of the flags,
     then the settings; ``v``: ``matrix.verdicts(df)`` where the caller has it already."""
     v = verdicts(df) if v is None else v
@@ -141,16 +142,23 @@ def effects(df: pd.DataFrame, seed: int = stats.SEED,
                     changed[name] = None
                 if a == "nondeterministic" and b == "reproducible":
                     made[name] = None
-        out.append(SwitchEffect(
-            switch=sw, words=FLAG_WORDS.get(sw, sw), pairs=tuple(ps), workloads=len(compared),
-            bits_changed=tuple(changed), made_reproducible=tuple(made),
-            ratio=_time(groups, keys, ps[0], seed),
-        ))  # fmt: skip
+        out.append(
+            SwitchEffect(
+                switch=sw,
+                words=FLAG_WORDS.get(sw, sw),
+                pairs=tuple(ps),
+                workloads=len(compared),
+                bits_changed=tuple(changed),
+                made_reproducible=tuple(made),
+                ratio=_time(groups, keys, ps[0], seed),
+            )
+        )
     return out
 
 
-def _time(groups: dict[Any, pd.DataFrame], keys: list[tuple[str, str]], pair: tuple[str, str],
-          seed: int) -> stats.Ratio | None:  # fmt: skip
+def _time(
+    groups: dict[Any, pd.DataFrame], keys: list[tuple[str, str]], pair: tuple[str, str], seed: int
+) -> stats.Ratio | None:
     """The pair's throughput ratio, with over without; ``groups``: the run's records by
     (suite, workload, mode), grouped once for every switch."""
     without, with_ = pair

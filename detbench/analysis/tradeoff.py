@@ -25,8 +25,13 @@ from detbench.analysis.matrix import RAN, baseline_mode, plane, replicate_sample
 from detbench.analysis.recommend import inert_changes, run_device
 
 
-def points(df: pd.DataFrame, rec: pd.DataFrame, baseline: str | None = None,
-           seed: int = stats.SEED, v: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+def points(
+    df: pd.DataFrame,
+    rec: pd.DataFrame,
+    baseline: str | None = None,
+    seed: int = stats.SEED,
+    v: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """``matrix.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
     definition, and where a workload has no samples), ``inert``, ``recommended`` and the
     noise-aware ``frontier``; ``rec``: ``recommend.recommendations`` of ``df``; ``v``:
@@ -42,8 +47,7 @@ def points(df: pd.DataFrame, rec: pd.DataFrame, baseline: str | None = None,
     for r in p.to_dict("records"):
         low = high = None
         if r["mode"] != baseline and r["relative_throughput"] is not None:
-            ran = v[(v["suite"] == r["suite"]) & (v["mode"] == r["mode"])
-                    & v["verdict"].isin(RAN)]  # fmt: skip
+            ran = v[(v["suite"] == r["suite"]) & (v["mode"] == r["mode"]) & v["verdict"].isin(RAN)]
             ratios = []
             for w in ran["workload"]:
                 a = groups.get((r["suite"], w, r["mode"]))
@@ -58,8 +62,10 @@ def points(df: pd.DataFrame, rec: pd.DataFrame, baseline: str | None = None,
                 low, high = mean.low, mean.high
         lows.append(low)
         highs.append(high)
-    p = p.assign(ci_low=pd.Series(lows, index=p.index, dtype=object),
-                 ci_high=pd.Series(highs, index=p.index, dtype=object))  # fmt: skip
+    p = p.assign(
+        ci_low=pd.Series(lows, index=p.index, dtype=object),
+        ci_high=pd.Series(highs, index=p.index, dtype=object),
+    )
     p["inert"] = [bool(inert_changes(str(m), device)) for m in p["mode"]]
     picks = rec[rec["workload"] == "*"].set_index("suite")["mode"].to_dict() if len(rec) else {}
     p["recommended"] = [picks.get(s) == m for s, m in zip(p["suite"], p["mode"], strict=True)]

@@ -26,10 +26,18 @@ def add_parsers(sub: Any) -> None:
         help="compare runs: the same bits across machines for every workload and mode in more "
         "than one run; with two runs, also throughput changes with significance",
     )
-    cmp.add_argument("dirs", nargs="+", metavar="DIR", help="two or more runs (the first is the "
-                     "reference), or a set merged from several machines")  # fmt: skip
-    cmp.add_argument("--json", action="store_true", help="the cross-machine verdicts as a JSON "
-                     "list: workload, mode, same_bits (true/false/null), groups")  # fmt: skip
+    cmp.add_argument(
+        "dirs",
+        nargs="+",
+        metavar="DIR",
+        help="two or more runs (the first is the reference), or a set merged from several machines",
+    )
+    cmp.add_argument(
+        "--json",
+        action="store_true",
+        help="the cross-machine verdicts as a JSON "
+        "list: workload, mode, same_bits (true/false/null), groups",
+    )
     cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
     cmp.set_defaults(func=compare_command)
 
@@ -50,25 +58,50 @@ def add_parsers(sub: Any) -> None:
     )
     run_options(s)
     mode_options(s)
-    s.add_argument("--executor", choices=("slurm", "local"), required=True,
-                   help="slurm (sbatch, a job array) or local (submitit's local executor: "
-                   "processes on this machine)")  # fmt: skip
-    s.add_argument("--shards", type=int, metavar="N", help="split the run into N shards, one "
-                   "job each (a job array)")  # fmt: skip
-    s.add_argument("--partition", metavar="P[,P...]", help="the Slurm partition of the shards; "
-                   "several: one whole run per partition (a GPU type each), merged into a set "
-                   "for the cross-machine verdict")  # fmt: skip
+    s.add_argument(
+        "--executor",
+        choices=("slurm", "local"),
+        required=True,
+        help="slurm (sbatch, a job array) or local (submitit's local executor: "
+        "processes on this machine)",
+    )
+    s.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help="split the run into N shards, one job each (a job array)",
+    )
+    s.add_argument(
+        "--partition",
+        metavar="P[,P...]",
+        help="the Slurm partition of the shards; "
+        "several: one whole run per partition (a GPU type each), merged into a set "
+        "for the cross-machine verdict",
+    )
     s.add_argument("--gres", metavar="GRES", help="Slurm --gres, e.g. gpu:1")
     s.add_argument("--time", type=int, metavar="MINUTES", help="each job's time limit")
     s.add_argument("--account", metavar="ACCOUNT", help="Slurm --account")
     s.add_argument("--constraint", metavar="FEATURES", help="Slurm --constraint")
     s.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per job")
-    s.add_argument("--array-parallelism", type=int, metavar="N",
-                   help="at most N jobs of the array at once (Slurm)")  # fmt: skip
-    s.add_argument("--slurm-option", action="append", metavar="KEY=VALUE",
-                   help="any other sbatch option (repeatable), e.g. qos=high")  # fmt: skip
-    s.add_argument("--retries", type=int, default=1, metavar="N",
-                   help="resubmit a failed job (it resumes) up to N times (default 1)")  # fmt: skip
+    s.add_argument(
+        "--array-parallelism",
+        type=int,
+        metavar="N",
+        help="at most N jobs of the array at once (Slurm)",
+    )
+    s.add_argument(
+        "--slurm-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any other sbatch option (repeatable), e.g. qos=high",
+    )
+    s.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        metavar="N",
+        help="resubmit a failed job (it resumes) up to N times (default 1)",
+    )
     s.set_defaults(func=submit_command)
 
 
@@ -86,8 +119,7 @@ def compare_command(args: argparse.Namespace) -> int:
         raise UserError(f"{out} exists: give a new file for --markdown (nothing was overwritten)")
     dirs = [existing_dir(d) for d in args.dirs]
     if len(dirs) < 2 and not (dirs[0] / ENV_FILE).exists():
-        raise UserError("give two or more runs to compare, or one set merged from several "
-                        "machines")  # fmt: skip
+        raise UserError("give two or more runs to compare, or one set merged from several machines")
     runs = load_runs(dirs)
     if len(runs) < 2:
         raise UserError(f"{dirs[0]} holds one run: give two or more runs to compare")
@@ -120,11 +152,15 @@ def merge_command(args: argparse.Namespace) -> int:
 
 def _merged(m: Any, no_report: bool) -> None:
     if m.kind == "run":
-        print(f"merged {'some' if m.notes else 'the'} shards of one run: {m.records} "
-              f"records in {m.out}")  # fmt: skip
+        print(
+            f"merged {'some' if m.notes else 'the'} shards of one run: {m.records} "
+            f"records in {m.out}"
+        )
     else:
-        print(f"merged runs from {len(m.machines)} machines ({', '.join(m.machines)}): "
-              f"{m.records} records in {m.out}")  # fmt: skip
+        print(
+            f"merged runs from {len(m.machines)} machines ({', '.join(m.machines)}): "
+            f"{m.records} records in {m.out}"
+        )
     for note in m.notes:
         print(f"note: {note}")
     if not no_report:
@@ -166,16 +202,20 @@ def submit_command(args: argparse.Namespace) -> int:
 
     for flag in ("resume", "shard"):
         if getattr(args, flag) is not None:
-            raise UserError(f"submit makes its own shards and resumes its own jobs; give no "
-                            f"--{flag} with it")  # fmt: skip
+            raise UserError(
+                f"submit makes its own shards and resumes its own jobs; give no --{flag} with it"
+            )
     if args.out is None:
-        raise UserError("give --out DIR: where the merged run goes (its jobs write under "
-                        f"DIR/{PARTS}/)")  # fmt: skip
+        raise UserError(
+            f"give --out DIR: where the merged run goes (its jobs write under DIR/{PARTS}/)"
+        )
     partitions = [p.strip() for p in (args.partition or "").split(",") if p.strip()]
     several = len(partitions) > 1
     if several and args.shards:
-        raise UserError("--shards splits one run; with several partitions each runs the whole "
-                        "run: give one or the other")  # fmt: skip
+        raise UserError(
+            "--shards splits one run; with several partitions each runs the whole "
+            "run: give one or the other"
+        )
     out = Path(args.out)  # run_config refuses it unless it is new or empty
     config = run_config(args, torch.cuda.is_available())
     todo = tasks(config, None if several else args.shards, partitions if several else None)

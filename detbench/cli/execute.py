@@ -42,8 +42,18 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     distributed = frozenset(w.key for w in runner.workloads if w.distributed)
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
-    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, bool(measure),
-                   distributed, sizes, skipped, "paper" if paper else None)  # fmt: skip
+    est = estimate(
+        runner.plan,
+        c.device,
+        c.profile,
+        c.setting("budget"),
+        startup,
+        bool(measure),
+        distributed,
+        sizes,
+        skipped,
+        "paper" if paper else None,
+    )
     doc, lines = describe_plan(runner, est)
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -137,8 +147,10 @@ def execute(
         from detbench.locate.report import locate_run
 
         located = locate_run(out, sys.stderr)
-        print(f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
-              f"{out / 'located.json'}")  # fmt: skip
+        print(
+            f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
+            f"{out / 'located.json'}"
+        )
     if not args.no_report:
         from detbench.report.write import write_report
 

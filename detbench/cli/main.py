@@ -238,11 +238,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="which ops of a workload have no deterministic implementation here, and is it "
         "reproducible by default and fully deterministic",
     )
-    aud.add_argument("target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of "
-                     "its workloads")  # fmt: skip
+    aud.add_argument(
+        "target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of its workloads"
+    )
     aud.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present")
-    aud.add_argument("--replicates", type=int, default=3, metavar="N",
-                     help="fresh processes per mode (default 3)")  # fmt: skip
+    aud.add_argument(
+        "--replicates",
+        type=int,
+        default=3,
+        metavar="N",
+        help="fresh processes per mode (default 3)",
+    )
     aud.add_argument("--out", metavar="DIR", help="keep the verdict runs' records in DIR")
     aud.add_argument("--json", action="store_true", help="the same answer as JSON")
     aud.set_defaults(func=_cmd_audit)
@@ -252,8 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the smoke test for a new GPU host: one small workload per suite, 2 modes x 2 "
         "fresh processes, and what worked in plain words",
     )
-    gc.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                    help="cuda (default); cpu rehearses the check without a GPU")  # fmt: skip
+    gc.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cuda (default); cpu rehearses the check without a GPU",
+    )
     gc.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     gc.add_argument("--cudnn-log", action="store_true", help=CUDNN_LOG_HELP)
     gc.set_defaults(func=_cmd_gpu_check)

@@ -18,9 +18,25 @@ class UserError(DetbenchError):
 
 
 #: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
-RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
-               "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set",
-               "devices", "shard", "cudnn_log")  # fmt: skip
+RUN_OPTIONS = (
+    "suite",
+    "workload",
+    "only",
+    "mode",
+    "replicates",
+    "profile",
+    "device",
+    "out",
+    "seed",
+    "budget",
+    "timeout",
+    "fingerprint",
+    "startup_timeout",
+    "set",
+    "devices",
+    "shard",
+    "cudnn_log",
+)
 
 #: ``run --cudnn-log`` and ``gpu-check --cudnn-log``.
 CUDNN_LOG_HELP = (

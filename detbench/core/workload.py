@@ -259,8 +259,11 @@ def workload(
 
     if seeding not in SEEDING:
         raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
-    for flag, value in (("autocast", autocast), ("attention", attention),
-                        ("distributed", distributed)):  # fmt: skip
+    for flag, value in (
+        ("autocast", autocast),
+        ("attention", attention),
+        ("distributed", distributed),
+    ):
         if not isinstance(value, bool):
             raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
 
