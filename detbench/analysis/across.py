@@ -36,7 +36,7 @@ import pandas as pd
 
 from detbench.analysis import autotuner, comparable
 from detbench.analysis.cause import autotuned
-from detbench.analysis.matrix import counted, mode_key, mode_of
+from detbench.analysis.labels import counted, mode_key, mode_of
 from detbench.store.identity import identity, text
 from detbench.store.results import ENV_FILE, env_facts, load_env, load_results
 from detbench.store.schema import Status

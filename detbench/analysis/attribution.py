@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import matrix as analysis
+from detbench.analysis import matrix
+from detbench.analysis.cost_intervals import costs
+from detbench.analysis.labels import counted
 from detbench.core import settings as st
 from detbench.core import torchstate as ts
 from detbench.core.modes import MODES, Mode, get_mode
@@ -326,7 +328,7 @@ def _bits(end: dict[str, Any] | None, var: dict[str, Any] | None) -> Any:
     if end is None or var is None:
         return None
     verdicts = {end["verdict"], var["verdict"]}
-    if not verdicts <= set(analysis.RAN):
+    if not verdicts <= set(matrix.RAN):
         return None
     if "nondeterministic" in verdicts:
         return "varies"
@@ -341,13 +343,13 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
     ``bits_changed``; the variant's ``verdict`` and the end's; ``needed`` (deterministic end:
     the end is reproducible and the variant is not) and ``sufficient`` (default end: the
     default is not reproducible and the variant is)."""
-    df = analysis.counted(df)
+    df = counted(df)
     if df.empty:
         return pd.DataFrame()
     ok = df[df["status"] == Status.OK]
     prints = ok.groupby(["suite", "workload", "mode"])["fingerprint"].agg(frozenset).to_dict()
     by: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
-    for r in analysis.verdicts(df).to_dict("records"):
+    for r in matrix.verdicts(df).to_dict("records"):
         key3 = (r["suite"], r["workload"], r["mode"])
         by[key3] = {
             **{str(k): x for k, x in r.items()},
@@ -358,7 +360,7 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
         modes = {label} | {x["mode"] for x in study["variants"] if against(study, x) == label}
         sub = df[df["mode"].isin(modes)]
         if len(sub):
-            cost_tables.append(analysis.costs(sub, baseline=label).assign(against=label))
+            cost_tables.append(costs(sub, baseline=label).assign(against=label))
     c = pd.concat(cost_tables) if cost_tables else pd.DataFrame()
     cost = {} if c.empty else c.set_index(["suite", "workload", "mode", "against"]).to_dict("index")
     rows: list[dict[str, Any]] = []

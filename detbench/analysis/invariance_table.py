@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import matrix as analysis
 from detbench.analysis import stats
+from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.labels import counted, mode_key, mode_of
 from detbench.store.schema import Status
 
 #: The params key that names the workload a reference computes invariantly.
@@ -34,7 +35,7 @@ def _sized(df: pd.DataFrame) -> pd.DataFrame:
     an unsupported SDPA backend say, has only that), so one that ran in no mode still shows."""
     if df.empty or "batch_invariant" not in df.columns:
         return df.iloc[:0]
-    df = analysis.counted(df)
+    df = counted(df)
     mask = df["batch_invariant"].notna()
     for col in ("batch_note", "batch_size"):
         if col in df.columns:
@@ -102,7 +103,7 @@ def _price(
     throughput."""
     nan = (math.nan, math.nan, math.nan)
     ref, base = ref[ref["status"] == Status.OK], base[base["status"] == Status.OK]
-    a, b = analysis.replicate_samples(ref), analysis.replicate_samples(base)
+    a, b = replicate_samples(ref), replicate_samples(base)
     if a and b:
         r = stats.ratio(a, b, name, seed, n_boot)
         scale = _items_per_step(ref) / _items_per_step(base)
@@ -125,7 +126,7 @@ def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
     with the same base mode and the most of its settings at the same levels, but not all
     (``default[execution=compile]`` for ``default[execution=compile,inductor_batch_invariant=on]``,
     else ``default``); without ``present``, the plain base mode. None for a plain mode."""
-    m = analysis.mode_of(mode)
+    m = mode_of(mode)
     if m is None:
         base, bracket, _ = str(mode).partition("[")
         return base if bracket else None
@@ -134,7 +135,7 @@ def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
     mine = set(m.settings)
     best, most = m.base_name, -1
     for other in present:
-        o = analysis.mode_of(other)
+        o = mode_of(other)
         if o is None or o.base_name != m.base_name or not set(o.settings) < mine:
             continue
         if len(o.settings) > most:
@@ -222,7 +223,7 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.
             row.update(zip(names, map(_none, price), strict=True))
         rows.append(row)
     out = pd.DataFrame(rows, dtype=object)
-    keys = out["mode"].map(analysis.mode_key)
+    keys = out["mode"].map(mode_key)
     # A mode before its variants: fewer settings first, then the label.
     out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: (k[1].count("="), k[1]))
     order = {w: i for i, w in enumerate(dict.fromkeys(s["workload"]))}

@@ -35,18 +35,9 @@ import numpy as np
 import pandas as pd
 
 from detbench.analysis import cause, stats
-from detbench.analysis.matrix import (
-    RAN,
-    baseline_mode,
-    mode_key,
-    mode_of,
-    ran_somewhere,
-    relative_throughput,
-    replicate_samples,
-    run_device,
-    simplicity_key,
-    verdicts,
-)
+from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.labels import baseline_mode, mode_key, mode_of, run_device, simplicity_key
+from detbench.analysis.matrix import RAN, ran_somewhere, relative_throughput, verdicts
 from detbench.core.modes import get_mode
 
 #: The flags of the 10 modes that only cuDNN reads: inert on a CPU.

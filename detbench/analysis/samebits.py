@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from detbench.analysis.matrix import baseline_mode, counted, mode_key, verdicts
+from detbench.analysis.labels import baseline_mode, counted, mode_key
+from detbench.analysis.matrix import verdicts
 from detbench.store.schema import Status
 
 

@@ -25,14 +25,9 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import stats
-from detbench.analysis.matrix import (
-    RAN,
-    counted,
-    mode_of,
-    replicate_samples,
-    simplicity_key,
-    verdicts,
-)
+from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.labels import counted, mode_of, simplicity_key
+from detbench.analysis.matrix import RAN, verdicts
 from detbench.core import settings as st
 from detbench.core.modes import Mode
 from detbench.store.schema import Status

@@ -1,11 +1,11 @@
-"""The speed-versus-reproducibility plane with its noise: each mode's place (``matrix.plane``),
+"""The speed-versus-reproducibility plane with its noise: each mode's place (``frontier.plane``),
 the 95% interval of its throughput, and a frontier that agrees with the recommendation.
 
-``matrix.plane`` places each mode at the geometric mean of its throughput relative to the
+``frontier.plane`` places each mode at the geometric mean of its throughput relative to the
 baseline; here each point gets the interval of that mean (``stats.geometric_mean`` of the
-workloads' ``stats.ratio``, the very ratios of ``matrix.costs``), so a figure can draw it.
+workloads' ``stats.ratio``, the very ratios of ``cost_intervals.costs``), so a figure can draw it.
 
-The frontier of ``matrix.plane`` compares point estimates, so a mode faster by noise alone sits on
+The frontier of ``frontier.plane`` compares point estimates, so a mode faster by noise alone sits on
 it while the recommendation, which moves only for a significant difference, picks another. Here,
 among the modes reproducible on every workload, the frontier holds the recommended mode alone;
 a less reproducible mode is on it only when no mode at least as reproducible beats its point
@@ -21,7 +21,10 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import stats
-from detbench.analysis.matrix import RAN, baseline_mode, plane, replicate_samples, verdicts
+from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.frontier import plane
+from detbench.analysis.labels import baseline_mode
+from detbench.analysis.matrix import RAN, verdicts
 from detbench.analysis.recommend import inert_changes, run_device
 
 
@@ -32,7 +35,7 @@ def points(
     seed: int = stats.SEED,
     v: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """``matrix.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
+    """``frontier.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
     definition, and where a workload has no samples), ``inert``, ``recommended`` and the
     noise-aware ``frontier``; ``rec``: ``recommend.recommendations`` of ``df``; ``v``:
     ``matrix.verdicts(df)`` where the caller has it already."""
