@@ -143,6 +143,51 @@ def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
     return best
 
 
+def _row(
+    suite: Any, workload: Any, mode: Any, g: pd.DataFrame, invariant: bool | None, note: str | None
+) -> dict[str, Any]:
+    """The measured columns of ``table``'s row for the records ``g`` of one (suite, workload,
+    mode), with the prices still None."""
+    ok = g[g["status"] == Status.OK]
+    first = pd.to_numeric(ok["batch_first_variant_size"], errors="coerce").dropna()
+    diff = pd.to_numeric(ok["batch_max_abs_diff"], errors="coerce").dropna()
+    col = "batch_distinct_results"
+    distinct = pd.to_numeric(ok[col], errors="coerce").dropna() if col in ok else ()
+    params = g["params"].iloc[0] if "params" in g.columns else None
+    ips = pd.to_numeric(ok["items_per_second"], errors="coerce").dropna()
+    base_name = _reference_of(params)
+    return {
+        "suite": suite,
+        "workload": workload,
+        "mode": mode,
+        "invariant": invariant,
+        "note": note,
+        "ran": len(ok) > 0,
+        "first_variant_size": int(first.min()) if len(first) else None,
+        "max_abs_diff": float(diff.max()) if len(diff) else None,
+        "batch_sizes": _sizes(g["batch_same_as_smallest"]) if "batch_same_as_smallest" in g else (),
+        "distinct_results": int(max(distinct)) if len(distinct) else None,
+        "completion": isinstance(params, dict) and COMPLETION_KEY in params,
+        "sdpa_backend": params.get("sdpa_backend") if isinstance(params, dict) else None,
+        "items_per_second": float(ips.median()) if len(ips) else None,
+        "replicates": len(ok),
+        "reference_of": base_name,
+        "price": None,
+        "price_low": None,
+        "price_high": None,
+        "reference_invariant": None,
+        "base_invariant": None,
+        "base_mode": None,
+        "base_mode_invariant": None,
+        "setting_price": None,
+        "setting_price_low": None,
+        "setting_price_high": None,
+        "deterministic_algorithms": bool(g["deterministic_algorithms"].iloc[0])
+        if "deterministic_algorithms" in g.columns
+        else None,
+    }
+
+
 def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.DataFrame:
     """One row per (suite, workload, mode) of the workloads that declare batch sizes:
     ``invariant`` (True, False, or None with ``note``), ``ran`` (some replicate ok),
@@ -165,46 +210,8 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.
     rows: list[dict[str, Any]] = []
     for (suite, workload, mode), g in groups.items():
         invariant, note = verdicts[(suite, workload, mode)]
-        ok = g[g["status"] == Status.OK]
-        first = pd.to_numeric(ok["batch_first_variant_size"], errors="coerce").dropna()
-        diff = pd.to_numeric(ok["batch_max_abs_diff"], errors="coerce").dropna()
-        col = "batch_distinct_results"
-        distinct = pd.to_numeric(ok[col], errors="coerce").dropna() if col in ok else ()
-        params = g["params"].iloc[0] if "params" in g.columns else None
-        ips = pd.to_numeric(ok["items_per_second"], errors="coerce").dropna()
-        base_name = _reference_of(params)
-        row: dict[str, Any] = {
-            "suite": suite,
-            "workload": workload,
-            "mode": mode,
-            "invariant": invariant,
-            "note": note,
-            "ran": len(ok) > 0,
-            "first_variant_size": int(first.min()) if len(first) else None,
-            "max_abs_diff": float(diff.max()) if len(diff) else None,
-            "batch_sizes": _sizes(g["batch_same_as_smallest"])
-            if "batch_same_as_smallest" in g
-            else (),
-            "distinct_results": int(max(distinct)) if len(distinct) else None,
-            "completion": isinstance(params, dict) and COMPLETION_KEY in params,
-            "sdpa_backend": params.get("sdpa_backend") if isinstance(params, dict) else None,
-            "items_per_second": float(ips.median()) if len(ips) else None,
-            "replicates": len(ok),
-            "reference_of": base_name,
-            "price": None,
-            "price_low": None,
-            "price_high": None,
-            "reference_invariant": None,
-            "base_invariant": None,
-            "base_mode": None,
-            "base_mode_invariant": None,
-            "setting_price": None,
-            "setting_price_low": None,
-            "setting_price_high": None,
-            "deterministic_algorithms": bool(g["deterministic_algorithms"].iloc[0])
-            if "deterministic_algorithms" in g.columns
-            else None,
-        }
+        row = _row(suite, workload, mode, g, invariant, note)
+        base_name = row["reference_of"]
         if base_name is not None:
             row["reference_invariant"] = invariant
             base = groups.get((suite, base_name, mode))

@@ -244,6 +244,23 @@ def _none_why(excluded: list[str], scope: str) -> str:
     return why
 
 
+#: The columns of ``recommendations``, in order.
+_COLUMNS = [
+    "suite",
+    "workload",
+    "mode",
+    "relative_throughput",
+    "ci_low",
+    "ci_high",
+    "fastest_mode",
+    "cost_vs_fastest",
+    "changes",
+    "reason",
+    "simplest",
+    "snippet",
+]
+
+
 def recommendations(
     df: pd.DataFrame, baseline: str | None = None, n_boot: int = N_BOOT, seed: int = SEED
 ) -> pd.DataFrame:
@@ -261,22 +278,8 @@ def recommendations(
     warns about it); its throughput is the geometric mean over those workloads.
     """
     v = verdicts(df)
-    columns = [
-        "suite",
-        "workload",
-        "mode",
-        "relative_throughput",
-        "ci_low",
-        "ci_high",
-        "fastest_mode",
-        "cost_vs_fastest",
-        "changes",
-        "reason",
-        "simplest",
-        "snippet",
-    ]
     if v.empty:
-        return pd.DataFrame(columns=columns, dtype=object)
+        return pd.DataFrame(columns=_COLUMNS, dtype=object)
     baseline = str(baseline if baseline is not None else baseline_mode(v["mode"]))
     device = run_device(df)
     v = v.assign(rel=relative_throughput(v, baseline))
@@ -284,6 +287,20 @@ def recommendations(
     v = v.assign(inert=v["mode"].map(inert).astype(bool))
     tp = _Throughput(df, baseline, n_boot, seed)
     drawn = cause.lottery(df, v)
+    rows = _workload_rows(v, tp, drawn, baseline) + _suite_rows(v, tp, drawn, inert, baseline)
+    out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
+    out["snippet"] = pd.Series(
+        [None if m is None else get_mode(m).snippet() for m in out["mode"]],
+        index=out.index,
+        dtype=object,
+    )
+    return out[_COLUMNS]
+
+
+def _workload_rows(
+    v: pd.DataFrame, tp: _Throughput, drawn: set[tuple[str, str]], baseline: str
+) -> list[dict[str, Any]]:
+    """One row per workload: the mode ``RULE`` picks among those reproducible on it."""
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         s, w = str(suite), str(workload)
@@ -301,6 +318,19 @@ def recommendations(
         excluded = list(g.loc[(g["verdict"] == "reproducible") & g["inert"], "mode"])
         cands = [(m, points[m]) for m in repro]
         rows.append(_row(s, w, cands, one, versus, points, baseline, _none_why(excluded, "")))
+    return rows
+
+
+def _suite_rows(
+    v: pd.DataFrame,
+    tp: _Throughput,
+    drawn: set[tuple[str, str]],
+    inert: dict[str, bool],
+    baseline: str,
+) -> list[dict[str, Any]]:
+    """One row per suite (workload ``*``): the modes reproducible on every workload of the suite
+    that ran in some mode, by ``RULE`` on their geometric-mean throughput."""
+    rows: list[dict[str, Any]] = []
     for suite, g in v.groupby("suite", sort=False):
         s = str(suite)
         g = g[g["workload"].isin(ran_somewhere(g))]
@@ -340,10 +370,4 @@ def recommendations(
         if not n:  # a library the suite needs is missing, say: nothing to recommend from
             none_why = "no workload of the suite ran in any mode (unsupported or failed here)"
         rows.append(_row(s, "*", cands, geo, geo_versus, points, baseline, none_why))
-    out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
-    out["snippet"] = pd.Series(
-        [None if m is None else get_mode(m).snippet() for m in out["mode"]],
-        index=out.index,
-        dtype=object,
-    )
-    return out[columns]
+    return rows
