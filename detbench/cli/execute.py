@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from detbench.run.config import RunConfig
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
+    from detbench.run.supervise import RunStats
 
 
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
@@ -101,32 +102,8 @@ def execute(
     if preface and not args.json:
         print("\n".join(preface), file=sys.stdout if args.dry_run else sys.stderr)
     est = plan(runner, args.dry_run, args.json)
-    if args.dry_run:
+    if args.dry_run or not _notes(config, runner):
         return 0
-    if config.resume:
-        missing = runner.missing
-        if not missing:
-            print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
-            return 0
-        print(
-            f"detbench: resuming {out}: {len(runner.done)} records kept, {missing} to measure",
-            file=sys.stderr,
-        )
-    if config.device == "cpu":
-        print(
-            "detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
-            "differ only in them measure the same thing.",
-            file=sys.stderr,
-        )
-    if config.cudnn_log:
-        print(cudnn_log_note(config), file=sys.stderr)
-    inherited = os.environ.get(CUBLAS_ENV)
-    if inherited is not None:
-        print(
-            f"detbench: {CUBLAS_ENV}={inherited} from your shell is used by the modes with "
-            "deterministic algorithms only; the others run without it, as torch's default does.",
-            file=sys.stderr,
-        )
     try:
         stats = run_planned(runner, est.seconds)
     except KeyboardInterrupt:
@@ -156,21 +133,7 @@ def execute(
 
         _, page = write_report(out)
         print(f"\nreport: {page}")
-    # With devices side by side the phases add up over them: compare device-seconds.
-    measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
-    print(
-        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
-        f"{est.seconds:.0f} s: timing {stats.timing:.0f} s, fingerprint "
-        f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
-        f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
-        f"one measuring), build {stats.build:.0f} s, "
-        f"FLOP count {stats.count:.0f} s, "
-        + (f"batch invariance {stats.invariance:.0f} s, " if stats.invariance else "")
-        + f"clean-up {stats.cleanup:.0f} s, worker exit "
-        f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
-        f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
-        + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
-    )
+    print(_time_line(stats, est.seconds, out))
     if stats.timing_target_missed:
         print(
             f"{stats.timing_target_missed} of {stats.records} records used their whole timing "
@@ -188,3 +151,53 @@ def execute(
         )
         return 1
     return 0
+
+
+def _notes(config: RunConfig, runner: Runner) -> bool:
+    """The notes a user should see before the run starts; False when there is nothing to run
+    (a resume of a complete run)."""
+    out = config.out
+    if config.resume:
+        missing = runner.missing
+        if not missing:
+            print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
+            return False
+        print(
+            f"detbench: resuming {out}: {len(runner.done)} records kept, {missing} to measure",
+            file=sys.stderr,
+        )
+    if config.device == "cpu":
+        print(
+            "detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
+            "differ only in them measure the same thing.",
+            file=sys.stderr,
+        )
+    if config.cudnn_log:
+        print(cudnn_log_note(config), file=sys.stderr)
+    inherited = os.environ.get(CUBLAS_ENV)
+    if inherited is not None:
+        print(
+            f"detbench: {CUBLAS_ENV}={inherited} from your shell is used by the modes with "
+            "deterministic algorithms only; the others run without it, as torch's default does.",
+            file=sys.stderr,
+        )
+    return True
+
+
+def _time_line(stats: RunStats, estimated: float, out: Path) -> str:
+    """The closing line: where the run's time went, phase by phase, against the estimate."""
+    # With devices side by side the phases add up over them: compare device-seconds.
+    measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
+    return (
+        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
+        f"{estimated:.0f} s: timing {stats.timing:.0f} s, fingerprint "
+        f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
+        f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
+        f"one measuring), build {stats.build:.0f} s, "
+        f"FLOP count {stats.count:.0f} s, "
+        + (f"batch invariance {stats.invariance:.0f} s, " if stats.invariance else "")
+        + f"clean-up {stats.cleanup:.0f} s, worker exit "
+        f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
+        f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
+        + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
+    )

@@ -149,6 +149,7 @@ def mode_options(q: argparse.ArgumentParser) -> None:
     )
 
 
+# Declarative: it only declares the arguments, the one kind of function allowed over 80 lines.
 def run_options(q: argparse.ArgumentParser) -> None:
     """The options of a run that `run` and `attribute` share: what it selects, how it measures,
     where it writes, how it starts and ends."""
