@@ -36,8 +36,7 @@ def compare_command(args: argparse.Namespace) -> int:
         raise UserError(f"{out} exists: give a new file for --markdown (nothing was overwritten)")
     dirs = [existing_dir(d) for d in args.dirs]
     if len(dirs) < 2 and not (dirs[0] / ENV_FILE).exists():
-        raise UserError("give two or more runs to compare, or one set merged from several "
-                        "machines")  # fmt: skip
+        raise UserError("give two or more runs to compare, or one set merged from several machines")
     runs = load_runs(dirs)
     if len(runs) < 2:
         raise UserError(f"{dirs[0]} holds one run: give two or more runs to compare")
@@ -68,11 +67,15 @@ def merge_command(args: argparse.Namespace) -> int:
 
 def _merged(m: Any, no_report: bool) -> None:
     if m.kind == "run":
-        print(f"merged {'some' if m.notes else 'the'} shards of one run: {m.records} "
-              f"records in {m.out}")  # fmt: skip
+        print(
+            f"merged {'some' if m.notes else 'the'} shards of one run: {m.records} "
+            f"records in {m.out}"
+        )
     else:
-        print(f"merged runs from {len(m.machines)} machines ({', '.join(m.machines)}): "
-              f"{m.records} records in {m.out}")  # fmt: skip
+        print(
+            f"merged runs from {len(m.machines)} machines ({', '.join(m.machines)}): "
+            f"{m.records} records in {m.out}"
+        )
     for note in m.notes:
         print(f"note: {note}")
     if not no_report:
@@ -107,16 +110,20 @@ def submit_command(args: argparse.Namespace) -> int:
 
     for flag in ("resume", "shard"):
         if getattr(args, flag) is not None:
-            raise UserError(f"submit makes its own shards and resumes its own jobs; give no "
-                            f"--{flag} with it")  # fmt: skip
+            raise UserError(
+                f"submit makes its own shards and resumes its own jobs; give no --{flag} with it"
+            )
     if args.out is None:
-        raise UserError("give --out DIR: where the merged run goes (its jobs write under "
-                        f"DIR/{PARTS}/)")  # fmt: skip
+        raise UserError(
+            f"give --out DIR: where the merged run goes (its jobs write under DIR/{PARTS}/)"
+        )
     partitions = [p.strip() for p in (args.partition or "").split(",") if p.strip()]
     several = len(partitions) > 1
     if several and args.shards:
-        raise UserError("--shards splits one run; with several partitions each runs the whole "
-                        "run: give one or the other")  # fmt: skip
+        raise UserError(
+            "--shards splits one run; with several partitions each runs the whole "
+            "run: give one or the other"
+        )
     out = Path(args.out)  # run_config refuses it unless it is new or empty
     config = run_config(args, torch.cuda.is_available())
     todo = tasks(config, None if several else args.shards, partitions if several else None)

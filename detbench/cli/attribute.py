@@ -38,12 +38,12 @@ def study_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
     sources, workloads = resolve_sources(config)  # a bad --suite/--only: one line, first
     called = _seen_calls(config, sources, workloads)
     study = build_study(config.device, workloads, compile=args.compile, called=called)
-    return replace(config, modes=study_modes(study), only_for=only_for(study) or None,
-                   study=study)  # fmt: skip
+    return replace(config, modes=study_modes(study), only_for=only_for(study) or None, study=study)
 
 
-def _seen_calls(config: RunConfig, sources: list[str], workloads: list[Any]
-                ) -> dict[str, list[str]]:  # fmt: skip
+def _seen_calls(
+    config: RunConfig, sources: list[str], workloads: list[Any]
+) -> dict[str, list[str]]:
     """Which ops the workloads that do not declare attention call, from one step of each in a
     process of its own (``run.probe``): a declaration is never the only evidence."""
     import sys
@@ -51,13 +51,18 @@ def _seen_calls(config: RunConfig, sources: list[str], workloads: list[Any]
     todo = [w for w in workloads if not w.attention and not w.distributed]
     if not todo:
         return {}
-    print(f"detbench attribute: one step of each of {len(todo)} workloads, to see which call "
-          "scaled_dot_product_attention", file=sys.stderr)  # fmt: skip
+    print(
+        f"detbench attribute: one step of each of {len(todo)} workloads, to see which call "
+        "scaled_dot_product_attention",
+        file=sys.stderr,
+    )
     probed = probe_ops(todo, sources, config.device, config.profile, config.seed)
     seen = probed.calling("scaled_dot_product_attention")
     if seen:
-        print(f"  seen calling it without declaring attention=True: {', '.join(seen)}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"  seen calling it without declaring attention=True: {', '.join(seen)}",
+            file=sys.stderr,
+        )
     for key, why in probed.failed.items():
         print(f"  {key}: not probed ({why}); its declarations stand", file=sys.stderr)
     return probed.calls

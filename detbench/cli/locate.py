@@ -11,10 +11,16 @@ from detbench.locate.stages import locate
 
 def command(args: Any) -> int:
     found = locate(
-        args.target, device=args.device, mode=args.mode, replicates=args.replicates,
-        until=args.until, steps=args.steps, profile=args.profile, check=not args.no_check,
+        args.target,
+        device=args.device,
+        mode=args.mode,
+        replicates=args.replicates,
+        until=args.until,
+        steps=args.steps,
+        profile=args.profile,
+        check=not args.no_check,
         stream=sys.stderr,
-    )  # fmt: skip
+    )
     docs = [loc.to_json() for loc in found]
     print(to_json(docs) if args.json else to_text(docs), end="\n" if args.json else "")
     return 0 if all(d["reproducible"] for d in docs) else 1
