@@ -17,8 +17,11 @@ import detbench
 def next_token_lm(ctx: detbench.Context) -> Any:
     vocab, width, seq = 512, 128, 32
     model = torch.nn.Sequential(
-        torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width),
-        torch.nn.GELU(), torch.nn.Linear(width, vocab),
+        torch.nn.Linear(width, 4 * width),
+        torch.nn.GELU(),
+        torch.nn.Linear(4 * width, width),
+        torch.nn.GELU(),
+        torch.nn.Linear(width, vocab),
     ).to(ctx.device)
     embed = torch.nn.Embedding(vocab, width).to(ctx.device)
     params = [*model.parameters(), *embed.parameters()]
