@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from detbench.core.modes import DEFAULT_MODE, MODES
+from detbench.store.gpustate import throttled
 from detbench.store.schema import Status
 from detbench.worker.timing import MIN_CI_SAMPLES
 
@@ -174,13 +175,9 @@ def gpu_snapshot(env: Mapping[str, Any], when: str) -> dict[str, Any] | None:
 def throttle_lines(env: Mapping[str, Any]) -> list[str]:
     """``detbench.store.gpustate.throttled`` on the run's GPU state (restricted to the worker's GPU
     where its UUID is known): lines saying the GPU throttled during the run; empty when it did
-    not, when unknown, or where that module is missing."""
+    not, or when unknown."""
     state = env.get("gpu_state")
     if not state:
-        return []
-    try:
-        from detbench.store.gpustate import throttled
-    except ImportError:  # an older detbench, or a checkout without the module
         return []
     uuid = (env.get("worker") or {}).get("gpu_uuid")
     lines = throttled(state, uuid=uuid) if uuid else throttled(state)  # uuid: the run's GPU only

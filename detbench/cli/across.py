@@ -17,70 +17,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from detbench.cli.options import UserError, existing_dir, mode_options, run_config, run_options
-
-
-def add_parsers(sub: Any) -> None:
-    cmp = sub.add_parser(
-        "compare",
-        help="compare runs: the same bits across machines for every workload and mode in more "
-        "than one run; with two runs, also throughput changes with significance",
-    )
-    cmp.add_argument("dirs", nargs="+", metavar="DIR", help="two or more runs (the first is the "
-                     "reference), or a set merged from several machines")  # fmt: skip
-    cmp.add_argument("--json", action="store_true", help="the cross-machine verdicts as a JSON "
-                     "list: workload, mode, same_bits (true/false/null), groups")  # fmt: skip
-    cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
-    cmp.set_defaults(func=compare_command)
-
-    mrg = sub.add_parser(
-        "merge",
-        help="merge the shards of one run (run --shard K/N) into one run, or runs from several "
-        "machines into one set, each record naming its machine",
-    )
-    mrg.add_argument("out", metavar="OUT", help="the merged run's directory (new)")
-    mrg.add_argument("dirs", nargs="+", metavar="DIR", help="the shards, or the runs")
-    mrg.add_argument("--no-report", action="store_true", help="do not write the report")
-    mrg.set_defaults(func=merge_command)
-
-    s = sub.add_parser(
-        "submit",
-        help="run a run's shards (or one run per partition) as batch jobs through submitit "
-        "(Slurm, or --executor local), then merge them",
-    )
-    run_options(s)
-    mode_options(s)
-    s.add_argument("--executor", choices=("slurm", "local"), required=True,
-                   help="slurm (sbatch, a job array) or local (submitit's local executor: "
-                   "processes on this machine)")  # fmt: skip
-    s.add_argument("--shards", type=int, metavar="N", help="split the run into N shards, one "
-                   "job each (a job array)")  # fmt: skip
-    s.add_argument("--partition", metavar="P[,P...]", help="the Slurm partition of the shards; "
-                   "several: one whole run per partition (a GPU type each), merged into a set "
-                   "for the cross-machine verdict")  # fmt: skip
-    s.add_argument("--gres", metavar="GRES", help="Slurm --gres, e.g. gpu:1")
-    s.add_argument("--time", type=int, metavar="MINUTES", help="each job's time limit")
-    s.add_argument("--account", metavar="ACCOUNT", help="Slurm --account")
-    s.add_argument("--constraint", metavar="FEATURES", help="Slurm --constraint")
-    s.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per job")
-    s.add_argument("--array-parallelism", type=int, metavar="N",
-                   help="at most N jobs of the array at once (Slurm)")  # fmt: skip
-    s.add_argument("--slurm-option", action="append", metavar="KEY=VALUE",
-                   help="any other sbatch option (repeatable), e.g. qos=high")  # fmt: skip
-    s.add_argument("--retries", type=int, default=1, metavar="N",
-                   help="resubmit a failed job (it resumes) up to N times (default 1)")  # fmt: skip
-    s.set_defaults(func=submit_command)
-
+from detbench.analysis.across import across, load_runs, machines
+from detbench.cli.options import UserError, existing_dir, run_config
+from detbench.report import across as across_report
+from detbench.report import compare as pair
+from detbench.report.write import write_report
+from detbench.run.api import plan_run
+from detbench.run.merge import merge
+from detbench.run.submit import PARTS, submit, submitit_module, tasks
+from detbench.store.results import ENV_FILE, RESULTS_FILE, load_env, write_json_atomic
 
 # --- compare -----------------------------------------------------------------------------------
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from detbench.analysis.across import across, load_runs, machines
-    from detbench.report import across as across_report
-    from detbench.report import compare as pair
-    from detbench.store.results import ENV_FILE, load_env
-
     out = Path(args.markdown) if args.markdown else None
     if out is not None and out.exists():
         raise UserError(f"{out} exists: give a new file for --markdown (nothing was overwritten)")
@@ -111,8 +61,6 @@ def compare_command(args: argparse.Namespace) -> int:
 
 
 def merge_command(args: argparse.Namespace) -> int:
-    from detbench.run.merge import merge
-
     m = merge(Path(args.out), [Path(d) for d in args.dirs])
     _merged(m, args.no_report)
     return 0
@@ -128,8 +76,6 @@ def _merged(m: Any, no_report: bool) -> None:
     for note in m.notes:
         print(f"note: {note}")
     if not no_report:
-        from detbench.report.write import write_report
-
         _, page = write_report(m.out)
         print(f"report: {page}")
 
@@ -158,11 +104,6 @@ def _params(args: argparse.Namespace, several: bool) -> dict[str, Any]:
 
 def submit_command(args: argparse.Namespace) -> int:
     import torch
-
-    from detbench.run.api import plan_run
-    from detbench.run.merge import merge
-    from detbench.run.submit import PARTS, submit, submitit_module, tasks
-    from detbench.store.results import ENV_FILE, RESULTS_FILE, load_env, write_json_atomic
 
     for flag in ("resume", "shard"):
         if getattr(args, flag) is not None:

@@ -18,33 +18,16 @@ from detbench.analysis.attribution import (
     only_for,
     study_modes,
 )
-from detbench.cli.options import UserError, run_config, run_options
-from detbench.run.config import RunConfig
-
-
-def add_parser(sub: Any) -> None:
-    """``detbench attribute``, with the options of ``run`` that apply to a study."""
-    a = sub.add_parser(
-        "attribute",
-        help="which switch costs what: from the default mode each switch added alone, from the "
-        "fully deterministic mode each removed alone (an ordinary run with an Attribution "
-        "section in its report)",
-    )
-    run_options(a)
-    a.add_argument(
-        "--compile",
-        action="store_true",
-        help="also attribute execution=compile (torch.compile, inductor): compiles "
-        "every workload in two more modes, so it is off by default",
-    )
-    a.set_defaults(func=run_command, mode=None, set=None)
+from detbench.cli.execute import execute
+from detbench.cli.options import UserError, run_config
+from detbench.report.attribution import conclusions
+from detbench.run.config import RunConfig, resolve_sources
+from detbench.run.probe import probe_ops
+from detbench.store.results import load_env
 
 
 def study_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
     """The run of the study the options ask for (``--resume``: the run in DIR, as it was)."""
-    from detbench.run.config import resolve_sources
-    from detbench.store.results import load_env
-
     config = run_config(args, cuda)
     if args.resume is not None:
         study = config.study or load_env(Path(args.resume)).get("study")
@@ -65,8 +48,6 @@ def _seen_calls(config: RunConfig, sources: list[str], workloads: list[Any]
     process of its own (``run.probe``): a declaration is never the only evidence."""
     import sys
 
-    from detbench.run.probe import probe_ops
-
     todo = [w for w in workloads if not w.attention and not w.distributed]
     if not todo:
         return {}
@@ -85,8 +66,6 @@ def _seen_calls(config: RunConfig, sources: list[str], workloads: list[Any]
 def run_command(args: argparse.Namespace) -> int:
     import torch
 
-    from detbench.cli.execute import execute
-
     cuda = torch.cuda.is_available()
     if args.json and not args.dry_run:
         raise UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
@@ -95,8 +74,6 @@ def run_command(args: argparse.Namespace) -> int:
     assert study is not None
 
     def summary(df: pd.DataFrame) -> str:
-        from detbench.report.attribution import conclusions
-
         return "\n".join(
             f"{suite}:\n" + "\n".join(f"  {line}" for line in lines)
             for suite, lines in conclusions(df, study).items()

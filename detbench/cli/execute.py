@@ -13,7 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from detbench.analysis.failures import all_failed, failures_text
 from detbench.core.modes import CUBLAS_ENV
+from detbench.core.settings import visible_gpus
+from detbench.locate.report import locate_run
+from detbench.report.write import write_report
+from detbench.run.api import plan_run, run_planned
+from detbench.run.costprobe import probe, unpriced
+from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
+from detbench.run.plantext import describe_plan, left_out_line, probe_line
+from detbench.run.schedule import clock
+from detbench.store.results import RESULTS_FILE, load_results
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,12 +38,6 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     run measures this host's start-up with a probe worker; a dry run and a real run alike probe
     a user's own workloads (``run.costprobe``) where the plan holds enough of their records, so
     both print the estimate the progress line then follows."""
-    from detbench.core.settings import visible_gpus
-    from detbench.run.costprobe import probe, unpriced
-    from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
-    from detbench.run.plantext import describe_plan, left_out_line, probe_line
-    from detbench.run.schedule import clock
-
     c = runner.config
     gpus = visible_gpus() if c.device == "cuda" else 0
     # A CUDA plan on a host without a GPU (a dry run only): nothing can be measured here, so the
@@ -97,10 +101,6 @@ def execute(
     """Check ``config``, print its plan, run it and report on it. ``preface``: lines printed
     before the plan (an attribution study's switches); ``summary``: the text printed from the
     records at the end; ``command``: the subcommand a resume line names."""
-    from detbench.analysis.failures import all_failed, failures_text
-    from detbench.run.api import plan_run, run_planned
-    from detbench.store.results import RESULTS_FILE, load_results
-
     out = config.out
     runner = plan_run(config, cuda=cuda, dry_run=bool(args.dry_run))
     if preface and not args.json:
@@ -149,14 +149,10 @@ def execute(
     if failed:
         print("\n" + failed)
     if getattr(args, "locate", False):
-        from detbench.locate.report import locate_run
-
         located = locate_run(out, sys.stderr)
         print(f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
               f"{out / 'located.json'}")  # fmt: skip
     if not args.no_report:
-        from detbench.report.write import write_report
-
         _, page = write_report(out)
         print(f"\nreport: {page}")
     # With devices side by side the phases add up over them: compare device-seconds.

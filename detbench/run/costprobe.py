@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from detbench.core.workload import suites_dir
 from detbench.run.config import RunError
 from detbench.run.estimate import Probed, per_record_seconds, record_cost
 from detbench.run.schedule import Slot
@@ -56,8 +57,6 @@ def unpriced(runner: Runner) -> list[str]:
     """The keys of the plan's workloads that only the model could price and that the probe
     costs: a user's own (defined outside the built-in suites), not distributed (a torchrun
     launch prices those), with ``PROBE_MIN_RECORDS`` records planned or more."""
-    from detbench.core.workload import suites_dir
-
     c = runner.config
     per = per_record_seconds(c.device, c.profile, c.setting("budget"))
     builtin = suites_dir().resolve()

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.modes import Mode
+from detbench.run.config import RunError
 
 if TYPE_CHECKING:
     from detbench.run.estimate import Estimate
@@ -173,8 +174,6 @@ def make_plan(
 
 def parse_shard(text: str) -> tuple[int, int]:
     """``--shard K/N``: (K, N), with 1 <= K <= N."""
-    from detbench.run.config import RunError
-
     k, slash, n = text.partition("/")
     if not (slash and k.strip().isdigit() and n.strip().isdigit()) or not 1 <= int(k) <= int(n):
         raise RunError(f"--shard {text}: give K/N with 1 <= K <= N, e.g. --shard 1/4")
@@ -186,8 +185,6 @@ def shard_slots(full: Plan, shard: tuple[int, int]) -> set[tuple[int, str]]:
     whatever a resumed one has kept) dealt in plan order, each to the shard with the fewest
     records so far (ties: the lowest K). Whole workers, so every replicate stays a fresh process;
     the same options give every machine the same deal, and the N shards together are the plan."""
-    from detbench.run.config import RunError
-
     k, n = shard
     if n > len(full.slots):
         raise RunError(f"--shard {k}/{n}: the plan has {len(full.slots)} workers, fewer than "
