@@ -18,7 +18,7 @@ import pandas as pd
 
 from detbench.analysis import busy, quality
 from detbench.analysis.labels import mode_of
-from detbench.run.schedule import make_plan
+from detbench.run.schedule import clock, make_plan
 
 #: Modes named before "and N more".
 SHOWN = 4
@@ -32,6 +32,10 @@ class RunState:
     finished: bool  # env.json has finished_utc
     throttle: list[str]  # quality.throttle_lines
     load: busy.HostLoad | None
+    #: The run's wall time and the plan's estimate of it (seconds; env.json's ``run_stats``),
+    #: where both are recorded.
+    wall: float | None = None
+    planned_seconds: float | None = None
 
     @property
     def partial(self) -> bool:
@@ -64,10 +68,26 @@ class RunState:
             parts.append("the host was quiet, but " + _gpu_shared(self.load))
         return "; ".join(parts)
 
+    def timing(self) -> str:
+        """The run's wall time against its plan's, as a sentence; empty where either is missing
+        (a run of an older detbench, or a merge)."""
+        if self.wall is None or not self.planned_seconds:
+            return ""
+        off = self.wall / self.planned_seconds - 1
+        return (
+            f"It took {clock(self.wall)} against {clock(self.planned_seconds)} planned "
+            f"({'+' if off >= 0 else '-'}{100 * abs(off):.0f}%)."
+        )
+
     def line(self) -> str:
-        """One line: completeness, then the conditions."""
+        """One line: completeness, then the conditions, then the time against the plan."""
         cond = self.conditions()
-        return self.completeness() + (f". Conditions: {cond}." if cond else ".")
+        took = self.timing()
+        return (
+            self.completeness()
+            + (f". Conditions: {cond}." if cond else ".")
+            + (f" {took}" if took else "")
+        )
 
 
 def _gpu_shared(load: busy.HostLoad) -> str:
@@ -112,6 +132,7 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
 
 def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
     planned = planned_counts(env.get("options") or {})
+    stats = env.get("run_stats") or {}
     short: dict[str, tuple[int, int, list[str]]] = {}
     if planned is not None and len(df):
         keys = df["suite"].astype(str) + "/" + df["workload"].astype(str)
@@ -134,4 +155,6 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         finished=bool(env.get("finished_utc")),
         throttle=quality.throttle_lines(env),
         load=busy.host_load(df),
+        wall=stats.get("wall"),
+        planned_seconds=stats.get("planned"),
     )

@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from detbench.analysis.failures import all_failed, failures_text
 from detbench.core.modes import CUBLAS_ENV
@@ -19,8 +19,9 @@ from detbench.core.settings import visible_gpus
 from detbench.locate.report import locate_run
 from detbench.report.write import write_report
 from detbench.run.api import plan_run, run_planned
+from detbench.run.costprobe import probe, unpriced
 from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
-from detbench.run.plantext import describe_plan, left_out_line
+from detbench.run.plantext import describe_plan, left_out_line, probe_line
 from detbench.run.schedule import clock
 from detbench.store.results import RESULTS_FILE, load_results
 
@@ -34,38 +35,52 @@ if TYPE_CHECKING:
 
 
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
-    """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
+    """The run's plan and estimate; printed in full for --dry-run, in one line otherwise. A dry
+    run measures this host's start-up with a probe worker; a dry run and a real run alike probe
+    a user's own workloads (``run.costprobe``) where the plan holds enough of their records, so
+    both print the estimate the progress line then follows."""
     c = runner.config
     gpus = visible_gpus() if c.device == "cuda" else 0
     # A CUDA plan on a host without a GPU (a dry run only): nothing can be measured here, so the
     # estimate is the model's on paper, for one GPU.
     paper = c.device == "cuda" and gpus == 0
-    # A dry run measures this machine's start-up; a real run's progress line starts from the
-    # model alone and corrects itself from the first records.
-    measure = dry_run and runner.plan.workers and not paper
-    startup = runner.measure_startup() if measure else PAPER_STARTUP_SECONDS.get(c.device, 2.0)
     distributed = frozenset(w.key for w in runner.workloads if w.distributed)
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
-    est = estimate(
-        runner.plan,
-        c.device,
-        c.profile,
-        c.setting("budget"),
-        startup,
-        bool(measure),
-        distributed,
-        sizes,
-        skipped,
-        "paper" if paper else None,
-    )
+
+    def priced(startup: float, measured: bool, probed: Any = None) -> Estimate:
+        return estimate(
+            runner.plan,
+            c.device,
+            c.profile,
+            c.setting("budget"),
+            startup,
+            measured,
+            distributed,
+            sizes,
+            skipped,
+            "paper" if paper else None,
+            probed,
+        )
+
+    est = priced(PAPER_STARTUP_SECONDS.get(c.device, 2.0), False)
+    keys = unpriced(runner) if runner.plan.workers and not paper else []
+    found = None
+    if (dry_run and runner.plan.workers and not paper) or keys:
+        found = probe(runner, keys)
+        est = priced(found.startup, True, found.records)
     doc, lines = describe_plan(runner, est)
+    if found is not None and keys:
+        doc["probe"] = {"seconds": round(found.seconds, 1), "failed": found.failed}
+        lines.insert(3, probe_line(found, keys))
     if as_json:
         print(json.dumps(doc, indent=2))
     elif dry_run:
         print("\n".join(lines))
     else:
         print(lines[0] + f"; estimated {clock(est.seconds)}", file=sys.stderr)
+        if found is not None and keys:
+            print(lines[3].lstrip(), file=sys.stderr)
         if doc["left_out"]:
             print(left_out_line(c.device, doc["left_out"]).lstrip(), file=sys.stderr)
     return est
@@ -185,8 +200,8 @@ def _time_line(stats: RunStats, estimated: float, out: Path) -> str:
     # With devices side by side the phases add up over them: compare device-seconds.
     measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
     return (
-        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
-        f"{estimated:.0f} s: timing {stats.timing:.0f} s, fingerprint "
+        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s against "
+        f"{estimated:.0f} s planned: timing {stats.timing:.0f} s, fingerprint "
         f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
         f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
         f"one measuring), build {stats.build:.0f} s, "

@@ -10,6 +10,7 @@ from detbench.run.config import TARGET_REL, left_out
 from detbench.run.schedule import clock
 
 if TYPE_CHECKING:
+    from detbench.run.costprobe import Probe
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
 
@@ -86,9 +87,10 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         )
     if est.costed_records:
         lines.append(
-            f"  {est.costed_records} records at their suite's cost measured on an H100 (or "
-            f"their workload's estimate), the rest at the model's {est.per_record_seconds:.3f} s "
-            "(run/estimate.py says where each figure comes from)"
+            f"  {est.costed_records} records at a measured cost (their suite's, measured on a GPU;"
+            f" their workload's estimate; or {est.probed_records} probed on this host), the rest "
+            f"at the model's {est.per_record_seconds:.3f} s (run/estimate.py says where each "
+            "figure comes from)"
         )
     elif c.device == "cuda":
         lines.append("  (the per-record cost on a GPU is the model's, unmeasured here)")
@@ -176,3 +178,20 @@ def _device_lines(runner: Runner, est: Estimate) -> list[str]:
             )
         )
     return lines
+
+
+def probe_line(found: Probe, keys: list[str]) -> str:
+    """What the probe worker measured of a user's own workloads, and what it could not."""
+    costs = [found.records[k].seconds for k in keys if k in found.records]
+    line = (
+        f"  {len(costs)} of your own workloads costed by a probe worker here, one record each "
+        f"(build, fingerprint, FLOP count, warm-up and samples): {sum(costs):.1f} s in all, the "
+        f"probe {found.seconds:.0f} s with its start-up of {found.startup:.1f} s"
+        if costs
+        else "  no workload of yours could be costed by the probe worker here"
+    )
+    if found.failed:
+        line += "; at the model's guess: " + ", ".join(
+            f"{k} ({why})" for k, why in found.failed.items()
+        )
+    return line
