@@ -54,7 +54,7 @@ ACT_SHARE = 0.1
 #: ... or the instant power at this share of the enforced limit, or more.
 NEAR_CAP_SHARE = 0.95
 #: A held load runs at least this long from the warm-up's start ...
-HOLD_MIN_SECONDS = 1.5
+HOLD_MIN_SECONDS = 2.0
 #: ... until NVML's averaged power reads this share of the enforced limit ...
 AT_CAP_SHARE = 0.95
 #: ... and at most this long, settled or not.
@@ -285,3 +285,13 @@ def settle_pass(
     samples, number = resample()
     end = probe.read() or held
     return samples, number, report(first, held, end, True, settled, added, dropped)
+
+
+def expected_hold_seconds(pass_seconds: float, acts: bool = False) -> float:
+    """The seconds the probe and the hold are expected to add to a pass whose warm-up and
+    samples take ``pass_seconds`` in burst mode, for the run's estimate: the probe's extension
+    to ``PROBE_SECONDS`` where nothing acts; where the controller acts (``acts``), the load held
+    to ``HOLD_MIN_SECONDS`` and samples spanning ``CAPPED_SPAN_SECONDS``."""
+    if acts:
+        return max(0.0, HOLD_MIN_SECONDS - pass_seconds) + CAPPED_SPAN_SECONDS
+    return max(0.0, PROBE_SECONDS - pass_seconds)
