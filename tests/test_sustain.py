@@ -42,10 +42,8 @@ def readings(name: str) -> list[Reading]:
     t0 = k["blocks"][0]["t"]
 
     def reading(b: dict[str, Any], t: float) -> Reading:
-        return Reading(
-            t=t, sm_mhz=b["sm_mhz"], power_w=b["power_w"], limit_w=LIMIT_W,
-            reasons=tuple(reasons_from_mask(b["throttle"])),
-        )  # fmt: skip
+        reasons = tuple(reasons_from_mask(b["throttle"]))
+        return Reading(t, b["sm_mhz"], b["power_w"], None, LIMIT_W, reasons)
 
     return [reading(k["idle"], 0.0)] + [reading(b, b["t"] - t0) for b in k["blocks"][1:]]
 
@@ -146,10 +144,17 @@ class ReplayedProbe(Probe):
 
 def replayed_pass(name: str, clocks: str) -> Any:
     dev = Replayed(name)
+    probe = ReplayedProbe(name, dev)
     return time_step(
-        dev.step, warmup_steps=5, budget=0.3, target_rel=0.01, clock=dev.clock,
-        ceiling_device="cuda", clocks=clocks, probe=ReplayedProbe(name, dev),
-    )  # fmt: skip
+        dev.step,
+        warmup_steps=5,
+        budget=0.3,
+        target_rel=0.01,
+        clock=dev.clock,
+        ceiling_device="cuda",
+        clocks=clocks,
+        probe=probe,
+    )
 
 
 def test_a_sustained_pass_of_the_recorded_gemm_holds_and_lands_on_the_long_run() -> None:

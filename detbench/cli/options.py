@@ -20,7 +20,7 @@ class UserError(DetbenchError):
 #: ``run`` options that choose what a run measures: a resumed run takes them from its env.json.
 RUN_OPTIONS = ("suite", "workload", "only", "mode", "replicates", "profile", "device", "out",
                "seed", "budget", "timeout", "fingerprint", "startup_timeout", "set",
-               "devices", "shard", "cudnn_log")  # fmt: skip
+               "devices", "shard", "cudnn_log", "clocks")  # fmt: skip
 
 #: ``run --cudnn-log`` and ``gpu-check --cudnn-log``.
 CUDNN_LOG_HELP = (
@@ -89,6 +89,7 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         devices=devices,
         shard=parse_shard(args.shard) if args.shard is not None else None,
         cudnn_log=bool(getattr(args, "cudnn_log", None)),
+        clocks=getattr(args, "clocks", None),
     )
 
 
@@ -169,6 +170,14 @@ def run_options(q: argparse.ArgumentParser) -> None:
         help="the most seconds of timing samples per record; sampling stops sooner once the "
         "median's 95%% interval is within +-1%% (GPU) or +-3%% (CPU) (default: 0.1 quick, "
         "0.3 full)",
+    )
+    q.add_argument(
+        "--clocks",
+        choices=("sustained", "burst"),
+        help="sustained (the default): on a GPU whose power or heat limit holds its clock down "
+        "under a workload, the load is held until the clock settles and the samples are what "
+        "a long run sees; burst: sampled right after the warm-up, the clock a short job sees "
+        "before the limit acts. Recorded on a CPU, where it has no effect",
     )
     q.add_argument(
         "--timeout",
