@@ -185,3 +185,37 @@ def test_a_sustained_pass_of_the_recorded_scale_costs_only_the_probe() -> None:
     assert PROBE_SECONDS <= hold["load_seconds"] < PROBE_SECONDS + 0.06
     assert t.median == pytest.approx(steady_ms("scale_fp32_1gib") / 1000.0, rel=1e-3)
     assert t.reached_target
+
+
+def test_the_report_puts_each_rates_clock_state_beside_it() -> None:
+    import pandas as pd
+
+    from detbench.analysis.clocks import CPU, clock_states, record_state
+
+    gemm = replayed_pass("gemm_bf16_8192", "sustained").to_json()
+    scale = replayed_pass("scale_fp32_1gib", "sustained").to_json()
+    burst = replayed_pass("gemm_bf16_8192", "burst").to_json()
+    assert record_state(gemm, "cuda") == "sustained, power-capped"
+    assert record_state(scale, "cuda") == "sustained, below the limits"
+    assert record_state(burst, "cuda") == "burst"
+    assert record_state({"median": 1.0}, "cuda") == "burst"  # a record from before --clocks
+    assert record_state(scale, "cpu") == CPU
+    # With NVML's SM clock during the samples: its range over the replicates.
+    clocked = [dict(gemm, gpu_clocks={"sm_clock_mhz": {"median": mhz}}) for mhz in (1350, 1365)]
+    rows = [
+        ("w", "sustained", clocked[0]),
+        ("w", "sustained", clocked[1]),
+        ("v", "mixed", gemm),
+        ("v", "mixed", burst),
+        ("v", "mixed", gemm),
+    ]
+    df = pd.DataFrame(
+        [
+            {"suite": "s", "workload": w, "mode": m, "status": "ok", "device": "cuda", "timing": t}
+            for w, m, t in rows
+        ]
+    )
+    assert clock_states(df) == {
+        ("s", "w", "sustained"): "sustained, power-capped, 1350-1365 MHz",
+        ("s", "v", "mixed"): "sustained, power-capped (2/3); burst (1/3)",
+    }
