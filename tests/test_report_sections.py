@@ -361,3 +361,22 @@ def test_sizes_in_binary_units() -> None:
     assert [size(4096), size(3 * 2**20), size(1.5 * 2**30), size(None)] == [
         "4 KiB", "3 MiB", "1.50 GiB", "–",
     ]  # fmt: skip
+
+
+def test_a_sustained_gpu_run_names_its_ceiling_and_clock_state(tmp_path: Path) -> None:
+    # Issue 29: records with a ceiling past the budget and a hold that met the power cap.
+    recs = gpu_run()
+    for r in recs:
+        r["timing"].update(
+            ceiling=3.0,
+            clock_mode="sustained",
+            hold={"status": "ok", "acted": True, "settled": True, "seconds": 1.9},
+            gpu_clocks={"status": "ok", "sm_clock_mhz": {"median": 1365}},
+        )
+    md = markdown(tmp_path, recs, gpu_env(run_stats={"wall": 1.0, "timing_target_missed": 2}))
+    assert "| 500 | sustained, power-capped, 1365 MHz | 0.500 |" in md
+    assert "GPU clocks: sustained (where the GPU's power or heat limit acted" in md
+    assert "up to a ceiling that grows with the step time: 3 s at most here" in md
+    assert "hit the timing budget (2.0 s) or the ceiling past it (at most 3 s)" in md
+    short = section(md, "### Timing")
+    assert "The 2 records that stopped short of the target, with their intervals" in short

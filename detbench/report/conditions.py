@@ -203,8 +203,8 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
         targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
         missed = int(tq["missed"].sum())
         limit = f"the timing budget ({joined(rule['budget'], ' s')})"
-        if rule["ceiling"]:
-            top = max(float(c) for c in rule["ceiling"])
+        top = max([float(c) for c in rule["ceiling"]], default=0.0)
+        if top > max(float(b) for b in rule["budget"]):
             limit += f" or the ceiling past it (at most {top:.3g} s)"
         out.append(
             f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit {limit} before the "

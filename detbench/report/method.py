@@ -43,8 +43,8 @@ def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
         else f"after {joined(rule['warmup_steps'])} warm-up steps"
     )
     most = f"{joined(rule['budget'], ' s')} of sampling"
-    if rule.get("ceiling"):
-        top = max(float(c) for c in rule["ceiling"])
+    top = max([float(c) for c in rule.get("ceiling") or []], default=0.0)
+    if top > max(float(b) for b in rule["budget"]):
         most += (
             " (on a GPU, a record still short of its target then samples on while the samples "
             f"so far put the target in reach, up to a ceiling that grows with the step time: "
@@ -56,7 +56,11 @@ def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
         f"{targets} of the median, with at least {joined(rule['min_samples'])} samples and at "
         f"most {most}; the figure per replicate is the median step time, and a mode's "
         "throughput is the median over replicates."
-        + _clock_words(rule.get("clock_mode") or [], set(df.get("device", pd.Series(dtype=str))))
+        + _clock_words(
+            rule.get("clock_mode") or [],
+            "cuda-event" in rule["clock"]
+            or any(str(d).startswith("cuda") for d in df.get("device", pd.Series(dtype=str))),
+        )
     )
 
 
@@ -71,12 +75,12 @@ CLOCK_WORDS = {
 }
 
 
-def _clock_words(modes: list[Any], devices: set[Any]) -> str:
+def _clock_words(modes: list[Any], gpu: bool) -> str:
     """The sentence on the GPU clock modes the records were timed in ("" where none says)."""
     said = [CLOCK_WORDS.get(str(m), str(m)) for m in modes]
     if not said:
         return ""
-    if "cuda" not in devices:
+    if not gpu:
         return (
             f" The clock mode ({joined([str(m) for m in modes])}) is recorded, and has no effect "
             "on a CPU."

@@ -192,7 +192,9 @@ def unsupported_hold(mode: str, probe: Probe | None, device: Any, clock: Any) ->
     if mode == "burst":
         return {"status": "burst", "reason": "--clocks burst: the load was not held"}
     if clock is not None:
-        why = "an injected clock: no GPU to hold"
+        why = (
+            "a clock given by the caller (a distributed rank's or a test's): the load was not held"
+        )
     elif device is None or getattr(device, "type", None) != "cuda":
         why = "not a CUDA GPU: the clock mode has no effect here"
     else:

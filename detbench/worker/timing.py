@@ -31,9 +31,9 @@ policy, and why:
   where ``max(median - low, high - median) <= target_rel * median`` and the floor is reached;
   or, the target unmet, when ``budget`` seconds of wall time have been spent sampling and,
   on a GPU, the ceiling past it is spent too or the target is out of reach
-  (``reached_target`` is then False, and the record keeps its interval). The floor is not cut by the budget: a step longer
-  than ``budget / 6`` still gets 6 samples (today's profiles: steps over 17 ms at the quick
-  0.1 s budget).
+  (``reached_target`` is then False, and the record keeps its interval). The floor is not
+  cut by the budget: a step longer than ``budget / 6`` still gets 6 samples (today's
+  profiles: steps over 17 ms at the quick 0.1 s budget).
 * **How often the rule is checked.** Elsewhere than CUDA, after every sample: the check is a
   sort of n floats plus a cached rank lookup (microseconds, outside the samples), so the run
   stops at the first sample that meets the target. Past 100 samples (only when the block size
@@ -375,7 +375,7 @@ def time_step(
         watch.mark()
         kind = ceiling_device or (dev.type if dev is not None and clock is None else None)
         ceiling = sampling_ceiling(warm.number_per_block * warm.medians[-1], budget, kind)
-        samples, number, reached = _sample(
+        samples, number, _ = _sample(
             step,
             sampler,
             warm.number_per_block,
@@ -425,7 +425,7 @@ def time_step(
         ci_high=ci[1],
         ci_rel=rel,
         target_rel=target_rel,
-        reached_target=reached and rel <= target_rel,
+        reached_target=rel <= target_rel,  # the rule's answer, after any probe's samples too
         clock=sampler.name,
         min_samples=max(min_samples, MIN_CI_SAMPLES),
         warmup=warm,
