@@ -219,3 +219,20 @@ def test_the_report_puts_each_rates_clock_state_beside_it() -> None:
         ("s", "w", "sustained"): "sustained, power-capped, 1350-1365 MHz",
         ("s", "v", "mixed"): "sustained, power-capped (2/3); burst (1/3)",
     }
+
+
+def test_the_clocks_option_reaches_the_run_options(tmp_path: Path) -> None:
+    from detbench.cli.main import build_parser
+    from detbench.cli.options import run_config
+    from detbench.run.config import RunConfig, RunError, validate
+
+    def config(*extra: str) -> RunConfig:
+        out = str(tmp_path / f"run{len(extra)}")
+        args = build_parser().parse_args(["run", "--device", "cpu", "--out", out, *extra])
+        return run_config(args, cuda=False)
+
+    burst, default = config("--clocks", "burst"), config()
+    assert (burst.clock_mode, default.clock_mode) == ("burst", "sustained")
+    assert burst.options_json([], [], None, 0.03)["clocks"] == "burst"
+    with pytest.raises(RunError, match="unknown --clocks 'fast'; use sustained or burst"):
+        validate(RunConfig(out=tmp_path / "x", clocks="fast"), cuda_available=False)
