@@ -109,7 +109,26 @@ def stopping_rule(df: pd.DataFrame, options: Mapping[str, Any]) -> dict[str, lis
         "budget": distinct("budget"),
         "warmup_steps": distinct("warmup_steps"),
         "clock": distinct("clock"),
+        # Since issue 29: the ceiling past the budget (GPU) and the clock mode.
+        "ceiling": distinct("ceiling"),
+        "clock_mode": distinct("clock_mode"),
     }
+
+
+def stopped_short(df: pd.DataFrame) -> pd.DataFrame:
+    """Every successful record whose timing stopped short of its target, with its interval:
+    suite, workload, mode, replicate, median (s), ci_low, ci_high, ci_rel, samples."""
+    rows = []
+    if "timing" in df.columns:
+        ok = df[df["status"] == Status.OK]
+        for r in ok.to_dict("records"):
+            t = r["timing"]
+            if isinstance(t, Mapping) and t.get("reached_target") is False:
+                keys = ("median", "ci_low", "ci_high", "ci_rel")
+                row = {k: r.get(k) for k in ("suite", "workload", "mode", "replicate")}
+                row.update({k: t.get(k) for k in keys}, samples=len(t.get("samples") or []))
+                rows.append(row)
+    return pd.DataFrame(rows)
 
 
 # --- Drift: the spread across replicates -------------------------------------------------------

@@ -147,8 +147,9 @@ def execute(
     print(_time_line(stats, est.seconds, out))
     if stats.timing_target_missed:
         print(
-            f"{stats.timing_target_missed} of {stats.records} records used their whole timing "
-            "budget without reaching the target interval (see the report)"
+            f"{stats.timing_target_missed} of {stats.records} records stopped short of the target "
+            "interval: their timing budget ran out (on a GPU, the ceiling past it, or the "
+            "target was out of reach; the report lists each with its interval)"
         )
     # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
     # the exit status (a built-in suite's failure is data of the machine, and exits 0).

@@ -44,6 +44,7 @@ RUN_OPTIONS = (
     "devices",
     "shard",
     "cudnn_log",
+    "clocks",
 )
 
 #: ``run --cudnn-log`` and ``gpu-check --cudnn-log``.
@@ -102,6 +103,7 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         devices=devices,
         shard=parse_shard(args.shard) if args.shard is not None else None,
         cudnn_log=bool(getattr(args, "cudnn_log", None)),
+        clocks=getattr(args, "clocks", None),
     )
 
 
@@ -183,6 +185,14 @@ def run_options(q: argparse.ArgumentParser) -> None:
         help="the most seconds of timing samples per record; sampling stops sooner once the "
         "median's 95%% interval is within +-1%% (GPU) or +-3%% (CPU) (default: 0.1 quick, "
         "0.3 full)",
+    )
+    q.add_argument(
+        "--clocks",
+        choices=("sustained", "burst"),
+        help="sustained (the default): on a GPU whose power or heat limit holds its clock down "
+        "under a workload, the load is held until the clock settles and the samples are what "
+        "a long run sees; burst: sampled right after the warm-up, the clock a short job sees "
+        "before the limit acts. Recorded on a CPU, where it has no effect",
     )
     q.add_argument(
         "--timeout",

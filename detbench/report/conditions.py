@@ -17,7 +17,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import cause, engines, quality
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
-from detbench.report.render import Block, Code, Heading, Para, Table, num
+from detbench.report.render import Block, Code, Details, Heading, Para, Table, num
 from detbench.store.results import env_facts
 
 #: How the report names a record's ``precision`` values.
@@ -202,10 +202,14 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
         rule = quality.stopping_rule(df, options)
         targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
         missed = int(tq["missed"].sum())
+        limit = f"the timing budget ({joined(rule['budget'], ' s')})"
+        top = max([float(c) for c in rule["ceiling"]], default=0.0)
+        if top > max(float(b) for b in rule["budget"]):
+            limit += f" or the ceiling past it (at most {top:.3g} s)"
         out.append(
-            f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit the timing budget "
-            f"({joined(rule['budget'], ' s')}) before the 95% interval of {its(missed)} median "
-            f"step time reached {targets}: {its(missed)} figures are less certain (see Timing)."
+            f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit {limit} before the "
+            f"95% interval of {its(missed)} median step time reached {targets}: {its(missed)} "
+            "figures are less certain (see Timing, which lists each with its interval)."
         )
     mixed = precision_warning(df)
     if mixed:
@@ -306,11 +310,40 @@ def timing_table(df: pd.DataFrame) -> Table | None:
             _half_width(r["median_ci_rel"]), _half_width(r["max_ci_rel"]),
         ])  # fmt: skip
     return Table(
-        ["suite", "timed records", "reached the target", "hit the budget first",
+        ["suite", "timed records", "reached the target", "stopped short of it",
          "median 95% interval", "widest 95% interval"],
         rows,
         caption="95% interval of each record's median step time, as a fraction of the median",
     )  # fmt: skip
+
+
+def stopped_short_table(df: pd.DataFrame) -> Details | None:
+    """Each record that stopped short of its target, with its interval."""
+    short = quality.stopped_short(df)
+    if short.empty:
+        return None
+    rows: list[list[str | Code]] = []
+    for r in short.to_dict("records"):
+        ms = {
+            k: None if r[k] is None else 1e3 * float(r[k]) for k in ("median", "ci_low", "ci_high")
+        }
+        interval = f"[{num(ms['ci_low'], '.4g')}, {num(ms['ci_high'], '.4g')}]"
+        rows.append(
+            [
+                f"{r['suite']}/{r['workload']}",
+                str(r["mode"]),
+                str(r["replicate"]),
+                num(ms["median"], ".4g"),
+                interval,
+                _half_width(r["ci_rel"]),
+                str(r["samples"]),
+            ]
+        )
+    header = ["workload", "mode", "replicate", "median (ms)", "95% interval (ms)", "±", "samples"]
+    return Details(
+        f"The {len(rows)} records that stopped short of the target, with their intervals",
+        [Table(header, rows)],
+    )
 
 
 def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
@@ -348,7 +381,8 @@ def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
             Heading(3, "Timing"),
             Para(
                 "Each record was sampled until the 95% interval of its median step time was "
-                "within the target, or until the budget ran out (see Method)."
+                "within the target, or until the budget ran out (on a GPU: the ceiling past the "
+                "budget, while the target was in reach; see Method)."
                 + (
                     f" The runner counted {missed} records that hit the budget first "
                     "(run_stats, last session)."
@@ -358,6 +392,9 @@ def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
             ),
             timing,
         ]
+        short = stopped_short_table(df)
+        if short is not None:
+            blocks.append(short)
     agreement = quality.fingerprint_agreement(df)
     if not agreement.empty:
         n, agree = len(agreement), int(agreement["agree"].sum())

@@ -16,6 +16,7 @@ from detbench.core.modes import CUBLAS_ENV
 from detbench.report.conditions import joined
 from detbench.report.render import Block, Bullets, Code, Heading, Table, num
 from detbench.store.results import env_facts
+from detbench.worker.sustain import CAPPED_SPAN_SECONDS, HOLD_MIN_SECONDS
 
 FINGERPRINT_WORDS = {
     "device": "computed where the tensor lives, with integer arithmetic whose result does not "
@@ -41,12 +42,52 @@ def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
         if any("warmup" in t for t in timings)
         else f"after {joined(rule['warmup_steps'])} warm-up steps"
     )
+    most = f"{joined(rule['budget'], ' s')} of sampling"
+    top = max([float(c) for c in rule.get("ceiling") or []], default=0.0)
+    if top > max(float(b) for b in rule["budget"]):
+        most += (
+            " (on a GPU, a record still short of its target then samples on while the samples "
+            f"so far put the target in reach, up to a ceiling that grows with the step time: "
+            f"{top:.3g} s at most here)"
+        )
     return (
         f"Timing: {warm}, samples (clock: "
         f"{joined(rule['clock'])}) until the 95% interval of the median step time is within "
         f"{targets} of the median, with at least {joined(rule['min_samples'])} samples and at "
-        f"most {joined(rule['budget'], ' s')} of sampling; the figure per replicate is the "
-        "median step time, and a mode's throughput is the median over replicates."
+        f"most {most}; the figure per replicate is the median step time, and a mode's "
+        "throughput is the median over replicates."
+        + _clock_words(
+            rule.get("clock_mode") or [],
+            "cuda-event" in rule["clock"]
+            or any(str(d).startswith("cuda") for d in df.get("device", pd.Series(dtype=str))),
+        )
+    )
+
+
+#: What each clock mode means, for the Method.
+CLOCK_WORDS = {
+    "sustained": "sustained (where the GPU's power or heat limit acted on a workload, its load "
+    f"was held until the clock settled at that limit, at least {HOLD_MIN_SECONDS:g} s, and only "
+    f"the samples after that count, spanning at least {CAPPED_SPAN_SECONDS:g} s: what a long "
+    "run sees)",
+    "burst": "burst (sampled right after the warm-up: the clock a short job sees before the "
+    "power limit acts, which can be faster than a long run for compute-bound work)",
+}
+
+
+def _clock_words(modes: list[Any], gpu: bool) -> str:
+    """The sentence on the GPU clock modes the records were timed in ("" where none says)."""
+    said = [CLOCK_WORDS.get(str(m), str(m)) for m in modes]
+    if not said:
+        return ""
+    if not gpu:
+        return (
+            f" The clock mode ({joined([str(m) for m in modes])}) is recorded, and has no effect "
+            "on a CPU."
+        )
+    return (
+        f" GPU clocks: {'; '.join(said)}. The state of the clock is given beside each rate; "
+        "on a CPU the clock mode has no effect."
     )
 
 

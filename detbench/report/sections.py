@@ -18,6 +18,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import runstate
 from detbench.analysis import tradeoff as tradeoff_points
+from detbench.analysis.clocks import clock_states
 from detbench.analysis.recommend import run_device
 from detbench.report import answer, devices, located, matrices, samebits, tables, tradeoff
 from detbench.report import attribution as attribution_report
@@ -143,6 +144,7 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
     suite's, the heatmap and divergence, then the full tables collapsed."""
     out: list[Block] = [Heading(2, "Per suite")]
     picks = r.rec[r.rec["workload"] == "*"].set_index("suite")["mode"].to_dict()
+    states = clock_states(r.df)  # the clock state beside each rate
     for suite in r.suites:
         out.append(Heading(3, suite))
         out += matrices.verdict_blocks(r.verdicts, suite)
@@ -157,7 +159,7 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
                 if p.suite == suite and p.kind in ("heatmap", "divergence")]  # fmt: skip
         out.append(Details(f"{suite}: every workload and mode (full tables)", [
             tables.workload_recommendation_table(r.rec, suite, r.memory, r.baseline),
-            tables.full_table(r.verdicts, suite, r.costs, r.memory, r.baseline),
+            tables.full_table(r.verdicts, suite, r.costs, r.memory, r.baseline, states),
         ]))  # fmt: skip
     div = analysis.divergence(r.df)
     if "losses" in r.df.columns and r.df["losses"].notna().any() and div.empty:

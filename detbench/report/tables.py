@@ -133,9 +133,12 @@ def workload_recommendation_table(rec: pd.DataFrame, suite: str,
 
 
 def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
-               memory: pd.DataFrame | None = None, baseline: str = "default") -> Table:  # fmt: skip
+               memory: pd.DataFrame | None = None, baseline: str = "default",
+               clocks: Mapping[tuple[str, str, str], str] | None = None) -> Table:  # fmt: skip
     """``v``: ``analysis.verdicts`` of the whole run; ``memory``: as for
-    ``workload_recommendation_table``."""
+    ``workload_recommendation_table``; ``clocks``: ``analysis.clocks.clock_states``, the clock
+    state beside each rate."""
+    clocks = clocks or {}
     v = v[v["suite"] == suite]
     c = costs[costs["suite"] == suite].set_index(["workload", "mode"]) if len(costs) else None
     rows: list[list[str | Code]] = []
@@ -158,7 +161,8 @@ def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
         row: list[str | Code] = [
             r["workload"], r["mode"], verdict, f"{r['ok']}/{r['replicates']}",
             num(r["max_abs_diff"], ".3g") if r["max_abs_diff"] is not None else "–",
-            num(r["items_per_second"], ".4g"), rel, ci, sig, noisy,
+            num(r["items_per_second"], ".4g"),
+            clocks.get((suite, r["workload"], r["mode"]), "–"), rel, ci, sig, noisy,
         ]  # fmt: skip
         if memory is not None:
             mkey = (suite, r["workload"], r["mode"])
@@ -174,6 +178,7 @@ def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
             "ok/replicates",
             "max abs diff",
             "items/s (median)",
+            "clocks",
             f"vs {baseline}",
             "95% CI",
             "significant",

@@ -218,6 +218,7 @@ class Runner:
             "budget": c.setting("budget"),
             "target_rel": TARGET_REL[c.device],
             "min_samples": MIN_SAMPLES,
+            "clocks": c.clock_mode,
             "fingerprint": c.fingerprint,
             "count_flops": slot.replicate == 0,
             "cudnn_log": c.cudnn_log,  # the worker's log file and environment: WorkerProcess
