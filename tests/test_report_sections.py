@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -223,9 +221,7 @@ def test_throttle_warning_from_gpustate(tmp_path: Path, monkeypatch: pytest.Monk
         seen.append((state, uuid))
         return ["GPU-0000: sw_thermal_slowdown after the run", "SM clock 1980 -> 1755 MHz"]
 
-    module = types.ModuleType("detbench.store.gpustate")
-    module.throttled = throttled  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "detbench.store.gpustate", module)
+    monkeypatch.setattr(quality, "throttled", throttled)
     md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
     assert seen and seen[0] == (STATE, "GPU-0000")  # the run's GPU, not every GPU
     assert (
@@ -242,14 +238,6 @@ def test_throttle_warning_with_the_real_module(tmp_path: Path) -> None:
     md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
     warning = next(x for x in md.splitlines() if x.startswith("- The GPU throttled"))
     assert warning.endswith(md_text("; ".join(lines)))
-
-
-def test_without_gpustate_no_throttle_warning(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    monkeypatch.setitem(sys.modules, "detbench.store.gpustate", None)  # import raises ImportError
-    md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
-    assert "throttled during the run" not in md
-    assert "| SM clock | 1980 → 1755 MHz (max 1980 MHz) |" in md
 
 
 def test_schema_1_records_have_no_new_sections(tmp_path: Path) -> None:
