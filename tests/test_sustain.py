@@ -222,8 +222,8 @@ def test_the_report_puts_each_rates_clock_state_beside_it() -> None:
 
 
 def test_the_clocks_option_reaches_the_run_options(tmp_path: Path) -> None:
-    from detbench.cli.parser import build_parser
     from detbench.cli.options import run_config
+    from detbench.cli.parser import build_parser
     from detbench.run.config import RunConfig, RunError, validate
 
     def config(*extra: str) -> RunConfig:

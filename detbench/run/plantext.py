@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from detbench.run.config import TARGET_REL, left_out
 from detbench.run.schedule import clock
+from detbench.worker.budget import CEILING_FACTOR
 
 if TYPE_CHECKING:
     from detbench.run.costprobe import Probe
@@ -54,7 +55,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
         f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
         f"most {budget:g} s), timing until the median's 95% interval is within "
-        f"+-{100 * target:g}% or {budget:g} s of samples",
+        f"+-{100 * target:g}% or {budget:g} s of samples" + _ceiling_words(c.device, budget),
         _estimate_line(est, len(names)),
     ]
     if c.devices:
@@ -101,6 +102,14 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         )
     lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
     return doc, lines
+
+
+def _ceiling_words(device: str, budget: float) -> str:
+    """How far sampling may go past the budget on this device (``worker/budget.py``)."""
+    factor = CEILING_FACTOR.get(device)
+    if factor is None:
+        return ""
+    return f" (up to {factor * budget:g} s while the target is in reach)"
 
 
 def left_out_line(device: str, skipped: dict[str, str]) -> str:
