@@ -1,9 +1,8 @@
 """The report's ``Attribution`` section and its chart, for a run made by ``detbench attribute``.
 
 Everything here is computed from the records and the study in env.json
-(``detbench.analysis.attribution.effects`` and ``suite_effects``); a run that is not an attribution
-study
-gets no section and no chart.
+(``detbench.analysis.attribution.effects`` and ``suite_effects``); a run that is not an
+attribution study gets no section and no chart.
 """
 
 from __future__ import annotations
@@ -89,8 +88,10 @@ def within_noise(r: Any) -> str | None:
         return None
     near = 1 / (1 + analysis.NOISY_IQR) < (low if rel > 1 else high) < 1 + analysis.NOISY_IQR
     if r.get("noisy") and near:
-        return (f"timing noisy: a replicate's samples spread (IQR) over more than "
-                f"{analysis.NOISY_IQR:.0%} of their median")  # fmt: skip
+        return (
+            f"timing noisy: a replicate's samples spread (IQR) over more than "
+            f"{analysis.NOISY_IQR:.0%} of their median"
+        )
     return None
 
 
@@ -115,8 +116,10 @@ def _speed(r: Any, than: str) -> str:
         return f"throughput within the noise ({interval}; {noise})"
     word = "faster" if rel > 1 else "slower"
     if uncertain(r):
-        return (f"{word} than {than} by an uncertain amount ({interval}: the interval is wider "
-                f"than the difference)")  # fmt: skip
+        return (
+            f"{word} than {than} by an uncertain amount ({interval}: the interval is wider "
+            f"than the difference)"
+        )
     return f"{100 * abs(rel - 1):.0f}% {word} than {than} ({interval})"
 
 
@@ -141,14 +144,19 @@ def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]
             else:
                 parts.append(f"bitwise reproducible on {r['reproducible']} of {n} workloads")
             if r["end"] == "deterministic" and r["needed"]:
-                parts.append(f"{_words(r['switch'], base)} is needed for reproducibility on "
-                             f"{r['needed']} of {n}")  # fmt: skip
+                parts.append(
+                    f"{_words(r['switch'], base)} is needed for reproducibility on "
+                    f"{r['needed']} of {n}"
+                )
             if r["end"] == "default" and r["sufficient"]:
-                parts.append(f"alone makes {r['sufficient']} of {n} reproducible that the default "
-                             "mode does not")  # fmt: skip
+                parts.append(
+                    f"alone makes {r['sufficient']} of {n} reproducible that the default "
+                    "mode does not"
+                )
             if r["bits_changed"]:
-                parts.append(f"other bits than {_words(r['switch'], base)} on "
-                             f"{r['bits_changed']} of {n}")  # fmt: skip
+                parts.append(
+                    f"other bits than {_words(r['switch'], base)} on {r['bits_changed']} of {n}"
+                )
             parts.append(_speed(r, "with " + _words(r["switch"], base)))
             text = ", ".join(parts)
             if r["failed"]:
@@ -157,8 +165,9 @@ def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]
     return out
 
 
-def suite_effects(df: pd.DataFrame, study: dict[str, Any], n_boot: int = stats.N_BOOT,
-                  seed: int = stats.SEED) -> pd.DataFrame:  # fmt: skip
+def suite_effects(
+    df: pd.DataFrame, study: dict[str, Any], n_boot: int = stats.N_BOOT, seed: int = stats.SEED
+) -> pd.DataFrame:
     """Per (suite, variant): the geometric mean over the suite's workloads of the variant's
     throughput relative to its end, with its 95% interval (``stats.geometric_mean`` of each
     workload's ``stats.ratio``, the very numbers of ``analysis.costs`` and so of the table: a
@@ -186,21 +195,31 @@ def suite_effects(df: pd.DataFrame, study: dict[str, Any], n_boot: int = stats.N
         if ratios:
             both = stats.geometric_mean(ratios)
             point, low, high = both.point, both.low, both.high
-        rows.append({
-            "suite": suite, "mode": mode, "end": end, "switch": switch, "level": level,
-            "direction": direction, "end_mode": end_mode,
-            "relative_throughput": point, "ci_low": low, "ci_high": high,
-            "significant": bool(ratios) and not (low <= 1.0 <= high),
-            "noisy": bool((g["noisy"] == True).any()),  # noqa: E712
-            "workloads": len(g),
-            "timed": len(ratios), "needed": int((g["needed"] == True).sum()),  # noqa: E712
-            "sufficient": int((g["sufficient"] == True).sum()),  # noqa: E712
-            "reproducible": int((g["verdict"] == "reproducible").sum()),
-            "end_reproducible": int((g["end_verdict"] == "reproducible").sum()),
-            "bits_changed": int((g["bits_changed"] == True).sum()),  # noqa: E712
-            "failed": int((~g["verdict"].isin(analysis.RAN)).sum()),
-            "failures": sorted({str(x) for x in g["verdict"] if x not in analysis.RAN}),
-        })  # fmt: skip
+        rows.append(
+            {
+                "suite": suite,
+                "mode": mode,
+                "end": end,
+                "switch": switch,
+                "level": level,
+                "direction": direction,
+                "end_mode": end_mode,
+                "relative_throughput": point,
+                "ci_low": low,
+                "ci_high": high,
+                "significant": bool(ratios) and not (low <= 1.0 <= high),
+                "noisy": bool((g["noisy"] == True).any()),  # noqa: E712
+                "workloads": len(g),
+                "timed": len(ratios),
+                "needed": int((g["needed"] == True).sum()),  # noqa: E712
+                "sufficient": int((g["sufficient"] == True).sum()),  # noqa: E712
+                "reproducible": int((g["verdict"] == "reproducible").sum()),
+                "end_reproducible": int((g["end_verdict"] == "reproducible").sum()),
+                "bits_changed": int((g["bits_changed"] == True).sum()),  # noqa: E712
+                "failed": int((~g["verdict"].isin(analysis.RAN)).sum()),
+                "failures": sorted({str(x) for x in g["verdict"] if x not in analysis.RAN}),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -225,14 +244,25 @@ def figure(s: pd.DataFrame, suite: str) -> MplFigure:
             r["end"] == "default" and r["sufficient"]
         )
         ax.barh(
-            y[k], shown[k] - 1.0, left=1.0, height=0.62, color=COLOURS[str(r["end"])],
-            alpha=0.75, hatch="///" if marked else None, edgecolor="black" if marked else "none",
-        )  # fmt: skip
+            y[k],
+            shown[k] - 1.0,
+            left=1.0,
+            height=0.62,
+            color=COLOURS[str(r["end"])],
+            alpha=0.75,
+            hatch="///" if marked else None,
+            edgecolor="black" if marked else "none",
+        )
         if np.isfinite(rel[k]):
             ax.errorbar(
-                rel[k], y[k], xerr=[[rel[k] - low[k]], [high[k] - rel[k]]], fmt="none",
-                ecolor="black", capsize=3, lw=1,
-            )  # fmt: skip
+                rel[k],
+                y[k],
+                xerr=[[rel[k] - low[k]], [high[k] - rel[k]]],
+                fmt="none",
+                ecolor="black",
+                capsize=3,
+                lw=1,
+            )
     finite = np.concatenate([low[np.isfinite(low)], high[np.isfinite(high)], [1.0]])
     lo, hi = float(np.log2(finite.min())), float(np.log2(finite.max()))
     pad = 0.08 * (hi - lo) + 0.05
@@ -255,27 +285,49 @@ def figure(s: pd.DataFrame, suite: str) -> MplFigure:
         if r["end"] == "default" and r["sufficient"]:
             note += f"  sufficient on {r['sufficient']} of {r['workloads']}"
         ax.annotate(
-            note, (1.0, y[i]), xycoords=("axes fraction", "data"), xytext=(6, 0),
-            textcoords="offset points", va="center", fontsize=9,
-        )  # fmt: skip
-    labels = [f"{_change(r)}  [{'from default' if r['end'] == 'default' else 'from det. end'}]"
-              for r in s.to_dict("records")]  # fmt: skip
+            note,
+            (1.0, y[i]),
+            xycoords=("axes fraction", "data"),
+            xytext=(6, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=9,
+        )
+    labels = [
+        f"{_change(r)}  [{'from default' if r['end'] == 'default' else 'from det. end'}]"
+        for r in s.to_dict("records")
+    ]
     ax.set_yticks(y, labels, fontsize=9)
     ax.axvline(1.0, color="black", lw=1)
-    ax.set_xlabel("throughput relative to the study's end (geometric mean over workloads; "
-                  "error bars: 95% interval; log scale)")  # fmt: skip
-    ax.set_title(f"{suite}: what each switch costs (+ added to the default mode, - removed from "
-                 "the deterministic mode)", fontsize=10)  # fmt: skip
+    ax.set_xlabel(
+        "throughput relative to the study's end (geometric mean over workloads; "
+        "error bars: 95% interval; log scale)"
+    )
+    ax.set_title(
+        f"{suite}: what each switch costs (+ added to the default mode, - removed from "
+        "the deterministic mode)",
+        fontsize=10,
+    )
     fig.legend(
         handles=[
             Patch(color=COLOURS["default"], alpha=0.75, label="added to the default mode"),
-            Patch(color=COLOURS["deterministic"], alpha=0.75,
-                  label="removed from the deterministic mode"),
-            Patch(facecolor="white", edgecolor="black", hatch="///",
-                  label="needed for (or alone sufficient for) reproducibility"),
+            Patch(
+                color=COLOURS["deterministic"],
+                alpha=0.75,
+                label="removed from the deterministic mode",
+            ),
+            Patch(
+                facecolor="white",
+                edgecolor="black",
+                hatch="///",
+                label="needed for (or alone sufficient for) reproducibility",
+            ),
         ],
-        loc="outside lower center", ncol=3, fontsize=8, frameon=False,
-    )  # fmt: skip
+        loc="outside lower center",
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
     ax.grid(axis="x", alpha=0.25)
     return fig
 
@@ -294,8 +346,9 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
     for suite in dict.fromkeys(s["suite"]):
         fig = figure(s[s["suite"] == suite], str(suite))
         title = f"{suite}: what each switch costs, and where it is needed"
-        plots.append(Plot("attribution", str(suite), title,
-                          *_save(fig, directory, f"{suite}-attribution")))  # fmt: skip
+        plots.append(
+            Plot("attribution", str(suite), title, *_save(fig, directory, f"{suite}-attribution"))
+        )
     return plots
 
 
@@ -352,8 +405,10 @@ def _method(study: dict[str, Any], dropped: int) -> Para:
     if skipped:
         text += " Skipped: " + "; ".join(skipped) + "."
     if dropped:
-        text += (f" {dropped} records whose workload changed a setting itself are not counted "
-                 "(see the warnings).")  # fmt: skip
+        text += (
+            f" {dropped} records whose workload changed a setting itself are not counted "
+            "(see the warnings)."
+        )
     return Para(text)
 
 
@@ -381,10 +436,18 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
                 rel += f"x [{num(r['ci_low'], '.3f')}, {num(r['ci_high'], '.3f')}]"
                 rel += "" if r["significant"] else " n.s."
                 rel += " noisy" if r["noisy"] else ""
-            rows.append([
-                str(r["workload"]), str(r["switch"]), _change(r), str(r["end"]), rel,
-                _bits_cell(r["bits_changed"]), str(r["verdict"]), _needed_cell(r),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    str(r["workload"]),
+                    str(r["switch"]),
+                    _change(r),
+                    str(r["end"]),
+                    rel,
+                    _bits_cell(r["bits_changed"]),
+                    str(r["verdict"]),
+                    _needed_cell(r),
+                ]
+            )
         table = Table(
             [
                 "workload",

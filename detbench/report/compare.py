@@ -26,8 +26,14 @@ from detbench.store.identity import describe, differences, identity
 from detbench.store.results import ENV_FACTS, env_facts, load_env, load_results
 
 #: Environment facts whose difference is warned about, with the words used for them.
-WARN_FACTS = {"gpu": "GPU", "driver": "driver", "cuda": "CUDA", "cudnn": "cuDNN", "torch": "torch",
-              "cpu_capability": "CPU capability"}  # fmt: skip
+WARN_FACTS = {
+    "gpu": "GPU",
+    "driver": "driver",
+    "cuda": "CUDA",
+    "cudnn": "cuDNN",
+    "torch": "torch",
+    "cpu_capability": "CPU capability",
+}
 
 
 @dataclass
@@ -42,8 +48,9 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
 
 
-def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
-            seed: int = stats.SEED) -> Comparison:  # fmt: skip
+def compare(
+    dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT, seed: int = stats.SEED
+) -> Comparison:
     """Compare run B with run A. ``change`` is B's throughput over A's, ``stats.ratio`` (the
     ratio of the medians over replicates of each replicate's median), with the 2.5th-97.5th
     percentile of the same ratio over ``n_boot`` two-level bootstrap resamples of each run, from
@@ -64,8 +71,11 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
         if facts_a[k] != facts_b[k] and not (same_device and None in (facts_a[k], facts_b[k]))
     ]
     if facts_a["device"] != facts_b["device"]:
-        warnings.insert(0, f"the runs are on different devices: {facts_a['device']} (A) vs "
-                           f"{facts_b['device']} (B)")  # fmt: skip
+        warnings.insert(
+            0,
+            f"the runs are on different devices: {facts_a['device']} (A) vs "
+            f"{facts_b['device']} (B)",
+        )
     warnings += gpu_warnings(env_a, env_b, same_model=facts_a["gpu"] == facts_b["gpu"])
     prof_a = (env_a.get("options") or {}).get("profile")
     prof_b = (env_b.get("options") or {}).get("profile")
@@ -97,15 +107,23 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
             continue
         rb = ib.loc[k]  # type: ignore[index]
         row: dict[str, Any] = {
-            "suite": r["suite"], "workload": r["workload"], "mode": r["mode"],
-            "verdict_a": r["verdict"], "verdict_b": rb["verdict"],
+            "suite": r["suite"],
+            "workload": r["workload"],
+            "mode": r["mode"],
+            "verdict_a": r["verdict"],
+            "verdict_b": rb["verdict"],
             "verdict_changed": r["verdict"] != rb["verdict"],
             "items_per_second_a": r["items_per_second"],
             "items_per_second_b": rb["items_per_second"],
-            "change": None, "ci_low": None, "ci_high": None, "significant": None,
-            "rel_default_a": r["rel"], "rel_default_b": rb["rel"],
-            "comparable": True, "benchmark": False,
-        }  # fmt: skip
+            "change": None,
+            "ci_low": None,
+            "ci_high": None,
+            "significant": None,
+            "rel_default_a": r["rel"],
+            "rel_default_b": rb["rel"],
+            "comparable": True,
+            "benchmark": False,
+        }
         ga, gb = groups_a[k], groups_b[k]
         row["benchmark"] = _autotuned(ga) or _autotuned(gb)
         unlike = _unlike(ga, gb, env_a, env_b)
@@ -118,8 +136,7 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
             if reps_a and reps_b:
                 name = stats.key(f"{r['suite']}/{r['workload']}", r["mode"], "run B", "run A")
                 c = stats.ratio(reps_b, reps_a, name, seed, n_boot)
-                row.update(change=c.point, ci_low=c.low, ci_high=c.high,
-                           significant=c.significant)  # fmt: skip
+                row.update(change=c.point, ci_low=c.low, ci_high=c.high, significant=c.significant)
         rows.append(row)
     if differing:
         n = len(differing)
@@ -157,8 +174,9 @@ def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool)
             out.append(f"the runs differ in {words}: {va}{unit} (A) vs {vb}{unit} (B)")
     uuid_a, uuid_b = worker_a.get("gpu_uuid"), worker_b.get("gpu_uuid")
     if same_model and uuid_a and uuid_b and uuid_a != uuid_b:
-        out.append(f"the runs are on two different GPUs of the same model: {uuid_a} (A) vs "
-                   f"{uuid_b} (B)")  # fmt: skip
+        out.append(
+            f"the runs are on two different GPUs of the same model: {uuid_a} (A) vs {uuid_b} (B)"
+        )
     for name, env in (("A", env_a), ("B", env_b)):
         lines = quality.throttle_lines(env)
         if lines:
@@ -192,8 +210,18 @@ def _unlike(
 
 # --- Rendering ---------------------------------------------------------------------------------
 
-HEADER = ("workload", "mode", "items/s A", "items/s B", "B/A", "95% CI", "significant",
-          "vs default A", "vs default B", "verdict A -> B")  # fmt: skip
+HEADER = (
+    "workload",
+    "mode",
+    "items/s A",
+    "items/s B",
+    "B/A",
+    "95% CI",
+    "significant",
+    "vs default A",
+    "vs default B",
+    "verdict A -> B",
+)
 
 
 def _f(x: Any, fmt: str) -> str:
@@ -210,13 +238,20 @@ def rows(c: Comparison) -> list[list[str]]:
         verdict = f"{r['verdict_a']} -> {r['verdict_b']}"
         changed = "CHANGED under cudnn.benchmark: " if r["benchmark"] else "CHANGED: "
         verdict = changed + verdict if r["verdict_changed"] else str(r["verdict_a"])
-        out.append([
-            f"{r['suite']}/{r['workload']}", str(r["mode"]),
-            _f(r["items_per_second_a"], ".4g"), _f(r["items_per_second_b"], ".4g"),
-            _f(r["change"], ".3f"),
-            "–" if pd.isna(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
-            sig, _f(r["rel_default_a"], ".2f"), _f(r["rel_default_b"], ".2f"), verdict,
-        ])  # fmt: skip
+        out.append(
+            [
+                f"{r['suite']}/{r['workload']}",
+                str(r["mode"]),
+                _f(r["items_per_second_a"], ".4g"),
+                _f(r["items_per_second_b"], ".4g"),
+                _f(r["change"], ".3f"),
+                "–" if pd.isna(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+                sig,
+                _f(r["rel_default_a"], ".2f"),
+                _f(r["rel_default_b"], ".2f"),
+                verdict,
+            ]
+        )
     return out
 
 
@@ -247,11 +282,15 @@ def summary_lines(c: Comparison) -> list[str]:
             "autotuner's choice, not the GPU's."
         )
     if c.only_a:
-        lines.append(f"only in A ({len(c.only_a)}): {', '.join(c.only_a[:10])}"
-                     + (" ..." if len(c.only_a) > 10 else ""))  # fmt: skip
+        lines.append(
+            f"only in A ({len(c.only_a)}): {', '.join(c.only_a[:10])}"
+            + (" ..." if len(c.only_a) > 10 else "")
+        )
     if c.only_b:
-        lines.append(f"only in B ({len(c.only_b)}): {', '.join(c.only_b[:10])}"
-                     + (" ..." if len(c.only_b) > 10 else ""))  # fmt: skip
+        lines.append(
+            f"only in B ({len(c.only_b)}): {', '.join(c.only_b[:10])}"
+            + (" ..." if len(c.only_b) > 10 else "")
+        )
     return lines
 
 

@@ -3,9 +3,9 @@ must see before citing a number, the float32 precision the modes ran in, the mea
 quality (spread across replicates, timing intervals), the method and the environment, GPU state
 included.
 
-Each reads the fields of env.json and of the records (see ``detbench.analysis.quality``) and leaves
-out
-what an older run did not record, so an old run's report keeps its old sections unchanged.
+Each reads the fields of env.json and of the records (see ``detbench.analysis.quality``) and
+leaves out what an older run did not record, so an old run's report keeps its old sections
+unchanged.
 """
 
 from __future__ import annotations
@@ -111,8 +111,9 @@ def _and(names: list[str]) -> str:
 # --- Warnings ----------------------------------------------------------------------------------
 
 
-def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
-             costs: pd.DataFrame) -> list[str]:  # fmt: skip
+def warnings(
+    df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame
+) -> list[str]:
     """What a reader must know before trusting or citing the numbers."""
     out: list[str] = []
     facts = env_facts(env)
@@ -277,11 +278,18 @@ def spread_table(df: pd.DataFrame) -> Table | None:
     rows: list[list[str | Code]] = []
     for r in s[s["mode"] != baseline].to_dict("records"):  # the baseline's is 1 always
         per = r["per_replicate"]
-        rows.append([
-            str(r["suite"]), str(r["mode"]), num(r["pooled"], ".3f"), num(r["min"], ".3f"),
-            num(r["max"], ".3f"), num(r["max"] / r["min"], ".2f") + "x",
-            ", ".join(f"{k}: {num(x, '.3f')}" for k, x in per.items()), str(r["workloads"]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(r["suite"]),
+                str(r["mode"]),
+                num(r["pooled"], ".3f"),
+                num(r["min"], ".3f"),
+                num(r["max"], ".3f"),
+                num(r["max"] / r["min"], ".2f") + "x",
+                ", ".join(f"{k}: {num(x, '.3f')}" for k, x in per.items()),
+                str(r["workloads"]),
+            ]
+        )
     return Table(
         ["suite", "mode", "pooled", "min", "max", "max/min", "replicate: value", "workloads"],
         rows,
@@ -301,16 +309,28 @@ def timing_table(df: pd.DataFrame) -> Table | None:
         return None
     rows: list[list[str | Code]] = []
     for r in tq.to_dict("records"):
-        rows.append([
-            str(r["suite"]), str(r["timed"]), str(r["reached"]), str(r["missed"]),
-            _half_width(r["median_ci_rel"]), _half_width(r["max_ci_rel"]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(r["suite"]),
+                str(r["timed"]),
+                str(r["reached"]),
+                str(r["missed"]),
+                _half_width(r["median_ci_rel"]),
+                _half_width(r["max_ci_rel"]),
+            ]
+        )
     return Table(
-        ["suite", "timed records", "reached the target", "hit the budget first",
-         "median 95% interval", "widest 95% interval"],
+        [
+            "suite",
+            "timed records",
+            "reached the target",
+            "hit the budget first",
+            "median 95% interval",
+            "widest 95% interval",
+        ],
         rows,
         caption="95% interval of each record's median step time, as a fraction of the median",
-    )  # fmt: skip
+    )
 
 
 def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:

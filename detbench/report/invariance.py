@@ -75,11 +75,16 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
             rel = pd.to_numeric(vm["rel"], errors="coerce").dropna()
             rel = rel[rel > 0]
             inv = int((m["invariant"] == True).sum())  # noqa: E712
-            rows.append({
-                "suite": suite, "mode": mode, "workloads": n, "invariant": inv,
-                "relative_throughput": float(np.exp(np.log(rel).mean())) if len(rel) else None,
-                "reproducible": inv / n,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "mode": mode,
+                    "workloads": n,
+                    "invariant": inv,
+                    "relative_throughput": float(np.exp(np.log(rel).mean())) if len(rel) else None,
+                    "reproducible": inv / n,
+                }
+            )
     out = pd.DataFrame(rows)
     if out.empty:
         return out
@@ -100,8 +105,9 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
     sub = df[df["workload"].isin(set(points.attrs.get("workloads", ())))]
     ci = tradeoff.points(sub, pd.DataFrame(columns=["suite", "workload", "mode"]), baseline)
     if len(ci):
-        points = points.merge(ci[["suite", "mode", "ci_low", "ci_high"]], how="left",
-                              on=["suite", "mode"])  # fmt: skip
+        points = points.merge(
+            ci[["suite", "mode", "ci_low", "ci_high"]], how="left", on=["suite", "mode"]
+        )
     directory.mkdir(parents=True, exist_ok=True)
     plots = []
     for suite in dict.fromkeys(points["suite"]):
@@ -110,9 +116,11 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
         if p["relative_throughput"].isna().all():
             continue
         fig, ax = subplots(figsize=(8, 4.6))
-        title = (f"{s}: speed versus batch invariance, per mode ({int(p['workloads'].iloc[0])} "
-                 "workloads with batch sizes;\ntheir invariant references are the price, not "
-                 "counted); green: the frontier")  # fmt: skip
+        title = (
+            f"{s}: speed versus batch invariance, per mode ({int(p['workloads'].iloc[0])} "
+            "workloads with batch sizes;\ntheir invariant references are the price, not "
+            "counted); green: the frontier"
+        )
         missing = draw_panel(ax, p, title, PLANE_AXIS, baseline)
         if missing:
             fig.text(0.01, 0.0, "Not placed: " + "; ".join(missing), fontsize=8, va="bottom")
@@ -178,20 +186,33 @@ def _suite_table(t: pd.DataFrame, suite: str) -> Table:
         if backend and str(backend) not in name:
             name += f" (sdpa {backend})"
         row = [
-            name, r["mode"], "/".join(str(b) for b in r["batch_sizes"]) or "–",
-            _cell(r), _distinct(r),
-            num(r["max_abs_diff"], ".3g") if r["max_abs_diff"] is not None else "–", _speed(r),
-        ]  # fmt: skip
+            name,
+            r["mode"],
+            "/".join(str(b) for b in r["batch_sizes"]) or "–",
+            _cell(r),
+            _distinct(r),
+            num(r["max_abs_diff"], ".3g") if r["max_abs_diff"] is not None else "–",
+            _speed(r),
+        ]
         if refs:
-            row += [f"{price_text(r)} vs {ref}" if ref else "–",
-                    _yes_no(r["reference_invariant"]) if ref else "–"]  # fmt: skip
+            row += [
+                f"{price_text(r)} vs {ref}" if ref else "–",
+                _yes_no(r["reference_invariant"]) if ref else "–",
+            ]
         if variants:
-            row.append(f"{price_text(r, 'setting_price')} vs {r['base_mode']}"
-                       if r["base_mode"] else "–")  # fmt: skip
+            row.append(
+                f"{price_text(r, 'setting_price')} vs {r['base_mode']}" if r["base_mode"] else "–"
+            )
         rows.append(row)
-    header = ["workload", "mode", "batch sizes", "row 0 across batch sizes",
-              "distinct row-0 results (of K sizes)", "max abs diff",
-              "items/s (median)"]  # fmt: skip
+    header = [
+        "workload",
+        "mode",
+        "batch sizes",
+        "row 0 across batch sizes",
+        "distinct row-0 results (of K sizes)",
+        "max abs diff",
+        "items/s (median)",
+    ]
     if refs:
         header += ["price of invariance (throughput vs base)", "reference invariant"]
     if variants:
@@ -248,10 +269,14 @@ def compact_table(t: pd.DataFrame, suite: str, baseline: str) -> Table:
         if backend and str(backend) not in name:
             name += f" (sdpa {backend})"
         cells: list[str | Code] = [
-            name, where, _sizes_text(r["batch_sizes"]), str(first["_v"]),
-            _distinct(r), _range(list(g["max_abs_diff"]), ".3g"),
+            name,
+            where,
+            _sizes_text(r["batch_sizes"]),
+            str(first["_v"]),
+            _distinct(r),
+            _range(list(g["max_abs_diff"]), ".3g"),
             _range(list(g["items_per_second"]), ".3g"),
-        ]  # fmt: skip
+        ]
         if refs:
             ref = r["reference_of"]
             price = f"{price_text(r)} vs {ref} ({r['mode']})" if ref else "–"
@@ -259,8 +284,15 @@ def compact_table(t: pd.DataFrame, suite: str, baseline: str) -> Table:
         return cells
 
     rows = grouped_rows(groups, n, lambda r: str(r["_v"]), row)
-    header = ["workload", "modes", "batch sizes", "row 0 across batch sizes",
-              "distinct row-0 results", "max abs diff", "items/s"]  # fmt: skip
+    header = [
+        "workload",
+        "modes",
+        "batch sizes",
+        "row 0 across batch sizes",
+        "distinct row-0 results",
+        "max abs diff",
+        "items/s",
+    ]
     if refs:
         header += ["price of invariance", "reference invariant"]
     return Table(header, rows, caption=f"{suite}: batch invariance, one row per verdict")
@@ -280,8 +312,10 @@ def _workload_words(w: str, m: pd.DataFrame) -> str:
     inv = list(ran.loc[ran["invariant"] == True, "mode"])  # noqa: E712
     var = ran[ran["invariant"] == False]  # noqa: E712
     if len(inv) == len(modes):
-        return (f"{w} is batch invariant in {'every' if len(modes) > 1 else 'the'} mode"
-                f" ({_join(modes)})")  # fmt: skip
+        return (
+            f"{w} is batch invariant in {'every' if len(modes) > 1 else 'the'} mode"
+            f" ({_join(modes)})"
+        )
     if len(var) == len(modes):
         first = sorted({int(x) for x in var["first_variant_size"] if x is not None})
         det = bool(var["deterministic_algorithms"].map(lambda x: x is True).any())
@@ -333,11 +367,16 @@ def setting_words(mode: str, m: pd.DataFrame) -> str:
     was = m["base_mode_invariant"] == True  # noqa: E712
     now = m["invariant"] == True  # noqa: E712
     for r in m[~was & now].to_dict("records"):
-        parts.append(f"makes {r['workload']} batch invariant, at {price_text(r, 'setting_price')}"
-                     f" the throughput of {base}")  # fmt: skip
+        parts.append(
+            f"makes {r['workload']} batch invariant, at {price_text(r, 'setting_price')}"
+            f" the throughput of {base}"
+        )
     for r in m[~was & ~now].to_dict("records"):
-        what = "the setting does not make it invariant on this device" if r["ran"] else (
-            f"it did not run with the setting ({r['note']})")  # fmt: skip
+        what = (
+            "the setting does not make it invariant on this device"
+            if r["ran"]
+            else (f"it did not run with the setting ({r['note']})")
+        )
         price = f"; {price_text(r, 'setting_price')} the throughput of {base}" if r["ran"] else ""
         parts.append(f"{r['workload']}: {what} ({_cell(r)}{price})")
     for r in m[was & ~now].to_dict("records"):
@@ -372,14 +411,18 @@ def conclusions(t: pd.DataFrame) -> dict[str, list[str]]:
                 text += f"; its invariant reference {rw} costs {prices}"
                 bad = [r["mode"] for r in rm.to_dict("records") if r["invariant"] is not True]
                 if bad:
-                    text += (f", but {rw} is NOT batch invariant itself in {_join(bad)}, "
-                             "so that is not the price of invariance")  # fmt: skip
+                    text += (
+                        f", but {rw} is NOT batch invariant itself in {_join(bad)}, "
+                        "so that is not the price of invariance"
+                    )
             parts.append(text)
         orphans = refs[~refs["reference_of"].isin(ran)]
         for rw, rm in orphans.groupby("workload", sort=False):
-            parts.append(f"{_workload_words(str(rw), rm)}; it is the invariant reference of "
-                         f"{rm['reference_of'].iloc[0]}, which ran in no mode with a batch "
-                         "verdict: no price")  # fmt: skip
+            parts.append(
+                f"{_workload_words(str(rw), rm)}; it is the invariant reference of "
+                f"{rm['reference_of'].iloc[0]}, which ran in no mode with a batch "
+                "verdict: no price"
+            )
         idle = g[~g["workload"].isin(ran)]
         for note, m in idle.groupby(idle["note"].astype(str), sort=False):
             names = ", ".join(dict.fromkeys(m["workload"]))
@@ -440,34 +483,56 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
         out.append(Heading(3, s))
         if not (g["ran"] == True).any():  # noqa: E712
             why = g["note"].astype(str).value_counts(sort=False)
-            out.append(Para(
-                f"Nothing in {s} could run: every workload that declares batch sizes failed in "
-                "every mode, so there is no batch-invariance verdict. Why: "
-                + "; ".join(f"{note} ({n} workload/mode pair{'s' if n != 1 else ''})"
-                            for note, n in why.items()) + "."
-            ))  # fmt: skip
+            out.append(
+                Para(
+                    f"Nothing in {s} could run: every workload that declares batch sizes failed in "
+                    "every mode, so there is no batch-invariance verdict. Why: "
+                    + "; ".join(
+                        f"{note} ({n} workload/mode pair{'s' if n != 1 else ''})"
+                        for note, n in why.items()
+                    )
+                    + "."
+                )
+            )
         baseline = str(analysis.baseline_mode(df["mode"]))
         out.append(compact_table(g, s, baseline))
         cells = g.assign(symbol=[_symbol(r) for r in g.to_dict("records")])
         _, differ = split(cells)
         if len(differ):
             modes = analysis.ordered_modes(g["mode"])
-            out.append(symbol_matrix(differ, modes, f"{s}: where the batch verdict depends on "
-                                     "the mode"))  # fmt: skip
-            out.append(key_para(list(differ["symbol"]), modes, {
-                "=": "batch invariant", "u": "did not run", "?": "no verdict",
-                **{x: f"varies from batch {x[1:]}" if len(x) > 1 else "varies"
-                   for x in differ["symbol"] if x.startswith("≠")},
-            }))  # fmt: skip
+            out.append(
+                symbol_matrix(differ, modes, f"{s}: where the batch verdict depends on the mode")
+            )
+            out.append(
+                key_para(
+                    list(differ["symbol"]),
+                    modes,
+                    {
+                        "=": "batch invariant",
+                        "u": "did not run",
+                        "?": "no verdict",
+                        **{
+                            x: f"varies from batch {x[1:]}" if len(x) > 1 else "varies"
+                            for x in differ["symbol"]
+                            if x.startswith("≠")
+                        },
+                    },
+                )
+            )
         out.append(Details(f"{s}: every workload and mode (full table)", [_suite_table(g, s)]))
-        bad = g[g["reference_of"].notna() & (g["ran"] == True)  # noqa: E712
-                & (g["reference_invariant"] != True)]  # noqa: E712  # fmt: skip
+        bad = g[
+            g["reference_of"].notna()
+            & (g["ran"] == True)  # noqa: E712
+            & (g["reference_invariant"] != True)  # noqa: E712
+        ]
         for w, b in bad.groupby("workload", sort=False):
             where = ", ".join(f"{r['mode']} ({_cell(r)})" for r in b.to_dict("records"))
-            out.append(Para(
-                f"Warning: {w}, the invariant reference of {b['reference_of'].iloc[0]}, is NOT "
-                f"batch invariant in {where}: its throughput is not the price of invariance."
-            ))  # fmt: skip
+            out.append(
+                Para(
+                    f"Warning: {w}, the invariant reference of {b['reference_of'].iloc[0]}, is NOT "
+                    f"batch invariant in {where}: its throughput is not the price of invariance."
+                )
+            )
         out += [Figure(p) for p in plots if p.kind == KIND and p.suite == s]
         if words[s]:
             out.append(Bullets(words[s]))

@@ -69,8 +69,12 @@ def _mode_index(modes: list[str]) -> dict[str, str]:
     return {m: f"M{i}" for i, m in enumerate(analysis.ordered_modes(modes))}
 
 
-def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.name,
-                   costs: pd.DataFrame | None = None) -> Figure:  # fmt: skip
+def heatmap_figure(
+    v: pd.DataFrame,
+    suite: str,
+    baseline: str = DEFAULT_MODE.name,
+    costs: pd.DataFrame | None = None,
+) -> Figure:
     """Workloads x modes: colour = relative throughput, text = ratio and reproducibility mark.
 
     ``costs``: ``analysis.costs`` of the suite. A cell whose difference from the baseline is not
@@ -86,8 +90,9 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
         for j, m in enumerate(modes):
             if (w, m) in cell.index and cell.loc[(w, m), "verdict"] in analysis.RAN:
                 rel[i, j] = cell.loc[(w, m), "rel"]
-                significant = (c is None or ((w, m) in c.index
-                               and bool(c.loc[(w, m), "significant"])))  # fmt: skip
+                significant = c is None or (
+                    (w, m) in c.index and bool(c.loc[(w, m), "significant"])
+                )
                 if m != baseline and significant:
                     shown[i, j] = rel[i, j]
     logs = np.clip(np.log2(shown), -LOG2_CLIP, LOG2_CLIP)
@@ -112,18 +117,35 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
                 else:
                     text = f"{r:.2f} {mark}"
                     if c is not None and (w, m) in c.index and bool(c.loc[(w, m), "noisy"]):
-                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=0,
-                                               hatch="///", ec="0.35", alpha=0.6))  # fmt: skip
+                        ax.add_patch(
+                            Rectangle(
+                                (j - 0.5, i - 0.5),
+                                1,
+                                1,
+                                fill=False,
+                                lw=0,
+                                hatch="///",
+                                ec="0.35",
+                                alpha=0.6,
+                            )
+                        )
             else:
                 text = mark
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="0.82", lw=0))
             dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
-            ax.text(j, i, text, ha="center", va="center", fontsize=9,
-                    color="white" if dark else "black")  # fmt: skip
+            ax.text(
+                j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black"
+            )
             if verdict == "nondeterministic":
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
-    ax.set_xticks(range(len(modes)), [mode_tick(m) for m in modes], rotation=35, ha="right",
-                  fontsize=9, rotation_mode="anchor")  # fmt: skip
+    ax.set_xticks(
+        range(len(modes)),
+        [mode_tick(m) for m in modes],
+        rotation=35,
+        ha="right",
+        fontsize=9,
+        rotation_mode="anchor",
+    )
     ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
     ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
     bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
@@ -157,9 +179,13 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
             hidden = (y == 0) & m["step_fingerprint_differs"].to_numpy()
             if hidden.any():
                 ax.scatter(
-                    m["step"][hidden], np.full(hidden.sum(), floor), marker="o",
-                    facecolor="none", edgecolor=line.get_color(), s=30,
-                )  # fmt: skip
+                    m["step"][hidden],
+                    np.full(hidden.sum(), floor),
+                    marker="o",
+                    facecolor="none",
+                    edgecolor=line.get_color(),
+                    s=30,
+                )
             first = m.loc[m["step_fingerprint_differs"], "step"]
             if len(first):
                 ax.axvline(int(first.min()), color=line.get_color(), ls=":", lw=1)
@@ -167,9 +193,13 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
             ax.set_yscale("log")
         else:
             ax.text(
-                0.5, 0.6, "the loss is identical at every step; the parameters are not",
-                transform=ax.transAxes, ha="center", fontsize=9,
-            )  # fmt: skip
+                0.5,
+                0.6,
+                "the loss is identical at every step; the parameters are not",
+                transform=ax.transAxes,
+                ha="center",
+                fontsize=9,
+            )
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title(f"{w}", fontsize=10)
         ax.set_xlabel("training step")
@@ -208,8 +238,7 @@ def _save(fig: Figure, directory: Path, stem: str, dpi: int = DPI) -> tuple[Path
     return png, svg
 
 
-def write_plots(df: pd.DataFrame, directory: Path,
-                costs: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
+def write_plots(df: pd.DataFrame, directory: Path, costs: pd.DataFrame | None = None) -> list[Plot]:
     """The per-suite figures of a result set (heatmap, divergence), written under ``directory``
     as PNG and SVG; ``costs``: ``analysis.costs`` of ``df`` where the caller has it."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -226,8 +255,7 @@ def write_plots(df: pd.DataFrame, directory: Path,
         here = costs[costs["suite"] == s] if len(costs) else costs
         fig = heatmap_figure(v[v["suite"] == s], s, baseline, here)
         title = f"{s}: relative throughput and reproducibility per workload"
-        plots.append(Plot("heatmap", s, title,
-                          *_save(fig, directory, f"{s}-heatmap", HEATMAP_DPI)))  # fmt: skip
+        plots.append(Plot("heatmap", s, title, *_save(fig, directory, f"{s}-heatmap", HEATMAP_DPI)))
         if not div.empty and (div["suite"] == s).any():
             fig = divergence_figure(div[div["suite"] == s], s)
             title = f"{s}: divergence between replicates, step by step"

@@ -30,8 +30,9 @@ REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
 
 
-def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
-                 rec: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
+def build_blocks(
+    df: pd.DataFrame, env: dict[str, Any], plots: list[Plot], rec: pd.DataFrame | None = None
+) -> list[Block]:
     """The report, block by block (``sections.SECTIONS``); ``rec``:
     ``analysis.recommendations(df)`` where the caller has it already."""
     return build(ReportRun(df, env, plots, rec))
