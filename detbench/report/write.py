@@ -16,8 +16,7 @@ import pandas as pd
 
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
-from detbench.report import attribution as attribution_report
-from detbench.report import invariance_plane, tradeoff
+from detbench.report import attribution_chart, invariance_plane, tradeoff
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
@@ -52,7 +51,7 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     run = ReportRun(df, env)
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)
-    plots += attribution_report.write_plots(df, env, d / PLOTS_DIR)
+    plots += attribution_chart.write_plots(df, env, d / PLOTS_DIR)
     plots += invariance_plane.write_plots(df, env, d / PLOTS_DIR)
     _remove_stale(d / PLOTS_DIR, plots)
     run.plots = plots
