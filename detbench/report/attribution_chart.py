@@ -6,6 +6,7 @@ throughput relative to its end, with its 95% interval, on a log axis.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def _bars(
     rel: np.ndarray,
     low: np.ndarray,
     high: np.ndarray,
-    records: list[dict[str, Any]],
+    records: Sequence[Mapping[Any, Any]],
 ) -> None:
     """A bar from 1 to each variant's relative throughput (to 1 where it has none), hatched
     where the switch is needed or alone sufficient, with its interval as an error bar."""
@@ -132,7 +133,7 @@ def _log_axis(ax: Axes, low: np.ndarray, high: np.ndarray) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _tick_label(x)))
 
 
-def _notes(ax: Axes, y: np.ndarray, rel: np.ndarray, records: list[dict[str, Any]]) -> None:
+def _notes(ax: Axes, y: np.ndarray, rel: np.ndarray, records: Sequence[Mapping[Any, Any]]) -> None:
     """Right of the axes, each bar's number and what qualifies it (n.s., within the noise,
     amount uncertain), and where the switch is needed or alone sufficient."""
     for i, r in enumerate(records):

@@ -13,6 +13,7 @@ which can change from process to process on one GPU.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,28 +63,7 @@ def compare(
     env_a = load_env(a) if (a / "env.json").exists() else {}
     env_b = load_env(b) if (b / "env.json").exists() else {}
     facts_a, facts_b = env_facts(env_a), env_facts(env_b)
-    # On one device type a fact one run did not record (an older run) is unknown, not a
-    # difference; across device types "none" says what is there (no GPU).
-    same_device = facts_a["device"] == facts_b["device"]
-    warnings = [
-        f"the runs differ in {word}: {facts_a[k] or 'none'} (A) vs {facts_b[k] or 'none'} (B)"
-        for k, word in WARN_FACTS.items()
-        if facts_a[k] != facts_b[k] and not (same_device and None in (facts_a[k], facts_b[k]))
-    ]
-    if facts_a["device"] != facts_b["device"]:
-        warnings.insert(
-            0,
-            f"the runs are on different devices: {facts_a['device']} (A) vs "
-            f"{facts_b['device']} (B)",
-        )
-    warnings += gpu_warnings(env_a, env_b, same_model=facts_a["gpu"] == facts_b["gpu"])
-    prof_a = (env_a.get("options") or {}).get("profile")
-    prof_b = (env_b.get("options") or {}).get("profile")
-    if prof_a != prof_b:
-        warnings.append(
-            f"the runs used different size profiles: {prof_a} (A) vs {prof_b} (B); workloads "
-            "whose parameters differ are not compared"
-        )
+    warnings = _env_warnings(env_a, env_b, facts_a, facts_b)
 
     va, vb = analysis.verdicts(df_a), analysis.verdicts(df_b)
     base_a = analysis.baseline_mode(va["mode"]) or DEFAULT_MODE.name
@@ -106,38 +86,11 @@ def compare(
         if k not in kb:
             continue
         rb = ib.loc[k]  # type: ignore[index]
-        row: dict[str, Any] = {
-            "suite": r["suite"],
-            "workload": r["workload"],
-            "mode": r["mode"],
-            "verdict_a": r["verdict"],
-            "verdict_b": rb["verdict"],
-            "verdict_changed": r["verdict"] != rb["verdict"],
-            "items_per_second_a": r["items_per_second"],
-            "items_per_second_b": rb["items_per_second"],
-            "change": None,
-            "ci_low": None,
-            "ci_high": None,
-            "significant": None,
-            "rel_default_a": r["rel"],
-            "rel_default_b": rb["rel"],
-            "comparable": True,
-            "benchmark": False,
-        }
         ga, gb = groups_a[k], groups_b[k]
-        row["benchmark"] = _autotuned(ga) or _autotuned(gb)
         unlike = _unlike(ga, gb, env_a, env_b)
         if unlike:
-            row["comparable"] = False
             differing[f"{r['suite']}/{r['workload']}"] = unlike
-        else:
-            reps_a = analysis.replicate_samples(ga)
-            reps_b = analysis.replicate_samples(gb)
-            if reps_a and reps_b:
-                name = stats.key(f"{r['suite']}/{r['workload']}", r["mode"], "run B", "run A")
-                c = stats.ratio(reps_b, reps_a, name, seed, n_boot)
-                row.update(change=c.point, ci_low=c.low, ci_high=c.high, significant=c.significant)
-        rows.append(row)
+        rows.append(_row(r, rb, ga, gb, unlike, seed, n_boot))
     if differing:
         n = len(differing)
         warnings.append(
@@ -146,6 +99,83 @@ def compare(
             + "; ".join(f"{w} ({why})" for w, why in sorted(differing.items()))
         )
     return Comparison(a, b, facts_a, facts_b, pd.DataFrame(rows), warnings, only_a, only_b)
+
+
+def _env_warnings(
+    env_a: dict[str, Any],
+    env_b: dict[str, Any],
+    facts_a: dict[str, str | None],
+    facts_b: dict[str, str | None],
+) -> list[str]:
+    """Every difference between the two runs' environments that the reader must know of: the
+    device, the facts of ``WARN_FACTS``, the GPUs themselves (``gpu_warnings``) and the size
+    profile."""
+    # On one device type a fact one run did not record (an older run) is unknown, not a
+    # difference; across device types "none" says what is there (no GPU).
+    same_device = facts_a["device"] == facts_b["device"]
+    warnings = [
+        f"the runs differ in {word}: {facts_a[k] or 'none'} (A) vs {facts_b[k] or 'none'} (B)"
+        for k, word in WARN_FACTS.items()
+        if facts_a[k] != facts_b[k] and not (same_device and None in (facts_a[k], facts_b[k]))
+    ]
+    if facts_a["device"] != facts_b["device"]:
+        warnings.insert(
+            0,
+            f"the runs are on different devices: {facts_a['device']} (A) vs "
+            f"{facts_b['device']} (B)",
+        )
+    warnings += gpu_warnings(env_a, env_b, same_model=facts_a["gpu"] == facts_b["gpu"])
+    prof_a = (env_a.get("options") or {}).get("profile")
+    prof_b = (env_b.get("options") or {}).get("profile")
+    if prof_a != prof_b:
+        warnings.append(
+            f"the runs used different size profiles: {prof_a} (A) vs {prof_b} (B); workloads "
+            "whose parameters differ are not compared"
+        )
+    return warnings
+
+
+def _row(
+    r: Mapping[Any, Any],
+    rb: pd.Series,
+    ga: pd.DataFrame,
+    gb: pd.DataFrame,
+    unlike: str,
+    seed: int,
+    n_boot: int,
+) -> dict[str, Any]:
+    """One (workload, mode) of both runs: ``r`` and ``rb`` its verdicts in A and B, ``ga`` and
+    ``gb`` its records; compared on throughput only where ``unlike`` is empty (the same
+    workload in both runs)."""
+    row: dict[str, Any] = {
+        "suite": r["suite"],
+        "workload": r["workload"],
+        "mode": r["mode"],
+        "verdict_a": r["verdict"],
+        "verdict_b": rb["verdict"],
+        "verdict_changed": r["verdict"] != rb["verdict"],
+        "items_per_second_a": r["items_per_second"],
+        "items_per_second_b": rb["items_per_second"],
+        "change": None,
+        "ci_low": None,
+        "ci_high": None,
+        "significant": None,
+        "rel_default_a": r["rel"],
+        "rel_default_b": rb["rel"],
+        "comparable": True,
+        "benchmark": False,
+    }
+    row["benchmark"] = _autotuned(ga) or _autotuned(gb)
+    if unlike:
+        row["comparable"] = False
+    else:
+        reps_a = analysis.replicate_samples(ga)
+        reps_b = analysis.replicate_samples(gb)
+        if reps_a and reps_b:
+            name = stats.key(f"{r['suite']}/{r['workload']}", r["mode"], "run B", "run A")
+            c = stats.ratio(reps_b, reps_a, name, seed, n_boot)
+            row.update(change=c.point, ci_low=c.low, ci_high=c.high, significant=c.significant)
+    return row
 
 
 #: GPU facts of env.json compared beyond ``WARN_FACTS``: (where, key, words, unit). ``where`` is

@@ -114,10 +114,33 @@ def _and(names: list[str]) -> str:
 def warnings(
     df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame
 ) -> list[str]:
-    """What a reader must know before trusting or citing the numbers."""
-    out: list[str] = []
+    """What a reader must know before trusting or citing the numbers: the run's conditions,
+    then the verdicts, the timing and the precision they rest on, in that order."""
     facts = env_facts(env)
     options = env.get("options") or {}
+    out = _run_warnings(env, facts)
+    modes = set(v["mode"])
+    baseline = analysis.baseline_mode(modes)
+    if DEFAULT_MODE.name not in modes:
+        out.append(
+            f"The {DEFAULT_MODE.name!r} mode was not run: every relative throughput, cost and "
+            f"recommendation is measured against {baseline!r} instead."
+        )
+    out += _verdict_warnings(df, v, modes)
+    out += _timing_warnings(df, costs, baseline, options)
+    out += _precision_warnings(df, env, facts, baseline)
+    if options.get("replicates", 3) < 3:
+        out.append(
+            f"Only {options.get('replicates')} replicates per mode: a rare nondeterministic "
+            "outcome can go unseen; use 3 or more for a report you publish."
+        )
+    return out
+
+
+def _run_warnings(env: dict[str, Any], facts: dict[str, str | None]) -> list[str]:
+    """Where the run ran, whether the GPU throttled, whether the run finished, and whether
+    the checkout was clean."""
+    out: list[str] = []
     if facts["device"] == "cpu":
         out.append(
             "This run was on a CPU. The cuDNN flags have no effect there, so modes that differ "
@@ -139,13 +162,14 @@ def warnings(
         out.append(
             f"The detbench checkout had uncommitted changes (commit {str(git.get('commit'))[:12]})."
         )
-    modes = set(v["mode"])
-    baseline = analysis.baseline_mode(modes)
-    if DEFAULT_MODE.name not in modes:
-        out.append(
-            f"The {DEFAULT_MODE.name!r} mode was not run: every relative throughput, cost and "
-            f"recommendation is measured against {baseline!r} instead."
-        )
+    return out
+
+
+def _verdict_warnings(df: pd.DataFrame, v: pd.DataFrame, modes: set[str]) -> list[str]:
+    """What the verdicts cannot say: a workload not reproducible even with deterministic
+    algorithms, timings taken with cuDNN's API log on, settings a workload changed, workloads
+    that ran in no mode, failures and single replicates."""
+    out: list[str] = []
     det = {
         m for m in modes if (x := analysis.mode_of(m)) is not None and x.deterministic_algorithms
     }
@@ -183,6 +207,15 @@ def warnings(
             f"{pairs(len(single))} had only one successful replicate, so {its(len(single))} "
             "run-to-run behaviour is unknown."
         )
+    return out
+
+
+def _timing_warnings(
+    df: pd.DataFrame, costs: pd.DataFrame, baseline: str | None, options: dict[str, Any]
+) -> list[str]:
+    """Noisy costs, differences from the baseline that are not significant, and records that
+    hit the timing budget before their interval reached its target."""
+    out: list[str] = []
     if len(costs):
         noisy = int(costs["noisy"].sum())
         if noisy:
@@ -208,6 +241,15 @@ def warnings(
             f"({joined(rule['budget'], ' s')}) before the 95% interval of {its(missed)} median "
             f"step time reached {targets}: {its(missed)} figures are less certain (see Timing)."
         )
+    return out
+
+
+def _precision_warnings(
+    df: pd.DataFrame, env: dict[str, Any], facts: dict[str, str | None], baseline: str | None
+) -> list[str]:
+    """Modes that ran float32 in different precisions, TF32 left allowed, and a baseline that
+    had cuBLAS's deterministic workspace."""
+    out: list[str] = []
     mixed = precision_warning(df)
     if mixed:
         out.append(mixed)
@@ -236,11 +278,6 @@ def warnings(
                 "had cuBLAS's deterministic workspace too, so the cost of the modes that set it "
                 "is understated."
             )
-    if options.get("replicates", 3) < 3:
-        out.append(
-            f"Only {options.get('replicates')} replicates per mode: a rare nondeterministic "
-            "outcome can go unseen; use 3 or more for a report you publish."
-        )
     return out
 
 
