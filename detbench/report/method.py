@@ -50,23 +50,28 @@ def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
     )
 
 
-def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
-    o = env.get("options") or {}
-    stats = env.get("run_stats") or {}
-    facts = env_facts(env)
-    order = env.get("mode_order") or {}
+def _digest_words(df: pd.DataFrame) -> str:
+    """What a fingerprint is, in the words of the fingerprint methods the records name."""
     methods = (
         [str(m) for m in dict.fromkeys(df["fingerprint_method"].dropna())]
         if "fingerprint_method" in df.columns
         else []
     )
-    digest = (
+    return (
         "a digest taken over the dtype, shape and bits of every output of every step ("
         + "; ".join(f"{m}: {FINGERPRINT_WORDS.get(m, m)}" for m in methods)
         + ")"
         if methods
         else "a sha256 taken over the dtype, shape and bytes of every output of every step"
     )
+
+
+def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
+    o = env.get("options") or {}
+    stats = env.get("run_stats") or {}
+    facts = env_facts(env)
+    order = env.get("mode_order") or {}
+    digest = _digest_words(df)
     items = [
         f"Modes: {', '.join(o.get('modes') or [])}. Each mode is applied once in a fresh worker "
         "process before any work, and checked against what torch reports.",

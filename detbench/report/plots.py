@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps, rc_context
+from matplotlib.axes import Axes
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -84,6 +85,47 @@ def heatmap_figure(
     workloads = list(dict.fromkeys(v["workload"]))
     cell = v.set_index(["workload", "mode"])
     c = None if costs is None or costs.empty else costs.set_index(["workload", "mode"])
+    rel, shown = _heat_values(cell, c, workloads, modes, baseline)
+    logs = np.clip(np.log2(shown), -LOG2_CLIP, LOG2_CLIP)
+    width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
+    height = 1.6 + 0.4 * len(workloads) + _tick_room(modes)
+    fig, ax = subplots(figsize=(width, height))
+    cmap = colormaps["RdBu"].with_extremes(bad="0.96")
+    norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
+    im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
+    _heat_cells(ax, cell, c, workloads, modes, baseline, rel, shown, logs)
+    ax.set_xticks(
+        range(len(modes)),
+        [mode_tick(m) for m in modes],
+        rotation=35,
+        ha="right",
+        fontsize=9,
+        rotation_mode="anchor",
+    )
+    ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
+    ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
+    bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
+    bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
+    bar.set_label(f"throughput relative to the {baseline} mode")
+    ax.set_title(
+        f"{suite}: relative throughput per workload and mode (coloured where significant)\n"
+        "= bitwise identical in every replicate, ≠ (outlined) not; n.s.: within the noise "
+        "(95% interval contains 1); hatched: noisy timing; grey: did not run",
+        fontsize=9,
+    )
+    return fig
+
+
+def _heat_values(
+    cell: pd.DataFrame,
+    c: pd.DataFrame | None,
+    workloads: list[Any],
+    modes: list[str],
+    baseline: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Workloads x modes: each cell's relative throughput where it ran, and the same where it
+    is coloured (significant, not the baseline), NaN elsewhere; ``c``: the costs by
+    (workload, mode), None when not known."""
     rel = np.full((len(workloads), len(modes)), np.nan)
     shown = np.full((len(workloads), len(modes)), np.nan)  # coloured: significant only
     for i, w in enumerate(workloads):
@@ -95,13 +137,22 @@ def heatmap_figure(
                 )
                 if m != baseline and significant:
                     shown[i, j] = rel[i, j]
-    logs = np.clip(np.log2(shown), -LOG2_CLIP, LOG2_CLIP)
-    width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
-    height = 1.6 + 0.4 * len(workloads) + _tick_room(modes)
-    fig, ax = subplots(figsize=(width, height))
-    cmap = colormaps["RdBu"].with_extremes(bad="0.96")
-    norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
-    im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
+    return rel, shown
+
+
+def _heat_cells(
+    ax: Axes,
+    cell: pd.DataFrame,
+    c: pd.DataFrame | None,
+    workloads: list[Any],
+    modes: list[str],
+    baseline: str,
+    rel: np.ndarray,
+    shown: np.ndarray,
+    logs: np.ndarray,
+) -> None:
+    """Each cell's text (its ratio, "base" or "n.s.", and the reproducibility mark), hatched
+    where its timing was noisy, grey where it did not run, outlined where nondeterministic."""
     for i, w in enumerate(workloads):
         for j, m in enumerate(modes):
             if (w, m) not in cell.index:
@@ -138,26 +189,6 @@ def heatmap_figure(
             )
             if verdict == "nondeterministic":
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
-    ax.set_xticks(
-        range(len(modes)),
-        [mode_tick(m) for m in modes],
-        rotation=35,
-        ha="right",
-        fontsize=9,
-        rotation_mode="anchor",
-    )
-    ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
-    ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
-    bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
-    bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
-    bar.set_label(f"throughput relative to the {baseline} mode")
-    ax.set_title(
-        f"{suite}: relative throughput per workload and mode (coloured where significant)\n"
-        "= bitwise identical in every replicate, ≠ (outlined) not; n.s.: within the noise "
-        "(95% interval contains 1); hatched: noisy timing; grey: did not run",
-        fontsize=9,
-    )
-    return fig
 
 
 def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
