@@ -2,7 +2,8 @@
 invariance plane (``detbench.report.invariance`` is the section, ``detbench.report.tradeoff`` draws
 the panel).
 
-A point is a mode, over the suite's workloads that declare ``batch_sizes``, ran in some mode and
+Each point is a mode: its throughput against the fraction of the suite's workloads that are batch
+invariant in it. The workloads counted are those that declare ``batch_sizes``, ran in some mode and
 are not invariant references (a reference is the price of invariance, not a mode's behaviour).
 """
 
