@@ -91,23 +91,28 @@ def _clock_words(modes: list[Any], gpu: bool) -> str:
     )
 
 
-def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
-    o = env.get("options") or {}
-    stats = env.get("run_stats") or {}
-    facts = env_facts(env)
-    order = env.get("mode_order") or {}
+def _digest_words(df: pd.DataFrame) -> str:
+    """What a fingerprint is, in the words of the fingerprint methods the records name."""
     methods = (
         [str(m) for m in dict.fromkeys(df["fingerprint_method"].dropna())]
         if "fingerprint_method" in df.columns
         else []
     )
-    digest = (
+    return (
         "a digest taken over the dtype, shape and bits of every output of every step ("
         + "; ".join(f"{m}: {FINGERPRINT_WORDS.get(m, m)}" for m in methods)
         + ")"
         if methods
         else "a sha256 taken over the dtype, shape and bytes of every output of every step"
     )
+
+
+def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
+    o = env.get("options") or {}
+    stats = env.get("run_stats") or {}
+    facts = env_facts(env)
+    order = env.get("mode_order") or {}
+    digest = _digest_words(df)
     items = [
         f"Modes: {', '.join(o.get('modes') or [])}. Each mode is applied once in a fresh worker "
         "process before any work, and checked against what torch reports.",
@@ -179,8 +184,9 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
 # --- Environment -------------------------------------------------------------------------------
 
 
-def _before_after(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, key: str,
-                  unit: str) -> str:  # fmt: skip
+def _before_after(
+    before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, key: str, unit: str
+) -> str:
     """``before -> after unit`` (one value when they are equal); "–" for a missing side."""
     b = num((before or {}).get(key), ".4g")
     a = num((after or {}).get(key), ".4g")
@@ -206,14 +212,17 @@ def gpu_state_rows(env: dict[str, Any]) -> list[list[str | Code]]:
         return [["GPU state", f"not recorded ({why})"]]
     return [
         ["GPU state (before → after the run)", f"from {state.get('source')}"],
-        ["SM clock", _before_after(before, after, "sm_clock_mhz", "MHz")
-         + f" (max {num((before or after or {}).get('max_sm_clock_mhz'), '.4g')} MHz)"],
+        [
+            "SM clock",
+            _before_after(before, after, "sm_clock_mhz", "MHz")
+            + f" (max {num((before or after or {}).get('max_sm_clock_mhz'), '.4g')} MHz)",
+        ],
         ["memory clock", _before_after(before, after, "mem_clock_mhz", "MHz")],
         ["power limit", _before_after(before, after, "power_limit_w", "W")],
         ["power draw", _before_after(before, after, "power_draw_w", "W")],
         ["temperature", _before_after(before, after, "temperature_c", "°C")],
         ["throttle reasons", f"{_reasons(before)} → {_reasons(after)}"],
-    ]  # fmt: skip
+    ]
 
 
 def environment_table(env: dict[str, Any]) -> Table:
@@ -226,8 +235,12 @@ def environment_table(env: dict[str, Any]) -> Table:
     if worker.get("cuda_build"):  # torch.version.cuda (older runs: "cuda_runtime")
         facts["cuda"] = str(worker["cuda_build"])
     rows: list[list[str | Code]] = [[k, v if v is not None else "–"] for k, v in facts.items()]
-    for key, label in (("cublas_version", "cuBLAS"), ("sm_count", "SM count"),
-                       ("gpu_uuid", "GPU UUID"), ("mig_mode", "MIG mode")):  # fmt: skip
+    for key, label in (
+        ("cublas_version", "cuBLAS"),
+        ("sm_count", "SM count"),
+        ("gpu_uuid", "GPU UUID"),
+        ("mig_mode", "MIG mode"),
+    ):
         if key in worker:
             rows.append([label, str(worker[key]) if worker[key] is not None else "unknown"])
     rows += gpu_state_rows(env)
@@ -237,11 +250,17 @@ def environment_table(env: dict[str, Any]) -> Table:
     ]
     if "inherited_cublas_workspace_config" in options:
         inherited = options["inherited_cublas_workspace_config"]
-        rows.append([f"{CUBLAS_ENV} in the shell that started the run",
-                     "not set" if inherited is None else str(inherited)])  # fmt: skip
+        rows.append(
+            [
+                f"{CUBLAS_ENV} in the shell that started the run",
+                "not set" if inherited is None else str(inherited),
+            ]
+        )
     rows += [
-        ["precision settings", Code(", ".join(
-            f"{k}={v}" for k, v in sorted((worker.get("precision") or {}).items())))],
+        [
+            "precision settings",
+            Code(", ".join(f"{k}={v}" for k, v in sorted((worker.get("precision") or {}).items()))),
+        ],
         ["detbench commit", str(git.get("commit"))[:12] + (" (dirty)" if git.get("dirty") else "")],
-    ]  # fmt: skip
+    ]
     return Table(["", "value"], rows)

@@ -16,9 +16,7 @@ import pandas as pd
 
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
-from detbench.report import attribution as attribution_report
-from detbench.report import invariance as invariance_report
-from detbench.report import tradeoff
+from detbench.report import attribution_chart, invariance_plane, tradeoff
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
@@ -30,8 +28,9 @@ REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
 
 
-def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
-                 rec: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
+def build_blocks(
+    df: pd.DataFrame, env: dict[str, Any], plots: list[Plot], rec: pd.DataFrame | None = None
+) -> list[Block]:
     """The report, block by block (``sections.SECTIONS``); ``rec``:
     ``analysis.recommendations(df)`` where the caller has it already."""
     return build(ReportRun(df, env, plots, rec))
@@ -50,8 +49,8 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     run = ReportRun(df, env)
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)
-    plots += attribution_report.write_plots(df, env, d / PLOTS_DIR)
-    plots += invariance_report.write_plots(df, env, d / PLOTS_DIR)
+    plots += attribution_chart.write_plots(df, env, d / PLOTS_DIR)
+    plots += invariance_plane.write_plots(df, env, d / PLOTS_DIR)
     _remove_stale(d / PLOTS_DIR, plots)
     run.plots = plots
     return _write(d, build(run))
