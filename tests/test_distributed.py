@@ -26,7 +26,7 @@ from detbench.report import distributed as distributed_report
 from detbench.run.config import RunConfig
 from detbench.run.runner import prepare
 from detbench.worker import fingerprint as fp
-from detbench.worker.measure import run_workload
+from detbench.worker.passes import run_workload
 
 from .conftest import WORKLOADS, detbench_cli, requires_cuda
 

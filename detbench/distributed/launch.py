@@ -336,8 +336,14 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
         disagree = [i for i, ds in enumerate(zip(*agree, strict=True)) if len(set(ds)) > 1]
         rec["ranks_agree"] = not disagree
         rec["ranks_first_disagree_step"] = disagree[0] if disagree else None
-        rec["losses"] = first.get("losses")
-        rec["first_step_seconds"] = first.get("first_step_seconds")
+        for k in ("losses", "first_step_seconds", "ops_called", "attn_implementation"):
+            rec[k] = first.get(k)
+        sha: list[list[str]] = [r.get("step_fingerprints_sha256") or [] for r in ranks]
+        if all(sha):  # --fingerprint both: the sha256 cross-check, combined the same way
+            rec["step_fingerprints_sha256"] = [
+                fp.combine(list(ds)) for ds in zip(*sha, strict=True)
+            ]
+            rec["fingerprint_sha256"] = fp.combine(rec["step_fingerprints_sha256"])
         _diff(rec, ranks)
     if status != Status.OK:
         return
@@ -358,13 +364,20 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
 
 
 def _diff(rec: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
-    """``max_abs_diff`` against the first replicate: the largest over ranks (None, with the note,
-    where one rank's outputs have no finite distance)."""
+    """``max_abs_diff`` against the first replicate, and ``max_abs_diff_vs_default``: the largest
+    over ranks (None, with the note, where one rank's outputs have no finite distance)."""
+    vs = [r.get("max_abs_diff_vs_default") for r in ranks if "max_abs_diff_vs_default" in r]
+    if vs:  # the largest over ranks, each against the default mode's reference of its own
+        rec["max_abs_diff_vs_default"] = None if None in vs else max(vs)
     refs = [r.get("diff_reference") for r in ranks]
     if all(d == "self" for d in refs):
         rec["diff_reference"] = "self"
         return
-    dicts = [(r["rank"], d) for r, d in zip(ranks, refs, strict=True) if isinstance(d, dict)]
+    dicts = [
+        (r["rank"], {**d, "max_abs_diff": r.get("max_abs_diff")})
+        for r, d in zip(ranks, refs, strict=True)
+        if isinstance(d, dict)
+    ]
     if not dicts:
         return
     worst = next(((k, d) for k, d in dicts if d.get("max_abs_diff") is None), None)
@@ -469,7 +482,7 @@ def run_distributed(w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, 
                                "replicate", "reference_dir")},
         "keys": keys, "mode": asdict(mode), "backend": backend,
         "bucket_cap_mb": float(levels["bucket_cap_mb"]),
-        "fingerprint_method": rec["fingerprint_method"],
+        "fingerprint_method": rec["fingerprint_method"], "fingerprint": job.get("fingerprint"),
         "nccl": {var: nccl[name] for name, var in ts.NCCL_ENV.items()},
         "count_flops": bool(job.get("count_flops", True)),
         "device_index": ctx.device.index if world == 1 and ctx.device.index else 0,

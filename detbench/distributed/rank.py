@@ -34,7 +34,6 @@ SIGKILL), so a killed launch leaves no rank behind.
 from __future__ import annotations
 
 import faulthandler
-import gc
 import json
 import os
 import sys
@@ -178,104 +177,50 @@ def nccl_read_back() -> dict[str, str | None]:
 
 
 def run(st: RankState, key: str, res: dict[str, Any]) -> None:
-    """Every pass of workload ``key`` in this rank; fills ``res`` (raises on a failure, with
-    ``res["phase"]`` saying where)."""
+    """Every pass of workload ``key`` in this rank (the worker's pipeline, ``worker.passes``,
+    with a rank's hooks); fills ``res``, a failure included."""
     from detbench.core.workload import Context, registry
     from detbench.worker import fingerprint as fp
-    from detbench.worker.devenv import fp32_precision
-    from detbench.worker.measure import (
-        build_pass,
-        count_pass,
-        finish_pass,
-        reference_path,
-        sync,
-        timing_pass,
-    )
-    from detbench.worker.memory import PeakWatch
+    from detbench.worker.passes import Hooks, Passes
 
-    job, rank, world, mode, ws, device = st.job, st.rank, st.world, st.mode, st.ws, st.device
-    phases: dict[str, float] = res["phases"]
+    job, rank, world, device = st.job, st.rank, st.world, st.device
     res["device"] = str(device)
     res["nccl_env"] = st.nccl_env
     w = registry()[key]
-    watch = PeakWatch(device)
-    watch.start()
-    t0 = time.perf_counter()
-    step: Any = None
-    try:
-        seed = int(job["seed"])
-        ctx = Context(device=device, profile=job["profile"], seed=seed, rank=rank,
-                      world_size=world, bucket_cap_mb=job.get("bucket_cap_mb"))  # fmt: skip
-        res["items_per_step"] = w.items(ctx)
-        res["phase"] = "build"
-        step = build_pass(w, ctx, ws, mode, res)
-        phases["build"] = time.perf_counter() - t0
+    ctx = Context(device=device, profile=job["profile"], seed=int(job["seed"]), rank=rank,
+                  world_size=world, bucket_cap_mb=job.get("bucket_cap_mb"))  # fmt: skip
+    agree: list[str] = res.setdefault("agreement_digests", [])
+    method = res["fingerprint_method"]
 
-        res["phase"] = "fingerprint"
-        t0 = time.perf_counter()
-        method = job["fingerprint_method"]
-        digests, agree, losses = [], [], []
-        outputs: list[Any] = []
-        for i in range(w.steps(ctx, int(job["fingerprint_steps"]))):
-            _say(rank, f"{key}: fingerprint step {i}")
-            t1 = time.perf_counter()
-            outputs = fp.step_outputs(step())
-            if i == 0:
-                sync(device)
-                res["first_step_seconds"] = time.perf_counter() - t1
-            digests.append(fp.step_digest(outputs, method))
-            agree.append(fp.step_digest(_agreement(ctx, outputs, w.loss_output), method))
-            if w.loss_output is not None:
-                losses.append(float(outputs[w.loss_output].item()))
-        res["step_fingerprints"] = digests
-        res["agreement_digests"] = agree
-        res["losses"] = losses if w.loss_output is not None else None
-        # Each rank keeps its own reference: later replicates measure how far they drifted.
-        ref = reference_path(Path(job["reference_dir"]), w.key, f"{mode.name}.rank{rank}")
-        mine = fp.combine(digests)
-        diff = fp.diff_against_reference(ref, mine, outputs, int(job["replicate"]))
-        if diff is None:
-            fp.save_reference(ref, mine, outputs, int(job["replicate"]))
-        res["diff_reference"] = "self" if diff is None else diff
-        outputs = []
-        phases["fingerprint"] = time.perf_counter() - t0
+    def after_step(i: int, outputs: list[Any]) -> None:
+        agree.append(fp.step_digest(_agreement(ctx, outputs, w.loss_output), method))
 
-        res["phase"] = "count"
-        t0 = time.perf_counter()
-        _say(rank, f"{key}: FLOP count")
-        count_pass(w, ctx, step, res, bool(job.get("count_flops", True)))
-        phases["count"] = time.perf_counter() - t0
-
-        res["phase"] = "timing"
-        t0 = time.perf_counter()
-        _say(rank, f"{key}: timing")
-        timing = timing_pass(step, job, device, clock=_shared_clock(device))
-        phases["timing"] = time.perf_counter() - t0
-        res["timing"] = {**timing.to_json(), "clock": f"perf_counter, latest of {world} ranks"}
-        res["num_threads"] = timing.num_threads
-        sync(device)
-        res["phase"] = "done"
-    finally:
-        finish_pass(res, ws, watch)
-        res["precision"] = fp32_precision(device)
-        step = None
-        gc.collect()  # this workload's model, its DDP buckets and inputs go before the next
-        if device.type == "cuda":
-            import torch
-
-            torch.cuda.empty_cache()
+    hooks = Hooks(say=lambda what: _say(rank, what), after_step=after_step,
+                  reference=f".rank{rank}", clock=_shared_clock(device), host_load=False,
+                  invariance=False, check_device=False, classify=lambda e: _classify(job, e),
+                  on_failure=_failed)  # fmt: skip
+    Passes(w, ctx, job, st.mode, st.ws, res, hooks).run()
+    res.setdefault("losses", None)
+    if res["status"] == Status.OK:
+        res["timing"]["clock"] = f"perf_counter, latest of {world} ranks"
+        res["num_threads"] = res["timing"]["num_threads"]
 
 
-def _failed(res: dict[str, Any], job: dict[str, Any], exc: BaseException) -> None:
-    """``res`` as a recorded failure of ``exc``."""
+def _classify(job: dict[str, Any], exc: BaseException) -> tuple[str, str]:
+    """``classify``, with NCCL's refusal of a variable the job set as ``unsupported``."""
     from detbench.worker.measure import classify
 
     status, message = classify(exc)
     refused = nccl_refusal(job, message) if status == Status.ERROR else None
     if refused is not None:
         status, message = Status.UNSUPPORTED, f"NCCL refused {refused}: {message}"
-    res.update(status=status, message=f"{res['phase']}: {message}",
-               traceback=traceback.format_exc(limit=-8), failed_at=time.time())  # fmt: skip
+    return status, message
+
+
+def _failed(res: dict[str, Any], exc: BaseException) -> None:
+    """When the failure happened (the launcher blames the earliest), and its traceback in the
+    log."""
+    res["failed_at"] = time.time()
     traceback.print_exc()
 
 
@@ -298,17 +243,22 @@ def main(argv: list[str]) -> int:
     for i, key in enumerate(keys):
         res: dict[str, Any] = {
             "rank": rank, "local_rank": local_rank, "world_size": world, "pid": os.getpid(),
-            "key": key, "status": Status.OK, "message": None, "phase": "start", "phases": {},
-            "settings_changed": [],
+            "key": key, "status": Status.OK, "message": None, "phases": {},
+            "settings_changed": [], "fingerprint_method": job["fingerprint_method"],
         }  # fmt: skip
+        where = "start"
         try:
             if st is None:  # the first workload's record carries the rank's set-up
-                res["phase"] = "init_process_group"
+                where = "init_process_group"
                 st = setup(job, rank, local_rank, world)
                 res["phases"]["rank_setup"] = time.perf_counter() - t_start
-            run(st, key, res)
+                where = "start"
+            run(st, key, res)  # a failure of the passes is in ``res`` already
         except Exception as exc:  # the failure is data: written, then torchrun stops the others
-            _failed(res, job, exc)
+            status, message = _classify(job, exc)
+            res.update(status=status, message=f"{where}: {message}",
+                       traceback=traceback.format_exc(limit=-8))  # fmt: skip
+            _failed(res, exc)
         _write_json(directory / f"rank{rank}.{i}.json", res)
         _say(rank, f"{key}: result written ({res['status']})")
         if res["status"] != Status.OK:

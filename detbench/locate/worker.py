@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +52,27 @@ class _CompileWatch:
 
 def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: int,
                     profile: str, save: set[int], saved_dir: Path) -> dict[str, Any]:  # fmt: skip
-    """One workload's op stream in this process: build and ``steps`` steps under the recorder."""
+    """One workload's op stream in this process: build and ``steps`` steps under the recorder
+    (the worker's build and fingerprint pass, ``worker.passes``, each step recorded)."""
     from detbench.core.workload import Context
-    from detbench.worker.fingerprint import step_digest, step_outputs
     from detbench.worker.measure import build_step, with_settings
+    from detbench.worker.passes import Hooks, fingerprint_pass
 
     ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)
     rec = Recorder(user_file=w.source or None)
     rec.save = save
     result: dict[str, Any] = {"status": Status.OK, "error": None}
-    digests: list[str] = []
+
+    @contextlib.contextmanager
+    def recording(i: int) -> Iterator[None]:
+        rec.step, rec.phase = i, "forward"
+        with rec:
+            yield
+        rec.end_step()
+
+    # The step outputs' digests, as the fingerprint sees them (outside the recorder).
+    digests: dict[str, Any] = {"fingerprint_method": "sha256" if device.type == "cpu" else "device"}
+    hooks = Hooks(around_step=recording, steps=steps, watch_ops=False)
     with _CompileWatch() as watch:
         rec.install()
         try:
@@ -68,13 +80,7 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
                 step = build_step(w, ctx)
             rec.end_step()
             step = with_settings(step, mode, device)
-            for s in range(steps):
-                rec.step, rec.phase = s, "forward"
-                with rec:
-                    outputs = step_outputs(step())
-                rec.end_step()
-                # The step's outputs, as the fingerprint sees them (outside the recorder).
-                digests.append(step_digest(outputs, "sha256" if device.type == "cpu" else "device"))
+            fingerprint_pass(w, ctx, {}, mode, step, digests, hooks)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         except Exception as exc:
@@ -88,8 +94,8 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
         path = saved_dir / f"{abs(hash((w.key, i))) % 10**12}-{i}.pt"
         torch.save(tensors, path)
         files[str(i)] = str(path)
-    result.update(ops=rec.ops, notes=rec.notes, sampled=rec.hasher.sampled,
-                  compiled=watch.calls, saved=files, step_digests=digests)  # fmt: skip
+    result.update(ops=rec.ops, notes=rec.notes, sampled=rec.hasher.sampled, compiled=watch.calls,
+                  saved=files, step_digests=digests.get("step_fingerprints", []))  # fmt: skip
     return result
 
 

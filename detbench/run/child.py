@@ -100,7 +100,7 @@ def main(argv: list[str]) -> int:
 
     from detbench.distributed.launch import run_distributed
     from detbench.store.results import where
-    from detbench.worker.measure import run_workload
+    from detbench.worker.passes import run_workload
 
     stdin = sys.stdin.buffer
     job = json.loads(stdin.readline())
