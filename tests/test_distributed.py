@@ -91,7 +91,7 @@ def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None
         assert r["timing"]["clock"] == "perf_counter, latest of 2 ranks"
         assert r["launch"]["torchrun_exit"] == 0
         launch_dir = Path(r["launch"]["directory"])
-        assert {"rank0.0.json", "rank1.0.json", "rank0.log", "launcher.log"} <= {
+        assert {"rank0.jsonl", "rank1.jsonl", "rank0.log", "launcher.log"} <= {
             p.name for p in launch_dir.iterdir()
         }
     # the first replicate's flop count serves the second

@@ -1,16 +1,19 @@
 """One rank of a launch of distributed workloads: the process that ``torchrun`` starts, per rank.
 
-Started as ``python -m detbench.distributed.rank DIR`` by ``torch.distributed.run`` (see
+A job of kind ``detbench.distributed.rank:main`` for the one child main
+(``detbench.worker.protocol``): ``torch.distributed.run`` starts ``python -m
+detbench.worker.child --job DIR/job.json --out DIR/rank{rank}.jsonl`` (see
 ``detbench.distributed.launch``), with ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` in its
-environment. It
-reads ``DIR/job.json``, writes its output to ``DIR/rank{R}.log`` and, for the ``I``-th workload of
-the launch, its result to ``DIR/rank{R}.{I}.json`` (atomically, once the workload is done). Once:
+environment. It writes its output to ``DIR/rank{R}.log`` and its messages to ``DIR/rank{R}.jsonl``:
+``ready`` (its pid), then a ``record`` (with the workload's ``index`` in the launch) once each
+workload is done, and ``done``. Once:
 
 1. apply the mode and its settings (``detbench.worker.applied.WorkerSettings``) before any CUDA
 work;
 2. ``init_process_group``: ``gloo`` on CPU; ``nccl`` on CUDA, on the GPU of its local rank.
 
-Then for each workload, as a worker does, in the process group:
+Then for each workload, the worker's passes (``detbench.worker.passes``) with a rank's hooks, in
+the process group:
 
 3. seed every generator with the run's seed (the same on every rank: DDP broadcasts rank 0's
    parameters anyway; a workload draws its per-rank data from ``ctx.rank``), build the workload;
@@ -33,8 +36,6 @@ SIGKILL), so a killed launch leaves no rank behind.
 
 from __future__ import annotations
 
-import faulthandler
-import json
 import os
 import sys
 import time
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from detbench.store.schema import Status
-from detbench.worker.protocol import die_with_parent
+from detbench.worker.protocol import Channel
 
 #: The exit status of a rank that recorded a failure in its result file.
 EXIT_FAILED = 3
@@ -74,13 +75,6 @@ def _log_to(path: Path) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from detbench.store.results import write_text_atomic
-    from detbench.worker.protocol import jsonable
-
-    write_text_atomic(path, json.dumps(jsonable(data), sort_keys=True, allow_nan=False))
 
 
 def _say(rank: int, what: str) -> None:
@@ -201,6 +195,8 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
                   on_failure=_failed)  # fmt: skip
     Passes(w, ctx, job, st.mode, st.ws, res, hooks).run()
     res.setdefault("losses", None)
+    if isinstance(res.get("diff_reference"), dict):  # the launcher takes the largest over ranks
+        res["diff_reference"]["max_abs_diff"] = res.get("max_abs_diff")
     if res["status"] == Status.OK:
         res["timing"]["clock"] = f"perf_counter, latest of {world} ranks"
         res["num_threads"] = res["timing"]["num_threads"]
@@ -224,18 +220,14 @@ def _failed(res: dict[str, Any], exc: BaseException) -> None:
     traceback.print_exc()
 
 
-def main(argv: list[str]) -> int:
-    """Each workload of the launch in turn, one result file each (``rank{R}.{I}.json``); the
-    first failure ends the rank (the launcher launches the workloads after it afresh)."""
-    directory = Path(argv[0])
+def main(job: dict[str, Any], out: Channel) -> int:
+    """Each workload of the launch in turn, one ``record`` message each; the first failure ends
+    the rank (the launcher launches the workloads after it afresh)."""
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     world = int(os.environ["WORLD_SIZE"])
-    _log_to(directory / f"rank{rank}.log")
-    die_with_parent()
-    (directory / f"rank{rank}.pid").write_text(str(os.getpid()))
-    faulthandler.enable()
-    job = json.loads((directory / "job.json").read_text())
+    _log_to(Path(job["directory"]) / f"rank{rank}.log")
+    out.send({"type": "ready", "pid": os.getpid(), "rank": rank})
     keys: list[str] = list(job["keys"])
     _say(rank, f"pid {os.getpid()}, world size {world}, {', '.join(keys)}")
     st: RankState | None = None
@@ -259,7 +251,7 @@ def main(argv: list[str]) -> int:
             res.update(status=status, message=f"{where}: {message}",
                        traceback=traceback.format_exc(limit=-8))  # fmt: skip
             _failed(res, exc)
-        _write_json(directory / f"rank{rank}.{i}.json", res)
+        out.send({"type": "record", "index": i, "record": res})
         _say(rank, f"{key}: result written ({res['status']})")
         if res["status"] != Status.OK:
             return EXIT_FAILED
@@ -267,12 +259,5 @@ def main(argv: list[str]) -> int:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+    out.send({"type": "done"})
     return 0
-
-
-if __name__ == "__main__":
-    status = main(sys.argv[1:])
-    # The results are written: skip the interpreter's teardown of torch (about a second on a CPU).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)

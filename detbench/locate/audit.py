@@ -29,6 +29,7 @@ from typing import Any
 
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import CUBLAS_ENV
+from detbench.worker.protocol import Channel
 
 #: The fully deterministic mode an audit checks against the default mode.
 DETERMINISTIC_MODE = "cudnn-det+det-algos"
@@ -160,7 +161,7 @@ def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
     job = {"source": str(source.resolve()), "key": key, "device": device}
     with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
         try:
-            return run_child("detbench.locate.audit", job, Path(tmp), "probe", timeout=3600,
+            return run_child("detbench.locate.audit:main", job, Path(tmp), "probe", timeout=3600,
                              environment=get_mode(DETERMINISTIC_MODE).environment,
                              label="the probe process")  # fmt: skip
         except ChildFailed as exc:
@@ -336,7 +337,6 @@ def _located_lines(loc: dict[str, Any]) -> list[str]:
     return out
 
 
-if __name__ == "__main__":
-    from detbench.worker.protocol import child_main
-
-    sys.exit(child_main(_probe_job, sys.argv[1:]))
+def main(job: dict[str, Any], out: Channel) -> int:
+    """The child's side of ``run_probe`` (kind ``detbench.locate.audit:main``)."""
+    return out.result(_probe_job(job))

@@ -1,11 +1,13 @@
-"""One recording process of ``detbench locate``: ``python -m detbench.locate.worker JOB.json``.
+"""One recording process of ``detbench locate``: a job of kind ``detbench.locate.worker:main`` for
+the one child main (``detbench.worker.protocol``).
 
 The job names the workload file and keys, the mode, the device, the steps per workload and the op
 indices whose outputs to save (the second stage of ``detbench locate``, which measures the size of
 a difference). The process applies the mode before any CUDA work (as a worker does), then for each
 workload seeds every generator, builds it and runs its steps under
 :class:`detbench.locate.record.Recorder`, and writes every op stream to the job's ``out`` file as
-JSON, with the step outputs' digests (outside the recorder, as the fingerprint sees them).
+its ``result`` message, with the step outputs' digests (outside the recorder, as the fingerprint
+sees them).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 
 from detbench.locate.record import Recorder
 from detbench.store.schema import Status
+from detbench.worker.protocol import Channel
 
 
 class _CompileWatch:
@@ -142,10 +145,6 @@ def record(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":
-    from detbench.worker.protocol import child_main
-
-    code = child_main(record, sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+def main(job: dict[str, Any], out: Channel) -> int:
+    """The child's side of ``locate.stages``: the recording, as its ``result`` message."""
+    return out.result(record(job))

@@ -1,10 +1,11 @@
 """The worker: one fresh process for one (mode, replicate), running many workloads.
 
-Started by the runner as ``python -m detbench.run.child FD RUNNER_PID``; the protocol (the job and
-``go`` on stdin, JSON messages on file descriptor ``FD``) is described in
-``detbench.run.supervise``. It
-applies the mode before any CUDA work, then for each workload: seeds every generator, builds the
-workload, runs the fingerprint pass and the timing pass, and sends one record per workload. Its
+A job of kind ``detbench.run.child:serve`` for the one child main (``detbench.worker.protocol``),
+started by the runner as ``python -m detbench.worker.child --job - --fd FD --parent RUNNER_PID``:
+the job and ``device``, ``go`` and ``ok`` on stdin, JSON messages on file descriptor ``FD``
+(``detbench.run.supervise`` describes the exchange). It applies the mode before any CUDA work,
+then for each workload: seeds every generator, builds the workload, runs the fingerprint pass
+and the timing pass, and sends one record per workload. Its
 stdout and stderr (the workloads' own prints and warnings) go to a log file the runner chose. The
 runner alone writes the results file.
 
@@ -20,20 +21,13 @@ context beside 146 of 736 and 102 of 824 timings).
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import gc
-import json
 import os
 import sys
 import time
-from typing import Any, BinaryIO
+from typing import Any
 
-from detbench.worker.protocol import ARMED_NAME, EXIT_DEVICE_LOST, die_with_parent, jsonable
-
-
-def _send(out: BinaryIO, msg: dict[str, Any]) -> None:
-    out.write((json.dumps(jsonable(msg), sort_keys=True, allow_nan=False) + "\n").encode())
-    out.flush()  # a buffered writer's flush writes the whole message, however large
+from detbench.worker.protocol import EXIT_DEVICE_LOST, Channel
 
 
 def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -87,15 +81,8 @@ def _device_stage(device: Any) -> dict[str, Any]:
     return device_env(device)
 
 
-def main(argv: list[str]) -> int:
-    # Before the 2 s of imports: a runner that dies meanwhile takes this worker with it.
-    # Say so where the runner can read it without a message (ARMED_NAME): it pauses a starting
-    # worker only once armed, or a worker stopped before this would outlive a killed runner.
-    if len(argv) > 1:
-        die_with_parent(int(argv[1]), name=ARMED_NAME)
-    # On SIGSEGV, SIGABRT, SIGFPE or SIGBUS, Python's stack goes to the log, whose tail the
-    # runner puts in the 'crashed' record: the line of the workload that crashed.
-    faulthandler.enable()
+def serve(job: dict[str, Any], out: Channel) -> int:
+    """The worker's life, once the child main has read its job (the first line of stdin)."""
     import torch
 
     from detbench.distributed.launch import run_distributed
@@ -103,21 +90,16 @@ def main(argv: list[str]) -> int:
     from detbench.worker.passes import run_workload
 
     stdin = sys.stdin.buffer
-    job = json.loads(stdin.readline())
-    if len(argv) > 1:  # whose processes share the device during a timing: the run's or others'
-        job["run_pid"] = int(argv[1])
-    out = os.fdopen(int(argv[0]), "wb")
     mode, ws, workloads = _first_stage(job)
     device = torch.device(job["device"])
     # The device stage waits for the runner's go-ahead (see the module docstring).
     waited = time.time()
-    _send(out, {"type": "loaded", "seconds": waited - float(job["launched_at"])})
+    out.send({"type": "loaded", "seconds": waited - float(job["launched_at"])})
     if stdin.readline().strip() != b"device":  # the runner ended the run meanwhile
         return 0
     stage = time.time()
     facts = _device_stage(device)
-    _send(
-        out,
+    out.send(
         {
             "type": "ready",
             "startup_seconds": time.time() - float(job["launched_at"]),
@@ -135,12 +117,12 @@ def main(argv: list[str]) -> int:
         return 0
 
     def notify(phase: str) -> None:
-        _send(out, {"type": "phase", "phase": phase})
+        out.send({"type": "phase", "phase": phase})
         if phase == "timing":
             stdin.readline()  # the runner's "ok": nothing else of the run is using a core now
 
     for key in job["workloads"]:
-        _send(out, {"type": "start", "workload": key})
+        out.send({"type": "start", "workload": key})
         w = workloads.get(key)
         if w is None:
             raise RuntimeError(f"workload {key} is not defined in this worker's sources")
@@ -150,21 +132,12 @@ def main(argv: list[str]) -> int:
         # Which device ran it ("cuda:1", "cpu:0"); ``device`` stays the device type.
         record["device_name"] = job.get("device_name") or f"{device.type}:0"
         record.update(where())  # the node and batch job (detbench submit) it ran in
-        _send(out, {"type": "record", "record": record})
+        out.send({"type": "record", "record": record})
         # What the workload imported or cached for good (its own objects are freed by now) joins
         # the frozen generation, so each later collection scans only the next workload's objects.
         gc.freeze()
         if device_lost:
             print(f"detbench worker: the CUDA context is unusable after {key}; exiting")
             return EXIT_DEVICE_LOST
-    _send(out, {"type": "done"})
+    out.send({"type": "done"})
     return 0
-
-
-if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # Everything is sent: skip the interpreter's teardown of torch (about a second on a CPU),
-    # which would otherwise be paid once per (mode, replicate).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

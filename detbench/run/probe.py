@@ -11,7 +11,6 @@ will record its failure. Distributed workloads are not probed (their step needs 
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.workload import Workload
+from detbench.worker.protocol import Channel
 
 #: Seconds the probe may take in all (one build and one step per workload).
 TIMEOUT = 1800.0
@@ -49,7 +49,7 @@ def probe_ops(workloads: Sequence[Workload], sources: Sequence[str], device: str
            "device": device, "profile": profile, "seed": seed}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="detbench-ops-") as tmp:
         try:
-            got = run_child("detbench.run.probe", job, Path(tmp), "ops", timeout=TIMEOUT,
+            got = run_child("detbench.run.probe:main", job, Path(tmp), "ops", timeout=TIMEOUT,
                             label="the op probe")  # fmt: skip
         except ChildFailed as exc:
             return Probed(failed={k: str(exc) for k in keys})
@@ -88,7 +88,6 @@ def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
     return {"calls": calls, "failed": failed}
 
 
-if __name__ == "__main__":
-    from detbench.worker.protocol import child_main
-
-    sys.exit(child_main(_probe_job, sys.argv[1:]))
+def main(job: dict[str, Any], out: Channel) -> int:
+    """The child's side of ``probe_ops`` (kind ``detbench.run.probe:main``)."""
+    return out.result(_probe_job(job))

@@ -3,9 +3,10 @@
 The protocol, over the worker's stdin (runner to worker, one line each) and a pipe of JSON lines
 (worker to runner):
 
-1. The runner spawns ``python -m detbench.run.child FD RUNNER_PID`` and writes the job (one JSON
-   line). The worker imports torch, applies its mode and loads the workload files: nothing that
-   touches a device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its
+1. The runner spawns the one child main, ``python -m detbench.worker.child --job - --fd FD
+   --parent RUNNER_PID``, and writes the job (one JSON line, of kind ``WORKER_KIND``). The
+   worker imports torch, applies its mode and loads the workload files: nothing that touches a
+   device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its
    context, cuBLAS's and cuDNN's handles), sends ``ready`` and waits for ``go``. So the next
    worker can be spawned early and pay most of its start-up while the current one measures: a
    fresh process per (mode, replicate) still, with its own hash seed and CUDA context, but its
@@ -42,12 +43,11 @@ from typing import Any
 from detbench.core.modes import Mode, record_fields
 from detbench.store.schema import Status
 from detbench.worker.cudnnlog import log_environment
-from detbench.worker.protocol import (
-    ARMED_NAME,
-    exit_description,
-)
+from detbench.worker.protocol import ARMED_NAME, child_command, exit_description
 
 TIMEOUT: dict[str, Any] = {"type": "timeout"}
+#: The job's kind for the one child main (``detbench.worker.protocol``): a run's worker.
+WORKER_KIND = "detbench.run.child:serve"
 
 
 @dataclass
@@ -117,7 +117,7 @@ class WorkerProcess:
         read_fd, write_fd = os.pipe()
         with open(log, "ab") as log_file:
             self.proc = subprocess.Popen(
-                [python, "-m", "detbench.run.child", str(write_fd), str(os.getpid())],
+                child_command(python, "-", fd=write_fd, parent=os.getpid()),
                 stdin=subprocess.PIPE,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -133,7 +133,8 @@ class WorkerProcess:
         self.paused = False
         self.closed = False
         self.released = False
-        self.send(json.dumps(job))
+        # ``run_pid``: whose processes share the device while it times, the run's or others'.
+        self.send(json.dumps({**job, "kind": WORKER_KIND, "run_pid": os.getpid()}))
 
     @property
     def pid(self) -> int:
