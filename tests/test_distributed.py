@@ -62,7 +62,7 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = detbench_cli(
         "run", "--suite", "distributed", "--only", "distributed/ddp_convnet", "--mode", "default",
         "--replicates", "2", "--device", "cpu", "--budget", "0.02", "--out", str(out),
-        "--no-report",
+        "--no-report", "--fingerprint", "both",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not _alive_with(out.name)
@@ -83,6 +83,9 @@ def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None
         # The fingerprint covers both ranks: step i combines the ranks' digests of step i.
         assert len(r["rank_fingerprints"]) == 2 and len(r["step_fingerprints"]) == 4
         assert r["fingerprint"] == fp.combine(r["step_fingerprints"])
+        # The ranks run the worker's passes: the sha256 cross-check and the ops called come too.
+        assert len(r["step_fingerprints_sha256"]) == 4 and r["ops_called"] == []
+        assert r["fingerprint_sha256"] == fp.combine(r["step_fingerprints_sha256"])
         # Each rank draws its own batch: their outputs (loss, BatchNorm buffers) differ.
         assert r["rank_fingerprints"][0] != r["rank_fingerprints"][1]
         # items: both ranks' batches; throughput from the shared (slowest-rank) clock.
