@@ -189,10 +189,17 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
     def after_step(i: int, outputs: list[Any]) -> None:
         agree.append(fp.step_digest(_agreement(ctx, outputs, w.loss_output), method))
 
-    hooks = Hooks(say=lambda what: _say(rank, what), after_step=after_step,
-                  reference=f".rank{rank}", clock=_shared_clock(device), host_load=False,
-                  invariance=False, check_device=False, classify=lambda e: _classify(job, e),
-                  on_failure=_failed)  # fmt: skip
+    hooks = Hooks(
+        say=lambda what: _say(rank, what),
+        after_step=after_step,
+        reference=f".rank{rank}",
+        clock=_shared_clock(device),
+        host_load=False,
+        invariance=False,
+        check_device=False,
+        classify=lambda e: _classify(job, e),
+        on_failure=_failed,
+    )
     Passes(w, ctx, job, st.mode, st.ws, res, hooks).run()
     res.setdefault("losses", None)
     if isinstance(res.get("diff_reference"), dict):  # the launcher takes the largest over ranks
@@ -248,8 +255,8 @@ def main(job: dict[str, Any], out: Channel) -> int:
             run(st, key, res)  # a failure of the passes is in ``res`` already
         except Exception as exc:  # the failure is data: written, then torchrun stops the others
             status, message = _classify(job, exc)
-            res.update(status=status, message=f"{where}: {message}",
-                       traceback=traceback.format_exc(limit=-8))  # fmt: skip
+            res.update(status=status, message=f"{where}: {message}")
+            res["traceback"] = traceback.format_exc(limit=-8)
             _failed(res, exc)
         out.send({"type": "record", "index": i, "record": res})
         _say(rank, f"{key}: result written ({res['status']})")

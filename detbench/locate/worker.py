@@ -97,8 +97,8 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
         path = saved_dir / f"{abs(hash((w.key, i))) % 10**12}-{i}.pt"
         torch.save(tensors, path)
         files[str(i)] = str(path)
-    result.update(ops=rec.ops, notes=rec.notes, sampled=rec.hasher.sampled, compiled=watch.calls,
-                  saved=files, step_digests=digests.get("step_fingerprints", []))  # fmt: skip
+    result.update(ops=rec.ops, notes=rec.notes, sampled=rec.hasher.sampled, compiled=watch.calls)
+    result.update(saved=files, step_digests=digests.get("step_fingerprints", []))
     return result
 
 
