@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from detbench.worker.protocol import EXIT_DEVICE_LOST, Channel
+from detbench.worker.protocol import Channel
 
 
 def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -136,8 +136,9 @@ def serve(job: dict[str, Any], out: Channel) -> int:
         # What the workload imported or cached for good (its own objects are freed by now) joins
         # the frozen generation, so each later collection scans only the next workload's objects.
         gc.freeze()
-        if device_lost:
+        if device_lost:  # the runner gives the workloads left to a fresh worker
             print(f"detbench worker: the CUDA context is unusable after {key}; exiting")
-            return EXIT_DEVICE_LOST
+            out.send({"type": "lost", "workload": key})
+            return 0
     out.send({"type": "done"})
     return 0

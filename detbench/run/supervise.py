@@ -17,8 +17,9 @@ The protocol, over the worker's stdin (runner to worker, one line each) and a pi
    worker waits for the runner's ``ok``: by then the runner has paused (SIGSTOP) any worker that
    is starting up beside it, so no other process of the run uses a core while samples are taken.
    ``phase: timed`` lets the paused one continue. Then ``record``.
-3. ``done`` at the end; an exit without it is a crash (the runner reads its log), a silence longer
-   than the limit is a timeout (the runner kills it).
+3. ``done`` at the end, or ``lost`` after a workload that left the worker's CUDA context
+   unusable (a fresh worker takes the workloads left); an exit without either is a crash (the
+   runner reads its log), a silence longer than the limit is a timeout (the runner kills it).
 
 With several devices (``--devices``) each device's workers are driven from a thread of their own
 (``side_by_side``), and a ``Crew`` knows every worker alive, so that stopping the run (Ctrl-C, or a
@@ -477,7 +478,7 @@ def take_turn(
                 record(msg["record"])
                 turn.remaining.remove(turn.in_flight)  # type: ignore[arg-type]
                 turn.in_flight = None
-            elif kind == "done":
+            elif kind in ("done", "lost"):  # lost: a fresh worker takes the workloads left
                 break
         if turn.timed_out:
             worker.kill()

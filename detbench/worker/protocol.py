@@ -12,7 +12,8 @@ with a ``type``, flushed at once, to a file descriptor (``--fd``: a pipe) or app
 (``--out``):
 
 - ``detbench.run.child:serve``, a run's worker: its job on stdin; ``loaded``, ``ready``, then
-  per workload ``start``, ``phase`` and ``record``; ``done``.
+  per workload ``start``, ``phase`` and ``record``; ``done``, or ``lost`` when a workload left
+  its CUDA context unusable (the runner gives the workloads left to a fresh worker).
 - ``detbench.distributed.rank:main``, a torchrun rank: ``DIR/job.json``; ``ready`` (its pid), a
   ``record`` per workload (with its ``index`` in the launch); ``done``.
 - ``detbench.locate.worker:main``, ``detbench.run.probe:main``, ``detbench.locate.audit:main``,
@@ -34,11 +35,10 @@ ends without one is ``ChildFailed``. A line cut short by a crash is the file's l
   read from /proc at the moment of the pause, without waiting on the worker's pipe.
 - *SIGSTOP and SIGCONT*: the runner pauses a worker that is starting up while another takes
   timing samples; a stopped process cannot answer a message.
-- *The exit status*: 0 after ``done`` or a ``result``. ``EXIT_DEVICE_LOST`` (75) from a worker
-  whose CUDA context is unusable after a workload: its last record says ``device_lost``, and the
-  runner gives the workloads left to a fresh worker, as after any exit without ``done``. A rank
-  exits 3 after a recorded failure, so that torchrun stops the other ranks at once. A child that
-  ends without its last message crashed, and its status says how (``exit_description``).
+- *The exit status*: 0 after the last message (``done``, ``lost`` or a ``result``). A rank exits
+  3 after a recorded failure, so that torchrun, which reads no message, stops the other ranks at
+  once. A child that ends without its last message crashed, and its status says how
+  (``exit_description``).
 - *The log*: a child's stdout and stderr (the workloads' prints, faulthandler's stack on a fatal
   signal) go to a log file its parent chose; of a child that died without its message, the
   parent quotes the log's tail in the record (``crashed``).
@@ -66,9 +66,6 @@ from typing import Any, BinaryIO
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 #: Seconds a workload's worker may take before it is killed, unless the run says otherwise.
 DEFAULT_TIMEOUT = 900.0
-#: The exit status of a worker whose CUDA context is no longer usable after a workload's error:
-#: the runner gives the workloads it has not run to a fresh worker.
-EXIT_DEVICE_LOST = 75
 #: The name (/proc/PID/comm) a worker takes once it dies with its runner.
 ARMED_NAME = b"detbench-worker"
 
@@ -202,14 +199,15 @@ class Channel:
         assert path is not None
         return cls(open(path.replace("{rank}", os.environ.get("RANK", "0")), "ab"))
 
-    def send(self, msg: dict[str, Any]) -> None:
-        line = json.dumps(jsonable(msg), sort_keys=True, allow_nan=False) + "\n"
+    def send(self, msg: dict[str, Any], sort_keys: bool = True) -> None:
+        line = json.dumps(jsonable(msg), sort_keys=sort_keys, allow_nan=False) + "\n"
         self.stream.write(line.encode())
         self.stream.flush()  # a buffered writer's flush writes the whole message, however large
 
     def result(self, result: dict[str, Any]) -> int:
-        """A one-shot child's answer, its one ``result`` message; the exit status 0."""
-        self.send({"type": "result", "result": result})
+        """A one-shot child's answer, its one ``result`` message, its keys in the order the child
+        made them (a probe's workloads in the run's order); the exit status 0."""
+        self.send({"type": "result", "result": result}, sort_keys=False)
         return 0
 
     def close(self) -> None:
