@@ -43,6 +43,10 @@ ends without one is ``ChildFailed``. A line cut short by a crash is the file's l
   signal) go to a log file its parent chose; of a child that died without its message, the
   parent quotes the log's tail in the record (``crashed``).
 
+One child is not started by this main: ``store.results.collect_env_later`` runs
+``torch.utils.collect_env`` as a ``python -c`` script that prints one JSON object (the store sits
+below this layer, and that child runs no detbench code).
+
 Also here: how a child that is not a runner's worker gets its environment
 (``child_environment``: this checkout on ``PYTHONPATH`` and compile caches of its own,
 ``fresh_compile_caches``).
