@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import busy, quality
-from detbench.analysis.matrix import mode_of
+from detbench.analysis.labels import mode_of
 from detbench.run.schedule import make_plan
 
 #: Modes named before "and N more".

@@ -13,7 +13,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from detbench.analysis.failures import all_failed, failures_text
 from detbench.core.modes import CUBLAS_ENV
+from detbench.core.settings import visible_gpus
+from detbench.locate.report import locate_run
+from detbench.report.write import write_report
+from detbench.run.api import plan_run, run_planned
+from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
+from detbench.run.plantext import describe_plan, left_out_line
+from detbench.run.schedule import clock
+from detbench.store.results import RESULTS_FILE, load_results
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -21,15 +30,11 @@ if TYPE_CHECKING:
     from detbench.run.config import RunConfig
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
+    from detbench.run.supervise import RunStats
 
 
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
-    from detbench.core.settings import visible_gpus
-    from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
-    from detbench.run.plantext import describe_plan, left_out_line
-    from detbench.run.schedule import clock
-
     c = runner.config
     gpus = visible_gpus() if c.device == "cuda" else 0
     # A CUDA plan on a host without a GPU (a dry run only): nothing can be measured here, so the
@@ -42,8 +47,18 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     distributed = frozenset(w.key for w in runner.workloads if w.distributed)
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
-    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, bool(measure),
-                   distributed, sizes, skipped, "paper" if paper else None)  # fmt: skip
+    est = estimate(
+        runner.plan,
+        c.device,
+        c.profile,
+        c.setting("budget"),
+        startup,
+        bool(measure),
+        distributed,
+        sizes,
+        skipped,
+        "paper" if paper else None,
+    )
     doc, lines = describe_plan(runner, est)
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -82,22 +97,67 @@ def execute(
     """Check ``config``, print its plan, run it and report on it. ``preface``: lines printed
     before the plan (an attribution study's switches); ``summary``: the text printed from the
     records at the end; ``command``: the subcommand a resume line names."""
-    from detbench.analysis.failures import all_failed, failures_text
-    from detbench.run.api import plan_run, run_planned
-    from detbench.store.results import RESULTS_FILE, load_results
-
     out = config.out
     runner = plan_run(config, cuda=cuda, dry_run=bool(args.dry_run))
     if preface and not args.json:
         print("\n".join(preface), file=sys.stdout if args.dry_run else sys.stderr)
     est = plan(runner, args.dry_run, args.json)
-    if args.dry_run:
+    if args.dry_run or not _notes(config, runner):
         return 0
+    try:
+        stats = run_planned(runner, est.seconds)
+    except KeyboardInterrupt:
+        path = out / RESULTS_FILE
+        kept = sum(1 for _ in path.open()) if path.exists() else 0
+        print(
+            f"\ndetbench: interrupted; {kept} records kept in {out}; "
+            f"resume with: detbench {command} --resume {out}",
+            file=sys.stderr,
+        )
+        return 130
+    df = load_results(out)
+    print(summary(df))
+    failed = failures_text(df)
+    if failed:
+        print("\n" + failed)
+    if getattr(args, "locate", False):
+        located = locate_run(out, sys.stderr)
+        print(
+            f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
+            f"{out / 'located.json'}"
+        )
+    if not args.no_report:
+        _, page = write_report(out)
+        print(f"\nreport: {page}")
+    print(_time_line(stats, est.seconds, out))
+    if stats.timing_target_missed:
+        print(
+            f"{stats.timing_target_missed} of {stats.records} records used their whole timing "
+            "budget without reaching the target interval (see the report)"
+        )
+    # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
+    # the exit status (a built-in suite's failure is data of the machine, and exits 0).
+    files = {Path(f).resolve() for f in config.workload_files}
+    own = [w.key for w in runner.workloads if w.source and Path(w.source).resolve() in files]
+    if all_failed(df, own):
+        print(
+            f"detbench: every record of your own workloads failed ({', '.join(own)}): see the "
+            "messages above",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _notes(config: RunConfig, runner: Runner) -> bool:
+    """The notes a user should see before the run starts; False when there is nothing to run
+    (a resume of a complete run)."""
+    out = config.out
     if config.resume:
         missing = runner.missing
         if not missing:
             print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
-            return 0
+            return False
         print(
             f"detbench: resuming {out}: {len(runner.done)} records kept, {missing} to measure",
             file=sys.stderr,
@@ -117,38 +177,16 @@ def execute(
             "deterministic algorithms only; the others run without it, as torch's default does.",
             file=sys.stderr,
         )
-    try:
-        stats = run_planned(runner, est.seconds)
-    except KeyboardInterrupt:
-        path = out / RESULTS_FILE
-        kept = sum(1 for _ in path.open()) if path.exists() else 0
-        print(
-            f"\ndetbench: interrupted; {kept} records kept in {out}; "
-            f"resume with: detbench {command} --resume {out}",
-            file=sys.stderr,
-        )
-        return 130
-    df = load_results(out)
-    print(summary(df))
-    failed = failures_text(df)
-    if failed:
-        print("\n" + failed)
-    if getattr(args, "locate", False):
-        from detbench.locate.report import locate_run
+    return True
 
-        located = locate_run(out, sys.stderr)
-        print(f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
-              f"{out / 'located.json'}")  # fmt: skip
-    if not args.no_report:
-        from detbench.report.write import write_report
 
-        _, page = write_report(out)
-        print(f"\nreport: {page}")
+def _time_line(stats: RunStats, estimated: float, out: Path) -> str:
+    """The closing line: where the run's time went, phase by phase, against the estimate."""
     # With devices side by side the phases add up over them: compare device-seconds.
     measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
-    print(
+    return (
         f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
-        f"{est.seconds:.0f} s: timing {stats.timing:.0f} s, fingerprint "
+        f"{estimated:.0f} s: timing {stats.timing:.0f} s, fingerprint "
         f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
         f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
         f"one measuring), build {stats.build:.0f} s, "
@@ -159,20 +197,3 @@ def execute(
         f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
         + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
     )
-    if stats.timing_target_missed:
-        print(
-            f"{stats.timing_target_missed} of {stats.records} records used their whole timing "
-            "budget without reaching the target interval (see the report)"
-        )
-    # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
-    # the exit status (a built-in suite's failure is data of the machine, and exits 0).
-    files = {Path(f).resolve() for f in config.workload_files}
-    own = [w.key for w in runner.workloads if w.source and Path(w.source).resolve() in files]
-    if all_failed(df, own):
-        print(
-            f"detbench: every record of your own workloads failed ({', '.join(own)}): see the "
-            "messages above",
-            file=sys.stderr,
-        )
-        return 1
-    return 0

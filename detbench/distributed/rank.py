@@ -36,6 +36,8 @@ SIGKILL), so a killed launch leaves no rank behind.
 
 from __future__ import annotations
 
+import datetime
+import inspect
 import os
 import sys
 import time
@@ -44,7 +46,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
+from detbench.core.modes import Mode
+from detbench.core.torchstate import NCCL_ENV
+from detbench.core.workload import Context, load_file, registry
 from detbench.store.schema import Status
+from detbench.worker import fingerprint as fp
+from detbench.worker.applied import WorkerSettings
+from detbench.worker.measure import classify
+from detbench.worker.passes import Hooks, Passes
 from detbench.worker.protocol import Channel
 
 #: The exit status of a rank that recorded a failure in its result file.
@@ -85,9 +97,6 @@ def _say(rank: int, what: str) -> None:
 def _shared_clock(device: Any) -> Any:
     """A clock every rank reads alike: the latest ``perf_counter`` of the ranks (CLOCK_MONOTONIC,
     one clock for every process of a host), after the rank's device has finished its work."""
-    import torch
-    import torch.distributed as dist
-
     t = torch.zeros(1, dtype=torch.float64, device=device)
 
     def clock() -> float:
@@ -103,11 +112,6 @@ def _shared_clock(device: Any) -> Any:
 def _init_group(backend: str, device: Any, timeout: float | None) -> None:
     """``init_process_group`` with the rank's device bound where this torch can (``device_id``,
     2.3+: NCCL then connects eagerly, on that GPU), and a collective timeout from the launch's."""
-    import datetime
-    import inspect
-
-    import torch.distributed as dist
-
     kwargs: dict[str, Any] = {}
     if timeout is not None:
         kwargs["timeout"] = datetime.timedelta(seconds=timeout)
@@ -144,12 +148,6 @@ class RankState:
 def setup(job: dict[str, Any], rank: int, local_rank: int, world: int) -> RankState:
     """The mode (before any CUDA work), the rank's device, the workload files, the process
     group."""
-    import torch
-
-    from detbench.core.modes import Mode
-    from detbench.core.workload import load_file
-    from detbench.worker.applied import WorkerSettings
-
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode)
     if job["device"].startswith("cuda"):
@@ -165,18 +163,12 @@ def setup(job: dict[str, Any], rank: int, local_rank: int, world: int) -> RankSt
 
 def nccl_read_back() -> dict[str, str | None]:
     """``NCCL_ALGO`` and ``NCCL_PROTO`` as this process's environment has them now."""
-    from detbench.core.torchstate import NCCL_ENV
-
     return {var: os.environ.get(var) for var in NCCL_ENV.values()}
 
 
 def run(st: RankState, key: str, res: dict[str, Any]) -> None:
     """Every pass of workload ``key`` in this rank (the worker's pipeline, ``worker.passes``,
     with a rank's hooks); fills ``res``, a failure included."""
-    from detbench.core.workload import Context, registry
-    from detbench.worker import fingerprint as fp
-    from detbench.worker.passes import Hooks, Passes
-
     job, rank, world, device = st.job, st.rank, st.world, st.device
     res["device"] = str(device)
     res["nccl_env"] = st.nccl_env
@@ -211,8 +203,6 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
 
 def _classify(job: dict[str, Any], exc: BaseException) -> tuple[str, str]:
     """``classify``, with NCCL's refusal of a variable the job set as ``unsupported``."""
-    from detbench.worker.measure import classify
-
     status, message = classify(exc)
     refused = nccl_refusal(job, message) if status == Status.ERROR else None
     if refused is not None:
@@ -262,8 +252,6 @@ def main(job: dict[str, Any], out: Channel) -> int:
         _say(rank, f"{key}: result written ({res['status']})")
         if res["status"] != Status.OK:
             return EXIT_FAILED
-    import torch.distributed as dist
-
     if dist.is_initialized():
         dist.destroy_process_group()
     out.send({"type": "done"})

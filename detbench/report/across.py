@@ -11,7 +11,10 @@ from typing import Any
 from detbench.analysis import comparable
 from detbench.analysis.across import FACTS, VERDICTS, Run, across, counts, load_runs
 from detbench.analysis.autotuner import AUTOTUNER, WHY
+from detbench.analysis.matrix import summary_table
+from detbench.report import samebits
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
+from detbench.report.render import to_markdown as render
 
 HEADER = ("workload", "mode", "verdict", "groups (runs with equal bits)",
           "what differs, or why")  # fmt: skip
@@ -171,17 +174,12 @@ def blocks(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]],
 
 
 def to_markdown(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
-    from detbench.report.render import to_markdown as render
-
     return render(blocks(runs, verdicts), Path("."))
 
 
 def set_blocks(directory: Path) -> list[Block]:
     """The report of a set of runs merged from several machines (``detbench merge``): the
     "Across machines" section, then each machine's summary and its same-bits groups."""
-    from detbench.analysis.matrix import summary_table
-    from detbench.report import samebits
-
     runs = load_runs([directory])
     verdicts = across(runs)
     out: list[Block] = [

@@ -22,6 +22,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import quality, stats
 from detbench.core.modes import DEFAULT_MODE
+from detbench.report.render import md_text as _md_text
 from detbench.store.identity import describe, differences, identity
 from detbench.store.results import ENV_FACTS, env_facts, load_env, load_results
 
@@ -274,8 +275,6 @@ def to_text(c: Comparison) -> str:
 
 
 def to_markdown(c: Comparison) -> str:
-    from detbench.report.render import md_text as _md_text
-
     lines = [
         "# detbench comparison",
         "",

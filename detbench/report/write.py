@@ -23,7 +23,7 @@ from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
 from detbench.report.sections import ReportRun, build
-from detbench.store.results import ENV_FILE, load_env, load_results, write_text_atomic
+from detbench.store.results import ENV_FILE, ResultsError, load_env, load_results, write_text_atomic
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -42,8 +42,6 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     d = Path(directory)
     df = load_results(d)  # errors with one clear line on a missing or malformed file
     if df.empty:
-        from detbench.store.results import ResultsError
-
         raise ResultsError(f"{d}: results.jsonl holds no records yet")
     env = load_env(d) if (d / ENV_FILE).exists() else {}
     if env.get("machines"):  # a set of runs from several machines (detbench merge)

@@ -22,23 +22,28 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import os
 import sys
 import time
 from typing import Any
 
+import torch
+
+from detbench.core.modes import Mode, current_flags
+from detbench.core.workload import load_file, registry
+from detbench.distributed.launch import run_distributed
+from detbench.store.results import where
+from detbench.worker.applied import WorkerSettings
+from detbench.worker.devenv import device_env
+from detbench.worker.memory import warm_libraries
+from detbench.worker.passes import run_workload
 from detbench.worker.protocol import Channel
 
 
 def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
     """What touches no device: the mode applied and read back, torch's threads, the workload
     files loaded. Returns (mode, the worker's settings, the registry of workloads)."""
-    import torch
-
-    from detbench.core.modes import Mode, current_flags
-    from detbench.core.workload import load_file, registry
-    from detbench.worker.applied import WorkerSettings
-
     mode = Mode(**job["mode"])
     # The flags, then the settings (a setting this torch lacks is noted, and its workloads are
     # recorded unsupported); read back at once, so each workload is compared with this state.
@@ -55,7 +60,7 @@ def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
     # imports inductor's config (about 1 s in torch 2.13): a one-off of the process, paid here so
     # it lands in no workload's build time and gc.freeze covers it.
     with contextlib.suppress(Exception):  # without it, the workloads will say so if they need it
-        import torch._dynamo
+        importlib.import_module("torch._dynamo")
     for source in job["sources"]:
         load_file(source)
     return mode, ws, registry()
@@ -64,10 +69,6 @@ def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
 def _device_stage(device: Any) -> dict[str, Any]:
     """CUDA's initialisation, its context, cuBLAS's and cuDNN's handles (nothing on a CPU); the
     device's facts for env.json."""
-    import torch
-
-    from detbench.worker.devenv import device_env
-    from detbench.worker.memory import warm_libraries
 
     if device.type == "cuda":
         torch.cuda.init()
@@ -82,13 +83,8 @@ def _device_stage(device: Any) -> dict[str, Any]:
 
 
 def serve(job: dict[str, Any], out: Channel) -> int:
-    """The worker's life, once the child main has read its job (the first line of stdin)."""
-    import torch
-
-    from detbench.distributed.launch import run_distributed
-    from detbench.store.results import where
-    from detbench.worker.passes import run_workload
-
+    """The worker's life, once the child main (armed to die with the runner before it imported
+    this module and torch) has read its job, the first line of stdin."""
     stdin = sys.stdin.buffer
     mode, ws, workloads = _first_stage(job)
     device = torch.device(job["device"])

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from detbench.core import settings as st
+
 if TYPE_CHECKING:
     from detbench.core.modes import Mode
     from detbench.run.schedule import Plan, Slot
@@ -284,8 +286,6 @@ def planned_unsupported(workloads: Sequence[Any], device: str,
     a ``--set`` setting this torch lacks, autocast for a workload that does not declare it, and
     on CUDA a distributed workload with more ranks than ``gpus`` (its world size as the mode sets
     it, else ``min(2, gpus)``)."""
-    from detbench.core import settings as st
-
     by_key = {w.key: w for w in workloads}
 
     def unsupported(mode: Mode, key: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from detbench.run.config import TARGET_REL, left_out
 from detbench.run.schedule import clock
 
 if TYPE_CHECKING:
@@ -15,8 +16,6 @@ if TYPE_CHECKING:
 
 def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[str]]:
     """The plan of ``runner`` and its estimate: as JSON (``--dry-run --json``) and as lines."""
-    from detbench.run.config import TARGET_REL, left_out
-
     c = runner.config
     skipped = left_out(c)
     budget, target = c.setting("budget"), TARGET_REL[c.device]

@@ -32,6 +32,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.modes import Mode
+from detbench.run.config import RunError
+from detbench.run.estimate import per_record_seconds, record_cost
 
 if TYPE_CHECKING:
     pass
@@ -173,8 +175,6 @@ def make_plan(
 
 def parse_shard(text: str) -> tuple[int, int]:
     """``--shard K/N``: (K, N), with 1 <= K <= N."""
-    from detbench.run.config import RunError
-
     k, slash, n = text.partition("/")
     if not (slash and k.strip().isdigit() and n.strip().isdigit()) or not 1 <= int(k) <= int(n):
         raise RunError(f"--shard {text}: give K/N with 1 <= K <= N, e.g. --shard 1/4")
@@ -186,8 +186,6 @@ def shard_slots(full: Plan, shard: tuple[int, int]) -> set[tuple[int, str]]:
     whatever a resumed one has kept) dealt in plan order, each to the shard with the fewest
     records so far (ties: the lowest K). Whole workers, so every replicate stays a fresh process;
     the same options give every machine the same deal, and the N shards together are the plan."""
-    from detbench.run.config import RunError
-
     k, n = shard
     if n > len(full.slots):
         raise RunError(f"--shard {k}/{n}: the plan has {len(full.slots)} workers, fewer than "
@@ -278,8 +276,6 @@ class Progress:
     def for_plan(cls, plan: Plan, device: str, profile: str, budget: float,
                  estimate: float | None, stream: TextIO) -> Progress:  # fmt: skip
         """The progress of ``plan``, each workload weighed by the estimate's cost of a record."""
-        from detbench.run.estimate import per_record_seconds, record_cost
-
         per = per_record_seconds(device, profile, budget)
         counts: dict[str, int] = {}
         for s in plan.slots:
