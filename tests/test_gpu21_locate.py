@@ -40,12 +40,12 @@ def test_every_recording_process_gets_its_modes_environment(
 ) -> None:
     seen: list[Any] = []
 
-    def fake(module: str, job: dict[str, Any], workdir: Path, name: str, timeout: float,
+    def fake(kind: str, job: dict[str, Any], workdir: Path, name: str, timeout: float,
              environment: Any = None, label: str | None = None) -> dict[str, Any]:  # fmt: skip
         seen.append(environment({"PATH": "/bin"}) if environment else None)
         return {"workloads": {}}
 
-    monkeypatch.setattr(protocol, "run_child", fake)
+    monkeypatch.setattr(stages, "run_child", fake)  # stages imports it at its top
     import io
 
     runs = stages._Runs(tmp_path / "w.py", "cuda", "quick", 0, tmp_path, io.StringIO())
