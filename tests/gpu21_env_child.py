@@ -1,14 +1,13 @@
-"""A one-shot child for tests/test_gpu21_locate.py: it answers with the cuBLAS workspace variable
-of its environment."""
+"""A one-shot child for tests/test_gpu21_locate.py (kind ``tests.gpu21_env_child:work``): it
+answers with the cuBLAS workspace variable of its environment."""
 
 from __future__ import annotations
 
 import os
-import sys
+from typing import Any
 
-from detbench.worker.protocol import child_main
+from detbench.worker.protocol import Channel
 
-if __name__ == "__main__":
-    sys.exit(
-        child_main(lambda job: {"cublas": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}, sys.argv[1:])
-    )
+
+def work(job: dict[str, Any], out: Channel) -> int:
+    return out.result({"cublas": os.environ.get("CUBLAS_WORKSPACE_CONFIG")})

@@ -26,7 +26,7 @@ from detbench.run.config import resume_config
 from detbench.run.gpucheck import engines_check
 from detbench.store.results import load_results
 from detbench.worker.cudnnlog import Watch, parse, read_since
-from detbench.worker.measure import run_workload
+from detbench.worker.passes import run_workload
 
 from .conftest import ROOT, WORKLOADS, detbench_cli
 

@@ -26,7 +26,7 @@ from detbench.report import distributed as distributed_report
 from detbench.run.config import RunConfig
 from detbench.run.runner import prepare
 from detbench.worker import fingerprint as fp
-from detbench.worker.measure import run_workload
+from detbench.worker.passes import run_workload
 
 from .conftest import WORKLOADS, detbench_cli, requires_cuda
 
@@ -62,7 +62,7 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = detbench_cli(
         "run", "--suite", "distributed", "--only", "distributed/ddp_convnet", "--mode", "default",
         "--replicates", "2", "--device", "cpu", "--budget", "0.02", "--out", str(out),
-        "--no-report",
+        "--no-report", "--fingerprint", "both",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not _alive_with(out.name)
@@ -83,6 +83,9 @@ def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None
         # The fingerprint covers both ranks: step i combines the ranks' digests of step i.
         assert len(r["rank_fingerprints"]) == 2 and len(r["step_fingerprints"]) == 4
         assert r["fingerprint"] == fp.combine(r["step_fingerprints"])
+        # The ranks run the worker's passes: the sha256 cross-check and the ops called come too.
+        assert len(r["step_fingerprints_sha256"]) == 4 and r["ops_called"] == []
+        assert r["fingerprint_sha256"] == fp.combine(r["step_fingerprints_sha256"])
         # Each rank draws its own batch: their outputs (loss, BatchNorm buffers) differ.
         assert r["rank_fingerprints"][0] != r["rank_fingerprints"][1]
         # items: both ranks' batches; throughput from the shared (slowest-rank) clock.
@@ -91,7 +94,7 @@ def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None
         assert r["timing"]["clock"] == "perf_counter, latest of 2 ranks"
         assert r["launch"]["torchrun_exit"] == 0
         launch_dir = Path(r["launch"]["directory"])
-        assert {"rank0.0.json", "rank1.0.json", "rank0.log", "launcher.log"} <= {
+        assert {"rank0.jsonl", "rank1.jsonl", "rank0.log", "launcher.log"} <= {
             p.name for p in launch_dir.iterdir()
         }
     # the first replicate's flop count serves the second

@@ -24,13 +24,13 @@ def test_run_child_gives_the_child_the_environment_asked_for(
 ) -> None:
     monkeypatch.delenv(CUBLAS_ENV, raising=False)
     det = get_mode(stages.DETERMINISTIC_MODE)
-    got = protocol.run_child("tests.gpu21_env_child", {}, tmp_path, "a", 60, det.environment)
+    got = protocol.run_child("tests.gpu21_env_child:work", {}, tmp_path, "a", 60, det.environment)
     assert got["cublas"] == CUBLAS_DEFAULT
-    plain = protocol.run_child("tests.gpu21_env_child", {}, tmp_path, "b", 60)
+    plain = protocol.run_child("tests.gpu21_env_child:work", {}, tmp_path, "b", 60)
     assert plain["cublas"] is None  # without one, the child environment as before
     monkeypatch.setenv(CUBLAS_ENV, ":16:8")
     default = protocol.run_child(
-        "tests.gpu21_env_child", {}, tmp_path, "c", 60, get_mode("default").environment
+        "tests.gpu21_env_child:work", {}, tmp_path, "c", 60, get_mode("default").environment
     )
     assert default["cublas"] is None  # a mode without deterministic algorithms runs without it
 
@@ -40,12 +40,12 @@ def test_every_recording_process_gets_its_modes_environment(
 ) -> None:
     seen: list[Any] = []
 
-    def fake(module: str, job: dict[str, Any], workdir: Path, name: str, timeout: float,
+    def fake(kind: str, job: dict[str, Any], workdir: Path, name: str, timeout: float,
              environment: Any = None, label: str | None = None) -> dict[str, Any]:  # fmt: skip
         seen.append(environment({"PATH": "/bin"}) if environment else None)
         return {"workloads": {}}
 
-    monkeypatch.setattr(protocol, "run_child", fake)
+    monkeypatch.setattr(stages, "run_child", fake)  # stages imports it at its top
     import io
 
     runs = stages._Runs(tmp_path / "w.py", "cuda", "quick", 0, tmp_path, io.StringIO())
@@ -86,5 +86,5 @@ def test_locate_defaults_to_quick_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> N
 @requires_cuda
 def test_the_deterministic_check_on_cuda_runs_with_the_workspace(tmp_path: Path) -> None:
     det = get_mode(stages.DETERMINISTIC_MODE)
-    got = protocol.run_child("tests.gpu21_env_child", {}, tmp_path, "d", 120, det.environment)
+    got = protocol.run_child("tests.gpu21_env_child:work", {}, tmp_path, "d", 120, det.environment)
     assert got["cublas"] is not None

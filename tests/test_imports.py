@@ -94,7 +94,13 @@ def test_the_public_names_resolve_and_agree_with_what_mypy_sees() -> None:
 
 #: The child processes' main modules: a run's worker, a torchrun rank, locate's recording
 #: process, the op probe.
-CHILD_MAINS = ("run/child.py", "distributed/rank.py", "locate/worker.py", "run/probe.py")
+CHILD_MAINS = (
+    "worker/child.py",
+    "run/child.py",
+    "distributed/rank.py",
+    "locate/worker.py",
+    "run/probe.py",
+)
 
 CHILD_IMPORTS = """
 import ast, importlib, sys

@@ -22,7 +22,8 @@ from detbench.core.seeding import seed_all
 from detbench.core.workload import Context, Workload, builtin_suite_files, load_file
 from detbench.worker.devenv import fp32_precision
 from detbench.worker.flops import count_flops
-from detbench.worker.measure import classify, is_device_error, run_workload
+from detbench.worker.measure import classify, is_device_error
+from detbench.worker.passes import run_workload
 
 from .conftest import ROOT, requires_cuda
 
@@ -352,7 +353,7 @@ def test_training_fingerprints_hold_batchnorm_statistics() -> None:
 DEVICE_ASSERT = textwrap.dedent(
     """
     import json, os, sys, torch
-    from detbench.worker.measure import run_workload
+    from detbench.worker.passes import run_workload
     from detbench.core.modes import get_mode
     from detbench.core.workload import Workload
 

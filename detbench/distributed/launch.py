@@ -1,59 +1,48 @@
 """Distributed workloads: their records come from fresh ``torchrun`` launches of ``world_size``
 ranks, one launch per worker (that is, per mode and replicate).
 
-A workload declared ``@detbench.workload(..., distributed=True)`` is handed here by
-``measure.run_workload`` in the worker; the worker itself runs none of its steps. At the first
-distributed workload of a worker, one launch runs it and the distributed workloads after it in
-that worker's list, in order, each freshly seeded and built, as a worker runs its workloads; the
-later ones take their records from it when their turn comes. torchrun and the ranks' start-up
-(about 5 s on a CPU, mostly importing torch three times) is so paid once per worker, not once per
-record. A launch that ends early (a fault) leaves the workloads after the one it ended in to a
-fresh launch at their turn. The launcher is PyTorch's own, as a user launches training::
+A workload declared ``@detbench.workload(..., distributed=True)`` is handed here by the worker's
+``run_workload``, which runs none of its steps. At the first distributed workload of a worker, one
+launch runs it and the distributed workloads after it in that worker's list, in order, each
+freshly seeded and built; the later ones take their records from it at their turn, so torchrun's
+start-up (about 5 s on a CPU) is paid once per worker. A launch that ends early (a fault) leaves
+the workloads after the one it ended in to a fresh launch. The launcher is PyTorch's own::
 
     python -m torch.distributed.run --nnodes 1 --nproc-per-node N --rdzv-backend c10d
-        --rdzv-endpoint 127.0.0.1:PORT --rdzv-id UUID --max-restarts 0 -m detbench.distributed.rank
-        DIR
+        --rdzv-endpoint 127.0.0.1:PORT --rdzv-id UUID --max-restarts 0
+        -m detbench.worker.child --job DIR/job.json --out DIR/rank{rank}.jsonl
 
-(``--standalone`` is the same rendezvous, but before torch 2.1 it always took port 29400, so two
-launches at once would collide: the launcher binds a free port itself and passes it.) Each rank
-(``detbench.distributed.rank``) applies the mode, joins the process group (``gloo`` on CPU,
-``nccl`` on CUDA,
-one GPU per local rank), runs the fingerprint and timing passes of each workload and writes
-``DIR/rank{R}.{I}.json``. The launcher turns each workload's files into ONE record, with the
-usual fields, so analysis and the report treat it like any other (a fresh launch is one
-replicate; run-to-run verdicts come from replicates as usual), plus:
+(a free port of its own: before torch 2.1, ``--standalone`` always took port 29400). Each rank
+(``detbench.distributed.rank``) runs the worker's passes and sends a result per workload, as JSON
+lines (``detbench.worker.protocol``). The launcher makes each workload's results ONE record with
+the usual fields, so analysis and the report treat it like any other, plus:
 
 - ``world_size`` (int), ``backend``, ``bucket_cap_mb``, ``nccl_algo``/``nccl_proto`` (None when
   unset) as the ranks ran them (with NCCL: as rank 0 read them after ``init_process_group``,
   ``nccl_env``); ``settings_inert``: the NCCL settings that cannot act here, and why;
-- ``fingerprint`` over every rank's outputs: step ``i``'s digest is ``combine`` of the ranks'
-  digests of step ``i`` in rank order, and the fingerprint ``combine`` of those;
+- ``fingerprint``: step ``i``'s digest is ``combine`` of the ranks' digests of step ``i`` in rank
+  order, the fingerprint ``combine`` of those (``fingerprint_sha256`` likewise);
   ``rank_fingerprints`` has each rank's own;
 - ``ranks_agree``: True when after every fingerprint step every rank held bitwise the same
   parameters (of the modules wrapped with ``ctx.ddp``), False otherwise, a bug worth reporting;
   ``ranks_first_disagree_step`` the first step where they did not;
-- throughput: the ranks time on a shared clock (``detbench.distributed.rank``), so
-``seconds_per_step`` is the
-  slowest rank's; ``items_per_step`` is the sum over ranks of what one rank's step processes, so
-  ``items_per_second`` = total items across ranks / the slowest rank's seconds per step (a data
-  parallel job goes as fast as its slowest rank). FLOPs and bytes per step are totals likewise.
-- ``losses``: rank 0's; ``peak_memory_bytes``: the largest rank's; ``max_abs_diff`` against the
-  first replicate: the largest over ranks (each rank keeps its own reference).
+- throughput: the ranks time on a shared clock, so ``seconds_per_step`` is the slowest rank's;
+  ``items_per_step``, FLOPs and bytes per step are sums over ranks;
+- ``losses``, ``ops_called``: rank 0's; ``peak_memory_bytes``, ``max_abs_diff`` and
+  ``max_abs_diff_vs_default``: the largest over ranks (each rank keeps its own references).
 
 Faults stay data. A launch runs in a session of its own, and every process it starts carries a
 unique marker in its environment (``DETBENCH_LAUNCH``). A rank that records a failure gives the
-record its status (``oom``, ``unsupported``, ``error``; the earliest failing rank's). A rank that
-dies (a signal, an exit without its result) makes the record ``crashed``, with the tail of its
-log. A launch that outlives its limit is ``timeout`` (for the workload it was in): torchrun gets
-SIGTERM (it stops its ranks), then whatever is left of the launch gets SIGKILL. In every case, at
-the end, every process that carries the marker is killed and the launcher waits until none is
-alive, so no rank, no torchrun and no port it held is left behind, and the worker goes on with its
-next workload.
+record its status (the earliest failing rank's). A rank that dies without its result makes the
+record ``crashed``, with the tail of its log. A launch that outlives its limit is ``timeout``:
+torchrun gets SIGTERM (it stops its ranks), then the rest of the launch SIGKILL. In every case,
+every process that carries the marker is killed and waited for, so nothing of the launch (no
+port) is left behind, and the worker goes on with its next workload.
 
 The launch limit: ``LIMIT_SHARE`` of the job's ``timeout`` (the runner's ``--timeout``: the
-longest silence of a worker before the runner kills it, and a worker is silent while its launch
-runs), at most ``LIMIT_MARGIN`` seconds less, so the launcher always gives up, kills and records
-first; ``DEFAULT_TIMEOUT`` when the job does not say; none when the run has none.
+longest silence of a worker, which is silent while its launch runs), at most ``LIMIT_MARGIN``
+seconds less, so the launcher gives up, kills and records first; ``DEFAULT_TIMEOUT`` when the
+job does not say; none when the run has none.
 """
 
 from __future__ import annotations
@@ -79,10 +68,12 @@ from detbench.core.modes import Mode
 from detbench.core.workload import Context, Workload, registry
 from detbench.store.schema import Status
 from detbench.worker import fingerprint as fp
-from detbench.worker.protocol import DEFAULT_TIMEOUT, dies_with_us, exit_description
+from detbench.worker.protocol import DEFAULT_TIMEOUT, dies_with_us, exit_description, read_messages
 
 #: The environment variable that marks every process of one launch (value: the launch's id).
 LAUNCH_ENV = "DETBENCH_LAUNCH"
+#: The job's kind for the one child main (``detbench.worker.protocol``): a torchrun rank.
+RANK_KIND = "detbench.distributed.rank:main"
 #: The launch limit is this share of the job's timeout, and leaves at most LIMIT_MARGIN seconds.
 LIMIT_SHARE = 0.8
 LIMIT_MARGIN = 30.0
@@ -151,9 +142,9 @@ def kill_launch(proc: subprocess.Popen[bytes], marker: str, directory: Path) -> 
     torchrun and wait until nothing of the launch is alive. Returns what was still alive at the
     end (empty unless a process could not be killed)."""
     _kill_group(proc.pid, signal.SIGKILL)
-    for pid_file in directory.glob("rank*.pid"):
-        with contextlib.suppress(OSError, ValueError):
-            _kill_group(int(pid_file.read_text()), signal.SIGKILL)
+    for messages in directory.glob("rank*.jsonl"):
+        for pid in [m["pid"] for m in read_messages(messages) if m.get("type") == "ready"]:
+            _kill_group(int(pid), signal.SIGKILL)
     deadline = time.monotonic() + KILL_WAIT
     while True:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -213,6 +204,7 @@ def launch(job: dict[str, Any], directory: Path, world_size: int, env: dict[str,
     job is written to ``directory/job.json``), wait for it up to ``limit`` seconds, kill
     whatever is left of it, and read the ranks' results."""
     directory.mkdir(parents=True, exist_ok=True)
+    job = {**job, "kind": RANK_KIND, "directory": str(directory)}
     (directory / "job.json").write_text(json.dumps(job, sort_keys=True))
     marker = uuid.uuid4().hex
     env = {**env, LAUNCH_ENV: marker}
@@ -220,7 +212,8 @@ def launch(job: dict[str, Any], directory: Path, world_size: int, env: dict[str,
            "--nproc-per-node", str(world_size), "--rdzv-backend", "c10d",
            "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", marker,
            "--max-restarts", "0", "--monitor-interval", "0.1",
-           "-m", "detbench.distributed.rank", str(directory)]  # fmt: skip
+           "-m", "detbench.worker.child", "--job", str(directory / "job.json"),
+           "--out", str(directory / "rank{rank}.jsonl")]  # fmt: skip
     t0 = time.monotonic()
     timed_out = False
     with open(directory / "launcher.log", "ab") as log:
@@ -239,11 +232,10 @@ def launch(job: dict[str, Any], directory: Path, world_size: int, env: dict[str,
         leftovers = kill_launch(proc, marker, directory)
     out = Launch(directory, list(job["keys"]), world_size, code, timed_out,
                  time.monotonic() - t0, limit, leftovers=leftovers)  # fmt: skip
-    for i in range(len(out.keys)):
-        for r in range(world_size):
-            with contextlib.suppress(OSError, ValueError):
-                res = json.loads((directory / f"rank{r}.{i}.json").read_text())
-                out.results.setdefault(i, {})[r] = res
+    for r in range(world_size):
+        for m in read_messages(directory / f"rank{r}.jsonl"):
+            if m.get("type") == "record":
+                out.results.setdefault(int(m["index"]), {})[r] = m["record"]
     return out
 
 
@@ -336,8 +328,12 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
         disagree = [i for i, ds in enumerate(zip(*agree, strict=True)) if len(set(ds)) > 1]
         rec["ranks_agree"] = not disagree
         rec["ranks_first_disagree_step"] = disagree[0] if disagree else None
-        rec["losses"] = first.get("losses")
-        rec["first_step_seconds"] = first.get("first_step_seconds")
+        for k in ("losses", "first_step_seconds", "ops_called", "attn_implementation"):
+            rec[k] = first.get(k)
+        sha = [r.get("step_fingerprints_sha256") or [] for r in ranks]
+        if all(sha):  # --fingerprint both: the sha256 cross-check, combined the same way
+            rec["step_fingerprints_sha256"] = [fp.combine(list(d)) for d in zip(*sha, strict=True)]
+            rec["fingerprint_sha256"] = fp.combine(rec["step_fingerprints_sha256"])
         _diff(rec, ranks)
     if status != Status.OK:
         return
@@ -358,8 +354,11 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
 
 
 def _diff(rec: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
-    """``max_abs_diff`` against the first replicate: the largest over ranks (None, with the note,
-    where one rank's outputs have no finite distance)."""
+    """``max_abs_diff`` against the first replicate, and ``max_abs_diff_vs_default``: the largest
+    over ranks (None, with the note, where one rank's outputs have no finite distance)."""
+    vs = [r.get("max_abs_diff_vs_default") for r in ranks if "max_abs_diff_vs_default" in r]
+    if vs:  # the largest over ranks, each against the default mode's reference of its own
+        rec["max_abs_diff_vs_default"] = None if None in vs else max(float(v or 0) for v in vs)
     refs = [r.get("diff_reference") for r in ranks]
     if all(d == "self" for d in refs):
         rec["diff_reference"] = "self"
@@ -467,7 +466,7 @@ def run_distributed(w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, 
                                "replicate", "reference_dir")},
         "keys": keys, "mode": asdict(mode), "backend": backend,
         "bucket_cap_mb": float(levels["bucket_cap_mb"]),
-        "fingerprint_method": rec["fingerprint_method"],
+        "fingerprint_method": rec["fingerprint_method"], "fingerprint": job.get("fingerprint"),
         "nccl": {var: nccl[name] for name, var in ts.NCCL_ENV.items()},
         "count_flops": bool(job.get("count_flops", True)),
         "device_index": ctx.device.index if world == 1 and ctx.device.index else 0,

@@ -1,16 +1,19 @@
 """One rank of a launch of distributed workloads: the process that ``torchrun`` starts, per rank.
 
-Started as ``python -m detbench.distributed.rank DIR`` by ``torch.distributed.run`` (see
+A job of kind ``detbench.distributed.rank:main`` for the one child main
+(``detbench.worker.protocol``): ``torch.distributed.run`` starts ``python -m
+detbench.worker.child --job DIR/job.json --out DIR/rank{rank}.jsonl`` (see
 ``detbench.distributed.launch``), with ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` in its
-environment. It
-reads ``DIR/job.json``, writes its output to ``DIR/rank{R}.log`` and, for the ``I``-th workload of
-the launch, its result to ``DIR/rank{R}.{I}.json`` (atomically, once the workload is done). Once:
+environment. It writes its output to ``DIR/rank{R}.log`` and its messages to ``DIR/rank{R}.jsonl``:
+``ready`` (its pid), then a ``record`` (with the workload's ``index`` in the launch) once each
+workload is done, and ``done``. Once:
 
 1. apply the mode and its settings (``detbench.worker.applied.WorkerSettings``) before any CUDA
 work;
 2. ``init_process_group``: ``gloo`` on CPU; ``nccl`` on CUDA, on the GPU of its local rank.
 
-Then for each workload, as a worker does, in the process group:
+Then for each workload, the worker's passes (``detbench.worker.passes``) with a rank's hooks, in
+the process group:
 
 3. seed every generator with the run's seed (the same on every rank: DDP broadcasts rank 0's
    parameters anyway; a workload draws its per-rank data from ``ctx.rank``), build the workload;
@@ -33,9 +36,8 @@ SIGKILL), so a killed launch leaves no rank behind.
 
 from __future__ import annotations
 
-import faulthandler
-import gc
-import json
+import datetime
+import inspect
 import os
 import sys
 import time
@@ -44,13 +46,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 from detbench.core.modes import Mode
 from detbench.core.torchstate import NCCL_ENV
 from detbench.core.workload import Context, load_file, registry
-from detbench.store.results import write_text_atomic
 from detbench.store.schema import Status
+from detbench.worker import fingerprint as fp
 from detbench.worker.applied import WorkerSettings
-from detbench.worker.protocol import die_with_parent, jsonable
+from detbench.worker.measure import classify
+from detbench.worker.passes import Hooks, Passes
+from detbench.worker.protocol import Channel
 
 #: The exit status of a rank that recorded a failure in its result file.
 EXIT_FAILED = 3
@@ -82,10 +89,6 @@ def _log_to(path: Path) -> None:
     os.close(fd)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(jsonable(data), sort_keys=True, allow_nan=False))
-
-
 def _say(rank: int, what: str) -> None:
     """A progress line in the rank's log: its tail then says where a crash happened."""
     print(f"detbench rank {rank}: {what}", flush=True)
@@ -94,9 +97,6 @@ def _say(rank: int, what: str) -> None:
 def _shared_clock(device: Any) -> Any:
     """A clock every rank reads alike: the latest ``perf_counter`` of the ranks (CLOCK_MONOTONIC,
     one clock for every process of a host), after the rank's device has finished its work."""
-    import torch
-    import torch.distributed as dist
-
     t = torch.zeros(1, dtype=torch.float64, device=device)
 
     def clock() -> float:
@@ -112,11 +112,6 @@ def _shared_clock(device: Any) -> Any:
 def _init_group(backend: str, device: Any, timeout: float | None) -> None:
     """``init_process_group`` with the rank's device bound where this torch can (``device_id``,
     2.3+: NCCL then connects eagerly, on that GPU), and a collective timeout from the launch's."""
-    import datetime
-    import inspect
-
-    import torch.distributed as dist
-
     kwargs: dict[str, Any] = {}
     if timeout is not None:
         kwargs["timeout"] = datetime.timedelta(seconds=timeout)
@@ -153,8 +148,6 @@ class RankState:
 def setup(job: dict[str, Any], rank: int, local_rank: int, world: int) -> RankState:
     """The mode (before any CUDA work), the rank's device, the workload files, the process
     group."""
-    import torch
-
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode)
     if job["device"].startswith("cuda"):
@@ -174,119 +167,64 @@ def nccl_read_back() -> dict[str, str | None]:
 
 
 def run(st: RankState, key: str, res: dict[str, Any]) -> None:
-    """Every pass of workload ``key`` in this rank; fills ``res`` (raises on a failure, with
-    ``res["phase"]`` saying where)."""
-    # torch and the passes load after main() has armed die_with_parent, as in run.child
-    from detbench.worker import fingerprint as fp
-    from detbench.worker.devenv import fp32_precision
-    from detbench.worker.measure import (
-        build_pass,
-        count_pass,
-        finish_pass,
-        reference_path,
-        sync,
-        timing_pass,
-    )
-    from detbench.worker.memory import PeakWatch
-
-    job, rank, world, mode, ws, device = st.job, st.rank, st.world, st.mode, st.ws, st.device
-    phases: dict[str, float] = res["phases"]
+    """Every pass of workload ``key`` in this rank (the worker's pipeline, ``worker.passes``,
+    with a rank's hooks); fills ``res``, a failure included."""
+    job, rank, world, device = st.job, st.rank, st.world, st.device
     res["device"] = str(device)
     res["nccl_env"] = st.nccl_env
     w = registry()[key]
-    watch = PeakWatch(device)
-    watch.start()
-    t0 = time.perf_counter()
-    step: Any = None
-    try:
-        seed = int(job["seed"])
-        ctx = Context(device=device, profile=job["profile"], seed=seed, rank=rank,
-                      world_size=world, bucket_cap_mb=job.get("bucket_cap_mb"))  # fmt: skip
-        res["items_per_step"] = w.items(ctx)
-        res["phase"] = "build"
-        step = build_pass(w, ctx, ws, mode, res)
-        phases["build"] = time.perf_counter() - t0
+    ctx = Context(device=device, profile=job["profile"], seed=int(job["seed"]), rank=rank,
+                  world_size=world, bucket_cap_mb=job.get("bucket_cap_mb"))  # fmt: skip
+    agree: list[str] = res.setdefault("agreement_digests", [])
+    method = res["fingerprint_method"]
 
-        res["phase"] = "fingerprint"
-        t0 = time.perf_counter()
-        method = job["fingerprint_method"]
-        digests, agree, losses = [], [], []
-        outputs: list[Any] = []
-        for i in range(w.steps(ctx, int(job["fingerprint_steps"]))):
-            _say(rank, f"{key}: fingerprint step {i}")
-            t1 = time.perf_counter()
-            outputs = fp.step_outputs(step())
-            if i == 0:
-                sync(device)
-                res["first_step_seconds"] = time.perf_counter() - t1
-            digests.append(fp.step_digest(outputs, method))
-            agree.append(fp.step_digest(_agreement(ctx, outputs, w.loss_output), method))
-            if w.loss_output is not None:
-                losses.append(float(outputs[w.loss_output].item()))
-        res["step_fingerprints"] = digests
-        res["agreement_digests"] = agree
-        res["losses"] = losses if w.loss_output is not None else None
-        # Each rank keeps its own reference: later replicates measure how far they drifted.
-        ref = reference_path(Path(job["reference_dir"]), w.key, f"{mode.name}.rank{rank}")
-        mine = fp.combine(digests)
-        diff = fp.diff_against_reference(ref, mine, outputs, int(job["replicate"]))
-        if diff is None:
-            fp.save_reference(ref, mine, outputs, int(job["replicate"]))
-        res["diff_reference"] = "self" if diff is None else diff
-        outputs = []
-        phases["fingerprint"] = time.perf_counter() - t0
+    def after_step(i: int, outputs: list[Any]) -> None:
+        agree.append(fp.step_digest(_agreement(ctx, outputs, w.loss_output), method))
 
-        res["phase"] = "count"
-        t0 = time.perf_counter()
-        _say(rank, f"{key}: FLOP count")
-        count_pass(w, ctx, step, res, bool(job.get("count_flops", True)))
-        phases["count"] = time.perf_counter() - t0
-
-        res["phase"] = "timing"
-        t0 = time.perf_counter()
-        _say(rank, f"{key}: timing")
-        timing = timing_pass(step, job, device, clock=_shared_clock(device))
-        phases["timing"] = time.perf_counter() - t0
-        res["timing"] = {**timing.to_json(), "clock": f"perf_counter, latest of {world} ranks"}
-        res["num_threads"] = timing.num_threads
-        sync(device)
-        res["phase"] = "done"
-    finally:
-        finish_pass(res, ws, watch)
-        res["precision"] = fp32_precision(device)
-        step = None
-        gc.collect()  # this workload's model, its DDP buckets and inputs go before the next
-        if device.type == "cuda":
-            import torch
-
-            torch.cuda.empty_cache()
+    hooks = Hooks(
+        say=lambda what: _say(rank, what),
+        after_step=after_step,
+        reference=f".rank{rank}",
+        clock=_shared_clock(device),
+        host_load=False,
+        invariance=False,
+        check_device=False,
+        classify=lambda e: _classify(job, e),
+        on_failure=_failed,
+    )
+    Passes(w, ctx, job, st.mode, st.ws, res, hooks).run()
+    res.setdefault("losses", None)
+    if isinstance(res.get("diff_reference"), dict):  # the launcher takes the largest over ranks
+        res["diff_reference"]["max_abs_diff"] = res.get("max_abs_diff")
+    if res["status"] == Status.OK:
+        res["timing"]["clock"] = f"perf_counter, latest of {world} ranks"
+        res["num_threads"] = res["timing"]["num_threads"]
 
 
-def _failed(res: dict[str, Any], job: dict[str, Any], exc: BaseException) -> None:
-    """``res`` as a recorded failure of ``exc``."""
-    from detbench.worker.measure import classify  # torch: after die_with_parent, as in run()
-
+def _classify(job: dict[str, Any], exc: BaseException) -> tuple[str, str]:
+    """``classify``, with NCCL's refusal of a variable the job set as ``unsupported``."""
     status, message = classify(exc)
     refused = nccl_refusal(job, message) if status == Status.ERROR else None
     if refused is not None:
         status, message = Status.UNSUPPORTED, f"NCCL refused {refused}: {message}"
-    res.update(status=status, message=f"{res['phase']}: {message}",
-               traceback=traceback.format_exc(limit=-8), failed_at=time.time())  # fmt: skip
+    return status, message
+
+
+def _failed(res: dict[str, Any], exc: BaseException) -> None:
+    """When the failure happened (the launcher blames the earliest), and its traceback in the
+    log."""
+    res["failed_at"] = time.time()
     traceback.print_exc()
 
 
-def main(argv: list[str]) -> int:
-    """Each workload of the launch in turn, one result file each (``rank{R}.{I}.json``); the
-    first failure ends the rank (the launcher launches the workloads after it afresh)."""
-    directory = Path(argv[0])
+def main(job: dict[str, Any], out: Channel) -> int:
+    """Each workload of the launch in turn, one ``record`` message each; the first failure ends
+    the rank (the launcher launches the workloads after it afresh)."""
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     world = int(os.environ["WORLD_SIZE"])
-    _log_to(directory / f"rank{rank}.log")
-    die_with_parent()
-    (directory / f"rank{rank}.pid").write_text(str(os.getpid()))
-    faulthandler.enable()
-    job = json.loads((directory / "job.json").read_text())
+    _log_to(Path(job["directory"]) / f"rank{rank}.log")
+    out.send({"type": "ready", "pid": os.getpid(), "rank": rank})
     keys: list[str] = list(job["keys"])
     _say(rank, f"pid {os.getpid()}, world size {world}, {', '.join(keys)}")
     st: RankState | None = None
@@ -294,31 +232,27 @@ def main(argv: list[str]) -> int:
     for i, key in enumerate(keys):
         res: dict[str, Any] = {
             "rank": rank, "local_rank": local_rank, "world_size": world, "pid": os.getpid(),
-            "key": key, "status": Status.OK, "message": None, "phase": "start", "phases": {},
-            "settings_changed": [],
+            "key": key, "status": Status.OK, "message": None, "phases": {},
+            "settings_changed": [], "fingerprint_method": job["fingerprint_method"],
         }  # fmt: skip
+        where = "start"
         try:
             if st is None:  # the first workload's record carries the rank's set-up
-                res["phase"] = "init_process_group"
+                where = "init_process_group"
                 st = setup(job, rank, local_rank, world)
                 res["phases"]["rank_setup"] = time.perf_counter() - t_start
-            run(st, key, res)
+                where = "start"
+            run(st, key, res)  # a failure of the passes is in ``res`` already
         except Exception as exc:  # the failure is data: written, then torchrun stops the others
-            _failed(res, job, exc)
-        _write_json(directory / f"rank{rank}.{i}.json", res)
+            status, message = _classify(job, exc)
+            res.update(status=status, message=f"{where}: {message}")
+            res["traceback"] = traceback.format_exc(limit=-8)
+            _failed(res, exc)
+        out.send({"type": "record", "index": i, "record": res})
         _say(rank, f"{key}: result written ({res['status']})")
         if res["status"] != Status.OK:
             return EXIT_FAILED
-    import torch.distributed as dist
-
     if dist.is_initialized():
         dist.destroy_process_group()
+    out.send({"type": "done"})
     return 0
-
-
-if __name__ == "__main__":
-    status = main(sys.argv[1:])
-    # The results are written: skip the interpreter's teardown of torch (about a second on a CPU).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)

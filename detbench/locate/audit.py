@@ -33,7 +33,7 @@ from detbench.core.workload import Context, WorkloadError, load_file, registry, 
 from detbench.run.config import RunConfig
 from detbench.store.outdir import refuse_used
 from detbench.store.results import load_results
-from detbench.worker.protocol import ChildFailed, run_child
+from detbench.worker.protocol import Channel, ChildFailed, run_child
 
 #: The fully deterministic mode an audit checks against the default mode.
 DETERMINISTIC_MODE = "cudnn-det+det-algos"
@@ -79,7 +79,7 @@ class Audit:
 
 
 def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
-    # torch loads once child_main has armed die_with_parent, as in run.child
+    # torch: the probe's child needs it, its parent (the CLI) not before the audit's run
     import torch
 
     from detbench.core.seeding import seed_all
@@ -160,7 +160,7 @@ def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
     job = {"source": str(source.resolve()), "key": key, "device": device}
     with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
         try:
-            return run_child("detbench.locate.audit", job, Path(tmp), "probe", timeout=3600,
+            return run_child("detbench.locate.audit:main", job, Path(tmp), "probe", timeout=3600,
                              environment=get_mode(DETERMINISTIC_MODE).environment,
                              label="the probe process")  # fmt: skip
         except ChildFailed as exc:
@@ -172,7 +172,7 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
     """Audit every workload that ``target`` names; ``out`` keeps the verdict runs' records."""
     import torch
 
-    # The parent's modules: this module is also the probe's child process (python -m), which
+    # The parent's modules: this module is also the probe's child process (its kind), which
     # loads no analysis and no runner.
     from detbench.analysis import verdicts
     from detbench.run.api import plan_run, run_planned
@@ -332,7 +332,6 @@ def _located_lines(loc: dict[str, Any]) -> list[str]:
     return out
 
 
-if __name__ == "__main__":
-    from detbench.worker.protocol import child_main
-
-    sys.exit(child_main(_probe_job, sys.argv[1:]))
+def main(job: dict[str, Any], out: Channel) -> int:
+    """The child's side of ``run_probe`` (kind ``detbench.locate.audit:main``)."""
+    return out.result(_probe_job(job))

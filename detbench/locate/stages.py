@@ -179,7 +179,7 @@ class _Runs:
         try:
             # The mode's environment, as a run's worker gets it: with deterministic algorithms,
             # CUBLAS_WORKSPACE_CONFIG (the user's or :4096:8); without them, none.
-            return run_child("detbench.locate.worker", job, self.workdir, f"p{self.count}",
+            return run_child("detbench.locate.worker:main", job, self.workdir, f"p{self.count}",
                              timeout=PROCESS_TIMEOUT, environment=mode.environment,
                              label="the recording process")  # fmt: skip
         except ChildFailed as exc:

@@ -1,11 +1,13 @@
-"""One recording process of ``detbench locate``: ``python -m detbench.locate.worker JOB.json``.
+"""One recording process of ``detbench locate``: a job of kind ``detbench.locate.worker:main`` for
+the one child main (``detbench.worker.protocol``).
 
 The job names the workload file and keys, the mode, the device, the steps per workload and the op
 indices whose outputs to save (the second stage of ``detbench locate``, which measures the size of
 a difference). The process applies the mode before any CUDA work (as a worker does), then for each
 workload seeds every generator, builds it and runs its steps under
 :class:`detbench.locate.record.Recorder`, and writes every op stream to the job's ``out`` file as
-JSON, with the step outputs' digests (outside the recorder, as the fingerprint sees them).
+its ``result`` message, with the step outputs' digests (outside the recorder, as the fingerprint
+sees them).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +26,9 @@ from detbench.core.workload import Context, load_file, registry
 from detbench.locate.record import Recorder
 from detbench.store.schema import Status
 from detbench.worker.applied import WorkerSettings
-from detbench.worker.fingerprint import step_digest, step_outputs
 from detbench.worker.measure import build_step, with_settings
+from detbench.worker.passes import Hooks, fingerprint_pass
+from detbench.worker.protocol import Channel
 
 
 class _CompileWatch:
@@ -56,12 +60,23 @@ class _CompileWatch:
 
 def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: int,
                     profile: str, save: set[int], saved_dir: Path) -> dict[str, Any]:  # fmt: skip
-    """One workload's op stream in this process: build and ``steps`` steps under the recorder."""
+    """One workload's op stream in this process: build and ``steps`` steps under the recorder
+    (the worker's build and fingerprint pass, ``worker.passes``, each step recorded)."""
     ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)
     rec = Recorder(user_file=w.source or None)
     rec.save = save
     result: dict[str, Any] = {"status": Status.OK, "error": None}
-    digests: list[str] = []
+
+    @contextlib.contextmanager
+    def recording(i: int) -> Iterator[None]:
+        rec.step, rec.phase = i, "forward"
+        with rec:
+            yield
+        rec.end_step()
+
+    # The step outputs' digests, as the fingerprint sees them (outside the recorder).
+    digests: dict[str, Any] = {"fingerprint_method": "sha256" if device.type == "cpu" else "device"}
+    hooks = Hooks(around_step=recording, steps=steps, watch_ops=False)
     with _CompileWatch() as watch:
         rec.install()
         try:
@@ -69,13 +84,7 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
                 step = build_step(w, ctx)
             rec.end_step()
             step = with_settings(step, mode, device)
-            for s in range(steps):
-                rec.step, rec.phase = s, "forward"
-                with rec:
-                    outputs = step_outputs(step())
-                rec.end_step()
-                # The step's outputs, as the fingerprint sees them (outside the recorder).
-                digests.append(step_digest(outputs, "sha256" if device.type == "cpu" else "device"))
+            fingerprint_pass(w, ctx, {}, mode, step, digests, hooks)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         except Exception as exc:
@@ -89,8 +98,8 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
         path = saved_dir / f"{abs(hash((w.key, i))) % 10**12}-{i}.pt"
         torch.save(tensors, path)
         files[str(i)] = str(path)
-    result.update(ops=rec.ops, notes=rec.notes, sampled=rec.hasher.sampled,
-                  compiled=watch.calls, saved=files, step_digests=digests)  # fmt: skip
+    result.update(ops=rec.ops, notes=rec.notes, sampled=rec.hasher.sampled, compiled=watch.calls)
+    result.update(saved=files, step_digests=digests.get("step_fingerprints", []))
     return result
 
 
@@ -133,10 +142,6 @@ def record(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":
-    from detbench.worker.protocol import child_main
-
-    code = child_main(record, sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+def main(job: dict[str, Any], out: Channel) -> int:
+    """The child's side of ``locate.stages``: the recording, as its ``result`` message."""
+    return out.result(record(job))

@@ -1,10 +1,11 @@
 """The worker: one fresh process for one (mode, replicate), running many workloads.
 
-Started by the runner as ``python -m detbench.run.child FD RUNNER_PID``; the protocol (the job and
-``go`` on stdin, JSON messages on file descriptor ``FD``) is described in
-``detbench.run.supervise``. It
-applies the mode before any CUDA work, then for each workload: seeds every generator, builds the
-workload, runs the fingerprint pass and the timing pass, and sends one record per workload. Its
+A job of kind ``detbench.run.child:serve`` for the one child main (``detbench.worker.protocol``),
+started by the runner as ``python -m detbench.worker.child --job - --fd FD --parent RUNNER_PID``:
+the job and ``device``, ``go`` and ``ok`` on stdin, JSON messages on file descriptor ``FD``
+(``detbench.run.supervise`` describes the exchange). It applies the mode before any CUDA work,
+then for each workload: seeds every generator, builds the workload, runs the fingerprint pass
+and the timing pass, and sends one record per workload. Its
 stdout and stderr (the workloads' own prints and warnings) go to a log file the runner chose. The
 runner alone writes the results file.
 
@@ -20,31 +21,29 @@ context beside 146 of 736 and 102 of 824 timings).
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import gc
-import json
+import importlib
 import os
 import sys
 import time
-from typing import Any, BinaryIO
+from typing import Any
+
+import torch
 
 from detbench.core.modes import Mode, current_flags
 from detbench.core.workload import load_file, registry
+from detbench.distributed.launch import run_distributed
 from detbench.store.results import where
 from detbench.worker.applied import WorkerSettings
-from detbench.worker.protocol import ARMED_NAME, EXIT_DEVICE_LOST, die_with_parent, jsonable
-
-
-def _send(out: BinaryIO, msg: dict[str, Any]) -> None:
-    out.write((json.dumps(jsonable(msg), sort_keys=True, allow_nan=False) + "\n").encode())
-    out.flush()  # a buffered writer's flush writes the whole message, however large
+from detbench.worker.devenv import device_env
+from detbench.worker.memory import warm_libraries
+from detbench.worker.passes import run_workload
+from detbench.worker.protocol import Channel
 
 
 def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
     """What touches no device: the mode applied and read back, torch's threads, the workload
     files loaded. Returns (mode, the worker's settings, the registry of workloads)."""
-    import torch
-
     mode = Mode(**job["mode"])
     # The flags, then the settings (a setting this torch lacks is noted, and its workloads are
     # recorded unsupported); read back at once, so each workload is compared with this state.
@@ -61,7 +60,7 @@ def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
     # imports inductor's config (about 1 s in torch 2.13): a one-off of the process, paid here so
     # it lands in no workload's build time and gc.freeze covers it.
     with contextlib.suppress(Exception):  # without it, the workloads will say so if they need it
-        import torch._dynamo
+        importlib.import_module("torch._dynamo")
     for source in job["sources"]:
         load_file(source)
     return mode, ws, registry()
@@ -70,11 +69,6 @@ def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
 def _device_stage(device: Any) -> dict[str, Any]:
     """CUDA's initialisation, its context, cuBLAS's and cuDNN's handles (nothing on a CPU); the
     device's facts for env.json."""
-    # torch and the passes load after main() has armed die_with_parent (see main)
-    import torch
-
-    from detbench.worker.devenv import device_env
-    from detbench.worker.memory import warm_libraries
 
     if device.type == "cuda":
         torch.cuda.init()
@@ -88,37 +82,20 @@ def _device_stage(device: Any) -> dict[str, Any]:
     return device_env(device)
 
 
-def main(argv: list[str]) -> int:
-    # Before the 2 s of imports: a runner that dies meanwhile takes this worker with it.
-    # Say so where the runner can read it without a message (ARMED_NAME): it pauses a starting
-    # worker only once armed, or a worker stopped before this would outlive a killed runner.
-    if len(argv) > 1:
-        die_with_parent(int(argv[1]), name=ARMED_NAME)
-    # On SIGSEGV, SIGABRT, SIGFPE or SIGBUS, Python's stack goes to the log, whose tail the
-    # runner puts in the 'crashed' record: the line of the workload that crashed.
-    faulthandler.enable()
-    # Now the 2 s of imports: torch and the passes that use it (armed above).
-    import torch
-
-    from detbench.distributed.launch import run_distributed
-    from detbench.worker.measure import run_workload
-
+def serve(job: dict[str, Any], out: Channel) -> int:
+    """The worker's life, once the child main (armed to die with the runner before it imported
+    this module and torch) has read its job, the first line of stdin."""
     stdin = sys.stdin.buffer
-    job = json.loads(stdin.readline())
-    if len(argv) > 1:  # whose processes share the device during a timing: the run's or others'
-        job["run_pid"] = int(argv[1])
-    out = os.fdopen(int(argv[0]), "wb")
     mode, ws, workloads = _first_stage(job)
     device = torch.device(job["device"])
     # The device stage waits for the runner's go-ahead (see the module docstring).
     waited = time.time()
-    _send(out, {"type": "loaded", "seconds": waited - float(job["launched_at"])})
+    out.send({"type": "loaded", "seconds": waited - float(job["launched_at"])})
     if stdin.readline().strip() != b"device":  # the runner ended the run meanwhile
         return 0
     stage = time.time()
     facts = _device_stage(device)
-    _send(
-        out,
+    out.send(
         {
             "type": "ready",
             "startup_seconds": time.time() - float(job["launched_at"]),
@@ -136,12 +113,12 @@ def main(argv: list[str]) -> int:
         return 0
 
     def notify(phase: str) -> None:
-        _send(out, {"type": "phase", "phase": phase})
+        out.send({"type": "phase", "phase": phase})
         if phase == "timing":
             stdin.readline()  # the runner's "ok": nothing else of the run is using a core now
 
     for key in job["workloads"]:
-        _send(out, {"type": "start", "workload": key})
+        out.send({"type": "start", "workload": key})
         w = workloads.get(key)
         if w is None:
             raise RuntimeError(f"workload {key} is not defined in this worker's sources")
@@ -151,21 +128,13 @@ def main(argv: list[str]) -> int:
         # Which device ran it ("cuda:1", "cpu:0"); ``device`` stays the device type.
         record["device_name"] = job.get("device_name") or f"{device.type}:0"
         record.update(where())  # the node and batch job (detbench submit) it ran in
-        _send(out, {"type": "record", "record": record})
+        out.send({"type": "record", "record": record})
         # What the workload imported or cached for good (its own objects are freed by now) joins
         # the frozen generation, so each later collection scans only the next workload's objects.
         gc.freeze()
-        if device_lost:
+        if device_lost:  # the runner gives the workloads left to a fresh worker
             print(f"detbench worker: the CUDA context is unusable after {key}; exiting")
-            return EXIT_DEVICE_LOST
-    _send(out, {"type": "done"})
+            out.send({"type": "lost", "workload": key})
+            return 0
+    out.send({"type": "done"})
     return 0
-
-
-if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # Everything is sent: skip the interpreter's teardown of torch (about a second on a CPU),
-    # which would otherwise be paid once per (mode, replicate).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

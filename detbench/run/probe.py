@@ -11,7 +11,6 @@ will record its failure. Distributed workloads are not probed (their step needs 
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.workload import Context, Workload, load_file, registry
-from detbench.worker.protocol import ChildFailed, run_child
+from detbench.worker.protocol import Channel, ChildFailed, run_child
 
 #: Seconds the probe may take in all (one build and one step per workload).
 TIMEOUT = 1800.0
@@ -48,7 +47,7 @@ def probe_ops(workloads: Sequence[Workload], sources: Sequence[str], device: str
            "device": device, "profile": profile, "seed": seed}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="detbench-ops-") as tmp:
         try:
-            got = run_child("detbench.run.probe", job, Path(tmp), "ops", timeout=TIMEOUT,
+            got = run_child("detbench.run.probe:main", job, Path(tmp), "ops", timeout=TIMEOUT,
                             label="the op probe")  # fmt: skip
         except ChildFailed as exc:
             return Probed(failed={k: str(exc) for k in keys})
@@ -57,7 +56,7 @@ def probe_ops(workloads: Sequence[Workload], sources: Sequence[str], device: str
 
 def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
     """The child: build each workload and run one step under ``OpsSeen``."""
-    # torch and the passes load once child_main has armed die_with_parent, as in run.child
+    # torch and the passes: the probe's child needs them, its parent (the CLI) does not
     import torch
 
     from detbench.worker.fingerprint import step_outputs
@@ -87,7 +86,6 @@ def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
     return {"calls": calls, "failed": failed}
 
 
-if __name__ == "__main__":
-    from detbench.worker.protocol import child_main
-
-    sys.exit(child_main(_probe_job, sys.argv[1:]))
+def main(job: dict[str, Any], out: Channel) -> int:
+    """The child's side of ``probe_ops`` (kind ``detbench.run.probe:main``)."""
+    return out.result(_probe_job(job))

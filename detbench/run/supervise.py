@@ -3,9 +3,10 @@
 The protocol, over the worker's stdin (runner to worker, one line each) and a pipe of JSON lines
 (worker to runner):
 
-1. The runner spawns ``python -m detbench.run.child FD RUNNER_PID`` and writes the job (one JSON
-   line). The worker imports torch, applies its mode and loads the workload files: nothing that
-   touches a device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its
+1. The runner spawns the one child main, ``python -m detbench.worker.child --job - --fd FD
+   --parent RUNNER_PID``, and writes the job (one JSON line, of kind ``WORKER_KIND``). The
+   worker imports torch, applies its mode and loads the workload files: nothing that touches a
+   device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its
    context, cuBLAS's and cuDNN's handles), sends ``ready`` and waits for ``go``. So the next
    worker can be spawned early and pay most of its start-up while the current one measures: a
    fresh process per (mode, replicate) still, with its own hash seed and CUDA context, but its
@@ -16,8 +17,9 @@ The protocol, over the worker's stdin (runner to worker, one line each) and a pi
    worker waits for the runner's ``ok``: by then the runner has paused (SIGSTOP) any worker that
    is starting up beside it, so no other process of the run uses a core while samples are taken.
    ``phase: timed`` lets the paused one continue. Then ``record``.
-3. ``done`` at the end; an exit without it is a crash (the runner reads its log), a silence longer
-   than the limit is a timeout (the runner kills it).
+3. ``done`` at the end, or ``lost`` after a workload that left the worker's CUDA context
+   unusable (a fresh worker takes the workloads left); an exit without either is a crash (the
+   runner reads its log), a silence longer than the limit is a timeout (the runner kills it).
 
 With several devices (``--devices``) each device's workers are driven from a thread of their own
 (``side_by_side``), and a ``Crew`` knows every worker alive, so that stopping the run (Ctrl-C, or a
@@ -42,12 +44,11 @@ from typing import Any
 from detbench.core.modes import Mode, record_fields
 from detbench.store.schema import Status
 from detbench.worker.cudnnlog import log_environment
-from detbench.worker.protocol import (
-    ARMED_NAME,
-    exit_description,
-)
+from detbench.worker.protocol import ARMED_NAME, child_command, exit_description
 
 TIMEOUT: dict[str, Any] = {"type": "timeout"}
+#: The job's kind for the one child main (``detbench.worker.protocol``): a run's worker.
+WORKER_KIND = "detbench.run.child:serve"
 
 
 @dataclass
@@ -119,7 +120,7 @@ class WorkerProcess:
         read_fd, write_fd = os.pipe()
         with open(log, "ab") as log_file:
             self.proc = subprocess.Popen(
-                [python, "-m", "detbench.run.child", str(write_fd), str(os.getpid())],
+                child_command(python, "-", fd=write_fd, parent=os.getpid()),
                 stdin=subprocess.PIPE,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -135,7 +136,8 @@ class WorkerProcess:
         self.paused = False
         self.closed = False
         self.released = False
-        self.send(json.dumps(job))
+        # ``run_pid``: whose processes share the device while it times, the run's or others'.
+        self.send(json.dumps({**job, "kind": WORKER_KIND, "run_pid": os.getpid()}))
 
     @property
     def pid(self) -> int:
@@ -478,7 +480,7 @@ def take_turn(
                 record(msg["record"])
                 turn.remaining.remove(turn.in_flight)  # type: ignore[arg-type]
                 turn.in_flight = None
-            elif kind == "done":
+            elif kind in ("done", "lost"):  # lost: a fresh worker takes the workloads left
                 break
         if turn.timed_out:
             worker.kill()

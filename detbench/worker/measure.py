@@ -1,5 +1,6 @@
-"""One workload measured in a worker: build, fingerprint pass, FLOP count, timing pass, and every
-outcome turned into a record (a failure is a status and a message, never an exception).
+"""The pieces of the measurement passes (``detbench.worker.passes`` runs them in order): the
+build, the FLOP count, the timing pass, the settings read back, and how a failure reads
+(``classify``: a failure is a status and a message, never an exception).
 
 On CUDA, the last statement of a workload is a synchronisation, so an asynchronous error of its
 kernels is charged to it and not to the next workload. An error that leaves the CUDA context
@@ -9,31 +10,22 @@ the worker sends the record and exits, and a fresh worker takes the workloads th
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import time
-import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from detbench.core.modes import DEFAULT_MODE, Mode, record_fields
+from detbench.core.modes import Mode
 from detbench.core.seeding import seed_workload
 from detbench.core.settings import MODE_FLAGS
 from detbench.core.workload import Context, Unsupported, Workload
-from detbench.store.results import utc_now
 from detbench.store.schema import Status
-from detbench.worker import cudnnlog, invariance
-from detbench.worker import fingerprint as fp
+from detbench.worker import invariance
 from detbench.worker.applied import WorkerSettings, changed, columns, differ, read_all
-from detbench.worker.devenv import fp32_precision
 from detbench.worker.flops import count_flops
-from detbench.worker.hostload import Probe
-from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
-from detbench.worker.ops import OpsSeen, attn_implementation
+from detbench.worker.memory import PeakWatch
 from detbench.worker.timing import Clock, Timing, time_step
 
 UNSUPPORTED_MARKERS = (
@@ -116,60 +108,6 @@ def is_device_error(exc: BaseException) -> bool:
 
 def reference_path(directory: Path, key: str, mode: str) -> Path:
     return directory / (key.replace("/", "__") + "@" + mode + ".npz")
-
-
-def _fingerprint_pass(
-    w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, step: Any, rec: dict[str, Any]
-) -> None:
-    """Run the fingerprint steps and fill the record's fingerprint fields (all at the end, so a
-    pass that fails leaves none)."""
-    method = rec["fingerprint_method"]
-    both = job.get("fingerprint") == "both"
-    digests: list[str] = []
-    sha_digests: list[str] = []
-    losses: list[float] = []
-    outputs: Any = None
-    # The first step under OpsSeen: which ops the settings act on it calls (not when compiled:
-    # that step is the compilation, which a function mode would change).
-    watch = None if mode.overrides.get("execution") == "compile" else OpsSeen()
-    for i in range(w.steps(ctx, int(job["fingerprint_steps"]))):
-        t0 = time.perf_counter()
-        with watch if (watch is not None and i == 0) else contextlib.nullcontext():
-            outputs = fp.step_outputs(step())
-        if i == 0:  # with execution=compile, the compilation happens here
-            sync(ctx.device)
-            rec["first_step_seconds"] = time.perf_counter() - t0
-            rec["ops_called"] = None if watch is None else watch.called
-            rec["attn_implementation"] = attn_implementation(
-                ctx.notes.get("attn_implementation"), rec["ops_called"]
-            )
-        digests.append(fp.step_digest(outputs, method))
-        if both:
-            sha_digests.append(fp.step_digest(outputs, "sha256"))
-        if w.loss_output is not None:
-            losses.append(float(outputs[w.loss_output].item()))
-    rec["step_fingerprints"] = digests
-    if w.loss_output is not None:
-        rec["losses"] = losses
-    rec["fingerprint"] = fp.combine(digests)
-    if both:
-        rec["step_fingerprints_sha256"] = sha_digests
-        rec["fingerprint_sha256"] = fp.combine(sha_digests)
-    ref = reference_path(Path(job["reference_dir"]), w.key, mode.name)
-    replicate = int(job["replicate"])
-    diff = fp.diff_against_reference(ref, rec["fingerprint"], outputs, replicate)
-    if diff is None:  # the first replicate to get here: the others compare with it
-        fp.save_reference(ref, rec["fingerprint"], outputs, replicate)
-        rec["diff_reference"] = "self"
-    else:
-        rec["max_abs_diff"] = diff.pop("max_abs_diff")
-        rec["diff_reference"] = diff
-    # How far from the default mode's outputs (its first replicate's, where saved already): what
-    # turning a setting on changes in the results, not only whether it changes the bits.
-    base = reference_path(Path(job["reference_dir"]), w.key, DEFAULT_MODE.name)
-    if mode.name != DEFAULT_MODE.name and base.is_file():
-        vs = fp.diff_against_reference(base, rec["fingerprint"], outputs)
-        rec["max_abs_diff_vs_default"] = None if vs is None else vs["max_abs_diff"]
 
 
 def count_pass(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: bool) -> None:
@@ -286,7 +224,7 @@ def _invariance(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> N
         rec["batch_note"] = f"{status}: {message}"
 
 
-# --- the passes: a worker (run_workload) and a torchrun rank (distributed/rank) share them ---
+# --- the passes' steps (``detbench.worker.passes`` runs them, for a worker and a rank alike) ---
 
 
 def build_pass(
@@ -328,172 +266,3 @@ def finish_pass(rec: dict[str, Any], ws: WorkerSettings, watch: PeakWatch) -> No
     read_back(rec, ws, "after_steps")
     if rec["settings_changed"]:
         ws.restore()
-
-
-def run_workload(
-    w: Workload,
-    job: dict[str, Any],
-    mode: Mode,
-    notify: Callable[[str], None] | None = None,
-    ws: WorkerSettings | None = None,
-    launch: Callable[..., None] | None = None,
-) -> tuple[dict[str, Any], bool]:
-    """Both passes for one workload: (record, device_lost). Every outcome is a record, never an
-    exception. ``notify("timing")`` is called right before the timing pass and
-    ``notify("timed")`` right after it, also when it fails. ``device_lost``: the workload failed
-    with a CUDA error after which this process's CUDA context cannot be trusted.
-
-    ``ws``: the settings the worker applied for ``mode`` (read back after the build and after
-    the last step, and restored when the workload changed any); None reads them as they are.
-    ``launch``: how a distributed workload's ranks are launched (``distributed.launch.
-    run_distributed``, passed in by the worker's main: the launch is a layer above this one)."""
-    if ws is None:
-        ws = WorkerSettings(mode, {}, read_all())
-    device = torch.device(job["device"])
-    seed = int(job["seed"])
-    ctx = Context(device=device, profile=job["profile"], seed=seed, batch_size=w.batch_size)
-    method = job.get("fingerprint") or "device"
-    rec: dict[str, Any] = {
-        "suite": w.suite,
-        "workload": w.name,
-        "params": w.params_for(ctx.profile),
-        **record_fields(mode),
-        # Every setting as the worker read it back after applying the mode (a workload that
-        # changes one is caught by _read_back).
-        **columns(ws.applied, mode),
-        "settings_changed": [],
-        "compile_seconds": None,
-        # The batch-invariance verdict: None for a workload that declares no batch sizes;
-        # ``batch_size`` is the size the fingerprint and timing passes used.
-        "batch_size": w.batch_size,
-        "batch_invariant": None,
-        "batch_first_variant_size": None,
-        "batch_max_abs_diff": None,
-        "replicate": job["replicate"],
-        "seed": seed,
-        "device": device.type,
-        "profile": ctx.profile,
-        "num_threads": torch.get_num_threads(),
-        "status": Status.OK,
-        "message": None,
-        # "both" fingerprints with the device digest and also with sha256, as a cross-check.
-        "fingerprint_method": "device" if method == "both" else method,
-        "fingerprint": None,
-        "step_fingerprints": None,
-        "max_abs_diff": None,
-        "seconds_per_step": None,
-        "items_per_second": None,
-        "timing": None,
-        "peak_memory_bytes": None,
-        "memory": None,
-        "precision": None,
-        "phases": {},
-        "host_load": None,
-        "utc": None,
-    }
-    engines = cudnnlog.Watch(job, rec, w.distributed)  # --cudnn-log: the log's size now
-    if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
-        if launch is None:
-            raise RuntimeError(f"{w.key}: a distributed workload needs a launcher (launch=...)")
-        launch(w, ctx, job, mode, ws, rec, notify)
-        rec["utc"] = utc_now()
-        return rec, False
-    phases: dict[str, float] = rec["phases"]
-    device_lost = False
-    oom_figures: dict[str, Any] | None = None
-    watch = PeakWatch(device)
-    phase = "build"
-    t0 = time.perf_counter()
-    step: Any = None
-    try:
-        watch.start()
-        rec["items_per_step"] = w.items(ctx)
-        rec["bytes_per_step"] = w.bytes(ctx)
-        rec["seeding"] = w.seeding
-        step = build_pass(w, ctx, ws, mode, rec)
-        phases["build"] = time.perf_counter() - t0
-
-        phase = "fingerprint"
-        t0 = time.perf_counter()
-        before = _compile_stats()
-        _fingerprint_pass(w, ctx, job, mode, step, rec)
-        phases["fingerprint"] = time.perf_counter() - t0
-        engines.record(rec)  # the cuDNN engines the build and fingerprint pass ran
-        if mode.overrides.get("execution") == "compile":
-            rec["compile_seconds"] = rec.get("first_step_seconds")
-            after = _compile_stats()
-            if before is not None and after is not None:  # this workload's own compilation
-                rec["compile_stats"] = {k: after[k] - before[k] for k in after}
-
-        phase = "count"
-        t0 = time.perf_counter()
-        count_pass(w, ctx, step, rec, bool(job.get("count_flops", True)))
-        phases["count"] = time.perf_counter() - t0
-
-        phase = "timing"
-        if notify is not None:
-            notify("timing")  # may wait while the runner pauses its other processes
-        t0 = time.perf_counter()
-        load = Probe(device.type, job.get("run_pid"))
-        load.start()
-        try:
-            timing = timing_pass(step, job, device)
-        finally:
-            rec["host_load"] = load.stop()  # how busy the host was while this was timed
-            if notify is not None:
-                notify("timed")
-        phases["timing"] = time.perf_counter() - t0
-        rec["timing"] = timing.to_json()
-        rec["seconds_per_step"] = timing.median
-        rec["items_per_second"] = rec["items_per_step"] / timing.median
-        for unit in ("flops", "bytes"):
-            per_step = rec[f"{unit}_per_step"]
-            rec[f"{unit}_per_second"] = per_step / timing.median if per_step else None
-        if w.batch_sizes is not None:
-            phase = "invariance"
-            t0 = time.perf_counter()
-            step = None  # the timed build goes before one is built at every size
-            _invariance(w, ctx, mode, rec)
-            phases["invariance"] = time.perf_counter() - t0
-        # Last: an asynchronous error of this workload's kernels surfaces here, charged to it.
-        sync(device)
-    except Exception as exc:  # a failing workload is data, never the end of the run
-        phases[phase] = time.perf_counter() - t0  # t0: when the failing phase began
-        status, message = classify(exc)
-        device_lost = is_device_error(exc)
-        if device.type == "cuda" and not device_lost:
-            try:  # an error that broke the context shows here, if it did not say so itself
-                torch.cuda.synchronize(device)
-            except Exception as sync_exc:
-                device_lost = True
-                message += f" [then the device failed: {type(sync_exc).__name__}: {sync_exc}]"
-        if status == Status.OOM:
-            oom_figures = memory_figures(device)
-            message += f" [{describe_memory(oom_figures)}]"
-        rec.update(status=status, message=f"{phase}: {message}")
-        rec["traceback"] = traceback.format_exc(limit=-8)
-        if phase not in AFTER_FINGERPRINT:  # a pass that failed has no fingerprint
-            rec["fingerprint"] = rec["step_fingerprints"] = None
-        rec["timing"] = rec["seconds_per_step"] = rec["items_per_second"] = None
-        rec["flops_per_second"] = rec["bytes_per_second"] = None
-        rec["device_lost"] = device_lost
-    finally:
-        finish_pass(rec, ws, watch)
-        # Free this workload's tensors (reference cycles included) before the next is built.
-        t0 = time.perf_counter()
-        step = None
-        if mode.overrides.get("execution") == "compile":
-            with contextlib.suppress(Exception):
-                torch._dynamo.reset()  # this workload's compiled graphs go with it
-        gc.collect()
-        if device.type == "cuda" and not device_lost:
-            try:
-                torch.cuda.empty_cache()
-            except Exception:  # the context failed after all: the next workload will say so
-                device_lost = True
-        phases["cleanup"] = time.perf_counter() - t0
-    if oom_figures is not None:  # an oom's figures join the record's peaks under ``memory``
-        rec["memory"] = {**(rec["memory"] or {}), **oom_figures}
-    rec["precision"] = fp32_precision(device)  # torch's flags as the workload left them
-    rec["utc"] = utc_now()
-    return rec, device_lost

@@ -1,18 +1,62 @@
-"""What every detbench child process shares with its parent, whoever starts it: the runner's
-workers, torchrun's ranks, locate's recording processes and audit's probe.
+"""The one protocol every detbench child process speaks with its parent, described here once.
 
-- how a child dies with its parent (``die_with_parent`` in the child; ``dies_with_us`` as a
-  ``Popen(preexec_fn=...)`` in the parent), so no orphan measures beside a run that resumes it;
-- how it writes a message (``jsonable``: strict JSON, NaN as None) and a file the parent reads
-  (``write_json_atomic`` from the store: the parent sees the old file or the new one);
-- how its exit reads in a record (``exit_description``);
-- its environment when it is not a runner's worker (``child_environment``): this checkout on
-  ``PYTHONPATH`` and compile caches of its own (``fresh_compile_caches``).
+**One main, one job in, JSON lines out.** Every child is ``python -m detbench.worker.child``
+(``child_command``): a run's workers (spawned by ``run.supervise``), torchrun's ranks (started by
+``distributed.launch``), locate's recording processes (``locate.stages``), the op probe
+(``run.probe``) and audit's probe (``locate.audit``). It reads one job, a JSON object, from the
+first line of stdin (``--job -``) or a file (``--job PATH``); the job's ``kind`` names the
+function that does it (``package.module:function``, imported only in the child, so this layer
+names no module above it; the job's writer names its own), which takes the job and a
+``Channel``. Every message back is one strict JSON object on a line (``jsonable``: NaN as None),
+with a ``type``, flushed at once, to a file descriptor (``--fd``: a pipe) or appended to a file
+(``--out``):
+
+- ``detbench.run.child:serve``, a run's worker: its job on stdin; ``loaded``, ``ready``, then
+  per workload ``start``, ``phase`` and ``record``; ``done``, or ``lost`` when a workload left
+  its CUDA context unusable (the runner gives the workloads left to a fresh worker).
+- ``detbench.distributed.rank:main``, a torchrun rank: ``DIR/job.json``; ``ready`` (its pid), a
+  ``record`` per workload (with its ``index`` in the launch); ``done``.
+- ``detbench.locate.worker:main``, ``detbench.run.probe:main``, ``detbench.locate.audit:main``,
+  one-shot children (``run_child``): a job file; one ``result``.
+
+The parent of a one-shot child (``run_child``) waits for it and takes its ``result``; a child that
+ends without one is ``ChildFailed``. A line cut short by a crash is the file's last, and
+``read_messages`` leaves it out.
+
+**What is not a message**, each for a reason:
+
+- *The runner's lines on stdin*: after the job, a worker reads ``device`` (begin CUDA's
+  initialisation), ``go`` (begin measuring) and ``ok`` (the other processes are paused; time
+  now); ``run.supervise`` describes the exchange. The other kinds read nothing after the job.
+- *Dying with the parent*: the child asks Linux for SIGKILL when its parent dies
+  (``die_with_parent``; ``dies_with_us`` for a parent's ``Popen``), before its imports, then names
+  itself ``ARMED_NAME`` (/proc/PID/comm): the runner pauses a starting worker only once it reads
+  that name, since a worker stopped before it asked would outlive a killed runner. The name is
+  read from /proc at the moment of the pause, without waiting on the worker's pipe.
+- *SIGSTOP and SIGCONT*: the runner pauses a worker that is starting up while another takes
+  timing samples; a stopped process cannot answer a message.
+- *The exit status*: 0 after the last message (``done``, ``lost`` or a ``result``). A rank exits
+  3 after a recorded failure, so that torchrun, which reads no message, stops the other ranks at
+  once. A child that ends without its last message crashed, and its status says how
+  (``exit_description``).
+- *The log*: a child's stdout and stderr (the workloads' prints, faulthandler's stack on a fatal
+  signal) go to a log file its parent chose; of a child that died without its message, the
+  parent quotes the log's tail in the record (``crashed``).
+
+One child is not started by this main: ``store.results.collect_env_later`` runs
+``torch.utils.collect_env`` as a ``python -c`` script that prints one JSON object (the store sits
+below this layer, and that child runs no detbench code).
+
+Also here: how a child that is not a runner's worker gets its environment
+(``child_environment``: this checkout on ``PYTHONPATH`` and compile caches of its own,
+``fresh_compile_caches``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import json
 import math
 import os
 import shutil
@@ -20,17 +64,12 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
-
-from detbench.store.results import write_text_atomic
+from typing import Any, BinaryIO
 
 #: The directory holding the ``detbench`` package (a checkout's root, or site-packages).
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 #: Seconds a workload's worker may take before it is killed, unless the run says otherwise.
 DEFAULT_TIMEOUT = 900.0
-#: The exit status of a worker whose CUDA context is no longer usable after a workload's error:
-#: the runner gives the workloads it has not run to a fresh worker.
-EXIT_DEVICE_LOST = 75
 #: The name (/proc/PID/comm) a worker takes once it dies with its runner.
 ARMED_NAME = b"detbench-worker"
 
@@ -140,22 +179,94 @@ def child_environment() -> Iterator[dict[str, str]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-# --- one-shot children: a job file in, a result file out --------------------------------------
-#
-# locate's recording processes and audit's probe (and, in the same shape, torchrun's ranks:
-# ``distributed/rank.py`` reads ``job.json`` and writes its result atomically) are started with
-# the path of a JSON job; the job names the result file (``"out"``), which the child writes in one
-# rename, so the parent reads a whole result or none. A runner's worker is the one child that
-# talks while it runs (several records, a go-ahead before each timing pass): it streams the same
-# strict JSON (``jsonable``) as lines over a pipe instead (``run/child.py``).
+# --- the one protocol: a job in, JSON lines out ---------------------------------------------
 
 
 class ChildFailed(Exception):
     """A one-shot child ended without its result: why, in one line (with its stderr's tail)."""
 
 
+class Channel:
+    """Where a child's messages go (``--out PATH``, appended; ``--fd N``): one strict JSON object
+    per line (``jsonable``), flushed at once, so the parent reads every message whole; a line cut
+    short by a crash is the last one, and ``read_messages`` leaves it out."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+
+    @classmethod
+    def open(cls, path: str | None, fd: int | None) -> Channel:
+        """``path`` may hold ``{rank}``: torchrun's ``RANK`` of this process (one command line
+        starts every rank, each with a file of its own)."""
+        if fd is not None:
+            return cls(os.fdopen(fd, "wb"))
+        assert path is not None
+        return cls(open(path.replace("{rank}", os.environ.get("RANK", "0")), "ab"))
+
+    def send(self, msg: dict[str, Any], sort_keys: bool = True) -> None:
+        line = json.dumps(jsonable(msg), sort_keys=sort_keys, allow_nan=False) + "\n"
+        self.stream.write(line.encode())
+        self.stream.flush()  # a buffered writer's flush writes the whole message, however large
+
+    def result(self, result: dict[str, Any]) -> int:
+        """A one-shot child's answer, its one ``result`` message, its keys in the order the child
+        made them (a probe's workloads in the run's order); the exit status 0."""
+        self.send({"type": "result", "result": result}, sort_keys=False)
+        return 0
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.stream.close()
+
+
+def read_messages(path: Path) -> list[dict[str, Any]]:
+    """The messages a child appended to ``path`` (none if it wrote none), but a last line cut
+    short (the child died while writing it)."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+def read_job(where: str) -> dict[str, Any]:
+    """The job: the first line of stdin (``-``: the rest of stdin stays for the parent's later
+    lines), or a JSON file."""
+    text = sys.stdin.buffer.readline() if where == "-" else Path(where).read_bytes()
+    job: dict[str, Any] = json.loads(text)
+    return job
+
+
+def resolve(kind: str) -> Callable[[dict[str, Any], Channel], int]:
+    """The function a job's ``kind`` names (``package.module:function``): imported only now, in
+    the child, so this layer names no module above it; the job's writer names its own."""
+    module, _, name = kind.partition(":")
+    if not module or not name:
+        raise ValueError(f"a job's kind is 'package.module:function', not {kind!r}")
+    found = importlib.import_module(module)
+    work: Callable[[dict[str, Any], Channel], int] = getattr(found, name)
+    return work
+
+
+def child_command(
+    python: str,
+    job: str = "-",
+    out: str | None = None,
+    fd: int | None = None,
+    parent: int | None = None,
+) -> list[str]:
+    """The command line of the one child main (``detbench.worker.child``)."""
+    cmd = [python, "-m", "detbench.worker.child", "--job", job]
+    cmd += ["--fd", str(fd)] if fd is not None else ["--out", str(out)]
+    return cmd + ([] if parent is None else ["--parent", str(parent)])
+
+
 def run_child(
-    module: str,
+    kind: str,
     job: dict[str, Any],
     workdir: Path,
     name: str,
@@ -163,44 +274,32 @@ def run_child(
     environment: Callable[[dict[str, str]], dict[str, str]] | None = None,
     label: str | None = None,
 ) -> dict[str, Any]:
-    """Start ``python -m MODULE JOB.json`` in ``child_environment()``, with ``job`` written to
-    ``workdir/NAME.job.json`` and its result expected in ``workdir/NAME.json``; the result, or
-    ``ChildFailed``. The child dies with this process (``child_main`` asks for it).
-    ``environment``: what to make of the child environment before the child starts (a mode's
-    ``Mode.environment``: its ``CUBLAS_WORKSPACE_CONFIG``, as a run's worker gets it); None
-    keeps it as it is. ``label``: what the child is called in ``ChildFailed``'s message
-    (default: its module)."""
-    import json
+    """Run a one-shot child: the job of ``kind`` (see ``resolve``) written to
+    ``workdir/NAME.job.json``, its messages in ``workdir/NAME.jsonl``, in
+    ``child_environment()``; its ``result`` message, or ``ChildFailed``. The child dies with this
+    process. ``environment``: what to make of the child environment before the child starts (a
+    mode's ``Mode.environment``: its ``CUBLAS_WORKSPACE_CONFIG``, as a run's worker gets it);
+    None keeps it as it is. ``label``: what the child is called in ``ChildFailed``'s message
+    (default: its kind)."""
     import subprocess
 
-    label = label or f"the {module} process"
-    out = workdir / f"{name}.json"
+    label = label or f"the {kind} process"
+    out = workdir / f"{name}.jsonl"
     path = workdir / f"{name}.job.json"
-    path.write_text(json.dumps(jsonable({**job, "out": str(out)}), sort_keys=True))
+    path.write_text(json.dumps(jsonable({**job, "kind": kind, "out": str(out)}), sort_keys=True))
     with child_environment() as env:
         if environment is not None:
             env = environment(env)
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", module, str(path), str(os.getpid())],
+                child_command(sys.executable, str(path), str(out), parent=os.getpid()),
                 capture_output=True, text=True, env=env, timeout=timeout,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             raise ChildFailed(f"{label} took over {timeout:.0f} s") from None
-    if proc.returncode != 0 or not out.exists():
+    results = [m["result"] for m in read_messages(out) if m.get("type") == "result"]
+    if proc.returncode != 0 or not results:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
         raise ChildFailed(f"{label} failed ({proc.returncode}): {tail}")
-    result: dict[str, Any] = json.loads(out.read_text())
+    result: dict[str, Any] = results[-1]
     return result
-
-
-def child_main(work: Callable[[dict[str, Any]], dict[str, Any]], argv: list[str]) -> int:
-    """The child side of ``run_child``: die with the parent, read the job (``argv``: JOB.json and
-    the parent's pid), do ``work(job)`` and write its result atomically where the job says."""
-    import json
-
-    die_with_parent(int(argv[1]) if len(argv) > 1 else None)
-    job = json.loads(Path(argv[0]).read_text())
-    result = work(job)
-    write_text_atomic(Path(job["out"]), json.dumps(jsonable(result), allow_nan=False))
-    return 0

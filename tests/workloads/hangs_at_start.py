@@ -12,7 +12,7 @@ import torch
 import detbench
 
 _main = sys.modules["__main__"]
-if getattr(getattr(_main, "__spec__", None), "name", None) == "detbench.run.child":
+if getattr(getattr(_main, "__spec__", None), "name", None) == "detbench.worker.child":
     time.sleep(600)
 
 

@@ -1,0 +1,46 @@
+"""The one main of every detbench child process: ``python -m detbench.worker.child``.
+
+It reads one job (a JSON object), does what the job's ``kind`` names and sends JSON lines back;
+the protocol, with every child that speaks it, is described once, in ``detbench.worker.protocol``.
+Arguments: ``--job PATH`` (default ``-``: the first line of stdin), ``--out PATH`` (the messages
+are appended to this file) or ``--fd N`` (to this file descriptor), ``--parent PID`` (the process
+it dies with; default: its parent now).
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import sys
+
+from detbench.worker.protocol import ARMED_NAME, Channel, die_with_parent, read_job, resolve
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m detbench.worker.child")
+    parser.add_argument("--job", default="-")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out")
+    where.add_argument("--fd", type=int)
+    parser.add_argument("--parent", type=int)
+    args = parser.parse_args(argv)
+    # Before the imports (seconds, with torch): a parent that dies meanwhile takes this child
+    # with it. The name says so where the runner reads it without a message (see the protocol).
+    die_with_parent(args.parent, name=ARMED_NAME)
+    # On SIGSEGV, SIGABRT, SIGFPE or SIGBUS, Python's stack goes to stderr (the child's log).
+    faulthandler.enable()
+    job = read_job(args.job)
+    out = Channel.open(args.out, args.fd)
+    try:
+        return resolve(job["kind"])(job, out)
+    finally:
+        out.close()
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    # Everything is sent: skip the interpreter's teardown of torch (about a second on a CPU).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

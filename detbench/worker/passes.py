@@ -1,0 +1,385 @@
+"""The one measurement pass pipeline: build, fingerprint pass, FLOP count, timing pass (with its
+warm-up), the batch-invariance pass, then, whatever happened, the peak memory, the settings read
+back and the clean-up. Every outcome is a record, never an exception (``measure.classify``).
+
+Three kinds of process run these passes, and what differs between them is a hook (``Hooks``),
+never a copy of a pass:
+
+- a run's worker (``run_workload``): the runner's go-ahead around the timing pass (``notify``),
+  the host's load while it times, the batch-invariance pass, the cuDNN log (``after_fingerprint``);
+- a torchrun rank (``detbench.distributed.rank``): a line in its log per phase (``say``), the
+  digest of its DDP parameters after each step (``after_step``), a reference of its own
+  (``reference``), the clock shared by the ranks (``clock``), NCCL's refusals (``classify``), the
+  time of its failure (``on_failure``);
+- locate's recording process (``detbench.locate.worker``), the fingerprint pass alone: each step
+  under the op recorder (``around_step``), no ops watched (``watch_ops``), no reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from detbench.core.modes import DEFAULT_MODE, Mode, record_fields
+from detbench.core.workload import Context, Workload
+from detbench.store.results import utc_now
+from detbench.store.schema import Status
+from detbench.worker import cudnnlog
+from detbench.worker import fingerprint as fp
+from detbench.worker.applied import WorkerSettings, columns, read_all
+from detbench.worker.devenv import fp32_precision
+from detbench.worker.hostload import Probe
+from detbench.worker.measure import (
+    AFTER_FINGERPRINT,
+    _compile_stats,
+    _invariance,
+    build_pass,
+    classify,
+    count_pass,
+    finish_pass,
+    is_device_error,
+    reference_path,
+    sync,
+    timing_pass,
+)
+from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
+from detbench.worker.ops import OpsSeen, attn_implementation
+from detbench.worker.timing import Clock
+
+
+def _no_context(i: int) -> AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+@dataclass
+class Hooks:
+    """Where a caller changes the passes (see the module docstring); the defaults are a worker's."""
+
+    #: Called with "timing" right before the timing pass and "timed" right after it.
+    notify: Callable[[str], None] | None = None
+    #: A progress line at each phase and fingerprint step.
+    say: Callable[[str], None] | None = None
+    #: The context fingerprint step ``i`` runs in (its outputs are digested outside it).
+    around_step: Callable[[int], AbstractContextManager[Any]] = _no_context
+    #: Called with each fingerprint step's index and outputs.
+    after_step: Callable[[int, list[Any]], None] | None = None
+    #: Called with the record after the fingerprint pass.
+    after_fingerprint: Callable[[dict[str, Any]], None] | None = None
+    #: Added to the mode's name in the reference's file name.
+    reference: str = ""
+    #: The number of fingerprint steps (None: the workload's own, else the job's).
+    steps: int | None = None
+    #: Whether the first fingerprint step runs under ``OpsSeen``.
+    watch_ops: bool = True
+    #: The timing pass's clock (None: the device's own).
+    clock: Clock | None = None
+    #: Whether the timing pass records the host's load.
+    host_load: bool = True
+    #: Whether a workload that declares batch sizes gets its batch-invariance pass.
+    invariance: bool = True
+    #: Whether a failure is followed by a synchronisation, to learn whether the CUDA context
+    #: survived it (a rank does not: a peer's failure leaves its collectives waiting).
+    check_device: bool = True
+    #: (status, message) of an exception.
+    classify: Callable[[BaseException], tuple[str, str]] = classify
+    #: Called with the record and the exception, once the failure is in the record.
+    on_failure: Callable[[dict[str, Any], BaseException], None] | None = None
+
+
+def fingerprint_pass(
+    w: Workload,
+    ctx: Context,
+    job: Mapping[str, Any],
+    mode: Mode,
+    step: Any,
+    rec: dict[str, Any],
+    hooks: Hooks | None = None,
+) -> None:
+    """Run the fingerprint steps and fill the record's fingerprint fields (all at the end, so a
+    pass that fails leaves none). Without ``job["reference_dir"]``, no reference is read or
+    saved."""
+    hooks = hooks or Hooks()
+    method = rec["fingerprint_method"]
+    both = job.get("fingerprint") == "both"
+    digests: list[str] = []
+    sha_digests: list[str] = []
+    losses: list[float] = []
+    outputs: Any = None
+    # The first step under OpsSeen: which ops the settings act on it calls (not when compiled:
+    # that step is the compilation, which a function mode would change).
+    compiled = mode.overrides.get("execution") == "compile"
+    watch = OpsSeen() if hooks.watch_ops and not compiled else None
+    steps = hooks.steps if hooks.steps is not None else w.steps(ctx, int(job["fingerprint_steps"]))
+    for i in range(steps):
+        if hooks.say is not None:
+            hooks.say(f"{w.key}: fingerprint step {i}")
+        t0 = time.perf_counter()
+        watching = watch if (watch is not None and i == 0) else contextlib.nullcontext()
+        with hooks.around_step(i), watching:
+            outputs = fp.step_outputs(step())
+        if i == 0:  # with execution=compile, the compilation happens here
+            sync(ctx.device)
+            rec["first_step_seconds"] = time.perf_counter() - t0
+            rec["ops_called"] = None if watch is None else watch.called
+            rec["attn_implementation"] = attn_implementation(
+                ctx.notes.get("attn_implementation"), rec["ops_called"]
+            )
+        if hooks.after_step is not None:
+            hooks.after_step(i, outputs)
+        digests.append(fp.step_digest(outputs, method))
+        if both:
+            sha_digests.append(fp.step_digest(outputs, "sha256"))
+        if w.loss_output is not None:
+            losses.append(float(outputs[w.loss_output].item()))
+    rec["step_fingerprints"] = digests
+    if w.loss_output is not None:
+        rec["losses"] = losses
+    rec["fingerprint"] = fp.combine(digests)
+    if both:
+        rec["step_fingerprints_sha256"] = sha_digests
+        rec["fingerprint_sha256"] = fp.combine(sha_digests)
+    if job.get("reference_dir"):
+        _against_references(w, job, mode, outputs, rec, hooks.reference)
+
+
+def _against_references(
+    w: Workload, job: Mapping[str, Any], mode: Mode, outputs: Any, rec: dict[str, Any], mine: str
+) -> None:
+    """The last step's outputs against the first replicate's (saved by the first to get here),
+    and against the default mode's; ``mine``: what a rank adds to the reference's name."""
+    ref = reference_path(Path(job["reference_dir"]), w.key, mode.name + mine)
+    replicate = int(job["replicate"])
+    diff = fp.diff_against_reference(ref, rec["fingerprint"], outputs, replicate)
+    if diff is None:  # the first replicate to get here: the others compare with it
+        fp.save_reference(ref, rec["fingerprint"], outputs, replicate)
+        rec["diff_reference"] = "self"
+    else:
+        rec["max_abs_diff"] = diff.pop("max_abs_diff")
+        rec["diff_reference"] = diff
+    # How far from the default mode's outputs (its first replicate's, where saved already): what
+    # turning a setting on changes in the results, not only whether it changes the bits.
+    base = reference_path(Path(job["reference_dir"]), w.key, DEFAULT_MODE.name + mine)
+    if mode.name != DEFAULT_MODE.name and base.is_file():
+        vs = fp.diff_against_reference(base, rec["fingerprint"], outputs)
+        rec["max_abs_diff_vs_default"] = None if vs is None else vs["max_abs_diff"]
+
+
+@dataclass
+class Passes:
+    """Every pass of one workload ``w`` into its record ``rec`` (``run``); ``ws``: the settings the
+    process applied for ``mode``."""
+
+    w: Workload
+    ctx: Context
+    job: Mapping[str, Any]
+    mode: Mode
+    ws: Any
+    rec: dict[str, Any]
+    hooks: Hooks = field(default_factory=Hooks)
+    #: The phase running now, or the one that failed.
+    phase: str = "build"
+    step: Any = None
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        """Time phase ``name`` into the record's ``phases``, also when it fails."""
+        self.phase = name
+        if self.hooks.say is not None and name != "fingerprint":
+            self.hooks.say(f"{self.w.key}: {name}")
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.rec["phases"][name] = time.perf_counter() - t0
+
+    def run(self) -> bool:
+        """Every pass, then the clean-up; whether the CUDA context is lost (``device_lost``)."""
+        device = self.ctx.device
+        watch = PeakWatch(device)
+        lost, oom_figures = False, None
+        try:
+            watch.start()
+            self._passes()
+            # Last: an asynchronous error of this workload's kernels surfaces here, charged to it.
+            sync(device)
+        except Exception as exc:  # a failing workload is data, never the end of the run
+            lost, oom_figures = self._failed(exc)
+        finally:
+            finish_pass(self.rec, self.ws, watch)
+            lost = self._cleanup(lost)
+        if oom_figures is not None:  # an oom's figures join the record's peaks under ``memory``
+            self.rec["memory"] = {**(self.rec["memory"] or {}), **oom_figures}
+        self.rec["precision"] = fp32_precision(device)  # torch's flags as the workload left them
+        return lost
+
+    def _passes(self) -> None:
+        w, ctx, job, rec, hooks = self.w, self.ctx, self.job, self.rec, self.hooks
+        with self._phase("build"):
+            rec["items_per_step"] = w.items(ctx)
+            rec["bytes_per_step"] = w.bytes(ctx)
+            rec["seeding"] = w.seeding
+            self.step = build_pass(w, ctx, self.ws, self.mode, rec)
+        before = _compile_stats()
+        with self._phase("fingerprint"):
+            fingerprint_pass(w, ctx, job, self.mode, self.step, rec, hooks)
+        if hooks.after_fingerprint is not None:
+            hooks.after_fingerprint(rec)
+        if self.mode.overrides.get("execution") == "compile":
+            rec["compile_seconds"] = rec.get("first_step_seconds")
+            after = _compile_stats()
+            if before is not None and after is not None:  # this workload's own compilation
+                rec["compile_stats"] = {k: after[k] - before[k] for k in after}
+        with self._phase("count"):
+            count_pass(w, ctx, self.step, rec, bool(job.get("count_flops", True)))
+        self._timing()
+        if hooks.invariance and w.batch_sizes is not None:
+            with self._phase("invariance"):
+                self.step = None  # the timed build goes before one is built at every size
+                _invariance(w, ctx, self.mode, rec)
+
+    def _timing(self) -> None:
+        """The timing pass, between the runner's ``timing`` and ``timed``, and its figures."""
+        rec, device, notify = self.rec, self.ctx.device, self.hooks.notify
+        self.phase = "timing"
+        if notify is not None:
+            notify("timing")  # may wait while the runner pauses its other processes
+        with self._phase("timing"):
+            load = Probe(device.type, self.job.get("run_pid")) if self.hooks.host_load else None
+            if load is not None:
+                load.start()
+            try:
+                timing = timing_pass(self.step, self.job, device, clock=self.hooks.clock)
+            finally:
+                if load is not None:
+                    rec["host_load"] = load.stop()  # how busy the host was while this was timed
+                if notify is not None:
+                    notify("timed")
+        rec["timing"] = timing.to_json()
+        rec["seconds_per_step"] = timing.median
+        rec["items_per_second"] = rec["items_per_step"] / timing.median
+        for unit in ("flops", "bytes"):
+            per_step = rec[f"{unit}_per_step"]
+            rec[f"{unit}_per_second"] = per_step / timing.median if per_step else None
+
+    def _failed(self, exc: BaseException) -> tuple[bool, dict[str, Any] | None]:
+        """``exc`` into the record: (device_lost, an out-of-memory's figures or None)."""
+        rec, device = self.rec, self.ctx.device
+        status, message = self.hooks.classify(exc)
+        lost = is_device_error(exc)
+        if device.type == "cuda" and not lost and self.hooks.check_device:
+            try:  # an error that broke the context shows here, if it did not say so itself
+                torch.cuda.synchronize(device)
+            except Exception as sync_exc:
+                lost = True
+                message += f" [then the device failed: {type(sync_exc).__name__}: {sync_exc}]"
+        oom_figures = None
+        if status == Status.OOM:
+            oom_figures = memory_figures(device)
+            message += f" [{describe_memory(oom_figures)}]"
+        rec.update(status=status, message=f"{self.phase}: {message}")
+        rec["traceback"] = traceback.format_exc(limit=-8)
+        if self.phase not in AFTER_FINGERPRINT:  # a pass that failed has no fingerprint
+            rec["fingerprint"] = rec["step_fingerprints"] = None
+        rec["timing"] = rec["seconds_per_step"] = rec["items_per_second"] = None
+        rec["flops_per_second"] = rec["bytes_per_second"] = None
+        rec["device_lost"] = lost
+        if self.hooks.on_failure is not None:
+            self.hooks.on_failure(rec, exc)
+        return lost, oom_figures
+
+    def _cleanup(self, lost: bool) -> bool:
+        """Free this workload's tensors (reference cycles included) before the next is built."""
+        t0 = time.perf_counter()
+        self.step = None
+        if self.mode.overrides.get("execution") == "compile":
+            with contextlib.suppress(Exception):
+                torch._dynamo.reset()  # this workload's compiled graphs go with it
+        gc.collect()
+        if self.ctx.device.type == "cuda" and not lost:
+            try:
+                torch.cuda.empty_cache()
+            except Exception:  # the context failed after all: the next workload will say so
+                lost = True
+        self.rec["phases"]["cleanup"] = time.perf_counter() - t0
+        return lost
+
+
+def run_workload(
+    w: Workload,
+    job: dict[str, Any],
+    mode: Mode,
+    notify: Callable[[str], None] | None = None,
+    ws: WorkerSettings | None = None,
+    launch: Callable[..., None] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Every pass of one workload in a run's worker: (record, device_lost). Every outcome is a
+    record, never an exception. ``notify("timing")`` is called right before the timing pass and
+    ``notify("timed")`` right after it, also when it fails. ``device_lost``: the workload failed
+    with a CUDA error after which this process's CUDA context cannot be trusted. ``ws``: the
+    settings the worker applied for ``mode`` (None reads them as they are). ``launch``: how a
+    distributed workload's ranks are launched (``distributed.launch.run_distributed``, a layer
+    above this one)."""
+    if ws is None:
+        ws = WorkerSettings(mode, {}, read_all())
+    device = torch.device(job["device"])
+    seed = int(job["seed"])
+    ctx = Context(device=device, profile=job["profile"], seed=seed, batch_size=w.batch_size)
+    method = job.get("fingerprint") or "device"
+    rec: dict[str, Any] = {
+        "suite": w.suite,
+        "workload": w.name,
+        "params": w.params_for(ctx.profile),
+        **record_fields(mode),
+        # Every setting as the worker read it back after applying the mode (a workload that
+        # changes one is caught by _read_back).
+        **columns(ws.applied, mode),
+        "settings_changed": [],
+        "compile_seconds": None,
+        # The batch-invariance verdict: None for a workload that declares no batch sizes;
+        # ``batch_size`` is the size the fingerprint and timing passes used.
+        "batch_size": w.batch_size,
+        "batch_invariant": None,
+        "batch_first_variant_size": None,
+        "batch_max_abs_diff": None,
+        "replicate": job["replicate"],
+        "seed": seed,
+        "device": device.type,
+        "profile": ctx.profile,
+        "num_threads": torch.get_num_threads(),
+        "status": Status.OK,
+        "message": None,
+        # "both" fingerprints with the device digest and also with sha256, as a cross-check.
+        "fingerprint_method": "device" if method == "both" else method,
+        "fingerprint": None,
+        "step_fingerprints": None,
+        "max_abs_diff": None,
+        "seconds_per_step": None,
+        "items_per_second": None,
+        "timing": None,
+        "peak_memory_bytes": None,
+        "memory": None,
+        "precision": None,
+        "phases": {},
+        "host_load": None,
+        "utc": None,
+    }
+    engines = cudnnlog.Watch(job, rec, w.distributed)  # --cudnn-log: the log's size now
+    if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
+        if launch is None:
+            raise RuntimeError(f"{w.key}: a distributed workload needs a launcher (launch=...)")
+        launch(w, ctx, job, mode, ws, rec, notify)
+        rec["utc"] = utc_now()
+        return rec, False
+    hooks = Hooks(notify=notify, after_fingerprint=engines.record)
+    device_lost = Passes(w, ctx, job, mode, ws, rec, hooks).run()
+    rec["utc"] = utc_now()
+    return rec, device_lost
