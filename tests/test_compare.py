@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from detbench.analysis import quality
 from detbench.report.compare import compare, to_markdown, to_text
 
 from .conftest import detbench_cli
@@ -170,9 +169,7 @@ def test_a_run_whose_gpu_throttled(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         reasons = state["after"][0]["throttle_reasons"]
         return [f"{uuid} ended with {', '.join(reasons)}"] if reasons else []
 
-    module = types.ModuleType("detbench.store.gpustate")
-    module.throttled = throttled  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "detbench.store.gpustate", module)
+    monkeypatch.setattr(quality, "throttled", throttled)
     recs = [record("w", "default", r, "x", [0.01] * 3) for r in range(2)]
     a = write_run(tmp_path / "a", recs, gpu_env(132, "GPU-aaaa", 1980, 700.0))
     b = write_run(tmp_path / "b", recs,
