@@ -32,6 +32,7 @@ class RunState:
     finished: bool  # env.json has finished_utc
     throttle: list[str]  # quality.throttle_lines
     load: busy.HostLoad | None
+    set_aside: int = 0  # records load_results set aside: they fail the record's check
 
     @property
     def partial(self) -> bool:
@@ -64,10 +65,20 @@ class RunState:
             parts.append("the host was quiet, but " + _gpu_shared(self.load))
         return "; ".join(parts)
 
+    def aside(self) -> str:
+        if not self.set_aside:
+            return ""
+        n = self.set_aside
+        were = "record was" if n == 1 else "records were"
+        return (
+            f" {n} {were} set aside because {'it is' if n == 1 else 'they are'} not valid "
+            "(loading the run names each one), and nothing here counts them."
+        )
+
     def line(self) -> str:
-        """One line: completeness, then the conditions."""
+        """One line: completeness, then the conditions, then the records set aside."""
         cond = self.conditions()
-        return self.completeness() + (f". Conditions: {cond}." if cond else ".")
+        return self.completeness() + (f". Conditions: {cond}." if cond else ".") + self.aside()
 
 
 def _gpu_shared(load: busy.HostLoad) -> str:
@@ -134,4 +145,5 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         finished=bool(env.get("finished_utc")),
         throttle=quality.throttle_lines(env),
         load=busy.host_load(df),
+        set_aside=len(df.attrs.get("set_aside") or ()),
     )

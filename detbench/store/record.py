@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from detbench.core.modes import Mode, record_fields
-from detbench.core.settings import NAMES as SETTING_NAMES
 from detbench.store.schema import ALWAYS, SCHEMA_VERSION, Status, check
 
 
@@ -65,25 +64,31 @@ def measured(
     return check(rec)
 
 
+#: What a runner knows of a workload its worker took down with it, beside its replicate.
+RUNNER_KNOWS = ("mode_position", "seed", "device", "device_name", "profile", "node", "job", "utc")
+
+
 def lost(
     key: str,
     mode: Mode,
     status: str,
     message: str,
     exit_code: int | None,
+    *,
+    replicate: int,
     **known: Any,
 ) -> dict[str, Any]:
     """The record of workload ``key`` ("suite/name") that a worker took down with it: ``status``
-    ``crashed`` or ``timeout``, and ``exit_code`` (None where it was killed). ``known``: what the
-    runner knows of it (replicate, mode_position, seed, device, device_name, profile, utc);
-    the rest is None, the settings but those the mode sets among them: the worker never said."""
+    ``crashed`` or ``timeout``, and ``exit_code`` (None where it was killed). ``known``: what else
+    the runner knows of it (``RUNNER_KNOWS``); the rest is None, and so are the settings but
+    those the mode sets: the worker never said."""
     suite, name = key.split("/", 1)
-    unknown = [k for k in known if k not in ALWAYS or k in SETTING_NAMES]
+    unknown = sorted(set(known) - set(RUNNER_KNOWS))
     if unknown:
         raise TypeError(f"lost(): not what a runner knows of a lost workload: {unknown}")
     rec = _blank()
     rec.update(schema_version=SCHEMA_VERSION, suite=suite, workload=name, **record_fields(mode))
-    rec.update(known)
+    rec.update(known, replicate=replicate)
     rec.update(status=status, message=message, exit_code=exit_code)
     return check(rec)
 
