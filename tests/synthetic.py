@@ -36,7 +36,12 @@ def record(
     levels = {
         s.name: m.overrides.get(s.name, s.torch_default) for s in SETTINGS if s.scope == "process"
     }
-    made = {"device": "cuda", "seed": 0, "profile": "full", "fingerprint_method": "device"}
+    made: dict[str, Any] = {
+        "device": "cuda",
+        "seed": 0,
+        "profile": "full",
+        "fingerprint_method": "device",
+    }
     made.update({k: extra.pop(k) for k in list(made) if k in extra})
     rec = measured(
         suite=suite,

@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,12 @@ def test_the_constructors_make_valid_records_of_every_field() -> None:
     assert (made["status"], made["base_mode"], made["warn_only"]) == ("ok", "det-algos", True)
     assert made["deterministic_algorithms"] and made["schema_version"] == SCHEMA_VERSION
 
-    known = {"replicate": 1, "device": "cpu", "device_name": "cpu:0", "utc": "2026-11-26T00:00Z"}
+    known: dict[str, Any] = {
+        "replicate": 1,
+        "device": "cpu",
+        "device_name": "cpu:0",
+        "utc": "2026-11-26T00:00Z",
+    }
     lost = record.lost("s/w", mode, "crashed", "worker killed by SIGSEGV", -11, **known)
     assert set(ALWAYS) <= set(lost) and problem(lost) is None
     assert (lost["suite"], lost["workload"], lost["exit_code"]) == ("s", "w", -11)
