@@ -11,7 +11,7 @@ from detbench.core.modes import get_mode
 from detbench.core.settings import SETTINGS
 from detbench.store.record import measured
 from detbench.store.results import ResultWriter, write_json_atomic
-from detbench.store.schema import check
+from detbench.store.schema import SCHEMA_2_FIELDS, SCHEMA_3_FIELDS, SCHEMA_4_FIELDS, check
 from detbench.worker.applied import columns
 
 
@@ -79,6 +79,13 @@ def record(
         }
     )
     return check(rec)
+
+
+def as_version_1(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` as detbench 0.1 wrote it (schema 1): without the fields later versions added."""
+    later = {*SCHEMA_2_FIELDS, *SCHEMA_3_FIELDS, *SCHEMA_4_FIELDS, "base_mode", "batch_size"}
+    later.discard("cublas_workspace_config")  # schema 1 recorded the variable already
+    return {**{k: v for k, v in rec.items() if k not in later}, "schema_version": 1}
 
 
 def env(gpu: str | None = "GPU model A", torch: str = "2.11.0", driver: str = "570.1",
