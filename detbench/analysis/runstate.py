@@ -69,10 +69,12 @@ class RunState:
         if not self.set_aside:
             return ""
         n = self.set_aside
-        were = "record was" if n == 1 else "records were"
+        were, it, is_ = (
+            ("record was", "it", "it is") if n == 1 else ("records were", "them", "they are")
+        )
         return (
-            f" {n} {were} set aside because {'it is' if n == 1 else 'they are'} not valid "
-            "(loading the run names each one), and nothing here counts them."
+            f" {n} {were} set aside because {is_} not valid (loading the run names each one), "
+            f"and nothing here counts {it}."
         )
 
     def line(self) -> str:

@@ -79,7 +79,7 @@ def lost(
     **known: Any,
 ) -> dict[str, Any]:
     """The record of workload ``key`` ("suite/name") that a worker took down with it: ``status``
-    ``crashed`` or ``timeout``, and ``exit_code`` (None where it was killed). ``known``: what else
+    ``crashed`` or ``timeout``, and ``exit_code`` (None where it is not known). ``known``: what else
     the runner knows of it (``RUNNER_KNOWS``); the rest is None, and so are the settings but
     those the mode sets: the worker never said."""
     suite, name = key.split("/", 1)
