@@ -123,7 +123,7 @@ def test_a_version_2_record_fills_the_new_columns(tmp_path: Path) -> None:
         "peak_memory_bytes": 3 << 20,
         "memory": {"peak_allocated_bytes": 3 << 20, "peak_reserved_bytes": 4 << 20},
         "precision": {"matmul_fp32": "ieee", "conv_fp32": "tf32"},
-        "timing": {**RECORD["timing"], "ci_rel": 0.004, "reached_target": True},  # type: ignore[dict-item]
+        "timing": {**RECORD["timing"], "ci_rel": 0.004, "reached_target": True},
     }
     with ResultWriter(tmp_path) as w:
         w.append(rec)

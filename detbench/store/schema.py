@@ -1,8 +1,9 @@
 """The one record of ``results.jsonl``: its fields and their types (``FIELDS``), its version
-and their history, the check of a record (``validate``) and the migration of older versions
-(``migrate``); also the shape of ``env.json``. The constructors that build records are in
-``detbench.store.record``; every writer goes through them, and ``ResultWriter`` and
-``load_results`` (``detbench.store.results``) validate each record they write or read.
+and their history, the check of a record (``problem``, and ``check``, which raises) and the
+migration of older versions (``migrate``); also the shape of ``env.json``. The constructors that
+build records are in ``detbench.store.record``; every writer goes through them, ``ResultWriter``
+checks each record it writes and ``load_results`` each record it reads, setting aside, by name, a
+record that fails (``detbench.store.results``).
 
 Why a ``TypedDict`` and not a dataclass: a record is one JSON object, the same dict on disk, on
 the worker's pipe and in a DataFrame row. Its fields are an open set: a column per setting of
@@ -123,6 +124,12 @@ class Record(TypedDict, total=False):
     host_load: dict[str, Any] | None
     worker_pid: int
     utc: str | None
+    node: str | None
+    job: str | None
+    exit_code: int | None
+    max_abs_diff_vs_default: float | None
+    attn_implementation: str | None
+    ops_called: list[str] | None
     #: ``run --cudnn-log`` only: True (the timings ran with cuDNN's API log on, so they are not
     #: costs), and the engine each convolution settled on (``worker/cudnnlog.py``): a list of
     #: {op, shapes, engine, candidates, executions}, or {"unsupported": reason}.
