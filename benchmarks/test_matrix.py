@@ -20,6 +20,7 @@ from typing import Any
 
 from detbench.core.modes import MODES
 from detbench.run.config import RunConfig
+from detbench.run.costprobe import probe
 from detbench.run.estimate import estimate
 from detbench.run.runner import Runner, prepare
 
@@ -31,7 +32,7 @@ def test_cpu_quick_matrix(benchmark: Any, tmp_path: Path) -> None:
     )
     planner = prepare(config, stream=io.StringIO())
     est = estimate(planner.plan, "cpu", "quick", config.setting("budget"),
-                   planner.measure_startup(), measured=True)  # fmt: skip
+                   probe(planner, []).startup, measured=True)  # fmt: skip
 
     def run_matrix() -> None:
         runners.append(prepare(config, stream=io.StringIO()))

@@ -10,8 +10,7 @@ from typing import Any
 
 import torch
 
-from detbench.core.torchstate import SDPA_BACKENDS
-from detbench.worker.measure import SettingUnsupported
+import detbench
 
 #: The largest batch size of every declared ``batch_sizes`` (the suite's ``SIZES`` and
 #: ``DECODER_SIZES``): inputs are rows of one tensor of this many.
@@ -54,12 +53,13 @@ def pinned(backend: str) -> Callable[[], Any]:
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError as exc:
-        raise SettingUnsupported(
+        raise detbench.SettingUnsupported(
             f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel ({exc})"
         ) from exc
-    member = getattr(SDPBackend, SDPA_BACKENDS[backend], None)
+    name = detbench.SDPA_BACKENDS[backend]
+    member = getattr(SDPBackend, name, None)
     if member is None:
-        raise SettingUnsupported(
-            f"torch {torch.__version__} has no SDPBackend.{SDPA_BACKENDS[backend]} (sdpa_kernel)"
+        raise detbench.SettingUnsupported(
+            f"torch {torch.__version__} has no SDPBackend.{name} (sdpa_kernel)"
         )
     return lambda: sdpa_kernel(member)

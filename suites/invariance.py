@@ -68,8 +68,6 @@ import torch.nn.functional as F
 from torch import nn
 
 import detbench
-from detbench.core.torchstate import SDPA_BACKENDS
-from detbench.core.workload import suite_helper
 
 SIZES = (1, 2, 4, 16, 64)
 #: The decoder's: K = 12 batch compositions of the same request.
@@ -81,7 +79,7 @@ Sizes = dict[str, dict[str, Any]]
 
 # The batch-first inputs (rows of one seeded tensor), per-row computation and pinned attention
 # backends: in suites/_batched.py (not a suite: its name starts with "_").
-_b = suite_helper("_batched")
+_b = detbench.suite_helper("_batched")
 _batch, _rows, _ids, _per_row, _expose = _b.batch, _b.rows, _b.ids, _b.per_row, _b.expose
 _pinned = _b.pinned
 assert _b.LARGEST == LARGEST, "suites/_batched.py's LARGEST is the largest declared batch size"
@@ -268,7 +266,7 @@ CHUNKED: Sizes = {
     "full": {"heads": 8, "head_dim": 64, "prompt": 512},
 }
 #: The sdpa_backend levels, as ``SDPBackend`` names them (the setting's own table).
-BACKENDS = SDPA_BACKENDS
+BACKENDS = detbench.SDPA_BACKENDS
 MAX_CHUNKS = 8
 
 
@@ -466,7 +464,7 @@ DECODER: Sizes = {
 
 # Block, Decoder, greedy() and the step: in suites/_decoder.py (not a suite: its name starts
 # with "_").
-_model = suite_helper("_decoder")
+_model = detbench.suite_helper("_decoder")
 
 
 def _decoder(per_row: bool) -> Callable[..., Step]:

@@ -40,9 +40,8 @@ import torch
 import torch.nn.functional as F
 
 import detbench
-from detbench.core.workload import suite_helper
 
-_m = suite_helper("_models")
+_m = detbench.suite_helper("_models")
 TF = "transformers"
 TV = "torchvision"
 Sizes = dict[str, dict[str, Any]]

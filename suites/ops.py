@@ -2,7 +2,7 @@
 nondeterministic path: many duplicate indices, large reductions, overlapping pooling windows.
 
 The catalog is the docstring of the installed ``torch.use_deterministic_algorithms`` (parsed by
-``detbench.locate.catalog``): ops that act deterministically under ``mode=True`` and ops that raise.
+``detbench.catalog``): ops that act deterministically under ``mode=True`` and ops that raise.
 Each workload's ``params["doc"]`` lists the entries it corresponds to, verbatim, and
 ``params["doc_list"]`` the list each came from; both are None when the installed docstring does
 not name the op (in torch 2.13: embedding, embedding_bag with mode='sum' and
@@ -35,8 +35,6 @@ import torch
 import torch.nn.functional as F
 
 import detbench
-from detbench.core.workload import suite_helper
-from detbench.locate import catalog
 
 Step = Callable[[], list[torch.Tensor]]
 Sizes = dict[str, dict[str, Any]]
@@ -45,7 +43,7 @@ F4, I8 = 4, 8  # bytes per float32 and per int64 element
 
 def _doc(*queries: tuple[str, ...]) -> dict[str, Any]:
     """The catalog entries a workload corresponds to: each query is (op, *condition parts)."""
-    entries = [e for op, *parts in queries for e in catalog.find_all(op, *parts)]
+    entries = [e for op, *parts in queries for e in detbench.catalog.find_all(op, *parts)]
     return {
         "doc": [e.raw for e in entries] or None,
         "doc_list": [e.kind for e in entries] or None,
@@ -86,7 +84,7 @@ def _register(
     return deco
 
 
-_private = suite_helper
+_private = detbench.suite_helper
 
 
 def _numel(shape: tuple[int, ...] | list[int]) -> int:

@@ -261,15 +261,13 @@ def _start(device: torch.device) -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 def _resumed(device: torch.device, keep_rng: bool) -> list[torch.Tensor]:
-    from detbench.core.seeding import fresh_generators
-
     model, opt = _start(device)
     losses = _train_steps(model, opt, RESUME_AT, device)
     buf = io.BytesIO()
     torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buf)
     rng = _rng_states() if keep_rng else None
     del model, opt
-    fresh_generators()  # the process ends here; a new one starts ...
+    detbench.fresh_generators()  # the process ends here; a new one starts ...
     model, opt = _start(device)  # ... and runs the script's first lines again
     buf.seek(0)
     ckpt = torch.load(buf, map_location=device)

@@ -27,9 +27,9 @@ import torch
 
 import detbench
 from detbench.analysis import verdicts
+from detbench.core import catalog
+from detbench.core.catalog import CatalogEntry, parse
 from detbench.core.workload import Workload, load_file, suites_dir
-from detbench.locate import catalog
-from detbench.locate.catalog import CatalogEntry, parse
 
 from .conftest import detbench_cli
 

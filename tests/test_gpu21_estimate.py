@@ -101,6 +101,7 @@ def test_measured_suites_are_charged_their_h100_cost() -> None:
     est = E.estimate(plan, "cuda", "full", 0.3, 9.8, False, basis="paper")
     conv = E.SUITE_RECORD_SECONDS[("cuda", "full")]["conv"]
     model = E.per_record_seconds("cuda", "full", 0.3)
+    conv += E.TIMING_RULE_ADDED_SECONDS[("cuda", "full")]  # issue 29's sampling and clock probe
     assert est.record_seconds == pytest.approx(2 * (2 * conv + model))
     assert est.costed_records == 4 and est.to_json()["estimate_basis"] == "paper"
     skip = E.estimate(plan, "cuda", "full", 0.3, 9.8, False,
@@ -131,6 +132,15 @@ def test_modes_without_cudnn_are_charged_their_measured_native_cost() -> None:
         E.NO_CUDNN_RECORD_SECONDS[("cuda", "full")],
     )
     assert native["rnn"] > suite["rnn"]
+    added = E.TIMING_RULE_ADDED_SECONDS[("cuda", "full")]
     assert est.record_seconds == pytest.approx(
-        suite["rnn"] + native["rnn"] + 2 * suite["batchnorm"]
+        suite["rnn"] + native["rnn"] + suite["batchnorm"] + native["batchnorm"] + 4 * added
     )
+    # Training without cuDNN runs ResNet-18's convolutions natively: the H200 measured 5.30 s a
+    # record against 1.90 s with cuDNN; the estimator once charged it its cuDNN cost.
+    train = Plan(
+        (Slot(0, 0, get_mode("no-cudnn"), ("training/resnet18_step",)),), (("no-cudnn",),), 0
+    )
+    cost = E.estimate(train, "cuda", "full", 0.3, 9.8, False, basis="paper").record_seconds
+    assert cost == pytest.approx(native["training"] + added)
+    assert native["training"] == 5.30 and suite["training"] == 1.90

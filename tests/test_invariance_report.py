@@ -13,6 +13,8 @@ import pytest
 import detbench
 from detbench.analysis.invariance_table import base_mode_of
 from detbench.report import invariance as ir
+from detbench.report import invariance_plane as ip
+from detbench.report import invariance_words as iw
 from detbench.report.render import Bullets, Details, Figure, Heading, Para, Table, to_markdown
 from detbench.report.write import write_report
 from tests.synthetic import record, write_run
@@ -47,7 +49,7 @@ def full_table(blocks: list[Any]) -> Table:
 
 
 def test_section_and_plane_of_the_probe(probe: pd.DataFrame, tmp_path: Path) -> None:
-    plots = ir.write_plots(probe, {}, tmp_path / "plots")
+    plots = ip.write_plots(probe, {}, tmp_path / "plots")
     assert [p.kind for p in plots] == ["invariance-plane"]
     assert plots[0].png.exists() and plots[0].png.read_bytes()[:4] == b"\x89PNG"
     blocks = ir.blocks(probe, {}, plots)
@@ -59,14 +61,14 @@ def test_section_and_plane_of_the_probe(probe: pd.DataFrame, tmp_path: Path) -> 
     assert cells[("matmul_rows", "det-algos")].startswith("varies from batch ")
     text = to_markdown(blocks, tmp_path)
     assert "not batch invariant in any mode" in text and "deterministic algorithms included" in text
-    points = ir.plane(probe)
+    points = ip.plane(probe)
     assert set(points["reproducible"]) == {0.5}  # one of the two sized workloads, in each mode
 
 
 def test_no_batch_sizes_no_section(tmp_path: Path) -> None:
     df = pd.DataFrame([record("w", "default", r, "x", [0.01] * 5) for r in range(2)])
     assert ir.table(df).empty and ir.blocks(df, {}, []) == []
-    assert ir.write_plots(df, {}, tmp_path) == []
+    assert ip.write_plots(df, {}, tmp_path) == []
 
 
 def _sized(workload: str, mode: str, rep: int, secs: float, invariant: bool,
@@ -171,12 +173,12 @@ def test_price_of_a_setting_a_decoder_and_the_plane(tmp_path: Path) -> None:
         "0.80x [0.80, 0.80] the throughput of default)" in words
     )
     assert "2 workload(s) invariant in default stay invariant" in words  # ew and mm_ref
-    p = {r["mode"]: r for r in ir.plane(df).to_dict("records")}
+    p = {r["mode"]: r for r in ip.plane(df).to_dict("records")}
     assert p["default"]["workloads"] == 3  # mm, dec, ew: mm_ref left out
     assert p["default"]["reproducible"] == pytest.approx(1 / 3)
     assert p[MEDIUM]["reproducible"] == pytest.approx(2 / 3)
     assert p[MEDIUM]["relative_throughput"] == pytest.approx((0.5 * 0.8 * 1.0) ** (1 / 3))
-    plots = ir.write_plots(df, {}, tmp_path / "plots")
+    plots = ip.write_plots(df, {}, tmp_path / "plots")
     assert "invariant references left out" in plots[0].title
 
 
@@ -189,7 +191,7 @@ def test_a_setting_is_priced_against_the_mode_that_has_all_its_other_settings() 
     assert base_mode_of(both, ["default", both]) == "default"
     assert base_mode_of(compiled, ["default", compiled, both]) == "default"
     assert base_mode_of("default", ["default", compiled]) is None
-    assert ir._added(both, compiled) == "inductor_batch_invariant=on"
+    assert iw._added(both, compiled) == "inductor_batch_invariant=on"
 
 
 def test_a_run_where_nothing_could_run(tmp_path: Path) -> None:

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from detbench.cli.main import main
+from detbench.core.catalog import documenting
 from detbench.core.modes import get_mode
 from detbench.core.workload import load_file, registry
 from detbench.locate import report as locate_report
-from detbench.locate.catalog import documenting
 from detbench.locate.stages import compare
 from detbench.locate.worker import record_workload
 

@@ -97,6 +97,12 @@ def test_an_ok_record_has_its_memory_and_precision(tmp_path: Path) -> None:
     assert rec["precision"] == {"matmul_fp32": "ieee", "conv_fp32": "ieee"}
     assert rec["fingerprint_method"] == "device"
     assert rec["timing"]["ci_rel"] is not None and rec["seconds_per_step"] > 0
+    # The clock mode is recorded on a CPU too, where it has no effect (issue 29, item 4).
+    assert rec["timing"]["clock_mode"] == "sustained"
+    assert rec["timing"]["hold"] == {
+        "status": "unsupported",
+        "reason": "not a CUDA GPU: the clock mode has no effect here",
+    }
 
 
 def test_a_failed_record_has_its_memory_too(tmp_path: Path) -> None:

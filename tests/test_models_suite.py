@@ -235,24 +235,29 @@ class FakeClock:
 
 
 def test_the_time_left_weighs_each_workload_by_its_first_record() -> None:
-    """Two user workloads the model prices at 0.1 s a record, 3 records each. The light one's
-    first record takes 1 s, the heavy one's 10 s: the time left counts the heavy one's two
-    other records at 10 s each, not at the mean record's time."""
+    """Two user workloads the estimate prices at 0.1 s a record, 3 records each, in 3 workers
+    that each cost 0.2 s beyond their records. The light one's first record takes 1 s, the
+    heavy one's 10 s: the time left counts the heavy one's two other records at 10 s each, not
+    at the mean record's time, and the workers not started at the plan's cost times how far the
+    plan was off."""
     clock = FakeClock()
-    costs = {"u/light": (3, 0.1), "u/heavy": (3, 0.1)}
-    p = Progress(6, estimate=0.6, stream=io.StringIO(), costs=costs, clock=clock)
-    slot = Slot(replicate=0, position=0, mode=detbench.get_mode("default"),
-                keys=("u/light", "u/heavy"))  # fmt: skip
-    assert p.left(0.0) == 0.6  # the plan's estimate, before any record
+    mode = detbench.get_mode("default")
+    costs = {(r, "default"): (0.2, {"u/light": 0.1, "u/heavy": 0.1}) for r in range(3)}
+    p = Progress(6, estimate=1.2, stream=io.StringIO(), costs=costs, clock=clock)
+    slot = Slot(replicate=0, position=0, mode=mode, keys=("u/light", "u/heavy"))
+    assert p.left(0.0) == 1.2  # the plan's estimate, before any record
     p.show(slot, 3, 1, "u/light")
     clock.now = 1.0
     p.advance("u/light")
-    # Only the light one is measured: the heavy one is priced as the model was off (10x).
-    assert p.left(1.0) == pytest.approx(1.0 * (2 * 1.0 + 3 * 1.0) / 1.0)
+    # Only the light one is measured (10x the plan): the other records are priced 10x; the
+    # workers' own seconds stay the plan's (the time so far scales them).
+    done, todo = 0.2 + 1.0, 2 * 0.2 + 2 * 1.0 + 3 * 1.0
+    assert p.left(1.0) == pytest.approx(1.0 * todo / done)
     p.show(slot, 3, 1, "u/heavy")
     clock.now = 11.0
     p.advance("u/heavy")
-    assert p.left(11.0) == pytest.approx(11.0 * (2 * 1.0 + 2 * 10.0) / (1.0 + 10.0))
+    done, todo = 0.2 + 1.0 + 10.0, 2 * 0.2 + 2 * 1.0 + 2 * 10.0
+    assert p.left(11.0) == pytest.approx(11.0 * todo / done)
 
 
 def test_a_context_note_is_checked() -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +77,9 @@ def test_peak_memory_and_its_ratio(tmp_path: Path) -> None:
 def test_memory_columns(tmp_path: Path) -> None:
     md = markdown(tmp_path, gpu_run(), gpu_env())
     assert "| peak memory (median) | memory vs default |" in md
-    assert "| conv | det-algos | reproducible | 3/3 | – | 500 | 0.500 |" in md
+    assert "| conv | det-algos | reproducible | 3/3 | – | 500 | burst | 0.500 |" in md
     rows = [line for line in md.splitlines() if line.startswith(("| conv |", "| mm |"))]
-    assert [r.split(" | ")[-2:] for r in rows if r.count("|") == 13] == [
+    assert [r.split(" | ")[-2:] for r in rows if r.count("|") == 14] == [
         ["100 MiB", "1.00 |"], ["150 MiB", "1.50 |"], ["250 MiB", "2.50 |"],
         ["1.00 GiB", "1.00 |"], ["1.50 GiB", "1.50 |"], ["1.00 GiB", "1.00 |"],
     ]  # fmt: skip
@@ -223,9 +221,7 @@ def test_throttle_warning_from_gpustate(tmp_path: Path, monkeypatch: pytest.Monk
         seen.append((state, uuid))
         return ["GPU-0000: sw_thermal_slowdown after the run", "SM clock 1980 -> 1755 MHz"]
 
-    module = types.ModuleType("detbench.store.gpustate")
-    module.throttled = throttled  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "detbench.store.gpustate", module)
+    monkeypatch.setattr(quality, "throttled", throttled)
     md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
     assert seen and seen[0] == (STATE, "GPU-0000")  # the run's GPU, not every GPU
     assert (
@@ -244,14 +240,6 @@ def test_throttle_warning_with_the_real_module(tmp_path: Path) -> None:
     assert warning.endswith(md_text("; ".join(lines)))
 
 
-def test_without_gpustate_no_throttle_warning(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    monkeypatch.setitem(sys.modules, "detbench.store.gpustate", None)  # import raises ImportError
-    md = markdown(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
-    assert "throttled during the run" not in md
-    assert "| SM clock | 1980 → 1755 MHz (max 1980 MHz) |" in md
-
-
 def test_schema_1_records_have_no_new_sections(tmp_path: Path) -> None:
     recs = [as_version_1(x) for r in range(3) for x in fast_and_same(r)]
     md = markdown(tmp_path, recs, env(gpu=None))
@@ -266,7 +254,34 @@ def test_schema_1_records_have_no_new_sections(tmp_path: Path) -> None:
 def test_rule_is_read_from_the_records(tmp_path: Path) -> None:
     write_run(tmp_path, gpu_run())
     rule = quality.stopping_rule(detbench.load_results(tmp_path), {})
+    # Records from before issue 29's ceiling and clock modes: neither is in the rule.
+    assert rule.pop("ceiling") == [] and rule.pop("clock_mode") == []
     assert rule == {k: [v] for k, v in RULE.items()}
+
+
+def drop_column(md: str, name: str) -> str:
+    """``md`` without the column ``name`` of every table that has one."""
+    out: list[str] = []
+    drop: int | None = None
+    for line in md.splitlines(keepends=True):
+        if not line.startswith("|"):
+            drop = None
+        elif drop is None:
+            cells = line.split(" | ")
+            drop = next((i for i, c in enumerate(cells) if c == name), None)
+            if drop is not None:
+                out.append(" | ".join(cells[:drop] + cells[drop + 1 :]))
+                continue
+        elif set(line.strip()) <= {"|", "-"}:
+            cells = line.split("|")  # the rule under the header: |---|---|...|
+            out.append("|".join(cells[: drop + 1] + cells[drop + 2 :]))
+            continue
+        else:
+            cells = line.split(" | ")
+            out.append(" | ".join(cells[:drop] + cells[drop + 1 :]))
+            continue
+        out.append(line)
+    return "".join(out)
 
 
 def strip_new(md: str) -> str:
@@ -283,6 +298,7 @@ def strip_new(md: str) -> str:
     md = re.sub(r"^\| cpu\\_capability \| [^\n]*\n", "", md, flags=re.M)  # issue 23's fact
     md = re.sub(r"\*[^*\n]*: recommendation per workload\*\n\n(\|[^\n]*\n)+\n", "", md)
     md = re.sub(r"^- (Recommendations|Intervals):[^\n]*\n", "", md, flags=re.M)
+    md = drop_column(md, "clocks")  # issue 29: the clock state beside each rate
     # issue 28: the warnings read as sentences
     md = re.sub(r"ended as '(\w+)': see Failures\.", r"ended with status \1 (see Failures).", md)
     return re.sub(r"throughput differences are noise[^\n]*", "", md)
@@ -334,3 +350,22 @@ def test_sizes_in_binary_units() -> None:
     assert [size(4096), size(3 * 2**20), size(1.5 * 2**30), size(None)] == [
         "4 KiB", "3 MiB", "1.50 GiB", "–",
     ]  # fmt: skip
+
+
+def test_a_sustained_gpu_run_names_its_ceiling_and_clock_state(tmp_path: Path) -> None:
+    # Issue 29: records with a ceiling past the budget and a hold that met the power cap.
+    recs = gpu_run()
+    for r in recs:
+        r["timing"].update(
+            ceiling=3.0,
+            clock_mode="sustained",
+            hold={"status": "ok", "acted": True, "settled": True, "seconds": 1.9},
+            gpu_clocks={"status": "ok", "sm_clock_mhz": {"median": 1365}},
+        )
+    md = markdown(tmp_path, recs, gpu_env(run_stats={"wall": 1.0, "timing_target_missed": 2}))
+    assert "| 500 | sustained, power-capped, 1365 MHz | 0.500 |" in md
+    assert "GPU clocks: sustained (where the GPU's power or heat limit acted" in md
+    assert "up to a ceiling that grows with the step time: 3 s at most here" in md
+    assert "hit the timing budget (2.0 s) or the ceiling past it (at most 3 s)" in md
+    short = section(md, "### Timing")
+    assert "The 2 records that stopped short of the target, with their intervals" in short

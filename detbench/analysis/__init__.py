@@ -7,26 +7,25 @@ functions of ``verdicts`` and ``recommend`` (``verdicts(df)``, ``costs(df)``,
 package, so importing it cannot make a cycle.
 """
 
-from detbench.analysis.matrix import (
-    MARKS,
-    NOISY_IQR,
-    RAN,
+from detbench.analysis.cost_intervals import NOISY_IQR, costs, replicate_samples
+from detbench.analysis.frontier import mark_frontier, plane
+from detbench.analysis.labels import (
     baseline_mode,
     changed_mask,
     changed_settings,
-    costs,
     counted,
-    divergence,
-    mark_frontier,
     mode_key,
     mode_of,
     ordered_modes,
+)
+from detbench.analysis.matrix import (
+    MARKS,
+    RAN,
+    divergence,
     peak_memory,
-    plane,
     ran_somewhere,
     recipes,
     relative_throughput,
-    replicate_samples,
     summary_table,
     verdicts,
 )

@@ -36,7 +36,7 @@ import pandas as pd
 
 from detbench.analysis import autotuner, comparable
 from detbench.analysis.cause import autotuned
-from detbench.analysis.matrix import counted, mode_key, mode_of
+from detbench.analysis.labels import counted, mode_key, mode_of
 from detbench.store.identity import identity, text
 from detbench.store.results import ENV_FILE, env_facts, load_env, load_results
 from detbench.store.schema import Status
@@ -81,8 +81,10 @@ class Run:
     def facts(self) -> dict[str, str | None]:
         facts = env_facts(self.env)
         sm = (self.env.get("worker") or {}).get("sm_count")
-        return {k: (str(sm) if sm is not None else None) if k == "sm_count" else facts.get(k)
-                for k in FACTS}  # fmt: skip
+        return {
+            k: (str(sm) if sm is not None else None) if k == "sm_count" else facts.get(k)
+            for k in FACTS
+        }
 
 
 def machines(env: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,8 +190,9 @@ def sides(run: Run) -> dict[tuple[str, str, str], Side]:
     }
 
 
-def _differs(groups: list[list[str]], facts: Mapping[str, Mapping[str, str | None]]
-             ) -> dict[str, list[str]]:  # fmt: skip
+def _differs(
+    groups: list[list[str]], facts: Mapping[str, Mapping[str, str | None]]
+) -> dict[str, list[str]]:
     """The facts whose values differ between ``groups`` of runs: fact -> each group's value(s)
     ("?" where a run did not record it; "a / b" where a group's runs differ among themselves).
     A fact whose recorded values are all the same is no difference, whoever left it out."""
@@ -230,15 +233,28 @@ def _row(key: tuple[str, str, str], present: list[Side]) -> dict[str, Any]:
     suite, workload, mode = key
     m = mode_of(mode)
     return {
-        "suite": suite, "workload": workload, "mode": mode,
-        "base_mode": m.base_name if m else mode, "settings": m.overrides if m else {},
+        "suite": suite,
+        "workload": workload,
+        "mode": mode,
+        "base_mode": m.base_name if m else mode,
+        "settings": m.overrides if m else {},
         "benchmark": any(s.benchmark for s in present),
         "device": " / ".join(dict.fromkeys(s.inputs.get("device") or "?" for s in present)),
-        "runs": [s.run for s in present], "same_bits": None, "verdict": "no verdict",
-        "groups": [], "fingerprints": [], "differs": {}, "nondeterministic_in": [],
-        "not_comparable": {}, "not_run": {}, "steps": {}, "compared_steps": None,
-        "cause": None, "machine_facts": {}, "note": "",
-    }  # fmt: skip
+        "runs": [s.run for s in present],
+        "same_bits": None,
+        "verdict": "no verdict",
+        "groups": [],
+        "fingerprints": [],
+        "differs": {},
+        "nondeterministic_in": [],
+        "not_comparable": {},
+        "not_run": {},
+        "steps": {},
+        "compared_steps": None,
+        "cause": None,
+        "machine_facts": {},
+        "note": "",
+    }
 
 
 def verdict(
@@ -252,7 +268,9 @@ def verdict(
     if len(ran) < 2:
         row["note"] = "ran in fewer than two runs" + (
             ": " + ", ".join(f"{r} {st}" for r, st in row["not_run"].items())
-            if row["not_run"] else "")  # fmt: skip
+            if row["not_run"]
+            else ""
+        )
         return row
     best, method = _comparable(ran)
     row["not_comparable"] = {s.run: _unlike(best[0], s, method) for s in ran if s not in best}
@@ -279,8 +297,10 @@ def verdict(
     row["groups"], row["fingerprints"] = list(groups.values()), list(groups)
     if nondet:
         row["verdict"] = "nondeterministic within a run"
-        row["note"] = (f"run to run within {', '.join(row['nondeterministic_in'])}: not a "
-                       "cross-machine difference")  # fmt: skip
+        row["note"] = (
+            f"run to run within {', '.join(row['nondeterministic_in'])}: not a "
+            "cross-machine difference"
+        )
         return row
     row["same_bits"] = len(groups) == 1
     row["verdict"] = "same bits" if row["same_bits"] else "different bits"

@@ -14,13 +14,15 @@ ordinary run: ``load_results`` reads it and ``detbench report`` rebuilds its rep
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import matrix as analysis
+from detbench.analysis import matrix
+from detbench.analysis.cost_intervals import costs
+from detbench.analysis.labels import counted
 from detbench.core import settings as st
 from detbench.core import torchstate as ts
 from detbench.core.modes import MODES, Mode, get_mode
@@ -77,11 +79,13 @@ class _State:
 
     def mode(self) -> Mode:
         base = next(
-            m for m in MODES
-            if m.cudnn_enabled and not m.benchmark
+            m
+            for m in MODES
+            if m.cudnn_enabled
+            and not m.benchmark
             and m.deterministic_algorithms == self.det_algos
             and m.cudnn_deterministic == self.cudnn_det
-        )  # fmt: skip
+        )
         return base.with_settings(st.normalise(self.overrides)) if self.overrides else base
 
     def levels(self) -> dict[str, str]:
@@ -110,9 +114,55 @@ def _inert(sw: Switch, device: str, state: _State) -> str | None:
     return st.inert_reason(sw.name, device, state.levels(), state.det_algos)
 
 
-def build_study(device: str, workloads: Sequence[Workload], compile: bool = False,
-                tied: bool | None = None,
-                called: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:  # fmt: skip
+@dataclass
+class _Plan:
+    """The variants of a study, in the order they run, and the switches skipped with the reason."""
+
+    variants: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+
+    def skip(self, sw: str, end: str, reason: str) -> None:
+        self.skipped.append({"switch": sw, "end": end, "reason": reason})
+
+    def add(
+        self,
+        state: _State,
+        sw: str,
+        level: str,
+        end: str,
+        direction: str,
+        only: list[str] | None,
+        against: _State | None = None,
+    ) -> None:
+        try:
+            label = state.mode().name
+        except st.SettingError as exc:  # a combination torch refuses
+            self.skip(sw, end, str(exc))
+            return
+        self.variants.append(
+            {
+                "mode": label,
+                "switch": sw,
+                "level": level,
+                "end": end,
+                "direction": direction,
+                "workloads": only,
+                **({"against": against.mode().name} if against else {}),
+            }
+        )
+
+
+#: The setting switched in the compiled mode of each end when the study compiles.
+_INDUCTOR = "inductor_deterministic"
+
+
+def build_study(
+    device: str,
+    workloads: Sequence[Workload],
+    compile: bool = False,
+    tied: bool | None = None,
+    called: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Any]:
     """The attribution study of ``workloads`` on ``device`` (see the module's doc), as the dict
     written to env.json: its ends, its variants (one per switch, end and level; a mode shared
     by several is listed for each) and the switches skipped with the reason.
@@ -131,6 +181,30 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
     attention = [w.key for w in workloads if w.key in declared or w.key in seen]
     seen_keys = [w.key for w in workloads if w.key in seen] if called is not None else None
     default = _State(False, False)
+    det = _deterministic_end(device, attention)
+    plan = _Plan()
+    for end, state in (("default", default), ("deterministic", det)):
+        for sw in switches():
+            if compile and sw.name == _INDUCTOR:  # switched in the compiled mode, below
+                continue
+            _add_switch(plan, sw, end, state, device, attention, called)
+        if compile:
+            _add_compiled(plan, end, state, tied)
+    return {
+        "kind": KIND,
+        "device": device,
+        "default_end": default.mode().name,
+        "deterministic_end": det.mode().name,
+        "variants": plan.variants,
+        "skipped": plan.skipped,
+        # Which workloads call SDPA, and how that is known: declared, seen in a step, or both.
+        "attention": {"declared": declared, "seen": seen_keys},
+    }
+
+
+def _deterministic_end(device: str, attention: list[str]) -> _State:
+    """Both flags on, and every setting at its strict level where that level acts on
+    ``device`` (``sdpa_backend`` only where a workload calls attention)."""
     strict = {}
     for sw in switches():
         s = st.get(sw.name) if not sw.flag else None
@@ -141,73 +215,68 @@ def build_study(device: str, workloads: Sequence[Workload], compile: bool = Fals
         probe = _State(True, True, ((sw.name, sw.strict),))
         if _inert(sw, device, probe) is None:
             strict[sw.name] = sw.strict
-    det = _State(True, True, tuple(strict.items()))
-    variants: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
+    return _State(True, True, tuple(strict.items()))
 
-    def add(state: _State, sw: str, level: str, end: str, direction: str,
-            only: list[str] | None, against: _State | None = None) -> None:  # fmt: skip
-        try:
-            label = state.mode().name
-        except st.SettingError as exc:  # a combination torch refuses
-            skipped.append({"switch": sw, "end": end, "reason": str(exc)})
-            return
-        variants.append({"mode": label, "switch": sw, "level": level, "end": end,
-                         "direction": direction, "workloads": only,
-                         **({"against": against.mode().name} if against else {})})  # fmt: skip
 
-    ind = "inductor_deterministic"
-    for end, state in (("default", default), ("deterministic", det)):
-        for sw in switches():
-            if compile and sw.name == ind:  # switched in the compiled mode, below
-                continue
-            only = None
-            reason = _inert(sw, device, state)
-            if reason is None and not sw.flag and st.get(sw.name).unavailable() is not None:
-                reason = str(st.get(sw.name).unavailable())
-            if reason is None and sw.name == "sdpa_backend":
-                if not attention:
-                    reason = "no selected workload calls scaled_dot_product_attention" + (
-                        " (one step of each was run to see)" if called is not None else ""
-                    )
-                only = attention
-            now = state.level(sw)
-            if reason is None and end == "default" and now == sw.strict:
-                reason = f"{sw.name} is already {now} in the default mode (torch's default)"
-            if reason is None and end == "deterministic" and now != sw.strict:
-                reason = f"{sw.name} is {now} at the deterministic end"
-            if reason is not None:
-                skipped.append({"switch": sw.name, "end": end, "reason": reason})
-                continue
-            if end == "default":
-                add(state.with_level(sw.name, sw.strict), sw.name, sw.strict, end, "added", only)
-            else:
-                for level in sw.loose:
-                    add(state.with_level(sw.name, level), sw.name, level, end, "removed", only)
-        if compile:
-            compiled = state.with_level("execution", "compile")
-            if end == "deterministic":
-                compiled = compiled.with_level(ind, "on")
-            add(compiled, "execution", "compile", end, "added", None)
-            level = "on" if end == "default" else "off"
-            reason = st.get(ind).unavailable()
-            if reason is None and (ts.inductor_tied() if tied is None else tied):
-                reason = ts.inductor_tie_reason(level)
-            if reason is not None:
-                skipped.append({"switch": ind, "end": end, "reason": reason})
-                continue
-            add(compiled.with_level(ind, level), ind, level, end,
-                "added" if end == "default" else "removed", None, against=compiled)  # fmt: skip
-    return {
-        "kind": KIND,
-        "device": device,
-        "default_end": default.mode().name,
-        "deterministic_end": det.mode().name,
-        "variants": variants,
-        "skipped": skipped,
-        # Which workloads call SDPA, and how that is known: declared, seen in a step, or both.
-        "attention": {"declared": declared, "seen": seen_keys},
-    }
+def _add_switch(
+    plan: _Plan,
+    sw: Switch,
+    end: str,
+    state: _State,
+    device: str,
+    attention: list[str],
+    called: Mapping[str, Sequence[str]] | None,
+) -> None:
+    """Switch ``sw`` alone at ``end``: added at the default end, removed (each loose level) at
+    the deterministic end; or skipped with the reason."""
+    only = None
+    reason = _inert(sw, device, state)
+    if reason is None and not sw.flag and st.get(sw.name).unavailable() is not None:
+        reason = str(st.get(sw.name).unavailable())
+    if reason is None and sw.name == "sdpa_backend":
+        if not attention:
+            reason = "no selected workload calls scaled_dot_product_attention" + (
+                " (one step of each was run to see)" if called is not None else ""
+            )
+        only = attention
+    now = state.level(sw)
+    if reason is None and end == "default" and now == sw.strict:
+        reason = f"{sw.name} is already {now} in the default mode (torch's default)"
+    if reason is None and end == "deterministic" and now != sw.strict:
+        reason = f"{sw.name} is {now} at the deterministic end"
+    if reason is not None:
+        plan.skip(sw.name, end, reason)
+        return
+    if end == "default":
+        plan.add(state.with_level(sw.name, sw.strict), sw.name, sw.strict, end, "added", only)
+    else:
+        for level in sw.loose:
+            plan.add(state.with_level(sw.name, level), sw.name, level, end, "removed", only)
+
+
+def _add_compiled(plan: _Plan, end: str, state: _State, tied: bool | None) -> None:
+    """execution=compile added at ``end``, then ``inductor_deterministic`` switched in that
+    compiled mode (compared with it), unless torch ties it to deterministic algorithms."""
+    compiled = state.with_level("execution", "compile")
+    if end == "deterministic":
+        compiled = compiled.with_level(_INDUCTOR, "on")
+    plan.add(compiled, "execution", "compile", end, "added", None)
+    level = "on" if end == "default" else "off"
+    reason = st.get(_INDUCTOR).unavailable()
+    if reason is None and (ts.inductor_tied() if tied is None else tied):
+        reason = ts.inductor_tie_reason(level)
+    if reason is not None:
+        plan.skip(_INDUCTOR, end, reason)
+        return
+    plan.add(
+        compiled.with_level(_INDUCTOR, level),
+        _INDUCTOR,
+        level,
+        end,
+        "added" if end == "default" else "removed",
+        None,
+        against=compiled,
+    )
 
 
 def is_study(study: Any) -> bool:
@@ -272,8 +341,9 @@ def describe(study: dict[str, Any]) -> list[str]:
         sign = "+" if v["direction"] == "added" else "-"
         where = "" if v["workloads"] is None else f" (only {', '.join(v['workloads'])})"
         where += f" (against {v['against']})" if v.get("against") else ""
-        lines.append(f"  {sign} {v['switch']}={v['level']} at the {v['end']} end: "
-                     f"{v['mode']}{where}")  # fmt: skip
+        lines.append(
+            f"  {sign} {v['switch']}={v['level']} at the {v['end']} end: {v['mode']}{where}"
+        )
     lines += [f"  skipped: {x}" for x in skipped(study)]
     if compile:
         lines.append(
@@ -297,7 +367,7 @@ def _bits(end: dict[str, Any] | None, var: dict[str, Any] | None) -> Any:
     if end is None or var is None:
         return None
     verdicts = {end["verdict"], var["verdict"]}
-    if not verdicts <= set(analysis.RAN):
+    if not verdicts <= set(matrix.RAN):
         return None
     if "nondeterministic" in verdicts:
         return "varies"
@@ -312,13 +382,13 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
     ``bits_changed``; the variant's ``verdict`` and the end's; ``needed`` (deterministic end:
     the end is reproducible and the variant is not) and ``sufficient`` (default end: the
     default is not reproducible and the variant is)."""
-    df = analysis.counted(df)
+    df = counted(df)
     if df.empty:
         return pd.DataFrame()
     ok = df[df["status"] == Status.OK]
     prints = ok.groupby(["suite", "workload", "mode"])["fingerprint"].agg(frozenset).to_dict()
     by: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
-    for r in analysis.verdicts(df).to_dict("records"):
+    for r in matrix.verdicts(df).to_dict("records"):
         key3 = (r["suite"], r["workload"], r["mode"])
         by[key3] = {
             **{str(k): x for k, x in r.items()},
@@ -329,7 +399,7 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
         modes = {label} | {x["mode"] for x in study["variants"] if against(study, x) == label}
         sub = df[df["mode"].isin(modes)]
         if len(sub):
-            cost_tables.append(analysis.costs(sub, baseline=label).assign(against=label))
+            cost_tables.append(costs(sub, baseline=label).assign(against=label))
     c = pd.concat(cost_tables) if cost_tables else pd.DataFrame()
     cost = {} if c.empty else c.set_index(["suite", "workload", "mode", "against"]).to_dict("index")
     rows: list[dict[str, Any]] = []
@@ -351,14 +421,26 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
                 needed = {"nondeterministic": True, "reproducible": False}.get(str(vv))
             if x["end"] == "default" and ev == "nondeterministic":
                 sufficient = {"reproducible": True, "nondeterministic": False}.get(str(vv))
-            rows.append({
-                "suite": suite, "workload": workload, "mode": x["mode"],
-                "end_mode": base, "switch": x["switch"],
-                "end": x["end"], "direction": x["direction"], "level": x["level"],
-                "relative_throughput": ce.get("relative_throughput", np.nan),
-                "ci_low": ce.get("ci_low", np.nan), "ci_high": ce.get("ci_high", np.nan),
-                "significant": ce.get("significant"), "noisy": ce.get("noisy"),
-                "bits_changed": _bits(at_end, var),
-                "verdict": vv, "end_verdict": ev, "needed": needed, "sufficient": sufficient,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "workload": workload,
+                    "mode": x["mode"],
+                    "end_mode": base,
+                    "switch": x["switch"],
+                    "end": x["end"],
+                    "direction": x["direction"],
+                    "level": x["level"],
+                    "relative_throughput": ce.get("relative_throughput", np.nan),
+                    "ci_low": ce.get("ci_low", np.nan),
+                    "ci_high": ce.get("ci_high", np.nan),
+                    "significant": ce.get("significant"),
+                    "noisy": ce.get("noisy"),
+                    "bits_changed": _bits(at_end, var),
+                    "verdict": vv,
+                    "end_verdict": ev,
+                    "needed": needed,
+                    "sufficient": sufficient,
+                }
+            )
     return pd.DataFrame(rows, dtype=object)

@@ -168,8 +168,11 @@ def host_load(df: pd.DataFrame) -> HostLoad | None:
         return None
     ok = df[df["status"] == Status.OK]
     alone = ok["timed_alone"] if "timed_alone" in ok.columns else pd.Series(None, index=ok.index)
-    pairs = [(h, a) for h, a in zip(ok.get("host_load", pd.Series(None, index=ok.index)), alone,
-                                    strict=True) if isinstance(h, Mapping)]  # fmt: skip
+    pairs = [
+        (h, a)
+        for h, a in zip(ok.get("host_load", pd.Series(None, index=ok.index)), alone, strict=True)
+        if isinstance(h, Mapping)
+    ]
     loads = [h for h, _ in pairs]
     not_alone = int((alone == False).sum())  # noqa: E712  (None: not known)
     if not loads and not not_alone:
@@ -182,9 +185,15 @@ def host_load(df: pd.DataFrame) -> HostLoad | None:
     cpus = [int(h["cpus"]) for h in loads if h.get("cpus")]
     whose = [_whose(h) for h in loads]
     return HostLoad(
-        timed=len(loads), busy=sum(_busy(h, a) for h, a in pairs), not_alone=not_alone,
-        cpus=max(cpus) if cpus else None, load1=median("load1"), other_cpu=median("other_cpu"),
-        steal=median("steal"), gpu_own=whose.count("own"), gpu_foreign=whose.count("foreign"),
+        timed=len(loads),
+        busy=sum(_busy(h, a) for h, a in pairs),
+        not_alone=not_alone,
+        cpus=max(cpus) if cpus else None,
+        load1=median("load1"),
+        other_cpu=median("other_cpu"),
+        steal=median("steal"),
+        gpu_own=whose.count("own"),
+        gpu_foreign=whose.count("foreign"),
         gpu_unknown=whose.count("unknown"),
         cpu_own=sum(1 for h in loads if (h.get("other_cpu_own") or 0) >= OTHER_CPU),
-    )  # fmt: skip
+    )

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from detbench.analysis.matrix import mode_of, run_device, verdicts
+from detbench.analysis.labels import mode_of, run_device
+from detbench.analysis.matrix import verdicts
 from detbench.analysis.switches import FLAG_WORDS, pairs
 
 #: What a switch did, in words, when it was on in the nondeterministic mode ...

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import matrix as analysis
 from detbench.analysis import stats
+from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.labels import counted, mode_key, mode_of
 from detbench.store.schema import Status
 
 #: The params key that names the workload a reference computes invariantly.
@@ -34,7 +35,7 @@ def _sized(df: pd.DataFrame) -> pd.DataFrame:
     an unsupported SDPA backend say, has only that), so one that ran in no mode still shows."""
     if df.empty or "batch_invariant" not in df.columns:
         return df.iloc[:0]
-    df = analysis.counted(df)
+    df = counted(df)
     mask = df["batch_invariant"].notna()
     for col in ("batch_note", "batch_size"):
         if col in df.columns:
@@ -91,8 +92,9 @@ def _items_per_step(g: pd.DataFrame) -> float:
     return 1.0
 
 
-def _price(ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int,
-           n_boot: int) -> tuple[float, float, float]:  # fmt: skip
+def _price(
+    ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int, n_boot: int
+) -> tuple[float, float, float]:
     """The reference's items/s over the base's: ``stats.ratio`` of their throughputs (the ratio
     of the medians over replicates of each replicate's median, with the 2.5-97.5th percentiles
     of the same ratio over two-level bootstrap resamples, as ``analysis.costs``; ``name`` names
@@ -101,7 +103,7 @@ def _price(ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int,
     throughput."""
     nan = (math.nan, math.nan, math.nan)
     ref, base = ref[ref["status"] == Status.OK], base[base["status"] == Status.OK]
-    a, b = analysis.replicate_samples(ref), analysis.replicate_samples(base)
+    a, b = replicate_samples(ref), replicate_samples(base)
     if a and b:
         r = stats.ratio(a, b, name, seed, n_boot)
         scale = _items_per_step(ref) / _items_per_step(base)
@@ -124,7 +126,7 @@ def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
     with the same base mode and the most of its settings at the same levels, but not all
     (``default[execution=compile]`` for ``default[execution=compile,inductor_batch_invariant=on]``,
     else ``default``); without ``present``, the plain base mode. None for a plain mode."""
-    m = analysis.mode_of(mode)
+    m = mode_of(mode)
     if m is None:
         base, bracket, _ = str(mode).partition("[")
         return base if bracket else None
@@ -133,12 +135,57 @@ def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
     mine = set(m.settings)
     best, most = m.base_name, -1
     for other in present:
-        o = analysis.mode_of(other)
+        o = mode_of(other)
         if o is None or o.base_name != m.base_name or not set(o.settings) < mine:
             continue
         if len(o.settings) > most:
             best, most = str(other), len(o.settings)
     return best
+
+
+def _row(
+    suite: Any, workload: Any, mode: Any, g: pd.DataFrame, invariant: bool | None, note: str | None
+) -> dict[str, Any]:
+    """The measured columns of ``table``'s row for the records ``g`` of one (suite, workload,
+    mode), with the prices still None."""
+    ok = g[g["status"] == Status.OK]
+    first = pd.to_numeric(ok["batch_first_variant_size"], errors="coerce").dropna()
+    diff = pd.to_numeric(ok["batch_max_abs_diff"], errors="coerce").dropna()
+    col = "batch_distinct_results"
+    distinct = pd.to_numeric(ok[col], errors="coerce").dropna() if col in ok else ()
+    params = g["params"].iloc[0] if "params" in g.columns else None
+    ips = pd.to_numeric(ok["items_per_second"], errors="coerce").dropna()
+    base_name = _reference_of(params)
+    return {
+        "suite": suite,
+        "workload": workload,
+        "mode": mode,
+        "invariant": invariant,
+        "note": note,
+        "ran": len(ok) > 0,
+        "first_variant_size": int(first.min()) if len(first) else None,
+        "max_abs_diff": float(diff.max()) if len(diff) else None,
+        "batch_sizes": _sizes(g["batch_same_as_smallest"]) if "batch_same_as_smallest" in g else (),
+        "distinct_results": int(max(distinct)) if len(distinct) else None,
+        "completion": isinstance(params, dict) and COMPLETION_KEY in params,
+        "sdpa_backend": params.get("sdpa_backend") if isinstance(params, dict) else None,
+        "items_per_second": float(ips.median()) if len(ips) else None,
+        "replicates": len(ok),
+        "reference_of": base_name,
+        "price": None,
+        "price_low": None,
+        "price_high": None,
+        "reference_invariant": None,
+        "base_invariant": None,
+        "base_mode": None,
+        "base_mode_invariant": None,
+        "setting_price": None,
+        "setting_price_low": None,
+        "setting_price_high": None,
+        "deterministic_algorithms": bool(g["deterministic_algorithms"].iloc[0])
+        if "deterministic_algorithms" in g.columns
+        else None,
+    }
 
 
 def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.DataFrame:
@@ -163,32 +210,8 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.
     rows: list[dict[str, Any]] = []
     for (suite, workload, mode), g in groups.items():
         invariant, note = verdicts[(suite, workload, mode)]
-        ok = g[g["status"] == Status.OK]
-        first = pd.to_numeric(ok["batch_first_variant_size"], errors="coerce").dropna()
-        diff = pd.to_numeric(ok["batch_max_abs_diff"], errors="coerce").dropna()
-        col = "batch_distinct_results"
-        distinct = pd.to_numeric(ok[col], errors="coerce").dropna() if col in ok else ()
-        params = g["params"].iloc[0] if "params" in g.columns else None
-        ips = pd.to_numeric(ok["items_per_second"], errors="coerce").dropna()
-        base_name = _reference_of(params)
-        row: dict[str, Any] = {
-            "suite": suite, "workload": workload, "mode": mode, "invariant": invariant,
-            "note": note, "ran": len(ok) > 0,
-            "first_variant_size": int(first.min()) if len(first) else None,
-            "max_abs_diff": float(diff.max()) if len(diff) else None,
-            "batch_sizes": _sizes(g["batch_same_as_smallest"])
-            if "batch_same_as_smallest" in g else (),
-            "distinct_results": int(max(distinct)) if len(distinct) else None,
-            "completion": isinstance(params, dict) and COMPLETION_KEY in params,
-            "sdpa_backend": params.get("sdpa_backend") if isinstance(params, dict) else None,
-            "items_per_second": float(ips.median()) if len(ips) else None,
-            "replicates": len(ok), "reference_of": base_name, "price": None, "price_low": None,
-            "price_high": None, "reference_invariant": None, "base_invariant": None,
-            "base_mode": None, "base_mode_invariant": None, "setting_price": None,
-            "setting_price_low": None, "setting_price_high": None,
-            "deterministic_algorithms": bool(g["deterministic_algorithms"].iloc[0])
-            if "deterministic_algorithms" in g.columns else None,
-        }  # fmt: skip
+        row = _row(suite, workload, mode, g, invariant, note)
+        base_name = row["reference_of"]
         if base_name is not None:
             row["reference_invariant"] = invariant
             base = groups.get((suite, base_name, mode))
@@ -207,10 +230,13 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.
             row.update(zip(names, map(_none, price), strict=True))
         rows.append(row)
     out = pd.DataFrame(rows, dtype=object)
-    keys = out["mode"].map(analysis.mode_key)
+    keys = out["mode"].map(mode_key)
     # A mode before its variants: fewer settings first, then the label.
     out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: (k[1].count("="), k[1]))
     order = {w: i for i, w in enumerate(dict.fromkeys(s["workload"]))}
     out["_w"] = out["workload"].map(order)
-    return (out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
-            .drop(columns=["_o", "_l", "_w"]).reset_index(drop=True))  # fmt: skip
+    return (
+        out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
+        .drop(columns=["_o", "_l", "_w"])
+        .reset_index(drop=True)
+    )

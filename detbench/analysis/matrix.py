@@ -1,16 +1,23 @@
-"""Verdicts and relative throughput per (workload, mode), computed from the raw records."""
+"""Verdicts and relative throughput per (workload, mode), computed from the raw records: the
+summary table of workloads x modes, peak memory, the training loss divergence and the recipes.
+The costs with their intervals are in ``cost_intervals``, the plane in ``frontier``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import stats
-from detbench.core.errors import DetbenchError
-from detbench.core.modes import DEFAULT_MODE, MODES, Mode, get_mode
+from detbench.analysis.cost_intervals import costs
+from detbench.analysis.labels import (
+    baseline_mode,
+    changed_mask,
+    changed_settings,
+    counted,
+    mode_key,
+    ordered_modes,
+)
 from detbench.store.schema import Status
 
 #: Verdicts, and the short mark each gets in the summary table.
@@ -31,86 +38,6 @@ MARKS = {
 RAN = ("reproducible", "nondeterministic", "single")
 
 
-# --- Modes: their order, the baseline, and the records that count ------------------------------
-
-_ORDER = {m.name: i for i, m in enumerate(MODES)}
-
-
-def mode_of(label: str) -> Mode | None:
-    """The mode a record's label names (one of the 10, or one with settings); None for a label
-    this detbench cannot parse."""
-    try:
-        return get_mode(str(label))
-    except DetbenchError:
-        return None
-
-
-def mode_key(label: str) -> tuple[int, str]:
-    """Sort key of a mode label: its base mode's place among the 10 modes, then the label (so a
-    plain mode comes before its variants with settings); unknown labels last."""
-    return _ORDER.get(str(label).partition("[")[0], len(_ORDER)), str(label)
-
-
-def run_device(df: pd.DataFrame) -> str | None:
-    """The device the records say they ran on ("cpu", "cuda"); None where they do not say, or
-    disagree."""
-    if "device" not in df.columns:
-        return None
-    devices = set(df["device"].dropna().astype(str))
-    return devices.pop() if len(devices) == 1 else None
-
-
-def simplicity_key(label: str) -> tuple[int, tuple[int, str]]:
-    """Fewest changes from torch's default first, then the order of the 10 modes, then the
-    label (an unparsable label last)."""
-    mode = mode_of(label)
-    changes = None if mode is None else mode.changes()
-    return (len(changes) if changes is not None else 1 << 20), mode_key(label)
-
-
-def ordered_modes(labels: Iterable[Any]) -> list[str]:
-    """The distinct labels of ``labels`` in ``mode_key`` order."""
-    return sorted(dict.fromkeys(str(x) for x in labels), key=mode_key)
-
-
-def baseline_mode(labels: Iterable[Any]) -> str | None:
-    """The mode every relative throughput is measured against: ``default`` where the run has
-    it; else the mode based on ``default`` with the fewest overrides (a run of ``--set ...``
-    has ``default[autocast=bf16]``, not ``default``); else the first mode in ``mode_key``
-    order. None for no modes."""
-    modes = ordered_modes(labels)
-    if DEFAULT_MODE.name in modes:
-        return DEFAULT_MODE.name
-    based = [(m, mode_of(m)) for m in modes]
-    on_default = [(len(x.settings), mode_key(m), m) for m, x in based
-                  if x is not None and x.base_name == DEFAULT_MODE.name]  # fmt: skip
-    if on_default:
-        return min(on_default)[2]
-    return modes[0] if modes else None
-
-
-def changed_settings(value: Any) -> list[str]:
-    """A record's ``settings_changed`` as a list of names ([] for none, and for a record of
-    schema 2 or older, which has None or nothing)."""
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [str(x) for x in value]
-    return []
-
-
-def changed_mask(df: pd.DataFrame) -> pd.Series:
-    """True for the records whose workload changed a setting the mode applied: they do not
-    count toward a verdict, a throughput or a memory figure."""
-    if "settings_changed" not in df.columns:
-        return pd.Series(False, index=df.index)
-    return df["settings_changed"].map(lambda x: bool(changed_settings(x))).astype(bool)
-
-
-def counted(df: pd.DataFrame) -> pd.DataFrame:
-    """The records of ``df`` that count (see ``changed_mask``)."""
-    mask = changed_mask(df)
-    return df[~mask] if mask.any() else df
-
-
 def verdicts(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (suite, workload, mode): verdict, replicate counts, distinct fingerprints,
     median items/s over the replicates' medians, and the largest difference measured.
@@ -120,16 +47,26 @@ def verdicts(df: pd.DataFrame) -> pd.DataFrame:
     replicate did, the verdict is ``settings_changed``. ``changed`` counts such records and
     ``changed_settings`` names what they changed."""
     rows: list[dict[str, Any]] = []
-    used = ["suite", "workload", "mode", "status", "fingerprint", "max_abs_diff",
-            "items_per_second", "message", "settings_changed"]  # fmt: skip
+    used = [
+        "suite",
+        "workload",
+        "mode",
+        "status",
+        "fingerprint",
+        "max_abs_diff",
+        "items_per_second",
+        "message",
+        "settings_changed",
+    ]
     df = df[[c for c in used if c in df.columns]].assign(_changed=changed_mask(df).to_numpy())
     for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"], sort=False):
         if g["_changed"].any():
             chg, g_count = g[g["_changed"]], g[~g["_changed"]]
         else:  # the usual case, without the copies
             chg, g_count = g.iloc[:0], g
-        names = list(dict.fromkeys(n for x in chg.get("settings_changed", []) for n in
-                                   changed_settings(x)))  # fmt: skip
+        names = list(
+            dict.fromkeys(n for x in chg.get("settings_changed", []) for n in changed_settings(x))
+        )
         ok = g_count[g_count["status"] == Status.OK]
         bad = g_count[g_count["status"] != Status.OK]
         distinct = int(ok["fingerprint"].nunique())
@@ -192,10 +129,14 @@ def summary_table(df: pd.DataFrame) -> tuple[str, str]:
     baseline = str(baseline_mode(modes))
     v = v.assign(rel=relative_throughput(v, baseline))
     c = costs(df, baseline)
-    quality = {} if c.empty else {
-        (r["suite"], r["workload"], r["mode"]): (bool(r["significant"]), bool(r["noisy"]))
-        for r in c.to_dict("records")
-    }  # fmt: skip
+    quality = (
+        {}
+        if c.empty
+        else {
+            (r["suite"], r["workload"], r["mode"]): (bool(r["significant"]), bool(r["noisy"]))
+            for r in c.to_dict("records")
+        }
+    )
 
     def cell(row: pd.Series) -> str:
         mark = MARKS.get(row["verdict"], row["verdict"])
@@ -254,138 +195,9 @@ def peak_memory(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
     return med.rename(columns={"peak": "peak_memory_bytes"}).assign(memory_ratio=ratio)
 
 
-# --- Costs with confidence intervals -----------------------------------------------------------
-
-#: A replicate is noisy when the IQR of its timing samples exceeds this fraction of their median.
-NOISY_IQR = 0.10
-
-
-def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
-    """Seconds-per-step samples of each successful replicate (one array per record) that counts
-    (not one whose workload changed a setting, see ``counted``)."""
-    g = counted(g)
-    ok = g[g["status"] == Status.OK]
-    return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
-
-
-def costs(
-    df: pd.DataFrame,
-    baseline: str | None = None,
-    n_boot: int = stats.N_BOOT,
-    seed: int = stats.SEED,
-) -> pd.DataFrame:
-    """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval.
-
-    ``stats.ratio`` of the mode against the baseline: the point estimate is the ratio of the
-    medians over replicates of each replicate's median throughput (as in the summary table), the
-    interval the 2.5th-97.5th percentile of the same ratio over ``n_boot`` two-level bootstrap
-    resamples (replicates, then samples within each replicate) drawn independently for the mode
-    and the baseline, from a generator seeded with ``seed`` and the comparison's name
-    (``stats.comparison_key``): a report is reproducible, and an interval does not depend on
-    what else the records hold. ``significant`` is False when the interval contains 1. ``noisy``
-    flags a mode or baseline with any replicate whose IQR exceeds ``NOISY_IQR`` of its median.
-    ``baseline``: ``baseline_mode`` of the run when None.
-    """
-    baseline = baseline_mode(df["mode"]) if baseline is None else baseline
-    rows: list[dict[str, Any]] = []
-    for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
-        base = g[g["mode"] == baseline]
-        base_reps = replicate_samples(base)
-        if not base_reps:
-            continue
-        base_noisy = _noisy(base)
-        for mode, m in g.groupby("mode", sort=False):
-            reps = replicate_samples(m)
-            if not reps:
-                continue
-            name = stats.comparison_key(suite, workload, mode, baseline)
-            r = stats.ratio(reps, base_reps, name, seed, n_boot)
-            rows.append({
-                "suite": suite, "workload": workload, "mode": mode,
-                "relative_throughput": r.point, "ci_low": r.low, "ci_high": r.high,
-                "significant": r.significant,
-                "noisy": base_noisy or _noisy(m),
-                "replicates": len(reps),
-            })  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def _noisy(g: pd.DataFrame) -> bool:
-    g = counted(g)
-    ok = g[g["status"] == Status.OK]
-    rel = pd.to_numeric(ok["iqr"], errors="coerce") / pd.to_numeric(
-        ok["seconds_per_step"], errors="coerce"
-    )
-    return bool((rel > NOISY_IQR).any())
-
-
 def ran_somewhere(v: pd.DataFrame) -> list[Any]:
     """The workloads of verdict rows ``v`` that ran (status ok) in at least one mode."""
     return list(dict.fromkeys(v.loc[v["verdict"].isin(RAN), "workload"]))
-
-
-# --- The speed-versus-reproducibility plane ----------------------------------------------------
-
-
-def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
-    """One row per (suite, mode): where the mode sits on the speed-versus-reproducibility plane.
-
-    ``relative_throughput`` is the geometric mean over the suite's workloads that the mode ran
-    (``ran`` of ``workloads``) of its throughput relative to ``baseline``; ``reproducible`` is
-    the fraction of the suite's workloads that were bitwise identical in every replicate (a
-    workload the mode could not run counts as not reproducible; one that ran in no mode is left
-    out, as in ``recommendations``). A mode the run gave only some of the suite's workloads (an
-    attribution study's attention-backend variants) is not on the plane: its fraction would
-    count what it never ran. ``frontier`` marks the modes no other mode beats on both
-    axes: the best choices. ``baseline``: ``baseline_mode`` of the run when None.
-    """
-    v = verdicts(df)
-    baseline = baseline_mode(v["mode"]) if baseline is None else baseline
-    v = v.assign(rel=relative_throughput(v, str(baseline)))
-    rows: list[dict[str, Any]] = []
-    for suite, g in v.groupby("suite", sort=False):
-        g = g[g["workload"].isin(ran_somewhere(g))]
-        n = int(g["workload"].nunique())
-        for mode, m in g.groupby("mode", sort=False):
-            if m["workload"].nunique() < n:  # run on some workloads only (an attribution variant)
-                continue
-            ran = m[m["verdict"].isin(RAN)]
-            rel = pd.to_numeric(ran["rel"], errors="coerce").dropna()
-            rows.append({
-                "suite": suite, "mode": mode,
-                "relative_throughput": float(np.exp(np.log(rel).mean())) if len(rel) else None,
-                "reproducible": int((m["verdict"] == "reproducible").sum()) / n,
-                "workloads": n, "ran": len(ran),
-                "nondeterministic": int((m["verdict"] == "nondeterministic").sum()),
-                "failed": int((~m["verdict"].isin(RAN)).sum()),
-            })  # fmt: skip
-    out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    mark_frontier(out)
-    keys = out["mode"].map(mode_key)
-    out["_order"], out["_label"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
-    return out.sort_values(["suite", "_order", "_label"], kind="stable").drop(
-        columns=["_order", "_label"]
-    )
-
-
-def mark_frontier(points: pd.DataFrame) -> None:
-    """Set ``points["frontier"]``: per suite, True for the modes that no other mode beats on both
-    ``relative_throughput`` and ``reproducible`` (at least as good on both, better on one)."""
-    points["frontier"] = False
-    for _, g in points.groupby("suite", sort=False):
-        pts = g.dropna(subset=["relative_throughput"])
-        for i, r in pts.iterrows():
-            dominated = (
-                (pts["relative_throughput"] >= r["relative_throughput"])
-                & (pts["reproducible"] >= r["reproducible"])
-                & (
-                    (pts["relative_throughput"] > r["relative_throughput"])
-                    | (pts["reproducible"] > r["reproducible"])
-                )
-            ).any()
-            points.loc[i, "frontier"] = not dominated
 
 
 def divergence(df: pd.DataFrame) -> pd.DataFrame:
@@ -411,10 +223,16 @@ def divergence(df: pd.DataFrame) -> pd.DataFrame:
                 step < len(s or []) and step < len(ref_steps) and s[step] != ref_steps[step]
                 for s in g["step_fingerprints"].iloc[1:]
             )
-            rows.append({
-                "suite": suite, "workload": workload, "mode": mode, "step": step + 1,
-                "max_abs_loss_diff": float(diff), "step_fingerprint_differs": params_differ,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "workload": workload,
+                    "mode": mode,
+                    "step": step + 1,
+                    "max_abs_loss_diff": float(diff),
+                    "step_fingerprint_differs": params_differ,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -455,13 +273,19 @@ def recipes(df: pd.DataFrame) -> pd.DataFrame:
                 same = all(a == b for a, b in pairs)
         base = g[g["mode"] == baseline]
         base = base if len(base) else g.iloc[:1]
-        rows.append({
-            "suite": suite, "workload": workload, "recipe": params["recipe"],
-            "variant": params.get("variant", workload), "verdict": summary,
-            "reproducible": kinds == ["reproducible"],
-            "compare_with": other, "same_bits": same,
-            "items_per_second": base["items_per_second"].iloc[0],
-        })  # fmt: skip
+        rows.append(
+            {
+                "suite": suite,
+                "workload": workload,
+                "recipe": params["recipe"],
+                "variant": params.get("variant", workload),
+                "verdict": summary,
+                "reproducible": kinds == ["reproducible"],
+                "compare_with": other,
+                "same_bits": same,
+                "items_per_second": base["items_per_second"].iloc[0],
+            }
+        )
     order = {w: i for i, w in enumerate(dict.fromkeys(recs["workload"]))}
     rows.sort(key=lambda r: order[r["workload"]])
     return pd.DataFrame(rows, dtype=object)

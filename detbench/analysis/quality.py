@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from detbench.core.modes import DEFAULT_MODE, MODES
+from detbench.store.gpustate import throttled
 from detbench.store.schema import Status
 from detbench.worker.timing import MIN_CI_SAMPLES
 
@@ -72,12 +73,16 @@ def timing_quality(df: pd.DataFrame) -> pd.DataFrame:
         ts = [t for s, t in timed if s == suite]
         rel = np.asarray([float(t["ci_rel"]) for t in ts if t.get("ci_rel") is not None])
         reached = sum(1 for t in ts if t.get("reached_target") is True)
-        rows.append({
-            "suite": suite, "timed": len(ts), "reached": reached,
-            "missed": sum(1 for t in ts if t.get("reached_target") is False),
-            "median_ci_rel": float(np.median(rel)) if len(rel) else None,
-            "max_ci_rel": float(rel.max()) if len(rel) else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "suite": suite,
+                "timed": len(ts),
+                "reached": reached,
+                "missed": sum(1 for t in ts if t.get("reached_target") is False),
+                "median_ci_rel": float(np.median(rel)) if len(rel) else None,
+                "max_ci_rel": float(rel.max()) if len(rel) else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -104,7 +109,26 @@ def stopping_rule(df: pd.DataFrame, options: Mapping[str, Any]) -> dict[str, lis
         "budget": distinct("budget"),
         "warmup_steps": distinct("warmup_steps"),
         "clock": distinct("clock"),
+        # Since issue 29: the ceiling past the budget (GPU) and the clock mode.
+        "ceiling": distinct("ceiling"),
+        "clock_mode": distinct("clock_mode"),
     }
+
+
+def stopped_short(df: pd.DataFrame) -> pd.DataFrame:
+    """Every successful record whose timing stopped short of its target, with its interval:
+    suite, workload, mode, replicate, median (s), ci_low, ci_high, ci_rel, samples."""
+    rows = []
+    if "timing" in df.columns:
+        ok = df[df["status"] == Status.OK]
+        for r in ok.to_dict("records"):
+            t = r["timing"]
+            if isinstance(t, Mapping) and t.get("reached_target") is False:
+                keys = ("median", "ci_low", "ci_high", "ci_rel")
+                row = {k: r.get(k) for k in ("suite", "workload", "mode", "replicate")}
+                row.update({k: t.get(k) for k in keys}, samples=len(t.get("samples") or []))
+                rows.append(row)
+    return pd.DataFrame(rows)
 
 
 # --- Drift: the spread across replicates -------------------------------------------------------
@@ -144,12 +168,17 @@ def replicate_spread(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.
             per_rep = np.exp(np.log(ratio).mean(axis=0))
             pooled_ratio = m.groupby("workload").median() / b.groupby("workload").median()
             pooled = float(np.exp(np.log(pooled_ratio.reindex(ratio.index)).mean()))
-            rows.append({
-                "suite": suite, "mode": mode, "pooled": pooled,
-                "min": float(per_rep.min()), "max": float(per_rep.max()),
-                "per_replicate": {int(r): float(x) for r, x in per_rep.items()},
-                "workloads": len(ratio),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "suite": suite,
+                    "mode": mode,
+                    "pooled": pooled,
+                    "min": float(per_rep.min()),
+                    "max": float(per_rep.max()),
+                    "per_replicate": {int(r): float(x) for r, x in per_rep.items()},
+                    "workloads": len(ratio),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -174,13 +203,9 @@ def gpu_snapshot(env: Mapping[str, Any], when: str) -> dict[str, Any] | None:
 def throttle_lines(env: Mapping[str, Any]) -> list[str]:
     """``detbench.store.gpustate.throttled`` on the run's GPU state (restricted to the worker's GPU
     where its UUID is known): lines saying the GPU throttled during the run; empty when it did
-    not, when unknown, or where that module is missing."""
+    not, or when unknown."""
     state = env.get("gpu_state")
     if not state:
-        return []
-    try:
-        from detbench.store.gpustate import throttled
-    except ImportError:  # an older detbench, or a checkout without the module
         return []
     uuid = (env.get("worker") or {}).get("gpu_uuid")
     lines = throttled(state, uuid=uuid) if uuid else throttled(state)  # uuid: the run's GPU only
@@ -208,14 +233,23 @@ def fingerprint_agreement(df: pd.DataFrame) -> pd.DataFrame:
     for (suite, workload, mode), g in ok.groupby(["suite", "workload", "mode"], sort=True):
         g = g.sort_values("replicate")
         device, sha = list(g["fingerprint"]), list(g["fingerprint_sha256"])
-        rows.append({
-            "suite": suite, "workload": workload, "mode": mode, "replicates": len(g),
-            "device_distinct": len(set(device)), "sha256_distinct": len(set(sha)),
-            "agree": _partition(device) == _partition(sha),
-            "steps_agree": all(
-                _partition(list(a)) == _partition(list(b))
-                for a, b in zip(zip(*g["step_fingerprints"], strict=True),
-                                zip(*g["step_fingerprints_sha256"], strict=True), strict=True)
-            ),
-        })  # fmt: skip
+        rows.append(
+            {
+                "suite": suite,
+                "workload": workload,
+                "mode": mode,
+                "replicates": len(g),
+                "device_distinct": len(set(device)),
+                "sha256_distinct": len(set(sha)),
+                "agree": _partition(device) == _partition(sha),
+                "steps_agree": all(
+                    _partition(list(a)) == _partition(list(b))
+                    for a, b in zip(
+                        zip(*g["step_fingerprints"], strict=True),
+                        zip(*g["step_fingerprints_sha256"], strict=True),
+                        strict=True,
+                    )
+                ),
+            }
+        )
     return pd.DataFrame(rows)

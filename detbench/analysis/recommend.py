@@ -35,18 +35,9 @@ import numpy as np
 import pandas as pd
 
 from detbench.analysis import cause, stats
-from detbench.analysis.matrix import (
-    RAN,
-    baseline_mode,
-    mode_key,
-    mode_of,
-    ran_somewhere,
-    relative_throughput,
-    replicate_samples,
-    run_device,
-    simplicity_key,
-    verdicts,
-)
+from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.labels import baseline_mode, mode_key, mode_of, run_device, simplicity_key
+from detbench.analysis.matrix import RAN, ran_somewhere, relative_throughput, verdicts
 from detbench.core.modes import get_mode
 
 #: The flags of the 10 modes that only cuDNN reads: inert on a CPU.
@@ -127,8 +118,9 @@ class _Throughput:
         x = pd.to_numeric(pd.Series([fallback]), errors="coerce").iloc[0]
         return float(x) if pd.notna(x) else float("nan")
 
-    def ratio(self, suite: str, workload: str, mode: str,
-              against: str | None = None) -> stats.Ratio | None:  # fmt: skip
+    def ratio(
+        self, suite: str, workload: str, mode: str, against: str | None = None
+    ) -> stats.Ratio | None:
         """``mode``'s throughput over ``against``'s (the baseline when None), ``stats.ratio``."""
         against = self.baseline if against is None else against
         key = (suite, workload, mode, against)
@@ -151,8 +143,12 @@ def _estimate(point: float, r: stats.Ratio | None) -> Estimate:
 Versus = Callable[[str, str], "stats.Ratio | None"]
 
 
-def _choose(cands: list[tuple[str, float]], estimate: Callable[[str, float], Estimate],
-            versus: Versus, baseline: str) -> tuple[str, Estimate, str, str]:  # fmt: skip
+def _choose(
+    cands: list[tuple[str, float]],
+    estimate: Callable[[str, float], Estimate],
+    versus: Versus,
+    baseline: str,
+) -> tuple[str, Estimate, str, str]:
     """``cands``: (label, point estimate) in ``simplicity_key`` order; ``estimate`` adds the
     interval against the baseline, ``versus(label, simplest)`` the ratio of one mode to the
     other (bootstraps: only drawn for the simplest mode and the modes whose point estimate is
@@ -171,10 +167,13 @@ def _choose(cands: list[tuple[str, float]], estimate: Callable[[str, float], Est
         why = (
             f"{label} is significantly faster than {simplest}: {e.text()} vs {first.text()} "
             f"(throughput relative to {baseline}"
-            + ("; the 95% interval lies above 1)" if simplest == baseline else
-               f"; {label} over {simplest} {d.point:.2f}, 95% interval {d.low:.2f} to "
-               f"{d.high:.2f}, above 1)")
-        )  # fmt: skip
+            + (
+                "; the 95% interval lies above 1)"
+                if simplest == baseline
+                else f"; {label} over {simplest} {d.point:.2f}, 95% interval {d.low:.2f} to "
+                f"{d.high:.2f}, above 1)"
+            )
+        )
         return label, e, why, simplest
     changes = _changes(simplest) or []
     why = f"fewest changes from default ({len(changes)}" + (
@@ -190,26 +189,46 @@ def _choose(cands: list[tuple[str, float]], estimate: Callable[[str, float], Est
     return simplest, first, why, simplest
 
 
-def _row(suite: str, workload: str, cands: list[tuple[str, float]],
-         estimate: Callable[[str, float], Estimate], versus: Versus, points: dict[str, float],
-         baseline: str, none_why: str) -> dict[str, Any]:  # fmt: skip
+def _row(
+    suite: str,
+    workload: str,
+    cands: list[tuple[str, float]],
+    estimate: Callable[[str, float], Estimate],
+    versus: Versus,
+    points: dict[str, float],
+    baseline: str,
+    none_why: str,
+) -> dict[str, Any]:
     fast = {m: p for m, p in points.items() if np.isfinite(p)}
     fastest = min(fast, key=lambda m: (-fast[m], mode_key(m))) if fast else None
     row: dict[str, Any] = {
-        "suite": suite, "workload": workload, "mode": None, "relative_throughput": None,
-        "ci_low": None, "ci_high": None, "fastest_mode": fastest, "cost_vs_fastest": None,
-        "changes": None, "reason": none_why, "simplest": None,
-    }  # fmt: skip
+        "suite": suite,
+        "workload": workload,
+        "mode": None,
+        "relative_throughput": None,
+        "ci_low": None,
+        "ci_high": None,
+        "fastest_mode": fastest,
+        "cost_vs_fastest": None,
+        "changes": None,
+        "reason": none_why,
+        "simplest": None,
+    }
     if not cands:
         return row
     mode, est, why, simplest = _choose(cands, estimate, versus, baseline)
     rel = est.point if np.isfinite(est.point) else None
     fastest_rel = fast.get(fastest) if fastest is not None else None
     row.update(
-        mode=mode, relative_throughput=rel, ci_low=est.low, ci_high=est.high, reason=why,
-        changes=_changes(mode), simplest=simplest,
+        mode=mode,
+        relative_throughput=rel,
+        ci_low=est.low,
+        ci_high=est.high,
+        reason=why,
+        changes=_changes(mode),
+        simplest=simplest,
         cost_vs_fastest=None if rel is None or not fastest_rel else 1.0 - rel / fastest_rel,
-    )  # fmt: skip
+    )
     return row
 
 
@@ -225,8 +244,26 @@ def _none_why(excluded: list[str], scope: str) -> str:
     return why
 
 
-def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int = N_BOOT,
-                    seed: int = SEED) -> pd.DataFrame:  # fmt: skip
+#: The columns of ``recommendations``, in order.
+_COLUMNS = [
+    "suite",
+    "workload",
+    "mode",
+    "relative_throughput",
+    "ci_low",
+    "ci_high",
+    "fastest_mode",
+    "cost_vs_fastest",
+    "changes",
+    "reason",
+    "simplest",
+    "snippet",
+]
+
+
+def recommendations(
+    df: pd.DataFrame, baseline: str | None = None, n_boot: int = N_BOOT, seed: int = SEED
+) -> pd.DataFrame:
     """Per workload, and per suite (workload ``*``): the recommended mode by ``RULE``, and why.
 
     Columns: ``mode`` (None when no mode qualifies), ``relative_throughput`` with ``ci_low`` and
@@ -241,11 +278,8 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
     warns about it); its throughput is the geometric mean over those workloads.
     """
     v = verdicts(df)
-    columns = ["suite", "workload", "mode", "relative_throughput", "ci_low", "ci_high",
-               "fastest_mode", "cost_vs_fastest", "changes", "reason", "simplest",
-               "snippet"]  # fmt: skip
     if v.empty:
-        return pd.DataFrame(columns=columns, dtype=object)
+        return pd.DataFrame(columns=_COLUMNS, dtype=object)
     baseline = str(baseline if baseline is not None else baseline_mode(v["mode"]))
     device = run_device(df)
     v = v.assign(rel=relative_throughput(v, baseline))
@@ -253,6 +287,20 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
     v = v.assign(inert=v["mode"].map(inert).astype(bool))
     tp = _Throughput(df, baseline, n_boot, seed)
     drawn = cause.lottery(df, v)
+    rows = _workload_rows(v, tp, drawn, baseline) + _suite_rows(v, tp, drawn, inert, baseline)
+    out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
+    out["snippet"] = pd.Series(
+        [None if m is None else get_mode(m).snippet() for m in out["mode"]],
+        index=out.index,
+        dtype=object,
+    )
+    return out[_COLUMNS]
+
+
+def _workload_rows(
+    v: pd.DataFrame, tp: _Throughput, drawn: set[tuple[str, str]], baseline: str
+) -> list[dict[str, Any]]:
+    """One row per workload: the mode ``RULE`` picks among those reproducible on it."""
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         s, w = str(suite), str(workload)
@@ -270,6 +318,19 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         excluded = list(g.loc[(g["verdict"] == "reproducible") & g["inert"], "mode"])
         cands = [(m, points[m]) for m in repro]
         rows.append(_row(s, w, cands, one, versus, points, baseline, _none_why(excluded, "")))
+    return rows
+
+
+def _suite_rows(
+    v: pd.DataFrame,
+    tp: _Throughput,
+    drawn: set[tuple[str, str]],
+    inert: dict[str, bool],
+    baseline: str,
+) -> list[dict[str, Any]]:
+    """One row per suite (workload ``*``): the modes reproducible on every workload of the suite
+    that ran in some mode, by ``RULE`` on their geometric-mean throughput."""
+    rows: list[dict[str, Any]] = []
     for suite, g in v.groupby("suite", sort=False):
         s = str(suite)
         g = g[g["workload"].isin(ran_somewhere(g))]
@@ -291,8 +352,9 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
                 return Estimate(point)
             return _estimate(point, stats.geometric_mean(ratios))
 
-        def geo_versus(m: str, than: str, s: str = s,
-                       workloads: list[str] = workloads) -> stats.Ratio | None:  # fmt: skip
+        def geo_versus(
+            m: str, than: str, s: str = s, workloads: list[str] = workloads
+        ) -> stats.Ratio | None:
             ratios = [r for r in (tp.ratio(s, w, m, than) for w in workloads) if r is not None]
             if not ratios or len(ratios) < len(workloads):
                 return None
@@ -308,10 +370,4 @@ def recommendations(df: pd.DataFrame, baseline: str | None = None, n_boot: int =
         if not n:  # a library the suite needs is missing, say: nothing to recommend from
             none_why = "no workload of the suite ran in any mode (unsupported or failed here)"
         rows.append(_row(s, "*", cands, geo, geo_versus, points, baseline, none_why))
-    out = pd.DataFrame(rows, dtype=object)  # keep None (no mode) as None, not NaN
-    out["snippet"] = pd.Series(
-        [None if m is None else get_mode(m).snippet() for m in out["mode"]],
-        index=out.index,
-        dtype=object,
-    )
-    return out[columns]
+    return rows

@@ -17,8 +17,8 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import busy, quality
-from detbench.analysis.matrix import mode_of
-from detbench.run.schedule import make_plan
+from detbench.analysis.labels import mode_of
+from detbench.run.schedule import clock, make_plan
 
 #: Modes named before "and N more".
 SHOWN = 4
@@ -32,6 +32,10 @@ class RunState:
     finished: bool  # env.json has finished_utc
     throttle: list[str]  # quality.throttle_lines
     load: busy.HostLoad | None
+    #: The run's wall time and the plan's estimate of it (seconds; env.json's ``run_stats``),
+    #: where both are recorded.
+    wall: float | None = None
+    planned_seconds: float | None = None
     set_aside: int = 0  # records load_results set aside: they fail the record's check
 
     @property
@@ -77,10 +81,28 @@ class RunState:
             f"and nothing here counts {it}."
         )
 
+    def timing(self) -> str:
+        """The run's wall time against its plan's, as a sentence; empty where either is missing
+        (a run of an older detbench, or a merge)."""
+        if self.wall is None or not self.planned_seconds:
+            return ""
+        off = self.wall / self.planned_seconds - 1
+        return (
+            f"It took {clock(self.wall)} against {clock(self.planned_seconds)} planned "
+            f"({'+' if off >= 0 else '-'}{100 * abs(off):.0f}%)."
+        )
+
     def line(self) -> str:
-        """One line: completeness, then the conditions, then the records set aside."""
+        """One line: completeness, then the conditions, the time against the plan, and the
+        records set aside."""
         cond = self.conditions()
-        return self.completeness() + (f". Conditions: {cond}." if cond else ".") + self.aside()
+        took = self.timing()
+        return (
+            self.completeness()
+            + (f". Conditions: {cond}." if cond else ".")
+            + (f" {took}" if took else "")
+            + self.aside()
+        )
 
 
 def _gpu_shared(load: busy.HostLoad) -> str:
@@ -125,6 +147,7 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
 
 def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
     planned = planned_counts(env.get("options") or {})
+    stats = env.get("run_stats") or {}
     short: dict[str, tuple[int, int, list[str]]] = {}
     if planned is not None and len(df):
         keys = df["suite"].astype(str) + "/" + df["workload"].astype(str)
@@ -147,5 +170,7 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         finished=bool(env.get("finished_utc")),
         throttle=quality.throttle_lines(env),
         load=busy.host_load(df),
+        wall=stats.get("wall"),
+        planned_seconds=stats.get("planned"),
         set_aside=len(df.attrs.get("set_aside") or ()),
     )

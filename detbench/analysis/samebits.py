@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from detbench.analysis.matrix import baseline_mode, counted, mode_key, verdicts
+from detbench.analysis.labels import baseline_mode, counted, mode_key
+from detbench.analysis.matrix import verdicts
 from detbench.store.schema import Status
 
 
@@ -38,9 +39,11 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     first = prints.groupby(["suite", "workload", "mode"], sort=False)["fingerprint"].first()
     diffs = (
         pd.to_numeric(prints["max_abs_diff_vs_default"], errors="coerce")
-        .groupby([prints["suite"], prints["workload"], prints["mode"]]).max()
-        if "max_abs_diff_vs_default" in prints.columns else pd.Series(dtype=float)
-    )  # fmt: skip
+        .groupby([prints["suite"], prints["workload"], prints["mode"]])
+        .max()
+        if "max_abs_diff_vs_default" in prints.columns
+        else pd.Series(dtype=float)
+    )
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         by_mode = dict(zip(g["mode"], g["verdict"], strict=True))
@@ -53,18 +56,29 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             groups.setdefault(str(first.get((suite, workload, m))), []).append(m)
         ref = first.get((suite, workload, base)) if by_mode[base] == "reproducible" else None
         same = [m for m in groups.get(str(ref), []) if m != base] if ref is not None else []
-        other = sorted((ms for fpr, ms in groups.items() if ref is None or fpr != str(ref)),
-                       key=lambda ms: (-len(ms), mode_key(ms[0])))  # fmt: skip
+        other = sorted(
+            (ms for fpr, ms in groups.items() if ref is None or fpr != str(ref)),
+            key=lambda ms: (-len(ms), mode_key(ms[0])),
+        )
         found = {m: diffs.get((suite, workload, m)) for ms in other for m in ms}
         max_diff = {m: float(d) for m, d in found.items() if d is not None and pd.notna(d)}
-        rows.append({
-            "suite": suite, "workload": workload, "baseline": base,
-            "baseline_verdict": by_mode[base], "same": same, "other": other,
-            "nondeterministic": [m for m in modes if by_mode[m] == "nondeterministic"],
-            "not_run": {m: by_mode[m] for m in modes
-                        if by_mode[m] not in ("reproducible", "nondeterministic")},
-            "max_diff": max_diff,
-        })  # fmt: skip
+        rows.append(
+            {
+                "suite": suite,
+                "workload": workload,
+                "baseline": base,
+                "baseline_verdict": by_mode[base],
+                "same": same,
+                "other": other,
+                "nondeterministic": [m for m in modes if by_mode[m] == "nondeterministic"],
+                "not_run": {
+                    m: by_mode[m]
+                    for m in modes
+                    if by_mode[m] not in ("reproducible", "nondeterministic")
+                },
+                "max_diff": max_diff,
+            }
+        )
     return pd.DataFrame(rows, dtype=object)
 
 

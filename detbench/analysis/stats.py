@@ -100,8 +100,9 @@ class Ratio:
 
     def scaled(self, factor: float) -> Ratio:
         """The same ratio times a constant (items per step of two workloads)."""
-        return Ratio(self.point * factor, self.low * factor, self.high * factor,
-                     self.draws * factor)  # fmt: skip
+        return Ratio(
+            self.point * factor, self.low * factor, self.high * factor, self.draws * factor
+        )
 
 
 def ratio(

@@ -22,14 +22,8 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import cause
-from detbench.analysis.matrix import (
-    RAN,
-    baseline_mode,
-    ran_somewhere,
-    run_device,
-    simplicity_key,
-    verdicts,
-)
+from detbench.analysis.labels import baseline_mode, run_device, simplicity_key
+from detbench.analysis.matrix import RAN, ran_somewhere, verdicts
 from detbench.analysis.recommend import (
     RULE,
     inert_changes,

@@ -25,14 +25,9 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import stats
-from detbench.analysis.matrix import (
-    RAN,
-    counted,
-    mode_of,
-    replicate_samples,
-    simplicity_key,
-    verdicts,
-)
+from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.labels import counted, mode_of, simplicity_key
+from detbench.analysis.matrix import RAN, verdicts
 from detbench.core import settings as st
 from detbench.core.modes import Mode
 from detbench.store.schema import Status
@@ -107,8 +102,9 @@ def pairs(labels: Iterable[Any]) -> dict[str, list[tuple[str, str]]]:
     return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
-def effects(df: pd.DataFrame, seed: int = stats.SEED,
-            v: pd.DataFrame | None = None) -> list[SwitchEffect]:  # fmt: skip
+def effects(
+    df: pd.DataFrame, seed: int = stats.SEED, v: pd.DataFrame | None = None
+) -> list[SwitchEffect]:
     """Every switch the run measured (see the module's docstring), in the order of the flags,
     then the settings; ``v``: ``matrix.verdicts(df)`` where the caller has it already."""
     v = verdicts(df) if v is None else v
@@ -141,16 +137,23 @@ def effects(df: pd.DataFrame, seed: int = stats.SEED,
                     changed[name] = None
                 if a == "nondeterministic" and b == "reproducible":
                     made[name] = None
-        out.append(SwitchEffect(
-            switch=sw, words=FLAG_WORDS.get(sw, sw), pairs=tuple(ps), workloads=len(compared),
-            bits_changed=tuple(changed), made_reproducible=tuple(made),
-            ratio=_time(groups, keys, ps[0], seed),
-        ))  # fmt: skip
+        out.append(
+            SwitchEffect(
+                switch=sw,
+                words=FLAG_WORDS.get(sw, sw),
+                pairs=tuple(ps),
+                workloads=len(compared),
+                bits_changed=tuple(changed),
+                made_reproducible=tuple(made),
+                ratio=_time(groups, keys, ps[0], seed),
+            )
+        )
     return out
 
 
-def _time(groups: dict[Any, pd.DataFrame], keys: list[tuple[str, str]], pair: tuple[str, str],
-          seed: int) -> stats.Ratio | None:  # fmt: skip
+def _time(
+    groups: dict[Any, pd.DataFrame], keys: list[tuple[str, str]], pair: tuple[str, str], seed: int
+) -> stats.Ratio | None:
     """The pair's throughput ratio, with over without; ``groups``: the run's records by
     (suite, workload, mode), grouped once for every switch."""
     without, with_ = pair

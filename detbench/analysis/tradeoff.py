@@ -1,11 +1,11 @@
-"""The speed-versus-reproducibility plane with its noise: each mode's place (``matrix.plane``),
+"""The speed-versus-reproducibility plane with its noise: each mode's place (``frontier.plane``),
 the 95% interval of its throughput, and a frontier that agrees with the recommendation.
 
-``matrix.plane`` places each mode at the geometric mean of its throughput relative to the
+``frontier.plane`` places each mode at the geometric mean of its throughput relative to the
 baseline; here each point gets the interval of that mean (``stats.geometric_mean`` of the
-workloads' ``stats.ratio``, the very ratios of ``matrix.costs``), so a figure can draw it.
+workloads' ``stats.ratio``, the very ratios of ``cost_intervals.costs``), so a figure can draw it.
 
-The frontier of ``matrix.plane`` compares point estimates, so a mode faster by noise alone sits on
+The frontier of ``frontier.plane`` compares point estimates, so a mode faster by noise alone sits on
 it while the recommendation, which moves only for a significant difference, picks another. Here,
 among the modes reproducible on every workload, the frontier holds the recommended mode alone;
 a less reproducible mode is on it only when no mode at least as reproducible beats its point
@@ -21,13 +21,21 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import stats
-from detbench.analysis.matrix import RAN, baseline_mode, plane, replicate_samples, verdicts
+from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.frontier import plane
+from detbench.analysis.labels import baseline_mode
+from detbench.analysis.matrix import RAN, verdicts
 from detbench.analysis.recommend import inert_changes, run_device
 
 
-def points(df: pd.DataFrame, rec: pd.DataFrame, baseline: str | None = None,
-           seed: int = stats.SEED, v: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
-    """``matrix.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
+def points(
+    df: pd.DataFrame,
+    rec: pd.DataFrame,
+    baseline: str | None = None,
+    seed: int = stats.SEED,
+    v: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """``frontier.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
     definition, and where a workload has no samples), ``inert``, ``recommended`` and the
     noise-aware ``frontier``; ``rec``: ``recommend.recommendations`` of ``df``; ``v``:
     ``matrix.verdicts(df)`` where the caller has it already."""
@@ -42,8 +50,7 @@ def points(df: pd.DataFrame, rec: pd.DataFrame, baseline: str | None = None,
     for r in p.to_dict("records"):
         low = high = None
         if r["mode"] != baseline and r["relative_throughput"] is not None:
-            ran = v[(v["suite"] == r["suite"]) & (v["mode"] == r["mode"])
-                    & v["verdict"].isin(RAN)]  # fmt: skip
+            ran = v[(v["suite"] == r["suite"]) & (v["mode"] == r["mode"]) & v["verdict"].isin(RAN)]
             ratios = []
             for w in ran["workload"]:
                 a = groups.get((r["suite"], w, r["mode"]))
@@ -58,8 +65,10 @@ def points(df: pd.DataFrame, rec: pd.DataFrame, baseline: str | None = None,
                 low, high = mean.low, mean.high
         lows.append(low)
         highs.append(high)
-    p = p.assign(ci_low=pd.Series(lows, index=p.index, dtype=object),
-                 ci_high=pd.Series(highs, index=p.index, dtype=object))  # fmt: skip
+    p = p.assign(
+        ci_low=pd.Series(lows, index=p.index, dtype=object),
+        ci_high=pd.Series(highs, index=p.index, dtype=object),
+    )
     p["inert"] = [bool(inert_changes(str(m), device)) for m in p["mode"]]
     picks = rec[rec["workload"] == "*"].set_index("suite")["mode"].to_dict() if len(rec) else {}
     p["recommended"] = [picks.get(s) == m for s, m in zip(p["suite"], p["mode"], strict=True)]

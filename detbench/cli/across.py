@@ -17,77 +17,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from detbench.cli.options import UserError, existing_dir, mode_options, run_config, run_options
-
-
-def add_parsers(sub: Any) -> None:
-    cmp = sub.add_parser(
-        "compare",
-        help="compare runs: the same bits across machines for every workload and mode in more "
-        "than one run; with two runs, also throughput changes with significance",
-    )
-    cmp.add_argument("dirs", nargs="+", metavar="DIR", help="two or more runs (the first is the "
-                     "reference), or a set merged from several machines")  # fmt: skip
-    cmp.add_argument("--json", action="store_true", help="the cross-machine verdicts as a JSON "
-                     "list: workload, mode, same_bits (true/false/null), groups")  # fmt: skip
-    cmp.add_argument("--markdown", metavar="FILE", help="also write the comparison as Markdown")
-    cmp.set_defaults(func=compare_command)
-
-    mrg = sub.add_parser(
-        "merge",
-        help="merge the shards of one run (run --shard K/N) into one run, or runs from several "
-        "machines into one set, each record naming its machine",
-    )
-    mrg.add_argument("out", metavar="OUT", help="the merged run's directory (new)")
-    mrg.add_argument("dirs", nargs="+", metavar="DIR", help="the shards, or the runs")
-    mrg.add_argument("--no-report", action="store_true", help="do not write the report")
-    mrg.set_defaults(func=merge_command)
-
-    s = sub.add_parser(
-        "submit",
-        help="run a run's shards (or one run per partition) as batch jobs through submitit "
-        "(Slurm, or --executor local), then merge them",
-    )
-    run_options(s)
-    mode_options(s)
-    s.add_argument("--executor", choices=("slurm", "local"), required=True,
-                   help="slurm (sbatch, a job array) or local (submitit's local executor: "
-                   "processes on this machine)")  # fmt: skip
-    s.add_argument("--shards", type=int, metavar="N", help="split the run into N shards, one "
-                   "job each (a job array)")  # fmt: skip
-    s.add_argument("--partition", metavar="P[,P...]", help="the Slurm partition of the shards; "
-                   "several: one whole run per partition (a GPU type each), merged into a set "
-                   "for the cross-machine verdict")  # fmt: skip
-    s.add_argument("--gres", metavar="GRES", help="Slurm --gres, e.g. gpu:1")
-    s.add_argument("--time", type=int, metavar="MINUTES", help="each job's time limit")
-    s.add_argument("--account", metavar="ACCOUNT", help="Slurm --account")
-    s.add_argument("--constraint", metavar="FEATURES", help="Slurm --constraint")
-    s.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per job")
-    s.add_argument("--array-parallelism", type=int, metavar="N",
-                   help="at most N jobs of the array at once (Slurm)")  # fmt: skip
-    s.add_argument("--slurm-option", action="append", metavar="KEY=VALUE",
-                   help="any other sbatch option (repeatable), e.g. qos=high")  # fmt: skip
-    s.add_argument("--retries", type=int, default=1, metavar="N",
-                   help="resubmit a failed job (it resumes) up to N times (default 1)")  # fmt: skip
-    s.set_defaults(func=submit_command)
-
+from detbench.analysis.across import across, load_runs, machines
+from detbench.cli.options import UserError, existing_dir, run_config
+from detbench.report import across as across_report
+from detbench.report import compare as pair
+from detbench.report.write import write_report
+from detbench.run.api import plan_run
+from detbench.run.merge import merge
+from detbench.run.submit import PARTS, submit, submitit_module, tasks
+from detbench.store.results import ENV_FILE, RESULTS_FILE, load_env, write_json_atomic
 
 # --- compare -----------------------------------------------------------------------------------
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    from detbench.analysis.across import across, load_runs, machines
-    from detbench.report import across as across_report
-    from detbench.report import compare as pair
-    from detbench.store.results import ENV_FILE, load_env
-
     out = Path(args.markdown) if args.markdown else None
     if out is not None and out.exists():
         raise UserError(f"{out} exists: give a new file for --markdown (nothing was overwritten)")
     dirs = [existing_dir(d) for d in args.dirs]
     if len(dirs) < 2 and not (dirs[0] / ENV_FILE).exists():
-        raise UserError("give two or more runs to compare, or one set merged from several "
-                        "machines")  # fmt: skip
+        raise UserError("give two or more runs to compare, or one set merged from several machines")
     runs = load_runs(dirs)
     if len(runs) < 2:
         raise UserError(f"{dirs[0]} holds one run: give two or more runs to compare")
@@ -111,8 +60,6 @@ def compare_command(args: argparse.Namespace) -> int:
 
 
 def merge_command(args: argparse.Namespace) -> int:
-    from detbench.run.merge import merge
-
     m = merge(Path(args.out), [Path(d) for d in args.dirs])
     _merged(m, args.no_report)
     return 0
@@ -120,16 +67,18 @@ def merge_command(args: argparse.Namespace) -> int:
 
 def _merged(m: Any, no_report: bool) -> None:
     if m.kind == "run":
-        print(f"merged {'some' if m.notes else 'the'} shards of one run: {m.records} "
-              f"records in {m.out}")  # fmt: skip
+        print(
+            f"merged {'some' if m.notes else 'the'} shards of one run: {m.records} "
+            f"records in {m.out}"
+        )
     else:
-        print(f"merged runs from {len(m.machines)} machines ({', '.join(m.machines)}): "
-              f"{m.records} records in {m.out}")  # fmt: skip
+        print(
+            f"merged runs from {len(m.machines)} machines ({', '.join(m.machines)}): "
+            f"{m.records} records in {m.out}"
+        )
     for note in m.notes:
         print(f"note: {note}")
     if not no_report:
-        from detbench.report.write import write_report
-
         _, page = write_report(m.out)
         print(f"report: {page}")
 
@@ -159,23 +108,22 @@ def _params(args: argparse.Namespace, several: bool) -> dict[str, Any]:
 def submit_command(args: argparse.Namespace) -> int:
     import torch
 
-    from detbench.run.api import plan_run
-    from detbench.run.merge import merge
-    from detbench.run.submit import PARTS, submit, submitit_module, tasks
-    from detbench.store.results import ENV_FILE, RESULTS_FILE, load_env, write_json_atomic
-
     for flag in ("resume", "shard"):
         if getattr(args, flag) is not None:
-            raise UserError(f"submit makes its own shards and resumes its own jobs; give no "
-                            f"--{flag} with it")  # fmt: skip
+            raise UserError(
+                f"submit makes its own shards and resumes its own jobs; give no --{flag} with it"
+            )
     if args.out is None:
-        raise UserError("give --out DIR: where the merged run goes (its jobs write under "
-                        f"DIR/{PARTS}/)")  # fmt: skip
+        raise UserError(
+            f"give --out DIR: where the merged run goes (its jobs write under DIR/{PARTS}/)"
+        )
     partitions = [p.strip() for p in (args.partition or "").split(",") if p.strip()]
     several = len(partitions) > 1
     if several and args.shards:
-        raise UserError("--shards splits one run; with several partitions each runs the whole "
-                        "run: give one or the other")  # fmt: skip
+        raise UserError(
+            "--shards splits one run; with several partitions each runs the whole "
+            "run: give one or the other"
+        )
     out = Path(args.out)  # run_config refuses it unless it is new or empty
     config = run_config(args, torch.cuda.is_available())
     todo = tasks(config, None if several else args.shards, partitions if several else None)

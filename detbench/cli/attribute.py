@@ -18,33 +18,16 @@ from detbench.analysis.attribution import (
     only_for,
     study_modes,
 )
-from detbench.cli.options import UserError, run_config, run_options
-from detbench.run.config import RunConfig
-
-
-def add_parser(sub: Any) -> None:
-    """``detbench attribute``, with the options of ``run`` that apply to a study."""
-    a = sub.add_parser(
-        "attribute",
-        help="which switch costs what: from the default mode each switch added alone, from the "
-        "fully deterministic mode each removed alone (an ordinary run with an Attribution "
-        "section in its report)",
-    )
-    run_options(a)
-    a.add_argument(
-        "--compile",
-        action="store_true",
-        help="also attribute execution=compile (torch.compile, inductor): compiles "
-        "every workload in two more modes, so it is off by default",
-    )
-    a.set_defaults(func=run_command, mode=None, set=None)
+from detbench.cli.execute import execute
+from detbench.cli.options import UserError, run_config
+from detbench.report.attribution import conclusions
+from detbench.run.config import RunConfig, resolve_sources
+from detbench.run.probe import probe_ops
+from detbench.store.results import load_env
 
 
 def study_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
     """The run of the study the options ask for (``--resume``: the run in DIR, as it was)."""
-    from detbench.run.config import resolve_sources
-    from detbench.store.results import load_env
-
     config = run_config(args, cuda)
     if args.resume is not None:
         study = config.study or load_env(Path(args.resume)).get("study")
@@ -55,28 +38,31 @@ def study_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
     sources, workloads = resolve_sources(config)  # a bad --suite/--only: one line, first
     called = _seen_calls(config, sources, workloads)
     study = build_study(config.device, workloads, compile=args.compile, called=called)
-    return replace(config, modes=study_modes(study), only_for=only_for(study) or None,
-                   study=study)  # fmt: skip
+    return replace(config, modes=study_modes(study), only_for=only_for(study) or None, study=study)
 
 
-def _seen_calls(config: RunConfig, sources: list[str], workloads: list[Any]
-                ) -> dict[str, list[str]]:  # fmt: skip
+def _seen_calls(
+    config: RunConfig, sources: list[str], workloads: list[Any]
+) -> dict[str, list[str]]:
     """Which ops the workloads that do not declare attention call, from one step of each in a
     process of its own (``run.probe``): a declaration is never the only evidence."""
     import sys
 
-    from detbench.run.probe import probe_ops
-
     todo = [w for w in workloads if not w.attention and not w.distributed]
     if not todo:
         return {}
-    print(f"detbench attribute: one step of each of {len(todo)} workloads, to see which call "
-          "scaled_dot_product_attention", file=sys.stderr)  # fmt: skip
+    print(
+        f"detbench attribute: one step of each of {len(todo)} workloads, to see which call "
+        "scaled_dot_product_attention",
+        file=sys.stderr,
+    )
     probed = probe_ops(todo, sources, config.device, config.profile, config.seed)
     seen = probed.calling("scaled_dot_product_attention")
     if seen:
-        print(f"  seen calling it without declaring attention=True: {', '.join(seen)}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"  seen calling it without declaring attention=True: {', '.join(seen)}",
+            file=sys.stderr,
+        )
     for key, why in probed.failed.items():
         print(f"  {key}: not probed ({why}); its declarations stand", file=sys.stderr)
     return probed.calls
@@ -84,8 +70,6 @@ def _seen_calls(config: RunConfig, sources: list[str], workloads: list[Any]
 
 def run_command(args: argparse.Namespace) -> int:
     import torch
-
-    from detbench.cli.execute import execute
 
     cuda = torch.cuda.is_available()
     if args.json and not args.dry_run:
@@ -95,8 +79,6 @@ def run_command(args: argparse.Namespace) -> int:
     assert study is not None
 
     def summary(df: pd.DataFrame) -> str:
-        from detbench.report.attribution import conclusions
-
         return "\n".join(
             f"{suite}:\n" + "\n".join(f"  {line}" for line in lines)
             for suite, lines in conclusions(df, study).items()

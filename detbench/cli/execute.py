@@ -11,9 +11,19 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from detbench.analysis.failures import all_failed, failures_text
 from detbench.core.modes import CUBLAS_ENV
+from detbench.core.settings import visible_gpus
+from detbench.locate.report import locate_run
+from detbench.report.write import write_report
+from detbench.run.api import plan_run, run_planned
+from detbench.run.costprobe import probe, unpriced
+from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
+from detbench.run.plantext import describe_plan, left_out_line, probe_line
+from detbench.run.schedule import clock
+from detbench.store.results import RESULTS_FILE, load_results
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -21,36 +31,56 @@ if TYPE_CHECKING:
     from detbench.run.config import RunConfig
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
+    from detbench.run.supervise import RunStats
 
 
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
-    """The run's plan and estimate; printed in full for --dry-run, in one line otherwise."""
-    from detbench.core.settings import visible_gpus
-    from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
-    from detbench.run.plantext import describe_plan, left_out_line
-    from detbench.run.schedule import clock
-
+    """The run's plan and estimate; printed in full for --dry-run, in one line otherwise. A dry
+    run measures this host's start-up with a probe worker; a dry run and a real run alike probe
+    a user's own workloads (``run.costprobe``) where the plan holds enough of their records, so
+    both print the estimate the progress line then follows."""
     c = runner.config
     gpus = visible_gpus() if c.device == "cuda" else 0
     # A CUDA plan on a host without a GPU (a dry run only): nothing can be measured here, so the
     # estimate is the model's on paper, for one GPU.
     paper = c.device == "cuda" and gpus == 0
-    # A dry run measures this machine's start-up; a real run's progress line starts from the
-    # model alone and corrects itself from the first records.
-    measure = dry_run and runner.plan.workers and not paper
-    startup = runner.measure_startup() if measure else PAPER_STARTUP_SECONDS.get(c.device, 2.0)
     distributed = frozenset(w.key for w in runner.workloads if w.distributed)
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
-    est = estimate(runner.plan, c.device, c.profile, c.setting("budget"), startup, bool(measure),
-                   distributed, sizes, skipped, "paper" if paper else None)  # fmt: skip
+
+    def priced(startup: float, measured: bool, probed: Any = None) -> Estimate:
+        return estimate(
+            runner.plan,
+            c.device,
+            c.profile,
+            c.setting("budget"),
+            startup,
+            measured,
+            distributed,
+            sizes,
+            skipped,
+            "paper" if paper else None,
+            probed,
+        )
+
+    est = priced(PAPER_STARTUP_SECONDS.get(c.device, 2.0), False)
+    keys = unpriced(runner) if runner.plan.workers and not paper else []
+    found = None
+    if (dry_run and runner.plan.workers and not paper) or keys:
+        found = probe(runner, keys)
+        est = priced(found.startup, True, found.records)
     doc, lines = describe_plan(runner, est)
+    if found is not None and keys:
+        doc["probe"] = {"seconds": round(found.seconds, 1), "failed": found.failed}
+        lines.insert(3, probe_line(found, keys))
     if as_json:
         print(json.dumps(doc, indent=2))
     elif dry_run:
         print("\n".join(lines))
     else:
         print(lines[0] + f"; estimated {clock(est.seconds)}", file=sys.stderr)
+        if found is not None and keys:
+            print(lines[3].lstrip(), file=sys.stderr)
         if doc["left_out"]:
             print(left_out_line(c.device, doc["left_out"]).lstrip(), file=sys.stderr)
     return est
@@ -82,22 +112,68 @@ def execute(
     """Check ``config``, print its plan, run it and report on it. ``preface``: lines printed
     before the plan (an attribution study's switches); ``summary``: the text printed from the
     records at the end; ``command``: the subcommand a resume line names."""
-    from detbench.analysis.failures import all_failed, failures_text
-    from detbench.run.api import plan_run, run_planned
-    from detbench.store.results import RESULTS_FILE, load_results
-
     out = config.out
     runner = plan_run(config, cuda=cuda, dry_run=bool(args.dry_run))
     if preface and not args.json:
         print("\n".join(preface), file=sys.stdout if args.dry_run else sys.stderr)
     est = plan(runner, args.dry_run, args.json)
-    if args.dry_run:
+    if args.dry_run or not _notes(config, runner):
         return 0
+    try:
+        stats = run_planned(runner, est.seconds)
+    except KeyboardInterrupt:
+        path = out / RESULTS_FILE
+        kept = sum(1 for _ in path.open()) if path.exists() else 0
+        print(
+            f"\ndetbench: interrupted; {kept} records kept in {out}; "
+            f"resume with: detbench {command} --resume {out}",
+            file=sys.stderr,
+        )
+        return 130
+    df = load_results(out)
+    print(summary(df))
+    failed = failures_text(df)
+    if failed:
+        print("\n" + failed)
+    if getattr(args, "locate", False):
+        located = locate_run(out, sys.stderr)
+        print(
+            f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
+            f"{out / 'located.json'}"
+        )
+    if not args.no_report:
+        _, page = write_report(out)
+        print(f"\nreport: {page}")
+    print(_time_line(stats, est.seconds, out))
+    if stats.timing_target_missed:
+        print(
+            f"{stats.timing_target_missed} of {stats.records} records stopped short of the target "
+            "interval: their timing budget ran out (on a GPU, the ceiling past it, or the "
+            "target was out of reach; the report lists each with its interval)"
+        )
+    # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
+    # the exit status (a built-in suite's failure is data of the machine, and exits 0).
+    files = {Path(f).resolve() for f in config.workload_files}
+    own = [w.key for w in runner.workloads if w.source and Path(w.source).resolve() in files]
+    if all_failed(df, own):
+        print(
+            f"detbench: every record of your own workloads failed ({', '.join(own)}): see the "
+            "messages above",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _notes(config: RunConfig, runner: Runner) -> bool:
+    """The notes a user should see before the run starts; False when there is nothing to run
+    (a resume of a complete run)."""
+    out = config.out
     if config.resume:
         missing = runner.missing
         if not missing:
             print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
-            return 0
+            return False
         print(
             f"detbench: resuming {out}: {len(runner.done)} records kept, {missing} to measure",
             file=sys.stderr,
@@ -117,38 +193,16 @@ def execute(
             "deterministic algorithms only; the others run without it, as torch's default does.",
             file=sys.stderr,
         )
-    try:
-        stats = run_planned(runner, est.seconds)
-    except KeyboardInterrupt:
-        path = out / RESULTS_FILE
-        kept = sum(1 for _ in path.open()) if path.exists() else 0
-        print(
-            f"\ndetbench: interrupted; {kept} records kept in {out}; "
-            f"resume with: detbench {command} --resume {out}",
-            file=sys.stderr,
-        )
-        return 130
-    df = load_results(out)
-    print(summary(df))
-    failed = failures_text(df)
-    if failed:
-        print("\n" + failed)
-    if getattr(args, "locate", False):
-        from detbench.locate.report import locate_run
+    return True
 
-        located = locate_run(out, sys.stderr)
-        print(f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
-              f"{out / 'located.json'}")  # fmt: skip
-    if not args.no_report:
-        from detbench.report.write import write_report
 
-        _, page = write_report(out)
-        print(f"\nreport: {page}")
+def _time_line(stats: RunStats, estimated: float, out: Path) -> str:
+    """The closing line: where the run's time went, phase by phase, against the estimate."""
     # With devices side by side the phases add up over them: compare device-seconds.
     measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
-    print(
-        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s, estimated "
-        f"{est.seconds:.0f} s: timing {stats.timing:.0f} s, fingerprint "
+    return (
+        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s against "
+        f"{estimated:.0f} s planned: timing {stats.timing:.0f} s, fingerprint "
         f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
         f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
         f"one measuring), build {stats.build:.0f} s, "
@@ -159,20 +213,3 @@ def execute(
         f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
         + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
     )
-    if stats.timing_target_missed:
-        print(
-            f"{stats.timing_target_missed} of {stats.records} records used their whole timing "
-            "budget without reaching the target interval (see the report)"
-        )
-    # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
-    # the exit status (a built-in suite's failure is data of the machine, and exits 0).
-    files = {Path(f).resolve() for f in config.workload_files}
-    own = [w.key for w in runner.workloads if w.source and Path(w.source).resolve() in files]
-    if all_failed(df, own):
-        print(
-            f"detbench: every record of your own workloads failed ({', '.join(own)}): see the "
-            "messages above",
-            file=sys.stderr,
-        )
-        return 1
-    return 0

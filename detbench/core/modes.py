@@ -27,7 +27,15 @@ from detbench.core import settings as st
 from detbench.core.errors import DetbenchError
 from detbench.core.settings import CUBLAS_DEFAULT, CUBLAS_ENV, Overrides
 
-__all__ = ["CUBLAS_DEFAULT", "CUBLAS_ENV", "DEFAULT_MODE", "MODES", "Mode", "get_mode"]
+__all__ = [
+    "CUBLAS_DEFAULT",
+    "CUBLAS_ENV",
+    "DEFAULT_MODE",
+    "DETERMINISTIC_MODE",
+    "MODES",
+    "Mode",
+    "get_mode",
+]
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,8 @@ def _matrix() -> tuple[Mode, ...]:
 #: The 10 modes, in a stable order. The first is torch's default and the baseline of every ratio.
 MODES: tuple[Mode, ...] = _matrix()
 DEFAULT_MODE: Mode = MODES[0]
+#: Every determinism switch on: what ``detbench locate`` checks a culprit in.
+DETERMINISTIC_MODE = "cudnn-det+det-algos"
 _BY_NAME = {m.name: m for m in MODES}
 
 

@@ -128,12 +128,19 @@ def _reduction_setting(dt: str, split_k: bool) -> Setting:
         doc = f"{_MATMUL}.{attr}: {dt} GEMMs may reduce in {dt} instead of fp32 (on by default)."
     probe_attr = attr + ("_split_k" if split_k else "")
     return Setting(
-        name, ON_OFF, "on", doc, strict="off", devices=("cuda",), read=read, apply=apply,
+        name,
+        ON_OFF,
+        "on",
+        doc,
+        strict="off",
+        devices=("cuda",),
+        read=read,
+        apply=apply,
         snippet=snippet,
         unavailable=ts.needs(
             lambda: getattr(ts.torch_module().backends.cuda.matmul, probe_attr), probe_attr
         ),
-    )  # fmt: skip
+    )
 
 
 def _bool_line(expr: str) -> Callable[[str], list[str]]:
@@ -142,19 +149,25 @@ def _bool_line(expr: str) -> Callable[[str], list[str]]:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
-        "fill_uninitialized_memory", ON_OFF, "on",
+        "fill_uninitialized_memory",
+        ON_OFF,
+        "on",
         "with deterministic algorithms on, torch fills every torch.empty with NaN (floats) or "
         "the largest integer; off spares the fill. Acts only with deterministic algorithms.",
         strict="on",
-        read=ts.read_fill, apply=ts.apply_fill,
+        read=ts.read_fill,
+        apply=ts.apply_fill,
         snippet=_bool_line("torch.utils.deterministic.fill_uninitialized_memory"),
         unavailable=ts.needs(ts.read_fill, "torch.utils.deterministic.fill_uninitialized_memory"),
     ),
     Setting(
-        "warn_only", ON_OFF, "off",
+        "warn_only",
+        ON_OFF,
+        "off",
         "use_deterministic_algorithms(..., warn_only=True): an op without a deterministic "
         "implementation warns and runs its nondeterministic kernel instead of raising.",
-        read=ts.read_warn_only, apply=ts.apply_warn_only,
+        read=ts.read_warn_only,
+        apply=ts.apply_warn_only,
         snippet=lambda level: [
             "torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(), "
             f"warn_only={level == 'on'})"
@@ -162,30 +175,41 @@ SETTINGS: tuple[Setting, ...] = (
         unavailable=ts.needs(ts.read_warn_only, "warn_only for use_deterministic_algorithms"),
     ),
     Setting(
-        "float32_matmul_precision", ("highest", "high", "medium"), "highest",
+        "float32_matmul_precision",
+        ("highest", "high", "medium"),
+        "highest",
         "torch.set_float32_matmul_precision: 'high' lets fp32 matmuls run in TF32 on a GPU (the "
         "same switch as torch.backends.cuda.matmul.allow_tf32 = True), 'medium' in bf16.",
         strict="highest",
-        read=ts.read_matmul_precision, apply=ts.apply_matmul_precision,
+        read=ts.read_matmul_precision,
+        apply=ts.apply_matmul_precision,
         snippet=lambda level: [f'torch.set_float32_matmul_precision("{level}")'],
     ),
     Setting(
-        "cudnn_tf32", ON_OFF, "on",
+        "cudnn_tf32",
+        ON_OFF,
+        "on",
         "fp32 cuDNN convolutions and RNNs in TF32 (on by default): torch 2.9+'s "
         "torch.backends.cudnn.{conv,rnn}.fp32_precision where this torch has them, else "
         "torch.backends.cudnn.allow_tf32 (never both: mixing them raises).",
-        strict="off", devices=("cuda",),
-        read=ts.read_cudnn_tf32, apply=ts.apply_cudnn_tf32,
+        strict="off",
+        devices=("cuda",),
+        read=ts.read_cudnn_tf32,
+        apply=ts.apply_cudnn_tf32,
         snippet=ts.cudnn_tf32_snippet,
     ),
     *(_reduction_setting(dt, sk) for dt in ("fp16", "bf16") for sk in (False, True)),
     Setting(
-        "cublas_workspace_config", ("unset", ":4096:8", ":16:8"), "unset",
+        "cublas_workspace_config",
+        ("unset", ":4096:8", ":16:8"),
+        "unset",
         "the CUBLAS_WORKSPACE_CONFIG environment variable, read by cuBLAS when its handle is "
         "created: ':4096:8' or ':16:8' make cuBLAS deterministic; the modes with deterministic "
         "algorithms set ':4096:8' (or the user's value), the others leave it unset.",
-        strict=":4096:8", devices=("cuda",),
-        read=ts.read_cublas, apply=ts.apply_cublas,
+        strict=":4096:8",
+        devices=("cuda",),
+        read=ts.read_cublas,
+        apply=ts.apply_cublas,
         snippet=lambda level: (
             [f'os.environ.pop("{CUBLAS_ENV}", None)  # before any CUDA work']
             if level == "unset"
@@ -193,29 +217,40 @@ SETTINGS: tuple[Setting, ...] = (
         ),
     ),
     Setting(
-        "sdpa_backend", ("default", "math", "flash", "efficient", "cudnn"), "default",
+        "sdpa_backend",
+        ("default", "math", "flash", "efficient", "cudnn"),
+        "default",
         "the scaled_dot_product_attention backend, through torch.nn.attention.sdpa_kernel: "
         "'default' lets torch choose; a backend the device lacks is recorded as unsupported.",
         strict="math",
-        read=ts.read_sdpa, apply=ts.apply_sdpa,
+        read=ts.read_sdpa,
+        apply=ts.apply_sdpa,
         snippet=lambda level: ts.sdpa_snippet(level),
-        unavailable=ts.needs(lambda: __import__("torch.nn.attention").nn.attention.sdpa_kernel,
-                           "torch.nn.attention.sdpa_kernel"),
+        unavailable=ts.needs(
+            lambda: __import__("torch.nn.attention").nn.attention.sdpa_kernel,
+            "torch.nn.attention.sdpa_kernel",
+        ),
     ),
     Setting(
-        "autocast", ("off", "fp16", "bf16"), "off",
+        "autocast",
+        ("off", "fp16", "bf16"),
+        "off",
         "automatic mixed precision: each step runs under torch.autocast(device, dtype); only "
         "for workloads that declare autocast=True (others are recorded as unsupported).",
         scope="workload",
         snippet=lambda level: (
-            [] if level == "off" else [
+            []
+            if level == "off"
+            else [
                 f"# each step: with torch.autocast(device.type, dtype=torch."
                 f"{'float16' if level == 'fp16' else 'bfloat16'}): ..."
             ]
         ),
     ),
     Setting(
-        "execution", ("eager", "compile"), "eager",
+        "execution",
+        ("eager", "compile"),
+        "eager",
         "eager, or each workload's step through torch.compile (inductor) with fresh compile "
         "caches in every worker; the compile time is recorded apart from the throughput.",
         scope="workload",
@@ -225,33 +260,44 @@ SETTINGS: tuple[Setting, ...] = (
         unavailable=ts.compile_unavailable,
     ),
     Setting(
-        "inductor_deterministic", ON_OFF, "off",
+        "inductor_deterministic",
+        ON_OFF,
+        "off",
         "torch._inductor.config.deterministic: inductor avoids the choices (autotuning by "
         "measurement among them) that can change bits from run to run. Acts only with "
         "execution=compile. Where torch ties it to deterministic algorithms (2.13: "
         "use_deterministic_algorithms sets it, and dynamo calls that after compiling each "
         "frame), a level other than deterministic algorithms' is recorded as unsupported.",
         strict="on",
-        read=ts.read_inductor_det, apply=ts.apply_inductor_det,
+        read=ts.read_inductor_det,
+        apply=ts.apply_inductor_det,
         snippet=_bool_line("torch._inductor.config.deterministic"),
-        unavailable=ts.needs(lambda: ts.inductor_config().deterministic,
-                           "torch._inductor.config.deterministic"),
+        unavailable=ts.needs(
+            lambda: ts.inductor_config().deterministic, "torch._inductor.config.deterministic"
+        ),
     ),
     Setting(
-        "inductor_batch_invariant", ON_OFF, "off",
+        "inductor_batch_invariant",
+        ON_OFF,
+        "off",
         "torch._inductor.config.batch_invariant (env TORCHINDUCTOR_BATCH_INVARIANT): in the "
         "Triton kernels inductor generates, persistent reductions get the same configuration "
         "at every batch size (the batch dimension's size hint is raised to at least 4096) and "
         "their configurations are chosen as in inductor's deterministic mode; inductor's CPU "
         "(C++) code does not read it. Acts only with execution=compile.",
         devices=("cuda",),
-        read=ts.read_inductor_batch_invariant, apply=ts.apply_inductor_batch_invariant,
+        read=ts.read_inductor_batch_invariant,
+        apply=ts.apply_inductor_batch_invariant,
         snippet=_bool_line("torch._inductor.config.batch_invariant"),
-        unavailable=ts.needs(lambda: getattr(ts.inductor_config(), "batch_invariant"),  # noqa: B009
-                           "torch._inductor.config.batch_invariant"),
+        unavailable=ts.needs(
+            lambda: getattr(ts.inductor_config(), "batch_invariant"),  # noqa: B009
+            "torch._inductor.config.batch_invariant",
+        ),
     ),
     Setting(
-        "world_size", ts.WORLD_SIZES, "2",
+        "world_size",
+        ts.WORLD_SIZES,
+        "2",
         "ranks of a distributed workload: one torchrun launch of this many processes, one per "
         "GPU on CUDA (more ranks than GPUs is recorded as unsupported), gloo on CPU. Unset: 2 "
         "on CPU, min(2, visible GPUs) on CUDA (world_size_default).",
@@ -259,29 +305,37 @@ SETTINGS: tuple[Setting, ...] = (
         snippet=lambda level: [f"# torchrun --standalone --nnodes 1 --nproc-per-node {level} ..."],
     ),
     Setting(
-        "bucket_cap_mb", ts.BUCKET_CAPS, "25",
+        "bucket_cap_mb",
+        ts.BUCKET_CAPS,
+        "25",
         "DistributedDataParallel(bucket_cap_mb=...): the size of the gradient buckets that are "
         "all-reduced together, which decides how the additions of a gradient are grouped.",
         scope="distributed",
         snippet=lambda level: [f"# DistributedDataParallel(model, bucket_cap_mb={level})"],
     ),
     Setting(
-        "nccl_algo", ts.NCCL_ALGOS, "unset",
+        "nccl_algo",
+        ts.NCCL_ALGOS,
+        "unset",
         "the NCCL_ALGO environment variable of the ranks: the all-reduce algorithm NCCL may use "
         "(Ring is what deterministic training stacks pin; NVLS is known to be nondeterministic); "
         "a level this NCCL or GPU rejects is recorded as unsupported. Inert at world size 1. "
         "The record holds the variable as rank 0 read it after init_process_group.",
-        scope="distributed", devices=("cuda",),
+        scope="distributed",
+        devices=("cuda",),
         snippet=lambda level: ts.env_snippet("NCCL_ALGO", level),
     ),
     Setting(
-        "nccl_proto", ts.NCCL_PROTOS, "unset",
+        "nccl_proto",
+        ts.NCCL_PROTOS,
+        "unset",
         "the NCCL_PROTO environment variable of the ranks: the protocol of NCCL's collectives; "
         "a level this NCCL rejects is recorded as unsupported. Inert at world size 1.",
-        scope="distributed", devices=("cuda",),
+        scope="distributed",
+        devices=("cuda",),
         snippet=lambda level: ts.env_snippet("NCCL_PROTO", level),
     ),
-)  # fmt: skip
+)
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
@@ -414,16 +468,18 @@ def default_level(name: str, device: str, gpus: int | None = None) -> str:
     return get(name).torch_default
 
 
-def inert_settings(names: Iterable[str], device: str, levels: Mapping[str, str],
-                   deterministic_algorithms: bool) -> dict[str, str] | None:  # fmt: skip
+def inert_settings(
+    names: Iterable[str], device: str, levels: Mapping[str, str], deterministic_algorithms: bool
+) -> dict[str, str] | None:
     """Setting -> why it cannot act (``inert_reason``), for those of ``names`` that cannot; None
     when all can (a distributed record's ``settings_inert``)."""
     out = {n: inert_reason(n, device, levels, deterministic_algorithms) for n in names}
     return {n: r for n, r in out.items() if r is not None} or None
 
 
-def inert_reason(name: str, device: str, levels: Mapping[str, str],
-                 deterministic_algorithms: bool) -> str | None:  # fmt: skip
+def inert_reason(
+    name: str, device: str, levels: Mapping[str, str], deterministic_algorithms: bool
+) -> str | None:
     """Why setting ``name`` cannot change what runs on ``device`` in a mode with these levels,
     or None when it can."""
     s = get(name)

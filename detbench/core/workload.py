@@ -98,28 +98,69 @@ class Context:
 
 @dataclass(frozen=True)
 class Workload:
-    """A workload's identity (suite, name, parameters) and its factory."""
+    """A workload's identity (suite, name, parameters) and its factory. Every field but
+    ``factory`` and ``source`` is a keyword of ``@workload``, documented here once."""
 
     suite: str
     name: str
     factory: Factory = field(compare=False, repr=False)
+    #: What one step processes (samples, sequences): a number, a mapping ``{"quick": n,
+    #: "full": m}``, or a function of the ``Context``.
     items_per_step: PerStep = field(compare=False, repr=False)
+    #: Describes the case (shapes, dtypes) for listings; it may hold ``quick`` and ``full``
+    #: sub-mappings.
     params: Mapping[str, Any] = field(default_factory=dict, compare=False)
     source: str = field(default="", compare=False)
+    #: Work per step: floating-point operations are counted by the runner with
+    #: ``torch.utils.flop_counter`` over one step; ``bytes_per_step`` (same forms as
+    #: ``items_per_step``) is for memory-bound ops the FLOP counter does not see, computed from
+    #: the shapes.
     bytes_per_step: PerStep | None = field(default=None, compare=False, repr=False)
+    #: Replaces the FLOP count where the counter cannot see the work on every device (fused
+    #: cuDNN RNN kernels), computed from the shapes (same forms as ``items_per_step``).
     flops_per_step: PerStep | None = field(default=None, compare=False, repr=False)
+    #: The index of the step output that is the scalar loss; its value at every fingerprint step
+    #: is recorded, to show where two runs first diverge.
     loss_output: int | None = field(default=None, compare=False)
+    #: Steps in the fingerprint pass (same forms as ``items_per_step``), in place of the run's
+    #: setting; a training workload takes enough steps to show how a divergence between runs
+    #: grows.
     fingerprint_steps: PerStep | None = field(default=None, compare=False, repr=False)
+    #: ``"detbench"`` (the default) seeds every generator before the factory is called;
+    #: ``"recipe"`` leaves seeding to the workload, which then starts from the state a fresh
+    #: process has (every generator seeded from OS entropy), for experiments about seeding itself.
     seeding: str = field(default="detbench", compare=False)
-    #: The workload can run under ``torch.autocast`` (the ``autocast`` setting).
+    #: The steps can run under automatic mixed precision: when a run's ``autocast`` setting is
+    #: ``fp16`` or ``bf16``, the runner wraps each step in ``torch.autocast(device, dtype)``.
+    #: Declare it for float32 models and inputs, as a user would train them under AMP; a
+    #: workload that does not declare it is recorded ``unsupported`` under those levels (integer
+    #: or already half-precision work has nothing for autocast to do).
     autocast: bool = field(default=False, compare=False)
-    #: The workload calls ``scaled_dot_product_attention``: the ``sdpa_backend`` setting acts.
+    #: The steps call ``scaled_dot_product_attention``, so the ``sdpa_backend`` setting (math,
+    #: flash, efficient, cudnn) decides which kernel runs: an attribution study runs the backend
+    #: variants only on workloads that declare it.
     attention: bool = field(default=False, compare=False)
-    #: The batch sizes the workload can be built at (the batch-invariance verdict), ascending.
+    #: The sizes the factory can build the workload at (e.g. ``(1, 2, 16, 64)``; ascending
+    #: here), reading ``ctx.batch_size``; row 0 of every returned tensor whose first dimension
+    #: is the batch must be the same request at every size (the workload makes its input so).
+    #: detbench then builds it at each size, runs a step, and records whether row 0 kept its
+    #: bits (``batch_invariant``, over every batch-first output). ``batch_distinct_results``
+    #: counts the distinct row-0 results of the first batch-first output only, the workload's
+    #: result (return a decoder's generated ids first and it is the number of distinct
+    #: completions).
     batch_sizes: tuple[int, ...] | None = field(default=None, compare=False)
-    #: The batch size its fingerprint and timing passes use (the largest unless it said).
+    #: The size of the fingerprint and timing passes (one of ``batch_sizes``; the largest by
+    #: default).
     batch_size: int | None = field(default=None, compare=False)
-    #: Run under ``torchrun``, one process per rank (``detbench.distributed.launch``).
+    #: Each record of the workload is one fresh ``torchrun`` launch of ``world_size`` ranks (the
+    #: setting; ``gloo`` on CPU, ``nccl`` on CUDA) and the factory runs in every rank, the
+    #: process group already initialised: ``ctx.rank`` and ``ctx.world_size`` say where it
+    #: runs, ``ctx.device`` is the rank's device, and every generator has the same seed on every
+    #: rank (data that should differ per rank is drawn from the rank). Wrap models with
+    #: ``ctx.ddp(model)``: the ``bucket_cap_mb`` setting applies, and their parameters are
+    #: compared across ranks after each step (``ranks_agree``; without ``ctx.ddp``, every output
+    #: but ``loss_output`` is compared). ``items_per_step`` is one rank's: the record's is the
+    #: sum over ranks. See ``detbench.distributed.launch``.
     distributed: bool = field(default=False, compare=False)
 
     @property
@@ -203,70 +244,18 @@ def workload(
     batch_size: int | None = None,
     distributed: bool = False,
 ) -> Any:
-    """Register a workload factory.
+    """Register a workload factory: ``factory(ctx)`` builds the workload for a ``Context`` and
+    returns its step. ``fn``: the factory, to register it without decorating.
 
-    ``items_per_step`` is what one step processes (samples, sequences): a number, a mapping
-    ``{"quick": n, "full": m}``, or a function of the ``Context``. ``params`` describes the case
-    (shapes, dtypes) for listings; it may hold ``quick`` and ``full`` sub-mappings.
-
-    Work per step: floating-point operations are counted by the runner with
-    ``torch.utils.flop_counter`` over one step; ``bytes_per_step`` (same forms as
-    ``items_per_step``) is for memory-bound ops the FLOP counter does not see, computed from the
-    shapes. ``flops_per_step`` replaces the count where the counter cannot see the work on every
-    device (fused cuDNN RNN kernels), computed from the shapes.
-
-    ``loss_output``: the index of the step output that is the scalar loss; its value at every
-    fingerprint step is recorded, to show where two runs first diverge.
-
-    ``fingerprint_steps`` (same forms as ``items_per_step``): steps in the fingerprint pass, in
-    place of the run's setting; a training workload takes enough steps to show how a divergence
-    between runs grows.
-
-    ``seeding``: ``"detbench"`` (the default) seeds every generator before the factory is called;
-    ``"recipe"`` leaves seeding to the workload, which then starts from the state a fresh process
-    has (every generator seeded from OS entropy), for experiments about seeding itself.
-
-    ``autocast=True`` declares that the steps can run under automatic mixed precision: when a
-    run's ``autocast`` setting is ``fp16`` or ``bf16``, the runner wraps each step in
-    ``torch.autocast(device, dtype)``. Declare it for float32 models and inputs, as a user would
-    train them under AMP; a workload that does not declare it is recorded ``unsupported`` under
-    those levels (integer or already half-precision work has nothing for autocast to do).
-
-    ``attention=True`` declares that the steps call ``scaled_dot_product_attention``, so the
-    ``sdpa_backend`` setting (math, flash, efficient, cudnn) decides which kernel runs: an
-    attribution study runs the backend variants only on workloads that declare it.
-
-    ``batch_sizes`` (e.g. ``(1, 2, 16, 64)``): the sizes the factory can build the workload at,
-    reading ``ctx.batch_size``; row 0 of every returned tensor whose first dimension is the batch
-    must be the same request at every size (the workload makes its input so). detbench then
-    builds it at each size, runs a step, and records whether row 0 kept its bits
-    (``batch_invariant``, over every batch-first output). ``batch_distinct_results`` counts the
-    distinct row-0 results of the first batch-first output only, the workload's result (return a
-    decoder's generated ids first and it is the number of distinct completions). ``batch_size``:
-    the size of the fingerprint and timing passes (one of ``batch_sizes``; the largest by
-    default).
-
-    ``distributed=True``: each record of the workload is one fresh ``torchrun`` launch of
-    ``world_size`` ranks (the setting; ``gloo`` on CPU, ``nccl`` on CUDA) and the factory runs
-    in every rank, the process group already initialised: ``ctx.rank`` and ``ctx.world_size``
-    say where it runs, ``ctx.device`` is the rank's device, and every generator has the same
-    seed on every rank (data that should differ per rank is drawn from the rank). Wrap models
-    with ``ctx.ddp(model)``: the ``bucket_cap_mb`` setting applies, and their parameters are
-    compared across ranks after each step (``ranks_agree``; without ``ctx.ddp``, every output
-    but ``loss_output`` is compared). ``items_per_step`` is one rank's: the record's is the sum
-    over ranks. See ``detbench.distributed.launch``.
+    Each keyword is the ``Workload`` field of that name, documented there: ``suite`` and ``name``
+    (the factory's name by default) identify the workload; ``items_per_step`` is what one step
+    processes and ``params`` describe the case; ``bytes_per_step`` and ``flops_per_step`` declare
+    work the FLOP counter cannot see; ``loss_output`` is the loss among the step's outputs;
+    ``fingerprint_steps`` the steps of the fingerprint pass; ``seeding`` says who seeds the
+    generators; ``autocast``, ``attention`` and ``distributed`` declare how the steps can run and
+    what they call; ``batch_sizes`` and ``batch_size`` the sizes the workload can be built at.
     """
-
-    if seeding not in SEEDING:
-        raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
-    for flag, value in (("autocast", autocast), ("attention", attention),
-                        ("distributed", distributed)):  # fmt: skip
-        if not isinstance(value, bool):
-            raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
-
-    sizes = _batch_sizes(batch_sizes, batch_size)
-    if distributed and sizes is not None:
-        raise WorkloadError("a distributed workload cannot declare batch_sizes (not measured)")
+    sizes = _checked(seeding, autocast, attention, distributed, batch_sizes, batch_size)
 
     def register(factory: Factory) -> Factory:
         wname = name or factory.__name__
@@ -274,35 +263,63 @@ def workload(
             raise WorkloadError(
                 f"workload suite and name must be non-empty, without '/': {suite!r}/{wname!r}"
             )
-        w = Workload(
-            suite=suite,
-            name=wname,
-            factory=factory,
-            items_per_step=items_per_step,
-            params=dict(params or {}),
-            source=getattr(getattr(factory, "__code__", None), "co_filename", ""),
-            bytes_per_step=bytes_per_step,
-            flops_per_step=flops_per_step,
-            loss_output=loss_output,
-            fingerprint_steps=fingerprint_steps,
-            seeding=seeding,
-            autocast=autocast,
-            attention=attention,
-            batch_sizes=sizes,
-            batch_size=None if sizes is None else (batch_size or sizes[-1]),
-            distributed=distributed,
-        )
-        old = _REGISTRY.get(w.key)
-        if old is not None and old.source != w.source:
-            raise WorkloadError(
-                f"workload {w.key} is defined twice: in {old.source} and in {w.source}"
+        _add(
+            Workload(
+                suite=suite,
+                name=wname,
+                factory=factory,
+                items_per_step=items_per_step,
+                params=dict(params or {}),
+                source=getattr(getattr(factory, "__code__", None), "co_filename", ""),
+                bytes_per_step=bytes_per_step,
+                flops_per_step=flops_per_step,
+                loss_output=loss_output,
+                fingerprint_steps=fingerprint_steps,
+                seeding=seeding,
+                autocast=autocast,
+                attention=attention,
+                batch_sizes=sizes,
+                batch_size=None if sizes is None else (batch_size or sizes[-1]),
+                distributed=distributed,
             )
-        _REGISTRY[w.key] = w
+        )
         return factory
 
     if fn is not None:
         return register(fn)
     return register
+
+
+def _checked(
+    seeding: str,
+    autocast: bool,
+    attention: bool,
+    distributed: bool,
+    batch_sizes: Sequence[int] | None,
+    batch_size: int | None,
+) -> tuple[int, ...] | None:
+    """The declarations of ``@workload`` checked; the batch sizes, ascending."""
+    if seeding not in SEEDING:
+        raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
+    for flag, value in (
+        ("autocast", autocast),
+        ("attention", attention),
+        ("distributed", distributed),
+    ):
+        if not isinstance(value, bool):
+            raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
+    sizes = _batch_sizes(batch_sizes, batch_size)
+    if distributed and sizes is not None:
+        raise WorkloadError("a distributed workload cannot declare batch_sizes (not measured)")
+    return sizes
+
+
+def _add(w: Workload) -> None:
+    """Put ``w`` in the registry; the same workload from another file is refused."""
+    old = _REGISTRY.get(w.key)
+    if old is not None and old.source != w.source:
+        raise WorkloadError(f"workload {w.key} is defined twice: in {old.source} and in {w.source}")
+    _REGISTRY[w.key] = w
 
 
 def registry() -> dict[str, Workload]:

@@ -76,7 +76,7 @@ from typing import Any
 from detbench.core import settings as st
 from detbench.core import torchstate as ts
 from detbench.core.modes import Mode
-from detbench.core.workload import Context, Workload
+from detbench.core.workload import Context, Workload, registry
 from detbench.store.schema import Status
 from detbench.worker import fingerprint as fp
 from detbench.worker.protocol import DEFAULT_TIMEOUT, dies_with_us, exit_description
@@ -417,8 +417,6 @@ _PENDING: dict[tuple[str, str, int, str], tuple[Launch, int]] = {}
 def _group(w: Workload, job: dict[str, Any], ws: Any) -> list[str]:
     """The workloads one launch runs: ``w``, then the distributed workloads after it in this
     worker's list that this mode can run (each gets its record when its turn comes)."""
-    from detbench.core.workload import registry
-
     keys = list(job.get("workloads") or [w.key])
     later = keys[keys.index(w.key) + 1 :] if w.key in keys else []
     known = registry()

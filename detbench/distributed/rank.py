@@ -44,8 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from detbench.core.modes import Mode
+from detbench.core.torchstate import NCCL_ENV
+from detbench.core.workload import Context, load_file, registry
+from detbench.store.results import write_text_atomic
 from detbench.store.schema import Status
-from detbench.worker.protocol import die_with_parent
+from detbench.worker.applied import WorkerSettings
+from detbench.worker.protocol import die_with_parent, jsonable
 
 #: The exit status of a rank that recorded a failure in its result file.
 EXIT_FAILED = 3
@@ -78,9 +83,6 @@ def _log_to(path: Path) -> None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from detbench.store.results import write_text_atomic
-    from detbench.worker.protocol import jsonable
-
     write_text_atomic(path, json.dumps(jsonable(data), sort_keys=True, allow_nan=False))
 
 
@@ -153,10 +155,6 @@ def setup(job: dict[str, Any], rank: int, local_rank: int, world: int) -> RankSt
     group."""
     import torch
 
-    from detbench.core.modes import Mode
-    from detbench.core.workload import load_file
-    from detbench.worker.applied import WorkerSettings
-
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode)
     if job["device"].startswith("cuda"):
@@ -172,15 +170,13 @@ def setup(job: dict[str, Any], rank: int, local_rank: int, world: int) -> RankSt
 
 def nccl_read_back() -> dict[str, str | None]:
     """``NCCL_ALGO`` and ``NCCL_PROTO`` as this process's environment has them now."""
-    from detbench.core.torchstate import NCCL_ENV
-
     return {var: os.environ.get(var) for var in NCCL_ENV.values()}
 
 
 def run(st: RankState, key: str, res: dict[str, Any]) -> None:
     """Every pass of workload ``key`` in this rank; fills ``res`` (raises on a failure, with
     ``res["phase"]`` saying where)."""
-    from detbench.core.workload import Context, registry
+    # torch and the passes load after main() has armed die_with_parent, as in run.child
     from detbench.worker import fingerprint as fp
     from detbench.worker.devenv import fp32_precision
     from detbench.worker.measure import (
@@ -268,7 +264,7 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
 
 def _failed(res: dict[str, Any], job: dict[str, Any], exc: BaseException) -> None:
     """``res`` as a recorded failure of ``exc``."""
-    from detbench.worker.measure import classify
+    from detbench.worker.measure import classify  # torch: after die_with_parent, as in run()
 
     status, message = classify(exc)
     refused = nccl_refusal(job, message) if status == Status.ERROR else None

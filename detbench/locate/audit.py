@@ -28,7 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.errors import DetbenchError
-from detbench.core.modes import CUBLAS_ENV
+from detbench.core.modes import CUBLAS_ENV, get_mode
+from detbench.core.workload import Context, WorkloadError, load_file, registry, select_target
+from detbench.run.config import RunConfig
+from detbench.store.outdir import refuse_used
+from detbench.store.results import load_results
+from detbench.worker.protocol import ChildFailed, run_child
 
 #: The fully deterministic mode an audit checks against the default mode.
 DETERMINISTIC_MODE = "cudnn-det+det-algos"
@@ -74,10 +79,10 @@ class Audit:
 
 
 def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
+    # torch loads once child_main has armed die_with_parent, as in run.child
     import torch
 
     from detbench.core.seeding import seed_all
-    from detbench.core.workload import Context, load_file, registry
 
     user_file = str(Path(source).resolve())
     torch.backends.cudnn.benchmark = False
@@ -141,8 +146,6 @@ def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
 
 def _select(target: str) -> tuple[Path, list[str]]:
     """FILE.py[:WORKLOAD] -> the file and the workload keys to audit."""
-    from detbench.core.workload import WorkloadError, select_target
-
     try:
         return select_target(target)
     except WorkloadError as exc:
@@ -154,9 +157,6 @@ def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
     (the one-shot child protocol of ``worker/protocol.py``), with the environment the fully
     deterministic mode's workers get (its ``CUBLAS_WORKSPACE_CONFIG``), so the probe meets what
     a run in that mode meets: on CUDA, cuBLAS refuses to be deterministic without it."""
-    from detbench.core.modes import get_mode
-    from detbench.worker.protocol import ChildFailed, run_child
-
     job = {"source": str(source.resolve()), "key": key, "device": device}
     with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
         try:
@@ -172,12 +172,10 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
     """Audit every workload that ``target`` names; ``out`` keeps the verdict runs' records."""
     import torch
 
+    # The parent's modules: this module is also the probe's child process (python -m), which
+    # loads no analysis and no runner.
     from detbench.analysis import verdicts
-    from detbench.core.modes import get_mode
     from detbench.run.api import plan_run, run_planned
-    from detbench.run.config import RunConfig
-    from detbench.store.outdir import refuse_used
-    from detbench.store.results import load_results
 
     source, keys = _select(target)
     cuda = torch.cuda.is_available()
@@ -228,7 +226,7 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
 def _locate(source: Path, device: str, audits: list[Audit], stream: Any) -> None:
     """Locate the culprits of every workload the default mode left nondeterministic. The
     deterministic mode's own verdict (already measured) says whether it fixes them."""
-    from detbench.locate.stages import locate
+    from detbench.locate.stages import locate  # the parent's: not in the probe's process
 
     keys = [a.workload for a in audits
             if a.verdicts.get("default", {}).get("verdict") == "nondeterministic"]  # fmt: skip
@@ -253,14 +251,12 @@ def _locate(source: Path, device: str, audits: list[Audit], stream: Any) -> None
 
 
 def _default_snippet() -> str:
-    from detbench.core.modes import get_mode
-
     return get_mode("default").snippet()
 
 
 def _shown(path: str) -> str:
     """A path relative to the current directory when it is inside it (locate's rule)."""
-    from detbench.locate.report import shown
+    from detbench.locate.report import shown  # the parent's: not in the probe's process
 
     return shown(path)
 
@@ -323,7 +319,7 @@ def to_text(audits: list[Audit]) -> str:
 
 
 def _located_lines(loc: dict[str, Any]) -> list[str]:
-    from detbench.locate.report import culprit_lines
+    from detbench.locate.report import culprit_lines  # the parent's: not in the probe's process
 
     if not loc["culprits"]:
         first = loc.get("first_difference")

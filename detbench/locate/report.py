@@ -8,6 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from detbench import analysis
+from detbench.core.workload import load_file, registry
+from detbench.locate.stages import locate
+from detbench.store.results import load_env, load_results, write_text_atomic
+
 #: The columns of the report's table.
 HEADER = ["workload [mode]", "culprit (phase)", "module", "line", "difference",
           "documented / fixed"]  # fmt: skip
@@ -143,11 +148,6 @@ def load(run_dir: Path) -> list[dict[str, Any]]:
 def locate_run(run_dir: Path, stream: Any) -> list[dict[str, Any]]:
     """``run --locate``: locate every nondeterministic (workload, mode) of the run in
     ``run_dir``, and keep the answers in its ``located.json``."""
-    from detbench import analysis
-    from detbench.core.workload import load_file, registry
-    from detbench.locate.stages import locate
-    from detbench.store.results import load_env, load_results, write_text_atomic
-
     df = load_results(run_dir)
     env = load_env(run_dir)
     v = analysis.verdicts(df)

@@ -18,7 +18,7 @@ the recorder (:mod:`detbench.locate.record`):
    op raises there has no deterministic implementation.
 
 Each culprit is looked up in the catalog of the ops the installed torch documents as
-nondeterministic (:mod:`detbench.locate.catalog`).
+nondeterministic (:mod:`detbench.core.catalog`).
 
 What the recorder cannot see: work that does not pass through PyTorch's dispatcher (a CUDA kernel
 launched from C++ or Triton without an ATen op, NCCL), and code compiled with ``torch.compile``:
@@ -38,12 +38,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from detbench.core import catalog
 from detbench.core.errors import DetbenchError
-from detbench.locate import catalog
+from detbench.core.modes import DETERMINISTIC_MODE, get_mode
+from detbench.core.workload import Context, WorkloadError, registry, select_target
+from detbench.locate.record import SAVE_MAX_ELEMENTS
 from detbench.store.schema import Status
+from detbench.worker.protocol import ChildFailed, run_child
 
-#: The fully deterministic mode a culprit is checked in.
-DETERMINISTIC_MODE = "cudnn-det+det-algos"
 #: Processes that save the culprits' outputs, at most (stage 2).
 MEASURE_PROCESSES = 3
 #: Seconds one recording process may take.
@@ -167,8 +169,6 @@ class _Runs:
 
     def run(self, keys: list[str], mode: Any, steps: dict[str, int], why: str,
             save: dict[str, list[int]] | None = None) -> dict[str, Any]:  # fmt: skip
-        from detbench.worker.protocol import ChildFailed, run_child
-
         self.count += 1
         job = {
             "source": str(self.source.resolve()), "keys": keys, "device": self.device,
@@ -302,8 +302,6 @@ def _size(c: Culprit, pair: tuple[list[Any], list[Any]] | None) -> None:
             "processes: its size was not measured"
         )
         return
-    from detbench.locate.record import SAVE_MAX_ELEMENTS
-
     diff, differing, n, sampled = 0.0, 0, 0, False
     for x, y in zip(pair[0], pair[1], strict=False):
         if x is None or y is None or x.shape != y.shape:
@@ -337,8 +335,6 @@ def _pair(seen: list[tuple[str, list[Any], list[Any]]]) -> tuple[list[Any], list
 def _check(runs: _Runs, located: dict[str, Located], steps: dict[str, int],
            replicates: int) -> None:  # fmt: skip
     """Stage 3: is each culprit still one in the fully deterministic mode?"""
-    from detbench.core.modes import get_mode
-
     det = get_mode(DETERMINISTIC_MODE)
     found = _find(runs, list(located), det, steps, replicates, replicates)
     for key, loc in located.items():
@@ -377,9 +373,6 @@ def locate(target: str, device: str | None = None, mode: str = "default", replic
     """Locate every workload ``target`` names (see the module docstring), or those of them whose
     keys are in ``only``."""
     import torch
-
-    from detbench.core.modes import get_mode
-    from detbench.core.workload import Context, WorkloadError, registry, select_target
 
     if replicates < 2:
         raise LocateError(

@@ -18,8 +18,13 @@ from typing import Any
 
 import torch
 
+from detbench.core.modes import Mode
+from detbench.core.workload import Context, load_file, registry
 from detbench.locate.record import Recorder
 from detbench.store.schema import Status
+from detbench.worker.applied import WorkerSettings
+from detbench.worker.fingerprint import step_digest, step_outputs
+from detbench.worker.measure import build_step, with_settings
 
 
 class _CompileWatch:
@@ -52,10 +57,6 @@ class _CompileWatch:
 def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: int,
                     profile: str, save: set[int], saved_dir: Path) -> dict[str, Any]:  # fmt: skip
     """One workload's op stream in this process: build and ``steps`` steps under the recorder."""
-    from detbench.core.workload import Context
-    from detbench.worker.fingerprint import step_digest, step_outputs
-    from detbench.worker.measure import build_step, with_settings
-
     ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)
     rec = Recorder(user_file=w.source or None)
     rec.save = save
@@ -96,10 +97,6 @@ def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: i
 def record(job: dict[str, Any]) -> dict[str, Any]:
     """The job of one recording process (see ``locate.stages``): each named workload's op stream
     under the job's mode, in this fresh process."""
-    from detbench.core.modes import Mode
-    from detbench.core.workload import load_file, registry
-    from detbench.worker.applied import WorkerSettings
-
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode)  # flags and settings before any CUDA work
     device = torch.device(job["device"])

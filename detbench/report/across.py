@@ -11,10 +11,12 @@ from typing import Any
 from detbench.analysis import comparable
 from detbench.analysis.across import FACTS, VERDICTS, Run, across, counts, load_runs
 from detbench.analysis.autotuner import AUTOTUNER, WHY
+from detbench.analysis.matrix import summary_table
+from detbench.report import samebits
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
+from detbench.report.render import to_markdown as render
 
-HEADER = ("workload", "mode", "verdict", "groups (runs with equal bits)",
-          "what differs, or why")  # fmt: skip
+HEADER = ("workload", "mode", "verdict", "groups (runs with equal bits)", "what differs, or why")
 
 EXPLAIN = (
     "For every workload and mode (with its settings) found in more than one run: 'same bits' "
@@ -98,14 +100,23 @@ def _why(r: Mapping[str, Any], lab: Mapping[str, str]) -> str:
         each = ", ".join(f"{lab.get(n, n)} {k}" for n, k in r["steps"].items())
         last = "; ".join(x for x in (last, f"steps hashed: {each}") if x)
     if r["not_comparable"] and v != "not comparable":
-        last = "; ".join(x for x in (last, "not comparable: " + "; ".join(
-            r["not_comparable"].values())) if x)  # fmt: skip
+        last = "; ".join(
+            x for x in (last, "not comparable: " + "; ".join(r["not_comparable"].values())) if x
+        )
     return _named(last, lab)
 
 
 def rows(verdicts: Sequence[Mapping[str, Any]], lab: Mapping[str, str]) -> list[list[str]]:
-    return [[f"{r['suite']}/{r['workload']}", str(r["mode"]), _verdict(r, lab), _groups(r, lab),
-             _why(r, lab)] for r in verdicts]  # fmt: skip
+    return [
+        [
+            f"{r['suite']}/{r['workload']}",
+            str(r["mode"]),
+            _verdict(r, lab),
+            _groups(r, lab),
+            _why(r, lab),
+        ]
+        for r in verdicts
+    ]
 
 
 def like_lines(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -130,8 +141,9 @@ def summary_line(verdicts: Sequence[Mapping[str, Any]]) -> str:
     if not verdicts:
         return "no workload and mode is in more than one run: nothing to compare"
     n = counts(verdicts)
-    return (f"{len(verdicts)} (workload, mode) in more than one run: "
-            + ", ".join(f"{n[v]} {v}" for v in VERDICTS))  # fmt: skip
+    return f"{len(verdicts)} (workload, mode) in more than one run: " + ", ".join(
+        f"{n[v]} {v}" for v in VERDICTS
+    )
 
 
 def to_text(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
@@ -152,8 +164,9 @@ def to_text(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def blocks(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]],
-           level: int = 2) -> list[Block]:  # fmt: skip
+def blocks(
+    runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]], level: int = 2
+) -> list[Block]:
     """The "Across machines" section."""
     lab = labels(runs)
     common, own = fact_lines(runs)
@@ -171,32 +184,30 @@ def blocks(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]],
 
 
 def to_markdown(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
-    from detbench.report.render import to_markdown as render
-
     return render(blocks(runs, verdicts), Path("."))
 
 
 def set_blocks(directory: Path) -> list[Block]:
     """The report of a set of runs merged from several machines (``detbench merge``): the
     "Across machines" section, then each machine's summary and its same-bits groups."""
-    from detbench.analysis.matrix import summary_table
-    from detbench.report import samebits
-
     runs = load_runs([directory])
     verdicts = across(runs)
     out: list[Block] = [
         Heading(1, f"detbench report: {len(runs)} machines"),
-        Para(f"Runs from {len(runs)} machines merged into one set ({directory}): "
-             + ", ".join(f"{r.name.rsplit(':', 1)[-1]} ({len(r.df)} records)" for r in runs)
-             + ". Each record names its machine (the column 'machine')."),
-    ]  # fmt: skip
+        Para(
+            f"Runs from {len(runs)} machines merged into one set ({directory}): "
+            + ", ".join(f"{r.name.rsplit(':', 1)[-1]} ({len(r.df)} records)" for r in runs)
+            + ". Each record names its machine (the column 'machine')."
+        ),
+    ]
     out += blocks(runs, verdicts)
     for r in runs:
         name = r.name.rsplit(":", 1)[-1]
-        out += [Heading(2, f"Machine {name}"), Para(fact_line(r)),
-                Code(summary_table(r.df)[1])]  # fmt: skip
-        out += [b if not isinstance(b, Heading) else Heading(3, b.text)
-                for b in samebits.blocks(r.df, r.env, [])]  # fmt: skip
+        out += [Heading(2, f"Machine {name}"), Para(fact_line(r)), Code(summary_table(r.df)[1])]
+        out += [
+            b if not isinstance(b, Heading) else Heading(3, b.text)
+            for b in samebits.blocks(r.df, r.env, [])
+        ]
     return out
 
 

@@ -37,8 +37,11 @@ def one_line(mode: str) -> str:
     """The Python that puts a script in ``mode``, as one line: the lines of its snippet that
     differ from torch's defaults ("" for the default mode)."""
     base = set(DEFAULT_MODE.snippet().splitlines())
-    lines = [ln for ln in get_mode(mode).snippet().splitlines()
-             if ln not in base and not ln.startswith(("import ", "#"))]  # fmt: skip
+    lines = [
+        ln
+        for ln in get_mode(mode).snippet().splitlines()
+        if ln not in base and not ln.startswith(("import ", "#"))
+    ]
     return "; ".join(lines)
 
 
@@ -56,8 +59,9 @@ def _names(items: list[str]) -> str:
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
-def suite_rows(df: pd.DataFrame, rec: pd.DataFrame, v: pd.DataFrame, points: pd.DataFrame,
-               baseline: str) -> list[list[str | Code]]:  # fmt: skip
+def suite_rows(
+    df: pd.DataFrame, rec: pd.DataFrame, v: pd.DataFrame, points: pd.DataFrame, baseline: str
+) -> list[list[str | Code]]:
     """One row per suite, from ``suite_answer.answers`` (what the console prints too): the
     suite and its answer, the one line of Python, the throughput against the baseline."""
     by_suite = {r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")}
@@ -94,13 +98,20 @@ def _cost(mode: str, baseline: str, point: Any, low: Any, high: Any) -> str:
     return interval_text(point, low, high)
 
 
-def _why(suite: str, workload: str, g: pd.DataFrame, params: Any,
-         located: list[Mapping[str, Any]]) -> str:  # fmt: skip
+def _why(
+    suite: str, workload: str, g: pd.DataFrame, params: Any, located: list[Mapping[str, Any]]
+) -> str:
     """What the run knows of why no mode made (suite, workload) reproducible."""
     if isinstance(params, Mapping) and "recipe" in params:
         return f"seeding recipe {params['recipe']}/{params.get('variant', workload)}, by design"
-    culprits = sorted({str(c["op"]) for loc in located if loc.get("workload") == workload
-                       for c in loc.get("culprits") or []})  # fmt: skip
+    culprits = sorted(
+        {
+            str(c["op"])
+            for loc in located
+            if loc.get("workload") == workload
+            for c in loc.get("culprits") or []
+        }
+    )
     if culprits:
         return "culprit " + ", ".join(culprits) + " (located)"
     plain = g[g["mode"].map(lambda m: not (analysis.mode_of(str(m)) or DEFAULT_MODE).settings)]
@@ -113,13 +124,20 @@ def _why(suite: str, workload: str, g: pd.DataFrame, params: Any,
         {m.group(1) for x in g["message"].dropna() if (m := suite_answer.NO_DET.search(str(x)))}
     )
     if ops:
-        return f"{', '.join(ops)} has no deterministic implementation (unsupported under " \
-               "deterministic algorithms, nondeterministic without them)"  # fmt: skip
-    det = g[g["mode"].map(lambda m: bool((x := analysis.mode_of(str(m))) and
-                                         x.deterministic_algorithms))]  # fmt: skip
+        return (
+            f"{', '.join(ops)} has no deterministic implementation (unsupported under "
+            "deterministic algorithms, nondeterministic without them)"
+        )
+    det = g[
+        g["mode"].map(
+            lambda m: bool((x := analysis.mode_of(str(m))) and x.deterministic_algorithms)
+        )
+    ]
     if (det["verdict"] == "nondeterministic").any():
-        return "nondeterministic even under deterministic algorithms: beyond the flags' reach " \
-               "(seeding, threads, data order, the workload itself)"  # fmt: skip
+        return (
+            "nondeterministic even under deterministic algorithms: beyond the flags' reach "
+            "(seeding, threads, data order, the workload itself)"
+        )
     return ", ".join(sorted(set(map(str, g["verdict"]))))
 
 
@@ -154,10 +172,15 @@ def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str
     same = [e for e in effects if not e.changed_bits and e.workloads]
     parts = []
     if changed:
-        parts.append("changed the bits: " + "; ".join(
-            f"{e.words} ({len(e.bits_changed)} of {e.workloads} workloads"
-            + (f", {len(e.made_reproducible)} made reproducible" if e.made_reproducible else "")
-            + ")" for e in changed))  # fmt: skip
+        parts.append(
+            "changed the bits: "
+            + "; ".join(
+                f"{e.words} ({len(e.bits_changed)} of {e.workloads} workloads"
+                + (f", {len(e.made_reproducible)} made reproducible" if e.made_reproducible else "")
+                + ")"
+                for e in changed
+            )
+        )
     if same:
         words = [
             f"{e.words} {interval_text(e.ratio.point, e.ratio.low, e.ratio.high)}"
@@ -194,8 +217,15 @@ CPU_LINE = (
 )
 
 
-def blocks(df: pd.DataFrame, env: Mapping[str, Any], rec: pd.DataFrame, points: pd.DataFrame,
-           v: pd.DataFrame, baseline: str, device: str | None) -> list[Block]:  # fmt: skip
+def blocks(
+    df: pd.DataFrame,
+    env: Mapping[str, Any],
+    rec: pd.DataFrame,
+    points: pd.DataFrame,
+    v: pd.DataFrame,
+    baseline: str,
+    device: str | None,
+) -> list[Block]:
     """The section; ``points``: ``analysis.tradeoff.points``; ``device``: ``run_device``."""
     out: list[Block] = [Heading(2, "The answer")]
     state = runstate.run_state(df, env)
@@ -205,10 +235,16 @@ def blocks(df: pd.DataFrame, env: Mapping[str, Any], rec: pd.DataFrame, points: 
     if load is not None and load.is_busy:
         out.append(Para(load.sentence(), alert=True))
     where = "before any CUDA work " if device != "cpu" else ""
-    out.append(Table([
-        "suite (recommended mode)", f"set this {where}(Python)",
-        f"throughput vs {baseline} (95% interval)",
-    ], suite_rows(df, rec, v, points, baseline)))  # fmt: skip
+    out.append(
+        Table(
+            [
+                "suite (recommended mode)",
+                f"set this {where}(Python)",
+                f"throughput vs {baseline} (95% interval)",
+            ],
+            suite_rows(df, rec, v, points, baseline),
+        )
+    )
     items = []
     stuck = irreproducible(df, v, env)
     if stuck:

@@ -1,57 +1,27 @@
-"""The report's ``Attribution`` section and its chart, for a run made by ``detbench attribute``.
+"""The report's ``Attribution`` section, for a run made by ``detbench attribute``: its numbers
+per suite (``suite_effects``), its sentences and its table; its chart is drawn by
+``detbench.report.attribution_chart``.
 
 Everything here is computed from the records and the study in env.json
-(``detbench.analysis.attribution.effects`` and ``suite_effects``); a run that is not an attribution
-study
-gets no section and no chart.
+(``detbench.analysis.attribution.effects`` and ``suite_effects``); a run that is not an
+attribution study gets no section and no chart.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure as MplFigure
-from matplotlib.patches import Patch
-from matplotlib.ticker import FixedLocator, FuncFormatter
 
 from detbench import analysis
 from detbench.analysis import attribution as at
 from detbench.analysis import stats
 from detbench.core import settings as st
 from detbench.core.modes import get_mode
-from detbench.report.plots import Plot, _save, subplots
+from detbench.report.plots import Plot
 from detbench.report.render import Block, Bullets, Details, Figure, Heading, Para, Table, num
-
-#: Bar colours: switches added to the default mode, switches removed from the deterministic one.
-COLOURS = {"default": "tab:orange", "deterministic": "tab:blue"}
-
-
-#: Ticks of the chart's log axis, those within its range shown.
-TICKS = (
-    [2.0**k for k in range(-10, -2)]
-    + [0.25, 0.33, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0]
-    + [2.0**k for k in range(2, 11)]
-)
-
-
-def _ticks(lo: float, hi: float) -> list[float]:
-    """Ticks between 2**lo and 2**hi: the friendly ratios of ``TICKS`` over a narrow range, at
-    most about 8 powers of two over a wide one."""
-    if hi - lo <= 3:
-        return [t for t in TICKS if 2**lo <= t <= 2**hi]
-    powers = list(range(math.ceil(lo), math.floor(hi) + 1))
-    step = max(1, math.ceil(len(powers) / 8))
-    return [2.0**k for k in powers if k % step == 0]
-
-
-def _tick_label(x: float) -> str:
-    if x < 1 and float(np.log2(x)).is_integer():
-        return f"1/{round(1 / x)}x"
-    return f"{x:.3g}x" if x < 1000 else f"{x:.0f}x"
 
 
 def _study(env: dict[str, Any]) -> dict[str, Any] | None:
@@ -89,8 +59,10 @@ def within_noise(r: Any) -> str | None:
         return None
     near = 1 / (1 + analysis.NOISY_IQR) < (low if rel > 1 else high) < 1 + analysis.NOISY_IQR
     if r.get("noisy") and near:
-        return (f"timing noisy: a replicate's samples spread (IQR) over more than "
-                f"{analysis.NOISY_IQR:.0%} of their median")  # fmt: skip
+        return (
+            f"timing noisy: a replicate's samples spread (IQR) over more than "
+            f"{analysis.NOISY_IQR:.0%} of their median"
+        )
     return None
 
 
@@ -115,8 +87,10 @@ def _speed(r: Any, than: str) -> str:
         return f"throughput within the noise ({interval}; {noise})"
     word = "faster" if rel > 1 else "slower"
     if uncertain(r):
-        return (f"{word} than {than} by an uncertain amount ({interval}: the interval is wider "
-                f"than the difference)")  # fmt: skip
+        return (
+            f"{word} than {than} by an uncertain amount ({interval}: the interval is wider "
+            f"than the difference)"
+        )
     return f"{100 * abs(rel - 1):.0f}% {word} than {than} ({interval})"
 
 
@@ -141,14 +115,19 @@ def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]
             else:
                 parts.append(f"bitwise reproducible on {r['reproducible']} of {n} workloads")
             if r["end"] == "deterministic" and r["needed"]:
-                parts.append(f"{_words(r['switch'], base)} is needed for reproducibility on "
-                             f"{r['needed']} of {n}")  # fmt: skip
+                parts.append(
+                    f"{_words(r['switch'], base)} is needed for reproducibility on "
+                    f"{r['needed']} of {n}"
+                )
             if r["end"] == "default" and r["sufficient"]:
-                parts.append(f"alone makes {r['sufficient']} of {n} reproducible that the default "
-                             "mode does not")  # fmt: skip
+                parts.append(
+                    f"alone makes {r['sufficient']} of {n} reproducible that the default "
+                    "mode does not"
+                )
             if r["bits_changed"]:
-                parts.append(f"other bits than {_words(r['switch'], base)} on "
-                             f"{r['bits_changed']} of {n}")  # fmt: skip
+                parts.append(
+                    f"other bits than {_words(r['switch'], base)} on {r['bits_changed']} of {n}"
+                )
             parts.append(_speed(r, "with " + _words(r["switch"], base)))
             text = ", ".join(parts)
             if r["failed"]:
@@ -157,8 +136,9 @@ def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]
     return out
 
 
-def suite_effects(df: pd.DataFrame, study: dict[str, Any], n_boot: int = stats.N_BOOT,
-                  seed: int = stats.SEED) -> pd.DataFrame:  # fmt: skip
+def suite_effects(
+    df: pd.DataFrame, study: dict[str, Any], n_boot: int = stats.N_BOOT, seed: int = stats.SEED
+) -> pd.DataFrame:
     """Per (suite, variant): the geometric mean over the suite's workloads of the variant's
     throughput relative to its end, with its 95% interval (``stats.geometric_mean`` of each
     workload's ``stats.ratio``, the very numbers of ``analysis.costs`` and so of the table: a
@@ -186,117 +166,32 @@ def suite_effects(df: pd.DataFrame, study: dict[str, Any], n_boot: int = stats.N
         if ratios:
             both = stats.geometric_mean(ratios)
             point, low, high = both.point, both.low, both.high
-        rows.append({
-            "suite": suite, "mode": mode, "end": end, "switch": switch, "level": level,
-            "direction": direction, "end_mode": end_mode,
-            "relative_throughput": point, "ci_low": low, "ci_high": high,
-            "significant": bool(ratios) and not (low <= 1.0 <= high),
-            "noisy": bool((g["noisy"] == True).any()),  # noqa: E712
-            "workloads": len(g),
-            "timed": len(ratios), "needed": int((g["needed"] == True).sum()),  # noqa: E712
-            "sufficient": int((g["sufficient"] == True).sum()),  # noqa: E712
-            "reproducible": int((g["verdict"] == "reproducible").sum()),
-            "end_reproducible": int((g["end_verdict"] == "reproducible").sum()),
-            "bits_changed": int((g["bits_changed"] == True).sum()),  # noqa: E712
-            "failed": int((~g["verdict"].isin(analysis.RAN)).sum()),
-            "failures": sorted({str(x) for x in g["verdict"] if x not in analysis.RAN}),
-        })  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-# -- the chart -------------------------------------------------------------------------------
-
-
-def figure(s: pd.DataFrame, suite: str) -> MplFigure:
-    """One bar per switch: the geometric mean over the suite's workloads of the variant's
-    throughput relative to its end, with its 95% interval; hatched where the switch is needed
-    for reproducibility (deterministic end) or alone sufficient (default end) on a workload."""
-    s = s.reset_index(drop=True)
-    n = len(s)
-    fig, ax = subplots(figsize=(10.5, 1.7 + 0.42 * n))
-    y = np.arange(n)[::-1]
-    rel = pd.to_numeric(s["relative_throughput"], errors="coerce").to_numpy(dtype=float)
-    low = pd.to_numeric(s["ci_low"], errors="coerce").to_numpy(dtype=float)
-    high = pd.to_numeric(s["ci_high"], errors="coerce").to_numpy(dtype=float)
-    shown = np.where(np.isfinite(rel), rel, 1.0)
-    records = s.to_dict("records")
-    for k, r in enumerate(records):
-        marked = (r["end"] == "deterministic" and r["needed"]) or (
-            r["end"] == "default" and r["sufficient"]
+        rows.append(
+            {
+                "suite": suite,
+                "mode": mode,
+                "end": end,
+                "switch": switch,
+                "level": level,
+                "direction": direction,
+                "end_mode": end_mode,
+                "relative_throughput": point,
+                "ci_low": low,
+                "ci_high": high,
+                "significant": bool(ratios) and not (low <= 1.0 <= high),
+                "noisy": bool((g["noisy"] == True).any()),  # noqa: E712
+                "workloads": len(g),
+                "timed": len(ratios),
+                "needed": int((g["needed"] == True).sum()),  # noqa: E712
+                "sufficient": int((g["sufficient"] == True).sum()),  # noqa: E712
+                "reproducible": int((g["verdict"] == "reproducible").sum()),
+                "end_reproducible": int((g["end_verdict"] == "reproducible").sum()),
+                "bits_changed": int((g["bits_changed"] == True).sum()),  # noqa: E712
+                "failed": int((~g["verdict"].isin(analysis.RAN)).sum()),
+                "failures": sorted({str(x) for x in g["verdict"] if x not in analysis.RAN}),
+            }
         )
-        ax.barh(
-            y[k], shown[k] - 1.0, left=1.0, height=0.62, color=COLOURS[str(r["end"])],
-            alpha=0.75, hatch="///" if marked else None, edgecolor="black" if marked else "none",
-        )  # fmt: skip
-        if np.isfinite(rel[k]):
-            ax.errorbar(
-                rel[k], y[k], xerr=[[rel[k] - low[k]], [high[k] - rel[k]]], fmt="none",
-                ecolor="black", capsize=3, lw=1,
-            )  # fmt: skip
-    finite = np.concatenate([low[np.isfinite(low)], high[np.isfinite(high)], [1.0]])
-    lo, hi = float(np.log2(finite.min())), float(np.log2(finite.max()))
-    pad = 0.08 * (hi - lo) + 0.05
-    ax.set_xscale("log", base=2)
-    ax.set_xlim(2 ** (lo - pad), 2 ** (hi + pad))
-    ax.xaxis.set_major_locator(FixedLocator(_ticks(lo - pad, hi + pad)))
-    ax.xaxis.set_minor_locator(FixedLocator([]))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _tick_label(x)))
-    for i, r in enumerate(records):
-        failed = ", ".join(r.get("failures") or []) or "no timing"
-        note = num(rel[i], ".2f") + "x" if np.isfinite(rel[i]) else f"did not run: {failed}"
-        if np.isfinite(rel[i]) and not r["significant"]:
-            note += " (n.s.)"
-        elif np.isfinite(rel[i]) and within_noise(r) is not None:
-            note += " (within the noise)"
-        elif np.isfinite(rel[i]) and uncertain(r):
-            note += " (amount uncertain)"
-        if r["end"] == "deterministic" and r["needed"]:
-            note += f"  needed on {r['needed']} of {r['workloads']}"
-        if r["end"] == "default" and r["sufficient"]:
-            note += f"  sufficient on {r['sufficient']} of {r['workloads']}"
-        ax.annotate(
-            note, (1.0, y[i]), xycoords=("axes fraction", "data"), xytext=(6, 0),
-            textcoords="offset points", va="center", fontsize=9,
-        )  # fmt: skip
-    labels = [f"{_change(r)}  [{'from default' if r['end'] == 'default' else 'from det. end'}]"
-              for r in s.to_dict("records")]  # fmt: skip
-    ax.set_yticks(y, labels, fontsize=9)
-    ax.axvline(1.0, color="black", lw=1)
-    ax.set_xlabel("throughput relative to the study's end (geometric mean over workloads; "
-                  "error bars: 95% interval; log scale)")  # fmt: skip
-    ax.set_title(f"{suite}: what each switch costs (+ added to the default mode, - removed from "
-                 "the deterministic mode)", fontsize=10)  # fmt: skip
-    fig.legend(
-        handles=[
-            Patch(color=COLOURS["default"], alpha=0.75, label="added to the default mode"),
-            Patch(color=COLOURS["deterministic"], alpha=0.75,
-                  label="removed from the deterministic mode"),
-            Patch(facecolor="white", edgecolor="black", hatch="///",
-                  label="needed for (or alone sufficient for) reproducibility"),
-        ],
-        loc="outside lower center", ncol=3, fontsize=8, frameon=False,
-    )  # fmt: skip
-    ax.grid(axis="x", alpha=0.25)
-    return fig
-
-
-def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[Plot]:
-    """The attribution chart of each suite, PNG and SVG, under ``directory``; none when the run
-    is not an attribution study."""
-    study = _study(env)
-    if study is None or df.empty:
-        return []
-    s = suite_effects(df, study)
-    if s.empty:
-        return []
-    directory.mkdir(parents=True, exist_ok=True)
-    plots = []
-    for suite in dict.fromkeys(s["suite"]):
-        fig = figure(s[s["suite"] == suite], str(suite))
-        title = f"{suite}: what each switch costs, and where it is needed"
-        plots.append(Plot("attribution", str(suite), title,
-                          *_save(fig, directory, f"{suite}-attribution")))  # fmt: skip
-    return plots
+    return pd.DataFrame(rows)
 
 
 # -- the section -----------------------------------------------------------------------------
@@ -352,8 +247,10 @@ def _method(study: dict[str, Any], dropped: int) -> Para:
     if skipped:
         text += " Skipped: " + "; ".join(skipped) + "."
     if dropped:
-        text += (f" {dropped} records whose workload changed a setting itself are not counted "
-                 "(see the warnings).")  # fmt: skip
+        text += (
+            f" {dropped} records whose workload changed a setting itself are not counted "
+            "(see the warnings)."
+        )
     return Para(text)
 
 
@@ -381,10 +278,18 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
                 rel += f"x [{num(r['ci_low'], '.3f')}, {num(r['ci_high'], '.3f')}]"
                 rel += "" if r["significant"] else " n.s."
                 rel += " noisy" if r["noisy"] else ""
-            rows.append([
-                str(r["workload"]), str(r["switch"]), _change(r), str(r["end"]), rel,
-                _bits_cell(r["bits_changed"]), str(r["verdict"]), _needed_cell(r),
-            ])  # fmt: skip
+            rows.append(
+                [
+                    str(r["workload"]),
+                    str(r["switch"]),
+                    _change(r),
+                    str(r["end"]),
+                    rel,
+                    _bits_cell(r["bits_changed"]),
+                    str(r["verdict"]),
+                    _needed_cell(r),
+                ]
+            )
         table = Table(
             [
                 "workload",

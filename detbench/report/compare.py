@@ -13,6 +13,7 @@ which can change from process to process on one GPU.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,19 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import quality, stats
 from detbench.core.modes import DEFAULT_MODE
+from detbench.report.render import md_text as _md_text
 from detbench.store.identity import describe, differences, identity
 from detbench.store.results import ENV_FACTS, env_facts, load_env, load_results
 
 #: Environment facts whose difference is warned about, with the words used for them.
-WARN_FACTS = {"gpu": "GPU", "driver": "driver", "cuda": "CUDA", "cudnn": "cuDNN", "torch": "torch",
-              "cpu_capability": "CPU capability"}  # fmt: skip
+WARN_FACTS = {
+    "gpu": "GPU",
+    "driver": "driver",
+    "cuda": "CUDA",
+    "cudnn": "cuDNN",
+    "torch": "torch",
+    "cpu_capability": "CPU capability",
+}
 
 
 @dataclass
@@ -42,8 +50,9 @@ class Comparison:
     only_b: list[str] = field(default_factory=list)
 
 
-def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
-            seed: int = stats.SEED) -> Comparison:  # fmt: skip
+def compare(
+    dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT, seed: int = stats.SEED
+) -> Comparison:
     """Compare run B with run A. ``change`` is B's throughput over A's, ``stats.ratio`` (the
     ratio of the medians over replicates of each replicate's median), with the 2.5th-97.5th
     percentile of the same ratio over ``n_boot`` two-level bootstrap resamples of each run, from
@@ -55,25 +64,7 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
     env_a = load_env(a) if (a / "env.json").exists() else {}
     env_b = load_env(b) if (b / "env.json").exists() else {}
     facts_a, facts_b = env_facts(env_a), env_facts(env_b)
-    # On one device type a fact one run did not record (an older run) is unknown, not a
-    # difference; across device types "none" says what is there (no GPU).
-    same_device = facts_a["device"] == facts_b["device"]
-    warnings = [
-        f"the runs differ in {word}: {facts_a[k] or 'none'} (A) vs {facts_b[k] or 'none'} (B)"
-        for k, word in WARN_FACTS.items()
-        if facts_a[k] != facts_b[k] and not (same_device and None in (facts_a[k], facts_b[k]))
-    ]
-    if facts_a["device"] != facts_b["device"]:
-        warnings.insert(0, f"the runs are on different devices: {facts_a['device']} (A) vs "
-                           f"{facts_b['device']} (B)")  # fmt: skip
-    warnings += gpu_warnings(env_a, env_b, same_model=facts_a["gpu"] == facts_b["gpu"])
-    prof_a = (env_a.get("options") or {}).get("profile")
-    prof_b = (env_b.get("options") or {}).get("profile")
-    if prof_a != prof_b:
-        warnings.append(
-            f"the runs used different size profiles: {prof_a} (A) vs {prof_b} (B); workloads "
-            "whose parameters differ are not compared"
-        )
+    warnings = _env_warnings(env_a, env_b, facts_a, facts_b)
 
     va, vb = analysis.verdicts(df_a), analysis.verdicts(df_b)
     base_a = analysis.baseline_mode(va["mode"]) or DEFAULT_MODE.name
@@ -96,31 +87,11 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
         if k not in kb:
             continue
         rb = ib.loc[k]  # type: ignore[index]
-        row: dict[str, Any] = {
-            "suite": r["suite"], "workload": r["workload"], "mode": r["mode"],
-            "verdict_a": r["verdict"], "verdict_b": rb["verdict"],
-            "verdict_changed": r["verdict"] != rb["verdict"],
-            "items_per_second_a": r["items_per_second"],
-            "items_per_second_b": rb["items_per_second"],
-            "change": None, "ci_low": None, "ci_high": None, "significant": None,
-            "rel_default_a": r["rel"], "rel_default_b": rb["rel"],
-            "comparable": True, "benchmark": False,
-        }  # fmt: skip
         ga, gb = groups_a[k], groups_b[k]
-        row["benchmark"] = _autotuned(ga) or _autotuned(gb)
         unlike = _unlike(ga, gb, env_a, env_b)
         if unlike:
-            row["comparable"] = False
             differing[f"{r['suite']}/{r['workload']}"] = unlike
-        else:
-            reps_a = analysis.replicate_samples(ga)
-            reps_b = analysis.replicate_samples(gb)
-            if reps_a and reps_b:
-                name = stats.key(f"{r['suite']}/{r['workload']}", r["mode"], "run B", "run A")
-                c = stats.ratio(reps_b, reps_a, name, seed, n_boot)
-                row.update(change=c.point, ci_low=c.low, ci_high=c.high,
-                           significant=c.significant)  # fmt: skip
-        rows.append(row)
+        rows.append(_row(r, rb, ga, gb, unlike, seed, n_boot))
     if differing:
         n = len(differing)
         warnings.append(
@@ -129,6 +100,83 @@ def compare(dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT,
             + "; ".join(f"{w} ({why})" for w, why in sorted(differing.items()))
         )
     return Comparison(a, b, facts_a, facts_b, pd.DataFrame(rows), warnings, only_a, only_b)
+
+
+def _env_warnings(
+    env_a: dict[str, Any],
+    env_b: dict[str, Any],
+    facts_a: dict[str, str | None],
+    facts_b: dict[str, str | None],
+) -> list[str]:
+    """Every difference between the two runs' environments that the reader must know of: the
+    device, the facts of ``WARN_FACTS``, the GPUs themselves (``gpu_warnings``) and the size
+    profile."""
+    # On one device type a fact one run did not record (an older run) is unknown, not a
+    # difference; across device types "none" says what is there (no GPU).
+    same_device = facts_a["device"] == facts_b["device"]
+    warnings = [
+        f"the runs differ in {word}: {facts_a[k] or 'none'} (A) vs {facts_b[k] or 'none'} (B)"
+        for k, word in WARN_FACTS.items()
+        if facts_a[k] != facts_b[k] and not (same_device and None in (facts_a[k], facts_b[k]))
+    ]
+    if facts_a["device"] != facts_b["device"]:
+        warnings.insert(
+            0,
+            f"the runs are on different devices: {facts_a['device']} (A) vs "
+            f"{facts_b['device']} (B)",
+        )
+    warnings += gpu_warnings(env_a, env_b, same_model=facts_a["gpu"] == facts_b["gpu"])
+    prof_a = (env_a.get("options") or {}).get("profile")
+    prof_b = (env_b.get("options") or {}).get("profile")
+    if prof_a != prof_b:
+        warnings.append(
+            f"the runs used different size profiles: {prof_a} (A) vs {prof_b} (B); workloads "
+            "whose parameters differ are not compared"
+        )
+    return warnings
+
+
+def _row(
+    r: Mapping[Any, Any],
+    rb: pd.Series,
+    ga: pd.DataFrame,
+    gb: pd.DataFrame,
+    unlike: str,
+    seed: int,
+    n_boot: int,
+) -> dict[str, Any]:
+    """One (workload, mode) of both runs: ``r`` and ``rb`` its verdicts in A and B, ``ga`` and
+    ``gb`` its records; compared on throughput only where ``unlike`` is empty (the same
+    workload in both runs)."""
+    row: dict[str, Any] = {
+        "suite": r["suite"],
+        "workload": r["workload"],
+        "mode": r["mode"],
+        "verdict_a": r["verdict"],
+        "verdict_b": rb["verdict"],
+        "verdict_changed": r["verdict"] != rb["verdict"],
+        "items_per_second_a": r["items_per_second"],
+        "items_per_second_b": rb["items_per_second"],
+        "change": None,
+        "ci_low": None,
+        "ci_high": None,
+        "significant": None,
+        "rel_default_a": r["rel"],
+        "rel_default_b": rb["rel"],
+        "comparable": True,
+        "benchmark": False,
+    }
+    row["benchmark"] = _autotuned(ga) or _autotuned(gb)
+    if unlike:
+        row["comparable"] = False
+    else:
+        reps_a = analysis.replicate_samples(ga)
+        reps_b = analysis.replicate_samples(gb)
+        if reps_a and reps_b:
+            name = stats.key(f"{r['suite']}/{r['workload']}", r["mode"], "run B", "run A")
+            c = stats.ratio(reps_b, reps_a, name, seed, n_boot)
+            row.update(change=c.point, ci_low=c.low, ci_high=c.high, significant=c.significant)
+    return row
 
 
 #: GPU facts of env.json compared beyond ``WARN_FACTS``: (where, key, words, unit). ``where`` is
@@ -157,8 +205,9 @@ def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool)
             out.append(f"the runs differ in {words}: {va}{unit} (A) vs {vb}{unit} (B)")
     uuid_a, uuid_b = worker_a.get("gpu_uuid"), worker_b.get("gpu_uuid")
     if same_model and uuid_a and uuid_b and uuid_a != uuid_b:
-        out.append(f"the runs are on two different GPUs of the same model: {uuid_a} (A) vs "
-                   f"{uuid_b} (B)")  # fmt: skip
+        out.append(
+            f"the runs are on two different GPUs of the same model: {uuid_a} (A) vs {uuid_b} (B)"
+        )
     for name, env in (("A", env_a), ("B", env_b)):
         lines = quality.throttle_lines(env)
         if lines:
@@ -192,8 +241,18 @@ def _unlike(
 
 # --- Rendering ---------------------------------------------------------------------------------
 
-HEADER = ("workload", "mode", "items/s A", "items/s B", "B/A", "95% CI", "significant",
-          "vs default A", "vs default B", "verdict A -> B")  # fmt: skip
+HEADER = (
+    "workload",
+    "mode",
+    "items/s A",
+    "items/s B",
+    "B/A",
+    "95% CI",
+    "significant",
+    "vs default A",
+    "vs default B",
+    "verdict A -> B",
+)
 
 
 def _f(x: Any, fmt: str) -> str:
@@ -210,13 +269,20 @@ def rows(c: Comparison) -> list[list[str]]:
         verdict = f"{r['verdict_a']} -> {r['verdict_b']}"
         changed = "CHANGED under cudnn.benchmark: " if r["benchmark"] else "CHANGED: "
         verdict = changed + verdict if r["verdict_changed"] else str(r["verdict_a"])
-        out.append([
-            f"{r['suite']}/{r['workload']}", str(r["mode"]),
-            _f(r["items_per_second_a"], ".4g"), _f(r["items_per_second_b"], ".4g"),
-            _f(r["change"], ".3f"),
-            "–" if pd.isna(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
-            sig, _f(r["rel_default_a"], ".2f"), _f(r["rel_default_b"], ".2f"), verdict,
-        ])  # fmt: skip
+        out.append(
+            [
+                f"{r['suite']}/{r['workload']}",
+                str(r["mode"]),
+                _f(r["items_per_second_a"], ".4g"),
+                _f(r["items_per_second_b"], ".4g"),
+                _f(r["change"], ".3f"),
+                "–" if pd.isna(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+                sig,
+                _f(r["rel_default_a"], ".2f"),
+                _f(r["rel_default_b"], ".2f"),
+                verdict,
+            ]
+        )
     return out
 
 
@@ -247,11 +313,15 @@ def summary_lines(c: Comparison) -> list[str]:
             "autotuner's choice, not the GPU's."
         )
     if c.only_a:
-        lines.append(f"only in A ({len(c.only_a)}): {', '.join(c.only_a[:10])}"
-                     + (" ..." if len(c.only_a) > 10 else ""))  # fmt: skip
+        lines.append(
+            f"only in A ({len(c.only_a)}): {', '.join(c.only_a[:10])}"
+            + (" ..." if len(c.only_a) > 10 else "")
+        )
     if c.only_b:
-        lines.append(f"only in B ({len(c.only_b)}): {', '.join(c.only_b[:10])}"
-                     + (" ..." if len(c.only_b) > 10 else ""))  # fmt: skip
+        lines.append(
+            f"only in B ({len(c.only_b)}): {', '.join(c.only_b[:10])}"
+            + (" ..." if len(c.only_b) > 10 else "")
+        )
     return lines
 
 
@@ -274,8 +344,6 @@ def to_text(c: Comparison) -> str:
 
 
 def to_markdown(c: Comparison) -> str:
-    from detbench.report.render import md_text as _md_text
-
     lines = [
         "# detbench comparison",
         "",

@@ -3,9 +3,9 @@ must see before citing a number, the float32 precision the modes ran in, the mea
 quality (spread across replicates, timing intervals), the method and the environment, GPU state
 included.
 
-Each reads the fields of env.json and of the records (see ``detbench.analysis.quality``) and leaves
-out
-what an older run did not record, so an old run's report keeps its old sections unchanged.
+Each reads the fields of env.json and of the records (see ``detbench.analysis.quality``) and
+leaves out what an older run did not record, so an old run's report keeps its old sections
+unchanged.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import cause, engines, quality
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
-from detbench.report.render import Block, Code, Heading, Para, Table, num
+from detbench.report.render import Block, Code, Details, Heading, Para, Table, num
 from detbench.store.results import env_facts
 
 #: How the report names a record's ``precision`` values.
@@ -111,12 +111,36 @@ def _and(names: list[str]) -> str:
 # --- Warnings ----------------------------------------------------------------------------------
 
 
-def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
-             costs: pd.DataFrame) -> list[str]:  # fmt: skip
-    """What a reader must know before trusting or citing the numbers."""
-    out: list[str] = []
+def warnings(
+    df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame
+) -> list[str]:
+    """What a reader must know before trusting or citing the numbers: the run's conditions,
+    then the verdicts, the timing and the precision they rest on, in that order."""
     facts = env_facts(env)
     options = env.get("options") or {}
+    out = _run_warnings(env, facts)
+    modes = set(v["mode"])
+    baseline = analysis.baseline_mode(modes)
+    if DEFAULT_MODE.name not in modes:
+        out.append(
+            f"The {DEFAULT_MODE.name!r} mode was not run: every relative throughput, cost and "
+            f"recommendation is measured against {baseline!r} instead."
+        )
+    out += _verdict_warnings(df, v, modes)
+    out += _timing_warnings(df, costs, baseline, options)
+    out += _precision_warnings(df, env, facts, baseline)
+    if options.get("replicates", 3) < 3:
+        out.append(
+            f"Only {options.get('replicates')} replicates per mode: a rare nondeterministic "
+            "outcome can go unseen; use 3 or more for a report you publish."
+        )
+    return out
+
+
+def _run_warnings(env: dict[str, Any], facts: dict[str, str | None]) -> list[str]:
+    """Where the run ran, whether the GPU throttled, whether the run finished, and whether
+    the checkout was clean."""
+    out: list[str] = []
     if facts["device"] == "cpu":
         out.append(
             "This run was on a CPU. The cuDNN flags have no effect there, so modes that differ "
@@ -138,13 +162,14 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
         out.append(
             f"The detbench checkout had uncommitted changes (commit {str(git.get('commit'))[:12]})."
         )
-    modes = set(v["mode"])
-    baseline = analysis.baseline_mode(modes)
-    if DEFAULT_MODE.name not in modes:
-        out.append(
-            f"The {DEFAULT_MODE.name!r} mode was not run: every relative throughput, cost and "
-            f"recommendation is measured against {baseline!r} instead."
-        )
+    return out
+
+
+def _verdict_warnings(df: pd.DataFrame, v: pd.DataFrame, modes: set[str]) -> list[str]:
+    """What the verdicts cannot say: a workload not reproducible even with deterministic
+    algorithms, timings taken with cuDNN's API log on, settings a workload changed, workloads
+    that ran in no mode, failures and single replicates."""
+    out: list[str] = []
     det = {
         m for m in modes if (x := analysis.mode_of(m)) is not None and x.deterministic_algorithms
     }
@@ -182,6 +207,15 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
             f"{pairs(len(single))} had only one successful replicate, so {its(len(single))} "
             "run-to-run behaviour is unknown."
         )
+    return out
+
+
+def _timing_warnings(
+    df: pd.DataFrame, costs: pd.DataFrame, baseline: str | None, options: dict[str, Any]
+) -> list[str]:
+    """Noisy costs, differences from the baseline that are not significant, and records that
+    hit the timing budget before their interval reached its target."""
+    out: list[str] = []
     if len(costs):
         noisy = int(costs["noisy"].sum())
         if noisy:
@@ -202,11 +236,24 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
         rule = quality.stopping_rule(df, options)
         targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
         missed = int(tq["missed"].sum())
+        limit = f"the timing budget ({joined(rule['budget'], ' s')})"
+        top = max([float(c) for c in rule["ceiling"]], default=0.0)
+        if top > max(float(b) for b in rule["budget"]):
+            limit += f" or the ceiling past it (at most {top:.3g} s)"
         out.append(
-            f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit the timing budget "
-            f"({joined(rule['budget'], ' s')}) before the 95% interval of {its(missed)} median "
-            f"step time reached {targets}: {its(missed)} figures are less certain (see Timing)."
+            f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit {limit} before the "
+            f"95% interval of {its(missed)} median step time reached {targets}: {its(missed)} "
+            "figures are less certain (see Timing, which lists each with its interval)."
         )
+    return out
+
+
+def _precision_warnings(
+    df: pd.DataFrame, env: dict[str, Any], facts: dict[str, str | None], baseline: str | None
+) -> list[str]:
+    """Modes that ran float32 in different precisions, TF32 left allowed, and a baseline that
+    had cuBLAS's deterministic workspace."""
+    out: list[str] = []
     mixed = precision_warning(df)
     if mixed:
         out.append(mixed)
@@ -235,11 +282,6 @@ def warnings(df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any],
                 "had cuBLAS's deterministic workspace too, so the cost of the modes that set it "
                 "is understated."
             )
-    if options.get("replicates", 3) < 3:
-        out.append(
-            f"Only {options.get('replicates')} replicates per mode: a rare nondeterministic "
-            "outcome can go unseen; use 3 or more for a report you publish."
-        )
     return out
 
 
@@ -277,11 +319,18 @@ def spread_table(df: pd.DataFrame) -> Table | None:
     rows: list[list[str | Code]] = []
     for r in s[s["mode"] != baseline].to_dict("records"):  # the baseline's is 1 always
         per = r["per_replicate"]
-        rows.append([
-            str(r["suite"]), str(r["mode"]), num(r["pooled"], ".3f"), num(r["min"], ".3f"),
-            num(r["max"], ".3f"), num(r["max"] / r["min"], ".2f") + "x",
-            ", ".join(f"{k}: {num(x, '.3f')}" for k, x in per.items()), str(r["workloads"]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(r["suite"]),
+                str(r["mode"]),
+                num(r["pooled"], ".3f"),
+                num(r["min"], ".3f"),
+                num(r["max"], ".3f"),
+                num(r["max"] / r["min"], ".2f") + "x",
+                ", ".join(f"{k}: {num(x, '.3f')}" for k, x in per.items()),
+                str(r["workloads"]),
+            ]
+        )
     return Table(
         ["suite", "mode", "pooled", "min", "max", "max/min", "replicate: value", "workloads"],
         rows,
@@ -301,16 +350,57 @@ def timing_table(df: pd.DataFrame) -> Table | None:
         return None
     rows: list[list[str | Code]] = []
     for r in tq.to_dict("records"):
-        rows.append([
-            str(r["suite"]), str(r["timed"]), str(r["reached"]), str(r["missed"]),
-            _half_width(r["median_ci_rel"]), _half_width(r["max_ci_rel"]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(r["suite"]),
+                str(r["timed"]),
+                str(r["reached"]),
+                str(r["missed"]),
+                _half_width(r["median_ci_rel"]),
+                _half_width(r["max_ci_rel"]),
+            ]
+        )
     return Table(
-        ["suite", "timed records", "reached the target", "hit the budget first",
-         "median 95% interval", "widest 95% interval"],
+        [
+            "suite",
+            "timed records",
+            "reached the target",
+            "stopped short of it",
+            "median 95% interval",
+            "widest 95% interval",
+        ],
         rows,
         caption="95% interval of each record's median step time, as a fraction of the median",
-    )  # fmt: skip
+    )
+
+
+def stopped_short_table(df: pd.DataFrame) -> Details | None:
+    """Each record that stopped short of its target, with its interval."""
+    short = quality.stopped_short(df)
+    if short.empty:
+        return None
+    rows: list[list[str | Code]] = []
+    for r in short.to_dict("records"):
+        ms = {
+            k: None if r[k] is None else 1e3 * float(r[k]) for k in ("median", "ci_low", "ci_high")
+        }
+        interval = f"[{num(ms['ci_low'], '.4g')}, {num(ms['ci_high'], '.4g')}]"
+        rows.append(
+            [
+                f"{r['suite']}/{r['workload']}",
+                str(r["mode"]),
+                str(r["replicate"]),
+                num(ms["median"], ".4g"),
+                interval,
+                _half_width(r["ci_rel"]),
+                str(r["samples"]),
+            ]
+        )
+    header = ["workload", "mode", "replicate", "median (ms)", "95% interval (ms)", "±", "samples"]
+    return Details(
+        f"The {len(rows)} records that stopped short of the target, with their intervals",
+        [Table(header, rows)],
+    )
 
 
 def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
@@ -348,7 +438,8 @@ def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
             Heading(3, "Timing"),
             Para(
                 "Each record was sampled until the 95% interval of its median step time was "
-                "within the target, or until the budget ran out (see Method)."
+                "within the target, or until the budget ran out (on a GPU: the ceiling past the "
+                "budget, while the target was in reach; see Method)."
                 + (
                     f" The runner counted {missed} records that hit the budget first "
                     "(run_stats, last session)."
@@ -358,6 +449,9 @@ def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
             ),
             timing,
         ]
+        short = stopped_short_table(df)
+        if short is not None:
+            blocks.append(short)
     agreement = quality.fingerprint_agreement(df)
     if not agreement.empty:
         n, agree = len(agreement), int(agreement["agree"].sum())

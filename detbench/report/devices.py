@@ -67,18 +67,28 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     for (suite, workload, mode), g in df.groupby(["suite", "workload", "mode"], sort=False):
         same, note = _verdict(g)
         ok = _ok(g)
-        rows.append({
-            "suite": suite, "workload": workload, "mode": mode, "same_bits": same,
-            "note": note, "devices": tuple(sorted(set(ok["device_name"]))),
-            "replicates": len(ok), "fingerprints": int(ok["fingerprint"].nunique()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "suite": suite,
+                "workload": workload,
+                "mode": mode,
+                "same_bits": same,
+                "note": note,
+                "devices": tuple(sorted(set(ok["device_name"]))),
+                "replicates": len(ok),
+                "fingerprints": int(ok["fingerprint"].nunique()),
+            }
+        )
     out = pd.DataFrame(rows, dtype=object)
     keys = out["mode"].map(analysis.mode_key)
     out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
     order = {w: i for i, w in enumerate(dict.fromkeys(df["workload"]))}
     out["_w"] = out["workload"].map(order)
-    return (out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
-            .drop(columns=["_o", "_l", "_w"]).reset_index(drop=True))  # fmt: skip
+    return (
+        out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
+        .drop(columns=["_o", "_l", "_w"])
+        .reset_index(drop=True)
+    )
 
 
 def used_devices(df: pd.DataFrame) -> list[str]:
@@ -117,8 +127,10 @@ def conclusion(t: pd.DataFrame, gpus: bool) -> str:
         return f"No (workload, mode) has ok replicates on two {where}: no verdict."
     same = judged[judged["same_bits"] == True]  # noqa: E712
     differ = judged[judged["same_bits"] == False]  # noqa: E712
-    text = (f"{len(same)} of {len(judged)} (workload, mode) that ran on more than one of the "
-            f"{where} gave the same bits on every one")  # fmt: skip
+    text = (
+        f"{len(same)} of {len(judged)} (workload, mode) that ran on more than one of the "
+        f"{where} gave the same bits on every one"
+    )
     if len(differ):
         names = ", ".join(f"{r['workload']} in {r['mode']}" for r in differ.to_dict("records"))
         text += f"; different bits: {names}"
@@ -157,7 +169,12 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
         for r in t.to_dict("records")
     ]
     name = VERDICT if gpus else "same bits across devices"
-    out.append(Table(["workload", "mode", "devices", "ok replicates", name], rows,
-                     caption=f"{name}, per workload and mode"))  # fmt: skip
+    out.append(
+        Table(
+            ["workload", "mode", "devices", "ok replicates", name],
+            rows,
+            caption=f"{name}, per workload and mode",
+        )
+    )
     out.append(Para(conclusion(t, gpus)))
     return out

@@ -46,11 +46,15 @@ def _agree(g: pd.DataFrame) -> tuple[bool | None, int | None]:
     """(ranks agree, first step where they did not) over a group's ok launches: False if any
     launch saw ranks disagree, True only if every ok launch had the verdict and it was True."""
     ok = g[g["status"] == Status.OK] if "ranks_agree" in g.columns else g.iloc[:0]
-    said = [x for x in ok.get("ranks_agree", pd.Series(dtype=object))
-            if isinstance(x, (bool, np.bool_))]  # fmt: skip
+    said = [
+        x for x in ok.get("ranks_agree", pd.Series(dtype=object)) if isinstance(x, (bool, np.bool_))
+    ]
     if any(not x for x in said):
-        steps = [int(x) for x in ok.get("ranks_first_disagree_step", pd.Series(dtype=object))
-                 if isinstance(x, (int, float, np.integer, np.floating)) and x == x]  # fmt: skip
+        steps = [
+            int(x)
+            for x in ok.get("ranks_first_disagree_step", pd.Series(dtype=object))
+            if isinstance(x, (int, float, np.integer, np.floating)) and x == x
+        ]
         return False, min(steps) if steps else None
     if said and len(said) == len(ok):
         return True, None
@@ -71,24 +75,37 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for (suite, workload, mode), g in d.groupby(["suite", "workload", "mode"], sort=False):
         agree, step = _agree(g)
-        launch = [float(x["seconds"]) for x in g.get("launch", pd.Series(dtype=object))
-                  if isinstance(x, Mapping) and x.get("seconds") is not None]  # fmt: skip
+        launch = [
+            float(x["seconds"])
+            for x in g.get("launch", pd.Series(dtype=object))
+            if isinstance(x, Mapping) and x.get("seconds") is not None
+        ]
         verdict = v[(suite, workload, mode)]
-        rows.append({
-            "suite": suite, "workload": workload, "mode": mode,
-            **{c: _first(g, c) for c in LAUNCH_COLUMNS},
-            "verdict": verdict["verdict"], "ranks_agree": agree, "first_disagree_step": step,
-            "launches": len(g), "ok": int((g["status"] == Status.OK).sum()),
-            "items_per_second": verdict.get("items_per_second"),
-            "launch_seconds": float(np.median(launch)) if launch else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "suite": suite,
+                "workload": workload,
+                "mode": mode,
+                **{c: _first(g, c) for c in LAUNCH_COLUMNS},
+                "verdict": verdict["verdict"],
+                "ranks_agree": agree,
+                "first_disagree_step": step,
+                "launches": len(g),
+                "ok": int((g["status"] == Status.OK).sum()),
+                "items_per_second": verdict.get("items_per_second"),
+                "launch_seconds": float(np.median(launch)) if launch else None,
+            }
+        )
     out = pd.DataFrame(rows, dtype=object)
     keys = out["mode"].map(analysis.mode_key)  # the modes in the report's order
     out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
     order = {w: i for i, w in enumerate(dict.fromkeys(d["workload"]))}
     out["_w"] = out["workload"].map(order)
-    return (out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
-            .drop(columns=["_o", "_l", "_w"]).reset_index(drop=True))  # fmt: skip
+    return (
+        out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
+        .drop(columns=["_o", "_l", "_w"])
+        .reset_index(drop=True)
+    )
 
 
 def _agree_cell(r: Mapping[Any, Any]) -> str:
@@ -139,19 +156,35 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
     out: list[Block] = [Heading(2, "Distributed (torchrun)"), _method()]
     for suite, g in t.groupby("suite", sort=False):
         rows = [
-            [r["workload"], r["mode"], _launch_cell(r), str(r["verdict"]), _agree_cell(r),
-             _rate(r["items_per_second"]),
-             num(r["launch_seconds"], ".1f") if r["launch_seconds"] is not None else "–"]
+            [
+                r["workload"],
+                r["mode"],
+                _launch_cell(r),
+                str(r["verdict"]),
+                _agree_cell(r),
+                _rate(r["items_per_second"]),
+                num(r["launch_seconds"], ".1f") if r["launch_seconds"] is not None else "–",
+            ]
             for r in g.to_dict("records")
-        ]  # fmt: skip
-        header = ["workload", "mode", "launch", "run to run", "ranks agree", "items/s",
-                  "s per launch (all its workloads)"]  # fmt: skip
+        ]
+        header = [
+            "workload",
+            "mode",
+            "launch",
+            "run to run",
+            "ranks agree",
+            "items/s",
+            "s per launch (all its workloads)",
+        ]
         out.append(Table(header, rows, caption=f"{suite}: distributed workloads per mode"))
         bad = g[g["ranks_agree"] == False]  # noqa: E712
         for r in bad.to_dict("records"):
-            out.append(Para(
-                f"Warning: in {r['workload']} under {r['mode']} ({_launch_cell(r)}), the ranks "
-                "held different parameters after a step: data-parallel replicas that drift "
-                "apart are a bug (of the collective, the bucketing or the model), worth reporting."
-            ))  # fmt: skip
+            out.append(
+                Para(
+                    f"Warning: in {r['workload']} under {r['mode']} ({_launch_cell(r)}), the ranks "
+                    "held different parameters after a step: data-parallel replicas that drift "
+                    "apart are a bug (of the collective, the bucketing or the model), worth "
+                    "reporting."
+                )
+            )
     return out

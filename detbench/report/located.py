@@ -30,11 +30,16 @@ def blocks(located: list[dict[str, Any]]) -> list[Any]:
             fixed = {True: "yes", False: "no", None: "unknown"}[
                 c.get("fixed_by_deterministic_mode")
             ]
-            rows.append([
-                name, Code(f"{c['op']} ({c['phase']})"), _module(c).removeprefix("module "),
-                Code(f"{shown(c['file'])}:{c['line']}  {c.get('code', '')}".strip()),
-                _size(c), f"{'yes' if c.get('documented') else 'no'} / {fixed}",
-            ])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    Code(f"{c['op']} ({c['phase']})"),
+                    _module(c).removeprefix("module "),
+                    Code(f"{shown(c['file'])}:{c['line']}  {c.get('code', '')}".strip()),
+                    _size(c),
+                    f"{'yes' if c.get('documented') else 'no'} / {fixed}",
+                ]
+            )
     return [
         Heading(2, "Located"),
         Para(

@@ -60,8 +60,9 @@ def split(cells: pd.DataFrame, key: str = "symbol") -> tuple[pd.DataFrame, pd.Da
     return cells[cells["workload"].isin(agree)], cells[~cells["workload"].isin(agree)]
 
 
-def symbol_matrix(cells: pd.DataFrame, modes: Sequence[str], caption: str,
-                  key: str = "symbol") -> Table:  # fmt: skip
+def symbol_matrix(
+    cells: pd.DataFrame, modes: Sequence[str], caption: str, key: str = "symbol"
+) -> Table:
     """Workloads (rows) x modes (columns M0, M1, ...) of ``cells[key]``."""
     grid = cells.pivot(index="workload", columns="mode", values=key)
     order = list(dict.fromkeys(cells["workload"]))
@@ -72,11 +73,17 @@ def symbol_matrix(cells: pd.DataFrame, modes: Sequence[str], caption: str,
     return Table(["workload", *(f"M{i}" for i in range(len(modes)))], rows, caption=caption)
 
 
-def key_para(symbols: Sequence[str], modes: Sequence[str],
-             words: Mapping[str, str] = WORDS) -> Para:  # fmt: skip
+def key_para(
+    symbols: Sequence[str], modes: Sequence[str], words: Mapping[str, str] = WORDS
+) -> Para:
     used = [s for s in dict.fromkeys(symbols) if s]
-    return Para("Key: " + ", ".join(f"{s} {words.get(s, s)}" for s in used)
-                + ". Columns: " + mode_key_line(modes) + ".")  # fmt: skip
+    return Para(
+        "Key: "
+        + ", ".join(f"{s} {words.get(s, s)}" for s in used)
+        + ". Columns: "
+        + mode_key_line(modes)
+        + "."
+    )
 
 
 def verdict_blocks(v: pd.DataFrame, suite: str) -> list[Block]:
@@ -94,19 +101,28 @@ def verdict_blocks(v: pd.DataFrame, suite: str) -> list[Block]:
         rows: list[list[str | Code]] = []
         for verdict, ws in first.groupby("verdict", sort=False):
             names = list(ws["workload"])
-            rows.append([f"{verdict} in {all_modes(len(modes))}", str(len(names)),
-                         ", ".join(names)])  # fmt: skip
-        out.append(Table(["verdict", "workloads", "which"], rows,
-                         caption=f"{suite}: the same verdict in every mode"))  # fmt: skip
+            rows.append(
+                [f"{verdict} in {all_modes(len(modes))}", str(len(names)), ", ".join(names)]
+            )
+        out.append(
+            Table(
+                ["verdict", "workloads", "which"],
+                rows,
+                caption=f"{suite}: the same verdict in every mode",
+            )
+        )
     if len(differ):
         out.append(symbol_matrix(differ, modes, f"{suite}: where the verdict depends on the mode"))
         out.append(key_para(list(differ["symbol"]), modes))
     return out
 
 
-def grouped_rows(cells: pd.DataFrame, n_modes: int, label: Callable[[Mapping[Any, Any]], str],
-                 row: Callable[[Mapping[Any, Any], str], list[str | Code]],
-                 ) -> list[list[str | Code]]:  # fmt: skip
+def grouped_rows(
+    cells: pd.DataFrame,
+    n_modes: int,
+    label: Callable[[Mapping[Any, Any]], str],
+    row: Callable[[Mapping[Any, Any], str], list[str | Code]],
+) -> list[list[str | Code]]:
     """One row per workload and distinct ``label`` of its modes: ``row(first record, modes)``,
     where ``modes`` is "all N modes" when every mode agrees, else the modes' names."""
     out: list[list[str | Code]] = []

@@ -16,6 +16,7 @@ from detbench.core.modes import CUBLAS_ENV
 from detbench.report.conditions import joined
 from detbench.report.render import Block, Bullets, Code, Heading, Table, num
 from detbench.store.results import env_facts
+from detbench.worker.sustain import CAPPED_SPAN_SECONDS, HOLD_MIN_SECONDS
 
 FINGERPRINT_WORDS = {
     "device": "computed where the tensor lives, with integer arithmetic whose result does not "
@@ -41,12 +42,68 @@ def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
         if any("warmup" in t for t in timings)
         else f"after {joined(rule['warmup_steps'])} warm-up steps"
     )
+    most = f"{joined(rule['budget'], ' s')} of sampling"
+    top = max([float(c) for c in rule.get("ceiling") or []], default=0.0)
+    if top > max(float(b) for b in rule["budget"]):
+        most += (
+            " (on a GPU, a record still short of its target then samples on while the samples "
+            f"so far put the target in reach, up to a ceiling that grows with the step time: "
+            f"{top:.3g} s at most here)"
+        )
     return (
         f"Timing: {warm}, samples (clock: "
         f"{joined(rule['clock'])}) until the 95% interval of the median step time is within "
         f"{targets} of the median, with at least {joined(rule['min_samples'])} samples and at "
-        f"most {joined(rule['budget'], ' s')} of sampling; the figure per replicate is the "
-        "median step time, and a mode's throughput is the median over replicates."
+        f"most {most}; the figure per replicate is the median step time, and a mode's "
+        "throughput is the median over replicates."
+        + _clock_words(
+            rule.get("clock_mode") or [],
+            "cuda-event" in rule["clock"]
+            or any(str(d).startswith("cuda") for d in df.get("device", pd.Series(dtype=str))),
+        )
+    )
+
+
+#: What each clock mode means, for the Method.
+CLOCK_WORDS = {
+    "sustained": "sustained (where the GPU's power or heat limit acted on a workload, its load "
+    f"was held until the clock settled at that limit, at least {HOLD_MIN_SECONDS:g} s, and only "
+    f"the samples after that count, spanning at least {CAPPED_SPAN_SECONDS:g} s: what a long "
+    "run sees)",
+    "burst": "burst (sampled right after the warm-up: the clock a short job sees before the "
+    "power limit acts, which can be faster than a long run for compute-bound work)",
+}
+
+
+def _clock_words(modes: list[Any], gpu: bool) -> str:
+    """The sentence on the GPU clock modes the records were timed in ("" where none says)."""
+    said = [CLOCK_WORDS.get(str(m), str(m)) for m in modes]
+    if not said:
+        return ""
+    if not gpu:
+        return (
+            f" The clock mode ({joined([str(m) for m in modes])}) is recorded, and has no effect "
+            "on a CPU."
+        )
+    return (
+        f" GPU clocks: {'; '.join(said)}. The state of the clock is given beside each rate; "
+        "on a CPU the clock mode has no effect."
+    )
+
+
+def _digest_words(df: pd.DataFrame) -> str:
+    """What a fingerprint is, in the words of the fingerprint methods the records name."""
+    methods = (
+        [str(m) for m in dict.fromkeys(df["fingerprint_method"].dropna())]
+        if "fingerprint_method" in df.columns
+        else []
+    )
+    return (
+        "a digest taken over the dtype, shape and bits of every output of every step ("
+        + "; ".join(f"{m}: {FINGERPRINT_WORDS.get(m, m)}" for m in methods)
+        + ")"
+        if methods
+        else "a sha256 taken over the dtype, shape and bytes of every output of every step"
     )
 
 
@@ -55,18 +112,7 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
     stats = env.get("run_stats") or {}
     facts = env_facts(env)
     order = env.get("mode_order") or {}
-    methods = (
-        [str(m) for m in dict.fromkeys(df["fingerprint_method"].dropna())]
-        if "fingerprint_method" in df.columns
-        else []
-    )
-    digest = (
-        "a digest taken over the dtype, shape and bits of every output of every step ("
-        + "; ".join(f"{m}: {FINGERPRINT_WORDS.get(m, m)}" for m in methods)
-        + ")"
-        if methods
-        else "a sha256 taken over the dtype, shape and bytes of every output of every step"
-    )
+    digest = _digest_words(df)
     items = [
         f"Modes: {', '.join(o.get('modes') or [])}. Each mode is applied once in a fresh worker "
         "process before any work, and checked against what torch reports.",
@@ -138,8 +184,9 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
 # --- Environment -------------------------------------------------------------------------------
 
 
-def _before_after(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, key: str,
-                  unit: str) -> str:  # fmt: skip
+def _before_after(
+    before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, key: str, unit: str
+) -> str:
     """``before -> after unit`` (one value when they are equal); "–" for a missing side."""
     b = num((before or {}).get(key), ".4g")
     a = num((after or {}).get(key), ".4g")
@@ -165,14 +212,17 @@ def gpu_state_rows(env: dict[str, Any]) -> list[list[str | Code]]:
         return [["GPU state", f"not recorded ({why})"]]
     return [
         ["GPU state (before → after the run)", f"from {state.get('source')}"],
-        ["SM clock", _before_after(before, after, "sm_clock_mhz", "MHz")
-         + f" (max {num((before or after or {}).get('max_sm_clock_mhz'), '.4g')} MHz)"],
+        [
+            "SM clock",
+            _before_after(before, after, "sm_clock_mhz", "MHz")
+            + f" (max {num((before or after or {}).get('max_sm_clock_mhz'), '.4g')} MHz)",
+        ],
         ["memory clock", _before_after(before, after, "mem_clock_mhz", "MHz")],
         ["power limit", _before_after(before, after, "power_limit_w", "W")],
         ["power draw", _before_after(before, after, "power_draw_w", "W")],
         ["temperature", _before_after(before, after, "temperature_c", "°C")],
         ["throttle reasons", f"{_reasons(before)} → {_reasons(after)}"],
-    ]  # fmt: skip
+    ]
 
 
 def environment_table(env: dict[str, Any]) -> Table:
@@ -185,8 +235,12 @@ def environment_table(env: dict[str, Any]) -> Table:
     if worker.get("cuda_build"):  # torch.version.cuda (older runs: "cuda_runtime")
         facts["cuda"] = str(worker["cuda_build"])
     rows: list[list[str | Code]] = [[k, v if v is not None else "–"] for k, v in facts.items()]
-    for key, label in (("cublas_version", "cuBLAS"), ("sm_count", "SM count"),
-                       ("gpu_uuid", "GPU UUID"), ("mig_mode", "MIG mode")):  # fmt: skip
+    for key, label in (
+        ("cublas_version", "cuBLAS"),
+        ("sm_count", "SM count"),
+        ("gpu_uuid", "GPU UUID"),
+        ("mig_mode", "MIG mode"),
+    ):
         if key in worker:
             rows.append([label, str(worker[key]) if worker[key] is not None else "unknown"])
     rows += gpu_state_rows(env)
@@ -196,11 +250,17 @@ def environment_table(env: dict[str, Any]) -> Table:
     ]
     if "inherited_cublas_workspace_config" in options:
         inherited = options["inherited_cublas_workspace_config"]
-        rows.append([f"{CUBLAS_ENV} in the shell that started the run",
-                     "not set" if inherited is None else str(inherited)])  # fmt: skip
+        rows.append(
+            [
+                f"{CUBLAS_ENV} in the shell that started the run",
+                "not set" if inherited is None else str(inherited),
+            ]
+        )
     rows += [
-        ["precision settings", Code(", ".join(
-            f"{k}={v}" for k, v in sorted((worker.get("precision") or {}).items())))],
+        [
+            "precision settings",
+            Code(", ".join(f"{k}={v}" for k, v in sorted((worker.get("precision") or {}).items()))),
+        ],
         ["detbench commit", str(git.get("commit"))[:12] + (" (dirty)" if git.get("dirty") else "")],
-    ]  # fmt: skip
+    ]
     return Table(["", "value"], rows)

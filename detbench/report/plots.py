@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps, rc_context
+from matplotlib.axes import Axes
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -69,8 +70,12 @@ def _mode_index(modes: list[str]) -> dict[str, str]:
     return {m: f"M{i}" for i, m in enumerate(analysis.ordered_modes(modes))}
 
 
-def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.name,
-                   costs: pd.DataFrame | None = None) -> Figure:  # fmt: skip
+def heatmap_figure(
+    v: pd.DataFrame,
+    suite: str,
+    baseline: str = DEFAULT_MODE.name,
+    costs: pd.DataFrame | None = None,
+) -> Figure:
     """Workloads x modes: colour = relative throughput, text = ratio and reproducibility mark.
 
     ``costs``: ``analysis.costs`` of the suite. A cell whose difference from the baseline is not
@@ -80,16 +85,7 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
     workloads = list(dict.fromkeys(v["workload"]))
     cell = v.set_index(["workload", "mode"])
     c = None if costs is None or costs.empty else costs.set_index(["workload", "mode"])
-    rel = np.full((len(workloads), len(modes)), np.nan)
-    shown = np.full((len(workloads), len(modes)), np.nan)  # coloured: significant only
-    for i, w in enumerate(workloads):
-        for j, m in enumerate(modes):
-            if (w, m) in cell.index and cell.loc[(w, m), "verdict"] in analysis.RAN:
-                rel[i, j] = cell.loc[(w, m), "rel"]
-                significant = (c is None or ((w, m) in c.index
-                               and bool(c.loc[(w, m), "significant"])))  # fmt: skip
-                if m != baseline and significant:
-                    shown[i, j] = rel[i, j]
+    rel, shown = _heat_values(cell, c, workloads, modes, baseline)
     logs = np.clip(np.log2(shown), -LOG2_CLIP, LOG2_CLIP)
     width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
     height = 1.6 + 0.4 * len(workloads) + _tick_room(modes)
@@ -97,6 +93,66 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
     cmap = colormaps["RdBu"].with_extremes(bad="0.96")
     norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
     im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
+    _heat_cells(ax, cell, c, workloads, modes, baseline, rel, shown, logs)
+    ax.set_xticks(
+        range(len(modes)),
+        [mode_tick(m) for m in modes],
+        rotation=35,
+        ha="right",
+        fontsize=9,
+        rotation_mode="anchor",
+    )
+    ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
+    ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
+    bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
+    bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
+    bar.set_label(f"throughput relative to the {baseline} mode")
+    ax.set_title(
+        f"{suite}: relative throughput per workload and mode (coloured where significant)\n"
+        "= bitwise identical in every replicate, ≠ (outlined) not; n.s.: within the noise "
+        "(95% interval contains 1); hatched: noisy timing; grey: did not run",
+        fontsize=9,
+    )
+    return fig
+
+
+def _heat_values(
+    cell: pd.DataFrame,
+    c: pd.DataFrame | None,
+    workloads: list[Any],
+    modes: list[str],
+    baseline: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Workloads x modes: each cell's relative throughput where it ran, and the same where it
+    is coloured (significant, not the baseline), NaN elsewhere; ``c``: the costs by
+    (workload, mode), None when not known."""
+    rel = np.full((len(workloads), len(modes)), np.nan)
+    shown = np.full((len(workloads), len(modes)), np.nan)  # coloured: significant only
+    for i, w in enumerate(workloads):
+        for j, m in enumerate(modes):
+            if (w, m) in cell.index and cell.loc[(w, m), "verdict"] in analysis.RAN:
+                rel[i, j] = cell.loc[(w, m), "rel"]
+                significant = c is None or (
+                    (w, m) in c.index and bool(c.loc[(w, m), "significant"])
+                )
+                if m != baseline and significant:
+                    shown[i, j] = rel[i, j]
+    return rel, shown
+
+
+def _heat_cells(
+    ax: Axes,
+    cell: pd.DataFrame,
+    c: pd.DataFrame | None,
+    workloads: list[Any],
+    modes: list[str],
+    baseline: str,
+    rel: np.ndarray,
+    shown: np.ndarray,
+    logs: np.ndarray,
+) -> None:
+    """Each cell's text (its ratio, "base" or "n.s.", and the reproducibility mark), hatched
+    where its timing was noisy, grey where it did not run, outlined where nondeterministic."""
     for i, w in enumerate(workloads):
         for j, m in enumerate(modes):
             if (w, m) not in cell.index:
@@ -112,30 +168,27 @@ def heatmap_figure(v: pd.DataFrame, suite: str, baseline: str = DEFAULT_MODE.nam
                 else:
                     text = f"{r:.2f} {mark}"
                     if c is not None and (w, m) in c.index and bool(c.loc[(w, m), "noisy"]):
-                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=0,
-                                               hatch="///", ec="0.35", alpha=0.6))  # fmt: skip
+                        ax.add_patch(
+                            Rectangle(
+                                (j - 0.5, i - 0.5),
+                                1,
+                                1,
+                                fill=False,
+                                lw=0,
+                                hatch="///",
+                                ec="0.35",
+                                alpha=0.6,
+                            )
+                        )
             else:
                 text = mark
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="0.82", lw=0))
             dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
-            ax.text(j, i, text, ha="center", va="center", fontsize=9,
-                    color="white" if dark else "black")  # fmt: skip
+            ax.text(
+                j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black"
+            )
             if verdict == "nondeterministic":
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
-    ax.set_xticks(range(len(modes)), [mode_tick(m) for m in modes], rotation=35, ha="right",
-                  fontsize=9, rotation_mode="anchor")  # fmt: skip
-    ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
-    ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
-    bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
-    bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
-    bar.set_label(f"throughput relative to the {baseline} mode")
-    ax.set_title(
-        f"{suite}: relative throughput per workload and mode (coloured where significant)\n"
-        "= bitwise identical in every replicate, ≠ (outlined) not; n.s.: within the noise "
-        "(95% interval contains 1); hatched: noisy timing; grey: did not run",
-        fontsize=9,
-    )
-    return fig
 
 
 def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
@@ -157,9 +210,13 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
             hidden = (y == 0) & m["step_fingerprint_differs"].to_numpy()
             if hidden.any():
                 ax.scatter(
-                    m["step"][hidden], np.full(hidden.sum(), floor), marker="o",
-                    facecolor="none", edgecolor=line.get_color(), s=30,
-                )  # fmt: skip
+                    m["step"][hidden],
+                    np.full(hidden.sum(), floor),
+                    marker="o",
+                    facecolor="none",
+                    edgecolor=line.get_color(),
+                    s=30,
+                )
             first = m.loc[m["step_fingerprint_differs"], "step"]
             if len(first):
                 ax.axvline(int(first.min()), color=line.get_color(), ls=":", lw=1)
@@ -167,9 +224,13 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
             ax.set_yscale("log")
         else:
             ax.text(
-                0.5, 0.6, "the loss is identical at every step; the parameters are not",
-                transform=ax.transAxes, ha="center", fontsize=9,
-            )  # fmt: skip
+                0.5,
+                0.6,
+                "the loss is identical at every step; the parameters are not",
+                transform=ax.transAxes,
+                ha="center",
+                fontsize=9,
+            )
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title(f"{w}", fontsize=10)
         ax.set_xlabel("training step")
@@ -208,8 +269,7 @@ def _save(fig: Figure, directory: Path, stem: str, dpi: int = DPI) -> tuple[Path
     return png, svg
 
 
-def write_plots(df: pd.DataFrame, directory: Path,
-                costs: pd.DataFrame | None = None) -> list[Plot]:  # fmt: skip
+def write_plots(df: pd.DataFrame, directory: Path, costs: pd.DataFrame | None = None) -> list[Plot]:
     """The per-suite figures of a result set (heatmap, divergence), written under ``directory``
     as PNG and SVG; ``costs``: ``analysis.costs`` of ``df`` where the caller has it."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -226,8 +286,7 @@ def write_plots(df: pd.DataFrame, directory: Path,
         here = costs[costs["suite"] == s] if len(costs) else costs
         fig = heatmap_figure(v[v["suite"] == s], s, baseline, here)
         title = f"{s}: relative throughput and reproducibility per workload"
-        plots.append(Plot("heatmap", s, title,
-                          *_save(fig, directory, f"{s}-heatmap", HEATMAP_DPI)))  # fmt: skip
+        plots.append(Plot("heatmap", s, title, *_save(fig, directory, f"{s}-heatmap", HEATMAP_DPI)))
         if not div.empty and (div["suite"] == s).any():
             fig = divergence_figure(div[div["suite"] == s], s)
             title = f"{s}: divergence between replicates, step by step"

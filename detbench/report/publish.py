@@ -51,8 +51,11 @@ def index_text(directory: Path) -> str:
             device = f"**CPU only**: {_md_text(facts['cpu'] or 'unknown CPU')}"
         with (run / RESULTS_FILE).open(encoding="utf-8") as f:
             records = sum(1 for line in f if line.strip())
-        links = [f"[{name}]({run.name}/{name})" for name in (REPORT_HTML, REPORT_MD)
-                 if (run / name).is_file()]  # fmt: skip
+        links = [
+            f"[{name}]({run.name}/{name})"
+            for name in (REPORT_HTML, REPORT_MD)
+            if (run / name).is_file()
+        ]
         rows.append(
             "| "
             + " | ".join(

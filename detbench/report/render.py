@@ -92,8 +92,9 @@ def to_markdown(blocks: Sequence[Block], base: Path) -> str:
     for b in blocks:
         if isinstance(b, Details):
             inner = to_markdown(b.blocks, base).rstrip("\n")
-            out.append(f"<details><summary>{html.escape(b.summary)}</summary>\n\n{inner}\n\n"
-                       "</details>")  # fmt: skip
+            out.append(
+                f"<details><summary>{html.escape(b.summary)}</summary>\n\n{inner}\n\n</details>"
+            )
             continue
         if isinstance(b, Heading):
             out.append(f"{'#' * b.level} {md_text(b.text)}")
@@ -159,8 +160,11 @@ def _html_body(blocks: Sequence[Block]) -> list[str]:
     body: list[str] = []
     for b in blocks:
         if isinstance(b, Details):
-            body.append(f"<details><summary>{_h(b.summary)}</summary>"
-                        + "\n".join(_html_body(b.blocks)) + "</details>")  # fmt: skip
+            body.append(
+                f"<details><summary>{_h(b.summary)}</summary>"
+                + "\n".join(_html_body(b.blocks))
+                + "</details>"
+            )
         elif isinstance(b, Heading):
             anchor = "".join(ch if ch.isalnum() else "-" for ch in b.text.lower()).strip("-")
             body.append(f'<h{b.level} id="{_h(anchor)}">{_h(b.text)}</h{b.level}>')

@@ -22,12 +22,16 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
     rows = []
     for r in t.to_dict("records"):
         other = "\n".join(", ".join(ms) + diff_text(r["max_diff"], ms) for ms in r["other"])
-        rows.append([
-            f"{r['suite']}/{r['workload']}", str(r["baseline_verdict"]),
-            ", ".join(r["same"]) or "–", other or "–",
-            ", ".join(r["nondeterministic"]) or "–",
-            ", ".join(f"{m} ({why})" for m, why in r["not_run"].items()) or "–",
-        ])  # fmt: skip
+        rows.append(
+            [
+                f"{r['suite']}/{r['workload']}",
+                str(r["baseline_verdict"]),
+                ", ".join(r["same"]) or "–",
+                other or "–",
+                ", ".join(r["nondeterministic"]) or "–",
+                ", ".join(f"{m} ({why})" for m, why in r["not_run"].items()) or "–",
+            ]
+        )
     differ = t[t["other"].map(len) > 0]
     summary = (
         f"In {len(differ)} of {len(t)} workloads a reproducible mode gives other bits than "

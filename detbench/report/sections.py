@@ -18,6 +18,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import runstate
 from detbench.analysis import tradeoff as tradeoff_points
+from detbench.analysis.clocks import clock_states
 from detbench.analysis.recommend import run_device
 from detbench.report import answer, devices, located, matrices, samebits, tables, tradeoff
 from detbench.report import attribution as attribution_report
@@ -143,6 +144,7 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
     suite's, the heatmap and divergence, then the full tables collapsed."""
     out: list[Block] = [Heading(2, "Per suite")]
     picks = r.rec[r.rec["workload"] == "*"].set_index("suite")["mode"].to_dict()
+    states = clock_states(r.df)  # the clock state beside each rate
     for suite in r.suites:
         out.append(Heading(3, suite))
         out += matrices.verdict_blocks(r.verdicts, suite)
@@ -150,21 +152,33 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
         other = mine[mine["mode"] != picks.get(suite)]
         if len(other):
             table = tables.workload_recommendation_table(other, suite, r.memory, r.baseline)
-            out.append(type(table)(table.header, table.rows,
-                                   caption=f"{suite}: workloads whose own pick differs from the "
-                                   "suite's"))  # fmt: skip
-        out += [Figure(p) for p in r.plots
-                if p.suite == suite and p.kind in ("heatmap", "divergence")]  # fmt: skip
-        out.append(Details(f"{suite}: every workload and mode (full tables)", [
-            tables.workload_recommendation_table(r.rec, suite, r.memory, r.baseline),
-            tables.full_table(r.verdicts, suite, r.costs, r.memory, r.baseline),
-        ]))  # fmt: skip
+            out.append(
+                type(table)(
+                    table.header,
+                    table.rows,
+                    caption=f"{suite}: workloads whose own pick differs from the suite's",
+                )
+            )
+        out += [
+            Figure(p) for p in r.plots if p.suite == suite and p.kind in ("heatmap", "divergence")
+        ]
+        out.append(
+            Details(
+                f"{suite}: every workload and mode (full tables)",
+                [
+                    tables.workload_recommendation_table(r.rec, suite, r.memory, r.baseline),
+                    tables.full_table(r.verdicts, suite, r.costs, r.memory, r.baseline, states),
+                ],
+            )
+        )
     div = analysis.divergence(r.df)
     if "losses" in r.df.columns and r.df["losses"].notna().any() and div.empty:
-        out.append(Para(
-            "Training workloads: every replicate was bitwise identical to the first in every "
-            "mode that ran, so there is no divergence to plot."
-        ))  # fmt: skip
+        out.append(
+            Para(
+                "Training workloads: every replicate was bitwise identical to the first in every "
+                "mode that ran, so there is no divergence to plot."
+            )
+        )
     return out
 
 

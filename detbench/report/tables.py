@@ -33,8 +33,9 @@ def _throughput(r: Mapping[Any, Any], baseline: str) -> str:
     return interval_text(r["relative_throughput"], r.get("ci_low"), r.get("ci_high"))
 
 
-def recommendation_blocks(rec: pd.DataFrame, costs: pd.DataFrame, baseline: str = "default",
-                          device: str | None = None) -> list[Block]:  # fmt: skip
+def recommendation_blocks(
+    rec: pd.DataFrame, costs: pd.DataFrame, baseline: str = "default", device: str | None = None
+) -> list[Block]:
     """Per suite, the recommended mode and why (the rule is told in the Method section; the
     Python that sets it is in The answer). ``rec``: ``analysis.recommendations``; ``costs``:
     ``analysis.costs`` (or empty), both against ``baseline``; ``device``: where the run ran."""
@@ -42,14 +43,21 @@ def recommendation_blocks(rec: pd.DataFrame, costs: pd.DataFrame, baseline: str 
     rows: list[list[str | Code]] = []
     for r in suites.to_dict("records"):
         if r["mode"] is None:
-            rows.append([r["suite"], "none", "–", "–", "–", r["fastest_mode"] or "–",
-                         str(r["reason"])])  # fmt: skip
+            rows.append(
+                [r["suite"], "none", "–", "–", "–", r["fastest_mode"] or "–", str(r["reason"])]
+            )
             continue
-        rows.append([
-            r["suite"], r["mode"], _throughput(r, baseline), _significant(costs, r["suite"],
-            r["mode"], baseline), pct(r["cost_vs_fastest"]), r["fastest_mode"] or "–",
-            str(r["reason"]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                r["suite"],
+                r["mode"],
+                _throughput(r, baseline),
+                _significant(costs, r["suite"], r["mode"], baseline),
+                pct(r["cost_vs_fastest"]),
+                r["fastest_mode"] or "–",
+                str(r["reason"]),
+            ]
+        )
     cpu = (
         " On a CPU, the modes that change cuDNN flags are the same computation as their twin "
         "without them, so they are never recommended (nor named the fastest)."
@@ -91,8 +99,9 @@ def recipe_blocks(df: pd.DataFrame) -> list[Block]:
         if x["compare_with"]:
             same = {True: "yes", False: "no", None: "not comparable"}[x["same_bits"]]
             same += f" ({x['compare_with']})"
-        rows.append([x["recipe"], x["variant"], x["verdict"], same,
-                     num(x["items_per_second"], ".4g")])  # fmt: skip
+        rows.append(
+            [x["recipe"], x["variant"], x["verdict"], same, num(x["items_per_second"], ".4g")]
+        )
     return [
         Heading(2, "Recipes"),
         Para(
@@ -106,36 +115,46 @@ def recipe_blocks(df: pd.DataFrame) -> list[Block]:
     ]
 
 
-def workload_recommendation_table(rec: pd.DataFrame, suite: str,
-                                  memory: pd.DataFrame | None = None,
-                                  baseline: str = "default") -> Table:  # fmt: skip
+def workload_recommendation_table(
+    rec: pd.DataFrame, suite: str, memory: pd.DataFrame | None = None, baseline: str = "default"
+) -> Table:
     """``memory``: ``analysis.peak_memory`` indexed by (suite, workload, mode), or None when the
     run recorded no memory (no memory column then)."""
     rec = rec[(rec["suite"] == suite) & (rec["workload"] != "*")]
     rows: list[list[str | Code]] = []
     for r in rec.to_dict("records"):
         row: list[str | Code] = [
-            r["workload"], r["mode"] or "none reproducible", _throughput(r, baseline),
-            pct(r["cost_vs_fastest"]), r["fastest_mode"] or "–",
-        ]  # fmt: skip
+            r["workload"],
+            r["mode"] or "none reproducible",
+            _throughput(r, baseline),
+            pct(r["cost_vs_fastest"]),
+            r["fastest_mode"] or "–",
+        ]
         if memory is not None:
             key = (suite, r["workload"], r["mode"])
             ratio = memory["memory_ratio"].get(key) if r["mode"] else None
             row.append(num(ratio, ".2f") + "x" if num(ratio) != "–" else "–")
         row.append(str(r["reason"]))
         rows.append(row)
-    header = ["workload", "recommended mode", f"vs {baseline}", "cost vs fastest",
-              "fastest mode"]  # fmt: skip
+    header = ["workload", "recommended mode", f"vs {baseline}", "cost vs fastest", "fastest mode"]
     if memory is not None:
         header.append(f"peak memory vs {baseline}")
     header.append("why")
     return Table(header, rows, caption=f"{suite}: recommendation per workload")
 
 
-def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
-               memory: pd.DataFrame | None = None, baseline: str = "default") -> Table:  # fmt: skip
+def full_table(
+    v: pd.DataFrame,
+    suite: str,
+    costs: pd.DataFrame,
+    memory: pd.DataFrame | None = None,
+    baseline: str = "default",
+    clocks: Mapping[tuple[str, str, str], str] | None = None,
+) -> Table:
     """``v``: ``analysis.verdicts`` of the whole run; ``memory``: as for
-    ``workload_recommendation_table``."""
+    ``workload_recommendation_table``; ``clocks``: ``analysis.clocks.clock_states``, the clock
+    state beside each rate."""
+    clocks = clocks or {}
     v = v[v["suite"] == suite]
     c = costs[costs["suite"] == suite].set_index(["workload", "mode"]) if len(costs) else None
     rows: list[list[str | Code]] = []
@@ -156,10 +175,18 @@ def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
         if r.get("changed") and verdict != "settings_changed":
             verdict += f" ({r['changed']} replicate(s) not counted: settings changed)"
         row: list[str | Code] = [
-            r["workload"], r["mode"], verdict, f"{r['ok']}/{r['replicates']}",
+            r["workload"],
+            r["mode"],
+            verdict,
+            f"{r['ok']}/{r['replicates']}",
             num(r["max_abs_diff"], ".3g") if r["max_abs_diff"] is not None else "–",
-            num(r["items_per_second"], ".4g"), rel, ci, sig, noisy,
-        ]  # fmt: skip
+            num(r["items_per_second"], ".4g"),
+            clocks.get((suite, r["workload"], r["mode"]), "–"),
+            rel,
+            ci,
+            sig,
+            noisy,
+        ]
         if memory is not None:
             mkey = (suite, r["workload"], r["mode"])
             peak = memory["peak_memory_bytes"].get(mkey)
@@ -174,6 +201,7 @@ def full_table(v: pd.DataFrame, suite: str, costs: pd.DataFrame,
             "ok/replicates",
             "max abs diff",
             "items/s (median)",
+            "clocks",
             f"vs {baseline}",
             "95% CI",
             "significant",

@@ -48,16 +48,22 @@ def times(x: float) -> str:
     return f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x"
 
 
-def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
-               baseline: str = "default") -> list[str]:  # fmt: skip
+def draw_panel(
+    ax: Axes, pts: pd.DataFrame, title: str, y_label: str, baseline: str = "default"
+) -> list[str]:
     """One suite's plane on ``ax``; returns the names of the modes that could not be placed
     (ran no workload), with why. ``pts``: ``analysis.tradeoff.points`` of one suite (or a frame
     with ``mode``, ``relative_throughput``, ``reproducible``, ``frontier``, and optionally
     ``ci_low``, ``ci_high``, ``inert``, ``recommended``, ``failed``, ``workloads``). The names
     beside the points are placed by ``labels.place`` once the figure is laid out."""
     pts = pts.copy()
-    for col, default in (("ci_low", None), ("ci_high", None), ("inert", False),
-                         ("recommended", False), ("failed", 0)):  # fmt: skip
+    for col, default in (
+        ("ci_low", None),
+        ("ci_high", None),
+        ("inert", False),
+        ("recommended", False),
+        ("failed", 0),
+    ):
         if col not in pts.columns:
             pts[col] = default
     placed = pts[pts["relative_throughput"].notna()]
@@ -72,24 +78,45 @@ def draw_panel(ax: Axes, pts: pd.DataFrame, title: str, y_label: str,
     ax.axvline(1.0, color="0.7", lw=1, zorder=0)
     front = placed[placed["frontier"]].sort_values("relative_throughput")
     if len(front) > 1:
-        ax.plot(front["relative_throughput"], front["reproducible"], color=FRONTIER, lw=2,
-                alpha=0.6, zorder=1, drawstyle="steps-post")  # fmt: skip
+        ax.plot(
+            front["relative_throughput"],
+            front["reproducible"],
+            color=FRONTIER,
+            lw=2,
+            alpha=0.6,
+            zorder=1,
+            drawstyle="steps-post",
+        )
     for i in placed.index:
         r = placed.loc[i]
         grey = bool(r["inert"])
         colour = "0.6" if grey else "tab:blue"
         ax.errorbar(
-            x.loc[i], r["reproducible"],
+            x.loc[i],
+            r["reproducible"],
             xerr=[[max(0.0, x.loc[i] - low[i])], [max(0.0, high[i] - x.loc[i])]],
-            fmt="o", ms=2 * DOT, color=colour, mfc="white" if grey else colour, capsize=1.5,
-            lw=0.8, zorder=3,
-        )  # fmt: skip
+            fmt="o",
+            ms=2 * DOT,
+            color=colour,
+            mfc="white" if grey else colour,
+            capsize=1.5,
+            lw=0.8,
+            zorder=3,
+        )
         if r["frontier"]:
-            ax.scatter(x.loc[i], r["reproducible"], s=220, color=FRONTIER, alpha=0.3, lw=0,
-                       zorder=2)  # fmt: skip
+            ax.scatter(
+                x.loc[i], r["reproducible"], s=220, color=FRONTIER, alpha=0.3, lw=0, zorder=2
+            )
         if r["recommended"]:
-            ax.scatter(x.loc[i], r["reproducible"], marker="*", s=260, color="gold",
-                       edgecolor="black", zorder=4)  # fmt: skip
+            ax.scatter(
+                x.loc[i],
+                r["reproducible"],
+                marker="*",
+                s=260,
+                color="gold",
+                edgecolor="black",
+                zorder=4,
+            )
     _name_points(ax, placed, baseline)
     _y_axis(ax, placed, y_label)
     ax.set_xlabel(f"throughput vs {baseline} (95% interval)", fontsize=8)
@@ -169,8 +196,10 @@ def figure(p: pd.DataFrame, baseline: str, y_label: str = "workloads reproducibl
     for ax, suite in zip(axes.flat, suites, strict=False):
         g = p[p["suite"] == suite]
         k = int(g["workloads"].iloc[0]) if "workloads" in g.columns and len(g) else 0
-        notes += [f"{suite}: {m}" for m in
-                  draw_panel(ax, g, f"{suite} ({k} workloads)", y_label, baseline)]  # fmt: skip
+        notes += [
+            f"{suite}: {m}"
+            for m in draw_panel(ax, g, f"{suite} ({k} workloads)", y_label, baseline)
+        ]
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     parts = [

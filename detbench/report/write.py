@@ -16,22 +16,21 @@ import pandas as pd
 
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
-from detbench.report import attribution as attribution_report
-from detbench.report import invariance as invariance_report
-from detbench.report import tradeoff
+from detbench.report import attribution_chart, invariance_plane, tradeoff
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
 from detbench.report.sections import ReportRun, build
-from detbench.store.results import ENV_FILE, load_env, load_results, write_text_atomic
+from detbench.store.results import ENV_FILE, ResultsError, load_env, load_results, write_text_atomic
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
 
 
-def build_blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot],
-                 rec: pd.DataFrame | None = None) -> list[Block]:  # fmt: skip
+def build_blocks(
+    df: pd.DataFrame, env: dict[str, Any], plots: list[Plot], rec: pd.DataFrame | None = None
+) -> list[Block]:
     """The report, block by block (``sections.SECTIONS``); ``rec``:
     ``analysis.recommendations(df)`` where the caller has it already."""
     return build(ReportRun(df, env, plots, rec))
@@ -42,8 +41,6 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     d = Path(directory)
     df = load_results(d)  # errors with one clear line on a missing or malformed file
     if df.empty:
-        from detbench.store.results import ResultsError
-
         raise ResultsError(f"{d}: results.jsonl holds no records yet")
     env = load_env(d) if (d / ENV_FILE).exists() else {}
     if env.get("machines"):  # a set of runs from several machines (detbench merge)
@@ -52,8 +49,8 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     run = ReportRun(df, env)
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)
-    plots += attribution_report.write_plots(df, env, d / PLOTS_DIR)
-    plots += invariance_report.write_plots(df, env, d / PLOTS_DIR)
+    plots += attribution_chart.write_plots(df, env, d / PLOTS_DIR)
+    plots += invariance_plane.write_plots(df, env, d / PLOTS_DIR)
     _remove_stale(d / PLOTS_DIR, plots)
     run.plots = plots
     return _write(d, build(run))

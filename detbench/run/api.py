@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from detbench.run.config import RunConfig, validate
 from detbench.run.runner import Runner, prepare
 from detbench.run.supervise import RunStats
+
+if TYPE_CHECKING:
+    from detbench.run.estimate import Estimate
 
 
 def plan_run(config: RunConfig, stream: TextIO = sys.stderr, cuda: bool | None = None,
@@ -36,7 +39,7 @@ def plan_run(config: RunConfig, stream: TextIO = sys.stderr, cuda: bool | None =
 
 
 def run_benchmark(
-    config: RunConfig, stream: TextIO = sys.stderr, estimate: float | None = None
+    config: RunConfig, stream: TextIO = sys.stderr, estimate: Estimate | float | None = None
 ) -> Path:
     """Check, plan and run ``config`` (progress to ``stream``); the run's directory, holding
     ``results.jsonl`` and ``env.json``. Read it with ``detbench.load_results``."""
@@ -44,7 +47,7 @@ def run_benchmark(
     return config.out
 
 
-def run_planned(runner: Runner, estimate: float | None = None) -> RunStats:
-    """Run what ``plan_run`` planned; where the time went. ``estimate``: the plan's seconds, for
-    the progress line's first figure."""
+def run_planned(runner: Runner, estimate: Estimate | float | None = None) -> RunStats:
+    """Run what ``plan_run`` planned; where the time went. ``estimate``: the plan's (or its
+    seconds alone), which the progress line follows and the run's statistics keep."""
     return runner.run(estimate)

@@ -28,6 +28,10 @@ import sys
 import time
 from typing import Any, BinaryIO
 
+from detbench.core.modes import Mode, current_flags
+from detbench.core.workload import load_file, registry
+from detbench.store.results import where
+from detbench.worker.applied import WorkerSettings
 from detbench.worker.protocol import ARMED_NAME, EXIT_DEVICE_LOST, die_with_parent, jsonable
 
 
@@ -40,10 +44,6 @@ def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
     """What touches no device: the mode applied and read back, torch's threads, the workload
     files loaded. Returns (mode, the worker's settings, the registry of workloads)."""
     import torch
-
-    from detbench.core.modes import Mode, current_flags
-    from detbench.core.workload import load_file, registry
-    from detbench.worker.applied import WorkerSettings
 
     mode = Mode(**job["mode"])
     # The flags, then the settings (a setting this torch lacks is noted, and its workloads are
@@ -70,6 +70,7 @@ def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
 def _device_stage(device: Any) -> dict[str, Any]:
     """CUDA's initialisation, its context, cuBLAS's and cuDNN's handles (nothing on a CPU); the
     device's facts for env.json."""
+    # torch and the passes load after main() has armed die_with_parent (see main)
     import torch
 
     from detbench.worker.devenv import device_env
@@ -96,10 +97,10 @@ def main(argv: list[str]) -> int:
     # On SIGSEGV, SIGABRT, SIGFPE or SIGBUS, Python's stack goes to the log, whose tail the
     # runner puts in the 'crashed' record: the line of the workload that crashed.
     faulthandler.enable()
+    # Now the 2 s of imports: torch and the passes that use it (armed above).
     import torch
 
     from detbench.distributed.launch import run_distributed
-    from detbench.store.results import where
     from detbench.worker.measure import run_workload
 
     stdin = sys.stdin.buffer

@@ -116,6 +116,14 @@ class RunConfig:
     #: ``--cudnn-log``: cuDNN's API log on in every worker, and the engines each convolution ran
     #: in each record (``worker.cudnnlog``); its timings are then not costs.
     cudnn_log: bool = False
+    #: ``--clocks``: "sustained" (None: the default) or "burst" (``worker/sustain.py``); recorded
+    #: on a CPU, where it has no effect.
+    clocks: str | None = None
+
+    @property
+    def clock_mode(self) -> str:
+        """The clock mode the workers time in: ``clocks``, or "sustained"."""
+        return self.clocks or "sustained"
 
     def __post_init__(self) -> None:
         if self.fingerprint is None:
@@ -166,6 +174,7 @@ class RunConfig:
             "startup_timeout": self.startup_timeout,
             "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
             "cudnn_log": self.cudnn_log,
+            "clocks": self.clock_mode,
         }
 
 
@@ -285,6 +294,8 @@ def resume_config(directory: Path) -> RunConfig:
             devices=o.get("devices"),
             shard=(int(o["shard"][0]), int(o["shard"][1])) if o.get("shard") else None,
             cudnn_log=bool(o.get("cudnn_log", False)),
+            # Runs before --clocks timed in bursts.
+            clocks=str(o.get("clocks", "burst")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None
@@ -374,6 +385,8 @@ def validate(config: RunConfig, cuda_available: bool, paper: bool = False) -> No
         raise RunError("--startup-timeout must be a positive number of seconds")
     if config.budget is not None and config.budget <= 0:
         raise RunError("--budget must be a positive number of seconds")
+    if config.clocks is not None and config.clocks not in ("sustained", "burst"):
+        raise RunError(f"unknown --clocks {config.clocks!r}; use sustained or burst")
     if config.fingerprint not in FINGERPRINTS:
         raise RunError(
             f"unknown --fingerprint {config.fingerprint!r}; use {', '.join(FINGERPRINTS)}"

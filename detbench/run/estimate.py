@@ -9,8 +9,10 @@ constant says where its value was measured, or that it is a guess.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from detbench.core import settings as st
 
 if TYPE_CHECKING:
     from detbench.core.modes import Mode
@@ -49,29 +51,43 @@ WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
 #: records included (they are charged nothing beside it on CUDA).
 LAUNCH_SECONDS = {"cpu": 5.0, "cuda": 18.0}
 #: Seconds of one record by suite, per (device, profile), where a run measured them: the mean over
-#: the suite's records of the phases build + fingerprint + FLOP count + timing + clean-up (the
-#: worker's start-up is counted apart). CUDA full: on the H100 (torch 2.11, 4 modes: default,
-#: bench, det-algos, cudnn-det+det-algos; 2 replicates), conv 25.66 s / 88 records, rnn 47.08 s /
-#: 56, training 71.75 s / 24 (results/20261124-085144-cuda-full-conv-rnn-training/results.jsonl),
-#: batchnorm 15.38 s / 56, bmm 19.12 s / 40
-#: (results/20261124-085445-cuda-full-batchnorm-bmm/results.jsonl). Training since its full
-#: fingerprint pass went from 20 steps to 10: 2.99 s less 10 x 0.090 s, the mean over its records
-#: of (fingerprint phase - first step) / 19 later steps, = 2.09 s (an estimate from the measured
-#: phases). The modes without cuDNN: below. Not measured: cudnn.benchmark's autotuning in its
-#: modes other than bench and bench+cudnn-det+det-algos.
+#: the suite's records of their phases summed (build + fingerprint + FLOP count + timing +
+#: clean-up; the worker's start-up is counted apart). CUDA full: on the H200 (torch 2.11, all 10
+#: modes, 824 records of ``make bench``, the warm-up of 5 fixed steps and the 0.3 s budget;
+#: /work/shared/gpu-runs/20261126-040517-cuda-full-h200-partial/results.jsonl), in the modes with
+#: cuDNN on: conv 0.307 s (220 records), rnn 0.70 s (140), batchnorm 0.218 s (140), bmm 0.371 s
+#: (100), training 1.90 s (59). The H100 of the same code and options
+#: (results/20261126-060355-cuda-full-h100-partial, 736 records): conv 0.287, rnn 0.697,
+#: batchnorm 0.183, bmm 0.375, training 1.96 s. cudnn.benchmark's autotuning is included (the
+#: bench modes ran). The modes without cuDNN: below.
 SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
-    ("cuda", "full"): {"conv": 0.292, "rnn": 0.841, "training": 2.09, "batchnorm": 0.275,
-                       "bmm": 0.478},
+    ("cuda", "full"): {"conv": 0.307, "rnn": 0.70, "training": 1.90, "batchnorm": 0.218,
+                       "bmm": 0.371},
 }  # fmt: skip
 #: Seconds of one record by suite in the modes with cuDNN off (``no-cudnn``,
-#: ``no-cudnn+det-algos``), where a run measured them: native convolutions and RNNs are slower.
-#: CUDA full, on the H100: conv 0.54 s (11 records), rnn 3.34 s (5 records: 2.56 s of it timing,
-#: a native RNN's 5 warm-up steps and 6 samples outlasting the budget), in the no-cudnn mode of
-#: results/20261124-084930-cuda-full-core-partial. The other suites are charged their cuDNN cost
-#: there: not measured (training's ResNet-18 then runs native convolutions too).
+#: ``no-cudnn+det-algos``: ``cudnn.enabled`` off), where a run measured them: native convolutions
+#: and RNNs are slower, and training's ResNet-18 runs native convolutions too. CUDA full, on the
+#: H200 (the run above, its 99 no-cudnn and 66 no-cudnn+det-algos records): conv 0.66 s (55
+#: records), rnn 3.85 s (35), batchnorm 0.233 s (35), bmm 0.365 s (25), training 5.30 s (15). The
+#: H100's (the run above): conv 0.661, rnn 4.26, batchnorm 0.187, bmm 0.344, training 5.98 s.
 NO_CUDNN_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
-    ("cuda", "full"): {"conv": 0.54, "rnn": 3.34},
+    ("cuda", "full"): {
+        "conv": 0.66,
+        "rnn": 3.85,
+        "batchnorm": 0.233,
+        "bmm": 0.365,
+        "training": 5.30,
+    },
 }
+#: Seconds the timing rule of issue 29 (items 3 and 4) adds to a record whose figure above was
+#: measured before it, per (device, profile): sampling past the budget towards its ceiling while
+#: the target is in reach (``worker/budget.py``), 0.069 s a record on the H100's recorded samples
+#: and 0.075 s on the H200's (``tools/sample_budget.py`` on the two runs above, replayed), and the
+#: sustained-clock probe's extension of a pass shorter than 0.25 s (``worker/sustain.py``), about
+#: 33 s over the core matrix's 990 records (0.033 s a record). Estimates until a GPU run measures
+#: them. Not included: the hold where the power limit acts (about 2.9 s for each record it holds),
+#: since how many records it holds is known only after a GPU run.
+TIMING_RULE_ADDED_SECONDS = {("cuda", "full"): 0.072 + 0.033}
 #: Seconds of one record of a workload, its batch-invariance pass included, where known. CUDA full,
 #: estimates from the one H100 record of decoder_greedy_invariant at batch 64
 #: (results/20261124-084508-cuda-full-decoder: build 0.19 s, FLOP count 9.46 s, fingerprint
@@ -199,6 +215,14 @@ class Estimate:
     #: timing sample before it; and the seconds of one such stage (``HANDOVER_SECONDS``).
     lane_handovers: tuple[int, ...] = ()
     handover_seconds: float = 0.0
+    #: Records costed by a probe worker on this host (a user's own workloads).
+    probed_records: int = 0
+    #: Per worker (replicate, mode name): the seconds it costs beyond its records (start-up or
+    #: wait, device stage, launch, invariance passes) and each record's seconds: the progress
+    #: line's plan (``schedule.Progress``), the same figures as the estimate's.
+    slot_costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def handovers(self) -> int:
@@ -262,6 +286,7 @@ class Estimate:
             "record_seconds": round(self.record_seconds, 1),
             "unsupported_records": self.unsupported_records,
             "costed_records": self.costed_records,
+            "probed_records": self.probed_records,
             "estimate_basis": self.basis,
             **(
                 {"device_seconds": [round(x, 1) for x in self.lane_seconds]}
@@ -271,11 +296,34 @@ class Estimate:
         }
 
 
+def timing_seconds(device: str, budget: float) -> float:
+    """Seconds the model charges a record for its timing pass: its warm-up and its samples, as
+    shares of its budget. The one place the estimate prices the sampling budget: a budget that
+    adapts to the step time (issue 29, item 3) changes this function and nothing else; the model's
+    records, ``per_record_seconds``, and what a later worker's start-up cannot hide behind
+    (``hidden_seconds``) follow it. The suites' measured figures and a probed workload's record
+    include their own timing as measured."""
+    return (BUDGET_SHARE[device] + WARMUP_SHARE[device]) * budget
+
+
 def per_record_seconds(device: str, profile: str, budget: float) -> float:
-    """The model's cost of one record: its overhead, its warm-up's and the expected share of its
-    budget."""
-    share = BUDGET_SHARE[device] + WARMUP_SHARE[device]
-    return RECORD_OVERHEAD_SECONDS[(device, profile)] + share * budget
+    """The model's cost of one record: its overhead and its timing pass (``timing_seconds``)."""
+    return RECORD_OVERHEAD_SECONDS[(device, profile)] + timing_seconds(device, budget)
+
+
+@dataclass(frozen=True)
+class Probed:
+    """A workload with no measured figure (a user's own), costed by a probe worker on this host
+    (``run.costprobe``): one record's phases summed, that record's FLOP count (a run counts FLOPs
+    in its first replicate only) and its timing pass (a later worker's start-up is paused while
+    a worker times, so it cannot hide behind it)."""
+
+    seconds: float
+    count: float = 0.0
+    timing: float = 0.0
+
+    def record(self, replicate: int) -> float:
+        return self.seconds - (self.count if replicate else 0.0)
 
 
 def planned_unsupported(workloads: Sequence[Any], device: str,
@@ -284,8 +332,6 @@ def planned_unsupported(workloads: Sequence[Any], device: str,
     a ``--set`` setting this torch lacks, autocast for a workload that does not declare it, and
     on CUDA a distributed workload with more ranks than ``gpus`` (its world size as the mode sets
     it, else ``min(2, gpus)``)."""
-    from detbench.core import settings as st
-
     by_key = {w.key: w for w in workloads}
 
     def unsupported(mode: Mode, key: str) -> bool:
@@ -304,21 +350,31 @@ def planned_unsupported(workloads: Sequence[Any], device: str,
     return unsupported
 
 
-def record_cost(key: str, device: str, profile: str, per_record: float,
-                cudnn: bool = True) -> tuple[float, bool]:  # fmt: skip
+def record_cost(
+    key: str,
+    device: str,
+    profile: str,
+    per_record: float,
+    cudnn: bool = True,
+    probed: Mapping[str, Probed] | None = None,
+    replicate: int = 0,
+) -> tuple[float, bool]:
     """Seconds of one record of ``key`` (SUITE/NAME) in a mode with cuDNN on or off, and whether
-    the figure is the workload's or its suite's (True) rather than the model's ``per_record``. A
-    workload's figure includes its invariance pass."""
+    the figure is measured (a probe's here, the workload's or its suite's) rather than the
+    model's ``per_record``. A workload's figure includes its invariance pass."""
+    if probed and key in probed:
+        return probed[key].record(replicate), True
     own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
     if key in own:
         return own[key], True
     suite = key.partition("/")[0]
     native = NO_CUDNN_RECORD_SECONDS.get((device, profile), {})
+    added = TIMING_RULE_ADDED_SECONDS.get((device, profile), 0.0)
     if not cudnn and suite in native:
-        return native[suite], True
+        return native[suite] + added, True
     suites = SUITE_RECORD_SECONDS.get((device, profile), {})
     if suite in suites:
-        return suites[suite], True
+        return suites[suite] + added, True
     return per_record, False
 
 
@@ -333,39 +389,64 @@ def estimate(
     batch_sizes: Mapping[str, int] | None = None,
     unsupported: Callable[[Mode, str], bool] | None = None,
     basis: str | None = None,
+    probed: Mapping[str, Probed] | None = None,
 ) -> Estimate:
     """``distributed``: the keys of the plan's distributed workloads (each worker that has any
     that will run makes one torchrun launch; on CUDA the launch's figure includes their
     measurement). ``batch_sizes``: per workload key that declares batch sizes, how many (each of
     its records builds and steps it at every one, unless the workload's own figure includes
     it). ``unsupported(mode, key)``: whether that record will be ``unsupported`` (charged
-    nothing, and a launch of nothing but such records is not made)."""
+    nothing, and a launch of nothing but such records is not made). ``probed``: the workloads a
+    probe worker costed on this host (their figure includes their invariance pass)."""
     sizes = batch_sizes or {}
     per_record = per_record_seconds(device, profile, budget)
     skip = unsupported or (lambda mode, key: False)
-    own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
+    own = {**WORKLOAD_RECORD_SECONDS.get((device, profile), {}), **(probed or {})}
 
     def runs(s: Slot) -> list[str]:
         return [k for k in s.keys if not skip(s.mode, k)]
 
+    def key_cost(s: Slot, k: str) -> float:
+        if skip(s.mode, k) or (k in distributed and device == "cuda"):
+            return 0.0  # unsupported, or in the launch's measured figure
+        cudnn = s.mode.cudnn_enabled
+        return record_cost(k, device, profile, per_record, cudnn, probed, s.replicate)[0]
+
     def cost(slots: Sequence[Slot]) -> float:
-        """Records x their cost, counted per cost (a product, as the model's own arithmetic)."""
-        counts: dict[float, int] = {}
-        for s in slots:
-            for k in runs(s):
-                if k in distributed and device == "cuda":
-                    continue  # in the launch's measured figure
-                c = record_cost(k, device, profile, per_record, s.mode.cudnn_enabled)[0]
-                counts[c] = counts.get(c, 0) + 1
-        return sum(c * n for c, n in counts.items())
+        return sum(key_cost(s, k) for s in slots for k in s.keys)
 
     def costed(s: Slot) -> int:
-        return sum(1 for k in runs(s) if record_cost(k, device, profile, per_record)[1])
+        return sum(
+            1 for k in runs(s) if record_cost(k, device, profile, per_record, True, probed)[1]
+        )
+
+    def hidden(before: Slot) -> float:
+        """What a worker does while the next one may start up: its records but their timing
+        passes, during which the next one is paused (issue 29)."""
+        timing = sum(
+            probed[k].timing if probed and k in probed else timing_seconds(device, budget)
+            for k in runs(before)
+        )
+        return max(0.0, cost([before]) - timing)
 
     def waits(slots: Sequence[Slot]) -> float:
-        """What each worker's start-up outlasts the measuring of the worker before it (its
-        records at their own cost: a worker of ten 3 s models hides any start-up)."""
-        return sum(max(0.0, startup_seconds - cost([before])) for before in slots[:-1])
+        """What each worker's start-up outlasts the measuring of the worker before it."""
+        return sum(max(0.0, startup_seconds - hidden(before)) for before in slots[:-1])
+
+    def overhead(slots: Sequence[Slot], i: int) -> float:
+        """The seconds slot ``i`` of a device costs beyond its records: the first worker's
+        start-up, or a later one's wait and device stage; its launch and invariance passes."""
+        s = slots[i]
+        start = (
+            startup_seconds
+            if i == 0
+            else (
+                max(0.0, startup_seconds - hidden(slots[i - 1])) + HANDOVER_SECONDS.get(device, 0.0)
+            )
+        )
+        launch = LAUNCH_SECONDS.get(device, 0.0) if distributed & set(runs(s)) else 0.0
+        size = INVARIANCE_SECONDS_PER_SIZE.get((device, profile), 0.0)
+        return start + launch + size * sum(sizes.get(k, 0) for k in runs(s) if k not in own)
 
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
     return Estimate(
@@ -392,4 +473,10 @@ def estimate(
         basis=basis or ("measured start-up" if measured else "model"),
         lane_handovers=tuple(max(0, len(ss) - 1) for ss in lanes),
         handover_seconds=HANDOVER_SECONDS.get(device, 0.0),
+        probed_records=sum(1 for s in plan.slots for k in runs(s) if probed and k in probed),
+        slot_costs={
+            (s.replicate, s.mode.name): (overhead(ss, i), {k: key_cost(s, k) for k in s.keys})
+            for ss in lanes
+            for i, s in enumerate(ss)
+        },
     )

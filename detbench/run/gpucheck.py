@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.modes import get_mode
+from detbench.run.api import run_benchmark
+from detbench.run.config import RunConfig
+from detbench.store.results import iter_records, load_env
 from detbench.store.schema import Status
 
 #: One small workload per suite: the GPU paths each suite exercises (cuDNN conv, cuDNN RNN,
@@ -127,10 +130,6 @@ def run_check(device: str, out: Path, cudnn_log: bool = False) -> tuple[list[Che
     """Run the check's workloads and judge them; the run's directory keeps everything.
     ``cudnn_log``: with cuDNN's API log on (``run --cudnn-log``), and a check that the records
     name the engines their convolutions ran."""
-    from detbench.run.api import run_benchmark
-    from detbench.run.config import RunConfig
-    from detbench.store.results import iter_records, load_env
-
     config = RunConfig(
         out=out,
         modes=[get_mode(m) for m in MODES],

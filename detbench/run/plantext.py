@@ -6,17 +6,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from detbench.run.config import TARGET_REL, left_out
 from detbench.run.schedule import clock
+from detbench.worker.budget import CEILING_FACTOR
 
 if TYPE_CHECKING:
+    from detbench.run.costprobe import Probe
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
 
 
 def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[str]]:
     """The plan of ``runner`` and its estimate: as JSON (``--dry-run --json``) and as lines."""
-    from detbench.run.config import TARGET_REL, left_out
-
     c = runner.config
     skipped = left_out(c)
     budget, target = c.setting("budget"), TARGET_REL[c.device]
@@ -54,7 +55,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
         f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
         f"most {budget:g} s), timing until the median's 95% interval is within "
-        f"+-{100 * target:g}% or {budget:g} s of samples",
+        f"+-{100 * target:g}% or {budget:g} s of samples" + _ceiling_words(c.device, budget),
         _estimate_line(est, len(names)),
     ]
     if c.devices:
@@ -87,9 +88,10 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         )
     if est.costed_records:
         lines.append(
-            f"  {est.costed_records} records at their suite's cost measured on an H100 (or "
-            f"their workload's estimate), the rest at the model's {est.per_record_seconds:.3f} s "
-            "(run/estimate.py says where each figure comes from)"
+            f"  {est.costed_records} records at a measured cost (their suite's, measured on a GPU;"
+            f" their workload's estimate; or {est.probed_records} probed on this host), the rest "
+            f"at the model's {est.per_record_seconds:.3f} s (run/estimate.py says where each "
+            "figure comes from)"
         )
     elif c.device == "cuda":
         lines.append("  (the per-record cost on a GPU is the model's, unmeasured here)")
@@ -100,6 +102,14 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         )
     lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
     return doc, lines
+
+
+def _ceiling_words(device: str, budget: float) -> str:
+    """How far sampling may go past the budget on this device (``worker/budget.py``)."""
+    factor = CEILING_FACTOR.get(device)
+    if factor is None:
+        return ""
+    return f" (up to {factor * budget:g} s while the target is in reach)"
 
 
 def left_out_line(device: str, skipped: dict[str, str]) -> str:
@@ -177,3 +187,20 @@ def _device_lines(runner: Runner, est: Estimate) -> list[str]:
             )
         )
     return lines
+
+
+def probe_line(found: Probe, keys: list[str]) -> str:
+    """What the probe worker measured of a user's own workloads, and what it could not."""
+    costs = [found.records[k].seconds for k in keys if k in found.records]
+    line = (
+        f"  {len(costs)} of your own workloads costed by a probe worker here, one record each "
+        f"(build, fingerprint, FLOP count, warm-up and samples): {sum(costs):.1f} s in all, the "
+        f"probe {found.seconds:.0f} s with its start-up of {found.startup:.1f} s"
+        if costs
+        else "  no workload of yours could be costed by the probe worker here"
+    )
+    if found.failed:
+        line += "; at the model's guess: " + ", ".join(
+            f"{k} ({why})" for k, why in found.failed.items()
+        )
+    return line

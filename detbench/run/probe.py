@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detbench.core.workload import Workload
+from detbench.core.workload import Context, Workload, load_file, registry
+from detbench.worker.protocol import ChildFailed, run_child
 
 #: Seconds the probe may take in all (one build and one step per workload).
 TIMEOUT = 1800.0
@@ -40,8 +41,6 @@ def probe_ops(workloads: Sequence[Workload], sources: Sequence[str], device: str
               profile: str, seed: int) -> Probed:  # fmt: skip
     """Run one step of each of ``workloads`` (but the distributed ones) in a fresh process and
     say which watched ops each called. ``sources``: the files that define them."""
-    from detbench.worker.protocol import ChildFailed, run_child
-
     keys = [w.key for w in workloads if not w.distributed]
     if not keys:
         return Probed()
@@ -58,9 +57,9 @@ def probe_ops(workloads: Sequence[Workload], sources: Sequence[str], device: str
 
 def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
     """The child: build each workload and run one step under ``OpsSeen``."""
+    # torch and the passes load once child_main has armed die_with_parent, as in run.child
     import torch
 
-    from detbench.core.workload import Context, load_file, registry
     from detbench.worker.fingerprint import step_outputs
     from detbench.worker.measure import build_step, classify, sync
     from detbench.worker.ops import OpsSeen

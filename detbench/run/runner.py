@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.workload import WorkloadError
 from detbench.run.config import (
@@ -39,14 +39,12 @@ from detbench.run.config import (
 )
 from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan
 from detbench.run.supervise import (
-    TIMEOUT,
     Crew,
     RunStats,
     Stopped,
     WorkerProcess,
     ending,
     gpu_visible,
-    log_tail,
     side_by_side,
     take_turn,
 )
@@ -66,6 +64,9 @@ from detbench.store.results import (
     write_json_atomic,
 )
 from detbench.worker.protocol import PACKAGE_ROOT, fresh_compile_caches
+
+if TYPE_CHECKING:
+    from detbench.run.estimate import Estimate
 
 #: Workers in a row (on one device) that fail to start before the run gives up (a broken GPU or
 #: install).
@@ -194,7 +195,11 @@ class Runner:
         }
 
     # -- workers -------------------------------------------------------------------------------
-    def _spawn(self, slot: Slot, keys: list[str], logs: Path) -> WorkerProcess:
+    def _spawn(
+        self, slot: Slot, keys: list[str], logs: Path, reference: Path | None = None
+    ) -> WorkerProcess:
+        """Start the worker of ``slot`` for ``keys``, its log in ``logs``; ``reference``: where
+        the first replicate's outputs go (a probe's: not the run's directory)."""
         c = self.config
         name = c.device_names[slot.lane]
         job = {
@@ -213,10 +218,11 @@ class Runner:
             "budget": c.setting("budget"),
             "target_rel": TARGET_REL[c.device],
             "min_samples": MIN_SAMPLES,
+            "clocks": c.clock_mode,
             "fingerprint": c.fingerprint,
             "count_flops": slot.replicate == 0,
             "cudnn_log": c.cudnn_log,  # the worker's log file and environment: WorkerProcess
-            "reference_dir": str(c.out / ".reference"),
+            "reference_dir": str(reference or c.out / ".reference"),
             "timeout": c.timeout,
             "launched_at": time.time(),
         }
@@ -357,32 +363,8 @@ class Runner:
         if timing.get("reached_target") is False:
             self.stats.timing_target_missed += 1
 
-    def measure_startup(self) -> float:
-        """Seconds one worker of this run takes to be ready (imports, mode, CUDA initialisation),
-        measured by starting one with nothing to do; it writes nothing but its log, which goes to
-        a temporary directory."""
-        import tempfile
-
-        slot = Slot(0, 0, self.config.modes[0], ())
-        with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
-            t0 = time.perf_counter()
-            worker = self._spawn(slot, [], Path(tmp))
-            worker.release()  # nothing else runs: its device stage counts in its start-up
-            msg = worker.ready(self.config.startup_timeout)
-            seconds = time.perf_counter() - t0
-            worker.kill()
-            self.crew.finish(worker)
-            tail = log_tail(worker.log)
-        for d in self._cache_dirs:  # the probe's worker got its own, as every worker does
-            shutil.rmtree(d, ignore_errors=True)
-        self._cache_dirs.clear()
-        self.stats.workers -= 1
-        if msg is None or msg is TIMEOUT or msg.get("type") != "ready":
-            raise RunError(f"a worker did not start here; its log: {tail}")
-        return seconds
-
     # -- the whole run -------------------------------------------------------------------------
-    def run(self, estimate: float | None = None) -> RunStats:
+    def run(self, estimate: Estimate | float | None = None) -> RunStats:
         c = self.config
         out = c.out
         self._started = utc_now()
@@ -406,8 +388,11 @@ class Runner:
         )  # fmt: skip
         if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
             write_json_atomic(out / ENV_FILE, self._env_doc())
-        progress = Progress.for_plan(self.plan, c.device, c.profile, c.setting("budget"),
-                                     estimate, self.stream)  # fmt: skip
+        progress = Progress.for_plan(self.plan, estimate, self.stream)
+        if estimate is not None:
+            self.stats.planned = (
+                float(estimate) if isinstance(estimate, int | float) else estimate.seconds
+            )
         queues = LaneQueues(self.plan, self._placed)
         lanes = [_Lane(i, name) for i, name in enumerate(c.device_names)]
         self.stats.devices = len(lanes)

@@ -32,9 +32,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.modes import Mode
+from detbench.run.config import RunError
 
 if TYPE_CHECKING:
-    pass
+    from detbench.run.estimate import Estimate
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,6 @@ def make_plan(
 
 def parse_shard(text: str) -> tuple[int, int]:
     """``--shard K/N``: (K, N), with 1 <= K <= N."""
-    from detbench.run.config import RunError
-
     k, slash, n = text.partition("/")
     if not (slash and k.strip().isdigit() and n.strip().isdigit()) or not 1 <= int(k) <= int(n):
         raise RunError(f"--shard {text}: give K/N with 1 <= K <= N, e.g. --shard 1/4")
@@ -186,8 +185,6 @@ def shard_slots(full: Plan, shard: tuple[int, int]) -> set[tuple[int, str]]:
     whatever a resumed one has kept) dealt in plan order, each to the shard with the fewest
     records so far (ties: the lowest K). Whole workers, so every replicate stays a fresh process;
     the same options give every machine the same deal, and the N shards together are the plan."""
-    from detbench.run.config import RunError
-
     k, n = shard
     if n > len(full.slots):
         raise RunError(f"--shard {k}/{n}: the plan has {len(full.slots)} workers, fewer than "
@@ -248,16 +245,16 @@ def clock(seconds: float) -> str:
 class Progress:
     """One status line: which replicate, mode and workload runs, how far the run is, and the time
     left: the plan's estimate until the first record, then the time so far scaled by the work
-    left over the work done, each record weighed by its workload's cost.
+    left over the work done, in the estimate's own figures (``costs``: per worker, its start-up
+    or wait and each record's seconds, ``Estimate.slot_costs``), so that the line starts where
+    the plan line does and moves only as far as the run departs from the plan.
 
-    A workload's cost is the wall time of its first record as the run measures it (from its
-    line to its record); until then, the estimate's cost for it (``costs``: a suite's figure
-    measured on a GPU, or the model's per-record seconds) times how far the estimate was off for
-    the workloads measured so far. A user's own workload has no measured figure: its first
-    replicate replaces the model's guess, so the time left is corrected as the run goes."""
+    A workload whose first record took longer or shorter than the estimate said has its later
+    records scaled by that ratio; the workloads not yet measured, by how far the estimate was off
+    for those measured so far. Without ``costs`` every record weighs the same."""
 
     def __init__(self, total: int, estimate: float | None = None, stream: TextIO = sys.stderr,
-                 costs: Mapping[str, tuple[int, float]] | None = None,
+                 costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.total = total
         self.clock = clock
@@ -267,41 +264,42 @@ class Progress:
         self.tty = stream.isatty()
         self.t0 = clock()
         self._width = 0
-        #: key -> (records planned, the estimate's seconds for one).
+        #: (replicate, mode) -> the seconds the worker costs beyond its records, and per key
+        #: the estimate's seconds for its record.
         self.planned = dict(costs or {})
-        self.done_by: dict[str, int] = {}
-        #: key -> seconds of its first record, as measured.
-        self.measured: dict[str, float] = {}
+        self.started: set[tuple[int, str]] = set()
+        self.finished: set[tuple[tuple[int, str], str]] = set()
+        #: key -> (measured seconds of its first record, the estimate's for it).
+        self.measured: dict[str, tuple[float, float]] = {}
         self._began: dict[tuple[str | None, str], float] = {}
+        self._slot: dict[str | None, tuple[int, str]] = {}
 
     @classmethod
-    def for_plan(cls, plan: Plan, device: str, profile: str, budget: float,
-                 estimate: float | None, stream: TextIO) -> Progress:  # fmt: skip
-        """The progress of ``plan``, each workload weighed by the estimate's cost of a record."""
-        from detbench.run.estimate import per_record_seconds, record_cost
-
-        per = per_record_seconds(device, profile, budget)
-        counts: dict[str, int] = {}
-        for s in plan.slots:
-            for k in s.keys:
-                counts[k] = counts.get(k, 0) + 1
-        costs = {k: (n, record_cost(k, device, profile, per)[0]) for k, n in counts.items()}
-        return cls(plan.records, estimate, stream, costs)
-
-    def _cost(self, key: str, scale: float) -> float:
-        if key in self.measured:
-            return self.measured[key]
-        return self.planned[key][1] * scale
+    def for_plan(cls, plan: Plan, estimate: Estimate | float | None, stream: TextIO) -> Progress:
+        """The progress of ``plan`` along ``estimate`` (its seconds alone: records weigh alike)."""
+        if estimate is None or isinstance(estimate, int | float):
+            return cls(plan.records, estimate, stream)
+        return cls(plan.records, estimate.seconds, stream, estimate.slot_costs)
 
     def left(self, elapsed: float) -> float | None:
         if self.done and self.planned:
-            seen = [k for k in self.measured if k in self.planned]
-            model = sum(self.planned[k][1] for k in seen)
-            scale = sum(self.measured[k] for k in seen) / model if seen and model > 0 else 1.0
-            done = sum(n * self._cost(k, scale) for k, n in self.done_by.items()
-                       if k in self.planned)  # fmt: skip
-            todo = sum(max(0, n - self.done_by.get(k, 0)) * self._cost(k, scale)
-                       for k, (n, _) in self.planned.items())  # fmt: skip
+            seen = self.measured.values()
+            model = sum(planned for _, planned in seen)
+            scale = sum(m for m, _ in seen) / model if seen and model > 0 else 1.0
+
+            def cost(key: str, planned: float) -> float:
+                m = self.measured.get(key)
+                return planned * (m[0] / m[1] if m and m[1] > 0 else scale)
+
+            done = todo = 0.0
+            for slot, (extra, records) in self.planned.items():
+                begun = slot in self.started
+                done, todo = (done + extra, todo) if begun else (done, todo + extra)
+                for k, c in records.items():
+                    if (slot, k) in self.finished:
+                        done += cost(k, c)
+                    else:
+                        todo += cost(k, c)
             if done > 0:
                 return elapsed * todo / done
         if self.done:
@@ -315,6 +313,8 @@ class Progress:
         (their lines interleave, each naming its device)."""
         elapsed = self.clock() - self.t0
         self._began[(device, workload)] = elapsed
+        self._slot[device] = (slot.replicate, slot.mode.name)
+        self.started.add(self._slot[device])
         left = self.left(elapsed)
         line = (
             f"[{self.done + 1:>{len(str(self.total))}}/{self.total} "
@@ -335,12 +335,14 @@ class Progress:
     def advance(self, key: str | None = None, device: str | None = None) -> None:
         """A record of ``key`` came back (from ``device``, as ``show`` named it)."""
         self.done += 1
-        if key is None:
+        slot = self._slot.get(device)
+        if key is None or slot is None:
             return
-        self.done_by[key] = self.done_by.get(key, 0) + 1
+        self.finished.add((slot, key))
         began = self._began.pop((device, key), None)
-        if key not in self.measured and began is not None:
-            self.measured[key] = max(0.0, self.clock() - self.t0 - began)
+        planned = self.planned.get(slot, (0.0, {}))[1].get(key)
+        if key not in self.measured and began is not None and planned is not None:
+            self.measured[key] = (max(0.0, self.clock() - self.t0 - began), planned)
 
     def close(self) -> None:
         if self.tty and self._width:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from detbench.core.errors import DetbenchError
+from detbench.run.api import plan_run, run_planned
 from detbench.run.config import RunConfig, resume_config
 from detbench.store.results import JOB_ENV, RESULTS_FILE, iter_records, where
 
@@ -55,8 +56,6 @@ class RunJob:
     and requeues it with the same arguments, which then resume."""
 
     def __call__(self, config: RunConfig) -> dict[str, Any]:
-        from detbench.run.api import plan_run, run_planned
-
         job = _job_id()
         if job:
             os.environ[JOB_ENV] = job  # read by env.json's host facts and by every worker

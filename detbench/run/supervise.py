@@ -70,6 +70,8 @@ class RunStats:
     timing_target_missed: int = 0  # records whose samples hit the budget before the target
     neighbour_pauses: int = 0  # timing passes during which the next worker's start-up was paused
     device_stage: float = 0.0  # the workers' device stage (CUDA init), after their go-ahead
+    #: The plan's estimate of this run's wall time (seconds), where the run was given one.
+    planned: float | None = None
     #: Per worker: its pid, (replicate, mode), and its device stage's start and end (epoch
     #: seconds): set against the records' timing windows, it shows that none overlapped.
     worker_stages: list[dict[str, Any]] = field(default_factory=list)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from detbench.core.modes import CUBLAS_ENV
+from detbench.store import gpustate
 
 #: Environment variables that change what the GPU computes or how fast, as the worker sees them.
 #: ``NVIDIA_TF32_OVERRIDE=0`` turns TF32 off in every NVIDIA library whatever torch's flags say.
@@ -171,8 +172,6 @@ def _mig_mode(uuid: str | None) -> str | None:
     """The MIG mode ("Enabled"/"Disabled") of the GPU with this UUID, from NVML or nvidia-smi."""
     if uuid is None:
         return None
-    from detbench.store import gpustate
-
     gpus = gpustate.snapshot().get("gpus") or []
     for gpu in gpus:
         if gpu.get("uuid") and str(gpu["uuid"]).removeprefix("GPU-") == uuid.removeprefix("GPU-"):

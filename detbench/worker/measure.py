@@ -317,6 +317,7 @@ def timing_pass(
         min_samples=int(job["min_samples"]),
         device=device,
         clock=clock,
+        clocks=str(job.get("clocks", "sustained")),
     )
 
 

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from detbench.store.results import write_text_atomic
+
 #: The directory holding the ``detbench`` package (a checkout's root, or site-packages).
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 #: Seconds a workload's worker may take before it is killed, unless the run says otherwise.
@@ -196,8 +198,6 @@ def child_main(work: Callable[[dict[str, Any]], dict[str, Any]], argv: list[str]
     """The child side of ``run_child``: die with the parent, read the job (``argv``: JOB.json and
     the parent's pid), do ``work(job)`` and write its result atomically where the job says."""
     import json
-
-    from detbench.store.results import write_text_atomic
 
     die_with_parent(int(argv[1]) if len(argv) > 1 else None)
     job = json.loads(Path(argv[0]).read_text())

@@ -57,6 +57,8 @@ SAMPLES_PER_BUDGET = 50
 
 
 class Sampler(Protocol):
+    batch: int
+
     def now(self) -> float: ...
 
     def one_step(self, step: Callable[[], Any]) -> float: ...

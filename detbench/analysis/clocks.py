@@ -1,0 +1,74 @@
+"""The clock state a rate was measured at (issue 29, item 4), in a few words beside each rate.
+
+From each record's ``timing``: the clock mode (``clock_mode``: sustained or burst; a record from
+before ``--clocks`` timed in bursts), what the hold did (``hold``: the power or thermal limit
+acted on the load, or not; ``worker/sustain.py``) and the SM clock during the counted samples
+(``gpu_clocks``: the median of NVML's samples, else its reading at the end). A CPU's rates carry
+no clock state. Per (suite, workload, mode), the replicates' states are joined: one state with
+its clock range where they agree, each state with its count where they do not.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from detbench.store.schema import Status
+
+#: The state of a rate measured on a CPU.
+CPU = "n/a (CPU)"
+
+
+def record_state(timing: Mapping[str, Any] | None, device: str | None) -> str:
+    """One record's clock state, without the clock: "sustained, power-capped", "burst", ..."""
+    if not timing:
+        return "not timed"
+    if not str(device or "").startswith("cuda") and timing.get("clock") != "cuda-event":
+        return CPU
+    mode = timing.get("clock_mode") or "burst"
+    hold = timing.get("hold") or {}
+    if mode == "burst" or hold.get("status") == "burst":
+        return "burst"
+    if hold.get("status") != "ok":
+        return "sustained asked, not held (no NVML)"
+    if not hold.get("acted"):
+        return "sustained, below the limits"
+    return "sustained, power-capped" + ("" if hold.get("settled") else " (not settled)")
+
+
+def sm_clock(timing: Mapping[str, Any] | None) -> float | None:
+    """The SM clock (MHz) during the counted samples, where NVML said."""
+    clocks = (timing or {}).get("gpu_clocks") or {}
+    sm = clocks.get("sm_clock_mhz") or {}
+    value = sm.get("median") if sm.get("median") is not None else sm.get("end")
+    return float(value) if value is not None else None
+
+
+def _mhz(values: list[float]) -> str:
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    return f", {lo:.0f} MHz" if lo == hi else f", {lo:.0f}-{hi:.0f} MHz"
+
+
+def clock_states(df: pd.DataFrame) -> dict[tuple[str, str, str], str]:
+    """(suite, workload, mode) -> the clock state of its successful records' rates."""
+    if df.empty or "timing" not in df.columns:
+        return {}
+    ok = df[df["status"] == Status.OK] if "status" in df.columns else df
+    out: dict[tuple[str, str, str], str] = {}
+    for group, g in ok.groupby(["suite", "workload", "mode"], sort=False):
+        key = (str(group[0]), str(group[1]), str(group[2]))
+        devices = g["device"] if "device" in g.columns else pd.Series([None] * len(g))
+        pairs = list(zip(g["timing"], devices, strict=True))
+        states = Counter(record_state(t, d) for t, d in pairs)
+        clocks = [c for c in (sm_clock(t) for t, _ in pairs) if c is not None]
+        if len(states) == 1:
+            out[key] = next(iter(states)) + _mhz(clocks)
+        else:
+            out[key] = "; ".join(f"{s} ({n}/{len(g)})" for s, n in states.most_common())
+            out[key] += _mhz(clocks)
+    return out

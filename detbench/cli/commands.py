@@ -1,0 +1,109 @@
+"""The commands that run something or read a run: ``run``, ``report``, ``index``, ``audit``,
+``gpu-check``, and the table of every such command (``COMMANDS``), which ``detbench.cli.main``
+imports once the arguments are parsed. Importing this module loads torch, pandas, matplotlib, the
+runner and the report: the commands that only show what there is (``modes``, ``settings``,
+``list``) are in ``detbench.cli.main`` and load none of them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from detbench.analysis import cause, recommendation_text, samebits, summary_table
+from detbench.analysis.busy import host_load
+from detbench.analysis.runstate import run_state
+from detbench.cli import across, attribute, locate
+from detbench.cli.execute import execute
+from detbench.cli.options import UserError, existing_dir, run_config
+from detbench.locate.audit import audit, to_text
+from detbench.report.publish import write_index
+from detbench.report.write import write_report
+from detbench.run.gpucheck import run_check
+from detbench.store.results import load_env, stamped_dir
+
+
+def run_command(args: argparse.Namespace) -> int:
+    cuda = torch.cuda.is_available()
+    if args.json and not args.dry_run:
+        raise UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
+    config = run_config(args, cuda)
+
+    def summary(df: pd.DataFrame) -> str:
+        same = samebits.text(df)
+        why = cause.text(df)
+        load = host_load(df)
+        busy = f"\n\nWARNING: {load.sentence()}" if load is not None and load.is_busy else ""
+        return (
+            summary_table(df)[1]
+            + "\n\n"
+            + recommendation_text(df)
+            + (f"\n\n{why}" if why else "")
+            + (f"\n\n{same}" if same else "")
+            + busy
+            + f"\n\n{run_state(df, load_env(config.out)).line()}"
+        )
+
+    return execute(config, args, cuda, summary=summary)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    md, page = write_report(existing_dir(args.dir))
+    print(f"report: {page}\n        {md}")
+    return 0
+
+
+def index_command(args: argparse.Namespace) -> int:
+    print(f"index: {write_index(existing_dir(args.dir))}")
+    return 0
+
+
+def audit_command(args: argparse.Namespace) -> int:
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(args.out) if args.out else None
+    audits = audit(args.target, device, replicates=args.replicates, out=out)
+    if args.json:
+        print(json.dumps([a.to_json() for a in audits], indent=2, default=str))
+    else:
+        print(to_text(audits), end="")
+    return 0
+
+
+def gpu_check_command(args: argparse.Namespace) -> int:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            "no CUDA GPU is visible to torch here: nothing to check (on a CPU host, "
+            "'make bench' runs the CPU matrix; 'detbench gpu-check --device cpu' rehearses "
+            "the check)"
+        )
+    out = Path(args.out) if args.out else stamped_dir(f"{args.device}-gpu-check")
+    print(f"detbench gpu-check: {args.device}, results in {out}", file=sys.stderr)
+    found, out = run_check(args.device, out, cudnn_log=args.cudnn_log)
+    for c in found:
+        print(c.line())
+    failed = sum(not c.ok for c in found)
+    print(
+        f"\n{len(found) - failed} of {len(found)} checks passed"
+        + (f"; {failed} failed (see {out})" if failed else f"; the run is in {out}")
+    )
+    return 1 if failed else 0
+
+
+#: Each command of this module and of ``across``, ``attribute`` and ``locate``, by name.
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": run_command,
+    "report": report_command,
+    "index": index_command,
+    "audit": audit_command,
+    "gpu-check": gpu_check_command,
+    "compare": across.compare_command,
+    "merge": across.merge_command,
+    "submit": across.submit_command,
+    "attribute": attribute.run_command,
+    "locate": locate.command,
+}

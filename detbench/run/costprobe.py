@@ -1,0 +1,112 @@
+"""What a plan measures on this host before it is estimated: one worker's start-up, and for a
+user's own workloads (no suite figure prices them) one record of each.
+
+A workload of the built-in suites is priced by its suite's measured figure or by the model, which
+was measured on those suites. A user's workload can take anything from a millisecond to seconds
+a step, and its record costs its build, its fingerprint steps, its FLOP count, its warm-up and
+its samples: the model's per-record guess was 7x short for a decoder LM on the CPU (issue 29).
+So the probe worker, the same worker a run starts (its first mode, replicate 1, a temporary
+directory for its log and its reference outputs), measures one record of each such workload; the
+dry run, the plan line and the progress line all take their estimate from it.
+
+A probe costs a worker's start-up and one record per user workload: a workload is probed only
+where the plan holds at least ``PROBE_MIN_RECORDS`` of its records (a run of 3 modes x 3
+replicates is, and the probe costs it a ninth more; a run of 2 modes x 2 replicates, whose
+model error is seconds, is not), by a dry run and a real run alike. A workload whose probe
+record did not come back ``ok`` (it failed, or the probe ran out of time) keeps the model's
+price, and the plan says so.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from detbench.core.workload import suites_dir
+from detbench.run.config import RunError
+from detbench.run.estimate import Probed, per_record_seconds, record_cost
+from detbench.run.schedule import Slot
+from detbench.run.supervise import log_tail, take_turn
+
+if TYPE_CHECKING:
+    from detbench.run.runner import Runner
+
+#: The fewest records of a workload in the plan for the probe to cost it: with fewer, the probe
+#: (a worker's start-up and a record of it) would be a large share of the run it plans.
+PROBE_MIN_RECORDS = 6
+#: Seconds a probe's record may run (each), before the probe gives up and the model prices it.
+PROBE_RECORD_LIMIT = 120.0
+
+
+@dataclass
+class Probe:
+    """What the probe worker measured: its start-up, a record of each workload it costed, the
+    workloads it could not cost (with why), and its own wall time."""
+
+    startup: float
+    records: dict[str, Probed] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def unpriced(runner: Runner) -> list[str]:
+    """The keys of the plan's workloads that only the model could price and that the probe
+    costs: a user's own (defined outside the built-in suites), not distributed (a torchrun
+    launch prices those), with ``PROBE_MIN_RECORDS`` records planned or more."""
+    c = runner.config
+    per = per_record_seconds(c.device, c.profile, c.setting("budget"))
+    builtin = suites_dir().resolve()
+    planned: dict[str, int] = {}
+    for s in runner.plan.slots:
+        for k in s.keys:
+            planned[k] = planned.get(k, 0) + 1
+    return [
+        w.key
+        for w in runner.workloads
+        if planned.get(w.key, 0) >= PROBE_MIN_RECORDS
+        and not w.distributed
+        and not (w.source and Path(w.source).resolve().is_relative_to(builtin))
+        and not record_cost(w.key, c.device, c.profile, per)[1]
+    ]
+
+
+def probe(runner: Runner, keys: list[str]) -> Probe:
+    """Start one worker of ``runner``'s run with ``keys`` to measure (none: its start-up only) and
+    return what it measured; it writes nothing but into a temporary directory."""
+    c = runner.config
+    slot = Slot(0, 0, c.modes[0], tuple(keys))
+    records: dict[str, dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
+        worker = runner._spawn(slot, list(keys), Path(tmp), reference=Path(tmp) / ".reference")
+        limits = (c.startup_timeout, min(c.timeout or PROBE_RECORD_LIMIT, PROBE_RECORD_LIMIT))
+
+        def record(rec: dict[str, Any]) -> None:
+            records[f"{rec['suite']}/{rec['workload']}"] = rec
+
+        turn = take_turn(worker, None, runner.crew, limits, lambda msg: None,
+                         lambda key: None, lambda: True, record)  # fmt: skip
+        tail = log_tail(worker.log)
+    for d in runner._cache_dirs:  # the probe's worker got its own, as every worker does
+        shutil.rmtree(d, ignore_errors=True)
+    runner._cache_dirs.clear()
+    runner.stats.workers -= 1
+    if not turn.started:
+        why = turn.timed_out or f"a worker did not start here; its log: {tail}"
+        raise RunError(why)
+    found = Probe(startup=turn.startup_wait, seconds=time.perf_counter() - t0)
+    for key in keys:
+        rec = records.get(key)
+        if rec is None or rec.get("status") != "ok":
+            found.failed[key] = (rec or {}).get("status") or turn.timed_out or "no record"
+            continue
+        phases = {k: float(v or 0.0) for k, v in (rec.get("phases") or {}).items()}
+        found.records[key] = Probed(
+            seconds=sum(phases.values()), count=phases.get("count", 0.0),
+            timing=phases.get("timing", 0.0),
+        )  # fmt: skip
+    return found

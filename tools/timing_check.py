@@ -1,0 +1,45 @@
+"""Whether a run's timings can be cited (issue 29, checks (i)-(iii)): one PASS or FAIL line each.
+
+    python tools/timing_check.py DIR [--target 0.01]
+
+(i) no timing shared with detbench's own workers, (ii) no worker's first workload drifts more
+than 1%, (iii) at least 90% of the records with 5-100 ms steps reach +-1%
+(``detbench.analysis.timingcheck`` says how each is read from the records). Exit status 0 when
+all pass, 1 when one fails, 2 when DIR holds no records. The GPU visit's proof step runs it
+(``tools/gpu_session.sh proof``); on a CPU run the same checks read the CPU's records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from detbench.analysis.timingcheck import check_timing
+from detbench.store.results import ResultsError, iter_records
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("dir", type=Path, help="a results directory (its results.jsonl)")
+    p.add_argument("--target", type=float, default=0.01, help="check (iii)'s interval (0.01)")
+    args = p.parse_args(argv)
+    try:
+        records = list(iter_records(args.dir))
+    except ResultsError as exc:
+        print(f"timing_check: {exc}", file=sys.stderr)
+        return 2
+    if not records:
+        print(f"timing_check: {args.dir} holds no records", file=sys.stderr)
+        return 2
+    checks = check_timing(records, args.target)
+    print(f"{args.dir}: {len(records)} records")
+    for c in checks:
+        print(c.line())
+    return 0 if all(c.passed for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
