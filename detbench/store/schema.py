@@ -77,6 +77,9 @@ class Timing(TypedDict, total=False):
     gpu_clocks: dict[str, Any] | None  # NVML's clocks during the pass (worker/gpuclock.py)
     num_threads: int
     clock: str
+    ceiling: float | None  # the most seconds of sampling past the budget (worker/budget.py)
+    clock_mode: str | None  # "sustained" or "burst" (--clocks)
+    hold: dict[str, Any] | None  # what the sustained-clock hold did (worker/sustain.py)
 
 
 class Record(TypedDict, total=False):
@@ -208,8 +211,11 @@ class Env(TypedDict, total=False):
 #      and ``max_abs_diff_vs_default`` (None where they do not apply or are not known), and a
 #      lost record (a worker that died or timed out) carries every field of ``ALWAYS`` (None,
 #      but for what the runner knows) and ``exit_code``. Records are built by the constructors of
-#      ``store.record``. Version-3 records load with the fields of ``SCHEMA_4_FIELDS`` they lack
-#      None (``migrate``); the others of version 3 stay optional (``OPTIONAL``).
+#      ``store.record``. In ``timing`` (issue 29, also added to version 3 without a bump):
+#      ``ceiling`` (the most seconds of sampling past the budget), ``clock_mode`` ("sustained" or
+#      "burst") and ``hold`` (what the sustained-clock hold did). Version-3 records load with the
+#      fields of ``SCHEMA_4_FIELDS`` they lack None (``migrate``); the others of version 3 stay
+#      optional (``OPTIONAL``), as do the new keys of ``timing``.
 SCHEMA_VERSION = 4
 SUPPORTED_VERSIONS = (1, 2, 3, 4)
 #: Record fields that schema 2 added, None in a migrated version-1 record.
