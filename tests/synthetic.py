@@ -8,33 +8,84 @@ from typing import Any
 import numpy as np
 
 from detbench.core.modes import get_mode
+from detbench.core.settings import SETTINGS
+from detbench.store.record import measured
 from detbench.store.results import ResultWriter, write_json_atomic
+from detbench.store.schema import SCHEMA_2_FIELDS, SCHEMA_3_FIELDS, SCHEMA_4_FIELDS, check
+from detbench.worker.applied import columns
 
 
-def record(workload: str, mode: str, rep: int, fingerprint: str | None, samples: list[float],
-           status: str = "ok", suite: str = "s", timing: dict[str, Any] | None = None,
-           **extra: Any) -> dict[str, Any]:  # fmt: skip
-    """A record as a worker writes it; ``timing`` adds keys to its timing dict (schema 2's
-    adaptive timing: ``ci_rel``, ``reached_target``, ...), ``extra`` adds fields."""
+def record(
+    workload: str,
+    mode: str,
+    rep: int,
+    fingerprint: str | None,
+    samples: list[float],
+    status: str = "ok",
+    suite: str = "s",
+    timing: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A record as a worker writes it: made by ``store.record.measured`` (the mode's base, its
+    flags and every setting's column as a worker reads them back where every setting applies;
+    ``device``, ``seed``, ``profile`` and ``fingerprint_method`` may be given), then filled as
+    the passes fill it. ``timing`` adds keys to its timing dict (schema 2's adaptive timing:
+    ``ci_rel``, ``reached_target``, ...), ``extra`` adds or replaces fields. Checked as a
+    writer checks it (``schema.check``)."""
     m = get_mode(mode)
+    levels = {
+        s.name: m.overrides.get(s.name, s.torch_default) for s in SETTINGS if s.scope == "process"
+    }
+    made: dict[str, Any] = {
+        "device": "cuda",
+        "seed": 0,
+        "profile": "full",
+        "fingerprint_method": "device",
+    }
+    made.update({k: extra.pop(k) for k in list(made) if k in extra})
+    rec = measured(
+        suite=suite,
+        workload=workload,
+        params={"n": 1},
+        mode=m,
+        settings=columns(levels, m),
+        replicate=rep,
+        num_threads=8,
+        batch_size=None,
+        **made,
+    )
     median = float(np.median(samples)) if samples else None
     iqr = float(np.subtract(*np.percentile(samples, [75, 25]))) if samples else None
-    return {
-        "suite": suite, "workload": workload, "mode": mode, "benchmark": m.benchmark,
-        "cudnn_deterministic": m.cudnn_deterministic,
-        "deterministic_algorithms": m.deterministic_algorithms, "cudnn_enabled": m.cudnn_enabled,
-        "replicate": rep, "status": status, "fingerprint": fingerprint,
-        "message": None if status == "ok" else "no deterministic implementation",
-        "items_per_step": 10.0,
-        "seconds_per_step": median,
-        "items_per_second": None if median is None else 10.0 / median,
-        "max_abs_diff": None,
-        "params": {"n": 1},
-        "timing": None if not samples else {
-            "samples": samples, "iqr": iqr, "number_per_block": 1, **(timing or {}),
-        },
-        **extra,
-    }  # fmt: skip
+    rec.update(
+        {
+            "status": status,
+            "fingerprint": fingerprint,
+            "message": None if status == "ok" else "no deterministic implementation",
+            "items_per_step": 10.0,
+            "seconds_per_step": median,
+            "items_per_second": None if median is None else 10.0 / median,
+            "timing": None
+            if not samples
+            else {
+                "samples": samples,
+                "median": median,
+                "iqr": iqr,
+                "number_per_block": 1,
+                **(timing or {}),
+            },
+            "device_name": f"{rec['device']}:0",
+            "utc": "2026-11-23T00:00:00Z",
+            **extra,
+        }
+    )
+    return check(rec)
+
+
+def as_version_1(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` as detbench 0.1 wrote it (schema 1): without the fields later versions added."""
+    later = {*SCHEMA_2_FIELDS, *SCHEMA_3_FIELDS, *SCHEMA_4_FIELDS, "base_mode", "batch_size"}
+    later.discard("cublas_workspace_config")  # schema 1 recorded the variable already
+    return {**{k: v for k, v in rec.items() if k not in later}, "schema_version": 1}
 
 
 def env(gpu: str | None = "GPU model A", torch: str = "2.11.0", driver: str = "570.1",

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -15,7 +16,7 @@ from detbench.analysis import costs, recommendation_text, recommendations, verdi
 from detbench.core.modes import get_mode
 from detbench.store.results import ResultWriter
 
-from .synthetic import fast_and_same, record
+from .synthetic import fast_and_same, record, write_run
 
 
 @pytest.fixture
@@ -72,8 +73,27 @@ def test_noise_is_flagged_and_widens_the_interval(results: pd.DataFrame) -> None
     assert not row["significant"]
 
 
-def test_costs_are_reproducible_with_a_seed(results: pd.DataFrame) -> None:
-    pd.testing.assert_frame_equal(costs(results, seed=3), costs(results, seed=3))
+def test_the_seed_decides_each_interval(tmp_path: Path) -> None:
+    """One seeding rule (``analysis.stats``): each interval draws from a generator of its own,
+    seeded with the run's seed and the comparison's name. So the same seed gives a workload the
+    same interval whatever else the run holds, and another seed gives it another. (Samples drawn
+    from a continuous distribution: with a few distinct samples every seed finds the same
+    percentiles.)"""
+    rng = np.random.default_rng(0)
+    recs = [
+        record(w, mode, r, "x", [float(x) for x in rng.normal(0.010, 0.001, 7)])
+        for w in ("a", "b")
+        for mode in ("default", "det-algos")
+        for r in range(3)
+    ]
+    df = detbench.load_results(write_run(tmp_path, recs))
+
+    def interval(frame: pd.DataFrame, seed: int) -> tuple[float, float]:
+        row = by_key(costs(frame, seed=seed), "workload", "mode")[("a", "det-algos")]
+        return row["ci_low"], row["ci_high"]
+
+    assert interval(df, 3) == interval(df[df["workload"] == "a"], 3)
+    assert interval(df, 3) != interval(df, 4)
 
 
 def test_recommendations(results: pd.DataFrame) -> None:

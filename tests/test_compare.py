@@ -86,8 +86,9 @@ def test_same_environment_no_warning(tmp_path: Path) -> None:
 
 
 def test_different_parameters_are_not_compared(tmp_path: Path) -> None:
-    a = write_run(tmp_path / "a", [record("w", "default", r, "x", [0.01]) for r in range(2)],
-                  env(profile="quick"))  # fmt: skip
+    # Each run's records name its size profile, as a worker writes them.
+    quick = [record("w", "default", r, "x", [0.01], profile="quick") for r in range(2)]
+    a = write_run(tmp_path / "a", quick, env(profile="quick"))
     recs_b = [record("w", "default", r, "x", [0.01]) for r in range(2)]
     for rec in recs_b:
         rec["params"] = {"n": 2}

@@ -18,7 +18,7 @@ from detbench.report.render import Details, Table, md_text, to_markdown
 from detbench.report.write import build_blocks, write_report
 
 from .conftest import ROOT
-from .synthetic import MIB, RULE, env, fast_and_same, gpu, gpu_run, write_run
+from .synthetic import MIB, RULE, as_version_1, env, fast_and_same, gpu, gpu_run, write_run
 
 PUBLISHED = ROOT / "results" / "20261123-002720-cpu-quick"
 
@@ -241,7 +241,8 @@ def test_throttle_warning_with_the_real_module(tmp_path: Path) -> None:
 
 
 def test_schema_1_records_have_no_new_sections(tmp_path: Path) -> None:
-    md = markdown(tmp_path, [x for r in range(3) for x in fast_and_same(r)], env(gpu=None))
+    recs = [as_version_1(x) for r in range(3) for x in fast_and_same(r)]
+    md = markdown(tmp_path, recs, env(gpu=None))
     for absent in ("peak memory", "Precision of the baseline", "### Timing", "GPU state",
                    "SM count", "hit the timing budget"):  # fmt: skip
         assert absent not in md, absent

@@ -17,22 +17,10 @@ from detbench.store.results import (
     host_env,
 )
 
-RECORD = {
-    "suite": "s",
-    "workload": "w",
-    "mode": "default",
-    "benchmark": False,
-    "cudnn_deterministic": False,
-    "deterministic_algorithms": False,
-    "cudnn_enabled": True,
-    "replicate": 0,
-    "status": "ok",
-    "fingerprint": "ab" * 32,
-    "seconds_per_step": 0.5,
-    "items_per_second": 8.0,
-    "message": None,
-    "timing": {"samples": [0.5, 0.5], "iqr": 0.0, "number_per_block": 1},
-}
+from .synthetic import record
+
+#: A record as a worker writes it (``store.record.measured``, filled by the passes).
+RECORD = record("w", "default", 0, "ab" * 32, [0.5, 0.5])
 
 
 def test_writer_appends_whole_lines_that_load_results_reads(tmp_path: Path) -> None:
@@ -128,24 +116,33 @@ def test_a_version_1_record_still_loads(tmp_path: Path) -> None:
 
 
 def test_a_version_2_record_fills_the_new_columns(tmp_path: Path) -> None:
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     rec = {
         **RECORD,
         "fingerprint_method": "device",
         "peak_memory_bytes": 3 << 20,
         "memory": {"peak_allocated_bytes": 3 << 20, "peak_reserved_bytes": 4 << 20},
         "precision": {"matmul_fp32": "ieee", "conv_fp32": "tf32"},
-        "timing": {**RECORD["timing"], "ci_rel": 0.004, "reached_target": True},  # type: ignore[dict-item]
+        "timing": {**RECORD["timing"], "ci_rel": 0.004, "reached_target": True},
     }
     with ResultWriter(tmp_path) as w:
         w.append(rec)
-        w.append({**RECORD, "replicate": 1, "status": "error", "timing": None})
+        # A record with none of the new values (each column below holds None, not NaN, for it).
+        w.append(
+            {
+                **RECORD,
+                "replicate": 1,
+                "status": "error",
+                "timing": None,
+                "fingerprint_method": None,
+            }
+        )
     with (tmp_path / "results.jsonl").open("a") as f:  # versions 1 and 2 in one file
         f.write(GOLDEN_V1 + "\n")
     df = detbench.load_results(tmp_path)
     assert list(df.columns[: len(COLUMNS)]) == list(COLUMNS)
     assert set(NEW_COLUMNS) <= set(COLUMNS)
-    assert df["schema_version"].tolist() == [3, 3, 1]
+    assert df["schema_version"].tolist() == [4, 4, 1]
     first = df.iloc[0]
     assert (first["peak_memory_bytes"], first["timing_ci_rel"]) == (3 << 20, 0.004)
     assert first["timing_reached_target"] is True

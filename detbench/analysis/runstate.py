@@ -36,6 +36,7 @@ class RunState:
     #: where both are recorded.
     wall: float | None = None
     planned_seconds: float | None = None
+    set_aside: int = 0  # records load_results set aside: they fail the record's check
 
     @property
     def partial(self) -> bool:
@@ -68,6 +69,18 @@ class RunState:
             parts.append("the host was quiet, but " + _gpu_shared(self.load))
         return "; ".join(parts)
 
+    def aside(self) -> str:
+        if not self.set_aside:
+            return ""
+        n = self.set_aside
+        were, it, is_ = (
+            ("record was", "it", "it is") if n == 1 else ("records were", "them", "they are")
+        )
+        return (
+            f" {n} {were} set aside because {is_} not valid (loading the run names each one), "
+            f"and nothing here counts {it}."
+        )
+
     def timing(self) -> str:
         """The run's wall time against its plan's, as a sentence; empty where either is missing
         (a run of an older detbench, or a merge)."""
@@ -80,13 +93,15 @@ class RunState:
         )
 
     def line(self) -> str:
-        """One line: completeness, then the conditions, then the time against the plan."""
+        """One line: completeness, then the conditions, the time against the plan, and the
+        records set aside."""
         cond = self.conditions()
         took = self.timing()
         return (
             self.completeness()
             + (f". Conditions: {cond}." if cond else ".")
             + (f" {took}" if took else "")
+            + self.aside()
         )
 
 
@@ -157,4 +172,5 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         load=busy.host_load(df),
         wall=stats.get("wall"),
         planned_seconds=stats.get("planned"),
+        set_aside=len(df.attrs.get("set_aside") or ()),
     )

@@ -229,7 +229,8 @@ def blocks(
     """The section; ``points``: ``analysis.tradeoff.points``; ``device``: ``run_device``."""
     out: list[Block] = [Heading(2, "The answer")]
     state = runstate.run_state(df, env)
-    out.append(Para(state.line(), alert=state.partial or bool(state.throttle)))
+    alert = state.partial or bool(state.throttle) or bool(state.set_aside)
+    out.append(Para(state.line(), alert=alert))
     load = state.load
     if load is not None and load.is_busy:
         out.append(Para(load.sentence(), alert=True))

@@ -31,6 +31,7 @@ from typing import Any
 from detbench.core.errors import DetbenchError
 from detbench.store.identity import SOURCES_KEY, describe, differences, identity, steps, text
 from detbench.store.outdir import refuse_used
+from detbench.store.record import merged
 from detbench.store.results import (
     ENV_FILE,
     ResultWriter,
@@ -251,7 +252,7 @@ def join_shards(shards: list[Part]) -> tuple[list[dict[str, Any]], dict[str, Any
     n = shards[0].shard[1]  # type: ignore[index]
     records = []
     for p in shards:
-        records += [{**r, "shard": f"{p.shard[0]}/{n}"} for r in p.records]  # type: ignore[index]
+        records += [merged(r, shard=f"{p.shard[0]}/{n}") for r in p.records]  # type: ignore[index]
     fill_flops(records)
     env = copy.deepcopy(shards[0].env)
     env["options"] = {**env.get("options", {}), "shard": None, "shards": n}
@@ -336,7 +337,7 @@ def merge(out: Path, dirs: Sequence[Path]) -> Merged:
         else:
             recs, env = group[0].records, group[0].env
         envs[name] = env
-        records += [{**r, "machine": name} for r in recs]
+        records += [merged(r, machine=name) for r in recs]
     doc = {"schema_version": 1, "merged_utc": utc_now(), "machines": envs, "machine_order": names,
            "merged_from": [str(p.path) for p in parts]}  # fmt: skip
     _write(out, records, doc)

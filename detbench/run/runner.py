@@ -45,12 +45,12 @@ from detbench.run.supervise import (
     WorkerProcess,
     ending,
     gpu_visible,
-    lost_record,
     side_by_side,
     take_turn,
 )
 from detbench.store import gpustate
 from detbench.store.outdir import refuse_used
+from detbench.store.record import lost
 from detbench.store.results import (
     ENV_FILE,
     ResultWriter,
@@ -287,7 +287,7 @@ class Runner:
             lane.failed_starts += 1
         status, why = ending(turn, worker.log)
         for key in turn.lost():
-            rec = lost_record(
+            rec = lost(
                 key, slot.mode, status, why, turn.code, replicate=slot.replicate,
                 mode_position=slot.position, seed=c.seed, device=c.device,
                 device_name=lane.name, profile=c.profile, utc=utc_now(),

@@ -41,7 +41,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detbench.core.modes import Mode, record_fields
 from detbench.store.schema import Status
 from detbench.worker.cudnnlog import log_environment
 from detbench.worker.protocol import ARMED_NAME, child_command, exit_description
@@ -289,27 +288,6 @@ def ending(turn: Turn, log: Path) -> tuple[str, str]:
         return Status.TIMEOUT, turn.timed_out
     when = "while running this workload" if turn.in_flight else "before running it"
     return Status.CRASHED, f"worker {exit_description(turn.code)} {when}; log: {log_tail(log)}"
-
-
-def lost_record(
-    key: str, mode: Mode, status: str, message: str, code: int | None, **context: Any
-) -> dict[str, Any]:
-    """The record of workload ``key`` that a worker took down with it; ``context``: the fields
-    the runner knows (replicate, mode position, seed, device, device name, profile)."""
-    suite, name = key.split("/", 1)
-    return {
-        "suite": suite,
-        "workload": name,
-        **record_fields(mode),
-        "settings_changed": None,  # unknown: the worker never said
-        **context,
-        "status": status,
-        "message": message,
-        "exit_code": code,
-        "fingerprint": None,
-        "seconds_per_step": None,
-        "items_per_second": None,
-    }
 
 
 def gpu_visible(name: str, environ: Mapping[str, str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -21,72 +22,37 @@ from typing import TYPE_CHECKING, Any, cast
 
 from detbench.core.errors import DetbenchError
 from detbench.core.settings import NAMES as SETTING_NAMES
-from detbench.store.schema import STATUSES, Record
+from detbench.store.schema import (
+    SCHEMA_2_FIELDS,
+    SCHEMA_3_FIELDS,
+    SCHEMA_VERSION,
+    STATUSES,
+    SUPPORTED_VERSIONS,
+    Record,
+    migrate,
+    problem,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# Schema history:
-#   1 (detbench 0.1): first version.
-#   2: every record carries ``fingerprint_method`` ("device" | "sha256"; with the "both" option
-#      also ``fingerprint_sha256`` and ``step_fingerprints_sha256``), ``peak_memory_bytes`` and
-#      ``memory`` (the workload's own peak: torch's allocator on CUDA, the RSS growth on a CPU;
-#      an oom adds its figures there), ``precision`` ({"matmul_fp32", "conv_fp32"}: "tf32" or
-#      "ieee", what fp32 ran in), ``mode_position`` (the place of the mode in its replicate's
-#      shuffled order); ``timing`` adds ``budget``, ``ci_low``, ``ci_high``, ``ci_rel``,
-#      ``target_rel``, ``reached_target`` and ``clock``. A failure after the fingerprint pass
-#      keeps the fingerprint; a failed FLOP count gives ``flops_per_step`` None and
-#      ``flops_note``. Version 1 records load with these fields None (``migrate``).
-#   3: settings beside the modes (``detbench.core.settings``): ``mode`` may carry overrides
-#      (``det-algos[fill_uninitialized_memory=off]``), ``base_mode`` is one of the 10 modes, one
-#      column per setting holds the level the workload ran under as the worker read it back
-#      (a boolean for on/off settings; ``cublas_workspace_config`` None when unset, replacing
-#      the old lowercase copy of the variable), ``settings_changed`` lists the flags and
-#      settings the workload itself changed ([] none; ``settings_changes`` has the values), and
-#      ``first_step_seconds``, ``compile_seconds`` (execution=compile) and ``compile_stats``;
-#      the batch-invariance verdict of a workload that declares ``batch_sizes``:
-#      ``batch_invariant``, ``batch_first_variant_size``, ``batch_max_abs_diff``,
-#      ``batch_same_as_smallest`` (or ``batch_note`` where it could not be made).
-#      Older records load with ``base_mode`` = ``mode`` and the rest None (``migrate``).
-#      Added within version 3, absent from earlier records of it (readers use ``.get``):
-#      ``device_name`` ("cuda:1", "cpu:0": where the record ran, ``run --devices``); for
-#      distributed workloads ``backend``, ``ranks_agree``, ``ranks_first_disagree_step``,
-#      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
-#      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
-#      workloads), ``nccl_env`` (the NCCL variables as rank 0 read them after
-#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there);
-#      ``max_abs_diff_vs_default`` (the largest difference from the default mode's first
-#      replicate's outputs, where they were saved before this record's worker ran);
-#      ``node`` and ``job`` (the host and batch job the record ran in, ``where``); a merged run's
-#      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
-#      set of runs from several machines);
-#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``;
-#      since issue 29 also whose the other processes were: ``other_cpu_own``/``_foreign``,
-#      ``gpu_own_processes``/``gpu_foreign_processes`` and their utilisation, and the pass's
-#      ``start_unix``/``end_unix``); ``worker_pid``; in ``timing``, ``warmup`` (what the warm-up
-#      until steady did) and ``gpu_clocks`` (NVML's clocks, power and throttling, or
-#      ``unsupported`` with the reason);
-#      ``attn_implementation`` (the attention the model ran: noted by its factory, else "sdpa"
-#      where the first fingerprint step called scaled_dot_product_attention, else None) and
-#      ``ops_called`` (the ops with a setting of their own that step called; None when compiled);
-#      ``cudnn_log`` (True: run with ``--cudnn-log``, so its timings ran with cuDNN's API log on
-#      and are not costs) and ``cudnn_engines`` (the engine each convolution settled on, from
-#      that log: a list of {op, shapes, engine, candidates, executions}, or {"unsupported": why}).
-SCHEMA_VERSION = 3
-SUPPORTED_VERSIONS = (1, 2, 3)
-#: Record fields that schema 2 added, None in a migrated version-1 record.
-SCHEMA_2_FIELDS = ("fingerprint_method", "peak_memory_bytes", "memory", "precision",
-                   "mode_position")  # fmt: skip
-
-#: Record fields that schema 3 added, None in a migrated older record.
-SCHEMA_3_FIELDS = (*SETTING_NAMES, "settings_changed", "compile_seconds", "first_step_seconds",
-                   "batch_invariant", "batch_first_variant_size", "batch_max_abs_diff")  # fmt: skip
+# The schema's version, its history and its migration are ``schema``'s (kept importable here).
+_log = logging.getLogger("detbench.store")
 
 RESULTS_FILE = "results.jsonl"
+#: Where a writer keeps a record that is not valid (``ResultWriter.append``).
+SET_ASIDE_FILE = "set_aside.jsonl"
 ENV_FILE = "env.json"
 
 # STATUSES (imported above, and kept importable from here): the values of ``schema.Status``.
-__all__ = ["STATUSES"]
+__all__ = [
+    "SCHEMA_2_FIELDS",
+    "SCHEMA_3_FIELDS",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "SUPPORTED_VERSIONS",
+    "migrate",
+]
 
 #: The columns schema 2 added (None in version-1 records).
 SCHEMA_2_COLUMNS = (
@@ -149,11 +115,32 @@ class ResultWriter:
         self.path = directory / RESULTS_FILE
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def append(self, record: Mapping[str, Any]) -> None:
-        line = (dumps({"schema_version": SCHEMA_VERSION, **record}) + "\n").encode()
+    def append(self, record: Mapping[str, Any]) -> bool:
+        """Append ``record`` once ``schema.problem`` finds nothing wrong with it, and say True.
+        A record that a reader would set aside is a bug of its writer: it is said at once, in
+        one line, and kept in ``SET_ASIDE_FILE`` beside the results (with the problem) rather
+        than in them, so that a run on a lent GPU goes on, nothing measured is lost, and a
+        resume measures that record again. Then False."""
+        rec = {"schema_version": SCHEMA_VERSION, **record}
+        found = problem(rec)
+        if found is not None:
+            aside = self.path.with_name(SET_ASIDE_FILE)
+            with aside.open("a", encoding="utf-8") as f:
+                f.write(dumps({**rec, "problem": str(found)}) + "\n")
+            who = f"{rec.get('suite')}/{rec.get('workload')} [{rec.get('mode')}]"
+            _log.warning(
+                "detbench: the record of %s is not valid (%s): kept in %s, not in %s",
+                who,
+                found,
+                aside,
+                self.path.name,
+            )
+            return False
+        line = (dumps(rec) + "\n").encode()
         written = os.write(self._fd, line)
         if written != len(line):  # only on a full disk; never leave half a line unflagged
             raise OSError(f"short write to {self.path}: {written} of {len(line)} bytes")
+        return True
 
     def close(self) -> None:
         os.close(self._fd)
@@ -176,7 +163,12 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, sort_keys=True, indent=2, allow_nan=False) + "\n")
 
 
-def iter_records(directory: str | Path) -> Iterator[Record]:
+def iter_records(directory: str | Path, aside: list[str] | None = None) -> Iterator[Record]:
+    """The records of ``directory``'s results file, each migrated to the current version's shape
+    (``schema.migrate``) and checked (``schema.problem``). A record that fails the check is
+    named in one line (file, line, record, field, value and why): added to ``aside`` and left
+    out where a list is given, else raised as ``ResultsError``. A file that cannot be read as
+    records (a truncated or malformed line, an unknown version) is always an error."""
     path = Path(directory) / RESULTS_FILE
     if not path.is_file():
         raise ResultsError(f"no {RESULTS_FILE} in {directory}")
@@ -198,23 +190,15 @@ def iter_records(directory: str | Path) -> Iterator[Record]:
                     f"{path}:{lineno}: unknown schema version {version!r} "
                     f"(this detbench reads {', '.join(map(str, SUPPORTED_VERSIONS))})"
                 )
-            yield cast(Record, migrate(rec))
-
-
-def migrate(rec: dict[str, Any]) -> dict[str, Any]:
-    """A record of any supported version in the current version's shape: the fields a later
-    version added are None in an older record (its ``schema_version`` is kept, so a reader can
-    tell). A version-1 record has no peak memory and no precision; its ``memory``, where
-    present, is an oom's figures, kept."""
-    if rec.get("schema_version") == 1:
-        for name in SCHEMA_2_FIELDS:
-            rec.setdefault(name, None)
-    if rec.get("schema_version") in (1, 2):
-        rec.setdefault("base_mode", rec.get("mode"))
-        for name in SCHEMA_3_FIELDS:
-            if name != "cublas_workspace_config":  # schema 2 recorded the variable already
-                rec.setdefault(name, None)
-    return rec
+            found = problem(migrate(rec))
+            if found is None:
+                yield cast(Record, rec)
+                continue
+            who = f"{rec.get('suite')}/{rec.get('workload')} [{rec.get('mode')}]"
+            said = f"{path}:{lineno}: record of {who} set aside: {found}"
+            if aside is None:
+                raise ResultsError(said)
+            aside.append(said)
 
 
 def load_results(directory: str | Path) -> pd.DataFrame:
@@ -225,11 +209,16 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     them: ``iqr``, ``timing_samples``, ``timing_ci_rel`` and ``timing_reached_target`` (from
     ``timing``), ``matmul_fp32`` and ``conv_fp32`` (from ``precision``); None where a record
     has no such value (a failure, or a version-1 record).
+
+    A record that fails its check (``schema.problem``) is not among the rows: each is named in
+    one line, logged as a warning (on stderr where logging is not set up) and listed in
+    ``df.attrs["set_aside"]``, which the report counts.
     """
     import pandas as pd
 
     rows = []
-    for rec in iter_records(directory):
+    aside: list[str] = []
+    for rec in iter_records(directory, aside):
         row = dict(rec)
         timing = rec.get("timing") or {}
         row["iqr"] = timing.get("iqr")
@@ -247,7 +236,11 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     for col in NONE_NOT_NAN:
         df[col] = df[col].astype(object).where(df[col].notna(), None)
     rest = [c for c in df.columns if c not in COLUMNS]
-    return df[list(COLUMNS) + rest]
+    df = df[list(COLUMNS) + rest]
+    for said in aside:
+        _log.warning("detbench: %s", said)
+    df.attrs["set_aside"] = aside
+    return df
 
 
 def load_env(directory: str | Path) -> dict[str, Any]:

@@ -1,14 +1,30 @@
-"""The typed shape of what detbench writes: a record of ``results.jsonl``, the job a worker is
-given, and ``env.json``. The JSON on disk is as ``results.py``'s schema history describes; these
-types name its fields for readers and for mypy, and change nothing on disk (a ``Status`` is a
-``str`` and is written as its value).
+"""The one record of ``results.jsonl``: its fields and their types (``FIELDS``), its version
+and their history, the check of a record (``problem``, and ``check``, which raises) and the
+migration of older versions (``migrate``); also the shape of ``env.json``. The constructors that
+build records are in ``detbench.store.record``; every writer goes through them, ``ResultWriter``
+checks each record it writes and ``load_results`` each record it reads, setting aside, by name, a
+record that fails (``detbench.store.results``).
+
+Why a ``TypedDict`` and not a dataclass: a record is one JSON object, the same dict on disk, on
+the worker's pipe and in a DataFrame row. Its fields are an open set: a column per setting of
+``core.settings`` (a row added there is a field here, with no edit), and a workload's extras
+(``losses``, ``batch_*``, a distributed launch's). A dataclass would need a catch-all dict for
+those and a conversion at every boundary. The passes fill a record field by field, some under
+names made at run time (``f"{unit}_per_step"``), which mypy cannot check in either form; so the
+guard is at run time: the table below, checked on every write and every load. A ``Status`` is a
+``str`` and is written as its value.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypedDict
+
+from detbench.core.errors import DetbenchError
+from detbench.core.settings import NAMES as SETTING_NAMES
 
 if sys.version_info >= (3, 11):
     from enum import StrEnum
@@ -61,13 +77,17 @@ class Timing(TypedDict, total=False):
     gpu_clocks: dict[str, Any] | None  # NVML's clocks during the pass (worker/gpuclock.py)
     num_threads: int
     clock: str
+    ceiling: float | None  # the most seconds of sampling past the budget (worker/budget.py)
+    clock_mode: str | None  # "sustained" or "burst" (--clocks)
+    hold: dict[str, Any] | None  # what the sustained-clock hold did (worker/sustain.py)
 
 
 class Record(TypedDict, total=False):
-    """One line of ``results.jsonl`` (schema 3). Identity: ``suite``, ``workload``, ``mode``,
-    ``replicate``; outcome: ``status`` and ``message``; bits: ``fingerprint`` (and the step
-    digests); speed: ``seconds_per_step``, ``items_per_second``, ``timing``. Every setting of
-    ``core.settings`` is a column too (its level as read back), as are the four flags."""
+    """One line of ``results.jsonl``, for mypy (``FIELDS`` has every field and its types).
+    Identity: ``suite``, ``workload``, ``mode``, ``replicate``; outcome: ``status`` and
+    ``message``; bits: ``fingerprint`` (and the step digests); speed: ``seconds_per_step``,
+    ``items_per_second``, ``timing``. Every setting of ``core.settings`` is a column too (its
+    level as read back), as are the four flags."""
 
     schema_version: int
     suite: str
@@ -107,33 +127,17 @@ class Record(TypedDict, total=False):
     host_load: dict[str, Any] | None
     worker_pid: int
     utc: str | None
+    node: str | None
+    job: str | None
+    exit_code: int | None
+    max_abs_diff_vs_default: float | None
+    attn_implementation: str | None
+    ops_called: list[str] | None
     #: ``run --cudnn-log`` only: True (the timings ran with cuDNN's API log on, so they are not
     #: costs), and the engine each convolution settled on (``worker/cudnnlog.py``): a list of
     #: {op, shapes, engine, candidates, executions}, or {"unsupported": reason}.
     cudnn_log: bool
     cudnn_engines: list[dict[str, Any]] | dict[str, str]
-
-
-class Job(TypedDict, total=False):
-    """What the runner sends a worker (one JSON line) for its (mode, replicate)."""
-
-    keys: list[str]
-    sources: list[str]
-    mode: dict[str, Any]
-    replicate: int
-    device: str
-    profile: str
-    seed: int
-    budget: float
-    target_rel: float
-    min_samples: int
-    fingerprint: str
-    fingerprint_steps: int
-    warmup_steps: int
-    timeout: float | None
-    reference_dir: str
-    #: True from the runner (``--cudnn-log``); the worker's log file once it is spawned.
-    cudnn_log: bool | str
 
 
 class Env(TypedDict, total=False):
@@ -152,3 +156,312 @@ class Env(TypedDict, total=False):
     run_stats: dict[str, Any]
     study: dict[str, Any] | None
     located: list[dict[str, Any]]
+
+
+# Schema history:
+#   1 (detbench 0.1): first version.
+#   2: every record carries ``fingerprint_method`` ("device" | "sha256"; with the "both" option
+#      also ``fingerprint_sha256`` and ``step_fingerprints_sha256``), ``peak_memory_bytes`` and
+#      ``memory`` (the workload's own peak: torch's allocator on CUDA, the RSS growth on a CPU;
+#      an oom adds its figures there), ``precision`` ({"matmul_fp32", "conv_fp32"}: "tf32" or
+#      "ieee", what fp32 ran in), ``mode_position`` (the place of the mode in its replicate's
+#      shuffled order); ``timing`` adds ``budget``, ``ci_low``, ``ci_high``, ``ci_rel``,
+#      ``target_rel``, ``reached_target`` and ``clock``. A failure after the fingerprint pass
+#      keeps the fingerprint; a failed FLOP count gives ``flops_per_step`` None and
+#      ``flops_note``. Version 1 records load with these fields None (``migrate``).
+#   3: settings beside the modes (``detbench.core.settings``): ``mode`` may carry overrides
+#      (``det-algos[fill_uninitialized_memory=off]``), ``base_mode`` is one of the 10 modes, one
+#      column per setting holds the level the workload ran under as the worker read it back
+#      (a boolean for on/off settings; ``cublas_workspace_config`` None when unset, replacing
+#      the old lowercase copy of the variable), ``settings_changed`` lists the flags and
+#      settings the workload itself changed ([] none; ``settings_changes`` has the values), and
+#      ``first_step_seconds``, ``compile_seconds`` (execution=compile) and ``compile_stats``;
+#      the batch-invariance verdict of a workload that declares ``batch_sizes``:
+#      ``batch_invariant``, ``batch_first_variant_size``, ``batch_max_abs_diff``,
+#      ``batch_same_as_smallest`` (or ``batch_note`` where it could not be made).
+#      Older records load with ``base_mode`` = ``mode`` and the rest None (``migrate``).
+#      Added within version 3 without a bump, so a version-3 record may lack them (named by
+#      version 4, below):
+#      ``device_name`` ("cuda:1", "cpu:0": where the record ran, ``run --devices``); for
+#      distributed workloads ``backend``, ``ranks_agree``, ``ranks_first_disagree_step``,
+#      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
+#      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
+#      workloads), ``nccl_env`` (the NCCL variables as rank 0 read them after
+#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there);
+#      ``max_abs_diff_vs_default`` (the largest difference from the default mode's first
+#      replicate's outputs, where they were saved before this record's worker ran);
+#      ``node`` and ``job`` (the host and batch job the record ran in, ``where``); a merged run's
+#      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
+#      set of runs from several machines);
+#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``;
+#      since issue 29 also whose the other processes were: ``other_cpu_own``/``_foreign``,
+#      ``gpu_own_processes``/``gpu_foreign_processes`` and their utilisation, and the pass's
+#      ``start_unix``/``end_unix``); ``worker_pid``; in ``timing``, ``warmup`` (what the warm-up
+#      until steady did) and ``gpu_clocks`` (NVML's clocks, power and throttling, or
+#      ``unsupported`` with the reason);
+#      ``attn_implementation`` (the attention the model ran: noted by its factory, else "sdpa"
+#      where the first fingerprint step called scaled_dot_product_attention, else None) and
+#      ``ops_called`` (the ops with a setting of their own that step called; None when compiled);
+#      ``cudnn_log`` (True: run with ``--cudnn-log``, so its timings ran with cuDNN's API log on
+#      and are not costs) and ``cudnn_engines`` (the engine each convolution settled on, from
+#      that log: a list of {op, shapes, engine, candidates, executions}, or {"unsupported": why}).
+#   4: the fields added within version 3 are the schema's (``FIELDS``), and a record is checked
+#      on every write and load (``validate``). Every record carries ``device_name``,
+#      ``worker_pid``, ``node``, ``job``, ``host_load``, ``attn_implementation``, ``ops_called``
+#      and ``max_abs_diff_vs_default`` (None where they do not apply or are not known), and a
+#      lost record (a worker that died or timed out) carries every field of ``ALWAYS`` (None,
+#      but for what the runner knows) and ``exit_code``. Records are built by the constructors of
+#      ``store.record``. In ``timing`` (issue 29, also added to version 3 without a bump):
+#      ``ceiling`` (the most seconds of sampling past the budget), ``clock_mode`` ("sustained" or
+#      "burst") and ``hold`` (what the sustained-clock hold did). Version-3 records load with the
+#      fields of ``SCHEMA_4_FIELDS`` they lack None (``migrate``); the others of version 3 stay
+#      optional (``OPTIONAL``), as do the new keys of ``timing``.
+SCHEMA_VERSION = 4
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
+#: Record fields that schema 2 added, None in a migrated version-1 record.
+SCHEMA_2_FIELDS = (
+    "fingerprint_method",
+    "peak_memory_bytes",
+    "memory",
+    "precision",
+    "mode_position",
+)
+#: Record fields that schema 3 added, None in a migrated older record.
+SCHEMA_3_FIELDS = (
+    *SETTING_NAMES,
+    "settings_changed",
+    "compile_seconds",
+    "first_step_seconds",
+    "batch_invariant",
+    "batch_first_variant_size",
+    "batch_max_abs_diff",
+)
+#: Record fields added within version 3 that every version-4 record carries; None in a migrated
+#: older record that lacks them.
+SCHEMA_4_FIELDS = (
+    "device_name",
+    "worker_pid",
+    "node",
+    "job",
+    "host_load",
+    "attn_implementation",
+    "ops_called",
+    "max_abs_diff_vs_default",
+)
+
+# The types a field may hold (JSON's: a number is an int or a float, never a bool).
+_NONE = type(None)
+STR, NUM, INT, BOOL = (str,), (int, float), (int,), (bool,)
+DICT, LIST = (dict,), (list,)
+SCALAR = (str, int, float, bool, _NONE)
+
+
+def _or_none(types: tuple[type, ...]) -> tuple[type, ...]:
+    return (*types, _NONE)
+
+
+#: Every field a version-4 record carries, with the types it may hold.
+ALWAYS: dict[str, tuple[type, ...]] = {
+    "schema_version": INT,
+    "suite": STR,
+    "workload": STR,
+    "mode": STR,
+    "base_mode": STR,
+    "replicate": INT,
+    "status": STR,
+    "message": _or_none(STR),
+    "params": _or_none(DICT),
+    **{
+        flag: BOOL
+        for flag in (
+            "benchmark",
+            "cudnn_deterministic",
+            "deterministic_algorithms",
+            "cudnn_enabled",
+        )
+    },
+    # A setting's level as read back: a boolean for on/off, a level's name, a number, None
+    # (unknown), or why it could not be read ("unavailable").
+    **{name: SCALAR for name in SETTING_NAMES},
+    "settings_changed": _or_none(LIST),
+    "compile_seconds": _or_none(NUM),
+    "batch_size": _or_none(INT),
+    "batch_invariant": _or_none(BOOL),
+    "batch_first_variant_size": _or_none(INT),
+    "batch_max_abs_diff": _or_none(NUM),
+    "seed": _or_none(INT),
+    "device": _or_none(STR),
+    "device_name": _or_none(STR),
+    "mode_position": _or_none(INT),
+    "profile": _or_none(STR),
+    "num_threads": _or_none(INT),
+    "fingerprint_method": _or_none(STR),
+    "fingerprint": _or_none(STR),
+    "step_fingerprints": _or_none(LIST),
+    "max_abs_diff": _or_none(NUM),
+    "max_abs_diff_vs_default": _or_none(NUM),
+    "seconds_per_step": _or_none(NUM),
+    "items_per_step": _or_none(NUM),
+    "items_per_second": _or_none(NUM),
+    "timing": _or_none(DICT),
+    "peak_memory_bytes": _or_none(NUM),
+    "memory": _or_none(DICT),
+    "precision": _or_none(DICT),
+    "phases": _or_none(DICT),
+    "host_load": _or_none(DICT),
+    "attn_implementation": _or_none(STR),
+    "ops_called": _or_none(LIST),
+    "worker_pid": _or_none(INT),
+    "node": _or_none(STR),
+    "job": _or_none(STR),
+    "utc": _or_none(STR),
+}
+#: Fields some records carry, with their types. A field in neither table (a workload's own) is
+#: kept as it is.
+OPTIONAL: dict[str, tuple[type, ...]] = {
+    "exit_code": _or_none(INT),  # a lost record's: the worker's exit code, None if killed
+    "traceback": STR,
+    "device_lost": BOOL,
+    "losses": _or_none(LIST),
+    "diff_reference": (str, dict),
+    "fingerprint_sha256": _or_none(STR),
+    "step_fingerprints_sha256": _or_none(LIST),
+    "first_step_seconds": _or_none(NUM),
+    "compile_stats": _or_none(DICT),
+    "settings_changes": DICT,
+    "seeding": _or_none(STR),
+    "timed_alone": _or_none(BOOL),
+    **{
+        f"{unit}_per_{per}": _or_none(NUM)
+        for unit in ("flops", "bytes")
+        for per in ("step", "second")
+    },
+    "flops_source": _or_none(STR),
+    "flops_note": _or_none(STR),
+    "flops_pending": BOOL,
+    "batch_same_as_smallest": _or_none(DICT),
+    "batch_distinct_results": _or_none(INT),
+    "batch_note": _or_none(STR),
+    # a distributed workload's (distributed/launch.py)
+    "backend": _or_none(STR),
+    "ranks_agree": _or_none(BOOL),
+    "ranks_first_disagree_step": _or_none(INT),
+    "rank_fingerprints": _or_none(LIST),
+    "rank_status": _or_none(DICT),
+    "launch": _or_none(DICT),
+    "nccl_env": _or_none(DICT),
+    "settings_inert": _or_none(DICT),
+    # a merged run's (run/merge.py): which shard or machine made the record
+    "shard": STR,
+    "machine": STR,
+    # run --cudnn-log (worker/cudnnlog.py)
+    "cudnn_log": BOOL,
+    "cudnn_engines": (list, dict),
+}
+FIELDS = {**ALWAYS, **OPTIONAL}
+#: What every record of every version names: the identity of what it measured, and its status.
+REQUIRED = ("suite", "workload", "mode", "replicate", "status")
+#: The timing pass's figures that analysis reads, with their types.
+TIMING_FIELDS: dict[str, tuple[type, ...]] = {
+    "samples": LIST,
+    "median": NUM,
+    "iqr": _or_none(NUM),
+    "number_per_block": INT,
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong with a record: the field (``timing.median`` inside the timing), the value it
+    holds (``MISSING`` where it has none) and why it is wrong."""
+
+    field: str
+    value: Any
+    why: str
+
+    def __str__(self) -> str:
+        shown = "missing" if self.value is MISSING else f"{self.value!r:.80}"
+        return f"field {self.field} = {shown}: {self.why}"
+
+
+#: The value of a field a record lacks.
+MISSING: Any = object()
+
+
+def _holds(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and bool not in types:  # a bool is an int to Python, not to JSON
+        return False
+    return isinstance(value, types)
+
+
+def _expected(types: tuple[type, ...]) -> str:
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        dict: "an object",
+        list: "a list",
+        _NONE: "null",
+    }
+    if int in types and float in types:
+        types = tuple(t for t in types if t is not int)
+    return " or ".join(names[t] for t in types)
+
+
+def problem(rec: Mapping[str, Any]) -> Problem | None:
+    """The first thing wrong with ``rec`` (a record of any supported version, migrated), or None:
+    a field of ``REQUIRED`` missing, a version-4 record without a field of ``ALWAYS``, a field
+    of ``FIELDS`` with a value of another type, a status that is not one of ``STATUSES``."""
+    version = rec.get("schema_version", MISSING)
+    if not _holds(version, INT) or version not in SUPPORTED_VERSIONS:
+        known = ", ".join(map(str, SUPPORTED_VERSIONS))
+        return Problem("schema_version", version, f"this detbench reads versions {known}")
+    must = ALWAYS if version == SCHEMA_VERSION else REQUIRED
+    for name in must:
+        if name not in rec:
+            return Problem(name, MISSING, f"every version-{version} record has it")
+    for name, value in rec.items():
+        types = FIELDS.get(name)
+        if types is not None and not _holds(value, types):
+            return Problem(name, value, f"not {_expected(types)}")
+    if rec["status"] not in STATUSES:
+        return Problem("status", rec["status"], f"not one of {', '.join(STATUSES)}")
+    for name, types in TIMING_FIELDS.items():
+        timing = rec.get("timing") or {}
+        if name in timing and not _holds(timing[name], types):
+            return Problem(f"timing.{name}", timing[name], f"not {_expected(types)}")
+    return None
+
+
+def migrate(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record of any supported version in the current version's shape: the fields a later
+    version added are None in an older record (its ``schema_version`` is kept, so a reader can
+    tell). A version-1 record has no peak memory and no precision; its ``memory``, where
+    present, is an oom's figures, kept."""
+    version = rec.get("schema_version")
+    if version == 1:
+        for name in SCHEMA_2_FIELDS:
+            rec.setdefault(name, None)
+    if version in (1, 2):
+        rec.setdefault("base_mode", rec.get("mode"))
+        for name in SCHEMA_3_FIELDS:
+            if name != "cublas_workspace_config":  # schema 2 recorded the variable already
+                rec.setdefault(name, None)
+    if version in (1, 2, 3):
+        for name in SCHEMA_4_FIELDS:
+            rec.setdefault(name, None)
+    return rec
+
+
+class RecordError(DetbenchError):
+    """A record that ``problem`` refuses: a bug in whatever built it (one clear line)."""
+
+
+def check(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec``, once ``problem`` finds nothing wrong with it; else ``RecordError``."""
+    found = problem(rec)
+    if found is not None:
+        who = f"{rec.get('suite')}/{rec.get('workload')} [{rec.get('mode')}]"
+        raise RecordError(f"record of {who}: {found}")
+    return rec

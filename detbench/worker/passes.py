@@ -29,8 +29,9 @@ from typing import Any
 
 import torch
 
-from detbench.core.modes import DEFAULT_MODE, Mode, record_fields
+from detbench.core.modes import DEFAULT_MODE, Mode
 from detbench.core.workload import Context, Workload
+from detbench.store import record
 from detbench.store.results import utc_now
 from detbench.store.schema import Status
 from detbench.worker import cudnnlog
@@ -334,44 +335,23 @@ def run_workload(
     seed = int(job["seed"])
     ctx = Context(device=device, profile=job["profile"], seed=seed, batch_size=w.batch_size)
     method = job.get("fingerprint") or "device"
-    rec: dict[str, Any] = {
-        "suite": w.suite,
-        "workload": w.name,
-        "params": w.params_for(ctx.profile),
-        **record_fields(mode),
+    rec = record.measured(
+        suite=w.suite,
+        workload=w.name,
+        params=w.params_for(ctx.profile),
+        mode=mode,
         # Every setting as the worker read it back after applying the mode (a workload that
-        # changes one is caught by _read_back).
-        **columns(ws.applied, mode),
-        "settings_changed": [],
-        "compile_seconds": None,
-        # The batch-invariance verdict: None for a workload that declares no batch sizes;
-        # ``batch_size`` is the size the fingerprint and timing passes used.
-        "batch_size": w.batch_size,
-        "batch_invariant": None,
-        "batch_first_variant_size": None,
-        "batch_max_abs_diff": None,
-        "replicate": job["replicate"],
-        "seed": seed,
-        "device": device.type,
-        "profile": ctx.profile,
-        "num_threads": torch.get_num_threads(),
-        "status": Status.OK,
-        "message": None,
+        # changes one is caught by read_back).
+        settings=columns(ws.applied, mode),
+        replicate=job["replicate"],
+        seed=seed,
+        device=device.type,
+        profile=ctx.profile,
+        num_threads=torch.get_num_threads(),
+        batch_size=w.batch_size,
         # "both" fingerprints with the device digest and also with sha256, as a cross-check.
-        "fingerprint_method": "device" if method == "both" else method,
-        "fingerprint": None,
-        "step_fingerprints": None,
-        "max_abs_diff": None,
-        "seconds_per_step": None,
-        "items_per_second": None,
-        "timing": None,
-        "peak_memory_bytes": None,
-        "memory": None,
-        "precision": None,
-        "phases": {},
-        "host_load": None,
-        "utc": None,
-    }
+        fingerprint_method="device" if method == "both" else method,
+    )
     engines = cudnnlog.Watch(job, rec, w.distributed)  # --cudnn-log: the log's size now
     if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
         if launch is None:

@@ -1,0 +1,105 @@
+"""The constructors of a record, one for each kind: ``measured`` (a worker's, which its passes
+fill in), ``lost`` (a workload a worker took down with it: it died, or ran past ``--timeout``)
+and ``merged`` (a record of a shard or of one machine's run, in a merged set). Nobody else
+builds a record's dict; each constructor returns a record that ``schema.problem`` accepts, with
+every field of ``schema.ALWAYS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from detbench.core.modes import Mode, record_fields
+from detbench.store.schema import ALWAYS, SCHEMA_VERSION, Status, check
+
+
+def _blank() -> dict[str, Any]:
+    """Every field of a version-4 record, None (a lost record's, before what the runner knows)."""
+    return dict.fromkeys(ALWAYS)
+
+
+def measured(
+    *,
+    suite: str,
+    workload: str,
+    params: Mapping[str, Any],
+    mode: Mode,
+    settings: Mapping[str, Any],
+    replicate: int,
+    seed: int,
+    device: str,
+    profile: str,
+    num_threads: int,
+    batch_size: int | None,
+    fingerprint_method: str,
+) -> dict[str, Any]:
+    """A worker's record of one workload before its passes: status ``ok``, no measurement yet.
+    ``settings``: every setting's column as the worker read it back after applying ``mode``
+    (``worker.applied.columns``); the passes update them where the workload changed one.
+    The worker's main adds where it ran (``device_name``, ``worker_pid``, ``node``, ``job``)."""
+    rec = _blank()
+    rec.update(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "suite": suite,
+            "workload": workload,
+            "params": dict(params),
+            **record_fields(mode),
+            **settings,
+            "settings_changed": [],
+            # The batch-invariance verdict stays None for a workload that declares no batch
+            # sizes; ``batch_size`` is the size the fingerprint and timing passes used.
+            "batch_size": batch_size,
+            "replicate": replicate,
+            "seed": seed,
+            "device": device,
+            "profile": profile,
+            "num_threads": num_threads,
+            "status": Status.OK,
+            "fingerprint_method": fingerprint_method,
+            "phases": {},
+        }
+    )
+    return check(rec)
+
+
+#: What a runner knows of a workload its worker took down with it, beside its replicate.
+RUNNER_KNOWS = ("mode_position", "seed", "device", "device_name", "profile", "node", "job", "utc")
+
+
+def lost(
+    key: str,
+    mode: Mode,
+    status: str,
+    message: str,
+    exit_code: int | None,
+    *,
+    replicate: int,
+    **known: Any,
+) -> dict[str, Any]:
+    """The record of workload ``key`` ("suite/name") that a worker took down with it: ``status``
+    ``crashed`` or ``timeout``, and ``exit_code`` (None where it is not known). ``known``: what else
+    the runner knows of it (``RUNNER_KNOWS``); the rest is None, and so are the settings but
+    those the mode sets: the worker never said."""
+    suite, name = key.split("/", 1)
+    unknown = sorted(set(known) - set(RUNNER_KNOWS))
+    if unknown:
+        raise TypeError(f"lost(): not what a runner knows of a lost workload: {unknown}")
+    rec = _blank()
+    rec.update(schema_version=SCHEMA_VERSION, suite=suite, workload=name, **record_fields(mode))
+    rec.update(known, replicate=replicate)
+    rec.update(status=status, message=message, exit_code=exit_code)
+    return check(rec)
+
+
+def merged(
+    rec: Mapping[str, Any], *, shard: str | None = None, machine: str | None = None
+) -> dict[str, Any]:
+    """A copy of ``rec`` (a record read back from a run merged) that says where it came from:
+    ``shard`` ("K/N") of one run, or ``machine``, the name of its run in a set of runs from
+    several machines. Its ``schema_version`` is kept: it was made in that version's shape."""
+    if (shard is None) == (machine is None):
+        raise TypeError("merged(): give a shard or a machine")
+    where = {"shard": shard} if shard is not None else {"machine": machine}
+    return check({**rec, **where})
