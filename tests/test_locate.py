@@ -16,7 +16,7 @@ from detbench.core.catalog import documenting
 from detbench.core.modes import get_mode
 from detbench.core.workload import load_file, registry
 from detbench.locate import report as locate_report
-from detbench.locate.stages import compare
+from detbench.locate.culprits import compare
 from detbench.locate.worker import record_workload
 
 from .conftest import WORKLOADS, detbench_cli

@@ -6,38 +6,15 @@ A workload declared ``@detbench.workload(..., distributed=True)`` is handed here
 launch runs it and the distributed workloads after it in that worker's list, in order, each
 freshly seeded and built; the later ones take their records from it at their turn, so torchrun's
 start-up (about 5 s on a CPU) is paid once per worker. A launch that ends early (a fault) leaves
-the workloads after the one it ended in to a fresh launch. The launcher is PyTorch's own::
+the workloads after the one it ended in to a fresh launch.
 
-    python -m torch.distributed.run --nnodes 1 --nproc-per-node N --rdzv-backend c10d
-        --rdzv-endpoint 127.0.0.1:PORT --rdzv-id UUID --max-restarts 0
-        -m detbench.worker.child --job DIR/job.json --out DIR/rank{rank}.jsonl
-
-(a free port of its own: before torch 2.1, ``--standalone`` always took port 29400). Each rank
-(``detbench.distributed.rank``) runs the worker's passes and sends a result per workload, as JSON
-lines (``detbench.worker.protocol``). The launcher makes each workload's results ONE record with
-the usual fields, so analysis and the report treat it like any other, plus:
-
-- ``world_size`` (int), ``backend``, ``bucket_cap_mb``, ``nccl_algo``/``nccl_proto`` (None when
-  unset) as the ranks ran them (with NCCL: as rank 0 read them after ``init_process_group``,
-  ``nccl_env``); ``settings_inert``: the NCCL settings that cannot act here, and why;
-- ``fingerprint``: step ``i``'s digest is ``combine`` of the ranks' digests of step ``i`` in rank
-  order, the fingerprint ``combine`` of those (``fingerprint_sha256`` likewise);
-  ``rank_fingerprints`` has each rank's own;
-- ``ranks_agree``: True when after every fingerprint step every rank held bitwise the same
-  parameters (of the modules wrapped with ``ctx.ddp``), False otherwise, a bug worth reporting;
-  ``ranks_first_disagree_step`` the first step where they did not;
-- throughput: the ranks time on a shared clock, so ``seconds_per_step`` is the slowest rank's;
-  ``items_per_step``, FLOPs and bytes per step are sums over ranks;
-- ``losses``, ``ops_called``: rank 0's; ``peak_memory_bytes``, ``max_abs_diff`` and
-  ``max_abs_diff_vs_default``: the largest over ranks (each rank keeps its own references).
-
-Faults stay data. A launch runs in a session of its own, and every process it starts carries a
-unique marker in its environment (``DETBENCH_LAUNCH``). A rank that records a failure gives the
-record its status (the earliest failing rank's). A rank that dies without its result makes the
-record ``crashed``, with the tail of its log. A launch that outlives its limit is ``timeout``:
-torchrun gets SIGTERM (it stops its ranks), then the rest of the launch SIGKILL. In every case,
-every process that carries the marker is killed and waited for, so nothing of the launch (no
-port) is left behind, and the worker goes on with its next workload.
+The launch and its processes are :mod:`detbench.distributed.torchrun`'s. Each rank
+(:mod:`detbench.distributed.rank`) runs the worker's passes, and
+:mod:`detbench.distributed.combine` makes each workload's results ONE record, with the fields
+described there. From here, the record also says how the ranks ran: ``world_size`` (int),
+``backend``, ``bucket_cap_mb``, ``nccl_algo``/``nccl_proto`` (None when unset; with NCCL, as rank 0
+read them after ``init_process_group``, ``nccl_env``), and ``settings_inert``: the NCCL settings
+that cannot act here, and why.
 
 The launch limit: ``LIMIT_SHARE`` of the job's ``timeout`` (the runner's ``--timeout``: the
 longest silence of a worker, which is silent while its launch runs), at most ``LIMIT_MARGIN``
@@ -47,18 +24,9 @@ job does not say; none when the run has none.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import re
-import signal
-import socket
-import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -66,21 +34,14 @@ from detbench.core import settings as st
 from detbench.core import torchstate as ts
 from detbench.core.modes import Mode
 from detbench.core.workload import Context, Workload, registry
+from detbench.distributed.combine import fill, outcome
+from detbench.distributed.torchrun import Launch, launch
 from detbench.store.schema import Status
-from detbench.worker import fingerprint as fp
-from detbench.worker.protocol import DEFAULT_TIMEOUT, dies_with_us, exit_description, read_messages
+from detbench.worker.protocol import DEFAULT_TIMEOUT
 
-#: The environment variable that marks every process of one launch (value: the launch's id).
-LAUNCH_ENV = "DETBENCH_LAUNCH"
-#: The job's kind for the one child main (``detbench.worker.protocol``): a torchrun rank.
-RANK_KIND = "detbench.distributed.rank:main"
 #: The launch limit is this share of the job's timeout, and leaves at most LIMIT_MARGIN seconds.
 LIMIT_SHARE = 0.8
 LIMIT_MARGIN = 30.0
-#: What torchrun gets after SIGTERM to stop its ranks before everything left gets SIGKILL.
-TERM_GRACE = 5.0
-#: How long the launcher waits for the launch's processes to be gone after SIGKILL.
-KILL_WAIT = 10.0
 
 
 def backend_for(device_type: str) -> str:
@@ -100,281 +61,11 @@ def launch_limit(job: dict[str, Any]) -> float | None:
 def _levels(mode: Mode, device_type: str) -> dict[str, str]:
     """The mode's distributed settings, else their default on ``device_type``."""
     given = mode.overrides
-    return {s.name: given.get(s.name, st.default_level(s.name, device_type))
-            for s in st.SETTINGS if s.scope == "distributed"}  # fmt: skip
-
-
-# -- the processes of a launch ---------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def marked(marker: str) -> list[int]:
-    """The live processes (not zombies) whose environment carries ``LAUNCH_ENV=marker``."""
-    needle = f"{LAUNCH_ENV}={marker}".encode()
-    out = []
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if needle not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:  # gone, or not ours to read
-            continue
-        if state not in ("Z", "X"):
-            out.append(int(entry.name))
-    return out
-
-
-def _kill_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def kill_launch(proc: subprocess.Popen[bytes], marker: str, directory: Path) -> list[int]:
-    """SIGKILL every process of the launch: torchrun's session, each rank's session (torchrun
-    starts each rank in a session of its own), and anything else carrying the marker; then reap
-    torchrun and wait until nothing of the launch is alive. Returns what was still alive at the
-    end (empty unless a process could not be killed)."""
-    _kill_group(proc.pid, signal.SIGKILL)
-    for messages in directory.glob("rank*.jsonl"):
-        for pid in [m["pid"] for m in read_messages(messages) if m.get("type") == "ready"]:
-            _kill_group(int(pid), signal.SIGKILL)
-    deadline = time.monotonic() + KILL_WAIT
-    while True:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.05)
-        alive = marked(marker)
-        for pid in alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if (not alive and proc.poll() is not None) or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
-
-
-@dataclass
-class Launch:
-    """How one launch ended: its workloads (``keys``, in the order the ranks ran them),
-    torchrun's exit code (None: killed at the limit), the ranks' result files as read (workload
-    index -> rank -> result), and the seconds it took."""
-
-    directory: Path
-    keys: list[str]
-    world_size: int
-    code: int | None
-    timed_out: bool
-    seconds: float
-    limit: float | None
-    results: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
-    leftovers: list[int] = field(default_factory=list)
-
-    def done(self, i: int) -> bool:
-        """Whether every rank finished workload ``i`` and recorded it ok."""
-        res = self.results.get(i, {})
-        return len(res) == self.world_size and all(
-            r.get("status") == Status.OK for r in res.values()
-        )
-
-    @property
-    def ended_at(self) -> int:
-        """The index of the workload the launch ended in (``len(keys)`` when all were done):
-        the workloads after it did not run."""
-        return next((i for i in range(len(self.keys)) if not self.done(i)), len(self.keys))
-
-    def log_tail(self, name: str, lines: int = 6) -> str:
-        try:
-            text = (self.directory / name).read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        fatal = [i for i, line in enumerate(text) if line.startswith("Fatal Python error")]
-        if fatal:
-            text = text[fatal[-1] :][:6]
-        return " | ".join(line.strip() for line in text[-lines:] if line.strip())
-
-
-def launch(job: dict[str, Any], directory: Path, world_size: int, env: dict[str, str],
-           limit: float | None) -> Launch:  # fmt: skip
-    """Run one torchrun launch of ``world_size`` ranks for the workloads ``job["keys"]`` (the
-    job is written to ``directory/job.json``), wait for it up to ``limit`` seconds, kill
-    whatever is left of it, and read the ranks' results."""
-    directory.mkdir(parents=True, exist_ok=True)
-    job = {**job, "kind": RANK_KIND, "directory": str(directory)}
-    (directory / "job.json").write_text(json.dumps(job, sort_keys=True))
-    marker = uuid.uuid4().hex
-    env = {**env, LAUNCH_ENV: marker}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-           "--nproc-per-node", str(world_size), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-id", marker,
-           "--max-restarts", "0", "--monitor-interval", "0.1",
-           "-m", "detbench.worker.child", "--job", str(directory / "job.json"),
-           "--out", str(directory / "rank{rank}.jsonl")]  # fmt: skip
-    t0 = time.monotonic()
-    timed_out = False
-    with open(directory / "launcher.log", "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True,
-                                preexec_fn=dies_with_us())  # fmt: skip
-    try:
-        try:
-            code: int | None = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            timed_out, code = True, None
-            _kill_group(proc.pid, signal.SIGTERM)  # torchrun stops its ranks, as on Ctrl-C
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=TERM_GRACE)
-    finally:  # also on Ctrl-C or a failure here: nothing of the launch outlives it
-        leftovers = kill_launch(proc, marker, directory)
-    out = Launch(directory, list(job["keys"]), world_size, code, timed_out,
-                 time.monotonic() - t0, limit, leftovers=leftovers)  # fmt: skip
-    for r in range(world_size):
-        for m in read_messages(directory / f"rank{r}.jsonl"):
-            if m.get("type") == "record":
-                out.results.setdefault(int(m["index"]), {})[r] = m["record"]
-    return out
-
-
-# -- one record from the ranks' results ------------------------------------------------------
-
-
-_FAILURE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
-
-
-def exit_codes(ln: Launch) -> dict[int, int]:
-    """Rank -> exit code of each failed rank, from torchrun's failure summary in its log."""
-    text = ""
-    with contextlib.suppress(OSError):
-        text = (ln.directory / "launcher.log").read_text(errors="replace")
-    start = text.rfind("Failures:")
-    if start < 0:
-        return {}
-    return {int(r): int(c) for r, c in _FAILURE.findall(text, start)}
-
-
-def outcome(ln: Launch, i: int) -> tuple[str, str | None] | None:
-    """(status, message) of workload ``i`` of a launch, or None where it did not run (the
-    launch ended in an earlier one). Before the one the launch ended in: ``ok``. In it:
-    ``timeout`` at the limit; else a rank that died without its result, other than by the
-    SIGTERM with which torchrun stops the others after a failure (a signal, an exit of its
-    own): ``crashed`` (the others' errors, "connection closed by peer", follow from it); else
-    the earliest failure a rank recorded (``oom``, ``unsupported``, ``error``)."""
-    end = ln.ended_at
-    if i < end:
-        return Status.OK, None
-    if i > end:
-        return None
-    results = ln.results.get(i, {})
-    failed = [r for r in results.values() if r.get("status") != Status.OK]
-    if ln.timed_out:
-        where = {r: ln.log_tail(f"rank{r}.log", 1) for r in range(ln.world_size)}
-        return Status.TIMEOUT, (
-            f"the launch of {ln.world_size} ranks exceeded its limit of {ln.limit:g} s; torchrun "
-            "and every rank killed; last words: "
-            + "; ".join(f"rank {r}: {w or 'nothing'}" for r, w in where.items())
-        )
-    codes = exit_codes(ln)
-    missing = [r for r in range(ln.world_size) if r not in results]
-    dead = [r for r in missing if codes.get(r) != -signal.SIGTERM] if codes else missing
-    if dead and (codes or not failed):
-        rank = dead[0]
-        how = exit_description(codes.get(rank, ln.code))
-        tail = ln.log_tail(f"rank{rank}.log") or ln.log_tail("launcher.log")
-        return Status.CRASHED, f"rank {rank} {how} before writing its result; log: {tail}"
-    first = min(failed, key=lambda r: float(r.get("failed_at") or 0.0))
-    return str(first["status"]), f"rank {first['rank']}: {first.get('message')}"
-
-
-def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
-    """The ranks' results for workload ``i`` (which ran) into its record, in rank order."""
-    said = outcome(ln, i)
-    assert said is not None
-    status, message = said
-    if status == Status.OK and ln.code:  # every result is in; torchrun's own end was not clean
-        message = f"the ranks ended, then torchrun {exit_description(ln.code)}"
-    rec["status"], rec["message"] = status, message
-    results = ln.results.get(i, {})
-    ranks = [results[r] for r in sorted(results)]
-    rec["rank_status"] = {str(r["rank"]): r.get("status") for r in ranks}
-    if ln.leftovers:
-        rec["message"] = (message or "") + f" [processes still alive: {ln.leftovers}]"
-    if not ranks:
-        return
-    first = ranks[0]
-    # What every record carries, as rank 0 ran it (the same settings on every rank).
-    for k in ("precision", "num_threads", "settings_changed", "settings_changes"):
-        if k in first:
-            rec[k] = first[k]
-    ts.nccl_read_back(rec, first.get("nccl_env"))
-    rec["peak_memory_bytes"] = max((r.get("peak_memory_bytes") or 0 for r in ranks), default=None)
-    rec["memory"] = first.get("memory")
-    rec["phases"] = {**rec.get("phases", {}), **first.get("phases", {})}
-    if "traceback" in first or status != Status.OK:
-        failed = [r for r in ranks if r.get("traceback")]
-        if failed:
-            rec["traceback"] = failed[0]["traceback"]
-    complete = len(ranks) == ln.world_size
-    steps: list[list[str]] = [r.get("step_fingerprints") or [] for r in ranks]
-    if complete and all(steps) and len({len(s) for s in steps}) == 1:
-        step_digests = [fp.combine(list(ds)) for ds in zip(*steps, strict=True)]
-        rec["step_fingerprints"] = step_digests
-        rec["fingerprint"] = fp.combine(step_digests)
-        rec["rank_fingerprints"] = [fp.combine(s) for s in steps]
-        agree = [r["agreement_digests"] for r in ranks]
-        disagree = [i for i, ds in enumerate(zip(*agree, strict=True)) if len(set(ds)) > 1]
-        rec["ranks_agree"] = not disagree
-        rec["ranks_first_disagree_step"] = disagree[0] if disagree else None
-        for k in ("losses", "first_step_seconds", "ops_called", "attn_implementation"):
-            rec[k] = first.get(k)
-        sha = [r.get("step_fingerprints_sha256") or [] for r in ranks]
-        if all(sha):  # --fingerprint both: the sha256 cross-check, combined the same way
-            rec["step_fingerprints_sha256"] = [fp.combine(list(d)) for d in zip(*sha, strict=True)]
-            rec["fingerprint_sha256"] = fp.combine(rec["step_fingerprints_sha256"])
-        _diff(rec, ranks)
-    if status != Status.OK:
-        return
-    rec["flops_source"] = first.get("flops_source")
-    if first.get("flops_pending"):
-        rec["flops_pending"] = True
-    counted = [r.get("flops_per_step") for r in ranks]
-    rec["flops_per_step"] = sum(counted) if all(c is not None for c in counted) else None
-    if first.get("flops_note"):
-        rec["flops_note"] = first["flops_note"]
-    timing = first["timing"]
-    rec["timing"] = timing
-    rec["seconds_per_step"] = timing["median"]
-    rec["items_per_second"] = rec["items_per_step"] / timing["median"]
-    for unit in ("flops", "bytes"):
-        per_step = rec.get(f"{unit}_per_step")
-        rec[f"{unit}_per_second"] = per_step / timing["median"] if per_step else None
-
-
-def _diff(rec: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
-    """``max_abs_diff`` against the first replicate, and ``max_abs_diff_vs_default``: the largest
-    over ranks (None, with the note, where one rank's outputs have no finite distance)."""
-    vs = [r.get("max_abs_diff_vs_default") for r in ranks if "max_abs_diff_vs_default" in r]
-    if vs:  # the largest over ranks, each against the default mode's reference of its own
-        rec["max_abs_diff_vs_default"] = None if None in vs else max(float(v or 0) for v in vs)
-    refs = [r.get("diff_reference") for r in ranks]
-    if all(d == "self" for d in refs):
-        rec["diff_reference"] = "self"
-        return
-    dicts = [(r["rank"], d) for r, d in zip(ranks, refs, strict=True) if isinstance(d, dict)]
-    if not dicts:
-        return
-    worst = next(((k, d) for k, d in dicts if d.get("max_abs_diff") is None), None)
-    if worst is None:
-        worst = max(dicts, key=lambda kd: float(kd[1]["max_abs_diff"]))
-    rank, d = worst
-    rec["max_abs_diff"] = d.get("max_abs_diff")
-    rec["diff_reference"] = {**d, "rank": rank}
-
-
-# -- the worker's side -------------------------------------------------------------------------
+    return {
+        s.name: given.get(s.name, st.default_level(s.name, device_type))
+        for s in st.SETTINGS
+        if s.scope == "distributed"
+    }
 
 
 def _unsupported(device_type: str, world: int, levels: dict[str, str]) -> str | None:
@@ -419,13 +110,20 @@ def _group(w: Workload, job: dict[str, Any], ws: Any) -> list[str]:
     keys = list(job.get("workloads") or [w.key])
     later = keys[keys.index(w.key) + 1 :] if w.key in keys else []
     known = registry()
-    return [w.key] + [k for k in later if k in known and known[k].distributed
-                      and ws.unsupported(known[k]) is None]  # fmt: skip
+    return [w.key] + [
+        k for k in later if k in known and known[k].distributed and ws.unsupported(known[k]) is None
+    ]
 
 
-def run_distributed(w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, ws: Any,
-                    rec: dict[str, Any],
-                    notify: Callable[[str], None] | None = None) -> None:  # fmt: skip
+def run_distributed(
+    w: Workload,
+    ctx: Context,
+    job: dict[str, Any],
+    mode: Mode,
+    ws: Any,
+    rec: dict[str, Any],
+    notify: Callable[[str], None] | None = None,
+) -> None:
     """Fill ``rec`` (the worker's record of ``w``) from a torchrun launch: a fresh one that runs
     ``w`` and the distributed workloads after it in this worker (one launch per worker, as one
     worker per mode and replicate: torchrun's start-up is paid once, not per workload), or the
@@ -434,18 +132,8 @@ def run_distributed(w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, 
     the runner keeps its other processes paused while the ranks run and time. Never raises for a
     fault of the workload or of its ranks."""
     levels = _levels(mode, ctx.device.type)
-    world = int(levels["world_size"])
-    backend = backend_for(ctx.device.type)
-    nccl = {k: (None if levels[k] == "unset" else levels[k]) for k in ts.NCCL_ENV}
-    rec.update(world_size=world, backend=backend, bucket_cap_mb=int(levels["bucket_cap_mb"]),
-               ranks_agree=None, rank_fingerprints=None, launch=None, **nccl)  # fmt: skip
-    rec["settings_inert"] = st.inert_settings(ts.NCCL_ENV, ctx.device.type, levels,
-                                              mode.deterministic_algorithms)  # fmt: skip
-    rec["items_per_step"] = w.items(ctx) * world
-    per_rank_bytes = w.bytes(ctx)
-    rec["bytes_per_step"] = None if per_rank_bytes is None else per_rank_bytes * world
-    rec["seeding"] = w.seeding
-    reason = ws.unsupported(w) or _unsupported(ctx.device.type, world, levels)
+    _describe(w, ctx, mode, levels, rec)
+    reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"], levels)
     if reason is not None:
         rec.update(status=Status.UNSUPPORTED, message=f"build: {reason}")
         return
@@ -456,42 +144,93 @@ def run_distributed(w: Workload, ctx: Context, job: dict[str, Any], mode: Mode, 
             notify("timing")
             notify("timed")
         ln, i = pending
-        _fill(rec, ln, i, launched=False)
+        fill(rec, ln, i, launched=False)
         return
     limit = launch_limit(job)
     keys = _group(w, job, ws)
-    rank_job = {
-        **{k: job[k] for k in ("seed", "profile", "device", "sources", "fingerprint_steps",
-                               "warmup_steps", "budget", "target_rel", "min_samples",
-                               "replicate", "reference_dir")},
-        "keys": keys, "mode": asdict(mode), "backend": backend,
-        "bucket_cap_mb": float(levels["bucket_cap_mb"]),
-        "fingerprint_method": rec["fingerprint_method"], "fingerprint": job.get("fingerprint"),
-        "nccl": {var: nccl[name] for name, var in ts.NCCL_ENV.items()},
-        "count_flops": bool(job.get("count_flops", True)),
-        "device_index": ctx.device.index if world == 1 and ctx.device.index else 0,
-        # Past the launch's limit: the launcher, not a rank's collective, decides a timeout.
-        "collective_timeout": None if limit is None else limit + 60,
-    }  # fmt: skip
+    rank_job = _rank_job(job, keys, mode, ctx, levels, rec, limit)
     env = ts.nccl_environment(dict(os.environ), levels)
     directory = launch_dir(job, w, mode)
     if notify is not None:
         notify("timing")
     try:
-        ln = launch(rank_job, directory, world, env, limit)
+        ln = launch(rank_job, directory, rec["world_size"], env, limit)
     finally:
         if notify is not None:
             notify("timed")
     for i, key in enumerate(keys[1:], start=1):
         if outcome(ln, i) is not None:
             _PENDING[(ident[0], ident[1], ident[2], key)] = (ln, i)
-    _fill(rec, ln, 0, launched=True)
+    fill(rec, ln, 0, launched=True)
 
 
-def _fill(rec: dict[str, Any], ln: Launch, i: int, launched: bool) -> None:
-    rec["launch"] = {"seconds": ln.seconds, "limit_seconds": ln.limit,
-                     "directory": str(ln.directory), "torchrun_exit": ln.code,
-                     "workloads": ln.keys, "position": i}  # fmt: skip
-    merge(rec, ln, i)
-    if launched:  # torchrun's start and end, the ranks' whole life, all its workloads
-        rec["phases"]["launch"] = ln.seconds
+def _nccl(levels: dict[str, str]) -> dict[str, str | None]:
+    """The NCCL settings as given (None: unset)."""
+    return {k: (None if levels[k] == "unset" else levels[k]) for k in ts.NCCL_ENV}
+
+
+def _describe(
+    w: Workload, ctx: Context, mode: Mode, levels: dict[str, str], rec: dict[str, Any]
+) -> None:
+    """What the record says before any launch: how the ranks are to run, and what a step is."""
+    world = int(levels["world_size"])
+    rec.update(
+        world_size=world,
+        backend=backend_for(ctx.device.type),
+        bucket_cap_mb=int(levels["bucket_cap_mb"]),
+        ranks_agree=None,
+        rank_fingerprints=None,
+        launch=None,
+        **_nccl(levels),
+    )
+    rec["settings_inert"] = st.inert_settings(
+        ts.NCCL_ENV, ctx.device.type, levels, mode.deterministic_algorithms
+    )
+    rec["items_per_step"] = w.items(ctx) * world
+    per_rank_bytes = w.bytes(ctx)
+    rec["bytes_per_step"] = None if per_rank_bytes is None else per_rank_bytes * world
+    rec["seeding"] = w.seeding
+
+
+#: What the ranks' job takes from the worker's job as it is.
+_FROM_JOB = (
+    "seed",
+    "profile",
+    "device",
+    "sources",
+    "fingerprint_steps",
+    "warmup_steps",
+    "budget",
+    "target_rel",
+    "min_samples",
+    "replicate",
+    "reference_dir",
+)
+
+
+def _rank_job(
+    job: dict[str, Any],
+    keys: list[str],
+    mode: Mode,
+    ctx: Context,
+    levels: dict[str, str],
+    rec: dict[str, Any],
+    limit: float | None,
+) -> dict[str, Any]:
+    """The job every rank of the launch gets: the worker's job, for the workloads ``keys``."""
+    nccl = _nccl(levels)
+    world = int(levels["world_size"])
+    return {
+        **{k: job[k] for k in _FROM_JOB},
+        "keys": keys,
+        "mode": asdict(mode),
+        "backend": backend_for(ctx.device.type),
+        "bucket_cap_mb": float(levels["bucket_cap_mb"]),
+        "fingerprint_method": rec["fingerprint_method"],
+        "fingerprint": job.get("fingerprint"),
+        "nccl": {var: nccl[name] for name, var in ts.NCCL_ENV.items()},
+        "count_flops": bool(job.get("count_flops", True)),
+        "device_index": ctx.device.index if world == 1 and ctx.device.index else 0,
+        # Past the launch's limit: the launcher, not a rank's collective, decides a timeout.
+        "collective_timeout": None if limit is None else limit + 60,
+    }

@@ -173,8 +173,14 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
     res["device"] = str(device)
     res["nccl_env"] = st.nccl_env
     w = registry()[key]
-    ctx = Context(device=device, profile=job["profile"], seed=int(job["seed"]), rank=rank,
-                  world_size=world, bucket_cap_mb=job.get("bucket_cap_mb"))  # fmt: skip
+    ctx = Context(
+        device=device,
+        profile=job["profile"],
+        seed=int(job["seed"]),
+        rank=rank,
+        world_size=world,
+        bucket_cap_mb=job.get("bucket_cap_mb"),
+    )
     agree: list[str] = res.setdefault("agreement_digests", [])
     method = res["fingerprint_method"]
 
@@ -231,10 +237,17 @@ def main(job: dict[str, Any], out: Channel) -> int:
     t_start = time.perf_counter()
     for i, key in enumerate(keys):
         res: dict[str, Any] = {
-            "rank": rank, "local_rank": local_rank, "world_size": world, "pid": os.getpid(),
-            "key": key, "status": Status.OK, "message": None, "phases": {},
-            "settings_changed": [], "fingerprint_method": job["fingerprint_method"],
-        }  # fmt: skip
+            "rank": rank,
+            "local_rank": local_rank,
+            "world_size": world,
+            "pid": os.getpid(),
+            "key": key,
+            "status": Status.OK,
+            "message": None,
+            "phases": {},
+            "settings_changed": [],
+            "fingerprint_method": job["fingerprint_method"],
+        }
         where = "start"
         try:
             if st is None:  # the first workload's record carries the rank's set-up

@@ -94,8 +94,14 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
     found: dict[tuple[str, int, str], dict[str, Any]] = {}
     phase = "build"
 
-    def catch(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-              file: Any = None, line: str | None = None) -> None:  # fmt: skip
+    def catch(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
         text = str(message)
         if MARKER not in text:
             return
@@ -133,8 +139,12 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
                 torch.cuda.synchronize(device)
         except Exception as exc:  # the op list so far still answers the question
             error = f"{phase}: {type(exc).__name__}: {exc}"
-    return {"findings": list(found.values()), "error": error, "torch": torch.__version__,
-            "cublas_workspace_config": os.environ.get(CUBLAS_ENV)}  # fmt: skip
+    return {
+        "findings": list(found.values()),
+        "error": error,
+        "torch": torch.__version__,
+        "cublas_workspace_config": os.environ.get(CUBLAS_ENV),
+    }
 
 
 def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -160,15 +170,22 @@ def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
     job = {"source": str(source.resolve()), "key": key, "device": device}
     with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
         try:
-            return run_child("detbench.locate.audit:main", job, Path(tmp), "probe", timeout=3600,
-                             environment=get_mode(DETERMINISTIC_MODE).environment,
-                             label="the probe process")  # fmt: skip
+            return run_child(
+                "detbench.locate.audit:main",
+                job,
+                Path(tmp),
+                "probe",
+                timeout=3600,
+                environment=get_mode(DETERMINISTIC_MODE).environment,
+                label="the probe process",
+            )
         except ChildFailed as exc:
             return {"findings": [], "error": str(exc)}
 
 
-def audit(target: str, device: str, replicates: int = 3, out: Path | None = None,
-          stream: Any = sys.stderr) -> list[Audit]:  # fmt: skip
+def audit(
+    target: str, device: str, replicates: int = 3, out: Path | None = None, stream: Any = sys.stderr
+) -> list[Audit]:
     """Audit every workload that ``target`` names; ``out`` keeps the verdict runs' records."""
     import torch
 
@@ -183,22 +200,35 @@ def audit(target: str, device: str, replicates: int = 3, out: Path | None = None
         refuse_used(out)  # before the probes, which take a while
     run_dir = out or Path(tempfile.mkdtemp(prefix="detbench-audit-")) / "run"
     config = RunConfig(
-        out=run_dir, workload_files=[source], only=keys, replicates=replicates,
-        modes=[get_mode("default"), get_mode(DETERMINISTIC_MODE)], profile="quick",
-        device=device, budget=0.05,
-    )  # fmt: skip
+        out=run_dir,
+        workload_files=[source],
+        only=keys,
+        replicates=replicates,
+        modes=[get_mode("default"), get_mode(DETERMINISTIC_MODE)],
+        profile="quick",
+        device=device,
+        budget=0.05,
+    )
     runner = plan_run(config, stream, cuda=cuda)
     audits = []
     for key in keys:
-        print(f"detbench audit: probing {key} under deterministic algorithms (warn only)",
-              file=stream)  # fmt: skip
+        print(
+            f"detbench audit: probing {key} under deterministic algorithms (warn only)", file=stream
+        )
         probe = run_probe(source, key, device)
-        a = Audit(workload=key, device=device, torch=torch.__version__,
-                  findings=[Finding(**f) for f in probe["findings"]],
-                  probe_error=probe.get("error"))  # fmt: skip
+        a = Audit(
+            workload=key,
+            device=device,
+            torch=torch.__version__,
+            findings=[Finding(**f) for f in probe["findings"]],
+            probe_error=probe.get("error"),
+        )
         audits.append(a)
-    print(f"detbench audit: running {', '.join(keys)} in fresh processes, default and "
-          f"{DETERMINISTIC_MODE}, {replicates} replicates each", file=stream)  # fmt: skip
+    print(
+        f"detbench audit: running {', '.join(keys)} in fresh processes, default and "
+        f"{DETERMINISTIC_MODE}, {replicates} replicates each",
+        file=stream,
+    )
     run_planned(runner)
     v = verdicts(load_results(run_dir))
     for a in audits:
@@ -228,8 +258,11 @@ def _locate(source: Path, device: str, audits: list[Audit], stream: Any) -> None
     deterministic mode's own verdict (already measured) says whether it fixes them."""
     from detbench.locate.stages import locate  # the parent's: not in the probe's process
 
-    keys = [a.workload for a in audits
-            if a.verdicts.get("default", {}).get("verdict") == "nondeterministic"]  # fmt: skip
+    keys = [
+        a.workload
+        for a in audits
+        if a.verdicts.get("default", {}).get("verdict") == "nondeterministic"
+    ]
     if not keys:
         return
     print(f"detbench audit: locating where {', '.join(keys)} part from run to run", file=stream)
@@ -307,8 +340,10 @@ def to_text(audits: list[Audit]) -> str:
             )
             lines += [f"    {s}" for s in a.settings.splitlines()]
         elif a.replace:
-            lines.append("  no mode makes it reproducible here; replace these ops (or run them on "
-                         "another device): " + ", ".join(a.replace))  # fmt: skip
+            lines.append(
+                "  no mode makes it reproducible here; replace these ops (or run them on "
+                "another device): " + ", ".join(a.replace)
+            )
         else:
             lines.append(
                 "  no mode makes it reproducible, and no op was flagged: the cause is outside "

@@ -331,9 +331,14 @@ class Recorder(TorchDispatchMode):
             rec["by_engine"] = engine or not file
             if o is not None and rec["by_engine"]:
                 file, line, fn = o["file"], o["line"], o["func"]
-            rec.update(module=o["module"] if o else None,
-                       module_type=o["module_type"] if o else None,
-                       file=file, line=line, func=fn, origin=origin)  # fmt: skip
+            rec.update(
+                module=o["module"] if o else None,
+                module_type=o["module_type"] if o else None,
+                file=file,
+                line=line,
+                func=fn,
+                origin=origin,
+            )
         else:
             rec["phase"] = "optimizer" if self._in_optimizer else self.phase
             module, mtype = self._module_path()

@@ -14,8 +14,14 @@ from detbench.locate.stages import locate
 from detbench.store.results import load_env, load_results, write_text_atomic
 
 #: The columns of the report's table.
-HEADER = ["workload [mode]", "culprit (phase)", "module", "line", "difference",
-          "documented / fixed"]  # fmt: skip
+HEADER = [
+    "workload [mode]",
+    "culprit (phase)",
+    "module",
+    "line",
+    "difference",
+    "documented / fixed",
+]
 #: The file a run made with ``--locate`` keeps the located culprits in.
 LOCATED_FILE = "located.json"
 
@@ -166,8 +172,14 @@ def locate_run(run_dir: Path, stream: Any) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for (source, mode), keys in todo.items():
         print(f"detbench: locating {', '.join(keys)} in {mode}", file=stream)
-        for loc in locate(source, options.get("device"), mode, profile=options.get("profile"),
-                          stream=stream, only=keys):  # fmt: skip
+        for loc in locate(
+            source,
+            options.get("device"),
+            mode,
+            profile=options.get("profile"),
+            stream=stream,
+            only=keys,
+        ):
             found.append(loc.to_json())
     write_text_atomic(run_dir / LOCATED_FILE, json.dumps({"located": found}, indent=1, default=str))
     return found

@@ -5,11 +5,11 @@ the recorder (:mod:`detbench.locate.record`):
 
 1. **Find.** The workload's build and fingerprint steps run under the recorder in ``replicates``
    fresh processes (default 2), and in more, up to ``until``, while every stream is still equal.
-   Two streams are compared op by op: the **culprit** is an op whose inputs were bitwise equal in
-   both runs and whose outputs were not. Ops after it that received the difference only carry it.
-   Several independent culprits are possible (each is listed); the same line at several steps is
-   one culprit. A stream that calls other ops than the first (control flow on values) is
-   compared up to where the two part, and the report says where.
+   Two streams are compared op by op (:mod:`detbench.locate.culprits`): the **culprit** is an op
+   whose inputs were bitwise equal in both runs and whose outputs were not. Ops after it that
+   received the difference only carry it. Several independent culprits are possible (each is
+   listed); the same line at several steps is one culprit. A stream that calls other ops than the
+   first (control flow on values) is compared up to where the two part, and the report says where.
 2. **Measure.** The outputs of the culprit ops are saved in up to ``MEASURE_PROCESSES`` further
    processes, until two of them, with equal inputs, gave different bits: their largest absolute
    difference is the size of the difference (its lower bound when the output was sampled).
@@ -38,10 +38,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from detbench.core import catalog
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import DETERMINISTIC_MODE, get_mode
 from detbench.core.workload import Context, WorkloadError, registry, select_target
+from detbench.locate.culprits import Culprit, culprits_of
 from detbench.locate.record import SAVE_MAX_ELEMENTS
 from detbench.store.schema import Status
 from detbench.worker.protocol import ChildFailed, run_child
@@ -55,37 +55,6 @@ MARKER = "does not have a deterministic implementation"
 
 class LocateError(DetbenchError):
     """A locate that cannot run as asked (one clear line)."""
-
-
-@dataclass
-class Culprit:
-    op: str
-    file: str
-    line: int
-    module: str | None
-    phase: str
-    max_abs_diff: float | None = None
-    module_type: str | None = None
-    function: str = ""
-    code: str = ""
-    node: str | None = None  # the autograd node, for a backward op
-    forward_op: str | None = None  # the forward op that made that node
-    steps: list[int] = field(default_factory=list)
-    op_index: int = 0  # its first place in the stream
-    differing_elements: int | None = None
-    elements: int | None = None
-    diff_is_lower_bound: bool = False
-    diff_note: str | None = None
-    reads_uninitialized_from: str | None = None
-    documented: bool = False
-    documented_as: str | None = None
-    documented_kind: str | None = None  # "deterministic" (made so) or "raises"
-    fixed_by_deterministic_mode: bool | None = None
-    deterministic_mode_note: str | None = None
-
-    @property
-    def where(self) -> tuple[str, str, int, str, str | None]:
-        return (self.op, self.file, self.line, self.phase, self.module)
 
 
 @dataclass
@@ -115,89 +84,70 @@ class Located:
         return asdict(self)
 
 
-# --- comparing two op streams ----------------------------------------------------------------
-
-
-@dataclass
-class Comparison:
-    culprits: list[int]
-    first_difference: int | None
-    parted_at: int | None
-    carried: int
-
-
-def _inputs_equal(x: dict[str, Any], y: dict[str, Any]) -> bool:
-    a, b = x.get("in", []), y.get("in", [])
-    if len(a) != len(b):
-        return False
-    uninit = set(x.get("reads_uninitialized", {})) | set(y.get("reads_uninitialized", {}))
-    return all(p == q or str(j) in uninit for j, (p, q) in enumerate(zip(a, b, strict=True)))
-
-
-def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Comparison:
-    """Culprits (op indices) of two streams of the same workload; see the module docstring."""
-    culprits: list[int] = []
-    first = parted = None
-    carried = 0
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x["op"] != y["op"]:
-            parted = i
-            break
-        if x.get("view") or x.get("uninitialized") or x.get("out") == y.get("out"):
-            continue
-        first = i if first is None else first
-        if _inputs_equal(x, y):
-            culprits.append(i)
-        else:
-            carried += 1
-    if parted is None and len(a) != len(b):
-        parted = min(len(a), len(b))
-    return Comparison(culprits, first, parted, carried)
-
-
 # --- running the recorder --------------------------------------------------------------------
 
 
 class _Runs:
     """Recording processes of one locate: where their files go, how many ran."""
 
-    def __init__(self, source: Path, device: str, profile: str, seed: int, workdir: Path,
-                 stream: TextIO) -> None:  # fmt: skip
+    def __init__(
+        self, source: Path, device: str, profile: str, seed: int, workdir: Path, stream: TextIO
+    ) -> None:
         self.source, self.device, self.profile, self.seed = source, device, profile, seed
         self.workdir, self.stream = workdir, stream
         self.count = 0
 
-    def run(self, keys: list[str], mode: Any, steps: dict[str, int], why: str,
-            save: dict[str, list[int]] | None = None) -> dict[str, Any]:  # fmt: skip
+    def run(
+        self,
+        keys: list[str],
+        mode: Any,
+        steps: dict[str, int],
+        why: str,
+        save: dict[str, list[int]] | None = None,
+    ) -> dict[str, Any]:
         self.count += 1
         job = {
-            "source": str(self.source.resolve()), "keys": keys, "device": self.device,
-            "mode": asdict(mode), "steps": steps, "seed": self.seed, "profile": self.profile,
+            "source": str(self.source.resolve()),
+            "keys": keys,
+            "device": self.device,
+            "mode": asdict(mode),
+            "steps": steps,
+            "seed": self.seed,
+            "profile": self.profile,
             "save": save or {},
-        }  # fmt: skip
+        }
         print(f"detbench locate: process {self.count} ({why}, {mode.name})", file=self.stream)
         try:
             # The mode's environment, as a run's worker gets it: with deterministic algorithms,
             # CUBLAS_WORKSPACE_CONFIG (the user's or :4096:8); without them, none.
-            return run_child("detbench.locate.worker:main", job, self.workdir, f"p{self.count}",
-                             timeout=PROCESS_TIMEOUT, environment=mode.environment,
-                             label="the recording process")  # fmt: skip
+            return run_child(
+                "detbench.locate.worker:main",
+                job,
+                self.workdir,
+                f"p{self.count}",
+                timeout=PROCESS_TIMEOUT,
+                environment=mode.environment,
+                label="the recording process",
+            )
         except ChildFailed as exc:
             return {"error": str(exc)}
 
 
-def _find(runs: _Runs, keys: list[str], mode: Any, steps: dict[str, int], replicates: int,
-          until: int) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+def _find(
+    runs: _Runs, keys: list[str], mode: Any, steps: dict[str, int], replicates: int, until: int
+) -> dict[str, list[dict[str, Any]]]:
     """Stage 1: per workload, the streams of the processes that ran it."""
     streams: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
     for n in range(max(replicates, until)):
         todo = [
-            k for k in keys
-            if n < replicates or (
+            k
+            for k in keys
+            if n < replicates
+            or (
                 all(s.get("status") == Status.OK for s in streams[k])
                 and all(s["ops"] == streams[k][0]["ops"] for s in streams[k])
             )
-        ]  # fmt: skip
+        ]
         if not todo:
             break
         why = "find" if n < replicates else "find: no difference yet"
@@ -207,64 +157,9 @@ def _find(runs: _Runs, keys: list[str], mode: Any, steps: dict[str, int], replic
     return streams
 
 
-def _code(file: str, line: int) -> str:
-    import linecache
-
-    return linecache.getline(file, line).strip() if file and line else ""
-
-
-def _culprits(streams: list[dict[str, Any]], device: str) -> tuple[list[Culprit], Comparison]:
-    """The culprits over every pair (first process, another), one per place in the code."""
-    first = streams[0]["ops"]
-    merged: dict[int, None] = {}
-    total = Comparison([], None, None, 0)
-    for other in streams[1:]:
-        cmp = compare(first, other["ops"])
-        merged.update(dict.fromkeys(cmp.culprits))
-        if total.first_difference is None or (
-            cmp.first_difference is not None and cmp.first_difference < total.first_difference
-        ):
-            total.first_difference = cmp.first_difference
-        if cmp.parted_at is not None and (
-            total.parted_at is None or cmp.parted_at < total.parted_at
-        ):
-            total.parted_at = cmp.parted_at
-        total.carried = max(total.carried, cmp.carried)
-    total.culprits = sorted(merged)
-    out: dict[tuple[Any, ...], Culprit] = {}
-    for i in total.culprits:
-        op = first[i]
-        origin = first[op["origin"]] if op.get("origin") is not None else None
-        c = Culprit(
-            op=op["op"], file=op["file"], line=int(op["line"]), module=op["module"],
-            phase=op["phase"], module_type=op.get("module_type"), function=op.get("func", ""),
-            code=_code(op["file"], int(op["line"])), node=op.get("node"),
-            forward_op=origin["op"] if origin and op.get("by_engine") else None, op_index=i,
-        )  # fmt: skip
-        uninit = op.get("reads_uninitialized")
-        if uninit:
-            src = first[int(next(iter(uninit.values())))]
-            c.reads_uninitialized_from = f"{src['op']} at {src['file']}:{src['line']}"
-        key = c.where
-        if key in out:
-            if op["step"] not in out[key].steps:
-                out[key].steps.append(op["step"])
-            continue
-        c.steps = [op["step"]]
-        # An op the autograd engine ran for a forward op is known by that op and its node too.
-        names = [c.op, c.module_type or ""]
-        if op.get("by_engine"):
-            names += [c.forward_op or "", c.node or ""]
-        entry = catalog.documenting(names, device, c.phase)
-        if entry is not None:
-            c.documented, c.documented_as = True, f"{entry.op} {entry.condition}".strip()
-            c.documented_kind = entry.kind
-        out[key] = c
-    return list(out.values()), total
-
-
-def _measure(runs: _Runs, mode: Any, steps: dict[str, int],
-             culprits: dict[str, list[Culprit]]) -> None:  # fmt: skip
+def _measure(
+    runs: _Runs, mode: Any, steps: dict[str, int], culprits: dict[str, list[Culprit]]
+) -> None:
     """Stage 2: the size of each culprit's difference, from saved outputs (every workload that
     has culprits, in the same processes)."""
     import torch
@@ -332,8 +227,9 @@ def _pair(seen: list[tuple[str, list[Any], list[Any]]]) -> tuple[list[Any], list
     return None
 
 
-def _check(runs: _Runs, located: dict[str, Located], steps: dict[str, int],
-           replicates: int) -> None:  # fmt: skip
+def _check(
+    runs: _Runs, located: dict[str, Located], steps: dict[str, int], replicates: int
+) -> None:
     """Stage 3: is each culprit still one in the fully deterministic mode?"""
     det = get_mode(DETERMINISTIC_MODE)
     found = _find(runs, list(located), det, steps, replicates, replicates)
@@ -347,29 +243,41 @@ def _check(runs: _Runs, located: dict[str, Located], steps: dict[str, int],
             for c in loc.culprits:
                 c.fixed_by_deterministic_mode = False if raises else None
                 c.deterministic_mode_note = (
-                    f"raises in {det.name}: an op has no deterministic implementation "
-                    f"({msg[:200]})" if raises else f"{det.name} failed: {msg[:200]}"
-                )  # fmt: skip
+                    f"raises in {det.name}: an op has no deterministic implementation ({msg[:200]})"
+                    if raises
+                    else f"{det.name} failed: {msg[:200]}"
+                )
             continue
-        still, _ = _culprits(streams, loc.device)
+        still, _ = culprits_of(streams, loc.device)
         places = {c.where for c in still}
         loc.deterministic_mode = {
-            "mode": det.name, "processes": len(streams),
+            "mode": det.name,
+            "processes": len(streams),
             "reproducible": all(s["ops"] == streams[0]["ops"] for s in streams),
             "culprits": [asdict(c) for c in still],
-        }  # fmt: skip
+        }
         for c in loc.culprits:
             c.fixed_by_deterministic_mode = c.where not in places
             c.deterministic_mode_note = (
-                f"still a culprit in {det.name}" if c.where in places
+                f"still a culprit in {det.name}"
+                if c.where in places
                 else f"no difference there in {len(streams)} fresh processes in {det.name}"
-            )  # fmt: skip
+            )
 
 
-def locate(target: str, device: str | None = None, mode: str = "default", replicates: int = 2,
-           until: int = 4, steps: int | None = None, profile: str | None = None,
-           check: bool = True, seed: int = 0, stream: TextIO = sys.stderr,
-           only: list[str] | None = None) -> list[Located]:  # fmt: skip
+def locate(
+    target: str,
+    device: str | None = None,
+    mode: str = "default",
+    replicates: int = 2,
+    until: int = 4,
+    steps: int | None = None,
+    profile: str | None = None,
+    check: bool = True,
+    seed: int = 0,
+    stream: TextIO = sys.stderr,
+    only: list[str] | None = None,
+) -> list[Located]:
     """Locate every workload ``target`` names (see the module docstring), or those of them whose
     keys are in ``only``."""
     import torch
@@ -415,8 +323,14 @@ def _conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) -
     """What the find stage's streams say about one workload."""
     import torch
 
-    loc = Located(workload=key, device=device, mode=mode.name, torch=torch.__version__,
-                  reproducible=None, processes=len(streams))  # fmt: skip
+    loc = Located(
+        workload=key,
+        device=device,
+        mode=mode.name,
+        torch=torch.__version__,
+        reproducible=None,
+        processes=len(streams),
+    )
     bad = [s for s in streams if s.get("status") != Status.OK]
     if bad:
         loc.error = str(bad[0].get("error"))
@@ -438,13 +352,23 @@ def _conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) -
         )
     if loc.reproducible:
         return loc
-    culprits, cmp = _culprits(streams, device)
+    culprits, cmp = culprits_of(streams, device)
     loc.culprits, loc.carried = culprits, cmp.carried
     for name, i in (("first_difference", cmp.first_difference), ("parted_at", cmp.parted_at)):
         if i is not None and i < len(first["ops"]):
             op = first["ops"][i]
-            setattr(loc, name, {"index": i, "op": op["op"], "phase": op["phase"],
-                                "file": op["file"], "line": op["line"], "module": op["module"],
-                                "step": op["step"]})  # fmt: skip
+            setattr(
+                loc,
+                name,
+                {
+                    "index": i,
+                    "op": op["op"],
+                    "phase": op["phase"],
+                    "file": op["file"],
+                    "line": op["line"],
+                    "module": op["module"],
+                    "step": op["step"],
+                },
+            )
     loc.unlocated = not culprits
     return loc

@@ -58,8 +58,16 @@ class _CompileWatch:
             torch.compile = self._original
 
 
-def record_workload(w: Any, mode: Any, device: torch.device, steps: int, seed: int,
-                    profile: str, save: set[int], saved_dir: Path) -> dict[str, Any]:  # fmt: skip
+def record_workload(
+    w: Any,
+    mode: Any,
+    device: torch.device,
+    steps: int,
+    seed: int,
+    profile: str,
+    save: set[int],
+    saved_dir: Path,
+) -> dict[str, Any]:
     """One workload's op stream in this process: build and ``steps`` steps under the recorder
     (the worker's build and fingerprint pass, ``worker.passes``, each step recorded)."""
     ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)

@@ -22,6 +22,7 @@ PARENT = (
     "detbench.analysis",
     "detbench.report",
     "detbench.locate.stages",
+    "detbench.locate.culprits",
     "detbench.locate.report",
     "detbench.cli",
 )

@@ -1,0 +1,205 @@
+"""One ``torchrun`` launch of a worker's distributed workloads, and its processes. The launcher
+is PyTorch's own::
+
+    python -m torch.distributed.run --nnodes 1 --nproc-per-node N --rdzv-backend c10d
+        --rdzv-endpoint 127.0.0.1:PORT --rdzv-id UUID --max-restarts 0
+        -m detbench.worker.child --job DIR/job.json --out DIR/rank{rank}.jsonl
+
+(a free port of its own: before torch 2.1, ``--standalone`` always took port 29400). Each rank
+(``detbench.distributed.rank``) runs the worker's passes and sends a result per workload, as JSON
+lines (``detbench.worker.protocol``); a :class:`Launch` holds them as read, with torchrun's exit
+code and log, and :mod:`detbench.distributed.combine` makes each workload's record of them.
+
+A launch runs in a session of its own, and every process it starts carries a unique marker in its
+environment (``DETBENCH_LAUNCH``). A launch that outlives its limit: torchrun gets SIGTERM (it
+stops its ranks), then the rest of the launch SIGKILL. In every case, every process that carries
+the marker is killed and waited for, so nothing of the launch (no port) is left behind, and the
+worker goes on with its next workload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+from detbench.store.schema import Status
+from detbench.worker.protocol import dies_with_us, read_messages
+
+#: The environment variable that marks every process of one launch (value: the launch's id).
+LAUNCH_ENV = "DETBENCH_LAUNCH"
+#: The job's kind for the one child main (``detbench.worker.protocol``): a torchrun rank.
+RANK_KIND = "detbench.distributed.rank:main"
+#: What torchrun gets after SIGTERM to stop its ranks before everything left gets SIGKILL.
+TERM_GRACE = 5.0
+#: How long the launcher waits for the launch's processes to be gone after SIGKILL.
+KILL_WAIT = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _command(world_size: int, marker: str, directory: Path) -> list[str]:
+    """torchrun's command line: ``world_size`` ranks on this node, a rendezvous on a free port of
+    its own, no restart, and each rank the one child main with its job and its result file."""
+    options = {
+        "--nnodes": "1",
+        "--nproc-per-node": str(world_size),
+        "--rdzv-backend": "c10d",
+        "--rdzv-endpoint": f"127.0.0.1:{_free_port()}",
+        "--rdzv-id": marker,
+        "--max-restarts": "0",
+        "--monitor-interval": "0.1",
+    }
+    job = {"--job": str(directory / "job.json"), "--out": str(directory / "rank{rank}.jsonl")}
+    rank = ["-m", "detbench.worker.child", *chain(*job.items())]
+    return [sys.executable, "-m", "torch.distributed.run", *chain(*options.items()), *rank]
+
+
+def marked(marker: str) -> list[int]:
+    """The live processes (not zombies) whose environment carries ``LAUNCH_ENV=marker``."""
+    needle = f"{LAUNCH_ENV}={marker}".encode()
+    out = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # gone, or not ours to read
+            continue
+        if state not in ("Z", "X"):
+            out.append(int(entry.name))
+    return out
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def kill_launch(proc: subprocess.Popen[bytes], marker: str, directory: Path) -> list[int]:
+    """SIGKILL every process of the launch: torchrun's session, each rank's session (torchrun
+    starts each rank in a session of its own), and anything else carrying the marker; then reap
+    torchrun and wait until nothing of the launch is alive. Returns what was still alive at the
+    end (empty unless a process could not be killed)."""
+    _kill_group(proc.pid, signal.SIGKILL)
+    for messages in directory.glob("rank*.jsonl"):
+        for pid in [m["pid"] for m in read_messages(messages) if m.get("type") == "ready"]:
+            _kill_group(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + KILL_WAIT
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.05)
+        alive = marked(marker)
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if (not alive and proc.poll() is not None) or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+@dataclass
+class Launch:
+    """How one launch ended: its workloads (``keys``, in the order the ranks ran them),
+    torchrun's exit code (None: killed at the limit), the ranks' result files as read (workload
+    index -> rank -> result), and the seconds it took."""
+
+    directory: Path
+    keys: list[str]
+    world_size: int
+    code: int | None
+    timed_out: bool
+    seconds: float
+    limit: float | None
+    results: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    leftovers: list[int] = field(default_factory=list)
+
+    def done(self, i: int) -> bool:
+        """Whether every rank finished workload ``i`` and recorded it ok."""
+        res = self.results.get(i, {})
+        return len(res) == self.world_size and all(
+            r.get("status") == Status.OK for r in res.values()
+        )
+
+    @property
+    def ended_at(self) -> int:
+        """The index of the workload the launch ended in (``len(keys)`` when all were done):
+        the workloads after it did not run."""
+        return next((i for i in range(len(self.keys)) if not self.done(i)), len(self.keys))
+
+    def log_tail(self, name: str, lines: int = 6) -> str:
+        try:
+            text = (self.directory / name).read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        fatal = [i for i, line in enumerate(text) if line.startswith("Fatal Python error")]
+        if fatal:
+            text = text[fatal[-1] :][:6]
+        return " | ".join(line.strip() for line in text[-lines:] if line.strip())
+
+
+def launch(
+    job: dict[str, Any], directory: Path, world_size: int, env: dict[str, str], limit: float | None
+) -> Launch:
+    """Run one torchrun launch of ``world_size`` ranks for the workloads ``job["keys"]`` (the
+    job is written to ``directory/job.json``), wait for it up to ``limit`` seconds, kill
+    whatever is left of it, and read the ranks' results."""
+    directory.mkdir(parents=True, exist_ok=True)
+    job = {**job, "kind": RANK_KIND, "directory": str(directory)}
+    (directory / "job.json").write_text(json.dumps(job, sort_keys=True))
+    marker = uuid.uuid4().hex
+    env = {**env, LAUNCH_ENV: marker}
+    cmd = _command(world_size, marker, directory)
+    t0 = time.monotonic()
+    timed_out = False
+    with open(directory / "launcher.log", "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=dies_with_us(),
+        )
+    try:
+        try:
+            code: int | None = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out, code = True, None
+            _kill_group(proc.pid, signal.SIGTERM)  # torchrun stops its ranks, as on Ctrl-C
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=TERM_GRACE)
+    finally:  # also on Ctrl-C or a failure here: nothing of the launch outlives it
+        leftovers = kill_launch(proc, marker, directory)
+    out = Launch(
+        directory,
+        list(job["keys"]),
+        world_size,
+        code,
+        timed_out,
+        time.monotonic() - t0,
+        limit,
+        leftovers=leftovers,
+    )
+    for r in range(world_size):
+        for m in read_messages(directory / f"rank{r}.jsonl"):
+            if m.get("type") == "record":
+                out.results.setdefault(int(m["index"]), {})[r] = m["record"]
+    return out

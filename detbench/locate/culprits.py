@@ -1,0 +1,146 @@
+"""Two op streams of the same workload compared: its culprits, and each looked up in the catalog.
+
+Two streams are compared op by op: the **culprit** is an op whose inputs were bitwise equal in
+both runs and whose outputs were not. Ops after it that received the difference only carry it.
+Several independent culprits are possible (each is listed); the same line at several steps is one
+culprit. A stream that calls other ops than the first (control flow on values) is compared up to
+where the two part. Each culprit is looked up in the catalog of the ops the installed torch
+documents as nondeterministic (:mod:`detbench.core.catalog`).
+"""
+
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass, field
+from typing import Any
+
+from detbench.core import catalog
+
+
+@dataclass
+class Culprit:
+    op: str
+    file: str
+    line: int
+    module: str | None
+    phase: str
+    max_abs_diff: float | None = None
+    module_type: str | None = None
+    function: str = ""
+    code: str = ""
+    node: str | None = None  # the autograd node, for a backward op
+    forward_op: str | None = None  # the forward op that made that node
+    steps: list[int] = field(default_factory=list)
+    op_index: int = 0  # its first place in the stream
+    differing_elements: int | None = None
+    elements: int | None = None
+    diff_is_lower_bound: bool = False
+    diff_note: str | None = None
+    reads_uninitialized_from: str | None = None
+    documented: bool = False
+    documented_as: str | None = None
+    documented_kind: str | None = None  # "deterministic" (made so) or "raises"
+    fixed_by_deterministic_mode: bool | None = None
+    deterministic_mode_note: str | None = None
+
+    @property
+    def where(self) -> tuple[str, str, int, str, str | None]:
+        return (self.op, self.file, self.line, self.phase, self.module)
+
+
+@dataclass
+class Comparison:
+    culprits: list[int]
+    first_difference: int | None
+    parted_at: int | None
+    carried: int
+
+
+def _inputs_equal(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    a, b = x.get("in", []), y.get("in", [])
+    if len(a) != len(b):
+        return False
+    uninit = set(x.get("reads_uninitialized", {})) | set(y.get("reads_uninitialized", {}))
+    return all(p == q or str(j) in uninit for j, (p, q) in enumerate(zip(a, b, strict=True)))
+
+
+def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Comparison:
+    """Culprits (op indices) of two streams of the same workload; see the module docstring."""
+    culprits: list[int] = []
+    first = parted = None
+    carried = 0
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x["op"] != y["op"]:
+            parted = i
+            break
+        if x.get("view") or x.get("uninitialized") or x.get("out") == y.get("out"):
+            continue
+        first = i if first is None else first
+        if _inputs_equal(x, y):
+            culprits.append(i)
+        else:
+            carried += 1
+    if parted is None and len(a) != len(b):
+        parted = min(len(a), len(b))
+    return Comparison(culprits, first, parted, carried)
+
+
+def _code(file: str, line: int) -> str:
+    return linecache.getline(file, line).strip() if file and line else ""
+
+
+def culprits_of(streams: list[dict[str, Any]], device: str) -> tuple[list[Culprit], Comparison]:
+    """The culprits over every pair (first process, another), one per place in the code."""
+    first = streams[0]["ops"]
+    merged: dict[int, None] = {}
+    total = Comparison([], None, None, 0)
+    for other in streams[1:]:
+        cmp = compare(first, other["ops"])
+        merged.update(dict.fromkeys(cmp.culprits))
+        if total.first_difference is None or (
+            cmp.first_difference is not None and cmp.first_difference < total.first_difference
+        ):
+            total.first_difference = cmp.first_difference
+        if cmp.parted_at is not None and (
+            total.parted_at is None or cmp.parted_at < total.parted_at
+        ):
+            total.parted_at = cmp.parted_at
+        total.carried = max(total.carried, cmp.carried)
+    total.culprits = sorted(merged)
+    out: dict[tuple[Any, ...], Culprit] = {}
+    for i in total.culprits:
+        op = first[i]
+        origin = first[op["origin"]] if op.get("origin") is not None else None
+        c = Culprit(
+            op=op["op"],
+            file=op["file"],
+            line=int(op["line"]),
+            module=op["module"],
+            phase=op["phase"],
+            module_type=op.get("module_type"),
+            function=op.get("func", ""),
+            code=_code(op["file"], int(op["line"])),
+            node=op.get("node"),
+            forward_op=origin["op"] if origin and op.get("by_engine") else None,
+            op_index=i,
+        )
+        uninit = op.get("reads_uninitialized")
+        if uninit:
+            src = first[int(next(iter(uninit.values())))]
+            c.reads_uninitialized_from = f"{src['op']} at {src['file']}:{src['line']}"
+        key = c.where
+        if key in out:
+            if op["step"] not in out[key].steps:
+                out[key].steps.append(op["step"])
+            continue
+        c.steps = [op["step"]]
+        # An op the autograd engine ran for a forward op is known by that op and its node too.
+        names = [c.op, c.module_type or ""]
+        if op.get("by_engine"):
+            names += [c.forward_op or "", c.node or ""]
+        entry = catalog.documenting(names, device, c.phase)
+        if entry is not None:
+            c.documented, c.documented_as = True, f"{entry.op} {entry.condition}".strip()
+            c.documented_kind = entry.kind
+        out[key] = c
+    return list(out.values()), total
