@@ -24,8 +24,12 @@ if TYPE_CHECKING:
 #: warm-up), set before the stopping rule existed and checked against later runs (README, "Plan
 #: and estimate"). The others are guesses until a run measures them; on CUDA ``--dry-run`` says
 #: so.
-RECORD_OVERHEAD_SECONDS = {("cpu", "quick"): 0.035, ("cpu", "full"): 0.3,
-                           ("cuda", "quick"): 0.05, ("cuda", "full"): 0.15}  # fmt: skip
+RECORD_OVERHEAD_SECONDS = {
+    ("cpu", "quick"): 0.035,
+    ("cpu", "full"): 0.3,
+    ("cuda", "quick"): 0.05,
+    ("cuda", "full"): 0.15,
+}
 #: The share of its budget a record spends sampling before the stopping rule ends it, on average
 #: (records that reach their target early spend less). CPU: set from the matrix run before the
 #: stopping rule existed, and checked since (README, "Plan and estimate"). CUDA: a guess until a
@@ -61,9 +65,14 @@ LAUNCH_SECONDS = {"cpu": 5.0, "cuda": 18.0}
 #: batchnorm 0.183, bmm 0.375, training 1.96 s. cudnn.benchmark's autotuning is included (the
 #: bench modes ran). The modes without cuDNN: below.
 SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
-    ("cuda", "full"): {"conv": 0.307, "rnn": 0.70, "training": 1.90, "batchnorm": 0.218,
-                       "bmm": 0.371},
-}  # fmt: skip
+    ("cuda", "full"): {
+        "conv": 0.307,
+        "rnn": 0.70,
+        "training": 1.90,
+        "batchnorm": 0.218,
+        "bmm": 0.371,
+    },
+}
 #: Seconds of one record by suite in the modes with cuDNN off (``no-cudnn``,
 #: ``no-cudnn+det-algos``: ``cudnn.enabled`` off), where a run measured them: native convolutions
 #: and RNNs are slower, and training's ResNet-18 runs native convolutions too. CUDA full, on the
@@ -123,15 +132,17 @@ _DATALOADER = 1.55
 #: layers) x 12 layers x 32 tokens = 0.11 s per generate() at any batch up to 16, its 3 fingerprint
 #: steps, 12.4 timed, and an invariance pass of 5 sizes (a build and a generate() each).
 _H100_MATMUL_FP32, _H100_CONV_TF32 = 41.3e12, 61.2e12
-_MODELS = {"gpt2_lm": (7.00e12, 124.4e6, _H100_MATMUL_FP32),
-           "llama_lm": (6.00e12, 124.7e6, _H100_MATMUL_FP32),
-           "bert_classify": (2.15e12, 109.5e6, _H100_MATMUL_FP32),
-           "vit_classify": (3.36e12, 86.6e6, _H100_MATMUL_FP32),
-           "convnext_classify": (0.855e12, 28.6e6, _H100_CONV_TF32),
-           "whisper_seq2seq": (2.68e12, 72.6e6, _H100_MATMUL_FP32),
-           "tv_resnet50": (4.09e9 * 6 * 64, 25.6e6, _H100_CONV_TF32),
-           "tv_efficientnet_b0": (0.39e9 * 6 * 64, 5.3e6, _H100_CONV_TF32),
-           "tv_vit_b_16": (17.56e9 * 6 * 32, 86.6e6, _H100_MATMUL_FP32)}  # fmt: skip
+_MODELS = {
+    "gpt2_lm": (7.00e12, 124.4e6, _H100_MATMUL_FP32),
+    "llama_lm": (6.00e12, 124.7e6, _H100_MATMUL_FP32),
+    "bert_classify": (2.15e12, 109.5e6, _H100_MATMUL_FP32),
+    "vit_classify": (3.36e12, 86.6e6, _H100_MATMUL_FP32),
+    "convnext_classify": (0.855e12, 28.6e6, _H100_CONV_TF32),
+    "whisper_seq2seq": (2.68e12, 72.6e6, _H100_MATMUL_FP32),
+    "tv_resnet50": (4.09e9 * 6 * 64, 25.6e6, _H100_CONV_TF32),
+    "tv_efficientnet_b0": (0.39e9 * 6 * 64, 5.3e6, _H100_CONV_TF32),
+    "tv_vit_b_16": (17.56e9 * 6 * 32, 86.6e6, _H100_MATMUL_FP32),
+}
 _BUILD, _DIGEST_PER_PARAMETER, _TIMED_STEPS = 0.61, 0.73e-9, 12.4
 
 
@@ -143,14 +154,16 @@ def _paper_record(flops: float, parameters: float, rate: float) -> float:
 _GENERATE_STEP = 0.29e-3 * 12 * 32
 _GENERATE = _BUILD + (3 + _TIMED_STEPS) * _GENERATE_STEP + 5 * (_BUILD + _GENERATE_STEP)
 WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
-    ("cuda", "full"): {"invariance/decoder_greedy_invariant": 6.7,
-                       "invariance/decoder_greedy": 3.2,
-                       "recipes/dataloader__nothing_seeded": _DATALOADER,
-                       "recipes/dataloader__global_seeds_only": _DATALOADER,
-                       "recipes/dataloader__worker_init_fn_and_generator": _DATALOADER,
-                       **{f"models/{k}": _paper_record(*v) for k, v in _MODELS.items()},
-                       "models/gpt2_generate": _GENERATE},
-}  # fmt: skip
+    ("cuda", "full"): {
+        "invariance/decoder_greedy_invariant": 6.7,
+        "invariance/decoder_greedy": 3.2,
+        "recipes/dataloader__nothing_seeded": _DATALOADER,
+        "recipes/dataloader__global_seeds_only": _DATALOADER,
+        "recipes/dataloader__worker_init_fn_and_generator": _DATALOADER,
+        **{f"models/{k}": _paper_record(*v) for k, v in _MODELS.items()},
+        "models/gpt2_generate": _GENERATE,
+    },
+}
 #: Seconds until the first worker of a CUDA run is ready, where a dry run cannot measure it (no
 #: GPU here: the paper estimate): 9.8 s, what the H100 run of conv, rnn and training waited for its
 #: workers' start-up in all (results/20261124-085144-cuda-full-conv-rnn-training/env.json,
@@ -171,8 +184,12 @@ HANDOVER_SECONDS = {"cuda": 1.0, "cpu": 0.0}
 #: step at that size). CPU quick: 54 s over the 3960 sizes of the invariance suite's 750
 #: records, measured on the 2-core VM (results/20261124-024157-cpu-quick-invariance). The
 #: others are guesses until a run measures them.
-INVARIANCE_SECONDS_PER_SIZE = {("cpu", "quick"): 0.014, ("cpu", "full"): 0.1,
-                               ("cuda", "quick"): 0.01, ("cuda", "full"): 0.05}  # fmt: skip
+INVARIANCE_SECONDS_PER_SIZE = {
+    ("cpu", "quick"): 0.014,
+    ("cpu", "full"): 0.1,
+    ("cuda", "quick"): 0.01,
+    ("cuda", "full"): 0.05,
+}
 
 
 @dataclass(frozen=True)
@@ -248,14 +265,20 @@ class Estimate:
         launches = self.lane_launches or (0,) * len(self.lane_records)
         sizes = self.lane_sizes or (0,) * len(self.lane_records)
         handovers = self.lane_handovers or (0,) * len(self.lane_records)
-        costs = self.lane_record_seconds or tuple(n * self.per_record_seconds
-                                                  for n in self.lane_records)  # fmt: skip
+        costs = self.lane_record_seconds or tuple(
+            n * self.per_record_seconds for n in self.lane_records
+        )
         return tuple(
-            (self.startup_seconds if n else 0.0) + w + c + k * self.launch_seconds
-            + b * self.size_seconds + h * self.handover_seconds
-            for n, w, c, k, b, h in zip(self.lane_records, self.lane_waits, costs, launches, sizes,
-                                        handovers, strict=True)
-        )  # fmt: skip
+            (self.startup_seconds if n else 0.0)
+            + w
+            + c
+            + k * self.launch_seconds
+            + b * self.size_seconds
+            + h * self.handover_seconds
+            for n, w, c, k, b, h in zip(
+                self.lane_records, self.lane_waits, costs, launches, sizes, handovers, strict=True
+            )
+        )
 
     @property
     def seconds(self) -> float:
@@ -263,10 +286,13 @@ class Estimate:
         if len(self.lane_records) > 1:
             return max(self.lane_seconds)
         return (
-            self.startup_seconds + self.startup_waits + self.record_seconds
-            + self.launches * self.launch_seconds + self.invariance_seconds
+            self.startup_seconds
+            + self.startup_waits
+            + self.record_seconds
+            + self.launches * self.launch_seconds
+            + self.invariance_seconds
             + self.handovers * self.handover_seconds
-        )  # fmt: skip
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -326,8 +352,9 @@ class Probed:
         return self.seconds - (self.count if replicate else 0.0)
 
 
-def planned_unsupported(workloads: Sequence[Any], device: str,
-                        gpus: int) -> Callable[[Mode, str], bool]:  # fmt: skip
+def planned_unsupported(
+    workloads: Sequence[Any], device: str, gpus: int
+) -> Callable[[Mode, str], bool]:
     """Whether a record (mode, workload key) will be ``unsupported``, as far as a plan can know:
     a ``--set`` setting this torch lacks, autocast for a workload that does not declare it, and
     on CUDA a distributed workload with more ranks than ``gpus`` (its world size as the mode sets

@@ -39,10 +39,14 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     if c.devices:
         doc["devices"] = names
         doc["assignment"] = [
-            {"device": names[s.lane], "replicate": s.replicate, "mode": s.mode.name,
-             "records": len(s.keys)}
+            {
+                "device": names[s.lane],
+                "replicate": s.replicate,
+                "mode": s.mode.name,
+                "records": len(s.keys),
+            }
             for s in runner.plan.slots
-        ]  # fmt: skip
+        ]
     if runner.threads_per_worker is not None:
         doc["threads_per_worker"] = runner.threads_per_worker
     lines = [
@@ -66,9 +70,13 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         lines.append(
             f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
             f"x {est.launch_seconds:g} s each, in the estimate above"
-            + (" (measured on the H100: 17-19 s per launch of one rank, its records' measurement "
-               "included)" if c.device == "cuda" else "")
-        )  # fmt: skip
+            + (
+                " (measured on the H100: 17-19 s per launch of one rank, its records' measurement "
+                "included)"
+                if c.device == "cuda"
+                else ""
+            )
+        )
     if est.invariance_seconds:
         measured = (c.device, c.profile) == ("cpu", "quick")
         lines.append(
