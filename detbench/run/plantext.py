@@ -11,6 +11,7 @@ from detbench.run.schedule import clock
 from detbench.worker.budget import CEILING_FACTOR
 
 if TYPE_CHECKING:
+    from detbench.run.config import RunConfig
     from detbench.run.costprobe import Probe
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
@@ -21,6 +22,34 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     c = runner.config
     skipped = left_out(c)
     budget, target = c.setting("budget"), TARGET_REL[c.device]
+    doc = _plan_doc(runner, est, skipped)
+    names = c.device_names
+    lines = [
+        f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
+        "replicates"
+        + (f" ({len(runner.done)} records already kept)" if runner.done else "")
+        + f" = {est.records} records in {est.workers} fresh workers"
+        + (f" (shard {c.shard[0]}/{c.shard[1]} of the plan)" if c.shard else ""),
+        f"  device {c.device}, profile {c.profile}: fingerprint "
+        f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
+        f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
+        f"most {budget:g} s), timing until the median's 95% interval is within "
+        f"+-{100 * target:g}% or {budget:g} s of samples" + _ceiling_words(c.device, budget),
+        _estimate_line(est, len(names)),
+    ]
+    if c.devices:
+        lines += _device_lines(runner, est)
+    if skipped:
+        lines.append(left_out_line(c.device, skipped))
+    lines += _cost_lines(c, est)
+    lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
+    return doc, lines
+
+
+def _plan_doc(runner: Runner, est: Estimate, skipped: dict[str, str]) -> dict[str, Any]:
+    """The plan of ``runner`` and its estimate as JSON (``--dry-run --json``); ``skipped``: the
+    suites its matrix leaves out, with why."""
+    c = runner.config
     doc = {
         **est.to_json(),
         "device": c.device,
@@ -28,8 +57,8 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         "modes": [m.name for m in c.modes],
         "replicates": c.replicates,
         "workloads": [w.key for w in runner.workloads],
-        "budget": budget,
-        "target_rel": target,
+        "budget": c.setting("budget"),
+        "target_rel": TARGET_REL[c.device],
         "fingerprint": c.fingerprint,
         "out": str(c.out),
         "mode_order": runner.plan.order_json(),
@@ -49,23 +78,13 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         ]
     if runner.threads_per_worker is not None:
         doc["threads_per_worker"] = runner.threads_per_worker
-    lines = [
-        f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
-        "replicates"
-        + (f" ({len(runner.done)} records already kept)" if runner.done else "")
-        + f" = {est.records} records in {est.workers} fresh workers"
-        + (f" (shard {c.shard[0]}/{c.shard[1]} of the plan)" if c.shard else ""),
-        f"  device {c.device}, profile {c.profile}: fingerprint "
-        f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
-        f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
-        f"most {budget:g} s), timing until the median's 95% interval is within "
-        f"+-{100 * target:g}% or {budget:g} s of samples" + _ceiling_words(c.device, budget),
-        _estimate_line(est, len(names)),
-    ]
-    if c.devices:
-        lines += _device_lines(runner, est)
-    if skipped:
-        lines.append(left_out_line(c.device, skipped))
+    return doc
+
+
+def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
+    """The lines under the estimate: what it includes (torchrun launches, invariance passes),
+    what it leaves out (compile time, unsupported records) and where its figures come from."""
+    lines: list[str] = []
     if est.launches:
         lines.append(
             f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
@@ -108,8 +127,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
             "  a paper estimate: no GPU here, so nothing was measured on this host; it assumes "
             "one GPU and the start-up measured on the H100 (a real run needs a GPU)"
         )
-    lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
-    return doc, lines
+    return lines
 
 
 def _ceiling_words(device: str, budget: float) -> str:
