@@ -272,8 +272,8 @@ def join_shards(shards: list[Part]) -> tuple[list[dict[str, Any]], dict[str, Any
     env["options"] = {**env.get("options", {}), "shard": None, "shards": n}
     env["shards"] = [
         {
-            "shard": f"{p.shard[0]}/{n}",
-            "dir": str(p.path),  # type: ignore[index]
+            "shard": f"{p.shard[0]}/{n}",  # type: ignore[index]
+            "dir": str(p.path),
             "node": (p.env.get("host") or {}).get("node"),
             "job": (p.env.get("host") or {}).get("job"),
             "started_utc": p.env.get("started_utc"),
