@@ -13,8 +13,8 @@ import torch
 from torch.utils.benchmark import Timer
 from torch.utils.benchmark.utils.common import Measurement, TaskSpec
 
+from detbench.worker.samplers import ClockSampler
 from detbench.worker.timing import (
-    _ClockSampler,
     _sample,
     median_ci_ranks,
     summarise,
@@ -326,7 +326,7 @@ def test_batched_checks_as_on_cuda() -> None:
     # The same loop with a clock sampler given batches of 8: a constant step meets the target at
     # 6 samples, but the first check comes after the first batch of 8.
     dev = FakeDevice(step_cost=0.25)
-    sampler = _ClockSampler(dev.clock, "injected")
+    sampler = ClockSampler(dev.clock, "injected")
     sampler.batch = 8
     calls: list[int] = []
     inner = sampler.samples
@@ -341,7 +341,7 @@ def test_batched_checks_as_on_cuda() -> None:
     # A batch never plans past the budget: the target is never met (samples alternate 0.25 and
     # 0.5 s); after a first batch of 8 (3 s), 0.5 s are left at 0.25 s a sample: a batch of 2.
     dev = FakeDevice(costs=[0.25, 0.5] * 20)
-    sampler = _ClockSampler(dev.clock, "injected")
+    sampler = ClockSampler(dev.clock, "injected")
     sampler.batch = 8
     calls.clear()
     inner = sampler.samples

@@ -31,7 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from detbench.worker.budget import sampling_ceiling
-from detbench.worker.timing import CUDA_BATCH, _sample
+from detbench.worker.samplers import CUDA_BATCH
+from detbench.worker.timing import _sample
 
 
 class Replay:

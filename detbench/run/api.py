@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from detbench.run.estimate import Estimate
 
 
-def plan_run(config: RunConfig, stream: TextIO = sys.stderr, cuda: bool | None = None,
-             dry_run: bool = False) -> Runner:  # fmt: skip
+def plan_run(
+    config: RunConfig, stream: TextIO = sys.stderr, cuda: bool | None = None, dry_run: bool = False
+) -> Runner:
     """Check ``config`` against this machine and plan it, writing nothing: the runner to run
     (``runner.plan``, ``runner.missing`` for a resumed run). Every input error is raised here as
     a ``DetbenchError`` with one clear line. ``cuda``: whether a GPU is usable (default: ask

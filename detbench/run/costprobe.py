@@ -88,8 +88,16 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
         def record(rec: dict[str, Any]) -> None:
             records[f"{rec['suite']}/{rec['workload']}"] = rec
 
-        turn = take_turn(worker, None, runner.crew, limits, lambda msg: None,
-                         lambda key: None, lambda: True, record)  # fmt: skip
+        turn = take_turn(
+            worker,
+            None,
+            runner.crew,
+            limits,
+            lambda msg: None,
+            lambda key: None,
+            lambda: True,
+            record,
+        )
         tail = log_tail(worker.log)
     for d in runner._cache_dirs:  # the probe's worker got its own, as every worker does
         shutil.rmtree(d, ignore_errors=True)
@@ -106,7 +114,8 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
             continue
         phases = {k: float(v or 0.0) for k, v in (rec.get("phases") or {}).items()}
         found.records[key] = Probed(
-            seconds=sum(phases.values()), count=phases.get("count", 0.0),
+            seconds=sum(phases.values()),
+            count=phases.get("count", 0.0),
             timing=phases.get("timing", 0.0),
-        )  # fmt: skip
+        )
     return found

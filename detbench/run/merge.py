@@ -98,8 +98,9 @@ def load_part(d: Path) -> Part:
         raise MergeError(f"{d} holds no {ENV_FILE}: not a detbench run")
     env = load_env(d)
     if env.get("machines"):
-        raise MergeError(f"{d} is a set of runs from several machines already; merge the runs "
-                         "it was made from")  # fmt: skip
+        raise MergeError(
+            f"{d} is a set of runs from several machines already; merge the runs it was made from"
+        )
     return Part(d, env, [dict(r) for r in iter_records(d)])
 
 
@@ -118,8 +119,10 @@ def check_shards(shards: list[Part]) -> None:
     for p in shards:
         k, n = p.shard or (0, 0)
         if n != n0:
-            raise MergeError(f"{first.path} is shard {k0}/{n0} but {p.path} is shard {k}/{n}: "
-                             "the shards of one run split it the same way")  # fmt: skip
+            raise MergeError(
+                f"{first.path} is shard {k0}/{n0} but {p.path} is shard {k}/{n}: "
+                "the shards of one run split it the same way"
+            )
         name = _first_difference(first.options, p.options)
         if name == SOURCES_KEY:
             a, b = first.options.get(name) or {}, p.options.get(name) or {}
@@ -130,10 +133,12 @@ def check_shards(shards: list[Part]) -> None:
                 "the shards of one run"
             )
         if name is not None:
-            raise MergeError(f"the shards' options differ in {name}: "
-                             f"{first.options.get(name)!r} ({first.path}) vs "
-                             f"{p.options.get(name)!r} ({p.path}); merge only the shards of "
-                             "one run")  # fmt: skip
+            raise MergeError(
+                f"the shards' options differ in {name}: "
+                f"{first.options.get(name)!r} ({first.path}) vs "
+                f"{p.options.get(name)!r} ({p.path}); merge only the shards of "
+                "one run"
+            )
         if k in seen:
             raise MergeError(f"{seen[k]} and {p.path} are both shard {k}/{n}: they overlap")
         seen[k] = p.path
@@ -227,8 +232,11 @@ def machine_notes(groups: list[list[Part]], names: list[str]) -> list[str]:
 
 def fill_flops(records: list[dict[str, Any]]) -> None:
     """A later replicate whose first replicate ran in another shard takes that one's count."""
-    counted = {_key(r)[:3]: r.get("flops_per_step") for r in records
-               if r.get("replicate") == 0 and r.get("flops_source") == "counted"}  # fmt: skip
+    counted = {
+        _key(r)[:3]: r.get("flops_per_step")
+        for r in records
+        if r.get("replicate") == 0 and r.get("flops_source") == "counted"
+    }
     for r in records:
         flops = counted.get(_key(r)[:3])
         if r.get("flops_note") == NO_COUNT and flops is not None:
@@ -241,9 +249,15 @@ def fill_flops(records: list[dict[str, Any]]) -> None:
 def _run_order(records: list[dict[str, Any]], options: dict[str, Any]) -> list[dict[str, Any]]:
     """Records in the order a whole run writes them: replicate, the mode's place in it, workload."""
     where = {k: i for i, k in enumerate(options.get("workloads") or [])}
-    return sorted(records, key=lambda r: (
-        int(r["replicate"]), int(r.get("mode_position") or 0),
-        where.get(f"{r['suite']}/{r['workload']}", len(where)), str(r["mode"])))  # fmt: skip
+    return sorted(
+        records,
+        key=lambda r: (
+            int(r["replicate"]),
+            int(r.get("mode_position") or 0),
+            where.get(f"{r['suite']}/{r['workload']}", len(where)),
+            str(r["mode"]),
+        ),
+    )
 
 
 def join_shards(shards: list[Part]) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
@@ -256,18 +270,28 @@ def join_shards(shards: list[Part]) -> tuple[list[dict[str, Any]], dict[str, Any
     fill_flops(records)
     env = copy.deepcopy(shards[0].env)
     env["options"] = {**env.get("options", {}), "shard": None, "shards": n}
-    env["shards"] = [{
-        "shard": f"{p.shard[0]}/{n}", "dir": str(p.path),  # type: ignore[index]
-        "node": (p.env.get("host") or {}).get("node"), "job": (p.env.get("host") or {}).get("job"),
-        "started_utc": p.env.get("started_utc"), "finished_utc": p.env.get("finished_utc"),
-        "records": len(p.records), "run_stats": p.env.get("run_stats"),
-    } for p in shards]  # fmt: skip
+    env["shards"] = [
+        {
+            "shard": f"{p.shard[0]}/{n}",  # type: ignore[index]
+            "dir": str(p.path),
+            "node": (p.env.get("host") or {}).get("node"),
+            "job": (p.env.get("host") or {}).get("job"),
+            "started_utc": p.env.get("started_utc"),
+            "finished_utc": p.env.get("finished_utc"),
+            "records": len(p.records),
+            "run_stats": p.env.get("run_stats"),
+        }
+        for p in shards
+    ]
     env["started_utc"] = min(str(p.env.get("started_utc") or "") for p in shards) or None
     finished = [str(p.env.get("finished_utc") or "") for p in shards]
     env["finished_utc"] = max(finished) if all(finished) else None
     stats = [p.env.get("run_stats") or {} for p in shards]
-    env["run_stats"] = {k: sum(s.get(k) or 0 for s in stats) for k in stats[0]
-                        if all(isinstance(s.get(k, 0), (int, float)) for s in stats)}  # fmt: skip
+    env["run_stats"] = {
+        k: sum(s.get(k) or 0 for s in stats)
+        for k in stats[0]
+        if all(isinstance(s.get(k, 0), (int, float)) for s in stats)
+    }
     env["run_stats_note"] = f"sums over the {len(shards)} shards"
     workers: dict[str, Any] = {}
     for p in shards:
@@ -275,9 +299,12 @@ def join_shards(shards: list[Part]) -> tuple[list[dict[str, Any]], dict[str, Any
     if workers:
         env["device_workers"] = workers
     have = {p.shard[0] for p in shards}  # type: ignore[index]
-    notes = [f"shard {k}/{n} is missing: the merged run lacks its records; run it with "
-             f"--shard {k}/{n} and merge again"
-             for k in range(1, n + 1) if k not in have]  # fmt: skip
+    notes = [
+        f"shard {k}/{n} is missing: the merged run lacks its records; run it with "
+        f"--shard {k}/{n} and merge again"
+        for k in range(1, n + 1)
+        if k not in have
+    ]
     return _run_order(records, env["options"]), env, notes
 
 
@@ -310,8 +337,9 @@ def merge(out: Path, dirs: Sequence[Path]) -> Merged:
     # The runs merged may live inside OUT (submit's jobs write under OUT/parts/): not counted.
     refuse_used(out, "OUT", inside=_inside(out, dirs))
     if len(dirs) < 2:
-        raise MergeError("give at least two directories: the shards of a run, or runs from "
-                         "several machines")  # fmt: skip
+        raise MergeError(
+            "give at least two directories: the shards of a run, or runs from several machines"
+        )
     parts = [load_part(Path(d)) for d in dirs]
     resolved = [p.path.resolve() for p in parts]
     if len(set(resolved)) < len(resolved):
@@ -338,8 +366,13 @@ def merge(out: Path, dirs: Sequence[Path]) -> Merged:
             recs, env = group[0].records, group[0].env
         envs[name] = env
         records += [merged(r, machine=name) for r in recs]
-    doc = {"schema_version": 1, "merged_utc": utc_now(), "machines": envs, "machine_order": names,
-           "merged_from": [str(p.path) for p in parts]}  # fmt: skip
+    doc = {
+        "schema_version": 1,
+        "merged_utc": utc_now(),
+        "machines": envs,
+        "machine_order": names,
+        "merged_from": [str(p.path) for p in parts],
+    }
     _write(out, records, doc)
     return Merged(out, "machines", len(records), names, notes)
 

@@ -11,6 +11,7 @@ from detbench.run.schedule import clock
 from detbench.worker.budget import CEILING_FACTOR
 
 if TYPE_CHECKING:
+    from detbench.run.config import RunConfig
     from detbench.run.costprobe import Probe
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
@@ -21,30 +22,8 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     c = runner.config
     skipped = left_out(c)
     budget, target = c.setting("budget"), TARGET_REL[c.device]
-    doc = {
-        **est.to_json(),
-        "device": c.device,
-        "profile": c.profile,
-        "modes": [m.name for m in c.modes],
-        "replicates": c.replicates,
-        "workloads": [w.key for w in runner.workloads],
-        "budget": budget,
-        "target_rel": target,
-        "fingerprint": c.fingerprint,
-        "out": str(c.out),
-        "mode_order": runner.plan.order_json(),
-        "left_out": skipped,
-    }
+    doc = _plan_doc(runner, est, skipped)
     names = c.device_names
-    if c.devices:
-        doc["devices"] = names
-        doc["assignment"] = [
-            {"device": names[s.lane], "replicate": s.replicate, "mode": s.mode.name,
-             "records": len(s.keys)}
-            for s in runner.plan.slots
-        ]  # fmt: skip
-    if runner.threads_per_worker is not None:
-        doc["threads_per_worker"] = runner.threads_per_worker
     lines = [
         f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
         "replicates"
@@ -62,13 +41,61 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         lines += _device_lines(runner, est)
     if skipped:
         lines.append(left_out_line(c.device, skipped))
+    lines += _cost_lines(c, est)
+    lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
+    return doc, lines
+
+
+def _plan_doc(runner: Runner, est: Estimate, skipped: dict[str, str]) -> dict[str, Any]:
+    """The plan of ``runner`` and its estimate as JSON (``--dry-run --json``); ``skipped``: the
+    suites its matrix leaves out, with why."""
+    c = runner.config
+    doc = {
+        **est.to_json(),
+        "device": c.device,
+        "profile": c.profile,
+        "modes": [m.name for m in c.modes],
+        "replicates": c.replicates,
+        "workloads": [w.key for w in runner.workloads],
+        "budget": c.setting("budget"),
+        "target_rel": TARGET_REL[c.device],
+        "fingerprint": c.fingerprint,
+        "out": str(c.out),
+        "mode_order": runner.plan.order_json(),
+        "left_out": skipped,
+    }
+    names = c.device_names
+    if c.devices:
+        doc["devices"] = names
+        doc["assignment"] = [
+            {
+                "device": names[s.lane],
+                "replicate": s.replicate,
+                "mode": s.mode.name,
+                "records": len(s.keys),
+            }
+            for s in runner.plan.slots
+        ]
+    if runner.threads_per_worker is not None:
+        doc["threads_per_worker"] = runner.threads_per_worker
+    return doc
+
+
+def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
+    """The lines under the estimate: what it includes (torchrun launches, invariance passes),
+    what it leaves out (compile time, unsupported records) and where its figures come from."""
+    lines: list[str] = []
     if est.launches:
         lines.append(
             f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
             f"x {est.launch_seconds:g} s each, in the estimate above"
-            + (" (measured on the H100: 17-19 s per launch of one rank, its records' measurement "
-               "included)" if c.device == "cuda" else "")
-        )  # fmt: skip
+            + (
+                " (measured on the H100: 17-19 s per launch of one rank, its records' measurement "
+                "included)"
+                if c.device == "cuda"
+                else ""
+            )
+        )
     if est.invariance_seconds:
         measured = (c.device, c.profile) == ("cpu", "quick")
         lines.append(
@@ -100,8 +127,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
             "  a paper estimate: no GPU here, so nothing was measured on this host; it assumes "
             "one GPU and the start-up measured on the H100 (a real run needs a GPU)"
         )
-    lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
-    return doc, lines
+    return lines
 
 
 def _ceiling_words(device: str, budget: float) -> str:

@@ -36,19 +36,31 @@ class Probed:
         return [k for k, ops in self.calls.items() if op in ops]
 
 
-def probe_ops(workloads: Sequence[Workload], sources: Sequence[str], device: str,
-              profile: str, seed: int) -> Probed:  # fmt: skip
+def probe_ops(
+    workloads: Sequence[Workload], sources: Sequence[str], device: str, profile: str, seed: int
+) -> Probed:
     """Run one step of each of ``workloads`` (but the distributed ones) in a fresh process and
     say which watched ops each called. ``sources``: the files that define them."""
     keys = [w.key for w in workloads if not w.distributed]
     if not keys:
         return Probed()
-    job = {"sources": [str(Path(s).resolve()) for s in sources], "keys": keys,
-           "device": device, "profile": profile, "seed": seed}  # fmt: skip
+    job = {
+        "sources": [str(Path(s).resolve()) for s in sources],
+        "keys": keys,
+        "device": device,
+        "profile": profile,
+        "seed": seed,
+    }
     with tempfile.TemporaryDirectory(prefix="detbench-ops-") as tmp:
         try:
-            got = run_child("detbench.run.probe:main", job, Path(tmp), "ops", timeout=TIMEOUT,
-                            label="the op probe")  # fmt: skip
+            got = run_child(
+                "detbench.run.probe:main",
+                job,
+                Path(tmp),
+                "ops",
+                timeout=TIMEOUT,
+                label="the op probe",
+            )
         except ChildFailed as exc:
             return Probed(failed={k: str(exc) for k in keys})
     return Probed(calls=got["calls"], failed=got["failed"])
@@ -71,8 +83,9 @@ def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
     failed: dict[str, str] = {}
     for key in job["keys"]:
         w = known[key]
-        ctx = Context(device=device, profile=job["profile"], seed=int(job["seed"]),
-                      batch_size=w.batch_size)  # fmt: skip
+        ctx = Context(
+            device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
+        )
         try:
             step = build_step(w, ctx)
             with OpsSeen() as seen:

@@ -112,9 +112,16 @@ class Runner:
             refuse_used(self.config.out)
         self.sources, self.workloads = resolve_sources(config)
         self.plan: Plan = make_plan(
-            [w.key for w in self.workloads], config.modes, config.replicates, config.seed,
-            self.done, config.only_for, lanes=len(names), placed=self._placed, shard=config.shard,
-        )  # fmt: skip
+            [w.key for w in self.workloads],
+            config.modes,
+            config.replicates,
+            config.seed,
+            self.done,
+            config.only_for,
+            lanes=len(names),
+            placed=self._placed,
+            shard=config.shard,
+        )
         import torch  # the CLI has it imported already
 
         #: torch's threads in a worker, and with parallel CPU workers each one's share of them.
@@ -137,8 +144,10 @@ class Runner:
         # later replicates' records that wait for its FLOP count.
         self._first_todo = {
             (*k.split("/", 1), s.mode.name)
-            for s in self.plan.slots if s.replicate == 0 for k in s.keys
-        }  # fmt: skip
+            for s in self.plan.slots
+            if s.replicate == 0
+            for k in s.keys
+        }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
 
     @property
@@ -288,10 +297,19 @@ class Runner:
         status, why = ending(turn, worker.log)
         for key in turn.lost():
             rec = lost(
-                key, slot.mode, status, why, turn.code, replicate=slot.replicate,
-                mode_position=slot.position, seed=c.seed, device=c.device,
-                device_name=lane.name, profile=c.profile, utc=utc_now(),
-            )  # fmt: skip
+                key,
+                slot.mode,
+                status,
+                why,
+                turn.code,
+                replicate=slot.replicate,
+                mode_position=slot.position,
+                seed=c.seed,
+                device=c.device,
+                device_name=lane.name,
+                profile=c.profile,
+                utc=utc_now(),
+            )
             record(rec)
             turn.remaining.remove(key)
         if lane.failed_starts >= MAX_FAILED_STARTS:
@@ -383,9 +401,10 @@ class Runner:
         # "before"); on a host without NVML or nvidia-smi the reason is recorded instead.
         snap = gpustate.snapshot()
         self.gpu_state.update(
-            source=snap["source"], reason=snap["reason"],
+            source=snap["source"],
+            reason=snap["reason"],
             before=self.gpu_state.get("before") or snap["gpus"],
-        )  # fmt: skip
+        )
         if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
             write_json_atomic(out / ENV_FILE, self._env_doc())
         progress = Progress.for_plan(self.plan, estimate, self.stream)

@@ -146,8 +146,13 @@ def make_plan(
     workers ``shard_slots`` gives shard K of N (``run --shard K/N``)."""
     if shard is not None:
         mine = shard_slots(make_plan(keys, modes, replicates, seed, only_for=only_for), shard)
-        done = set(done) | {(k, m.name, r) for r in range(replicates) for m in modes
-                            for k in keys if (r, m.name) not in mine}  # fmt: skip
+        done = set(done) | {
+            (k, m.name, r)
+            for r in range(replicates)
+            for m in modes
+            for k in keys
+            if (r, m.name) not in mine
+        }
     order = mode_order(modes, replicates, seed)
     slots = []
     load = [0] * lanes  # records planned per device
@@ -157,9 +162,10 @@ def make_plan(
         for position, mode in enumerate(modes_r):
             allowed = None if only_for is None else only_for.get(mode.name)
             todo = tuple(
-                k for k in keys
+                k
+                for k in keys
                 if (k, mode.name, r) not in done and (allowed is None or k in allowed)
-            )  # fmt: skip
+            )
             if todo:
                 here = began.get((mode.name, r))
                 lane = min(
@@ -187,8 +193,10 @@ def shard_slots(full: Plan, shard: tuple[int, int]) -> set[tuple[int, str]]:
     the same options give every machine the same deal, and the N shards together are the plan."""
     k, n = shard
     if n > len(full.slots):
-        raise RunError(f"--shard {k}/{n}: the plan has {len(full.slots)} workers, fewer than "
-                       f"{n} shards; give at most {len(full.slots)}")  # fmt: skip
+        raise RunError(
+            f"--shard {k}/{n}: the plan has {len(full.slots)} workers, fewer than "
+            f"{n} shards; give at most {len(full.slots)}"
+        )
     load = [0] * n
     mine: set[tuple[int, str]] = set()
     for s in full.slots:
@@ -253,9 +261,14 @@ class Progress:
     records scaled by that ratio; the workloads not yet measured, by how far the estimate was off
     for those measured so far. Without ``costs`` every record weighs the same."""
 
-    def __init__(self, total: int, estimate: float | None = None, stream: TextIO = sys.stderr,
-                 costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        total: int,
+        estimate: float | None = None,
+        stream: TextIO = sys.stderr,
+        costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.total = total
         self.clock = clock
         self.done = 0

@@ -44,8 +44,10 @@ def submitit_module() -> Any:
     try:
         import submitit
     except ImportError:
-        raise SubmitError("detbench submit needs submitit: pip install submitit (or "
-                          "pip install 'detbench[slurm]')") from None  # fmt: skip
+        raise SubmitError(
+            "detbench submit needs submitit: pip install submitit (or "
+            "pip install 'detbench[slurm]')"
+        ) from None
     return submitit
 
 
@@ -99,13 +101,20 @@ class Outcome:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "out": str(self.out), "job_ids": self.job_ids,
-                "state": self.state, "node": self.node, "error": self.error}  # fmt: skip
+        return {
+            "name": self.name,
+            "out": str(self.out),
+            "job_ids": self.job_ids,
+            "state": self.state,
+            "node": self.node,
+            "error": self.error,
+        }
 
     def line(self) -> str:
         jobs = ", then ".join(self.job_ids)
-        text = f"{self.name}: {self.state} (job {jobs}" + (f", node {self.node})" if self.node
-                                                           else ")")  # fmt: skip
+        text = f"{self.name}: {self.state} (job {jobs}" + (
+            f", node {self.node})" if self.node else ")"
+        )
         return text + (f": {self.error}" if self.error else "")
 
 
@@ -119,10 +128,14 @@ def tasks(config: RunConfig, shards: int | None, partitions: Sequence[str] | Non
         return [Task(f"partition {p}", replace(config, out=parts / p), p) for p in partitions]
     n = shards or 1
     if n < 2:
-        raise SubmitError("give --shards N (N >= 2) to split the run, or --partition P1,P2 for "
-                          "one run per GPU type")  # fmt: skip
-    return [Task(f"shard {k}/{n}", replace(config, out=parts / f"shard-{k}-of-{n}", shard=(k, n)))
-            for k in range(1, n + 1)]  # fmt: skip
+        raise SubmitError(
+            "give --shards N (N >= 2) to split the run, or --partition P1,P2 for "
+            "one run per GPU type"
+        )
+    return [
+        Task(f"shard {k}/{n}", replace(config, out=parts / f"shard-{k}-of-{n}", shard=(k, n)))
+        for k in range(1, n + 1)
+    ]
 
 
 def executor(kind: str, folder: Path, params: Mapping[str, Any]) -> Any:
@@ -155,8 +168,9 @@ def launch(kind: str, todo: Sequence[Task], folder: Path, params: Mapping[str, A
     return jobs
 
 
-def wait(jobs: Sequence[Any], outcomes: Sequence[Outcome], stream: TextIO, poll: float = 5.0
-         ) -> list[int]:  # fmt: skip
+def wait(
+    jobs: Sequence[Any], outcomes: Sequence[Outcome], stream: TextIO, poll: float = 5.0
+) -> list[int]:
     """Wait for ``jobs`` to end, report each as it does; the indices of those that failed."""
     left = dict(enumerate(jobs))
     failed = []
@@ -178,8 +192,11 @@ def wait(jobs: Sequence[Any], outcomes: Sequence[Outcome], stream: TextIO, poll:
             except Exception as exc:  # the job's own failure, or one submitit saw
                 o.state = str(getattr(job, "state", "") or "FAILED")
                 o.state = "FAILED" if o.state in ("UNKNOWN", "COMPLETED", "FINISHED") else o.state
-                o.error = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else \
-                    type(exc).__name__  # fmt: skip
+                o.error = (
+                    str(exc).strip().splitlines()[-1][:300]
+                    if str(exc).strip()
+                    else type(exc).__name__
+                )
                 failed.append(i)
             print(f"detbench submit: {o.line()}", file=stream)
         if left:
@@ -193,15 +210,22 @@ def _vanished(job: Any) -> bool:
     if type(job).__name__ != "SlurmJob" or job.state != "UNKNOWN":
         return False
     try:
-        out = subprocess.run(["squeue", "-h", "-j", str(job.job_id)], capture_output=True,
-                             text=True, timeout=60)  # fmt: skip
+        out = subprocess.run(
+            ["squeue", "-h", "-j", str(job.job_id)], capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return out.returncode == 0 and not out.stdout.strip() and not job.paths.result_pickle.exists()
 
 
-def submit(kind: str, todo: Sequence[Task], params: Mapping[str, Any], retries: int = 1,
-           stream: TextIO = sys.stderr, poll: float = 5.0) -> list[Outcome]:  # fmt: skip
+def submit(
+    kind: str,
+    todo: Sequence[Task],
+    params: Mapping[str, Any],
+    retries: int = 1,
+    stream: TextIO = sys.stderr,
+    poll: float = 5.0,
+) -> list[Outcome]:
     """Submit ``todo``, wait for every job, resubmit the failed ones (they resume) up to
     ``retries`` times; each job's outcome."""
     if not todo:
@@ -214,14 +238,17 @@ def submit(kind: str, todo: Sequence[Task], params: Mapping[str, Any], retries: 
         for i, job in zip(pending, jobs, strict=True):
             outcomes[i].job_ids.append(str(job.job_id))
             outcomes[i].state = "SUBMITTED"
-        print(f"detbench submit: {len(jobs)} job(s) through {kind}: " + ", ".join(
-            f"{outcomes[i].name} = {job.job_id}" for i, job in zip(pending, jobs, strict=True)),
-            file=stream)  # fmt: skip
+        print(
+            f"detbench submit: {len(jobs)} job(s) through {kind}: "
+            + ", ".join(
+                f"{outcomes[i].name} = {job.job_id}" for i, job in zip(pending, jobs, strict=True)
+            ),
+            file=stream,
+        )
         failed = wait(jobs, [outcomes[i] for i in pending], stream, poll)
         pending = [pending[i] for i in failed]
         if not pending:
             break
         if attempt < retries:
-            print(f"detbench submit: resubmitting {len(pending)} job(s) with --resume",
-                  file=stream)  # fmt: skip
+            print(f"detbench submit: resubmitting {len(pending)} job(s) with --resume", file=stream)
     return outcomes

@@ -341,8 +341,9 @@ class Crew:
                 w.kill()
 
 
-def side_by_side(lanes: Sequence[Callable[[], None]], names: Sequence[str], crew: Crew,
-                 ended: Callable[[], None]) -> None:  # fmt: skip
+def side_by_side(
+    lanes: Sequence[Callable[[], None]], names: Sequence[str], crew: Crew, ended: Callable[[], None]
+) -> None:
     """Run each of ``lanes`` (a device's workers, one after another) in a thread of its own;
     ``ended`` is called as each ends. Ctrl-C, or a lane that raises, halts ``crew`` (every worker
     killed, none started), and the first error is raised here, in the calling thread."""
@@ -359,8 +360,10 @@ def side_by_side(lanes: Sequence[Callable[[], None]], names: Sequence[str], crew
         finally:
             ended()
 
-    threads = [threading.Thread(target=main, args=(lane,), name=f"detbench-{name}")
-               for lane, name in zip(lanes, names, strict=True)]  # fmt: skip
+    threads = [
+        threading.Thread(target=main, args=(lane,), name=f"detbench-{name}")
+        for lane, name in zip(lanes, names, strict=True)
+    ]
     for t in threads:
         t.start()
     try:

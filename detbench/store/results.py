@@ -90,8 +90,14 @@ COLUMNS = (
     "settings_changed",
 )
 #: Columns that hold None, not NaN, where a record has no value.
-NONE_NOT_NAN = ("fingerprint", "message", *SCHEMA_2_COLUMNS, "base_mode", *SETTING_NAMES,
-                "settings_changed")  # fmt: skip
+NONE_NOT_NAN = (
+    "fingerprint",
+    "message",
+    *SCHEMA_2_COLUMNS,
+    "base_mode",
+    *SETTING_NAMES,
+    "settings_changed",
+)
 
 
 class ResultsError(DetbenchError):
@@ -407,8 +413,18 @@ def host_env() -> dict[str, Any]:
 
 
 #: The facts that make two runs comparable, in the order a report lists them.
-ENV_FACTS = ("device", "gpu", "driver", "cuda", "cudnn", "torch", "python", "cpu",
-             "cpu_capability", "threads")  # fmt: skip
+ENV_FACTS = (
+    "device",
+    "gpu",
+    "driver",
+    "cuda",
+    "cudnn",
+    "torch",
+    "python",
+    "cpu",
+    "cpu_capability",
+    "threads",
+)
 
 
 def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:

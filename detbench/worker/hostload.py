@@ -100,10 +100,17 @@ class Probe:
         own = _own_cpu() - self._own0
         end = time.time()
         run_after = run_cpu_ticks(self.run_pid)
-        out: dict[str, Any] = {"seconds": seconds, "start_unix": self._unix0, "end_unix": end,
-                               "cpus": None, "load1": None, "other_cpu": None,
-                               "other_cpu_own": None, "other_cpu_foreign": None,
-                               "steal": None}  # fmt: skip
+        out: dict[str, Any] = {
+            "seconds": seconds,
+            "start_unix": self._unix0,
+            "end_unix": end,
+            "cpus": None,
+            "load1": None,
+            "other_cpu": None,
+            "other_cpu_own": None,
+            "other_cpu_foreign": None,
+            "steal": None,
+        }
         with contextlib.suppress(OSError):
             out["load1"] = os.getloadavg()[0]
         now = _stat()

@@ -293,8 +293,11 @@ def run_child(
         try:
             proc = subprocess.run(
                 child_command(sys.executable, str(path), str(out), parent=os.getpid()),
-                capture_output=True, text=True, env=env, timeout=timeout,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise ChildFailed(f"{label} took over {timeout:.0f} s") from None
     results = [m["result"] for m in read_messages(out) if m.get("type") == "result"]

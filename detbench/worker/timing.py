@@ -43,14 +43,14 @@ policy, and why:
   synchronisation inside the run of samples would drain the GPU's queue; a batch may therefore
   add up to 7 samples past the first one that met the target (more samples, never fewer), and
   is cut short to fit what is left of the budget.
-* **Clocks.** On CUDA (``device.type == "cuda"``) each sample is bracketed by a pair of
-  ``torch.cuda.Event(enable_timing=True)`` recorded on the device's current stream: the time is
-  the GPU's between the two events, with no host synchronisation inside a sample, and one
-  ``torch.cuda.synchronize(device)`` per batch (the workload's device, not the current one).
-  Elsewhere ``time.perf_counter`` is read before and after each block; when ``device`` is None
-  and CUDA is initialised, the current CUDA device is synchronised before each read (as torch's
-  own timer does), decided once and not per read. An injected ``clock`` replaces both (tests:
-  exact numbers); it reads "injected" in the record.
+* **Clocks** (``detbench.worker.samplers``). On CUDA (``device.type == "cuda"``) each sample
+  is bracketed by a pair of ``torch.cuda.Event(enable_timing=True)`` recorded on the device's
+  current stream: the time is the GPU's between the two events, with no host synchronisation
+  inside a sample, and one ``torch.cuda.synchronize(device)`` per batch (the workload's device,
+  not the current one). Elsewhere ``time.perf_counter`` is read before and after each block;
+  when ``device`` is None and CUDA is initialised, the current CUDA device is synchronised
+  before each read (as torch's own timer does), decided once and not per read. An injected
+  ``clock`` replaces both (tests: exact numbers); it reads "injected" in the record.
 * **Garbage collection is off inside a sample** (as ``timeit`` and hence torch's Timer do): a
   collection triggered by the harness's own allocations is not the step's cost.
 * ``num_threads`` (default: torch's current count) is set for warm-up and sampling and restored.
@@ -80,9 +80,7 @@ interpolation between order statistics, ``torch.quantile``'s rule), without buil
 
 from __future__ import annotations
 
-import gc
 import math
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -94,17 +92,17 @@ from scipy.stats import binom
 
 from detbench.worker.budget import in_reach, sampling_ceiling
 from detbench.worker.gpuclock import ClockWatch
+from detbench.worker.samplers import Clock, ClockSampler, CudaEventSampler, host_clock
 from detbench.worker.sustain import (
     CAPPED_SPAN_SECONDS,
     CLOCK_MODES,
     DEFAULT_CLOCKS,
     Probe,
+    Reading,
     settle_pass,
     unsupported_hold,
 )
 from detbench.worker.warmup import Sampler, Warmup, warm_up
-
-Clock = Callable[[], float]
 
 #: Confidence of the interval around the median.
 CONFIDENCE = 0.95
@@ -112,8 +110,6 @@ CONFIDENCE = 0.95
 MIN_CI_SAMPLES = 6
 #: The rule is checked after every sample up to this many samples, then every n // this.
 EVERY_SAMPLE_UNTIL = 100
-#: CUDA samples between two host synchronisations (and two checks of the rule).
-CUDA_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -233,97 +229,6 @@ def _torch_threads(n: int) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
-@contextmanager
-def _gc_off() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-class _ClockSampler:
-    """Samples timed by reading a host clock before and after each block."""
-
-    batch = 1  # the rule is checked after every sample
-
-    def __init__(self, clock: Clock, name: str) -> None:
-        self.clock = clock
-        self.name = name
-
-    def now(self) -> float:
-        return self.clock()
-
-    def one_step(self, step: Callable[[], Any]) -> float:
-        t0 = self.clock()
-        step()
-        return self.clock() - t0
-
-    def samples(self, step: Callable[[], Any], number: int, k: int) -> list[float]:
-        out = []
-        clock = self.clock
-        for _ in range(k):
-            with _gc_off():
-                t0 = clock()
-                for _ in range(number):
-                    step()
-                t1 = clock()
-            out.append((t1 - t0) / number)
-        return out
-
-
-class _CudaEventSampler:
-    """Samples timed on the GPU by a pair of CUDA events around each block; one host
-    synchronisation per batch of samples, none inside one."""
-
-    name = "cuda-event"
-    batch = CUDA_BATCH
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.stream = torch.cuda.current_stream(device)
-
-    def now(self) -> float:
-        return time.perf_counter()
-
-    def one_step(self, step: Callable[[], Any]) -> float:
-        torch.cuda.synchronize(self.device)
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize(self.device)
-        return time.perf_counter() - t0
-
-    def samples(self, step: Callable[[], Any], number: int, k: int) -> list[float]:
-        pairs = []
-        with _gc_off():
-            for _ in range(k):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record(self.stream)
-                for _ in range(number):
-                    step()
-                end.record(self.stream)
-                pairs.append((start, end))
-            torch.cuda.synchronize(self.device)
-        # elapsed_time is in milliseconds
-        return [s.elapsed_time(e) / 1000.0 / number for s, e in pairs]
-
-
-def _host_clock(device: torch.device | None) -> Clock:
-    """perf_counter, preceded by a sync of the current CUDA device when no device was named
-    and CUDA is in use (decided here once, not at every read)."""
-    if device is None and torch.cuda.is_available() and torch.cuda.is_initialized():
-
-        def synchronising_clock() -> float:
-            torch.cuda.synchronize()
-            return time.perf_counter()
-
-        return synchronising_clock
-    return time.perf_counter
-
-
 def time_step(
     step: Callable[[], Any],
     *,
@@ -347,85 +252,49 @@ def time_step(
     "sustained" holds the load where the power controller acts (``detbench.worker.sustain``),
     "burst" does not; ``probe``: NVML's readings for the hold (None: the device's own, on
     CUDA). See the module docstring for every choice."""
-    if budget < 0 or target_rel <= 0 or min_samples < 1 or warmup_steps < 0:
-        raise ValueError(
-            f"need budget >= 0, target_rel > 0, min_samples >= 1 and warmup_steps >= 0; got "
-            f"{budget}, {target_rel}, {min_samples}, {warmup_steps}"
-        )
-    if clocks not in CLOCK_MODES:
-        raise ValueError(f"clocks must be one of {', '.join(CLOCK_MODES)}; got {clocks!r}")
+    _check_arguments(budget, target_rel, min_samples, warmup_steps, clocks)
     threads = num_threads if num_threads is not None else torch.get_num_threads()
     dev = torch.device(device) if device is not None else None
-    sampler: _ClockSampler | _CudaEventSampler
-    on_device: AbstractContextManager[Any] = nullcontext()
-    if clock is not None:
-        sampler = _ClockSampler(clock, "injected")
-    elif dev is not None and dev.type == "cuda":
-        sampler = _CudaEventSampler(dev)
-        on_device = torch.cuda.device(dev)  # events and streams of the workload's device
-    else:
-        sampler = _ClockSampler(_host_clock(dev), "perf_counter")
+    sampler, on_device = _sampler_for(dev, clock)
     watch = ClockWatch(dev if clock is None else None)
     if probe is None and clocks == "sustained" and clock is None and dev is not None:
         probe = Probe(dev)
+    kind = ceiling_device or (dev.type if dev is not None and clock is None else None)
     with _torch_threads(threads), on_device:
         first = probe.start() if probe is not None and clocks == "sustained" else None
         watch.start()
         warm = warm_up(step, sampler, warmup_steps, budget, target_rel)
         watch.mark()
-        kind = ceiling_device or (dev.type if dev is not None and clock is None else None)
-        ceiling = sampling_ceiling(warm.number_per_block * warm.medians[-1], budget, kind)
+        per_step = warm.medians[-1]
+        ceiling = sampling_ceiling(warm.number_per_block * per_step, budget, kind)
         samples, number, _ = _sample(
-            step,
-            sampler,
-            warm.number_per_block,
-            warm.medians[-1],
-            budget,
-            target_rel,
-            min_samples,
-            ceiling,
+            step, sampler, warm.number_per_block, per_step, budget, target_rel, min_samples, ceiling
         )
         if first is None or probe is None:
             held = unsupported_hold(clocks, probe, dev, clock)
         else:
-
-            def resample() -> tuple[list[float], int]:
-                watch.mark()  # the counted samples begin here
-                got = _sample(
-                    step,
-                    sampler,
-                    number,
-                    warm.medians[-1],
-                    max(budget, CAPPED_SPAN_SECONDS),
-                    target_rel,
-                    min_samples,
-                    max(ceiling, CAPPED_SPAN_SECONDS),
-                    CAPPED_SPAN_SECONDS,
-                )
-                return got[0], got[1]
-
-            per_sample = number * warm.medians[-1]
-            samples, number, held = settle_pass(
-                probe, first, sampler, step, number, per_sample, samples, resample
+            samples, number, held = _held_pass(
+                probe,
+                first,
+                watch,
+                step,
+                sampler,
+                samples,
+                number,
+                per_step,
+                budget,
+                target_rel,
+                min_samples,
+                ceiling,
             )
         gpu_clocks = watch.stop()
-    median, iqr = summarise(samples)
-    ci = median_ci(samples)
-    assert ci is not None  # len(samples) >= MIN_CI_SAMPLES
-    rel = relative_half_width(median, ci)
     return Timing(
-        samples=tuple(samples),
+        **_summary(samples, target_rel),
         number_per_block=number,
-        median=median,
-        iqr=iqr,
         warmup_steps=warmup_steps,
         budget=budget,
         num_threads=threads,
-        ci_low=ci[0],
-        ci_high=ci[1],
-        ci_rel=rel,
         target_rel=target_rel,
-        reached_target=rel <= target_rel,  # the rule's answer, after any probe's samples too
         clock=sampler.name,
         min_samples=max(min_samples, MIN_CI_SAMPLES),
         warmup=warm,
@@ -436,9 +305,90 @@ def time_step(
     )
 
 
+def _summary(samples: list[float], target_rel: float) -> dict[str, Any]:
+    """The ``Timing`` fields computed from its samples: the samples, their median and IQR, the
+    95 % interval of the median and whether it met ``target_rel`` (the rule's answer, after any
+    held pass's samples too)."""
+    median, iqr = summarise(samples)
+    ci = median_ci(samples)
+    assert ci is not None  # len(samples) >= MIN_CI_SAMPLES
+    rel = relative_half_width(median, ci)
+    return {
+        "samples": tuple(samples),
+        "median": median,
+        "iqr": iqr,
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "ci_rel": rel,
+        "reached_target": rel <= target_rel,
+    }
+
+
+def _held_pass(
+    probe: Probe,
+    first: Reading,
+    watch: ClockWatch,
+    step: Callable[[], Any],
+    sampler: ClockSampler | CudaEventSampler,
+    samples: list[float],
+    number: int,
+    per_step: float,
+    budget: float,
+    target_rel: float,
+    min_samples: int,
+    ceiling: float,
+) -> tuple[list[float], int, dict[str, Any]]:
+    """After the first pass's samples, with sustained clocks (``detbench.worker.sustain``): where
+    the power or thermal limit acted, the samples dropped, the load held and the samples taken
+    again over at least ``CAPPED_SPAN_SECONDS``. (samples, steps per sample, the ``hold``)."""
+
+    def resample() -> tuple[list[float], int]:
+        watch.mark()  # the counted samples begin here
+        got = _sample(
+            step,
+            sampler,
+            number,
+            per_step,
+            max(budget, CAPPED_SPAN_SECONDS),
+            target_rel,
+            min_samples,
+            max(ceiling, CAPPED_SPAN_SECONDS),
+            CAPPED_SPAN_SECONDS,
+        )
+        return got[0], got[1]
+
+    return settle_pass(probe, first, sampler, step, number, number * per_step, samples, resample)
+
+
+def _check_arguments(
+    budget: float, target_rel: float, min_samples: int, warmup_steps: int, clocks: str
+) -> None:
+    """``time_step``'s arguments, checked before anything runs: a ``ValueError`` naming them."""
+    if budget < 0 or target_rel <= 0 or min_samples < 1 or warmup_steps < 0:
+        raise ValueError(
+            f"need budget >= 0, target_rel > 0, min_samples >= 1 and warmup_steps >= 0; got "
+            f"{budget}, {target_rel}, {min_samples}, {warmup_steps}"
+        )
+    if clocks not in CLOCK_MODES:
+        raise ValueError(f"clocks must be one of {', '.join(CLOCK_MODES)}; got {clocks!r}")
+
+
+def _sampler_for(
+    dev: torch.device | None, clock: Clock | None
+) -> tuple[ClockSampler | CudaEventSampler, AbstractContextManager[Any]]:
+    """The sampler that times ``time_step``'s blocks (``detbench.worker.samplers``), and the
+    context it runs in: an injected ``clock``; CUDA events on a CUDA device, whose events and
+    streams are the workload's device's; else the host clock."""
+    if clock is not None:
+        return ClockSampler(clock, "injected"), nullcontext()
+    if dev is not None and dev.type == "cuda":
+        return CudaEventSampler(dev), torch.cuda.device(dev)
+    return ClockSampler(host_clock(dev), "perf_counter"), nullcontext()
+
+
 def _sample(
     step: Callable[[], Any],
-    sampler: _ClockSampler | _CudaEventSampler | Sampler,
+    sampler: ClockSampler | CudaEventSampler | Sampler,
     number: int,
     per_step: float,
     budget: float,

@@ -35,7 +35,7 @@ record on average against 146 ms, 99 records unsettled at the ceiling (59 rnn, 2
 the H200 (results/20261126-040517-cuda-full-h200-partial) 124 ms against 146 ms, 123 of 824
 unsettled. On the CPU quick matrix (results/20261123-133303-cpu-quick, 2730 records, 0.1 s
 ceiling) 34 ms against 12 ms; measured on the development CPU, 0.046 s more per record
-(``run/estimate.py``, ``WARMUP_SHARE``).
+(``run/costs.py``, ``WARMUP_SHARE``).
 """
 
 from __future__ import annotations

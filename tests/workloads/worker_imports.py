@@ -18,6 +18,7 @@ PARENT = (
     "detbench.run.schedule",
     "detbench.run.supervise",
     "detbench.run.estimate",
+    "detbench.run.costs",
     "detbench.run.plantext",
     "detbench.analysis",
     "detbench.report",

@@ -1,0 +1,180 @@
+"""What a plan's records, workers, launches and invariance passes cost, per device and profile:
+the figures ``run/estimate.py`` prices a plan with. Each says where its value was measured (the
+published run, the machine, the records it is the mean of), or that it is a guess or a paper
+estimate until a GPU run measures it.
+"""
+
+from __future__ import annotations
+
+#: Seconds a record costs beyond its timing budget, per device and profile: building the workload,
+#: its fingerprint steps, the FLOP count, warm-up and clean-up. CPU quick: from the published CPU
+#: matrix of the version before (build, fingerprint, count and clean-up 0.02 s per record, plus
+#: warm-up), set before the stopping rule existed and checked against later runs (README, "Plan
+#: and estimate"). The others are guesses until a run measures them; on CUDA ``--dry-run`` says
+#: so.
+RECORD_OVERHEAD_SECONDS = {
+    ("cpu", "quick"): 0.035,
+    ("cpu", "full"): 0.3,
+    ("cuda", "quick"): 0.05,
+    ("cuda", "full"): 0.15,
+}
+#: The share of its budget a record spends sampling before the stopping rule ends it, on average
+#: (records that reach their target early spend less). CPU: set from the matrix run before the
+#: stopping rule existed, and checked since (README, "Plan and estimate"). CUDA: a guess until a
+#: GPU run measures it: GPU kernel times are steady, so +-1% should often come within 6-16
+#: samples of budget/50 each.
+BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.5}
+#: What the warm-up until steady (issue 29, ``worker/warmup.py``) costs a record beyond the fixed
+#: warm-up steps the figures above were measured with, as a share of its budget (the warm-up's
+#: ceiling). CPU: 0.046 s per record at the quick profile's 0.1 s budget (the mean over the 120
+#: records of conv, bmm, batchnorm and rnn, 2 modes x 2 replicates, on the 2-core development
+#: CPU on 2026-11-26: warm-up 0.071 s against 3 of the record's median steps; 100 of 120
+#: settled), so 0.45. CUDA: 0, from the H100's recorded samples
+#: (results/20261126-060355-cuda-full-h100-partial): the new warm-up, simulated on them, costs 126
+#: ms per record on average against the old 5 steps' and block-size step's 146 ms (the H200's:
+#: 124 against 146), so the suites' measured figures stand; a GPU run is to confirm it.
+WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
+#: Seconds of one torchrun launch, per device: a worker with distributed workloads makes one
+#: (``detbench.distributed.launch``), whose ranks each import torch and join the process group. CPU:
+#: 4.9-5.3 s per launch of 2 gloo ranks running the distributed suite, measured on the 2-core VM
+#: (README, "Distributed"). CUDA: 17-19 s per launch of one NCCL rank on the H100 (``phases.launch``
+#: of results/20261124-084754-cuda-full-distributed-world1, 8-11 s of it the rank's set-up, the
+#: measurement of its 3 workloads 0.3-1.1 s each): 18 s, the measurement of the distributed
+#: records included (they are charged nothing beside it on CUDA).
+LAUNCH_SECONDS = {"cpu": 5.0, "cuda": 18.0}
+#: Seconds of one record by suite, per (device, profile), where a run measured them: the mean over
+#: the suite's records of their phases summed (build + fingerprint + FLOP count + timing +
+#: clean-up; the worker's start-up is counted apart). CUDA full: on the H200 (torch 2.11, all 10
+#: modes, 824 records of ``make bench``, the warm-up of 5 fixed steps and the 0.3 s budget;
+#: /work/shared/gpu-runs/20261126-040517-cuda-full-h200-partial/results.jsonl), in the modes with
+#: cuDNN on: conv 0.307 s (220 records), rnn 0.70 s (140), batchnorm 0.218 s (140), bmm 0.371 s
+#: (100), training 1.90 s (59). The H100 of the same code and options
+#: (results/20261126-060355-cuda-full-h100-partial, 736 records): conv 0.287, rnn 0.697,
+#: batchnorm 0.183, bmm 0.375, training 1.96 s. cudnn.benchmark's autotuning is included (the
+#: bench modes ran). The modes without cuDNN: below.
+SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
+    ("cuda", "full"): {
+        "conv": 0.307,
+        "rnn": 0.70,
+        "training": 1.90,
+        "batchnorm": 0.218,
+        "bmm": 0.371,
+    },
+}
+#: Seconds of one record by suite in the modes with cuDNN off (``no-cudnn``,
+#: ``no-cudnn+det-algos``: ``cudnn.enabled`` off), where a run measured them: native convolutions
+#: and RNNs are slower, and training's ResNet-18 runs native convolutions too. CUDA full, on the
+#: H200 (the run above, its 99 no-cudnn and 66 no-cudnn+det-algos records): conv 0.66 s (55
+#: records), rnn 3.85 s (35), batchnorm 0.233 s (35), bmm 0.365 s (25), training 5.30 s (15). The
+#: H100's (the run above): conv 0.661, rnn 4.26, batchnorm 0.187, bmm 0.344, training 5.98 s.
+NO_CUDNN_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
+    ("cuda", "full"): {
+        "conv": 0.66,
+        "rnn": 3.85,
+        "batchnorm": 0.233,
+        "bmm": 0.365,
+        "training": 5.30,
+    },
+}
+#: Seconds the timing rule of issue 29 (items 3 and 4) adds to a record whose figure above was
+#: measured before it, per (device, profile): sampling past the budget towards its ceiling while
+#: the target is in reach (``worker/budget.py``), 0.069 s a record on the H100's recorded samples
+#: and 0.075 s on the H200's (``tools/sample_budget.py`` on the two runs above, replayed), and the
+#: sustained-clock probe's extension of a pass shorter than 0.25 s (``worker/sustain.py``), about
+#: 33 s over the core matrix's 990 records (0.033 s a record). Estimates until a GPU run measures
+#: them. Not included: the hold where the power limit acts (about 2.9 s for each record it holds),
+#: since how many records it holds is known only after a GPU run.
+TIMING_RULE_ADDED_SECONDS = {("cuda", "full"): 0.072 + 0.033}
+#: Seconds of one record of a workload, its batch-invariance pass included, where known. CUDA full,
+#: estimates from the one H100 record of decoder_greedy_invariant at batch 64
+#: (results/20261124-084508-cuda-full-decoder: build 0.19 s, FLOP count 9.46 s, fingerprint
+#: 8.07 s, invariance pass 3.99 s, timing 28.7 s; 2.35 s per step of 64 decodes, 37 ms per
+#: decode): at batch 4 and 2 fingerprint steps (suites/invariance.py), 0.19 + 9.46 / 16 (count)
+#: + 2 x 0.147 (fingerprint) + 3.99 (invariance, its sizes unchanged) + 11 x 0.147 (5 warm-up
+#: steps and at least 6 samples) = 6.7 s. decoder_greedy (one batched decode per step, host-bound
+#: as well): a step about one decode, 37 ms; 0.19 + 0.15 (count) + 3 x 0.037 + 12 sizes x 0.2
+#: (a build and a step at each) + 0.3 (its budget) = 3.2 s. Both are paper estimates. The
+#: recipes suite's DataLoader epochs with 2 worker processes (its sizes are the same in every
+#: profile): 1.27 s per record of dataloader__global_seeds_only on the H100 in cuda quick
+#: (results/20261124-082858-cuda-gpu-check: build 0.002, FLOP count 0.1 in the first worker,
+#: fingerprint 0.31-0.46, timing 0.80-0.87 s at 0.083-0.095 s per step, its 6 samples and 2
+#: warm-up steps outlasting the budget), plus the 3 more warm-up steps of full at 0.09 s = 1.55 s,
+#: an estimate for each of the three variants with workers.
+_DATALOADER = 1.55
+#: The models suite at full size on one H100: paper estimates (no GPU has run it), from each
+#: step's FLOPs and the rates the H100 reached on the training suite
+#: (results/20261124-085144-cuda-full-conv-rnn-training, default mode): 41.3 TFLOP/s for the
+#: fp32 Transformer encoder (cuBLAS, IEEE fp32 matmuls), 61.2 TFLOP/s for ResNet-18 (cuDNN's
+#: convolutions in TF32, torch's default). A record: the build, 10 fingerprint steps each with
+#: its digest of the returned parameters (that run's Transformer: (3.26 s - 0.18 s first step) /
+#: 19 steps = 0.162 s against 0.114 s timed, 0.048 s for its 66M parameters: 0.73 ns per
+#: parameter), the timing pass (1.41 s = 12.4 of its steps: 5 warm-up, 6 samples and the
+#: blocks' overshoot) and the FLOP count's step in one replicate of 3; the build at that run's
+#: 0.61 s. ``_MODELS``: FLOPs per step (counted here with the FLOP counter: on the meta device
+#: for GPT-2, ViT, ConvNeXt and Whisper, on the CPU at batch 1 times the batch for Llama and
+#: BERT, the CPU's flash attention counted as the GPU's; torchvision's published multiply-adds
+#: x 2 x 3 for its models), parameters, and the rate. ConvNeXt's and EfficientNet's depthwise
+#: convolutions run far below ResNet's rate, so theirs are low; gpt2_generate is host-bound (one
+#: kernel launch after another per token), so it is costed from the decoder's measured 0.29 ms per
+#: layer and token (results/20261124-084508-cuda-full-decoder: 37 ms per 32-token decode of 4
+#: layers) x 12 layers x 32 tokens = 0.11 s per generate() at any batch up to 16, its 3 fingerprint
+#: steps, 12.4 timed, and an invariance pass of 5 sizes (a build and a generate() each).
+_H100_MATMUL_FP32, _H100_CONV_TF32 = 41.3e12, 61.2e12
+_MODELS = {
+    "gpt2_lm": (7.00e12, 124.4e6, _H100_MATMUL_FP32),
+    "llama_lm": (6.00e12, 124.7e6, _H100_MATMUL_FP32),
+    "bert_classify": (2.15e12, 109.5e6, _H100_MATMUL_FP32),
+    "vit_classify": (3.36e12, 86.6e6, _H100_MATMUL_FP32),
+    "convnext_classify": (0.855e12, 28.6e6, _H100_CONV_TF32),
+    "whisper_seq2seq": (2.68e12, 72.6e6, _H100_MATMUL_FP32),
+    "tv_resnet50": (4.09e9 * 6 * 64, 25.6e6, _H100_CONV_TF32),
+    "tv_efficientnet_b0": (0.39e9 * 6 * 64, 5.3e6, _H100_CONV_TF32),
+    "tv_vit_b_16": (17.56e9 * 6 * 32, 86.6e6, _H100_MATMUL_FP32),
+}
+_BUILD, _DIGEST_PER_PARAMETER, _TIMED_STEPS = 0.61, 0.73e-9, 12.4
+
+
+def _paper_record(flops: float, parameters: float, rate: float) -> float:
+    step = flops / rate
+    return _BUILD + 10 * (step + _DIGEST_PER_PARAMETER * parameters) + (_TIMED_STEPS + 1 / 3) * step
+
+
+_GENERATE_STEP = 0.29e-3 * 12 * 32
+_GENERATE = _BUILD + (3 + _TIMED_STEPS) * _GENERATE_STEP + 5 * (_BUILD + _GENERATE_STEP)
+WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
+    ("cuda", "full"): {
+        "invariance/decoder_greedy_invariant": 6.7,
+        "invariance/decoder_greedy": 3.2,
+        "recipes/dataloader__nothing_seeded": _DATALOADER,
+        "recipes/dataloader__global_seeds_only": _DATALOADER,
+        "recipes/dataloader__worker_init_fn_and_generator": _DATALOADER,
+        **{f"models/{k}": _paper_record(*v) for k, v in _MODELS.items()},
+        "models/gpt2_generate": _GENERATE,
+    },
+}
+#: Seconds until the first worker of a CUDA run is ready, where a dry run cannot measure it (no
+#: GPU here: the paper estimate): 9.8 s, what the H100 run of conv, rnn and training waited for its
+#: workers' start-up in all (results/20261124-085144-cuda-full-conv-rnn-training/env.json,
+#: ``run_stats.startup``: 8 workers, each later one ready before the one before it was done).
+PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 2.0}
+#: Seconds each later worker's device stage adds to a run, per device: the stage (CUDA's
+#: initialisation, its context, cuBLAS's and cuDNN's handles) begins only once the worker before
+#: it has taken its last timing sample (issue 29), so it no longer hides behind that worker's
+#: measuring; what the worker before it does after that sample (its last record's clean-up, its
+#: exit) hides part of it. CUDA: 1 s, a guess until a GPU run measures it (``run_stats``:
+#: ``device_stage`` over ``workers``); the H100's process watch of 2026-11-26
+#: (results/20261126-h100-experiments/watch.jsonl) saw a worker's context go from its first 14 MiB
+#: to ~700 MiB, libraries warmed, within 0.2 s, and CUDA's initialisation comes before that. CPU:
+#: nothing to initialise (``run_stats.device_stage``: 0.002 s over the 4 workers of a CPU run of
+#: conv, bmm, batchnorm and rnn on the development CPU, 2026-11-26), charged nothing.
+HANDOVER_SECONDS = {"cuda": 1.0, "cpu": 0.0}
+#: Seconds of the batch-invariance pass per declared batch size of a record (a build and one
+#: step at that size). CPU quick: 54 s over the 3960 sizes of the invariance suite's 750
+#: records, measured on the 2-core VM (results/20261124-024157-cpu-quick-invariance). The
+#: others are guesses until a run measures them.
+INVARIANCE_SECONDS_PER_SIZE = {
+    ("cpu", "quick"): 0.014,
+    ("cpu", "full"): 0.1,
+    ("cuda", "quick"): 0.01,
+    ("cuda", "full"): 0.05,
+}

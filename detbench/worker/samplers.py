@@ -1,0 +1,116 @@
+"""The clocks of ``time_step`` (``detbench.worker.timing``): how one sample, a block of
+consecutive steps, is timed. On CUDA by a pair of CUDA events around each block, with one host
+synchronisation per batch of samples and none inside one; elsewhere by a host clock
+(``time.perf_counter``, preceded by a sync of the current CUDA device where CUDA is in use and
+no device was named), or by an injected clock (tests). Garbage collection is off inside every
+sample. Each sampler is a ``warmup.Sampler``: the warm-up and the stopping rule use the same
+one.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+Clock = Callable[[], float]
+
+#: CUDA samples between two host synchronisations (and two checks of the rule).
+CUDA_BATCH = 8
+
+
+@contextmanager
+def gc_off() -> Iterator[None]:
+    """Garbage collection off inside a sample (as ``timeit`` does): a collection triggered by
+    the harness's own allocations is not the step's cost."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+class ClockSampler:
+    """Samples timed by reading a host clock before and after each block."""
+
+    batch = 1  # the rule is checked after every sample
+
+    def __init__(self, clock: Clock, name: str) -> None:
+        self.clock = clock
+        self.name = name
+
+    def now(self) -> float:
+        return self.clock()
+
+    def one_step(self, step: Callable[[], Any]) -> float:
+        t0 = self.clock()
+        step()
+        return self.clock() - t0
+
+    def samples(self, step: Callable[[], Any], number: int, k: int) -> list[float]:
+        out = []
+        clock = self.clock
+        for _ in range(k):
+            with gc_off():
+                t0 = clock()
+                for _ in range(number):
+                    step()
+                t1 = clock()
+            out.append((t1 - t0) / number)
+        return out
+
+
+class CudaEventSampler:
+    """Samples timed on the GPU by a pair of CUDA events around each block; one host
+    synchronisation per batch of samples, none inside one."""
+
+    name = "cuda-event"
+    batch = CUDA_BATCH
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = torch.cuda.current_stream(device)
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def one_step(self, step: Callable[[], Any]) -> float:
+        torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
+    def samples(self, step: Callable[[], Any], number: int, k: int) -> list[float]:
+        pairs = []
+        with gc_off():
+            for _ in range(k):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record(self.stream)
+                for _ in range(number):
+                    step()
+                end.record(self.stream)
+                pairs.append((start, end))
+            torch.cuda.synchronize(self.device)
+        # elapsed_time is in milliseconds
+        return [s.elapsed_time(e) / 1000.0 / number for s, e in pairs]
+
+
+def host_clock(device: torch.device | None) -> Clock:
+    """perf_counter, preceded by a sync of the current CUDA device when no device was named
+    and CUDA is in use (decided here once, not at every read)."""
+    if device is None and torch.cuda.is_available() and torch.cuda.is_initialized():
+
+        def synchronising_clock() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+
+        return synchronising_clock
+    return time.perf_counter
