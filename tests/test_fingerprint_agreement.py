@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from detbench.analysis.quality import _partition, fingerprint_agreement
 from detbench.report.write import write_report
@@ -43,6 +44,7 @@ def test_agreement_on_hand_made_fingerprints() -> None:
     assert fingerprint_agreement(df.drop(columns=["fingerprint_sha256"])).empty
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_both_methods_give_the_same_verdicts_on_a_real_race(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = detbench_cli(

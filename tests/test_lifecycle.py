@@ -134,6 +134,7 @@ def test_worker_with_a_lost_device_ends_and_a_fresh_worker_takes_the_rest(tmp_pa
     assert "the CUDA context is unusable after lifecycle/loses_device" in logs
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_a_worker_that_never_starts_is_killed_and_two_stop_the_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = detbench_cli(

@@ -159,6 +159,7 @@ def test_merge_refusals_write_nothing(runs: dict[str, Path], tmp_path: Path) -> 
     )
 
 
+@pytest.mark.slow  # whole workers started: make test-slow and CI run it
 def test_runs_from_several_machines_become_a_set(tmp_path: Path) -> None:
     """Each record names its machine; compare reads the set as one run per machine; its report
     opens with the Across machines section."""

@@ -191,6 +191,7 @@ def test_a_declaration_adds_to_what_is_seen_never_hides_it() -> None:
 # --- failures: the first error line, and the exit status ---------------------------------------
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_every_own_workload_failing_exits_1_with_each_first_error_line(tmp_path: Path) -> None:
     proc = detbench_cli(
         "run", "--workload", str(WORKLOADS / "all_fail.py"), "--mode", "default",

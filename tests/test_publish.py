@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .conftest import detbench_cli
 from .synthetic import env, record, write_run
 
@@ -43,6 +45,7 @@ def test_index_of_a_missing_directory(tmp_path: Path) -> None:
     assert proc.stderr.strip() == f"detbench: error: no such results directory: {tmp_path / 'nope'}"
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_index_replaces_its_own_readme_and_never_a_users(tmp_path: Path) -> None:
     write_run(tmp_path / "run", [record("w", "default", 0, "x", [0.01])], env(gpu=None))
     assert detbench_cli("index", str(tmp_path)).returncode == 0

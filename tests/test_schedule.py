@@ -135,6 +135,7 @@ def _detbench(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # whole workers started: make test-slow and CI run it
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["run", "--suite", "conv", "--mode", "default", "--mode", "det-algos",

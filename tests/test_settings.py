@@ -288,6 +288,7 @@ def test_torchs_own_change_of_inductor_deterministic_is_not_the_workloads() -> N
     )
 
 
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_workers_leave_no_shared_compile_cache_and_a_tied_level_is_unsupported(
     probe_run: pd.DataFrame, probe_tmp: Path
 ) -> None:
