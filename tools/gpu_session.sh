@@ -22,11 +22,12 @@ py=$(tools/python)
 phase=${1:?usage: tools/gpu_session.sh proof|check|matrix SECONDS|experiments|cudnnlog}
 log=$dir/$phase.log
 SUITES=(--suite conv --suite rnn --suite batchnorm --suite bmm --suite training)
-# The proof's small matrix (99 s on paper, `--dry-run`): 8 workers in a row (4 modes with cuDNN x
-# 2 replicates), each starting with the workload whose first timing drifted on the H200
-# (batchnorm1d_train_simclr_head, 5.9% the median) and ending with those timed beside the next
-# worker there (rnn's and training's last: 48 of 74 training records), 5 of its 7 workloads with
-# steps of 6-48 ms for check (iii).
+# The proof's small matrix (100 s on paper, `--dry-run`; a hold of about 2.9 s for each of its
+# 16 training records would make it 146 s, still under its 160 s limit): 8 workers in a row (4
+# modes with cuDNN x 2 replicates), each starting with the workload whose first timing drifted on
+# the H200 (batchnorm1d_train_simclr_head, 5.9% the median) and ending with those timed beside the
+# next worker there (rnn's and training's last: 48 of 74 training records), 5 of its 7 workloads
+# with steps of 6-48 ms for check (iii).
 PROOF=(--suite batchnorm --suite bmm --suite rnn --suite training
     --only batchnorm/batchnorm1d_train_simclr_head --only bmm/bmm_moe_experts_fp32
     --only rnn/lstm_2layer --only rnn/gru_2layer --only rnn/lstm_bidir_packed
