@@ -30,10 +30,15 @@ test:
 test-cuda:
 	@py=$$(tools/python) && $$py -m pytest -q tests --cuda-only $(ARGS)
 
-## test-slow: the tests marked slow: whole suites end to end (CI runs them too), on XDIST's workers
+## test-slow: the tests marked slow: whole suites end to end (CI runs them too), on XDIST's workers,
+## then those also marked serial alone (timings compared, the CPU races of locate's two threads)
 test-slow:
-	@py=$$(tools/python) && xdist=$$($$py -c 'import xdist' 2>/dev/null && echo "$(XDIST)" || true) && \
-	$$py -m pytest -q tests -m slow $$xdist $(ARGS)
+	@py=$$(tools/python) || exit 1; xdist=$$($$py -c 'import xdist' 2>/dev/null && echo "$(XDIST)"); \
+	$$py -m pytest -q tests -m "slow and not serial" $$xdist $(ARGS); a=$$?; \
+	[ $$a = 0 ] || [ $$a = 5 ] || exit $$a; \
+	$$py -m pytest -q tests -m "slow and serial" $(ARGS); b=$$?; \
+	[ $$b = 0 ] || [ $$b = 5 ] || exit $$b; \
+	[ $$a = 0 ] || [ $$b = 0 ]  # pytest's 5, no test selected: an error only if neither ran one
 
 ## lint: ruff, mypy and the layers (import-linter: no import points up; tools/import_graph.py: no
 ## cycle inside a layer, no module over 500 lines). Dev tools, installed in .venv.

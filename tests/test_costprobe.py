@@ -69,6 +69,7 @@ def _seconds(clock: str) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # three timings compared: alone, after the parallel slow tests
 def test_dry_run_plan_line_progress_and_real_time_agree(tmp_path: Path) -> None:
     """A user's LM of a few to tens of ms a step, 2 modes x 3 replicates on the CPU: the dry run,
     the plan line and the progress line's first figure agree, and the run takes within 25% of

@@ -71,6 +71,7 @@ def only_culprit(d: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
+@pytest.mark.serial  # the CPU races need both cores: alone, after the parallel slow tests
 def test_a_forward_race_is_located_at_its_line_in_its_module(located: dict[str, Any]) -> None:
     d = located["pooled_forward"]
     c = only_culprit(d)
@@ -90,6 +91,7 @@ def test_a_forward_race_is_located_at_its_line_in_its_module(located: dict[str, 
 
 
 @pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
+@pytest.mark.serial  # the CPU races need both cores: alone, after the parallel slow tests
 def test_getitem_backward_is_located_in_the_backward_pass(located: dict[str, Any]) -> None:
     c = only_culprit(located["gather_backward"])
     assert (c["op"], c["phase"]) == ("aten.index_put", "backward")
@@ -100,6 +102,7 @@ def test_getitem_backward_is_located_in_the_backward_pass(located: dict[str, Any
 
 
 @pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
+@pytest.mark.serial  # the CPU races need both cores: alone, after the parallel slow tests
 def test_a_custom_functions_backward_is_located_at_its_own_line(located: dict[str, Any]) -> None:
     c = only_culprit(located["functional_race"])
     assert (c["op"], c["phase"], c["line"]) == (
@@ -112,6 +115,7 @@ def test_a_custom_functions_backward_is_located_at_its_own_line(located: dict[st
 
 
 @pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
+@pytest.mark.serial  # the CPU races need both cores: alone, after the parallel slow tests
 def test_only_what_differed_is_located_and_the_report_shows_it(
     located: dict[str, Any], run_dir: Path
 ) -> None:
@@ -126,6 +130,7 @@ def test_only_what_differed_is_located_and_the_report_shows_it(
 
 
 @pytest.mark.slow  # reads the whole run --locate above: test-slow (CI runs it)
+@pytest.mark.serial  # the CPU races need both cores: alone, after the parallel slow tests
 def test_reading_uninitialized_memory_blames_the_read(
     located: dict[str, Any], run_dir: Path, tmp_path: Path
 ) -> None:

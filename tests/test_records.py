@@ -28,12 +28,6 @@ from .synthetic import env, fast_and_same, write_run
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 PUBLISHED = sorted(p.parent for p in RESULTS.glob("*/results.jsonl"))
-#: Published runs whose report was written before a later change of the report's words, so a
-#: report written now differs from it for that reason alone.
-REWORDED = {
-    "20261126-040517-cuda-full-h200-partial": "issue 29 reworded the GPU-sharing sentence",
-    "20261126-060355-cuda-full-h100-partial": "issue 29 reworded the GPU-sharing sentence",
-}
 
 
 def test_the_constructors_make_valid_records_of_every_field() -> None:
@@ -153,14 +147,12 @@ def test_every_published_run_loads_whole() -> None:
 @pytest.mark.parametrize("run", PUBLISHED, ids=lambda p: p.name)
 def test_every_published_report_is_written_again_byte_for_byte(run: Path, tmp_path: Path) -> None:
     """The run's records and facts, reported again: the same report.md and report.html as
-    published (all but those of ``REWORDED``, which must still report). A change of the report's
+    published. A change of the report's
     own words fails it for every run until the published reports are written again and
     committed (``detbench report`` on each, as commit f34bbc3 did); a change of the store
     must never fail it."""
     again = tmp_path / run.name
     shutil.copytree(run, again, ignore=shutil.ignore_patterns("report.*", "plots"))
     md, page = write_report(again)
-    if run.name in REWORDED:
-        pytest.skip(f"published before a change of words: {REWORDED[run.name]}")
     assert md.read_bytes() == (run / REPORT_MD).read_bytes()
     assert page.read_bytes() == (run / REPORT_HTML).read_bytes()
