@@ -171,11 +171,13 @@ def _notes(config: RunConfig, runner: Runner) -> bool:
     out = config.out
     if config.resume:
         missing = runner.missing
-        if not missing:
+        if not missing and not runner.costs_missing:
             print(f"detbench: nothing to resume: every record of {out} is there", file=sys.stderr)
             return False
+        costs = runner.costs_missing
         print(
-            f"detbench: resuming {out}: {len(runner.done)} records kept, {missing} to measure",
+            f"detbench: resuming {out}: {len(runner.done)} records kept, {missing} to measure"
+            + (f"; the costs of {costs} (workload, replicate) groups to time" if costs else ""),
             file=sys.stderr,
         )
     if config.device == "cpu":

@@ -45,6 +45,8 @@ RUN_OPTIONS = (
     "shard",
     "cudnn_log",
     "clocks",
+    "timing",
+    "rounds",
 )
 
 #: ``run --cudnn-log`` and ``gpu-check --cudnn-log``.
@@ -104,6 +106,8 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         shard=parse_shard(args.shard) if args.shard is not None else None,
         cudnn_log=bool(getattr(args, "cudnn_log", None)),
         clocks=getattr(args, "clocks", None),
+        timing=getattr(args, "timing", None),
+        rounds=getattr(args, "rounds", None),
     )
 
 
@@ -189,10 +193,26 @@ def run_options(q: argparse.ArgumentParser) -> None:
     q.add_argument(
         "--clocks",
         choices=("sustained", "burst"),
-        help="sustained (the default): on a GPU whose power or heat limit holds its clock down "
-        "under a workload, the load is held until the clock settles and the samples are what "
-        "a long run sees; burst: sampled right after the warm-up, the clock a short job sees "
-        "before the limit acts. Recorded on a CPU, where it has no effect",
+        help="burst (the default): a record's samples right after its warm-up, the clock a "
+        "short job sees; sustained: for absolute throughput at the clock a long run sees, the "
+        "load is held until the clock settles where a GPU's power or heat limit acts (with "
+        "--timing separate or both; paired costs need no hold: both sides of a ratio share "
+        "their round's clock). Recorded on a CPU, where it has no effect",
+    )
+    q.add_argument(
+        "--timing",
+        choices=("paired", "separate", "both"),
+        help="paired (the default): every replicate's modes are timed side by side, in workers "
+        "alive together that take turns one block at a time, after every verdict; separate: "
+        "each record timed in its own worker, minutes from the modes it is compared with (the "
+        "design before issue 34); both: the two, to compare them",
+    )
+    q.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="the paired timing's rounds per workload and replicate, each mode one block a "
+        "round (default: 12 quick, 10 full)",
     )
     q.add_argument(
         "--timeout",

@@ -37,6 +37,7 @@ from detbench.store.results import where
 from detbench.worker.applied import WorkerSettings
 from detbench.worker.devenv import device_env
 from detbench.worker.memory import warm_libraries
+from detbench.worker.paired import PairedTiming
 from detbench.worker.passes import run_workload
 from detbench.worker.protocol import Channel
 
@@ -82,9 +83,10 @@ def _device_stage(device: Any) -> dict[str, Any]:
     return device_env(device)
 
 
-def serve(job: dict[str, Any], out: Channel) -> int:
-    """The worker's life, once the child main (armed to die with the runner before it imported
-    this module and torch) has read its job, the first line of stdin."""
+def _start(job: dict[str, Any], out: Channel) -> tuple[Any, Any, Any, Any] | None:
+    """Both stages of a worker's start-up, each when the runner says (see the module
+    docstring): (mode, settings, workloads, device), or None where the runner ended the run
+    before this worker's turn."""
     stdin = sys.stdin.buffer
     mode, ws, workloads = _first_stage(job)
     device = torch.device(job["device"])
@@ -92,7 +94,7 @@ def serve(job: dict[str, Any], out: Channel) -> int:
     waited = time.time()
     out.send({"type": "loaded", "seconds": waited - float(job["launched_at"])})
     if stdin.readline().strip() != b"device":  # the runner ended the run meanwhile
-        return 0
+        return None
     stage = time.time()
     facts = _device_stage(device)
     out.send(
@@ -110,7 +112,18 @@ def serve(job: dict[str, Any], out: Channel) -> int:
         },
     )
     if stdin.readline().strip() != b"go":  # the runner ended the run before this worker's turn
+        return None
+    return mode, ws, workloads, device
+
+
+def serve(job: dict[str, Any], out: Channel) -> int:
+    """The worker's life, once the child main (armed to die with the runner before it imported
+    this module and torch) has read its job, the first line of stdin."""
+    stdin = sys.stdin.buffer
+    started = _start(job, out)
+    if started is None:
         return 0
+    mode, ws, workloads, device = started
 
     def notify(phase: str) -> None:
         out.send({"type": "phase", "phase": phase})
@@ -136,5 +149,44 @@ def serve(job: dict[str, Any], out: Channel) -> int:
             print(f"detbench worker: the CUDA context is unusable after {key}; exiting")
             out.send({"type": "lost", "workload": key})
             return 0
+    out.send({"type": "done"})
+    return 0
+
+
+def pair(job: dict[str, Any], out: Channel) -> int:
+    """A timing worker of the paired phase (``detbench.worker.paired``): started as a run's
+    worker is, then it does what each line of stdin says, one at a time, and answers each with
+    one message: ``prepare KEY`` (build and warm up: ``prepared``), ``block`` (time one block:
+    ``block``), ``finish`` (the samples' summary, the workload freed: ``timed``); ``exit`` or
+    the end of stdin ends it."""
+    stdin = sys.stdin.buffer
+    started = _start(job, out)
+    if started is None:
+        return 0
+    mode, ws, workloads, _ = started
+    timing: PairedTiming | None = None
+    for raw in stdin:
+        word, _, arg = raw.decode().strip().partition(" ")
+        if word == "prepare":
+            w = workloads.get(arg)
+            if w is None:
+                raise RuntimeError(f"workload {arg} is not defined in this worker's sources")
+            timing, said = PairedTiming.prepare(w, job, mode, ws)
+            out.send({"type": "prepared", "workload": arg, **said})
+        elif word == "block" and timing is not None:
+            try:
+                out.send({"type": "block", **timing.block()})
+            except Exception as exc:  # the runner drops this worker from the rounds left
+                timing.free()
+                timing = None
+                out.send({"type": "block", "error": f"{type(exc).__name__}: {exc}"})
+        elif word == "finish" and timing is not None:
+            out.send({"type": "timed", **timing.finish()})
+            timing = None
+            gc.freeze()
+        elif word == "exit":
+            break
+        else:
+            raise RuntimeError(f"paired worker: unexpected line {raw!r}")
     out.send({"type": "done"})
     return 0

@@ -20,10 +20,29 @@ from detbench.worker.protocol import DEFAULT_TIMEOUT
 
 #: Per-profile defaults: steps hashed by the fingerprint pass, warm-up steps, and the timing
 #: budget: the most seconds of samples a record takes (the stopping rule usually ends it sooner).
+#: The paired phase (``--timing paired``, ``detbench.run.paired``): ``rounds`` of one block each,
+#: every mode's block about ``block_seconds`` long.
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "quick": {"fingerprint_steps": 3, "warmup_steps": 2, "budget": 0.1},
-    "full": {"fingerprint_steps": 3, "warmup_steps": 5, "budget": 0.3},
+    "quick": {
+        "fingerprint_steps": 3,
+        "warmup_steps": 2,
+        "budget": 0.1,
+        "rounds": 12,
+        "block_seconds": 0.008,
+    },
+    "full": {
+        "fingerprint_steps": 3,
+        "warmup_steps": 5,
+        "budget": 0.3,
+        "rounds": 10,
+        "block_seconds": 0.02,
+    },
 }
+#: ``--timing``: how costs are timed. "paired": the verdict workers time nothing, and each
+#: replicate's modes are timed side by side in workers alive together (``detbench.run.paired``);
+#: "separate": each record timed in its own verdict worker (the design before issue 34); "both":
+#: the two in one run, to compare them (benchmarks/test_aa.py).
+TIMING_DESIGNS = ("paired", "separate", "both")
 #: The stopping rule's target: the 95% interval of the median within +-1% on a GPU, whose kernel
 #: times are stable, and +-3% on a CPU, whose shared cores are not.
 TARGET_REL = {"cuda": 0.01, "cpu": 0.03}
@@ -119,11 +138,32 @@ class RunConfig:
     #: ``--clocks``: "sustained" (None: the default) or "burst" (``worker/sustain.py``); recorded
     #: on a CPU, where it has no effect.
     clocks: str | None = None
+    #: ``--timing``: one of ``TIMING_DESIGNS`` (None: "paired", or "separate" where the paired
+    #: phase cannot run: a shard, or workers side by side on several devices).
+    timing: str | None = None
+    #: ``--rounds``: the paired phase's rounds per (workload, replicate) (None: the profile's).
+    rounds: int | None = None
+    #: Seconds of steps in one block of the paired phase (None: the profile's).
+    block_seconds: float | None = None
 
     @property
     def clock_mode(self) -> str:
-        """The clock mode the workers time in: ``clocks``, or "sustained"."""
-        return self.clocks or "sustained"
+        """The clock mode a verdict worker's timing pass runs in: ``clocks``, or "burst": the
+        sustained-clock hold only where a user asks for absolute throughput at it (issue 34;
+        the paired phase never holds: both sides of a ratio share their round's clock)."""
+        return self.clocks or "burst"
+
+    @property
+    def timing_design(self) -> str:
+        """``timing``, or its default: "paired" where the paired phase can run."""
+        if self.timing is not None:
+            return self.timing
+        return "separate" if (self.shard or len(self.device_names) > 1) else "paired"
+
+    @property
+    def paired(self) -> bool:
+        """Whether the run has a paired phase."""
+        return self.timing_design in ("paired", "both")
 
     def __post_init__(self) -> None:
         if self.fingerprint is None:
@@ -175,6 +215,9 @@ class RunConfig:
             "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
             "cudnn_log": self.cudnn_log,
             "clocks": self.clock_mode,
+            "timing": self.timing_design,
+            "rounds": self.setting("rounds"),
+            "block_seconds": self.setting("block_seconds"),
         }
 
 
@@ -296,6 +339,10 @@ def resume_config(directory: Path) -> RunConfig:
             cudnn_log=bool(o.get("cudnn_log", False)),
             # Runs before --clocks timed in bursts.
             clocks=str(o.get("clocks", "burst")),
+            # Runs before issue 34 timed each record in its own worker.
+            timing=str(o.get("timing", "separate")),
+            rounds=o.get("rounds"),
+            block_seconds=o.get("block_seconds"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None
@@ -387,6 +434,18 @@ def validate(config: RunConfig, cuda_available: bool, paper: bool = False) -> No
         raise RunError("--budget must be a positive number of seconds")
     if config.clocks is not None and config.clocks not in ("sustained", "burst"):
         raise RunError(f"unknown --clocks {config.clocks!r}; use sustained or burst")
+    if config.timing is not None and config.timing not in TIMING_DESIGNS:
+        raise RunError(f"unknown --timing {config.timing!r}; use {', '.join(TIMING_DESIGNS)}")
+    if config.paired and (config.shard or len(config.device_names) > 1):
+        raise RunError(
+            "--timing paired needs all of a replicate's modes on one device: not with --shard "
+            "or several --devices (use --timing separate)"
+        )
+    if config.rounds is not None and config.rounds < 6:
+        raise RunError(
+            f"--rounds {config.rounds}: at least 6 are needed, the fewest samples with a 95% "
+            "interval of their median"
+        )
     if config.fingerprint not in FINGERPRINTS:
         raise RunError(
             f"unknown --fingerprint {config.fingerprint!r}; use {', '.join(FINGERPRINTS)}"

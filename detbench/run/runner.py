@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from detbench.core.modes import Mode
 from detbench.core.workload import WorkloadError
 from detbench.run.config import (
     MIN_SAMPLES,
@@ -37,6 +38,7 @@ from detbench.run.config import (
     RunError,
     resolve_sources,
 )
+from detbench.run.paired import PairedPhase
 from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan
 from detbench.run.supervise import (
     Crew,
@@ -149,6 +151,7 @@ class Runner:
             for k in s.keys
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        self.paired = self._paired_phase()
 
     @property
     def missing(self) -> int:
@@ -204,6 +207,49 @@ class Runner:
         }
 
     # -- workers -------------------------------------------------------------------------------
+    def _job(self, mode: Mode, replicate: int, lane: str, keys: list[str]) -> dict[str, Any]:
+        """The job of a worker of (``mode``, ``replicate``) on device ``lane`` for ``keys``: a
+        verdict worker's, which a timing worker of the paired phase takes too."""
+        c = self.config
+        return {
+            "mode": asdict(mode),
+            "replicate": replicate,
+            "seed": c.seed,
+            "device": c.device,
+            "device_name": lane,
+            "num_threads": self.threads_per_worker,
+            "profile": c.profile,
+            "sources": self.sources,
+            "workloads": keys,
+            "fingerprint_steps": c.setting("fingerprint_steps"),
+            "warmup_steps": c.setting("warmup_steps"),
+            "budget": c.setting("budget"),
+            "block_seconds": c.setting("block_seconds"),
+            "target_rel": TARGET_REL[c.device],
+            "min_samples": MIN_SAMPLES,
+            "clocks": c.clock_mode,
+            "fingerprint": c.fingerprint,
+            # The paired phase times this run's costs, unless it is today's design or both.
+            "timing_pass": c.timing_design in ("separate", "both"),
+            "timeout": c.timeout,
+            "launched_at": time.time(),
+        }
+
+    def _environment(self, mode: Mode, lane: str) -> dict[str, str]:
+        """A worker's environment: the mode's, its GPU, and fresh compile caches of its own."""
+        c = self.config
+        env = mode.environment(os.environ)
+        if c.devices and c.device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = gpu_visible(lane, os.environ)
+        # Fresh compile caches in every worker, removed at the end of the run (see
+        # protocol.fresh_compile_caches).
+        self._cache_dirs.append(fresh_compile_caches(env))
+        # The worker imports detbench from this checkout, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        return env
+
     def _spawn(
         self, slot: Slot, keys: list[str], logs: Path, reference: Path | None = None
     ) -> WorkerProcess:
@@ -212,39 +258,13 @@ class Runner:
         c = self.config
         name = c.device_names[slot.lane]
         job = {
-            "mode": asdict(slot.mode),
+            **self._job(slot.mode, slot.replicate, name, keys),
             "mode_position": slot.position,
-            "replicate": slot.replicate,
-            "seed": c.seed,
-            "device": c.device,
-            "device_name": name,
-            "num_threads": self.threads_per_worker,
-            "profile": c.profile,
-            "sources": self.sources,
-            "workloads": keys,
-            "fingerprint_steps": c.setting("fingerprint_steps"),
-            "warmup_steps": c.setting("warmup_steps"),
-            "budget": c.setting("budget"),
-            "target_rel": TARGET_REL[c.device],
-            "min_samples": MIN_SAMPLES,
-            "clocks": c.clock_mode,
-            "fingerprint": c.fingerprint,
             "count_flops": slot.replicate == 0,
             "cudnn_log": c.cudnn_log,  # the worker's log file and environment: WorkerProcess
             "reference_dir": str(reference or c.out / ".reference"),
-            "timeout": c.timeout,
-            "launched_at": time.time(),
         }
-        env = slot.mode.environment(os.environ)
-        if c.devices and c.device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = gpu_visible(name, os.environ)
-        # Fresh compile caches in every worker, removed at the end of the run (see
-        # protocol.fresh_compile_caches).
-        self._cache_dirs.append(fresh_compile_caches(env))
-        # The worker imports detbench from this checkout, installed or not.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
-        )
+        env = self._environment(slot.mode, name)
         worker = self.crew.spawn(
             c.python, job, env, logs / f"r{slot.replicate}-{slot.mode.name}.log"
         )
@@ -425,6 +445,10 @@ class Runner:
                 else:  # each device's lane in a thread of its own
                     self._lanes_running = len(lanes)
                     side_by_side(each, c.device_names, self.crew, self._lane_ended)
+                if self.paired is not None:  # every verdict is in: now the costs, side by side
+                    progress.close()
+                    progress.tty = False  # its line is ended; the paired phase prints its own
+                    self._run_paired(self.paired)
                 finished = True
             finally:
                 with self._lock:  # replicates still waiting for a count that will not come
@@ -450,6 +474,48 @@ class Runner:
                     with contextlib.suppress(OSError):
                         write_json_atomic(out / ENV_FILE, doc)
         return self.stats
+
+    def _paired_phase(self) -> PairedPhase | None:
+        """The run's paired phase (``detbench.run.paired``), or None where it has none."""
+        c = self.config
+        if not c.paired:
+            return None
+        keys = [w.key for w in self.workloads if not w.distributed]
+        lane = c.device_names[0]
+        return PairedPhase(
+            c.out,
+            c.modes,
+            c.replicates,
+            keys,
+            job_for=lambda mode, replicate: self._job(mode, replicate, lane, keys),
+            env_for=lambda mode: self._environment(mode, lane),
+            python=c.python,
+            crew=self.crew,
+            settings={
+                "rounds": c.setting("rounds"),
+                "seed": c.seed,
+                "startup_timeout": c.startup_timeout,
+                "timeout": c.timeout,
+            },
+            stream=self.stream,
+        )
+
+    @property
+    def costs_missing(self) -> int:
+        """How many (workload, replicate) groups the paired phase will time."""
+        return 0 if self.paired is None else self.paired.groups
+
+    def _run_paired(self, phase: PairedPhase) -> None:
+        """The paired phase: every verdict record of the run, this call's and earlier calls',
+        gives each timing its ``same_bits``."""
+        verdicts = {
+            (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])): r
+            for r in iter_records(self.config.out)
+        }
+        try:
+            phase.run(lambda key, mode, replicate: verdicts.get((key, mode, replicate)))
+        finally:
+            self.stats.paired = phase.stats.to_json()
 
     def _lane_ended(self) -> None:
         with self._lock:

@@ -76,6 +76,8 @@ class RunStats:
     #: Per worker: its pid, (replicate, mode), and its device stage's start and end (epoch
     #: seconds): set against the records' timing windows, it shows that none overlapped.
     worker_stages: list[dict[str, Any]] = field(default_factory=list)
+    #: The paired phase's own figures (``paired.PairedStats``), where the run had one.
+    paired: dict[str, Any] | None = None
 
     @property
     def other(self) -> float:
@@ -110,7 +112,14 @@ class RunStats:
 class WorkerProcess:
     """A worker process, its job already written, and the pipe it reports on."""
 
-    def __init__(self, python: str, job: dict[str, Any], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        python: str,
+        job: dict[str, Any],
+        env: dict[str, str],
+        log: Path,
+        kind: str = WORKER_KIND,
+    ) -> None:
         self.log = log
         self.keys: list[str] = list(job["workloads"])
         if job.get("cudnn_log") is True:  # --cudnn-log: cuDNN reads its variables when it loads
@@ -136,7 +145,7 @@ class WorkerProcess:
         self.closed = False
         self.released = False
         # ``run_pid``: whose processes share the device while it times, the run's or others'.
-        self.send(json.dumps({**job, "kind": WORKER_KIND, "run_pid": os.getpid()}))
+        self.send(json.dumps({**job, "kind": kind, "run_pid": os.getpid()}))
 
     @property
     def pid(self) -> int:
@@ -318,12 +327,17 @@ class Crew:
         return self._stop.is_set()
 
     def spawn(
-        self, python: str, job: dict[str, Any], env: dict[str, str], log: Path
+        self,
+        python: str,
+        job: dict[str, Any],
+        env: dict[str, str],
+        log: Path,
+        kind: str = WORKER_KIND,
     ) -> WorkerProcess:
         with self._lock:
             if self._stop.is_set():
                 raise Stopped
-            worker = WorkerProcess(python, job, env, log)
+            worker = WorkerProcess(python, job, env, log, kind)
             self._alive.add(worker)
         return worker
 

@@ -241,7 +241,10 @@ class Passes:
                 rec["compile_stats"] = {k: after[k] - before[k] for k in after}
         with self._phase("count"):
             count_pass(w, ctx, self.step, rec, bool(job.get("count_flops", True)))
-        self._timing()
+        if job.get("timing_pass", True):
+            self._timing()
+        else:  # the paired phase times it, beside the other modes (``detbench.run.paired``)
+            rec["timing_design"] = "paired"
         if hooks.invariance and w.batch_sizes is not None:
             with self._phase("invariance"):
                 self.step = None  # the timed build goes before one is built at every size

@@ -1,0 +1,199 @@
+"""A timing worker's side of paired timing (issue 34): one workload built and warmed up, then
+timed one block at a time, each block when the runner asks for it.
+
+Why: a cost is the ratio of two modes' step times. Timed in their own workers minutes apart, the
+two medians come from different clock, power and host states, and the ratio carries that drift
+(on a quiet 2-core CPU, the same computation in two workers differed by 50%, median). So every
+mode of a replicate has a worker alive at once, and the runner has them take turns, one block
+each, in an order shuffled anew each round (``detbench.run.paired``): each mode is then timed a
+few hundred milliseconds from the others, under the same conditions, and a cost is estimated
+from the rounds' ratios (``detbench.analysis.paired_costs``).
+
+What a block is, and what it is not:
+
+* **The mode's own fresh process.** The worker applied its mode once, before any CUDA work, as a
+  verdict worker does; no setting is toggled inside it. (cuDNN's convolution plan cache keys on
+  ``deterministic`` and ``allow_tf32`` but not on ``benchmark``: flipping ``cudnn.benchmark``
+  inside one process would time the plan the other setting chose.)
+* **The computation the verdict proves.** The workload is built exactly as the verdict worker
+  built it (``build_pass``: seeded, the mode's execution), and the first step's digest is sent
+  back, so the runner can say whether the timed process computed the verdict's first step bit
+  for bit (``same_bits`` in ``paired.jsonl``).
+* **Warmed up as any timing pass** (``warmup.warm_up``); then the block holds
+  ``floor(block_seconds / step)`` steps, at least one, so each mode's block lasts about as long
+  as the others' and a round about ``workers * block_seconds``.
+* **One block, one sample**, timed by the pass's own samplers (CUDA events on a GPU, one host
+  synchronisation at the block's end, before the next worker's turn; ``perf_counter`` on a
+  CPU); garbage collection off inside it. NVML is read when the warm-up starts, at the first
+  block and after the last, never between blocks of a round.
+* **No sustained-clock hold.** Both sides of a ratio share the clock state of their round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from detbench.core.modes import Mode
+from detbench.core.workload import Context, Workload
+from detbench.store import record
+from detbench.worker import fingerprint as fp
+from detbench.worker.applied import WorkerSettings, columns
+from detbench.worker.gpuclock import ClockWatch
+from detbench.worker.measure import build_pass, classify, sync
+from detbench.worker.samplers import ClockSampler, CudaEventSampler, host_clock
+from detbench.worker.timing import MIN_CI_SAMPLES, Timing, _summary, _torch_threads
+from detbench.worker.warmup import warm_up
+
+
+def block_steps(step_seconds: float, block_seconds: float) -> int:
+    """Steps in a block of about ``block_seconds``: at least one."""
+    if step_seconds <= 0:
+        return 1
+    return max(1, math.floor(block_seconds / step_seconds))
+
+
+@dataclass
+class PairedTiming:
+    """One workload of a timing worker, from its build to its last block (``finish``)."""
+
+    w: Workload
+    ctx: Context
+    mode: Mode
+    job: dict[str, Any]
+    step: Any = None
+    sampler: Any = None
+    number: int = 1
+    samples: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    warm: Any = None
+    watch: Any = None
+    threads: int = 1
+
+    @classmethod
+    def prepare(
+        cls, w: Workload, job: dict[str, Any], mode: Mode, ws: WorkerSettings
+    ) -> tuple[PairedTiming | None, dict[str, Any]]:
+        """Build ``w``, run its first step (digested), warm it up and size its block: (the
+        timing, or None where it failed; the ``prepared`` message's fields)."""
+        device = torch.device(job["device"])
+        ctx = Context(
+            device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
+        )
+        self = cls(w, ctx, mode, job, threads=torch.get_num_threads())
+        # The verdict worker's record of the same build: build_pass reads the settings back into
+        # it, so a workload that changes a setting is caught here as there.
+        rec = record.measured(
+            suite=w.suite,
+            workload=w.name,
+            params=w.params_for(ctx.profile),
+            mode=mode,
+            settings=columns(ws.applied, mode),
+            replicate=int(job["replicate"]),
+            seed=ctx.seed,
+            device=device.type,
+            profile=ctx.profile,
+            num_threads=self.threads,
+            batch_size=w.batch_size,
+            # As the verdict worker digests its steps ("both": the device digest first).
+            fingerprint_method="device" if job["fingerprint"] == "both" else job["fingerprint"],
+        )
+        t0 = time.perf_counter()
+        try:
+            self.step = build_pass(w, ctx, ws, mode, rec)
+            outputs = fp.step_outputs(self.step())
+            sync(device)
+            digest = fp.step_digest(outputs, rec["fingerprint_method"])
+            del outputs
+            self._warm_up()
+        except Exception as exc:  # a workload that cannot be timed is data, not the worker's end
+            status, message = classify(exc)
+            self.free()
+            return None, {"status": status, "message": message}
+        return self, {
+            "status": "ok",
+            "first_step_digest": digest,
+            "number_per_block": self.number,
+            "step_seconds": self.warm.medians[-1],
+            "settings_changed": rec["settings_changed"],
+            "prepare_seconds": time.perf_counter() - t0,
+        }
+
+    def _warm_up(self) -> None:
+        dev = self.ctx.device
+        if dev.type == "cuda":
+            self.sampler = CudaEventSampler(dev)
+        else:
+            self.sampler = ClockSampler(host_clock(dev), "perf_counter")
+        self.watch = ClockWatch(dev)
+        budget = float(self.job["budget"])
+        with self._on_device():
+            self.watch.start()
+            self.warm = warm_up(
+                self.step,
+                self.sampler,
+                int(self.job["warmup_steps"]),
+                budget,
+                float(self.job["target_rel"]),
+            )
+            self.watch.mark()
+        self.number = block_steps(self.warm.medians[-1], float(self.job["block_seconds"]))
+
+    def _on_device(self) -> contextlib.AbstractContextManager[Any]:
+        if self.ctx.device.type == "cuda":
+            return torch.cuda.device(self.ctx.device)
+        return contextlib.nullcontext()
+
+    def block(self) -> dict[str, Any]:
+        """Time one block: the ``block`` message's fields."""
+        start = time.time()
+        with _torch_threads(self.threads), self._on_device():
+            seconds = self.sampler.samples(self.step, self.number, 1)[0]
+        self.samples.append(seconds)
+        self.starts.append(start)
+        return {"seconds": seconds, "start": start}
+
+    def finish(self) -> dict[str, Any]:
+        """The samples' summary as a ``Timing`` (the timing pass's JSON), then the workload
+        freed: the ``timed`` message's fields."""
+        gpu_clocks = self.watch.stop() if self.watch is not None else None
+        out: dict[str, Any] = {"samples": len(self.samples)}
+        if len(self.samples) >= MIN_CI_SAMPLES:
+            target = float(self.job["target_rel"])
+            timing = Timing(
+                **_summary(self.samples, target),
+                number_per_block=self.number,
+                warmup_steps=int(self.job["warmup_steps"]),
+                budget=float(self.job["budget"]),
+                num_threads=self.threads,
+                target_rel=target,
+                clock=self.sampler.name,
+                min_samples=MIN_CI_SAMPLES,
+                warmup=self.warm,
+                gpu_clocks=gpu_clocks,
+                ceiling=None,
+                clock_mode="paired",
+                hold=None,
+            )
+            out["timing"] = timing.to_json()
+        else:
+            out["gpu_clocks"] = gpu_clocks
+        self.free()
+        return out
+
+    def free(self) -> None:
+        """Free this workload's tensors before the next is built."""
+        self.step = None
+        if self.mode.overrides.get("execution") == "compile":
+            with contextlib.suppress(Exception):
+                torch._dynamo.reset()
+        gc.collect()
+        if self.ctx.device.type == "cuda":
+            with contextlib.suppress(Exception):
+                torch.cuda.empty_cache()
