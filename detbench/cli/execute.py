@@ -61,6 +61,7 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
             skipped,
             "paper" if paper else None,
             probed,
+            None if runner.paired is None else runner.paired.plan(c.setting("block_seconds")),
         )
 
     est = priced(PAPER_STARTUP_SECONDS.get(c.device, 2.0), False)

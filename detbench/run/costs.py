@@ -178,3 +178,18 @@ INVARIANCE_SECONDS_PER_SIZE = {
     ("cuda", "quick"): 0.01,
     ("cuda", "full"): 0.05,
 }
+#: The paired phase (issue 34, ``run/paired.py``). A member's preparation of one workload: its
+#: build, its first step (digested) and its warm-up until steady (at most the budget). CPU quick:
+#: PAIRED_PREPARE_CPU_NOTE. CUDA: a paper estimate until a GPU run measures it: the H100's
+#: warm-up, simulated on its recorded samples, 126 ms a record on average
+#: (``WARMUP_SHARE``'s note), and a build and a step of tens of ms.
+PAIRED_PREPARE_SECONDS = {
+    ("cpu", "quick"): 0.06,
+    ("cpu", "full"): 0.3,
+    ("cuda", "quick"): 0.1,
+    ("cuda", "full"): 0.2,
+}
+#: A turn's cost beyond its block: the runner's line to the worker, its wake-up and its message
+#: back. CPU: PAIRED_TURN_CPU_NOTE. CUDA: a paper estimate (a pipe's round trip and the block's
+#: one host synchronisation, a few hundred microseconds).
+PAIRED_TURN_SECONDS = {"cpu": 0.001, "cuda": 0.0005}

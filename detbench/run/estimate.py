@@ -30,6 +30,7 @@ from detbench.run.costs import (
 
 if TYPE_CHECKING:
     from detbench.core.modes import Mode
+    from detbench.run.paired_cost import PairedPlan
     from detbench.run.schedule import Plan, Slot
 
 __all__ = [
@@ -102,6 +103,10 @@ class Estimate:
     slot_costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    #: The paired phase (``run/paired_cost.py``): its seconds on paper, after the verdicts, and
+    #: what it times (None: a run without one).
+    paired_seconds: float = 0.0
+    paired: dict[str, Any] | None = None
 
     @property
     def handovers(self) -> int:
@@ -146,9 +151,10 @@ class Estimate:
     def seconds(self) -> float:
         """The run's seconds: with several devices side by side, the busiest device's."""
         if len(self.lane_records) > 1:
-            return max(self.lane_seconds)
+            return max(self.lane_seconds) + self.paired_seconds
         return (
-            self.startup_seconds
+            self.paired_seconds
+            + self.startup_seconds
             + self.startup_waits
             + self.record_seconds
             + self.launches * self.launch_seconds
@@ -176,6 +182,8 @@ class Estimate:
             "costed_records": self.costed_records,
             "probed_records": self.probed_records,
             "estimate_basis": self.basis,
+            "paired_seconds": round(self.paired_seconds, 1),
+            "paired": self.paired,
             **(
                 {"device_seconds": [round(x, 1) for x in self.lane_seconds]}
                 if len(self.lane_records) > 1
@@ -247,24 +255,39 @@ def record_cost(
     cudnn: bool = True,
     probed: Mapping[str, Probed] | None = None,
     replicate: int = 0,
+    timed: bool = True,
 ) -> tuple[float, bool]:
     """Seconds of one record of ``key`` (SUITE/NAME) in a mode with cuDNN on or off, and whether
     the figure is measured (a probe's here, the workload's or its suite's) rather than the
-    model's ``per_record``. A workload's figure includes its invariance pass."""
+    model's ``per_record``. A workload's figure includes its invariance pass. ``timed``: False
+    for a verdict worker of the paired design, whose records have no timing pass: the figure
+    less the model's timing (``timing_seconds``; a probe's own), at least a third of it."""
     if probed and key in probed:
-        return probed[key].record(replicate), True
+        got = probed[key].record(replicate)
+        return (got if timed else got - probed[key].timing), True
+    budget_timing = timing_seconds(device, _budget(per_record, device, profile))
+
+    def untimed(figure: float) -> float:
+        return figure if timed else max(figure / 3, figure - budget_timing)
+
     own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
     if key in own:
-        return own[key], True
+        return untimed(own[key]), True
     suite = key.partition("/")[0]
     native = NO_CUDNN_RECORD_SECONDS.get((device, profile), {})
-    added = TIMING_RULE_ADDED_SECONDS.get((device, profile), 0.0)
+    added = TIMING_RULE_ADDED_SECONDS.get((device, profile), 0.0) if timed else 0.0
     if not cudnn and suite in native:
-        return native[suite] + added, True
+        return untimed(native[suite]) + added, True
     suites = SUITE_RECORD_SECONDS.get((device, profile), {})
     if suite in suites:
-        return suites[suite] + added, True
-    return per_record, False
+        return untimed(suites[suite]) + added, True
+    return untimed(per_record), False
+
+
+def _budget(per_record: float, device: str, profile: str) -> float:
+    """The budget ``per_record`` was priced with (``per_record_seconds``'s inverse)."""
+    share = BUDGET_SHARE[device] + WARMUP_SHARE[device]
+    return max(0.0, per_record - RECORD_OVERHEAD_SECONDS[(device, profile)]) / share
 
 
 @dataclass(frozen=True)
@@ -281,6 +304,7 @@ class _Pricing:
     sizes: Mapping[str, int]
     skip: Callable[[Mode, str], bool]
     probed: Mapping[str, Probed] | None
+    timed: bool = True
 
     @property
     def own(self) -> Mapping[str, Any]:
@@ -298,7 +322,14 @@ class _Pricing:
             return 0.0  # unsupported, or in the launch's measured figure
         cudnn = s.mode.cudnn_enabled
         return record_cost(
-            k, self.device, self.profile, self.per_record, cudnn, self.probed, s.replicate
+            k,
+            self.device,
+            self.profile,
+            self.per_record,
+            cudnn,
+            self.probed,
+            s.replicate,
+            self.timed,
         )[0]
 
     def cost(self, slots: Sequence[Slot]) -> float:
@@ -315,6 +346,8 @@ class _Pricing:
         """What a worker does while the next one may start up: its records but their timing
         passes, during which the next one is paused (issue 29)."""
         probed = self.probed
+        if not self.timed:  # no timing pass: the next one starts up beside every record
+            return self.cost([before])
         timing = sum(
             probed[k].timing if probed and k in probed else timing_seconds(self.device, self.budget)
             for k in self.runs(before)
@@ -364,6 +397,7 @@ def estimate(
     unsupported: Callable[[Mode, str], bool] | None = None,
     basis: str | None = None,
     probed: Mapping[str, Probed] | None = None,
+    paired: PairedPlan | None = None,
 ) -> Estimate:
     """``distributed``: the keys of the plan's distributed workloads (each worker that has any
     that will run makes one torchrun launch; on CUDA the launch's figure includes their
@@ -371,7 +405,8 @@ def estimate(
     its records builds and steps it at every one, unless the workload's own figure includes
     it). ``unsupported(mode, key)``: whether that record will be ``unsupported`` (charged
     nothing, and a launch of nothing but such records is not made). ``probed``: the workloads a
-    probe worker costed on this host (their figure includes their invariance pass)."""
+    probe worker costed on this host (their figure includes their invariance pass). ``paired``:
+    the plan's paired phase (its verdict workers then time nothing)."""
     per_record = per_record_seconds(device, profile, budget)
     p = _Pricing(
         device,
@@ -383,6 +418,7 @@ def estimate(
         batch_sizes or {},
         unsupported or (lambda mode, key: False),
         probed,
+        timed=paired is None,
     )
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
     return Estimate(
@@ -413,4 +449,6 @@ def estimate(
             for ss in lanes
             for i, s in enumerate(ss)
         },
+        paired_seconds=0.0 if paired is None else paired.seconds(device, profile, startup_seconds),
+        paired=None if paired is None else paired.to_json(),
     )

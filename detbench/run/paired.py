@@ -9,9 +9,10 @@ baseline's settings (``copy`` 1: the A/A check, a mode against itself, whose int
 
 1. each worker builds it and warms up, one worker at a time (``prepare``); a worker that cannot
    (a setting this workload does not support, an error) sits out this workload;
-2. ``rounds`` rounds: in each, the workers take turns in an order shuffled anew (a generator
-   seeded from the run's seed, the workload, the replicate and the round), each timing one block
-   of about ``block_seconds`` while the others wait on their stdin, so no two blocks overlap;
+2. ``rounds`` rounds (fewer for a long step: ``rounds_for``): in each, the workers take turns
+   in an order shuffled anew (a generator seeded from the run's seed, the workload, the
+   replicate and the round), each timing one block of about ``block_seconds`` while the others
+   wait on their stdin, so no two blocks overlap;
 3. each worker summarises its samples (``finish``) and frees the workload; the group's lines go
    to ``paired.jsonl`` at once, all of them together, so a run stopped in the middle of a
    workload keeps none of its half-measured group and a ``--resume`` times it again.
@@ -24,6 +25,7 @@ job of kind ``PAIR_KIND`` (``detbench.run.child.pair``); every worker of the gro
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -32,12 +34,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from detbench.core.modes import DEFAULT_MODE, Mode
+from detbench.run.paired_cost import PairedPlan
 from detbench.run.supervise import TIMEOUT, Crew, WorkerProcess, log_tail
 from detbench.store.paired import PairedWriter, iter_paired
 from detbench.store.results import utc_now
 
 #: The job's kind for a timing worker of the paired phase.
 PAIR_KIND = "detbench.run.child:pair"
+#: The fewest rounds of a group: 6 samples are the fewest with a 95% interval of their median.
+MIN_ROUNDS = 6
 
 
 def baseline_of(modes: Iterable[Mode]) -> Mode:
@@ -125,6 +130,7 @@ class PairedPhase:
         self.python = python
         self.crew = crew
         self.rounds = int(settings["rounds"])
+        self.budget = float(settings["budget"])
         self.seed = int(settings["seed"])
         self.startup_timeout = float(settings["startup_timeout"])
         self.timeout = settings.get("timeout")
@@ -152,6 +158,17 @@ class PairedPhase:
     @property
     def groups(self) -> int:
         return sum(len(keys) for _, keys in self.todo())
+
+    def plan(self, block_seconds: float) -> PairedPlan:
+        """What is left to time, for the estimate."""
+        todo = self.todo()
+        return PairedPlan(
+            groups=sum(len(keys) for _, keys in todo),
+            replicates=len(todo),
+            workers=len(self.members_of),
+            rounds=self.rounds,
+            block_seconds=block_seconds,
+        )
 
     def run(self, verdicts: Callable[[str, str, int], Mapping[str, Any] | None]) -> None:
         """Time every group still to be timed; ``verdicts(key, mode, replicate)``: that verdict
@@ -265,7 +282,7 @@ class PairedPhase:
         t1 = time.perf_counter()
         self.stats.prepare += t1 - t0
         live = [m for m in members if m.prepared is not None]
-        for index in range(self.rounds):
+        for index in range(self.rounds_for(live)):
             order = round_order(self.seed, key, replicate, index, len(live))
             for position, i in enumerate(order):
                 m = live[i]
@@ -286,6 +303,18 @@ class PairedPhase:
         lines = [self._line(m, key, replicate, len(live), verdicts) for m in members]
         self.stats.finish += time.perf_counter() - t2
         return lines
+
+    def rounds_for(self, live: list[Member]) -> int:
+        """The group's rounds: ``rounds``, fewer where the longest block would take the
+        members past ``budget`` seconds of sampling each (a step longer than the block is a
+        block of its own: an RNN step of 40 ms, a training step of 30 ms on the H100), never
+        fewer than ``MIN_ROUNDS``."""
+        blocks = [
+            m.prepared["number_per_block"] * m.prepared["step_seconds"] for m in live if m.prepared
+        ]
+        longest = max(blocks, default=0.0)
+        fit = math.floor(self.budget / longest) if longest > 0 else self.rounds
+        return max(MIN_ROUNDS, min(self.rounds, fit))
 
     def _line(
         self,

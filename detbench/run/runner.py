@@ -493,6 +493,7 @@ class Runner:
             crew=self.crew,
             settings={
                 "rounds": c.setting("rounds"),
+                "budget": c.setting("budget"),
                 "seed": c.seed,
                 "startup_timeout": c.startup_timeout,
                 "timeout": c.timeout,

@@ -1,0 +1,50 @@
+"""What the paired phase costs on paper (``run/paired.py``), for the plan's estimate: per
+replicate, its group's start-up; per (workload, replicate), each member's preparation and its
+rounds of one block and one turn each. The figures and where each was measured are in
+``run/costs.py``.
+
+The group's workers start all at once: their imports and CUDA initialisation share the host's
+cores, so a group of ``n`` workers on ``cores`` cores takes ``ceil(n / cores)`` start-ups' time
+(16 cores on the lent GPU hosts: one; 2 on the development VM: six for eleven workers).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from detbench.run.costs import PAIRED_PREPARE_SECONDS, PAIRED_TURN_SECONDS
+
+
+@dataclass(frozen=True)
+class PairedPlan:
+    """The paired phase of a plan: how many groups (workload, replicate) are left to time, in
+    how many replicates, with how many workers each, and each group's rounds and block."""
+
+    groups: int
+    replicates: int
+    workers: int
+    rounds: int
+    block_seconds: float
+
+    def seconds(self, device: str, profile: str, startup: float, cores: int | None = None) -> float:
+        """Seconds of the phase on paper (``startup``: one worker's start-up, as the plan's)."""
+        if not self.groups:
+            return 0.0
+        cores = cores or os.cpu_count() or 1
+        group_start = startup * math.ceil(self.workers / cores)
+        prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1)
+        turn = self.block_seconds + PAIRED_TURN_SECONDS.get(device, 0.001)
+        member = prepare + self.rounds * turn
+        return self.replicates * group_start + self.groups * self.workers * member
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "groups": self.groups,
+            "replicates": self.replicates,
+            "workers_per_group": self.workers,
+            "rounds": self.rounds,
+            "block_seconds": self.block_seconds,
+        }
