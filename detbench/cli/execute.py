@@ -20,6 +20,7 @@ from detbench.locate.report import locate_run
 from detbench.report.write import write_report
 from detbench.run.api import plan_run, run_planned
 from detbench.run.costprobe import probe, unpriced
+from detbench.run.costs import GPU_HOST_CORES
 from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
 from detbench.run.plantext import describe_plan, left_out_line, probe_line
 from detbench.run.schedule import clock
@@ -62,6 +63,7 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
             "paper" if paper else None,
             probed,
             None if runner.paired is None else runner.paired.plan(c.setting("block_seconds")),
+            GPU_HOST_CORES if paper else None,
         )
 
     est = priced(PAPER_STARTUP_SECONDS.get(c.device, 2.0), False)

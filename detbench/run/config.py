@@ -35,7 +35,7 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "warmup_steps": 5,
         "budget": 0.3,
         "rounds": 10,
-        "block_seconds": 0.02,
+        "block_seconds": 0.01,
     },
 }
 #: ``--timing``: how costs are timed. "paired": the verdict workers time nothing, and each

@@ -178,17 +178,49 @@ INVARIANCE_SECONDS_PER_SIZE = {
     ("cuda", "quick"): 0.01,
     ("cuda", "full"): 0.05,
 }
+#: A verdict record of the paired design (no timing pass: build, fingerprint, FLOP count and
+#: clean-up), by suite, per (device, profile), where a run measured them: CUDA full, the mean of
+#: those phases over the ok records of results/20261126-060355-cuda-full-h100-partial (H100, torch
+#: 2.11; 604 records with cuDNN on, 132 without). Elsewhere a figure less the model's timing.
+VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
+    ("cuda", "full", True): {
+        "conv": 0.215,
+        "rnn": 0.24,
+        "batchnorm": 0.061,
+        "bmm": 0.21,
+        "training": 1.309,
+    },
+    ("cuda", "full", False): {
+        "conv": 0.199,
+        "rnn": 1.017,
+        "batchnorm": 0.065,
+        "bmm": 0.186,
+        "training": 3.114,
+    },
+}
 #: The paired phase (issue 34, ``run/paired.py``). A member's preparation of one workload: its
-#: build, its first step (digested) and its warm-up until steady (at most the budget). CPU quick:
-#: PAIRED_PREPARE_CPU_NOTE. CUDA: a paper estimate until a GPU run measures it: the H100's
-#: warm-up, simulated on its recorded samples, 126 ms a record on average
-#: (``WARMUP_SHARE``'s note), and a build and a step of tens of ms.
-PAIRED_PREPARE_SECONDS = {
+#: build, its first step (digested) and its warm-up until steady, whose ceiling there is half the
+#: seconds its rounds sample (0.1 s at full). CUDA full, by suite: the mean over the same H100
+#: run's ok records of build + one median step + 0.1 s (a paper estimate: that run's warm-up was
+#: 5 fixed steps). Elsewhere, per (device, profile): PAIRED_PREPARE_CPU_NOTE.
+PAIRED_PREPARE_SECONDS: dict[tuple[str, str], float] = {
     ("cpu", "quick"): 0.06,
     ("cpu", "full"): 0.3,
     ("cuda", "quick"): 0.1,
     ("cuda", "full"): 0.2,
 }
+SUITE_PREPARE_SECONDS: dict[tuple[str, str], dict[str, float]] = {
+    ("cuda", "full"): {
+        "conv": 0.148,
+        "rnn": 0.256,
+        "batchnorm": 0.102,
+        "bmm": 0.183,
+        "training": 0.375,
+    },
+}
+#: The cores of the lent GPU hosts (an H100 or an H200 with 16 CPU cores): a paper estimate of a
+#: CUDA plan starts a group's workers on them, not on this host's cores.
+GPU_HOST_CORES = 16
 #: A turn's cost beyond its block: the runner's line to the worker, its wake-up and its message
 #: back. CPU: PAIRED_TURN_CPU_NOTE. CUDA: a paper estimate (a pipe's round trip and the block's
 #: one host synchronisation, a few hundred microseconds).

@@ -24,6 +24,7 @@ from detbench.run.costs import (
     RECORD_OVERHEAD_SECONDS,
     SUITE_RECORD_SECONDS,
     TIMING_RULE_ADDED_SECONDS,
+    VERDICT_RECORD_SECONDS,
     WARMUP_SHARE,
     WORKLOAD_RECORD_SECONDS,
 )
@@ -274,6 +275,9 @@ def record_cost(
     if key in own:
         return untimed(own[key]), True
     suite = key.partition("/")[0]
+    verdict = VERDICT_RECORD_SECONDS.get((device, profile, cudnn), {})
+    if not timed and suite in verdict:
+        return verdict[suite], True
     native = NO_CUDNN_RECORD_SECONDS.get((device, profile), {})
     added = TIMING_RULE_ADDED_SECONDS.get((device, profile), 0.0) if timed else 0.0
     if not cudnn and suite in native:
@@ -398,6 +402,7 @@ def estimate(
     basis: str | None = None,
     probed: Mapping[str, Probed] | None = None,
     paired: PairedPlan | None = None,
+    cores: int | None = None,
 ) -> Estimate:
     """``distributed``: the keys of the plan's distributed workloads (each worker that has any
     that will run makes one torchrun launch; on CUDA the launch's figure includes their
@@ -406,7 +411,8 @@ def estimate(
     it). ``unsupported(mode, key)``: whether that record will be ``unsupported`` (charged
     nothing, and a launch of nothing but such records is not made). ``probed``: the workloads a
     probe worker costed on this host (their figure includes their invariance pass). ``paired``:
-    the plan's paired phase (its verdict workers then time nothing)."""
+    the plan's paired phase (its verdict workers then time nothing), whose group of workers
+    starts on ``cores`` cores (None: this host's)."""
     per_record = per_record_seconds(device, profile, budget)
     p = _Pricing(
         device,
@@ -449,6 +455,8 @@ def estimate(
             for ss in lanes
             for i, s in enumerate(ss)
         },
-        paired_seconds=0.0 if paired is None else paired.seconds(device, profile, startup_seconds),
+        paired_seconds=0.0
+        if paired is None
+        else paired.seconds(device, profile, startup_seconds, cores),
         paired=None if paired is None else paired.to_json(),
     )

@@ -165,6 +165,7 @@ class PairedPhase:
         return PairedPlan(
             groups=sum(len(keys) for _, keys in todo),
             replicates=len(todo),
+            keys=tuple(k for _, keys in todo for k in keys),
             workers=len(self.members_of),
             rounds=self.rounds,
             block_seconds=block_seconds,

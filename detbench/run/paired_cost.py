@@ -15,7 +15,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from detbench.run.costs import PAIRED_PREPARE_SECONDS, PAIRED_TURN_SECONDS
+from detbench.run.costs import (
+    PAIRED_PREPARE_SECONDS,
+    PAIRED_TURN_SECONDS,
+    SUITE_PREPARE_SECONDS,
+)
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,8 @@ class PairedPlan:
 
     groups: int
     replicates: int
+    #: The groups' workload keys (SUITE/NAME), one per group: each priced at its suite's figure.
+    keys: tuple[str, ...]
     workers: int
     rounds: int
     block_seconds: float
@@ -36,9 +42,11 @@ class PairedPlan:
         cores = cores or os.cpu_count() or 1
         group_start = startup * math.ceil(self.workers / cores)
         prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1)
+        suites = SUITE_PREPARE_SECONDS.get((device, profile), {})
         turn = self.block_seconds + PAIRED_TURN_SECONDS.get(device, 0.001)
-        member = prepare + self.rounds * turn
-        return self.replicates * group_start + self.groups * self.workers * member
+        members = sum(suites.get(k.partition("/")[0], prepare) for k in self.keys)
+        members += self.groups * self.rounds * turn
+        return self.replicates * group_start + self.workers * members
 
     def to_json(self) -> dict[str, Any]:
         return {

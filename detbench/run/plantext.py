@@ -24,6 +24,10 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     budget, target = c.setting("budget"), TARGET_REL[c.device]
     doc = _plan_doc(runner, est, skipped)
     names = c.device_names
+    timing = (
+        f"timing until the median's 95% interval is within +-{100 * target:g}% or {budget:g} s "
+        "of samples" + _ceiling_words(c.device, budget)
+    )
     lines = [
         f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
         "replicates"
@@ -33,10 +37,12 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"  device {c.device}, profile {c.profile}: fingerprint "
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
         f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
-        f"most {budget:g} s), timing until the median's 95% interval is within "
-        f"+-{100 * target:g}% or {budget:g} s of samples" + _ceiling_words(c.device, budget),
+        f"most {budget:g} s), "
+        + ("no timing: the verdicts come first" if c.timing_design == "paired" else timing),
         _estimate_line(est, len(names)),
     ]
+    if est.paired is not None:
+        lines.append(_paired_line(est))
     if c.devices:
         lines += _device_lines(runner, est)
     if skipped:
@@ -147,6 +153,18 @@ def left_out_line(device: str, skipped: dict[str, str]) -> str:
     )
 
 
+def _paired_line(est: Estimate) -> str:
+    """The paired phase's share of the plan."""
+    p = est.paired or {}
+    return (
+        f"  then the costs, {est.paired_seconds:.0f} s of the estimate: {p['groups']} (workload, "
+        f"replicate) groups of {p['workers_per_group']} workers side by side (every mode, and a "
+        f"second worker of the baseline's settings: the A/A check), {p['rounds']} rounds of "
+        f"one block each of about {p['block_seconds']:g} s (fewer for a long step, at least 6), "
+        "in an order shuffled each round"
+    )
+
+
 def _estimate_line(est: Estimate, lanes: int) -> str:
     busiest = max(est.lane_records) if lanes > 1 else est.records
     costs = est.lane_record_seconds or (est.record_seconds,)
@@ -160,7 +178,9 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
         + (", a paper estimate" if est.basis == "paper" else "")
         + ") = "
         + (f"the busiest of {lanes} devices side by side: " if lanes > 1 else "")
-        + f"{records} + {est.startup_seconds:.1f} s "
+        + f"{records} + "
+        + (f"{est.paired_seconds:.0f} s of paired costs + " if est.paired is not None else "")
+        + f"{est.startup_seconds:.1f} s "
         f"start-up of the first worker ({'measured here' if est.measured_startup else 'assumed'}"
         "; each later worker starts while the one before it measures"
         + (

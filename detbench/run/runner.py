@@ -225,6 +225,7 @@ class Runner:
             "warmup_steps": c.setting("warmup_steps"),
             "budget": c.setting("budget"),
             "block_seconds": c.setting("block_seconds"),
+            "rounds": c.setting("rounds"),
             "target_rel": TARGET_REL[c.device],
             "min_samples": MIN_SAMPLES,
             "clocks": c.clock_mode,

@@ -132,7 +132,11 @@ class PairedTiming:
         else:
             self.sampler = ClockSampler(host_clock(dev), "perf_counter")
         self.watch = ClockWatch(dev)
-        budget = float(self.job["budget"])
+        # The warm-up's ceiling: half the seconds the rounds sample (at most the budget). Its
+        # work is to leave behind the one-offs (autotuning, allocator growth, lazy set-up):
+        # the slower drift a longer warm-up would wait out is shared by both sides of a ratio.
+        rounds = int(self.job.get("rounds") or 10)
+        budget = min(float(self.job["budget"]), rounds * float(self.job["block_seconds"]) / 2)
         with self._on_device():
             self.watch.start()
             self.warm = warm_up(
