@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from detbench.core.modes import DEFAULT_MODE, Mode
+from detbench.core.workload import Workload
+from detbench.run.config import RunConfig
 from detbench.run.paired_cost import PairedPlan
 from detbench.run.supervise import TIMEOUT, Crew, WorkerProcess, log_tail
 from detbench.store.paired import PairedWriter, iter_paired
-from detbench.store.results import utc_now
+from detbench.store.results import iter_records, utc_now
 
 #: The job's kind for a timing worker of the paired phase.
 PAIR_KIND = "detbench.run.child:pair"
@@ -108,6 +110,40 @@ class PairedPhase:
     a worker of (mode, replicate), ``env_for`` its environment; ``keys``: the workloads to time,
     in the plan's order; ``crew``: the run's workers (its halt ends the phase)."""
 
+    @classmethod
+    def of(
+        cls,
+        c: RunConfig,
+        workloads: list[Workload],
+        job_for: Callable[[Mode, int, str, list[str]], dict[str, Any]],
+        env_for: Callable[[Mode, str], dict[str, str]],
+        crew: Crew,
+        stream: TextIO,
+    ) -> PairedPhase:
+        """The paired phase of the run ``c`` of ``workloads`` (the distributed ones are timed in
+        their torchrun launch), on its first device; ``job_for(mode, replicate, device, keys)``
+        and ``env_for(mode, device)``: the runner's job and environment of a worker."""
+        keys = [w.key for w in workloads if not w.distributed]
+        lane = c.device_names[0]
+        return cls(
+            c.out,
+            c.modes,
+            c.replicates,
+            keys,
+            job_for=lambda mode, replicate: job_for(mode, replicate, lane, keys),
+            env_for=lambda mode: env_for(mode, lane),
+            python=c.python,
+            crew=crew,
+            settings={
+                "rounds": c.setting("rounds"),
+                "budget": c.setting("budget"),
+                "seed": c.seed,
+                "startup_timeout": c.startup_timeout,
+                "timeout": c.timeout,
+            },
+            stream=stream,
+        )
+
     def __init__(
         self,
         out: Path,
@@ -171,10 +207,18 @@ class PairedPhase:
             block_seconds=block_seconds,
         )
 
-    def run(self, verdicts: Callable[[str, str, int], Mapping[str, Any] | None]) -> None:
-        """Time every group still to be timed; ``verdicts(key, mode, replicate)``: that verdict
-        record, or None. A mode whose verdict record is not ``ok`` (unsupported, failed, or not
-        run) sits its workload out."""
+    def run(self) -> None:
+        """Time every group still to be timed, once every verdict is in: each verdict record of
+        the run (this call's and earlier calls') gives its timing ``same_bits``, and a mode
+        whose verdict record is not ``ok`` (unsupported, failed, or not run) sits out."""
+        recs = {
+            (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])): r
+            for r in iter_records(self.out)
+        }
+
+        def verdicts(key: str, mode: str, replicate: int) -> Mapping[str, Any] | None:
+            return recs.get((key, mode, replicate))
+
         t0 = time.perf_counter()
         total, n = self.groups, 0
         try:

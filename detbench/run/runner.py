@@ -17,13 +17,12 @@ replicate of its (workload, mode), whose FLOP count it takes, still measures on 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -31,13 +30,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 from detbench.core.modes import Mode
 from detbench.core.workload import WorkloadError
 from detbench.run.config import (
-    MIN_SAMPLES,
     RESUME_FACTS,
     TARGET_REL,
     RunConfig,
     RunError,
     resolve_sources,
 )
+from detbench.run.jobs import worker_environment, worker_job
 from detbench.run.paired import PairedPhase
 from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan
 from detbench.run.supervise import (
@@ -46,7 +45,6 @@ from detbench.run.supervise import (
     Stopped,
     WorkerProcess,
     ending,
-    gpu_visible,
     side_by_side,
     take_turn,
 )
@@ -65,7 +63,7 @@ from detbench.store.results import (
     utc_now,
     write_json_atomic,
 )
-from detbench.worker.protocol import PACKAGE_ROOT, fresh_compile_caches
+from detbench.worker.protocol import PACKAGE_ROOT
 
 if TYPE_CHECKING:
     from detbench.run.estimate import Estimate
@@ -151,7 +149,11 @@ class Runner:
             for k in s.keys
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-        self.paired = self._paired_phase()
+        self.paired = (
+            PairedPhase.of(config, self.workloads, self._job, self._environment, self.crew, stream)
+            if config.paired
+            else None
+        )
 
     @property
     def missing(self) -> int:
@@ -208,47 +210,13 @@ class Runner:
 
     # -- workers -------------------------------------------------------------------------------
     def _job(self, mode: Mode, replicate: int, lane: str, keys: list[str]) -> dict[str, Any]:
-        """The job of a worker of (``mode``, ``replicate``) on device ``lane`` for ``keys``: a
-        verdict worker's, which a timing worker of the paired phase takes too."""
-        c = self.config
-        return {
-            "mode": asdict(mode),
-            "replicate": replicate,
-            "seed": c.seed,
-            "device": c.device,
-            "device_name": lane,
-            "num_threads": self.threads_per_worker,
-            "profile": c.profile,
-            "sources": self.sources,
-            "workloads": keys,
-            "fingerprint_steps": c.setting("fingerprint_steps"),
-            "warmup_steps": c.setting("warmup_steps"),
-            "budget": c.setting("budget"),
-            "block_seconds": c.setting("block_seconds"),
-            "rounds": c.setting("rounds"),
-            "target_rel": TARGET_REL[c.device],
-            "min_samples": MIN_SAMPLES,
-            "clocks": c.clock_mode,
-            "fingerprint": c.fingerprint,
-            # The paired phase times this run's costs, unless it is today's design or both.
-            "timing_pass": c.timing_design in ("separate", "both"),
-            "timeout": c.timeout,
-            "launched_at": time.time(),
-        }
+        return worker_job(
+            self.config, self.sources, self.threads_per_worker, mode, replicate, lane, keys
+        )
 
     def _environment(self, mode: Mode, lane: str) -> dict[str, str]:
-        """A worker's environment: the mode's, its GPU, and fresh compile caches of its own."""
-        c = self.config
-        env = mode.environment(os.environ)
-        if c.devices and c.device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = gpu_visible(lane, os.environ)
-        # Fresh compile caches in every worker, removed at the end of the run (see
-        # protocol.fresh_compile_caches).
-        self._cache_dirs.append(fresh_compile_caches(env))
-        # The worker imports detbench from this checkout, installed or not.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
-        )
+        env, caches = worker_environment(self.config, mode, lane)
+        self._cache_dirs.append(caches)  # removed at the end of the run
         return env
 
     def _spawn(
@@ -449,7 +417,10 @@ class Runner:
                 if self.paired is not None:  # every verdict is in: now the costs, side by side
                     progress.close()
                     progress.tty = False  # its line is ended; the paired phase prints its own
-                    self._run_paired(self.paired)
+                    try:
+                        self.paired.run()
+                    finally:
+                        self.stats.paired = self.paired.stats.to_json()
                 finished = True
             finally:
                 with self._lock:  # replicates still waiting for a count that will not come
@@ -476,48 +447,10 @@ class Runner:
                         write_json_atomic(out / ENV_FILE, doc)
         return self.stats
 
-    def _paired_phase(self) -> PairedPhase | None:
-        """The run's paired phase (``detbench.run.paired``), or None where it has none."""
-        c = self.config
-        if not c.paired:
-            return None
-        keys = [w.key for w in self.workloads if not w.distributed]
-        lane = c.device_names[0]
-        return PairedPhase(
-            c.out,
-            c.modes,
-            c.replicates,
-            keys,
-            job_for=lambda mode, replicate: self._job(mode, replicate, lane, keys),
-            env_for=lambda mode: self._environment(mode, lane),
-            python=c.python,
-            crew=self.crew,
-            settings={
-                "rounds": c.setting("rounds"),
-                "budget": c.setting("budget"),
-                "seed": c.seed,
-                "startup_timeout": c.startup_timeout,
-                "timeout": c.timeout,
-            },
-            stream=self.stream,
-        )
-
     @property
     def costs_missing(self) -> int:
         """How many (workload, replicate) groups the paired phase will time."""
         return 0 if self.paired is None else self.paired.groups
-
-    def _run_paired(self, phase: PairedPhase) -> None:
-        """The paired phase: every verdict record of the run, this call's and earlier calls',
-        gives each timing its ``same_bits``."""
-        verdicts = {
-            (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])): r
-            for r in iter_records(self.config.out)
-        }
-        try:
-            phase.run(lambda key, mode, replicate: verdicts.get((key, mode, replicate)))
-        finally:
-            self.stats.paired = phase.stats.to_json()
 
     def _lane_ended(self) -> None:
         with self._lock:
