@@ -403,6 +403,7 @@ def estimate(
     probed: Mapping[str, Probed] | None = None,
     paired: PairedPlan | None = None,
     cores: int | None = None,
+    timed: bool = True,
 ) -> Estimate:
     """``distributed``: the keys of the plan's distributed workloads (each worker that has any
     that will run makes one torchrun launch; on CUDA the launch's figure includes their
@@ -411,8 +412,9 @@ def estimate(
     it). ``unsupported(mode, key)``: whether that record will be ``unsupported`` (charged
     nothing, and a launch of nothing but such records is not made). ``probed``: the workloads a
     probe worker costed on this host (their figure includes their invariance pass). ``paired``:
-    the plan's paired phase (its verdict workers then time nothing), whose group of workers
-    starts on ``cores`` cores (None: this host's)."""
+    the plan's paired phase, whose group of workers starts on ``cores`` cores (None: this
+    host's). ``timed``: whether the verdict workers time their records (``--timing separate``
+    or ``both``)."""
     per_record = per_record_seconds(device, profile, budget)
     p = _Pricing(
         device,
@@ -424,7 +426,7 @@ def estimate(
         batch_sizes or {},
         unsupported or (lambda mode, key: False),
         probed,
-        timed=paired is None,
+        timed=timed,
     )
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
     return Estimate(
