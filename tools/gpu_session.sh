@@ -3,7 +3,7 @@
 # A 15-minute visit: `proof` first (a command of at most 5 minutes), then `matrix`
 # with what is left, at once on the warm machine (docs/gpu-session.md, "A 15-minute visit").
 #
-#   tools/gpu_session.sh proof        # issue 29's checks (i)-(iv), PASS or FAIL each (under 5 min)
+#   tools/gpu_session.sh proof        # issue 34's paired costs and A/A check, and the clock check (under 5 min)
 #   tools/gpu_session.sh check        # host facts, the plan's estimate, make gpu-check, make test-cuda
 #   tools/gpu_session.sh matrix SECS  # the core suites at full size, all modes, 3 replicates, resumable
 #   tools/gpu_session.sh experiments  # the small experiments paper cannot decide
@@ -22,17 +22,17 @@ py=$(tools/python)
 phase=${1:?usage: tools/gpu_session.sh proof|check|matrix SECONDS|experiments|cudnnlog}
 log=$dir/$phase.log
 SUITES=(--suite conv --suite rnn --suite batchnorm --suite bmm --suite training)
-# The proof's small matrix (100 s on paper, `--dry-run`; a hold of about 2.9 s for each of its
-# 16 training records would make it 146 s, still under its 160 s limit): 8 workers in a row (4
-# modes with cuDNN x 2 replicates), each starting with the workload whose first timing drifted on
-# the H200 (batchnorm1d_train_simclr_head, 5.9% the median) and ending with those timed beside the
-# next worker there (rnn's and training's last: 48 of 74 training records), 5 of its 7 workloads
-# with steps of 6-48 ms for check (iii).
+# The proof's small matrix (issue 34: the paired design, checked): 5 workloads x 4 modes x 3
+# replicates, the verdicts first, then 15 groups of 5 timing workers side by side (4 modes and
+# the A/A copy of the baseline). 186 s on paper (`--dry-run`: 25 s of verdict records, 55 s of
+# paired costs, 85 s of verdict workers' start-up that 5 short workloads cannot hide), stopped
+# at 200 s. Its workloads: the one whose first timing drifted on the H200
+# (batchnorm1d_train_simclr_head), bmm, the cuDNN RNN steps that scatter 5-30% from sample to
+# sample (lstm_2layer, gru_2layer) and a training step.
 PROOF=(--suite batchnorm --suite bmm --suite rnn --suite training
     --only batchnorm/batchnorm1d_train_simclr_head --only bmm/bmm_moe_experts_fp32
-    --only rnn/lstm_2layer --only rnn/gru_2layer --only rnn/lstm_bidir_packed
-    --only training/lstm_language_model --only training/resnet18_cifar
-    --mode default --mode det-algos --mode bench --mode cudnn-det --replicates 2)
+    --only rnn/lstm_2layer --only rnn/gru_2layer --only training/resnet18_cifar
+    --mode default --mode det-algos --mode bench --mode cudnn-det --replicates 3)
 
 pack() {
     if [ -n "${OUT:-}" ]; then
@@ -49,9 +49,9 @@ proof)
     {
         echo "== host ($SECONDS s)"; date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv
         rm -rf "$dir/proof"
-        echo "== the proof's matrix ($SECONDS s)"; time timeout -k 15 -s INT 160 "$py" -m detbench run \
+        echo "== the proof's matrix ($SECONDS s)"; time timeout -k 15 -s INT 200 "$py" -m detbench run \
             "${PROOF[@]}" --device cuda --profile full --timeout 60 --out "$dir/proof" --no-report
-        echo "== checks (i)-(iii) ($SECONDS s)"; timeout 30 "$py" tools/timing_check.py "$dir/proof"
+        echo "== the A/A check and the costs' intervals ($SECONDS s)"; timeout 30 "$py" tools/aa_check.py "$dir/proof"
         echo "== check (iv) ($SECONDS s)"
         if [ -f tools/clock_check.py ]; then
             timeout 90 "$py" tools/clock_check.py
