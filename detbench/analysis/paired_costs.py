@@ -5,12 +5,14 @@ two were timed side by side (issue 34), with a 95% interval that counts both lev
 copy 0 both have a block (``pairs.pair``): ``l[p, r] = log(t_base[p, r] / t_mode[p, r])``, the
 log of the mode's throughput relative to the baseline's.
 
-**The estimate and its interval** (``kalibera_jones``): the mean of ``l`` in each process, then
-a t-interval on those ``P`` process means with ``P - 1`` degrees of freedom, back on the ratio
-scale: ``exp(mean(m) +- t_{P-1} * sd(m) / sqrt(P))``. The rounds' spread enters through each
-process mean, the processes' through the spread of the means: both levels counted (Kalibera &
-Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013). The point estimate is the
-geometric mean of the per-round ratios, process by process.
+**The estimate and its interval** (``kalibera_jones``): the median of ``l`` in each process
+(``STATISTIC``), then a t-interval on those ``P`` process figures with ``P - 1`` degrees of
+freedom, back on the ratio scale: ``exp(mean(m) +- t_{P-1} * sd(m) / sqrt(P))``. The rounds'
+spread enters through each process's figure, the processes' through the spread of the figures:
+both levels counted (Kalibera & Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013,
+who use the mean). The point estimate is the geometric mean over processes of each process's
+median per-round ratio. The median and not the mean: on a CPU a block the scheduler preempts is
+an outlier round (a ratio of 3 or 1/3), which moves a mean of 20 rounds and hardly a median.
 
 Why not a bootstrap: with the 2-3 processes of a run, a bootstrap over processes draws from
 3 values (10 distinct multisets), which puts the spread of 3 values' mean at (P-1)/P of its
@@ -21,7 +23,8 @@ CPU with real paired workers (``tools/paired_aa_cpu.py``; ``coverage_table`` pri
 commit that added this module names the figures.
 
 With one process the between-process level cannot be estimated: the interval is the rounds'
-own (a t-interval on ``l`` with ``R - 1`` degrees of freedom), ``replicates`` is 1 and
+own (the distribution-free interval of the median of ``l``, ``worker.timing.median_ci``, from
+6 rounds on), ``replicates`` is 1 and
 ``limited_by`` says "processes": it does not count the level where the variance usually is.
 
 Draws (for ``stats.geometric_mean`` over a suite's workloads) are ``point * exp(se * T)``,
@@ -42,6 +45,7 @@ from detbench.analysis import stats
 from detbench.analysis.labels import baseline_mode
 from detbench.analysis.pairs import Paired, pair, side_from_lines, side_from_records
 from detbench.analysis.variance import split
+from detbench.worker.timing import median_ci
 
 #: The interval's confidence (that of every interval detbench states).
 CONFIDENCE = stats.CONFIDENCE
@@ -54,21 +58,29 @@ def _t_interval(center: float, se: float, dof: int) -> tuple[float, float, float
     return math.exp(center), math.exp(center - q * se), math.exp(center + q * se)
 
 
+#: Each process's figure: the median of its log per-round ratios (module docstring).
+STATISTIC: Callable[[np.ndarray], float] = np.median
+
+
 def kalibera_jones(
-    p: Paired, statistic: Callable[[np.ndarray], float] = np.mean
+    p: Paired, statistic: Callable[[np.ndarray], float] = STATISTIC
 ) -> tuple[float, float, float, float, int]:
-    """(point, low, high, se of the log mean, degrees of freedom) of the ratio: a t-interval on
-    the per-process ``statistic`` of the log ratios (module docstring); one process: on its
-    rounds. NaNs where there is nothing to estimate (no round, or one round in one process)."""
+    """(point, low, high, se of the log estimate, degrees of freedom) of the ratio: a t-interval
+    on the per-process ``statistic`` of the log ratios (module docstring); one process: the
+    interval of its rounds' median. NaNs where there is nothing to estimate (one process with
+    fewer than 6 rounds)."""
     logs = [np.asarray(x, dtype=float) for x in p.log_ratio if len(x)]
     if len(logs) >= 2:
         m = np.asarray([statistic(x) for x in logs])
         se, dof = float(np.std(m, ddof=1)) / math.sqrt(len(m)), len(m) - 1
         return (*_t_interval(float(m.mean()), se, dof), se, dof)
-    if logs and len(logs[0]) >= 2:
+    if logs and median_ci(list(logs[0])) is not None:
+        # One process: the distribution-free 95% interval of its median log ratio (the rule of
+        # a record's own timing), with an se that gives it back for the draws.
         x = logs[0]
-        se, dof = float(np.std(x, ddof=1)) / math.sqrt(len(x)), len(x) - 1
-        return (*_t_interval(float(statistic(x)), se, dof), se, dof)
+        low, high = median_ci(list(x))  # type: ignore[misc]
+        se = (high - low) / (2 * float(sps.norm.ppf((1 + CONFIDENCE) / 2)))
+        return math.exp(float(np.median(x))), math.exp(low), math.exp(high), se, len(x) - 1
     nan = math.nan
     return nan, nan, nan, nan, 0
 
@@ -198,7 +210,7 @@ def coverage_table(runs: Sequence[pd.DataFrame], seed: int = stats.SEED) -> pd.D
     for i, lines in enumerate(runs):
         for suite, workload, p in aa_pairs(lines):
             rng = stats.generator(seed, stats.key(i, suite, workload, "aa"))
-            found["kalibera-jones t (process means)"].append(kalibera_jones(p)[:3])
+            found["kalibera-jones t (process means)"].append(kalibera_jones(p, np.mean)[:3])
             found["kalibera-jones t (process medians)"].append(kalibera_jones(p, np.median)[:3])
             found["hierarchical bootstrap"].append(hierarchical_bootstrap(p, rng))
             found["pooled rounds t (processes ignored)"].append(pooled_t(p))

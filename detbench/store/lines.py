@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,13 @@ def open_append(path: Path) -> int:
 def append_line(fd: int, path: Path, obj: Any) -> None:
     """``obj`` as one line of deterministic JSON, in a single ``os.write``: a process killed at
     any moment leaves the whole line or nothing, never half a line that a reader would refuse."""
-    line = (dumps(obj) + "\n").encode()
+    append_lines(fd, path, [obj])
+
+
+def append_lines(fd: int, path: Path, objs: Sequence[Any]) -> None:
+    """``objs``, a line each, in a single ``os.write``: all of them or none (a group of lines
+    that only mean something together, such as the workers of one paired group)."""
+    line = "".join(dumps(obj) + "\n" for obj in objs).encode()
     written = os.write(fd, line)
     if written != len(line):  # only on a full disk; never leave half a line unflagged
         raise OSError(f"short write to {path}: {written} of {len(line)} bytes")

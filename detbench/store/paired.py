@@ -18,11 +18,12 @@ reads as it always has.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from detbench.store.lines import ResultsError, append_line, open_append, read_lines
+from detbench.store.lines import ResultsError, append_lines, open_append, read_lines
 from detbench.store.schema import INT, LIST, NUM, STR, Problem, _expected, _holds, _or_none
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ SEPARATE = "separate"
 #: A line's status: "ok", or how its worker ended ("message" says more).
 PAIRED_STATUSES = ("ok", "failed", "crashed", "timeout")
 
-#: Every field of a line, with the types it may hold (JSON's: a number is never a bool).
-FIELDS: dict[str, tuple[type, ...]] = {
+#: The fields every line has, with the types they may hold (JSON's: a number is never a bool).
+REQUIRED: dict[str, tuple[type, ...]] = {
     "paired_version": INT,
     "suite": STR,
     "workload": STR,
@@ -46,7 +47,9 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "replicate": INT,
     "copy": INT,
     "status": STR,
-    "message": _or_none(STR),
+}
+#: The fields a line of status ok has too (a failed worker's line may lack them).
+TIMED: dict[str, tuple[type, ...]] = {
     "samples": LIST,  # seconds per step, one per round, in round order
     "rounds": LIST,  # the round of each sample
     "positions": LIST,  # the worker's place (0-based) in each round's shuffled order
@@ -54,40 +57,55 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "workers": _or_none(INT),
     "number_per_block": _or_none(INT),
     "timing": _or_none((dict,)),
+}
+#: The rest of a line's fields, each optional, with its types.
+OPTIONAL: dict[str, tuple[type, ...]] = {
+    "message": _or_none(STR),
     "first_step_digest": _or_none(STR),
     "same_bits": _or_none((bool,)),
     "worker_pid": _or_none(INT),
     "device": _or_none(STR),
     "device_name": _or_none(STR),
     "utc": _or_none(STR),
+    # the settings the workload changed behind the worker's back (as a verdict record's)
+    "settings_changed": _or_none(LIST),
 }
+#: Every field of a line that the reader knows, with its types (a line may carry others).
+FIELDS = {**REQUIRED, **TIMED, **OPTIONAL}
 #: The lists that hold one entry per sample.
 PER_SAMPLE = ("samples", "rounds", "positions", "block_start")
 
 
 def problem(obj: Mapping[str, Any]) -> Problem | None:
-    """The first thing wrong with a line, or None: a missing field, a value of another type, an
-    unknown version or status, per-sample lists of different lengths, a non-positive or
-    non-numeric sample, a copy below 0."""
+    """The first thing wrong with a line, or None: a missing field (``REQUIRED``; ``TIMED`` too
+    for status ok), a known field with a value of another type, an unknown version or status,
+    per-sample lists of different lengths, a non-positive or non-numeric sample, a copy
+    below 0."""
     if obj.get("paired_version") != PAIRED_VERSION:
         return Problem(
             "paired_version", obj.get("paired_version"), f"this detbench reads {PAIRED_VERSION}"
         )
-    for name, types in FIELDS.items():
+    must = {**REQUIRED, **TIMED} if obj.get("status") == "ok" else REQUIRED
+    for name in must:
         if name not in obj:
-            return Problem(name, None, "every line has it")
-        if not _holds(obj[name], types):
+            return Problem(name, None, "every line has it" if name in REQUIRED else "ok has it")
+    for name, types in FIELDS.items():
+        if name in obj and not _holds(obj[name], types):
             return Problem(name, obj[name], f"not {_expected(types)}")
     if obj["status"] not in PAIRED_STATUSES:
         return Problem("status", obj["status"], f"not one of {', '.join(PAIRED_STATUSES)}")
     if obj["copy"] < 0:
         return Problem("copy", obj["copy"], "0, or 1 for the baseline's second worker")
+    if "samples" not in obj:
+        return None
     n = len(obj["samples"])
     for name in PER_SAMPLE[1:]:
+        if name not in obj:
+            continue
         if len(obj[name]) != n:
             return Problem(name, obj[name], f"{len(obj[name])} entries for {n} samples")
     for name, types in (("samples", NUM), ("rounds", INT), ("positions", INT)):
-        bad = [x for x in obj[name] if not _holds(x, types)]
+        bad = [x for x in obj.get(name, []) if not _holds(x, types)]
         if bad:
             return Problem(name, bad[0], f"not {_expected(types)}")
     if any(x <= 0 for x in obj["samples"]):
@@ -117,6 +135,7 @@ def line(
     device: str | None = None,
     device_name: str | None = None,
     utc: str | None = None,
+    settings_changed: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One line of ``paired.jsonl``, checked (``problem``; a ``ResultsError`` names the field).
     ``timing``: the Timing JSON of ``worker/timing.py`` built from ``samples``; None for a worker
@@ -143,6 +162,7 @@ def line(
         "device": device,
         "device_name": device_name,
         "utc": utc,
+        "settings_changed": None if settings_changed is None else list(settings_changed),
     }
     found = problem(obj)
     if found is not None:
@@ -160,14 +180,20 @@ class PairedWriter:
 
     def append(self, obj: Mapping[str, Any]) -> None:
         """Append ``obj`` (a ``line``), checked again: a bad line is its builder's bug, raised."""
-        found = problem(obj)
-        if found is not None:
-            raise ResultsError(f"{self.path}: not a paired line: {found}")
-        append_line(self._fd, self.path, obj)
+        self.append_all([obj])
+
+    def append_all(self, objs: Sequence[Mapping[str, Any]]) -> None:
+        """A group's lines in one write: all of them or none. Each is checked first (a line
+        without ``paired_version`` gets this version's), and a bad one raises before any is
+        written."""
+        out = [{"paired_version": PAIRED_VERSION, **o} for o in objs]
+        for o in out:
+            found = problem(o)
+            if found is not None:
+                raise ResultsError(f"{self.path}: not a paired line: {found}")
+        append_lines(self._fd, self.path, out)
 
     def close(self) -> None:
-        import os
-
         os.close(self._fd)
 
     def __enter__(self) -> PairedWriter:
@@ -200,7 +226,9 @@ def load_paired(directory: str | Path) -> pd.DataFrame:
     per-sample lists and ``timing`` are kept as Python objects."""
     import pandas as pd
 
-    return pd.DataFrame(list(iter_paired(directory)), columns=list(COLUMNS))
+    rows = list(iter_paired(directory))
+    extra = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in FIELDS]
+    return pd.DataFrame(rows, columns=[*COLUMNS, *extra])
 
 
 Key = tuple[str, str, str, int]
@@ -213,7 +241,7 @@ def copy0_lines(directory: str | Path) -> dict[Key, dict[str, Any]]:
     return {
         (o["suite"], o["workload"], o["mode"], o["replicate"]): o
         for o in iter_paired(directory)
-        if o["copy"] == 0 and o["status"] == "ok" and o["samples"]
+        if o["copy"] == 0 and o["status"] == "ok" and o.get("samples")
     }
 
 
