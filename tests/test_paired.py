@@ -254,3 +254,25 @@ def test_coverage_table_counts_each_estimator(tmp_path: Path) -> None:
     t = paired_costs.coverage_table([load_paired(tmp_path)]).set_index("estimator")
     assert t["comparisons"].tolist() == [1, 1, 1, 1]
     assert t["false_costs"].tolist() == [1, 1, 1, 1]
+
+
+def test_report_on_a_separate_run_says_what_its_aa_is(tmp_path: Path) -> None:
+    recs = [record("w", m, r, "x", [0.01, 0.011, 0.012], device="cpu")
+            for m in ("default", "bench") for r in range(3)]  # fmt: skip
+    write_run(tmp_path, recs)
+    df = load_results(tmp_path)
+    said = aa_check.aa_sentence(df, load_paired(tmp_path), "default")
+    assert said.startswith("A/A check: this run timed no second worker of the baseline's")
+    assert "The separate design's own A/A" in said and "0 of 1 such costs excluded 1" in said
+    block = aa_check.aa_blocks(df, None, "default", costs(df))[0]
+    assert "What limits the 1 costs' 95% intervals" in to_markdown([block], tmp_path)
+    env = {"options": {"timing": "paired", "rounds": 12}}
+    assert "no paired timing was recorded" in str(aa_check.costs_item(df, env, "default"))
+
+
+def test_the_method_names_no_aa_worker_where_none_was_timed(tmp_path: Path) -> None:
+    paired_run(tmp_path, {"det-algos": [[0.0] * 6] * 2})
+    df = load_results(tmp_path)
+    with_copy = aa_check.costs_item(df, load_env(tmp_path), "default")
+    without = aa_check.costs_item(df, load_env(tmp_path), "default", aa_copy=False)
+    assert "(the A/A check)" in str(with_copy) and "(the A/A check)" not in str(without)

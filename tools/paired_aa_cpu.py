@@ -225,11 +225,30 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def report(args: argparse.Namespace) -> None:
-    from detbench.analysis import paired_costs
+    import numpy as np
+
+    from detbench.analysis import paired_costs, variance
     from detbench.store.paired import load_paired
 
     runs = sorted(p for p in args.out.glob("e[0-9]*") if (p / "paired.jsonl").is_file())
-    print(paired_costs.coverage_table([load_paired(p) for p in runs]).to_string())
+    lines = [load_paired(p) for p in runs]
+    print(paired_costs.coverage_table(lines).to_string())
+    # The variance split of every A/A comparison, and Kalibera & Jones's repetitions for the
+    # median split, with a round of 2 blocks and ``--process-seconds`` for a fresh process.
+    splits = [variance.split(p) for d in lines for _, _, p in paired_costs.aa_pairs(d)]
+    med = variance.Split(
+        *(float(np.nanmedian([getattr(s, k) for s in splits])) for k in variance.LEVELS),
+        per_process=float(np.median([s.per_process for s in splits])),
+        n_processes=min(s.n_processes for s in splits),
+    )
+    limits = {k: sum(s.limited_by == k for s in splits) for k in variance.LEVELS}
+    print(
+        f"variance of the log per-round ratio (median over {len(splits)} comparisons): rounds "
+        f"{med.rounds:.4g}, processes {med.processes:.4g}, time {med.time:.4g}; limited by {limits}"
+    )
+    for target in (0.05, 0.01):
+        r = variance.repetitions(med, 2 * args.block, args.process_seconds, target)
+        print(f"Kalibera & Jones for +-{target:.0%}: {r}")
     print(
         f"{len(runs)} experiments; python {sys.version.split()[0]}, "
         f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY')}"
@@ -246,6 +265,9 @@ def main() -> None:
     ap.add_argument("--warm", type=float, default=0.1, help="seconds of warm-up")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--report", action="store_true")
+    ap.add_argument(
+        "--process-seconds", type=float, default=3.0, help="a fresh worker's start-up (report)"
+    )
     args = ap.parse_args()
     if args.report:
         report(args)

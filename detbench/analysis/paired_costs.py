@@ -14,13 +14,18 @@ who use the mean). The point estimate is the geometric mean over processes of ea
 median per-round ratio. The median and not the mean: on a CPU a block the scheduler preempts is
 an outlier round (a ratio of 3 or 1/3), which moves a mean of 20 rounds and hardly a median.
 
-Why not a bootstrap: with the 2-3 processes of a run, a bootstrap over processes draws from
-3 values (10 distinct multisets), which puts the spread of 3 values' mean at (P-1)/P of its
-variance and has no small-sample correction: its interval is too narrow, and an A/A test
-reports false costs far above 5%. The t quantile with 2 degrees of freedom (4.30 against 1.96)
-is what pays for knowing the between-process variance from 3 values. Measured on this project's
-CPU with real paired workers (``tools/paired_aa_cpu.py``; ``coverage_table`` prints it): the
-commit that added this module names the figures.
+Why a t-interval and not a bootstrap: with the 2-3 processes of a run, a bootstrap over
+processes draws from 3 values (10 distinct multisets), which puts the spread of their mean at
+(P-1)/P of its variance with no small-sample correction: where the variance sits between
+processes (the GPU runs of issue 34: 50% between processes, 2.9% within a record), its interval
+is too narrow. The t quantile with 2 degrees of freedom (4.30 against 1.96) is what pays for
+knowing the between-process variance from 3 values. Measured on this project's 2-core CPU with
+real paired workers, 10 runs x 12 workloads x 3 processes x 20 rounds of ~10 ms blocks, the
+host loaded by other jobs (``python tools/paired_aa_cpu.py --out DIR --report``): A/A false
+costs 2 of 120 (1.7%) for this estimator, median half-width 44%; 4 of 120 (3.3%), 66% with
+process means; 3 of 120 (2.5%), 47% for the hierarchical bootstrap (there the rounds' variance,
+0.79 in log, dwarfed the processes', 0.005, so the bootstrap's rounds carried the width); 23 of
+120 (19%) for a t-interval that pools the rounds and ignores the processes.
 
 With one process the between-process level cannot be estimated: the interval is the rounds'
 own (the distribution-free interval of the median of ``l``, ``worker.timing.median_ci``, from

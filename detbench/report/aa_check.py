@@ -63,8 +63,12 @@ def aa_sentence(df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str) -> 
     return " ".join(out)
 
 
-def aa_blocks(df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str) -> list[Block]:
-    return [Para(aa_sentence(df, lines, baseline))]
+def aa_blocks(
+    df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str, costs: pd.DataFrame
+) -> list[Block]:
+    """The A/A line and what limits the costs' intervals, beside the costs."""
+    limits = limits_sentence(costs[costs["mode"] != baseline]) if len(costs) else ""
+    return [Para(aa_sentence(df, lines, baseline) + (" " + limits if limits else ""))]
 
 
 def _paired_rows(df: pd.DataFrame) -> list[Mapping[str, Any]]:
@@ -78,10 +82,13 @@ def _span(values: list[float], fmt: str) -> str:
     return format(lo, fmt) if lo == hi else f"{format(lo, fmt)}-{format(hi, fmt)}"
 
 
-def costs_item(df: pd.DataFrame, env: Mapping[str, Any], baseline: str) -> str | None:
+def costs_item(
+    df: pd.DataFrame, env: Mapping[str, Any], baseline: str, aa_copy: bool = True
+) -> str | None:
     """The Method's account of how the costs were timed, true to env.json's ``timing`` option
-    and to what the records carry (rounds, block sizes, clocks); None for a run of the
-    separate design only (the Timing item says it all)."""
+    and to what the records carry (rounds, block sizes, clocks); ``aa_copy``: paired.jsonl
+    holds a second worker of the baseline. None for a run that says nothing of its design and
+    has no paired timing (the Timing item says it all)."""
     o = env.get("options") or {}
     design = o.get("timing")
     timed = _paired_rows(df)
@@ -103,11 +110,16 @@ def costs_item(df: pd.DataFrame, env: Mapping[str, Any], baseline: str) -> str |
     clocks = sorted({str(t.get("clock")) for t in timed if t.get("clock")})
     modes = sorted({str(t.get("clock_mode")) for t in timed if t.get("clock_mode")})
     text = (
-        f"Costs: paired (timing {design}). In each replicate, one fresh timing worker per mode "
-        f"and a second worker of the {baseline} mode's settings (the A/A check) stayed alive "
-        "together; for each workload each built it and warmed up in turn, then in each round "
-        "they took turns in an order shuffled anew, each timing one block of steps, so every "
-        "mode was timed under the same clock and host state as the others, moments apart. "
+        f"Costs: paired (timing {design}). In each replicate, one fresh timing worker per mode"
+        + (
+            f" and a second worker of the {baseline} mode's settings (the A/A check)"
+            if aa_copy
+            else ""
+        )
+        + " stayed alive together; for each workload each built it and warmed up in turn, then "
+        "in each round they took turns in an order shuffled anew, each timing one block of "
+        "steps, so every mode was timed under the same clock and host state as the others, "
+        "moments apart. "
         f"Rounds per worker: {_span([float(r) for r in rounds], '.0f')} (option rounds: "
         f"{o.get('rounds')}; fewer for a long step); steps per block: "
         f"{_span(blocks, '.0f') if blocks else 'not recorded'}"

@@ -138,7 +138,7 @@ def _intervals_item(df: pd.DataFrame, costs: pd.DataFrame | None) -> str:
 
 
 def method_blocks(
-    df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame | None = None
+    df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame | None = None, aa_copy: bool = True
 ) -> list[Block]:
     o = env.get("options") or {}
     stats = env.get("run_stats") or {}
@@ -163,7 +163,7 @@ def method_blocks(
         "replicate's fingerprint is equal; the maximum absolute difference is measured against "
         "the first replicate.",
         _timing_item(df, o),
-        *filter(None, [costs_item(df, env, str(analysis.baseline_mode(df["mode"])))]),
+        *filter(None, [costs_item(df, env, str(analysis.baseline_mode(df["mode"])), aa_copy)]),
         _intervals_item(df, costs),
         f"Recommendations: {RULE}. Per suite, a mode qualifies when it is reproducible for "
         "every workload; its throughput is the geometric mean over the workloads. The intervals "

@@ -122,7 +122,7 @@ def recommendations(r: ReportRun) -> list[Block]:
 
 def aa_check(r: ReportRun) -> list[Block]:
     """The A/A line, beside the costs of the recommendations."""
-    return aa_blocks(r.df, r.lines, r.baseline)
+    return aa_blocks(r.df, r.lines, r.baseline, r.costs)
 
 
 def _by_signature(module: Any) -> Section:
@@ -200,7 +200,8 @@ def failures(r: ReportRun) -> list[Block]:
 
 
 def method(r: ReportRun) -> list[Block]:
-    return method_blocks(r.df, r.env, r.costs)
+    aa_copy = r.lines is not None and bool((r.lines["copy"] == 1).any())
+    return method_blocks(r.df, r.env, r.costs, aa_copy)
 
 
 def environment(r: ReportRun) -> list[Block]:
