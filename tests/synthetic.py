@@ -196,3 +196,73 @@ def gpu_run() -> list[dict[str, Any]]:
                 precision=NO_CUDNN if mode == "no-cudnn" else TF32, fingerprint_method="device",
             ))  # fmt: skip
     return out
+
+
+def paired_line(
+    workload: str,
+    mode: str,
+    rep: int,
+    samples: list[float],
+    copy: int = 0,
+    suite: str = "s",
+    start: float = 1000.0,
+    rounds: list[int] | None = None,
+) -> dict[str, Any]:
+    """A line of ``paired.jsonl`` as the paired phase writes it (``store.paired.line``): one
+    sample per round (rounds 0.. unless given), blocks 0.5 s apart from ``start``, and the
+    Timing JSON's median and IQR of the samples."""
+    from detbench.store.paired import line
+
+    n = len(samples)
+    median = float(np.median(samples))
+    return line(
+        suite=suite,
+        workload=workload,
+        mode=mode,
+        replicate=rep,
+        copy=copy,
+        samples=samples,
+        rounds=list(range(n)) if rounds is None else rounds,
+        positions=[copy] * n,
+        block_start=[start + 0.5 * i for i in range(n)],
+        workers=3,
+        number_per_block=4,
+        timing={
+            "samples": samples,
+            "median": median,
+            "iqr": float(np.subtract(*np.percentile(samples, [75, 25]))),
+            "number_per_block": 4,
+            "clock": "perf_counter",
+        },
+        device="cpu",
+        device_name="cpu:0",
+    )
+
+
+def paired_run(directory: Path, logs: dict[str, list[list[float]]], base: float = 0.01) -> Path:
+    """A run of the paired design on a CPU: workload ``w``, modes ``default`` and ``det-algos``
+    (verdict records with no timing, ``timing_design`` "paired") and their lines, plus copy 1 of
+    ``default``. ``logs[label]``: per replicate, the log per-round ratio of that side's
+    throughput to copy 0 of default (``label`` "det-algos" or "copy1"); default's copy 0 takes
+    ``base`` seconds a step in every round."""
+    from detbench.store.paired import PairedWriter
+
+    reps = len(next(iter(logs.values())))
+    records, lines = [], []
+    for r in range(reps):
+        n = len(logs[next(iter(logs))][r])
+        lines.append(paired_line("w", "default", r, [base] * n))
+        for label, per_rep in logs.items():
+            secs = [base / float(np.exp(x)) for x in per_rep[r]]
+            mode, copy = ("default", 1) if label == "copy1" else (label, 0)
+            lines.append(paired_line("w", mode, r, secs, copy=copy))
+        for mode in ("default", "det-algos"):
+            rec = record("w", mode, r, "x", [], device="cpu", timing_design="paired")
+            rec.update(flops_per_step=100.0)
+            records.append(rec)
+    doc = env(gpu=None, profile="quick")
+    doc["options"].update(timing="paired", rounds=len(logs[next(iter(logs))][0]))
+    write_run(directory, records, doc)
+    with PairedWriter(directory) as w:
+        w.append_all(lines)
+    return directory

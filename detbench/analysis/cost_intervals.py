@@ -1,5 +1,13 @@
 """Costs with confidence intervals: each mode's throughput relative to the baseline, per
-workload, with a bootstrap interval, and whether the timing behind it was noisy."""
+workload, with a 95% interval, and whether the timing behind it was noisy.
+
+Two designs (issue 34). Where a workload's mode and baseline were timed side by side
+(``timing_design`` "paired": their rows carry the rounds of ``paired.jsonl``), the cost comes
+from the pairs (``paired_costs``: a t-interval on the per-process means of the log per-round
+ratios). Elsewhere (records timed each in their own worker, the design before issue 34, and
+distributed workloads) from the records' own samples (``stats.ratio``, whose contract is
+unchanged). ``design`` says which, for every row.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import stats
+from detbench.analysis import paired_costs, stats
 from detbench.analysis.labels import baseline_mode, counted
+from detbench.analysis.pairs import is_paired, pair, side_from_records
+from detbench.analysis.variance import separate_limit
 from detbench.store.schema import Status
 
 #: A replicate is noisy when the IQR of its timing samples exceeds this fraction of their median.
@@ -18,7 +28,9 @@ NOISY_IQR = 0.10
 
 def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
     """Seconds-per-step samples of each successful replicate (one array per record) that counts
-    (not one whose workload changed a setting, see ``counted``)."""
+    (not one whose workload changed a setting, see ``counted``). For a paired record: its
+    copy-0 worker's samples, one per round (``store.paired.joined``), which ``stats.ratio``
+    reads as independent samples; ``ratio`` pairs them instead."""
     g = counted(g)
     ok = g[g["status"] == Status.OK]
     return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
@@ -30,32 +42,43 @@ def costs(
     n_boot: int = stats.N_BOOT,
     seed: int = stats.SEED,
 ) -> pd.DataFrame:
-    """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval.
+    """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval:
+    ``ratio`` of the mode's records against the baseline's (the paired cost where both were
+    timed side by side, else the separate one below). Columns: suite, workload, mode,
+    relative_throughput, ci_low, ci_high, significant, noisy, replicates, then ``rounds`` (paired
+    rounds; None for the separate design), ``design`` ("paired" or "separate"), ``half_width``
+    (max(point - low, high - point) / point) and ``limited_by`` (what limits the interval: for a
+    paired cost "rounds", "processes" or "time", ``variance.Split.limited_by``; for a separate
+    one "samples" or "processes", ``variance.separate_limit``).
 
-    ``stats.ratio`` of the mode against the baseline: the point estimate is the ratio of the
-    medians over replicates of each replicate's median throughput (as in the summary table), the
-    interval the 2.5th-97.5th percentile of the same ratio over ``n_boot`` two-level bootstrap
-    resamples (replicates, then samples within each replicate) drawn independently for the mode
-    and the baseline, from a generator seeded with ``seed`` and the comparison's name
-    (``stats.comparison_key``): a report is reproducible, and an interval does not depend on
-    what else the records hold. ``significant`` is False when the interval contains 1. ``noisy``
-    flags a mode or baseline with any replicate whose IQR exceeds ``NOISY_IQR`` of its median.
+    The separate design: ``stats.ratio`` of the mode against the baseline: the point estimate is
+    the ratio of the medians over replicates of each replicate's median throughput (as in the
+    summary table), the interval the 2.5th-97.5th percentile of the same ratio over ``n_boot``
+    two-level bootstrap resamples (replicates, then samples within each replicate) drawn
+    independently for the mode and the baseline, from a generator seeded with ``seed`` and the
+    comparison's name (``stats.comparison_key``): a report is reproducible, and an interval does
+    not depend on what else the records hold. ``significant`` is False when the interval
+    contains 1. ``noisy`` flags a mode or baseline with any replicate whose IQR exceeds
+    ``NOISY_IQR`` of its median.
     ``baseline``: ``baseline_mode`` of the run when None.
     """
     baseline = baseline_mode(df["mode"]) if baseline is None else baseline
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
         base = g[g["mode"] == baseline]
-        base_reps = replicate_samples(base)
-        if not base_reps:
+        if not replicate_samples(base):
             continue
         base_noisy = _noisy(base)
         for mode, m in g.groupby("mode", sort=False):
-            reps = replicate_samples(m)
-            if not reps:
+            if not replicate_samples(m):
                 continue
             name = stats.comparison_key(suite, workload, mode, baseline)
-            r = stats.ratio(reps, base_reps, name, seed, n_boot)
+            r = ratio(m, base, name, seed, n_boot)
+            noisy = base_noisy or _noisy(m)
+            if paired(m, base):
+                p = pair(side_from_records(base), side_from_records(m))
+                rows.append(paired_costs.row(suite, workload, mode, p, r, noisy))
+                continue
             rows.append(
                 {
                     "suite": suite,
@@ -65,11 +88,61 @@ def costs(
                     "ci_low": r.low,
                     "ci_high": r.high,
                     "significant": r.significant,
-                    "noisy": base_noisy or _noisy(m),
-                    "replicates": len(reps),
+                    "noisy": noisy,
+                    "replicates": len(replicate_samples(m)),
+                    "rounds": None,
+                    "design": "separate",
+                    "half_width": paired_costs.half_width(r.point, r.low, r.high),
+                    "limited_by": separate_limit(m, base),
                 }
             )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+#: The columns of ``costs``, in this order.
+COLUMNS = (
+    "suite",
+    "workload",
+    "mode",
+    "relative_throughput",
+    "ci_low",
+    "ci_high",
+    "significant",
+    "noisy",
+    "replicates",
+    "rounds",
+    "design",
+    "half_width",
+    "limited_by",
+)
+
+
+def paired(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Both groups of records were timed in the paired design and share a round: their ratio
+    comes from the pairs."""
+    if "timing" not in a.columns or "timing" not in b.columns:
+        return False
+    ta, tb = counted(a)["timing"], counted(b)["timing"]
+    if not (ta.map(is_paired).any() and tb.map(is_paired).any()):
+        return False
+    return pair(side_from_records(b), side_from_records(a)).rounds > 0
+
+
+def ratio(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    name: str,
+    seed: int = stats.SEED,
+    n_boot: int = stats.N_BOOT,
+) -> stats.Ratio:
+    """The throughput of records ``a`` over records ``b`` (one workload, two modes): from the
+    pairs where both were timed side by side (``paired_costs.ratio``), else ``stats.ratio`` of
+    their samples. The one call for every interval of one workload (costs, recommendations,
+    the plane), so every table states the same numbers."""
+    if paired(a, b):
+        p = pair(side_from_records(b), side_from_records(a))
+        return paired_costs.ratio(p, name, seed, n_boot)
+    return stats.ratio(replicate_samples(a), replicate_samples(b), name, seed, n_boot)
 
 
 def _noisy(g: pd.DataFrame) -> bool:

@@ -13,7 +13,8 @@ On a CPU (the records' ``device``), the cuDNN flags (``benchmark``, ``cudnn_dete
 without it. Such a mode is never recommended, nor named the fastest: its difference from its twin
 is noise.
 
-Intervals: per workload, ``stats.ratio`` of the mode against the baseline, the same numbers as
+Intervals: per workload, ``cost_intervals.ratio`` of the mode against the baseline (the paired
+estimate where both were timed side by side, else ``stats.ratio``), the same numbers as
 ``analysis.costs`` (the 2.5th-97.5th percentiles of the two-level bootstrap, replicates then the
 samples within each, of both sides); per suite, ``stats.geometric_mean`` of those over the
 suite's workloads, each workload resampled independently. Whether a mode is significantly faster
@@ -35,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from detbench.analysis import cause, stats
-from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.cost_intervals import paired, ratio, replicate_samples
 from detbench.analysis.labels import baseline_mode, mode_key, mode_of, run_device, simplicity_key
 from detbench.analysis.matrix import RAN, ran_somewhere, relative_throughput, verdicts
 from detbench.core.modes import get_mode
@@ -114,6 +115,14 @@ class _Throughput:
         ratio of median items/s) for records without samples."""
         reps, base = self.reps((suite, workload, mode)), self.base(suite, workload)
         if reps and base:
+            a, b = (
+                self.groups.get((suite, workload, mode)),
+                self.groups.get((suite, workload, self.baseline)),
+            )
+            if a is not None and b is not None and paired(a, b):  # the pairs' own estimate
+                r = self.ratio(suite, workload, mode)
+                if r is not None:
+                    return r.point
             return stats.median_throughput(reps) / base
         x = pd.to_numeric(pd.Series([fallback]), errors="coerce").iloc[0]
         return float(x) if pd.notna(x) else float("nan")
@@ -130,7 +139,8 @@ class _Throughput:
                 self._ratio[key] = None
             else:
                 name = stats.comparison_key(suite, workload, mode, against)
-                self._ratio[key] = stats.ratio(reps, base_reps, name, self.seed, self.n_boot)
+                a, b = self.groups[key[:3]], self.groups[(suite, workload, against)]
+                self._ratio[key] = ratio(a, b, name, self.seed, self.n_boot)
         return self._ratio[key]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import stats
-from detbench.analysis.cost_intervals import replicate_samples
+from detbench.analysis.cost_intervals import ratio, replicate_samples
 from detbench.analysis.frontier import plane
 from detbench.analysis.labels import baseline_mode
 from detbench.analysis.matrix import RAN, verdicts
@@ -57,9 +57,9 @@ def points(
                 b = groups.get((r["suite"], w, baseline))
                 ra = replicate_samples(a) if a is not None else []
                 rb = replicate_samples(b) if b is not None else []
-                if ra and rb:
+                if a is not None and b is not None and ra and rb:
                     name = stats.comparison_key(r["suite"], w, r["mode"], baseline)
-                    ratios.append(stats.ratio(ra, rb, name, seed))
+                    ratios.append(ratio(a, b, name, seed))
             if ratios and len(ratios) == len(ran):
                 mean = stats.geometric_mean(ratios)
                 low, high = mean.low, mean.high

@@ -17,6 +17,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import cause, engines, quality
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
+from detbench.report.aa_check import limits_sentence
 from detbench.report.render import Block, Code, Details, Heading, Para, Table, num
 from detbench.store.results import env_facts
 
@@ -243,7 +244,8 @@ def _timing_warnings(
         out.append(
             f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit {limit} before the "
             f"95% interval of {its(missed)} median step time reached {targets}: {its(missed)} "
-            "figures are less certain (see Timing, which lists each with its interval)."
+            "figures are less certain (see Timing, which lists each with its interval). "
+            + limits_sentence(costs)
         )
     return out
 
@@ -403,7 +405,9 @@ def stopped_short_table(df: pd.DataFrame) -> Details | None:
     )
 
 
-def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
+def quality_blocks(
+    df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame | None = None
+) -> list[Block]:
     """How much each mode's cost moved between replicates, and how well the timing converged."""
     blocks: list[Block] = []
     baseline = analysis.baseline_mode(df["mode"])
@@ -446,6 +450,7 @@ def quality_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
                     if missed is not None
                     else ""
                 )
+                + (" " + limits_sentence(costs) if costs is not None else "")
             ),
             timing,
         ]

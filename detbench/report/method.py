@@ -13,6 +13,7 @@ from detbench import analysis
 from detbench.analysis import quality
 from detbench.analysis.recommend import RULE
 from detbench.core.modes import CUBLAS_ENV
+from detbench.report.aa_check import costs_item
 from detbench.report.conditions import joined
 from detbench.report.render import Block, Bullets, Code, Heading, Table, num
 from detbench.store.results import env_facts
@@ -107,7 +108,38 @@ def _digest_words(df: pd.DataFrame) -> str:
     )
 
 
-def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
+def _intervals_item(df: pd.DataFrame, costs: pd.DataFrame | None) -> str:
+    """How the intervals were made, for the designs the costs came from."""
+    baseline = analysis.baseline_mode(df["mode"])
+    designs = set(costs["design"].dropna()) if costs is not None and len(costs) else set()
+    separate = (
+        "95% percentile intervals of the throughput ratio against the "
+        f"{baseline} mode from 2000 two-level bootstrap resamples (replicates, then the timing "
+        "samples within each), drawn independently for the mode and the baseline, with a fixed "
+        "seed"
+    )
+    paired = (
+        f"95% t-intervals of the paired ratio against the {baseline} mode on the replicates' "
+        "median per-round ratios (replicates - 1 degrees of freedom; with one replicate, the "
+        "distribution-free interval of its rounds' median, which does not count the processes)"
+    )
+    said = (
+        f"{paired} for the paired costs; {separate} for the others"
+        if designs == {"paired", "separate"}
+        else paired
+        if designs == {"paired"}
+        else separate
+    )
+    return (
+        f"Intervals: {said}. A difference is significant when the interval excludes 1; a cost "
+        f"is noisy when a replicate's samples have an IQR above {analysis.NOISY_IQR:.0%} of "
+        "their median."
+    )
+
+
+def method_blocks(
+    df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame | None = None, aa_copy: bool = True
+) -> list[Block]:
     o = env.get("options") or {}
     stats = env.get("run_stats") or {}
     facts = env_facts(env)
@@ -131,17 +163,14 @@ def method_blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
         "replicate's fingerprint is equal; the maximum absolute difference is measured against "
         "the first replicate.",
         _timing_item(df, o),
-        "Intervals: 95% percentile intervals of the throughput ratio against the "
-        f"{analysis.baseline_mode(df['mode'])} mode "
-        "from 2000 two-level bootstrap resamples (replicates, then the timing samples within "
-        "each), drawn independently for the mode and the baseline, with a fixed seed. A "
-        "difference is significant when the interval excludes 1; a cost is noisy when a "
-        f"replicate's samples have an IQR above {analysis.NOISY_IQR:.0%} of their median.",
+        *filter(None, [costs_item(df, env, str(analysis.baseline_mode(df["mode"])), aa_copy)]),
+        _intervals_item(df, costs),
         f"Recommendations: {RULE}. Per suite, a mode qualifies when it is reproducible for "
         "every workload; its throughput is the geometric mean over the workloads. The intervals "
-        "compared there are each mode's own: its bootstrap throughput over the baseline's point "
-        "estimate (the baseline divides out of a comparison of two modes), per suite of the "
-        "geometric mean with each workload resampled; a fixed seed per workload and mode.",
+        "compared there are each mode's own: its throughput's draws (bootstrap, or the paired "
+        "t-interval's) over the baseline's point estimate (the baseline divides out of a "
+        "comparison of two modes), per suite of the geometric mean with each workload "
+        "resampled; a fixed seed per workload and mode.",
     ]
     if "settings_changed" in df.columns and df["settings_changed"].notna().any():
         items.append(

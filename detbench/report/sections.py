@@ -24,6 +24,7 @@ from detbench.report import answer, devices, located, matrices, samebits, tables
 from detbench.report import attribution as attribution_report
 from detbench.report import distributed as distributed_report
 from detbench.report import invariance as invariance_report
+from detbench.report.aa_check import aa_blocks
 from detbench.report.conditions import precision_blocks, quality_blocks, warnings
 from detbench.report.method import environment_table, method_blocks
 from detbench.report.plots import Plot
@@ -39,6 +40,8 @@ class ReportRun:
     env: dict[str, Any]
     plots: list[Plot] = field(default_factory=list)
     rec_given: pd.DataFrame | None = None
+    #: The run's ``paired.jsonl`` rows (``store.paired.load_paired``; None: not read).
+    lines: pd.DataFrame | None = None
 
     @cached_property
     def baseline(self) -> str:
@@ -117,6 +120,11 @@ def recommendations(r: ReportRun) -> list[Block]:
     return tables.recommendation_blocks(r.rec, r.costs, r.baseline, r.device)
 
 
+def aa_check(r: ReportRun) -> list[Block]:
+    """The A/A line, beside the costs of the recommendations."""
+    return aa_blocks(r.df, r.lines, r.baseline, r.costs)
+
+
 def _by_signature(module: Any) -> Section:
     """A section module whose ``blocks(df, env, plots)`` is the older signature."""
     return lambda r: list(module.blocks(r.df, r.env, r.plots))
@@ -183,7 +191,7 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
 
 
 def quality(r: ReportRun) -> list[Block]:
-    return quality_blocks(r.df, r.env)
+    return quality_blocks(r.df, r.env, r.costs)
 
 
 def failures(r: ReportRun) -> list[Block]:
@@ -192,7 +200,8 @@ def failures(r: ReportRun) -> list[Block]:
 
 
 def method(r: ReportRun) -> list[Block]:
-    return method_blocks(r.df, r.env)
+    aa_copy = r.lines is not None and bool((r.lines["copy"] == 1).any())
+    return method_blocks(r.df, r.env, r.costs, aa_copy)
 
 
 def environment(r: ReportRun) -> list[Block]:
@@ -212,6 +221,7 @@ SECTIONS: list[Section] = [
     the_answer,
     headline_plot,
     recommendations,
+    aa_check,
     _by_signature(attribution_report),  # an attribution study's own section
     _by_signature(invariance_report),  # the batch-invariance section
     _by_signature(distributed_report),  # the distributed (torchrun) section

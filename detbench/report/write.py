@@ -21,6 +21,7 @@ from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
 from detbench.report.sections import ReportRun, build
+from detbench.store.paired import load_paired
 from detbench.store.results import ENV_FILE, ResultsError, load_env, load_results, write_text_atomic
 
 REPORT_MD = "report.md"
@@ -46,7 +47,7 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     if env.get("machines"):  # a set of runs from several machines (detbench merge)
         return _write(d, across_report.set_blocks(d))
     env["located"] = locate_report.load(d)  # what run --locate found, kept beside env.json
-    run = ReportRun(df, env)
+    run = ReportRun(df, env, lines=load_paired(d))
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)
     plots += attribution_chart.write_plots(df, env, d / PLOTS_DIR)

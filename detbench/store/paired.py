@@ -1,46 +1,287 @@
-"""``paired.jsonl``: the paired phase's timings, one line per (workload, mode, replicate, copy).
+"""The owner of ``paired.jsonl``: the paired timings of a run (issue 34), one line per
+(workload, mode, replicate, copy), written when the group's rounds end.
 
-(The lead's minimal version: the writer and the reader; the analysis helper's version replaces
-it at merge.)
+Why a file of its own: in the paired design the verdict workers write their records at once,
+with no timing; the costs come later, from timing workers of every mode that take turns on the
+device, one block each per round, in an order shuffled anew each round. A line holds one
+worker's samples with the round, the place in the round and the start time of each block, so the
+analysis can pair each mode's block with the baseline's of the same round (``analysis
+.paired_costs``) and split the variance between rounds, processes and time (``analysis
+.variance``). ``copy`` 1 is a second worker of the baseline's settings: the A/A check.
+
+``line`` builds and checks one line (nobody else builds its dict), ``PairedWriter`` appends it
+in one write (``lines.append_line``, as ``results.ResultWriter`` does), ``iter_paired`` and
+``load_paired`` read them back, and ``joined`` fills a verdict record whose ``timing_design`` is
+"paired" with its copy-0 timing, so ``results.load_results`` returns rows the rest of the report
+reads as it always has.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detbench.store.results import dumps
+from detbench.store.lines import ResultsError, append_lines, open_append, read_lines
+from detbench.store.schema import (
+    INT,
+    LIST,
+    NUM,
+    STATUSES,
+    STR,
+    Problem,
+    _expected,
+    _holds,
+    _or_none,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PAIRED_FILE = "paired.jsonl"
 PAIRED_VERSION = 1
+#: The ``timing_design`` of a verdict record whose timing is in ``paired.jsonl``.
+PAIRED = "paired"
+#: The ``timing_design`` of a record timed in its own worker (the design before issue 34).
+SEPARATE = "separate"
+#: A line's status: a record's (``schema.STATUSES``: ok, or how the workload or its worker
+#: ended: unsupported, oom, crashed, ...; "message" says more), "failed" (fewer than 6 blocks
+#: were timed) or "not_timed" (its verdict record was not ok, so it sat the workload out).
+PAIRED_STATUSES = (*STATUSES, "failed", "not_timed")
+
+#: The fields every line has, with the types they may hold (JSON's: a number is never a bool).
+REQUIRED: dict[str, tuple[type, ...]] = {
+    "paired_version": INT,
+    "suite": STR,
+    "workload": STR,
+    "mode": STR,
+    "replicate": INT,
+    "copy": INT,
+    "status": STR,
+}
+#: The fields a line of status ok has too (a failed worker's line may lack them).
+TIMED: dict[str, tuple[type, ...]] = {
+    "samples": LIST,  # seconds per step, one per round, in round order
+    "rounds": LIST,  # the round of each sample
+    "positions": LIST,  # the worker's place (0-based) in each round's shuffled order
+    "block_start": LIST,  # epoch seconds at which each block began
+    "workers": _or_none(INT),
+    "number_per_block": _or_none(INT),
+    "timing": _or_none((dict,)),
+}
+#: The rest of a line's fields, each optional, with its types.
+OPTIONAL: dict[str, tuple[type, ...]] = {
+    "message": _or_none(STR),
+    "first_step_digest": _or_none(STR),
+    "same_bits": _or_none((bool,)),
+    "worker_pid": _or_none(INT),
+    "device": _or_none(STR),
+    "device_name": _or_none(STR),
+    "utc": _or_none(STR),
+    # the settings the workload changed behind the worker's back (as a verdict record's)
+    "settings_changed": _or_none(LIST),
+}
+#: Every field of a line that the reader knows, with its types (a line may carry others).
+FIELDS = {**REQUIRED, **TIMED, **OPTIONAL}
+#: The lists that hold one entry per sample.
+PER_SAMPLE = ("samples", "rounds", "positions", "block_start")
+
+
+def problem(obj: Mapping[str, Any]) -> Problem | None:
+    """The first thing wrong with a line, or None: a missing field (``REQUIRED``; ``TIMED`` too
+    for status ok), a known field with a value of another type, an unknown version or status,
+    per-sample lists of different lengths, a non-positive or non-numeric sample, a copy
+    below 0."""
+    if obj.get("paired_version") != PAIRED_VERSION:
+        return Problem(
+            "paired_version", obj.get("paired_version"), f"this detbench reads {PAIRED_VERSION}"
+        )
+    must = {**REQUIRED, **TIMED} if obj.get("status") == "ok" else REQUIRED
+    for name in must:
+        if name not in obj:
+            return Problem(name, None, "every line has it" if name in REQUIRED else "ok has it")
+    for name, types in FIELDS.items():
+        if name in obj and not _holds(obj[name], types):
+            return Problem(name, obj[name], f"not {_expected(types)}")
+    if obj["status"] not in PAIRED_STATUSES:
+        return Problem("status", obj["status"], f"not one of {', '.join(PAIRED_STATUSES)}")
+    if obj["copy"] < 0:
+        return Problem("copy", obj["copy"], "0, or 1 for the baseline's second worker")
+    if "samples" not in obj:
+        return None
+    n = len(obj["samples"])
+    for name in PER_SAMPLE[1:]:
+        if name not in obj:
+            continue
+        if len(obj[name]) != n:
+            return Problem(name, obj[name], f"{len(obj[name])} entries for {n} samples")
+    for name, types in (("samples", NUM), ("rounds", INT), ("positions", INT)):
+        bad = [x for x in obj.get(name, []) if not _holds(x, types)]
+        if bad:
+            return Problem(name, bad[0], f"not {_expected(types)}")
+    if any(x <= 0 for x in obj["samples"]):
+        return Problem("samples", min(obj["samples"]), "a step takes some time")
+    return None
+
+
+def line(
+    *,
+    suite: str,
+    workload: str,
+    mode: str,
+    replicate: int,
+    copy: int,
+    samples: Sequence[float],
+    rounds: Sequence[int],
+    positions: Sequence[int],
+    block_start: Sequence[float],
+    workers: int | None,
+    number_per_block: int | None,
+    timing: Mapping[str, Any] | None,
+    status: str = "ok",
+    message: str | None = None,
+    first_step_digest: str | None = None,
+    same_bits: bool | None = None,
+    worker_pid: int | None = None,
+    device: str | None = None,
+    device_name: str | None = None,
+    utc: str | None = None,
+    settings_changed: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """One line of ``paired.jsonl``, checked (``problem``; a ``ResultsError`` names the field).
+    ``timing``: the Timing JSON of ``worker/timing.py`` built from ``samples``; None for a worker
+    that failed before it had samples."""
+    obj: dict[str, Any] = {
+        "paired_version": PAIRED_VERSION,
+        "suite": suite,
+        "workload": workload,
+        "mode": mode,
+        "replicate": replicate,
+        "copy": copy,
+        "status": status,
+        "message": message,
+        "samples": [float(x) for x in samples],
+        "rounds": [int(x) for x in rounds],
+        "positions": [int(x) for x in positions],
+        "block_start": [float(x) for x in block_start],
+        "workers": workers,
+        "number_per_block": number_per_block,
+        "timing": None if timing is None else dict(timing),
+        "first_step_digest": first_step_digest,
+        "same_bits": same_bits,
+        "worker_pid": worker_pid,
+        "device": device,
+        "device_name": device_name,
+        "utc": utc,
+        "settings_changed": None if settings_changed is None else list(settings_changed),
+    }
+    found = problem(obj)
+    if found is not None:
+        raise ResultsError(f"paired line of {suite}/{workload} [{mode}] copy {copy}: {found}")
+    return obj
 
 
 class PairedWriter:
-    """Appends lines to ``paired.jsonl``, each in one write, as ``ResultWriter`` does."""
+    """Appends lines to ``paired.jsonl``, each in one write (``lines.append_line``): a run
+    stopped during the costs keeps every group whose rounds ended, and no half line."""
 
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / PAIRED_FILE
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = open_append(self.path)
 
-    def append_all(self, lines: Sequence[Mapping[str, Any]]) -> None:
-        """A group's lines in one write: all of them or none."""
-        data = "".join(dumps({"paired_version": PAIRED_VERSION, **x}) + "\n" for x in lines)
-        raw = data.encode()
-        if os.write(self._fd, raw) != len(raw):
-            raise OSError(f"short write to {self.path}")
+    def append(self, obj: Mapping[str, Any]) -> None:
+        """Append ``obj`` (a ``line``), checked again: a bad line is its builder's bug, raised."""
+        self.append_all([obj])
+
+    def append_all(self, objs: Sequence[Mapping[str, Any]]) -> None:
+        """A group's lines in one write: all of them or none. Each is checked first (a line
+        without ``paired_version`` gets this version's), and a bad one raises before any is
+        written."""
+        out = [{"paired_version": PAIRED_VERSION, **o} for o in objs]
+        for o in out:
+            found = problem(o)
+            if found is not None:
+                raise ResultsError(f"{self.path}: not a paired line: {found}")
+        append_lines(self._fd, self.path, out)
 
     def close(self) -> None:
         os.close(self._fd)
 
+    def __enter__(self) -> PairedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def iter_paired(directory: str | Path) -> Iterator[dict[str, Any]]:
+    """The lines of ``directory``'s ``paired.jsonl``, each checked; nothing where the run has no
+    such file (a run of the separate design, or one stopped before its costs). A line that
+    fails its check is a ``ResultsError`` naming the file, line, field and value."""
     path = Path(directory) / PAIRED_FILE
     if not path.is_file():
         return
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+    for lineno, obj in read_lines(path):
+        found = problem(obj)
+        if found is not None:
+            raise ResultsError(f"{path}:{lineno}: {found}")
+        yield obj
+
+
+#: The columns of ``load_paired``, in this order.
+COLUMNS = tuple(FIELDS)
+
+
+def load_paired(directory: str | Path) -> pd.DataFrame:
+    """One row per line of ``paired.jsonl`` (empty, with ``COLUMNS``, where there is none); the
+    per-sample lists and ``timing`` are kept as Python objects."""
+    import pandas as pd
+
+    rows = list(iter_paired(directory))
+    extra = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in FIELDS]
+    return pd.DataFrame(rows, columns=[*COLUMNS, *extra])
+
+
+Key = tuple[str, str, str, int]
+
+
+def copy0_lines(directory: str | Path) -> dict[Key, dict[str, Any]]:
+    """(suite, workload, mode, replicate) -> the copy-0 line of that worker, status ok: the
+    timing a verdict record of the paired design stands for. A later line of the same key (a
+    resumed run measured it again) replaces an earlier one."""
+    return {
+        (o["suite"], o["workload"], o["mode"], o["replicate"]): o
+        for o in iter_paired(directory)
+        if o["copy"] == 0 and o["status"] == "ok" and o.get("samples")
+    }
+
+
+def _per_second(per_step: Any, median: float) -> float | None:
+    if isinstance(per_step, bool) or not isinstance(per_step, (int, float)):
+        return None
+    return per_step / median
+
+
+def joined(rec: Mapping[str, Any], found: Mapping[Key, Mapping[str, Any]]) -> dict[str, Any]:
+    """A verdict record of the paired design with its copy-0 timing where ``found`` has it:
+    ``timing`` (the line's Timing JSON, with the line's ``rounds`` and ``block_start`` added as
+    ``paired_rounds`` and ``paired_block_start`` so the analysis can pair each sample with the
+    baseline's of the same round), ``seconds_per_step`` (the timing's median) and the rates
+    from the record's own per-step figures. A record without a line keeps its None timing."""
+    out = dict(rec)
+    key = (rec.get("suite"), rec.get("workload"), rec.get("mode"), rec.get("replicate"))
+    obj = found.get(key)  # type: ignore[arg-type]
+    timing = None if obj is None else obj.get("timing")
+    if not timing or not timing.get("median"):
+        return out
+    median = float(timing["median"])
+    out["timing"] = {
+        **timing,
+        "paired_rounds": obj["rounds"],  # type: ignore[index]
+        "paired_block_start": obj["block_start"],  # type: ignore[index]
+    }
+    out["seconds_per_step"] = median
+    for unit in ("items", "flops", "bytes"):
+        out[f"{unit}_per_second"] = _per_second(rec.get(f"{unit}_per_step"), median)
+    return out

@@ -20,8 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from detbench.core.errors import DetbenchError
 from detbench.core.settings import NAMES as SETTING_NAMES
+from detbench.store import paired
+from detbench.store.lines import ResultsError, append_line, dumps, open_append, read_lines
 from detbench.store.schema import (
     SCHEMA_2_FIELDS,
     SCHEMA_3_FIELDS,
@@ -51,6 +52,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "STATUSES",
     "SUPPORTED_VERSIONS",
+    "ResultsError",
+    "dumps",
     "migrate",
 ]
 
@@ -100,26 +103,16 @@ NONE_NOT_NAN = (
 )
 
 
-class ResultsError(DetbenchError):
-    """A results directory or file that cannot be read (one clear line for the user)."""
-
-
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def dumps(obj: Any) -> str:
-    """Deterministic JSON: sorted keys, no NaN/Infinity (not valid JSON)."""
-    return json.dumps(obj, sort_keys=True, allow_nan=False, separators=(",", ":"))
 
 
 class ResultWriter:
     """Appends records to ``results.jsonl``, each in one write (see the module docstring)."""
 
     def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / RESULTS_FILE
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = open_append(self.path)
 
     def append(self, record: Mapping[str, Any]) -> bool:
         """Append ``record`` once ``schema.problem`` finds nothing wrong with it, and say True.
@@ -142,10 +135,7 @@ class ResultWriter:
                 self.path.name,
             )
             return False
-        line = (dumps(rec) + "\n").encode()
-        written = os.write(self._fd, line)
-        if written != len(line):  # only on a full disk; never leave half a line unflagged
-            raise OSError(f"short write to {self.path}: {written} of {len(line)} bytes")
+        append_line(self._fd, self.path, rec)
         return True
 
     def close(self) -> None:
@@ -178,33 +168,22 @@ def iter_records(directory: str | Path, aside: list[str] | None = None) -> Itera
     path = Path(directory) / RESULTS_FILE
     if not path.is_file():
         raise ResultsError(f"no {RESULTS_FILE} in {directory}")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            if not line.endswith("\n"):
-                raise ResultsError(f"{path}:{lineno}: truncated record (no end of line)")
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ResultsError(f"{path}:{lineno}: malformed record: {exc.msg}") from None
-            if not isinstance(rec, dict):
-                raise ResultsError(f"{path}:{lineno}: a record must be a JSON object")
-            version = rec.get("schema_version")
-            if version not in SUPPORTED_VERSIONS:
-                raise ResultsError(
-                    f"{path}:{lineno}: unknown schema version {version!r} "
-                    f"(this detbench reads {', '.join(map(str, SUPPORTED_VERSIONS))})"
-                )
-            found = problem(migrate(rec))
-            if found is None:
-                yield cast(Record, rec)
-                continue
-            who = f"{rec.get('suite')}/{rec.get('workload')} [{rec.get('mode')}]"
-            said = f"{path}:{lineno}: record of {who} set aside: {found}"
-            if aside is None:
-                raise ResultsError(said)
-            aside.append(said)
+    for lineno, rec in read_lines(path):
+        version = rec.get("schema_version")
+        if version not in SUPPORTED_VERSIONS:
+            raise ResultsError(
+                f"{path}:{lineno}: unknown schema version {version!r} "
+                f"(this detbench reads {', '.join(map(str, SUPPORTED_VERSIONS))})"
+            )
+        found = problem(migrate(rec))
+        if found is None:
+            yield cast(Record, rec)
+            continue
+        who = f"{rec.get('suite')}/{rec.get('workload')} [{rec.get('mode')}]"
+        said = f"{path}:{lineno}: record of {who} set aside: {found}"
+        if aside is None:
+            raise ResultsError(said)
+        aside.append(said)
 
 
 def load_results(directory: str | Path) -> pd.DataFrame:
@@ -216,6 +195,11 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     ``timing``), ``matmul_fp32`` and ``conv_fp32`` (from ``precision``); None where a record
     has no such value (a failure, or a version-1 record).
 
+    A record of the paired design (``timing_design`` "paired", issue 34) has no timing of its
+    own: its copy-0 line of ``paired.jsonl`` fills ``timing``, ``seconds_per_step`` and the
+    rates (``paired.joined``), so every reader of these rows finds a timing where the record
+    was timed. The paired lines themselves, copy 1 included, are ``paired.load_paired``'s.
+
     A record that fails its check (``schema.problem``) is not among the rows: each is named in
     one line, logged as a warning (on stderr where logging is not set up) and listed in
     ``df.attrs["set_aside"]``, which the report counts.
@@ -224,9 +208,13 @@ def load_results(directory: str | Path) -> pd.DataFrame:
 
     rows = []
     aside: list[str] = []
+    lines: dict[paired.Key, dict[str, Any]] | None = None
     for rec in iter_records(directory, aside):
         row = dict(rec)
-        timing = rec.get("timing") or {}
+        if rec.get("timing_design") == paired.PAIRED:
+            lines = paired.copy0_lines(directory) if lines is None else lines
+            row = paired.joined(row, lines)
+        timing = cast(dict[str, Any], row.get("timing") or {})
         row["iqr"] = timing.get("iqr")
         row["timing_samples"] = timing.get("samples")
         row["timing_ci_rel"] = timing.get("ci_rel")

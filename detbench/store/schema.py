@@ -216,6 +216,11 @@ class Env(TypedDict, total=False):
 #      "burst") and ``hold`` (what the sustained-clock hold did). Version-3 records load with the
 #      fields of ``SCHEMA_4_FIELDS`` they lack None (``migrate``); the others of version 3 stay
 #      optional (``OPTIONAL``), as do the new keys of ``timing``.
+#      Added within version 4 without a bump (issue 34), optional: ``timing_design``, where the
+#      record's timing is: "separate" (its own timing pass, in the record, as before) or
+#      "paired" (the record carries no timing, ``seconds_per_step`` and the rates are None, and
+#      its timing is its copy-0 line of ``paired.jsonl``, the owner ``store.paired``, which
+#      ``load_results`` joins onto it). A record without the field is "separate".
 SCHEMA_VERSION = 4
 SUPPORTED_VERSIONS = (1, 2, 3, 4)
 #: Record fields that schema 2 added, None in a migrated version-1 record.
@@ -357,6 +362,8 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     # run --cudnn-log (worker/cudnnlog.py)
     "cudnn_log": BOOL,
     "cudnn_engines": (list, dict),
+    # issue 34: where the record's timing is ("paired": in paired.jsonl; "separate": here)
+    "timing_design": _or_none(STR),
 }
 FIELDS = {**ALWAYS, **OPTIONAL}
 #: What every record of every version names: the identity of what it measured, and its status.

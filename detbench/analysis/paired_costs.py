@@ -1,0 +1,237 @@
+"""Costs from pairs: each mode's throughput relative to the baseline, from the rounds in which the
+two were timed side by side (issue 34), with a 95% interval that counts both levels of variance.
+
+**The ratio of a round.** For replicate ``p`` and round ``r`` where the mode and the baseline's
+copy 0 both have a block (``pairs.pair``): ``l[p, r] = log(t_base[p, r] / t_mode[p, r])``, the
+log of the mode's throughput relative to the baseline's.
+
+**The estimate and its interval** (``kalibera_jones``): the median of ``l`` in each process
+(``STATISTIC``), then a t-interval on those ``P`` process figures with ``P - 1`` degrees of
+freedom, back on the ratio scale: ``exp(mean(m) +- t_{P-1} * sd(m) / sqrt(P))``. The rounds'
+spread enters through each process's figure, the processes' through the spread of the figures:
+both levels counted (Kalibera & Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013,
+who use the mean). The point estimate is the geometric mean over processes of each process's
+median per-round ratio. The median and not the mean: on a CPU a block the scheduler preempts is
+an outlier round (a ratio of 3 or 1/3), which moves a mean of 20 rounds and hardly a median.
+
+Why a t-interval and not a bootstrap: with the 2-3 processes of a run, a bootstrap over
+processes draws from 3 values (10 distinct multisets), which puts the spread of their mean at
+(P-1)/P of its variance with no small-sample correction: where the variance sits between
+processes (the GPU runs of issue 34: 50% between processes, 2.9% within a record), its interval
+is too narrow. The t quantile with 2 degrees of freedom (4.30 against 1.96) is what pays for
+knowing the between-process variance from 3 values. Measured on this project's 2-core CPU with
+real paired workers, 10 runs x 12 workloads x 3 processes x 20 rounds of ~10 ms blocks, the
+host loaded by other jobs (``python tools/paired_aa_cpu.py --out DIR --report``): A/A false
+costs 2 of 120 (1.7%) for this estimator, median half-width 44%; 4 of 120 (3.3%), 66% with
+process means; 3 of 120 (2.5%), 47% for the hierarchical bootstrap (there the rounds' variance,
+0.79 in log, dwarfed the processes', 0.005, so the bootstrap's rounds carried the width); 23 of
+120 (19%) for a t-interval that pools the rounds and ignores the processes.
+
+With one process the between-process level cannot be estimated: the interval is the rounds'
+own (the distribution-free interval of the median of ``l``, ``worker.timing.median_ci``, from
+6 rounds on), ``replicates`` is 1 and
+``limited_by`` says "processes": it does not count the level where the variance usually is.
+
+Draws (for ``stats.geometric_mean`` over a suite's workloads) are ``point * exp(se * T)``,
+``T ~ t_{df}``, from ``stats.generator(seed, name)``: the one seeding rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from detbench.analysis import stats
+from detbench.analysis.labels import baseline_mode
+from detbench.analysis.pairs import Paired, pair, side_from_lines, side_from_records
+from detbench.analysis.variance import split
+from detbench.worker.timing import median_ci
+
+#: The interval's confidence (that of every interval detbench states).
+CONFIDENCE = stats.CONFIDENCE
+#: The design a cost came from, in ``costs``' ``design`` column.
+DESIGN = "paired"
+
+
+def _t_interval(center: float, se: float, dof: int) -> tuple[float, float, float]:
+    q = float(sps.t.ppf((1 + CONFIDENCE) / 2, dof))
+    return math.exp(center), math.exp(center - q * se), math.exp(center + q * se)
+
+
+#: Each process's figure: the median of its log per-round ratios (module docstring).
+STATISTIC: Callable[[np.ndarray], float] = np.median
+
+
+def kalibera_jones(
+    p: Paired, statistic: Callable[[np.ndarray], float] = STATISTIC
+) -> tuple[float, float, float, float, int]:
+    """(point, low, high, se of the log estimate, degrees of freedom) of the ratio: a t-interval
+    on the per-process ``statistic`` of the log ratios (module docstring); one process: the
+    interval of its rounds' median. NaNs where there is nothing to estimate (one process with
+    fewer than 6 rounds)."""
+    logs = [np.asarray(x, dtype=float) for x in p.log_ratio if len(x)]
+    if len(logs) >= 2:
+        m = np.asarray([statistic(x) for x in logs])
+        se, dof = float(np.std(m, ddof=1)) / math.sqrt(len(m)), len(m) - 1
+        return (*_t_interval(float(m.mean()), se, dof), se, dof)
+    if logs and median_ci(list(logs[0])) is not None:
+        # One process: the distribution-free 95% interval of its median log ratio (the rule of
+        # a record's own timing), with an se that gives it back for the draws.
+        x = logs[0]
+        low, high = median_ci(list(x))  # type: ignore[misc]
+        se = (high - low) / (2 * float(sps.norm.ppf((1 + CONFIDENCE) / 2)))
+        return math.exp(float(np.median(x))), math.exp(low), math.exp(high), se, len(x) - 1
+    nan = math.nan
+    return nan, nan, nan, nan, 0
+
+
+def hierarchical_bootstrap(
+    p: Paired, rng: np.random.Generator, n_boot: int = stats.N_BOOT
+) -> tuple[float, float, float]:
+    """(point, low, high): the percentile interval of the mean log ratio over ``n_boot``
+    resamples of the processes, then of the rounds within each process drawn. A candidate
+    kept for ``coverage_table``: too narrow with 2-3 processes (module docstring)."""
+    logs = [np.asarray(x, dtype=float) for x in p.log_ratio if len(x)]
+    if not logs:
+        return math.nan, math.nan, math.nan
+    point = float(np.mean([x.mean() for x in logs]))
+    per = np.empty((len(logs), n_boot))
+    for i, x in enumerate(logs):
+        per[i] = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
+    pick = rng.integers(0, len(logs), size=(n_boot, len(logs)))
+    draws = np.take_along_axis(per.T, pick, axis=1).mean(axis=1)
+    low, high = stats.interval(draws)
+    return math.exp(point), math.exp(low), math.exp(high)
+
+
+def pooled_t(p: Paired) -> tuple[float, float, float]:
+    """(point, low, high) treating every round as independent, the processes ignored: the
+    naive interval, kept for ``coverage_table`` to show what the process level adds."""
+    x = np.concatenate([np.asarray(v, dtype=float) for v in p.log_ratio]) if p.rounds else None
+    if x is None or len(x) < 2:
+        return math.nan, math.nan, math.nan
+    return _t_interval(float(x.mean()), float(np.std(x, ddof=1)) / math.sqrt(len(x)), len(x) - 1)
+
+
+def ratio(p: Paired, name: str, seed: int = stats.SEED, n_boot: int = stats.N_BOOT) -> stats.Ratio:
+    """The ratio of a paired comparison as ``stats.Ratio``: ``kalibera_jones``'s point and
+    interval, and ``n_boot`` draws of its t-distribution (module docstring) for the geometric
+    means over workloads."""
+    point, low, high, se, dof = kalibera_jones(p)
+    if not np.isfinite(point):
+        return stats.Ratio(point, low, high, np.full(n_boot, math.nan))
+    t = stats.generator(seed, name).standard_t(max(dof, 1), size=n_boot)
+    draws = point * np.exp(se * t) if np.isfinite(se) else np.full(n_boot, point)
+    return stats.Ratio(point, low, high, draws)
+
+
+def half_width(point: float, low: float, high: float) -> float:
+    """max(point - low, high - point) / point: the interval's relative half-width."""
+    return max(point - low, high - point) / point if point > 0 else math.nan
+
+
+def row(
+    suite: Any, workload: Any, mode: Any, p: Paired, r: stats.Ratio, noisy: bool = False
+) -> dict[str, Any]:
+    """One row of ``costs``: ``cost_intervals.costs``' columns with ``rounds``, ``design``,
+    ``half_width`` and ``limited_by`` (``variance.Split.limited_by``)."""
+    return {
+        "suite": suite,
+        "workload": workload,
+        "mode": mode,
+        "relative_throughput": r.point,
+        "ci_low": r.low,
+        "ci_high": r.high,
+        "significant": r.significant,
+        "noisy": noisy,
+        "replicates": p.processes,
+        "rounds": p.rounds,
+        "design": DESIGN,
+        "half_width": half_width(r.point, r.low, r.high),
+        "limited_by": split(p).limited_by,
+    }
+
+
+def costs(
+    df: pd.DataFrame,
+    baseline: str | None = None,
+    seed: int = stats.SEED,
+    n_boot: int = stats.N_BOOT,
+) -> pd.DataFrame:
+    """Per (suite, workload, mode) whose records and the baseline's have paired timings (the
+    rows of ``load_results``, copy 0): the paired cost (module docstring). Other groups are not
+    here: ``cost_intervals.costs`` takes them from their own records."""
+    baseline = baseline_mode(df["mode"]) if baseline is None else baseline
+    rows: list[dict[str, Any]] = []
+    for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
+        base = side_from_records(g[g["mode"] == baseline])
+        if not base:
+            continue
+        for mode, m in g.groupby("mode", sort=False):
+            p = pair(base, side_from_records(m))
+            if not p.rounds:
+                continue
+            name = stats.comparison_key(suite, workload, mode, baseline)
+            rows.append(row(suite, workload, mode, p, ratio(p, name, seed, n_boot)))
+    return pd.DataFrame(rows)
+
+
+# --- Choosing the estimator on real A/A data ----------------------------------------------------
+
+
+def aa_pairs(lines: pd.DataFrame, baseline: str | None = None) -> list[tuple[Any, Any, Paired]]:
+    """(suite, workload, Paired) of copy 1 of the baseline against copy 0, per workload of the
+    ``paired.jsonl`` rows ``lines`` (``store.paired.load_paired``): the A/A comparisons."""
+    if lines.empty:
+        return []
+    baseline = baseline_mode(lines["mode"]) if baseline is None else baseline
+    out = []
+    for (suite, workload), g in lines[lines["mode"] == baseline].groupby(
+        ["suite", "workload"], sort=False
+    ):
+        a = side_from_lines(g[g["copy"] == 0])
+        b = side_from_lines(g[g["copy"] == 1])
+        p = pair(a, b)
+        if p.rounds:
+            out.append((suite, workload, p))
+    return out
+
+
+def coverage_table(runs: Sequence[pd.DataFrame], seed: int = stats.SEED) -> pd.DataFrame:
+    """For each candidate interval, over the A/A comparisons of ``runs`` (each the
+    ``paired.jsonl`` rows of one run): how many, the share whose interval excludes 1 (a false
+    cost; at most 5% for an honest 95% interval) and the median relative half-width."""
+    found: dict[str, list[tuple[float, float, float]]] = {
+        "kalibera-jones t (process means)": [],
+        "kalibera-jones t (process medians)": [],
+        "hierarchical bootstrap": [],
+        "pooled rounds t (processes ignored)": [],
+    }
+    for i, lines in enumerate(runs):
+        for suite, workload, p in aa_pairs(lines):
+            rng = stats.generator(seed, stats.key(i, suite, workload, "aa"))
+            found["kalibera-jones t (process means)"].append(kalibera_jones(p, np.mean)[:3])
+            found["kalibera-jones t (process medians)"].append(kalibera_jones(p, np.median)[:3])
+            found["hierarchical bootstrap"].append(hierarchical_bootstrap(p, rng))
+            found["pooled rounds t (processes ignored)"].append(pooled_t(p))
+    rows = []
+    for name, got in found.items():
+        ok = [(x, lo, hi) for x, lo, hi in got if np.isfinite(lo) and np.isfinite(hi)]
+        false = sum(1 for _, lo, hi in ok if not lo <= 1.0 <= hi)
+        rows.append(
+            {
+                "estimator": name,
+                "comparisons": len(ok),
+                "false_costs": false,
+                "false_share": false / len(ok) if ok else math.nan,
+                "median_half_width": float(np.median([half_width(*x) for x in ok]))
+                if ok
+                else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,194 @@
+"""Where the variance of a cost sits, so the repetitions at each level are chosen from measurement.
+
+**Paired design** (``split``). The log of one round's ratio (``pairs.Paired``) varies at three
+levels, estimated as a one-way random-effects model with a common within-process trend:
+
+* **time**: a drift of the ratio over a process's rounds (a clock that ramps, a neighbour that
+  starts). The slope ``b`` of the log ratio on the pair's start time, pooled over processes
+  (each process centred on its own means); its variance is that of the fitted trend,
+  ``sum((b * t_c)^2) / (N - P)``.
+* **rounds**: what is left within a process around its mean and trend,
+  ``sum(residual^2) / (N - P - 1)``.
+* **processes**: between replicates, the variance of the process means less the share the
+  within-process variance ``s_w^2`` puts into each mean: ``max(0, var(m_p) - s_w^2 / n)``
+  (Kalibera & Jones's ``T_2^2``; ``n`` the mean number of rounds per process).
+
+A cost's interval (``paired_costs``) is a t-interval on the process means, whose variance is
+``processes + (rounds + time) / n``: ``limited_by`` names the largest of the three terms. With
+one process the between level cannot be estimated, and ``limited_by`` says "processes".
+
+**Repetitions** (``repetitions``): Kalibera & Jones (ISMM 2013, section 4): with ``c_process``
+the seconds a fresh process costs before its first round (start-up, build, warm-up) and
+``c_round`` the seconds of one round, the rounds per process that make the interval narrowest
+for the time spent are ``ceil(sqrt(c_process / c_round * s_w^2 / processes))``; then the number
+of processes that brings the t-interval within the target.
+
+**Separate design** (``separate_split``): today's records time each mode in its own worker; the
+variance of the log samples within a record against the variance of the log medians between
+the replicates' processes (the issue's 2.9% against 50%).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from detbench.analysis.labels import counted
+from detbench.analysis.pairs import Paired
+from detbench.store.schema import Status
+
+#: The levels a cost's interval can be limited by (paired design).
+LEVELS = ("rounds", "processes", "time")
+
+
+@dataclass(frozen=True)
+class Split:
+    """The variance of the log per-round ratio at each level (see the module docstring), the
+    mean rounds per process and the processes it came from. NaN where a level cannot be
+    estimated (``processes`` with one process; ``rounds`` with one round per process)."""
+
+    rounds: float
+    processes: float
+    time: float
+    per_process: float
+    n_processes: int
+
+    @property
+    def within(self) -> float:
+        """The within-process variance (rounds and time together): ``s_w^2``."""
+        return self.rounds + self.time
+
+    def contributions(self) -> dict[str, float]:
+        """Each level's share of the variance of a process mean, the quantity the interval's
+        width follows: processes as they are, rounds and time divided by the rounds."""
+        n = max(self.per_process, 1.0)
+        return {"rounds": self.rounds / n, "processes": self.processes, "time": self.time / n}
+
+    @property
+    def limited_by(self) -> str:
+        """The level whose term in the variance of a process mean is the largest; "processes"
+        where there is one process (the level the interval cannot count)."""
+        if self.n_processes < 2 or not np.isfinite(self.processes):
+            return "processes"
+        c = {k: (v if np.isfinite(v) else 0.0) for k, v in self.contributions().items()}
+        return max(LEVELS, key=lambda k: c[k])
+
+
+def split(p: Paired) -> Split:
+    """The variance split of one comparison's log ratios (module docstring)."""
+    logs = [np.asarray(x, dtype=float) for x in p.log_ratio]
+    times = [np.asarray(x, dtype=float) for x in p.start]
+    n_total, n_proc = sum(len(x) for x in logs), len(logs)
+    if n_proc == 0:
+        return Split(math.nan, math.nan, math.nan, 0.0, 0)
+    lc = np.concatenate([x - x.mean() for x in logs])
+    tc = np.concatenate([t - t.mean() for t in times])
+    sxx = float(np.sum(tc * tc))
+    slope = float(np.sum(tc * lc)) / sxx if sxx > 0 else 0.0
+    fitted = slope * tc
+    dof = n_total - n_proc
+    time_var = float(np.sum(fitted**2)) / dof if dof > 0 else math.nan
+    resid_dof = dof - (1 if sxx > 0 else 0)
+    rounds_var = float(np.sum((lc - fitted) ** 2)) / resid_dof if resid_dof > 0 else math.nan
+    per_process = n_total / n_proc
+    if n_proc >= 2:
+        means = np.asarray([x.mean() for x in logs])
+        within = float(np.sum(lc**2)) / dof if dof > 0 else 0.0
+        proc_var = max(0.0, float(np.var(means, ddof=1)) - within / per_process)
+    else:
+        proc_var = math.nan
+    return Split(rounds_var, proc_var, time_var, per_process, n_proc)
+
+
+@dataclass(frozen=True)
+class Repetitions:
+    """Kalibera & Jones's choice: rounds per process, processes for the target, and what the
+    resulting 95% half-width (relative) would be."""
+
+    rounds: int
+    processes: int
+    half_width: float
+    target: float
+
+
+def repetitions(
+    s: Split,
+    c_round: float,
+    c_process: float,
+    target: float = 0.01,
+    max_rounds: int = 1000,
+    max_processes: int = 100,
+) -> Repetitions | None:
+    """The rounds per process and processes that make a cost's 95% interval narrowest for the
+    seconds spent (module docstring), with the processes that reach ``target`` (a relative
+    half-width), at most ``max_processes``. None where the split cannot say (one process)."""
+    if s.n_processes < 2 or not np.isfinite(s.processes) or not np.isfinite(s.within):
+        return None
+    if s.processes > 0:
+        r = math.ceil(math.sqrt(c_process / c_round * s.within / s.processes))
+    else:  # a process adds nothing the rounds do not: as many rounds as the run allows
+        r = max_rounds
+    r = int(min(max(r, 2), max_rounds))
+    var_mean = s.processes + s.within / r
+    goal = math.log1p(target)
+    half = math.inf
+    for n in range(2, max_processes + 1):
+        half = float(sps.t.ppf(0.975, n - 1)) * math.sqrt(var_mean / n)
+        if half <= goal:
+            return Repetitions(r, n, math.expm1(half), target)
+    return Repetitions(r, max_processes, math.expm1(half), target)
+
+
+def separate_split(df: pd.DataFrame) -> pd.DataFrame:
+    """Today's design, per (suite, workload, mode) with 2+ timed records: ``within`` the mean
+    over its records of the variance of their log samples (one process, one record), ``between``
+    the variance over its replicates of the log of each record's median (between processes),
+    ``within_rel`` and ``between_rel`` the same as relative spreads (``expm1(sqrt(var))``)."""
+    rows = []
+    d = counted(df)
+    d = d[(d["status"] == Status.OK) & d["timing_samples"].map(lambda s: bool(s))]
+    for (suite, workload, mode), g in d.groupby(["suite", "workload", "mode"], sort=False):
+        logs = [np.log(np.asarray(s, dtype=float)) for s in g["timing_samples"]]
+        if len(logs) < 2:
+            continue
+        within = float(np.mean([np.var(x, ddof=1) if len(x) > 1 else 0.0 for x in logs]))
+        between = float(np.var([np.median(x) for x in logs], ddof=1))
+        rows.append(
+            {
+                "suite": suite,
+                "workload": workload,
+                "mode": mode,
+                "within": within,
+                "between": between,
+                "within_rel": math.expm1(math.sqrt(within)),
+                "between_rel": math.expm1(math.sqrt(between)),
+                "replicates": len(logs),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _separate_terms(g: pd.DataFrame) -> tuple[float, float, int]:
+    """(the variance a record's median carries from its own samples, the variance of the log
+    medians between records, records) of one (workload, mode) of the separate design. A median
+    of n samples varies about pi/2 * s^2 / n (its asymptotic variance under a normal law)."""
+    d = counted(g)
+    d = d[(d["status"] == Status.OK) & d["timing_samples"].map(lambda s: bool(s))]
+    logs = [np.log(np.asarray(s, dtype=float)) for s in d["timing_samples"]]
+    within = [math.pi / 2 * np.var(x, ddof=1) / len(x) for x in logs if len(x) > 1]
+    between = float(np.var([np.median(x) for x in logs], ddof=1)) if len(logs) > 1 else math.nan
+    return (float(np.mean(within)) if within else 0.0), between, len(logs)
+
+
+def separate_limit(mode: pd.DataFrame, base: pd.DataFrame) -> str:
+    """What limits a separate-design cost's interval: "processes" where the log medians of the
+    two modes' records vary more between replicates than each median's own samples make them
+    vary (or where there is one replicate, so that level is not counted), else "samples"."""
+    (wm, bm, nm), (wb, bb, nb) = _separate_terms(mode), _separate_terms(base)
+    if min(nm, nb) < 2:
+        return "processes"
+    return "processes" if bm + bb >= wm + wb else "samples"

@@ -1,0 +1,153 @@
+"""The report's account of the costs' own honesty (issue 34): the A/A line beside the costs, how
+the costs were timed (paired rounds or separate workers, true to env.json's ``timing``), and
+what limits their intervals, instead of a bare "stopped short".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from detbench.analysis import aa
+from detbench.analysis.pairs import is_paired
+from detbench.report.render import Block, Para
+
+#: What each level that limits an interval means, in the report's words.
+LIMIT_WORDS = {
+    "processes": "the spread between replicates (fresh processes)",
+    "rounds": "the spread between rounds within a process",
+    "time": "a drift over the rounds within a process",
+    "samples": "the spread of the samples within a record",
+}
+
+
+def _pct(x: float) -> str:
+    return f"±{100 * x:.1f}%"
+
+
+def aa_sentence(df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str) -> str:
+    """ "A/A check: k of N workloads showed a cost between two workers of the same settings
+    (median interval ±x%)", for the paired design where the run timed a copy of the baseline;
+    then the separate design's A/A (modes that are the same computation on a CPU), or why it
+    has none."""
+    out = []
+    p = aa.paired(lines, baseline) if lines is not None and len(lines) else None
+    if p is not None and len(p):
+        s = aa.summary(p)
+        out.append(
+            f"A/A check: {s['false_workloads']} of {s['workloads']} workloads showed a cost "
+            f"between two workers of the same settings ({baseline}, timed side by side; median "
+            f"interval {_pct(s['median_half_width'])})."
+        )
+    else:
+        out.append(
+            "A/A check: this run timed no second worker of the baseline's settings, so the "
+            "paired design's false costs were not measured."
+        )
+    sep = aa.separate(df, baseline)
+    if len(sep):
+        s = aa.summary(sep)
+        out.append(
+            f"The separate design's own A/A (modes that differ from {baseline} only in cuDNN "
+            f"switches, the same computation on a CPU, each timed in its own worker): "
+            f"{s['false_costs']} of {s['comparisons']} such costs excluded 1 (median interval "
+            f"{_pct(s['median_half_width'])})."
+        )
+    else:
+        note = aa.separate_note(df)
+        if note:
+            out.append(f"The separate design has no A/A check here: {note}.")
+    return " ".join(out)
+
+
+def aa_blocks(
+    df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str, costs: pd.DataFrame
+) -> list[Block]:
+    """The A/A line and what limits the costs' intervals, beside the costs."""
+    limits = limits_sentence(costs[costs["mode"] != baseline]) if len(costs) else ""
+    return [Para(aa_sentence(df, lines, baseline) + (" " + limits if limits else ""))]
+
+
+def _paired_rows(df: pd.DataFrame) -> list[Mapping[str, Any]]:
+    if "timing" not in df.columns:
+        return []
+    return [t for t in df["timing"] if is_paired(t)]
+
+
+def _span(values: list[float], fmt: str) -> str:
+    lo, hi = min(values), max(values)
+    return format(lo, fmt) if lo == hi else f"{format(lo, fmt)}-{format(hi, fmt)}"
+
+
+def costs_item(
+    df: pd.DataFrame, env: Mapping[str, Any], baseline: str, aa_copy: bool = True
+) -> str | None:
+    """The Method's account of how the costs were timed, true to env.json's ``timing`` option
+    and to what the records carry (rounds, block sizes, clocks); ``aa_copy``: paired.jsonl
+    holds a second worker of the baseline. None for a run that says nothing of its design and
+    has no paired timing (the Timing item says it all)."""
+    o = env.get("options") or {}
+    design = o.get("timing")
+    timed = _paired_rows(df)
+    if design not in ("paired", "both") and not timed:
+        if design == "separate":
+            return (
+                "Costs: each mode was timed in its own worker (the separate design): a cost is "
+                "the ratio of two medians taken in different processes, minutes apart."
+            )
+        return None
+    if not timed:
+        return (
+            f"Costs: the run was set to time them side by side (timing {design}, "
+            f"{o.get('rounds')} rounds), but no paired timing was recorded: the run stopped "
+            "before its costs, and the figures are the verdict records' own where they have any."
+        )
+    rounds = [len(t["paired_rounds"]) for t in timed]
+    blocks = [float(t["number_per_block"]) for t in timed if t.get("number_per_block")]
+    clocks = sorted({str(t.get("clock")) for t in timed if t.get("clock")})
+    modes = sorted({str(t.get("clock_mode")) for t in timed if t.get("clock_mode")})
+    text = (
+        f"Costs: paired (timing {design}). In each replicate, one fresh timing worker per mode"
+        + (
+            f" and a second worker of the {baseline} mode's settings (the A/A check)"
+            if aa_copy
+            else ""
+        )
+        + " stayed alive together; for each workload each built it and warmed up in turn, then "
+        "in each round they took turns in an order shuffled anew, each timing one block of "
+        "steps, so every mode was timed under the same clock and host state as the others, "
+        "moments apart. "
+        f"Rounds per worker: {_span([float(r) for r in rounds], '.0f')} (option rounds: "
+        f"{o.get('rounds')}; fewer for a long step); steps per block: "
+        f"{_span(blocks, '.0f') if blocks else 'not recorded'}"
+        + (f" (about {o['block_seconds']} s a block)" if o.get("block_seconds") else "")
+        + f"; clock: {', '.join(clocks) or 'not recorded'}"
+        + (f", {', '.join(modes)}" if modes else "")
+        + ". A cost is the geometric mean over replicates of each replicate's median ratio of "
+        f"its block to the {baseline} block of the same round; its 95% interval is a t-interval "
+        "on those replicate figures with (replicates - 1) degrees of freedom, so it counts the "
+        "rounds and the processes (Kalibera & Jones)."
+    )
+    if design == "both":
+        text += (
+            " The run also timed every record in its own worker (the separate design), for the "
+            "comparison of the A/A check; the tables state the paired costs."
+        )
+    return text
+
+
+def limits_sentence(costs: pd.DataFrame) -> str:
+    """What limits the costs' intervals, counted over ``costs``' ``limited_by`` ("" where the
+    costs do not say): the words a bare "stopped short" lacked."""
+    if costs.empty or "limited_by" not in costs.columns:
+        return ""
+    counts = costs["limited_by"].dropna().value_counts()
+    if counts.empty:
+        return ""
+    parts = [f"{LIMIT_WORDS.get(str(k), str(k))} for {n}" for k, n in counts.items()]
+    widths = pd.to_numeric(costs["half_width"], errors="coerce").dropna()
+    median = f" (median half-width {_pct(float(np.median(widths)))})" if len(widths) else ""
+    return f"What limits the {len(costs)} costs' 95% intervals{median}: " + "; ".join(parts) + "."

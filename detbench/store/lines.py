@@ -1,0 +1,63 @@
+"""What every JSON-lines file of a run shares: deterministic JSON, the one-write append that
+leaves a whole line or none, and the error a reader raises. ``results.jsonl`` (``results``) and
+``paired.jsonl`` (``paired``) both write and read through these, so there is one atomic append."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from detbench.core.errors import DetbenchError
+
+
+class ResultsError(DetbenchError):
+    """A results directory or file that cannot be read (one clear line for the user)."""
+
+
+def dumps(obj: Any) -> str:
+    """Deterministic JSON: sorted keys, no NaN/Infinity (not valid JSON)."""
+    return json.dumps(obj, sort_keys=True, allow_nan=False, separators=(",", ":"))
+
+
+def open_append(path: Path) -> int:
+    """A descriptor of ``path`` opened for appends (created where missing), for ``append_line``.
+    ``O_APPEND`` makes the kernel place each write at the end, whoever else appends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def append_line(fd: int, path: Path, obj: Any) -> None:
+    """``obj`` as one line of deterministic JSON, in a single ``os.write``: a process killed at
+    any moment leaves the whole line or nothing, never half a line that a reader would refuse."""
+    append_lines(fd, path, [obj])
+
+
+def append_lines(fd: int, path: Path, objs: Sequence[Any]) -> None:
+    """``objs``, a line each, in a single ``os.write``: all of them or none (a group of lines
+    that only mean something together, such as the workers of one paired group)."""
+    line = "".join(dumps(obj) + "\n" for obj in objs).encode()
+    written = os.write(fd, line)
+    if written != len(line):  # only on a full disk; never leave half a line unflagged
+        raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of ``path``. A line that cannot be an
+    appended object (no end of line: truncated; not JSON; not an object) is a ``ResultsError``
+    naming the file and line: the one-write append never leaves one, so it is damage."""
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if not line.endswith("\n"):
+                raise ResultsError(f"{path}:{lineno}: truncated record (no end of line)")
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ResultsError(f"{path}:{lineno}: malformed record: {exc.msg}") from None
+            if not isinstance(obj, dict):
+                raise ResultsError(f"{path}:{lineno}: a record must be a JSON object")
+            yield lineno, obj

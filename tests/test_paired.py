@@ -1,0 +1,278 @@
+"""Paired timing (issue 34): the owner of paired.jsonl, the join onto the verdict records, the
+paired costs and their interval, the variance split, the A/A check and the report's words. Exact
+numbers on injected data; no test asserts a time."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from detbench.analysis import aa, paired_costs, stats, variance
+from detbench.analysis.cost_intervals import costs
+from detbench.analysis.pairs import Paired, pair
+from detbench.report import aa_check
+from detbench.report.method import method_blocks
+from detbench.report.render import to_markdown
+from detbench.store.lines import ResultsError
+from detbench.store.paired import PAIRED_FILE, PairedWriter, iter_paired, load_paired
+from detbench.store.results import load_env, load_results
+from tests.synthetic import paired_line, paired_run, record, write_run
+
+T2 = float(sps.t.ppf(0.975, 2))  # 4.3027: the t quantile of 3 processes
+
+
+def _p(*logs: list[float]) -> Paired:
+    return Paired(
+        tuple(range(len(logs))),
+        tuple(np.asarray(x, dtype=float) for x in logs),
+        tuple(np.arange(len(x), dtype=float) for x in logs),
+    )
+
+
+# --- store.paired -------------------------------------------------------------------------------
+
+
+def test_lines_round_trip_and_missing_file(tmp_path: Path) -> None:
+    assert list(iter_paired(tmp_path)) == []
+    assert load_paired(tmp_path).empty
+    a, b = paired_line("w", "default", 0, [0.01] * 6), paired_line("w", "default", 0, [0.02] * 6, 1)
+    with PairedWriter(tmp_path) as w:
+        w.append_all([a, b])
+    assert list(iter_paired(tmp_path)) == [a, b]
+    df = load_paired(tmp_path)
+    assert list(df["copy"]) == [0, 1] and df["samples"].iloc[1] == [0.02] * 6
+
+
+def test_a_bad_line_is_named_and_nothing_of_its_group_is_written(tmp_path: Path) -> None:
+    good = paired_line("w", "default", 0, [0.01] * 6)
+    bad = {**good, "rounds": [0, 1]}
+    with PairedWriter(tmp_path) as w, pytest.raises(ResultsError, match="field rounds"):
+        w.append_all([good, bad])
+    assert not (tmp_path / PAIRED_FILE).read_text()
+    (tmp_path / PAIRED_FILE).write_text(json.dumps({**good, "samples": [0.0] * 6}) + "\n")
+    with pytest.raises(ResultsError, match=r"paired.jsonl:1: field samples"):
+        list(iter_paired(tmp_path))
+
+
+def test_a_failed_worker_line_needs_no_samples(tmp_path: Path) -> None:
+    failed = {"suite": "s", "workload": "w", "mode": "default", "replicate": 0, "copy": 0,
+              "workers": 3, "status": "crashed", "message": "exit 9", "samples": [0.01],
+              "rounds": [0], "settings_changed": []}  # fmt: skip
+    with PairedWriter(tmp_path) as w:
+        w.append_all([failed])
+    assert next(iter_paired(tmp_path))["status"] == "crashed"
+
+
+def test_load_results_joins_copy_0_onto_paired_records(tmp_path: Path) -> None:
+    paired_run(tmp_path, {"det-algos": [[math.log(0.5)] * 6] * 2, "copy1": [[0.0] * 6] * 2})
+    df = load_results(tmp_path)
+    d: dict[Any, Any] = df[(df["mode"] == "det-algos") & (df["replicate"] == 1)].iloc[0].to_dict()
+    assert d["seconds_per_step"] == pytest.approx(0.02)
+    assert d["items_per_second"] == pytest.approx(10.0 / 0.02)  # items_per_step 10
+    assert d["flops_per_second"] == pytest.approx(100.0 / 0.02)
+    assert d["timing_samples"] == pytest.approx([0.02] * 6)
+    assert d["timing"]["paired_rounds"] == list(range(6))
+    base = df[(df["mode"] == "default") & (df["replicate"] == 0)]["seconds_per_step"]
+    assert base.tolist() == pytest.approx([0.01])  # copy 0's, not copy 1's
+
+
+def test_a_paired_record_without_its_line_keeps_no_timing(tmp_path: Path) -> None:
+    rec = record("w", "default", 0, "x", [], device="cpu", timing_design="paired")
+    write_run(tmp_path, [rec])
+    row = load_results(tmp_path).iloc[0]
+    assert row["timing"] is None and pd.isna(row["seconds_per_step"])
+
+
+# --- pairing and the estimator ------------------------------------------------------------------
+
+
+def test_pair_joins_on_replicate_and_round() -> None:
+    r = np.asarray
+    base = {
+        0: (r([0, 1, 2]), r([1.0, 2.0, 4.0]), r([0.0, 1.0, 2.0])),
+        1: (r([0]), r([1.0]), r([5.0])),
+    }
+    other = {0: (r([2, 0]), r([1.0, 4.0]), r([2.0, 0.0]))}  # round 1 lost; replicate 1 absent
+    p = pair(base, other)
+    assert p.replicates == (0,) and p.rounds == 2
+    assert np.allclose(p.log_ratio[0], [math.log(1 / 4), math.log(4.0)])  # rounds 0 and 2
+
+
+def test_kalibera_jones_interval_on_process_medians() -> None:
+    # Process medians 0.1, 0.2, 0.3 (an outlier round in each moves the mean, not the median).
+    p = _p([0.1, 0.1, 3.0], [0.2, 0.2, -3.0], [0.3, 0.3, 0.3])
+    point, low, high, se, dof = paired_costs.kalibera_jones(p)
+    assert dof == 2 and se == pytest.approx(0.1 / math.sqrt(3))
+    assert point == pytest.approx(math.exp(0.2))
+    assert (low, high) == pytest.approx((math.exp(0.2 - T2 * se), math.exp(0.2 + T2 * se)))
+
+
+def test_one_process_gives_the_median_interval_of_its_rounds() -> None:
+    logs = [0.01 * i for i in range(10)]  # 10 rounds: the interval is (x_(2), x_(9))
+    point, low, high, _, _ = paired_costs.kalibera_jones(_p(logs))
+    assert point == pytest.approx(math.exp(0.045))
+    assert (low, high) == pytest.approx((math.exp(0.01), math.exp(0.08)))
+
+
+def test_the_bootstrap_over_three_processes_is_narrower_than_the_t_interval() -> None:
+    p = _p([0.1] * 5, [0.2] * 5, [0.3] * 5)
+    _, low_t, high_t, _, _ = paired_costs.kalibera_jones(p)
+    _, low_b, high_b = paired_costs.hierarchical_bootstrap(p, stats.generator(0, "x"))
+    assert low_b > low_t and high_b < high_t
+
+
+def test_ratio_draws_follow_the_seeding_rule() -> None:
+    p = _p([0.1] * 5, [0.2] * 5, [0.3] * 5)
+    a, b = paired_costs.ratio(p, "k", 0, 500), paired_costs.ratio(p, "k", 0, 500)
+    assert np.array_equal(a.draws, b.draws)
+    assert not np.array_equal(a.draws, paired_costs.ratio(p, "other", 0, 500).draws)
+
+
+# --- costs() ------------------------------------------------------------------------------------
+
+
+def test_costs_of_a_paired_run_come_from_the_pairs(tmp_path: Path) -> None:
+    logs = [[x] * 6 for x in (math.log(0.5) - 0.01, math.log(0.5), math.log(0.5) + 0.01)]
+    paired_run(tmp_path, {"det-algos": logs, "copy1": [[0.0] * 6] * 3})
+    c = costs(load_results(tmp_path)).set_index("mode").loc["det-algos"]
+    se = 0.01 / math.sqrt(3)
+    assert c["design"] == "paired" and c["rounds"] == 18 and c["replicates"] == 3
+    assert c["relative_throughput"] == pytest.approx(0.5)
+    assert c["ci_low"] == pytest.approx(0.5 * math.exp(-T2 * se))
+    assert c["half_width"] == pytest.approx(math.exp(T2 * se) - 1)
+    assert c["limited_by"] == "processes" and bool(c["significant"])
+
+
+def test_costs_of_separate_records_keep_stats_ratio() -> None:
+    df = pd.DataFrame(
+        [record("w", "default", r, "x", [0.010, 0.011, 0.012], device="cpu") for r in range(3)]
+        + [record("w", "det-algos", r, "x", [0.020, 0.021, 0.022], device="cpu") for r in range(3)]
+    )
+    from detbench.store.results import COLUMNS
+
+    for col in ("timing_samples", *COLUMNS):
+        df[col] = df.get(col)
+    df["timing_samples"] = df["timing"].map(lambda t: t["samples"])
+    df["iqr"] = df["timing"].map(lambda t: t["iqr"])
+    c = costs(df).set_index("mode").loc["det-algos"]
+    r = stats.ratio([np.asarray([0.020, 0.021, 0.022])] * 3, [np.asarray([0.01, 0.011, 0.012])] * 3,
+                    stats.comparison_key("s", "w", "det-algos", "default"))  # fmt: skip
+    assert c["design"] == "separate" and c["rounds"] is None
+    assert (c["relative_throughput"], c["ci_low"], c["ci_high"]) == (r.point, r.low, r.high)
+
+
+# --- the variance split -------------------------------------------------------------------------
+
+
+def _split_data(means: tuple[float, float]) -> Paired:
+    """Two processes of 4 rounds at t = 0..3: a trend of 0.1 per second, a residual of +-0.05
+    orthogonal to it and to the mean, and process means ``means``."""
+    t = np.arange(4.0)
+    e = np.asarray([0.05, -0.05, -0.05, 0.05])
+    logs = tuple(m + 0.1 * (t - 1.5) + e for m in means)
+    return Paired((0, 1), logs, (t, t))
+
+
+def test_split_between_rounds_processes_and_time() -> None:
+    s = variance.split(_split_data((0.0, 0.4)))
+    assert s.time == pytest.approx(0.1 / 6)  # sum of (0.1 t_c)^2 = 0.1 over N - P = 6
+    assert s.rounds == pytest.approx(0.02 / 5)  # 8 x 0.05^2 over N - P - 1 = 5
+    assert s.processes == pytest.approx(0.08 - 0.02 / 4)  # var(0, 0.4) - s_w^2 / n
+    assert s.limited_by == "processes"
+    assert variance.split(_split_data((0.0, 0.0))).limited_by == "time"
+
+
+def test_repetitions_follow_kalibera_jones() -> None:
+    s = variance.Split(rounds=0.03, processes=0.01, time=0.01, per_process=10, n_processes=3)
+    r = variance.repetitions(s, c_round=0.1, c_process=10.0, target=0.05)
+    assert r is not None and r.rounds == math.ceil(math.sqrt(100 * 0.04 / 0.01))  # 20
+    var_mean = 0.01 + 0.04 / 20
+    n = next(n for n in range(2, 100) if sps.t.ppf(0.975, n - 1) * math.sqrt(var_mean / n)
+             <= math.log1p(0.05))  # fmt: skip
+    assert r.processes == n and r.half_width <= 0.05
+    assert variance.repetitions(variance.Split(0.1, math.nan, 0.0, 10, 1), 0.1, 10.0) is None
+
+
+# --- the A/A check and the report ---------------------------------------------------------------
+
+
+def test_aa_paired_counts_false_costs(tmp_path: Path) -> None:
+    # Copy 1 is 20% slower in every round of every process: a false cost, with a 0 width.
+    spread = [[-0.2 + d] * 6 for d in (-0.001, 0.0, 0.001)]
+    paired_run(tmp_path, {"det-algos": [[0.0] * 6] * 3, "copy1": spread})
+    a = aa.paired(load_paired(tmp_path))
+    assert list(a["false_cost"]) == [True]
+    s = aa.summary(a)
+    assert (s["false_workloads"], s["workloads"], s["false_share"]) == (1, 1, 1.0)
+
+
+def test_separate_aa_uses_the_cudnn_twins_on_a_cpu() -> None:
+    recs = [record("w", m, r, "x", [0.01, 0.011, 0.012], device="cpu")
+            for m in ("default", "bench", "det-algos") for r in range(3)]  # fmt: skip
+    df = pd.DataFrame(recs)
+    df["timing_samples"] = df["timing"].map(lambda t: t["samples"])
+    df["settings_changed"] = [[]] * len(df)
+    assert aa.twins(df, "default") == ["bench"]
+    s = aa.separate(df)
+    assert list(s["mode"]) == ["bench"] and not s["false_cost"].any()
+    assert aa.twins(df.assign(device="cuda"), "default") == []
+    assert "on a GPU" in str(aa.separate_note(df.assign(device="cuda")))
+
+
+def test_report_says_the_aa_line_the_method_and_the_limit(tmp_path: Path) -> None:
+    logs = [[x] * 6 for x in (-0.01, 0.0, 0.01)]
+    paired_run(tmp_path, {"det-algos": logs, "copy1": logs})
+    df, lines = load_results(tmp_path), load_paired(tmp_path)
+    said = aa_check.aa_sentence(df, lines, "default")
+    hw = math.exp(T2 * 0.01 / math.sqrt(3)) - 1
+    assert said.startswith(
+        "A/A check: 0 of 1 workloads showed a cost between two workers of the same settings "
+        f"(default, timed side by side; median interval ±{100 * hw:.1f}%)."
+    )
+    assert "no mode of this run differs from default only in cuDNN switches" in said
+    c = costs(df)
+    text = to_markdown(method_blocks(df, load_env(tmp_path), c), tmp_path)
+    assert (
+        "Costs: paired (timing paired)" in text and "Rounds per worker: 6 (option rounds: 6" in text
+    )
+    assert "t-intervals of the paired ratio" in text and "two-level bootstrap" not in text
+    assert aa_check.limits_sentence(c).startswith(
+        "What limits the 2 costs' 95% intervals (median half-width"
+    )
+
+
+def test_coverage_table_counts_each_estimator(tmp_path: Path) -> None:
+    paired_run(tmp_path, {"det-algos": [[0.0] * 6] * 3,
+                          "copy1": [[-0.2 + d] * 6 for d in (-0.001, 0.0, 0.001)]})  # fmt: skip
+    t = paired_costs.coverage_table([load_paired(tmp_path)]).set_index("estimator")
+    assert t["comparisons"].tolist() == [1, 1, 1, 1]
+    assert t["false_costs"].tolist() == [1, 1, 1, 1]
+
+
+def test_report_on_a_separate_run_says_what_its_aa_is(tmp_path: Path) -> None:
+    recs = [record("w", m, r, "x", [0.01, 0.011, 0.012], device="cpu")
+            for m in ("default", "bench") for r in range(3)]  # fmt: skip
+    write_run(tmp_path, recs)
+    df = load_results(tmp_path)
+    said = aa_check.aa_sentence(df, load_paired(tmp_path), "default")
+    assert said.startswith("A/A check: this run timed no second worker of the baseline's")
+    assert "The separate design's own A/A" in said and "0 of 1 such costs excluded 1" in said
+    block = aa_check.aa_blocks(df, None, "default", costs(df))[0]
+    assert "What limits the 1 costs' 95% intervals" in to_markdown([block], tmp_path)
+    env = {"options": {"timing": "paired", "rounds": 12}}
+    assert "no paired timing was recorded" in str(aa_check.costs_item(df, env, "default"))
+
+
+def test_the_method_names_no_aa_worker_where_none_was_timed(tmp_path: Path) -> None:
+    paired_run(tmp_path, {"det-algos": [[0.0] * 6] * 2})
+    df = load_results(tmp_path)
+    with_copy = aa_check.costs_item(df, load_env(tmp_path), "default")
+    without = aa_check.costs_item(df, load_env(tmp_path), "default", aa_copy=False)
+    assert "(the A/A check)" in str(with_copy) and "(the A/A check)" not in str(without)
