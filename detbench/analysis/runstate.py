@@ -18,6 +18,7 @@ import pandas as pd
 
 from detbench.analysis import busy, quality
 from detbench.analysis.labels import mode_of
+from detbench.run.calls import calls_of, total
 from detbench.run.schedule import clock, make_plan
 
 #: Modes named before "and N more".
@@ -32,10 +33,9 @@ class RunState:
     finished: bool  # env.json has finished_utc
     throttle: list[str]  # quality.throttle_lines
     load: busy.HostLoad | None
-    #: The run's wall time and the plan's estimate of it (seconds; env.json's ``run_stats``),
-    #: where both are recorded.
-    wall: float | None = None
-    planned_seconds: float | None = None
+    #: The run's calls (``run.calls.calls_of``): each call's wall time, records and the plan's
+    #: estimate of exactly those records.
+    calls: tuple[dict[str, Any], ...] = ()
     set_aside: int = 0  # records load_results set aside: they fail the record's check
 
     @property
@@ -82,13 +82,32 @@ class RunState:
         )
 
     def timing(self) -> str:
-        """The run's wall time against its plan's, as a sentence; empty where either is missing
-        (a run of an older detbench, or a merge)."""
-        if self.wall is None or not self.planned_seconds:
+        """The run's wall time against the plan's estimate of the same records, summed over its
+        calls (the first and every resume), as a sentence; empty where the run recorded neither
+        (a merge, or a run of an older detbench)."""
+        calls = self.calls
+        wall, planned, made = total(calls)
+        n = len(calls)
+        if not calls or calls[-1].get("wall") is None:
             return ""
-        off = self.wall / self.planned_seconds - 1
+        if wall is None:  # an older detbench kept its last call's time only
+            earlier = "the call" if n == 2 else f"the {n - 1} calls"
+            return (
+                f"Its last call took {clock(calls[-1]['wall'])} for {calls[-1]['records']} "
+                f"records; the time of {earlier} before it was not recorded."
+            )
+        took = f"It took {clock(wall)}" + (f" in {n} calls" if n > 1 else "")
+        if not planned:
+            return (
+                f"{took} for {made} records; the plan's estimate of exactly those records was "
+                "not recorded."
+            )
+        which = ""
+        if n > 1 or self.partial:
+            which = f" for the {made} records {'they' if n > 1 else 'it'} made"
+        off = wall / planned - 1
         return (
-            f"It took {clock(self.wall)} against {clock(self.planned_seconds)} planned "
+            f"{took} against {clock(planned)} planned{which} "
             f"({'+' if off >= 0 else '-'}{100 * abs(off):.0f}%)."
         )
 
@@ -147,7 +166,6 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
 
 def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
     planned = planned_counts(env.get("options") or {})
-    stats = env.get("run_stats") or {}
     short: dict[str, tuple[int, int, list[str]]] = {}
     if planned is not None and len(df):
         keys = df["suite"].astype(str) + "/" + df["workload"].astype(str)
@@ -170,7 +188,6 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         finished=bool(env.get("finished_utc")),
         throttle=quality.throttle_lines(env),
         load=busy.host_load(df),
-        wall=stats.get("wall"),
-        planned_seconds=stats.get("planned"),
+        calls=tuple(calls_of(env)),
         set_aside=len(df.attrs.get("set_aside") or ()),
     )

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.workload import WorkloadError
+from detbench.run.calls import calls_of, with_call
 from detbench.run.config import (
     MIN_SAMPLES,
     RESUME_FACTS,
@@ -185,6 +186,7 @@ class Runner:
             "worker": self.device_env,
             "gpu_state": self.gpu_state,
             "mode_order": self.plan.order_json(),
+            **({"run_calls": calls} if (calls := calls_of(self._previous)) else {}),
             **({"device_workers": self.device_envs} if c.devices else {}),
             **(
                 {
@@ -438,7 +440,7 @@ class Runner:
                 self.stats.wall = time.perf_counter() - t0
                 self.gpu_state["after"] = gpustate.snapshot()["gpus"]
                 doc = self._env_doc()
-                doc["run_stats"] = self.stats.to_json()
+                doc.update(run_stats=self.stats.to_json(), run_calls=with_call(self, estimate))
                 if finished:
                     # The first replicate's outputs served the later ones' differences; an
                     # interrupted run keeps them for the run that resumes it.
