@@ -10,8 +10,11 @@ workloads and modes (an older run, or a merge) says how many records it has, and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -20,6 +23,7 @@ from detbench.analysis import busy, quality
 from detbench.analysis.labels import mode_of
 from detbench.run.calls import calls_of, total
 from detbench.run.schedule import clock, make_plan
+from detbench.store.results import load_env
 
 #: Modes named before "and N more".
 SHOWN = 4
@@ -37,10 +41,48 @@ class RunState:
     #: estimate of exactly those records.
     calls: tuple[dict[str, Any], ...] = ()
     set_aside: int = 0  # records load_results set aside: they fail the record's check
+    #: The paired timing phase (issue 34), where the records defer their timing to it: per
+    #: replicate, the (workload) groups its lines time so far and those its verdicts planned.
+    paired: dict[int, tuple[int, int]] | None = None
+
+    @property
+    def short_of_verdicts(self) -> bool:
+        return bool(self.short) or (self.planned is not None and self.records < self.planned)
+
+    @property
+    def costs_short(self) -> bool:
+        """Whether a paired timing phase has groups left to time."""
+        return self.paired is not None and any(t < n for t, n in self.paired.values())
 
     @property
     def partial(self) -> bool:
-        return bool(self.short) or (self.planned is not None and self.records < self.planned)
+        return self.short_of_verdicts or self.costs_short
+
+    def costs(self) -> str:
+        """What a run with a paired timing phase has of its costs, as a sentence; empty where
+        it timed every group (or timed each record in its own worker)."""
+        if not self.costs_short or self.paired is None:
+            return ""
+        timed = sum(t for t, _ in self.paired.values())
+        groups = sum(n for _, n in self.paired.values())
+        if self.short_of_verdicts:
+            if not timed:
+                return "No cost was measured: the run stopped in its verdict phase."
+            head = "Costs measured so far"
+        elif not timed:
+            return (
+                "Every verdict is here, but no cost was measured: the run stopped after its "
+                "verdict phase, before its paired timing."
+            )
+        else:
+            head = "Every verdict is here; costs measured so far"
+        each = [
+            f"replicate {r + 1} "
+            + ("none" if not t else "all" if t == n else f"{t} of {n}")
+            + (f" workload{'s' if n != 1 else ''}" if t else "")
+            for r, (t, n) in sorted(self.paired.items())
+        ]
+        return f"{head}: {timed} of {groups} (workload, replicate) groups ({', '.join(each)})."
 
     def completeness(self) -> str:
         if self.planned is None:
@@ -48,6 +90,8 @@ class RunState:
             return f"{self.records} records; the run {state} (its plan is not recorded)"
         if not self.partial:
             return f"Complete: all {self.planned} planned records"
+        if not self.short_of_verdicts:
+            return f"Partial run: all {self.planned} planned records, not all their costs"
         pct = 100 * self.records / self.planned if self.planned else 0.0
         suites = [f"{suite} {done}/{plan}" for suite, (done, plan, _) in self.short.items()]
         modes = list(dict.fromkeys(m for _, _, ms in self.short.values() for m in ms))
@@ -116,9 +160,11 @@ class RunState:
         records set aside."""
         cond = self.conditions()
         took = self.timing()
+        costs = self.costs()
         return (
             self.completeness()
             + (f". Conditions: {cond}." if cond else ".")
+            + (f" {costs}" if costs else "")
             + (f" {took}" if took else "")
             + self.aside()
         )
@@ -164,7 +210,59 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
     return out
 
 
+#: The paired phase's file in a run's directory (the lead's ``store/paired.py`` owns it; this
+#: reader is the least the run's state needs, to be replaced by its ``iter_paired`` at merge).
+PAIRED_FILE = "paired.jsonl"
+
+
+def paired_lines(directory: str | Path) -> list[dict[str, Any]]:
+    """The lines of DIR/paired.jsonl (none where the run has no paired phase); a line cut short
+    by a stop is left out: it times nothing."""
+    path = Path(directory) / PAIRED_FILE
+    out = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    return out
+
+
+def with_paired(directory: str | Path) -> dict[str, Any]:
+    """The run's env.json, with the lines of its paired phase under ``paired_lines``: what
+    ``run_state`` reads."""
+    return {**load_env(directory), "paired_lines": paired_lines(directory)}
+
+
+def paired_groups(
+    df: pd.DataFrame, lines: Iterable[Mapping[str, Any]] | None
+) -> dict[int, tuple[int, int]] | None:
+    """Per replicate, the workloads the paired phase has timed (a line of ``paired.jsonl``
+    in ``lines``, whatever its status) and those it has to time: the workloads whose records
+    defer their timing to it (``timing_design`` "paired"). None where no record does."""
+    if "timing_design" not in df.columns:
+        return None
+    p = df[df["timing_design"] == "paired"]
+    if p.empty:
+        return None
+    todo = set(
+        zip(
+            p["suite"].astype(str),
+            p["workload"].astype(str),
+            p["replicate"].astype(int),
+            strict=True,
+        )
+    )
+    done = {
+        (str(x.get("suite")), str(x.get("workload")), int(x.get("replicate") or 0))
+        for x in lines or ()
+    } & todo
+    reps = sorted({r for _, _, r in todo})
+    return {r: (sum(1 for g in done if g[2] == r), sum(1 for g in todo if g[2] == r)) for r in reps}
+
+
 def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
+    """``env``: the run's env.json, with the lines of its ``paired.jsonl`` under
+    ``paired_lines`` where the caller read them (``report.write``, the console's summary)."""
     planned = planned_counts(env.get("options") or {})
     short: dict[str, tuple[int, int, list[str]]] = {}
     if planned is not None and len(df):
@@ -189,5 +287,6 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         throttle=quality.throttle_lines(env),
         load=busy.host_load(df),
         calls=tuple(calls_of(env)),
+        paired=paired_groups(df, env.get("paired_lines")),
         set_aside=len(df.attrs.get("set_aside") or ()),
     )
