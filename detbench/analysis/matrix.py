@@ -39,7 +39,7 @@ RAN = ("reproducible", "nondeterministic", "single")
 #: Verdicts that compare two replicates or more: run-to-run behaviour known.
 JUDGED = ("reproducible", "nondeterministic")
 #: What a (workload, mode) with one replicate only tells, in words: nothing run to run.
-ONE_REPLICATE = "one replicate only, so no run-to-run verdict yet (it needs two)"
+ONE_REPLICATE = "one replicate only (a run-to-run verdict needs two)"
 
 
 def unjudged(v: pd.DataFrame) -> list[str]:

@@ -40,6 +40,9 @@ class RunState:
     #: The run's calls (``run.calls.calls_of``): each call's wall time, records and the plan's
     #: estimate of exactly those records.
     calls: tuple[dict[str, Any], ...] = ()
+    #: The calls the run had: the first and one per ``--resume`` (env.json's ``resumed_utc``);
+    #: a call killed before its end left no entry in ``calls``.
+    calls_made: int = 1
     set_aside: int = 0  # records load_results set aside: they fail the record's check
     #: The paired timing phase (issue 34), where the records defer their timing to it: per
     #: replicate, the (workload) groups its lines time so far and those its verdicts planned.
@@ -77,9 +80,11 @@ class RunState:
         else:
             head = "Every verdict is here; costs measured so far"
         each = [
-            f"replicate {r + 1} "
-            + ("none" if not t else "all" if t == n else f"{t} of {n}")
-            + (f" workload{'s' if n != 1 else ''}" if t else "")
+            f"all {n} workloads of replicate {r + 1}"
+            if t == n
+            else f"{t} of {n} workloads of replicate {r + 1}"
+            if t
+            else f"none of replicate {r + 1}"
             for r, (t, n) in sorted(self.paired.items())
         ]
         return f"{head}: {timed} of {groups} (workload, replicate) groups ({', '.join(each)})."
@@ -140,19 +145,25 @@ class RunState:
                 f"Its last call took {clock(calls[-1]['wall'])} for {calls[-1]['records']} "
                 f"records; the time of {earlier} before it was not recorded."
             )
+        lost = max(0, self.calls_made - n)
         took = f"It took {clock(wall)}" + (f" in {n} calls" if n > 1 else "")
-        if not planned:
-            return (
-                f"{took} for {made} records; the plan's estimate of exactly those records was "
-                "not recorded."
-            )
+        if lost:
+            took = f"Its {n} recorded call{'s' if n > 1 else ''} took {clock(wall)}"
+        tail = (
+            f" {lost} call{'s' if lost > 1 else ''} killed before {'their' if lost > 1 else 'its'} "
+            f"end left no time and {'are' if lost > 1 else 'is'} not counted."
+            if lost
+            else ""
+        )
+        if not planned:  # a run of a detbench before the plan had an estimate
+            return ""
         which = ""
-        if n > 1 or self.partial:
+        if n > 1 or self.partial or lost:
             which = f" for the {made} records {'they' if n > 1 else 'it'} made"
         off = wall / planned - 1
         return (
             f"{took} against {clock(planned)} planned{which} "
-            f"({'+' if off >= 0 else '-'}{100 * abs(off):.0f}%)."
+            f"({'+' if off >= 0 else '-'}{100 * abs(off):.0f}%)." + tail
         )
 
     def line(self) -> str:
@@ -287,6 +298,7 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         throttle=quality.throttle_lines(env),
         load=busy.host_load(df),
         calls=tuple(calls_of(env)),
+        calls_made=1 + len(env.get("resumed_utc") or ()),
         paired=paired_groups(df, env.get("paired_lines")),
         set_aside=len(df.attrs.get("set_aside") or ()),
     )
