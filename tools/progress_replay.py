@@ -103,14 +103,15 @@ def split_calls(env: dict[str, Any], records: list[dict[str, Any]]) -> list[list
     where env.json keeps them, else by the moments the run was resumed."""
     calls = calls_of(env)
     counts = [int(c["records"]) for c in calls if isinstance(c.get("records"), int)]
+    out: list[list[dict[str, Any]]] = []
     if calls and len(counts) == len(calls) and sum(counts) == len(records):
-        out, i = [], 0
+        i = 0
         for n in counts:
             out.append(records[i : i + n])
             i += n
         return out
     starts = [epoch(t) for t in env.get("resumed_utc") or []]
-    out: list[list[dict[str, Any]]] = [[] for _ in range(len(starts) + 1)]
+    out = [[] for _ in range(len(starts) + 1)]
     for r in records:
         out[sum(1 for t in starts if span(r)[0] >= t)].append(r)
     return out
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         calls = split_calls(env, records)
         starts = [env["started_utc"], *(env.get("resumed_utc") or [])]
         print(f"{d}: {len(records)} records in {len(calls)} call(s)")
-        print("  call  at   record  over  left (new)  left (old)  real    new/real  old/real")
+        print("  call  at    record  over  left (new)  left (old)  real    new/real  old/real")
         kept: list[dict[str, Any]] = []
         with tempfile.TemporaryDirectory() as tmp:
             config = config_of(env, Path(tmp) / "never-written")
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                     config, kept, made, epoch(starts[n]), ended, at
                 ):
                     print(
-                        f"  {n + 1:>4}  {100 * f:3.0f}%  {i:>6}  {over:<4}  {new:9.0f}s  "
+                        f"  {n + 1:>4}  {100 * f:4.1f}%  {i:>6}  {over:<4}  {new:9.0f}s  "
                         f"{old:9.0f}s  {real:5.0f}s  {new / max(real, 1e-9):8.2f}  "
                         f"{old / max(real, 1e-9):8.2f}"
                     )
