@@ -235,12 +235,12 @@ class FakeClock:
         return self.now
 
 
-def test_the_time_left_weighs_each_workload_by_its_first_record() -> None:
+def test_the_time_left_weighs_each_workload_by_its_own_records() -> None:
     """Two user workloads the estimate prices at 0.1 s a record, 3 records each, in 3 workers
     that each cost 0.2 s beyond their records. The light one's first record takes 1 s, the
     heavy one's 10 s: the time left counts the heavy one's two other records at 10 s each, not
-    at the mean record's time, and the workers not started at the plan's cost times how far the
-    plan was off."""
+    at the mean record's time; the workers' own seconds are scaled by the time spent outside
+    records (none here) over the estimate's 0.2 s for the worker begun."""
     clock = FakeClock()
     mode = detbench.get_mode("default")
     costs = {(r, "default"): (0.2, {"u/light": 0.1, "u/heavy": 0.1}) for r in range(3)}
@@ -250,15 +250,12 @@ def test_the_time_left_weighs_each_workload_by_its_first_record() -> None:
     p.show(slot, 3, 1, "u/light")
     clock.now = 1.0
     p.advance("u/light")
-    # Only the light one is measured (10x the plan): the other records are priced 10x; the
-    # workers' own seconds stay the plan's (the time so far scales them).
-    done, todo = 0.2 + 1.0, 2 * 0.2 + 2 * 1.0 + 3 * 1.0
-    assert p.left(1.0) == pytest.approx(1.0 * todo / done)
+    # Only the light one is measured (10x the plan): every record left is priced 10x.
+    assert p.left(1.0) == pytest.approx(5 * 0.1 * 10)
     p.show(slot, 3, 1, "u/heavy")
     clock.now = 11.0
     p.advance("u/heavy")
-    done, todo = 0.2 + 1.0 + 10.0, 2 * 0.2 + 2 * 1.0 + 2 * 10.0
-    assert p.left(11.0) == pytest.approx(11.0 * todo / done)
+    assert p.left(11.0) == pytest.approx(2 * 1.0 + 2 * 10.0)
 
 
 def test_a_context_note_is_checked() -> None:

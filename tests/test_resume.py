@@ -128,6 +128,16 @@ def test_sigint_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     resumed = detbench_cli("run", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert len(comparable(out)) == TOTAL
+    # The resumed call's console counts its own records and the file's, never one as the other;
+    # env.json keeps each call's time and the estimate of the records it made (issue 34).
+    new = TOTAL - len(kept)
+    assert f"\n{new} new records, {TOTAL} in all in {out / 'results.jsonl'} (this call: " in (
+        resumed.stdout
+    )
+    calls = json.loads((out / "env.json").read_text())["run_calls"]
+    assert [c["records"] for c in calls] == [len(kept), new]
+    assert all(c["wall"] > 0 and c["planned"] > 0 for c in calls)
+    assert "in 2 calls against" in resumed.stdout  # the run's state sums both
 
 
 def test_a_finished_run_is_refused_as_a_new_runs_folder(uninterrupted: Path) -> None:

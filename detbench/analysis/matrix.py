@@ -36,6 +36,20 @@ MARKS = {
 
 #: Verdicts of a mode that ran the workload (status ok in every replicate).
 RAN = ("reproducible", "nondeterministic", "single")
+#: Verdicts that compare two replicates or more: run-to-run behaviour known.
+JUDGED = ("reproducible", "nondeterministic")
+#: What a (workload, mode) with one replicate only tells, in words: nothing run to run.
+ONE_REPLICATE = "one replicate only (a run-to-run verdict needs two)"
+
+
+def unjudged(v: pd.DataFrame) -> list[str]:
+    """The workloads of verdicts ``v`` (one suite's) that ran in some mode with one replicate
+    only and in no mode with two or more: nothing is known of their run-to-run behaviour (a run
+    stopped after its first replicate), so no sentence may say that no mode made them
+    reproducible."""
+    ran = v[v["verdict"].isin(RAN)]
+    judged = set(ran.loc[ran["verdict"].isin(JUDGED), "workload"].astype(str))
+    return [str(w) for w in dict.fromkeys(ran["workload"].astype(str)) if w not in judged]
 
 
 def verdicts(df: pd.DataFrame) -> pd.DataFrame:

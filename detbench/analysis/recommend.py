@@ -38,7 +38,14 @@ import pandas as pd
 from detbench.analysis import cause, stats
 from detbench.analysis.cost_intervals import paired, ratio, replicate_samples
 from detbench.analysis.labels import baseline_mode, mode_key, mode_of, run_device, simplicity_key
-from detbench.analysis.matrix import RAN, ran_somewhere, relative_throughput, verdicts
+from detbench.analysis.matrix import (
+    ONE_REPLICATE,
+    RAN,
+    ran_somewhere,
+    relative_throughput,
+    unjudged,
+    verdicts,
+)
 from detbench.core.modes import get_mode
 
 #: The flags of the 10 modes that only cuDNN reads: inert on a CPU.
@@ -327,7 +334,8 @@ def _workload_rows(
 
         excluded = list(g.loc[(g["verdict"] == "reproducible") & g["inert"], "mode"])
         cands = [(m, points[m]) for m in repro]
-        rows.append(_row(s, w, cands, one, versus, points, baseline, _none_why(excluded, "")))
+        why = f"no verdict yet: {ONE_REPLICATE}" if unjudged(g) else _none_why(excluded, "")
+        rows.append(_row(s, w, cands, one, versus, points, baseline, why))
     return rows
 
 
@@ -377,6 +385,11 @@ def _suite_rows(
         cands = [(m, points.get(m, float("nan"))) for m in qualify]
         excluded = [m for m in repro if inert[m]]
         none_why = _none_why(excluded, "for every workload")
+        open_ = unjudged(g)  # one replicate only: nothing known run to run
+        if open_ and len(open_) == n:
+            none_why = f"no verdict yet: every workload has {ONE_REPLICATE}"
+        elif open_:
+            none_why += f" ({len(open_)} of the {n} workloads have one replicate only)"
         if not n:  # a library the suite needs is missing, say: nothing to recommend from
             none_why = "no workload of the suite ran in any mode (unsupported or failed here)"
         rows.append(_row(s, "*", cands, geo, geo_versus, points, baseline, none_why))

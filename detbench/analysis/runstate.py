@@ -10,15 +10,19 @@ workloads and modes (an older run, or a merge) says how many records it has, and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from detbench.analysis import busy, quality
 from detbench.analysis.labels import mode_of
+from detbench.run.calls import calls_of, total
 from detbench.run.schedule import clock, make_plan
+from detbench.store.paired import iter_paired
+from detbench.store.results import load_env
 
 #: Modes named before "and N more".
 SHOWN = 4
@@ -32,15 +36,57 @@ class RunState:
     finished: bool  # env.json has finished_utc
     throttle: list[str]  # quality.throttle_lines
     load: busy.HostLoad | None
-    #: The run's wall time and the plan's estimate of it (seconds; env.json's ``run_stats``),
-    #: where both are recorded.
-    wall: float | None = None
-    planned_seconds: float | None = None
+    #: The run's calls (``run.calls.calls_of``): each call's wall time, records and the plan's
+    #: estimate of exactly those records.
+    calls: tuple[dict[str, Any], ...] = ()
+    #: The calls the run had: the first and one per ``--resume`` (env.json's ``resumed_utc``);
+    #: a call killed before its end left no entry in ``calls``.
+    calls_made: int = 1
     set_aside: int = 0  # records load_results set aside: they fail the record's check
+    #: The paired timing phase (issue 34), where the records defer their timing to it: per
+    #: replicate, the (workload) groups its lines time so far and those its verdicts planned.
+    paired: dict[int, tuple[int, int]] | None = None
+
+    @property
+    def short_of_verdicts(self) -> bool:
+        return bool(self.short) or (self.planned is not None and self.records < self.planned)
+
+    @property
+    def costs_short(self) -> bool:
+        """Whether a paired timing phase has groups left to time."""
+        return self.paired is not None and any(t < n for t, n in self.paired.values())
 
     @property
     def partial(self) -> bool:
-        return bool(self.short) or (self.planned is not None and self.records < self.planned)
+        return self.short_of_verdicts or self.costs_short
+
+    def costs(self) -> str:
+        """What a run with a paired timing phase has of its costs, as a sentence; empty where
+        it timed every group (or timed each record in its own worker)."""
+        if not self.costs_short or self.paired is None:
+            return ""
+        timed = sum(t for t, _ in self.paired.values())
+        groups = sum(n for _, n in self.paired.values())
+        if self.short_of_verdicts:
+            if not timed:
+                return "No cost was measured: the run stopped in its verdict phase."
+            head = "Costs measured so far"
+        elif not timed:
+            return (
+                "Every verdict is here, but no cost was measured: the run stopped after its "
+                "verdict phase, before its paired timing."
+            )
+        else:
+            head = "Every verdict is here; costs measured so far"
+        each = [
+            f"all {n} workloads of replicate {r + 1}"
+            if t == n
+            else f"{t} of {n} workloads of replicate {r + 1}"
+            if t
+            else f"none of replicate {r + 1}"
+            for r, (t, n) in sorted(self.paired.items())
+        ]
+        return f"{head}: {timed} of {groups} (workload, replicate) groups ({', '.join(each)})."
 
     def completeness(self) -> str:
         if self.planned is None:
@@ -48,6 +94,8 @@ class RunState:
             return f"{self.records} records; the run {state} (its plan is not recorded)"
         if not self.partial:
             return f"Complete: all {self.planned} planned records"
+        if not self.short_of_verdicts:
+            return f"Partial run: all {self.planned} planned records, not all their costs"
         pct = 100 * self.records / self.planned if self.planned else 0.0
         suites = [f"{suite} {done}/{plan}" for suite, (done, plan, _) in self.short.items()]
         modes = list(dict.fromkeys(m for _, _, ms in self.short.values() for m in ms))
@@ -82,14 +130,39 @@ class RunState:
         )
 
     def timing(self) -> str:
-        """The run's wall time against its plan's, as a sentence; empty where either is missing
-        (a run of an older detbench, or a merge)."""
-        if self.wall is None or not self.planned_seconds:
+        """The run's wall time against the plan's estimate of the same records, summed over its
+        calls (the first and every resume), as a sentence; empty where the run recorded neither
+        (a merge, or a run of an older detbench)."""
+        calls = self.calls
+        wall, planned, made = total(calls)
+        n = len(calls)
+        if not calls or calls[-1].get("wall") is None:
             return ""
-        off = self.wall / self.planned_seconds - 1
+        if wall is None:  # an older detbench kept its last call's time only
+            earlier = "the call" if n == 2 else f"the {n - 1} calls"
+            return (
+                f"Its last call took {clock(calls[-1]['wall'])} for {calls[-1]['records']} "
+                f"records; the time of {earlier} before it was not recorded."
+            )
+        lost = max(0, self.calls_made - n)
+        took = f"It took {clock(wall)}" + (f" in {n} calls" if n > 1 else "")
+        if lost:
+            took = f"Its {n} recorded call{'s' if n > 1 else ''} took {clock(wall)}"
+        tail = (
+            f" {lost} call{'s' if lost > 1 else ''} killed before {'their' if lost > 1 else 'its'} "
+            f"end left no time and {'are' if lost > 1 else 'is'} not counted."
+            if lost
+            else ""
+        )
+        if not planned:  # a run of a detbench before the plan had an estimate
+            return ""
+        which = ""
+        if n > 1 or self.partial or lost:
+            which = f" for the {made} records {'they' if n > 1 else 'it'} made"
+        off = wall / planned - 1
         return (
-            f"It took {clock(self.wall)} against {clock(self.planned_seconds)} planned "
-            f"({'+' if off >= 0 else '-'}{100 * abs(off):.0f}%)."
+            f"{took} against {clock(planned)} planned{which} "
+            f"({'+' if off >= 0 else '-'}{100 * abs(off):.0f}%)." + tail
         )
 
     def line(self) -> str:
@@ -97,9 +170,11 @@ class RunState:
         records set aside."""
         cond = self.conditions()
         took = self.timing()
+        costs = self.costs()
         return (
             self.completeness()
             + (f". Conditions: {cond}." if cond else ".")
+            + (f" {costs}" if costs else "")
             + (f" {took}" if took else "")
             + self.aside()
         )
@@ -145,9 +220,48 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
     return out
 
 
+def paired_lines(directory: str | Path) -> list[dict[str, Any]]:
+    """The lines of DIR/paired.jsonl (none where the run has no paired phase)."""
+    return list(iter_paired(directory))
+
+
+def with_paired(directory: str | Path) -> dict[str, Any]:
+    """The run's env.json, with the lines of its paired phase under ``paired_lines``: what
+    ``run_state`` reads."""
+    return {**load_env(directory), "paired_lines": paired_lines(directory)}
+
+
+def paired_groups(
+    df: pd.DataFrame, lines: Iterable[Mapping[str, Any]] | None
+) -> dict[int, tuple[int, int]] | None:
+    """Per replicate, the workloads the paired phase has timed (a line of ``paired.jsonl``
+    in ``lines``, whatever its status) and those it has to time: the workloads whose records
+    defer their timing to it (``timing_design`` "paired"). None where no record does."""
+    if "timing_design" not in df.columns:
+        return None
+    p = df[df["timing_design"] == "paired"]
+    if p.empty:
+        return None
+    todo = set(
+        zip(
+            p["suite"].astype(str),
+            p["workload"].astype(str),
+            p["replicate"].astype(int),
+            strict=True,
+        )
+    )
+    done = {
+        (str(x.get("suite")), str(x.get("workload")), int(x.get("replicate") or 0))
+        for x in lines or ()
+    } & todo
+    reps = sorted({r for _, _, r in todo})
+    return {r: (sum(1 for g in done if g[2] == r), sum(1 for g in todo if g[2] == r)) for r in reps}
+
+
 def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
+    """``env``: the run's env.json, with the lines of its ``paired.jsonl`` under
+    ``paired_lines`` where the caller read them (``report.write``, the console's summary)."""
     planned = planned_counts(env.get("options") or {})
-    stats = env.get("run_stats") or {}
     short: dict[str, tuple[int, int, list[str]]] = {}
     if planned is not None and len(df):
         keys = df["suite"].astype(str) + "/" + df["workload"].astype(str)
@@ -170,7 +284,8 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         finished=bool(env.get("finished_utc")),
         throttle=quality.throttle_lines(env),
         load=busy.host_load(df),
-        wall=stats.get("wall"),
-        planned_seconds=stats.get("planned"),
+        calls=tuple(calls_of(env)),
+        calls_made=1 + len(env.get("resumed_utc") or ()),
+        paired=paired_groups(df, env.get("paired_lines")),
         set_aside=len(df.attrs.get("set_aside") or ()),
     )

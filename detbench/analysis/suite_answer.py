@@ -23,7 +23,7 @@ import pandas as pd
 
 from detbench.analysis import cause
 from detbench.analysis.labels import baseline_mode, run_device, simplicity_key
-from detbench.analysis.matrix import RAN, ran_somewhere, verdicts
+from detbench.analysis.matrix import ONE_REPLICATE, RAN, ran_somewhere, unjudged, verdicts
 from detbench.analysis.recommend import (
     RULE,
     inert_changes,
@@ -107,8 +107,9 @@ def _partial(
     }
     clean = [m for m in modes if repro[m] and not spoils[m]]
     pool = clean or [m for m in modes if repro[m]]
+    open_ = unjudged(g)  # one replicate only in every mode that ran them: no verdict yet
     if not pool:
-        return SuiteAnswer(suite, None, False, 0, n, "no mode made any workload reproducible")
+        return SuiteAnswer(suite, None, False, 0, n, _none(n, open_))
     best = min(pool, key=lambda m: (-len(repro[m]), simplicity_key(m)))
     k = len(repro[best])
     parts = [f"no one mode: {best} makes {k} of {n} reproducible"]
@@ -122,11 +123,25 @@ def _partial(
     single = g[(g["mode"] == best) & (g["verdict"] == "single")]
     parts += _not_run([w for w in workloads if w not in ran], g, best, fixers)
     if len(single):
-        parts.append(f"{_names(list(map(str, single['workload'])))}: one replicate only")
-    never = [w for w in workloads if w not in fixers]
+        parts.append(f"{_names(list(map(str, single['workload'])))}: {ONE_REPLICATE}")
+    never = [w for w in workloads if w not in fixers and w not in open_]
     if never:
         parts.append(f"no mode makes {_names(never)} reproducible")
     return SuiteAnswer(suite, best, False, k, n, "; ".join(parts))
+
+
+def _none(n: int, open_: list[str]) -> str:
+    """The answer where no mode made a workload reproducible: which workloads that is true of,
+    and which have no run-to-run verdict yet (``open_``): a run stopped after one replicate
+    knows nothing of whether its workloads are reproducible."""
+    if len(open_) == n:
+        return f"no verdict yet: every workload has {ONE_REPLICATE}"
+    if not open_:
+        return "no mode made any workload reproducible"
+    return (
+        f"no mode made any of the {n - len(open_)} workloads with two replicates reproducible; "
+        f"{_names(open_)}: {ONE_REPLICATE}"
+    )
 
 
 def answers(

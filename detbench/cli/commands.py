@@ -17,7 +17,7 @@ import torch
 
 from detbench.analysis import cause, recommendation_text, samebits, summary_table
 from detbench.analysis.busy import host_load
-from detbench.analysis.runstate import run_state
+from detbench.analysis.runstate import run_state, with_paired
 from detbench.cli import across, attribute, locate
 from detbench.cli.execute import execute
 from detbench.cli.options import UserError, existing_dir, run_config
@@ -25,7 +25,7 @@ from detbench.locate.audit import audit, to_text
 from detbench.report.publish import write_index
 from detbench.report.write import write_report
 from detbench.run.gpucheck import run_check
-from detbench.store.results import load_env, stamped_dir
+from detbench.store.results import stamped_dir
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -46,7 +46,7 @@ def run_command(args: argparse.Namespace) -> int:
             + (f"\n\n{why}" if why else "")
             + (f"\n\n{same}" if same else "")
             + busy
-            + f"\n\n{run_state(df, load_env(config.out)).line()}"
+            + f"\n\n{run_state(df, with_paired(config.out)).line()}"
         )
 
     return execute(config, args, cuda, summary=summary)

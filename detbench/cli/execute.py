@@ -124,12 +124,12 @@ def execute(
     if args.dry_run or not _notes(config, runner):
         return 0
     try:
-        stats = run_planned(runner, est.seconds)
+        stats = run_planned(runner, est)
     except KeyboardInterrupt:
-        path = out / RESULTS_FILE
-        kept = sum(1 for _ in path.open()) if path.exists() else 0
+        kept = _lines(out)
+        new = f"{runner.stats.records} new records, {kept} in all" if config.resume else None
         print(
-            f"\ndetbench: interrupted; {kept} records kept in {out}; "
+            f"\ndetbench: interrupted; {new or f'{kept} records'} kept in {out}; "
             f"resume with: detbench {command} --resume {out}",
             file=sys.stderr,
         )
@@ -148,7 +148,7 @@ def execute(
     if not args.no_report:
         _, page = write_report(out)
         print(f"\nreport: {page}")
-    print(_time_line(stats, est.seconds, out))
+    print(_time_line(stats, est.seconds, out, _lines(out)))
     if stats.timing_target_missed:
         print(
             f"{stats.timing_target_missed} of {stats.records} records stopped short of the target "
@@ -202,12 +202,26 @@ def _notes(config: RunConfig, runner: Runner) -> bool:
     return True
 
 
-def _time_line(stats: RunStats, estimated: float, out: Path) -> str:
-    """The closing line: where the run's time went, phase by phase, against the estimate."""
+def _lines(out: Path) -> int:
+    """The records in ``out``'s results file (every line one record)."""
+    path = out / RESULTS_FILE
+    return sum(1 for _ in path.open()) if path.exists() else 0
+
+
+def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
+    """The closing line: the records this call made and, where it resumed a run, how many the
+    file holds in all (``kept``); where this call's time went, phase by phase, against its
+    estimate."""
     # With devices side by side the phases add up over them: compare device-seconds.
     measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
+    made = (
+        f"{stats.records} records"
+        if kept <= stats.records
+        else f"{stats.records} new records, {kept} in all"
+    )
+    this = "this call: " if kept > stats.records else ""
     return (
-        f"\n{stats.records} records in {out / 'results.jsonl'} ({stats.wall:.0f} s against "
+        f"\n{made} in {out / 'results.jsonl'} ({this}{stats.wall:.0f} s against "
         f"{estimated:.0f} s planned: timing {stats.timing:.0f} s, fingerprint "
         f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
         f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "

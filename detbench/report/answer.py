@@ -24,6 +24,7 @@ import pandas as pd
 
 from detbench import analysis
 from detbench.analysis import cause, engines, runstate, suite_answer, switches
+from detbench.analysis.matrix import unjudged
 from detbench.analysis.recommend import CUDNN_FLAGS
 from detbench.core import settings as st
 from detbench.core.modes import DEFAULT_MODE, get_mode
@@ -149,11 +150,29 @@ def irreproducible(df: pd.DataFrame, v: pd.DataFrame, env: Mapping[str, Any]) ->
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         if not g["verdict"].isin(analysis.RAN).any() or (g["verdict"] == "reproducible").any():
             continue
+        if unjudged(g):  # one replicate only: nothing known run to run (``open_lines``)
+            continue
         p = params.get((suite, workload))
         why = _why(str(suite), str(workload), g, p, located)
+        if (g["verdict"] == "single").any():  # not yet judged in every mode
+            why += "; some modes have one replicate only"
         key = "seeding recipes that do not seed, by design" if why.startswith("seeding") else why
         by_reason.setdefault(key, []).append(f"{suite}/{workload}")
     return [f"{_names(names)}: {why}" for why, names in by_reason.items()]
+
+
+def open_lines(v: pd.DataFrame) -> list[str]:
+    """The workloads that ran with one replicate only in every mode (a run stopped after its
+    first replicate): no sentence may count them as made reproducible by no mode."""
+    names = [f"{suite}/{w}" for suite, g in v.groupby("suite", sort=False) for w in unjudged(g)]
+    if not names:
+        return []
+    n = len(names)
+    return [
+        f"No run-to-run verdict yet for {_names(names)}: "
+        + ("it has" if n == 1 else "each has")
+        + " one replicate only in every mode that ran it, and a verdict needs two."
+    ]
 
 
 def _acts_on(switch: str, device: str | None) -> bool:
@@ -249,6 +268,7 @@ def blocks(
     stuck = irreproducible(df, v, env)
     if stuck:
         items.append("Reproducible in no mode: " + "; ".join(stuck) + ".")
+    items += open_lines(v)
     items += cause.sentences(cause.causes(df, v))
     items += engine_lines(df)
     line = switch_line(switches.effects(df, v=v), device)

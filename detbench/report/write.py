@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from detbench.analysis import runstate
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
 from detbench.report import attribution_chart, invariance_plane, tradeoff
@@ -47,6 +48,7 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     if env.get("machines"):  # a set of runs from several machines (detbench merge)
         return _write(d, across_report.set_blocks(d))
     env["located"] = locate_report.load(d)  # what run --locate found, kept beside env.json
+    env["paired_lines"] = runstate.paired_lines(d)  # what the paired phase timed so far
     run = ReportRun(df, env, lines=load_paired(d))
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)

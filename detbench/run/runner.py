@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.modes import Mode
 from detbench.core.workload import WorkloadError
+from detbench.run.calls import calls_of, with_call
 from detbench.run.config import (
     RESUME_FACTS,
     TARGET_REL,
@@ -190,6 +191,7 @@ class Runner:
             "worker": self.device_env,
             "gpu_state": self.gpu_state,
             "mode_order": self.plan.order_json(),
+            **({"run_calls": calls} if (calls := calls_of(self._previous)) else {}),
             **({"device_workers": self.device_envs} if c.devices else {}),
             **(
                 {
@@ -434,7 +436,7 @@ class Runner:
                 self.stats.wall = time.perf_counter() - t0
                 self.gpu_state["after"] = gpustate.snapshot()["gpus"]
                 doc = self._env_doc()
-                doc["run_stats"] = self.stats.to_json()
+                doc.update(run_stats=self.stats.to_json(), run_calls=with_call(self, estimate))
                 if finished:
                     # The first replicate's outputs served the later ones' differences; an
                     # interrupted run keeps them for the run that resumes it.

@@ -250,16 +250,28 @@ def clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+#: A thing the progress line prices: a worker's record, (worker, key), or what the worker costs
+#: beyond its records, (worker, None); a worker is its (replicate, mode name).
+Item = tuple[tuple[int, str], str | None]
+
+
 class Progress:
     """One status line: which replicate, mode and workload runs, how far the run is, and the time
-    left: the plan's estimate until the first record, then the time so far scaled by the work
-    left over the work done, in the estimate's own figures (``costs``: per worker, its start-up
-    or wait and each record's seconds, ``Estimate.slot_costs``), so that the line starts where
-    the plan line does and moves only as far as the run departs from the plan.
+    left: the plan's estimate until the first record, then the estimate's own figures (``costs``:
+    per worker, its start-up or wait and each record's seconds, ``Estimate.slot_costs``) scaled
+    by how far the run has departed from them so far, so that the line starts where the plan
+    line does and moves only as far as the run departs from the plan.
 
-    A workload whose first record took longer or shorter than the estimate said has its later
-    records scaled by that ratio; the workloads not yet measured, by how far the estimate was off
-    for those measured so far. Without ``costs`` every record weighs the same."""
+    The two parts of the plan are scaled apart, since they go wrong apart: a record's seconds by
+    how long the records of its workload took against their estimate (every record of it so
+    far, in the modes with cuDNN on, or off, as its mode, where the estimate prices the two
+    apart; a workload not yet measured so, by the records of that kind so far), and a
+    worker's own seconds by how long the run spent outside records (start-ups, waits, hand-overs)
+    against the estimate's figure for the workers begun. Scaling everything by the time so far
+    over the estimate of the work done, as the line once did, lets the first worker's start-up
+    (seconds, against a record's fraction of one) multiply every record left: it read
+    "left ~4:34:59" for a 37-minute run at its second record. With devices side by side the time
+    left is the busiest device's. Without ``costs`` every record weighs the same."""
 
     def __init__(
         self,
@@ -268,6 +280,8 @@ class Progress:
         stream: TextIO = sys.stderr,
         costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        lanes: Mapping[tuple[int, str], int] | None = None,
+        kinds: Mapping[tuple[int, str], bool] | None = None,
     ) -> None:
         self.total = total
         self.clock = clock
@@ -280,10 +294,21 @@ class Progress:
         #: (replicate, mode) -> the seconds the worker costs beyond its records, and per key
         #: the estimate's seconds for its record.
         self.planned = dict(costs or {})
+        #: (replicate, mode) -> the device (index) it is planned on.
+        self.lanes = dict(lanes or {})
+        #: (replicate, mode) -> whether its mode runs cuDNN: the estimate prices a workload's
+        #: records with cuDNN off apart (``estimate.record_cost``), so they are scaled apart.
+        self.kinds = dict(kinds or {})
+        priced: dict[str, dict[bool, set[float]]] = {}
+        for slot, (_, records) in self.planned.items():
+            for k, c in records.items():
+                priced.setdefault(k, {}).setdefault(self.kinds.get(slot, True), set()).add(c)
+        #: The workloads whose records the estimate prices apart with cuDNN on and off.
+        self.split = {k for k, p in priced.items() if len(p) > 1 and p[True] != p[False]}
         self.started: set[tuple[int, str]] = set()
         self.finished: set[tuple[tuple[int, str], str]] = set()
-        #: key -> (measured seconds of its first record, the estimate's for it).
-        self.measured: dict[str, tuple[float, float]] = {}
+        #: (key, kind) -> (measured seconds of its records so far, the estimate's for them).
+        self.measured: dict[tuple[str, bool], tuple[float, float]] = {}
         self._began: dict[tuple[str | None, str], float] = {}
         self._slot: dict[str | None, tuple[int, str]] = {}
 
@@ -292,30 +317,55 @@ class Progress:
         """The progress of ``plan`` along ``estimate`` (its seconds alone: records weigh alike)."""
         if estimate is None or isinstance(estimate, int | float):
             return cls(plan.records, estimate, stream)
-        return cls(plan.records, estimate.seconds, stream, estimate.slot_costs)
+        lanes = {(s.replicate, s.mode.name): s.lane for s in plan.slots}
+        kinds = {(s.replicate, s.mode.name): s.mode.cudnn_enabled for s in plan.slots}
+        return cls(
+            plan.records, estimate.seconds, stream, estimate.slot_costs, lanes=lanes, kinds=kinds
+        )
+
+    def remaining(self, elapsed: float) -> dict[Item, float] | None:
+        """The seconds each thing not yet done should take (see the class docstring); None
+        before the first record, or without the estimate's figures."""
+        if not (self.done and self.planned and self.measured):
+            return None
+        seen = self.measured.values()
+        pooled: dict[bool, tuple[float, float]] = {}
+        for (_, kind), (took_k, was_k) in self.measured.items():
+            took, was = pooled.get(kind, (0.0, 0.0))
+            pooled[kind] = (took + took_k, was + was_k)
+        # A workload not yet measured: the ratio of the records of its kind so far; a cuDNN-off
+        # record before any was measured keeps its own figure (the estimate prices those from
+        # figures measured apart: how far the cuDNN records' are off says nothing of them; on
+        # the published H100 run, conv records took 4-7x their figure with cuDNN, 1.3x without).
+        scales = {kind: t / w if w > 0 else 1.0 for kind, (t, w) in pooled.items()}
+        scales.setdefault(True, next(iter(scales.values())) if scales else 1.0)
+        scales.setdefault(False, 1.0)
+        # The time outside records so far (the records in flight are inside one) against the
+        # estimate's figure for the workers begun.
+        inside = sum(m for m, _ in seen) + sum(elapsed - b for b in self._began.values())
+        extra_planned = sum(self.planned[s][0] for s in self.started if s in self.planned)
+        extra_scale = max(0.0, elapsed - inside) / extra_planned if extra_planned > 0 else 1.0
+        out: dict[Item, float] = {}
+        for slot, (extra, records) in self.planned.items():
+            if slot not in self.started:
+                out[(slot, None)] = extra * extra_scale
+            kind = self.kinds.get(slot, True)
+            for k, c in records.items():
+                if (slot, k) not in self.finished:
+                    kk = (k, kind or k not in self.split)
+                    got = self.measured.get(kk)
+                    out[(slot, k)] = c * (got[0] / got[1] if got and got[1] > 0 else scales[kk[1]])
+        return out
 
     def left(self, elapsed: float) -> float | None:
-        if self.done and self.planned:
-            seen = self.measured.values()
-            model = sum(planned for _, planned in seen)
-            scale = sum(m for m, _ in seen) / model if seen and model > 0 else 1.0
-
-            def cost(key: str, planned: float) -> float:
-                m = self.measured.get(key)
-                return planned * (m[0] / m[1] if m and m[1] > 0 else scale)
-
-            done = todo = 0.0
-            for slot, (extra, records) in self.planned.items():
-                begun = slot in self.started
-                done, todo = (done + extra, todo) if begun else (done, todo + extra)
-                for k, c in records.items():
-                    if (slot, k) in self.finished:
-                        done += cost(k, c)
-                    else:
-                        todo += cost(k, c)
-            if done > 0:
-                return elapsed * todo / done
-        if self.done:
+        todo = self.remaining(elapsed)
+        if todo is not None:
+            per_lane: dict[int, float] = {}
+            for (slot, _), seconds in todo.items():
+                lane = self.lanes.get(slot, 0)
+                per_lane[lane] = per_lane.get(lane, 0.0) + seconds
+            return max(per_lane.values(), default=0.0)
+        if self.done and not self.planned:
             return elapsed / self.done * (self.total - self.done)
         return None if self.estimate is None else max(0.0, self.estimate - elapsed)
 
@@ -354,8 +404,10 @@ class Progress:
         self.finished.add((slot, key))
         began = self._began.pop((device, key), None)
         planned = self.planned.get(slot, (0.0, {}))[1].get(key)
-        if key not in self.measured and began is not None and planned is not None:
-            self.measured[key] = (max(0.0, self.clock() - self.t0 - began), planned)
+        if began is not None and planned is not None:
+            kk = (key, self.kinds.get(slot, True) or key not in self.split)
+            took, was = self.measured.get(kk, (0.0, 0.0))
+            self.measured[kk] = (took + max(0.0, self.clock() - self.t0 - began), was + planned)
 
     def close(self) -> None:
         if self.tty and self._width:

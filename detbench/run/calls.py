@@ -1,0 +1,127 @@
+"""The calls of a run, each with its time against the plan's estimate of exactly the records it
+made: ``env.json``'s ``run_calls``, one entry per call (the first, and every ``--resume``).
+
+A run stopped and resumed is timed by several calls. Comparing the last call's wall time with
+the estimate of the whole plan it set out on says nothing: a call stopped after a tenth of its
+plan looks 90% faster than planned. So each call keeps its wall time, the records it made, and
+the estimate of those records alone (``made_seconds``); the report sums both over the calls.
+
+An older run's env.json holds one ``run_stats`` (its last call's) and no ``run_calls``:
+``calls_of`` reads it as one call, whose estimate is comparable only where that call made its
+whole plan (a run neither resumed nor stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from detbench.run.estimate import Estimate
+    from detbench.run.schedule import Plan
+    from detbench.run.supervise import RunStats
+
+#: A record a call made: (replicate, mode name, workload key "suite/name").
+Made = tuple[int, str, str]
+
+
+def made_seconds(
+    estimate: Estimate | float | None, plan: Plan, made: Iterable[Made]
+) -> float | None:
+    """The estimate's seconds for exactly the records ``made`` of ``plan``: each record's own
+    figure, plus what its worker costs beyond its records (start-up or wait, launch) for every
+    worker that made one; with devices side by side, the busiest device's share. A bare number
+    of seconds prices the whole plan only: it is the answer where every record was made, and
+    None otherwise (it says nothing of a part)."""
+    made = set(made)
+    if estimate is None:
+        return None
+    if isinstance(estimate, int | float):
+        everything = {(s.replicate, s.mode.name, k) for s in plan.slots for k in s.keys}
+        return float(estimate) if made >= everything else None
+    lanes = [0.0] * max(1, plan.lanes)
+    for s in plan.slots:
+        extra, records = estimate.slot_costs.get((s.replicate, s.mode.name), (0.0, {}))
+        mine = [k for k in s.keys if (s.replicate, s.mode.name, k) in made]
+        if mine:
+            lanes[s.lane] += extra + sum(records.get(k, 0.0) for k in mine)
+    return max(lanes)
+
+
+def call_entry(
+    started_utc: str, wall: float, records: int, planned: float | None, planned_call: float | None
+) -> dict[str, Any]:
+    """One call as ``run_calls`` keeps it: when it started, its wall time, the records it made,
+    the estimate of those records (``planned``) and of its whole plan (``planned_call``)."""
+    return {
+        "started_utc": started_utc,
+        "wall": round(wall, 3),
+        "records": records,
+        "planned": None if planned is None else round(planned, 3),
+        "planned_call": None if planned_call is None else round(planned_call, 3),
+    }
+
+
+class _Runner(Protocol):
+    """What ``with_call`` reads of ``runner.Runner`` at the end of a call."""
+
+    _previous: dict[str, Any]  # the env.json it resumed, or empty
+    _started: str  # when this call started (UTC)
+    stats: RunStats
+    plan: Plan
+    records: list[dict[str, Any]]  # the records this call wrote
+
+
+def with_call(runner: _Runner, estimate: Estimate | float | None) -> list[dict[str, Any]]:
+    """``run_calls`` once this call of ``runner`` ends: the earlier calls, then this one, with
+    the estimate of exactly the records it wrote."""
+    made = {
+        (int(r["replicate"]), str(r["mode"]), f"{r['suite']}/{r['workload']}")
+        for r in runner.records
+    }
+    stats = runner.stats
+    this = call_entry(
+        runner._started,
+        stats.wall,
+        stats.records,
+        made_seconds(estimate, runner.plan, made),
+        stats.planned,
+    )
+    return [*calls_of(runner._previous), this]
+
+
+def calls_of(env: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run's calls in order. An env.json without ``run_calls`` (an older detbench) gives its
+    one ``run_stats`` as the last call, preceded by one call of unknown time per earlier call
+    (``resumed_utc``), and its estimate only where that call made its whole plan."""
+    calls = env.get("run_calls")
+    if isinstance(calls, list):
+        return [dict(c) for c in calls]
+    stats = env.get("run_stats") or {}
+    if stats.get("wall") is None:
+        return []
+    resumed = list(env.get("resumed_utc") or [])
+    whole = not resumed and bool(env.get("finished_utc"))
+    last = {
+        "started_utc": resumed[-1] if resumed else env.get("started_utc"),
+        "wall": stats.get("wall"),
+        "records": stats.get("records"),
+        "planned": stats.get("planned") if whole else None,
+        "planned_call": stats.get("planned"),
+    }
+    earlier = [
+        {"started_utc": t, "wall": None, "records": None, "planned": None, "planned_call": None}
+        for t in [env.get("started_utc"), *resumed[:-1]][: len(resumed)]
+    ]
+    return [*earlier, last]
+
+
+def total(calls: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | None, int | None]:
+    """The calls' wall seconds, the estimate of their records, and their records, each summed;
+    None where a call did not record it."""
+
+    def summed(key: str) -> Any:
+        values = [c.get(key) for c in calls]
+        return None if not values or any(v is None for v in values) else sum(values)
+
+    return summed("wall"), summed("planned"), summed("records")

@@ -1,0 +1,248 @@
+"""A partial run says only true things (issue 34, items 3 and 4): its time against the plan's
+estimate of the same records, summed over every call; one replicate only is no verdict, never
+"no mode made any workload reproducible"; a run stopped after its verdict phase has every
+verdict and says its costs were not measured, one stopped later says which it has.
+
+The arithmetic is checked exactly (an injected clock for the progress line); no test here asserts
+how long anything took. ``tools/progress_replay.py`` prints how true the line was on real runs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import detbench
+from detbench.analysis.matrix import verdicts
+from detbench.analysis.recommend import recommendations
+from detbench.analysis.runstate import run_state, with_paired
+from detbench.analysis.suite_answer import answers
+from detbench.report.answer import irreproducible, open_lines
+from detbench.run.calls import calls_of, made_seconds
+from detbench.run.estimate import estimate
+from detbench.run.schedule import Progress, Slot, make_plan
+from detbench.store.results import load_results
+
+from .conftest import WORKLOADS, detbench_cli
+from .synthetic import env, record, write_run
+
+DEFAULT, DET = detbench.get_mode("default"), detbench.get_mode("det-algos")
+
+
+# --- "It took X against Y planned": the same records, every call ---------------------------------
+
+
+def _state(calls: list[dict[str, Any]] | None, tmp: Path, **extra: Any) -> str:
+    """The timing sentence of a small run whose env.json has ``calls`` (None: an older
+    detbench's, without them) and the ``extra`` top-level keys."""
+    recs = [record("w", m, r, "x", [0.01] * 3) for r in range(2) for m in ("default", "det-algos")]
+    doc = {k: v for k, v in env().items() if k != "run_stats"}
+    doc.update(extra)
+    if calls is not None:
+        doc["run_calls"] = calls
+    write_run(tmp, recs, doc)
+    return run_state(load_results(tmp), doc).timing()
+
+
+def _call(wall: float, records: int, planned: float | None) -> dict[str, Any]:
+    return {"started_utc": "t", "wall": wall, "records": records, "planned": planned}
+
+
+def test_the_time_sums_every_call_against_the_estimate_of_the_records_they_made(
+    tmp_path: Path,
+) -> None:
+    """The published H100 run's shape: a first call stopped, a resume stopped. Its report once
+    compared the last call's 3:47 with the 12:20 the resume planned for 834 records (-69%)."""
+    calls = [_call(300.0, 156, 120.0), _call(227.0, 99, 110.0)]
+    text = _state(calls, tmp_path, resumed_utc=["2026-11-23T00:05:00Z"])
+    assert (
+        text
+        == "It took 8:47 in 2 calls against 3:50 planned for the 255 records they made (+129%)."
+    )
+
+
+def test_an_older_env_json_keeps_its_one_run_stats(tmp_path: Path) -> None:
+    whole = _state(None, tmp_path / "a", run_stats={"wall": 90.0, "planned": 60.0, "records": 4})
+    assert whole == "It took 1:30 against 1:00 planned (+50%)."
+    resumed = _state(
+        None,
+        tmp_path / "b",
+        run_stats={"wall": 227.0, "planned": 740.0, "records": 99},
+        resumed_utc=["2026-11-23T00:05:00Z"],
+    )
+    assert resumed == (
+        "Its last call took 3:47 for 99 records; the time of the call before it was not recorded."
+    )
+
+
+def test_a_killed_call_is_named_not_counted(tmp_path: Path) -> None:
+    text = _state([_call(60.0, 3, 30.0)], tmp_path, resumed_utc=["2026-11-23T00:05:00Z"])
+    assert text == (
+        "Its 1 recorded call took 1:00 against 0:30 planned for the 3 records it made (+100%). "
+        "1 call killed before its end left no time and is not counted."
+    )
+
+
+def test_the_estimate_of_the_records_made_is_the_estimates_own_figures() -> None:
+    plan = make_plan(["u/a", "u/b"], [DEFAULT, DET], 2, seed=0)
+    est = estimate(plan, "cpu", "quick", 0.1, 2.0, True)
+    every = {(s.replicate, s.mode.name, k) for s in plan.slots for k in s.keys}
+    assert made_seconds(est, plan, every) == pytest.approx(est.seconds)
+    first = plan.slots[0]
+    one = {(first.replicate, first.mode.name, first.keys[0])}
+    extra, records = est.slot_costs[(first.replicate, first.mode.name)]
+    assert made_seconds(est, plan, one) == pytest.approx(extra + records[first.keys[0]])
+    assert made_seconds(est.seconds, plan, one) is None  # a bare total says nothing of a part
+    assert made_seconds(est.seconds, plan, every) == est.seconds
+
+
+def test_calls_of_reads_an_old_single_run_stats_as_its_last_call() -> None:
+    old = {"started_utc": "a", "resumed_utc": ["b"], "run_stats": {"wall": 5.0, "planned": 9.0}}
+    assert [c["wall"] for c in calls_of(old)] == [None, 5.0]
+    assert calls_of(old)[-1]["planned"] is None  # 9.0 priced the whole resumed plan
+
+
+# --- the progress line: the estimate's figures, each part scaled apart ---------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_first_workers_start_up_does_not_multiply_every_record() -> None:
+    """Two workers of two records each, priced 0.5 s a record and 2 s of start-up for the
+    first, 0.1 s of wait for the second. The first record comes after a 10 s start-up and takes
+    1 s: the records left are priced at twice the plan (their workload's ratio, or all the
+    records' for one not yet measured), the second worker's wait at 10/2 = 5x. Before issue 34
+    the line scaled everything by the time so far over the work done: (11 / (2 + 1)) x the rest,
+    and with the estimate's bare seconds, 11 s x 3 records: "left ~0:33"."""
+    clock = FakeClock()
+    costs = {
+        (0, "default"): (2.0, {"u/a": 0.5, "u/b": 0.5}),
+        (0, "det-algos"): (0.1, {"u/a": 0.5, "u/b": 0.5}),
+    }
+    p = Progress(4, estimate=4.1, stream=io.StringIO(), costs=costs, clock=clock)
+    slot = Slot(0, 0, DEFAULT, ("u/a", "u/b"))
+    assert p.left(0.0) == 4.1
+    clock.now = 10.0
+    p.show(slot, 1, 2, "u/a")
+    assert p.left(10.0) == 0.0  # no record yet: the plan's estimate less the time so far
+    clock.now = 11.0
+    p.advance("u/a")
+    rest = {
+        ((0, "default"), "u/b"): 0.5 * 2.0,
+        ((0, "det-algos"), None): 0.1 * (10.0 / 2.0),
+        ((0, "det-algos"), "u/a"): 0.5 * 2.0,
+        ((0, "det-algos"), "u/b"): 0.5 * 2.0,
+    }
+    assert p.remaining(11.0) == pytest.approx(rest)
+    assert p.left(11.0) == pytest.approx(sum(rest.values()))
+
+
+def test_a_workloads_ratio_learns_from_every_record_and_devices_take_the_busiest() -> None:
+    clock = FakeClock()
+    costs = {(r, "default"): (0.0, {"u/a": 1.0}) for r in range(3)}
+    lanes = {(0, "default"): 0, (1, "default"): 1, (2, "default"): 1}
+    p = Progress(3, 3.0, io.StringIO(), costs, clock, lanes=lanes)
+    for r, took in ((0, 3.0),):
+        p.show(Slot(r, 0, DEFAULT, ("u/a",)), 3, 1, "u/a", "cpu:0")
+        clock.now += took
+        p.advance("u/a", "cpu:0")
+    assert p.left(clock.now) == pytest.approx(2 * 3.0)  # device 1's two records, 3x the plan
+    p.show(Slot(1, 0, DEFAULT, ("u/a",)), 3, 1, "u/a", "cpu:1")
+    clock.now += 1.0
+    p.advance("u/a", "cpu:1")
+    assert p.measured[("u/a", True)] == (4.0, 2.0)
+    assert p.left(clock.now) == pytest.approx(1.0 * 4.0 / 2.0)
+
+
+# --- one replicate only, and a run stopped between its phases ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def first_replicate_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real CPU run of tests/workloads/resumable.py's three workloads, 2 modes x 2 replicates,
+    as it stands when stopped after its first replicate: its first 6 records (replicates are the
+    plan's outer loop, so they are the first replicate's, and the stopped run holds exactly
+    them), and an env.json that says it was interrupted."""
+    out = tmp_path_factory.mktemp("first-replicate") / "run"
+    workloads = str(WORKLOADS / "resumable.py")
+    modes = ["--mode", "default", "--mode", "det-algos"]
+    options = ["--replicates", "2", "--budget", "0.02", "--device", "cpu", "--no-report"]
+    proc = detbench_cli("run", "--workload", workloads, *modes, *options, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = (out / "results.jsonl").read_text().splitlines()[:6]
+    assert {json.loads(x)["replicate"] for x in lines} == {0}
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    doc = json.loads((out / "env.json").read_text())
+    doc["interrupted_utc"] = doc.pop("finished_utc")
+    (out / "env.json").write_text(json.dumps(doc))
+    return out
+
+
+def test_one_replicate_only_is_no_verdict(first_replicate_only: Path) -> None:
+    df = load_results(first_replicate_only)
+    v = verdicts(df)
+    assert set(v["verdict"]) <= {"single", "unsupported"}
+    (a,) = answers(df, v=v)
+    assert a.mode is None
+    assert a.text == (
+        "no verdict yet: every workload has one replicate only (a run-to-run verdict needs two)"
+    )
+    assert irreproducible(df, v, {}) == []
+    (line,) = open_lines(v)
+    assert line.startswith("No run-to-run verdict yet for resumable/")
+    rec = recommendations(df)
+    assert rec.loc[rec["workload"] == "*", "reason"].iloc[0].startswith("no verdict yet")
+    state = run_state(df, with_paired(first_replicate_only))
+    assert state.completeness().startswith("Partial run: 6 of 12 planned records (50%)")
+
+
+def _paired_run(tmp: Path, timed: list[tuple[str, int]]) -> str:
+    """Two workloads x 2 modes x 2 replicates whose records defer their timing to the paired
+    phase, and paired.jsonl lines for the (workload, replicate) groups in ``timed``."""
+    recs = [
+        record(w, m, r, "x", [], timing_design="paired")
+        for r in range(2)
+        for m in ("default", "det-algos")
+        for w in ("a", "b")
+    ]
+    doc = env()
+    doc["options"].update(
+        workloads=["s/a", "s/b"], modes=["default", "det-algos"], replicates=2, seed=0
+    )
+    write_run(tmp, recs, doc)
+    with (tmp / "paired.jsonl").open("w") as f:
+        for w, r in timed:
+            for mode, copy in (("default", 0), ("det-algos", 0), ("default", 1)):
+                line = {"suite": "s", "workload": w, "mode": mode, "replicate": r, "copy": copy}
+                f.write(json.dumps({"paired_version": 1, "status": "ok", **line}) + "\n")
+    return run_state(load_results(tmp), with_paired(tmp)).line()
+
+
+def test_a_run_stopped_after_its_verdicts_has_them_all_and_no_cost(tmp_path: Path) -> None:
+    line = _paired_run(tmp_path, [])
+    assert line.startswith("Partial run: all 8 planned records, not all their costs.")
+    assert (
+        "Every verdict is here, but no cost was measured: the run stopped after its verdict "
+        "phase, before its paired timing." in line
+    )
+
+
+def test_a_run_stopped_in_its_paired_phase_says_which_costs_it_has(tmp_path: Path) -> None:
+    line = _paired_run(tmp_path, [("a", 0), ("b", 0), ("a", 1)])
+    assert (
+        "Every verdict is here; costs measured so far: 3 of 4 (workload, replicate) groups "
+        "(all 2 workloads of replicate 1, 1 of 2 workloads of replicate 2)." in line
+    )
+    assert _paired_run(tmp_path / "all", [("a", 0), ("b", 0), ("a", 1), ("b", 1)]).startswith(
+        "Complete: all 8 planned records."
+    )
