@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,6 @@ from detbench.run.estimate import estimate
 from detbench.run.schedule import Progress, Slot, make_plan
 from detbench.store.results import load_results
 
-from .conftest import WORKLOADS, detbench_cli
 from .synthetic import env, record, write_run
 
 DEFAULT, DET = detbench.get_mode("default"), detbench.get_mode("det-algos")
@@ -168,17 +168,16 @@ def test_a_workloads_ratio_learns_from_every_record_and_devices_take_the_busiest
 
 
 @pytest.fixture(scope="module")
-def first_replicate_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real CPU run of tests/workloads/resumable.py's three workloads, 2 modes x 2 replicates,
-    as it stands when stopped after its first replicate: its first 6 records (replicates are the
-    plan's outer loop, so they are the first replicate's, and the stopped run holds exactly
-    them), and an env.json that says it was interrupted."""
+def first_replicate_only(
+    resumable_serial_run: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The session's real CPU run of tests/workloads/resumable.py (three workloads, 2 modes x 2
+    replicates: ``conftest.RESUMABLE_RUN``) as it stands when stopped after its first replicate:
+    its first 6 records (replicates are the plan's outer loop, so they are the first
+    replicate's, and the stopped run holds exactly them), and an env.json that says it was
+    interrupted. A copy: the session's run is only read."""
     out = tmp_path_factory.mktemp("first-replicate") / "run"
-    workloads = str(WORKLOADS / "resumable.py")
-    modes = ["--mode", "default", "--mode", "det-algos"]
-    options = ["--replicates", "2", "--budget", "0.02", "--device", "cpu", "--no-report"]
-    proc = detbench_cli("run", "--workload", workloads, *modes, *options, "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    shutil.copytree(resumable_serial_run, out)
     lines = (out / "results.jsonl").read_text().splitlines()[:6]
     assert {json.loads(x)["replicate"] for x in lines} == {0}
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")
