@@ -37,6 +37,7 @@ from detbench.core.modes import DEFAULT_MODE, Mode
 from detbench.core.workload import Workload
 from detbench.run.config import RunConfig
 from detbench.run.paired_cost import PairedPlan
+from detbench.run.schedule import clock
 from detbench.run.supervise import TIMEOUT, Crew, WorkerProcess, log_tail
 from detbench.store.paired import PairedWriter, iter_paired
 from detbench.store.results import iter_records, utc_now
@@ -229,7 +230,7 @@ class PairedPhase:
                         self._start(members, replicate)
                         for key in keys:
                             n += 1
-                            self._say(n, total, replicate, key, members)
+                            self._say(n, total, replicate, key, time.perf_counter() - t0)
                             writer.append_all(self._group(members, key, replicate, verdicts))
                             self.stats.groups += 1
                     finally:
@@ -405,11 +406,15 @@ class PairedPhase:
         line.update(status=status, message=message, samples=m.samples, rounds=m.rounds)
         return line
 
-    def _say(self, n: int, total: int, replicate: int, key: str, members: list[Member]) -> None:
+    def _say(self, n: int, total: int, replicate: int, key: str, elapsed: float) -> None:
+        """The line of group ``n`` of ``total`` starting: the time left is the groups left at
+        the pace of those timed so far (the first group's line has none yet)."""
         width = len(str(total))
+        left = f" left ~{clock(elapsed / (n - 1) * (total - n + 1))}" if n > 1 else ""
         self.stream.write(
-            f"costs [{n:>{width}}/{total}] replicate {replicate + 1}/{self.replicates}: {key}, "
-            f"{len(members)} workers side by side, {self.rounds} rounds\n"
+            f"costs [{n:>{width}}/{total}] replicate {replicate + 1}/{self.replicates} "
+            f"{key}: {len(self.members_of)} workers side by side  elapsed {clock(elapsed)}"
+            f"{left}\n"
         )
         self.stream.flush()
 

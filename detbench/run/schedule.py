@@ -282,8 +282,12 @@ class Progress:
         clock: Callable[[], float] = time.monotonic,
         lanes: Mapping[tuple[int, str], int] | None = None,
         kinds: Mapping[tuple[int, str], bool] | None = None,
+        after: float = 0.0,
     ) -> None:
         self.total = total
+        #: The estimate's seconds for what follows these records (the paired phase's costs),
+        #: scaled in ``left`` as the records so far are, against their estimate.
+        self.after = after
         self.clock = clock
         self.done = 0
         self.estimate = estimate
@@ -320,7 +324,13 @@ class Progress:
         lanes = {(s.replicate, s.mode.name): s.lane for s in plan.slots}
         kinds = {(s.replicate, s.mode.name): s.mode.cudnn_enabled for s in plan.slots}
         return cls(
-            plan.records, estimate.seconds, stream, estimate.slot_costs, lanes=lanes, kinds=kinds
+            plan.records,
+            estimate.seconds,
+            stream,
+            estimate.slot_costs,
+            lanes=lanes,
+            kinds=kinds,
+            after=estimate.paired_seconds,
         )
 
     def remaining(self, elapsed: float) -> dict[Item, float] | None:
@@ -364,7 +374,10 @@ class Progress:
             for (slot, _), seconds in todo.items():
                 lane = self.lanes.get(slot, 0)
                 per_lane[lane] = per_lane.get(lane, 0.0) + seconds
-            return max(per_lane.values(), default=0.0)
+            took = sum(t for t, _ in self.measured.values())
+            was = sum(w for _, w in self.measured.values())
+            later = self.after * (took / was if was > 0 else 1.0)
+            return max(per_lane.values(), default=0.0) + later
         if self.done and not self.planned:
             return elapsed / self.done * (self.total - self.done)
         return None if self.estimate is None else max(0.0, self.estimate - elapsed)
