@@ -23,8 +23,8 @@ What a block is, and what it is not:
   ``floor(block_seconds / step)`` steps, at least one, so each mode's block lasts about as long
   as the others' and a round about ``workers * block_seconds``.
 * **One block, one sample**, after one untimed step (``TURN_STEPS``: the worker before
-  this one ran other code on the cores and the GPU), timed by the pass's own samplers (CUDA events on a GPU, one host
-  synchronisation at the block's end, before the next worker's turn; ``perf_counter`` on a
+  this one ran other code on the cores and the GPU), timed by the pass's own samplers (CUDA
+  events on a GPU, one host synchronisation at the block's end, before the next worker's turn; ``perf_counter`` on a
   CPU); garbage collection off inside it. NVML is read when the warm-up starts, at the first
   block and after the last, never between blocks of a round.
 * **No sustained-clock hold.** Both sides of a ratio share the clock state of their round.
@@ -51,7 +51,6 @@ from detbench.worker.measure import build_pass, classify, sync
 from detbench.worker.samplers import ClockSampler, CudaEventSampler, host_clock
 from detbench.worker.timing import MIN_CI_SAMPLES, Timing, _summary, _torch_threads
 from detbench.worker.warmup import warm_up
-
 
 #: Untimed steps at the start of each turn. Measured on the 2-core development CPU (5 workloads,
 #: 4 modes that are the same computation there, 3 replicates, 12 rounds of 8 ms blocks): the
