@@ -24,9 +24,9 @@ What a block is, and what it is not:
   as the others' and a round about ``workers * block_seconds``.
 * **One block, one sample**, after one untimed step (``TURN_STEPS``: the worker before
   this one ran other code on the cores and the GPU), timed by the pass's own samplers (CUDA
-  events on a GPU, one host synchronisation at the block's end, before the next worker's turn; ``perf_counter`` on a
-  CPU); garbage collection off inside it. NVML is read when the warm-up starts, at the first
-  block and after the last, never between blocks of a round.
+  events on a GPU, one host synchronisation at the block's end, before the next worker's
+  turn; ``perf_counter`` on a CPU); garbage collection off inside it. NVML is read when the
+  warm-up starts, at the first block and after the last, never between blocks of a round.
 * **No sustained-clock hold.** Both sides of a ratio share the clock state of their round.
 """
 
