@@ -1,5 +1,7 @@
 """The calls of a run, each with its time against the plan's estimate of exactly the records it
 made: ``env.json``'s ``run_calls``, one entry per call (the first, and every ``--resume``).
+With a paired phase, the estimate of a call's records includes its share of that phase: the
+groups it timed (``groups``) of those it planned.
 
 A run stopped and resumed is timed by several calls. Comparing the last call's wall time with
 the estimate of the whole plan it set out on says nothing: a call stopped after a tenth of its
@@ -80,13 +82,15 @@ def with_call(runner: _Runner, estimate: Estimate | float | None) -> list[dict[s
         for r in runner.records
     }
     stats = runner.stats
-    this = call_entry(
-        runner._started,
-        stats.wall,
-        stats.records,
-        made_seconds(estimate, runner.plan, made),
-        stats.planned,
-    )
+    planned = made_seconds(estimate, runner.plan, made)
+    # The paired phase's share for the (workload, replicate) groups this call timed.
+    timed = int((stats.paired or {}).get("groups") or 0)
+    paired = getattr(estimate, "paired", None) or {}
+    if planned is not None and paired.get("groups"):
+        planned += float(getattr(estimate, "paired_seconds", 0.0)) * timed / paired["groups"]
+    this = call_entry(runner._started, stats.wall, stats.records, planned, stats.planned)
+    if stats.paired is not None:
+        this["groups"] = timed
     return [*calls_of(runner._previous), this]
 
 
