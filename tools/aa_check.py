@@ -3,6 +3,7 @@ where the variance of a cost sits (issue 34).
 
     python tools/aa_check.py DIR                      # a run made with --timing both (or one)
     python tools/aa_check.py --run OUT [--drift]      # make one: the CPU core matrix, quick
+    python tools/aa_check.py DRIFT --against QUIET    # how far each design's costs moved
 
 A mode against itself must show no cost. The paired design has an A/A comparison in every run:
 a second worker of the baseline's settings, timed in the same rounds. On a CPU, today's design
@@ -37,6 +38,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from detbench.analysis import aa, paired_costs, pairs, stats, variance  # noqa: E402
+from detbench.analysis.cost_intervals import replicate_samples  # noqa: E402
 from detbench.analysis.labels import baseline_mode  # noqa: E402
 from detbench.store.paired import load_paired  # noqa: E402
 from detbench.store.results import load_results  # noqa: E402
@@ -231,11 +233,59 @@ def _variance_lines(lines: pd.DataFrame, df: pd.DataFrame) -> list[str]:
     return out
 
 
+def _costs(directory: Path, design: str) -> dict[tuple[str, str, str], tuple[float, float, float]]:
+    """(suite, workload, mode) -> (point, low, high) of every cost against the baseline, in one
+    design: the paired lines (copy 0), or the records' own timings (separate)."""
+    out = {}
+    if design == "paired":
+        lines = load_paired(directory)
+        base_mode = str(baseline_mode(lines["mode"]))
+        for (s, w), g in lines.groupby(["suite", "workload"], sort=False):
+            base = pairs.side_from_lines(g[(g["mode"] == base_mode) & (g["copy"] == 0)])
+            for m, gm in g[g["copy"] == 0].groupby("mode", sort=False):
+                p = pairs.pair(base, pairs.side_from_lines(gm))
+                if m != base_mode and p.rounds:
+                    r = paired_costs.ratio(p, stats.comparison_key(s, w, m, base_mode))
+                    out[(str(s), str(w), str(m))] = (r.point, r.low, r.high)
+        return out
+    df = load_results(directory)
+    df = df[~df["timing"].map(pairs.is_paired)]
+    base_mode = str(baseline_mode(df["mode"]))
+    for (s, w), g in df.groupby(["suite", "workload"], sort=False):
+        base = replicate_samples(g[g["mode"] == base_mode])
+        for m, gm in g.groupby("mode", sort=False):
+            reps = replicate_samples(gm)
+            if m != base_mode and reps and base:
+                r = stats.ratio(reps, base, stats.comparison_key(s, w, m, base_mode))
+                out[(str(s), str(w), str(m))] = (r.point, r.low, r.high)
+    return out
+
+
+def against(directory: Path, quiet: Path) -> str:
+    """How far each design's costs moved between a quiet run and ``directory`` (a drift run):
+    the share of the drift run's points inside the quiet run's intervals, and the median move."""
+    out = [f"costs of {directory} against those of {quiet}, per design"]
+    for design in ("paired", "separate"):
+        a, b = _costs(quiet, design), _costs(directory, design)
+        keys = sorted(set(a) & set(b))
+        if not keys:
+            out.append(f"  {design}: no cost in both runs")
+            continue
+        inside = sum(a[k][1] <= b[k][0] <= a[k][2] for k in keys)
+        moved = float(np.median([abs(math.log(b[k][0] / a[k][0])) for k in keys]))
+        out.append(
+            f"  {design:<9} {len(keys)} costs; points inside the quiet run's interval: {inside} "
+            f"({100 * inside / len(keys):.0f}%); median move {100 * math.expm1(moved):.1f}%"
+        )
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dir", type=Path, nargs="?", help="a results directory")
     p.add_argument("--run", type=Path, metavar="OUT", help="make the run first, into OUT")
     p.add_argument("--drift", action="store_true", help="with --run: a load halfway through")
+    p.add_argument("--against", type=Path, metavar="QUIET", help="a quiet run to compare with")
     args = p.parse_args(argv)
     directory = args.run or args.dir
     if directory is None:
@@ -243,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.run is not None:
         run(args.run, args.drift)
     print(report(directory))
+    if args.against is not None:
+        print(against(directory, args.against))
     return 0
 
 
