@@ -213,16 +213,33 @@ def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
     file holds in all (``kept``); where this call's time went, phase by phase, against its
     estimate."""
     # With devices side by side the phases add up over them: compare device-seconds.
-    measured = stats.wall * stats.devices - stats.timing - stats.fingerprint - stats.invariance
+    measured = (
+        stats.wall * stats.devices
+        - stats.timing
+        - stats.fingerprint
+        - stats.invariance
+        - stats.paired_rounds
+    )
     made = (
         f"{stats.records} records"
+        + (
+            f" and the costs of {int(stats.paired['groups'])} (workload, replicate) groups"
+            if stats.paired
+            else ""
+        )
         if kept <= stats.records
         else f"{stats.records} new records, {kept} in all"
     )
     this = "this call: " if kept > stats.records else ""
     return (
         f"\n{made} in {out / 'results.jsonl'} ({this}{stats.wall:.0f} s against "
-        f"{estimated:.0f} s planned: timing {stats.timing:.0f} s, fingerprint "
+        f"{estimated:.0f} s planned: "
+        + (
+            f"paired costs {stats.paired_wall:.0f} s (their rounds {stats.paired_rounds:.0f} s), "
+            if stats.paired
+            else ""
+        )
+        + f"timing {stats.timing:.0f} s, fingerprint "
         f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
         f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
         f"one measuring), build {stats.build:.0f} s, "
