@@ -17,6 +17,9 @@ import pytest
 from detbench.run.paired import round_order
 from tests.conftest import WORKLOADS, detbench_cli
 
+#: Whole runs with a paired phase (about 2 minutes on the 2-core VM): make test-slow and CI.
+pytestmark = pytest.mark.slow
+
 MODES = ("default", "det-algos")
 RUN = (
     "run", "--device", "cpu", "--workload", str(WORKLOADS / "resumable.py"),

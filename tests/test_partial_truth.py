@@ -26,6 +26,8 @@ from detbench.report.answer import irreproducible, open_lines
 from detbench.run.calls import calls_of, made_seconds
 from detbench.run.estimate import estimate
 from detbench.run.schedule import Progress, Slot, make_plan
+from detbench.store.paired import PairedWriter
+from detbench.store.paired import line as paired_line
 from detbench.store.results import load_results
 
 from .synthetic import env, record, write_run
@@ -219,11 +221,27 @@ def _paired_run(tmp: Path, timed: list[tuple[str, int]]) -> str:
         workloads=["s/a", "s/b"], modes=["default", "det-algos"], replicates=2, seed=0
     )
     write_run(tmp, recs, doc)
-    with (tmp / "paired.jsonl").open("w") as f:
+    with PairedWriter(tmp) as writer:
         for w, r in timed:
-            for mode, copy in (("default", 0), ("det-algos", 0), ("default", 1)):
-                line = {"suite": "s", "workload": w, "mode": mode, "replicate": r, "copy": copy}
-                f.write(json.dumps({"paired_version": 1, "status": "ok", **line}) + "\n")
+            writer.append_all(
+                [
+                    paired_line(
+                        suite="s",
+                        workload=w,
+                        mode=mode,
+                        replicate=r,
+                        copy=copy,
+                        samples=[0.01] * 6,
+                        rounds=list(range(6)),
+                        positions=[i % 3 for i in range(6)],
+                        block_start=[1.0e9 + i for i in range(6)],
+                        workers=3,
+                        number_per_block=1,
+                        timing=None,
+                    )
+                    for mode, copy in (("default", 0), ("det-algos", 0), ("default", 1))
+                ]
+            )
     return run_state(load_results(tmp), with_paired(tmp)).line()
 
 

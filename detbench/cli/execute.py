@@ -213,12 +213,13 @@ def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
     file holds in all (``kept``); where this call's time went, phase by phase, against its
     estimate."""
     # With devices side by side the phases add up over them: compare device-seconds.
+    paired = stats.paired or {}
     measured = (
         stats.wall * stats.devices
         - stats.timing
         - stats.fingerprint
         - stats.invariance
-        - stats.paired_rounds
+        - paired.get("rounds", 0.0)
     )
     made = (
         f"{stats.records} records"
@@ -235,7 +236,7 @@ def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
         f"\n{made} in {out / 'results.jsonl'} ({this}{stats.wall:.0f} s against "
         f"{estimated:.0f} s planned: "
         + (
-            f"paired costs {stats.paired_wall:.0f} s (their rounds {stats.paired_rounds:.0f} s), "
+            f"paired costs {paired['wall']:.0f} s (their rounds {paired['rounds']:.0f} s), "
             if stats.paired
             else ""
         )

@@ -93,18 +93,8 @@ class RunStats:
             - self.invariance
             - self.cleanup
             - self.shutdown
-            - self.paired_wall
+            - float((self.paired or {}).get("wall") or 0.0)  # the paired phase's
         )
-
-    @property
-    def paired_wall(self) -> float:
-        """The paired phase's wall time (0 where the run had none)."""
-        return float((self.paired or {}).get("wall") or 0.0)
-
-    @property
-    def paired_rounds(self) -> float:
-        """The paired phase's seconds in its rounds: the timing of its costs."""
-        return float((self.paired or {}).get("rounds") or 0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "other": self.other}
