@@ -84,15 +84,12 @@ def costs(
                     "suite": suite,
                     "workload": workload,
                     "mode": mode,
-                    "relative_throughput": r.point,
-                    "ci_low": r.low,
-                    "ci_high": r.high,
+                    **paired_costs.interval_fields(r),
                     "significant": r.significant,
                     "noisy": noisy,
                     "replicates": len(replicate_samples(m)),
                     "rounds": None,
                     "design": "separate",
-                    "half_width": paired_costs.half_width(r.point, r.low, r.high),
                     "limited_by": separate_limit(m, base),
                 }
             )

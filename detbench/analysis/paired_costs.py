@@ -135,6 +135,16 @@ def half_width(point: float, low: float, high: float) -> float:
     return max(point - low, high - point) / point if point > 0 else math.nan
 
 
+def interval_fields(r: stats.Ratio) -> dict[str, Any]:
+    """A ratio's columns in every cost table: its point, its 95% interval and half-width."""
+    return {
+        "relative_throughput": r.point,
+        "ci_low": r.low,
+        "ci_high": r.high,
+        "half_width": half_width(r.point, r.low, r.high),
+    }
+
+
 def row(
     suite: Any, workload: Any, mode: Any, p: Paired, r: stats.Ratio, noisy: bool = False
 ) -> dict[str, Any]:
@@ -144,15 +154,12 @@ def row(
         "suite": suite,
         "workload": workload,
         "mode": mode,
-        "relative_throughput": r.point,
-        "ci_low": r.low,
-        "ci_high": r.high,
+        **interval_fields(r),
         "significant": r.significant,
         "noisy": noisy,
         "replicates": p.processes,
         "rounds": p.rounds,
         "design": DESIGN,
-        "half_width": half_width(r.point, r.low, r.high),
         "limited_by": split(p).limited_by,
     }
 
