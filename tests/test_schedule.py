@@ -149,12 +149,21 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert isinstance(plan["estimated_seconds"], float)
     # The start-up was measured by starting a real worker, and is what the estimate adds.
     assert 0.2 < plan["startup_seconds"] < 60 and plan["startup_measured"] is True
+    # The estimate is the sum of its parts: the verdict workers' (their start-up, the waits no
+    # later start-up hides behind, their records, the invariance passes and the hand-overs), and
+    # the paired phase's: one group of timing workers per (workload, replicate) (issue 34).
+    assert plan["paired"]["groups"] == n * 2 and plan["paired"]["workers_per_group"] == 3
+    assert plan["paired_seconds"] > 0 and plan["record_seconds"] > 0
     expected = (
         plan["startup_seconds"]
         + plan["startup_waits_seconds"]
-        + plan["records"] * plan["per_record_seconds"]
+        + plan["record_seconds"]
+        + plan["invariance_seconds"]
+        + plan["handovers"] * plan["handover_seconds"]
+        + plan["paired_seconds"]
     )
-    assert abs(plan["estimated_seconds"] - expected) < 0.1  # the JSON rounds each figure
+    assert plan["torchrun_launches"] == 0  # no distributed workload: no launch is charged
+    assert abs(plan["estimated_seconds"] - expected) < 0.3  # the JSON rounds each figure
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere here
     text = _detbench(*args, cwd=tmp_path)
