@@ -250,9 +250,7 @@ def test_suite_effects_and_conclusions(run_dir: Path, study: dict[str, Any]) -> 
     assert "alone makes 1 of 2 reproducible" in added and "29% slower" in added
 
 
-def test_a_noisy_or_wide_cost_is_no_finding_in_words(
-    tmp_path: Path, study: dict[str, Any]
-) -> None:
+def test_a_noisy_or_wide_cost_is_no_finding_in_words(tmp_path: Path, study: dict[str, Any]) -> None:
     """The fill off measured 1.3x faster on scatter, but with samples that spread over more
     than 10% of their median: the conclusion says it is no finding, not "N% faster", and never
     "within the noise", which is said only of an interval that contains 1 (issue 35)."""

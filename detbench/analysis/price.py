@@ -5,7 +5,7 @@ baseline, stated beside the answer whatever mode it recommends (issue 35). A use
 **Which mode.** Full determinism is ``modes.DETERMINISTIC_MODE`` (cudnn.deterministic and
 deterministic algorithms on), or an attribution study's deterministic end (that mode with every
 setting at its strict level), where the run is one. On a CPU, where the cuDNN flags act on
-nothing (``settings.acts_on``), ``det-algos`` is the same computation, and stands in for it when
+nothing (``acts.acts_on``), ``det-algos`` is the same computation, and stands in for it when
 the run did not time the mode itself.
 
 **Its number** is the mode's point of ``tradeoff.points``: the geometric mean over the suite's
@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from detbench.core import settings as st
+from detbench.core import acts
 from detbench.core.modes import DETERMINISTIC_MODE
 
 #: An interval that holds both 1/TOO_WIDE and TOO_WIDE says nothing of the price.
@@ -74,7 +74,7 @@ def full_mode(
     if (
         WITHOUT_CUDNN_FLAGS in ran
         and device is not None
-        and not st.acts_on("cudnn_deterministic", device)
+        and not acts.acts_on("cudnn_deterministic", device)
     ):
         return WITHOUT_CUDNN_FLAGS, DETERMINISTIC_MODE
     return None

@@ -14,7 +14,7 @@ The time a switch costs is the geometric mean over the run's workloads of its fi
 throughput ratio (``cost_intervals.ratio``: the paired estimate where the two modes were timed
 side by side, else ``stats.ratio``; then ``stats.geometric_mean``), the pair whose first mode
 changes the fewest settings from torch's default. A switch that acts on nothing on the run's
-device (``settings.acts_on``: the cuDNN flags on a CPU) gets no cost: its two modes are the same
+device (``acts.acts_on``: the cuDNN flags on a CPU) gets no cost: its two modes are the same
 computation, and a ratio between them is noise.
 """
 
@@ -31,6 +31,7 @@ from detbench.analysis import stats
 from detbench.analysis.cost_intervals import ratio, replicate_samples
 from detbench.analysis.labels import counted, mode_of, run_device, simplicity_key
 from detbench.analysis.matrix import RAN, verdicts
+from detbench.core import acts
 from detbench.core import settings as st
 from detbench.core.modes import Mode
 from detbench.store.schema import Status
@@ -53,13 +54,13 @@ class SwitchEffect:
     bits_changed: tuple[str, ...]  # "suite/workload" whose bits it changed
     made_reproducible: tuple[str, ...]  # of them, those it made reproducible
     ratio: stats.Ratio | None  # the first pair's throughput, with over without; None: inert
-    devices: tuple[str, ...] = ("cpu", "cuda")  # where it can act (``settings.devices``)
+    devices: tuple[str, ...] = ("cpu", "cuda")  # where it can act (``acts.devices``)
     device: str | None = None  # the run's device (None: not one, or not said)
 
     @property
     def inert(self) -> bool:
         """The switch acts on nothing on the run's device: no cost is put on it."""
-        return not st.acts_on(self.switch, self.device)
+        return not acts.acts_on(self.switch, self.device)
 
     @property
     def changed_bits(self) -> bool:
@@ -156,8 +157,8 @@ def effects(
                 workloads=len(compared),
                 bits_changed=tuple(changed),
                 made_reproducible=tuple(made),
-                ratio=_time(groups, keys, ps[0], seed) if st.acts_on(sw, device) else None,
-                devices=st.devices(sw),
+                ratio=_time(groups, keys, ps[0], seed) if acts.acts_on(sw, device) else None,
+                devices=acts.devices(sw),
                 device=device,
             )
         )

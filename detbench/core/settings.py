@@ -37,14 +37,6 @@ ON_OFF = ("on", "off")
 _ALIASES = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
 #: The four flags the 10 modes are made of, as they are named in records.
 MODE_FLAGS = ("benchmark", "cudnn_deterministic", "deterministic_algorithms", "cudnn_enabled")
-#: Where each of the four flags changes what runs (a setting's row says it in ``devices``): the
-#: cuDNN flags only where cuDNN runs, deterministic algorithms on both.
-FLAG_DEVICES: dict[str, tuple[str, ...]] = {
-    "benchmark": ("cuda",),
-    "cudnn_deterministic": ("cuda",),
-    "deterministic_algorithms": ("cpu", "cuda"),
-    "cudnn_enabled": ("cuda",),
-}
 #: The settings of inductor: they act only on compiled steps (execution=compile).
 INDUCTOR = ("inductor_deterministic", "inductor_batch_invariant")
 
@@ -347,21 +339,6 @@ SETTINGS: tuple[Setting, ...] = (
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
-
-
-def devices(switch: str) -> tuple[str, ...]:
-    """Where ``switch`` (one of ``MODE_FLAGS`` or a setting's name) can change what runs: the
-    flag's ``FLAG_DEVICES``, the setting's ``devices``; an unknown name, anywhere."""
-    if switch in FLAG_DEVICES:
-        return FLAG_DEVICES[switch]
-    setting = BY_NAME.get(switch)
-    return ("cpu", "cuda") if setting is None else setting.devices
-
-
-def acts_on(switch: str, device: str | None) -> bool:
-    """Whether ``switch`` can change what runs on ``device`` ("cpu", "cuda"; None: unknown, so
-    it may; "cuda:1" is "cuda")."""
-    return device is None or device.partition(":")[0] in devices(switch)
 
 
 def get(name: str) -> Setting:

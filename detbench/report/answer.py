@@ -202,7 +202,7 @@ def open_lines(v: pd.DataFrame) -> list[str]:
 
 def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str:
     """Which switches changed the bits, which only the time (with their cost), and which act on
-    nothing on ``device`` (``settings.acts_on``: no cost is put on them, their modes being the
+    nothing on ``device`` (``acts.acts_on``: no cost is put on them, their modes being the
     same computation)."""
     effects = [replace(e, device=device) if e.device != device else e for e in effects]
     changed = [e for e in effects if e.changed_bits]
@@ -259,7 +259,9 @@ def _full_words(mode: str, stands_for: str | None, device: str | None) -> str:
     return f"{stands_for} ({mode}, the same computation on a {str(device).upper()})"
 
 
-def price_line(prices: list[price.Price], full: tuple[str, str | None] | None, baseline: str) -> str:
+def price_line(
+    prices: list[price.Price], full: tuple[str, str | None] | None, baseline: str
+) -> str:
     """The one sentence on the price of full determinism the table cannot say: that the run
     timed no such mode, or that its interval is too wide to say anything (``Price.too_wide``)."""
     if full is None:

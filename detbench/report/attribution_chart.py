@@ -17,7 +17,7 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter
 
-from detbench.report.attribution import _change, _study, suite_effects, near_noise, uncertain
+from detbench.report.attribution import _change, _study, near_noise, suite_effects, uncertain
 from detbench.report.plots import Plot, _save, subplots
 from detbench.report.render import num
 
