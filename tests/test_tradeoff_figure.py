@@ -194,3 +194,11 @@ def test_every_figures_text_fits_inside_it(points: pd.DataFrame) -> None:
     )
     assert clipped_text(heatmap_figure(v, "custom", "default")) == []
     assert clipped_text(figure(points, "default")) == []
+
+
+def test_an_axis_over_many_decades_keeps_some_ticks() -> None:
+    """A paired interval from two processes can span 16 decades (0.00x to 5.6e7x): the powers of
+    ten are thinned until their labels keep apart, never all dropped (issue 35's run)."""
+    ticks = planeaxis.fit([1e-8, 0.62, 0.99, 1.0, 1.56, 3.77, 5.5e7]).ticks(450)
+    assert len(ticks) >= 3 and 1.0 in ticks
+    assert planeaxis.label(1e-8) == "1e-08x"

@@ -86,11 +86,24 @@ class XAxis:
                 at = [(float(self.forward(np.array([v]))[0]) * width, v) for v in values]
                 at = [(u, v) for u, v in at if all(_clear(u, v, e) for e in edges)]
                 if not all(_apart(a, b) for a, b in itertools.pairwise(at)):
+                    if not best:  # even the coarsest set is crowded: every k-th of it
+                        best = _thinned(at)
                     break
                 if len(at) >= len(best):
                     best = at
             out += [v for _, v in best]
         return sorted(out)
+
+
+def _thinned(at: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Every k-th of the ticks ``at`` (place in points, value), for the least k whose labels
+    keep apart (an axis over many decades, whose powers of ten are crowded)."""
+    for k in range(2, len(at) + 1):
+        for start in range(k):
+            some = at[start::k]
+            if some and all(_apart(a, b) for a, b in itertools.pairwise(some)):
+                return some
+    return at[:1]
 
 
 def _clear(u: float, v: float, edge: float) -> bool:
@@ -111,7 +124,7 @@ _AXES: WeakKeyDictionary[Axes, XAxis] = WeakKeyDictionary()
 
 def label(v: float) -> str:
     """A tick's label: ``0.94x``."""
-    return f"{round(v, 6):g}x"
+    return f"{round(v, 6):g}x" if abs(v) >= 1e-4 else f"{v:.0e}x"
 
 
 def _through(t: np.ndarray, xs: Sequence[float], ys: Sequence[float]) -> np.ndarray:
