@@ -97,7 +97,9 @@ def test_html_has_the_recommendation_table_and_every_plot(run: tuple[Path, str])
             "cost vs fastest", "fastest mode", "why"] in page.headers  # fmt: skip
     # A CPU run: nothing to set "before any CUDA work" (issue 28).
     assert page.headers[0] == ["suite (recommended mode)", "set this (Python)",
-                               "throughput vs default (95% interval)"]  # fmt: skip
+                               "throughput vs default (95% interval)",
+                               "full determinism: cudnn-det+det-algos (det-algos, the same "
+                               "computation on a CPU) vs default"]  # fmt: skip
     figures = {a["data-plot"] for t, a in page.tags if t == "figure"}
     assert figures == EXPECTED_PLOTS
     images = [a["src"] for t, a in page.tags if t == "img"]

@@ -133,8 +133,9 @@ def test_timing_quality_counts_the_records_that_hit_the_budget(tmp_path: Path) -
     assert (
         "- Timing: after 5 warm-up steps, samples (clock: cuda-event) until the 95% interval of "
         "the median step time is within ±1% of the median, with at least 5 samples and at most "
-        "2.0 s of sampling;"
-    ) in md
+        "2.0 s of sampling (the records sampled 0.020-0.20 s each, median 0.045 s, in 5 samples "
+        "of 0.0040-0.040 s);"
+    ) in md  # what the records did, read from their samples (issue 35)
 
 
 def test_every_record_reached_its_target(tmp_path: Path) -> None:

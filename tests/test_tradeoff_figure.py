@@ -58,7 +58,9 @@ def test_log_panels_can_be_read_near_1x(drawn: tuple[Figure, dict[str, Any]]) ->
         assert len(near) >= 4, (suite, shown)
         assert max(b - a for a, b in pairwise(near)) <= 0.05 + 1e-9, shown
         assert any(v < 0.5 for v in values), shown  # the no-cudnn group keeps its own tick
-    conv = ["0.06x", "0.08x", "0.97x", "0.98x", "0.99x", "1x", "1.01x", "1.02x"]
+    # Each group is inset from the cut by planeaxis.MARGIN (issue 35): the no-cudnn group's
+    # piece, padded so, has room for one tick.
+    conv = ["0.1x", "0.97x", "0.98x", "0.99x", "1x", "1.01x", "1.02x"]
     assert ticks(axes["conv"], "x") == conv
 
 
@@ -126,3 +128,77 @@ def test_the_axis_is_cut_between_two_groups_far_apart() -> None:
         2.4,
     ]
     assert planeaxis.fit([0.1, 0.3, 0.5, 1.0]).cut is None  # spread out: log, not cut
+
+
+def _clear_of_the_cut(values: list[float]) -> None:
+    """No value inside the axis's cut, nor within ``MARGIN`` of its edges (issue 35)."""
+    axis = planeaxis.fit(values)
+    if axis.cut is None:
+        return
+    u = axis.forward(np.asarray(values, dtype=float))
+    left, right = axis.at[1], axis.at[2]
+    for v, x in zip(values, u, strict=True):
+        assert not left - planeaxis.MARGIN * 0.99 < x < right + planeaxis.MARGIN * 0.99, (v, x)
+
+
+def test_no_point_falls_inside_or_at_an_axis_cut() -> None:
+    """Issue 35: a 0.22x point inside a cut drawn from intervals alone, a 1.14x point at the
+    edge of one. Every value the axis is fitted to lies clear of the cut, by a margin."""
+    _clear_of_the_cut([0.075, 0.076, 0.4, 0.41, 0.22, 1.0])
+    _clear_of_the_cut([1.0, 1.14, 1.02, 1.12, 3.25, 3.3, 3.4])
+    _clear_of_the_cut([0.062, 0.107, 0.97, 0.975, 0.98, 0.985, 1.0, 1.011])
+    rng = np.random.default_rng(35)
+    for _ in range(300):
+        near = list(rng.uniform(0.9, 1.2, size=rng.integers(1, 8)))
+        far = list(rng.uniform(0.03, 0.2, size=rng.integers(1, 4)))
+        high = list(rng.uniform(3.0, 9.0, size=rng.integers(0, 3)))
+        _clear_of_the_cut([*near, *far, *high, 1.0])
+
+
+def test_a_point_outside_its_interval_is_on_the_axis() -> None:
+    """The plane is fitted to the points too, not only to their intervals' ends: a point that
+    its interval does not hold (a paired estimate's) is never drawn in a cut."""
+    from detbench.report.tradeoff import draw_panel
+
+    pts = pd.DataFrame(
+        {
+            "mode": ["default", "no-cudnn", "det-algos"],
+            "relative_throughput": [1.0, 0.22, 0.97],
+            "ci_low": [None, 0.075, 0.9],
+            "ci_high": [None, 0.076, 1.05],
+            "reproducible": [1.0, 1.0, 1.0],
+            "frontier": [True, False, False],
+            "workloads": [1, 1, 1],
+        }
+    )
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    draw_panel(ax, pts, "s", "workloads reproducible")
+    lo, hi = ax.get_xlim()
+    assert lo < 0.075 and hi > 0.22
+
+
+def test_every_figures_text_fits_inside_it(points: pd.DataFrame) -> None:
+    """Issue 35: no text clipped, by matplotlib's own extents: the heatmap of one workload in
+    three modes (its key and its colour bar's label were cut at both ends), and the trade-off
+    figure of the published H200 run."""
+    from detbench.report.plots import clipped_text, heatmap_figure
+
+    v = pd.DataFrame(
+        {
+            "workload": ["my_case"] * 3,
+            "mode": ["default", "det-algos", "cudnn-det+det-algos"],
+            "verdict": ["reproducible"] * 3,
+            "rel": [1.0, 1.2, 0.9],
+        }
+    )
+    assert clipped_text(heatmap_figure(v, "custom", "default")) == []
+    assert clipped_text(figure(points, "default")) == []
+
+
+def test_an_axis_over_many_decades_keeps_some_ticks() -> None:
+    """A paired interval from two processes can span 16 decades (0.00x to 5.6e7x): the powers of
+    ten are thinned until their labels keep apart, never all dropped (issue 35's run)."""
+    ticks = planeaxis.fit([1e-8, 0.62, 0.99, 1.0, 1.56, 3.77, 5.5e7]).ticks(450)
+    assert len(ticks) >= 3 and 1.0 in ticks
+    assert planeaxis.label(1e-8) == "1e-08x"

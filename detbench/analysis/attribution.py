@@ -23,6 +23,7 @@ import pandas as pd
 from detbench.analysis import matrix
 from detbench.analysis.cost_intervals import costs
 from detbench.analysis.labels import counted
+from detbench.core import acts
 from detbench.core import settings as st
 from detbench.core import torchstate as ts
 from detbench.core.modes import MODES, Mode, get_mode
@@ -35,7 +36,9 @@ KIND = "attribution"
 #: The op whose backend the ``sdpa_backend`` switch picks (``worker.ops.WATCHED``'s name).
 SDPA = "scaled_dot_product_attention"
 #: The two mode flags that are switches of the study, and where each acts.
-FLAG_DEVICES = {"deterministic_algorithms": ("cpu", "cuda"), "cudnn_deterministic": ("cuda",)}
+FLAG_DEVICES = {
+    f: acts.FLAG_DEVICES[f] for f in ("deterministic_algorithms", "cudnn_deterministic")
+}
 #: Loose levels where "every level but the strict one" is not what users turn off.
 LOOSE = {"float32_matmul_precision": ("high",)}
 #: Settings that are not switches of the study although they have a strict level.

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from detbench.analysis.pairs import is_paired
 from detbench.core.modes import DEFAULT_MODE, MODES
 from detbench.store.gpustate import throttled
 from detbench.store.schema import Status
@@ -51,16 +52,45 @@ def precision_by_mode(df: pd.DataFrame) -> dict[str, list[tuple[str, ...]]]:
 
 
 def _timings(df: pd.DataFrame) -> list[tuple[str, Mapping[str, Any]]]:
-    """(suite, timing dict) of every successful record timed adaptively (a ``reached_target``
-    key: schema 2 on)."""
+    """(suite, timing dict) of every successful record timed adaptively in its own worker (a
+    ``reached_target`` key: schema 2 on). A paired record's timing (``pairs.is_paired``) is not
+    one: its worker timed a fixed number of rounds, one block each, and no stopping rule."""
     if "timing" not in df.columns:
         return []
     ok = df[df["status"] == Status.OK]
     return [
         (str(s), t)
         for s, t in zip(ok["suite"], ok["timing"], strict=True)
-        if isinstance(t, Mapping) and "reached_target" in t
+        if isinstance(t, Mapping) and "reached_target" in t and not is_paired(t)
     ]
+
+
+def sampled(df: pd.DataFrame, paired: bool) -> dict[str, Any] | None:
+    """What the successful records' timing actually sampled, from their samples (each the
+    seconds per step of a block of ``number_per_block`` steps), for the records timed side by
+    side (``paired``) or in their own worker: ``records``, ``seconds`` (min, median, max of a
+    record's seconds of sampling), ``samples`` (min, max per record) and ``block`` (min, max
+    seconds of one block). None where no such record has samples."""
+    if "timing" not in df.columns:
+        return None
+    ok = df[df["status"] == Status.OK]
+    totals, counts, blocks = [], [], []
+    for t in ok["timing"]:
+        if not isinstance(t, Mapping) or is_paired(t) != paired or not t.get("samples"):
+            continue
+        k = float(t.get("number_per_block") or 1)
+        each = [float(x) * k for x in t["samples"]]
+        totals.append(sum(each))
+        counts.append(len(each))
+        blocks += each
+    if not totals:
+        return None
+    return {
+        "records": len(totals),
+        "seconds": (min(totals), float(np.median(totals)), max(totals)),
+        "samples": (min(counts), max(counts)),
+        "block": (min(blocks), max(blocks)),
+    }
 
 
 def timing_quality(df: pd.DataFrame) -> pd.DataFrame:

@@ -46,10 +46,12 @@ from detbench.analysis.matrix import (
     unjudged,
     verdicts,
 )
+from detbench.core import acts
+from detbench.core import settings as st
 from detbench.core.modes import get_mode
 
-#: The flags of the 10 modes that only cuDNN reads: inert on a CPU.
-CUDNN_FLAGS = ("benchmark", "cudnn_deterministic", "cudnn_enabled")
+#: The flags of the 10 modes that only cuDNN reads: inert on a CPU (``acts.FLAG_DEVICES``).
+CUDNN_FLAGS = tuple(f for f in st.MODE_FLAGS if not acts.acts_on(f, "cpu"))
 N_BOOT = stats.N_BOOT
 SEED = stats.SEED
 

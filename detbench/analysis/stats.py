@@ -83,6 +83,28 @@ def interval(draws: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
+#: What every sentence and cell says of a ratio whose 95% interval contains 1, and of no other:
+#: ``noise_words`` is the one rule.
+NOISE = "within the noise"
+
+
+def within_noise(low: float | None, high: float | None) -> bool:
+    """The one rule: a ratio is within the noise where its 95% interval contains 1 (False where
+    there is no interval)."""
+    if low is None or high is None:
+        return False
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        return False
+    return lo <= 1.0 <= hi
+
+
+def noise_words(low: float | None, high: float | None) -> str:
+    """``NOISE`` where the interval contains 1 (``within_noise``), else ""."""
+    return NOISE if within_noise(low, high) else ""
+
+
 @dataclass(frozen=True)
 class Ratio:
     """A throughput ratio: point estimate, 95% interval, and the bootstrap draws it came from
@@ -96,7 +118,7 @@ class Ratio:
     @property
     def significant(self) -> bool:
         """The interval excludes 1."""
-        return not (self.low <= 1.0 <= self.high)
+        return not within_noise(self.low, self.high)
 
     def scaled(self, factor: float) -> Ratio:
         """The same ratio times a constant (items per step of two workloads)."""

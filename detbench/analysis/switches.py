@@ -11,8 +11,11 @@ workload that ran in both modes of a pair, the switch:
 - else it changed nothing in the bits, only (perhaps) the time.
 
 The time a switch costs is the geometric mean over the run's workloads of its first pair's
-throughput ratio (``stats.ratio`` and ``stats.geometric_mean``: the one statistic), the pair whose
-first mode changes the fewest settings from torch's default.
+throughput ratio (``cost_intervals.ratio``: the paired estimate where the two modes were timed
+side by side, else ``stats.ratio``; then ``stats.geometric_mean``), the pair whose first mode
+changes the fewest settings from torch's default. A switch that acts on nothing on the run's
+device (``acts.acts_on``: the cuDNN flags on a CPU) gets no cost: its two modes are the same
+computation, and a ratio between them is noise.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import stats
-from detbench.analysis.cost_intervals import replicate_samples
-from detbench.analysis.labels import counted, mode_of, simplicity_key
+from detbench.analysis.cost_intervals import ratio, replicate_samples
+from detbench.analysis.labels import counted, mode_of, run_device, simplicity_key
 from detbench.analysis.matrix import RAN, verdicts
+from detbench.core import acts
 from detbench.core import settings as st
 from detbench.core.modes import Mode
 from detbench.store.schema import Status
@@ -49,7 +53,14 @@ class SwitchEffect:
     workloads: int  # workloads compared in at least one pair
     bits_changed: tuple[str, ...]  # "suite/workload" whose bits it changed
     made_reproducible: tuple[str, ...]  # of them, those it made reproducible
-    ratio: stats.Ratio | None  # the first pair's throughput, with over without
+    ratio: stats.Ratio | None  # the first pair's throughput, with over without; None: inert
+    devices: tuple[str, ...] = ("cpu", "cuda")  # where it can act (``acts.devices``)
+    device: str | None = None  # the run's device (None: not one, or not said)
+
+    @property
+    def inert(self) -> bool:
+        """The switch acts on nothing on the run's device: no cost is put on it."""
+        return not acts.acts_on(self.switch, self.device)
 
     @property
     def changed_bits(self) -> bool:
@@ -119,6 +130,7 @@ def effects(
     }
     verdict = v.set_index(["suite", "workload", "mode"])["verdict"]
     keys = list(dict.fromkeys(zip(v["suite"], v["workload"], strict=True)))
+    device = run_device(df)
     out: list[SwitchEffect] = []
     for sw, ps in pairs(v["mode"]).items():
         changed: dict[str, None] = {}
@@ -145,7 +157,9 @@ def effects(
                 workloads=len(compared),
                 bits_changed=tuple(changed),
                 made_reproducible=tuple(made),
-                ratio=_time(groups, keys, ps[0], seed),
+                ratio=_time(groups, keys, ps[0], seed) if acts.acts_on(sw, device) else None,
+                devices=acts.devices(sw),
+                device=device,
             )
         )
     return out
@@ -162,8 +176,7 @@ def _time(
         a, b = groups.get((suite, w, with_)), groups.get((suite, w, without))
         if a is None or b is None:
             continue
-        ra, rb = replicate_samples(a), replicate_samples(b)
-        if ra and rb:
+        if replicate_samples(a) and replicate_samples(b):
             name = stats.comparison_key(suite, w, with_, without)
-            ratios.append(stats.ratio(ra, rb, name, seed))
+            ratios.append(ratio(a, b, name, seed))
     return stats.geometric_mean(ratios) if ratios else None

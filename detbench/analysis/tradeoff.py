@@ -36,7 +36,10 @@ def points(
     v: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """``frontier.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
-    definition, and where a workload has no samples), ``inert``, ``recommended`` and the
+    definition, and where a workload has no samples), and, where a mode has them, its
+    ``relative_throughput`` the point of the same ratios (``cost_intervals.ratio``: for a paired
+    run the pairs' estimate, not the ratio of the records' medians), so a point and its interval
+    are one statistic's and agree with the recommendations; ``inert``, ``recommended`` and the
     noise-aware ``frontier``; ``rec``: ``recommend.recommendations`` of ``df``; ``v``:
     ``matrix.verdicts(df)`` where the caller has it already."""
     baseline = str(baseline_mode(df["mode"]) if baseline is None else baseline)
@@ -46,9 +49,10 @@ def points(
     device = run_device(df)
     v = verdicts(df) if v is None else v
     groups = {k: g for k, g in df.groupby(["suite", "workload", "mode"], sort=False)}
-    lows, highs = [], []
+    lows, highs, centres = [], [], []
     for r in p.to_dict("records"):
         low = high = None
+        centre = r["relative_throughput"]
         if r["mode"] != baseline and r["relative_throughput"] is not None:
             ran = v[(v["suite"] == r["suite"]) & (v["mode"] == r["mode"]) & v["verdict"].isin(RAN)]
             ratios = []
@@ -62,10 +66,12 @@ def points(
                     ratios.append(ratio(a, b, name, seed))
             if ratios and len(ratios) == len(ran):
                 mean = stats.geometric_mean(ratios)
-                low, high = mean.low, mean.high
+                low, high, centre = mean.low, mean.high, mean.point
         lows.append(low)
         highs.append(high)
+        centres.append(centre)
     p = p.assign(
+        relative_throughput=pd.Series(centres, index=p.index, dtype=float),
         ci_low=pd.Series(lows, index=p.index, dtype=object),
         ci_high=pd.Series(highs, index=p.index, dtype=object),
     )

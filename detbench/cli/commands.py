@@ -16,7 +16,6 @@ import pandas as pd
 import torch
 
 from detbench.analysis import cause, recommendation_text, samebits, summary_table
-from detbench.analysis.busy import host_load
 from detbench.analysis.runstate import run_state, with_paired
 from detbench.cli import across, attribute, locate
 from detbench.cli.execute import execute
@@ -37,15 +36,12 @@ def run_command(args: argparse.Namespace) -> int:
     def summary(df: pd.DataFrame) -> str:
         same = samebits.text(df)
         why = cause.text(df)
-        load = host_load(df)
-        busy = f"\n\nWARNING: {load.sentence()}" if load is not None and load.is_busy else ""
         return (
             summary_table(df)[1]
             + "\n\n"
             + recommendation_text(df)
             + (f"\n\n{why}" if why else "")
             + (f"\n\n{same}" if same else "")
-            + busy
             + f"\n\n{run_state(df, with_paired(config.out)).line()}"
         )
 

@@ -17,7 +17,7 @@ from detbench.analysis.failures import all_failed, failures_text
 from detbench.core.modes import CUBLAS_ENV
 from detbench.core.settings import visible_gpus
 from detbench.locate.report import locate_run
-from detbench.report.write import write_report
+from detbench.report.write import warnings_text, write_report
 from detbench.run.api import plan_run, run_planned
 from detbench.run.costprobe import probe, unpriced
 from detbench.run.costs import GPU_HOST_CORES
@@ -136,6 +136,9 @@ def execute(
         return 130
     df = load_results(out)
     print(summary(df))
+    warned = warnings_text(out)  # the report's Warnings, word for word
+    if warned:
+        print("\n" + warned)
     failed = failures_text(df)
     if failed:
         print("\n" + failed)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import aa
+from detbench.analysis import aa, quality
 from detbench.analysis.pairs import is_paired
 from detbench.report.render import Block, Para
 
@@ -77,6 +77,11 @@ def _paired_rows(df: pd.DataFrame) -> list[Mapping[str, Any]]:
     return [t for t in df["timing"] if is_paired(t)]
 
 
+def secs(x: float) -> str:
+    """Seconds to two significant digits, as a reader takes them: 0.00035, 0.10, 1.0, 9.4, 12."""
+    return f"{x:.0f}" if x >= 10 else f"{x:#.2g}".rstrip(".")
+
+
 def _span(values: list[float], fmt: str) -> str:
     lo, hi = min(values), max(values)
     return format(lo, fmt) if lo == hi else f"{format(lo, fmt)}-{format(hi, fmt)}"
@@ -123,7 +128,12 @@ def costs_item(
         f"Rounds per worker: {_span([float(r) for r in rounds], '.0f')} (option rounds: "
         f"{o.get('rounds')}; fewer for a long step); steps per block: "
         f"{_span(blocks, '.0f') if blocks else 'not recorded'}"
-        + (f" (about {o['block_seconds']} s a block)" if o.get("block_seconds") else "")
+        + (
+            f" (blocks of {secs(got['block'][0])}-{secs(got['block'][1])} s, "
+            f"{secs(got['seconds'][0])}-{secs(got['seconds'][2])} s of sampling per record)"
+            if (got := quality.sampled(df, paired=True)) is not None
+            else ""
+        )
         + f"; clock: {', '.join(clocks) or 'not recorded'}"
         + (f", {', '.join(modes)}" if modes else "")
         + ". A cost is the geometric mean over replicates of each replicate's median ratio of "

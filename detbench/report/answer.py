@@ -3,8 +3,11 @@ irreproducible, in about fifteen lines.
 
 - Per suite, the recommended settings as one line of Python (what they change from torch's
   defaults) and their throughput against the baseline with its 95% interval ("within the noise"
-  where the interval contains 1; the baseline itself has no interval: it is 1 by definition). A
-  suite no one mode made reproducible gets the mode that made the most of its workloads so.
+  where the interval contains 1, ``stats.noise_words``; the baseline itself has no interval: it
+  is 1 by definition). A suite no one mode made reproducible gets the mode that made the most of
+  its workloads so. Beside it, whatever the recommendation, the price of full determinism
+  (``analysis.price``) with its interval, and one sentence where that interval is too wide to
+  say anything.
 - The workloads no mode made bitwise reproducible, and what the run knows of why: the op that
   has no deterministic implementation (from the unsupported record's message), the culprit op
   ``run --locate`` found, a setting beyond the four flags that did make it reproducible, a
@@ -18,16 +21,15 @@ How the recommendation is chosen is told in the Method section, not here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import cause, engines, runstate, suite_answer, switches
+from detbench.analysis import cause, engines, price, runstate, stats, suite_answer, switches
 from detbench.analysis.matrix import unjudged
-from detbench.analysis.recommend import CUDNN_FLAGS
-from detbench.core import settings as st
-from detbench.core.modes import DEFAULT_MODE, get_mode
+from detbench.core.modes import DEFAULT_MODE, DETERMINISTIC_MODE, get_mode
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table, num
 
 #: Names listed in a sentence before "and N more".
@@ -47,12 +49,14 @@ def one_line(mode: str) -> str:
 
 
 def interval_text(point: Any, low: Any, high: Any) -> str:
-    """``0.94x [0.91, 0.97]``, with ", within the noise" where the interval contains 1."""
+    """``0.94x [0.91, 0.97]``, with ", within the noise" where the interval contains 1
+    (``stats.noise_words``, the one rule)."""
     text = num(point, ".2f") + "x"
     if low is None or high is None or num(low) == "–" or num(high) == "–":
         return text + " (no interval)"
     text += f" [{num(low, '.2f')}, {num(high, '.2f')}]"
-    return text + (", within the noise" if float(low) <= 1.0 <= float(high) else "")
+    noise = stats.noise_words(low, high)
+    return text + (f", {noise}" if noise else "")
 
 
 def _names(items: list[str]) -> str:
@@ -61,10 +65,31 @@ def _names(items: list[str]) -> str:
 
 
 def suite_rows(
-    df: pd.DataFrame, rec: pd.DataFrame, v: pd.DataFrame, points: pd.DataFrame, baseline: str
+    df: pd.DataFrame,
+    rec: pd.DataFrame,
+    v: pd.DataFrame,
+    points: pd.DataFrame,
+    baseline: str,
+    full: Mapping[str, price.Price] | None = None,
 ) -> list[list[str | Code]]:
     """One row per suite, from ``suite_answer.answers`` (what the console prints too): the
-    suite and its answer, the one line of Python, the throughput against the baseline."""
+    suite and its answer, the one line of Python, the throughput against the baseline, and where
+    ``full`` is given (``analysis.price``, by suite) the price of full determinism."""
+    rows = _answer_rows(df, rec, v, points, baseline)
+    if full is None:
+        return rows
+    for suite, row in zip(suite_answer.answers(df, rec, v), rows, strict=True):
+        p = full.get(suite.suite)
+        cell = "–" if p is None else _cost(p.mode, baseline, p.point, p.low, p.high)
+        if p is not None and p.ran < p.workloads:
+            cell += f" ({p.ran} of {p.workloads} workloads ran)"
+        row.append(cell)
+    return rows
+
+
+def _answer_rows(
+    df: pd.DataFrame, rec: pd.DataFrame, v: pd.DataFrame, points: pd.DataFrame, baseline: str
+) -> list[list[str | Code]]:
     by_suite = {r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")}
     rows: list[list[str | Code]] = []
     for a in suite_answer.answers(df, rec, v):
@@ -175,20 +200,14 @@ def open_lines(v: pd.DataFrame) -> list[str]:
     ]
 
 
-def _acts_on(switch: str, device: str | None) -> bool:
-    """Whether the settings table says ``switch`` can act on ``device`` (the cuDNN flags act on
-    nothing on a CPU; deterministic algorithms and most settings act on both)."""
-    if device is None:
-        return True
-    if switch in CUDNN_FLAGS:
-        return device != "cpu"
-    setting = st.BY_NAME.get(switch)
-    return setting is None or device in setting.devices
-
-
 def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str:
+    """Which switches changed the bits, which only the time (with their cost), and which act on
+    nothing on ``device`` (``acts.acts_on``: no cost is put on them, their modes being the
+    same computation)."""
+    effects = [replace(e, device=device) if e.device != device else e for e in effects]
     changed = [e for e in effects if e.changed_bits]
-    same = [e for e in effects if not e.changed_bits and e.workloads]
+    inert = [e for e in effects if not e.changed_bits and e.workloads and e.inert]
+    same = [e for e in effects if not e.changed_bits and e.workloads and not e.inert]
     parts = []
     if changed:
         parts.append(
@@ -207,12 +226,17 @@ def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str
             else e.words
             for e in same
         ]
-        inert = [e.words for e in same if not _acts_on(e.switch, device)]
-        note = ""
-        if inert and device:
-            verb = "acts" if len(inert) == 1 else "act"
-            note = f" ({', '.join(inert)} {verb} on nothing on a {device.upper()})"
-        parts.append("changed no bits, only the time: " + "; ".join(words) + note)
+        parts.append("changed no bits, only the time: " + "; ".join(words))
+    if inert and device:
+        verb = "acts" if len(inert) == 1 else "act"
+        parts.append(
+            f"{', '.join(e.words for e in inert)} {verb} on nothing on a {device.upper()}: "
+            "no cost is put on "
+            + ("it" if len(inert) == 1 else "them")
+            + " (the modes that differ in "
+            + ("it" if len(inert) == 1 else "one of them")
+            + " alone are the same computation)"
+        )
     return "Switches, " + "; ".join(parts) + "." if parts else ""
 
 
@@ -227,6 +251,34 @@ def engine_lines(df: pd.DataFrame) -> list[str]:
                 f"engines: {engines.describe(conv, chosen)}"
             )
     return out[:SHOWN]
+
+
+def _full_words(mode: str, stands_for: str | None, device: str | None) -> str:
+    if stands_for is None:
+        return mode
+    return f"{stands_for} ({mode}, the same computation on a {str(device).upper()})"
+
+
+def price_line(
+    prices: list[price.Price], full: tuple[str, str | None] | None, baseline: str
+) -> str:
+    """The one sentence on the price of full determinism the table cannot say: that the run
+    timed no such mode, or that its interval is too wide to say anything (``Price.too_wide``)."""
+    if full is None:
+        return (
+            f"The price of full determinism is not known from this run: it timed no mode with "
+            f"every determinism switch on ({DETERMINISTIC_MODE})."
+        )
+    wide = [p for p in prices if p.too_wide]
+    if not wide:
+        return ""
+    where = "; ".join(f"{p.suite}: {num(p.low, '.2f')}x to {num(p.high, '.2f')}x" for p in wide)
+    return (
+        f"The price of full determinism is too uncertain here to say anything "
+        f"({where}): its 95% interval holds both half and twice {baseline}'s throughput, so this "
+        "run cannot tell whether it slows the work down or speeds it up; more replicates, or a "
+        "quieter machine, narrow it."
+    )
 
 
 CPU_LINE = (
@@ -254,17 +306,18 @@ def blocks(
     if load is not None and load.is_busy:
         out.append(Para(load.sentence(), alert=True))
     where = "before any CUDA work " if device != "cpu" else ""
-    out.append(
-        Table(
-            [
-                "suite (recommended mode)",
-                f"set this {where}(Python)",
-                f"throughput vs {baseline} (95% interval)",
-            ],
-            suite_rows(df, rec, v, points, baseline),
-        )
-    )
-    items = []
+    full = price.full_mode(v["mode"], device, env.get("study"))
+    by_suite = {p.suite: p for p in price.prices(points, full[0])} if full else None
+    header = [
+        "suite (recommended mode)",
+        f"set this {where}(Python)",
+        f"throughput vs {baseline} (95% interval)",
+    ]
+    if full is not None:
+        header.append(f"full determinism: {_full_words(*full, device)} vs {baseline}")
+    out.append(Table(header, suite_rows(df, rec, v, points, baseline, by_suite)))
+    items = [price_line(list((by_suite or {}).values()), full, baseline)]
+    items = [x for x in items if x]
     stuck = irreproducible(df, v, env)
     if stuck:
         items.append("Reproducible in no mode: " + "; ".join(stuck) + ".")

@@ -18,6 +18,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import attribution as at
 from detbench.analysis import stats
+from detbench.analysis.cost_intervals import ratio
 from detbench.core import settings as st
 from detbench.core.modes import get_mode
 from detbench.report.plots import Plot
@@ -50,10 +51,11 @@ def _change(r: Any) -> str:
     return ("+ " if r["direction"] == "added" else "- ") + _words(r["switch"], r["level"])
 
 
-def within_noise(r: Any) -> str | None:
+def near_noise(r: Any) -> str | None:
     """Why a significant cost is still no finding, or None: its timing is noisy (a replicate's
     IQR above ``analysis.NOISY_IQR`` of its median) and its interval reaches within that
-    fraction of 1."""
+    fraction of 1. Such an interval excludes 1, so it is never called within the noise
+    (``stats.NOISE``: only an interval that contains 1 is)."""
     rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
     if not all(math.isfinite(x) and x > 0 for x in (rel, low, high)):
         return None
@@ -80,11 +82,16 @@ def _speed(r: Any, than: str) -> str:
     if not math.isfinite(rel):
         return "no throughput to compare"
     interval = f"{rel:.2f}x, 95% interval {low:.2f}x to {high:.2f}x"
+    if stats.within_noise(low, high):
+        return f"throughput {stats.NOISE} ({interval})"
     if not r["significant"]:
         return f"throughput not significantly different ({interval})"
-    noise = within_noise(r)
+    noise = near_noise(r)
     if noise is not None:
-        return f"throughput within the noise ({interval}; {noise})"
+        return (
+            f"throughput not a finding ({interval}: the interval excludes 1 but reaches within "
+            f"{analysis.NOISY_IQR:.0%} of it; {noise})"
+        )
     word = "faster" if rel > 1 else "slower"
     if uncertain(r):
         return (
@@ -141,7 +148,8 @@ def suite_effects(
 ) -> pd.DataFrame:
     """Per (suite, variant): the geometric mean over the suite's workloads of the variant's
     throughput relative to its end, with its 95% interval (``stats.geometric_mean`` of each
-    workload's ``stats.ratio``, the very numbers of ``analysis.costs`` and so of the table: a
+    workload's ``cost_intervals.ratio``: paired where the two were timed side by side; the very
+    numbers of ``analysis.costs`` and so of the table: a
     suite of one workload states the table's numbers), and how many of the workloads the switch
     is needed for (deterministic end) or alone sufficient for (default end), were reproducible
     under the variant, and had their bits changed."""
@@ -157,11 +165,10 @@ def suite_effects(
         ratios = []
         for w in g["workload"]:
             sel = (df["suite"] == suite) & (df["workload"] == w)
-            a = analysis.replicate_samples(df[sel & (df["mode"] == mode)])
-            b = analysis.replicate_samples(df[sel & (df["mode"] == end_mode)])
-            if a and b:
+            a, b = df[sel & (df["mode"] == mode)], df[sel & (df["mode"] == end_mode)]
+            if analysis.replicate_samples(a) and analysis.replicate_samples(b):
                 name = stats.comparison_key(suite, w, mode, end_mode)
-                ratios.append(stats.ratio(a, b, name, seed, n_boot))
+                ratios.append(ratio(a, b, name, seed, n_boot))  # paired where timed so
         point = low = high = np.nan
         if ratios:
             both = stats.geometric_mean(ratios)
@@ -178,7 +185,7 @@ def suite_effects(
                 "relative_throughput": point,
                 "ci_low": low,
                 "ci_high": high,
-                "significant": bool(ratios) and not (low <= 1.0 <= high),
+                "significant": bool(ratios) and not stats.within_noise(low, high),
                 "noisy": bool((g["noisy"] == True).any()),  # noqa: E712
                 "workloads": len(g),
                 "timed": len(ratios),
@@ -233,16 +240,19 @@ def _method(study: dict[str, Any], dropped: int) -> Para:
         + "); from the deterministic mode each was removed alone, to each of its looser levels ("
         + (", ".join(removed) or "none")
         + "). Each variant is compared with its own end, per workload: throughput relative to "
-        "the end's (median over replicates of each replicate's median), with a 95% interval from "
-        "a bootstrap over replicates and samples; a difference is stated as a finding only "
+        "the end's, with a 95% interval: where the two were timed side by side, the paired "
+        "estimate and its t-interval over replicates (see Method); else the ratio of the medians "
+        "over replicates of each replicate's median, with a bootstrap over replicates and "
+        "samples; a difference is stated as a finding only "
         "where the interval excludes 1 and, where a replicate's timing is noisy, lies wholly "
-        f"more than {analysis.NOISY_IQR:.0%} from 1 (otherwise it is within the noise); where "
+        f"more than {analysis.NOISY_IQR:.0%} from 1 (otherwise it is not a finding; "
+        f"{stats.NOISE} is said only of an interval that contains 1); where "
         "the interval is wider than the difference, only its direction is stated (the amount "
         "is uncertain); 'bits changed' compares the fingerprints where "
         "both are reproducible; 'needed' means the deterministic end was bitwise reproducible "
         "and the variant without the switch was not; 'alone sufficient' means the default was "
         "not reproducible and the switch alone made it so. The chart's bars are geometric means "
-        "over the suite's workloads, their intervals from the same bootstrap."
+        "over the suite's workloads, their intervals from the same draws."
     )
     if skipped:
         text += " Skipped: " + "; ".join(skipped) + "."

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter
 
-from detbench.report.attribution import _change, _study, suite_effects, uncertain, within_noise
+from detbench.report.attribution import _change, _study, near_noise, suite_effects, uncertain
 from detbench.report.plots import Plot, _save, subplots
 from detbench.report.render import num
 
@@ -134,15 +134,15 @@ def _log_axis(ax: Axes, low: np.ndarray, high: np.ndarray) -> None:
 
 
 def _notes(ax: Axes, y: np.ndarray, rel: np.ndarray, records: Sequence[Mapping[Any, Any]]) -> None:
-    """Right of the axes, each bar's number and what qualifies it (n.s., within the noise,
+    """Right of the axes, each bar's number and what qualifies it (n.s., no finding,
     amount uncertain), and where the switch is needed or alone sufficient."""
     for i, r in enumerate(records):
         failed = ", ".join(r.get("failures") or []) or "no timing"
         note = num(rel[i], ".2f") + "x" if np.isfinite(rel[i]) else f"did not run: {failed}"
         if np.isfinite(rel[i]) and not r["significant"]:
             note += " (n.s.)"
-        elif np.isfinite(rel[i]) and within_noise(r) is not None:
-            note += " (within the noise)"
+        elif np.isfinite(rel[i]) and near_noise(r) is not None:
+            note += " (no finding: noisy timing)"
         elif np.isfinite(rel[i]) and uncertain(r):
             note += " (amount uncertain)"
         if r["end"] == "deterministic" and r["needed"]:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from detbench import analysis
 from detbench.analysis import cause, engines, quality
+from detbench.analysis.busy import host_load
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
 from detbench.report.aa_check import limits_sentence
 from detbench.report.render import Block, Code, Details, Heading, Para, Table, num
@@ -120,6 +121,9 @@ def warnings(
     facts = env_facts(env)
     options = env.get("options") or {}
     out = _run_warnings(env, facts)
+    load = host_load(df)  # the answer says it too, first; the console prints this list
+    if load is not None and load.is_busy:
+        out.insert(0, load.sentence())
     modes = set(v["mode"])
     baseline = analysis.baseline_mode(modes)
     if DEFAULT_MODE.name not in modes:
@@ -217,6 +221,8 @@ def _timing_warnings(
     """Noisy costs, differences from the baseline that are not significant, and records that
     hit the timing budget before their interval reached its target."""
     out: list[str] = []
+    # A cost is a mode's against the baseline: the baseline's own row (1 by definition) is none.
+    costs = costs[costs["mode"] != baseline] if len(costs) else costs
     if len(costs):
         noisy = int(costs["noisy"].sum())
         if noisy:
@@ -225,11 +231,10 @@ def _timing_warnings(
                 "replicate's timing samples had an interquartile range above "
                 f"{analysis.NOISY_IQR:.0%} of their median."
             )
-        nonbase = costs[costs["mode"] != baseline]
-        insig = int((~nonbase["significant"]).sum())
+        insig = int((~costs["significant"]).sum())
         if insig:
             out.append(
-                f"{of(insig, len(nonbase), 'throughput difference')} from the "
+                f"{of(insig, len(costs), 'throughput difference')} from the "
                 f"{baseline} mode {be(insig)} not significant (the 95% interval contains 1)."
             )
     tq = quality.timing_quality(df)
@@ -450,7 +455,11 @@ def quality_blocks(
                     if missed is not None
                     else ""
                 )
-                + (" " + limits_sentence(costs) if costs is not None else "")
+                + (
+                    " " + limits_sentence(costs[costs["mode"] != baseline])
+                    if costs is not None and len(costs)
+                    else ""
+                )
             ),
             timing,
         ]

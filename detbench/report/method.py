@@ -13,7 +13,7 @@ from detbench import analysis
 from detbench.analysis import quality
 from detbench.analysis.recommend import RULE
 from detbench.core.modes import CUBLAS_ENV
-from detbench.report.aa_check import costs_item
+from detbench.report.aa_check import costs_item, secs
 from detbench.report.conditions import joined
 from detbench.report.render import Block, Bullets, Code, Heading, Table, num
 from detbench.store.results import env_facts
@@ -26,8 +26,41 @@ FINGERPRINT_WORDS = {
 }
 
 
+def _range(lo: float, hi: float, unit: str = " s") -> str:
+    a, b = secs(lo), secs(hi)
+    return f"{a}{unit}" if a == b else f"{a}-{b}{unit}"
+
+
+def sampled_words(df: pd.DataFrame, paired: bool) -> str:
+    """What the records' timing sampled, read from their samples (``quality.sampled``): "each
+    record sampled 9.4 s (6 samples of 1.0-2.1 s)", "" where none says."""
+    got = quality.sampled(df, paired)
+    if got is None:
+        return ""
+    lo, median, hi = got["seconds"]
+    n_lo, n_hi = got["samples"]
+    n = str(n_lo) if n_lo == n_hi else f"{n_lo}-{n_hi}"
+    each = (
+        f"each record sampled {secs(lo)} s"
+        if secs(lo) == secs(hi)
+        else f"the records sampled {_range(lo, hi)} each, median {secs(median)} s"
+    )
+    return f"{each}, in {n} samples of {_range(*got['block'])}"
+
+
+def _paired_timing_item(df: pd.DataFrame) -> str:
+    return (
+        "Timing: side by side, in the paired phase (see Costs): a record's samples are its "
+        "worker's blocks, one a round, with no stopping rule; "
+        + sampled_words(df, paired=True)
+        + ". The figure per replicate is the median step time."
+    )
+
+
 def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
     rule = quality.stopping_rule(df, o)
+    if not rule and quality.sampled(df, paired=True) is not None:
+        return _paired_timing_item(df)
     if not rule:
         return (
             "Timing: torch.utils.benchmark.Timer.blocked_autorange with at least "
@@ -43,20 +76,35 @@ def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
         if any("warmup" in t for t in timings)
         else f"after {joined(rule['warmup_steps'])} warm-up steps"
     )
-    most = f"{joined(rule['budget'], ' s')} of sampling"
     top = max([float(c) for c in rule.get("ceiling") or []], default=0.0)
+    limit = max(top, max(float(b) for b in rule["budget"]))
+    got = quality.sampled(df, paired=False)
+    over = got is not None and got["seconds"][2] > limit * 1.0001
+    most = f"{joined(rule['budget'], ' s')} of sampling"
     if top > max(float(b) for b in rule["budget"]):
         most += (
             " (on a GPU, a record still short of its target then samples on while the samples "
             f"so far put the target in reach, up to a ceiling that grows with the step time: "
             f"{top:.3g} s at most here)"
         )
+    bound = (
+        f"a budget of {most}, which a slow step overran to take its least samples"
+        if over
+        else f"at most {most}"
+    )
+    actual = sampled_words(df, paired=False)
+    paired = sampled_words(df, paired=True)
     return (
         f"Timing: {warm}, samples (clock: "
         f"{joined(rule['clock'])}) until the 95% interval of the median step time is within "
-        f"{targets} of the median, with at least {joined(rule['min_samples'])} samples and at "
-        f"most {most}; the figure per replicate is the median step time, and a mode's "
-        "throughput is the median over replicates."
+        f"{targets} of the median, with at least {joined(rule['min_samples'])} samples and "
+        f"{bound}" + (f" ({actual})" if actual else "") + "; the figure per replicate is the "
+        "median step time, and a mode's throughput is the median over replicates."
+        + (
+            f" The records timed side by side (see Costs) had no stopping rule: {paired}."
+            if paired
+            else ""
+        )
         + _clock_words(
             rule.get("clock_mode") or [],
             "cuda-event" in rule["clock"]
@@ -254,7 +302,36 @@ def gpu_state_rows(env: dict[str, Any]) -> list[list[str | Code]]:
     ]
 
 
-def environment_table(env: dict[str, Any]) -> Table:
+def cublas_words(df: pd.DataFrame | None, env: Mapping[str, Any]) -> tuple[str, str]:
+    """The environment table's row on ``CUBLAS_WORKSPACE_CONFIG``: set per mode, so from the
+    records ("':4096:8' in det-algos, ...; not set in default"); where they do not say, the
+    first worker's value, named as such (it ran one mode, not all)."""
+    column = CUBLAS_ENV.lower()
+    if df is not None and column in df.columns and len(df):
+        by_value: dict[str, list[str]] = {}
+        for mode in analysis.ordered_modes(df["mode"]):
+            values = df.loc[df["mode"] == mode, column]
+            seen = sorted({"not set" if v is None or pd.isna(v) else str(v) for v in values})
+            by_value.setdefault(" or ".join(seen), []).append(str(mode))
+        parts = [f"{v} in {', '.join(ms)}" for v, ms in by_value.items()]
+        return f"{CUBLAS_ENV} (each mode's, from the records)", "; ".join(parts)
+    worker = env.get("worker") or {}
+    value = worker.get(CUBLAS_ENV)
+    return (
+        f"{CUBLAS_ENV} (in the first worker, which ran one mode)",
+        "not set" if value is None else str(value),
+    )
+
+
+def _commit(git: Mapping[str, Any]) -> str:
+    """The checkout's commit as env.json has it; never "None"."""
+    commit = git.get("commit")
+    if not commit:
+        return "not recorded (detbench did not run from a git checkout)"
+    return str(commit)[:12] + (" (dirty)" if git.get("dirty") else "")
+
+
+def environment_table(env: dict[str, Any], df: pd.DataFrame | None = None) -> Table:
     facts = env_facts(env)
     host = env.get("host") or {}
     worker = env.get("worker") or {}
@@ -275,7 +352,7 @@ def environment_table(env: dict[str, Any]) -> Table:
     rows += gpu_state_rows(env)
     rows += [
         ["OS", str(collected.get("os") or host.get("platform") or "–")],
-        ["CUBLAS_WORKSPACE_CONFIG (outside the modes)", str(worker.get("CUBLAS_WORKSPACE_CONFIG"))],
+        list(cublas_words(df, env)),
     ]
     if "inherited_cublas_workspace_config" in options:
         inherited = options["inherited_cublas_workspace_config"]
@@ -290,6 +367,6 @@ def environment_table(env: dict[str, Any]) -> Table:
             "precision settings",
             Code(", ".join(f"{k}={v}" for k, v in sorted((worker.get("precision") or {}).items()))),
         ],
-        ["detbench commit", str(git.get("commit"))[:12] + (" (dirty)" if git.get("dirty") else "")],
+        ["detbench commit", _commit(git)],
     ]
     return Table(["", "value"], rows)

@@ -32,6 +32,11 @@ CUT_RATIO = 2.5
 CUT = 0.05
 #: Tick labels, in points.
 TICK_FONT = 8.0
+#: The least share of the axis's width between a value and an edge of the cut, so that no point
+#: (a marker is a few points wide) sits at the cut or inside it.
+MARGIN = 0.05
+#: The least share of the axis's width for each side of a cut: room for ``MARGIN`` on both ends.
+PIECE = 0.2
 
 
 @dataclass(frozen=True)
@@ -81,11 +86,24 @@ class XAxis:
                 at = [(float(self.forward(np.array([v]))[0]) * width, v) for v in values]
                 at = [(u, v) for u, v in at if all(_clear(u, v, e) for e in edges)]
                 if not all(_apart(a, b) for a, b in itertools.pairwise(at)):
+                    if not best:  # even the coarsest set is crowded: every k-th of it
+                        best = _thinned(at)
                     break
                 if len(at) >= len(best):
                     best = at
             out += [v for _, v in best]
         return sorted(out)
+
+
+def _thinned(at: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Every k-th of the ticks ``at`` (place in points, value), for the least k whose labels
+    keep apart (an axis over many decades, whose powers of ten are crowded)."""
+    for k in range(2, len(at) + 1):
+        for start in range(k):
+            some = at[start::k]
+            if some and all(_apart(a, b) for a, b in itertools.pairwise(some)):
+                return some
+    return at[:1]
 
 
 def _clear(u: float, v: float, edge: float) -> bool:
@@ -106,7 +124,7 @@ _AXES: WeakKeyDictionary[Axes, XAxis] = WeakKeyDictionary()
 
 def label(v: float) -> str:
     """A tick's label: ``0.94x``."""
-    return f"{round(v, 6):g}x"
+    return f"{round(v, 6):g}x" if abs(v) >= 1e-4 else f"{v:.0e}x"
 
 
 def _through(t: np.ndarray, xs: Sequence[float], ys: Sequence[float]) -> np.ndarray:
@@ -156,14 +174,24 @@ def fit(values: Sequence[float]) -> XAxis:
         groups = [t[: i + 1], t[i + 1 :]]
         weights = [len(g) / len(t) + 0.5 * float(g[-1] - g[0]) / span for g in groups]
         first = (1 - CUT) * weights[0] / sum(weights)
-        (a, b), (c, d) = (_padded(g) for g in groups)
+        first = min(max(first, PIECE), 1 - CUT - PIECE)  # room for each group's margins
+        widths = (first, 1 - CUT - first)
+        (a, b), (c, d) = (_padded(g, w) for g, w in zip(groups, widths, strict=True))
         return XAxis(True, (a, b, c, d), (0.0, first, first + CUT, 1.0))
     pad = 0.06 * span
     return XAxis(True, (float(t[0]) - pad, float(t[-1]) + pad), (0.0, 1.0))
 
 
-def _padded(t: np.ndarray) -> tuple[float, float]:
-    pad = max(0.1 * float(t[-1] - t[0]), 0.012)
+def _padded(t: np.ndarray, width: float = 1.0) -> tuple[float, float]:
+    """The piece of the axis for the sorted values ``t`` (logarithms), ``width`` of the axis
+    wide: padded so that every value lies at least ``MARGIN`` of the axis from the piece's ends
+    (where the piece has room for that), and by at least a tenth of its span."""
+    s = float(t[-1] - t[0])
+    pad = max(0.1 * s, 0.012)
+    if s > 0 and width > 2 * MARGIN:
+        pad = max(pad, MARGIN * s / (width - 2 * MARGIN))
+    elif s > 0:
+        pad = max(pad, s)
     return float(t[0]) - pad, float(t[-1]) + pad
 
 

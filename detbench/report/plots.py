@@ -11,6 +11,7 @@ every suite is ``detbench.report.tradeoff``'s.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,11 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps, rc_context
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 from PIL import Image
 
 from detbench import analysis
@@ -37,6 +40,46 @@ def subplots(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Figure, Any]:
     calling detbench never switches a user's matplotlib backend."""
     fig = Figure(figsize=kw.pop("figsize", None), layout="constrained")
     return fig, fig.subplots(nrows, ncols, **kw)
+
+
+def clipped_text(fig: Figure) -> list[str]:
+    """The visible texts of ``fig`` that do not fit inside it, as drawn (their renderer extents
+    against the figure's box, to a pixel): what a reader would see cut off. [] when all fit."""
+    canvas = FigureCanvasAgg(fig)  # a canvas of its own: no backend chosen, no global state
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    box = fig.bbox
+    out = []
+    for t in fig.findobj(Text):
+        if not t.get_visible() or not t.get_text().strip():
+            continue
+        e = t.get_window_extent(renderer)
+        if e.x0 < box.x0 - 1 or e.y0 < box.y0 - 1 or e.x1 > box.x1 + 1 or e.y1 > box.y1 + 1:
+            out.append(t.get_text())
+    return out
+
+
+def grow_to_fit(fig: Figure, tries: int = 6) -> None:
+    """Make ``fig`` larger until every text fits inside it (``clipped_text``): by what sticks
+    out, on both sides (a title is centred), as the constrained layout lays it out again. For
+    figures whose texts do not wait on the layout (the heatmap, the divergence)."""
+    for _ in range(tries):
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        box = fig.bbox
+        over_x = over_y = 0.0
+        for t in fig.findobj(Text):
+            if not t.get_visible() or not t.get_text().strip():
+                continue
+            e = t.get_window_extent(renderer)
+            over_x = max(over_x, box.x0 - e.x0, e.x1 - box.x1)
+            over_y = max(over_y, box.y0 - e.y0, e.y1 - box.y1)
+        if over_x <= 1 and over_y <= 1:
+            return
+        w, h = fig.get_size_inches()
+        grow = 2 / fig.dpi
+        fig.set_size_inches(w + max(over_x, 0) * grow + 0.1, h + max(over_y, 0) * grow + 0.1)
 
 
 @dataclass(frozen=True)
@@ -106,13 +149,18 @@ def heatmap_figure(
     ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
     bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
     bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
-    bar.set_label(f"throughput relative to the {baseline} mode")
-    ax.set_title(
-        f"{suite}: relative throughput per workload and mode (coloured where significant)\n"
+    bar.set_label(f"throughput relative\nto the {baseline} mode")
+    # The key wrapped to the figure's width (a 9 pt character is about 0.075 in wide).
+    key = textwrap.fill(
         "= bitwise identical in every replicate, ≠ (outlined) not; n.s.: within the noise "
         "(95% interval contains 1); hatched: noisy timing; grey: did not run",
+        width=max(40, int(width / 0.075)),
+    )
+    ax.set_title(
+        f"{suite}: relative throughput per workload and mode (coloured where significant)\n{key}",
         fontsize=9,
     )
+    grow_to_fit(fig)
     return fig
 
 
@@ -242,6 +290,7 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
         " hollow: loss equal, parameters not)",
         fontsize=9,
     )
+    grow_to_fit(fig)
     return fig
 
 

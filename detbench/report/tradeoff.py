@@ -74,7 +74,8 @@ def draw_panel(
         return missing
     x = placed["relative_throughput"].astype(float)
     low, high = _bounds(placed, "ci_low"), _bounds(placed, "ci_high")
-    planeaxis.apply(ax, planeaxis.fit([*low, *high, 1.0]))
+    # Every point and both ends of its interval: a point is never left inside the axis's cut.
+    planeaxis.apply(ax, planeaxis.fit([*x, *low, *high, 1.0]))
     ax.axvline(1.0, color="0.7", lw=1, zorder=0)
     front = placed[placed["frontier"]].sort_values("relative_throughput")
     if len(front) > 1:

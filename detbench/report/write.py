@@ -18,6 +18,7 @@ from detbench.analysis import runstate
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
 from detbench.report import attribution_chart, invariance_plane, tradeoff
+from detbench.report.conditions import warnings
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
@@ -57,6 +58,19 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     _remove_stale(d / PLOTS_DIR, plots)
     run.plots = plots
     return _write(d, build(run))
+
+
+def warnings_text(directory: str | Path) -> str:
+    """The report's Warnings, one ``WARNING:`` line each, for the console at the end of a run:
+    the console and the report give the same warnings ("" where there are none)."""
+    d = Path(directory)
+    df = load_results(d)
+    if df.empty:
+        return ""
+    env = load_env(d) if (d / ENV_FILE).exists() else {}
+    run = ReportRun(df, env, lines=load_paired(d))
+    said = warnings(run.df, run.verdicts, run.env, run.costs)
+    return "\n".join(f"WARNING: {w}" for w in said)
 
 
 def _write(d: Path, blocks: list[Block]) -> tuple[Path, Path]:

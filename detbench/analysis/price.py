@@ -1,0 +1,111 @@
+"""The price of full determinism, per suite: what every determinism switch on costs against the
+baseline, stated beside the answer whatever mode it recommends (issue 35). A user who reads
+"torch's defaults" still learns what turning everything on would cost, and how sure the run is.
+
+**Which mode.** Full determinism is ``modes.DETERMINISTIC_MODE`` (cudnn.deterministic and
+deterministic algorithms on), or an attribution study's deterministic end (that mode with every
+setting at its strict level), where the run is one. On a CPU, where the cuDNN flags act on
+nothing (``acts.acts_on``), ``det-algos`` is the same computation, and stands in for it when
+the run did not time the mode itself.
+
+**Its number** is the mode's point of ``tradeoff.points``: the geometric mean over the suite's
+workloads of ``cost_intervals.ratio`` (the paired estimate where the mode and the baseline were
+timed side by side, else the separate design's), with its 95% interval: the same figures as the
+trade-off plot and the recommendations.
+
+**Too wide to say anything** (``Price.too_wide``): an interval that holds both half and twice
+the baseline's throughput (``TOO_WIDE``) cannot tell a mode that halves the speed from one that
+doubles it; the answer says so in one sentence instead of letting the numbers stand alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from detbench.core import acts
+from detbench.core.modes import DETERMINISTIC_MODE
+
+#: An interval that holds both 1/TOO_WIDE and TOO_WIDE says nothing of the price.
+TOO_WIDE = 2.0
+#: On a device where the cuDNN flags act on nothing, the mode that is the same computation.
+WITHOUT_CUDNN_FLAGS = "det-algos"
+
+
+@dataclass(frozen=True)
+class Price:
+    """A suite's price of full determinism: ``mode``'s throughput relative to the baseline
+    (``point``, its 95% interval ``low``-``high``; None where the run has no interval)."""
+
+    suite: str
+    mode: str
+    point: float | None
+    low: float | None
+    high: float | None
+    reproducible: float  # the share of the suite's workloads it made reproducible
+    ran: int  # the suite's workloads it ran (the others: unsupported or failed)
+    workloads: int  # the suite's workloads that ran in some mode
+
+    @property
+    def too_wide(self) -> bool:
+        """The interval holds both half and twice the baseline's throughput (``TOO_WIDE``)."""
+        if self.low is None or self.high is None:
+            return False
+        return self.low <= 1 / TOO_WIDE and self.high >= TOO_WIDE
+
+
+def full_mode(
+    modes: Iterable[Any], device: str | None, study: Mapping[str, Any] | None = None
+) -> tuple[str, str | None] | None:
+    """(the mode of full determinism the run timed, the mode it stands in for or None), or None
+    where the run has none: the study's deterministic end, else ``DETERMINISTIC_MODE``, else on a
+    device where cudnn.deterministic acts on nothing ``WITHOUT_CUDNN_FLAGS`` (standing in for
+    ``DETERMINISTIC_MODE``)."""
+    ran = {str(m) for m in modes}
+    end = (study or {}).get("deterministic_end")
+    if end and str(end) in ran:
+        return str(end), None
+    if DETERMINISTIC_MODE in ran:
+        return DETERMINISTIC_MODE, None
+    if (
+        WITHOUT_CUDNN_FLAGS in ran
+        and device is not None
+        and not acts.acts_on("cudnn_deterministic", device)
+    ):
+        return WITHOUT_CUDNN_FLAGS, DETERMINISTIC_MODE
+    return None
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def prices(points: pd.DataFrame, mode: str) -> list[Price]:
+    """Per suite of ``points`` (``tradeoff.points``), ``mode``'s place: its price."""
+    if points.empty:
+        return []
+    out = []
+    for r in points[points["mode"] == mode].to_dict("records"):
+        out.append(
+            Price(
+                suite=str(r["suite"]),
+                mode=mode,
+                point=_num(r["relative_throughput"]),
+                low=_num(r.get("ci_low")),
+                high=_num(r.get("ci_high")),
+                reproducible=float(r["reproducible"]),
+                ran=int(r["ran"]),
+                workloads=int(r["workloads"]),
+            )
+        )
+    return out
