@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import detbench
 
 
-@detbench.workload(suite="custom", items_per_step=8, loss_output=0, attention=True)
+@detbench.workload(suite="custom", items_per_step=4, loss_output=0, attention=True)
 def tiny_ddpm_unet(ctx):
     try:
         from diffusers import DDPMScheduler, UNet2DModel
@@ -22,16 +22,17 @@ def tiny_ddpm_unet(ctx):
         raise detbench.Unsupported(f"needs diffusers: {exc}") from None
     model = UNet2DModel(
         sample_size=16,
-        block_out_channels=(32, 64),
+        block_out_channels=(16, 32),
+        norm_num_groups=8,
         layers_per_block=1,
         down_block_types=("DownBlock2D", "AttnDownBlock2D"),
         up_block_types=("AttnUpBlock2D", "UpBlock2D"),
     ).to(ctx.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     scheduler = DDPMScheduler(num_train_timesteps=1000)
-    clean = torch.randn(8, 3, 16, 16, device=ctx.device)  # your images here
+    clean = torch.randn(4, 3, 16, 16, device=ctx.device)  # your images here
     noise = torch.randn_like(clean)
-    t = torch.randint(0, 1000, (8,), device=ctx.device)
+    t = torch.randint(0, 1000, (4,), device=ctx.device)
     noisy = scheduler.add_noise(clean, noise, t)
 
     def step():
