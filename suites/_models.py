@@ -20,6 +20,17 @@ import detbench
 TRAIN_STEPS = {"quick": 4, "full": 10}
 
 
+#: How to get a library, in the reason of an ``unsupported`` record: the ``models`` extra has
+#: those that never replace an installed torch; timm needs torchvision, whose wheel pins one
+#: torch build.
+_HINTS = {
+    **dict.fromkeys(
+        ("transformers", "diffusers", "torch_geometric"), " (pip install 'detbench[models]')"
+    ),
+    "timm": " (pip install timm: it needs the torchvision built for this torch)",
+}
+
+
 def library(name: str) -> ModuleType:
     """``import NAME``, or ``detbench.Unsupported`` saying that the workload needs it and why it
     cannot be had here (not installed, or failing to import: its own error), so the record is
@@ -27,7 +38,7 @@ def library(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except Exception as exc:  # an ImportError, or a library that breaks while importing
-        hint = " (pip install 'detbench[models]')" if name == "transformers" else ""
+        hint = _HINTS.get(name, "")
         raise detbench.Unsupported(
             f"needs {name}, which does not import here{hint}: {type(exc).__name__}: {exc}"
         ) from None

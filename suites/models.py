@@ -1,11 +1,12 @@
 """models: the models users train, from the libraries they train them with, where installed.
 
 Hugging Face Transformers builds each architecture from a config alone (random weights from the
-seeded generators, no download, no network); torchvision builds its models with ``weights=None``.
-Each workload is a full training step (forward with the loss, backward, the optimizer's update)
-unless it says inference; at ``full`` its sizes are the published models' own (GPT-2 small,
-BERT-base, ViT-B/16, ConvNeXt-T, Whisper-base, ResNet-50, EfficientNet-B0), at ``quick`` tiny
-versions of the same architectures, for a CPU.
+seeded generators, no download, no network); torchvision builds its models with ``weights=None``,
+timm with ``pretrained=False``. Each workload is a full training step (forward with the loss,
+backward, the optimizer's update) unless it says inference; at ``full`` its sizes are the
+published models' own (GPT-2 small, BERT-base, ViT-B/16, ConvNeXt-T, Whisper-base, ResNet-50,
+EfficientNet-B0, the DDPM CIFAR-10 UNet, MobileNetV3-Large; the graph networks on a random graph
+of ogbn-arxiv's sizes), at ``quick`` tiny versions of the same architectures, for a CPU.
 
 - Transformers (``params["library"] == "transformers"``): ``gpt2_lm`` (causal LM loss),
   ``llama_lm`` (RMSNorm, rotary positions, SwiGLU, grouped-query attention), ``bert_classify``
@@ -16,6 +17,12 @@ versions of the same architectures, for a CPU.
 - torchvision (``params["library"] == "torchvision"``): ``tv_resnet50``, ``tv_vit_b_16``,
   ``tv_efficientnet_b0``. Tested on the GPU host only: torchvision's CPU wheel needs a torch
   build this development machine does not use.
+- Defined in ``_models_more.py`` and registered here: diffusers (``params["library"] ==
+  "diffusers"``): ``diffusers_unet2d`` (a ``UNet2DModel``'s DDPM noise-prediction step);
+  PyTorch Geometric (``"torch_geometric"``): ``pyg_gcn`` and ``pyg_sage`` (2-layer GCN and
+  GraphSAGE, node classification on a seeded random graph: scatter-add aggregation); timm
+  (``"timm"``): ``timm_mobilenetv3`` (``mobilenetv3_large_100``; timm needs torchvision, so it
+  is tested where torchvision is).
 
 A library that does not import makes its workloads' records ``unsupported`` with the reason
 (``detbench.Unsupported``), never an error: the suite runs everywhere. The models attend through
@@ -347,3 +354,8 @@ def tv_vit_b_16(ctx: detbench.Context, **s: Any) -> Any:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x, y = _images(ctx, s)
     return _m.training_step(model, opt, lambda: F.cross_entropy(model(x), y))
+
+
+# --- diffusers, PyTorch Geometric, timm: in _models_more.py, registered from here ----------------
+
+detbench.suite_helper("_models_more").define(_train, _m)

@@ -6,6 +6,7 @@ learns from the first records."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import re
@@ -30,14 +31,21 @@ transformers = pytest.importorskip("transformers", reason="the models extra is n
 TRANSFORMERS = ["gpt2_lm", "llama_lm", "bert_classify", "vit_classify", "convnext_classify",
                 "whisper_seq2seq", "gpt2_generate"]  # fmt: skip
 TORCHVISION = ["tv_resnet50", "tv_efficientnet_b0", "tv_vit_b_16"]
+#: suites/_models_more.py: each library's workloads.
+MORE = {"diffusers": ["diffusers_unet2d"], "torch_geometric": ["pyg_gcn", "pyg_sage"],
+        "timm": ["timm_mobilenetv3"]}  # fmt: skip
 
 
-def _has_torchvision() -> bool:
+def _imports(name: str) -> bool:
     try:
-        import torchvision  # noqa: F401
+        importlib.import_module(name)
     except Exception:
         return False
     return True
+
+
+def _has_torchvision() -> bool:
+    return _imports("torchvision")
 
 
 def test_the_suite_lists_its_models_and_the_library_each_needs() -> None:
@@ -48,7 +56,7 @@ def test_the_suite_lists_its_models_and_the_library_each_needs() -> None:
     by_lib: dict[str, list[str]] = {}
     for r in rows:
         by_lib.setdefault(r["params"]["library"], []).append(r["workload"])
-    assert by_lib == {"transformers": TRANSFORMERS, "torchvision": TORCHVISION}
+    assert by_lib == {"transformers": TRANSFORMERS, "torchvision": TORCHVISION, **MORE}
     text = detbench_cli("list", "--suite", "models").stdout
     assert re.search(r"^models/tv_resnet50 +library=torchvision, ", text, re.M)
     assert re.search(r"^models/gpt2_lm +library=transformers, ", text, re.M)
@@ -93,6 +101,60 @@ def test_every_transformers_model_runs_in_both_modes(models_run: Path) -> None:
     else:
         assert (tv["status"] == "unsupported").all()
         assert tv["message"].str.contains("needs torchvision, which does not import here").all()
+
+
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
+def test_diffusers_pyg_and_timm_models_train_where_their_library_imports(
+    models_run: Path,
+) -> None:
+    """The same run: each of suites/_models_more.py's workloads is ok in every record, with one
+    fingerprint across replicates and modes (a CPU's step is deterministic here), where its
+    library imports, and unsupported with the reason where it does not (timm here: it needs
+    torchvision)."""
+    df = detbench.load_results(models_run)
+    for library, names in MORE.items():
+        got = df[df["workload"].isin(names)]
+        assert len(got) == len(names) * 2 * 2, library
+        if not _imports(library):
+            assert (got["status"] == "unsupported").all(), library
+            assert got["message"].str.contains(f"needs {library}, which does not import").all()
+            continue
+        assert (got["status"] == "ok").all(), got[got["status"] != "ok"][["workload", "message"]]
+        assert (got.groupby("workload")["fingerprint"].nunique() == 1).all(), library
+        assert (got["flops_per_step"] > 0).all() and (got["seconds_per_step"] > 0).all()
+        assert all(len(x) == 4 and all(v > 0 for v in x) for x in got["losses"])
+    unet = df[df["workload"] == "diffusers_unet2d"]
+    if _imports("diffusers"):  # its self-attention is diffusers' AttnProcessor2_0: SDPA, seen
+        assert set(unet["attn_implementation"]) == {"sdpa"}
+
+
+@pytest.mark.slow  # whole runs end to end: make test-slow and CI run it
+def test_without_diffusers_pyg_or_timm_the_records_say_unsupported_and_why(
+    tmp_path: Path,
+) -> None:
+    """Each library hidden for real: a module of its name first on the workers' PYTHONPATH
+    raises ImportError when imported, so the factory's import fails as a missing one would."""
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    for library in MORE:
+        (hide / f"{library}.py").write_text(f"raise ImportError('{library} is hidden')\n")
+    only = [a for names in MORE.values() for n in names for a in ("--only", f"models/{n}")]
+    out = tmp_path / "run"
+    proc = detbench_cli(
+        "run", "--suite", "models", *only, "--mode", "default", "--replicates", "2",
+        "--device", "cpu", "--profile", "quick", "--out", str(out), "--no-report",
+        env={"PYTHONPATH": str(hide)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    df = detbench.load_results(out)
+    assert len(df) == 4 * 2 and (df["status"] == "unsupported").all()
+    for library, names in MORE.items():
+        msgs = df[df["workload"].isin(names)]["message"]
+        hint = "it needs the torchvision" if library == "timm" else "pip install 'detbench[models]'"
+        assert msgs.str.fullmatch(
+            f"build: needs {library}, which does not import here \\(.*{re.escape(hint)}.*\\): "
+            f"ImportError: {library} is hidden"
+        ).all(), msgs.tolist()
 
 
 @pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
@@ -276,7 +338,7 @@ def test_the_suite_is_costed_on_paper_from_its_flops_and_left_out_of_the_cuda_ma
     assert "models" in MATRIX_OPT_IN["cuda"]
     own = est.WORKLOAD_RECORD_SECONDS[("cuda", "full")]
     assert {k.split("/")[1] for k in own if k.startswith("models/")} == set(
-        TRANSFORMERS + TORCHVISION
+        TRANSFORMERS + TORCHVISION + [n for names in MORE.values() for n in names]
     )
     # GPT-2 small: 7.00 TFLOP a step at the Transformer encoder's 41.3 TFLOP/s on the H100, 10
     # fingerprint steps with a digest of 124.4M parameters, 12.4 timed steps, a third of a
@@ -292,7 +354,7 @@ def test_the_suite_is_costed_on_paper_from_its_flops_and_left_out_of_the_cuda_ma
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     if doc["estimate_basis"] == "paper":  # no GPU here: the paper figures alone
-        assert doc["costed_records"] == doc["records"] == 300
+        assert doc["costed_records"] == doc["records"] == 14 * 10 * 3
         assert doc["record_seconds"] == pytest.approx(30 * sum(
             v for k, v in own.items() if k.startswith("models/")), abs=0.1)  # fmt: skip
 

@@ -114,7 +114,11 @@ _DATALOADER = 1.55
 #: for GPT-2, ViT, ConvNeXt and Whisper, on the CPU at batch 1 times the batch for Llama and
 #: BERT, the CPU's flash attention counted as the GPU's; torchvision's published multiply-adds
 #: x 2 x 3 for its models), parameters, and the rate. ConvNeXt's and EfficientNet's depthwise
-#: convolutions run far below ResNet's rate, so theirs are low; gpt2_generate is host-bound (one
+#: convolutions run far below ResNet's rate, so theirs are low. The DDPM UNet's FLOPs (diffusers,
+#: batch 128) were counted on the CPU at batch 1 times the batch; the graph networks' at full size
+#: on the CPU, their linear layers alone: the gathers and scatter-adds over 1.17M edges are memory
+#: traffic the count leaves out, so theirs are low too; timm's mobilenetv3_large_100 from its
+#: published 0.22 G multiply-adds x 2 x 3. gpt2_generate is host-bound (one
 #: kernel launch after another per token), so it is costed from the decoder's measured 0.29 ms per
 #: layer and token (results/20261124-084508-cuda-full-decoder: 37 ms per 32-token decode of 4
 #: layers) x 12 layers x 32 tokens = 0.11 s per generate() at any batch up to 16, its 3 fingerprint
@@ -130,6 +134,10 @@ _MODELS = {
     "tv_resnet50": (4.09e9 * 6 * 64, 25.6e6, _H100_CONV_TF32),
     "tv_efficientnet_b0": (0.39e9 * 6 * 64, 5.3e6, _H100_CONV_TF32),
     "tv_vit_b_16": (17.56e9 * 6 * 32, 86.6e6, _H100_MATMUL_FP32),
+    "diffusers_unet2d": (4.80e12, 35.7e6, _H100_CONV_TF32),
+    "pyg_gcn": (32.6e9, 43.3e3, _H100_MATMUL_FP32),
+    "pyg_sage": (65.2e9, 86.3e3, _H100_MATMUL_FP32),
+    "timm_mobilenetv3": (0.22e9 * 6 * 128, 5.5e6, _H100_CONV_TF32),
 }
 _BUILD, _DIGEST_PER_PARAMETER, _TIMED_STEPS = 0.61, 0.73e-9, 12.4
 
