@@ -24,6 +24,7 @@ from detbench.run.costs import GPU_HOST_CORES
 from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
 from detbench.run.plantext import describe_plan, left_out_line, probe_line
 from detbench.run.schedule import clock
+from detbench.store.outdir import measured_nothing
 from detbench.store.results import RESULTS_FILE, load_results
 
 if TYPE_CHECKING:
@@ -120,7 +121,11 @@ def execute(
     runner = plan_run(config, cuda=cuda, dry_run=bool(args.dry_run))
     if preface and not args.json:
         print("\n".join(preface), file=sys.stdout if args.dry_run else sys.stderr)
-    est = plan(runner, args.dry_run, args.json)
+    try:
+        est = plan(runner, args.dry_run, args.json)
+    except KeyboardInterrupt:  # in the probe worker, before the run's folder exists
+        print(f"\ndetbench: interrupted before the run began; nothing was written", file=sys.stderr)
+        return 130
     if args.dry_run or not _notes(config, runner):
         return 0
     try:
@@ -128,9 +133,10 @@ def execute(
     except KeyboardInterrupt:
         kept = _lines(out)
         new = f"{runner.stats.records} new records, {kept} in all" if config.resume else None
+        again = "" if kept else " (nothing was measured: the same command again starts afresh)"
         print(
             f"\ndetbench: interrupted; {new or f'{kept} records'} kept in {out}; "
-            f"resume with: detbench {command} --resume {out}",
+            f"resume with: detbench {command} --resume {out}{again}",
             file=sys.stderr,
         )
         return 130
@@ -184,6 +190,12 @@ def _notes(config: RunConfig, runner: Runner) -> bool:
             + (f"; the costs of {costs} (workload, replicate) groups to time" if costs else ""),
             file=sys.stderr,
         )
+    elif out.is_dir() and measured_nothing(out):
+        print(
+            f"detbench: {out} holds a run stopped before its first record: this run starts "
+            "afresh in it (its workers' logs are appended to)",
+            file=sys.stderr,
+        )
     if config.device == "cpu":
         print(
             "detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
@@ -221,17 +233,18 @@ def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
         - stats.invariance
         - paired.get("rounds", 0.0)
     )
-    made = (
-        f"{stats.records} records"
-        + (
-            f" and the costs of {int(stats.paired['groups'])} (workload, replicate) groups"
-            if stats.paired
-            else ""
-        )
-        if kept <= stats.records
-        else f"{stats.records} new records, {kept} in all"
+    resumed = kept > stats.records  # the file holds records of an earlier call
+    costs = (
+        f" and the costs of {int(stats.paired['groups'])} (workload, replicate) groups"
+        if stats.paired
+        else ""
     )
-    this = "this call: " if kept > stats.records else ""
+    made = (
+        f"{stats.records} new records{costs}, {kept} records in all"
+        if resumed
+        else f"{stats.records} records{costs}"
+    )
+    this = "this call: " if resumed else ""
     return (
         f"\n{made} in {out / 'results.jsonl'} ({this}{stats.wall:.0f} s against "
         f"{estimated:.0f} s planned: "

@@ -99,7 +99,6 @@ class Runner:
         if config.resume:
             self._previous = load_env(config.out)
             self._host = host_env()
-            self.check_environment({"host": self._host})  # before anything is printed or run
             for r in iter_records(config.out):
                 self.done.add((f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])))
                 if r.get("replicate") == 0 and r.get("flops_source") == "counted":
@@ -109,6 +108,7 @@ class Runner:
                 if r.get("device_name") in names:
                     key = (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
                     self._placed[key] = names.index(r["device_name"])
+            self.check_environment({"host": self._host})  # before anything is printed or run
         else:
             refuse_used(self.config.out)
         self.sources, self.workloads = resolve_sources(config)
@@ -170,6 +170,10 @@ class Runner:
         for key, word in RESUME_FACTS.items():
             if key in ("device", "gpu", "cudnn") and not here.get("worker"):
                 continue  # known once the first worker has started
+            if before[key] is None and not self.done:
+                # A run stopped before its first worker was ready never recorded its host (it
+                # is collected beside that worker's start-up): it measured nothing to compare.
+                continue
             if before[key] != now[key]:
                 raise RunError(
                     f"refusing to resume {self.config.out}: {word} differs: {before[key]} "
@@ -384,6 +388,9 @@ class Runner:
             self._host_later = host_env_later()
         if not c.resume:
             refuse_used(self.config.out)
+            # A folder free for a new run may hold a run stopped before its first record: its
+            # reference outputs, if any, are no reference for this one.
+            shutil.rmtree(out / ".reference", ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
         logs = out / "logs"
         logs.mkdir(exist_ok=True)
