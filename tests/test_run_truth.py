@@ -20,7 +20,7 @@ from .conftest import ROOT, detbench_cli
 
 #: A workload whose worker waits at import while HOLD exists: a start-up that never ends until
 #: the test lets it (as a slow import or CUDA initialisation would).
-HELD = '''
+HELD = """
 import sys, time
 from pathlib import Path
 import torch
@@ -37,9 +37,9 @@ if getattr(getattr(_main, "__spec__", None), "name", None) == "detbench.worker.c
 def add(ctx):
     x = torch.ones(4, 4, device=ctx.device)
     return lambda: [x + 1]
-'''
+"""
 
-RAISES = '''
+RAISES = """
 import torch
 import detbench
 
@@ -52,7 +52,7 @@ def bad_step(ctx):
         return [x @ torch.ones(3, 3)]  # line 10: the user's bug
 
     return step
-'''
+"""
 
 
 def _sigint_default() -> None:

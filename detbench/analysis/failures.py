@@ -40,7 +40,7 @@ def failure_lines(df: pd.DataFrame) -> list[str]:
         where = ", ".join(modes[:3]) + (f" and {len(modes) - 3} more" if len(modes) > 3 else "")
         statuses = "/".join(dict.fromkeys(str(s) for s in g["status"]))
         more = f" (and {len(firsts) - 1} other messages)" if len(firsts) > 1 else ""
-        frames = g["traceback"] if "traceback" in g else ()
+        frames = g.get("traceback", ())
         raised = next((f for t in frames if (f := user_frame(t))), None)
         at = f" [raised at {raised}]" if raised else ""
         lines.append(

@@ -302,9 +302,7 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         calls_made=1 + len(env.get("resumed_utc") or ()),
         paired=paired_groups(df, env.get("paired_lines")),
         set_aside=len(df.attrs.get("set_aside") or ()),
-        statuses=tuple(
-            (str(k), int(n)) for k, n in df["status"].astype(str).value_counts().items()
-        )
+        statuses=tuple((str(k), int(n)) for k, n in df["status"].astype(str).value_counts().items())
         if "status" in df.columns
         else (),
     )

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from detbench.core.settings import visible_gpus
 from detbench.locate.report import locate_run
 from detbench.report.write import write_report
 from detbench.run.api import plan_run, run_planned
-from detbench.run.costprobe import probe, unpriced
+from detbench.run.costprobe import own_costs, probe, unpriced
 from detbench.run.costs import GPU_HOST_CORES
 from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
 from detbench.run.plantext import describe_plan, left_out_line, probe_line
@@ -50,6 +51,8 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
 
+    own = own_costs(runner)  # a resumed run's records price the records it has left
+
     def priced(startup: float, measured: bool, probed: Any = None) -> Estimate:
         return estimate(
             runner.plan,
@@ -66,14 +69,19 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
             None if runner.paired is None else runner.paired.plan(c.setting("block_seconds")),
             GPU_HOST_CORES if paper else None,
             c.timing_design != "paired",
+            own,
         )
 
     est = priced(PAPER_STARTUP_SECONDS.get(c.device, 2.0), False)
-    keys = unpriced(runner) if runner.plan.workers and not paper else []
+    keys = (
+        [k for k in unpriced(runner) if k not in own] if runner.plan.workers and not paper else []
+    )
     found = None
     if (dry_run and runner.plan.workers and not paper) or keys:
         found = probe(runner, keys)
         est = priced(found.startup, True, found.records)
+        if keys:  # a real run probes as this one did: its time is the call's
+            est = replace(est, probe_seconds=found.seconds)
     doc, lines = describe_plan(runner, est)
     if found is not None and keys:
         doc["probe"] = {"seconds": round(found.seconds, 1), "failed": found.failed}
@@ -124,7 +132,7 @@ def execute(
     try:
         est = plan(runner, args.dry_run, args.json)
     except KeyboardInterrupt:  # in the probe worker, before the run's folder exists
-        print(f"\ndetbench: interrupted before the run began; nothing was written", file=sys.stderr)
+        print("\ndetbench: interrupted before the run began; nothing was written", file=sys.stderr)
         return 130
     if args.dry_run or not _notes(config, runner):
         return 0
@@ -253,6 +261,7 @@ def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
             if stats.paired
             else ""
         )
+        + (f"the probe worker {stats.probe:.0f} s, " if stats.probe else "")
         + f"timing {stats.timing:.0f} s, fingerprint "
         f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
         f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "

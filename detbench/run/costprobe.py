@@ -34,6 +34,7 @@ from detbench.run.estimate import Probed, per_record_seconds, record_cost
 from detbench.run.schedule import Slot
 from detbench.run.supervise import log_tail, take_turn
 from detbench.store.record import user_frame
+from detbench.store.results import iter_records
 from detbench.store.schema import Status
 
 if TYPE_CHECKING:
@@ -80,6 +81,29 @@ class Probe:
     records: dict[str, Probed] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+
+
+def own_costs(runner: Runner) -> dict[str, Probed]:
+    """A resumed run's workloads, each costed from the run's own records of it on this host (the
+    mean over them of their phases summed; the FLOP count, which a run makes in its first
+    replicate only, and the timing pass apart, as a probe's record): the records left are
+    priced from what the same run measured, not from a suite's figure measured elsewhere or the
+    model's guess. Empty for a new run."""
+    if not runner.config.resume:
+        return {}
+    per: dict[str, list[dict[str, float]]] = {}
+    for r in iter_records(runner.config.out):
+        phases = {k: float(v or 0.0) for k, v in (r.get("phases") or {}).items()}
+        if phases:
+            per.setdefault(f"{r['suite']}/{r['workload']}", []).append(phases)
+    out = {}
+    for key, records in per.items():
+        counts = [p["count"] for p in records if p.get("count")]
+        count = sum(counts) / len(counts) if counts else 0.0
+        rest = sum(sum(p.values()) - p.get("count", 0.0) for p in records) / len(records)
+        timing = sum(p.get("timing", 0.0) for p in records) / len(records)
+        out[key] = Probed(seconds=rest + count, count=count, timing=timing)
+    return out
 
 
 def unpriced(runner: Runner) -> list[str]:

@@ -410,6 +410,8 @@ class Runner:
             self.stats.planned = (
                 float(estimate) if isinstance(estimate, int | float) else estimate.seconds
             )
+        # The probe worker ran before this, in this call: its seconds are the call's.
+        self.stats.probe = float(getattr(estimate, "probe_seconds", 0.0))
         queues = LaneQueues(self.plan, self._placed)
         lanes = [_Lane(i, name) for i, name in enumerate(c.device_names)]
         self.stats.devices = len(lanes)
@@ -440,7 +442,7 @@ class Runner:
                 for d in self._cache_dirs:
                     shutil.rmtree(d, ignore_errors=True)
                 progress.close()
-                self.stats.wall = time.perf_counter() - t0
+                self.stats.wall = time.perf_counter() - t0 + self.stats.probe
                 self.gpu_state["after"] = gpustate.snapshot()["gpus"]
                 doc = self._env_doc()
                 doc.update(run_stats=self.stats.to_json(), run_calls=with_call(self, estimate))

@@ -5,8 +5,8 @@ folder that holds a user's own files (a ``report.md``, a ``plots/`` of theirs) o
 another run is refused in one line, with nothing in it changed. The one way back into a run's
 folder is ``--resume DIR``, which never passes through here; where the folder holds a run that
 stopped before its end, the refusal names that command. A run stopped before its first record
-measured nothing: its folder is free for a new run as well (``measured_nothing``). ``run``, ``attribute``, ``gpu-check``,
-``audit``, ``merge`` and ``submit`` all call ``refuse_used``.
+measured nothing: its folder is free for a new run as well (``measured_nothing``). ``run``,
+``attribute``, ``gpu-check``, ``audit``, ``merge`` and ``submit`` all call ``refuse_used``.
 """
 
 from __future__ import annotations
