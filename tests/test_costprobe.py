@@ -88,6 +88,9 @@ def test_dry_run_plan_line_progress_and_real_time_agree(tmp_path: Path) -> None:
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
     assert plan["probed_records"] == 6 and plan["probe"]["failed"] == {}
+    # The probe worker's time is the run's too: a real run probes as the dry run did (issue 35).
+    assert plan["probe_seconds"] == plan["probe"]["seconds"] > 0
+    assert plan["estimated_seconds"] > plan["probe_seconds"] + plan["record_seconds"]
     real = _detbench(*args)
     assert real.returncode == 0, real.stderr
     planned = _seconds(re.search(r"; estimated (\d+:\d\d)", real.stderr).group(1))  # type: ignore[union-attr]
@@ -98,6 +101,9 @@ def test_dry_run_plan_line_progress_and_real_time_agree(tmp_path: Path) -> None:
     assert took is not None
     wall, planned_exact = int(took.group(1)), int(took.group(2))
     assert abs(planned_exact - planned) <= 1
+    assert "the probe worker " in real.stdout  # in the call's wall, as in its plan
+    probe = json.loads((out / "env.json").read_text())["run_stats"]["probe"]
+    assert 0 < probe < wall
     print(
         f"dry run {plan['estimated_seconds']} s, plan line {planned} s, real {wall} s "
         f"({100 * (wall / planned - 1):+.0f}% against the plan)"

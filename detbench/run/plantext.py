@@ -119,15 +119,15 @@ def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
             f"  {est.unsupported_records} records will be unsupported (known now: more ranks "
             "than GPUs, a setting this torch lacks, autocast undeclared), charged nothing"
         )
-    if est.costed_records:
+    if est.own_records:
         lines.append(
-            f"  {est.costed_records} records at a measured cost ("
-            + (
-                f"{est.own_records} from this run's own records of their workload; "
-                if est.own_records
-                else ""
-            )
-            + "their suite's, measured on a GPU; their workload's estimate; or "
+            f"  {est.own_records} records at the cost of this run's own records of their "
+            "workload so far (each workload's mean, on this host)"
+        )
+    if est.costed_records > est.own_records:
+        lines.append(
+            f"  {est.costed_records - est.own_records} records at a measured cost (their "
+            "suite's, measured on a GPU; their workload's estimate; or "
             f"{est.probed_records} probed on this host), the rest at the model's "
             f"{est.per_record_seconds:.3f} s (run/estimate.py says where each figure comes from)"
         )
