@@ -31,10 +31,10 @@ from detbench.core.modes import Mode
 from detbench.core.workload import WorkloadError
 from detbench.run.calls import calls_of, with_call
 from detbench.run.config import (
-    RESUME_FACTS,
     TARGET_REL,
     RunConfig,
     RunError,
+    refuse_changed,
     resolve_sources,
 )
 from detbench.run.jobs import worker_environment, worker_job
@@ -163,22 +163,9 @@ class Runner:
 
     def check_environment(self, here: dict[str, Any]) -> None:
         """Refuse to resume where the facts that decide the results differ from the run's."""
-        if not self.config.resume:
-            return
-        before = env_facts(self._previous)
-        now = env_facts(here)
-        for key, word in RESUME_FACTS.items():
-            if key in ("device", "gpu", "cudnn") and not here.get("worker"):
-                continue  # known once the first worker has started
-            if before[key] is None and not self.done:
-                # A run stopped before its first worker was ready never recorded its host (it
-                # is collected beside that worker's start-up): it measured nothing to compare.
-                continue
-            if before[key] != now[key]:
-                raise RunError(
-                    f"refusing to resume {self.config.out}: {word} differs: {before[key]} "
-                    f"(the run) vs {now[key]} (here); start a new run instead"
-                )
+        if self.config.resume:
+            before, now = env_facts(self._previous), env_facts(here)
+            refuse_changed(self.config.out, before, now, here, bool(self.done))
 
     # -- environment -------------------------------------------------------------------------
     def _env_doc(self) -> dict[str, Any]:
