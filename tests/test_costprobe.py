@@ -33,9 +33,12 @@ def test_a_probed_workload_is_charged_its_measured_record() -> None:
     assert est.record_seconds == pytest.approx(2 * 4.0 + 4 * 3.5)
     assert est.startup_waits == 0.0  # 3.5 s or more of each worker's record is not timing
     slow = E.estimate(plan, "cpu", "quick", 0.1, 5.0, True, probed=probed)
-    assert slow.startup_waits == pytest.approx(
-        sum(5.0 - (c - 1.0) for c in (4.0, 4.0, 3.5, 3.5, 3.5))
-    )
+    # Each worker starts as the one before it begins its turn: its start-up runs through that
+    # one's wait and the part of its record that is not timing (4 - 1 s in replicate 1, 3.5 - 1
+    # after). The second starts with the first and waits for nothing; then 5 - 3 = 2 s, 5 - 2 -
+    # 2.5 = 0.5 s, 2 s, 0.5 s.
+    assert [s.replicate for s in plan.slots] == [0, 0, 1, 1, 2, 2]
+    assert slow.startup_waits == pytest.approx(0.0 + 2.0 + 0.5 + 2.0 + 0.5)
     # The progress line's plan is the estimate's own: its first figure is the plan line's.
     assert sum(x + sum(r.values()) for x, r in slow.slot_costs.values()) == pytest.approx(
         slow.seconds
@@ -85,6 +88,9 @@ def test_dry_run_plan_line_progress_and_real_time_agree(tmp_path: Path) -> None:
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
     assert plan["probed_records"] == 6 and plan["probe"]["failed"] == {}
+    # The probe worker's time is the run's too: a real run probes as the dry run did (issue 35).
+    assert plan["probe_seconds"] == plan["probe"]["seconds"] > 0
+    assert plan["estimated_seconds"] > plan["probe_seconds"] + plan["record_seconds"]
     real = _detbench(*args)
     assert real.returncode == 0, real.stderr
     planned = _seconds(re.search(r"; estimated (\d+:\d\d)", real.stderr).group(1))  # type: ignore[union-attr]
@@ -95,6 +101,9 @@ def test_dry_run_plan_line_progress_and_real_time_agree(tmp_path: Path) -> None:
     assert took is not None
     wall, planned_exact = int(took.group(1)), int(took.group(2))
     assert abs(planned_exact - planned) <= 1
+    assert "the probe worker " in real.stdout  # in the call's wall, as in its plan
+    probe = json.loads((out / "env.json").read_text())["run_stats"]["probe"]
+    assert 0 < probe < wall
     print(
         f"dry run {plan['estimated_seconds']} s, plan line {planned} s, real {wall} s "
         f"({100 * (wall / planned - 1):+.0f}% against the plan)"

@@ -263,10 +263,16 @@ def test_every_own_workload_failing_exits_1_with_each_first_error_line(tmp_path:
     lines = proc.stdout.splitlines()
     typo = next(ln for ln in lines if ln.startswith("  custom/shape_typo: "))
     assert typo.endswith("error in 2 of 2 records (default): fingerprint: RuntimeError: mat1 "
-                         "and mat2 shapes cannot be multiplied (4x8 and 7x3)")  # fmt: skip
+                         "and mat2 shapes cannot be multiplied (4x8 and 7x3) [raised at "
+                         f"{WORKLOADS / 'all_fail.py'}:13 (in <lambda>)]")  # fmt: skip
     name = next(ln for ln in lines if ln.startswith("  custom/returns_a_name: "))
     assert "OutputError: the step returned a str ('hello') at ['name']" in name
     assert "every record of your own workloads failed" in proc.stderr
+    # No record succeeded: the run's state never says "Complete" (issue 35).
+    assert "Complete" not in proc.stdout
+    assert "\nNo successful record: all 4 planned records ran, and none is ok (4 error)." in (
+        proc.stdout
+    )
     df = detbench.load_results(tmp_path / "run")
     assert all_failed(df, ["custom/shape_typo", "custom/returns_a_name"])
     assert len(failure_lines(df)) == 2

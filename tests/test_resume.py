@@ -125,15 +125,36 @@ def test_sigint_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
         f"new --out, or continue that run with: detbench run --resume {out}\n"
     )
     assert snapshot(out) == before
+    # The resume is planned from the run's own records of each workload, not from a table
+    # measured elsewhere (issue 35): every record left of a workload kept is priced so.
+    dry = detbench_cli("run", "--resume", str(out), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    have = [json.loads(x) for x in kept]
+    seen = {r["workload"] for r in have}
+    done = {(r["workload"], r["mode"], r["replicate"]) for r in have}
+    left = [
+        (w, m, r)
+        for w in ("mlp_step", "tiny_training", "put_without_accumulate")
+        for m in ("default", "det-algos")
+        for r in (0, 1)
+        if (w, m, r) not in done
+    ]
+    assert plan["records"] == len(left)
+    assert plan["own_records"] == sum(1 for w, _, _ in left if w in seen) > 0
+    assert snapshot(out) == before
     resumed = detbench_cli("run", "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert len(comparable(out)) == TOTAL
     # The resumed call's console counts its own records and the file's, never one as the other;
     # env.json keeps each call's time and the estimate of the records it made (issue 34).
     new = TOTAL - len(kept)
-    assert f"\n{new} new records, {TOTAL} in all in {out / 'results.jsonl'} (this call: " in (
-        resumed.stdout
-    )
+    groups = 3 * 2  # workloads x replicates: the paired phase's, all timed by this call
+    assert (
+        f"\n{new} new records and the costs of {groups} (workload, replicate) groups, {TOTAL} "
+        f"records in all in {out / 'results.jsonl'} (this call: "
+    ) in resumed.stdout
+    assert f"\n{TOTAL} records in" not in resumed.stdout
     calls = json.loads((out / "env.json").read_text())["run_calls"]
     assert [c["records"] for c in calls] == [len(kept), new]
     assert all(c["wall"] > 0 and c["planned"] > 0 for c in calls)

@@ -77,7 +77,11 @@ def test_estimate_is_records_times_the_per_record_cost_plus_one_startup() -> Non
     # a worker times): 40 records' overheads.
     hidden = 40 * (per - timing_seconds("cpu", 0.1))
     assert hidden == pytest.approx(40 * RECORD_OVERHEAD_SECONDS[("cpu", "quick")])
-    assert est.startup_waits == pytest.approx(29 * (2.0 - hidden))
+    # A worker starts as the one before it begins its turn (the runner spawns the next slot's
+    # worker beside the current one), so they start in pairs: the second with the first, the
+    # fourth as the third begins, ... Of the 29 later workers, 14 wait what their start-up
+    # outlasts the measuring before them; the others are ready when their turn comes.
+    assert est.startup_waits == pytest.approx(14 * (2.0 - hidden))
     assert est.seconds == pytest.approx(2.0 + 1200 * per + est.startup_waits)
     assert est.to_json()["estimated_seconds"] == round(est.seconds, 1)
     long = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=1.0, measured=True)
@@ -90,8 +94,8 @@ def test_estimate_adds_the_startup_a_short_worker_cannot_hide() -> None:
     per = per_record_seconds("cpu", "quick", 0.1)
     assert est.records == 90 and est.workers == 30
     hidden = 3 * RECORD_OVERHEAD_SECONDS[("cpu", "quick")]
-    assert est.startup_waits == pytest.approx(29 * (2.0 - hidden))
-    assert est.seconds == pytest.approx(2.0 + 90 * per + 29 * (2.0 - hidden))
+    assert est.startup_waits == pytest.approx(14 * (2.0 - hidden))  # in pairs, as above
+    assert est.seconds == pytest.approx(2.0 + 90 * per + 14 * (2.0 - hidden))
     assert clock(61) == "1:01" and clock(3725) == "1:02:05"
 
 
@@ -104,7 +108,7 @@ def test_estimate_charges_each_later_workers_device_stage_on_cuda() -> None:
     assert cuda.handovers == 29 and cuda.handover_seconds == HANDOVER_SECONDS["cuda"] == 1.0
     per = per_record_seconds("cuda", "quick", 0.1)
     hidden = 40 * RECORD_OVERHEAD_SECONDS[("cuda", "quick")]
-    assert cuda.startup_waits == pytest.approx(29 * (9.8 - hidden))  # workers too short
+    assert cuda.startup_waits == pytest.approx(14 * (9.8 - hidden))  # too short, in pairs
     assert cuda.seconds == pytest.approx(9.8 + 1200 * per + cuda.startup_waits + 29 * 1.0)
     assert cuda.to_json()["handovers"] == 29
     cpu = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=1.0, measured=True)

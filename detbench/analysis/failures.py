@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from detbench.store.record import user_frame
 from detbench.store.schema import Status
 
 #: The statuses that are a failure of the workload (``unsupported`` is not: it is a fact of the
@@ -25,8 +26,9 @@ def first_line(message: object) -> str:
 
 def failure_lines(df: pd.DataFrame) -> list[str]:
     """One line per failing workload: its key, its statuses, in how many of its records and in
-    which modes, and the first line of its first failure's message (failures with other first
-    lines are counted)."""
+    which modes, the first line of its first failure's message (failures with other first
+    lines are counted), and where in the user's code a failure was raised, where its traceback
+    says."""
     if df.empty or "status" not in df:
         return []
     bad = df[df["status"].isin([str(s) for s in FAILED])]
@@ -38,9 +40,12 @@ def failure_lines(df: pd.DataFrame) -> list[str]:
         where = ", ".join(modes[:3]) + (f" and {len(modes) - 3} more" if len(modes) > 3 else "")
         statuses = "/".join(dict.fromkeys(str(s) for s in g["status"]))
         more = f" (and {len(firsts) - 1} other messages)" if len(firsts) > 1 else ""
+        frames = g.get("traceback", ())
+        raised = next((f for t in frames if (f := user_frame(t))), None)
+        at = f" [raised at {raised}]" if raised else ""
         lines.append(
             f"  {suite}/{workload}: {statuses} in {len(g)} of {total} records ({where}): "
-            f"{firsts[0]}{more}"
+            f"{firsts[0]}{more}{at}"
         )
     return lines
 

@@ -46,6 +46,14 @@ class RunState:
     #: The paired timing phase (issue 34), where the records defer their timing to it: per
     #: replicate, the (workload) groups its lines time so far and those its verdicts planned.
     paired: dict[int, tuple[int, int]] | None = None
+    #: The records by status (every record of the run): a run none of whose records is ``ok``
+    #: measured nothing, whether or not it made its whole plan.
+    statuses: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def succeeded(self) -> int | None:
+        """Records with status ``ok``; None where the statuses were not given."""
+        return dict(self.statuses).get("ok", 0) if self.statuses else None
 
     @property
     def short_of_verdicts(self) -> bool:
@@ -92,6 +100,12 @@ class RunState:
         if self.planned is None:
             state = "finished" if self.finished else "did not finish"
             return f"{self.records} records; the run {state} (its plan is not recorded)"
+        if not self.partial and self.succeeded == 0:
+            each = ", ".join(f"{n} {status}" for status, n in self.statuses)
+            return (
+                f"No successful record: all {self.planned} planned records ran, and none is ok "
+                f"({each})"
+            )
         if not self.partial:
             return f"Complete: all {self.planned} planned records"
         if not self.short_of_verdicts:
@@ -288,4 +302,7 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         calls_made=1 + len(env.get("resumed_utc") or ()),
         paired=paired_groups(df, env.get("paired_lines")),
         set_aside=len(df.attrs.get("set_aside") or ()),
+        statuses=tuple((str(k), int(n)) for k, n in df["status"].astype(str).value_counts().items())
+        if "status" in df.columns
+        else (),
     )

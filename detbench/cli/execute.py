@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +20,12 @@ from detbench.core.settings import visible_gpus
 from detbench.locate.report import locate_run
 from detbench.report.write import warnings_text, write_report
 from detbench.run.api import plan_run, run_planned
-from detbench.run.costprobe import probe, unpriced
+from detbench.run.costprobe import own_costs, probe, unpriced
 from detbench.run.costs import GPU_HOST_CORES
 from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
 from detbench.run.plantext import describe_plan, left_out_line, probe_line
 from detbench.run.schedule import clock
+from detbench.store.outdir import measured_nothing
 from detbench.store.results import RESULTS_FILE, load_results
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
 
+    own = own_costs(runner)  # a resumed run's records price the records it has left
+
     def priced(startup: float, measured: bool, probed: Any = None) -> Estimate:
         return estimate(
             runner.plan,
@@ -65,14 +69,19 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
             None if runner.paired is None else runner.paired.plan(c.setting("block_seconds")),
             GPU_HOST_CORES if paper else None,
             c.timing_design != "paired",
+            own,
         )
 
     est = priced(PAPER_STARTUP_SECONDS.get(c.device, 2.0), False)
-    keys = unpriced(runner) if runner.plan.workers and not paper else []
+    keys = (
+        [k for k in unpriced(runner) if k not in own] if runner.plan.workers and not paper else []
+    )
     found = None
     if (dry_run and runner.plan.workers and not paper) or keys:
         found = probe(runner, keys)
         est = priced(found.startup, True, found.records)
+        if keys:  # a real run probes as this one did: its time is the call's
+            est = replace(est, probe_seconds=found.seconds)
     doc, lines = describe_plan(runner, est)
     if found is not None and keys:
         doc["probe"] = {"seconds": round(found.seconds, 1), "failed": found.failed}
@@ -120,7 +129,11 @@ def execute(
     runner = plan_run(config, cuda=cuda, dry_run=bool(args.dry_run))
     if preface and not args.json:
         print("\n".join(preface), file=sys.stdout if args.dry_run else sys.stderr)
-    est = plan(runner, args.dry_run, args.json)
+    try:
+        est = plan(runner, args.dry_run, args.json)
+    except KeyboardInterrupt:  # in the probe worker, before the run's folder exists
+        print("\ndetbench: interrupted before the run began; nothing was written", file=sys.stderr)
+        return 130
     if args.dry_run or not _notes(config, runner):
         return 0
     try:
@@ -128,9 +141,10 @@ def execute(
     except KeyboardInterrupt:
         kept = _lines(out)
         new = f"{runner.stats.records} new records, {kept} in all" if config.resume else None
+        again = "" if kept else " (nothing was measured: the same command again starts afresh)"
         print(
             f"\ndetbench: interrupted; {new or f'{kept} records'} kept in {out}; "
-            f"resume with: detbench {command} --resume {out}",
+            f"resume with: detbench {command} --resume {out}{again}",
             file=sys.stderr,
         )
         return 130
@@ -187,6 +201,12 @@ def _notes(config: RunConfig, runner: Runner) -> bool:
             + (f"; the costs of {costs} (workload, replicate) groups to time" if costs else ""),
             file=sys.stderr,
         )
+    elif out.is_dir() and measured_nothing(out):
+        print(
+            f"detbench: {out} holds a run stopped before its first record: this run starts "
+            "afresh in it (its workers' logs are appended to)",
+            file=sys.stderr,
+        )
     if config.device == "cpu":
         print(
             "detbench: running on CPU: the cuDNN flags have no effect there, so modes that "
@@ -224,17 +244,18 @@ def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
         - stats.invariance
         - paired.get("rounds", 0.0)
     )
-    made = (
-        f"{stats.records} records"
-        + (
-            f" and the costs of {int(stats.paired['groups'])} (workload, replicate) groups"
-            if stats.paired
-            else ""
-        )
-        if kept <= stats.records
-        else f"{stats.records} new records, {kept} in all"
+    resumed = kept > stats.records  # the file holds records of an earlier call
+    costs = (
+        f" and the costs of {int(stats.paired['groups'])} (workload, replicate) groups"
+        if stats.paired
+        else ""
     )
-    this = "this call: " if kept > stats.records else ""
+    made = (
+        f"{stats.records} new records{costs}, {kept} records in all"
+        if resumed
+        else f"{stats.records} records{costs}"
+    )
+    this = "this call: " if resumed else ""
     return (
         f"\n{made} in {out / 'results.jsonl'} ({this}{stats.wall:.0f} s against "
         f"{estimated:.0f} s planned: "
@@ -243,6 +264,7 @@ def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
             if stats.paired
             else ""
         )
+        + (f"the probe worker {stats.probe:.0f} s, " if stats.probe else "")
         + f"timing {stats.timing:.0f} s, fingerprint "
         f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
         f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "

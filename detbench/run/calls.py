@@ -88,6 +88,8 @@ def with_call(runner: _Runner, estimate: Estimate | float | None) -> list[dict[s
     paired = getattr(estimate, "paired", None) or {}
     if planned is not None and paired.get("groups"):
         planned += float(getattr(estimate, "paired_seconds", 0.0)) * timed / paired["groups"]
+    if planned is not None:  # the probe worker this call ran before its plan's workers
+        planned += float(getattr(estimate, "probe_seconds", 0.0))
     this = call_entry(runner._started, stats.wall, stats.records, planned, stats.planned)
     if stats.paired is not None:
         this["groups"] = timed

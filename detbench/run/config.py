@@ -94,6 +94,30 @@ class RunError(DetbenchError):
     """A run that cannot start as asked (one clear line for the user)."""
 
 
+def refuse_changed(
+    out: Path,
+    before: dict[str, str | None],
+    now: dict[str, str | None],
+    here: dict[str, Any],
+    measured: bool,
+) -> None:
+    """Refuse to resume the run in ``out`` where a fact that decides its results (``before``,
+    the run's ``env_facts``) differs from this host's (``now``, of the env ``here``);
+    ``measured``: whether the run has records."""
+    for key, word in RESUME_FACTS.items():
+        if key in ("device", "gpu", "cudnn") and not here.get("worker"):
+            continue  # known once the first worker has started
+        if before[key] is None and not measured:
+            # A run stopped before its first worker was ready never recorded its host (it is
+            # collected beside that worker's start-up): it measured nothing to compare.
+            continue
+        if before[key] != now[key]:
+            raise RunError(
+                f"refusing to resume {out}: {word} differs: {before[key]} (the run) vs "
+                f"{now[key]} (here); start a new run instead"
+            )
+
+
 @dataclass
 class RunConfig:
     out: Path

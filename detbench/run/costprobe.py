@@ -13,8 +13,10 @@ A probe costs a worker's start-up and one record per user workload: a workload i
 where the plan holds at least ``PROBE_MIN_RECORDS`` of its records (a run of 3 modes x 3
 replicates is, and the probe costs it a ninth more; a run of 2 modes x 2 replicates, whose
 model error is seconds, is not), by a dry run and a real run alike. A workload whose probe
-record did not come back ``ok`` (it failed, or the probe ran out of time) keeps the model's
-price, and the plan says so.
+record did not come back ``ok`` (out of memory, unsupported in the probe's mode, or the probe ran
+out of time) keeps the model's price, and the plan says so; but a step that raised (status
+``error``) is a bug in the user's code that every worker would meet: the probe stops the run
+before it starts, with one line naming the file and line of that code.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from detbench.run.config import RunError
 from detbench.run.estimate import Probed, per_record_seconds, record_cost
 from detbench.run.schedule import Slot
 from detbench.run.supervise import log_tail, take_turn
+from detbench.store.record import user_frame
+from detbench.store.results import iter_records
+from detbench.store.schema import Status
 
 if TYPE_CHECKING:
     from detbench.run.runner import Runner
@@ -40,6 +45,31 @@ if TYPE_CHECKING:
 PROBE_MIN_RECORDS = 6
 #: Seconds a probe's record may run (each), before the probe gives up and the model prices it.
 PROBE_RECORD_LIMIT = 120.0
+#: Characters of an error message in the line of a failed probe.
+MESSAGE_WIDTH = 200
+
+
+class _Failed(Exception):
+    """A record of the probe worker whose step raised: the run stops before it starts."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__(record.get("message"))
+        self.record = record
+
+
+def failed_line(rec: dict[str, Any], mode: str) -> str:
+    """The one line of a workload whose step raised in the probe worker: which, in which mode,
+    its error, and where in the user's code it was raised."""
+    message = str(rec.get("message") or "(no message)").strip().splitlines()[0]
+    if len(message) > MESSAGE_WIDTH:
+        message = message[: MESSAGE_WIDTH - 3] + "..."
+    where = user_frame(rec.get("traceback"))
+    return (
+        f"your workload {rec['suite']}/{rec['workload']} failed in the probe worker (mode "
+        f"{mode}): {message}"
+        + (f", raised at {where}" if where else " (no frame of your code in its traceback)")
+        + "; the run stopped before its first worker and wrote nothing: fix it and run again"
+    )
 
 
 @dataclass
@@ -51,6 +81,29 @@ class Probe:
     records: dict[str, Probed] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+
+
+def own_costs(runner: Runner) -> dict[str, Probed]:
+    """A resumed run's workloads, each costed from the run's own records of it on this host (the
+    mean over them of their phases summed; the FLOP count, which a run makes in its first
+    replicate only, and the timing pass apart, as a probe's record): the records left are
+    priced from what the same run measured, not from a suite's figure measured elsewhere or the
+    model's guess. Empty for a new run."""
+    if not runner.config.resume:
+        return {}
+    per: dict[str, list[dict[str, float]]] = {}
+    for r in iter_records(runner.config.out):
+        phases = {k: float(v or 0.0) for k, v in (r.get("phases") or {}).items()}
+        if phases:
+            per.setdefault(f"{r['suite']}/{r['workload']}", []).append(phases)
+    out = {}
+    for key, records in per.items():
+        counts = [p["count"] for p in records if p.get("count")]
+        count = sum(counts) / len(counts) if counts else 0.0
+        rest = sum(sum(p.values()) - p.get("count", 0.0) for p in records) / len(records)
+        timing = sum(p.get("timing", 0.0) for p in records) / len(records)
+        out[key] = Probed(seconds=rest + count, count=count, timing=timing)
+    return out
 
 
 def unpriced(runner: Runner) -> list[str]:
@@ -81,28 +134,34 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
     slot = Slot(0, 0, c.modes[0], tuple(keys))
     records: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
-        worker = runner._spawn(slot, list(keys), Path(tmp), reference=Path(tmp) / ".reference")
-        limits = (c.startup_timeout, min(c.timeout or PROBE_RECORD_LIMIT, PROBE_RECORD_LIMIT))
+    try:
+        with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
+            worker = runner._spawn(slot, list(keys), Path(tmp), reference=Path(tmp) / ".reference")
+            limits = (c.startup_timeout, min(c.timeout or PROBE_RECORD_LIMIT, PROBE_RECORD_LIMIT))
 
-        def record(rec: dict[str, Any]) -> None:
-            records[f"{rec['suite']}/{rec['workload']}"] = rec
+            def record(rec: dict[str, Any]) -> None:
+                if rec.get("status") == Status.ERROR:
+                    raise _Failed(rec)  # the worker is killed: the run stops here
+                records[f"{rec['suite']}/{rec['workload']}"] = rec
 
-        turn = take_turn(
-            worker,
-            None,
-            runner.crew,
-            limits,
-            lambda msg: None,
-            lambda key: None,
-            lambda: True,
-            record,
-        )
-        tail = log_tail(worker.log)
-    for d in runner._cache_dirs:  # the probe's worker got its own, as every worker does
-        shutil.rmtree(d, ignore_errors=True)
-    runner._cache_dirs.clear()
-    runner.stats.workers -= 1
+            turn = take_turn(
+                worker,
+                None,
+                runner.crew,
+                limits,
+                lambda msg: None,
+                lambda key: None,
+                lambda: True,
+                record,
+            )
+            tail = log_tail(worker.log)
+    except _Failed as failed:
+        raise RunError(failed_line(failed.record, c.modes[0].name)) from None
+    finally:
+        for d in runner._cache_dirs:  # the probe's worker got its own, as every worker does
+            shutil.rmtree(d, ignore_errors=True)
+        runner._cache_dirs.clear()
+        runner.stats.workers -= 1
     if not turn.started:
         why = turn.timed_out or f"a worker did not start here; its log: {tail}"
         raise RunError(why)

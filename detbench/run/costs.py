@@ -160,11 +160,15 @@ WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
         "models/gpt2_generate": _GENERATE,
     },
 }
-#: Seconds until the first worker of a CUDA run is ready, where a dry run cannot measure it (no
-#: GPU here: the paper estimate): 9.8 s, what the H100 run of conv, rnn and training waited for its
+#: Seconds until the first worker is ready, where nothing measured it: a real run's plan line
+#: (only a dry run starts a worker to measure it) and a CUDA dry run on a host without a GPU (the
+#: paper estimate). CUDA: 9.8 s, what the H100 run of conv, rnn and training waited for its
 #: workers' start-up in all (results/20261124-085144-cuda-full-conv-rnn-training/env.json,
 #: ``run_stats.startup``: 8 workers, each later one ready before the one before it was done).
-PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 2.0}
+#: CPU: 4.1 s, the start-up the dry run of ``make bench`` measured on the 2-core development VM
+#: (docs/running.md, "Plan and estimate", 2026-11-26); 2.0 s before, a figure with no
+#: measurement behind it, left the quickstart's plan line at 0:19 for a run of 0:29 (README).
+PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 4.1}
 #: Seconds each later worker's device stage adds to a run, per device: the stage (CUDA's
 #: initialisation, its context, cuBLAS's and cuDNN's handles) begins only once the worker before
 #: it has taken its last timing sample (issue 29), so it no longer hides behind that worker's

@@ -4,13 +4,16 @@ rounds of one block and one turn each. The figures and where each was measured a
 ``run/costs.py``.
 
 The group's workers start all at once: their imports and CUDA initialisation share the host's
-cores, so a group of ``n`` workers on ``cores`` cores takes ``ceil(n / cores)`` start-ups' time
-(16 cores on the lent GPU hosts: one; 2 on the development VM: six for eleven workers).
+cores, so a group of ``n`` workers on ``cores`` cores takes ``n / cores`` start-ups' time, one at
+least (16 cores on the lent GPU hosts: one; 2 on the development VM: 5.5 for eleven workers, 1.5
+for three). Measured on the 2-core VM: the CPU core matrix's groups of eleven started in 70 s
+over 3 replicates, 23 s a group against 5.5 x the 4.1 s start-up its dry run measured (22.5 s;
+docs/measured.md); ``ceil``, as the estimate once took, said 24.6 s there and 2 start-ups for
+the quickstart's groups of three.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +43,7 @@ class PairedPlan:
         if not self.groups:
             return 0.0
         cores = cores or os.cpu_count() or 1
-        group_start = startup * math.ceil(self.workers / cores)
+        group_start = startup * max(1.0, self.workers / cores)
         prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1)
         suites = SUITE_PREPARE_SECONDS.get((device, profile), {})
         turn = self.block_seconds + PAIRED_TURN_SECONDS.get(device, 0.001)

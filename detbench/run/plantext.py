@@ -119,12 +119,17 @@ def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
             f"  {est.unsupported_records} records will be unsupported (known now: more ranks "
             "than GPUs, a setting this torch lacks, autocast undeclared), charged nothing"
         )
-    if est.costed_records:
+    if est.own_records:
         lines.append(
-            f"  {est.costed_records} records at a measured cost (their suite's, measured on a GPU;"
-            f" their workload's estimate; or {est.probed_records} probed on this host), the rest "
-            f"at the model's {est.per_record_seconds:.3f} s (run/estimate.py says where each "
-            "figure comes from)"
+            f"  {est.own_records} records at the cost of this run's own records of their "
+            "workload so far (each workload's mean, on this host)"
+        )
+    if est.costed_records > est.own_records:
+        lines.append(
+            f"  {est.costed_records - est.own_records} records at a measured cost (their "
+            "suite's, measured on a GPU; their workload's estimate; or "
+            f"{est.probed_records} probed on this host), the rest at the model's "
+            f"{est.per_record_seconds:.3f} s (run/estimate.py says where each figure comes from)"
         )
     elif c.device == "cuda":
         lines.append("  (the per-record cost on a GPU is the model's, unmeasured here)")
@@ -168,24 +173,34 @@ def _paired_line(est: Estimate) -> str:
 def _estimate_line(est: Estimate, lanes: int) -> str:
     busiest = max(est.lane_records) if lanes > 1 else est.records
     costs = est.lane_record_seconds or (est.record_seconds,)
+    # Each record at the model's figure: say it; else (a measured figure, an unsupported record,
+    # a verdict record without its timing pass) their sum.
+    uniform = abs(max(costs) - busiest * est.per_record_seconds) < 0.05
     records = (
         f"{busiest} records x {est.per_record_seconds:.3f} s"
-        if not est.costed_records and not est.unsupported_records
+        if uniform and not est.costed_records and not est.unsupported_records
         else f"{busiest} records in {max(costs):.0f} s"
     )
     return (
         f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s"
         + (", a paper estimate" if est.basis == "paper" else "")
         + ") = "
+        + (
+            f"{est.probe_seconds:.0f} s of the probe worker (your workloads' records, measured "
+            "here) + "
+            if est.probe_seconds
+            else ""
+        )
         + (f"the busiest of {lanes} devices side by side: " if lanes > 1 else "")
         + f"{records} + "
         + (f"{est.paired_seconds:.0f} s of paired costs + " if est.paired is not None else "")
         + f"{est.startup_seconds:.1f} s "
         f"start-up of the first worker ({'measured here' if est.measured_startup else 'assumed'}"
-        "; each later worker starts while the one before it measures"
+        "; each later worker starts up beside the one before it, from the start of that one's "
+        "turn"
         + (
-            f", and {est.startup_waits:.0f} s where a worker has too little to measure for the "
-            "next one's start-up to hide behind it"
+            f", and {est.startup_waits:.0f} s where a start-up outlasts what the worker before it "
+            "does meanwhile"
             if est.startup_waits >= 0.5
             else ""
         )

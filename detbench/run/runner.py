@@ -31,10 +31,10 @@ from detbench.core.modes import Mode
 from detbench.core.workload import WorkloadError
 from detbench.run.calls import calls_of, with_call
 from detbench.run.config import (
-    RESUME_FACTS,
     TARGET_REL,
     RunConfig,
     RunError,
+    refuse_changed,
     resolve_sources,
 )
 from detbench.run.jobs import worker_environment, worker_job
@@ -99,7 +99,6 @@ class Runner:
         if config.resume:
             self._previous = load_env(config.out)
             self._host = host_env()
-            self.check_environment({"host": self._host})  # before anything is printed or run
             for r in iter_records(config.out):
                 self.done.add((f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])))
                 if r.get("replicate") == 0 and r.get("flops_source") == "counted":
@@ -109,6 +108,7 @@ class Runner:
                 if r.get("device_name") in names:
                     key = (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
                     self._placed[key] = names.index(r["device_name"])
+            self.check_environment({"host": self._host})  # before anything is printed or run
         else:
             refuse_used(self.config.out)
         self.sources, self.workloads = resolve_sources(config)
@@ -163,18 +163,9 @@ class Runner:
 
     def check_environment(self, here: dict[str, Any]) -> None:
         """Refuse to resume where the facts that decide the results differ from the run's."""
-        if not self.config.resume:
-            return
-        before = env_facts(self._previous)
-        now = env_facts(here)
-        for key, word in RESUME_FACTS.items():
-            if key in ("device", "gpu", "cudnn") and not here.get("worker"):
-                continue  # known once the first worker has started
-            if before[key] != now[key]:
-                raise RunError(
-                    f"refusing to resume {self.config.out}: {word} differs: {before[key]} "
-                    f"(the run) vs {now[key]} (here); start a new run instead"
-                )
+        if self.config.resume:
+            before, now = env_facts(self._previous), env_facts(here)
+            refuse_changed(self.config.out, before, now, here, bool(self.done))
 
     # -- environment -------------------------------------------------------------------------
     def _env_doc(self) -> dict[str, Any]:
@@ -384,6 +375,9 @@ class Runner:
             self._host_later = host_env_later()
         if not c.resume:
             refuse_used(self.config.out)
+            # A folder free for a new run may hold a run stopped before its first record: its
+            # reference outputs, if any, are no reference for this one.
+            shutil.rmtree(out / ".reference", ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
         logs = out / "logs"
         logs.mkdir(exist_ok=True)
@@ -403,6 +397,8 @@ class Runner:
             self.stats.planned = (
                 float(estimate) if isinstance(estimate, int | float) else estimate.seconds
             )
+        # The probe worker ran before this, in this call: its seconds are the call's.
+        self.stats.probe = float(getattr(estimate, "probe_seconds", 0.0))
         queues = LaneQueues(self.plan, self._placed)
         lanes = [_Lane(i, name) for i, name in enumerate(c.device_names)]
         self.stats.devices = len(lanes)
@@ -433,7 +429,7 @@ class Runner:
                 for d in self._cache_dirs:
                     shutil.rmtree(d, ignore_errors=True)
                 progress.close()
-                self.stats.wall = time.perf_counter() - t0
+                self.stats.wall = time.perf_counter() - t0 + self.stats.probe
                 self.gpu_state["after"] = gpustate.snapshot()["gpus"]
                 doc = self._env_doc()
                 doc.update(run_stats=self.stats.to_json(), run_calls=with_call(self, estimate))

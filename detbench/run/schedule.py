@@ -283,8 +283,12 @@ class Progress:
         lanes: Mapping[tuple[int, str], int] | None = None,
         kinds: Mapping[tuple[int, str], bool] | None = None,
         after: float = 0.0,
+        spent: float = 0.0,
     ) -> None:
         self.total = total
+        #: Seconds the call spent before the plan's workers (its probe worker): in ``elapsed``
+        #: and in ``estimate``, outside every worker's figure.
+        self.spent = spent
         #: The estimate's seconds for what follows these records (the paired phase's costs),
         #: scaled in ``left`` as the records so far are, against their estimate.
         self.after = after
@@ -293,7 +297,7 @@ class Progress:
         self.estimate = estimate
         self.stream = stream
         self.tty = stream.isatty()
-        self.t0 = clock()
+        self.t0 = clock() - spent
         self._width = 0
         #: (replicate, mode) -> the seconds the worker costs beyond its records, and per key
         #: the estimate's seconds for its record.
@@ -331,6 +335,7 @@ class Progress:
             lanes=lanes,
             kinds=kinds,
             after=estimate.paired_seconds,
+            spent=estimate.probe_seconds,
         )
 
     def remaining(self, elapsed: float) -> dict[Item, float] | None:
@@ -352,7 +357,9 @@ class Progress:
         scales.setdefault(False, 1.0)
         # The time outside records so far (the records in flight are inside one) against the
         # estimate's figure for the workers begun.
-        inside = sum(m for m, _ in seen) + sum(elapsed - b for b in self._began.values())
+        inside = (
+            self.spent + sum(m for m, _ in seen) + sum(elapsed - b for b in self._began.values())
+        )
         extra_planned = sum(self.planned[s][0] for s in self.started if s in self.planned)
         extra_scale = max(0.0, elapsed - inside) / extra_planned if extra_planned > 0 else 1.0
         out: dict[Item, float] = {}

@@ -78,6 +78,8 @@ class RunStats:
     worker_stages: list[dict[str, Any]] = field(default_factory=list)
     #: The paired phase's own figures (``paired.PairedStats``), where the run had one.
     paired: dict[str, Any] | None = None
+    #: The probe worker's seconds before the run (``run.costprobe``), in ``wall``: the call's.
+    probe: float = 0.0
 
     @property
     def other(self) -> float:
@@ -94,6 +96,7 @@ class RunStats:
             - self.cleanup
             - self.shutdown
             - float((self.paired or {}).get("wall") or 0.0)  # the paired phase's
+            - self.probe
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -4,8 +4,9 @@ A command writes into a folder that does not exist yet, or an empty one, and now
 folder that holds a user's own files (a ``report.md``, a ``plots/`` of theirs) or the results of
 another run is refused in one line, with nothing in it changed. The one way back into a run's
 folder is ``--resume DIR``, which never passes through here; where the folder holds a run that
-stopped before its end, the refusal names that command. ``run``, ``attribute``, ``gpu-check``,
-``audit``, ``merge`` and ``submit`` all call ``refuse_used``.
+stopped before its end, the refusal names that command. A run stopped before its first record
+measured nothing: its folder is free for a new run as well (``measured_nothing``). ``run``,
+``attribute``, ``gpu-check``, ``audit``, ``merge`` and ``submit`` all call ``refuse_used``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from detbench.store.results import ENV_FILE, RESULTS_FILE
 
 #: How many of a folder's entries a refusal names.
 SHOWN = 3
+#: A run's folders beside its files: its workers' logs, and the first replicate's outputs that
+#: the later replicates are compared with.
+LOGS, REFERENCE = "logs", ".reference"
 
 
 class OutDirError(DetbenchError):
@@ -37,7 +41,7 @@ def refuse_used(out: Path, flag: str = "--out", *, inside: Collection[str] = ())
             f"{out} is a file, not a folder: give {flag} a new folder (nothing was changed)"
         )
     entries = sorted(p for p in out.iterdir() if p.name not in inside)
-    if not entries:
+    if not entries or measured_nothing(out):
         return
     if (out / RESULTS_FILE).exists() or (out / ENV_FILE).exists():
         raise OutDirError(_held_run(out, flag))
@@ -49,6 +53,23 @@ def refuse_used(out: Path, flag: str = "--out", *, inside: Collection[str] = ())
     raise OutDirError(
         f"{out} is not empty (it holds {listing}): give {flag} a new or empty folder (nothing "
         "was changed)"
+    )
+
+
+def measured_nothing(out: Path) -> bool:
+    """Whether ``out`` holds nothing but a run stopped before its first record: its env.json (a
+    run's, neither finished nor merged), an empty results file, its workers' logs and the first
+    replicate's reference outputs. Nothing of value is there, so a new run may start in it: the
+    logs are appended to, the rest written afresh."""
+    names = {p.name for p in out.iterdir()}
+    env = _env(out)
+    return (
+        ENV_FILE in names
+        and names <= {ENV_FILE, RESULTS_FILE, LOGS, REFERENCE}
+        and bool(env.get("options") and env.get("started_utc"))
+        and not env.get("finished_utc")
+        and not env.get("merged_utc")
+        and _records(out) == 0
     )
 
 

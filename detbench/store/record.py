@@ -7,7 +7,10 @@ every field of ``schema.ALWAYS``.
 
 from __future__ import annotations
 
+import re
+import sysconfig
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from detbench.core.modes import Mode, record_fields
@@ -103,3 +106,34 @@ def merged(
         raise TypeError("merged(): give a shard or a machine")
     where = {"shard": shard} if shard is not None else {"machine": machine}
     return check({**rec, **where})
+
+
+#: A frame of a traceback as Python prints it: its file, line and function.
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.M)
+
+
+def _library_dirs() -> tuple[Path, ...]:
+    """Where code that is not the user's lives: detbench, and Python's own library and its
+    installed packages (torch among them)."""
+    paths = sysconfig.get_paths()
+    dirs = [Path(__file__).resolve().parents[1]]
+    dirs += [Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    return tuple(dict.fromkeys(dirs))
+
+
+def user_frame(traceback_text: object) -> str | None:
+    """Where a record's failure was raised in the user's own code: ``FILE:LINE (in FUNC)`` of
+    the deepest frame of its ``traceback`` outside detbench, Python's library and its installed
+    packages; None where the traceback holds no such frame (or there is none)."""
+    if not isinstance(traceback_text, str):
+        return None
+    library = _library_dirs()
+    found = None
+    for m in _FRAME.finditer(traceback_text):
+        name = m["file"]
+        if name.startswith("<"):  # <frozen runpy>, <string>
+            continue
+        path = Path(name).resolve()
+        if not any(path.is_relative_to(d) for d in library):
+            found = f"{name}:{m['line']} (in {m['func']})"
+    return found
