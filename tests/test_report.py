@@ -40,6 +40,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    (out.parent / "stderr.txt").write_text(proc.stderr)  # the plan and the progress
     return out, proc.stdout
 
 
@@ -78,6 +79,15 @@ def test_run_ends_with_the_report(run: tuple[Path, str]) -> None:
     out, stdout = run
     assert f"report: {out / 'report.html'}" in stdout
     assert (out / "report.md").is_file()
+    # One workload of the file raises in its step, the others run: the probe worker met it first,
+    # and the plan named it with the line of the user's code, before the first worker started.
+    raised = 'its step raised: fingerprint: ValueError: <script>alert(\'not escaped\')</script>'
+    line = 1 + (WORKLOADS / "report_demo.py").read_text().splitlines().index(
+        "        raise ValueError(\"<script>alert('not escaped')</script>\")"
+    )
+    stderr = (out.parent / "stderr.txt").read_text()
+    assert f"{raised}, raised at {WORKLOADS / 'report_demo.py'}:{line} (in step)" in stderr
+    assert stderr.index(raised) < stderr.index("] replicate 1/")  # before the first record
 
 
 def test_html_is_self_contained(run: tuple[Path, str]) -> None:

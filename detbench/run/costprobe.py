@@ -14,9 +14,12 @@ where the plan holds at least ``PROBE_MIN_RECORDS`` of its records (a run of 3 m
 replicates is, and the probe costs it a ninth more; a run of 2 modes x 2 replicates, whose
 model error is seconds, is not), by a dry run and a real run alike. A workload whose probe
 record did not come back ``ok`` (out of memory, unsupported in the probe's mode, or the probe ran
-out of time) keeps the model's price, and the plan says so; but a step that raised (status
-``error``) is a bug in the user's code that every worker would meet: the probe stops the run
-before it starts, with one line naming the file and line of that code.
+out of time) keeps the model's price, and the plan says so. A step that raised (status
+``error``) is a bug in the user's code that every worker would meet: where every workload the
+probe ran raised, the probe stops the run before it starts, with one line naming the file and
+line of that code (nothing would be measured); where only some did, the run goes on for the
+others, and the plan's probe line names each failing one with its file and line, before the first
+worker starts (a workload file may hold a workload that fails on purpose, as the tests' do).
 """
 
 from __future__ import annotations
@@ -49,26 +52,26 @@ PROBE_RECORD_LIMIT = 120.0
 MESSAGE_WIDTH = 200
 
 
-class _Failed(Exception):
-    """A record of the probe worker whose step raised: the run stops before it starts."""
-
-    def __init__(self, record: dict[str, Any]) -> None:
-        super().__init__(record.get("message"))
-        self.record = record
-
-
-def failed_line(rec: dict[str, Any], mode: str) -> str:
-    """The one line of a workload whose step raised in the probe worker: which, in which mode,
-    its error, and where in the user's code it was raised."""
+def raised(rec: dict[str, Any]) -> str:
+    """A record whose step raised, in a few words: its error's first line and where in the
+    user's code it was raised."""
     message = str(rec.get("message") or "(no message)").strip().splitlines()[0]
     if len(message) > MESSAGE_WIDTH:
         message = message[: MESSAGE_WIDTH - 3] + "..."
     where = user_frame(rec.get("traceback"))
+    return message + (
+        f", raised at {where}" if where else " (no frame of your code in its traceback)"
+    )
+
+
+def failed_line(rec: dict[str, Any], mode: str, others: int = 0) -> str:
+    """The one line of a run whose every probed workload raised in the probe worker: the first
+    such workload, in which mode, its error, and where in the user's code it was raised."""
+    also = f" (and {others} other workload{'s' if others > 1 else ''} of yours)" if others else ""
     return (
-        f"your workload {rec['suite']}/{rec['workload']} failed in the probe worker (mode "
-        f"{mode}): {message}"
-        + (f", raised at {where}" if where else " (no frame of your code in its traceback)")
-        + "; the run stopped before its first worker and wrote nothing: fix it and run again"
+        f"your workload {rec['suite']}/{rec['workload']}{also} failed in the probe worker (mode "
+        f"{mode}): {raised(rec)}; the run stopped before its first worker and wrote nothing: "
+        "fix it and run again"
     )
 
 
@@ -140,8 +143,6 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
             limits = (c.startup_timeout, min(c.timeout or PROBE_RECORD_LIMIT, PROBE_RECORD_LIMIT))
 
             def record(rec: dict[str, Any]) -> None:
-                if rec.get("status") == Status.ERROR:
-                    raise _Failed(rec)  # the worker is killed: the run stops here
                 records[f"{rec['suite']}/{rec['workload']}"] = rec
 
             turn = take_turn(
@@ -155,8 +156,6 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
                 record,
             )
             tail = log_tail(worker.log)
-    except _Failed as failed:
-        raise RunError(failed_line(failed.record, c.modes[0].name)) from None
     finally:
         for d in runner._cache_dirs:  # the probe's worker got its own, as every worker does
             shutil.rmtree(d, ignore_errors=True)
@@ -165,9 +164,15 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
     if not turn.started:
         why = turn.timed_out or f"a worker did not start here; its log: {tail}"
         raise RunError(why)
+    errors = [records[k] for k in keys if records.get(k, {}).get("status") == Status.ERROR]
+    if errors and len(errors) == len(keys):  # nothing of the user's would be measured
+        raise RunError(failed_line(errors[0], c.modes[0].name, len(errors) - 1))
     found = Probe(startup=turn.startup_wait, seconds=time.perf_counter() - t0)
     for key in keys:
         rec = records.get(key)
+        if rec is not None and rec.get("status") == Status.ERROR:
+            found.failed[key] = f"its step raised: {raised(rec)}"
+            continue
         if rec is None or rec.get("status") != "ok":
             found.failed[key] = (rec or {}).get("status") or turn.timed_out or "no record"
             continue
