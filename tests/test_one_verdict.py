@@ -33,7 +33,7 @@ from .conftest import ROOT, WORKLOADS, detbench_cli
 GENERATED = WORKLOADS / "generated_code.py"
 
 
-# --- in this process: the bits, not the metadata -------------------------------------------------
+# --- in this process: the bits, not the metadata ----------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,31 @@ def test_outputs_that_differ_with_every_op_alike_name_no_op(
     assert "parted" not in text and "no op can be named" in text
 
 
-# --- the three commands, in fresh processes --------------------------------------------------------
+def test_an_lstms_workspace_is_scratch_and_its_reader_is_compared(tmp_path: Path) -> None:
+    """oneDNN's LSTM on a CPU returns a workspace for its backward, part of which holds whatever
+    the memory held (it differed between two builds in one process): not a result, so not
+    compared; the backward op that reads it is flagged, as a reader of torch.empty's memory is,
+    and its outputs are compared."""
+    load_file(str(ROOT / "suites" / "rnn.py"))
+    w = registry()["rnn/lstm_2layer"]
+    streams = [
+        record_workload(
+            w, get_mode("default"), torch.device("cpu"), 1, 0, "quick", set(), tmp_path / str(k)
+        )["ops"]
+        for k in range(2)
+    ]
+    for ops in streams:
+        fwd = [op for op in ops if op["op"] == "aten.mkldnn_rnn_layer"]
+        bwd = [op for op in ops if op["op"] == "aten.mkldnn_rnn_layer_backward"]
+        assert fwd and all(op["out"][3] == "workspace" for op in fwd)
+        assert bwd and all(op.get("reads_uninitialized") for op in bwd)
+        assert all(
+            v in {op["i"] for op in fwd} for op in bwd for v in op["reads_uninitialized"].values()
+        )
+    assert same_bits(*streams)
+
+
+# --- the three commands, in fresh processes ------------------------------------------------
 
 
 def three_verdicts(target: str, run_args: list[str], out: Path) -> dict[str, dict[str, Any]]:

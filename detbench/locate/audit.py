@@ -361,8 +361,9 @@ def _located_lines(loc: dict[str, Any]) -> list[str]:
         return [f"  where the default mode's runs part: could not be recorded: {loc['error']}"]
     if loc["reproducible"]:
         return [
-            f"  where the default mode's runs part: nowhere in {loc['processes']} more fresh "
-            "processes under the recorder (every op gave the same bits)"
+            f"  where the default mode's runs part: the difference did not recur in "
+            f"{loc['processes']} more fresh processes under the recorder (every op and the "
+            "step's outputs gave the same bits there)"
         ]
     if not loc["culprits"]:
         return [f"  where the default mode's runs part: {parting(loc)}"]
