@@ -7,7 +7,6 @@ the same: `run`, `audit` and `locate` must all call it reproducible.
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import os
 import sys
@@ -36,13 +35,15 @@ def module_from_template(prefix: str) -> Any:
     """Write ``SOURCE`` to a new temporary file and import it (its name differs per process)."""
     with tempfile.NamedTemporaryFile("w", prefix=prefix, suffix=".py", delete=False) as f:
         f.write(SOURCE)
-    atexit.register(os.unlink, f.name)  # torch-geometric leaves its files; a test cleans up
     name = f.name.rsplit("/", 1)[-1].removesuffix(".py")
     spec = importlib.util.spec_from_file_location(name, f.name)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
+    # torch-geometric leaves its files behind; a test does not (a worker may end without running
+    # atexit). The code keeps the file's name, which is what differs from process to process.
+    os.unlink(f.name)
     return module
 
 
