@@ -354,12 +354,19 @@ def to_text(audits: list[Audit]) -> str:
 
 
 def _located_lines(loc: dict[str, Any]) -> list[str]:
-    from detbench.locate.report import culprit_lines  # the parent's: not in the probe's process
+    # the parent's: not in the probe's process
+    from detbench.locate.report import culprit_lines, parting
 
+    if loc.get("error"):
+        return [f"  where the default mode's runs part: could not be recorded: {loc['error']}"]
+    if loc["reproducible"]:
+        return [
+            f"  where the default mode's runs part: the difference did not recur in "
+            f"{loc['processes']} more fresh processes under the recorder (every op and the "
+            "step's outputs gave the same bits there)"
+        ]
     if not loc["culprits"]:
-        first = loc.get("first_difference")
-        at = f" (first difference: {first['op']}, {first['file']}:{first['line']})" if first else ""
-        return [f"  where the default mode's runs part: no op with equal inputs differed{at}"]
+        return [f"  where the default mode's runs part: {parting(loc)}"]
     out = ["  where the default mode's runs part (detbench locate):"]
     for c in loc["culprits"]:
         lines = culprit_lines(c, indent="    ")

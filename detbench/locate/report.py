@@ -79,6 +79,46 @@ def culprit_lines(c: dict[str, Any], indent: str = "    ") -> list[str]:
     return [indent + line for line in lines]
 
 
+def parting(loc: dict[str, Any]) -> str:
+    """How the fresh processes of a locate that is not reproducible differed, in one sentence.
+    Only bits were compared (an op's name, the digests of its inputs and outputs; never metadata
+    such as a generated file's name), and the sentence says the processes parted only at an op
+    it names, with its line; where every op gave the same bits and only the step's outputs
+    differed, it says that, and names no op."""
+    p = loc["processes"]
+    same_outputs = loc.get("outputs_reproducible") is not False
+    outputs = (
+        "the step's outputs differ too" if not same_outputs else "the step's outputs were the same"
+    )
+    first = loc.get("first_difference")
+    split = loc.get("parted_at")
+    if loc["culprits"]:
+        n = len(loc["culprits"])
+        rounded = ": the difference was rounded away" if same_outputs else ""
+        return (
+            f"{p} fresh processes parted at {n} op{'s' if n > 1 else ''} that gave other bits "
+            f"from equal inputs (below); {outputs}{rounded}"
+        )
+    if first:
+        return (
+            f"the bits of {p} fresh processes part at {first['op']} at {shown(first['file'])}:"
+            f"{first['line']} (step {first['step']}), whose inputs already differed: no op with "
+            "equal inputs gave other outputs, so the difference arose where the recorder cannot "
+            f"see (see `detbench locate --help`); {outputs}"
+        )
+    if split:
+        return (
+            f"{p} fresh processes called different ops from op {split['index']} on "
+            f"({split['op']} at {shown(split['file'])}:{split['line']}), with the same bits in "
+            f"every op before it; {outputs}"
+        )
+    return (
+        f"the step's outputs differed in {p} fresh processes, yet each of the {loc['ops']} ops "
+        "the recorder saw gave the same bits in every one: the difference arose outside torch's "
+        "dispatcher (see `detbench locate --help`), so no op can be named"
+    )
+
+
 def to_text(located: list[dict[str, Any]]) -> str:
     """What ``detbench locate`` prints for people."""
     out: list[str] = []
@@ -90,16 +130,11 @@ def to_text(located: list[dict[str, Any]]) -> str:
         elif loc["reproducible"]:
             out.append(
                 f"  reproducible: all {loc['ops']} ops gave the same bits in "
-                f"{loc['processes']} fresh processes"
+                f"{loc['processes']} fresh processes, and so did the step's outputs"
             )
         else:
             n = len(loc["culprits"])
-            outputs = (
-                "the step's outputs differ too"
-                if loc.get("outputs_reproducible") is False
-                else "the step's outputs were still the same: the difference was rounded away"
-            )
-            out.append(f"  NOT reproducible: {loc['processes']} fresh processes parted; {outputs}")
+            out.append(f"  NOT reproducible: {parting(loc)}")
             if n:
                 out.append(f"  {n} culprit{'s' if n > 1 else ''} (inputs equal, outputs not):")
                 for i, c in enumerate(loc["culprits"], 1):
@@ -110,18 +145,10 @@ def to_text(located: list[dict[str, Any]]) -> str:
                     f"  {loc['carried']} later ops only carried the difference (their inputs "
                     "already differed)"
                 )
-            else:
-                first = loc.get("first_difference") or {}
-                out.append(
-                    "  no op with equal inputs was seen to differ: the difference arose where "
-                    "the recorder cannot see (see `detbench locate --help`); the first op "
-                    f"that received it: {first.get('op')} at {shown(first.get('file', ''))}:"
-                    f"{first.get('line')}"
-                )
-            if loc.get("parted_at"):
+            if loc.get("parted_at") and (n or loc.get("first_difference")):
                 p = loc["parted_at"]
                 out.append(
-                    f"  the two runs called different ops from op {p['index']} on ({p['op']} at "
+                    f"  the runs called different ops from op {p['index']} on ({p['op']} at "
                     f"{shown(p['file'])}:{p['line']}): compared up to there"
                 )
         if loc.get("sampled_tensors"):

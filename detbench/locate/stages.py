@@ -5,7 +5,9 @@ the recorder (:mod:`detbench.locate.record`):
 
 1. **Find.** The workload's build and fingerprint steps run under the recorder in ``replicates``
    fresh processes (default 2), and in more, up to ``until``, while every stream is still equal.
-   Two streams are compared op by op (:mod:`detbench.locate.culprits`): the **culprit** is an op
+   Two streams are compared op by op, on their bits only (:mod:`detbench.locate.culprits`: each
+   op's name and the digests of its inputs and outputs; never where it was called from, a file's
+   name, a module's path, which can differ while the bits agree): the **culprit** is an op
    whose inputs were bitwise equal in both runs and whose outputs were not. Ops after it that
    received the difference only carry it. Several independent culprits are possible (each is
    listed); the same line at several steps is one culprit. A stream that calls other ops than the
@@ -41,7 +43,7 @@ from typing import Any, TextIO
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import DETERMINISTIC_MODE, get_mode
 from detbench.core.workload import Context, WorkloadError, registry, select_target
-from detbench.locate.culprits import Culprit, culprits_of
+from detbench.locate.culprits import Culprit, culprits_of, same_bits
 from detbench.locate.record import SAVE_MAX_ELEMENTS
 from detbench.store.schema import Status
 from detbench.worker.protocol import ChildFailed, run_child
@@ -63,17 +65,22 @@ class Located:
     device: str
     mode: str
     torch: str
-    reproducible: bool | None  # every op alike; None: the workload failed first
+    #: Every op's bits and the step's outputs alike in every process; None: the workload failed
+    reproducible: bool | None
     #: The step's outputs (what the fingerprint covers) alike in every process: a difference
     #: inside can be rounded away before it reaches them.
     outputs_reproducible: bool | None = None
+    #: Every op's bits (its name, the digests of its inputs and outputs) alike in every process.
+    ops_reproducible: bool | None = None
     processes: int = 0
     culprits: list[Culprit] = field(default_factory=list)
     ops: int = 0
     carried: int = 0  # ops whose outputs differed because their inputs did
     first_difference: dict[str, Any] | None = None
     parted_at: dict[str, Any] | None = None
-    unlocated: bool = False  # outputs differed, but no op with equal inputs was seen to differ
+    #: Not reproducible, but no op with equal inputs gave other outputs (the difference came
+    #: from where the recorder cannot see)
+    unlocated: bool = False
     error: str | None = None
     compiled: list[dict[str, Any]] = field(default_factory=list)
     sampled_tensors: int = 0
@@ -143,10 +150,7 @@ def _find(
             k
             for k in keys
             if n < replicates
-            or (
-                all(s.get("status") == Status.OK for s in streams[k])
-                and all(s["ops"] == streams[k][0]["ops"] for s in streams[k])
-            )
+            or (all(s.get("status") == Status.OK for s in streams[k]) and _alike(streams[k]))
         ]
         if not todo:
             break
@@ -155,6 +159,15 @@ def _find(
         for k in todo:
             streams[k].append(got["workloads"][k] if "workloads" in got else got)
     return streams
+
+
+def _alike(streams: list[dict[str, Any]]) -> bool:
+    """Every stream's ops and step outputs hold the first one's bits."""
+    first = streams[0] if streams else {}
+    return all(
+        same_bits(first["ops"], s["ops"]) and s.get("step_digests") == first.get("step_digests")
+        for s in streams[1:]
+    )
 
 
 def _measure(
@@ -249,18 +262,18 @@ def _check(
                 )
             continue
         still, _ = culprits_of(streams, loc.device)
-        places = {c.where for c in still}
+        places = {c.place for c in still}  # other processes: a generated file has another name
         loc.deterministic_mode = {
             "mode": det.name,
             "processes": len(streams),
-            "reproducible": all(s["ops"] == streams[0]["ops"] for s in streams),
+            "reproducible": _alike(streams),
             "culprits": [asdict(c) for c in still],
         }
         for c in loc.culprits:
-            c.fixed_by_deterministic_mode = c.where not in places
+            c.fixed_by_deterministic_mode = c.place not in places
             c.deterministic_mode_note = (
                 f"still a culprit in {det.name}"
-                if c.where in places
+                if c.place in places
                 else f"no difference there in {len(streams)} fresh processes in {det.name}"
             )
 
@@ -339,10 +352,11 @@ def _conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) -
     loc.ops, loc.compiled = len(first["ops"]), first.get("compiled", [])
     loc.sampled_tensors = int(first.get("sampled", 0))
     loc.notes = list(first.get("notes", []))
-    loc.reproducible = all(s["ops"] == first["ops"] for s in streams)
+    loc.ops_reproducible = all(same_bits(first["ops"], s["ops"]) for s in streams[1:])
     loc.outputs_reproducible = all(
         s.get("step_digests") == first.get("step_digests") for s in streams
     )
+    loc.reproducible = loc.ops_reproducible and loc.outputs_reproducible
     if loc.compiled:
         at = ", ".join(f"{c['file']}:{c['line']}" for c in loc.compiled)
         loc.notes.append(
@@ -354,9 +368,10 @@ def _conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) -
         return loc
     culprits, cmp = culprits_of(streams, device)
     loc.culprits, loc.carried = culprits, cmp.carried
+    longest = max((s["ops"] for s in streams), key=len)  # where one stream ended, another went on
     for name, i in (("first_difference", cmp.first_difference), ("parted_at", cmp.parted_at)):
-        if i is not None and i < len(first["ops"]):
-            op = first["ops"][i]
+        if i is not None and i < len(longest):
+            op = first["ops"][i] if i < len(first["ops"]) else longest[i]
             setattr(
                 loc,
                 name,

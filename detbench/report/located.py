@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detbench.locate.report import HEADER, _module, _size, shown
+from detbench.locate.report import HEADER, _module, _size, parting, shown
 from detbench.report.render import Code, Heading, Para, Table
 
 
@@ -19,11 +19,7 @@ def blocks(located: list[dict[str, Any]]) -> list[Any]:
             rows.append([name, "could not be recorded", "", "", str(loc["error"])[:200], ""])
             continue
         if not loc["culprits"]:
-            what = (
-                "reproducible under the recorder"
-                if loc["reproducible"]
-                else "no op with equal inputs was seen to differ"
-            )
+            what = "reproducible under the recorder" if loc["reproducible"] else parting(loc)
             rows.append([name, what, "", "", "", ""])
             continue
         for c in loc["culprits"]:
