@@ -81,7 +81,7 @@ def test_run_ends_with_the_report(run: tuple[Path, str]) -> None:
     assert (out / "report.md").is_file()
     # One workload of the file raises in its step, the others run: the probe worker met it first,
     # and the plan named it with the line of the user's code, before the first worker started.
-    raised = 'its step raised: fingerprint: ValueError: <script>alert(\'not escaped\')</script>'
+    raised = "its step raised: fingerprint: ValueError: <script>alert('not escaped')</script>"
     line = 1 + (WORKLOADS / "report_demo.py").read_text().splitlines().index(
         "        raise ValueError(\"<script>alert('not escaped')</script>\")"
     )
