@@ -85,6 +85,16 @@ def test_run_ends_with_the_report(run: tuple[Path, str]) -> None:
     line = 1 + (WORKLOADS / "report_demo.py").read_text().splitlines().index(
         "        raise ValueError(\"<script>alert('not escaped')</script>\")"
     )
+    # The console gives the answer's price of full determinism, in the report's words (issue 35).
+    price = re.search(
+        r"The price of full determinism \(cudnn-det\+det-algos \(det-algos, the same computation "
+        r"on a CPU\) vs default\): demo (\d+\.\d+)x \[(\d+\.\d+), (\d+\.\d+)\]",
+        stdout,
+    )
+    assert price, stdout
+    cell = f"{price[1]}x \\[{price[2]}, {price[3]}\\]"  # the same figures in the answer's table
+    answer = (out / "report.md").read_text().split("## ")[1]
+    assert "full determinism: cudnn-det+det-algos (det-algos" in answer and cell in answer
     stderr = (out.parent / "stderr.txt").read_text()
     assert f"{raised}, raised at {WORKLOADS / 'report_demo.py'}:{line} (in step)" in stderr
     assert stderr.index(raised) < stderr.index("] replicate 1/")  # before the first record

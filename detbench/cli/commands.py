@@ -22,6 +22,7 @@ from detbench.cli.execute import execute
 from detbench.cli.options import UserError, existing_dir, run_config
 from detbench.locate.audit import audit, to_text
 from detbench.report.publish import write_index
+from detbench.report.sections import price_text
 from detbench.report.write import write_report
 from detbench.run.gpucheck import run_check
 from detbench.store.results import stamped_dir
@@ -36,13 +37,16 @@ def run_command(args: argparse.Namespace) -> int:
     def summary(df: pd.DataFrame) -> str:
         same = samebits.text(df)
         why = cause.text(df)
+        env = with_paired(config.out)
+        cost = price_text(df, env)  # the answer's price of full determinism, in its words
         return (
             summary_table(df)[1]
             + "\n\n"
             + recommendation_text(df)
+            + (f"\n{cost}" if cost else "")
             + (f"\n\n{why}" if why else "")
             + (f"\n\n{same}" if same else "")
-            + f"\n\n{run_state(df, with_paired(config.out)).line()}"
+            + f"\n\n{run_state(df, env).line()}"
         )
 
     return execute(config, args, cuda, summary=summary)

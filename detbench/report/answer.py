@@ -80,11 +80,17 @@ def suite_rows(
         return rows
     for suite, row in zip(suite_answer.answers(df, rec, v), rows, strict=True):
         p = full.get(suite.suite)
-        cell = "–" if p is None else _cost(p.mode, baseline, p.point, p.low, p.high)
-        if p is not None and p.ran < p.workloads:
-            cell += f" ({p.ran} of {p.workloads} workloads ran)"
-        row.append(cell)
+        row.append("–" if p is None else price_cell(p, baseline))
     return rows
+
+
+def price_cell(p: price.Price, baseline: str) -> str:
+    """A suite's price of full determinism in words: its ratio to ``baseline`` with the 95%
+    interval, and how many of the suite's workloads ran in that mode where some did not."""
+    cell = _cost(p.mode, baseline, p.point, p.low, p.high)
+    if p.ran < p.workloads:
+        cell += f" ({p.ran} of {p.workloads} workloads ran)"
+    return cell
 
 
 def _answer_rows(
@@ -279,6 +285,23 @@ def price_line(
         "run cannot tell whether it slows the work down or speeds it up; more replicates, or a "
         "quieter machine, narrow it."
     )
+
+
+def price_text(
+    v: pd.DataFrame, points: pd.DataFrame, env: Mapping[str, Any], baseline: str, device: str | None
+) -> str:
+    """The price of full determinism for the console, in the answer table's words: per suite, the
+    ratio with its interval, and the sentence ``price_line`` adds where it says nothing."""
+    full = price.full_mode(v["mode"], device, env.get("study"))
+    if full is None:
+        return price_line([], None, baseline)
+    found = price.prices(points, full[0])
+    if not found:
+        return ""
+    head = f"The price of full determinism ({_full_words(*full, device)} vs {baseline}): "
+    text = head + "; ".join(f"{p.suite} {price_cell(p, baseline)}" for p in found) + "."
+    wide = price_line(found, full, baseline)
+    return text + (f"\n{wide}" if wide else "")
 
 
 CPU_LINE = (
