@@ -106,6 +106,37 @@ def test_an_ok_record_has_its_memory_and_precision(tmp_path: Path) -> None:
     }
 
 
+HEAP_REUSE = """
+import ctypes, json, torch
+from detbench.worker.memory import PeakWatch
+libc = ctypes.CDLL(None)
+libc.mallopt(-3, 512 << 20)  # M_MMAP_THRESHOLD: large blocks come from the heap
+libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: free() gives nothing back by itself
+earlier = torch.ones(96 << 20, dtype=torch.uint8)  # an earlier workload's memory
+kept = torch.ones(1 << 20, dtype=torch.uint8)  # above it in the heap: the heap cannot shrink
+del earlier  # freed, its pages still resident
+watch = PeakWatch(torch.device("cpu"))
+watch.start()
+block = torch.ones(32 << 20, dtype=torch.uint8)  # this workload's 32 MiB, in the freed pages
+print(json.dumps(watch.stop()[1]))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's clear_refs")
+def test_memory_an_earlier_workload_freed_counts_as_the_next_ones_own() -> None:
+    """A worker's C heap keeps what an earlier workload freed, resident; the next workload that
+    reuses it must still show its own growth (the watch gives free pages back first), not 0. In a
+    fresh process: the allocator's thresholds are set there, where no other test shares them."""
+    if not hasattr(__import__("ctypes").CDLL(None), "malloc_trim"):
+        pytest.skip("the C library has no malloc_trim (not glibc)")
+    proc = subprocess.run(
+        [sys.executable, "-c", HEAP_REUSE], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    memory = json.loads(proc.stdout)
+    assert memory["peak_reset"] and memory["rss_growth_bytes"] >= 30 * MIB, memory
+
+
 def test_a_failed_record_has_its_memory_too(tmp_path: Path) -> None:
     def factory(ctx: Context) -> Callable[[], list[torch.Tensor]]:
         def step() -> list[torch.Tensor]:

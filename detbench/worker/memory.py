@@ -7,6 +7,7 @@ right after an out-of-memory failure (``memory_figures``).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import sys
@@ -57,6 +58,20 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+def _release_free_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``; nothing where
+    the C library has no such call). Without it, a workload that reuses memory an earlier
+    workload of the same worker freed grows the RSS by nothing, and its peak reads as 0: pages
+    freed but kept resident by the allocator are counted before it starts, not as its own."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+
+
 class PeakWatch:
     """The peak memory of one workload, from ``start()`` to ``stop()``.
 
@@ -77,6 +92,7 @@ class PeakWatch:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.before = {"allocated_at_start_bytes": torch.cuda.memory_allocated(self.device)}
             return
+        _release_free_heap()
         reset = _reset_peak_rss()
         rss = _status_bytes("VmRSS")
         self.before = {
