@@ -130,19 +130,22 @@ def relative_throughput(v: pd.DataFrame, baseline: str) -> pd.Series:
     )
 
 
-def summary_table(df: pd.DataFrame) -> tuple[str, str]:
+def summary_table(
+    df: pd.DataFrame, v: pd.DataFrame | None = None, c: pd.DataFrame | None = None
+) -> tuple[str, str]:
     """Workloads x modes: throughput relative to the default mode and a reproducibility mark.
 
     Returns (baseline mode name, text table). The baseline is ``baseline_mode``: the default
     mode, else the mode based on it with the fewest overrides, else the first mode. A ratio is
     printed only where it is significant (``costs``: its 95% interval excludes 1), with ``~``
     where the timing was noisy; elsewhere the cell reads ``n.s.``, and the baseline's ``base``.
+    ``v`` and ``c``: ``verdicts(df)`` and ``costs(df, baseline)`` where the caller has them.
     """
-    v = verdicts(df)
+    v = verdicts(df) if v is None else v
     modes = ordered_modes(v["mode"])
     baseline = str(baseline_mode(modes))
     v = v.assign(rel=relative_throughput(v, baseline))
-    c = costs(df, baseline)
+    c = costs(df, baseline) if c is None else c
     quality = (
         {}
         if c.empty

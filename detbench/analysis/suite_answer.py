@@ -167,16 +167,19 @@ def answers(
     return out
 
 
-def recommendation_text(df: pd.DataFrame) -> str:
+def recommendation_text(
+    df: pd.DataFrame, rec: pd.DataFrame | None = None, v: pd.DataFrame | None = None
+) -> str:
     """The rule, then one line per suite: its answer, why, and its throughput (the console's
-    closing lines)."""
-    rec = recommendations(df)
+    closing lines); ``rec`` and ``v``: ``recommendations(df)`` and ``verdicts(df)`` where the
+    caller has them."""
+    rec = recommendations(df) if rec is None else rec
     by_suite: dict[Any, Any] = {
         r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")
     }
     baseline = baseline_mode(df["mode"]) if len(df) else None
     lines = [f"recommended mode per suite: {RULE}."]
-    for a in answers(df, rec):
+    for a in answers(df, rec, v):
         r = by_suite[a.suite]
         if not a.complete:
             lines.append(f"  {a.suite}: {a.text}")

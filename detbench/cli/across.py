@@ -17,11 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from detbench.analysis.across import across, load_runs, machines
-from detbench.cli.options import UserError, existing_dir, run_config
-from detbench.report import across as across_report
-from detbench.report import compare as pair
-from detbench.report.write import write_report
+from detbench.cli.options import UserError, cuda_here, existing_dir, run_config
 from detbench.run.api import plan_run
 from detbench.run.merge import merge
 from detbench.run.submit import PARTS, submit, submitit_module, tasks
@@ -37,6 +33,11 @@ def compare_command(args: argparse.Namespace) -> int:
     dirs = [existing_dir(d) for d in args.dirs]
     if len(dirs) < 2 and not (dirs[0] / ENV_FILE).exists():
         raise UserError("give two or more runs to compare, or one set merged from several machines")
+    # The analysis and the report load pandas, scipy and matplotlib: once the options are checked.
+    from detbench.analysis.across import across, load_runs, machines
+    from detbench.report import across as across_report
+    from detbench.report import compare as pair
+
     runs = load_runs(dirs)
     if len(runs) < 2:
         raise UserError(f"{dirs[0]} holds one run: give two or more runs to compare")
@@ -79,6 +80,8 @@ def _merged(m: Any, no_report: bool) -> None:
     for note in m.notes:
         print(f"note: {note}")
     if not no_report:
+        from detbench.report.write import write_report  # pandas, scipy, matplotlib: only here
+
         _, page = write_report(m.out)
         print(f"report: {page}")
 
@@ -106,8 +109,6 @@ def _params(args: argparse.Namespace, several: bool) -> dict[str, Any]:
 
 
 def submit_command(args: argparse.Namespace) -> int:
-    import torch
-
     for flag in ("resume", "shard"):
         if getattr(args, flag) is not None:
             raise UserError(
@@ -125,10 +126,10 @@ def submit_command(args: argparse.Namespace) -> int:
             "run: give one or the other"
         )
     out = Path(args.out)  # run_config refuses it unless it is new or empty
-    config = run_config(args, torch.cuda.is_available())
+    config = run_config(args)
     todo = tasks(config, None if several else args.shards, partitions if several else None)
     for t in todo[:1]:  # a bad selection, or more shards than workers: one line, nothing sent
-        plan_run(t.config, cuda=torch.cuda.is_available(), dry_run=True)
+        plan_run(t.config, cuda=cuda_here(), dry_run=True)
     params = _params(args, several)
     if args.dry_run:
         for t in todo:

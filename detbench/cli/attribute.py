@@ -7,28 +7,23 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from detbench.analysis.attribution import (
-    build_study,
-    describe,
-    is_study,
-    only_for,
-    study_modes,
-)
-from detbench.cli.execute import execute
-from detbench.cli.options import UserError, run_config
-from detbench.report.attribution import conclusions
+from detbench.cli.options import UserError, cuda_here, run_config
 from detbench.run.config import RunConfig, resolve_sources
 from detbench.run.probe import probe_ops
 from detbench.store.results import load_env
 
+if TYPE_CHECKING:
+    from detbench.report.sections import ReportRun
 
-def study_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
+
+def study_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
     """The run of the study the options ask for (``--resume``: the run in DIR, as it was)."""
     config = run_config(args, cuda)
+    # The study's analysis loads pandas and scipy: only once the options are checked.
+    from detbench.analysis.attribution import build_study, is_study, only_for, study_modes
+
     if args.resume is not None:
         study = config.study or load_env(Path(args.resume)).get("study")
         if not is_study(study):
@@ -69,21 +64,21 @@ def _seen_calls(
 
 
 def run_command(args: argparse.Namespace) -> int:
-    import torch
-
-    cuda = torch.cuda.is_available()
     if args.json and not args.dry_run:
         raise UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
-    config = study_config(args, cuda)
+    config = study_config(args)
     study = config.study
     assert study is not None
+    from detbench.analysis.attribution import describe
+    from detbench.cli.execute import execute
+    from detbench.report.attribution import conclusions
 
-    def summary(df: pd.DataFrame) -> str:
+    def summary(run: ReportRun) -> str:
         return "\n".join(
             f"{suite}:\n" + "\n".join(f"  {line}" for line in lines)
-            for suite, lines in conclusions(df, study).items()
+            for suite, lines in conclusions(run.df, study).items()
         )
 
     return execute(
-        config, args, cuda, summary=summary, command="attribute", preface=describe(study)
+        config, args, cuda_here(), summary=summary, command="attribute", preface=describe(study)
     )

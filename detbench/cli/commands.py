@@ -1,8 +1,12 @@
 """The commands that run something or read a run: ``run``, ``report``, ``index``, ``audit``,
 ``gpu-check``, and the table of every such command (``COMMANDS``), which ``detbench.cli.main``
-imports once the arguments are parsed. Importing this module loads torch, pandas, matplotlib, the
-runner and the report: the commands that only show what there is (``modes``, ``settings``,
-``list``) are in ``detbench.cli.main`` and load none of them."""
+imports once the arguments are parsed; the commands that only show what there is (``modes``,
+``settings``, ``list``) are in ``detbench.cli.main``.
+
+Each command checks its options before it imports what does the work (torch, pandas, scipy,
+matplotlib, the runner and the report: 3.5 s of start-up on a 2-core VM), so that a mistake is one
+line at once; those imports are in the commands' bodies, after the checks.
+"""
 
 from __future__ import annotations
 
@@ -12,59 +16,40 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pandas as pd
-import torch
-
-from detbench.analysis import cause, recommendation_text, samebits, summary_table
-from detbench.analysis.runstate import run_state, with_paired
 from detbench.cli import across, attribute, locate
-from detbench.cli.execute import execute
-from detbench.cli.options import UserError, existing_dir, run_config
-from detbench.locate.audit import audit, to_text
-from detbench.report.publish import write_index
-from detbench.report.sections import price_text
-from detbench.report.write import write_report
-from detbench.run.gpucheck import run_check
-from detbench.store.results import stamped_dir
+from detbench.cli.options import UserError, cuda_here, existing_dir, run_config
 
 
 def run_command(args: argparse.Namespace) -> int:
-    cuda = torch.cuda.is_available()
     if args.json and not args.dry_run:
         raise UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
-    config = run_config(args, cuda)
+    config = run_config(args)
+    from detbench.cli.execute import execute
 
-    def summary(df: pd.DataFrame) -> str:
-        same = samebits.text(df)
-        why = cause.text(df)
-        env = with_paired(config.out)
-        cost = price_text(df, env)  # the answer's price of full determinism, in its words
-        return (
-            summary_table(df)[1]
-            + "\n\n"
-            + recommendation_text(df)
-            + (f"\n{cost}" if cost else "")
-            + (f"\n\n{why}" if why else "")
-            + (f"\n\n{same}" if same else "")
-            + f"\n\n{run_state(df, env).line()}"
-        )
-
-    return execute(config, args, cuda, summary=summary)
+    return execute(config, args, cuda_here())
 
 
 def report_command(args: argparse.Namespace) -> int:
-    md, page = write_report(existing_dir(args.dir))
+    d = existing_dir(args.dir)
+    from detbench.report.write import write_report
+
+    md, page = write_report(d)
     print(f"report: {page}\n        {md}")
     return 0
 
 
 def index_command(args: argparse.Namespace) -> int:
-    print(f"index: {write_index(existing_dir(args.dir))}")
+    d = existing_dir(args.dir)
+    from detbench.report.publish import write_index
+
+    print(f"index: {write_index(d)}")
     return 0
 
 
 def audit_command(args: argparse.Namespace) -> int:
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    from detbench.locate.audit import audit, to_text
+
+    device = args.device or ("cuda" if cuda_here() else "cpu")
     out = Path(args.out) if args.out else None
     audits = audit(args.target, device, replicates=args.replicates, out=out)
     if args.json:
@@ -75,7 +60,10 @@ def audit_command(args: argparse.Namespace) -> int:
 
 
 def gpu_check_command(args: argparse.Namespace) -> int:
-    if args.device == "cuda" and not torch.cuda.is_available():
+    from detbench.run.gpucheck import run_check
+    from detbench.store.results import stamped_dir
+
+    if args.device == "cuda" and not cuda_here():
         raise UserError(
             "no CUDA GPU is visible to torch here: nothing to check (on a CPU host, "
             "'make bench' runs the CPU matrix; 'detbench gpu-check --device cpu' rehearses "

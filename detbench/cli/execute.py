@@ -14,11 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from detbench.analysis.failures import all_failed, failures_text
 from detbench.core.modes import CUBLAS_ENV
 from detbench.core.settings import visible_gpus
-from detbench.locate.report import locate_run
-from detbench.report.write import warnings_text, write_report
 from detbench.run.api import plan_run, run_planned
 from detbench.run.costprobe import own_costs, probe, unpriced
 from detbench.run.costs import GPU_HOST_CORES
@@ -26,11 +23,10 @@ from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsup
 from detbench.run.plantext import describe_plan, left_out_line, probe_line
 from detbench.run.schedule import clock
 from detbench.store.outdir import measured_nothing
-from detbench.store.results import RESULTS_FILE, load_results
+from detbench.store.results import RESULTS_FILE
 
 if TYPE_CHECKING:
-    import pandas as pd
-
+    from detbench.report.sections import ReportRun
     from detbench.run.config import RunConfig
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
@@ -118,13 +114,14 @@ def execute(
     args: argparse.Namespace,
     cuda: bool,
     *,
-    summary: Callable[[pd.DataFrame], str],
+    summary: Callable[[ReportRun], str] | None = None,
     command: str = "run",
     preface: list[str] | None = None,
 ) -> int:
     """Check ``config``, print its plan, run it and report on it. ``preface``: lines printed
     before the plan (an attribution study's switches); ``summary``: the text printed from the
-    records at the end; ``command``: the subcommand a resume line names."""
+    records at the end (``report.console.summary_text`` where None); ``command``: the
+    subcommand a resume line names."""
     out = config.out
     runner = plan_run(config, cuda=cuda, dry_run=bool(args.dry_run))
     if preface and not args.json:
@@ -148,9 +145,17 @@ def execute(
             file=sys.stderr,
         )
         return 130
-    df = load_results(out)
-    print(summary(df))
-    warned = warnings_text(out)  # the report's Warnings, word for word
+    # The analyses and the report load pandas, scipy and matplotlib: only now, once a run has
+    # records (a dry run, a refusal and a mistake in the options end before them).
+    from detbench.analysis.failures import all_failed, failures_text
+    from detbench.locate.report import locate_run
+    from detbench.report.console import summary_text, warnings_text
+    from detbench.report.write import load_run, write_report
+
+    run = load_run(out)  # one reading, its analyses computed once for the console and the report
+    df = run.df
+    print((summary or summary_text)(run))
+    warned = warnings_text(run)  # the report's Warnings, word for word
     if warned:
         print("\n" + warned)
     failed = failures_text(df)
@@ -163,7 +168,7 @@ def execute(
             f"{out / 'located.json'}"
         )
     if not args.no_report:
-        _, page = write_report(out)
+        _, page = write_report(out, run)
         print(f"\nreport: {page}")
     print(_time_line(stats, est.seconds, out, _lines(out)))
     if stats.timing_target_missed:

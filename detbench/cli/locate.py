@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from detbench.locate.report import to_json, to_text
-from detbench.locate.stages import locate
-
 
 def command(args: Any) -> int:
+    # torch and the report's modules (3 s to load): only when the command runs.
+    from detbench.locate.report import to_json, to_text
+    from detbench.locate.stages import locate
+
     found = locate(
         args.target,
         device=args.device,

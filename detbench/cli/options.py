@@ -58,8 +58,17 @@ CUDNN_LOG_HELP = (
 )
 
 
-def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
-    """The run the options ask for (``--resume``: the run in DIR, with its own options)."""
+def cuda_here() -> bool:
+    """Whether torch sees a CUDA GPU here (imports torch: 1.3 s, so only where asked)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
+    """The run the options ask for (``--resume``: the run in DIR, with its own options).
+    ``cuda``: whether a GPU is here, for the default device; None: ask torch (``cuda_here``)
+    only where no device is named."""
     if args.resume is not None:
         given = [
             f"--{name.replace('_', '-')}"
@@ -77,7 +86,9 @@ def run_config(args: argparse.Namespace, cuda: bool) -> RunConfig:
         raise UserError(
             f"--devices {args.devices} runs on {kind}, but --device {args.device} says otherwise"
         )
-    device = args.device or kind or ("cuda" if cuda else "cpu")
+    device = args.device or kind
+    if device is None:  # the default: a GPU where torch sees one
+        device = "cuda" if (cuda_here() if cuda is None else cuda) else "cpu"
     profile = args.profile or ("full" if device == "cuda" else "quick")
     overrides = parse_assignments(args.set or [])
     modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)

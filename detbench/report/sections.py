@@ -108,12 +108,6 @@ def header(r: ReportRun) -> list[Block]:
     ]
 
 
-def price_text(df: pd.DataFrame, env: dict[str, Any]) -> str:
-    """The answer's price of full determinism, for the console (``answer.price_text``)."""
-    r = ReportRun(df, env)
-    return answer.price_text(r.verdicts, r.points, env, r.baseline, r.device)
-
-
 def the_answer(r: ReportRun) -> list[Block]:
     return answer.blocks(r.df, r.env, r.rec, r.points, r.verdicts, r.baseline, r.device)
 

@@ -18,7 +18,6 @@ from detbench.analysis import runstate
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
 from detbench.report import attribution_chart, invariance_plane, tradeoff
-from detbench.report.conditions import warnings
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
@@ -39,18 +38,28 @@ def build_blocks(
     return build(ReportRun(df, env, plots, rec))
 
 
-def write_report(directory: str | Path) -> tuple[Path, Path]:
-    """Write ``report.md``, ``report.html`` and ``plots/`` for the run in ``directory``."""
+def load_run(directory: str | Path) -> ReportRun:
+    """The run in ``directory`` as the report and the console read it: its records, its
+    env.json with the lines of its paired phase, and its ``paired.jsonl``."""
     d = Path(directory)
     df = load_results(d)  # errors with one clear line on a missing or malformed file
     if df.empty:
         raise ResultsError(f"{d}: results.jsonl holds no records yet")
     env = load_env(d) if (d / ENV_FILE).exists() else {}
-    if env.get("machines"):  # a set of runs from several machines (detbench merge)
-        return _write(d, across_report.set_blocks(d))
-    env["located"] = locate_report.load(d)  # what run --locate found, kept beside env.json
     env["paired_lines"] = runstate.paired_lines(d)  # what the paired phase timed so far
-    run = ReportRun(df, env, lines=load_paired(d))
+    return ReportRun(df, env, lines=load_paired(d))
+
+
+def write_report(directory: str | Path, run: ReportRun | None = None) -> tuple[Path, Path]:
+    """Write ``report.md``, ``report.html`` and ``plots/`` for the run in ``directory``;
+    ``run``: ``load_run(directory)`` where the caller has it (its analyses are reused)."""
+    d = Path(directory)
+    if run is None:
+        run = load_run(d)
+    if run.env.get("machines"):  # a set of runs from several machines (detbench merge)
+        return _write(d, across_report.set_blocks(d))
+    run.env["located"] = locate_report.load(d)  # what run --locate found, kept beside env.json
+    df, env = run.df, run.env
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)
     plots += attribution_chart.write_plots(df, env, d / PLOTS_DIR)
@@ -58,19 +67,6 @@ def write_report(directory: str | Path) -> tuple[Path, Path]:
     _remove_stale(d / PLOTS_DIR, plots)
     run.plots = plots
     return _write(d, build(run))
-
-
-def warnings_text(directory: str | Path) -> str:
-    """The report's Warnings, one ``WARNING:`` line each, for the console at the end of a run:
-    the console and the report give the same warnings ("" where there are none)."""
-    d = Path(directory)
-    df = load_results(d)
-    if df.empty:
-        return ""
-    env = load_env(d) if (d / ENV_FILE).exists() else {}
-    run = ReportRun(df, env, lines=load_paired(d))
-    said = warnings(run.df, run.verdicts, run.env, run.costs)
-    return "\n".join(f"WARNING: {w}" for w in said)
 
 
 def _write(d: Path, blocks: list[Block]) -> tuple[Path, Path]:

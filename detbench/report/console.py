@@ -1,0 +1,41 @@
+"""What a run prints when it ends, read from the same ``ReportRun`` its report is then written
+from (``report.write.load_run``): the analyses are computed once, and the console and the report
+say the same thing in the same words."""
+
+from __future__ import annotations
+
+from detbench.analysis import cause, recommendation_text, samebits, summary_table
+from detbench.analysis.runstate import run_state
+from detbench.report import answer
+from detbench.report.conditions import warnings
+from detbench.report.sections import ReportRun
+
+
+def price_text(r: ReportRun) -> str:
+    """The answer's price of full determinism, in the answer table's words."""
+    return answer.price_text(r.verdicts, r.points, r.env, r.baseline, r.device)
+
+
+def summary_text(r: ReportRun) -> str:
+    """The matrix of verdicts and costs, the recommendation per suite with the price of full
+    determinism, why a workload parted, which modes give the baseline's bits, and the state of
+    the run."""
+    same = samebits.text(r.df)
+    why = cause.text(r.df, r.verdicts)
+    cost = price_text(r)
+    return (
+        summary_table(r.df, r.verdicts, r.costs)[1]
+        + "\n\n"
+        + recommendation_text(r.df, r.rec, r.verdicts)
+        + (f"\n{cost}" if cost else "")
+        + (f"\n\n{why}" if why else "")
+        + (f"\n\n{same}" if same else "")
+        + f"\n\n{run_state(r.df, r.env).line()}"
+    )
+
+
+def warnings_text(r: ReportRun) -> str:
+    """The report's Warnings, one ``WARNING:`` line each ("" where there are none): the console
+    and the report give the same warnings."""
+    said = warnings(r.df, r.verdicts, r.env, r.costs)
+    return "\n".join(f"WARNING: {w}" for w in said)
