@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from detbench.cli.execute import execute
 from detbench.cli.options import UserError, cuda_here, run_config
 from detbench.run.config import RunConfig, resolve_sources
 from detbench.run.probe import probe_ops
@@ -69,8 +70,8 @@ def run_command(args: argparse.Namespace) -> int:
     config = study_config(args)
     study = config.study
     assert study is not None
+    # The study's words load pandas and scipy: only once the options are checked.
     from detbench.analysis.attribution import describe
-    from detbench.cli.execute import execute
     from detbench.report.attribution import conclusions
 
     def summary(run: ReportRun) -> str:

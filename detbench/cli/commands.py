@@ -17,21 +17,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 from detbench.cli import across, attribute, locate
+from detbench.cli.execute import execute
 from detbench.cli.options import UserError, cuda_here, existing_dir, run_config
+from detbench.locate.audit import audit, to_text
+from detbench.run.gpucheck import run_check
+from detbench.store.results import stamped_dir
 
 
 def run_command(args: argparse.Namespace) -> int:
     if args.json and not args.dry_run:
         raise UserError("--json goes with --dry-run (a run's records are in its results.jsonl)")
     config = run_config(args)
-    from detbench.cli.execute import execute
-
     return execute(config, args, cuda_here())
 
 
 def report_command(args: argparse.Namespace) -> int:
     d = existing_dir(args.dir)
-    from detbench.report.write import write_report
+    from detbench.report.write import write_report  # pandas, scipy, matplotlib: once d is there
 
     md, page = write_report(d)
     print(f"report: {page}\n        {md}")
@@ -40,15 +42,13 @@ def report_command(args: argparse.Namespace) -> int:
 
 def index_command(args: argparse.Namespace) -> int:
     d = existing_dir(args.dir)
-    from detbench.report.publish import write_index
+    from detbench.report.publish import write_index  # pandas, scipy, matplotlib: once d is there
 
     print(f"index: {write_index(d)}")
     return 0
 
 
 def audit_command(args: argparse.Namespace) -> int:
-    from detbench.locate.audit import audit, to_text
-
     device = args.device or ("cuda" if cuda_here() else "cpu")
     out = Path(args.out) if args.out else None
     audits = audit(args.target, device, replicates=args.replicates, out=out)
@@ -60,9 +60,6 @@ def audit_command(args: argparse.Namespace) -> int:
 
 
 def gpu_check_command(args: argparse.Namespace) -> int:
-    from detbench.run.gpucheck import run_check
-    from detbench.store.results import stamped_dir
-
     if args.device == "cuda" and not cuda_here():
         raise UserError(
             "no CUDA GPU is visible to torch here: nothing to check (on a CPU host, "

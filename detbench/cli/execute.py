@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from detbench.run.config import RunConfig
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
-    from detbench.run.supervise import RunStats
 
 
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
@@ -147,48 +146,9 @@ def execute(
         return 130
     # The analyses and the report load pandas, scipy and matplotlib: only now, once a run has
     # records (a dry run, a refusal and a mistake in the options end before them).
-    from detbench.analysis.failures import all_failed, failures_text
-    from detbench.locate.report import locate_run
-    from detbench.report.console import summary_text, warnings_text
-    from detbench.report.write import load_run, write_report
+    from detbench.cli.finish import finish
 
-    run = load_run(out)  # one reading, its analyses computed once for the console and the report
-    df = run.df
-    print((summary or summary_text)(run))
-    warned = warnings_text(run)  # the report's Warnings, word for word
-    if warned:
-        print("\n" + warned)
-    failed = failures_text(df)
-    if failed:
-        print("\n" + failed)
-    if getattr(args, "locate", False):
-        located = locate_run(out, sys.stderr)
-        print(
-            f"\nlocated: {len(located)} nondeterministic (workload, mode) pairs, in "
-            f"{out / 'located.json'}"
-        )
-    if not args.no_report:
-        _, page = write_report(out, run)
-        print(f"\nreport: {page}")
-    print(_time_line(stats, est.seconds, out, _lines(out)))
-    if stats.timing_target_missed:
-        print(
-            f"{stats.timing_target_missed} of {stats.records} records stopped short of the target "
-            "interval: their timing budget ran out (on a GPU, the ceiling past it, or the "
-            "target was out of reach; the report lists each with its interval)"
-        )
-    # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
-    # the exit status (a built-in suite's failure is data of the machine, and exits 0).
-    files = {Path(f).resolve() for f in config.workload_files}
-    own = [w.key for w in runner.workloads if w.source and Path(w.source).resolve() in files]
-    if all_failed(df, own):
-        print(
-            f"detbench: every record of your own workloads failed ({', '.join(own)}): see the "
-            "messages above",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return finish(config, args, runner, stats, est.seconds, _lines(out), summary)
 
 
 def _notes(config: RunConfig, runner: Runner) -> bool:
@@ -234,50 +194,3 @@ def _lines(out: Path) -> int:
     """The records in ``out``'s results file (every line one record)."""
     path = out / RESULTS_FILE
     return sum(1 for _ in path.open()) if path.exists() else 0
-
-
-def _time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
-    """The closing line: the records this call made and, where it resumed a run, how many the
-    file holds in all (``kept``); where this call's time went, phase by phase, against its
-    estimate."""
-    # With devices side by side the phases add up over them: compare device-seconds.
-    paired = stats.paired or {}
-    measured = (
-        stats.wall * stats.devices
-        - stats.timing
-        - stats.fingerprint
-        - stats.invariance
-        - paired.get("rounds", 0.0)
-    )
-    resumed = kept > stats.records  # the file holds records of an earlier call
-    costs = (
-        f" and the costs of {int(stats.paired['groups'])} (workload, replicate) groups"
-        if stats.paired
-        else ""
-    )
-    made = (
-        f"{stats.records} new records{costs}, {kept} records in all"
-        if resumed
-        else f"{stats.records} records{costs}"
-    )
-    this = "this call: " if resumed else ""
-    return (
-        f"\n{made} in {out / 'results.jsonl'} ({this}{stats.wall:.0f} s against "
-        f"{estimated:.0f} s planned: "
-        + (
-            f"paired costs {paired['wall']:.0f} s (their rounds {paired['rounds']:.0f} s), "
-            if stats.paired
-            else ""
-        )
-        + (f"the probe worker {stats.probe:.0f} s, " if stats.probe else "")
-        + f"timing {stats.timing:.0f} s, fingerprint "
-        f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
-        f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
-        f"one measuring), build {stats.build:.0f} s, "
-        f"FLOP count {stats.count:.0f} s, "
-        + (f"batch invariance {stats.invariance:.0f} s, " if stats.invariance else "")
-        + f"clean-up {stats.cleanup:.0f} s, worker exit "
-        f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
-        f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
-        + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
-    )

@@ -8,10 +8,9 @@ from typing import Any
 
 def command(args: Any) -> int:
     # torch and the report's modules (3 s to load): only when the command runs.
-    from detbench.locate.report import to_json, to_text
-    from detbench.locate.stages import locate
+    from detbench.locate import report, stages
 
-    found = locate(
+    found = stages.locate(
         args.target,
         device=args.device,
         mode=args.mode,
@@ -23,5 +22,7 @@ def command(args: Any) -> int:
         stream=sys.stderr,
     )
     docs = [loc.to_json() for loc in found]
-    print(to_json(docs) if args.json else to_text(docs), end="\n" if args.json else "")
+    print(
+        report.to_json(docs) if args.json else report.to_text(docs), end="\n" if args.json else ""
+    )
     return 0 if all(d["reproducible"] for d in docs) else 1
