@@ -21,7 +21,7 @@ from detbench.cli.execute import execute
 from detbench.cli.options import UserError, cuda_here, existing_dir, run_config
 from detbench.locate.audit import audit, to_text
 from detbench.run.gpucheck import run_check
-from detbench.store.results import stamped_dir
+from detbench.store.results import load_results, stamped_dir
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -33,9 +33,10 @@ def run_command(args: argparse.Namespace) -> int:
 
 def report_command(args: argparse.Namespace) -> int:
     d = existing_dir(args.dir)
-    from detbench.report.write import write_report  # pandas, scipy, matplotlib: once d is there
+    df = load_results(d)  # a missing or malformed results file: one line, before the report loads
+    from detbench.report.write import load_run, write_report  # scipy, matplotlib: only now
 
-    md, page = write_report(d)
+    md, page = write_report(d, load_run(d, df))
     print(f"report: {page}\n        {md}")
     return 0
 

@@ -38,11 +38,12 @@ def build_blocks(
     return build(ReportRun(df, env, plots, rec))
 
 
-def load_run(directory: str | Path) -> ReportRun:
-    """The run in ``directory`` as the report and the console read it: its records, its
-    env.json with the lines of its paired phase, and its ``paired.jsonl``."""
+def load_run(directory: str | Path, df: pd.DataFrame | None = None) -> ReportRun:
+    """The run in ``directory`` as the report and the console read it: its records (``df``:
+    ``load_results(directory)`` where the caller has it), its env.json with the lines of its
+    paired phase, and its ``paired.jsonl``."""
     d = Path(directory)
-    df = load_results(d)  # errors with one clear line on a missing or malformed file
+    df = load_results(d) if df is None else df  # one clear line on a missing or malformed file
     if df.empty:
         raise ResultsError(f"{d}: results.jsonl holds no records yet")
     env = load_env(d) if (d / ENV_FILE).exists() else {}

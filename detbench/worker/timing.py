@@ -88,7 +88,6 @@ from functools import lru_cache
 from typing import Any
 
 import torch
-from scipy.stats import binom
 
 from detbench.worker.budget import in_reach, sampling_ceiling
 from detbench.worker.gpuclock import ClockWatch
@@ -176,6 +175,10 @@ def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] |
     ``B ~ Binomial(n, 1/2)``: ``binom.ppf`` gives the smallest ``k`` with ``P(B <= k) >=`` the
     tail, so every rank below ``k`` qualifies, and ``k`` itself only where ``P(B <= k)`` equals
     the tail. Cached: the rule asks for n, n + 1, ... in every record."""
+    # scipy.stats takes 0.8 s to import: only in a worker that times (a verdict worker of a
+    # paired run, and the probe worker, never do).
+    from scipy.stats import binom
+
     tail = (1.0 - confidence) / 2.0
     k = int(binom.ppf(tail, n, 0.5))
     j = min(k + int(binom.cdf(k, n, 0.5) <= tail), n // 2 + 1)
