@@ -277,6 +277,15 @@ def test_a_noisy_or_wide_cost_is_no_finding_in_words(tmp_path: Path, study: dict
     )
     clear = {"relative_throughput": 2.0, "ci_low": 1.8, "ci_high": 2.2, "noisy": True}
     assert ar.near_noise(clear) is None  # beyond the noise, even where timing is noisy
+    # Two replicates' paired interval (a t with 1 degree of freedom): it holds both half and
+    # twice, so it measures nothing, and says so rather than "within the noise".
+    none = {"relative_throughput": 0.85, "ci_low": 0.004, "ci_high": 468.09, "noisy": False,
+            "significant": False}  # fmt: skip
+    assert ar._speed(none, "with it on") == (
+        "throughput not measured (0.85x, 95% interval 0.00x to 468.09x: the interval holds both "
+        "half and twice the throughput with it on; more replicates, or a quieter machine, "
+        "narrow it)"
+    )
 
 
 def test_report_section(run_dir: Path, tmp_path: Path, study: dict[str, Any]) -> None:

@@ -157,6 +157,7 @@ def test_dry_run_shows_which_device_runs_which_worker(
 # -- a real run ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # two whole runs end to end: make test-slow and CI run it
 def test_records_say_where_they_ran_and_replicates_span_both_devices(parallel: Path) -> None:
     recs = _records(parallel)
     assert len(recs) == 3 * 2 * 2
@@ -176,6 +177,7 @@ def test_records_say_where_they_ran_and_replicates_span_both_devices(parallel: P
     assert {r["num_threads"] for r in recs if r["status"] == "ok"} == {share}
 
 
+@pytest.mark.slow  # two whole runs end to end: make test-slow and CI run it
 def test_a_crash_on_one_device_leaves_the_other_going(parallel: Path) -> None:
     recs = _records(parallel)
     crashed = [r for r in recs if r["workload"] == "aborts"]
@@ -186,6 +188,7 @@ def test_a_crash_on_one_device_leaves_the_other_going(parallel: Path) -> None:
     assert len(ok) == 8 and all(r["status"] == "ok" for r in ok)
 
 
+@pytest.mark.slow  # two whole runs end to end: make test-slow and CI run it
 def test_the_verdicts_equal_a_serial_runs(parallel: Path, serial: Path) -> None:
     cols = ["suite", "workload", "mode", "verdict", "ok", "distinct_fingerprints"]
     both = ["mlp_step", "tiny_training"]  # the workloads the two runs share
@@ -207,6 +210,7 @@ def test_the_verdicts_equal_a_serial_runs(parallel: Path, serial: Path) -> None:
     assert devices.blocks(load_results(serial), load_env(serial), []) == []
 
 
+@pytest.mark.slow  # two whole runs end to end: make test-slow and CI run it
 def test_same_bits_across_devices_is_computed(parallel: Path) -> None:
     t = devices.table(load_results(parallel)).set_index(["workload", "mode"])
     for w in ("mlp_step", "tiny_training"):

@@ -157,6 +157,7 @@ def test_a_rank_killed_mid_step_is_crashed_and_nothing_is_left(
     assert not _alive_with(out.name)
 
 
+@pytest.mark.slow  # a whole run end to end (the killed rank's, above): make test-slow and CI run it
 def test_a_rank_out_of_memory_is_oom_and_the_worker_goes_on(
     fault_run: tuple[Path, list[dict[str, Any]]],
 ) -> None:

@@ -34,6 +34,7 @@ def _config(out: Path, *only: str, replicates: int = 2, device: str = "cpu") -> 
     )
 
 
+@pytest.mark.slow  # four workers of a real run: test-slow (CI runs it)
 def test_next_worker_starts_early_and_is_stopped_while_samples_are_taken(tmp_path: Path) -> None:
     runner = prepare(_config(tmp_path / "run", "lifecycle/steady"), io.StringIO())
     stats = runner.run()

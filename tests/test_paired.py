@@ -17,9 +17,11 @@ from scipy import stats as sps
 from detbench.analysis import aa, paired_costs, stats, variance
 from detbench.analysis.cost_intervals import costs
 from detbench.analysis.pairs import Paired, pair
+from detbench.cli import execute
 from detbench.report import aa_check
 from detbench.report.method import method_blocks
 from detbench.report.render import to_markdown
+from detbench.run.config import RunConfig
 from detbench.store.lines import ResultsError
 from detbench.store.paired import PAIRED_FILE, PairedWriter, iter_paired, load_paired
 from detbench.store.results import load_env, load_results
@@ -133,6 +135,23 @@ def test_ratio_draws_follow_the_seeding_rule() -> None:
     a, b = paired_costs.ratio(p, "k", 0, 500), paired_costs.ratio(p, "k", 0, 500)
     assert np.array_equal(a.draws, b.draws)
     assert not np.array_equal(a.draws, paired_costs.ratio(p, "other", 0, 500).draws)
+
+
+def test_two_processes_give_a_one_degree_interval_and_finite_draws() -> None:
+    """With 2 processes the t has 1 degree of freedom (12.7 standard errors each side): the
+    interval is honestly wide, and its Cauchy draws, which pass exp's range, stay finite for
+    the geometric means over workloads."""
+    p = _p([-4.0] * 6, [4.0] * 6)  # process medians e^-4 and e^4 apart
+    point, low, high, se, dof = paired_costs.kalibera_jones(p)
+    assert point == pytest.approx(1.0) and dof == 1 and se == pytest.approx(4.0)
+    t1 = float(sps.t.ppf(0.975, 1))
+    assert (low, high) == pytest.approx((math.exp(-t1 * 4.0), math.exp(t1 * 4.0)))
+    assert stats.says_nothing(low, high)
+    with np.errstate(over="raise"):  # an overflow is an error here, not a warning
+        r = paired_costs.ratio(p, "k", 0, 2000)
+    assert np.isfinite(r.draws).all() and r.draws.max() > 1e300  # some draws clipped, none inf
+    g = stats.geometric_mean([r, r])
+    assert np.isfinite([g.point, g.low, g.high]).all()
 
 
 # --- costs() ------------------------------------------------------------------------------------
@@ -276,3 +295,17 @@ def test_the_method_names_no_aa_worker_where_none_was_timed(tmp_path: Path) -> N
     with_copy = aa_check.costs_item(df, load_env(tmp_path), "default")
     without = aa_check.costs_item(df, load_env(tmp_path), "default", aa_copy=False)
     assert "(the A/A check)" in str(with_copy) and "(the A/A check)" not in str(without)
+
+
+@pytest.mark.parametrize(("replicates", "timing", "said"), [(2, None, True), (3, None, False),
+                                                             (2, "separate", False)])  # fmt: skip
+def test_a_paired_run_of_two_replicates_is_told_its_intervals_will_be_wide(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], replicates: int, timing: str | None,
+    said: bool,
+) -> None:  # fmt: skip
+    config = RunConfig(out=tmp_path / "r", device="cpu", replicates=replicates, timing=timing)
+    assert execute._notes(config, None)  # type: ignore[arg-type]  # (used only to resume)
+    err = capsys.readouterr().err
+    note = "2 replicates: each cost's 95% interval rests on 2 processes, a t with 1 degree of " \
+        "freedom (12.7 standard errors each side, against 4.3 with 3 replicates)"  # fmt: skip
+    assert (note in err) is said, err

@@ -54,6 +54,8 @@ from detbench.worker.timing import median_ci
 
 #: The interval's confidence (that of every interval detbench states).
 CONFIDENCE = stats.CONFIDENCE
+#: The largest |log| of a draw's factor (exp(700) is about 1e304, within a float's range).
+LOG_RANGE = 700.0
 #: The design a cost came from, in ``costs``' ``design`` column.
 DESIGN = "paired"
 
@@ -126,7 +128,9 @@ def ratio(p: Paired, name: str, seed: int = stats.SEED, n_boot: int = stats.N_BO
     if not np.isfinite(point):
         return stats.Ratio(point, low, high, np.full(n_boot, math.nan))
     t = stats.generator(seed, name).standard_t(max(dof, 1), size=n_boot)
-    draws = point * np.exp(se * t) if np.isfinite(se) else np.full(n_boot, point)
+    # With 2 processes T has 1 degree of freedom (a Cauchy): a draw can pass exp's range.
+    log = np.clip(se * t, -LOG_RANGE, LOG_RANGE)
+    draws = point * np.exp(log) if np.isfinite(se) else np.full(n_boot, point)
     return stats.Ratio(point, low, high, draws)
 
 

@@ -14,8 +14,8 @@ timed side by side, else the separate design's), with its 95% interval: the same
 trade-off plot and the recommendations.
 
 **Too wide to say anything** (``Price.too_wide``): an interval that holds both half and twice
-the baseline's throughput (``TOO_WIDE``) cannot tell a mode that halves the speed from one that
-doubles it; the answer says so in one sentence instead of letting the numbers stand alone.
+the baseline's throughput (``stats.says_nothing``) cannot tell a mode that halves the speed from
+one that doubles it; the answer says so in one sentence instead of letting the numbers stand alone.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from typing import Any
 
 import pandas as pd
 
+from detbench.analysis import stats
 from detbench.core import acts
 from detbench.core.modes import DETERMINISTIC_MODE
 
-#: An interval that holds both 1/TOO_WIDE and TOO_WIDE says nothing of the price.
-TOO_WIDE = 2.0
 #: On a device where the cuDNN flags act on nothing, the mode that is the same computation.
 WITHOUT_CUDNN_FLAGS = "det-algos"
 
@@ -52,10 +51,9 @@ class Price:
 
     @property
     def too_wide(self) -> bool:
-        """The interval holds both half and twice the baseline's throughput (``TOO_WIDE``)."""
-        if self.low is None or self.high is None:
-            return False
-        return self.low <= 1 / TOO_WIDE and self.high >= TOO_WIDE
+        """The interval holds both half and twice the baseline's throughput
+        (``stats.says_nothing``)."""
+        return stats.says_nothing(self.low, self.high)
 
 
 def full_mode(

@@ -100,6 +100,23 @@ def within_noise(low: float | None, high: float | None) -> bool:
     return lo <= 1.0 <= hi
 
 
+#: A ratio whose 95% interval holds both 1/TOO_WIDE and TOO_WIDE is not measured: the interval
+#: cannot tell a halving from a doubling (``says_nothing``).
+TOO_WIDE = 2.0
+
+
+def says_nothing(low: float | None, high: float | None) -> bool:
+    """The one rule for an interval too wide to say anything: it holds both half and twice
+    (``TOO_WIDE``). False where there is no interval."""
+    if low is None or high is None:
+        return False
+    try:
+        lo, hi = float(low), float(high)
+    except (TypeError, ValueError):
+        return False
+    return lo <= 1 / TOO_WIDE and hi >= TOO_WIDE
+
+
 def noise_words(low: float | None, high: float | None) -> str:
     """``NOISE`` where the interval contains 1 (``within_noise``), else ""."""
     return NOISE if within_noise(low, high) else ""

@@ -178,6 +178,16 @@ def _notes(config: RunConfig, runner: Runner) -> bool:
             "differ only in them measure the same thing.",
             file=sys.stderr,
         )
+    if config.replicates == 2 and config.timing_design == "paired":
+        from scipy.stats import t  # 0.8 s to import: only for this note
+
+        print(
+            "detbench: 2 replicates: each cost's 95% interval rests on 2 processes, a t with 1 "
+            f"degree of freedom ({t.ppf(0.975, 1):.1f} standard errors each side, against "
+            f"{t.ppf(0.975, 2):.1f} with 3 replicates): expect wide intervals, or give "
+            "--replicates 3",
+            file=sys.stderr,
+        )
     if config.cudnn_log:
         print(cudnn_log_note(config), file=sys.stderr)
     inherited = os.environ.get(CUBLAS_ENV)

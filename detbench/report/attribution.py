@@ -82,6 +82,11 @@ def _speed(r: Any, than: str) -> str:
     if not math.isfinite(rel):
         return "no throughput to compare"
     interval = f"{rel:.2f}x, 95% interval {low:.2f}x to {high:.2f}x"
+    if stats.says_nothing(low, high):
+        return (
+            f"throughput not measured ({interval}: the interval holds both half and twice the "
+            f"throughput {than}; more replicates, or a quieter machine, narrow it)"
+        )
     if stats.within_noise(low, high):
         return f"throughput {stats.NOISE} ({interval})"
     if not r["significant"]:
