@@ -196,6 +196,22 @@ def test_every_figures_text_fits_inside_it(points: pd.DataFrame) -> None:
     assert clipped_text(figure(points, "default")) == []
 
 
+def test_a_figure_grows_only_for_the_text_a_reader_sees() -> None:
+    """The divergence figure of the published H100 run's training suite was drawn 40 inches
+    wide (4067 px, shown at a third of its size in the report): its locator made tick labels
+    past the axes' ends (a step 25 on an axis that ends at 10, 10^-10 under one that starts at
+    10^-8), which matplotlib never draws but which counted as text sticking out. Only the texts
+    drawn count: the figure keeps its 8 inches, and nothing drawn is clipped."""
+    from detbench.analysis import divergence
+    from detbench.report.plots import clipped_text, divergence_figure
+
+    run = ROOT / "results" / "20261126-060355-cuda-full-h100-partial"
+    div = divergence(detbench.load_results(run))
+    fig = divergence_figure(div[div["suite"] == "training"], "training")
+    assert tuple(fig.get_size_inches()) == pytest.approx((8.0, 6.2))
+    assert clipped_text(fig) == []
+
+
 def test_an_axis_over_many_decades_keeps_some_ticks() -> None:
     """A paired interval from two processes can span 16 decades (0.00x to 5.6e7x): the powers of
     ten are thinned until their labels keep apart, never all dropped (issue 35's run)."""

@@ -42,21 +42,46 @@ def subplots(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Figure, Any]:
     return fig, fig.subplots(nrows, ncols, **kw)
 
 
-def clipped_text(fig: Figure) -> list[str]:
-    """The visible texts of ``fig`` that do not fit inside it, as drawn (their renderer extents
-    against the figure's box, to a pixel): what a reader would see cut off. [] when all fit."""
+def _undrawn_tick_labels(fig: Figure) -> set[int]:
+    """The ids of ``fig``'s tick labels that matplotlib does not draw: those of ticks outside
+    their axis's span. The locator makes them, with stale positions (a tick at 25 on an axis
+    that ends at 20), and they stay visible though never drawn."""
+    out: set[int] = set()
+    for ax in fig.axes:
+        box = ax.bbox
+        for i, axis, lo, hi in ((0, ax.xaxis, box.x0, box.x1), (1, ax.yaxis, box.y0, box.y1)):
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                loc = tick.get_loc()
+                point = (loc, 1.0) if i == 0 else (1.0, loc)
+                where = ax.transData.transform(point)[i] if loc is not None else float("nan")
+                if not lo - 1 <= where <= hi + 1:  # NaN too: a tick at 0 on a log axis
+                    out.update((id(tick.label1), id(tick.label2)))
+    return out
+
+
+def _drawn_texts(fig: Figure) -> tuple[Any, list[tuple[Text, Any]]]:
+    """(the figure's box, each text a reader sees with its extent as drawn)."""
     canvas = FigureCanvasAgg(fig)  # a canvas of its own: no backend chosen, no global state
     canvas.draw()
     renderer = canvas.get_renderer()
-    box = fig.bbox
-    out = []
-    for t in fig.findobj(Text):
-        if not t.get_visible() or not t.get_text().strip():
-            continue
-        e = t.get_window_extent(renderer)
-        if e.x0 < box.x0 - 1 or e.y0 < box.y0 - 1 or e.x1 > box.x1 + 1 or e.y1 > box.y1 + 1:
-            out.append(t.get_text())
-    return out
+    undrawn = _undrawn_tick_labels(fig)
+    texts = [
+        (t, t.get_window_extent(renderer))
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and id(t) not in undrawn
+    ]
+    return fig.bbox, texts
+
+
+def clipped_text(fig: Figure) -> list[str]:
+    """The visible texts of ``fig`` that do not fit inside it, as drawn (their renderer extents
+    against the figure's box, to a pixel): what a reader would see cut off. [] when all fit."""
+    box, texts = _drawn_texts(fig)
+    return [
+        t.get_text()
+        for t, e in texts
+        if e.x0 < box.x0 - 1 or e.y0 < box.y0 - 1 or e.x1 > box.x1 + 1 or e.y1 > box.y1 + 1
+    ]
 
 
 def grow_to_fit(fig: Figure, tries: int = 6) -> None:
@@ -64,15 +89,9 @@ def grow_to_fit(fig: Figure, tries: int = 6) -> None:
     out, on both sides (a title is centred), as the constrained layout lays it out again. For
     figures whose texts do not wait on the layout (the heatmap, the divergence)."""
     for _ in range(tries):
-        canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        renderer = canvas.get_renderer()
-        box = fig.bbox
+        box, texts = _drawn_texts(fig)
         over_x = over_y = 0.0
-        for t in fig.findobj(Text):
-            if not t.get_visible() or not t.get_text().strip():
-                continue
-            e = t.get_window_extent(renderer)
+        for _t, e in texts:
             over_x = max(over_x, box.x0 - e.x0, e.x1 - box.x1)
             over_y = max(over_y, box.y0 - e.y0, e.y1 - box.y1)
         if over_x <= 1 and over_y <= 1:
