@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from detbench import analysis
 from detbench.analysis import aa, paired_costs, stats, variance
 from detbench.analysis.cost_intervals import costs
 from detbench.analysis.pairs import Paired, pair
@@ -167,6 +168,27 @@ def test_costs_of_a_paired_run_come_from_the_pairs(tmp_path: Path) -> None:
     assert c["ci_low"] == pytest.approx(0.5 * math.exp(-T2 * se))
     assert c["half_width"] == pytest.approx(math.exp(T2 * se) - 1)
     assert c["limited_by"] == "processes" and bool(c["significant"])
+
+
+def test_the_console_table_gives_the_paired_point_the_answer_gives(tmp_path: Path) -> None:
+    """Process medians 0.5, 0.5 and 0.5 e^0.3: the median of replicates says 0.50x, the paired
+    estimate (their geometric mean) 0.55x. The console's table and the heatmap give the cost's
+    point, the number the answer and the plane give, not a second estimate beside it."""
+    logs = [[math.log(0.5) + d] * 6 for d in (0.0, 0.0, 0.3)]
+    paired_run(tmp_path, {"det-algos": logs, "copy1": [[0.0] * 6] * 3})
+    df = load_results(tmp_path)
+    c = costs(df)
+    assert c.set_index("mode").loc["det-algos", "relative_throughput"] == pytest.approx(
+        0.5 * math.exp(0.1)
+    )
+    v = analysis.verdicts(df)
+    v = v.assign(rel=analysis.relative_throughput(v, "default"))
+    assert v.set_index("mode").loc["det-algos", "rel"] == pytest.approx(0.5)
+    points = analysis.cost_points(v, c)
+    assert points[v["mode"] == "det-algos"].item() == pytest.approx(0.5 * math.exp(0.1))
+    _, table = analysis.summary_table(df)
+    row = next(line for line in table.splitlines() if line.startswith("s/w"))
+    assert row.split()[3] == "0.55", table
 
 
 def test_costs_of_separate_records_keep_stats_ratio() -> None:

@@ -21,6 +21,7 @@ from detbench.analysis.labels import (
 from detbench.analysis.matrix import (
     MARKS,
     RAN,
+    cost_points,
     divergence,
     peak_memory,
     ran_somewhere,
@@ -41,6 +42,7 @@ __all__ = [
     "bootstrap_throughput",
     "changed_mask",
     "changed_settings",
+    "cost_points",
     "costs",
     "counted",
     "divergence",

@@ -130,6 +130,21 @@ def relative_throughput(v: pd.DataFrame, baseline: str) -> pd.Series:
     )
 
 
+def cost_points(v: pd.DataFrame, c: pd.DataFrame) -> pd.Series:
+    """Each row's throughput relative to the baseline as its cost states it: ``c``'s point
+    (``costs``) where the mode and the baseline were timed side by side (``design`` "paired"),
+    else ``v["rel"]`` (``relative_throughput``: the median of replicates, which is the separate
+    design's point). So the console's table, the heatmaps and the answer give one number."""
+    rel = pd.to_numeric(v["rel"], errors="coerce").to_numpy(dtype=float)
+    if c.empty or "design" not in c.columns:
+        return pd.Series(rel, index=v.index)
+    paired = c[c["design"] == "paired"].set_index(["suite", "workload", "mode"])
+    idx = pd.MultiIndex.from_frame(v[["suite", "workload", "mode"]])
+    point = pd.to_numeric(paired["relative_throughput"].reindex(idx), errors="coerce")
+    got = point.to_numpy(dtype=float)
+    return pd.Series(np.where(np.isnan(got), rel, got), index=v.index)
+
+
 def summary_table(
     df: pd.DataFrame, v: pd.DataFrame | None = None, c: pd.DataFrame | None = None
 ) -> tuple[str, str]:
@@ -144,8 +159,9 @@ def summary_table(
     v = verdicts(df) if v is None else v
     modes = ordered_modes(v["mode"])
     baseline = str(baseline_mode(modes))
-    v = v.assign(rel=relative_throughput(v, baseline))
     c = costs(df, baseline) if c is None else c
+    v = v.assign(rel=relative_throughput(v, baseline))
+    v = v.assign(rel=cost_points(v, c))
     quality = (
         {}
         if c.empty
@@ -176,7 +192,8 @@ def summary_table(
     table.index.name = None
     legend = "\n".join(f"  M{i}  {name}" for i, name in enumerate(modes))
     text = (
-        f"throughput relative to mode {baseline!r} (median of replicates) where the difference "
+        f"throughput relative to mode {baseline!r} (each cost's point: from the rounds timed side "
+        "by side where the run paired them, else the median of replicates) where the difference "
         "is significant; n.s. within the noise (95% interval contains 1), ~ noisy timing; "
         "= bitwise identical in every replicate, ≠ not, ? one replicate only"
         + (
