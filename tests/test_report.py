@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib.util
 import json
 import re
 import shutil
@@ -22,7 +23,7 @@ import detbench
 from detbench.analysis import verdicts
 from detbench.store.results import SUPPORTED_VERSIONS
 
-from .conftest import WORKLOADS, detbench_cli
+from .conftest import ROOT, WORKLOADS, detbench_cli
 
 EXPECTED_PLOTS = {"tradeoff:*", "heatmap:demo", "divergence:demo"}
 #: Each plot's file name (without its extension).
@@ -314,6 +315,31 @@ def test_report_fits_a_1400_pixel_window(run: tuple[Path, str], tmp_path: Path) 
                      m["answer"]), m["answer"]  # fmt: skip
     assert "throughput vs default" in m["answer"] and "This run was on a CPU" in m["answer"]
     assert "deterministic algorithms (1 of 2 workloads, 1 made reproducible)" in m["answer"]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package 'chromium')")
+def test_page_check_lays_the_report_out_at_1400_and_800_pixels(
+    run: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tools/page_check.py, as the published reports were checked with it: at both widths the
+    page fits, every figure loads and stays on the page, drawn at its own size at 1400 px; and
+    a page wider than its window fails it."""
+    spec = importlib.util.spec_from_file_location("page_check", ROOT / "tools" / "page_check.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = run[0]
+    assert tool.main([str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"{out} at 1400 px: fits (3 of 3 figures loaded, smallest scale 1.00, " in said, said
+    assert f"{out} at 800 px: fits (3 of 3 figures loaded, smallest scale " in said, said
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "report.html").write_text(
+        '<html><body><div style="width: 2000px">a table nobody can scroll</div></body></html>'
+    )
+    assert tool.main([str(wide), "--width", "800"]) == 1
+    assert "the page is 2008 px wide in a 800 px window" in capsys.readouterr().out
 
 
 def test_recommendation_row_from_known_records(tmp_path: Path) -> None:
