@@ -177,3 +177,21 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert not out.exists()
     bad = _detbench("run", "--suite", "conv", "--json", "--device", "cpu", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_a_measured_workload_prices_its_paired_members_at_its_own_build() -> None:
+    """The paired phase builds each workload once per member: a workload measured here (a
+    probe worker's record, or a resumed run's own) is priced at what its record took, but the
+    FLOP count and the timing pass; another at its suite's figure."""
+    from detbench.run.costs import PAIRED_PREPARE_SECONDS
+    from detbench.run.estimate import Probed
+    from detbench.run.paired_cost import PairedPlan
+
+    plan = PairedPlan(groups=3, replicates=3, keys=("custom/unet",) * 3, workers=11, rounds=12,
+                      block_seconds=0.008)  # fmt: skip
+    model = plan.seconds("cpu", "quick", 3.0, cores=2)
+    unet = Probed(seconds=8.0, count=1.5, timing=0.5)  # 6 s of build and first steps
+    measured = plan.seconds("cpu", "quick", 3.0, cores=2, probed={"custom/unet": unet})
+    prepare = PAIRED_PREPARE_SECONDS[("cpu", "quick")]
+    assert measured - model == pytest.approx(11 * 3 * (6.0 - prepare))
+    assert plan.seconds("cpu", "quick", 3.0, cores=2, probed={"custom/other": unet}) == model

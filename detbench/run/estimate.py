@@ -486,6 +486,6 @@ def estimate(
         },
         paired_seconds=0.0
         if paired is None
-        else paired.seconds(device, profile, startup_seconds, cores),
+        else paired.seconds(device, profile, startup_seconds, cores, probed),
         paired=None if paired is None else paired.to_json(),
     )

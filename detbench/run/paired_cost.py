@@ -15,6 +15,7 @@ the quickstart's groups of three.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +39,20 @@ class PairedPlan:
     rounds: int
     block_seconds: float
 
-    def seconds(self, device: str, profile: str, startup: float, cores: int | None = None) -> float:
-        """Seconds of the phase on paper (``startup``: one worker's start-up, as the plan's)."""
+    def seconds(
+        self,
+        device: str,
+        profile: str,
+        startup: float,
+        cores: int | None = None,
+        probed: Mapping[str, Any] | None = None,
+    ) -> float:
+        """Seconds of the phase on paper (``startup``: one worker's start-up, as the plan's).
+        ``probed``: the workloads measured on this host (``estimate.Probed``: a probe worker's
+        record, or a resumed run's own), each member's preparation priced as that record's build
+        and first steps took (its phases but the FLOP count and the timing pass), not as its
+        suite's figure: a user's diffusion UNet took 4.1 s to build on the 2-core VM, which the
+        custom suite's 0.06 s left out 33 times (docs/measured.md)."""
         if not self.groups:
             return 0.0
         cores = cores or os.cpu_count() or 1
@@ -47,7 +60,15 @@ class PairedPlan:
         prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1)
         suites = SUITE_PREPARE_SECONDS.get((device, profile), {})
         turn = self.block_seconds + PAIRED_TURN_SECONDS.get(device, 0.001)
-        members = sum(suites.get(k.partition("/")[0], prepare) for k in self.keys)
+        measured = probed or {}
+
+        def member(key: str) -> float:
+            got = measured.get(key)
+            if got is not None:
+                return max(prepare, got.seconds - got.count - got.timing)
+            return suites.get(key.partition("/")[0], prepare)
+
+        members = sum(member(k) for k in self.keys)
         members += self.groups * self.rounds * turn
         return self.replicates * group_start + self.workers * members
 
