@@ -16,13 +16,15 @@ gpu-check:
 
 ## test: the test suite (CUDA tests skip without a GPU), but for the tests marked slow: on
 ## XDIST's workers (pytest-xdist, one group per module or shared run: tests/conftest.py), then the
-## tests marked serial alone. Without pytest-xdist installed, or with XDIST=, all in one process.
+## tests marked serial alone (collected from the files that mark any: SERIAL). Without
+## pytest-xdist installed, or with XDIST=, all in one process.
 XDIST ?= -n 2 --dist loadgroup
+SERIAL = $(shell grep -l 'mark\.serial' tests/test_*.py)
 test:
 	@py=$$(tools/python) || exit 1; xdist=$$($$py -c 'import xdist' 2>/dev/null && echo "$(XDIST)"); \
 	$$py -m pytest -q tests -m "not slow and not serial" $$xdist $(ARGS); a=$$?; \
 	[ $$a = 0 ] || [ $$a = 5 ] || exit $$a; \
-	$$py -m pytest -q tests -m "not slow and serial" $(ARGS); b=$$?; \
+	$$py -m pytest -q $(SERIAL) -m "not slow and serial" $(ARGS); b=$$?; \
 	[ $$b = 0 ] || [ $$b = 5 ] || exit $$b; \
 	[ $$a = 0 ] || [ $$b = 0 ]  # pytest's 5, no test selected: an error only if neither ran one
 
@@ -36,7 +38,7 @@ test-slow:
 	@py=$$(tools/python) || exit 1; xdist=$$($$py -c 'import xdist' 2>/dev/null && echo "$(XDIST)"); \
 	$$py -m pytest -q tests -m "slow and not serial" $$xdist $(ARGS); a=$$?; \
 	[ $$a = 0 ] || [ $$a = 5 ] || exit $$a; \
-	$$py -m pytest -q tests -m "slow and serial" $(ARGS); b=$$?; \
+	$$py -m pytest -q $(SERIAL) -m "slow and serial" $(ARGS); b=$$?; \
 	[ $$b = 0 ] || [ $$b = 5 ] || exit $$b; \
 	[ $$a = 0 ] || [ $$b = 0 ]  # pytest's 5, no test selected: an error only if neither ran one
 

@@ -13,6 +13,7 @@ from detbench.run.config import (
     DEFAULT_TIMEOUT,
     STARTUP_TIMEOUT,
     RunConfig,
+    check_options,
     parse_devices,
     resume_config,
 )
@@ -98,7 +99,7 @@ def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
         raise UserError("a --mode is given twice")
     out = Path(args.out) if args.out else stamped_dir(f"{device}-{profile}")
     refuse_used(out)  # now, before anything is probed or planned
-    return RunConfig(
+    config = RunConfig(
         out=out,
         suites=args.suite or [],
         workload_files=[Path(f) for f in args.workload or []],
@@ -120,6 +121,8 @@ def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
         timing=getattr(args, "timing", None),
         rounds=getattr(args, "rounds", None),
     )
+    check_options(config)  # before torch and the workloads load: a mistake is one line at once
+    return config
 
 
 def existing_dir(path: str) -> Path:

@@ -439,15 +439,23 @@ def check_devices(config: RunConfig, cuda_available: bool) -> None:
 def validate(config: RunConfig, cuda_available: bool, paper: bool = False) -> None:
     """``paper``: a dry run of a CUDA plan on a host without a GPU, which plans and estimates
     but measures nothing here, so the GPU checks are left to the real run."""
+    check_options(config)
     if paper:
         cuda_available = True
+    if config.device == "cuda" and not cuda_available:
+        raise RunError("--device cuda: no CUDA GPU is available to torch on this machine")
+    if not (paper and config.device == "cuda"):
+        check_devices(config, cuda_available)
+
+
+def check_options(config: RunConfig) -> None:
+    """The checks of ``validate`` that need neither torch nor the workloads: the CLI makes them
+    before either loads, so a mistake in the options is one line at once."""
     if config.replicates < 2:
         raise RunError(
             f"--replicates {config.replicates}: at least 2 are needed, since one replicate "
             "cannot show run-to-run behaviour"
         )
-    if config.device == "cuda" and not cuda_available:
-        raise RunError("--device cuda: no CUDA GPU is available to torch on this machine")
     if config.profile not in PROFILE_DEFAULTS:
         raise RunError(f"unknown profile {config.profile!r}; use quick or full")
     if config.timeout is not None and config.timeout <= 0:
@@ -474,5 +482,3 @@ def validate(config: RunConfig, cuda_available: bool, paper: bool = False) -> No
         raise RunError(
             f"unknown --fingerprint {config.fingerprint!r}; use {', '.join(FINGERPRINTS)}"
         )
-    if not (paper and config.device == "cuda"):
-        check_devices(config, cuda_available)
