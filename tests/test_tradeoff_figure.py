@@ -212,6 +212,24 @@ def test_a_figure_grows_only_for_the_text_a_reader_sees() -> None:
     assert clipped_text(fig) == []
 
 
+def test_the_modes_not_placed_are_named_inside_the_figure(points: pd.DataFrame) -> None:
+    """A mode that ran no workload (an SDPA backend a CPU lacks, in an attribution study of a
+    diffusion UNet) is named under the panel, not placed: its note, as long as two settings'
+    names make it, wraps inside the figure instead of running past its edge."""
+    from detbench.report.plots import clipped_text
+
+    one = points[points["suite"] == points["suite"].iloc[0]]
+    lost = [one.iloc[0].copy() for _ in range(3)]  # three modes with long names and no throughput
+    for i, row in enumerate(lost):
+        row["mode"] = f"cudnn-det+det-algos[sdpa_backend=math,attempt_{i}_of_a_long_name]"
+        row["relative_throughput"] = float("nan")
+    fig = figure(pd.concat([one, pd.DataFrame(lost)], ignore_index=True), "default")
+    notes = [t.get_text() for t in fig.findobj(Text) if t.get_text().startswith("Not placed")]
+    assert len(notes) == 1 and "\n" in notes[0]
+    assert " ".join(notes[0].split()).count("(ran no workload)") == 3
+    assert clipped_text(fig) == []
+
+
 def test_an_axis_over_many_decades_keeps_some_ticks() -> None:
     """A paired interval from two processes can span 16 decades (0.00x to 5.6e7x): the powers of
     ten are thinned until their labels keep apart, never all dropped (issue 35's run)."""

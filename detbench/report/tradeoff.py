@@ -212,8 +212,10 @@ def figure(p: pd.DataFrame, baseline: str, y_label: str = "workloads reproducibl
         parts.append("grey: cuDNN flags, inert on this device")
     sep = "; " if cols == 3 else "\n"
     fig.suptitle(parts[0] + ": " + sep.join(parts[1:]), fontsize=10 if cols == 3 else 8)
-    if notes:
-        fig.text(0.01, 0.0, "Not placed: " + "; ".join(notes), fontsize=8, va="bottom")
+    if notes:  # under the panels, in the layout, wrapped to the figure's width (8 pt)
+        line = int(fig.get_figwidth() * 13)  # characters of 8 pt in a line, with room to spare
+        text = textwrap.fill("Not placed: " + "; ".join(notes), width=line, break_on_hyphens=False)
+        fig.supxlabel(text, fontsize=8)
     finish(fig)
     return fig
 
