@@ -88,16 +88,21 @@ def interval(draws: np.ndarray) -> tuple[float, float]:
 NOISE = "within the noise"
 
 
+def _bounds(low: float | None, high: float | None) -> tuple[float, float] | None:
+    """An interval's ends as floats; None where there is no interval."""
+    if low is None or high is None:
+        return None
+    try:
+        return float(low), float(high)
+    except (TypeError, ValueError):
+        return None
+
+
 def within_noise(low: float | None, high: float | None) -> bool:
     """The one rule: a ratio is within the noise where its 95% interval contains 1 (False where
     there is no interval)."""
-    if low is None or high is None:
-        return False
-    try:
-        lo, hi = float(low), float(high)
-    except (TypeError, ValueError):
-        return False
-    return lo <= 1.0 <= hi
+    b = _bounds(low, high)
+    return b is not None and b[0] <= 1.0 <= b[1]
 
 
 #: A ratio whose 95% interval holds both 1/TOO_WIDE and TOO_WIDE is not measured: the interval
@@ -108,13 +113,8 @@ TOO_WIDE = 2.0
 def says_nothing(low: float | None, high: float | None) -> bool:
     """The one rule for an interval too wide to say anything: it holds both half and twice
     (``TOO_WIDE``). False where there is no interval."""
-    if low is None or high is None:
-        return False
-    try:
-        lo, hi = float(low), float(high)
-    except (TypeError, ValueError):
-        return False
-    return lo <= 1 / TOO_WIDE and hi >= TOO_WIDE
+    b = _bounds(low, high)
+    return b is not None and b[0] <= 1 / TOO_WIDE and b[1] >= TOO_WIDE
 
 
 def noise_words(low: float | None, high: float | None) -> str:
