@@ -2,6 +2,10 @@
 # tools/python, which installs nothing when the interpreter already has what detbench needs.
 SHELL := /bin/bash
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+# Python may keep its compiled bytecode (in __pycache__/, which git ignores): where the shell
+# forbids it, every process compiles detbench's modules again, and pytest rewrites the asserts of
+# every test module again in each of its processes (about 4 s of a collection here).
+unexport PYTHONDONTWRITEBYTECODE
 ARGS ?=
 
 .PHONY: bench test test-cuda test-slow lint docs gpu-check bench-matrix pytest-bench clean-venv
