@@ -279,8 +279,13 @@ def test_a_noisy_or_wide_cost_is_no_finding_in_words(tmp_path: Path, study: dict
     assert ar.near_noise(clear) is None  # beyond the noise, even where timing is noisy
     # Two replicates' paired interval (a t with 1 degree of freedom): it holds both half and
     # twice, so it measures nothing, and says so rather than "within the noise".
-    none = {"relative_throughput": 0.85, "ci_low": 0.004, "ci_high": 468.09, "noisy": False,
-            "significant": False}  # fmt: skip
+    none = {
+        "relative_throughput": 0.85,
+        "ci_low": 0.004,
+        "ci_high": 468.09,
+        "noisy": False,
+        "significant": False,
+    }
     assert ar._speed(none, "with it on") == (
         "throughput not measured (0.85x, 95% interval 0.00x to 468.09x: the interval holds both "
         "half and twice the throughput with it on; more replicates, or a quieter machine, "

@@ -184,7 +184,7 @@ def test_the_console_table_gives_the_paired_point_the_answer_gives(tmp_path: Pat
     v = analysis.verdicts(df)
     v = v.assign(rel=analysis.relative_throughput(v, "default"))
     assert v.set_index("mode").loc["det-algos", "rel"] == pytest.approx(0.5)
-    points = analysis.cost_points(v, c)
+    points = analysis.cost_points(v, "default", c)
     assert points[v["mode"] == "det-algos"].item() == pytest.approx(0.5 * math.exp(0.1))
     _, table = analysis.summary_table(df)
     row = next(line for line in table.splitlines() if line.startswith("s/w"))
@@ -319,15 +319,21 @@ def test_the_method_names_no_aa_worker_where_none_was_timed(tmp_path: Path) -> N
     assert "(the A/A check)" in str(with_copy) and "(the A/A check)" not in str(without)
 
 
-@pytest.mark.parametrize(("replicates", "timing", "said"), [(2, None, True), (3, None, False),
-                                                             (2, "separate", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("replicates", "timing", "said"), [(2, None, True), (3, None, False), (2, "separate", False)]
+)
 def test_a_paired_run_of_two_replicates_is_told_its_intervals_will_be_wide(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], replicates: int, timing: str | None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    replicates: int,
+    timing: str | None,
     said: bool,
-) -> None:  # fmt: skip
+) -> None:
     config = RunConfig(out=tmp_path / "r", device="cpu", replicates=replicates, timing=timing)
     assert execute._notes(config, None)  # type: ignore[arg-type]  # (used only to resume)
     err = capsys.readouterr().err
-    note = "2 replicates: each cost's 95% interval rests on 2 processes, a t with 1 degree of " \
-        "freedom (12.7 standard errors each side, against 4.3 with 3 replicates)"  # fmt: skip
+    note = (
+        "2 replicates: each cost's 95% interval rests on 2 processes, a t with 1 degree of "
+        "freedom (12.7 standard errors each side, against 4.3 with 3 replicates)"
+    )
     assert (note in err) is said, err

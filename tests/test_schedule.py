@@ -187,8 +187,14 @@ def test_a_measured_workload_prices_its_paired_members_at_its_own_build() -> Non
     from detbench.run.estimate import Probed
     from detbench.run.paired_cost import PairedPlan
 
-    plan = PairedPlan(groups=3, replicates=3, keys=("custom/unet",) * 3, workers=11, rounds=12,
-                      block_seconds=0.008)  # fmt: skip
+    plan = PairedPlan(
+        groups=3,
+        replicates=3,
+        keys=("custom/unet",) * 3,
+        workers=11,
+        rounds=12,
+        block_seconds=0.008,
+    )
     model = plan.seconds("cpu", "quick", 3.0, cores=2)
     unet = Probed(seconds=8.0, count=1.5, timing=0.5)  # 6 s of build and first steps
     measured = plan.seconds("cpu", "quick", 3.0, cores=2, probed={"custom/unet": unet})

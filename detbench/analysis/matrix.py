@@ -130,12 +130,12 @@ def relative_throughput(v: pd.DataFrame, baseline: str) -> pd.Series:
     )
 
 
-def cost_points(v: pd.DataFrame, c: pd.DataFrame) -> pd.Series:
-    """Each row's throughput relative to the baseline as its cost states it: ``c``'s point
+def cost_points(v: pd.DataFrame, baseline: str, c: pd.DataFrame) -> pd.Series:
+    """Each row's throughput relative to ``baseline`` as its cost states it: ``c``'s point
     (``costs``) where the mode and the baseline were timed side by side (``design`` "paired"),
-    else ``v["rel"]`` (``relative_throughput``: the median of replicates, which is the separate
-    design's point). So the console's table, the heatmaps and the answer give one number."""
-    rel = pd.to_numeric(v["rel"], errors="coerce").to_numpy(dtype=float)
+    else ``relative_throughput`` (the median of replicates, which is the separate design's
+    point). So the console's table, the heatmaps and the answer give one number."""
+    rel = pd.to_numeric(relative_throughput(v, baseline), errors="coerce").to_numpy(dtype=float)
     if c.empty or "design" not in c.columns:
         return pd.Series(rel, index=v.index)
     paired = c[c["design"] == "paired"].set_index(["suite", "workload", "mode"])
@@ -160,8 +160,7 @@ def summary_table(
     modes = ordered_modes(v["mode"])
     baseline = str(baseline_mode(modes))
     c = costs(df, baseline) if c is None else c
-    v = v.assign(rel=relative_throughput(v, baseline))
-    v = v.assign(rel=cost_points(v, c))
+    v = v.assign(rel=cost_points(v, baseline, c))
     quality = (
         {}
         if c.empty

@@ -345,9 +345,8 @@ def write_plots(df: pd.DataFrame, directory: Path, costs: pd.DataFrame | None = 
     if v.empty:
         return []
     baseline = str(analysis.baseline_mode(v["mode"]))
-    v = v.assign(rel=analysis.relative_throughput(v, baseline))
     costs = analysis.costs(df, baseline) if costs is None else costs
-    v = v.assign(rel=analysis.cost_points(v, costs))  # the answer's and the table's numbers
+    v = v.assign(rel=analysis.cost_points(v, baseline, costs))  # the answer's numbers
     div = analysis.divergence(df)
     plots: list[Plot] = []
     for suite in dict.fromkeys(v["suite"]):

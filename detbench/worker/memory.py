@@ -11,6 +11,7 @@ import ctypes
 import os
 import resource
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -58,18 +59,25 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+@lru_cache(maxsize=1)
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, looked up once per worker; None where the C library lacks it."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return trim
+
+
 def _release_free_heap() -> None:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``; nothing where
     the C library has no such call). Without it, a workload that reuses memory an earlier
     workload of the same worker freed grows the RSS by nothing, and its peak reads as 0: pages
     freed but kept resident by the allocator are counted before it starts, not as its own."""
-    try:
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim.argtypes = [ctypes.c_size_t]
-    trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 class PeakWatch:
