@@ -48,6 +48,7 @@ RUN_OPTIONS = (
     "clocks",
     "timing",
     "rounds",
+    "reference_check",
 )
 
 #: ``run --cudnn-log`` and ``gpu-check --cudnn-log``.
@@ -120,6 +121,7 @@ def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
         clocks=getattr(args, "clocks", None),
         timing=getattr(args, "timing", None),
         rounds=getattr(args, "rounds", None),
+        reference_check=getattr(args, "reference_check", None) or 0.0,
     )
     check_options(config)  # before torch and the workloads load: a mistake is one line at once
     return config
@@ -227,6 +229,14 @@ def run_options(q: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the paired timing's rounds per workload and replicate, each mode one block a "
         "round (default: 12 quick, 10 full)",
+    )
+    q.add_argument(
+        "--reference-check",
+        type=float,
+        metavar="SECONDS",
+        help="check the paired timing against a reference timer: after each round every worker "
+        "also times its step for about SECONDS with torch.utils.benchmark (CUDA events on a "
+        "GPU), alternating with the blocks; tools/steady_check.py DIR prints the two side by side",
     )
     q.add_argument(
         "--timeout",

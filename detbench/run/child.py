@@ -116,6 +116,38 @@ def _start(job: dict[str, Any], out: Channel) -> tuple[Any, Any, Any, Any] | Non
     return mode, ws, workloads, device
 
 
+def _stamped(record: dict[str, Any], job: dict[str, Any], device: Any) -> dict[str, Any]:
+    """What a worker adds to each record it sends: its pid, its place in the replicate's order,
+    its device and its node."""
+    record["worker_pid"] = os.getpid()  # to tell this run's processes from others (NVML)
+    record["mode_position"] = job.get("mode_position")
+    # Which device ran it ("cuda:1", "cpu:0"); ``device`` stays the device type.
+    record["device_name"] = job.get("device_name") or f"{device.type}:0"
+    record.update(where())  # the node and batch job (detbench submit) it ran in
+    return record
+
+
+def _verdict_then_prepare(
+    w: Any, job: dict[str, Any], mode: Mode, ws: Any, device: Any, out: Channel
+) -> tuple[PairedTiming | None, dict[str, Any]]:
+    """A paired run's member that owes ``w``'s verdict: every pass of a verdict worker
+    (``passes.run_workload``, its timing left to the rounds), its record sent at once; then the
+    step it built, kept, is warmed up for the rounds (built again only where its
+    batch-invariance pass rebuilt it). (the timing or None; the ``prepared`` fields)."""
+    kept: list[Any] = []
+    record, device_lost = run_workload(w, job, mode, None, ws, keep=kept.append)
+    out.send({"type": "record", "record": _stamped(record, job, device)})
+    gc.freeze()
+    if device_lost:
+        return None, {"status": "failed", "message": record.get("message"), "lost": True}
+    if record.get("status") != "ok":
+        kept.clear()
+        return None, {"status": record.get("status"), "message": record.get("message")}
+    if kept:
+        return PairedTiming.from_verdict(w, job, mode, kept.pop(), record)
+    return PairedTiming.prepare(w, job, mode, ws)
+
+
 def serve(job: dict[str, Any], out: Channel) -> int:
     """The worker's life, once the child main (armed to die with the runner before it imported
     this module and torch) has read its job, the first line of stdin."""
@@ -136,12 +168,7 @@ def serve(job: dict[str, Any], out: Channel) -> int:
         if w is None:
             raise RuntimeError(f"workload {key} is not defined in this worker's sources")
         record, device_lost = run_workload(w, job, mode, notify, ws, launch=run_distributed)
-        record["worker_pid"] = os.getpid()  # to tell this run's processes from others (NVML)
-        record["mode_position"] = job.get("mode_position")
-        # Which device ran it ("cuda:1", "cpu:0"); ``device`` stays the device type.
-        record["device_name"] = job.get("device_name") or f"{device.type}:0"
-        record.update(where())  # the node and batch job (detbench submit) it ran in
-        out.send({"type": "record", "record": record})
+        out.send({"type": "record", "record": _stamped(record, job, device)})
         # What the workload imported or cached for good (its own objects are freed by now) joins
         # the frozen generation, so each later collection scans only the next workload's objects.
         gc.freeze()
@@ -156,23 +183,38 @@ def serve(job: dict[str, Any], out: Channel) -> int:
 def pair(job: dict[str, Any], out: Channel) -> int:
     """A timing worker of the paired phase (``detbench.worker.paired``): started as a run's
     worker is, then it does what each line of stdin says, one at a time, and answers each with
-    one message: ``prepare KEY`` (build and warm up: ``prepared``), ``block`` (time one block:
-    ``block``), ``finish`` (the samples' summary, the workload freed: ``timed``); ``exit`` or
-    the end of stdin ends it."""
+    one message: ``prepare KEY`` (build and warm up: ``prepared``), ``prepare KEY verdict`` (the
+    verdict's passes first, their ``record`` sent, then the step they built warmed up:
+    ``prepared``), ``block`` (time one block: ``block``), ``reference SECONDS`` (the step timed
+    by a reference timer: ``reference``), ``finish`` (the samples' summary, the workload freed:
+    ``timed``); ``exit`` or the end of stdin ends it."""
     stdin = sys.stdin.buffer
+    # The samples' summary needs scipy.stats (0.8 s to import here): imported with the rest of
+    # the start-up, which the group's workers do side by side, not at the first ``finish``,
+    # which they answer one after another.
+    with contextlib.suppress(ImportError):
+        importlib.import_module("scipy.stats")
     started = _start(job, out)
     if started is None:
         return 0
-    mode, ws, workloads, _ = started
+    mode, ws, workloads, device = started
     timing: PairedTiming | None = None
     for raw in stdin:
         word, _, arg = raw.decode().strip().partition(" ")
         if word == "prepare":
-            w = workloads.get(arg)
+            key, _, verdict = arg.partition(" ")
+            w = workloads.get(key)
             if w is None:
-                raise RuntimeError(f"workload {arg} is not defined in this worker's sources")
-            timing, said = PairedTiming.prepare(w, job, mode, ws)
-            out.send({"type": "prepared", "workload": arg, **said})
+                raise RuntimeError(f"workload {key} is not defined in this worker's sources")
+            if verdict == "verdict":
+                timing, said = _verdict_then_prepare(w, job, mode, ws, device, out)
+            else:
+                timing, said = PairedTiming.prepare(w, job, mode, ws)
+            out.send({"type": "prepared", "workload": key, **said})
+            if said.get("lost"):  # the CUDA context is unusable: a fresh worker takes over
+                return 0
+        elif word == "reference" and timing is not None:
+            out.send({"type": "reference", **timing.reference(float(arg))})
         elif word == "block" and timing is not None:
             try:
                 out.send({"type": "block", **timing.block()})

@@ -169,6 +169,11 @@ class RunConfig:
     rounds: int | None = None
     #: Seconds of steps in one block of the paired phase (None: the profile's).
     block_seconds: float | None = None
+    #: ``--reference-check SECONDS``: after each round, every member of a paired group times its
+    #: step with a reference timer for about this long (``torch.utils.benchmark``'s
+    #: ``blocked_autorange`` on a CPU, CUDA events on a GPU), kept beside its blocks in
+    #: ``paired.jsonl`` (``reference``): ``tools/steady_check.py`` compares the two. 0: off.
+    reference_check: float = 0.0
 
     @property
     def clock_mode(self) -> str:
@@ -242,6 +247,7 @@ class RunConfig:
             "timing": self.timing_design,
             "rounds": self.setting("rounds"),
             "block_seconds": self.setting("block_seconds"),
+            "reference_check": self.reference_check,
         }
 
 
@@ -367,6 +373,7 @@ def resume_config(directory: Path) -> RunConfig:
             timing=str(o.get("timing", "separate")),
             rounds=o.get("rounds"),
             block_seconds=o.get("block_seconds"),
+            reference_check=float(o.get("reference_check") or 0.0),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RunError(f"{directory / ENV_FILE}: cannot read the run's options ({exc})") from None
@@ -473,6 +480,8 @@ def check_options(config: RunConfig) -> None:
             "--timing paired needs all of a replicate's modes on one device: not with --shard "
             "or several --devices (use --timing separate)"
         )
+    if config.reference_check < 0:
+        raise RunError("--reference-check must be a positive number of seconds (0: off)")
     if config.rounds is not None and config.rounds < 6:
         raise RunError(
             f"--rounds {config.rounds}: at least 6 are needed, the fewest samples with a 95% "

@@ -114,6 +114,9 @@ class Estimate:
     probe_seconds: float = 0.0
     #: Records priced from the run's own records of the same workload (a resumed run).
     own_records: int = 0
+    #: Whether a verdict worker's start-up is charged beside the records: not where the paired
+    #: phase's groups make every verdict (their start-ups are in ``paired_seconds``).
+    startup_charged: bool = True
 
     @property
     def handovers(self) -> int:
@@ -162,7 +165,7 @@ class Estimate:
         return (
             self.probe_seconds
             + self.paired_seconds
-            + self.startup_seconds
+            + (self.startup_seconds if self.startup_charged else 0.0)
             + self.startup_waits
             + self.record_seconds
             + self.launches * self.launch_seconds
@@ -177,6 +180,7 @@ class Estimate:
             "estimated_seconds": round(self.seconds, 1),
             "startup_seconds": round(self.startup_seconds, 3),
             "startup_measured": self.measured_startup,
+            "startup_charged": self.startup_charged,
             "per_record_seconds": round(self.per_record_seconds, 4),
             "startup_waits_seconds": round(self.startup_waits, 1),
             "handovers": self.handovers,
@@ -396,6 +400,13 @@ class _Pricing:
         own = self.own
         return sum(self.sizes.get(k, 0) for k in self.runs(s) if k not in own)
 
+    def sizes_seconds(self, s: Slot) -> float:
+        """The seconds of slot ``s``'s invariance passes: all a slot costs beyond its records
+        where the paired phase's groups make its verdicts (their start-ups are its)."""
+        return INVARIANCE_SECONDS_PER_SIZE.get((self.device, self.profile), 0.0) * self.slot_sizes(
+            s
+        )
+
     def overhead(self, slots: Sequence[Slot], i: int) -> float:
         """The seconds slot ``i`` of a device costs beyond its records: the first worker's
         start-up, or a later one's wait and device stage; its launch and invariance passes."""
@@ -453,13 +464,21 @@ def estimate(
         timed=timed,
     )
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
+    # Where the paired phase's groups make the verdicts, the verdict workers run only the
+    # distributed workloads: theirs are the only start-ups, waits and hand-overs outside the
+    # groups (whose start-ups the paired phase prices).
+    workers = lanes
+    if paired is not None and paired.fused:
+        workers = [[s for s in ss if distributed & set(p.runs(s))] for ss in lanes]
+    starts = any(workers)
     return Estimate(
         records=plan.records,
         workers=plan.workers,
         startup_seconds=startup_seconds if plan.workers else 0.0,
+        startup_charged=starts,
         per_record_seconds=per_record,
         measured_startup=measured,
-        startup_waits=p.waits(plan.slots) if plan.lanes == 1 else max(map(p.waits, lanes)),
+        startup_waits=p.waits(workers[0]) if plan.lanes == 1 else max(map(p.waits, workers)),
         compiled_records=sum(
             len(s.keys) for s in plan.slots if s.mode.overrides.get("execution") == "compile"
         ),
@@ -473,16 +492,29 @@ def estimate(
         unsupported_records=sum(len(s.keys) - len(p.runs(s)) for s in plan.slots),
         costed_records=sum(p.costed(s) for s in plan.slots),
         basis=basis or ("measured start-up" if measured else "model"),
-        lane_handovers=tuple(max(0, len(ss) - 1) for ss in lanes),
+        lane_handovers=tuple(max(0, len(ss) - 1) for ss in workers),
         handover_seconds=HANDOVER_SECONDS.get(device, 0.0),
         probed_records=sum(
             1 for s in plan.slots for k in p.runs(s) if probed and k in probed and k not in own
         ),
         own_records=sum(1 for s in plan.slots for k in p.runs(s) if k in own),
         slot_costs={
-            (s.replicate, s.mode.name): (p.overhead(ss, i), {k: p.key_cost(s, k) for k in s.keys})
-            for ss in lanes
-            for i, s in enumerate(ss)
+            **{
+                (s.replicate, s.mode.name): (
+                    p.sizes_seconds(s),
+                    {k: p.key_cost(s, k) for k in s.keys},
+                )
+                for ss in lanes
+                for s in ss
+            },
+            **{
+                (s.replicate, s.mode.name): (
+                    p.overhead(ss, i),
+                    {k: p.key_cost(s, k) for k in s.keys},
+                )
+                for ss in workers
+                for i, s in enumerate(ss)
+            },
         },
         paired_seconds=0.0
         if paired is None

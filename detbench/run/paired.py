@@ -1,25 +1,44 @@
-"""The paired phase: every replicate's modes timed side by side, after every verdict (issue 34).
+"""The paired phase: every replicate's modes timed side by side (issue 34), and, by default, their
+verdicts made in the same workers (issue 39).
 
 A cost measured as the ratio of two medians taken in two workers minutes apart carries whatever
-changed in between: the GPU's clock and power state, the host's load. So, once the verdict
-workers have fingerprinted every (mode, replicate), the costs are timed per replicate by a
-**group** of fresh timing workers alive together: one per mode, and a second worker of the
-baseline's settings (``copy`` 1: the A/A check, a mode against itself, whose interval must hold
-1). For each workload:
+changed in between: the GPU's clock and power state, the host's load. So each replicate's
+workloads are measured by a **group** of fresh workers alive together: one per mode, and a second
+worker of the baseline's settings (``copy`` 1: the A/A check, a mode against itself, whose
+interval must hold 1). For each workload:
 
-1. each worker builds it and warms up, one worker at a time (``prepare``); a worker that cannot
-   (a setting this workload does not support, an error) sits out this workload;
-2. ``rounds`` rounds (fewer for a long step: ``rounds_for``): in each, the workers take turns
-   in an order shuffled anew (a generator seeded from the run's seed, the workload, the
-   replicate and the round), each timing one block of about ``block_seconds`` while the others
-   wait on their stdin, so no two blocks overlap;
+1. each worker prepares it, one worker at a time: the baseline's first, then the others in an
+   order shuffled per (workload, replicate). A worker that owes the workload's verdict
+   (``--timing paired``, the default) runs every pass a verdict worker runs
+   (``passes.run_workload``: build, fingerprint, FLOP count), sends its record, which is stored
+   at once, and keeps the step it built; the A/A copy, and a member whose verdict is stored
+   already (a resumed run, ``--timing both``), builds it and runs its first step. Then each
+   warms the step up until steady. One build and one warm-up per (workload, mode, replicate),
+   not one for the verdict and one for the cost. A worker that cannot (a setting this workload
+   does not support, an error) sits out this workload;
+2. rounds (``paired_rounds``: from 6 until each mode's ratio to the baseline is narrow enough
+   or stops narrowing, at most ``rounds``, fewer for a long step: ``rounds_for``): in each, the
+   workers take turns in an order shuffled anew (a generator seeded from the run's seed, the
+   workload, the replicate and the round), each timing one block of about ``block_seconds``
+   while the others wait on their stdin, so no two blocks overlap;
 3. each worker summarises its samples (``finish``) and frees the workload; the group's lines go
    to ``paired.jsonl`` at once, all of them together, so a run stopped in the middle of a
-   workload keeps none of its half-measured group and a ``--resume`` times it again.
+   workload keeps the verdicts it stored and none of its half-measured group, and a
+   ``--resume`` times it again.
+
+**A group too big for the device** (``paired_rounds.fits``): before each member prepares, the
+largest footprint of a copy so far and the free memory the last member saw decide whether one
+more copy fits. Where it does not, the members built so far take their rounds, all but the
+baseline's copy are freed, and the next members are built beside it: the group is timed as
+**subgroups** that each hold the baseline, numbered in the lines (``subgroup``), their rounds
+numbered on from the subgroup before, so every mode is paired with the baseline's blocks of its
+own rounds. An out-of-memory error of one member is that member's record.
 
 The workers are the runner's workers (``supervise.WorkerProcess``), started as they are, with a
 job of kind ``PAIR_KIND`` (``detbench.run.child.pair``); every worker of the group starts at once
-(their imports and CUDA initialisation overlap each other, not a timing).
+(their imports and CUDA initialisation overlap each other, not a timing). On a CPU each worker's
+OpenMP threads stop spinning ~1 ms after its turn (``SPIN_ENV``), not ~10 ms later while the next
+worker times its block on the same cores.
 """
 
 from __future__ import annotations
@@ -35,8 +54,9 @@ from typing import Any, TextIO
 
 from detbench.core.modes import DEFAULT_MODE, Mode
 from detbench.core.workload import Workload
-from detbench.run.config import RunConfig
+from detbench.run.config import TARGET_REL, RunConfig
 from detbench.run.paired_cost import PairedPlan
+from detbench.run.paired_rounds import MIN_ROUNDS, fits, half_width, log_ratios, settled
 from detbench.run.schedule import clock
 from detbench.run.supervise import TIMEOUT, Crew, WorkerProcess, log_tail
 from detbench.store.paired import PairedWriter, iter_paired
@@ -44,8 +64,16 @@ from detbench.store.results import iter_records, utc_now
 
 #: The job's kind for a timing worker of the paired phase.
 PAIR_KIND = "detbench.run.child:pair"
-#: The fewest rounds of a group: 6 samples are the fewest with a 95% interval of their median.
-MIN_ROUNDS = 6
+#: A CPU worker's OpenMP threads spin this many times waiting for work before they sleep
+#: (libgomp's ``GOMP_SPINCOUNT``; its default is 300,000, about 10 ms here). Measured on the
+#: 2-core development VM (11 workers taking turns, a 512x512 float32 matmul, blocks against
+#: ``blocked_autorange`` in the same workers, alternated): by default a block of 5 steps read
+#: 1.69x and one of 1 step 2.20x the reference, the worker before it still spinning on the
+#: cores; at 30,000 (about 1 ms) 0.99x and 1.00x. Within a step the gaps between parallel regions
+#: are microseconds, so the step itself spins as before. A count the user set is kept.
+SPIN_ENV = {"GOMP_SPINCOUNT": "30000"}
+#: Words of the lines a member's ``prepare`` may send before ``prepared``.
+RECORD = "record"
 
 
 def baseline_of(modes: Iterable[Mode]) -> Mode:
@@ -58,7 +86,8 @@ def baseline_of(modes: Iterable[Mode]) -> Mode:
 def round_order(seed: int, key: str, replicate: int, index: int, n: int) -> list[int]:
     """The order in which ``n`` workers take their turns in round ``index``: a permutation drawn
     from a generator of its own, seeded from SHA-256 of the run's seed and the round's name, so
-    the same run plans the same rounds on every host and a resumed run repeats them."""
+    the same run plans the same rounds on every host and a resumed run repeats them. Index -1:
+    the order in which the members other than the baseline's copy prepare."""
     name = f"{seed}|{key}|{replicate}|{index}"
     rng = random.Random(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big"))
     order = list(range(n))
@@ -79,6 +108,11 @@ class Member:
     rounds: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
+    references: list[float] = field(default_factory=list)
+    reference_timer: str | None = None
+    timed: dict[str, Any] | None = None  # the ``timed`` message, once finished
+    subgroup: int = 0
+    workers: int = 0  # members timed side by side in its subgroup
     failure: tuple[str, str] | None = None  # (status, message) of the workload in hand
 
     @property
@@ -86,13 +120,19 @@ class Member:
         return self.mode.name + (" (A/A copy)" if self.copy else "")
 
     def reset(self) -> None:
-        self.prepared, self.failure = None, None
+        self.prepared, self.failure, self.timed, self.reference_timer = None, None, None, None
         self.samples, self.rounds, self.positions, self.starts = [], [], [], []
+        self.references, self.subgroup, self.workers = [], 0, 0
+
+    def by_round(self) -> dict[int, float]:
+        return dict(zip(self.rounds, self.samples, strict=True))
 
 
 @dataclass
 class PairedStats:
-    """Where the paired phase's time went (seconds), for env.json's ``run_stats``."""
+    """Where the paired phase's time went (seconds), for env.json's ``run_stats``: ``prepare``
+    includes the verdict passes of the members that owed one (``verdicts`` of them), and
+    ``rounds_taken`` counts the rounds the groups took (against ``rounds`` each at most)."""
 
     groups: int = 0
     workers: int = 0
@@ -101,15 +141,27 @@ class PairedStats:
     rounds: float = 0.0
     finish: float = 0.0
     wall: float = 0.0
+    verdicts: int = 0
+    subgroups: int = 0
+    rounds_taken: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+#: What the runner gives the phase for the verdicts it owes: ``store(record)`` writes one;
+#: ``lost(key, mode, replicate, status, message, exit_code)`` makes the record of one a worker
+#: took down with it.
+Store = Callable[[dict[str, Any]], None]
+Lost = Callable[[str, Mode, int, str, str, "int | None"], dict[str, Any]]
+
+
 class PairedPhase:
     """The paired phase of one run (see the module docstring). ``job_for``: the runner's job for
     a worker of (mode, replicate), ``env_for`` its environment; ``keys``: the workloads to time,
-    in the plan's order; ``crew``: the run's workers (its halt ends the phase)."""
+    in the plan's order; ``crew``: the run's workers (its halt ends the phase); ``owed``: the
+    (workload, mode, replicate) verdicts the phase makes (empty: the verdict workers made
+    them), stored through ``store`` (``lost`` for one a worker took down with it)."""
 
     @classmethod
     def of(
@@ -120,19 +172,31 @@ class PairedPhase:
         env_for: Callable[[Mode, str], dict[str, str]],
         crew: Crew,
         stream: TextIO,
+        owed: set[tuple[str, str, int]] | None = None,
+        store: Store | None = None,
+        lost: Lost | None = None,
     ) -> PairedPhase:
         """The paired phase of the run ``c`` of ``workloads`` (the distributed ones are timed in
         their torchrun launch), on its first device; ``job_for(mode, replicate, device, keys)``
         and ``env_for(mode, device)``: the runner's job and environment of a worker."""
         keys = [w.key for w in workloads if not w.distributed]
         lane = c.device_names[0]
+
+        def env(mode: Mode) -> dict[str, str]:
+            got = env_for(mode, lane)
+            if c.device == "cpu" and not any(
+                k in got for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+            ):
+                got.update(SPIN_ENV)
+            return got
+
         return cls(
             c.out,
             c.modes,
             c.replicates,
             keys,
             job_for=lambda mode, replicate: job_for(mode, replicate, lane, keys),
-            env_for=lambda mode: env_for(mode, lane),
+            env_for=env,
             python=c.python,
             crew=crew,
             settings={
@@ -141,8 +205,13 @@ class PairedPhase:
                 "seed": c.seed,
                 "startup_timeout": c.startup_timeout,
                 "timeout": c.timeout,
+                "device": c.device,
+                "reference_seconds": c.reference_check,
             },
             stream=stream,
+            owed=owed,
+            store=store,
+            lost=lost,
         )
 
     def __init__(
@@ -157,6 +226,9 @@ class PairedPhase:
         crew: Crew,
         settings: Mapping[str, Any],
         stream: TextIO,
+        owed: set[tuple[str, str, int]] | None = None,
+        store: Store | None = None,
+        lost: Lost | None = None,
     ) -> None:
         self.out = out
         self.modes = modes
@@ -171,10 +243,16 @@ class PairedPhase:
         self.seed = int(settings["seed"])
         self.startup_timeout = float(settings["startup_timeout"])
         self.timeout = settings.get("timeout")
+        self.device = str(settings.get("device") or "cpu")
+        self.target = TARGET_REL.get(self.device, 0.03)
+        self.reference_seconds = float(settings.get("reference_seconds") or 0.0)
         self.stream = stream
         self.stats = PairedStats()
-        base = baseline_of(modes)
-        self.members_of = [(m, 0) for m in modes] + [(base, 1)]
+        self.owed = set(owed or ())
+        self.store = store
+        self.lost_record = lost
+        self.base = baseline_of(modes)
+        self.members_of = [(m, 0) for m in modes] + [(self.base, 1)]
         done: dict[tuple[str, int], set[tuple[str, int]]] = {}
         for line in iter_paired(out):
             key = (f"{line['suite']}/{line['workload']}", int(line["replicate"]))
@@ -182,12 +260,21 @@ class PairedPhase:
         every = {(m.name, c) for m, c in self.members_of}
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = {k for k, got in done.items() if got >= every}
+        self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+        self._position: int | None = None
+        #: Per workload key, the plan's seconds of one of its groups (``weights``): the
+        #: progress line's time left.
+        self.weights: dict[str, float] = {}
+
+    def owes(self, key: str, replicate: int) -> bool:
+        return any((key, m.name, replicate) in self.owed for m in self.modes)
 
     def todo(self) -> list[tuple[int, list[str]]]:
-        """Per replicate, the workloads whose group is still to be timed."""
+        """Per replicate, the workloads whose group is still to be timed, or whose verdicts are
+        still to be made."""
         out = []
         for r in range(self.replicates):
-            keys = [k for k in self.keys if (k, r) not in self.done]
+            keys = [k for k in self.keys if (k, r) not in self.done or self.owes(k, r)]
             if keys:
                 out.append((r, keys))
         return out
@@ -206,32 +293,37 @@ class PairedPhase:
             workers=len(self.members_of),
             rounds=self.rounds,
             block_seconds=block_seconds,
+            fused=bool(self.owed),
+            # The warm-up's ceiling (``worker.paired.PairedTiming._warm_up``).
+            warmup=min(self.budget, self.rounds * block_seconds / 2),
         )
 
     def run(self) -> None:
-        """Time every group still to be timed, once every verdict is in: each verdict record of
-        the run (this call's and earlier calls') gives its timing ``same_bits``, and a mode
-        whose verdict record is not ``ok`` (unsupported, failed, or not run) sits out."""
-        recs = {
+        """Time every group still to be timed, making the verdicts the phase owes on the way:
+        each verdict record of the run (this call's and earlier calls') gives its timing
+        ``same_bits``, and a mode whose verdict record is not ``ok`` (unsupported, failed, or
+        not run) sits out."""
+        self.recs = {
             (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])): r
             for r in iter_records(self.out)
         }
-
-        def verdicts(key: str, mode: str, replicate: int) -> Mapping[str, Any] | None:
-            return recs.get((key, mode, replicate))
-
         t0 = time.perf_counter()
-        total, n = self.groups, 0
+        todo = self.todo()
+        total, n = sum(len(keys) for _, keys in todo), 0
+        weight = {k: self.weights.get(k, 1.0) for _, keys in todo for k in keys}
+        planned, spent = sum(weight[k] for _, keys in todo for k in keys), 0.0
         try:
             with _Writer(self.out) as writer:
-                for replicate, keys in self.todo():
+                for replicate, keys in todo:
                     members = [Member(m, c) for m, c in self.members_of]
                     try:
                         self._start(members, replicate)
                         for key in keys:
                             n += 1
-                            self._say(n, total, replicate, key, time.perf_counter() - t0)
-                            writer.append_all(self._group(members, key, replicate, verdicts))
+                            left = (planned - spent) / spent if spent > 0 else None
+                            self._say(n, total, replicate, key, time.perf_counter() - t0, left)
+                            writer.append_all(self._group(members, key, replicate))
+                            spent += weight[key]
                             self.stats.groups += 1
                     finally:
                         self._end(members)
@@ -272,7 +364,8 @@ class PairedPhase:
             m.worker.kill()
             code = self.crew.finish(m.worker)
             said = log_tail(m.worker.log)
-            m.failure = ("crashed", f"the timing worker {what} (exit {code}): {said}")
+            status = "timeout" if what == "was silent" else "crashed"
+            m.failure = (status, f"the worker {what} (exit {code}): {said}")
             m.worker = None
 
     def _end(self, members: list[Member]) -> None:
@@ -285,73 +378,165 @@ class PairedPhase:
                 m.worker = None
 
     def _ask(self, m: Member, line: str, kind: str) -> dict[str, Any] | None:
-        """Send ``line`` to ``m``'s worker and wait for its message of type ``kind``; None (the
-        worker lost) where it exits or stays silent past the run's ``--timeout``."""
+        """Send ``line`` to ``m``'s worker and wait for its message of type ``kind`` (a
+        ``record`` message before it is stored at once); None (the worker lost) where it exits
+        or stays silent past the run's ``--timeout``."""
         assert m.worker is not None
         m.worker.send(line)
-        msg = m.worker.next(self.timeout)
+        while True:
+            msg = m.worker.next(self.timeout)
+            if msg is not None and msg is not TIMEOUT and msg.get("type") == RECORD:
+                self._verdict(msg["record"])
+                continue
+            break
         if msg is None or msg is TIMEOUT or msg.get("type") != kind:
             self._lose(m, "ended" if msg is None else "was silent" if msg is TIMEOUT else "erred")
             return None
         return msg
 
+    def _verdict(self, rec: dict[str, Any]) -> None:
+        key = (f"{rec['suite']}/{rec['workload']}", rec["mode"], int(rec["replicate"]))
+        self.owed.discard(key)
+        rec["mode_position"] = self._position
+        self.recs[key] = rec
+        self.stats.verdicts += 1
+        if self.store is not None:
+            self.store(rec)
+
     # -- one workload ----------------------------------------------------------------------------
-    def _group(
-        self,
-        members: list[Member],
-        key: str,
-        replicate: int,
-        verdicts: Callable[[str, str, int], Mapping[str, Any] | None],
-    ) -> list[dict[str, Any]]:
-        """Prepare, rounds, finish: the group's lines for ``key``."""
-        t0 = time.perf_counter()
+    def _group(self, members: list[Member], key: str, replicate: int) -> list[dict[str, Any]]:
+        """Prepare, rounds, finish, in as many subgroups as the device's memory needs: the
+        group's lines for ``key``."""
         for m in members:
             m.reset()
-            verdict = verdicts(key, m.mode.name, replicate)
-            if verdict is None or verdict.get("status") != "ok":
-                why = "no verdict record" if verdict is None else f"a verdict {verdict['status']}"
-                m.failure = ("not_timed", f"{why}: not timed")
-                continue
+        base = next(m for m in members if m.mode.name == self.base.name and m.copy == 0)
+        rest = [m for m in members if m is not base]
+        queue = [base] + [rest[i] for i in round_order(self.seed, key, replicate, -1, len(rest))]
+        live: list[Member] = []
+        footprint: int | None = None
+        free: int | None = None
+        index, subgroup = 0, 0
+        for position, m in enumerate(queue):
+            if len(live) >= 2 and not fits(footprint, free, self.device):
+                index = self._rounds(live, key, replicate, index, subgroup, base)
+                for x in live:
+                    if x is not base:
+                        self._finish(x)
+                live = [base] if base.prepared is not None else []
+                subgroup += 1
+            self._prepare(m, key, replicate, position)
+            if m.prepared is not None:
+                live.append(m)
+                got = m.prepared.get("footprint_bytes")
+                if got is not None:
+                    footprint = max(footprint or 0, int(got))
+                free = m.prepared.get("free_bytes", free)
+        if live and (len(live) > 1 or index == 0):
+            self._rounds(live, key, replicate, index, subgroup, base)
+        self.stats.subgroups += subgroup + 1
+        t0 = time.perf_counter()
+        for m in members:
+            self._finish(m)
+        lines = [self._line(m, key, replicate) for m in members]
+        self.stats.finish += time.perf_counter() - t0
+        return lines
+
+    def _prepare(self, m: Member, key: str, replicate: int, position: int) -> None:
+        """``m`` builds and warms up ``key`` (its verdict first, where it owes it); ``position``:
+        its place in the group's order of preparation (the verdict record's ``mode_position``)."""
+        t0 = time.perf_counter()
+        self._position = position
+        try:
+            owes = m.copy == 0 and (key, m.mode.name, replicate) in self.owed
+            if not owes:
+                verdict = self.recs.get((key, m.mode.name, replicate))
+                if verdict is None or verdict.get("status") != "ok":
+                    why = (
+                        "no verdict record" if verdict is None else f"a verdict {verdict['status']}"
+                    )
+                    m.failure = ("not_timed", f"{why}: not timed")
+                    return
             if m.worker is None:  # lost on an earlier workload: a fresh one
                 self._spawn(m, replicate)
                 self._ready(m)
+            if m.worker is not None:
                 m.failure = None
-            if m.worker is None:
-                continue
-            msg = self._ask(m, f"prepare {key}", "prepared")
-            if msg is None:
-                continue
-            if msg.get("status") != "ok":
-                m.failure = (str(msg.get("status")), str(msg.get("message")))
-                continue
-            m.prepared = msg
-        t1 = time.perf_counter()
-        self.stats.prepare += t1 - t0
-        live = [m for m in members if m.prepared is not None]
-        for index in range(self.rounds_for(live)):
+                msg = self._ask(m, f"prepare {key}" + (" verdict" if owes else ""), "prepared")
+                if msg is not None and msg.get("lost"):
+                    self._lose(m, "lost its CUDA context")
+                elif msg is not None and msg.get("status") != "ok":
+                    m.failure = (str(msg.get("status")), str(msg.get("message")))
+                elif msg is not None:
+                    m.prepared = msg
+            if owes and (key, m.mode.name, replicate) in self.owed and self.lost_record:
+                status, message = m.failure or ("crashed", "the worker ended")
+                self._verdict(self.lost_record(key, m.mode, replicate, status, message, None))
+        finally:
+            self.stats.prepare += time.perf_counter() - t0
+
+    def _rounds(
+        self, live: list[Member], key: str, replicate: int, first: int, subgroup: int, base: Member
+    ) -> int:
+        """The rounds of one subgroup, numbered from ``first``, until every member's ratio to
+        ``base`` settles (``paired_rounds``) or the cap: the next round's number."""
+        t0 = time.perf_counter()
+        cap = self.rounds_for(live)
+        widths: dict[int, list[float]] = {id(m): [] for m in live}
+        index = first
+        for m in live:
+            m.subgroup, m.workers = subgroup, len(live)
+        for n in range(cap):
             order = round_order(self.seed, key, replicate, index, len(live))
             for position, i in enumerate(order):
-                m = live[i]
-                if m.prepared is None or m.worker is None:  # failed in an earlier round
+                self._turn(live[i], index, position)
+            if self.reference_seconds > 0:
+                for i in order:
+                    self._reference(live[i])
+            index += 1
+            if n + 1 < MIN_ROUNDS:
+                continue
+            done = True
+            for m in live:
+                if m is base or m.prepared is None or base.prepared is None:
                     continue
-                msg = self._ask(m, "block", "block")
-                if msg is None or "error" in msg:
-                    why = "lost" if msg is None else msg["error"]
-                    m.failure = m.failure or ("failed", f"block {index}: {why}")
-                    m.prepared = None
-                    continue
-                m.samples.append(float(msg["seconds"]))
-                m.starts.append(float(msg["start"]))
-                m.rounds.append(index)
-                m.positions.append(position)
-        t2 = time.perf_counter()
-        self.stats.rounds += t2 - t1
-        lines = [self._line(m, key, replicate, len(live), verdicts) for m in members]
-        self.stats.finish += time.perf_counter() - t2
-        return lines
+                widths[id(m)].append(half_width(log_ratios(base.by_round(), m.by_round())))
+                done = done and settled(widths[id(m)], self.target)
+            if done:
+                break
+        self.stats.rounds_taken.append(index - first)
+        self.stats.rounds += time.perf_counter() - t0
+        return index
+
+    def _turn(self, m: Member, index: int, position: int) -> None:
+        if m.prepared is None or m.worker is None:  # failed in an earlier round
+            return
+        msg = self._ask(m, "block", "block")
+        if msg is None or "error" in msg:
+            why = "lost" if msg is None else msg["error"]
+            m.failure = m.failure or ("failed", f"block {index}: {why}")
+            m.prepared = None
+            return
+        m.samples.append(float(msg["seconds"]))
+        m.starts.append(float(msg["start"]))
+        m.rounds.append(index)
+        m.positions.append(position)
+
+    def _reference(self, m: Member) -> None:
+        """``--reference-check``: the step timed by the reference timer in ``m``'s worker."""
+        if m.prepared is None or m.worker is None:
+            return
+        msg = self._ask(m, f"reference {self.reference_seconds}", "reference")
+        if msg is not None:
+            m.references.append(float(msg["seconds"]))
+            m.reference_timer = str(msg.get("timer"))
+
+    def _finish(self, m: Member) -> None:
+        """``m``'s summary of its samples, the workload freed in its worker (once)."""
+        if m.timed is None and m.prepared is not None and m.worker is not None:
+            m.timed = self._ask(m, "finish", "timed")
 
     def rounds_for(self, live: list[Member]) -> int:
-        """The group's rounds: ``rounds``, fewer where the longest block would take the
+        """The group's most rounds: ``rounds``, fewer where the longest block would take the
         members past ``budget`` seconds of sampling each (a step longer than the block is a
         block of its own: an RNN step of 40 ms, a training step of 30 ms on the H100), never
         fewer than ``MIN_ROUNDS``."""
@@ -362,14 +547,7 @@ class PairedPhase:
         fit = math.floor(self.budget / longest) if longest > 0 else self.rounds
         return max(MIN_ROUNDS, min(self.rounds, fit))
 
-    def _line(
-        self,
-        m: Member,
-        key: str,
-        replicate: int,
-        workers: int,
-        verdicts: Callable[[str, str, int], Mapping[str, Any] | None],
-    ) -> dict[str, Any]:
+    def _line(self, m: Member, key: str, replicate: int) -> dict[str, Any]:
         suite, name = key.split("/", 1)
         line: dict[str, Any] = {
             "suite": suite,
@@ -377,15 +555,14 @@ class PairedPhase:
             "mode": m.mode.name,
             "replicate": replicate,
             "copy": m.copy,
-            "workers": workers,
+            "workers": m.workers,
+            "subgroup": m.subgroup,
             "utc": utc_now(),
         }
-        timed = None
-        if m.prepared is not None and m.worker is not None:
-            timed = self._ask(m, "finish", "timed")
+        timed = m.timed
         if m.prepared is not None and timed is not None and timed.get("timing"):
             p = m.prepared
-            verdict = verdicts(key, m.mode.name, replicate) or {}
+            verdict = self.recs.get((key, m.mode.name, replicate)) or {}
             digest = (verdict.get("step_fingerprints") or [None])[0]
             line.update(
                 status="ok",
@@ -400,21 +577,28 @@ class PairedPhase:
                 same_bits=None if digest is None else digest == p["first_step_digest"],
                 settings_changed=p.get("settings_changed") or [],
                 worker_pid=m.worker.pid if m.worker is not None else None,
+                footprint_bytes=p.get("footprint_bytes"),
             )
+            if m.references:
+                line.update(reference=m.references, reference_timer=m.reference_timer)
             return line
         status, message = m.failure or ("failed", "fewer than 6 blocks were timed")
         line.update(status=status, message=message, samples=m.samples, rounds=m.rounds)
         return line
 
-    def _say(self, n: int, total: int, replicate: int, key: str, elapsed: float) -> None:
-        """The line of group ``n`` of ``total`` starting: the time left is the groups left at
-        the pace of those timed so far (the first group's line has none yet)."""
+    def _say(
+        self, n: int, total: int, replicate: int, key: str, elapsed: float, left: float | None
+    ) -> None:
+        """The line of group ``n`` of ``total`` starting: the time left is the plan's seconds
+        of the groups left at the pace of those done so far (``left``: their ratio; the first
+        group's line has none yet)."""
         width = len(str(total))
-        left = f" left ~{clock(elapsed / (n - 1) * (total - n + 1))}" if n > 1 else ""
+        rest = f" left ~{clock(elapsed * left)}" if left is not None else ""
+        what = "verdicts and costs" if self.owes(key, replicate) else "costs"
         self.stream.write(
-            f"costs [{n:>{width}}/{total}] replicate {replicate + 1}/{self.replicates} "
+            f"{what} [{n:>{width}}/{total}] replicate {replicate + 1}/{self.replicates} "
             f"{key}: {len(self.members_of)} workers side by side  elapsed {clock(elapsed)}"
-            f"{left}\n"
+            f"{rest}\n"
         )
         self.stream.flush()
 

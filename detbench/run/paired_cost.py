@@ -21,6 +21,7 @@ from typing import Any
 
 from detbench.run.costs import (
     PAIRED_PREPARE_SECONDS,
+    PAIRED_ROUNDS_TAKEN,
     PAIRED_TURN_SECONDS,
     SUITE_PREPARE_SECONDS,
 )
@@ -38,6 +39,12 @@ class PairedPlan:
     workers: int
     rounds: int
     block_seconds: float
+    #: Whether the group's workers make the verdicts too (``--timing paired``): a member's
+    #: build and first steps are then its verdict record's, priced with the records, and what is
+    #: left of its preparation is its warm-up until steady (at most ``warmup`` seconds), but the
+    #: A/A copy's, which builds.
+    fused: bool = False
+    warmup: float = 0.0
 
     def seconds(
         self,
@@ -68,9 +75,21 @@ class PairedPlan:
                 return max(prepare, got.seconds - got.count - got.timing)
             return suites.get(key.partition("/")[0], prepare)
 
-        members = sum(member(k) for k in self.keys)
-        members += self.groups * self.rounds * turn
-        return self.replicates * group_start + self.workers * members
+        rounds = max(6.0, PAIRED_ROUNDS_TAKEN.get(device, 1.0) * self.rounds)
+        timing = self.groups * rounds * turn * self.workers
+        if self.fused:  # the A/A copy builds; the others warm the verdict's step up
+            aa = sum(member(k) for k in self.keys)
+            return (
+                self.replicates * group_start
+                + aa
+                + self.groups * (self.workers - 1) * self.warmup
+                + timing
+            )
+        return (
+            self.replicates * group_start
+            + self.workers * sum(member(k) for k in self.keys)
+            + timing
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,4 +98,5 @@ class PairedPlan:
             "workers_per_group": self.workers,
             "rounds": self.rounds,
             "block_seconds": self.block_seconds,
+            "fused": self.fused,
         }

@@ -32,13 +32,18 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
         "replicates"
         + (f" ({len(runner.done)} records already kept)" if runner.done else "")
-        + f" = {est.records} records in {est.workers} fresh workers"
+        + f" = {est.records} records in "
+        + _workers_words(est, c.replicates)
         + (f" (shard {c.shard[0]}/{c.shard[1]} of the plan)" if c.shard else ""),
         f"  device {c.device}, profile {c.profile}: fingerprint "
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
         f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
         f"most {budget:g} s), "
-        + ("no timing: the verdicts come first" if c.timing_design == "paired" else timing),
+        + (
+            "no timing pass: each mode is timed beside the others once its verdict is made"
+            if c.timing_design == "paired"
+            else timing
+        ),
         _estimate_line(est, len(names)),
     ]
     if est.paired is not None:
@@ -158,15 +163,34 @@ def left_out_line(device: str, skipped: dict[str, str]) -> str:
     )
 
 
+def _workers_words(est: Estimate, replicates: int) -> str:
+    """Which processes make the records: fresh verdict workers, or the paired groups."""
+    p = est.paired or {}
+    if not p.get("fused"):
+        return f"{est.workers} fresh workers"
+    groups = f"{replicates} groups of {p['workers_per_group']} fresh workers (one per replicate)"
+    if est.startup_charged:  # distributed workloads: their verdict workers launch the ranks
+        return f"{groups}, and verdict workers for the distributed workloads"
+    return groups
+
+
 def _paired_line(est: Estimate) -> str:
     """The paired phase's share of the plan."""
     p = est.paired or {}
+    what = (
+        "each workload's verdicts and costs in the same workers: each builds it once, makes "
+        "its verdict, warms it up and takes its turns"
+        if p.get("fused")
+        else "then the costs"
+    )
     return (
-        f"  then the costs, {est.paired_seconds:.0f} s of the estimate: {p['groups']} (workload, "
-        f"replicate) groups of {p['workers_per_group']} workers side by side (every mode, and a "
-        f"second worker of the baseline's settings: the A/A check), {p['rounds']} rounds of "
-        f"one block each of about {p['block_seconds']:g} s (fewer for a long step, at least 6), "
-        "in an order shuffled each round"
+        f"  {what}, {est.paired_seconds:.0f} s of the estimate beside the records: "
+        f"{p['groups']} (workload, replicate) groups of {p['workers_per_group']} workers side "
+        "by side (every mode, and a second worker of the baseline's settings: the A/A check), "
+        f"up to {p['rounds']} rounds of one block each of about {p['block_seconds']:g} s (at "
+        "least 6, fewer for a long step; they stop once every mode's ratio to the baseline "
+        "settles), in an order shuffled each round; a group too big for the device's memory is "
+        "timed in subgroups that each hold the baseline"
     )
 
 
@@ -194,7 +218,21 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
         + (f"the busiest of {lanes} devices side by side: " if lanes > 1 else "")
         + f"{records} + "
         + (f"{est.paired_seconds:.0f} s of paired costs + " if est.paired is not None else "")
-        + f"{est.startup_seconds:.1f} s "
+        + _startup_words(est)
+    )
+
+
+def _startup_words(est: Estimate) -> str:
+    """The verdict workers' start-ups in the estimate (none where the groups make every
+    verdict: the paired phase prices their start-ups)."""
+    if not est.startup_charged:
+        where = "measured here" if est.measured_startup else "assumed"
+        return (
+            f"the groups' start-ups in the paired figure ({est.startup_seconds:.1f} s a "
+            f"worker, {where}; a group's workers start side by side)"
+        )
+    return (
+        f"{est.startup_seconds:.1f} s "
         f"start-up of the first worker ({'measured here' if est.measured_startup else 'assumed'}"
         "; each later worker starts up beside the one before it, from the start of that one's "
         "turn"

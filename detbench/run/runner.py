@@ -150,8 +150,30 @@ class Runner:
             for k in s.keys
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        #: ``--timing paired`` (the default): the paired phase's workers make the verdicts of
+        #: every workload but the distributed ones (each built and warmed up once, for its
+        #: verdict and its cost); the verdict workers run only those.
+        self.fused = config.timing_design == "paired"
+        distributed = {w.key for w in self.workloads if w.distributed}
+        self.lane_keys = distributed if self.fused else None
+        owed = {
+            (k, s.mode.name, s.replicate)
+            for s in self.plan.slots
+            for k in s.keys
+            if k not in distributed
+        }
         self.paired = (
-            PairedPhase.of(config, self.workloads, self._job, self._environment, self.crew, stream)
+            PairedPhase.of(
+                config,
+                self.workloads,
+                self._pair_job,
+                self._environment,
+                self.crew,
+                stream,
+                owed=owed if self.fused else None,
+                store=self._store_now,
+                lost=self._lost_now,
+            )
             if config.paired
             else None
         )
@@ -205,6 +227,40 @@ class Runner:
     def _job(self, mode: Mode, replicate: int, lane: str, keys: list[str]) -> dict[str, Any]:
         return worker_job(
             self.config, self.sources, self.threads_per_worker, mode, replicate, lane, keys
+        )
+
+    def _pair_job(self, mode: Mode, replicate: int, lane: str, keys: list[str]) -> dict[str, Any]:
+        """A paired group's worker's job: a verdict worker's, since it makes the verdicts too."""
+        c = self.config
+        return {
+            **self._job(mode, replicate, lane, keys),
+            "count_flops": replicate == 0,
+            "cudnn_log": c.cudnn_log,
+            "reference_dir": str(c.out / ".reference"),
+        }
+
+    def _store_now(self, rec: dict[str, Any]) -> None:
+        """A verdict record from the paired phase, written at once."""
+        with self._lock:
+            self._store(rec, self._writer)
+
+    def _lost_now(
+        self, key: str, mode: Mode, replicate: int, status: str, why: str, code: int | None
+    ) -> dict[str, Any]:
+        """The record of a verdict a paired worker took down with it."""
+        c = self.config
+        return lost(
+            key,
+            mode,
+            status,
+            why,
+            code,
+            replicate=replicate,
+            seed=c.seed,
+            device=c.device,
+            device_name=c.device_names[0],
+            profile=c.profile,
+            utc=utc_now(),
         )
 
     def _environment(self, mode: Mode, lane: str) -> dict[str, str]:
@@ -397,6 +453,21 @@ class Runner:
             self.stats.planned = (
                 float(estimate) if isinstance(estimate, int | float) else estimate.seconds
             )
+        if (
+            self.paired is not None
+            and estimate is not None
+            and not isinstance(estimate, int | float)
+        ):
+            # Each group's weight for the paired phase's time left: its workload's records.
+            weights: dict[str, float] = {}
+            for _, records in estimate.slot_costs.values():
+                for k, cost in records.items():
+                    weights[k] = weights.get(k, 0.0) + cost
+            groups = max(1, (estimate.paired or {}).get("groups") or 1)
+            share = estimate.paired_seconds / groups  # a group's rounds and warm-ups
+            self.paired.weights = {
+                k: v / max(1, self.config.replicates) + share for k, v in weights.items()
+            }
         # The probe worker ran before this, in this call: its seconds are the call's.
         self.stats.probe = float(getattr(estimate, "probe_seconds", 0.0))
         queues = LaneQueues(self.plan, self._placed)
@@ -405,6 +476,7 @@ class Runner:
         t0 = time.perf_counter()
         finished = False
         with ResultWriter(out) as writer:
+            self._writer = writer
             try:
                 each = [partial(self._run_lane, ln, queues, progress, writer, logs) for ln in lanes]
                 if len(lanes) == 1:
@@ -467,13 +539,13 @@ class Runner:
                 if pending is not None:
                     (slot, worker), pending = pending, None
                 else:
-                    taken = queues.take(lane.index)
+                    taken = self._take(queues, lane)
                     if taken is None:
                         return
-                    slot, worker = taken, self._spawn(taken, list(taken.keys), logs)
-                nxt = queues.take(lane.index)
+                    slot, worker = taken, self._spawn(taken, self._keys(taken), logs)
+                nxt = self._take(queues, lane)
                 if nxt is not None:
-                    pending = (nxt, self._spawn(nxt, list(nxt.keys), logs))
+                    pending = (nxt, self._spawn(nxt, self._keys(nxt), logs))
                 while True:
                     neighbour = pending[1] if pending is not None else None
                     todo = self._drive(worker, slot, progress, writer, neighbour, lane)
@@ -485,6 +557,21 @@ class Runner:
                 if w is not None and not w.closed:
                     w.kill()
                     self.crew.finish(w)
+
+    def _keys(self, slot: Slot) -> list[str]:
+        """The workloads a verdict worker of ``slot`` runs: all of its slot's, or, where the
+        paired phase makes the verdicts, the distributed ones (their ranks are launched by a
+        verdict worker)."""
+        if self.lane_keys is None:
+            return list(slot.keys)
+        return [k for k in slot.keys if k in self.lane_keys]
+
+    def _take(self, queues: LaneQueues, lane: _Lane) -> Slot | None:
+        """The next slot of ``lane`` that has a workload for a verdict worker."""
+        while True:
+            slot = queues.take(lane.index)
+            if slot is None or self._keys(slot):
+                return slot
 
 
 def prepare(config: RunConfig, stream: TextIO = sys.stderr) -> Runner:

@@ -140,6 +140,28 @@ class PeakWatch:
         return growth, {**before, "peak_rss_bytes": peak_rss, "rss_growth_bytes": growth}
 
 
+def free_bytes(device: torch.device) -> int | None:
+    """Memory a new copy of a workload could take now: the GPU's free memory on CUDA (as the
+    driver counts it, every process's allocations taken), the host's available memory
+    elsewhere; None where it cannot be read."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.mem_get_info(device)[0])
+        return _available_bytes()
+    except Exception:
+        return None
+
+
+def footprint_bytes(device: torch.device, rec_memory: dict[str, Any] | None) -> int | None:
+    """What one copy of a workload holds at its peak, from its ``PeakWatch`` figures: torch's
+    reserved peak on CUDA (what the caching allocator took from the driver), the RSS's growth
+    elsewhere; None where they were not read."""
+    m = rec_memory or {}
+    key = "peak_reserved_bytes" if device.type == "cuda" else "rss_growth_bytes"
+    got = m.get(key)
+    return None if got is None else int(got)
+
+
 def memory_figures(device: torch.device) -> dict[str, Any]:
     """What torch and the OS say about memory right after an out-of-memory failure. Each CUDA
     figure is read on its own: after some CUDA errors the driver answers nothing."""

@@ -48,6 +48,7 @@ from detbench.worker import fingerprint as fp
 from detbench.worker.applied import WorkerSettings, columns
 from detbench.worker.gpuclock import ClockWatch
 from detbench.worker.measure import build_pass, classify, sync
+from detbench.worker.memory import PeakWatch, footprint_bytes, free_bytes
 from detbench.worker.samplers import ClockSampler, CudaEventSampler, host_clock
 from detbench.worker.timing import MIN_CI_SAMPLES, Timing, _summary, _torch_threads
 from detbench.worker.warmup import warm_up
@@ -112,7 +113,9 @@ class PairedTiming:
             fingerprint_method="device" if job["fingerprint"] == "both" else job["fingerprint"],
         )
         t0 = time.perf_counter()
+        watch = PeakWatch(device)
         try:
+            watch.start()
             self.step = build_pass(w, ctx, ws, mode, rec)
             outputs = fp.step_outputs(self.step())
             sync(device)
@@ -123,13 +126,46 @@ class PairedTiming:
             status, message = classify(exc)
             self.free()
             return None, {"status": status, "message": message}
-        return self, {
+        _, memory = watch.stop()
+        return self, self._prepared(digest, rec["settings_changed"], memory, t0)
+
+    @classmethod
+    def from_verdict(
+        cls, w: Workload, job: dict[str, Any], mode: Mode, step: Any, rec: dict[str, Any]
+    ) -> tuple[PairedTiming | None, dict[str, Any]]:
+        """Time the step this worker's verdict pass built and fingerprinted (``passes.Hooks.keep``):
+        no second build, no second first step; warmed up from where the fingerprint steps left
+        it. The digest is the verdict's own first step (``same_bits`` is then true by
+        construction: one process computed both)."""
+        device = torch.device(job["device"])
+        ctx = Context(
+            device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
+        )
+        self = cls(w, ctx, mode, job, step=step, threads=int(rec["num_threads"]))
+        t0 = time.perf_counter()
+        try:
+            self._warm_up()
+        except Exception as exc:
+            status, message = classify(exc)
+            self.free()
+            return None, {"status": status, "message": message}
+        digest = (rec.get("step_fingerprints") or [None])[0]
+        return self, self._prepared(digest, rec["settings_changed"], rec.get("memory"), t0)
+
+    def _prepared(
+        self, digest: Any, changed: Any, memory: dict[str, Any] | None, t0: float
+    ) -> dict[str, Any]:
+        """The ``prepared`` message's fields: the block's size, and the memory the runner sizes
+        the group with (``run.paired``: a group too big for the device is split)."""
+        return {
             "status": "ok",
             "first_step_digest": digest,
             "number_per_block": self.number,
             "step_seconds": self.warm.medians[-1],
-            "settings_changed": rec["settings_changed"],
+            "settings_changed": changed,
             "prepare_seconds": time.perf_counter() - t0,
+            "footprint_bytes": footprint_bytes(self.ctx.device, memory),
+            "free_bytes": free_bytes(self.ctx.device),
         }
 
     def _warm_up(self) -> None:
@@ -175,6 +211,32 @@ class PairedTiming:
         self.samples.append(seconds)
         self.starts.append(start)
         return {"seconds": seconds, "start": start}
+
+    def reference(self, seconds: float) -> dict[str, Any]:
+        """Time the step with a reference timer, in this process as it is between two of its
+        turns: ``torch.utils.benchmark.Timer.blocked_autorange`` for about ``seconds`` on a CPU
+        (its median per step), CUDA events around ``number_per_block`` steps' blocks on a GPU
+        (``samplers.CudaEventSampler``, 8 blocks after one untimed block). The ``reference``
+        message's fields; the samples of the rounds are untouched. ``--reference-check``
+        alternates it with the rounds, so a drift of the machine is shared by both."""
+        with _torch_threads(self.threads), self._on_device():
+            if self.ctx.device.type == "cuda":
+                sampler = CudaEventSampler(self.ctx.device)
+                sampler.samples(self.step, self.number, 1)
+                got = sorted(sampler.samples(self.step, self.number, 8))
+                median = (got[3] + got[4]) / 2
+                return {"seconds": median, "timer": "cuda events", "blocks": len(got)}
+            from torch.utils.benchmark import Timer  # only when a reference is asked for
+
+            step = self.step
+            # At the worker's threads: the Timer's default is one thread.
+            timer = Timer(stmt="step()", globals={"step": step}, num_threads=self.threads)
+            m = timer.blocked_autorange(min_run_time=seconds)
+            return {
+                "seconds": float(m.median),
+                "timer": "torch.utils.benchmark blocked_autorange",
+                "blocks": len(m.times),
+            }
 
     def finish(self) -> dict[str, Any]:
         """The samples' summary as a ``Timing`` (the timing pass's JSON), then the workload

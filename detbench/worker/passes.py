@@ -92,6 +92,10 @@ class Hooks:
     check_device: bool = True
     #: (status, message) of an exception.
     classify: Callable[[BaseException], tuple[str, str]] = classify
+    #: Called with the built step once the fingerprint and FLOP passes are done, where no
+    #: batch-invariance pass rebuilds the workload after them: a timing worker of a paired run
+    #: keeps the step its verdict computed and times it, instead of building it again.
+    keep: Callable[[Any], None] | None = None
     #: Called with the record and the exception, once the failure is in the record.
     on_failure: Callable[[dict[str, Any], BaseException], None] | None = None
 
@@ -245,7 +249,10 @@ class Passes:
             self._timing()
         else:  # the paired phase times it, beside the other modes (``detbench.run.paired``)
             rec["timing_design"] = "paired"
-        if hooks.invariance and w.batch_sizes is not None:
+        rebuilds = hooks.invariance and w.batch_sizes is not None
+        if hooks.keep is not None and not rebuilds:
+            hooks.keep(self.step)
+        if rebuilds:
             with self._phase("invariance"):
                 self.step = None  # the timed build goes before one is built at every size
                 _invariance(w, ctx, self.mode, rec)
@@ -324,6 +331,7 @@ def run_workload(
     notify: Callable[[str], None] | None = None,
     ws: WorkerSettings | None = None,
     launch: Callable[..., None] | None = None,
+    keep: Callable[[Any], None] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Every pass of one workload in a run's worker: (record, device_lost). Every outcome is a
     record, never an exception. ``notify("timing")`` is called right before the timing pass and
@@ -331,7 +339,7 @@ def run_workload(
     with a CUDA error after which this process's CUDA context cannot be trusted. ``ws``: the
     settings the worker applied for ``mode`` (None reads them as they are). ``launch``: how a
     distributed workload's ranks are launched (``distributed.launch.run_distributed``, a layer
-    above this one)."""
+    above this one). ``keep``: ``Hooks.keep`` (a paired run's timing worker)."""
     if ws is None:
         ws = WorkerSettings(mode, {}, read_all())
     device = torch.device(job["device"])
@@ -362,7 +370,7 @@ def run_workload(
         launch(w, ctx, job, mode, ws, rec, notify)
         rec["utc"] = utc_now()
         return rec, False
-    hooks = Hooks(notify=notify, after_fingerprint=engines.record)
+    hooks = Hooks(notify=notify, after_fingerprint=engines.record, keep=keep)
     device_lost = Passes(w, ctx, job, mode, ws, rec, hooks).run()
     rec["utc"] = utc_now()
     return rec, device_lost
