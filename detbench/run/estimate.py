@@ -24,15 +24,21 @@ from detbench.run.costs import (
     RECORD_OVERHEAD_SECONDS,
     SUITE_RECORD_SECONDS,
     TIMING_RULE_ADDED_SECONDS,
-    VERDICT_RECORD_SECONDS,
     WARMUP_SHARE,
     WORKLOAD_RECORD_SECONDS,
+)
+from detbench.run.pricing import (
+    Pricing,
+    Probed,
+    per_record_seconds,
+    record_cost,
+    timing_seconds,
 )
 
 if TYPE_CHECKING:
     from detbench.core.modes import Mode
     from detbench.run.paired_cost import PairedPlan
-    from detbench.run.schedule import Plan, Slot
+    from detbench.run.schedule import Plan
 
 __all__ = [
     "BUDGET_SHARE",
@@ -206,36 +212,6 @@ class Estimate:
         }
 
 
-def timing_seconds(device: str, budget: float) -> float:
-    """Seconds the model charges a record for its timing pass: its warm-up and its samples, as
-    shares of its budget. The one place the estimate prices the sampling budget: a budget that
-    adapts to the step time (issue 29, item 3) changes this function and nothing else; the model's
-    records, ``per_record_seconds``, and what a later worker's start-up cannot hide behind
-    (``hidden_seconds``) follow it. The suites' measured figures and a probed workload's record
-    include their own timing as measured."""
-    return (BUDGET_SHARE[device] + WARMUP_SHARE[device]) * budget
-
-
-def per_record_seconds(device: str, profile: str, budget: float) -> float:
-    """The model's cost of one record: its overhead and its timing pass (``timing_seconds``)."""
-    return RECORD_OVERHEAD_SECONDS[(device, profile)] + timing_seconds(device, budget)
-
-
-@dataclass(frozen=True)
-class Probed:
-    """A workload with no measured figure (a user's own), costed by a probe worker on this host
-    (``run.costprobe``): one record's phases summed, that record's FLOP count (a run counts FLOPs
-    in its first replicate only) and its timing pass (a later worker's start-up is paused while
-    a worker times, so it cannot hide behind it)."""
-
-    seconds: float
-    count: float = 0.0
-    timing: float = 0.0
-
-    def record(self, replicate: int) -> float:
-        return self.seconds - (self.count if replicate else 0.0)
-
-
 def planned_unsupported(
     workloads: Sequence[Any], device: str, gpus: int
 ) -> Callable[[Mode, str], bool]:
@@ -259,165 +235,6 @@ def planned_unsupported(
         return False
 
     return unsupported
-
-
-def record_cost(
-    key: str,
-    device: str,
-    profile: str,
-    per_record: float,
-    cudnn: bool = True,
-    probed: Mapping[str, Probed] | None = None,
-    replicate: int = 0,
-    timed: bool = True,
-) -> tuple[float, bool]:
-    """Seconds of one record of ``key`` (SUITE/NAME) in a mode with cuDNN on or off, and whether
-    the figure is measured (a probe's here, the workload's or its suite's) rather than the
-    model's ``per_record``. A workload's figure includes its invariance pass. ``timed``: False
-    for a verdict worker of the paired design, whose records have no timing pass: the figure
-    less the model's timing (``timing_seconds``; a probe's own), at least a third of it."""
-    if probed and key in probed:
-        got = probed[key].record(replicate)
-        return (got if timed else got - probed[key].timing), True
-    budget_timing = timing_seconds(device, _budget(per_record, device, profile))
-
-    def untimed(figure: float) -> float:
-        return figure if timed else max(figure / 3, figure - budget_timing)
-
-    own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
-    if key in own:
-        return untimed(own[key]), True
-    suite = key.partition("/")[0]
-    verdict = VERDICT_RECORD_SECONDS.get((device, profile, cudnn), {})
-    if not timed and suite in verdict:
-        return verdict[suite], True
-    native = NO_CUDNN_RECORD_SECONDS.get((device, profile), {})
-    added = TIMING_RULE_ADDED_SECONDS.get((device, profile), 0.0) if timed else 0.0
-    if not cudnn and suite in native:
-        return untimed(native[suite]) + added, True
-    suites = SUITE_RECORD_SECONDS.get((device, profile), {})
-    if suite in suites:
-        return untimed(suites[suite]) + added, True
-    return untimed(per_record), False
-
-
-def _budget(per_record: float, device: str, profile: str) -> float:
-    """The budget ``per_record`` was priced with (``per_record_seconds``'s inverse)."""
-    share = BUDGET_SHARE[device] + WARMUP_SHARE[device]
-    return max(0.0, per_record - RECORD_OVERHEAD_SECONDS[(device, profile)]) / share
-
-
-@dataclass(frozen=True)
-class _Pricing:
-    """What each slot of a plan costs on one device and profile: ``estimate``'s arithmetic, per
-    slot and per record, shared by the estimate's totals and its per-worker ``slot_costs``."""
-
-    device: str
-    profile: str
-    budget: float
-    startup_seconds: float
-    per_record: float
-    distributed: frozenset[str]
-    sizes: Mapping[str, int]
-    skip: Callable[[Mode, str], bool]
-    probed: Mapping[str, Probed] | None
-    timed: bool = True
-
-    @property
-    def own(self) -> Mapping[str, Any]:
-        """The workloads whose own figure includes their invariance pass."""
-        return {
-            **WORKLOAD_RECORD_SECONDS.get((self.device, self.profile), {}),
-            **(self.probed or {}),
-        }
-
-    def runs(self, s: Slot) -> list[str]:
-        return [k for k in s.keys if not self.skip(s.mode, k)]
-
-    def key_cost(self, s: Slot, k: str) -> float:
-        if self.skip(s.mode, k) or (k in self.distributed and self.device == "cuda"):
-            return 0.0  # unsupported, or in the launch's measured figure
-        cudnn = s.mode.cudnn_enabled
-        return record_cost(
-            k,
-            self.device,
-            self.profile,
-            self.per_record,
-            cudnn,
-            self.probed,
-            s.replicate,
-            self.timed,
-        )[0]
-
-    def cost(self, slots: Sequence[Slot]) -> float:
-        return sum(self.key_cost(s, k) for s in slots for k in s.keys)
-
-    def costed(self, s: Slot) -> int:
-        return sum(
-            1
-            for k in self.runs(s)
-            if record_cost(k, self.device, self.profile, self.per_record, True, self.probed)[1]
-        )
-
-    def hidden(self, before: Slot) -> float:
-        """What a worker does while the next one may start up: its records but their timing
-        passes, during which the next one is paused (issue 29)."""
-        probed = self.probed
-        if not self.timed:  # no timing pass: the next one starts up beside every record
-            return self.cost([before])
-        timing = sum(
-            probed[k].timing if probed and k in probed else timing_seconds(self.device, self.budget)
-            for k in self.runs(before)
-        )
-        return max(0.0, self.cost([before]) - timing)
-
-    def wait_list(self, slots: Sequence[Slot]) -> list[float]:
-        """Each worker's wait for its own start-up once the worker before it is done; the
-        first's: its whole start-up. The runner starts a worker as the one before it begins its
-        turn (``runner._run_lane``: the next slot's worker is spawned beside the current one),
-        so a start-up runs through that one's own wait and its measuring (not its timing
-        passes, during which it is paused): the second worker starts with the first and waits
-        for nothing, the third starts when the second's turn begins, and so on. (Charging each
-        worker its start-up less the measuring before it alone, as the estimate once did, gave
-        a run of four short workers four start-ups where the runner waits for two: 107 s
-        against 43 s waited, on the quickstart's 4 verdict workers on the 2-core VM.)"""
-        out: list[float] = []
-        for i in range(len(slots)):
-            before = out[-1] + self.hidden(slots[i - 1]) if i else 0.0
-            out.append(max(0.0, self.startup_seconds - before))
-        return out
-
-    def waits(self, slots: Sequence[Slot]) -> float:
-        """What the later workers' start-ups outlast the work beside them (``wait_list``)."""
-        return sum(self.wait_list(slots)[1:])
-
-    def launches(self, s: Slot) -> bool:
-        """Whether the worker of slot ``s`` makes a torchrun launch."""
-        return bool(self.distributed & set(self.runs(s)))
-
-    def slot_sizes(self, s: Slot) -> int:
-        """The batch sizes the invariance passes of slot ``s``'s records build."""
-        own = self.own
-        return sum(self.sizes.get(k, 0) for k in self.runs(s) if k not in own)
-
-    def sizes_seconds(self, s: Slot) -> float:
-        """The seconds of slot ``s``'s invariance passes: all a slot costs beyond its records
-        where the paired phase's groups make its verdicts (their start-ups are its)."""
-        return INVARIANCE_SECONDS_PER_SIZE.get((self.device, self.profile), 0.0) * self.slot_sizes(
-            s
-        )
-
-    def overhead(self, slots: Sequence[Slot], i: int) -> float:
-        """The seconds slot ``i`` of a device costs beyond its records: the first worker's
-        start-up, or a later one's wait and device stage; its launch and invariance passes."""
-        device = self.device
-        s = slots[i]
-        start = self.wait_list(slots[: i + 1])[i] + (
-            HANDOVER_SECONDS.get(device, 0.0) if i else 0.0
-        )
-        launch = LAUNCH_SECONDS.get(device, 0.0) if self.launches(s) else 0.0
-        size = INVARIANCE_SECONDS_PER_SIZE.get((device, self.profile), 0.0)
-        return start + launch + size * self.slot_sizes(s)
 
 
 def estimate(
@@ -451,7 +268,7 @@ def estimate(
     per_record = per_record_seconds(device, profile, budget)
     own = {k: v for k, v in (own or {}).items() if not probed or k not in probed}
     probed = {**own, **(probed or {})} or None
-    p = _Pricing(
+    p = Pricing(
         device,
         profile,
         budget,

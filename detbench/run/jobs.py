@@ -65,3 +65,14 @@ def worker_environment(c: RunConfig, mode: Mode, lane: str) -> tuple[dict[str, s
         p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
     )
     return env, caches
+
+
+def pair_job(c: RunConfig, job: dict[str, Any]) -> dict[str, Any]:
+    """A paired group's worker's job: a verdict worker's ``job``, since it makes the verdicts
+    too (the first replicate counts FLOPs and keeps the reference outputs)."""
+    return {
+        **job,
+        "count_flops": int(job["replicate"]) == 0,
+        "cudnn_log": c.cudnn_log,
+        "reference_dir": str(c.out / ".reference"),
+    }

@@ -26,13 +26,9 @@ interval must hold 1). For each workload:
    workload keeps the verdicts it stored and none of its half-measured group, and a
    ``--resume`` times it again.
 
-**A group too big for the device** (``paired_rounds.fits``): before each member prepares, the
-largest footprint of a copy so far and the free memory the last member saw decide whether one
-more copy fits. Where it does not, the members built so far take their rounds, all but the
-baseline's copy are freed, and the next members are built beside it: the group is timed as
-**subgroups** that each hold the baseline, numbered in the lines (``subgroup``), their rounds
-numbered on from the subgroup before, so every mode is paired with the baseline's blocks of its
-own rounds. An out-of-memory error of one member is that member's record.
+**A group too big for the device** (``paired_rounds.fits``) is timed as subgroups that each
+hold the baseline's copy, their rounds numbered on from the subgroup before (``subgroup`` in the
+lines); an out-of-memory error of one member is that member's record.
 
 The workers are the runner's workers (``supervise.WorkerProcess``), started as they are, with a
 job of kind ``PAIR_KIND`` (``detbench.run.child.pair``); every worker of the group starts at once
@@ -43,117 +39,48 @@ worker times its block on the same cores.
 
 from __future__ import annotations
 
-import hashlib
-import math
-import random
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from detbench.core.modes import DEFAULT_MODE, Mode
+from detbench.core.modes import Mode
 from detbench.core.workload import Workload
 from detbench.run.config import TARGET_REL, RunConfig
 from detbench.run.paired_cost import PairedPlan
-from detbench.run.paired_rounds import MIN_ROUNDS, fits, half_width, log_ratios, settled
-from detbench.run.schedule import clock
-from detbench.run.supervise import TIMEOUT, Crew, WorkerProcess, log_tail
-from detbench.store.paired import PairedWriter, iter_paired
+from detbench.run.paired_members import (
+    SPIN_ENV,
+    Lost,
+    Member,
+    PairedStats,
+    Store,
+    Writer,
+    baseline_of,
+    group_line,
+    line_of,
+    round_order,
+)
+from detbench.run.paired_rounds import (
+    MIN_ROUNDS,
+    fits,
+    half_width,
+    log_ratios,
+    most_rounds,
+    settled,
+)
+from detbench.run.supervise import TIMEOUT, Crew, log_tail
+from detbench.store.paired import iter_paired
+from detbench.store.record import lost
 from detbench.store.results import iter_records, utc_now
+
+if TYPE_CHECKING:
+    from detbench.run.estimate import Estimate
+    from detbench.run.schedule import Slot
 
 #: The job's kind for a timing worker of the paired phase.
 PAIR_KIND = "detbench.run.child:pair"
-#: A CPU worker's OpenMP threads spin this many times waiting for work before they sleep
-#: (libgomp's ``GOMP_SPINCOUNT``; its default is 300,000, about 10 ms here). Measured on the
-#: 2-core development VM (11 workers taking turns, a 512x512 float32 matmul, blocks against
-#: ``blocked_autorange`` in the same workers, alternated): by default a block of 5 steps read
-#: 1.69x and one of 1 step 2.20x the reference, the worker before it still spinning on the
-#: cores; at 30,000 (about 1 ms) 0.99x and 1.00x. Within a step the gaps between parallel regions
-#: are microseconds, so the step itself spins as before. A count the user set is kept.
-SPIN_ENV = {"GOMP_SPINCOUNT": "30000"}
 #: Words of the lines a member's ``prepare`` may send before ``prepared``.
 RECORD = "record"
-
-
-def baseline_of(modes: Iterable[Mode]) -> Mode:
-    """The mode every cost is relative to: torch's default where the run has it, else its first
-    mode (as ``analysis.labels.baseline_mode`` reads the records)."""
-    modes = list(modes)
-    return next((m for m in modes if m.name == DEFAULT_MODE.name), modes[0])
-
-
-def round_order(seed: int, key: str, replicate: int, index: int, n: int) -> list[int]:
-    """The order in which ``n`` workers take their turns in round ``index``: a permutation drawn
-    from a generator of its own, seeded from SHA-256 of the run's seed and the round's name, so
-    the same run plans the same rounds on every host and a resumed run repeats them. Index -1:
-    the order in which the members other than the baseline's copy prepare."""
-    name = f"{seed}|{key}|{replicate}|{index}"
-    rng = random.Random(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big"))
-    order = list(range(n))
-    rng.shuffle(order)
-    return order
-
-
-@dataclass
-class Member:
-    """One worker of a group: its mode, its copy (1: the A/A second worker), its process, and
-    what it measured of the workload in hand."""
-
-    mode: Mode
-    copy: int
-    worker: WorkerProcess | None = None
-    prepared: dict[str, Any] | None = None
-    samples: list[float] = field(default_factory=list)
-    rounds: list[int] = field(default_factory=list)
-    positions: list[int] = field(default_factory=list)
-    starts: list[float] = field(default_factory=list)
-    references: list[float] = field(default_factory=list)
-    reference_timer: str | None = None
-    timed: dict[str, Any] | None = None  # the ``timed`` message, once finished
-    subgroup: int = 0
-    workers: int = 0  # members timed side by side in its subgroup
-    failure: tuple[str, str] | None = None  # (status, message) of the workload in hand
-
-    @property
-    def label(self) -> str:
-        return self.mode.name + (" (A/A copy)" if self.copy else "")
-
-    def reset(self) -> None:
-        self.prepared, self.failure, self.timed, self.reference_timer = None, None, None, None
-        self.samples, self.rounds, self.positions, self.starts = [], [], [], []
-        self.references, self.subgroup, self.workers = [], 0, 0
-
-    def by_round(self) -> dict[int, float]:
-        return dict(zip(self.rounds, self.samples, strict=True))
-
-
-@dataclass
-class PairedStats:
-    """Where the paired phase's time went (seconds), for env.json's ``run_stats``: ``prepare``
-    includes the verdict passes of the members that owed one (``verdicts`` of them), and
-    ``rounds_taken`` counts the rounds the groups took (against ``rounds`` each at most)."""
-
-    groups: int = 0
-    workers: int = 0
-    startup: float = 0.0
-    prepare: float = 0.0
-    rounds: float = 0.0
-    finish: float = 0.0
-    wall: float = 0.0
-    verdicts: int = 0
-    subgroups: int = 0
-    rounds_taken: list[int] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-#: What the runner gives the phase for the verdicts it owes: ``store(record)`` writes one;
-#: ``lost(key, mode, replicate, status, message, exit_code)`` makes the record of one a worker
-#: took down with it.
-Store = Callable[[dict[str, Any]], None]
-Lost = Callable[[str, Mode, int, str, str, "int | None"], dict[str, Any]]
 
 
 class PairedPhase:
@@ -172,15 +99,17 @@ class PairedPhase:
         env_for: Callable[[Mode, str], dict[str, str]],
         crew: Crew,
         stream: TextIO,
-        owed: set[tuple[str, str, int]] | None = None,
+        owed: Sequence[Slot] | None = None,
         store: Store | None = None,
-        lost: Lost | None = None,
     ) -> PairedPhase:
         """The paired phase of the run ``c`` of ``workloads`` (the distributed ones are timed in
         their torchrun launch), on its first device; ``job_for(mode, replicate, device, keys)``
         and ``env_for(mode, device)``: the runner's job and environment of a worker."""
         keys = [w.key for w in workloads if not w.distributed]
         lane = c.device_names[0]
+        # The verdicts of the plan's slots the groups make: every workload's but the
+        # distributed ones' (their verdict workers launch their ranks).
+        verdicts = {(k, s.mode.name, s.replicate) for s in owed or () for k in s.keys if k in keys}
 
         def env(mode: Mode) -> dict[str, str]:
             got = env_for(mode, lane)
@@ -209,9 +138,21 @@ class PairedPhase:
                 "reference_seconds": c.reference_check,
             },
             stream=stream,
-            owed=owed,
+            owed=verdicts,
             store=store,
-            lost=lost,
+            lost=lambda key, mode, replicate, status, why, code: lost(
+                key,
+                mode,
+                status,
+                why,
+                code,
+                replicate=replicate,
+                seed=c.seed,
+                device=c.device,
+                device_name=lane,
+                profile=c.profile,
+                utc=utc_now(),
+            ),
         )
 
     def __init__(
@@ -262,9 +203,19 @@ class PairedPhase:
         self.done = {k for k, got in done.items() if got >= every}
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
         self._position: int | None = None
-        #: Per workload key, the plan's seconds of one of its groups (``weights``): the
-        #: progress line's time left.
+        #: Per workload key, the plan's seconds of one of its groups: the time left.
         self.weights: dict[str, float] = {}
+
+    def weigh(self, estimate: Estimate) -> None:
+        """Each group's weight for the time left: its workload's records in one replicate and a
+        group's share of the phase's own seconds, as ``estimate`` prices them."""
+        records: dict[str, float] = {}
+        for _, costs in estimate.slot_costs.values():
+            for k, cost in costs.items():
+                records[k] = records.get(k, 0.0) + cost
+        groups = max(1, (estimate.paired or {}).get("groups") or 1)
+        share = estimate.paired_seconds / groups
+        self.weights = {k: v / max(1, self.replicates) + share for k, v in records.items()}
 
     def owes(self, key: str, replicate: int) -> bool:
         return any((key, m.name, replicate) in self.owed for m in self.modes)
@@ -313,7 +264,7 @@ class PairedPhase:
         weight = {k: self.weights.get(k, 1.0) for _, keys in todo for k in keys}
         planned, spent = sum(weight[k] for _, keys in todo for k in keys), 0.0
         try:
-            with _Writer(self.out) as writer:
+            with Writer(self.out) as writer:
                 for replicate, keys in todo:
                     members = [Member(m, c) for m, c in self.members_of]
                     try:
@@ -321,7 +272,18 @@ class PairedPhase:
                         for key in keys:
                             n += 1
                             left = (planned - spent) / spent if spent > 0 else None
-                            self._say(n, total, replicate, key, time.perf_counter() - t0, left)
+                            what = "verdicts and costs" if self.owes(key, replicate) else "costs"
+                            self.stream.write(
+                                group_line(
+                                    what,
+                                    (n, total),
+                                    (replicate, self.replicates),
+                                    key,
+                                    len(self.members_of),
+                                    (time.perf_counter() - t0, left),
+                                )
+                            )
+                            self.stream.flush()
                             writer.append_all(self._group(members, key, replicate))
                             spent += weight[key]
                             self.stats.groups += 1
@@ -403,7 +365,6 @@ class PairedPhase:
         if self.store is not None:
             self.store(rec)
 
-    # -- one workload ----------------------------------------------------------------------------
     def _group(self, members: list[Member], key: str, replicate: int) -> list[dict[str, Any]]:
         """Prepare, rounds, finish, in as many subgroups as the device's memory needs: the
         group's lines for ``key``."""
@@ -428,8 +389,7 @@ class PairedPhase:
             if m.prepared is not None:
                 live.append(m)
                 got = m.prepared.get("footprint_bytes")
-                if got is not None:
-                    footprint = max(footprint or 0, int(got))
+                footprint = footprint if got is None else max(footprint or 0, int(got))
                 free = m.prepared.get("free_bytes", free)
         if live and (len(live) > 1 or index == 0):
             self._rounds(live, key, replicate, index, subgroup, base)
@@ -437,7 +397,7 @@ class PairedPhase:
         t0 = time.perf_counter()
         for m in members:
             self._finish(m)
-        lines = [self._line(m, key, replicate) for m in members]
+        lines = [line_of(m, key, replicate, self.recs) for m in members]
         self.stats.finish += time.perf_counter() - t0
         return lines
 
@@ -536,81 +496,5 @@ class PairedPhase:
             m.timed = self._ask(m, "finish", "timed")
 
     def rounds_for(self, live: list[Member]) -> int:
-        """The group's most rounds: ``rounds``, fewer where the longest block would take the
-        members past ``budget`` seconds of sampling each (a step longer than the block is a
-        block of its own: an RNN step of 40 ms, a training step of 30 ms on the H100), never
-        fewer than ``MIN_ROUNDS``."""
-        blocks = [
-            m.prepared["number_per_block"] * m.prepared["step_seconds"] for m in live if m.prepared
-        ]
-        longest = max(blocks, default=0.0)
-        fit = math.floor(self.budget / longest) if longest > 0 else self.rounds
-        return max(MIN_ROUNDS, min(self.rounds, fit))
-
-    def _line(self, m: Member, key: str, replicate: int) -> dict[str, Any]:
-        suite, name = key.split("/", 1)
-        line: dict[str, Any] = {
-            "suite": suite,
-            "workload": name,
-            "mode": m.mode.name,
-            "replicate": replicate,
-            "copy": m.copy,
-            "workers": m.workers,
-            "subgroup": m.subgroup,
-            "utc": utc_now(),
-        }
-        timed = m.timed
-        if m.prepared is not None and timed is not None and timed.get("timing"):
-            p = m.prepared
-            verdict = self.recs.get((key, m.mode.name, replicate)) or {}
-            digest = (verdict.get("step_fingerprints") or [None])[0]
-            line.update(
-                status="ok",
-                message=None,
-                samples=m.samples,
-                rounds=m.rounds,
-                positions=m.positions,
-                block_start=m.starts,
-                number_per_block=p["number_per_block"],
-                timing=timed["timing"],
-                first_step_digest=p["first_step_digest"],
-                same_bits=None if digest is None else digest == p["first_step_digest"],
-                settings_changed=p.get("settings_changed") or [],
-                worker_pid=m.worker.pid if m.worker is not None else None,
-                footprint_bytes=p.get("footprint_bytes"),
-            )
-            if m.references:
-                line.update(reference=m.references, reference_timer=m.reference_timer)
-            return line
-        status, message = m.failure or ("failed", "fewer than 6 blocks were timed")
-        line.update(status=status, message=message, samples=m.samples, rounds=m.rounds)
-        return line
-
-    def _say(
-        self, n: int, total: int, replicate: int, key: str, elapsed: float, left: float | None
-    ) -> None:
-        """The line of group ``n`` of ``total`` starting: the time left is the plan's seconds
-        of the groups left at the pace of those done so far (``left``: their ratio; the first
-        group's line has none yet)."""
-        width = len(str(total))
-        rest = f" left ~{clock(elapsed * left)}" if left is not None else ""
-        what = "verdicts and costs" if self.owes(key, replicate) else "costs"
-        self.stream.write(
-            f"{what} [{n:>{width}}/{total}] replicate {replicate + 1}/{self.replicates} "
-            f"{key}: {len(self.members_of)} workers side by side  elapsed {clock(elapsed)}"
-            f"{rest}\n"
-        )
-        self.stream.flush()
-
-
-class _Writer:
-    """``PairedWriter`` as a context manager."""
-
-    def __init__(self, out: Path) -> None:
-        self.writer = PairedWriter(out)
-
-    def __enter__(self) -> PairedWriter:
-        return self.writer
-
-    def __exit__(self, *exc: object) -> None:
-        self.writer.close()
+        """The group's most rounds (``paired_rounds.most_rounds``)."""
+        return most_rounds([m.prepared for m in live if m.prepared], self.rounds, self.budget)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from detbench.worker.timing import median_ci
 
@@ -84,3 +85,13 @@ def fits(footprint: int | None, free: int | None, device: str) -> bool:
     if footprint is None or free is None:
         return True
     return free - HEADROOM_FACTOR * footprint >= HEADROOM_BYTES.get(device, 1 << 30)
+
+
+def most_rounds(prepared: Sequence[Mapping[str, Any]], rounds: int, budget: float) -> int:
+    """A group's most rounds: ``rounds``, fewer where the longest block (of the members'
+    ``prepared`` messages) would take the members past ``budget`` seconds of sampling each (a
+    step longer than the block is a block of its own: an RNN step of 40 ms, a training step of
+    30 ms on the H100), never fewer than ``MIN_ROUNDS``."""
+    longest = max((p["number_per_block"] * p["step_seconds"] for p in prepared), default=0.0)
+    fit = math.floor(budget / longest) if longest > 0 else rounds
+    return max(MIN_ROUNDS, min(rounds, fit))

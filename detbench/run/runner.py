@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.modes import Mode
 from detbench.core.workload import WorkloadError
-from detbench.run.calls import calls_of, with_call
+from detbench.run.calls import with_call
 from detbench.run.config import (
-    TARGET_REL,
     RunConfig,
     RunError,
     refuse_changed,
     resolve_sources,
 )
-from detbench.run.jobs import worker_environment, worker_job
+from detbench.run.envdoc import env_doc
+from detbench.run.jobs import pair_job, worker_environment, worker_job
 from detbench.run.paired import PairedPhase
 from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan
 from detbench.run.supervise import (
@@ -150,18 +150,10 @@ class Runner:
             for k in s.keys
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-        #: ``--timing paired`` (the default): the paired phase's workers make the verdicts of
-        #: every workload but the distributed ones (each built and warmed up once, for its
-        #: verdict and its cost); the verdict workers run only those.
+        #: --timing paired: the groups make the verdicts (the verdict workers: distributed ones).
         self.fused = config.timing_design == "paired"
         distributed = {w.key for w in self.workloads if w.distributed}
         self.lane_keys = distributed if self.fused else None
-        owed = {
-            (k, s.mode.name, s.replicate)
-            for s in self.plan.slots
-            for k in s.keys
-            if k not in distributed
-        }
         self.paired = (
             PairedPhase.of(
                 config,
@@ -170,9 +162,8 @@ class Runner:
                 self._environment,
                 self.crew,
                 stream,
-                owed=owed if self.fused else None,
+                owed=self.plan.slots if self.fused else None,
                 store=self._store_now,
-                lost=self._lost_now,
             )
             if config.paired
             else None
@@ -191,37 +182,7 @@ class Runner:
 
     # -- environment -------------------------------------------------------------------------
     def _env_doc(self) -> dict[str, Any]:
-        c = self.config
-        resumed = list(self._previous.get("resumed_utc") or [])
-        if c.resume:
-            resumed.append(self._started)
-        return {
-            "schema_version": 1,
-            "started_utc": self._previous.get("started_utc", self._started),
-            **({"resumed_utc": resumed} if resumed else {}),
-            "host": self._host,
-            "git": self._git,
-            "worker": self.device_env,
-            "gpu_state": self.gpu_state,
-            "mode_order": self.plan.order_json(),
-            **({"run_calls": calls} if (calls := calls_of(self._previous)) else {}),
-            **({"device_workers": self.device_envs} if c.devices else {}),
-            **(
-                {
-                    "parallel_timing_note": (
-                        f"{len(c.device_names)} CPU workers ran side by side with "
-                        f"{self.threads_per_worker} thread(s) each: their timings are not "
-                        "comparable with a serial run's"
-                    )
-                }
-                if self.threads_per_worker is not None
-                else {}
-            ),
-            "study": c.study,
-            "options": c.options_json(
-                self.workloads, self.sources, self.threads_per_worker, TARGET_REL[c.device]
-            ),
-        }
+        return env_doc(self)
 
     # -- workers -------------------------------------------------------------------------------
     def _job(self, mode: Mode, replicate: int, lane: str, keys: list[str]) -> dict[str, Any]:
@@ -230,38 +191,12 @@ class Runner:
         )
 
     def _pair_job(self, mode: Mode, replicate: int, lane: str, keys: list[str]) -> dict[str, Any]:
-        """A paired group's worker's job: a verdict worker's, since it makes the verdicts too."""
-        c = self.config
-        return {
-            **self._job(mode, replicate, lane, keys),
-            "count_flops": replicate == 0,
-            "cudnn_log": c.cudnn_log,
-            "reference_dir": str(c.out / ".reference"),
-        }
+        return pair_job(self.config, self._job(mode, replicate, lane, keys))
 
     def _store_now(self, rec: dict[str, Any]) -> None:
         """A verdict record from the paired phase, written at once."""
         with self._lock:
             self._store(rec, self._writer)
-
-    def _lost_now(
-        self, key: str, mode: Mode, replicate: int, status: str, why: str, code: int | None
-    ) -> dict[str, Any]:
-        """The record of a verdict a paired worker took down with it."""
-        c = self.config
-        return lost(
-            key,
-            mode,
-            status,
-            why,
-            code,
-            replicate=replicate,
-            seed=c.seed,
-            device=c.device,
-            device_name=c.device_names[0],
-            profile=c.profile,
-            utc=utc_now(),
-        )
 
     def _environment(self, mode: Mode, lane: str) -> dict[str, str]:
         env, caches = worker_environment(self.config, mode, lane)
@@ -453,21 +388,8 @@ class Runner:
             self.stats.planned = (
                 float(estimate) if isinstance(estimate, int | float) else estimate.seconds
             )
-        if (
-            self.paired is not None
-            and estimate is not None
-            and not isinstance(estimate, int | float)
-        ):
-            # Each group's weight for the paired phase's time left: its workload's records.
-            weights: dict[str, float] = {}
-            for _, records in estimate.slot_costs.values():
-                for k, cost in records.items():
-                    weights[k] = weights.get(k, 0.0) + cost
-            groups = max(1, (estimate.paired or {}).get("groups") or 1)
-            share = estimate.paired_seconds / groups  # a group's rounds and warm-ups
-            self.paired.weights = {
-                k: v / max(1, self.config.replicates) + share for k, v in weights.items()
-            }
+        if self.paired is not None and estimate is not None and not isinstance(estimate, float):
+            self.paired.weigh(estimate)  # each group's weight for the time left
         # The probe worker ran before this, in this call: its seconds are the call's.
         self.stats.probe = float(getattr(estimate, "probe_seconds", 0.0))
         queues = LaneQueues(self.plan, self._placed)
@@ -542,10 +464,10 @@ class Runner:
                     taken = self._take(queues, lane)
                     if taken is None:
                         return
-                    slot, worker = taken, self._spawn(taken, self._keys(taken), logs)
+                    slot, worker = taken[0], self._spawn(*taken, logs)
                 nxt = self._take(queues, lane)
                 if nxt is not None:
-                    pending = (nxt, self._spawn(nxt, self._keys(nxt), logs))
+                    pending = (nxt[0], self._spawn(*nxt, logs))
                 while True:
                     neighbour = pending[1] if pending is not None else None
                     todo = self._drive(worker, slot, progress, writer, neighbour, lane)
@@ -558,20 +480,14 @@ class Runner:
                     w.kill()
                     self.crew.finish(w)
 
-    def _keys(self, slot: Slot) -> list[str]:
-        """The workloads a verdict worker of ``slot`` runs: all of its slot's, or, where the
-        paired phase makes the verdicts, the distributed ones (their ranks are launched by a
-        verdict worker)."""
-        if self.lane_keys is None:
-            return list(slot.keys)
-        return [k for k in slot.keys if k in self.lane_keys]
-
-    def _take(self, queues: LaneQueues, lane: _Lane) -> Slot | None:
-        """The next slot of ``lane`` that has a workload for a verdict worker."""
-        while True:
-            slot = queues.take(lane.index)
-            if slot is None or self._keys(slot):
-                return slot
+    def _take(self, queues: LaneQueues, lane: _Lane) -> tuple[Slot, list[str]] | None:
+        """The next slot of ``lane`` with workloads for a verdict worker, and those (where the
+        paired phase makes the verdicts, the distributed ones, whose ranks it launches)."""
+        while (slot := queues.take(lane.index)) is not None:
+            keys = [k for k in slot.keys if self.lane_keys is None or k in self.lane_keys]
+            if keys:
+                return slot, keys
+        return None
 
 
 def prepare(config: RunConfig, stream: TextIO = sys.stderr) -> Runner:
