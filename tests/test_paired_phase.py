@@ -1,7 +1,7 @@
-"""The paired phase (issue 34): every verdict first, then each replicate's modes timed side by
-side, in workers alive together that take turns one block at a time, with an A/A copy of the
-baseline; a run stopped before the end keeps every verdict and the groups timed, and a resume
-times only the groups left. A real run on the CPU of tests/workloads/resumable.py, whose steps
+"""The paired phase (issues 34 and 39): each replicate's modes timed side by side, in workers
+alive together that take turns one block at a time, with an A/A copy of the baseline, each
+worker making its mode's verdict of a workload before it times it; a run stopped before the end
+keeps every verdict and the groups timed, and a resume times only the groups left. A real run on the CPU of tests/workloads/resumable.py, whose steps
 give the same bits in every process (so ``same_bits`` must hold)."""
 
 from __future__ import annotations
@@ -101,10 +101,23 @@ def test_blocks_interleave_in_time_in_an_order_shuffled_each_round(paired_run: P
     assert shuffled
 
 
-def test_every_verdict_comes_before_any_cost(paired_run: Path) -> None:
-    last_verdict = max(datetime.fromisoformat(r["utc"]).timestamp() for r in verdicts(paired_run))
-    first_block = min(min(x["block_start"]) for x in paired_lines(paired_run) if x["samples"])
-    assert last_verdict <= first_block
+def test_each_verdict_is_made_by_the_worker_that_times_it_before_its_rounds(
+    paired_run: Path,
+) -> None:
+    """Issue 39: a (workload, mode, replicate) is built and warmed up once. The group's worker of
+    each mode makes its verdict (its record's pid is the timing line's), then times the step it
+    built: the verdict's record is written before that workload's first block."""
+    recs = {(r["workload"], r["mode"], r["replicate"]): r for r in verdicts(paired_run)}
+    timed = [x for x in paired_lines(paired_run) if x["status"] == "ok" and x["copy"] == 0]
+    assert timed
+    for x in timed:
+        rec = recs[(x["workload"], x["mode"], x["replicate"])]
+        assert rec["worker_pid"] == x["worker_pid"]
+        assert datetime.fromisoformat(rec["utc"]).timestamp() <= min(x["block_start"])
+    # The A/A copy makes no verdict: its process is none of the verdicts'.
+    pids = {r["worker_pid"] for r in recs.values()}
+    copies = [x for x in paired_lines(paired_run) if x["copy"] == 1 and x["status"] == "ok"]
+    assert copies and all(x["worker_pid"] not in pids for x in copies)
 
 
 def test_a_resume_times_only_the_groups_left(paired_run: Path, tmp_path: Path) -> None:

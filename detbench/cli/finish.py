@@ -105,7 +105,9 @@ def time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
         f"\n{made} in {out / 'results.jsonl'} ({this}{stats.wall:.0f} s against "
         f"{estimated:.0f} s planned: "
         + (
-            f"paired costs {paired['wall']:.0f} s (their rounds {paired['rounds']:.0f} s), "
+            f"{'verdicts and ' if paired.get('verdicts') else ''}paired costs "
+            f"{paired['wall']:.0f} s (their groups' start-ups {paired['startup']:.0f} s, rounds "
+            f"{paired['rounds']:.0f} s), "
             if stats.paired
             else ""
         )

@@ -226,8 +226,8 @@ def pair(job: dict[str, Any], out: Channel) -> int:
             out.send({"type": "timed", **timing.finish()})
             timing = None
             gc.freeze()
-        elif word == "exit":
-            break
+        elif word == "exit":  # the runner is closing this worker's pipe: nothing more to say
+            return 0
         else:
             raise RuntimeError(f"paired worker: unexpected line {raw!r}")
     out.send({"type": "done"})

@@ -425,7 +425,12 @@ class PairedPhase:
                 if msg is not None and msg.get("lost"):
                     self._lose(m, "lost its CUDA context")
                 elif msg is not None and msg.get("status") != "ok":
-                    m.failure = (str(msg.get("status")), str(msg.get("message")))
+                    verdict = self.recs.get((key, m.mode.name, replicate)) if owes else None
+                    m.failure = (
+                        ("not_timed", f"a verdict {verdict['status']}: not timed")
+                        if verdict is not None and verdict.get("status") != "ok"
+                        else (str(msg.get("status")), str(msg.get("message")))
+                    )
                 elif msg is not None:
                     m.prepared = msg
             if owes and (key, m.mode.name, replicate) in self.owed and self.lost_record:

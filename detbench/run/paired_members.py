@@ -134,6 +134,7 @@ def line_of(
             settings_changed=p.get("settings_changed") or [],
             worker_pid=m.worker.pid if m.worker is not None else None,
             footprint_bytes=p.get("footprint_bytes"),
+            host_load=timed.get("host_load"),
         )
         if m.references:
             line.update(reference=m.references, reference_timer=m.reference_timer)

@@ -85,18 +85,28 @@ class RunStats:
     def other(self) -> float:
         """The rest of the wall time; with devices side by side, of their device-seconds (wall
         x devices), since the phases add up over the devices."""
+        paired = self.paired or {}
+        # Where the paired phase made verdicts, their records' phases ran inside its wall time.
+        inside = self.records_phases if paired.get("verdicts") else 0.0
         return (
             self.wall * self.devices
             - self.startup
-            - self.build
-            - self.fingerprint
-            - self.count
-            - self.timing
-            - self.invariance
-            - self.cleanup
+            - self.records_phases
             - self.shutdown
-            - float((self.paired or {}).get("wall") or 0.0)  # the paired phase's
+            - (float(paired.get("wall") or 0.0) - inside)
             - self.probe
+        )
+
+    @property
+    def records_phases(self) -> float:
+        """The seconds of the records' own phases (build to clean-up)."""
+        return (
+            self.build
+            + self.fingerprint
+            + self.count
+            + self.timing
+            + self.invariance
+            + self.cleanup
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from detbench.store import record
 from detbench.worker import fingerprint as fp
 from detbench.worker.applied import WorkerSettings, columns
 from detbench.worker.gpuclock import ClockWatch
+from detbench.worker.hostload import Probe
 from detbench.worker.measure import build_pass, classify, sync
 from detbench.worker.memory import PeakWatch, footprint_bytes, free_bytes
 from detbench.worker.samplers import ClockSampler, CudaEventSampler, host_clock
@@ -83,6 +84,9 @@ class PairedTiming:
     warm: Any = None
     watch: Any = None
     threads: int = 1
+    #: The host's load from the first block to ``finish`` (``hostload.Probe``): the other
+    #: workers of the group are the run's own, anything else is foreign.
+    load: Any = None
 
     @classmethod
     def prepare(
@@ -199,6 +203,9 @@ class PairedTiming:
 
     def block(self) -> dict[str, Any]:
         """Time one block: the ``block`` message's fields."""
+        if self.load is None:
+            self.load = Probe(self.ctx.device.type, self.job.get("run_pid"))
+            self.load.start()
         with _torch_threads(self.threads), self._on_device():
             # One untimed step first: the worker before this one ran other code on these cores
             # (and on the GPU), so the first step of a turn pays for caches, TLBs and sleeping
@@ -243,6 +250,8 @@ class PairedTiming:
         freed: the ``timed`` message's fields."""
         gpu_clocks = self.watch.stop() if self.watch is not None else None
         out: dict[str, Any] = {"samples": len(self.samples)}
+        if self.load is not None:  # how busy the host was while the rounds ran
+            out["host_load"] = self.load.stop()
         if len(self.samples) >= MIN_CI_SAMPLES:
             target = float(self.job["target_rel"])
             timing = Timing(
