@@ -1,11 +1,13 @@
 """The report and the console agree with themselves (issue 39): one number per cost in every
-section, and legends that name only what their figures draw. A real paired run on the CPU
+section, legends that name only what their figures draw, and an A/A line that says when its
+intervals were too wide to show a cost, on the console too. A real paired run on the CPU
 (``paired_ops_run``), and exact figures on paired records written as the paired phase writes
 them (``tests.synthetic.paired_run``). No test asserts a time."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,10 +22,11 @@ from matplotlib.patches import Rectangle
 
 import detbench
 from detbench import analysis
-from detbench.analysis import quality, stats
-from detbench.report import tradeoff
+from detbench.analysis import aa, quality, stats
+from detbench.report import aa_check, console, tradeoff
 from detbench.report.plots import HEAT_KEY, NOT_RUN_GREY, heatmap_figure
 from detbench.report.write import load_run
+from detbench.store.paired import load_paired
 from detbench.store.results import load_results
 
 from .conftest import ROOT
@@ -185,3 +188,39 @@ def test_the_plane_says_green_only_where_it_draws_green(paired_ops_run: Path) ->
     fig = tradeoff.figure(plane.points(df, recommendations(df)), "default")
     said = fig.get_suptitle()
     assert _green(fig) and "green: the frontier" in said
+
+
+# --- the A/A line --------------------------------------------------------------------------------
+
+
+def test_the_aa_line_says_when_its_intervals_could_not_show_a_cost(tmp_path: Path) -> None:
+    """Copy 1's process medians e^-1, 1 and e: a t-interval of exp(0 +- 4.30 x 0.577), about
+    [0.08, 12], holds both half and twice: no cost, false or not, could have shown. The line
+    says so; a narrow interval's line does not."""
+    wide, narrow = tmp_path / "wide", tmp_path / "narrow"
+    paired_run(wide, {"det-algos": [[0.0] * 6] * 3, "copy1": [[d] * 6 for d in (-1, 0, 1)]})
+    paired_run(narrow, {"det-algos": [[0.0] * 6] * 3, "copy1": [[d] * 6 for d in (-0.01, 0, 0.01)]})
+    s = aa.summary(aa.paired(load_paired(wide)))
+    assert (s["false_workloads"], s["says_nothing"]) == (0, 1)
+    said = aa_check.aa_sentence(load_results(wide), load_paired(wide), "default")
+    assert said.startswith("A/A check: 0 of 1 workloads showed a cost")
+    assert (
+        "; but the one interval held both 0.5x and 2x, so at that width it could not have shown "
+        "a cost: the check says nothing there about false costs."
+    ) in said
+    said = aa_check.aa_sentence(load_results(narrow), load_paired(narrow), "default")
+    assert "could not have shown" not in said
+    # The console prints the same line, word for word (it printed none before issue 39).
+    text = console.summary_text(load_run(wide))
+    line = next(x for x in text.splitlines() if x.startswith("A/A check:"))
+    assert line == aa_check.aa_sentence(load_results(wide), load_paired(wide), "default")
+
+
+def test_the_console_prints_the_reports_aa_line(paired_ops_run: Path) -> None:
+    """The real run's console ends with the A/A line its report gives beside the costs."""
+    printed = (paired_ops_run.parent / "console.txt").read_text()
+    line = next((x for x in printed.splitlines() if x.startswith("A/A check:")), None)
+    assert line is not None, printed
+    assert re.match(r"A/A check: \d of 2 workloads showed a cost between two workers", line)
+    md = (paired_ops_run / "report.md").read_text().replace("\\", "")
+    assert any(x.startswith(line) for x in md.splitlines()), line
