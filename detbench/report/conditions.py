@@ -121,7 +121,8 @@ def warnings(
     facts = env_facts(env)
     options = env.get("options") or {}
     out = _run_warnings(env, facts)
-    load = host_load(df)  # the answer says it too, first; the console prints this list
+    # The answer says it too, first; the console prints this list.
+    load = host_load(df, env.get("paired_lines"))
     if load is not None and load.is_busy:
         out.insert(0, load.sentence())
     modes = set(v["mode"])
