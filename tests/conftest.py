@@ -160,6 +160,27 @@ def resumable_serial_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+#: A small run of the paired design (its default, issue 34) on the CPU: two ops workloads (one
+#: nondeterministic without deterministic algorithms), default and det-algos, 3 replicates,
+#: with its report; what the report's and the console's own agreement is checked on (issue 39).
+PAIRED_OPS_RUN = [
+    "run",
+    *("--suite", "ops", "--only", "ops/index_put_accumulate", "--only", "ops/cumsum"),
+    *("--mode", "default", "--mode", "det-algos", "--replicates", "3", "--device", "cpu"),
+]
+
+
+@pytest.fixture(scope="session")
+def paired_ops_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """PAIRED_OPS_RUN, once per session; the console's output is kept beside it, in
+    ``console.txt`` (its readers only read the run)."""
+    out = tmp_path_factory.mktemp("paired-ops") / "run"
+    proc = detbench_cli(*PAIRED_OPS_RUN, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (out.parent / "console.txt").write_text(proc.stdout)
+    return out
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--cuda-only",
@@ -171,7 +192,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 #: The session's shared runs: under pytest-xdist (`make test` runs 2 workers with --dist
 #: loadgroup) a session fixture runs once per worker, so the modules that read one of these run
 #: on one worker, as one group named after it.
-SHARED_RUNS = ("resumable_serial_run", "invariance_probe_run")
+SHARED_RUNS = ("resumable_serial_run", "invariance_probe_run", "paired_ops_run")
 
 
 def xdist_groups(items: list[pytest.Item]) -> dict[str, str]:

@@ -127,10 +127,15 @@ def separate(df: pd.DataFrame, baseline: str | None = None, seed: int = stats.SE
 def summary(aa: pd.DataFrame) -> dict[str, Any]:
     """comparisons, false_costs, false_share (NaN for none) and median_half_width of an A/A
     table (``paired`` or ``separate``); ``workloads`` and ``false_workloads``: workloads, and
-    those with at least one false cost."""
+    those with at least one false cost; ``says_nothing``: the comparisons whose interval is too
+    wide to say anything (``stats.says_nothing``: it holds both half and twice the speed, so it
+    holds 1 and could not have shown a cost, false or not)."""
     n = len(aa)
     false = int(aa["false_cost"].sum()) if n else 0
     by_workload = aa.groupby(["suite", "workload"], sort=False)["false_cost"].any() if n else None
+    wide = sum(
+        stats.says_nothing(lo, hi) for lo, hi in zip(aa["ci_low"], aa["ci_high"], strict=True)
+    )
     return {
         "comparisons": n,
         "false_costs": false,
@@ -138,6 +143,7 @@ def summary(aa: pd.DataFrame) -> dict[str, Any]:
         "median_half_width": float(np.median(aa["half_width"].astype(float))) if n else math.nan,
         "workloads": 0 if by_workload is None else len(by_workload),
         "false_workloads": 0 if by_workload is None else int(by_workload.sum()),
+        "says_nothing": int(wide),
     }
 
 

@@ -19,11 +19,23 @@ context, as "another process" beside 146 and 102 timings (docs/measured.md).
 
 A run recorded before ``host_load`` existed says nothing about its host (``verdict`` returns
 None), unless ``timed_alone`` says another worker ran beside a timing.
+
+**The paired design** (issue 34). Its verdict workers time nothing, so their records carry no
+``host_load``; the costs come from the lines of ``paired.jsonl``, timed by a group of workers
+that take turns. A line's ``host_load`` (``PAIRED_FIELD``: ``worker/hostload``'s ``Probe``
+over the worker's rounds of one workload, with the runner's pid, so that the group's other
+workers count as the run's own) is one timing here. The group's own workers are busy by design
+(each times while the others wait), so a paired timing is busy by what is not the run's: the
+foreign share of the CPU (``other_cpu_foreign``; ``other_cpu`` where the split is unknown), the
+steal, or a foreign process on the GPU. A paired run whose lines do not carry it (the paired
+workers of 2026-11 did not measure it) says that the host's load during its costs is not known
+(``HostLoad.unrecorded``), rather than nothing; its records timed in their own workers (timing
+"both") still count as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +52,8 @@ STEAL = 0.05
 GPU_UTIL = 5
 #: A run is busy when this share of its timed records were.
 BUSY_SHARE = 0.10
+#: The field of a ``paired.jsonl`` line with the host's load while its worker timed its rounds.
+PAIRED_FIELD = "host_load"
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,8 @@ class HostLoad:
     gpu_foreign: int = 0  # ... with a foreign process on their GPU
     gpu_unknown: int = 0  # ... with another process whose owner the record does not say
     cpu_own: int = 0  # records whose own other processes took OTHER_CPU or more of the CPU
+    paired: int = 0  # of ``timed``, the paired timings (lines of paired.jsonl) with host_load
+    unrecorded: int = 0  # paired timings (ok lines) whose line does not carry host_load
 
     @property
     def gpu_others(self) -> int:
@@ -97,12 +113,29 @@ class HostLoad:
         if self.not_alone:
             parts.append(f"{_timings(self.not_alone)} ran beside another worker of this run")
         said = (": " + "; ".join(parts) if parts else "") + "."
+        if not self.is_busy and not self.timed and not self.not_alone:
+            return self.unknown()
         if not self.is_busy:
-            return "The host was quiet while this run timed" + said
+            quiet = "The host was quiet while this run timed" + said
+            return quiet + (" " + self.unknown() if self.unrecorded else "")
         return (
             "The host was busy while this run timed" + said + " Do not trust its timings (every "
             "ratio and interval); its bitwise verdicts still hold, since the load does not change "
             "the bits."
+        )
+
+    def unknown(self) -> str:
+        """What the run cannot say of its paired timings whose lines lack the host's load; ""
+        where every one has it."""
+        if not self.unrecorded:
+            return ""
+        n = self.unrecorded
+        which = "its one paired timing" if n == 1 else f"{n} of its paired timings"
+        if not self.paired:
+            which = "its paired timing" if n == 1 else f"its {n} paired timings"
+        return (
+            f"Whether the host was busy while this run timed its costs is not known: {which} "
+            "(paired.jsonl) did not record the host's load."
         )
 
     def _usage(self) -> str:
@@ -162,8 +195,47 @@ def _whose(h: Mapping[str, Any]) -> str | None:
     return "own" if h.get("gpu_own_processes") else "unknown"
 
 
-def host_load(df: pd.DataFrame) -> HostLoad | None:
-    """The run's ``HostLoad``; None where no record says anything about its host."""
+def _paired_busy(h: Mapping[str, Any]) -> bool:
+    """A paired timing's ``host_load`` (see the docstring): busy by what is not the run's."""
+    other, steal = _paired_other(h), h.get("steal")
+    gpu = bool(h.get("gpu_foreign_processes")) and (
+        h.get("gpu_foreign_util") is None or h["gpu_foreign_util"] > GPU_UTIL
+    )
+    return bool(
+        (other is not None and other >= OTHER_CPU) or (steal is not None and steal >= STEAL) or gpu
+    )
+
+
+def _paired_other(h: Mapping[str, Any]) -> float | None:
+    """The CPU share a paired timing counts as other work: the foreign share where known."""
+    foreign = h.get("other_cpu_foreign")
+    return float(foreign) if foreign is not None else h.get("other_cpu")
+
+
+def paired_loads(
+    lines: Iterable[Mapping[str, Any]] | None,
+) -> tuple[list[Mapping[str, Any]], int]:
+    """(the ``host_load`` of each ok line of ``paired.jsonl`` that has one, the ok lines that
+    have none)."""
+    loads: list[Mapping[str, Any]] = []
+    missing = 0
+    for line in lines or ():
+        if line.get("status") != "ok":
+            continue
+        h = line.get(PAIRED_FIELD)
+        if isinstance(h, Mapping):
+            loads.append(h)
+        else:
+            missing += 1
+    return loads, missing
+
+
+def host_load(
+    df: pd.DataFrame, lines: Iterable[Mapping[str, Any]] | None = None
+) -> HostLoad | None:
+    """The run's ``HostLoad``, from its records and ``lines``, the lines of its ``paired.jsonl``
+    (``store.paired.iter_paired``) where the caller has them; None where neither says anything
+    about the host (nor that a paired timing did not record it)."""
     if df.empty:
         return None
     ok = df[df["status"] == Status.OK]
@@ -174,26 +246,34 @@ def host_load(df: pd.DataFrame) -> HostLoad | None:
         if isinstance(h, Mapping)
     ]
     loads = [h for h, _ in pairs]
+    paired, unrecorded = paired_loads(lines)
     not_alone = int((alone == False).sum())  # noqa: E712  (None: not known)
-    if not loads and not not_alone:
+    if not loads and not not_alone and not paired and not unrecorded:
         return None
 
     def median(key: str) -> float | None:
         xs = [float(h[key]) for h in loads if h.get(key) is not None]
+        if key == "other_cpu":
+            xs += [x for x in map(_paired_other, paired) if x is not None]
+        else:
+            xs += [float(h[key]) for h in paired if h.get(key) is not None]
         return float(np.median(xs)) if xs else None
 
-    cpus = [int(h["cpus"]) for h in loads if h.get("cpus")]
+    cpus = [int(h["cpus"]) for h in [*loads, *paired] if h.get("cpus")]
     whose = [_whose(h) for h in loads]
     return HostLoad(
-        timed=len(loads),
-        busy=sum(_busy(h, a) for h, a in pairs),
+        timed=len(loads) + len(paired),
+        busy=sum(_busy(h, a) for h, a in pairs) + sum(map(_paired_busy, paired)),
         not_alone=not_alone,
         cpus=max(cpus) if cpus else None,
         load1=median("load1"),
         other_cpu=median("other_cpu"),
         steal=median("steal"),
         gpu_own=whose.count("own"),
-        gpu_foreign=whose.count("foreign"),
+        gpu_foreign=whose.count("foreign")
+        + sum(bool(h.get("gpu_foreign_processes")) for h in paired),
         gpu_unknown=whose.count("unknown"),
         cpu_own=sum(1 for h in loads if (h.get("other_cpu_own") or 0) >= OTHER_CPU),
+        paired=len(paired),
+        unrecorded=unrecorded,
     )

@@ -69,6 +69,19 @@ def _t_interval(center: float, se: float, dof: int) -> tuple[float, float, float
 STATISTIC: Callable[[np.ndarray], float] = np.median
 
 
+def process_points(
+    p: Paired, statistic: Callable[[np.ndarray], float] = STATISTIC
+) -> dict[int, float]:
+    """Each process's figure on the ratio scale, by replicate: ``exp(statistic(l))`` of its log
+    per-round ratios. ``kalibera_jones``' point is their geometric mean (with one process, the
+    figure itself): what a replicate contributes to the cost."""
+    return {
+        int(rep): math.exp(float(statistic(np.asarray(x, dtype=float))))
+        for rep, x in zip(p.replicates, p.log_ratio, strict=True)
+        if len(x)
+    }
+
+
 def kalibera_jones(
     p: Paired, statistic: Callable[[np.ndarray], float] = STATISTIC
 ) -> tuple[float, float, float, float, int]:

@@ -14,7 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis.pairs import is_paired
+from detbench.analysis.cost_intervals import paired
+from detbench.analysis.matrix import cost_points, verdicts
+from detbench.analysis.paired_costs import process_points
+from detbench.analysis.pairs import is_paired, pair, side_from_records
 from detbench.core.modes import DEFAULT_MODE, MODES
 from detbench.store.gpustate import throttled
 from detbench.store.schema import Status
@@ -164,17 +167,25 @@ def stopped_short(df: pd.DataFrame) -> pd.DataFrame:
 # --- Drift: the spread across replicates -------------------------------------------------------
 
 
-def replicate_spread(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.DataFrame:
+def replicate_spread(
+    df: pd.DataFrame, baseline: str = DEFAULT_MODE.name, c: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per (suite, mode): the geometric mean over the suite's workloads of throughput relative
-    to ``baseline``, computed within each replicate (the mode's items/s in replicate r over the
-    baseline's in replicate r), its min and max over replicates, and the pooled estimate (the
-    geometric mean of the ratios of the medians over replicates, as the plane and the
-    recommendations use) over the same workloads.
+    to ``baseline`` within each replicate, its min and max over replicates, and ``pooled``: the
+    geometric mean over the same workloads of each workload's cost as the report states it
+    (``matrix.cost_points`` of ``c``, the run's ``costs``, where given).
+
+    Within a replicate, a workload's ratio is, where the mode and the baseline were timed side
+    by side, that process's median per-round ratio (``paired_costs.process_points``: the
+    paired cost is the geometric mean of these, so ``pooled`` lies within min and max); else
+    the mode's items/s in replicate r over the baseline's in replicate r (``pooled`` is then the
+    ratio of the medians over replicates, which can fall outside that range).
 
     The workloads are those with a ratio in every replicate, so each replicate's mean is over
     the same set. A machine that slows down for a while makes the modes that ran then look
     slower in that replicate only: the spread shows it. Empty without ``baseline`` or with one
-    replicate.
+    replicate. ``design``: "paired" where every workload's ratio came from pairs, "separate"
+    where none did, "mixed" otherwise.
     """
     ok = df[df["status"] == Status.OK].assign(
         ips=lambda d: pd.to_numeric(d["items_per_second"], errors="coerce")
@@ -182,34 +193,77 @@ def replicate_spread(df: pd.DataFrame, baseline: str = DEFAULT_MODE.name) -> pd.
     ok = ok[ok["ips"] > 0]
     if ok.empty or baseline not in set(ok["mode"]) or ok["replicate"].nunique() < 2:
         return pd.DataFrame()
-    ips = ok.groupby(["suite", "workload", "mode", "replicate"], sort=False)["ips"].median()
-    base = ips.xs(baseline, level="mode")
+    points = _cost_points(df, baseline, c)
     rows = []
     for suite in dict.fromkeys(ok["suite"]):
-        s = ips.xs(suite, level="suite")
-        b = base.xs(suite, level="suite")
-        reps = sorted(set(ok.loc[ok["suite"] == suite, "replicate"]))
-        for mode in _mode_order(list(s.index.get_level_values("mode"))):
-            m = s.xs(mode, level="mode")
-            ratio = (m / b.reindex(m.index)).unstack("replicate").reindex(columns=reps)
-            ratio = ratio.dropna()  # workloads with a ratio in every replicate
+        s = ok[ok["suite"] == suite]
+        reps = sorted(set(s["replicate"]))
+        for mode in _mode_order(list(s["mode"])):
+            ratio, pooled, paired = _workload_ratios(s, str(mode), baseline)
+            ratio = ratio.reindex(columns=reps).dropna()  # a ratio in every replicate
             if ratio.empty:
                 continue
             per_rep = np.exp(np.log(ratio).mean(axis=0))
-            pooled_ratio = m.groupby("workload").median() / b.groupby("workload").median()
-            pooled = float(np.exp(np.log(pooled_ratio.reindex(ratio.index)).mean()))
+            for w in ratio.index:  # the cost the tables state, where known
+                pooled[w] = points.get((str(suite), str(w), str(mode)), pooled[w])
+            kinds = {paired[w] for w in ratio.index}
             rows.append(
                 {
                     "suite": suite,
                     "mode": mode,
-                    "pooled": pooled,
+                    "pooled": float(np.exp(np.log(pooled.reindex(ratio.index)).mean())),
                     "min": float(per_rep.min()),
                     "max": float(per_rep.max()),
                     "per_replicate": {int(r): float(x) for r, x in per_rep.items()},
                     "workloads": len(ratio),
+                    "design": kinds.pop() if len(kinds) == 1 else "mixed",
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _cost_points(
+    df: pd.DataFrame, baseline: str, c: pd.DataFrame | None
+) -> dict[tuple[str, str, str], float]:
+    """(suite, workload, mode) -> the cost's point as the report's tables state it
+    (``matrix.cost_points``); {} where ``c`` is not given."""
+    if c is None:
+        return {}
+    v = verdicts(df)
+    if v.empty:
+        return {}
+    rel = cost_points(v, baseline, c)
+    keys = v[["suite", "workload", "mode"]].astype(str).itertuples(index=False, name=None)
+    return {k: float(x) for k, x in zip(keys, rel, strict=True) if np.isfinite(x)}
+
+
+def _workload_ratios(
+    s: pd.DataFrame, mode: str, baseline: str
+) -> tuple[pd.DataFrame, pd.Series, dict[Any, str]]:
+    """One suite's ok records ``s`` (with ``ips``): (workloads x replicates of ``mode``'s
+    throughput relative to ``baseline`` within each replicate, each workload's pooled ratio,
+    each workload's design: "paired" or "separate"); see ``replicate_spread``."""
+    per: dict[Any, dict[int, float]] = {}
+    pooled: dict[Any, float] = {}
+    design: dict[Any, str] = {}
+    for w, g in s.groupby("workload", sort=False):
+        m, b = g[g["mode"] == mode], g[g["mode"] == baseline]
+        if m.empty or b.empty:
+            continue
+        if paired(m, b):
+            p = pair(side_from_records(b), side_from_records(m))
+            per[w] = process_points(p)
+            pooled[w] = float(np.exp(np.mean(np.log(list(per[w].values())))))
+            design[w] = "paired"
+            continue
+        mi = m.groupby("replicate")["ips"].median()
+        bi = b.groupby("replicate")["ips"].median()
+        within = (mi / bi.reindex(mi.index)).dropna()
+        per[w] = dict(zip(map(int, within.index.tolist()), map(float, within), strict=True))
+        pooled[w] = float(mi.median() / bi.median())
+        design[w] = "separate"
+    ratio = pd.DataFrame.from_dict(per, orient="index")
+    return ratio, pd.Series(pooled, dtype=float), design
 
 
 # --- GPU state ---------------------------------------------------------------------------------

@@ -129,6 +129,11 @@ class RunState:
             parts.append("the host was busy while it timed (see its warning)")
         elif self.load is not None and self.load.gpu_others:
             parts.append("the host was quiet, but " + _gpu_shared(self.load))
+        if self.load is not None and not self.load.is_busy and self.load.unrecorded:
+            parts.append(
+                "the host's load while it timed its costs was not recorded, so whether other "
+                "work ran beside them is not known"
+            )
         return "; ".join(parts)
 
     def aside(self) -> str:
@@ -297,7 +302,7 @@ def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
         short=short,
         finished=bool(env.get("finished_utc")),
         throttle=quality.throttle_lines(env),
-        load=busy.host_load(df),
+        load=busy.host_load(df, env.get("paired_lines")),
         calls=tuple(calls_of(env)),
         calls_made=1 + len(env.get("resumed_utc") or ()),
         paired=paired_groups(df, env.get("paired_lines")),

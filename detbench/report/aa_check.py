@@ -13,6 +13,7 @@ import pandas as pd
 
 from detbench.analysis import aa, quality
 from detbench.analysis.pairs import is_paired
+from detbench.analysis.stats import TOO_WIDE
 from detbench.report.render import Block, Para
 
 #: What each level that limits an interval means, in the report's words.
@@ -40,7 +41,7 @@ def aa_sentence(df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str) -> 
         out.append(
             f"A/A check: {s['false_workloads']} of {s['workloads']} workloads showed a cost "
             f"between two workers of the same settings ({baseline}, timed side by side; median "
-            f"interval {_pct(s['median_half_width'])})."
+            f"interval {_pct(s['median_half_width'])})" + _too_wide(s) + "."
         )
     else:
         out.append(
@@ -54,13 +55,32 @@ def aa_sentence(df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str) -> 
             f"The separate design's own A/A (modes that differ from {baseline} only in cuDNN "
             f"switches, the same computation on a CPU, each timed in its own worker): "
             f"{s['false_costs']} of {s['comparisons']} such costs excluded 1 (median interval "
-            f"{_pct(s['median_half_width'])})."
+            f"{_pct(s['median_half_width'])})" + _too_wide(s) + "."
         )
     else:
         note = aa.separate_note(df)
         if note:
             out.append(f"The separate design has no A/A check here: {note}.")
     return " ".join(out)
+
+
+def _too_wide(s: Mapping[str, Any]) -> str:
+    """The clause an A/A summary ``s`` (``aa.summary``) needs where its intervals were too wide
+    to show a cost (``stats.says_nothing``: each holds both half and twice the speed, hence 1),
+    so its count of false costs is no evidence; "" where none was."""
+    k, n = int(s.get("says_nothing") or 0), int(s["comparisons"])
+    if not k:
+        return ""
+    if n == 1:
+        which, they = "the one interval", "it"
+    elif k == n:
+        which, they = ("both intervals" if n == 2 else f"all {n} intervals"), "they"
+    else:
+        which, they = f"{k} of the {n} intervals", "it" if k == 1 else "those"
+    return (
+        f"; but {which} held both {1 / TOO_WIDE:g}x and {TOO_WIDE:g}x, so at that width "
+        f"{they} could not have shown a cost: the check says nothing there about false costs"
+    )
 
 
 def aa_blocks(

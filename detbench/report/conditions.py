@@ -19,7 +19,7 @@ from detbench.analysis import cause, engines, quality
 from detbench.analysis.busy import host_load
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
 from detbench.report.aa_check import limits_sentence
-from detbench.report.render import Block, Code, Details, Heading, Para, Table, num
+from detbench.report.render import Block, Para
 from detbench.store.results import env_facts
 
 #: How the report names a record's ``precision`` values.
@@ -121,7 +121,8 @@ def warnings(
     facts = env_facts(env)
     options = env.get("options") or {}
     out = _run_warnings(env, facts)
-    load = host_load(df)  # the answer says it too, first; the console prints this list
+    # The answer says it too, first; the console prints this list.
+    load = host_load(df, env.get("paired_lines"))
     if load is not None and load.is_busy:
         out.insert(0, load.sentence())
     modes = set(v["mode"])
@@ -311,183 +312,6 @@ def settings_changed_warnings(v: pd.DataFrame) -> list[str]:
                 f"are not counted in its verdict ({r['verdict']})."
             )
     return out
-
-
-# --- Measurement quality -----------------------------------------------------------------------
-
-
-def spread_table(df: pd.DataFrame) -> Table | None:
-    """Per suite and mode: the geometric mean relative throughput within each replicate, its
-    min and max, next to the pooled estimate."""
-    baseline = str(analysis.baseline_mode(df["mode"]))
-    s = quality.replicate_spread(analysis.counted(df), baseline)
-    if s.empty:
-        return None
-    rows: list[list[str | Code]] = []
-    for r in s[s["mode"] != baseline].to_dict("records"):  # the baseline's is 1 always
-        per = r["per_replicate"]
-        rows.append(
-            [
-                str(r["suite"]),
-                str(r["mode"]),
-                num(r["pooled"], ".3f"),
-                num(r["min"], ".3f"),
-                num(r["max"], ".3f"),
-                num(r["max"] / r["min"], ".2f") + "x",
-                ", ".join(f"{k}: {num(x, '.3f')}" for k, x in per.items()),
-                str(r["workloads"]),
-            ]
-        )
-    return Table(
-        ["suite", "mode", "pooled", "min", "max", "max/min", "replicate: value", "workloads"],
-        rows,
-        caption=f"throughput relative to the {baseline} mode (geometric mean over the suite's "
-        "workloads): pooled over replicates, and within each replicate",
-    )
-
-
-def _half_width(x: Any) -> str:
-    """A relative half-width as a percentage to 0.1 (targets are 1% on a GPU, 3% on a CPU)."""
-    return "–" if x is None else f"±{100 * float(x):.1f}%"
-
-
-def timing_table(df: pd.DataFrame) -> Table | None:
-    tq = quality.timing_quality(df)
-    if tq.empty:
-        return None
-    rows: list[list[str | Code]] = []
-    for r in tq.to_dict("records"):
-        rows.append(
-            [
-                str(r["suite"]),
-                str(r["timed"]),
-                str(r["reached"]),
-                str(r["missed"]),
-                _half_width(r["median_ci_rel"]),
-                _half_width(r["max_ci_rel"]),
-            ]
-        )
-    return Table(
-        [
-            "suite",
-            "timed records",
-            "reached the target",
-            "stopped short of it",
-            "median 95% interval",
-            "widest 95% interval",
-        ],
-        rows,
-        caption="95% interval of each record's median step time, as a fraction of the median",
-    )
-
-
-def stopped_short_table(df: pd.DataFrame) -> Details | None:
-    """Each record that stopped short of its target, with its interval."""
-    short = quality.stopped_short(df)
-    if short.empty:
-        return None
-    rows: list[list[str | Code]] = []
-    for r in short.to_dict("records"):
-        ms = {
-            k: None if r[k] is None else 1e3 * float(r[k]) for k in ("median", "ci_low", "ci_high")
-        }
-        interval = f"[{num(ms['ci_low'], '.4g')}, {num(ms['ci_high'], '.4g')}]"
-        rows.append(
-            [
-                f"{r['suite']}/{r['workload']}",
-                str(r["mode"]),
-                str(r["replicate"]),
-                num(ms["median"], ".4g"),
-                interval,
-                _half_width(r["ci_rel"]),
-                str(r["samples"]),
-            ]
-        )
-    header = ["workload", "mode", "replicate", "median (ms)", "95% interval (ms)", "±", "samples"]
-    return Details(
-        f"The {len(rows)} records that stopped short of the target, with their intervals",
-        [Table(header, rows)],
-    )
-
-
-def quality_blocks(
-    df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame | None = None
-) -> list[Block]:
-    """How much each mode's cost moved between replicates, and how well the timing converged."""
-    blocks: list[Block] = []
-    baseline = analysis.baseline_mode(df["mode"])
-    spread = spread_table(df)
-    if spread is not None:
-        order = env.get("mode_order") or {}
-        how = (
-            f"The modes ran in a shuffled order in each replicate (seed {order.get('seed')}), "
-            "so a slow period of the machine lands on different modes in different replicates "
-            "and widens their spread instead of biasing one mode."
-            if order.get("replicates")
-            else "The modes ran in the same order in every replicate (this run predates "
-            "shuffling), so a slow period at the same point of each replicate biases the modes "
-            "that ran then."
-        )
-        blocks += [
-            Heading(3, "Spread across replicates"),
-            Para(
-                f"Each mode's throughput relative to the {baseline} mode, computed within each "
-                f"replicate (the mode and the {baseline} mode measured in the same replicate) and "
-                "pooled over replicates. Modes that are the same computation (on a CPU, those "
-                f"that differ only in cuDNN flags) should agree: a wide spread is drift. {how} "
-                "The pooled figure is the ratio of the medians over replicates (as in the tables "
-                "above), so it can fall outside the per-replicate range."
-            ),
-            spread,
-        ]
-    timing = timing_table(df)
-    if timing is not None:
-        missed = (env.get("run_stats") or {}).get("timing_target_missed")
-        blocks += [
-            Heading(3, "Timing"),
-            Para(
-                "Each record was sampled until the 95% interval of its median step time was "
-                "within the target, or until the budget ran out (on a GPU: the ceiling past the "
-                "budget, while the target was in reach; see Method)."
-                + (
-                    f" The runner counted {missed} records that hit the budget first "
-                    "(run_stats, last session)."
-                    if missed is not None
-                    else ""
-                )
-                + (
-                    " " + limits_sentence(costs[costs["mode"] != baseline])
-                    if costs is not None and len(costs)
-                    else ""
-                )
-            ),
-            timing,
-        ]
-        short = stopped_short_table(df)
-        if short is not None:
-            blocks.append(short)
-    agreement = quality.fingerprint_agreement(df)
-    if not agreement.empty:
-        n, agree = len(agreement), int(agreement["agree"].sum())
-        steps = int(agreement["steps_agree"].sum())
-        differ = agreement[~agreement["agree"] | ~agreement["steps_agree"]]
-        blocks += [
-            Heading(3, "Fingerprints checked against sha256"),
-            Para(
-                "This run recorded both fingerprints of every record (--fingerprint both). The "
-                f"device digest and sha256 split the replicates the same way for {agree} of {n} "
-                f"(workload, mode) pairs, and step by step for {steps} of {n}; "
-                f"{int((agreement['device_distinct'] > 1).sum())} pairs were nondeterministic "
-                "by both."
-                + (
-                    " They disagree for: "
-                    + ", ".join(f"{r.suite}/{r.workload} [{r.mode}]" for r in differ.itertuples())
-                    if len(differ)
-                    else ""
-                )
-            ),
-        ]
-    return [Heading(2, "Measurement quality"), *blocks] if blocks else []
 
 
 # --- Method ------------------------------------------------------------------------------------

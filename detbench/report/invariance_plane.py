@@ -19,7 +19,7 @@ from detbench import analysis
 from detbench.analysis import tradeoff
 from detbench.analysis.invariance_table import table
 from detbench.report.plots import Plot, _save, subplots
-from detbench.report.tradeoff import draw_panel, finish
+from detbench.report.tradeoff import draw_panel, drawn, finish, key_parts
 
 KIND = "invariance-plane"
 
@@ -99,9 +99,12 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
         title = (
             f"{s}: speed versus batch invariance, per mode ({int(p['workloads'].iloc[0])} "
             "workloads with batch sizes;\ntheir invariant references are the price, not "
-            "counted); green: the frontier"
+            "counted)"
         )
         missing = draw_panel(ax, p, title, PLANE_AXIS, baseline)
+        key = [k.split(" (")[0] for k in key_parts(drawn(fig))]  # short: the title is long
+        if key:
+            ax.set_title(title + "; " + "; ".join(key), fontsize=10)
         if missing:
             fig.text(0.01, 0.0, "Not placed: " + "; ".join(missing), fontsize=8, va="bottom")
         finish(fig)

@@ -3,8 +3,9 @@ every suite is ``detbench.report.tradeoff``'s.
 
 - ``heatmap``: per suite, workloads x modes, coloured by throughput relative to the default mode
   where the difference is significant ("n.s." and uncoloured where not, hatched where the timing
-  was noisy), each cell marked reproducible (=), nondeterministic (≠, outlined) or with the
-  status that stopped it (unsupported, error, ...).
+  was noisy), each cell marked reproducible (=), nondeterministic (≠, outlined) or, in grey, with
+  the status that stopped it (unsupported, error, ...). Its key names only what its cells show
+  (``heat_key``).
 - ``divergence``: for workloads that record their loss every step (training), how far the
   replicates' losses drift apart step by step, in the modes where they are not bitwise identical.
 """
@@ -152,10 +153,12 @@ def heatmap_figure(
     width = max(7.0, 0.95 * len(modes) + 0.08 * max(len(w) for w in workloads) + 2.2)
     height = 1.6 + 0.4 * len(workloads) + _tick_room(modes)
     fig, ax = subplots(figsize=(width, height))
-    cmap = colormaps["RdBu"].with_extremes(bad="0.96")
+    # Uncoloured (white): the baseline's cells and those within the noise; grey is kept for the
+    # cells that did not run, so the two never read as one.
+    cmap = colormaps["RdBu"].with_extremes(bad="white")
     norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
     im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
-    _heat_cells(ax, cell, c, workloads, modes, baseline, rel, shown, logs)
+    drawn = _heat_cells(ax, cell, c, workloads, modes, baseline, rel, shown, logs)
     ax.set_xticks(
         range(len(modes)),
         [mode_tick(m) for m in modes],
@@ -169,14 +172,12 @@ def heatmap_figure(
     bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
     bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
     bar.set_label(f"throughput relative\nto the {baseline} mode")
-    # The key wrapped to the figure's width (a 9 pt character is about 0.075 in wide).
-    key = textwrap.fill(
-        "= bitwise identical in every replicate, ≠ (outlined) not; n.s.: within the noise "
-        "(95% interval contains 1); hatched: noisy timing; grey: did not run",
-        width=max(40, int(width / 0.075)),
-    )
+    # The key, of what the cells show only, wrapped to the figure's width (a 9 pt character is
+    # about 0.075 in wide).
+    key = textwrap.fill(heat_key(drawn), width=max(40, int(width / 0.075)))
     ax.set_title(
-        f"{suite}: relative throughput per workload and mode (coloured where significant)\n{key}",
+        f"{suite}: relative throughput per workload and mode (coloured where significant)"
+        + (f"\n{key}" if key else ""),
         fontsize=9,
     )
     grow_to_fit(fig)
@@ -207,6 +208,32 @@ def _heat_values(
     return rel, shown
 
 
+#: What a heatmap cell can show, and the key's words for it (``heat_key``), in the key's order.
+HEAT_KEY = {
+    "reproducible": "= bitwise identical in every replicate",
+    "nondeterministic": "≠ (outlined) not",
+    "single": "? one replicate only",
+    "ns": "n.s.: within the noise (95% interval contains 1)",
+    "noisy": "hatched: noisy timing",
+    "not_run": "grey: did not run (the status that stopped it)",
+    "no_record": "grey –: no record",
+    "settings_changed": "chg (grey): every replicate changed a setting of its mode, not counted",
+}
+#: The grey of a cell with no result.
+NOT_RUN_GREY = "0.82"
+
+
+def heat_key(drawn: set[str]) -> str:
+    """The heatmap's key: an entry for each thing ``drawn`` (``_heat_cells``), none for what
+    the figure does not show. "≠" alone reads as its own sentence."""
+    parts = [HEAT_KEY[k] for k in HEAT_KEY if k in drawn]
+    if "nondeterministic" in drawn and "reproducible" not in drawn:
+        parts[0] = "≠ (outlined): not bitwise identical in every replicate"
+    if {"reproducible", "nondeterministic"} <= drawn:  # "= ..., ≠ not" as one entry
+        parts[:2] = [", ".join(parts[:2])]
+    return "; ".join(parts)
+
+
 def _heat_cells(
     ax: Axes,
     cell: pd.DataFrame,
@@ -217,45 +244,58 @@ def _heat_cells(
     rel: np.ndarray,
     shown: np.ndarray,
     logs: np.ndarray,
-) -> None:
+) -> set[str]:
     """Each cell's text (its ratio, "base" or "n.s.", and the reproducibility mark), hatched
-    where its timing was noisy, grey where it did not run, outlined where nondeterministic."""
+    where its timing was noisy (whether or not its difference is significant), grey where it
+    did not run (or has no record), outlined where nondeterministic. Returns what was drawn, by
+    ``HEAT_KEY``'s names: the key says those and nothing else."""
+    drawn: set[str] = set()
     for i, w in enumerate(workloads):
         for j, m in enumerate(modes):
-            if (w, m) not in cell.index:
+            if (w, m) not in cell.index:  # no record of this mode for this workload
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=NOT_RUN_GREY, lw=0))
+                ax.text(j, i, "–", ha="center", va="center", fontsize=9)
+                drawn.add("no_record")
                 continue
             verdict = str(cell.loc[(w, m), "verdict"])
             mark = analysis.MARKS.get(verdict, verdict)
             if verdict in analysis.RAN:
+                drawn.add(verdict)
                 r = rel[i, j]
                 if m == baseline:
                     text = f"base {mark}"
                 elif not np.isfinite(shown[i, j]):
                     text = f"n.s. {mark}" if np.isfinite(r) else mark
+                    drawn.update(["ns"] if np.isfinite(r) else [])
                 else:
                     text = f"{r:.2f} {mark}"
-                    if c is not None and (w, m) in c.index and bool(c.loc[(w, m), "noisy"]):
-                        ax.add_patch(
-                            Rectangle(
-                                (j - 0.5, i - 0.5),
-                                1,
-                                1,
-                                fill=False,
-                                lw=0,
-                                hatch="///",
-                                ec="0.35",
-                                alpha=0.6,
-                            )
+                noisy = c is not None and (w, m) in c.index and bool(c.loc[(w, m), "noisy"])
+                if m != baseline and np.isfinite(r) and noisy:
+                    ax.add_patch(
+                        Rectangle(
+                            (j - 0.5, i - 0.5),
+                            1,
+                            1,
+                            fill=False,
+                            lw=0,
+                            hatch="///",
+                            ec="0.35",
+                            alpha=0.6,
+                            gid="noisy",
                         )
+                    )
+                    drawn.add("noisy")
             else:
                 text = mark
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color="0.82", lw=0))
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=NOT_RUN_GREY, lw=0))
+                drawn.add("settings_changed" if verdict == "settings_changed" else "not_run")
             dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
             ax.text(
                 j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black"
             )
             if verdict == "nondeterministic":
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
+    return drawn
 
 
 def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:

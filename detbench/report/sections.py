@@ -25,7 +25,8 @@ from detbench.report import attribution as attribution_report
 from detbench.report import distributed as distributed_report
 from detbench.report import invariance as invariance_report
 from detbench.report.aa_check import aa_blocks
-from detbench.report.conditions import precision_blocks, quality_blocks, warnings
+from detbench.report.conditions import precision_blocks, warnings
+from detbench.report.measurement import quality_blocks
 from detbench.report.method import environment_table, method_blocks
 from detbench.report.plots import Plot
 from detbench.report.render import Block, Bullets, Details, Figure, Heading, Para

@@ -5,9 +5,10 @@ the suite's workloads, with its 95% interval as an error bar) and the fraction o
 workloads it made bitwise reproducible (y). The axes are fitted to the points. Modes are named
 beside their points, not in a legend: modes whose points fall together (on a CPU, the modes that
 differ only in cuDNN flags) share one label. The frontier (``analysis.tradeoff``: it agrees with
-the recommendation) is the green line, the recommended mode the star; a mode the recommendation
-cannot pick on this device (cuDNN flags on a CPU) is grey, and a mode that ran no workload of the
-suite is listed under the panel as not run, with why.
+the recommendation) is the green line and the green halo of its modes, the recommended mode the
+star; a mode the recommendation cannot pick on this device (cuDNN flags on a CPU) is grey, and a
+mode that ran no workload of the suite is listed under the panel as not run, with why. The key
+names only what the panels draw (``drawn``: the gids of their artists).
 """
 
 from __future__ import annotations
@@ -87,12 +88,13 @@ def draw_panel(
             alpha=0.6,
             zorder=1,
             drawstyle="steps-post",
+            gid="frontier",
         )
     for i in placed.index:
         r = placed.loc[i]
         grey = bool(r["inert"])
         colour = "0.6" if grey else "tab:blue"
-        ax.errorbar(
+        bar = ax.errorbar(
             x.loc[i],
             r["reproducible"],
             xerr=[[max(0.0, x.loc[i] - low[i])], [max(0.0, high[i] - x.loc[i])]],
@@ -104,9 +106,17 @@ def draw_panel(
             lw=0.8,
             zorder=3,
         )
-        if r["frontier"]:
+        bar.lines[0].set_gid("inert" if grey else "mode")
+        if r["frontier"] and not r["recommended"]:  # the star would hide the green under it
             ax.scatter(
-                x.loc[i], r["reproducible"], s=220, color=FRONTIER, alpha=0.3, lw=0, zorder=2
+                x.loc[i],
+                r["reproducible"],
+                s=220,
+                color=FRONTIER,
+                alpha=0.3,
+                lw=0,
+                zorder=2,
+                gid="frontier",
             )
         if r["recommended"]:
             ax.scatter(
@@ -117,6 +127,7 @@ def draw_panel(
                 color="gold",
                 edgecolor="black",
                 zorder=4,
+                gid="recommended",
             )
     _name_points(ax, placed, baseline)
     _y_axis(ax, placed, y_label)
@@ -203,21 +214,40 @@ def figure(p: pd.DataFrame, baseline: str, y_label: str = "workloads reproducibl
         ]
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    parts = [
-        "Speed versus reproducibility per suite",
-        "★ recommended",
-        "green: the frontier (no mode as reproducible is faster beyond the noise)",
-    ]
-    if bool(p["inert"].any()):
-        parts.append("grey: cuDNN flags, inert on this device")
+    parts = ["Speed versus reproducibility per suite", *key_parts(drawn(fig))]
     sep = "; " if cols == 3 else "\n"
-    fig.suptitle(parts[0] + ": " + sep.join(parts[1:]), fontsize=10 if cols == 3 else 8)
+    title = parts[0] + (": " + sep.join(parts[1:]) if len(parts) > 1 else "")
+    fig.suptitle(title, fontsize=10 if cols == 3 else 8)
     if notes:  # under the panels, in the layout, wrapped to the figure's width (8 pt)
         line = int(fig.get_figwidth() * 13)  # characters of 8 pt in a line, with room to spare
         text = textwrap.fill("Not placed: " + "; ".join(notes), width=line, break_on_hyphens=False)
         fig.supxlabel(text, fontsize=8)
     finish(fig)
     return fig
+
+
+#: The key's entry for each thing a panel can draw (by the gid ``draw_panel`` gives it).
+KEY = {
+    "recommended": "★ recommended",
+    "frontier": "green: the frontier (no mode as reproducible is faster beyond the noise)",
+    "inert": "grey: cuDNN flags, inert on this device",
+}
+
+
+def drawn(fig: Figure) -> set[str]:
+    """The gids of what ``fig``'s visible panels draw: the key's entries come from these."""
+    return {
+        str(a.get_gid())
+        for ax in fig.axes
+        if ax.get_visible()
+        for a in ax.get_children()
+        if a.get_gid() is not None and a.get_visible()
+    }
+
+
+def key_parts(shown: set[str]) -> list[str]:
+    """The key's entries for what is ``shown`` (``drawn``), in ``KEY``'s order."""
+    return [words for gid, words in KEY.items() if gid in shown]
 
 
 def finish(fig: Figure) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from detbench.store.lines import ResultsError, append_lines, open_append, read_lines
 from detbench.store.schema import (
+    DICT,
     INT,
     LIST,
     NUM,
@@ -81,6 +82,9 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "utc": _or_none(STR),
     # the settings the workload changed behind the worker's back (as a verdict record's)
     "settings_changed": _or_none(LIST),
+    # how busy the host was while this worker timed its rounds: ``worker/hostload``'s Probe,
+    # started before its first block and stopped after its last (``analysis.busy``)
+    "host_load": _or_none(DICT),
 }
 #: Every field of a line that the reader knows, with its types (a line may carry others).
 FIELDS = {**REQUIRED, **TIMED, **OPTIONAL}
@@ -148,6 +152,7 @@ def line(
     device_name: str | None = None,
     utc: str | None = None,
     settings_changed: Sequence[str] | None = None,
+    host_load: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One line of ``paired.jsonl``, checked (``problem``; a ``ResultsError`` names the field).
     ``timing``: the Timing JSON of ``worker/timing.py`` built from ``samples``; None for a worker
@@ -175,6 +180,7 @@ def line(
         "device_name": device_name,
         "utc": utc,
         "settings_changed": None if settings_changed is None else list(settings_changed),
+        "host_load": None if host_load is None else dict(host_load),
     }
     found = problem(obj)
     if found is not None:
