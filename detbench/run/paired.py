@@ -7,24 +7,17 @@ workloads are measured by a **group** of fresh workers alive together: one per m
 worker of the baseline's settings (``copy`` 1: the A/A check, a mode against itself, whose
 interval must hold 1). For each workload:
 
-1. each worker prepares it, one worker at a time: the baseline's first, then the others in an
-   order shuffled per (workload, replicate). A worker that owes the workload's verdict
-   (``--timing paired``, the default) runs every pass a verdict worker runs
-   (``passes.run_workload``: build, fingerprint, FLOP count), sends its record, which is stored
-   at once, and keeps the step it built; the A/A copy, and a member whose verdict is stored
-   already (a resumed run, ``--timing both``), builds it and runs its first step. Then each
-   warms the step up until steady. One build and one warm-up per (workload, mode, replicate),
-   not one for the verdict and one for the cost. A worker that cannot (a setting this workload
-   does not support, an error) sits out this workload;
-2. rounds (``paired_rounds``: from 6 until each mode's ratio to the baseline is narrow enough
-   or stops narrowing, at most ``rounds``, fewer for a long step: ``rounds_for``): in each, the
-   workers take turns in an order shuffled anew (a generator seeded from the run's seed, the
-   workload, the replicate and the round), each timing one block of about ``block_seconds``
-   while the others wait on their stdin, so no two blocks overlap;
+1. each worker prepares it, one at a time (the baseline's first, the others shuffled): a worker
+   that owes the workload's verdict (``--timing paired``) runs a verdict worker's passes
+   (``passes.run_workload``), its record stored at once, and keeps the step it built; the A/A
+   copy, and a member whose verdict is stored already, builds it. Each warms it up until
+   steady: one build per (workload, mode, replicate). A worker that cannot sits out;
+2. rounds (from 6 until each mode's ratio to the baseline settles, at most ``rounds``:
+   ``paired_rounds``): the workers take turns in an order shuffled anew each round (seeded from
+   the run's seed, the workload, the replicate and the round), one block each, none overlapping;
 3. each worker summarises its samples (``finish``) and frees the workload; the group's lines go
-   to ``paired.jsonl`` at once, all of them together, so a run stopped in the middle of a
-   workload keeps the verdicts it stored and none of its half-measured group, and a
-   ``--resume`` times it again.
+   to ``paired.jsonl`` together, so a stopped run keeps the verdicts it stored and none of a
+   half-measured group, which ``--resume`` times again.
 
 **A group too big for the device** (``paired_rounds.fits``) is timed as subgroups that each
 hold the baseline's copy, their rounds numbered on from the subgroup before (``subgroup`` in the
@@ -59,6 +52,7 @@ from detbench.run.paired_members import (
     group_line,
     line_of,
     round_order,
+    time_left,
 )
 from detbench.run.paired_rounds import (
     MIN_ROUNDS,
@@ -263,15 +257,21 @@ class PairedPhase:
         total, n = sum(len(keys) for _, keys in todo), 0
         weight = {k: self.weights.get(k, 1.0) for _, keys in todo for k in keys}
         planned, spent = sum(weight[k] for _, keys in todo for k in keys), 0.0
+        self._started = 0
         try:
             with Writer(self.out) as writer:
                 for replicate, keys in todo:
                     members = [Member(m, c) for m, c in self.members_of]
                     try:
                         self._start(members, replicate)
+                        self._started += 1
                         for key in keys:
                             n += 1
-                            left = (planned - spent) / spent if spent > 0 else None
+                            left = time_left(
+                                (planned, spent),
+                                time.perf_counter() - t0,
+                                (self.stats.startup, self._started, len(todo)),
+                            )
                             what = "verdicts and costs" if self.owes(key, replicate) else "costs"
                             self.stream.write(
                                 group_line(

@@ -144,6 +144,20 @@ def line_of(
     return line
 
 
+def time_left(
+    weights: tuple[float, float], elapsed: float, startups: tuple[float, int, int]
+) -> float | None:
+    """Seconds left: the groups' time so far, start-ups apart, at the pace of the plan's seconds
+    done (``weights`` = (planned, done)) for those left; plus, for each replicate's group still
+    to start, a start-up as long as those so far (``startups`` = (seconds, started, in all)).
+    None before a group is done."""
+    (planned, spent), (startup, started, groups) = weights, startups
+    if spent <= 0 or started <= 0:
+        return None
+    pace = max(0.0, elapsed - startup) / spent
+    return pace * (planned - spent) + startup / started * (groups - started)
+
+
 def group_line(
     what: str,
     count: tuple[int, int],
@@ -152,12 +166,11 @@ def group_line(
     workers: int,
     time: tuple[float, float | None],
 ) -> str:
-    """The progress line of group ``count`` = (n, total) starting: ``time`` = (elapsed, the ratio
-    of the plan's seconds of the groups left to those done so far; None for the first group:
-    the time left is the elapsed time at that ratio)."""
+    """The progress line of group ``count`` = (n, total) starting: ``time`` = (elapsed, the
+    seconds left, None for the first group)."""
     (n, total), (r, replicates), (elapsed, left) = count, replicate, time
     width = len(str(total))
-    rest = f" left ~{clock(elapsed * left)}" if left is not None else ""
+    rest = f" left ~{clock(left)}" if left is not None else ""
     return (
         f"{what} [{n:>{width}}/{total}] replicate {r + 1}/{replicates} {key}: {workers} workers "
         f"side by side  elapsed {clock(elapsed)}{rest}\n"

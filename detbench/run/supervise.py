@@ -100,14 +100,8 @@ class RunStats:
     @property
     def records_phases(self) -> float:
         """The seconds of the records' own phases (build to clean-up)."""
-        return (
-            self.build
-            + self.fingerprint
-            + self.count
-            + self.timing
-            + self.invariance
-            + self.cleanup
-        )
+        phases = ("build", "fingerprint", "count", "timing", "invariance", "cleanup")
+        return sum(getattr(self, p) for p in phases)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "other": self.other}
