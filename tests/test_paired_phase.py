@@ -1,7 +1,8 @@
 """The paired phase (issues 34 and 39): each replicate's modes timed side by side, in workers
 alive together that take turns one block at a time, with an A/A copy of the baseline, each
 worker making its mode's verdict of a workload before it times it; a run stopped before the end
-keeps every verdict and the groups timed, and a resume times only the groups left. A real run on the CPU of tests/workloads/resumable.py, whose steps
+keeps every verdict and the groups timed, and a resume times only the groups left. A real run
+on the CPU of tests/workloads/resumable.py, whose steps
 give the same bits in every process (so ``same_bits`` must hold)."""
 
 from __future__ import annotations

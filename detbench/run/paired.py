@@ -53,6 +53,7 @@ from detbench.run.paired_members import (
     line_of,
     round_order,
     time_left,
+    weights_of,
 )
 from detbench.run.paired_rounds import (
     MIN_ROUNDS,
@@ -201,15 +202,8 @@ class PairedPhase:
         self.weights: dict[str, float] = {}
 
     def weigh(self, estimate: Estimate) -> None:
-        """Each group's weight for the time left: its workload's records in one replicate and a
-        group's share of the phase's own seconds, as ``estimate`` prices them."""
-        records: dict[str, float] = {}
-        for _, costs in estimate.slot_costs.values():
-            for k, cost in costs.items():
-                records[k] = records.get(k, 0.0) + cost
-        groups = max(1, (estimate.paired or {}).get("groups") or 1)
-        share = estimate.paired_seconds / groups
-        self.weights = {k: v / max(1, self.replicates) + share for k, v in records.items()}
+        """Each group's weight for the time left (``paired_members.weights_of``)."""
+        self.weights = weights_of(estimate, self.replicates)
 
     def owes(self, key: str, replicate: int) -> bool:
         return any((key, m.name, replicate) in self.owed for m in self.modes)

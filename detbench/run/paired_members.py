@@ -8,13 +8,16 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detbench.core.modes import DEFAULT_MODE, Mode
 from detbench.run.schedule import clock
 from detbench.run.supervise import WorkerProcess
 from detbench.store.paired import PairedWriter
 from detbench.store.results import utc_now
+
+if TYPE_CHECKING:
+    from detbench.run.estimate import Estimate
 
 #: A CPU worker's OpenMP threads spin this many times waiting for work before they sleep
 #: (libgomp's ``GOMP_SPINCOUNT``; its default is 300,000, about 10 ms here). Measured on the
@@ -142,6 +145,18 @@ def line_of(
     status, message = m.failure or ("failed", "fewer than 6 blocks were timed")
     line.update(status=status, message=message, samples=m.samples, rounds=m.rounds)
     return line
+
+
+def weights_of(estimate: Estimate, replicates: int) -> dict[str, float]:
+    """Each group's weight for the time left: its workload's records in one replicate and a
+    group's share of the paired phase's own seconds, as ``estimate`` prices them."""
+    records: dict[str, float] = {}
+    for _, costs in estimate.slot_costs.values():
+        for k, cost in costs.items():
+            records[k] = records.get(k, 0.0) + cost
+    groups = max(1, (estimate.paired or {}).get("groups") or 1)
+    share = estimate.paired_seconds / groups
+    return {k: v / max(1, replicates) + share for k, v in records.items()}
 
 
 def time_left(
