@@ -183,7 +183,7 @@ def serve(job: dict[str, Any], out: Channel) -> int:
 def pair(job: dict[str, Any], out: Channel) -> int:
     """A timing worker of the paired phase (``detbench.worker.paired``): started as a run's
     worker is, then it does what each line of stdin says, one at a time, and answers each with
-    one message: ``prepare KEY`` (build and warm up: ``prepared``), ``prepare KEY verdict`` (the
+    one message: ``prepare KEY`` (build and warm up: ``prepared``), ``verdict KEY`` (the
     verdict's passes first, their ``record`` sent, then the step they built warmed up:
     ``prepared``), ``block`` (time one block: ``block``), ``reference SECONDS`` (the step timed
     by a reference timer: ``reference``), ``finish`` (the samples' summary, the workload freed:
@@ -201,12 +201,12 @@ def pair(job: dict[str, Any], out: Channel) -> int:
     timing: PairedTiming | None = None
     for raw in stdin:
         word, _, arg = raw.decode().strip().partition(" ")
-        if word == "prepare":
-            key, _, verdict = arg.partition(" ")
+        if word in ("prepare", "verdict"):  # the rest of the line is the key (spaces and all)
+            key = arg
             w = workloads.get(key)
             if w is None:
                 raise RuntimeError(f"workload {key} is not defined in this worker's sources")
-            if verdict == "verdict":
+            if word == "verdict":
                 timing, said = _verdict_then_prepare(w, job, mode, ws, device, out)
             else:
                 timing, said = PairedTiming.prepare(w, job, mode, ws)

@@ -415,7 +415,7 @@ class PairedPhase:
                 self._ready(m)
             if m.worker is not None:
                 m.failure = None
-                msg = self._ask(m, f"prepare {key}" + (" verdict" if owes else ""), "prepared")
+                msg = self._ask(m, f"{'verdict' if owes else 'prepare'} {key}", "prepared")
                 if msg is not None and msg.get("lost"):
                     self._lose(m, "lost its CUDA context")
                 elif msg is not None and msg.get("status") != "ok":
