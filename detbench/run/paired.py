@@ -23,11 +23,8 @@ interval must hold 1). For each workload:
 hold the baseline's copy, their rounds numbered on from the subgroup before (``subgroup`` in the
 lines); an out-of-memory error of one member is that member's record.
 
-The workers are the runner's workers (``supervise.WorkerProcess``), started as they are, with a
-job of kind ``PAIR_KIND`` (``detbench.run.child.pair``); every worker of the group starts at once
-(their imports and CUDA initialisation overlap each other, not a timing). On a CPU each worker's
-OpenMP threads stop spinning ~1 ms after its turn (``SPIN_ENV``), not ~10 ms later while the next
-worker times its block on the same cores.
+The workers are the runner's (``supervise.WorkerProcess``), of job kind ``PAIR_KIND``, a group's
+started at once. On a CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.modes import Mode
 from detbench.core.workload import Workload
-from detbench.run.config import TARGET_REL, RunConfig
+from detbench.run.config import TARGET_REL, RunConfig, RunError
 from detbench.run.paired_cost import PairedPlan
 from detbench.run.paired_members import (
     SPIN_ENV,
@@ -49,9 +46,11 @@ from detbench.run.paired_members import (
     Store,
     Writer,
     baseline_of,
+    done_groups,
     group_line,
     line_of,
     round_order,
+    stop_words,
     time_left,
     weights_of,
 )
@@ -74,8 +73,6 @@ if TYPE_CHECKING:
 
 #: The job's kind for a timing worker of the paired phase.
 PAIR_KIND = "detbench.run.child:pair"
-#: Words of the lines a member's ``prepare`` may send before ``prepared``.
-RECORD = "record"
 
 
 class PairedPhase:
@@ -189,16 +186,12 @@ class PairedPhase:
         self.lost_record = lost
         self.base = baseline_of(modes)
         self.members_of = [(m, 0) for m in modes] + [(self.base, 1)]
-        done: dict[tuple[str, int], set[tuple[str, int]]] = {}
-        for line in iter_paired(out):
-            key = (f"{line['suite']}/{line['workload']}", int(line["replicate"]))
-            done.setdefault(key, set()).add((line["mode"], int(line.get("copy", 0))))
-        every = {(m.name, c) for m, c in self.members_of}
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
-        self.done = {k for k, got in done.items() if got >= every}
+        self.done = done_groups(iter_paired(out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
         self._position: int | None = None
-        #: Per workload key, the plan's seconds of one of its groups: the time left.
+        self.failed_starts = 0
+        self.on_ready: Callable[[dict[str, Any]], None] | None = None
         self.weights: dict[str, float] = {}
 
     def weigh(self, estimate: Estimate) -> None:
@@ -279,6 +272,8 @@ class PairedPhase:
                             )
                             self.stream.flush()
                             writer.append_all(self._group(members, key, replicate))
+                            if self.failed_starts >= 2:  # two groups in a row: stop, records kept
+                                raise RunError(stop_words(self.failed_starts, self.out))
                             spent += weight[key]
                             self.stats.groups += 1
                     finally:
@@ -303,24 +298,30 @@ class PairedPhase:
         for m in members:
             self._ready(m)
         self.stats.startup += time.perf_counter() - t0
+        none = all(m.worker is None for m in members)  # a broken install or GPU
+        self.failed_starts = self.failed_starts + 1 if none else 0
 
     def _ready(self, m: Member) -> None:
         assert m.worker is not None
         m.worker.release()
         msg = m.worker.ready(self.startup_timeout)
-        if msg is None or msg is TIMEOUT or msg.get("type") != "ready":
+        if msg is TIMEOUT:
+            self._lose(m, f"did not start within {self.startup_timeout:g} s", "timeout")
+        elif msg is None or msg.get("type") != "ready":
             self._lose(m, "did not start")
-            return
-        m.worker.send("go")
+        else:
+            if self.on_ready is not None:
+                self.on_ready(msg)
+            m.worker.send("go")
 
-    def _lose(self, m: Member, what: str) -> None:
+    def _lose(self, m: Member, what: str, status: str = "crashed") -> None:
         """``m``'s worker is gone (it crashed, or was silent past its limit): killed and
         reaped; a fresh one takes the next workload."""
         if m.worker is not None:
             m.worker.kill()
             code = self.crew.finish(m.worker)
             said = log_tail(m.worker.log)
-            status = "timeout" if what == "was silent" else "crashed"
+            status = "timeout" if what == "was silent" else status
             m.failure = (status, f"the worker {what} (exit {code}): {said}")
             m.worker = None
 
@@ -341,7 +342,7 @@ class PairedPhase:
         m.worker.send(line)
         while True:
             msg = m.worker.next(self.timeout)
-            if msg is not None and msg is not TIMEOUT and msg.get("type") == RECORD:
+            if msg is not None and msg is not TIMEOUT and msg.get("type") == "record":
                 self._verdict(msg["record"])
                 continue
             break

@@ -159,6 +159,26 @@ def weights_of(estimate: Estimate, replicates: int) -> dict[str, float]:
     return {k: v / max(1, replicates) + share for k, v in records.items()}
 
 
+def done_groups(
+    lines: Iterable[Mapping[str, Any]], members_of: list[tuple[Mode, int]]
+) -> set[tuple[str, int]]:
+    """The (workload key, replicate) groups whose every member has a line in ``lines``."""
+    done: dict[tuple[str, int], set[tuple[str, int]]] = {}
+    for line in lines:
+        key = (f"{line['suite']}/{line['workload']}", int(line["replicate"]))
+        done.setdefault(key, set()).add((line["mode"], int(line.get("copy", 0))))
+    every = {(m.name, c) for m, c in members_of}
+    return {k for k, got in done.items() if got >= every}
+
+
+def stop_words(failed: int, out: Path) -> str:
+    """Why a run stops when its groups' workers do not start."""
+    return (
+        f"{failed} workers in a row did not start; stopping. Records kept in {out}; resume "
+        f"with: detbench run --resume {out}"
+    )
+
+
 def time_left(
     weights: tuple[float, float], elapsed: float, startups: tuple[float, int, int]
 ) -> float | None:

@@ -150,7 +150,6 @@ class Runner:
             for k in s.keys
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-        #: --timing paired: the groups make the verdicts (the verdict workers: distributed ones).
         self.fused = config.timing_design == "paired"
         distributed = {w.key for w in self.workloads if w.distributed}
         self.lane_keys = distributed if self.fused else None
@@ -168,6 +167,8 @@ class Runner:
             if config.paired
             else None
         )
+        if self.paired is not None:  # its workers' facts go to env.json as a verdict worker's
+            self.paired.on_ready = partial(self._ready, lane=_Lane(0, config.device_names[0]))
 
     @property
     def missing(self) -> int:
