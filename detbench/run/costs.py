@@ -239,7 +239,9 @@ GPU_HOST_CORES = 16
 PAIRED_TURN_SECONDS = {"cpu": 0.001, "cuda": 0.0005}
 #: The share of its most rounds (``--rounds``) a paired group takes on average, now that the
 #: rounds stop once every mode's ratio settles (``run/paired_rounds.py``; at least 6 are
-#: taken). CPU: PAIRED_ROUNDS_CPU_NOTE. CUDA: a paper estimate until a GPU runs it: a GPU step
+#: taken). CPU: 1.0, the cap; the core quick matrix on the 2-core VM (2026-11-27, docs/measured.md)
+#: took 10.8 of its 12 rounds a group on average (71 of 99 groups the 12), so the plan errs long
+#: by at most a tenth of its rounds there. CUDA: a paper estimate until a GPU runs it: a GPU step
 #: steady to 1% settles at the 6th of its 10 rounds, one that is not stops narrowing by the 9th,
 #: so 0.75.
 PAIRED_ROUNDS_TAKEN = {"cpu": 1.0, "cuda": 0.75}

@@ -61,6 +61,14 @@ from detbench.worker.warmup import warm_up
 TURN_STEPS = 1
 
 
+def _context(w: Workload, job: dict[str, Any]) -> Context:
+    """The workload's context as the job's verdict worker gives it (device, profile, seed)."""
+    device = torch.device(job["device"])
+    return Context(
+        device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
+    )
+
+
 def block_steps(step_seconds: float, block_seconds: float) -> int:
     """Steps in a block of about ``block_seconds``: at least one."""
     if step_seconds <= 0:
@@ -95,9 +103,7 @@ class PairedTiming:
         """Build ``w``, run its first step (digested), warm it up and size its block: (the
         timing, or None where it failed; the ``prepared`` message's fields)."""
         device = torch.device(job["device"])
-        ctx = Context(
-            device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
-        )
+        ctx = _context(w, job)
         self = cls(w, ctx, mode, job, threads=torch.get_num_threads())
         # The verdict worker's record of the same build: build_pass reads the settings back into
         # it, so a workload that changes a setting is caught here as there.
@@ -141,11 +147,7 @@ class PairedTiming:
         no second build, no second first step; warmed up from where the fingerprint steps left
         it. The digest is the verdict's own first step (``same_bits`` is then true by
         construction: one process computed both)."""
-        device = torch.device(job["device"])
-        ctx = Context(
-            device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
-        )
-        self = cls(w, ctx, mode, job, step=step, threads=int(rec["num_threads"]))
+        self = cls(w, _context(w, job), mode, job, step=step, threads=int(rec["num_threads"]))
         t0 = time.perf_counter()
         try:
             self._warm_up()
