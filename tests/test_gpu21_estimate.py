@@ -41,6 +41,7 @@ def test_the_full_cuda_matrix_is_planned_on_paper_without_a_gpu() -> None:
 
 
 @no_gpu
+@pytest.mark.slow  # the whole CUDA matrix planned: 12 s here
 def test_the_default_cuda_matrix_fits_fifteen_minutes_on_paper() -> None:
     """The matrix a plain ``make bench`` runs on one H100: every mode x 3 replicates of the
     suites that fit, at most 900 s on paper; the rest named, each with why, and all of them
@@ -61,6 +62,7 @@ def test_the_default_cuda_matrix_fits_fifteen_minutes_on_paper() -> None:
     assert "not in the cuda matrix" in text and "--suite all" in text
 
 
+@pytest.mark.slow  # the whole CPU matrix planned: 8 s here
 def test_the_cpu_matrix_keeps_every_suite() -> None:
     proc = detbench_cli("run", "--device", "cpu", "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]

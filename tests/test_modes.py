@@ -55,7 +55,16 @@ def test_cublas_workspace_is_added_only_for_deterministic_algorithms() -> None:
     assert "CUDA_LAUNCH_BLOCKING" not in det.environment(base)
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+#: The modes whose snippet make test runs (each a fresh interpreter that imports torch: 4-9 s here);
+#: the other six under make test-slow.
+QUICK_SNIPPETS = ("default", "det-algos", "no-cudnn", "bench+cudnn-det+det-algos")
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [pytest.param(m, marks=() if m.name in QUICK_SNIPPETS else pytest.mark.slow) for m in MODES],
+    ids=lambda m: m.name,
+)
 def test_snippet_reproduces_the_mode_in_a_fresh_process(mode: Mode) -> None:
     check = (
         "\nprint(torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,"

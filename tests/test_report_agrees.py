@@ -32,6 +32,10 @@ from detbench.store.results import load_results
 from .conftest import ROOT
 from .synthetic import paired_run
 
+#: The tests that read a whole run (the session's paired ops run: 40 s here, or a published run's
+#: heatmap: 20 s): make test-slow and CI, not make test.
+WHOLE_RUN = pytest.mark.slow
+
 H200 = ROOT / "results" / "20261126-040517-cuda-full-h200-partial"
 
 
@@ -59,6 +63,7 @@ def test_the_spread_pools_into_the_paired_cost_not_a_second_estimate(tmp_path: P
     assert s["design"] == "paired" and s["min"] <= s["pooled"] <= s["max"]
 
 
+@WHOLE_RUN
 def test_a_paired_runs_report_states_each_cost_once(paired_ops_run: Path) -> None:
     """The real run: the answer's figure for ops (det-algos) and the spread's pooled figure are
     the same number, and the spread no longer says it is "the ratio of the medians"."""
@@ -107,6 +112,7 @@ def _grey(p: Rectangle) -> bool:
     return bool(p.get_fill()) and to_rgba(p.get_facecolor()) == to_rgba(NOT_RUN_GREY)
 
 
+@WHOLE_RUN
 def test_the_heatmap_key_names_what_its_cells_show(paired_ops_run: Path) -> None:
     """The real run's cells: every noisy cost is hatched, significant or within the noise
     (on this CPU both usually are), and the key says hatched only where a cell is. Every cell
@@ -133,6 +139,7 @@ def test_the_heatmap_key_names_what_its_cells_show(paired_ops_run: Path) -> None
     assert (HEAT_KEY["ns"] in title.replace("\n", " ")) == (True in ns)
 
 
+@WHOLE_RUN
 def test_grey_is_said_where_a_cell_did_not_run() -> None:
     """An older CPU run whose det-algos modes are unsupported for some ops: those cells, and
     only those, are grey, and the key says grey is a cell that did not run."""
@@ -168,6 +175,7 @@ def _green(fig: Figure) -> list[Artist]:
     return out
 
 
+@WHOLE_RUN
 def test_the_plane_says_green_only_where_it_draws_green(paired_ops_run: Path) -> None:
     """The real run's frontier is its recommended mode alone, which the star marks: nothing is
     green, and the key says nothing of green. The H200 run's panels draw their frontiers: the
@@ -216,6 +224,7 @@ def test_the_aa_line_says_when_its_intervals_could_not_show_a_cost(tmp_path: Pat
     assert line == aa_check.aa_sentence(load_results(wide), load_paired(wide), "default")
 
 
+@WHOLE_RUN
 def test_the_console_prints_the_reports_aa_line(paired_ops_run: Path) -> None:
     """The real run's console ends with the A/A line its report gives beside the costs."""
     printed = (paired_ops_run.parent / "console.txt").read_text()

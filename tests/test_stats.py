@@ -17,7 +17,7 @@ from detbench.core.workload import builtin_suite_files, load_file
 from detbench.report import attribution as ar
 from detbench.report.render import to_markdown
 from detbench.store.results import load_results
-from detbench.worker.timing import median_ci_ranks
+from detbench.worker.ranks import median_ci_ranks
 from tests import synthetic as syn
 
 # --- the seeding rule -------------------------------------------------------------------------

@@ -48,6 +48,12 @@ from detbench.store.schema import Status
 OTHER_CPU = 0.25
 #: ... or the hypervisor stole this share.
 STEAL = 0.05
+#: ... judged on a record's own window only where it held this many CPU-seconds (its ``seconds``
+#: x ``cpus``): /proc/stat counts in ticks of 10 ms, so a 0.15 s window on 2 CPUs holds 30 and
+#: two stolen ticks read 7% (a quiet CPU run of tests/workloads/report_demo.py read "busy" on 6
+#: of its 24 paired timings, every one by steal over under 0.2 s). Shorter windows count in the
+#: run's pooled steal (``HostLoad.steal``: stolen CPU-seconds over all the timings' CPU-seconds).
+STEAL_MIN_CPU_SECONDS = 2.0
 #: ... or another process used the GPU above this SM utilisation (percent).
 GPU_UTIL = 5
 #: A run is busy when this share of its timed records were.
@@ -66,7 +72,7 @@ class HostLoad:
     cpus: int | None
     load1: float | None  # median 1-minute load average at the end of a timing pass
     other_cpu: float | None  # median share of the host's CPU used by other processes
-    steal: float | None  # median steal share
+    steal: float | None  # the share stolen over all the timings (weighted by their CPU-seconds)
     gpu_own: int = 0  # records with another of the run's own processes on their GPU
     gpu_foreign: int = 0  # ... with a foreign process on their GPU
     gpu_unknown: int = 0  # ... with another process whose owner the record does not say
@@ -81,7 +87,12 @@ class HostLoad:
 
     @property
     def is_busy(self) -> bool:
-        return (self.timed > 0 and self.busy >= BUSY_SHARE * self.timed) or self.not_alone > 0
+        stolen = self.steal is not None and self.steal >= STEAL
+        return (
+            (self.timed > 0 and self.busy >= BUSY_SHARE * self.timed)
+            or self.not_alone > 0
+            or stolen
+        )
 
     def sentence(self) -> str:
         """The host's state in sentences, for the first screen and the console, e.g. "The host
@@ -145,7 +156,7 @@ class HostLoad:
         facts = ["the median over " + ("the " if self.busy else "") + _timings(self.timed)]
         if self.load1 is not None:
             facts.append(f"load {self.load1:.1f}" + (f" on {self.cpus} CPUs" if self.cpus else ""))
-        if self.steal:
+        if self.steal is not None and self.steal >= 0.0005:  # what _pct does not read as 0%
             facts.append(f"the hypervisor stole {_pct(self.steal)}")
         return f"other processes used {_pct(self.other_cpu)} of its CPU ({'; '.join(facts)})"
 
@@ -176,13 +187,19 @@ def _gpu_busy(h: Mapping[str, Any], alone: object) -> bool:
     return False
 
 
+def _stolen(h: Mapping[str, Any]) -> bool:
+    """Whether the hypervisor stole ``STEAL`` or more of a timing's window, judged only where the
+    window was long enough to say (``STEAL_MIN_CPU_SECONDS``; unknown length: as it reads)."""
+    steal = h.get("steal")
+    if steal is None or steal < STEAL:
+        return False
+    seconds, cpus = h.get("seconds"), h.get("cpus")
+    return seconds is None or cpus is None or seconds * cpus >= STEAL_MIN_CPU_SECONDS
+
+
 def _busy(h: Mapping[str, Any], alone: object = None) -> bool:
-    other, steal = h.get("other_cpu"), h.get("steal")
-    return bool(
-        (other is not None and other >= OTHER_CPU)
-        or (steal is not None and steal >= STEAL)
-        or _gpu_busy(h, alone)
-    )
+    other = h.get("other_cpu")
+    return bool((other is not None and other >= OTHER_CPU) or _stolen(h) or _gpu_busy(h, alone))
 
 
 def _whose(h: Mapping[str, Any]) -> str | None:
@@ -197,13 +214,31 @@ def _whose(h: Mapping[str, Any]) -> str | None:
 
 def _paired_busy(h: Mapping[str, Any]) -> bool:
     """A paired timing's ``host_load`` (see the docstring): busy by what is not the run's."""
-    other, steal = _paired_other(h), h.get("steal")
+    other = _paired_other(h)
     gpu = bool(h.get("gpu_foreign_processes")) and (
         h.get("gpu_foreign_util") is None or h["gpu_foreign_util"] > GPU_UTIL
     )
-    return bool(
-        (other is not None and other >= OTHER_CPU) or (steal is not None and steal >= STEAL) or gpu
-    )
+    return bool((other is not None and other >= OTHER_CPU) or _stolen(h) or gpu)
+
+
+def pooled_steal(loads: Iterable[Mapping[str, Any]]) -> float | None:
+    """The share of the timings' CPU time the hypervisor stole: each timing weighted by its
+    CPU-seconds (``seconds`` x ``cpus``), or equally where a timing does not say its length."""
+    pairs = []
+    for h in loads:
+        if h.get("steal") is None:
+            continue
+        seconds, cpus = h.get("seconds"), h.get("cpus")
+        weight = seconds * cpus if seconds is not None and cpus else None
+        pairs.append((float(h["steal"]), weight))
+    if not pairs:
+        return None
+    if any(w is None for _, w in pairs):
+        return float(np.median([s for s, _ in pairs]))
+    total = sum(w for _, w in pairs if w is not None)
+    if total <= 0:
+        return float(np.median([s for s, _ in pairs]))
+    return sum(s * w for s, w in pairs if w is not None) / total
 
 
 def _paired_other(h: Mapping[str, Any]) -> float | None:
@@ -268,7 +303,7 @@ def host_load(
         cpus=max(cpus) if cpus else None,
         load1=median("load1"),
         other_cpu=median("other_cpu"),
-        steal=median("steal"),
+        steal=pooled_steal([*loads, *paired]),
         gpu_own=whose.count("own"),
         gpu_foreign=whose.count("foreign")
         + sum(bool(h.get("gpu_foreign_processes")) for h in paired),

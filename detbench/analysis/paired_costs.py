@@ -28,7 +28,7 @@ process means; 3 of 120 (2.5%), 47% for the hierarchical bootstrap (there the ro
 120 (19%) for a t-interval that pools the rounds and ignores the processes.
 
 With one process the between-process level cannot be estimated: the interval is the rounds'
-own (the distribution-free interval of the median of ``l``, ``worker.timing.median_ci``, from
+own (the distribution-free interval of the median of ``l``, ``worker.ranks.median_ci``, from
 6 rounds on), ``replicates`` is 1 and
 ``limited_by`` says "processes": it does not count the level where the variance usually is.
 
@@ -50,7 +50,7 @@ from detbench.analysis import stats
 from detbench.analysis.labels import baseline_mode
 from detbench.analysis.pairs import Paired, pair, side_from_lines, side_from_records
 from detbench.analysis.variance import split
-from detbench.worker.timing import median_ci
+from detbench.worker.ranks import median_ci
 
 #: The interval's confidence (that of every interval detbench states).
 CONFIDENCE = stats.CONFIDENCE

@@ -9,6 +9,7 @@ from pathlib import Path
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import MODES, get_mode
 from detbench.core.settings import parse_assignments
+from detbench.core.workload import check_file
 from detbench.run.config import (
     DEFAULT_TIMEOUT,
     STARTUP_TIMEOUT,
@@ -98,6 +99,8 @@ def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
         modes = [m.with_settings(overrides) for m in modes]
     if len({m.name for m in modes}) != len(modes):
         raise UserError("a --mode is given twice")
+    for f in args.workload or []:
+        check_file(f)  # a missing file: one line, before torch loads
     out = Path(args.out) if args.out else stamped_dir(f"{device}-{profile}")
     refuse_used(out)  # now, before anything is probed or planned
     config = RunConfig(

@@ -327,13 +327,20 @@ def registry() -> dict[str, Workload]:
     return dict(_REGISTRY)
 
 
-def load_file(path: str | Path) -> list[Workload]:
-    """Import a Python file that defines workloads and return the workloads it registered."""
+def check_file(path: str | Path) -> Path:
+    """``path`` resolved, or the one line that says why it is no workload file (the CLI asks
+    before it loads torch)."""
     p = Path(path).resolve()
     if not p.is_file():
         raise WorkloadError(f"workload file not found: {path}")
     if p.suffix != ".py":
         raise WorkloadError(f"workload file must be a .py file: {path}")
+    return p
+
+
+def load_file(path: str | Path) -> list[Workload]:
+    """Import a Python file that defines workloads and return the workloads it registered."""
+    p = check_file(path)
     # A stable, unique module name per path, so a file loads once per process and the same
     # module name is used in every worker.
     mod_name = "detbench_user_" + p.stem + "_" + hashlib.sha1(str(p).encode()).hexdigest()[:10]

@@ -187,6 +187,7 @@ def audit(
     target: str, device: str, replicates: int = 3, out: Path | None = None, stream: Any = sys.stderr
 ) -> list[Audit]:
     """Audit every workload that ``target`` names; ``out`` keeps the verdict runs' records."""
+    source, keys = _select(target)  # a missing file: one line, before torch loads (2 s here)
     import torch
 
     # The parent's modules: this module is also the probe's child process (its kind), which
@@ -194,7 +195,6 @@ def audit(
     from detbench.analysis import verdicts
     from detbench.run.api import plan_run, run_planned
 
-    source, keys = _select(target)
     cuda = torch.cuda.is_available()
     if out is not None:
         refuse_used(out)  # before the probes, which take a while

@@ -189,11 +189,6 @@ def pair(job: dict[str, Any], out: Channel) -> int:
     by a reference timer: ``reference``), ``finish`` (the samples' summary, the workload freed:
     ``timed``); ``exit`` or the end of stdin ends it."""
     stdin = sys.stdin.buffer
-    # The samples' summary needs scipy.stats (0.8 s to import here): imported with the rest of
-    # the start-up, which the group's workers do side by side, not at the first ``finish``,
-    # which they answer one after another.
-    with contextlib.suppress(ImportError):
-        importlib.import_module("scipy.stats")
     started = _start(job, out)
     if started is None:
         return 0

@@ -7,7 +7,7 @@ a cap, as NVBench's stdrel criterion stops a measurement when its noise stops fa
 
 * after each round from ``MIN_ROUNDS`` on, every member but the baseline has its per-round log
   ratios to the baseline (the rounds both were timed in); the distribution-free 95% interval of
-  their median (``worker.timing.median_ci``) has a half-width ``w`` on the log scale;
+  their median (``worker.ranks.median_ci``) has a half-width ``w`` on the log scale;
 * a member is **settled** when ``w <= log(1 + target)`` (the device's ``TARGET_REL``: 1% on a
   GPU, 3% on a CPU), or when ``w`` has not narrowed by ``NARROWING`` over the last
   ``PATIENCE`` rounds (more rounds of this noise would not buy a narrower figure: the between-
@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from detbench.worker.timing import median_ci
+from detbench.worker.ranks import median_ci
 
 #: The fewest rounds: 6 samples are the fewest with a 95% interval of their median.
 MIN_ROUNDS = 6

@@ -84,13 +84,13 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import torch
 
 from detbench.worker.budget import in_reach, sampling_ceiling
 from detbench.worker.gpuclock import ClockWatch
+from detbench.worker.ranks import median_ci
 from detbench.worker.samplers import Clock, ClockSampler, CudaEventSampler, host_clock
 from detbench.worker.sustain import (
     CAPPED_SPAN_SECONDS,
@@ -103,8 +103,6 @@ from detbench.worker.sustain import (
 )
 from detbench.worker.warmup import Sampler, Warmup, warm_up
 
-#: Confidence of the interval around the median.
-CONFIDENCE = 0.95
 #: The fewest samples with a 95 % interval of the median (the floor of every record).
 MIN_CI_SAMPLES = 6
 #: The rule is checked after every sample up to this many samples, then every n // this.
@@ -167,24 +165,6 @@ class Timing:
         }
 
 
-@lru_cache(maxsize=4096)
-def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
-    """1-based ranks ``(j, n + 1 - j)`` of the order statistics that bound a distribution-free
-    ``confidence`` interval of the median of ``n`` samples, or None when none exists (n < 6 at
-    95 %). ``j`` is the largest rank with ``P(B <= j - 1) <= (1 - confidence) / 2``,
-    ``B ~ Binomial(n, 1/2)``: ``binom.ppf`` gives the smallest ``k`` with ``P(B <= k) >=`` the
-    tail, so every rank below ``k`` qualifies, and ``k`` itself only where ``P(B <= k)`` equals
-    the tail. Cached: the rule asks for n, n + 1, ... in every record."""
-    # scipy.stats takes 0.8 s to import: only in a worker that times (a verdict worker of a
-    # paired run, and the probe worker, never do).
-    from scipy.stats import binom
-
-    tail = (1.0 - confidence) / 2.0
-    k = int(binom.ppf(tail, n, 0.5))
-    j = min(k + int(binom.cdf(k, n, 0.5) <= tail), n // 2 + 1)
-    return (j, n + 1 - j) if j >= 1 else None
-
-
 def quantile(sorted_samples: tuple[float, ...] | list[float], q: float) -> float:
     """``torch.quantile(x, q)`` (linear interpolation) on already sorted floats, with torch's
     two-sided lerp so results agree with ``Measurement`` to the last bit."""
@@ -201,15 +181,6 @@ def summarise(samples: tuple[float, ...] | list[float]) -> tuple[float, float]:
     """(median, IQR) as ``torch.utils.benchmark.Measurement`` gives them."""
     s = sorted(samples)
     return quantile(s, 0.5), quantile(s, 0.75) - quantile(s, 0.25)
-
-
-def median_ci(samples: tuple[float, ...] | list[float]) -> tuple[float, float] | None:
-    """The 95 % distribution-free interval of the median, or None below 6 samples."""
-    ranks = median_ci_ranks(len(samples))
-    if ranks is None:
-        return None
-    s = sorted(samples)
-    return s[ranks[0] - 1], s[ranks[1] - 1]
 
 
 def relative_half_width(median: float, ci: tuple[float, float]) -> float:
