@@ -12,6 +12,8 @@ The public API, for a user's workloads and the built-in suites alike (``docs/sui
   ``torch.nn.attention.SDPBackend`` it allows alone;
 * ``catalog``: what the installed torch documents about ``use_deterministic_algorithms``
   (``catalog.find_all(op, *condition)``);
+* ``fingerprint``: ``detbench.fingerprint(name, tensor)``, a line a user's script may add to hand
+  a tensor to ``detbench exec``'s comparison (outside it, only the tensor's digest);
 * ``fresh_generators``: every generator as a fresh process starts it (a recipe that restarts);
 * ``MODES``, ``Mode``, ``get_mode``: the determinism mode matrix;
 * ``RunConfig``, ``run_benchmark``: a run, from its plain arguments to its results directory;
@@ -37,6 +39,7 @@ if TYPE_CHECKING:  # the same names, for mypy and editors; at run time __getattr
     from detbench.core.seeding import fresh_generators
     from detbench.core.torchstate import SDPA_BACKENDS
     from detbench.core.workload import Context, Unsupported, suite_helper, workload
+    from detbench.locate.scripted import fingerprint
     from detbench.run.api import run_benchmark
     from detbench.run.config import RunConfig
     from detbench.store.results import SCHEMA_VERSION, load_results
@@ -56,6 +59,7 @@ _PUBLIC = {
     "workload": "detbench.core.workload",
     "SDPA_BACKENDS": "detbench.core.torchstate",
     "fresh_generators": "detbench.core.seeding",
+    "fingerprint": "detbench.locate.scripted",
     "SettingUnsupported": "detbench.worker.measure",
     "SCHEMA_VERSION": "detbench.store.results",
     "load_results": "detbench.store.results",
@@ -76,6 +80,7 @@ __all__ = [  # the keys of _PUBLIC and _MODULES (tests/test_imports.py holds the
     "SettingUnsupported",
     "Unsupported",
     "catalog",
+    "fingerprint",
     "fresh_generators",
     "get_mode",
     "load_results",

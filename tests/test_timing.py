@@ -13,10 +13,10 @@ import torch
 from torch.utils.benchmark import Timer
 from torch.utils.benchmark.utils.common import Measurement, TaskSpec
 
+from detbench.worker.ranks import median_ci_ranks
 from detbench.worker.samplers import ClockSampler
 from detbench.worker.timing import (
     _sample,
-    median_ci_ranks,
     summarise,
     time_step,
 )

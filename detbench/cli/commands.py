@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from detbench.cli import across, attribute, locate
+from detbench.cli import across, attribute, locate, script
 from detbench.cli.execute import execute
 from detbench.cli.options import UserError, cuda_here, existing_dir, run_config
 from detbench.locate.audit import audit, to_text
@@ -92,4 +92,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "submit": across.submit_command,
     "attribute": attribute.run_command,
     "locate": locate.command,
+    "exec": script.exec_command,
 }

@@ -8,8 +8,26 @@ from typing import Any
 
 def command(args: Any) -> int:
     # torch and the report's modules (3 s to load): only when the command runs.
-    from detbench.locate import report, stages
+    from detbench.locate import report, script, stages
 
+    if args.command_line:
+        if args.target:
+            raise stages.LocateError("give a workload file or a command after --, not both")
+        loc = script.locate_command(
+            args.command_line,
+            mode=args.mode,
+            replicates=args.replicates,
+            until=args.until,
+            stream=sys.stderr,
+        )
+        doc = loc.to_json()
+        print(report.to_json([doc]) if args.json else report.to_text([doc]), end="")
+        return 0 if doc["reproducible"] else 1
+    if not args.target:
+        raise stages.LocateError(
+            "name a workload file (detbench locate FILE.py) or a command after -- "
+            "(detbench locate -- python train.py)"
+        )
     found = stages.locate(
         args.target,
         device=args.device,

@@ -109,8 +109,18 @@ def command(name: str) -> Callable[[argparse.Namespace], int]:
     return COMMANDS[name]
 
 
+#: The commands that take a user's command after ``--`` (``args.command_line``).
+TAKE_COMMAND = ("exec", "locate")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command_line: list[str] = []
+    if argv and argv[0] in TAKE_COMMAND and "--" in argv:
+        at = argv.index("--")
+        argv, command_line = argv[:at], argv[at + 1 :]
     args = build_parser().parse_args(argv)
+    args.command_line = command_line
     try:
         code: int = command(args.command)(args)
         return code

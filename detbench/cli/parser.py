@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run-to-run equality of workloads under every reproducibility mode.",
     )
     sub = p.add_subparsers(dest="command", required=True)
-    for add in (_show, _run, _across, _submit, _attribute, _locate):
+    for add in (_show, _run, _across, _submit, _attribute, _locate, _exec):
         add(sub)
     return p
 
@@ -220,7 +220,11 @@ def _locate(sub: Any) -> None:
         "compiled kernels of torch.compile (under the recorder compiled code runs eagerly).",
     )
     q.add_argument(
-        "target", metavar="FILE.py[:WORKLOAD]", help="a workload file, or one of its workloads"
+        "target",
+        metavar="FILE.py[:WORKLOAD]",
+        nargs="?",
+        help="a workload file, or one of its workloads; or, after --, a command that runs a "
+        "script (detbench locate -- python train.py)",
     )
     q.add_argument(
         "--mode",
@@ -261,3 +265,34 @@ def _locate(sub: Any) -> None:
         help=f"do not run the culprits again in {DETERMINISTIC_MODE}",
     )
     q.add_argument("--json", action="store_true", help="the answer as JSON")
+
+
+def _exec(sub: Any) -> None:
+    """``detbench exec [options] -- COMMAND``."""
+    e = sub.add_parser(
+        "exec",
+        help="run your command (python train.py) unchanged under each mode in fresh processes: "
+        "is it reproducible, where do its runs part, and what does determinism cost it",
+        description="Runs COMMAND in fresh processes under each mode, the modes interleaved in "
+        "a shuffled order each round with an A/A copy of the baseline; the mode is applied in "
+        "the script's own interpreter before its first line. Compares bitwise what each run "
+        "leaves (the tensors of its checkpoints, the numbers it prints, detbench.fingerprint "
+        "calls), says where the replicates first part, times the runs in pairs, names the flags "
+        "the script sets itself and the ops it calls that can race.",
+    )
+    mode_options(e)
+    e.add_argument(
+        "--replicates", type=int, metavar="N", help="rounds: runs per mode (default 3, at least 2)"
+    )
+    e.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
+    e.add_argument("--resume", metavar="DIR", help="finish an exec run that was stopped")
+    e.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="kill a run past this many seconds"
+    )
+    e.add_argument("--seed", type=int, help="the seed of the rounds' shuffled order (default 0)")
+    e.add_argument(
+        "--no-census",
+        action="store_true",
+        help="skip the untimed run that counts the ops that can race",
+    )
+    e.add_argument("--dry-run", action="store_true", help="print the runs and run nothing")

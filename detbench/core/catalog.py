@@ -145,6 +145,12 @@ def documenting(names: list[str], device: str, phase: str) -> CatalogEntry | Non
     (``cpu``, ``cuda``) in ``phase`` (an entry about differentiating applies to ``backward``
     only), or None. Names are compared without case, underscores, ATen's overload and suffixes
     such as ``_backward`` (``aten._adaptive_avg_pool2d_backward`` is ``AdaptiveAvgPool2d``)."""
+    hits = documenting_all(names, device, phase)
+    return hits[0] if hits else None
+
+
+def documenting_all(names: list[str], device: str, phase: str) -> list[CatalogEntry]:
+    """Every entry ``documenting`` chooses from, an entry naming ``device`` first."""
     wanted = {_norm(n) for n in names if n}
     hits = []
     for e in documented_ops():
@@ -157,4 +163,4 @@ def documenting(names: list[str], device: str, phase: str) -> CatalogEntry | Non
             continue
         hits.append(e)
     hits.sort(key=lambda e: device not in e.devices)  # an entry naming the device first
-    return hits[0] if hits else None
+    return hits

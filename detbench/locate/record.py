@@ -76,7 +76,7 @@ _ENGINE_FILES = tuple(
 #: Where code that is not the user's lives: torch, detbench's package, the standard library and
 #: site-packages, each as given and with symbolic links resolved (a virtual environment may be a
 #: link, and a frame names its file by the path it was imported from).
-_NOT_USER = tuple(
+NOT_USER = tuple(
     {
         form + os.sep
         for p in (
@@ -263,7 +263,7 @@ class Recorder(TorchDispatchMode):
             user = self._user_code.get(code)
             if user is None:
                 path = os.path.abspath(code.co_filename)
-                user = not path.startswith(_NOT_USER) and not code.co_filename.startswith("<")
+                user = not path.startswith(NOT_USER) and not code.co_filename.startswith("<")
                 self._user_code[code] = user
             if user:
                 engine = callee is not None and callee.endswith(_ENGINE_FILES)

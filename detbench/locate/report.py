@@ -90,11 +90,15 @@ def parting(loc: dict[str, Any]) -> str:
     outputs = (
         "the step's outputs differ too" if not same_outputs else "the step's outputs were the same"
     )
+    if loc.get("outputs_reproducible") is None:  # a script's (locate -- COMMAND): ops only
+        same_outputs, outputs = False, "compare what the runs leave with detbench exec"
     first = loc.get("first_difference")
     split = loc.get("parted_at")
     if loc["culprits"]:
         n = len(loc["culprits"])
         rounded = ": the difference was rounded away" if same_outputs else ""
+        if loc.get("outputs_reproducible") is None:
+            rounded = ""
         return (
             f"{p} fresh processes parted at {n} op{'s' if n > 1 else ''} that gave other bits "
             f"from equal inputs (below); {outputs}{rounded}"
@@ -130,7 +134,12 @@ def to_text(located: list[dict[str, Any]]) -> str:
         elif loc["reproducible"]:
             out.append(
                 f"  reproducible: all {loc['ops']} ops gave the same bits in "
-                f"{loc['processes']} fresh processes, and so did the step's outputs"
+                f"{loc['processes']} fresh processes"
+                + (
+                    ""
+                    if loc.get("outputs_reproducible") is None
+                    else ", and so did the step's outputs"
+                )
             )
         else:
             n = len(loc["culprits"])

@@ -20,7 +20,16 @@ from detbench.analysis import runstate
 from detbench.analysis import tradeoff as tradeoff_points
 from detbench.analysis.clocks import clock_states
 from detbench.analysis.recommend import run_device
-from detbench.report import answer, devices, located, matrices, samebits, tables, tradeoff
+from detbench.report import (
+    answer,
+    devices,
+    execsection,
+    located,
+    matrices,
+    samebits,
+    tables,
+    tradeoff,
+)
 from detbench.report import attribution as attribution_report
 from detbench.report import distributed as distributed_report
 from detbench.report import invariance as invariance_report
@@ -217,9 +226,15 @@ def environment(r: ReportRun) -> list[Block]:
 
 
 #: The report, top to bottom.
+def exec_section(run: ReportRun) -> list[Block]:
+    doc = run.env.get("exec_doc")
+    return execsection.exec_blocks(doc) if doc else []
+
+
 SECTIONS: list[Section] = [
     header,
     the_answer,
+    exec_section,  # detbench exec: the user's command
     headline_plot,
     recommendations,
     aa_check,

@@ -17,7 +17,7 @@ import pandas as pd
 from detbench.analysis import runstate
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
-from detbench.report import attribution_chart, invariance_plane, tradeoff
+from detbench.report import attribution_chart, execsection, invariance_plane, tradeoff
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
@@ -60,6 +60,7 @@ def write_report(directory: str | Path, run: ReportRun | None = None) -> tuple[P
     if run.env.get("machines"):  # a set of runs from several machines (detbench merge)
         return _write(d, across_report.set_blocks(d))
     run.env["located"] = locate_report.load(d)  # what run --locate found, kept beside env.json
+    run.env["exec_doc"] = execsection.load(d)  # a detbench exec run's own facts
     df, env = run.df, run.env
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)

@@ -1,0 +1,81 @@
+"""``detbench exec -- COMMAND`` and ``detbench locate -- COMMAND``: a user's command, unchanged."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from detbench.cli.options import UserError, cuda_here
+from detbench.core.modes import DETERMINISTIC_MODE, get_mode
+from detbench.core.settings import parse_assignments
+from detbench.run.execdoc import ExecRecords, finish, partings
+from detbench.run.execrun import ExecConfig, ExecError, ExecRunner, load_config, name_of, plan
+from detbench.store.outdir import refuse_used
+from detbench.store.results import stamped_dir, utc_now
+
+
+def config_of(args: argparse.Namespace) -> ExecConfig:
+    """The exec run the options ask for (``--resume``: the run's own)."""
+    if args.resume:
+        if args.mode or args.set or args.replicates or args.command_line:
+            raise UserError("--resume continues an exec run with its own command and options")
+        return load_config(Path(args.resume))
+    if not args.command_line:
+        raise UserError("give the command after --: detbench exec [options] -- python train.py")
+    names = args.mode or ["default", "det-algos" if not cuda_here() else DETERMINISTIC_MODE]
+    modes = [get_mode(n) for n in names]
+    overrides = parse_assignments(args.set or [])
+    if overrides:
+        modes = [m.with_settings(overrides) for m in modes]
+    if len({m.name for m in modes}) != len(modes):
+        raise UserError("a --mode is given twice")
+    out = Path(args.out) if args.out else stamped_dir("exec-" + name_of(args.command_line))
+    refuse_used(out)
+    return ExecConfig(
+        command=list(args.command_line),
+        modes=modes,
+        out=out,
+        replicates=3 if args.replicates is None else args.replicates,
+        timeout=args.timeout,
+        seed=args.seed or 0,
+        census=not args.no_census,
+        cwd=Path.cwd(),
+    )
+
+
+def exec_command(args: argparse.Namespace) -> int:
+    c = config_of(args)
+    runner = ExecRunner(c, sys.stderr)
+    runner.check()
+    slots = plan(c)
+    shown = " ".join(c.command)
+    lines = [
+        f"exec: {shown!r} in {c.cwd}",
+        f"plan: {len(c.modes)} modes ({', '.join(m.name for m in c.modes)}) x {c.replicates} "
+        f"rounds, and the baseline's A/A copy each round: {len(slots)} runs, each round in a "
+        f"shuffled order"
+        + ("; then one untimed run that counts the ops that can race" if c.census else ""),
+    ]
+    if args.dry_run:
+        print("\n".join(lines))
+        for s in slots:
+            print(f"  round {s.round + 1}: {s.mode.name}" + (" (A/A copy)" if s.copy else ""))
+        return 0
+    print("\n".join(lines), file=sys.stderr)
+    records = ExecRecords(c)
+    if not c.resume:
+        records.write_env(utc_now())
+    try:
+        runner.run(on_run=records.add)
+    except ExecError as exc:
+        raise UserError(f"{exc}; nothing else was run, and what was is in {c.out}") from None
+    finish(c.out, partings(c.out, runner.facts))
+    # the analyses and the report load pandas, scipy and matplotlib: only once the runs are done
+    from detbench.report.execsection import summary_text
+    from detbench.report.write import write_report
+
+    md, page = write_report(c.out)
+    print(summary_text(c.out))
+    print(f"report: {page}\n        {md}")
+    return 0

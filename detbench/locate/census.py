@@ -1,0 +1,155 @@
+"""The ops of a user's script that can race, named even when its runs agreed.
+
+A run whose replicates agree has not shown that it is reproducible: a race that happened to fall
+the same way in 3 runs falls another way in the fourth. The README's quickstart saw
+``index_put_(accumulate=True)`` read "n.s." in one run and a cost in the next; a Faster R-CNN
+step called it 11 times a step, and ``audit`` said nothing, since its scope was the ops with no
+deterministic implementation at all.
+
+``Census`` is ``locate.record.Recorder`` with its digests switched off: it sees every ATen op
+(the backward's ops too, placed at the line of the forward op that made their autograd node)
+and counts those that the installed torch documents as nondeterministic by default on the
+device the op ran on (``core.catalog.documenting_all``: both of ``use_deterministic_algorithms``'
+lists, the ops it makes deterministic and those it makes raise). An entry whose condition names
+``accumulate=True`` or ``accumulate=False`` counts a call only with that argument. Each op is
+counted per (op, phase, file, line) of the user's code.
+
+``start_recorder`` and ``stop_recorder`` are ``detbench locate -- COMMAND``'s: the whole
+``Recorder``, digests and all, over the script's life, a step ending at each optimizer step.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+
+from detbench.core import catalog
+from detbench.locate.record import Recorder, base_name
+
+_ACCUMULATE = re.compile(r"accumulate=(True|False)")
+#: ATen ops and the position of their ``accumulate`` argument (``index_put_(self, indices,
+#: values, accumulate)``, ``put_(self, index, source, accumulate)``).
+_ACCUMULATE_AT = {"index_put_": 3, "index_put": 3, "_index_put_impl_": 3, "put_": 3, "put": 3}
+
+
+def _accumulate(op: str, args: Any, kwargs: Any) -> bool | None:
+    at = _ACCUMULATE_AT.get(op)
+    if at is None:
+        return None
+    if kwargs and "accumulate" in kwargs:
+        return bool(kwargs["accumulate"])
+    return bool(args[at]) if len(args) > at else False
+
+
+def _applies(entry: catalog.CatalogEntry, accumulate: bool | None) -> bool:
+    m = _ACCUMULATE.search(entry.condition.replace("`", ""))
+    return m is None or accumulate is None or (m.group(1) == "True") == accumulate
+
+
+class Census(Recorder):
+    """Counts the documented nondeterministic ops a script calls (module docstring)."""
+
+    def __init__(self, user_file: str | None = None) -> None:
+        super().__init__(user_file)
+        self.found: dict[tuple[str, str, str, int, str], dict[str, Any]] = {}
+        self._cache: dict[tuple[str, str, str, bool | None], catalog.CatalogEntry | None] = {}
+
+    def _digest(self, t: torch.Tensor) -> str | int:
+        return ""  # the census compares nothing: no digests, no cost of them
+
+    def start(self) -> None:
+        self.phase, self.step = "forward", 0
+        self.install()
+        self.__enter__()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if not self.ops:
+            return out
+        rec = self.ops[-1]
+        op = base_name(rec["op"])
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        device = tensors[0].device.type if tensors else "cpu"
+        acc = _accumulate(op, args, kwargs)
+        key = (op, device, rec["phase"], acc)
+        if key not in self._cache:
+            hits = catalog.documenting_all([op], device, rec["phase"])
+            self._cache[key] = next((e for e in hits if _applies(e, acc)), None)
+        entry = self._cache[key]
+        if entry is not None:
+            where = (op, rec["phase"], rec.get("file") or "", int(rec.get("line") or 0), device)
+            seen = self.found.get(where)
+            if seen is None:
+                seen = self.found[where] = {
+                    "op": op,
+                    "phase": rec["phase"],
+                    "device": device,
+                    "file": where[2],
+                    "line": where[3],
+                    "module": rec.get("module"),
+                    "accumulate": acc,
+                    "documented": entry.raw or f"{entry.op} {entry.condition}".strip(),
+                    "kind": entry.kind,
+                    "count": 0,
+                    "steps": set(),
+                }
+            seen["count"] += 1
+            seen["steps"].add(self.step)
+        return out
+
+    def stop(self) -> list[dict[str, Any]]:
+        """The census, one entry per (op, phase, line), most calls first; recording ends."""
+        self.__exit__(None, None, None)
+        self.remove()
+        out = []
+        for seen in self.found.values():
+            steps = seen.pop("steps")
+            out.append({**seen, "steps": len(steps)})
+        return sorted(out, key=lambda e: (-e["count"], e["file"], e["line"]))
+
+    def install(self) -> None:
+        super().install()
+        import torch.optim.optimizer as optim
+
+        if hasattr(optim, "register_optimizer_step_post_hook"):
+
+            def stepped(*_: Any) -> None:
+                self.step += 1
+
+            self._handles.append(optim.register_optimizer_step_post_hook(stepped))
+
+
+def start_recorder(script: str | None) -> Recorder:
+    """``locate``'s recorder over the whole script: a step ends at each optimizer step."""
+    rec = Recorder(user_file=script)
+    rec.phase, rec.step = "forward", 0
+    rec.install()
+    import torch.optim.optimizer as optim
+
+    if hasattr(optim, "register_optimizer_step_post_hook"):
+
+        def stepped(*_: Any) -> None:
+            rec.end_step()
+            rec.step += 1
+
+        rec._handles.append(optim.register_optimizer_step_post_hook(stepped))
+    rec.__enter__()
+    return rec
+
+
+def stop_recorder(rec: Recorder) -> dict[str, Any]:
+    """The recording as ``locate.stages`` reads a workload's stream."""
+    rec.__exit__(None, None, None)
+    rec.end_step()
+    rec.remove()
+    return {
+        "status": "ok",
+        "error": None,
+        "ops": rec.ops,
+        "notes": rec.notes,
+        "sampled": rec.hasher.sampled,
+        "compiled": [],
+        "step_digests": [],
+    }

@@ -1,0 +1,69 @@
+"""``detbench locate -- COMMAND``: the op, the module and the line of the user's code where two
+fresh runs of an unchanged script first part.
+
+The command runs as ``detbench exec`` runs it (``run.execrun``: fresh processes, the mode applied
+in the script's interpreter before its first line), with ``locate.record``'s recorder over the
+whole script (``locate.census.start_recorder``: a step ends at each optimizer step). The streams
+of ``replicates`` runs, and more up to ``until`` while they agree, are compared as ``locate``
+compares a workload's (``stages._conclude``: the culprit is an op whose inputs were bitwise equal
+in both runs and whose outputs were not). The runs keep nothing but their recording: they run in
+a temporary folder, and the files the script writes are not compared here (``exec`` does that).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, TextIO
+
+from detbench.core.modes import get_mode
+from detbench.locate.culprits import same_bits
+from detbench.locate.stages import Located, LocateError, _conclude
+from detbench.run.execrun import ExecConfig, ExecError, ExecRunner, Slot, name_of
+
+
+def locate_command(
+    command: list[str],
+    mode: str = "default",
+    replicates: int = 2,
+    until: int = 4,
+    timeout: float | None = None,
+    stream: TextIO = sys.stderr,
+) -> Located:
+    """Where two fresh runs of ``command`` first part (module docstring)."""
+    if replicates < 2:
+        raise LocateError(
+            f"--replicates must be at least 2 (two runs to compare), not {replicates}"
+        )
+    m = get_mode(mode)
+    with tempfile.TemporaryDirectory(prefix="detbench-locate-") as tmp:
+        c = ExecConfig(command=list(command), modes=[m], out=Path(tmp) / "run", timeout=timeout)
+        runner = ExecRunner(c, stream)
+        try:
+            runner.check()
+        except ExecError as exc:
+            raise LocateError(str(exc)) from None
+        runner.prepare()
+        streams: list[dict[str, Any]] = []
+        device = "cpu"
+        for i in range(max(until, replicates)):
+            if i >= replicates and not all(
+                same_bits(streams[0]["ops"], s["ops"]) for s in streams[1:]
+            ):
+                break
+            stream.write(f"locate: run {i + 1} of {name_of(command)} under the recorder\n")
+            facts = runner._one(Slot(i, m, 0, 0), census=False, folder=f"rec{i}", record=True)
+            boot = facts.get("boot") or {}
+            if facts["status"] != "ok" or "recording" not in boot:
+                tail = facts.get("stderr_tail") or "no output"
+                raise LocateError(
+                    f"the command failed under the recorder ({facts['status']}): {tail}"
+                )
+            device = str(boot.get("device") or "cpu")
+            streams.append(boot["recording"])
+        loc = _conclude(name_of(command), m, streams, device)
+        if loc.reproducible is not None:  # a script has no step outputs: its ops say it all
+            loc.outputs_reproducible = None
+            loc.reproducible = loc.ops_reproducible
+        return loc

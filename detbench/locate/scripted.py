@@ -1,0 +1,306 @@
+"""A user's script, unchanged, inside ``detbench exec`` and ``detbench locate -- COMMAND``: what
+runs in the script's own interpreter.
+
+The runner (``detbench.run.execrun``) starts the command with a folder of its own first on
+``PYTHONPATH``; that folder holds a ``sitecustomize.py`` (``run.execrun.SITECUSTOMIZE``), which
+Python imports at start-up, before the script's first line. When ``JOB_ENV`` names a job, it
+calls ``boot``, which, in this order:
+
+1. puts the interpreter in the job's mode (``worker.applied.WorkerSettings.start``: the four
+   flags, then the ``--set`` settings; ``CUBLAS_WORKSPACE_CONFIG`` is in the environment the
+   runner gave), and reads every setting back;
+2. watches what the script does to that state: a write to a cuDNN flag
+   (``torch.backends.cudnn.benchmark = True``) or a call of ``use_deterministic_algorithms``
+   that changes the mode is noted with the file and line of the user's code that made it; the
+   seeding calls (``torch.manual_seed``, ``random.seed``, ``numpy.random.seed``, transformers'
+   ``set_seed`` reaches them) and every ``DataLoader`` made (its workers, shuffle, generator and
+   ``worker_init_fn``) are noted the same way;
+3. where the job asks (``census``), counts every call of an op that the installed torch documents
+   as nondeterministic by default on the device it ran on (``core.catalog``), with its line in
+   the user's code, even where the runs agreed (``Census``); where it asks ``record``, records
+   every op with its digests, as ``detbench locate`` does for a workload (``locate.record``);
+4. at exit (``atexit``), writes ``boot-PID.json`` into the job's folder: the mode as applied,
+   the settings as they were at the end and which of them the script changed, where, and the
+   rest.
+
+``fingerprint(name, tensor)`` is ``detbench.fingerprint``: a line the user may add to hand a
+tensor to the comparison (``fingerprints.jsonl`` in the job's folder); outside a job it only
+returns the tensor's digest.
+
+A process the script starts (a DataLoader worker under ``spawn``, a subprocess) imports the same
+``sitecustomize`` and is put in the same mode; its report is its own ``boot-PID.json``, marked
+not ``main``. A forked worker inherits the state and writes nothing (it leaves through
+``os._exit``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from detbench.core.modes import Mode
+from detbench.locate.census import Census, start_recorder, stop_recorder
+from detbench.locate.record import NOT_USER
+from detbench.run.execrun import JOB_ENV, ROOT_ENV
+from detbench.worker.applied import WorkerSettings, changed, read_all
+
+#: The report each booted process writes at exit, in the job's folder.
+REPORT = "boot-{pid}.json"
+#: The file that ``fingerprint`` appends to, in the job's folder.
+FINGERPRINTS = "fingerprints.jsonl"
+
+_state: dict[str, Any] = {}
+
+
+def _job() -> dict[str, Any]:
+    with open(os.environ[JOB_ENV]) as f:
+        job: dict[str, Any] = json.load(f)
+    return job
+
+
+def boot() -> None:
+    """Steps 1-4 of the module docstring, once per interpreter."""
+    if _state:
+        return
+    t0 = time.time()
+    job = _job()
+    folder = Path(job["folder"])
+    main = os.environ.get(ROOT_ENV) is None
+    if main:
+        os.environ[ROOT_ENV] = str(os.getpid())
+    mode = Mode(**job["mode"])
+    ws = WorkerSettings.start(mode)
+    _state.update(
+        folder=folder,
+        main=main,
+        mode=mode.name,
+        applied=dict(ws.applied),
+        problems=dict(ws.problems),
+        changes=[],
+        seeds=[],
+        dataloaders=[],
+        fingerprints={},
+        boot_started=t0,
+    )
+    _watch_flags()
+    _watch_seeding()
+    census = None
+    if job.get("census") and main:
+        census = Census(job.get("script"))
+        census.start()
+    recorder = None
+    if job.get("record") and main:
+        recorder = start_recorder(job.get("script"))
+    _state.update(census=census, recorder=recorder, ready=time.time())
+    atexit.register(_at_exit)
+
+
+def chain(ours: str) -> None:
+    """Run the ``sitecustomize`` that ours hides (the next one on ``sys.path``), if any."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(ours))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None or spec.origin == os.path.abspath(ours):
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+# --- what the script does to the mode ---------------------------------------------------------
+
+
+def user_frame(depth: int = 2) -> tuple[str, int, str]:
+    """(file, line, the line's code) of the innermost frame of the user's code above the caller:
+    not torch, not detbench, not the standard library or site-packages (``locate.record``)."""
+    f: Any = sys._getframe(depth)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not os.path.abspath(name).startswith(NOT_USER) and not name.startswith("<"):
+            return name, f.f_lineno, _code_line(name, f.f_lineno)
+        f = f.f_back
+    return "", 0, ""
+
+
+def _code_line(path: str, line: int) -> str:
+    import linecache
+
+    return linecache.getline(path, line).strip()
+
+
+def _note_change(setting: str, before: Any, after: Any) -> None:
+    if before == after:
+        return
+    file, line, code = user_frame(3)
+    _state["changes"].append(
+        {"setting": setting, "from": before, "to": after, "file": file, "line": line, "code": code}
+    )
+
+
+class _Watched:
+    """A cuDNN flag's descriptor that notes a write that changes it, then writes it."""
+
+    def __init__(self, inner: Any, setting: str) -> None:
+        self.inner, self.setting = inner, setting
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self.inner.__get__(obj, objtype)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        before = self.inner.__get__(obj, type(obj))
+        self.inner.__set__(obj, value)
+        _note_change(self.setting, before, self.inner.__get__(obj, type(obj)))
+
+
+#: The cuDNN flags a write to is watched: the attribute of ``torch.backends.cudnn`` -> the
+#: setting's name in the mode (``core.modes.Mode``).
+CUDNN_FLAGS = {"enabled": "cudnn_enabled", "benchmark": "benchmark"}
+CUDNN_FLAGS["deterministic"] = "cudnn_deterministic"
+
+
+def _watch_flags() -> None:
+    import torch
+
+    cls: Any = type(torch.backends.cudnn)
+    for attr, setting in CUDNN_FLAGS.items():
+        inner = vars(cls).get(attr)
+        if inner is not None and hasattr(inner, "__set__"):
+            setattr(cls, attr, _Watched(inner, setting))
+    original = torch.use_deterministic_algorithms
+
+    @functools.wraps(original)
+    def use_deterministic_algorithms(mode: bool, *args: Any, **kwargs: Any) -> Any:
+        before = torch.are_deterministic_algorithms_enabled()
+        out = original(mode, *args, **kwargs)
+        _note_change(
+            "deterministic_algorithms", before, torch.are_deterministic_algorithms_enabled()
+        )
+        return out
+
+    torch.use_deterministic_algorithms = use_deterministic_algorithms
+
+
+def _watch_seeding() -> None:
+    """Note every seeding call and every DataLoader, with the user's line."""
+    import random
+
+    import torch
+
+    def noting(owner: Any, attr: str, what: str) -> None:
+        original = getattr(owner, attr, None)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def seeded(*args: Any, **kwargs: Any) -> Any:
+            file, line, code = user_frame()
+            _state["seeds"].append({"call": what, "file": file, "line": line, "code": code})
+            return original(*args, **kwargs)
+
+        setattr(owner, attr, seeded)
+
+    noting(torch, "manual_seed", "torch.manual_seed")
+    noting(torch.random, "manual_seed", "torch.manual_seed")
+    noting(random, "seed", "random.seed")
+    try:
+        import numpy
+
+        noting(numpy.random, "seed", "numpy.random.seed")
+    except ImportError:
+        pass
+    loader = torch.utils.data.DataLoader
+    init = loader.__init__
+
+    @functools.wraps(init)
+    def made(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, dataset, *args, **kwargs)
+        file, line, code = user_frame()
+        sampler = type(getattr(self, "sampler", None)).__name__
+        _state["dataloaders"].append(
+            {
+                "num_workers": int(getattr(self, "num_workers", 0) or 0),
+                "shuffle": sampler == "RandomSampler",
+                "generator": getattr(self, "generator", None) is not None,
+                "worker_init_fn": getattr(self, "worker_init_fn", None) is not None,
+                "file": file,
+                "line": line,
+                "code": code,
+            }
+        )
+
+    loader.__init__ = made  # type: ignore[method-assign]
+
+
+# --- fingerprints ------------------------------------------------------------------------------
+
+
+def tensor_digest(t: Any) -> tuple[str, str, list[int]]:
+    """(sha256 hex of dtype, shape and bytes, dtype, shape) of a tensor, or of a number's repr."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        text = repr(t)
+        return hashlib.sha256(text.encode()).hexdigest(), type(t).__name__, []
+    c = t.detach().to("cpu").contiguous()
+    h = hashlib.sha256(f"{c.dtype}{list(c.shape)}".encode())
+    if c.numel():
+        h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest(), str(c.dtype).replace("torch.", ""), list(c.shape)
+
+
+def fingerprint(name: str, tensor: Any) -> str:
+    """Hand ``tensor`` to ``detbench exec``'s comparison under ``name`` (each call of a name is
+    numbered: ``name#0``, ``name#1``, ...); returns its digest. Outside ``detbench exec`` it
+    writes nothing."""
+    digest, dtype, shape = tensor_digest(tensor)
+    if not os.environ.get(JOB_ENV):
+        return digest
+    if not _state:
+        boot()
+    index = _state["fingerprints"].get(name, 0)
+    _state["fingerprints"][name] = index + 1
+    line = {"name": name, "index": index, "digest": digest, "dtype": dtype, "shape": shape}
+    with open(Path(_state["folder"]) / FINGERPRINTS, "a") as f:
+        f.write(json.dumps(line) + "\n")
+    return digest
+
+
+# --- at exit -----------------------------------------------------------------------------------
+
+
+def _at_exit() -> None:
+    import torch
+
+    final = read_all()
+    out: dict[str, Any] = {
+        "device": "cuda" if torch.cuda.is_initialized() else "cpu",
+        "pid": os.getpid(),
+        "main": _state["main"],
+        "mode": _state["mode"],
+        "applied": _state["applied"],
+        "problems": _state["problems"],
+        "final": final,
+        "changed": changed(_state["applied"], final),
+        "changes": _state["changes"],
+        "seeds": _state["seeds"],
+        "dataloaders": _state["dataloaders"],
+        "boot_started": _state["boot_started"],
+        "ready": _state["ready"],
+        "exit": time.time(),
+    }
+    census, recorder = _state.get("census"), _state.get("recorder")
+    if census is not None:
+        out["census"] = census.stop()
+    if recorder is not None:
+        out["recording"] = stop_recorder(recorder)
+    path = Path(_state["folder"]) / REPORT.format(pid=os.getpid())
+    path.write_text(json.dumps(out, default=str))

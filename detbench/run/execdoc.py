@@ -1,0 +1,202 @@
+"""An exec run's records, in a run's layout (``run.execrun``): ``results.jsonl`` (a verdict record
+per mode and round, copy 0), ``paired.jsonl`` (a line per run, the round its replicate), and
+``env.json``; and, once the rounds are done, where each mode's replicates first part
+(``partings``, into ``exec.json``).
+
+A record's ``fingerprint`` is the digest of everything its run left that can be compared
+(``worker.outputs.digest_of``); its setting columns are what the script's interpreter ran under
+at its end (the boot's read-back), and ``settings_changed`` names what the script changed.
+``suite`` is "exec", ``workload`` the command's name (``execrun.name_of``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from detbench.core import settings as st
+from detbench.core.modes import Mode
+from detbench.run.execrun import EXEC_FILE, ExecConfig, Slot, name_of
+from detbench.store.paired import PairedWriter, line
+from detbench.store.record import measured
+from detbench.store.results import (
+    ENV_FILE,
+    ResultWriter,
+    git_info,
+    host_env,
+    utc_now,
+    write_json_atomic,
+)
+from detbench.worker.applied import columns
+from detbench.worker.outputs import Outputs, digest_of, first_parting, read_outputs
+from detbench.worker.protocol import PACKAGE_ROOT
+
+#: What an exec run calls its suite.
+SUITE = "exec"
+#: The mode's flags that act through cuDNN only: inert where the script used no GPU.
+CUDNN_FLAGS = ("benchmark", "cudnn_deterministic", "cudnn_enabled")
+
+
+def acting(names: list[str], device: str) -> list[str]:
+    """Of the settings a script changed, those that act on ``device``: a record that lists one
+    does not count toward a verdict or a cost (``analysis.labels.changed_mask``). A script that
+    sets ``cudnn.benchmark`` and runs on a CPU measured the mode it was given; the report names
+    the line either way."""
+    out = []
+    for n in names:
+        if n in CUDNN_FLAGS:
+            if device == "cuda":
+                out.append(n)
+        elif n not in st.BY_NAME or device in st.BY_NAME[n].devices:
+            out.append(n)
+    return out
+
+
+def device_of(facts: dict[str, Any]) -> str:
+    """Where the script ran its tensors: "cuda" where its interpreter initialised CUDA."""
+    return str((facts.get("boot") or {}).get("device") or "cpu")
+
+
+class ExecRecords:
+    """Writes the records of ``c``'s runs as they end (``add``), and env.json."""
+
+    def __init__(self, c: ExecConfig) -> None:
+        self.c = c
+        self.name = name_of(c.command)
+        self.results = ResultWriter(c.out)
+        self.paired = PairedWriter(c.out)
+        self.modes = {m.name: m for m in c.modes}
+
+    def write_env(self, started: str) -> None:
+        doc = {
+            "schema_version": 1,
+            "started_utc": started,
+            "host": host_env(),
+            "git": git_info(PACKAGE_ROOT),
+            "exec": {"command": self.c.command, "cwd": str(self.c.cwd)},
+            "options": {
+                "suites": [SUITE],
+                "workloads": [f"{SUITE}/{self.name}"],
+                "modes": [m.name for m in self.c.modes],
+                "replicates": self.c.replicates,
+                "device": "cpu",
+                "profile": "exec",
+                "seed": self.c.seed,
+                "timing": "paired",
+                "timeout": self.c.timeout,
+            },
+        }
+        write_json_atomic(self.c.out / ENV_FILE, doc)
+
+    def add(self, slot: Slot, facts: dict[str, Any]) -> None:
+        """The paired line of one run, and its verdict record where it is copy 0."""
+        d = self.c.out / "runs" / facts["key"]
+        outputs = read_outputs(d)
+        facts["comparable"] = len(outputs.items)
+        facts["digest"] = digest_of(outputs)
+        facts["set_aside"] = [f"{s.what}: {s.why}" for s in outputs.set_aside]
+        status = facts["status"]
+        ok = status == "ok"
+        sample = facts["body"] if facts.get("body") else facts["wall"]
+        boot = facts.get("boot") or {}
+        self.paired.append(
+            line(
+                suite=SUITE,
+                workload=self.name,
+                mode=slot.mode.name,
+                replicate=slot.round,
+                copy=slot.copy,
+                samples=[sample] if ok else [],
+                rounds=[0] if ok else [],
+                positions=[slot.position] if ok else [],
+                block_start=[facts["start_unix"]] if ok else [],
+                workers=len(self.c.modes) + 1,
+                number_per_block=1,
+                timing=None,
+                status=status,
+                message=None if ok else facts.get("stderr_tail"),
+                worker_pid=facts.get("pid"),
+                device=device_of(facts),
+                utc=utc_now(),
+                settings_changed=acting(list(boot.get("changed") or []), device_of(facts)),
+                host_load=facts.get("host_load"),
+            )
+        )
+        if slot.copy == 0:
+            self.results.append(self.record(slot.mode, slot.round, facts))
+
+    def record(self, mode: Mode, replicate: int, facts: dict[str, Any]) -> dict[str, Any]:
+        boot = facts.get("boot") or {}
+        levels = boot.get("final") or boot.get("applied") or {}
+        rec = measured(
+            suite=SUITE,
+            workload=self.name,
+            params={"command": " ".join(self.c.command)},
+            mode=mode,
+            settings=columns(levels, mode),
+            replicate=replicate,
+            seed=self.c.seed,
+            device=device_of(facts),
+            profile="exec",
+            num_threads=0,
+            batch_size=None,
+            fingerprint_method="sha256",
+        )
+        status = facts["status"]
+        rec.update(
+            status=status,
+            message=None if status == "ok" else facts.get("stderr_tail"),
+            fingerprint=facts["digest"] if status == "ok" else None,
+            settings_changed=acting(list(boot.get("changed") or []), device_of(facts)),
+            timing_design="paired",
+            worker_pid=facts.get("pid"),
+            device_name=f"{device_of(facts)}:0",
+            utc=utc_now(),
+            mode_position=facts.get("position"),
+        )
+        if boot.get("changes"):
+            rec["settings_changes"] = {
+                ch["setting"]: f"{ch['file']}:{ch['line']}" for ch in boot["changes"]
+            }
+        return rec
+
+
+def partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per mode: where its replicates (copy 0, by round) first part from its first replicate,
+    or None where they agree; and the comparable items' count."""
+    by_mode: dict[str, list[dict[str, Any]]] = {}
+    for f in facts.values():
+        if f.get("copy") == 0 and f.get("status") == "ok":
+            by_mode.setdefault(f["mode"], []).append(f)
+    found: dict[str, Any] = {}
+    cache: dict[str, Outputs] = {}
+
+    def outputs(key: str) -> Outputs:
+        if key not in cache:
+            cache[key] = read_outputs(out / "runs" / key)
+        return cache[key]
+
+    for mode, runs in by_mode.items():
+        runs.sort(key=lambda f: f["round"])
+        first = runs[0]
+        found[mode] = None
+        for other in runs[1:]:
+            if other.get("digest") == first.get("digest"):
+                continue
+            p = first_parting(outputs(first["key"]), outputs(other["key"]))
+            if p is not None:
+                found[mode] = {"rounds": [first["round"], other["round"]], **p.__dict__}
+                break
+    return found
+
+
+def finish(out: Path, doc_partings: dict[str, Any]) -> None:
+    """Add the partings to ``exec.json``, and the end to env.json."""
+    path = out / EXEC_FILE
+    doc = json.loads(path.read_text())
+    doc["partings"] = doc_partings
+    write_json_atomic(path, doc)
+    env = json.loads((out / ENV_FILE).read_text())
+    env["finished_utc"] = utc_now()
+    write_json_atomic(out / ENV_FILE, env)

@@ -1,0 +1,157 @@
+"""What one run of a user's command leaves, gathered for ``detbench exec`` (``run.execrun``): its
+output streams, line by line with the time each arrived, and the files it wrote.
+
+**Streams.** The command's stdout and stderr are read by two threads as they come, split on
+``\\n`` and ``\\r`` (a tqdm bar redraws itself with ``\\r``), each piece kept with its arrival
+time (``Stream``), and written to ``stdout.txt`` / ``stderr.txt`` in the run's folder as they
+came.
+
+**Steps.** ``steps_per_second`` reads the steps a script prints: "step 12", "iter 12", "it 12",
+"[12/60]", "12/60" at the start of a line (tqdm's "12/60 [00:03<...]" too). The rate is the
+steps between the first and the last such line over the time between their arrival; None where
+fewer than two distinct steps were printed, or where they came within ``MIN_SPAN`` seconds (a
+script that prints all its losses at the end).
+
+**Files.** ``Snapshot`` notes every file under the watched folder (size and modification time)
+before a run; ``changed`` lists those the run created or modified after it, which ``keep``
+copies into the run's ``files/`` folder (the next run of the same script writes the same
+paths). Hidden folders, ``__pycache__``, virtual environments and the run's own output folder
+are not watched; at most ``MAX_FILES`` files are looked at and ``MAX_BYTES`` a file kept (a
+larger one is named and left out).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+#: The folders never watched (besides the run's own output folder and hidden ones).
+SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "wandb"})
+#: The most files a snapshot looks at.
+MAX_FILES = 20_000
+#: The largest file kept for the comparison (bytes).
+MAX_BYTES = 2 << 30
+#: Steps printed within this many seconds of each other give no rate.
+MIN_SPAN = 0.2
+
+_STEP = re.compile(
+    r"(?:\b(?:step|iter|iteration|it|batch)\s*[:=#]?\s*(\d+)\b)|(?:^\s*\[?(\d+)\s*/\s*\d+\b)", re.I
+)
+
+
+@dataclass
+class Stream:
+    """One output stream of a run: its pieces with their arrival times (``time.monotonic``)."""
+
+    name: str
+    pieces: list[tuple[float, str]] = field(default_factory=list)
+
+    def read(self, pipe: IO[bytes], dest: Path) -> threading.Thread:
+        """A started thread that reads ``pipe`` to its end into ``dest`` and ``pieces``."""
+
+        def work() -> None:
+            with open(dest, "wb") as f:
+                rest = b""
+                while True:
+                    chunk = pipe.read1(65536) if hasattr(pipe, "read1") else pipe.read(65536)
+                    if not chunk:
+                        break
+                    f.write(chunk)
+                    f.flush()
+                    now = time.monotonic()
+                    parts = re.split(rb"[\r\n]", rest + chunk)
+                    rest = parts.pop()
+                    for p in parts:
+                        if p.strip():
+                            self.pieces.append((now, p.decode(errors="replace")))
+                if rest.strip():
+                    self.pieces.append((time.monotonic(), rest.decode(errors="replace")))
+
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        return t
+
+    def tail(self, n: int = 3) -> str:
+        return " | ".join(text.strip() for _, text in self.pieces[-n:])
+
+
+def step_of(text: str) -> int | None:
+    """The step a printed line names (see the module docstring), or None."""
+    m = _STEP.search(text)
+    if m is None:
+        return None
+    return int(m.group(1) or m.group(2))
+
+
+def steps_per_second(streams: list[Stream]) -> tuple[float | None, int]:
+    """(steps a second between the first and the last step printed, the steps seen)."""
+    seen = sorted(
+        (t, s) for st in streams for t, text in st.pieces if (s := step_of(text)) is not None
+    )
+    if len({s for _, s in seen}) < 2:
+        return None, len({s for _, s in seen})
+    first = min(seen, key=lambda x: (x[1], x[0]))
+    last = max(seen, key=lambda x: (x[1], -x[0]))
+    span = last[0] - first[0]
+    steps = last[1] - first[1]
+    if span < MIN_SPAN or steps <= 0:
+        return None, len({s for _, s in seen})
+    return steps / span, len({s for _, s in seen})
+
+
+class Snapshot:
+    """The files under ``root`` (size, mtime in ns), but those under ``skip``."""
+
+    def __init__(self, root: Path, skip: list[Path]) -> None:
+        self.root = root.resolve()
+        self.skip = [p.resolve() for p in skip]
+        self.files = self._scan()
+
+    def _scan(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for here, dirs, files in os.walk(self.root):
+            d = Path(here)
+            dirs[:] = [
+                x
+                for x in sorted(dirs)
+                if not x.startswith(".")
+                and x not in SKIP_DIRS
+                and not any((d / x).resolve() == s for s in self.skip)
+            ]
+            for name in sorted(files):
+                p = d / name
+                try:
+                    st = p.stat()
+                except OSError:
+                    continue
+                out[str(p.relative_to(self.root))] = (st.st_size, st.st_mtime_ns)
+                if len(out) >= MAX_FILES:
+                    return out
+        return out
+
+    def changed(self) -> list[str]:
+        """The files created or modified since the snapshot, relative to ``root``."""
+        now = self._scan()
+        return sorted(k for k, v in now.items() if self.files.get(k) != v)
+
+    def keep(self, names: list[str], dest: Path) -> list[str]:
+        """Copy ``names`` into ``dest`` (their relative paths kept); returns those left out."""
+        left = []
+        for name in names:
+            src = self.root / name
+            try:
+                if src.stat().st_size > MAX_BYTES:
+                    left.append(f"{name} (over {MAX_BYTES >> 30} GiB)")
+                    continue
+                target = dest / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, target)
+            except OSError as exc:
+                left.append(f"{name} ({exc.strerror or exc})")
+        return left

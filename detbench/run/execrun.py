@@ -1,0 +1,399 @@
+"""``detbench exec -- COMMAND``: a user's command, unchanged, run under each mode in fresh
+processes; what it leaves compared bitwise, its time compared in pairs.
+
+**The runs.** ``replicates`` rounds. In each round every mode runs the command once, and the
+baseline (the first mode) a second time (``copy`` 1: the A/A check, as in a paired run), in an
+order shuffled anew each round from ``seed`` and the round: so drift in the machine falls on
+every mode alike, and each mode's time is compared with the baseline's of the same round. A
+run is a fresh process tree: the command, started in the user's folder with no stdin (a command
+that reads its input gets end-of-file), in its own session (``--timeout`` kills the whole
+group), with ``detbench.locate.scripted``'s ``sitecustomize`` first on ``PYTHONPATH``, which puts
+each Python interpreter of the command in the run's mode before the script's first line.
+``CUBLAS_WORKSPACE_CONFIG`` is the mode's (``Mode.environment``).
+
+**What a run leaves** (``execio``): its stdout and stderr, the files it created or changed under
+the watched folder (copied into the run's folder), ``fingerprints.jsonl`` (``detbench.
+fingerprint``), and each interpreter's ``boot-PID.json`` (the mode as applied, what the script
+changed of it and where, its seeding calls and DataLoaders). ``worker.outputs`` turns them into
+the items compared bitwise; a record per (mode, round) of copy 0 carries their digest
+(``results.jsonl``), so ``detbench report`` and ``compare`` read an exec run as any run.
+
+**Time.** Each run's wall time, its start-up (from the start of the process to the end of the
+boot: the interpreter, torch's import, the mode applied) and the rest, the command's own time,
+which is the paired sample (``paired.jsonl``: a round is a replicate, one block each); the steps
+a second where the script prints its steps (``execio.steps_per_second``).
+
+**The census.** After the rounds, one more run of the baseline, untimed and not compared, counts
+the ops that can race (``locate.census``), unless ``census`` is off.
+
+``exec.json`` in the folder holds every run's facts as they come (``--resume`` reads it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from detbench.core.errors import DetbenchError
+from detbench.core.modes import Mode
+from detbench.run.execio import Snapshot, Stream, steps_per_second
+from detbench.store.outdir import refuse_used
+from detbench.store.results import write_json_atomic
+from detbench.worker.hostload import Probe
+from detbench.worker.protocol import PACKAGE_ROOT
+
+#: The exec run's own file in its folder.
+EXEC_FILE = "exec.json"
+#: The job's environment variable and the boot's report (``locate.scripted``; named here, not
+#: imported: the run layer does not load the locate layer).
+JOB_ENV = "DETBENCH_EXEC_JOB"
+ROOT_ENV = "DETBENCH_EXEC_ROOT"
+SITECUSTOMIZE = """\
+# Written by detbench exec: puts this interpreter in the mode of the job that {env} names
+# (detbench.locate.scripted), then runs the sitecustomize that this one hides, if any.
+import os as _os
+
+if _os.environ.get("{env}"):
+    from detbench.locate import scripted as _scripted
+
+    _scripted.boot()
+    _scripted.chain(__file__)
+"""
+
+
+class ExecError(DetbenchError):
+    """A command ``exec`` cannot measure: one line, said before anything is overwritten."""
+
+
+@dataclass
+class ExecConfig:
+    """An exec run's options (``detbench exec --help``)."""
+
+    command: list[str]
+    modes: list[Mode]
+    out: Path
+    replicates: int = 3
+    timeout: float | None = None
+    seed: int = 0
+    census: bool = True
+    cwd: Path = field(default_factory=Path.cwd)
+    resume: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "modes": [asdict(m) for m in self.modes],
+            "replicates": self.replicates,
+            "timeout": self.timeout,
+            "seed": self.seed,
+            "census": self.census,
+            "cwd": str(self.cwd),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], out: Path) -> ExecConfig:
+        return cls(
+            command=list(doc["command"]),
+            modes=[Mode(**m) for m in doc["modes"]],
+            out=out,
+            replicates=int(doc["replicates"]),
+            timeout=doc.get("timeout"),
+            seed=int(doc.get("seed", 0)),
+            census=bool(doc.get("census", True)),
+            cwd=Path(doc["cwd"]),
+            resume=True,
+        )
+
+
+def name_of(command: list[str]) -> str:
+    """What the reports call the command: its first ``.py`` argument's name, else the
+    program's."""
+    script = next((a for a in command[1:] if a.endswith(".py")), None)
+    return Path(script or command[0]).name
+
+
+def script_of(command: list[str], cwd: Path) -> str | None:
+    script = next((a for a in command[1:] if a.endswith(".py")), None)
+    return str((cwd / script).resolve()) if script else None
+
+
+def folder_name(r: int, mode: str, copy: int) -> str:
+    return f"r{r}-{re.sub(r'[^A-Za-z0-9_.+=-]', '_', mode)}-c{copy}"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One run: its round, mode, copy and place in the round's order."""
+
+    round: int
+    mode: Mode
+    copy: int
+    position: int
+
+    @property
+    def key(self) -> str:
+        return folder_name(self.round, self.mode.name, self.copy)
+
+
+def plan(c: ExecConfig) -> list[Slot]:
+    """Every run, round by round, each round's order shuffled from the seed and the round."""
+    base = c.modes[0]
+    out = []
+    for r in range(c.replicates):
+        members = [(m, 0) for m in c.modes] + [(base, 1)]
+        order = list(range(len(members)))
+        random.Random(f"{c.seed}-exec-{r}").shuffle(order)
+        out += [Slot(r, members[i][0], members[i][1], p) for p, i in enumerate(order)]
+    return out
+
+
+class ExecRunner:
+    """Runs ``plan(c)``'s runs (module docstring); ``facts`` holds each run's, by key."""
+
+    def __init__(self, c: ExecConfig, stream: TextIO = sys.stderr) -> None:
+        self.c = c
+        self.stream = stream
+        self.slots = plan(c)
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.census: dict[str, Any] | None = None
+        self.started = time.monotonic()
+        self.script = script_of(c.command, c.cwd)
+
+    # -- checks before anything runs -------------------------------------------------------
+    def check(self) -> None:
+        c = self.c
+        if not c.command:
+            raise ExecError("give the command after --: detbench exec [options] -- python train.py")
+        if shutil.which(c.command[0]) is None and not Path(c.command[0]).is_file():
+            raise ExecError(f"command not found: {c.command[0]}")
+        if self.script is not None and not Path(self.script).is_file():
+            raise ExecError(f"script not found: {self.script}")
+        if c.replicates < 2:
+            raise ExecError(
+                f"--replicates {c.replicates}: one run per mode cannot show run-to-run "
+                "behaviour; at least 2 are needed"
+            )
+        if c.timeout is not None and c.timeout <= 0:
+            raise ExecError("--timeout must be a positive number of seconds")
+        if not c.resume:
+            refuse_used(c.out)
+
+    # -- the runs ----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """The run's folder, with the boot's ``sitecustomize.py``."""
+        boot = self.c.out / "boot"
+        boot.mkdir(parents=True, exist_ok=True)
+        (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(env=JOB_ENV))
+
+    def run(self, on_run: Any = None) -> None:
+        """Every run still to do (a resumed run skips those in ``exec.json``), then the census;
+        ``on_run(slot, facts)`` after each run (the records)."""
+        c = self.c
+        self.prepare()
+        self._load()
+        todo = [s for s in self.slots if s.key not in self.facts]
+        for n, slot in enumerate(todo):
+            self._progress(n, len(todo), slot)
+            facts = self._one(slot, census=False)
+            self.facts[slot.key] = facts
+            self._save()
+            self._check_first(slot, facts)
+            if on_run is not None:
+                on_run(slot, facts)
+        if c.census and self.census is None:
+            self.stream.write(
+                "exec: one more run of the baseline: the ops that can race, untimed\n"
+            )
+            slot = Slot(-1, c.modes[0], 0, 0)
+            self.census = self._one(slot, census=True, folder="census")
+            self._save()
+
+    def _progress(self, n: int, total: int, slot: Slot) -> None:
+        elapsed = time.monotonic() - self.started
+        done = [f["wall"] for f in self.facts.values() if f.get("wall")]
+        left = ""
+        if done:
+            each = sum(done) / len(done)
+            rest = each * (total - n) + (each * 1.5 if self.c.census and self.census is None else 0)
+            left = f" left ~{_clock(rest)}"
+        copy = " (A/A copy)" if slot.copy else ""
+        self.stream.write(
+            f"exec [{n + 1:>2}/{total}] round {slot.round + 1}/{self.c.replicates} "
+            f"{slot.mode.name}{copy}  elapsed {_clock(elapsed)}{left}\n"
+        )
+        self.stream.flush()
+
+    def _job(self, slot: Slot, folder: Path, census: bool, record: bool = False) -> Path:
+        job = {
+            "folder": str(folder),
+            "mode": asdict(slot.mode),
+            "census": census,
+            "record": record,
+            "script": self.script,
+        }
+        path = folder / "job.json"
+        path.write_text(json.dumps(job))
+        return path
+
+    def environment(self, mode: Mode, job: Path) -> dict[str, str]:
+        """The command's environment: the user's, the mode's cuBLAS variable, the boot first on
+        ``PYTHONPATH`` with detbench's package after it."""
+        env = mode.environment({k: v for k, v in os.environ.items() if k != ROOT_ENV})
+        path = [str(self.c.out.resolve() / "boot"), str(PACKAGE_ROOT)]
+        if env.get("PYTHONPATH"):
+            path.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(path)
+        env[JOB_ENV] = str(job)
+        return env
+
+    def _one(
+        self, slot: Slot, census: bool, folder: str | None = None, record: bool = False
+    ) -> dict[str, Any]:
+        """One run of the command: started, waited for, its output and files gathered
+        (``record``: under ``locate``'s recorder, for ``detbench locate -- COMMAND``)."""
+        c = self.c
+        d = c.out / "runs" / (folder or slot.key)
+        if d.exists():  # a run cut short before it was noted: its leftovers go
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        job = self._job(slot, d, census, record)
+        snap = Snapshot(c.cwd, skip=[c.out])
+        load = Probe("cpu", os.getpid())  # the command is this process's: its own, not foreign
+        load.start()
+        t_unix, t0 = time.time(), time.monotonic()
+        proc = subprocess.Popen(
+            c.command,
+            cwd=c.cwd,
+            env=self.environment(slot.mode, job),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = Stream("stdout"), Stream("stderr")
+        readers = [out.read(proc.stdout, d / "stdout.txt"), err.read(proc.stderr, d / "stderr.txt")]
+        status = "ok"
+        try:
+            code: int | None = proc.wait(timeout=c.timeout)
+        except subprocess.TimeoutExpired:
+            status, code = "timeout", None
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        wall = time.monotonic() - t0
+        host_load = load.stop()
+        with contextlib.suppress(
+            ProcessLookupError, PermissionError
+        ):  # a command that leaves a child holding its pipes
+            os.killpg(proc.pid, signal.SIGKILL)
+        for r in readers:
+            r.join(timeout=10)
+        if status == "ok" and code != 0:
+            status = "error" if code is not None and code > 0 else "crashed"
+        boots = _boots(d)
+        main = next((b for b in boots if b.get("main")), None)
+        startup = None
+        if main is not None and main.get("ready"):
+            startup = max(0.0, float(main["ready"]) - t_unix)
+        rate, steps = steps_per_second([out, err])
+        kept = snap.changed()
+        left_out = snap.keep(kept, d / "files")
+        return {
+            "key": folder or slot.key,
+            "round": slot.round,
+            "mode": slot.mode.name,
+            "copy": slot.copy,
+            "position": slot.position,
+            "status": status,
+            "exit_code": code,
+            "start_unix": t_unix,
+            "wall": wall,
+            "startup": startup,
+            "body": wall - startup if startup is not None else None,
+            "steps_per_second": rate,
+            "steps_seen": steps,
+            "files": kept,
+            "files_left_out": left_out,
+            "stderr_tail": err.tail(),
+            "boot": main,
+            "children": len(boots) - (main is not None),
+            "pid": proc.pid,
+            "host_load": host_load,
+        }
+
+    def _check_first(self, slot: Slot, facts: dict[str, Any]) -> None:
+        """The first run of each mode that fails stops exec: one line, all kept."""
+        if facts["status"] == "ok":
+            return
+        if any(f["mode"] == slot.mode.name and f["status"] == "ok" for f in self.facts.values()):
+            return
+        where = self.c.out / "runs" / slot.key
+        if facts["status"] == "timeout":
+            raise ExecError(
+                f"the command ran past --timeout {self.c.timeout:g} s in mode {slot.mode.name} "
+                f"and was killed (its output: {where})"
+            )
+        tail = facts["stderr_tail"] or "it printed nothing on stderr"
+        if "EOFError" in tail or "EOF when reading" in tail:
+            raise ExecError(
+                f"the command reads its standard input, which detbench exec leaves empty: it "
+                f"failed with {tail!r} (give it its input as a file or an argument)"
+            )
+        raise ExecError(
+            f"the command failed (exit {facts['exit_code']}) in mode {slot.mode.name}: {tail} "
+            f"(its output: {where})"
+        )
+
+    # -- exec.json -------------------------------------------------------------------------
+    def _save(self) -> None:
+        doc = {
+            "exec_version": 1,
+            "config": self.c.to_json(),
+            "name": name_of(self.c.command),
+            "script": self.script,
+            "runs": self.facts,
+            "census": self.census,
+        }
+        write_json_atomic(self.c.out / EXEC_FILE, doc)
+
+    def _load(self) -> None:
+        path = self.c.out / EXEC_FILE
+        if self.c.resume and path.exists():
+            doc = json.loads(path.read_text())
+            self.facts = dict(doc.get("runs") or {})
+            self.census = doc.get("census")
+
+
+def load_config(out: Path) -> ExecConfig:
+    """``--resume``: the exec run in ``out``'s own options."""
+    path = out / EXEC_FILE
+    if not path.exists():
+        raise ExecError(f"{out} holds no {EXEC_FILE}: not a detbench exec run, nothing to resume")
+    return ExecConfig.from_json(json.loads(path.read_text())["config"], out)
+
+
+def _boots(d: Path) -> list[dict[str, Any]]:
+    out = []
+    for p in sorted(d.glob("boot-*.json")):
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _clock(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 60}:{s % 60:02d}"

@@ -1,0 +1,398 @@
+"""What one run of a user's script left, as comparable items, and where two runs first part.
+
+``detbench exec`` runs an unchanged script several times, each in a fresh process, and gathers
+what each run left into a folder: ``files/<path>`` (files the script created or changed),
+``stdout.txt``, ``stderr.txt`` and, when the script called ``detbench.fingerprint``,
+``fingerprints.jsonl``. ``read_outputs`` turns that folder into ``Item``s, each with a sha256 of
+its canonical content; two runs are bitwise reproducible when every item is equal (``digest_of``),
+and ``first_parting`` names the first item where they are not, and how far apart it is. Items, in
+comparison order:
+
+- printed lines, stdout then stderr (``stdout:K``, the K-th comparable line): what a terminal
+  shows, with clock readings, temporary paths, process ids and addresses masked
+  (``detbench.worker.printed`` says which, and why a tqdm bar counts in its last state only);
+- fingerprints (``fingerprint:NAME#INDEX``), in file order, over the recorded digest, dtype and
+  shape;
+- files, sorted by path. Checkpoints (.pt .pth .ckpt .bin, and any file in torch.save's zip or
+  legacy format) are read with ``torch.load(weights_only=True)`` and walked through dicts, lists
+  and tuples to one item per leaf tensor (``FILE:model.fc.weight``: its dtype, shape and raw
+  bytes) and per other leaf (``FILE:epoch``: its type and ``repr``, exact for a float). The
+  file's own bytes never count: the same state saved twice can give different bytes (another
+  archive name, pickle protocol or storage sharing). .safetensors files give one item per
+  tensor, read with the safetensors library or, without it, by hand (``__metadata__`` is
+  ignored). Text files (``TEXT_SUFFIXES``) give one item per line, as printed lines do. Any other
+  file, a file that cannot be read as its suffix says (listed in ``unreadable``) and a file with
+  nothing inside (an empty log) is one item of its whole bytes, so that its presence counts.
+
+Container metadata (a dict's class, a list's length) is not compared: only the leaves are.
+Numbers are compared as bits, never with a tolerance; ``max_abs_diff`` only says how far apart
+the first differing item is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from detbench.worker.printed import Asides, SetAside, line_diff, lines, mask_line
+
+__all__ = [
+    "Item",
+    "Outputs",
+    "Parting",
+    "SetAside",
+    "comparable",
+    "digest_of",
+    "first_parting",
+    "read_outputs",
+    "read_safetensors",
+]
+
+CHECKPOINT_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".bin"})
+TEXT_SUFFIXES = frozenset(
+    {".txt", ".log", ".csv", ".json", ".jsonl", ".yaml", ".yml", ".md", ".out"}
+)
+#: The start of a legacy (pre-1.6, non-zip) torch.save file: its magic number, pickled.
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
+#: The safetensors dtype names (the format's data is little-endian, as torch's on x86 and ARM).
+_ST_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "C64": torch.complex64,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U64": torch.uint64,
+    "U32": torch.uint32,
+    "U16": torch.uint16,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One comparable thing a run left: ``name`` matches it across runs, ``digest`` decides.
+
+    ``where`` says where it is: ``{"stream", "line_no", "text", "masked", "step"}`` (and
+    ``"epoch"`` where the line names one) for a printed line, ``"file"`` instead of ``"stream"``
+    for a line of a text file; ``{"file", "tensor", "dtype", "shape"}`` for a tensor; ``{"file",
+    "key"}`` for another leaf; ``{"file", "bytes"}`` for a whole file; ``{"name", "index", "step",
+    "dtype", "shape"}`` for a fingerprint. ``shown`` is a short rendering for reports.
+    """
+
+    kind: str  # "line", "fingerprint", "tensor", "value" or "file"
+    name: str
+    digest: str
+    where: dict[str, Any]
+    shown: str | None = None
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """One run's items in comparison order. ``run_dir`` and ``trust_pickles`` let
+    ``first_parting`` read a differing tensor again, to measure how far apart the runs are,
+    without keeping every tensor in memory."""
+
+    items: list[Item]
+    set_aside: list[SetAside]
+    unreadable: list[str]  # "PATH: why (compared as whole bytes)"
+    run_dir: Path | None = None
+    trust_pickles: bool = False
+
+
+@dataclass(frozen=True)
+class Parting:
+    """The first item where two runs differ: ``a``/``b`` its ``shown`` in each (None: absent
+    there), ``max_abs_diff`` the largest |a - b| of a tensor or of the numbers on a line."""
+
+    item: str
+    kind: str
+    where: dict[str, Any]
+    a: str | None
+    b: str | None
+    max_abs_diff: float | None
+    differing: int
+    compared: int
+
+
+def _sha(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+    return h.hexdigest()
+
+
+def _shown(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _line_items(text: str, source: str, where: dict[str, Any], asides: Asides) -> list[Item]:
+    items = []
+    for k, ln in enumerate(lines(text, source, asides), 1):
+        at = {**where, "line_no": ln.line_no, "text": ln.text, "masked": ln.masked}
+        at["step"] = ln.step
+        if ln.epoch is not None:
+            at["epoch"] = ln.epoch
+        items.append(Item("line", f"{source}:{k}", _sha(ln.masked), at, _shown(ln.text)))
+    return items
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", name)]
+
+
+def read_safetensors(path: Path, *, library: bool = True) -> dict[str, torch.Tensor]:
+    """A .safetensors file's tensors in name order (digits as numbers: ``layers.2`` before
+    ``layers.10``; the file keeps no order of the user's), read with the safetensors library when
+    ``library`` and it is importable, else parsed here: an 8-byte little-endian header length, a
+    JSON header of dtype, shape and data_offsets per tensor, then the data."""
+    if library:
+        try:
+            from safetensors.torch import load_file  # an optional dependency
+        except ImportError:
+            library = False
+    if library:
+        tensors: dict[str, torch.Tensor] = load_file(str(path), device="cpu")
+    else:
+        blob = path.read_bytes()
+        n = int.from_bytes(blob[:8], "little")
+        header = json.loads(blob[8 : 8 + n])
+        tensors = {}
+        for key, spec in header.items():
+            if key == "__metadata__":
+                continue
+            dtype, shape = _ST_DTYPES[spec["dtype"]], [int(s) for s in spec["shape"]]
+            start, end = (8 + n + int(o) for o in spec["data_offsets"])
+            if end - start != math.prod(shape) * dtype.itemsize or end > len(blob):
+                raise ValueError(f"{key}: data_offsets do not fit {spec['dtype']} {shape}")
+            flat = torch.empty(0, dtype=torch.uint8)
+            if end > start:  # frombuffer refuses an empty buffer
+                flat = torch.frombuffer(bytearray(blob[start:end]), dtype=torch.uint8)
+            tensors[key] = flat.view(dtype).reshape(shape)
+    return {k: tensors[k] for k in sorted(tensors, key=_natural)}
+
+
+def _torch_load(path: Path, trust_pickles: bool) -> Any:
+    """``torch.load`` on the CPU, unpickling beyond weights only when ``trust_pickles``."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        if not trust_pickles:
+            found = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", str(e))
+            detail = (found.group(1) if found else str(e).strip()).split(". ")[0][:200]
+            raise ValueError(f"torch.load(weights_only=True) refused it: {detail}") from e
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted name, leaf) for each leaf under dicts, lists and tuples ("" for the root)."""
+    if isinstance(obj, dict):
+        pairs: Any = obj.items()
+    elif isinstance(obj, list | tuple) and not hasattr(obj, "_fields"):  # a namedtuple: a leaf
+        pairs = enumerate(obj)
+    else:
+        yield prefix, obj
+        return
+    for k, v in pairs:
+        yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A dense, contiguous CPU copy with conjugation and negation bits resolved."""
+    t = t.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    return t.cpu().resolve_conj().resolve_neg().contiguous()
+
+
+def _leaf_item(rel: str, dotted: str, leaf: Any, asides: Asides) -> Item:
+    key = dotted or "(root)"
+    name = f"{rel}:{key}"
+    if isinstance(leaf, np.ndarray) and leaf.dtype != object:
+        leaf = torch.from_numpy(np.ascontiguousarray(leaf))
+    if isinstance(leaf, torch.Tensor):
+        t = _host(leaf)
+        raw = t.reshape(-1).view(torch.uint8).numpy()  # any dtype, 0-dim and empty included
+        shape = list(t.shape)
+        digest = _sha(f"{t.dtype}:{tuple(shape)};", raw.tobytes())
+        at = {"file": rel, "tensor": key, "dtype": str(t.dtype), "shape": shape}
+        return Item("tensor", name, digest, at, f"{t.dtype} {shape} sha256 {digest[:12]}")
+    if not isinstance(leaf, int | float | complex | str | bytes | np.generic | type(None)):
+        why = "not a tensor, number or string: compared by its repr, addresses masked"
+        asides.extra.append(SetAside(f"{name}: the inside of a {type(leaf).__qualname__}", why))
+    text, kinds = mask_line(repr(leaf))  # e.g. a saved_at string, an object's address
+    if kinds:
+        masked = ", ".join(f"<{k}>" for k in dict.fromkeys(kinds))
+        asides.extra.append(SetAside(f"{name}: {masked}", "never equal between two runs"))
+    digest = _sha(f"{type(leaf).__qualname__}:", text)
+    return Item("value", name, digest, {"file": rel, "key": key}, _shown(text, 80))
+
+
+def _is_torch_file(path: Path) -> bool:
+    with path.open("rb") as f:
+        if f.read(len(_LEGACY_MAGIC)) == _LEGACY_MAGIC:
+            return True
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return any(n.endswith("data.pkl") for n in z.namelist())
+
+
+def _file_items(path: Path, rel: str, trust: bool, asides: Asides) -> list[Item]:
+    """One file's items (module docstring); [] for a file compared whole; raises what makes it
+    unreadable as its suffix or content says."""
+    suffix = path.suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        return _line_items(path.read_bytes().decode("utf-8"), rel, {"file": rel}, asides)
+    if suffix == ".safetensors":
+        return [_leaf_item(rel, k, t, asides) for k, t in read_safetensors(path).items()]
+    if suffix in CHECKPOINT_SUFFIXES or _is_torch_file(path):
+        return [_leaf_item(rel, k, v, asides) for k, v in _leaves(_torch_load(path, trust))]
+    return []
+
+
+def _whole(path: Path, rel: str) -> Item:
+    blob = path.read_bytes()
+    digest = _sha(blob)
+    at = {"file": rel, "bytes": len(blob)}
+    return Item("file", rel, digest, at, f"{len(blob)} bytes, sha256 {digest[:12]}")
+
+
+def _fingerprints(path: Path, unreadable: list[str]) -> list[Item]:
+    items: list[Item] = []
+    if not path.is_file():
+        return items
+    for no, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            name, index, fp = str(r["name"]), int(r["index"]), str(r["digest"])
+            dtype, shape = str(r.get("dtype")), list(r.get("shape") or [])
+        except (ValueError, KeyError, TypeError) as e:
+            unreadable.append(f"fingerprints.jsonl:{no}: not a fingerprint record ({e!r})")
+            continue
+        at = {"name": name, "index": index, "step": index, "dtype": dtype, "shape": shape}
+        digest = _sha(f"{fp}:{dtype}:{shape}")
+        shown = f"{dtype} {shape} {fp[:16]}"
+        items.append(Item("fingerprint", f"fingerprint:{name}#{index}", digest, at, shown))
+    return items
+
+
+def read_outputs(run_dir: Path, *, trust_pickles: bool = False) -> Outputs:
+    """The comparable items of one run's folder (module docstring). ``trust_pickles`` lets a
+    checkpoint that weights-only loading refuses be unpickled in full: that runs code the file
+    names, so only for files the user trusts; without it such a file is compared whole."""
+    run_dir = Path(run_dir)
+    asides, unreadable, items = Asides(), list[str](), list[Item]()
+    for stream in ("stdout", "stderr"):
+        p = run_dir / f"{stream}.txt"
+        text = p.read_bytes().decode("utf-8", errors="replace") if p.is_file() else ""
+        items += _line_items(text, stream, {"stream": stream}, asides)
+    items += _fingerprints(run_dir / "fingerprints.jsonl", unreadable)
+    root = run_dir / "files"
+    paths = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
+    for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
+        rel = path.relative_to(root).as_posix()
+        try:
+            found = _file_items(path, rel, trust_pickles, asides)
+        except Exception as e:
+            unreadable.append(f"{rel}: {e} (compared as whole bytes)")
+            found = []
+        items += found or [_whole(path, rel)]
+    counts: dict[str, int] = {}
+    for i, item in enumerate(items):  # names made unique ("a.b" and a -> b), to match by name
+        counts[item.name] = n = counts.get(item.name, 0) + 1
+        if n > 1:
+            items[i] = Item(item.kind, f"{item.name}~{n}", item.digest, item.where, item.shown)
+    return Outputs(items, asides.listed(), unreadable, run_dir, trust_pickles)
+
+
+def digest_of(o: Outputs) -> str:
+    """One sha256 over the items' names and digests, in order: equal iff every item is equal."""
+    return _sha(*(f"{i.name}\0{i.digest}\n" for i in o.items))
+
+
+def comparable(o: Outputs) -> int:
+    """How many items there are to compare (0: the run wrote nothing comparable)."""
+    return len(o.items)
+
+
+def _abs_diff(x: torch.Tensor, y: torch.Tensor) -> float | None:
+    """The largest |x - y| in float64 (complex128 for complex); NaN-safe: NaN and NaN (and equal
+    infinities) are 0 apart, NaN and a number inf. None for other shapes or no elements."""
+    if x.shape != y.shape or x.numel() == 0:
+        return None
+    wide = torch.complex128 if x.is_complex() or y.is_complex() else torch.float64
+    x, y = x.to(wide), y.to(wide)
+    same = (x == y) | (x.isnan() & y.isnan())
+    d = torch.where(same, 0.0, torch.nan_to_num((x - y).abs(), nan=math.inf))
+    return float(d.max())
+
+
+def _tensor(o: Outputs, item: Item) -> torch.Tensor | None:
+    """The tensor ``item`` names, read again from ``o``'s folder (None where that fails)."""
+    if o.run_dir is None:
+        return None
+    path, key = o.run_dir / "files" / item.where["file"], item.where["tensor"]
+    try:
+        if path.suffix.lower() == ".safetensors":
+            return read_safetensors(path).get(key)
+        for dotted, leaf in _leaves(_torch_load(path, o.trust_pickles)):
+            if (dotted or "(root)") == key:
+                if isinstance(leaf, np.ndarray):
+                    leaf = torch.from_numpy(leaf)
+                return _host(leaf) if isinstance(leaf, torch.Tensor) else None
+    except Exception:
+        return None
+    return None
+
+
+def first_parting(a: Outputs, b: Outputs) -> Parting | None:
+    """The first item, in ``a``'s order, whose digest differs or that one run lacks (an item
+    only ``b`` has counts right after the last item before it that ``a`` has too); None when
+    every item is equal."""
+    in_a = {item.name: (k, item) for k, item in enumerate(a.items)}
+    in_b = {item.name: item for item in b.items}
+    order: dict[str, tuple[float, int]] = {name: (k, 0) for name, (k, _) in in_a.items()}
+    last = -1.0
+    for k, item in enumerate(b.items):
+        if item.name in in_a:
+            last = in_a[item.name][0]
+        else:
+            order[item.name] = (last + 0.5, k)
+    differing = [
+        n for n in order if n not in in_a or n not in in_b or in_a[n][1].digest != in_b[n].digest
+    ]
+    if not differing:
+        return None
+    name = min(differing, key=order.__getitem__)
+    ia, ib = in_a[name][1] if name in in_a else None, in_b.get(name)
+    diff = None
+    if ia is not None and ib is not None and ia.kind == ib.kind == "tensor":
+        x, y = _tensor(a, ia), _tensor(b, ib)
+        diff = _abs_diff(x, y) if x is not None and y is not None else None
+    elif ia is not None and ib is not None and ia.kind == ib.kind == "line":
+        diff = line_diff(ia.where["masked"], ib.where["masked"])
+    first = ia if ia is not None else ib
+    assert first is not None
+    a_shown, b_shown = ia.shown if ia else None, ib.shown if ib else None
+    return Parting(
+        name, first.kind, dict(first.where), a_shown, b_shown, diff, len(differing), len(order)
+    )

@@ -1,0 +1,209 @@
+"""Printed lines as two runs can compare them: what a terminal shows, clock readings masked.
+
+``detbench.worker.outputs`` compares a run's stdout, stderr and text files line by line; this
+module decides what a line is and which of its parts can never be equal between two runs.
+
+A line is what a terminal shows at its end: the text is split on ``\\n``, and within a line text
+after a ``\\r`` overwrites it from the first column, so a tqdm bar counts once, in its last state
+(``100%|...| 10/10`` and its postfix, e.g. ``loss=0.41``). The overwritten redraws are set aside:
+tqdm redraws at most every ``mininterval`` (0.1 s), so how many there are follows the clock; the
+last state does not, and a bar closed with ``leave=False`` is blanked by tqdm itself and leaves
+nothing. Blank lines are dropped.
+
+Masks (``MASKS``, applied in this order), each kind set aside once per stream or file, with a
+count. They are kept narrow, each tied to a unit, a key word or a clock's shape, because a mask
+that covers a real difference turns a verdict into "reproducible" when it is not; masking a
+value that happens to be deterministic only loses a comparison. Numbers outside them (losses,
+accuracies, ``lr 3e-4``, step counters, ``98.5%``) stay as printed: the printed text is the bits
+a user sees.
+
+- ``<tmp>``: paths under /tmp, /var/tmp, /dev/shm, /var/folders, /private/var/folders and the
+  folders $TMPDIR, $TEMP and $TMP name (where tempfile looks first), and a Windows
+  ``X:\\...\\Temp\\...``;
+- ``<time>``: ISO dates and times (``2026-11-27 21:33:53``, ``2026-11-27T21:33:53.123+00:00``,
+  logging's ``,123``) and a date alone (``2026-11-27``);
+- ``<elapsed>``: tqdm's ``[00:03<00:10`` (and ``[00:03,`` without a total);
+- ``<time>``: a clock, ``21:33:53`` or ``0:00:03.2`` (a timedelta);
+- ``<rate>``: a number (or tqdm's ``?``) before ``WORD/s`` or ``s/WORD`` (``1.5 it/s``,
+  ``2.1s/it``, ``samples/s``, ``tokens/sec``, ``MB/s``), before ``WORD per second`` or
+  ``FLOPS``, and after ``mfu``, ``throughput``, ``fps``, ``speed`` or a key ending
+  ``_per_second`` (``:``, ``=`` and quotes may come between: ``'train_samples_per_second': 4.5``);
+- ``<elapsed>``: a number with a time unit (``3.2s``, ``3.21 s``, ``12.3ms``, ``2 min``,
+  ``1m 30s``; units ns us µs ms msec(s) s sec(s) second(s) min(s) minute(s) h hr(s) hour(s)),
+  and the number or clock after ``took``, ``elapsed``, ``duration``, ``runtime``, ``time``,
+  ``eta`` or a key ending ``_time`` or ``_runtime`` (``time: 0.23``, ``took 3.2``);
+- ``<pid>``: the number after ``pid`` or ``process id``/``process_id``;
+- ``<addr>``: the hex after ``at 0x`` (every default object repr), and any 0x number of 9 to 12
+  hex digits (user-space addresses of a 64-bit process have at most 12; float32 bit patterns, 8
+  digits, and float64 ones, 16, are kept).
+
+A line with no letter or digit left outside the masks is set aside whole. Not masked, so a
+difference there is reported: epoch seconds, random run names (e.g. wandb ids), dates in other
+forms (``Nov 27``), and a bar sharing a stream with ``print`` (the bar's state at the print is
+the clock's choice).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_N = rf"(?<![\w.])(?P<v>{_NUM})"  # a number standing alone: the part masked
+_KEY_SEP = r"\b['\"]?\s*[:=]?\s*"
+_TMP_ROOTS = {"/tmp", "/var/tmp", "/dev/shm", "/var/folders", "/private/var/folders"}
+# where tempfile puts its files when the environment says (tempfile.gettempdir() would do, but
+# it caches its answer in the tempfile module: importing this module changes no global state)
+_TMP_ROOTS |= {
+    os.path.normpath(v) for k in ("TMPDIR", "TEMP", "TMP") if len(v := os.environ.get(k, "")) > 1
+}
+_TMP = "|".join(re.escape(r) for r in sorted(_TMP_ROOTS, key=len, reverse=True))
+_DATE = r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+|,\d{3})?)?)?"
+_UNITS = r"(?:ns|us|µs|μs|ms|msecs?|secs?|seconds?|s|mins?|minutes?|hrs?|hours?|h)"
+_CLOCK = r"\d+(?::\d{2})+(?:\.\d+)?"
+_KEYS_ELAPSED = r"took|elapsed|duration|runtime|time|eta|\w+_time|\w+_runtime"
+_KEYS_RATE = r"mfu|throughput|fps|speed|\w+_per_sec(?:ond)?"
+#: (kind, pattern), applied in order: group ``v`` (else the whole match) becomes ``<kind>``.
+MASKS = [
+    (kind, re.compile(pattern, re.IGNORECASE))
+    for kind, pattern in [
+        ("tmp", rf"(?:{_TMP})/[^\s'\",;)\]}}>]*|[a-z]:\\\S*\\Temp\\[^\s'\",;]*"),
+        ("time", rf"{_DATE}(?:Z|[+-]\d\d:?\d\d)?"),
+        ("elapsed", r"(?<=\[)(?:\d+:)?\d{1,2}:\d{2}(?:<(?:\?|(?:\d+:)?\d{1,2}:\d{2}))?(?=[,\]])"),
+        ("time", r"(?<![\w.:])\d{1,2}:\d{2}:\d{2}(?:\.\d+|,\d{3})?\b"),
+        ("rate", rf"(?<![\w.])(?:\?|{_NUM})\s?(?:[a-z]+/s(?:ec(?:ond)?)?|s/[a-z]+)(?!\w)"),
+        ("rate", rf"{_N}\s?(?:[a-z]+\s+per\s+sec(?:ond)?|[kmgtpe]?flops)\b"),
+        ("rate", rf"\b(?:{_KEYS_RATE}){_KEY_SEP}{_N}"),
+        ("elapsed", rf"(?<![\w.])(?:(?:\d+h\s?)?\d+m\s?{_NUM}s\b|{_NUM}\s?{_UNITS}(?!\w))"),
+        ("elapsed", rf"\b(?:{_KEYS_ELAPSED}){_KEY_SEP}(?P<v>{_CLOCK}|{_NUM})(?![\w.])"),
+        ("pid", r"\b(?:pid|process[ _]id)\b\s*[:=]?\s*(?P<v>\d+)"),
+        ("addr", r"\bat (?P<v>0x[0-9a-f]+)\b|\b0x[0-9a-f]{9,12}\b"),
+    ]
+]
+_PLACEHOLDER = re.compile(r"<(?:tmp|time|elapsed|rate|pid|addr)>")
+#: kind: (what is set aside, why)
+_WHY = {
+    "tmp": ("temporary paths", "tempfile names are random in each process"),
+    "time": ("wall-clock timestamps", "a clock reading differs between any two runs"),
+    "elapsed": ("elapsed times", "durations follow the machine's load, not the results' bits"),
+    "rate": ("rates and throughputs", "a rate is work over elapsed time"),
+    "pid": ("process ids", "each run is a fresh process with an id of its own"),
+    "addr": ("memory addresses", "allocation addresses differ between processes (ASLR)"),
+    "redraw": (
+        "progress-bar redraws overwritten after \\r",
+        "how often a bar redraws follows the clock; the line a terminal shows at the end is kept",
+    ),
+    "whole": ("lines with nothing left once masked", "nothing in them can be compared"),
+}
+_STEP = (
+    re.compile(r"\b(?:step|iter(?:ation)?|it)\b\s*[:=#]?\s*(\d+)", re.IGNORECASE),
+    re.compile(r"\[\s*(\d+)\s*/\s*\d+\s*\]"),
+    re.compile(r"^\s*(\d+)\s*/\s*\d+"),
+)
+_EPOCH = re.compile(r"\bepoch\b\s*[:=#]?\s*(\d+)", re.IGNORECASE)
+_NUMBER = re.compile(rf"(?<![\w.])(?:{_NUM}|[-+]?(?:nan|inf(?:inity)?)\b)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """Something a run left that is not compared, and why."""
+
+    what: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Line:
+    """One comparable line: ``line_no`` counts 1-based ``\\n``-lines of the raw text (what
+    ``sed -n Np`` prints), ``text`` is the line as shown, ``masked`` what is compared."""
+
+    line_no: int
+    text: str
+    masked: str
+    step: int | None
+    epoch: int | None
+
+
+@dataclass
+class Asides:
+    """What was set aside, counted per (source, kind) in the order first seen, and entries
+    added whole (``extra``)."""
+
+    seen: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # [count, first line]
+    extra: list[SetAside] = field(default_factory=list)
+
+    def add(self, source: str, kind: str, line_no: int, count: int = 1) -> None:
+        self.seen.setdefault((source, kind), [0, line_no])[0] += count
+
+    def listed(self) -> list[SetAside]:
+        counted = [
+            SetAside(f"{src}: {_WHY[k][0]} ({n}, first on line {first})", _WHY[k][1])
+            for (src, k), (n, first) in self.seen.items()
+        ]
+        return counted + self.extra
+
+
+def mask_line(text: str) -> tuple[str, list[str]]:
+    """``text`` with ``MASKS`` applied, and the kind of each value masked (module docstring)."""
+    kinds: list[str] = []
+    for kind, pattern in MASKS:
+
+        def put(m: re.Match[str], kind: str = kind) -> str:
+            kinds.append(kind)
+            if m.groupdict().get("v") is None:
+                return f"<{kind}>"
+            s, e = m.start("v") - m.start(), m.end("v") - m.start()
+            return m.group(0)[:s] + f"<{kind}>" + m.group(0)[e:]
+
+        text = pattern.sub(put, text)
+    return text, kinds
+
+
+def step_of(text: str) -> tuple[int | None, int | None]:
+    """The step and the epoch a line names: ``step 12``, ``step 12/60``, ``iter 12``, ``it 12``,
+    ``[12/60]`` or ``12/60`` at the start; ``epoch 2``. None where it names none."""
+    step = next((int(m.group(1)) for p in _STEP if (m := p.search(text))), None)
+    epoch = _EPOCH.search(text)
+    return step, int(epoch.group(1)) if epoch else None
+
+
+def lines(text: str, source: str, asides: Asides) -> list[Line]:
+    """The comparable lines of ``text`` (module docstring); what is set aside goes to ``asides``
+    under ``source`` (``stdout``, or a file's path)."""
+    kept: list[Line] = []
+    for no, raw in enumerate(text.split("\n"), 1):
+        parts = raw.split("\r")
+        shown: list[str] = []
+        for part in parts:  # as a terminal: after \r, text overwrites the line from column 0
+            shown[: len(part)] = part
+        if (redraws := sum(1 for p in parts if p.strip()) - 1) > 0:
+            asides.add(source, "redraw", no, redraws)
+        line = "".join(shown).rstrip()
+        if not line.strip():
+            continue
+        masked, kinds = mask_line(line)
+        for kind in dict.fromkeys(kinds):
+            asides.add(source, kind, no, kinds.count(kind))
+        if not re.search(r"[^\W_]", _PLACEHOLDER.sub("", masked)):
+            asides.add(source, "whole", no)
+            continue
+        kept.append(Line(no, line, masked, *step_of(line)))
+    return kept
+
+
+def num_diff(x: float, y: float) -> float:
+    """|x - y|, NaN-safe: two NaNs (and equal infinities) are 0 apart, a NaN and a number inf."""
+    if x == y or (math.isnan(x) and math.isnan(y)):
+        return 0.0
+    return math.inf if math.isnan(x) or math.isnan(y) else abs(x - y)
+
+
+def line_diff(x: str, y: str) -> float | None:
+    """The largest |a - b| over the numbers at the same places of two masked lines that differ
+    only in numbers; None when they differ elsewhere too, or hold no number."""
+    if _NUMBER.sub("#", x) != _NUMBER.sub("#", y):
+        return None
+    pairs = zip(_NUMBER.findall(x), _NUMBER.findall(y), strict=True)
+    return max((num_diff(float(p), float(q)) for p, q in pairs), default=None)
