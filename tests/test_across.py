@@ -118,6 +118,7 @@ def test_a_run_where_it_did_not_run(tmp_path: Path) -> None:
     assert row["not_run"] == {str(b): "unsupported"}
 
 
+@pytest.mark.slow  # compare of two whole runs through the CLI: 11 s here
 def test_cli_compare_json_and_text(tmp_path: Path) -> None:
     dirs = _runs(tmp_path, {"a": {"w": ["x", "x"]}, "b": {"w": ["y", "y"]}},
                  {"a": env(torch="2.10.0"), "b": env(torch="2.11.0")})  # fmt: skip

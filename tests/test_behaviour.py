@@ -19,6 +19,8 @@ from detbench.store.schema import ALWAYS, SCHEMA_VERSION, problem
 from .conftest import WORKLOADS, detbench_cli
 
 REPLICATES = 3
+#: The golden CPU run (35 s here, beside the other tests): make test-slow and CI.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,7 @@ def test_different_parameters_are_not_compared(tmp_path: Path) -> None:
     ) in c.warnings
 
 
+@pytest.mark.slow  # compare of two whole runs through the CLI: 11 s here
 def test_cli_compare_writes_markdown_and_never_overwrites(runs: tuple[Path, Path],
                                                           tmp_path: Path) -> None:  # fmt: skip
     out = tmp_path / "cmp.md"

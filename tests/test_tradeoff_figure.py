@@ -22,6 +22,9 @@ from detbench.report.tradeoff import figure, times
 
 from .conftest import ROOT
 
+#: Every test here draws the published H200 run's plane (its recommendations: 18 s here): make
+#: test-slow and CI.
+pytestmark = pytest.mark.slow
 H200 = ROOT / "results" / "20261126-040517-cuda-full-h200-partial"
 
 

@@ -5,12 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from detbench.cli.options import UserError, cuda_here
 from detbench.core.modes import DETERMINISTIC_MODE, get_mode
 from detbench.core.settings import parse_assignments
 from detbench.run.execdoc import ExecRecords, finish, partings
-from detbench.run.execrun import ExecConfig, ExecError, ExecRunner, load_config, name_of, plan
+from detbench.run.execrun import (
+    ExecConfig,
+    ExecError,
+    ExecRunner,
+    Slot,
+    load_config,
+    name_of,
+    plan,
+)
 from detbench.store.outdir import refuse_used
 from detbench.store.results import stamped_dir, utc_now
 
@@ -66,10 +75,27 @@ def exec_command(args: argparse.Namespace) -> int:
     records = ExecRecords(c)
     if not c.resume:
         records.write_env(utc_now())
+
+    def on_run(slot: Slot, facts: dict[str, Any]) -> None:
+        records.add(slot, facts)
+        if facts["status"] == "ok" and not facts.get("comparable"):
+            raise ExecError(
+                "the command printed nothing and wrote no file that detbench exec can compare "
+                f"(stdout, stderr and the files under {c.cwd} are empty or set aside as clock "
+                "readings): add a detbench.fingerprint(name, tensor) call, or save a checkpoint"
+            )
+
     try:
-        runner.run(on_run=records.add)
+        runner.run(on_run=on_run)
     except ExecError as exc:
         raise UserError(f"{exc}; nothing else was run, and what was is in {c.out}") from None
+    except KeyboardInterrupt:
+        print(
+            f"\ndetbench: interrupted: {len(runner.facts)} runs kept in {c.out}; "
+            f"'detbench exec --resume {c.out}' runs the rest",
+            file=sys.stderr,
+        )
+        return 130
     finish(c.out, partings(c.out, runner.facts))
     # the analyses and the report load pandas, scipy and matplotlib: only once the runs are done
     from detbench.report.execsection import summary_text

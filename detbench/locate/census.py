@@ -11,7 +11,9 @@ deterministic implementation at all.
 and counts those that the installed torch documents as nondeterministic by default on the
 device the op ran on (``core.catalog.documenting_all``: both of ``use_deterministic_algorithms``'
 lists, the ops it makes deterministic and those it makes raise). An entry whose condition names
-``accumulate=True`` or ``accumulate=False`` counts a call only with that argument. Each op is
+``accumulate=True`` or ``accumulate=False`` counts a call only with that argument; an
+``index_put`` without accumulation through a boolean mask (``ids[noise] = x``, which
+``hf_tiny_lm.py`` does at each step) writes each place once and is not counted. Each op is
 counted per (op, phase, file, line) of the user's code.
 
 ``start_recorder`` and ``stop_recorder`` are ``detbench locate -- COMMAND``'s: the whole
@@ -41,6 +43,13 @@ def _accumulate(op: str, args: Any, kwargs: Any) -> bool | None:
     if kwargs and "accumulate" in kwargs:
         return bool(kwargs["accumulate"])
     return bool(args[at]) if len(args) > at else False
+
+
+def _masked(args: Any) -> bool:
+    """Whether an ``index_put`` indexes by a boolean mask (``ids[noise] = ...``): each place is
+    written at most once, so the writes cannot race, whatever torch documents of the op."""
+    indices = args[1] if len(args) > 1 and isinstance(args[1], list | tuple) else ()
+    return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in indices)
 
 
 def _applies(entry: catalog.CatalogEntry, accumulate: bool | None) -> bool:
@@ -73,6 +82,8 @@ class Census(Recorder):
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         device = tensors[0].device.type if tensors else "cpu"
         acc = _accumulate(op, args, kwargs)
+        if acc is False and _masked(args):  # a mask writes each place once: no order to race
+            return out
         key = (op, device, rec["phase"], acc)
         if key not in self._cache:
             hits = catalog.documenting_all([op], device, rec["phase"])

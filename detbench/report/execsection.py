@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +234,13 @@ def exec_blocks(doc: dict[str, Any]) -> list[Block]:
         ),
         Table(HEADER, mode_rows(doc)),
     ]
-    aside = sorted({s for f in _runs(doc) for s in f.get("set_aside") or []})
+    aside = sorted(
+        {
+            re.sub(r" \(\d+, first on line \d+\)", "", s)
+            for f in _runs(doc)
+            for s in f.get("set_aside") or []
+        }
+    )
     if aside:
         out.append(Para("Set aside, never equal between runs: " + "; ".join(aside) + "."))
     changes = changes_lines(doc)
@@ -274,4 +281,6 @@ def summary_text(d: Path) -> str:
     lines += [f"points to: {x}" for x in hints(doc)]
     for r in census_rows(doc):
         lines.append(f"can race: {r[0]} ({r[1]}), {r[2]} calls in {r[3]} steps at {r[4]}")
+    if doc.get("census") and not census_rows(doc):
+        lines.append("can race: no op that torch documents as nondeterministic on its device")
     return "\n".join(str(x) for x in lines)

@@ -31,6 +31,7 @@ from detbench.store.results import (
 from detbench.worker.applied import columns
 from detbench.worker.outputs import Outputs, digest_of, first_parting, read_outputs
 from detbench.worker.protocol import PACKAGE_ROOT
+from detbench.worker.timing import Timing
 
 #: What an exec run calls its suite.
 SUITE = "exec"
@@ -113,7 +114,7 @@ class ExecRecords:
                 block_start=[facts["start_unix"]] if ok else [],
                 workers=len(self.c.modes) + 1,
                 number_per_block=1,
-                timing=None,
+                timing=timing_of(sample) if ok else None,
                 status=status,
                 message=None if ok else facts.get("stderr_tail"),
                 worker_pid=facts.get("pid"),
@@ -154,12 +155,35 @@ class ExecRecords:
             device_name=f"{device_of(facts)}:0",
             utc=utc_now(),
             mode_position=facts.get("position"),
+            items_per_step=1.0,  # a run of the command is the unit: its throughput is runs/s
         )
         if boot.get("changes"):
             rec["settings_changes"] = {
                 ch["setting"]: f"{ch['file']}:{ch['line']}" for ch in boot["changes"]
             }
         return rec
+
+
+def timing_of(seconds: float) -> dict[str, Any]:
+    """A run's one sample as the paired analysis reads a line's timing: the command's time less
+    its start-up (or its wall time where the boot did not report), one block of one "step"."""
+    return Timing(
+        samples=(seconds,),
+        number_per_block=1,
+        median=seconds,
+        iqr=0.0,
+        warmup_steps=0,
+        budget=0.0,
+        num_threads=0,
+        ci_low=seconds,
+        ci_high=seconds,
+        ci_rel=0.0,
+        target_rel=0.0,
+        reached_target=False,
+        clock="perf_counter: the command's own time, its start-up apart",
+        min_samples=1,
+        clock_mode="exec",
+    ).to_json()
 
 
 def partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:

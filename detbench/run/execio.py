@@ -12,7 +12,8 @@ steps between the first and the last such line over the time between their arriv
 fewer than two distinct steps were printed, or where they came within ``MIN_SPAN`` seconds (a
 script that prints all its losses at the end).
 
-**Files.** ``Snapshot`` notes every file under the watched folder (size and modification time)
+**Files.** ``Snapshot`` notes every file under the watched folders (the user's folder, and the
+folders the command's arguments name elsewhere: ``named_folders``; size and modification time)
 before a run; ``changed`` lists those the run created or modified after it, which ``keep``
 copies into the run's ``files/`` folder (the next run of the same script writes the same
 paths). Hidden folders, ``__pycache__``, virtual environments and the run's own output folder
@@ -106,45 +107,59 @@ def steps_per_second(streams: list[Stream]) -> tuple[float | None, int]:
 
 
 class Snapshot:
-    """The files under ``root`` (size, mtime in ns), but those under ``skip``."""
+    """The files under ``roots`` (size, mtime in ns), but those under ``skip``, each by the name
+    the comparison gives it: its path relative to the first root (the user's folder), or, under
+    another root (a folder the command names, such as ``--out /scratch/run``), its absolute path
+    without the leading ``/``."""
 
-    def __init__(self, root: Path, skip: list[Path]) -> None:
-        self.root = root.resolve()
+    def __init__(self, roots: list[Path], skip: list[Path]) -> None:
+        self.roots = [r.resolve() for r in roots]
         self.skip = [p.resolve() for p in skip]
+        self.where: dict[str, Path] = {}
         self.files = self._scan()
+
+    def _name(self, p: Path) -> str:
+        home = self.roots[0]
+        return str(p.relative_to(home)) if p.is_relative_to(home) else str(p).lstrip("/")
 
     def _scan(self) -> dict[str, tuple[int, int]]:
         out: dict[str, tuple[int, int]] = {}
-        for here, dirs, files in os.walk(self.root):
-            d = Path(here)
-            dirs[:] = [
-                x
-                for x in sorted(dirs)
-                if not x.startswith(".")
-                and x not in SKIP_DIRS
-                and not any((d / x).resolve() == s for s in self.skip)
-            ]
-            for name in sorted(files):
-                p = d / name
-                try:
-                    st = p.stat()
-                except OSError:
-                    continue
-                out[str(p.relative_to(self.root))] = (st.st_size, st.st_mtime_ns)
-                if len(out) >= MAX_FILES:
-                    return out
+        for root in self.roots:
+            if not root.is_dir():
+                continue
+            for here, dirs, files in os.walk(root):
+                d = Path(here)
+                dirs[:] = [
+                    x
+                    for x in sorted(dirs)
+                    if not x.startswith(".")
+                    and x not in SKIP_DIRS
+                    and not any((d / x).resolve() == s for s in self.skip)
+                    and (d / x).resolve() not in self.roots[1:]  # scanned as its own root
+                ]
+                for name in sorted(files):
+                    p = d / name
+                    try:
+                        st = p.stat()
+                    except OSError:
+                        continue
+                    key = self._name(p)
+                    out[key] = (st.st_size, st.st_mtime_ns)
+                    self.where[key] = p
+                    if len(out) >= MAX_FILES:
+                        return out
         return out
 
     def changed(self) -> list[str]:
-        """The files created or modified since the snapshot, relative to ``root``."""
+        """The files created or modified since the snapshot, by their names."""
         now = self._scan()
         return sorted(k for k, v in now.items() if self.files.get(k) != v)
 
     def keep(self, names: list[str], dest: Path) -> list[str]:
-        """Copy ``names`` into ``dest`` (their relative paths kept); returns those left out."""
+        """Copy ``names`` into ``dest`` (under their names); returns those left out."""
         left = []
         for name in names:
-            src = self.root / name
+            src = self.where[name]
             try:
                 if src.stat().st_size > MAX_BYTES:
                     left.append(f"{name} (over {MAX_BYTES >> 30} GiB)")
@@ -155,3 +170,21 @@ class Snapshot:
             except OSError as exc:
                 left.append(f"{name} ({exc.strerror or exc})")
         return left
+
+
+def named_folders(command: list[str], cwd: Path) -> list[Path]:
+    """The folders a command's arguments name outside ``cwd`` (``--out /scratch/run``,
+    ``--output_dir=/tmp/x``): watched too, the folder itself where it exists or its parent
+    does (a folder the run will make)."""
+    out: list[Path] = []
+    home = cwd.resolve()
+    for arg in command[1:]:
+        value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+        if "/" not in value or value.startswith("-"):
+            continue
+        p = (cwd / value).resolve()
+        if p.is_relative_to(home) or p.is_file() or p in out:
+            continue
+        if p.is_dir() or (p.parent.is_dir() and not p.suffix):
+            out.append(p)
+    return out

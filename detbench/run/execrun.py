@@ -36,6 +36,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -47,7 +48,7 @@ from typing import Any, TextIO
 
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import Mode
-from detbench.run.execio import Snapshot, Stream, steps_per_second
+from detbench.run.execio import Snapshot, Stream, named_folders, steps_per_second
 from detbench.store.outdir import refuse_used
 from detbench.store.results import write_json_atomic
 from detbench.worker.hostload import Probe
@@ -268,9 +269,10 @@ class ExecRunner:
             shutil.rmtree(d)
         d.mkdir(parents=True)
         job = self._job(slot, d, census, record)
-        snap = Snapshot(c.cwd, skip=[c.out])
+        snap = Snapshot([c.cwd, *named_folders(c.command, c.cwd)], skip=[c.out])
         load = Probe("cpu", os.getpid())  # the command is this process's: its own, not foreign
         load.start()
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t_unix, t0 = time.time(), time.monotonic()
         proc = subprocess.Popen(
             c.command,
@@ -287,13 +289,17 @@ class ExecRunner:
         status = "ok"
         try:
             code: int | None = proc.wait(timeout=c.timeout)
+        except KeyboardInterrupt:  # its own session hears no Ctrl-C: end it with this one
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
         except subprocess.TimeoutExpired:
             status, code = "timeout", None
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         wall = time.monotonic() - t0
-        host_load = load.stop()
+        host_load = own_children(load.stop(), ru0)
         with contextlib.suppress(
             ProcessLookupError, PermissionError
         ):  # a command that leaves a child holding its pipes
@@ -382,6 +388,20 @@ def load_config(out: Path) -> ExecConfig:
     if not path.exists():
         raise ExecError(f"{out} holds no {EXEC_FILE}: not a detbench exec run, nothing to resume")
     return ExecConfig.from_json(json.loads(path.read_text())["config"], out)
+
+
+def own_children(h: dict[str, Any], before: Any) -> dict[str, Any]:
+    """``h`` (a ``Probe``'s reading over one run) with the command's own CPU time counted as the
+    run's: the Probe counts the run's live processes, and the command has exited (and been
+    reaped) when it stops, so its time would read as foreign. ``before``: this process's
+    ``RUSAGE_CHILDREN`` at the start (the command and every descendant it waited for)."""
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    other, seconds, cpus = h.get("other_cpu"), h.get("seconds"), h.get("cpus")
+    if other is None or not seconds or not cpus:
+        return h
+    own = min(float(other), float(h.get("other_cpu_own") or 0.0) + child / (seconds * cpus))
+    return {**h, "other_cpu_own": own, "other_cpu_foreign": max(0.0, float(other) - own)}
 
 
 def _boots(d: Path) -> list[dict[str, Any]]:
