@@ -74,6 +74,12 @@ def test_nondeterministic_by_default_fixed_by_the_deterministic_mode(
                                                              None)  # fmt: skip
     assert c["max_abs_diff"] > 0 and c["fixed_by_deterministic_mode"] is True
     assert audits["audit/clean_mlp"]["located"] is None  # reproducible: nothing to locate
+    # named by the census whatever the runs said (issue 40): the op, its count and its line
+    (race,) = a["can_race"]
+    assert (race["op"], race["accumulate"], race["line"], race["count"]) == (
+        "index_put_", True, line, 2,
+    )  # fmt: skip
+    assert audits["audit/clean_mlp"]["can_race"] == []
 
 
 @pytest.mark.slow  # a whole run end to end: make test-slow and CI run it

@@ -242,13 +242,14 @@ def test_the_transformers_script_is_reproducible(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.default_device  # the script picks its device; CPU_ONLY hides any GPU from it
 def test_locate_names_the_racing_line_of_the_script(tmp_path: Path) -> None:
     proc = detbench_cli(
         "locate", "--json", "--", PY, "embedding_race.py", "--out", str(tmp_path / "ckpt"),
         cwd=SCRIPTS, env=CPU_ONLY,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
-    (loc,) = json.loads(proc.stdout)
+    loc = json.loads(proc.stdout)  # one object for one command
     assert loc["reproducible"] is False
     culprit = loc["culprits"][0]
     assert culprit["op"] == "aten.index_put" and culprit["phase"] == "backward"

@@ -70,6 +70,9 @@ class Audit:
     results_dir: str | None = None
     #: Where the default mode's runs first part (``detbench.locate.stages``), when they do.
     located: dict[str, Any] | None = None
+    #: Every op the probe's steps called that torch documents as nondeterministic by default on
+    #: this device, with its count and line (``locate.census``), whether or not the runs agree.
+    can_race: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +86,7 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
     import torch
 
     from detbench.core.seeding import seed_all
+    from detbench.locate.census import Census  # torch: the probe's child's, as above
 
     user_file = str(Path(source).resolve())
     torch.backends.cudnn.benchmark = False
@@ -126,6 +130,8 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
         }
 
     error = None
+    census = Census(user_file)
+    census.start()
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = catch
@@ -139,8 +145,10 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
                 torch.cuda.synchronize(device)
         except Exception as exc:  # the op list so far still answers the question
             error = f"{phase}: {type(exc).__name__}: {exc}"
+    can_race = census.stop()
     return {
         "findings": list(found.values()),
+        "can_race": can_race,
         "error": error,
         "torch": torch.__version__,
         "cublas_workspace_config": os.environ.get(CUBLAS_ENV),
@@ -226,6 +234,7 @@ def audit(
             torch=torch.__version__,
             findings=[Finding(**f) for f in probe["findings"]],
             probe_error=probe.get("error"),
+            can_race=list(probe.get("can_race") or []),
         )
         audits.append(a)
     print(
@@ -309,6 +318,17 @@ def to_text(audits: list[Audit]) -> str:
                 lines.append(f"    {f.op}{times}  at {_shown(f.file)}:{f.line}  {f.code.strip()}")
         else:
             lines.append("  no op without a deterministic implementation was called")
+        if a.can_race:
+            lines.append(
+                "  ops that torch documents as nondeterministic by default here, called in the "
+                f"probe's {PROBE_STEPS} steps (whether or not the runs below agree):"
+            )
+            for e in a.can_race:
+                acc = f" (accumulate={e['accumulate']})" if e.get("accumulate") is not None else ""
+                lines.append(
+                    f"    {e['op']}{acc} in {e['phase']}, x{e['count']}  at "
+                    f"{_shown(e['file'])}:{e['line']}"
+                )
         if a.probe_error:
             lines.append(f"  the probe stopped early: {a.probe_error}")
         lines.append("  bitwise reproducible in fresh processes:")
