@@ -49,6 +49,7 @@ from detbench.run.paired_members import (
     done_groups,
     group_line,
     line_of,
+    lost_words,
     round_order,
     stop_words,
     time_left,
@@ -320,9 +321,8 @@ class PairedPhase:
         if m.worker is not None:
             m.worker.kill()
             code = self.crew.finish(m.worker)
-            said = log_tail(m.worker.log)
-            status = "timeout" if what == "was silent" else status
-            m.failure = (status, f"the worker {what} (exit {code}): {said}")
+            status, why = lost_words(what, code, self.timeout, status)
+            m.failure = (status, f"{why}; log: {log_tail(m.worker.log)}")
             m.worker = None
 
     def _end(self, members: list[Member]) -> None:

@@ -15,6 +15,7 @@ from detbench.run.schedule import clock
 from detbench.run.supervise import WorkerProcess
 from detbench.store.paired import PairedWriter
 from detbench.store.results import utc_now
+from detbench.worker.protocol import exit_description
 
 if TYPE_CHECKING:
     from detbench.run.estimate import Estimate
@@ -230,3 +231,13 @@ class Writer:
 
     def __exit__(self, *exc: object) -> None:
         self.writer.close()
+
+
+def lost_words(what: str, code: int | None, timeout: Any, status: str) -> tuple[str, str]:
+    """(status, why) of a member whose worker is gone, in a verdict worker's words
+    (``supervise.ending``): ``what`` it did ("was silent", "ended", ...), its exit ``code``."""
+    if what == "was silent":
+        return "timeout", f"exceeded the --timeout of {timeout:g} s; worker killed"
+    if what == "ended":
+        return status, f"worker {exit_description(code)} while running this workload"
+    return status, f"the worker {what} ({exit_description(code)})"
