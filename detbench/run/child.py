@@ -220,6 +220,9 @@ def pair(job: dict[str, Any], out: Channel) -> int:
         elif word == "finish" and timing is not None:
             out.send({"type": "timed", **timing.finish()})
             timing = None
+            # the rounds ran the step again: a step that sets a flag (cudnn.benchmark = True)
+            # set it again after the verdict's restore; the next workload starts in the mode
+            ws.restore()
             gc.freeze()
         elif word == "exit":  # the runner is closing this worker's pipe: nothing more to say
             return 0
