@@ -316,12 +316,12 @@ class PairedPhase:
             m.worker.send("go")
 
     def _lose(self, m: Member, what: str, status: str = "crashed") -> None:
-        """``m``'s worker is gone (it crashed, or was silent past its limit): killed and
-        reaped; a fresh one takes the next workload."""
+        """``m``'s worker is gone (crashed, or silent past its limit): killed and reaped."""
         if m.worker is not None:
             m.worker.kill()
             code = self.crew.finish(m.worker)
             status, why = lost_words(what, code, self.timeout, status)
+            m.exit_code = code
             m.failure = (status, f"{why}; log: {log_tail(m.worker.log)}")
             m.worker = None
 
@@ -429,8 +429,8 @@ class PairedPhase:
                 elif msg is not None:
                     m.prepared = msg
             if owes and (key, m.mode.name, replicate) in self.owed and self.lost_record:
-                status, message = m.failure or ("crashed", "the worker ended")
-                self._verdict(self.lost_record(key, m.mode, replicate, status, message, None))
+                status, why = m.failure or ("crashed", "the worker ended")
+                self._verdict(self.lost_record(key, m.mode, replicate, status, why, m.exit_code))
         finally:
             self.stats.prepare += time.perf_counter() - t0
 

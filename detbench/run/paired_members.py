@@ -68,6 +68,7 @@ class Member:
     subgroup: int = 0
     workers: int = 0  # members timed side by side in its subgroup
     failure: tuple[str, str] | None = None  # (status, message) of the workload in hand
+    exit_code: int | None = None  # its worker's, where the worker died on it
 
     @property
     def label(self) -> str:
@@ -75,6 +76,7 @@ class Member:
 
     def reset(self) -> None:
         self.prepared, self.failure, self.timed, self.reference_timer = None, None, None, None
+        self.exit_code = None
         self.samples, self.rounds, self.positions, self.starts = [], [], [], []
         self.references, self.subgroup, self.workers = [], 0, 0
 
