@@ -159,7 +159,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert plan["paired"]["groups"] == n * 2 and plan["paired"]["workers_per_group"] == 3
     assert plan["paired_seconds"] > 0 and plan["record_seconds"] > 0
     expected = (
-        plan["startup_seconds"]
+        # the paired workers make the verdicts (issue 39): their start-ups are in paired_seconds
+        (plan["startup_seconds"] if plan["startup_charged"] else 0.0)
+        + plan.get("probe_seconds", 0.0)
         + plan["startup_waits_seconds"]
         + plan["record_seconds"]
         + plan["invariance_seconds"]
@@ -172,7 +174,8 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written anywhere here
     text = _detbench(*args, cwd=tmp_path)
     assert text.returncode == 0, text.stderr
-    assert f"= {n * 4} records in 4 fresh workers" in text.stdout
+    # one group of fresh workers per replicate makes its verdicts and costs (issue 39)
+    assert f"= {n * 4} records in 2 groups of 3 fresh workers (one per replicate)" in text.stdout
     assert "nothing was written" in text.stdout
     assert not out.exists()
     bad = _detbench("run", "--suite", "conv", "--json", "--device", "cpu", cwd=tmp_path)
