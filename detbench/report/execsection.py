@@ -23,9 +23,9 @@ import numpy as np
 from scipy import stats as sps
 
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
+from detbench.run.execdoc import CUDNN_FLAGS
+from detbench.run.execrun import EXEC_FILE
 
-#: The exec run's file (``run.execrun.EXEC_FILE``).
-EXEC_FILE = "exec.json"
 #: The columns of the table of modes.
 HEADER = [
     "mode",
@@ -144,10 +144,6 @@ def where_text(p: dict[str, Any]) -> str:
     return f"{intro}{p.get('item')}{size}"
 
 
-#: The mode's flags that act through cuDNN only.
-CUDNN = ("benchmark", "cudnn_deterministic", "cudnn_enabled")
-
-
 def doc_device(doc: dict[str, Any]) -> str:
     """Where the script ran its tensors (its runs' boots say)."""
     used = {(f.get("boot") or {}).get("device") for f in _runs(doc)}
@@ -167,7 +163,7 @@ def changes_lines(doc: dict[str, Any]) -> list[str]:
             f"{Path(ch['file']).name}:{ch['line']} ({ch['code']}) sets {ch['setting']} from "
             f"{ch['from']} to {ch['to']}, after the mode was applied: "
         )
-        if inert and ch["setting"] in CUDNN:
+        if inert and ch["setting"] in CUDNN_FLAGS:
             said += (
                 "a cuDNN flag acts on nothing on a CPU, where the script ran, so these runs "
                 "measured the modes asked for; on a GPU every mode would run with it"
