@@ -191,23 +191,27 @@ INVARIANCE_SECONDS_PER_SIZE = {
     ("cuda", "full"): 0.05,
 }
 #: A verdict record of the paired design (no timing pass: build, fingerprint, FLOP count and
-#: clean-up), by suite, per (device, profile), where a run measured them: CUDA full, the mean of
-#: those phases over the ok records of results/20261126-060355-cuda-full-h100-partial (H100, torch
-#: 2.11; 604 records with cuDNN on, 132 without). Elsewhere a figure less the model's timing.
+#: clean-up), by suite, per (device, profile), where a run measured them. CUDA full: the mean of
+#: those phases over the 452 ok records of results/20261128-011342-cuda-full-h200-partial (H200,
+#: torch 2.11, 2026-11-28: the fused design itself, each verdict made in the worker that then
+#: times the step; 361 records with cuDNN on, 91 without, conv and two RNNs in 2 replicates, the
+#: rest in 1). They are 1.4-1.5 times what the H100's verdict workers of the separate design took
+#: (results/20261126-060355-cuda-full-h100-partial: conv 0.215, rnn 0.24 / 1.017, training 1.309 /
+#: 3.114). Elsewhere a figure less the model's timing.
 VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
     ("cuda", "full", True): {
-        "conv": 0.215,
-        "rnn": 0.24,
-        "batchnorm": 0.061,
-        "bmm": 0.21,
-        "training": 1.309,
+        "conv": 0.321,
+        "rnn": 0.326,
+        "batchnorm": 0.108,
+        "bmm": 0.211,
+        "training": 1.875,
     },
     ("cuda", "full", False): {
-        "conv": 0.199,
-        "rnn": 1.017,
-        "batchnorm": 0.065,
-        "bmm": 0.186,
-        "training": 3.114,
+        "conv": 0.333,
+        "rnn": 1.690,
+        "batchnorm": 0.159,
+        "bmm": 0.217,
+        "training": 4.300,
     },
 }
 #: The paired phase (issue 34, ``run/paired.py``). A member's preparation of one workload: its
@@ -233,15 +237,48 @@ SUITE_PREPARE_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: The cores of the lent GPU hosts (an H100 or an H200 with 16 CPU cores): a paper estimate of a
 #: CUDA plan starts a group's workers on them, not on this host's cores.
 GPU_HOST_CORES = 16
-#: A turn's cost beyond its block: the runner's line to the worker, its wake-up and its message
-#: back. CPU: PAIRED_TURN_CPU_NOTE. CUDA: a paper estimate (a pipe's round trip and the block's
-#: one host synchronisation, a few hundred microseconds).
-PAIRED_TURN_SECONDS = {"cpu": 0.001, "cuda": 0.0005}
+#: A turn's cost beyond its block and the one untimed step before it: the runner's line to the
+#: worker, its wake-up and its message back. CPU: PAIRED_TURN_CPU_NOTE. CUDA: 2.5 ms, measured on
+#: the H200 (results/20261128-011342-cuda-full-h200-partial: the median over its 45 groups of the
+#: rounds' span less their blocks and untimed steps, per turn; 4,125 turns spanned 214.3 s, of
+#: which blocks 114.6 s and untimed steps 90.7 s). The paper figure before it was 0.5 ms.
+PAIRED_TURN_SECONDS = {"cpu": 0.001, "cuda": 0.0025}
+#: A member's mean block and step (seconds) per (suite, cuDNN on) and (device, profile), where a
+#: run measured them: a turn costs its block (at least one step), one untimed step and
+#: PAIRED_TURN_SECONDS. CUDA full: the means over the paired lines of the same H200 run (495
+#: lines). A mode without cuDNN runs a native kernel: the RNNs' and ResNet-18's steps are 0.3-1.2
+#: s there, against 0.01-0.05 s with cuDNN, and those members set how long a group's rounds take.
+#: Elsewhere (unmeasured) a turn is priced at its block alone.
+PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[float, float]]] = {
+    ("cuda", "full"): {
+        ("conv", True): (0.0092, 0.0015),
+        ("conv", False): (0.0441, 0.0428),
+        ("rnn", True): (0.0347, 0.0347),
+        ("rnn", False): (0.3993, 0.3993),
+        ("batchnorm", True): (0.0098, 0.0004),
+        ("batchnorm", False): (0.0090, 0.0005),
+        ("bmm", True): (0.0116, 0.0061),
+        ("bmm", False): (0.0109, 0.0061),
+        ("training", True): (0.0466, 0.0466),
+        ("training", False): (0.3049, 0.3049),
+    },
+}
 #: The share of its most rounds (``--rounds``) a paired group takes on average, now that the
 #: rounds stop once every mode's ratio settles (``run/paired_rounds.py``; at least 6 are
 #: taken). CPU: 1.0, the cap; the core quick matrix on the 2-core VM (2026-11-27, docs/measured.md)
 #: took 10.8 of its 12 rounds a group on average (71 of 99 groups the 12), so the plan errs long
-#: by at most a tenth of its rounds there. CUDA: a paper estimate until a GPU runs it: a GPU step
-#: steady to 1% settles at the 6th of its 10 rounds, one that is not stops narrowing by the 9th,
-#: so 0.75.
-PAIRED_ROUNDS_TAKEN = {"cpu": 1.0, "cuda": 0.75}
+#: by at most a tenth of its rounds there. CUDA: 0.83, measured on the H200 (the same run's 45
+#: groups took 8.33 of their 10 rounds on average); by suite in PAIRED_ROUNDS_BY_SUITE.
+PAIRED_ROUNDS_TAKEN = {"cpu": 1.0, "cuda": 0.83}
+#: The same share by suite, per (device, profile), where a run measured it. CUDA full, the H200
+#: run above: every rnn and training group stopped at the 6th of 10 rounds (steps of 10 ms and
+#: more settle at once), batchnorm's took all 10, conv's 8.8 and bmm's 9.0 on average.
+PAIRED_ROUNDS_BY_SUITE: dict[tuple[str, str], dict[str, float]] = {
+    ("cuda", "full"): {"conv": 0.88, "rnn": 0.6, "batchnorm": 1.0, "bmm": 0.9, "training": 0.6},
+}
+#: A paired group's start-up on a GPU host, all its workers spawned at once: (fixed seconds,
+#: seconds per worker). CUDA: fitted to the H200's two runs of 2026-11-28, 23.2 s a group of 11
+#: (results/20261128-011342-cuda-full-h200-partial, ``run_stats.paired.startup`` 46.3 s over 2
+#: groups) and 10.0 s a group of 3 (results/20261128-013218-cuda-full-bmm-steady, 20 s over 2):
+#: 16 cores do not start 11 CUDA workers in one worker's time, as the plan had assumed.
+GROUP_START_SECONDS = {"cuda": (5.05, 1.65)}

@@ -23,8 +23,8 @@ interval must hold 1). For each workload:
 hold the baseline's copy, their rounds numbered on from the subgroup before (``subgroup`` in the
 lines); an out-of-memory error of one member is that member's record.
 
-The workers are the runner's (``supervise.WorkerProcess``), of job kind ``PAIR_KIND``, a group's
-started at once. On a CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
+The workers (``supervise.WorkerProcess``, kind ``PAIR_KIND``) of a group start at once; on a
+CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
 """
 
 from __future__ import annotations
@@ -227,8 +227,8 @@ class PairedPhase:
             rounds=self.rounds,
             block_seconds=block_seconds,
             fused=bool(self.owed),
-            # The warm-up's ceiling (``worker.paired.PairedTiming._warm_up``).
             warmup=min(self.budget, self.rounds * block_seconds / 2),
+            cudnn_off=sum(1 for m, _ in self.members_of if not m.cudnn_enabled),
         )
 
     def run(self) -> None:

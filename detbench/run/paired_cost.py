@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from detbench.run.costs import (
+    GROUP_START_SECONDS,
+    PAIRED_BLOCK_STEP_SECONDS,
     PAIRED_PREPARE_SECONDS,
+    PAIRED_ROUNDS_BY_SUITE,
     PAIRED_ROUNDS_TAKEN,
     PAIRED_TURN_SECONDS,
     SUITE_PREPARE_SECONDS,
@@ -44,7 +47,12 @@ class PairedPlan:
     #: left of its preparation is its warm-up until steady (at most ``warmup`` seconds), but the
     #: A/A copy's, which builds.
     fused: bool = False
+    #: A member's warm-up ceiling (``worker.paired.PairedTiming._warm_up``): half the seconds its
+    #: rounds sample, at most the budget.
     warmup: float = 0.0
+    #: How many of a group's workers run a mode with cuDNN off (a native kernel, often far
+    #: slower: priced at its own step where a run measured one).
+    cudnn_off: int = 0
 
     def seconds(
         self,
@@ -64,9 +72,11 @@ class PairedPlan:
             return 0.0
         cores = cores or os.cpu_count() or 1
         group_start = startup * max(1.0, self.workers / cores)
+        if device in GROUP_START_SECONDS:
+            fixed, each = GROUP_START_SECONDS[device]
+            group_start = max(group_start, fixed + each * self.workers)
         prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1)
         suites = SUITE_PREPARE_SECONDS.get((device, profile), {})
-        turn = self.block_seconds + PAIRED_TURN_SECONDS.get(device, 0.001)
         measured = probed or {}
 
         def member(key: str) -> float:
@@ -75,8 +85,7 @@ class PairedPlan:
                 return max(prepare, got.seconds - got.count - got.timing)
             return suites.get(key.partition("/")[0], prepare)
 
-        rounds = max(6.0, PAIRED_ROUNDS_TAKEN.get(device, 1.0) * self.rounds)
-        timing = self.groups * rounds * turn * self.workers
+        timing = sum(self.rounds_seconds(key, device, profile) for key in self.keys)
         if self.fused:  # the A/A copy builds; the others warm the verdict's step up
             aa = sum(member(k) for k in self.keys)
             return (
@@ -91,6 +100,24 @@ class PairedPlan:
             + timing
         )
 
+    def rounds_seconds(self, key: str, device: str, profile: str) -> float:
+        """One group's rounds on paper: the rounds its suite takes, each a turn of every worker.
+        Where a run measured the suite's blocks and steps on this device, a turn is its block,
+        one untimed step and the turn's overhead, its cuDNN-off members at their own figures;
+        elsewhere a turn is the block and the overhead."""
+        suite = key.partition("/")[0]
+        share = PAIRED_ROUNDS_BY_SUITE.get((device, profile), {}).get(
+            suite, PAIRED_ROUNDS_TAKEN.get(device, 1.0)
+        )
+        rounds = max(6.0, share * self.rounds)
+        overhead = PAIRED_TURN_SECONDS.get(device, 0.001)
+        steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
+        if (suite, True) not in steps:
+            return rounds * self.workers * (self.block_seconds + overhead)
+        on, off = steps[(suite, True)], steps.get((suite, False), steps[(suite, True)])
+        turns = (self.workers - self.cudnn_off) * sum(on) + self.cudnn_off * sum(off)
+        return rounds * (turns + self.workers * overhead)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "groups": self.groups,
@@ -99,4 +126,5 @@ class PairedPlan:
             "rounds": self.rounds,
             "block_seconds": self.block_seconds,
             "fused": self.fused,
+            "cudnn_off": self.cudnn_off,
         }
