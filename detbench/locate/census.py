@@ -122,14 +122,24 @@ class Census(Recorder):
 
     def install(self) -> None:
         super().install()
-        import torch.optim.optimizer as optim
+        _count_optimizer_steps(self, end_step=False)
 
-        if hasattr(optim, "register_optimizer_step_post_hook"):
 
-            def stepped(*_: Any) -> None:
-                self.step += 1
+def _count_optimizer_steps(rec: Recorder, end_step: bool) -> None:
+    """After each optimizer step, ``rec.step`` counts on (its step's digests ended first where
+    ``end_step``); the hook is removed with ``rec``'s others. Where the installed torch has no
+    such hook, the whole script is step 0."""
+    import torch.optim.optimizer as optim
 
-            self._handles.append(optim.register_optimizer_step_post_hook(stepped))
+    if not hasattr(optim, "register_optimizer_step_post_hook"):
+        return
+
+    def stepped(*_: Any) -> None:
+        if end_step:
+            rec.end_step()
+        rec.step += 1
+
+    rec._handles.append(optim.register_optimizer_step_post_hook(stepped))
 
 
 def start_recorder(script: str | None) -> Recorder:
@@ -137,15 +147,7 @@ def start_recorder(script: str | None) -> Recorder:
     rec = Recorder(user_file=script)
     rec.phase, rec.step = "forward", 0
     rec.install()
-    import torch.optim.optimizer as optim
-
-    if hasattr(optim, "register_optimizer_step_post_hook"):
-
-        def stepped(*_: Any) -> None:
-            rec.end_step()
-            rec.step += 1
-
-        rec._handles.append(optim.register_optimizer_step_post_hook(stepped))
+    _count_optimizer_steps(rec, end_step=True)
     rec.__enter__()
     return rec
 
