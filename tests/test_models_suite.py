@@ -331,6 +331,21 @@ def test_the_time_left_weighs_each_workload_by_its_own_records() -> None:
     assert p.left(11.0) == pytest.approx(2 * 1.0 + 2 * 10.0)
 
 
+def test_the_paired_phase_after_the_records_keeps_its_own_figure() -> None:
+    """A run whose verdict workers are one slow suite (the CPU matrix's torchrun launches) and
+    whose paired phase follows: a record 10x its figure prices the records left of its workload
+    10x, but not the paired phase, whose own progress line rescales it once it runs."""
+    clock = FakeClock()
+    mode = detbench.get_mode("default")
+    costs = {(r, "default"): (0.0, {"distributed/ddp": 1.0}) for r in range(3)}
+    p = Progress(3, 303.0, io.StringIO(), costs, clock, after=300.0)
+    slot = Slot(replicate=0, position=0, mode=mode, keys=("distributed/ddp",))
+    p.show(slot, 3, 1, "distributed/ddp")
+    clock.now = 10.0
+    p.advance("distributed/ddp")
+    assert p.left(10.0) == pytest.approx(2 * 10.0 + 300.0)
+
+
 def test_a_context_note_is_checked() -> None:
     ctx = Context(device=torch.device("cpu"), profile="quick", seed=0)
     ctx.note(attn_implementation="eager")
