@@ -204,3 +204,24 @@ def test_a_measured_workload_prices_its_paired_members_at_its_own_build() -> Non
     prepare = PAIRED_PREPARE_SECONDS[("cpu", "quick")]
     assert measured - model == pytest.approx(11 * 3 * (6.0 - prepare))
     assert plan.seconds("cpu", "quick", 3.0, cores=2, probed={"custom/other": unet}) == model
+
+
+def test_a_cuda_group_is_priced_at_its_suites_measured_turns() -> None:
+    """On the H200 (2026-11-28) a turn cost its block, one untimed step and 2.5 ms, and the two
+    members without cuDNN of an RNN group ran 0.4 s steps against 0.035 s with it: on CUDA those
+    two set the group's rounds, where an unmeasured device keeps the block-only turn."""
+    from detbench.run.paired_cost import PairedPlan
+
+    def plan(off: int) -> PairedPlan:
+        return PairedPlan(groups=1, replicates=1, keys=("rnn/lstm",), workers=11, rounds=10,
+                          block_seconds=0.01, fused=True, cudnn_off=off)  # fmt: skip
+
+    with_cudnn = plan(0).rounds_seconds("rnn/lstm", "cuda", "full")
+    native = plan(2).rounds_seconds("rnn/lstm", "cuda", "full")
+    assert native > 2 * with_cudnn  # 2 of 11 members at ten times the step
+    # at least 6 rounds, each member's step timed once and warmed up once
+    assert with_cudnn > 6 * 11 * 2 * 0.0347
+    # the CPU has no measured turns: the block and the turn's overhead, whatever the members
+    assert plan(2).rounds_seconds("rnn/lstm", "cpu", "quick") == plan(0).rounds_seconds(
+        "rnn/lstm", "cpu", "quick"
+    )
