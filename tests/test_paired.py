@@ -337,3 +337,15 @@ def test_a_paired_run_of_two_replicates_is_told_its_intervals_will_be_wide(
         "freedom (12.7 standard errors each side, against 4.3 with 3 replicates)"
     )
     assert (note in err) is said, err
+
+
+def test_a_paired_gpu_timing_is_said_to_be_side_by_side_not_an_unheld_clock() -> None:
+    """The H200's paired lines (2026-11-28) carry no hold: their report said "sustained asked,
+    not held (no NVML)" though NVML read every one; a paired timing shares its clocks with the
+    modes beside it, and says so."""
+    from detbench.analysis.clocks import record_state
+
+    path = Path(__file__).parent.parent / "results/20261128-011342-cuda-full-h200-partial"
+    line = json.loads((path / "paired.jsonl").open().readline())
+    assert line["timing"]["gpu_clocks"]["source"] == "nvml"
+    assert record_state(line["timing"], "cuda") == "side by side, no hold"

@@ -29,6 +29,8 @@ def record_state(timing: Mapping[str, Any] | None, device: str | None) -> str:
     if not str(device or "").startswith("cuda") and timing.get("clock") != "cuda-event":
         return CPU
     mode = timing.get("clock_mode") or "burst"
+    if mode == "paired":  # the modes take turns beside each other: their clocks are shared
+        return "side by side, no hold"
     hold = timing.get("hold") or {}
     if mode == "burst" or hold.get("status") == "burst":
         return "burst"
