@@ -28,6 +28,7 @@ from detbench.run.costs import (
     PAIRED_TURN_SECONDS,
     SUITE_PREPARE_SECONDS,
 )
+from detbench.run.paired_rounds import MIN_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class PairedPlan:
         share = PAIRED_ROUNDS_BY_SUITE.get((device, profile), {}).get(
             suite, PAIRED_ROUNDS_TAKEN.get(device, 1.0)
         )
-        rounds = max(6.0, share * self.rounds)
+        rounds = max(float(MIN_ROUNDS), share * self.rounds)
         overhead = PAIRED_TURN_SECONDS.get(device, 0.001)
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps:
