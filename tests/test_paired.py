@@ -15,17 +15,20 @@ import pytest
 from scipy import stats as sps
 
 from detbench import analysis
-from detbench.analysis import aa, paired_costs, stats, variance
+from detbench.analysis import aa, paired_costs, price, stats, variance
+from detbench.analysis.clocks import clock_states
 from detbench.analysis.cost_intervals import costs
 from detbench.analysis.pairs import Paired, pair
 from detbench.cli import execute
+from detbench.core import acts
+from detbench.core.modes import MODES, get_mode
 from detbench.report import aa_check
 from detbench.report.method import method_blocks
 from detbench.report.render import to_markdown
 from detbench.run.config import RunConfig
 from detbench.store.lines import ResultsError
-from detbench.store.paired import PAIRED_FILE, PairedWriter, iter_paired, load_paired
-from detbench.store.results import load_env, load_results
+from detbench.store.paired import PAIRED_FILE, PairedWriter, iter_paired, line, load_paired
+from detbench.store.results import ResultWriter, load_env, load_results
 from tests.synthetic import paired_line, paired_run, record, write_run
 
 T2 = float(sps.t.ppf(0.975, 2))  # 4.3027: the t quantile of 3 processes
@@ -349,3 +352,52 @@ def test_a_paired_gpu_timing_is_said_to_be_side_by_side_not_an_unheld_clock() ->
     line = json.loads((path / "paired.jsonl").open().readline())
     assert line["timing"]["gpu_clocks"]["source"] == "nvml"
     assert record_state(line["timing"], "cuda") == "side by side, no hold"
+
+
+# --- on a CPU, one worker per computation (issue 39) ---------------------------------------------
+
+
+def test_on_a_cpu_each_computation_is_timed_once_the_baseline_first() -> None:
+    """Of the 10 modes, a CPU runs two computations (only deterministic algorithms act there):
+    each is timed by the first mode of its kind, and the paired phase puts the baseline first
+    so that it is the one timed. On a GPU every mode is its own computation."""
+    cpu = acts.timed_as(MODES, "cpu")
+    assert sorted(m for m, rep in cpu.items() if rep == m) == ["default", "det-algos"]
+    assert cpu["cudnn-det+det-algos"] == "det-algos" and cpu["no-cudnn"] == "default"
+    assert acts.timed_as(MODES, "cuda") == {m.name: m.name for m in MODES}
+    assert acts.timed_as([get_mode("bench"), get_mode("default")], "cpu")["default"] == "bench"
+
+
+def test_a_mode_timed_as_another_has_no_cost_of_its_own_and_says_which(tmp_path: Path) -> None:
+    """A record whose paired line is ``same_computation`` carries the mode that was timed for it
+    (``timed_as``), gets no cost (no number copied from its twin, no interval of zero width), and
+    the report's clocks column, the console's matrix and the price of full determinism name the
+    twin that was timed."""
+    paired_run(tmp_path, {"det-algos": [[math.log(0.5)] * 6] * 3, "copy1": [[0.0] * 6] * 3})
+    full = "cudnn-det+det-algos"
+    with PairedWriter(tmp_path) as w:
+        for r in range(3):
+            w.append(
+                line(
+                    suite="s", workload="w", mode=full, replicate=r, copy=0, samples=[],
+                    rounds=[], positions=[], block_start=[], workers=0, number_per_block=None,
+                    timing=None, status="same_computation", message="timed as det-algos",
+                )
+                | {"timed_as": "det-algos"}
+            )  # fmt: skip
+    with ResultWriter(tmp_path) as rw:
+        for r in range(3):
+            rw.append(record("w", full, r, "x", [], device="cpu", timing_design="paired"))
+    df = load_results(tmp_path)
+    twin = df[df["mode"] == full]
+    assert twin["timed_as"].tolist() == ["det-algos"] * 3
+    assert all(t is None for t in twin["timing"])
+    c = costs(df, "default")
+    assert full not in set(c["mode"]) and "det-algos" in set(c["mode"])
+    assert clock_states(df)[("s", "w", full)].startswith("timed as det-algos")
+    assert clock_states(df)[("s", "w", "det-algos")] == "n/a (CPU)"
+    _, text = analysis.matrix.summary_table(df)
+    assert "≡M1" in text and "timed as mode Mk" in text
+    timed = sorted(set(c["mode"]))
+    assert price.full_mode(df["mode"], "cpu", None, timed) == ("det-algos", full)
+    assert price.full_mode(df["mode"], "cuda", None, timed) == (full, None)

@@ -233,3 +233,27 @@ def test_the_console_prints_the_reports_aa_line(paired_ops_run: Path) -> None:
     assert re.match(r"A/A check: \d of 2 workloads showed a cost between two workers", line)
     md = (paired_ops_run / "report.md").read_text().replace("\\", "")
     assert any(x.startswith(line) for x in md.splitlines()), line
+
+
+@WHOLE_RUN
+def test_a_cpu_run_times_full_determinism_as_det_algos_and_says_so(paired_ops_run: Path) -> None:
+    """The real run on a CPU: cudnn-det+det-algos makes its 6 verdicts in its own workers and
+    sits the rounds out (its lines name det-algos, they hold no sample); its records carry
+    no timing; the report's clocks column, the console's matrix and the answer's column of
+    full determinism each name det-algos as the computation timed for it."""
+    full = "cudnn-det+det-algos"
+    lines = load_paired(paired_ops_run)
+    mine = lines[lines["mode"] == full]
+    assert len(mine) == 6 and set(mine["status"]) == {"same_computation"}
+    assert set(mine["timed_as"]) == {"det-algos"} and not any(len(s) for s in mine["samples"])
+    timed = lines[lines["status"] == "ok"]
+    assert set(timed["mode"]) == {"default", "det-algos"} and len(timed) == 18  # 2 x 3 x 3
+    df = load_results(paired_ops_run)
+    recs = df[df["mode"] == full]
+    assert len(recs) == 6 and set(recs["status"]) == {"ok"}
+    assert all(t is None for t in recs["timing"])
+    md = (paired_ops_run / "report.md").read_text().replace("\\", "")
+    assert f"| {full} |" in md and "timed as det-algos: the same computation here" in md
+    assert f"full determinism: {full} (det-algos, the same computation on a CPU)" in md
+    printed = (paired_ops_run.parent / "console.txt").read_text()
+    assert "≡M1" in printed, printed

@@ -225,3 +225,25 @@ def test_a_cuda_group_is_priced_at_its_suites_measured_turns() -> None:
     assert plan(2).rounds_seconds("rnn/lstm", "cpu", "quick") == plan(0).rounds_seconds(
         "rnn/lstm", "cpu", "quick"
     )
+
+
+def test_a_cpu_group_prices_the_turns_of_its_timed_workers_only() -> None:
+    """On a CPU a group of eleven workers has three that take turns (default, det-algos and the
+    A/A copy; the others make their verdicts and sit the rounds out): its rounds and warm-ups are
+    priced for three, its start-up for all eleven."""
+    from detbench.run.paired_cost import PairedPlan
+
+    def plan(timed: int) -> PairedPlan:
+        return PairedPlan(groups=1, replicates=1, keys=("ops/cumsum",), workers=11, rounds=12,
+                          block_seconds=0.008, fused=True, warmup=0.05, timed=timed)  # fmt: skip
+
+    every, three = plan(0), plan(3)
+    assert every.turns == 11 and three.turns == 3
+    rounds = every.rounds_seconds("ops/cumsum", "cpu", "quick")
+    assert three.rounds_seconds("ops/cumsum", "cpu", "quick") == pytest.approx(rounds * 3 / 11)
+    # the rest of the difference is eight warm-ups of 0.05 s; the start-ups are the same
+    saved = every.seconds("cpu", "quick", 3.0, cores=2) - three.seconds(
+        "cpu", "quick", 3.0, cores=2
+    )
+    assert saved == pytest.approx(rounds * 8 / 11 + 8 * 0.05)
+    assert three.to_json()["timed_per_group"] == 3

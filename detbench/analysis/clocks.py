@@ -64,6 +64,10 @@ def clock_states(df: pd.DataFrame) -> dict[tuple[str, str, str], str]:
     out: dict[tuple[str, str, str], str] = {}
     for group, g in ok.groupby(["suite", "workload", "mode"], sort=False):
         key = (str(group[0]), str(group[1]), str(group[2]))
+        rep = g["timed_as"].dropna() if "timed_as" in g.columns else pd.Series([], dtype=object)
+        if len(rep) and not any(g["timing"]):  # the paired phase timed another mode for it
+            out[key] = f"timed as {rep.iloc[0]}: the same computation here"
+            continue
         devices = g["device"] if "device" in g.columns else pd.Series([None] * len(g))
         pairs = list(zip(g["timing"], devices, strict=True))
         states = Counter(record_state(t, d) for t, d in pairs)

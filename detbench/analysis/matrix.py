@@ -161,6 +161,16 @@ def summary_table(
     baseline = str(baseline_mode(modes))
     c = costs(df, baseline) if c is None else c
     v = v.assign(rel=cost_points(v, baseline, c))
+    # A mode the paired phase timed as another (the same computation on this device): "≡M4".
+    twins = (
+        {}
+        if "timed_as" not in df.columns
+        else {
+            (r["suite"], r["workload"], r["mode"]): f"M{modes.index(r['timed_as'])}"
+            for r in df[df["timed_as"].notna()].to_dict("records")
+            if r["timed_as"] in modes
+        }
+    )
     quality = (
         {}
         if c.empty
@@ -177,6 +187,9 @@ def summary_table(
         if row["mode"] == baseline:
             return f"base {mark}"
         significant, noisy = quality.get((row["suite"], row["workload"], row["mode"]), (1, 0))
+        twin = twins.get((row["suite"], row["workload"], row["mode"]))
+        if pd.isna(row["rel"]) and twin is not None:
+            return f" ≡{twin} {mark}"
         if pd.isna(row["rel"]):
             return f"  -  {mark}"
         if not significant:
@@ -195,6 +208,7 @@ def summary_table(
         "by side where the run paired them, else the median of replicates) where the difference "
         "is significant; n.s. within the noise (95% interval contains 1), ~ noisy timing; "
         "= bitwise identical in every replicate, ≠ not, ? one replicate only"
+        + ("; ≡Mk timed as mode Mk, the same computation on this device" if twins else "")
         + (
             "; chg every replicate changed a setting during the workload (not counted)"
             if (v["verdict"] == "settings_changed").any()

@@ -57,25 +57,39 @@ class Price:
 
 
 def full_mode(
-    modes: Iterable[Any], device: str | None, study: Mapping[str, Any] | None = None
+    modes: Iterable[Any],
+    device: str | None,
+    study: Mapping[str, Any] | None = None,
+    timed: Iterable[Any] | None = None,
 ) -> tuple[str, str | None] | None:
     """(the mode of full determinism the run timed, the mode it stands in for or None), or None
     where the run has none: the study's deterministic end, else ``DETERMINISTIC_MODE``, else on a
     device where cudnn.deterministic acts on nothing ``WITHOUT_CUDNN_FLAGS`` (standing in for
-    ``DETERMINISTIC_MODE``)."""
+    ``DETERMINISTIC_MODE``). ``timed``: the modes with a cost (None: all of ``modes``); on a CPU
+    the paired phase times ``DETERMINISTIC_MODE``'s computation as ``WITHOUT_CUDNN_FLAGS``
+    (``acts.timed_as``), which then stands in for it."""
     ran = {str(m) for m in modes}
+    costed = ran if timed is None else {str(m) for m in timed}
     end = (study or {}).get("deterministic_end")
     if end and str(end) in ran:
         return str(end), None
-    if DETERMINISTIC_MODE in ran:
-        return DETERMINISTIC_MODE, None
-    if (
+    stand_in = (
         WITHOUT_CUDNN_FLAGS in ran
         and device is not None
         and not acts.acts_on("cudnn_deterministic", device)
-    ):
+    )
+    if DETERMINISTIC_MODE in ran and (DETERMINISTIC_MODE in costed or not stand_in):
+        return DETERMINISTIC_MODE, None
+    if stand_in:
         return WITHOUT_CUDNN_FLAGS, DETERMINISTIC_MODE
     return None
+
+
+def costed_modes(points: pd.DataFrame) -> list[str]:
+    """The modes of ``points`` (``tradeoff.points``) with a throughput: those the run timed."""
+    if points.empty or "relative_throughput" not in points:
+        return []
+    return sorted(set(points.loc[points["relative_throughput"].notna(), "mode"].astype(str)))
 
 
 def _num(x: Any) -> float | None:

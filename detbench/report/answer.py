@@ -292,7 +292,7 @@ def price_text(
 ) -> str:
     """The price of full determinism for the console, in the answer table's words: per suite, the
     ratio with its interval, and the sentence ``price_line`` adds where it says nothing."""
-    full = price.full_mode(v["mode"], device, env.get("study"))
+    full = price.full_mode(v["mode"], device, env.get("study"), price.costed_modes(points))
     if full is None:
         return price_line([], None, baseline)
     found = price.prices(points, full[0])
@@ -329,7 +329,7 @@ def blocks(
     if load is not None and load.is_busy:
         out.append(Para(load.sentence(), alert=True))
     where = "before any CUDA work " if device != "cpu" else ""
-    full = price.full_mode(v["mode"], device, env.get("study"))
+    full = price.full_mode(v["mode"], device, env.get("study"), price.costed_modes(points))
     by_suite = {p.suite: p for p in price.prices(points, full[0])} if full else None
     header = [
         "suite (recommended mode)",

@@ -150,8 +150,9 @@ def _run_warnings(env: dict[str, Any], facts: dict[str, str | None]) -> list[str
     if facts["device"] == "cpu":
         out.append(
             "This run was on a CPU. The cuDNN flags have no effect there, so modes that differ "
-            "only in them measure the same thing, and their throughput differences are noise; "
-            "they are never recommended. Run on a GPU for the costs that matter."
+            "only in them run the same computation: a paired run times it once, as the first "
+            "such mode, and any difference between their timings is noise; they are never "
+            "recommended. Run on a GPU for the costs that matter."
         )
     throttle = quality.throttle_lines(env)
     if throttle:

@@ -185,9 +185,10 @@ def pair(job: dict[str, Any], out: Channel) -> int:
     worker is, then it does what each line of stdin says, one at a time, and answers each with
     one message: ``prepare KEY`` (build and warm up: ``prepared``), ``verdict KEY`` (the
     verdict's passes first, their ``record`` sent, then the step they built warmed up:
-    ``prepared``), ``block`` (time one block: ``block``), ``reference SECONDS`` (the step timed
-    by a reference timer: ``reference``), ``finish`` (the samples' summary, the workload freed:
-    ``timed``); ``exit`` or the end of stdin ends it."""
+    ``prepared``), ``record KEY`` (the verdict's passes alone, their ``record`` sent, nothing
+    kept: ``prepared``, with the record's status), ``block`` (time one block: ``block``),
+    ``reference SECONDS`` (the step timed by a reference timer: ``reference``), ``finish`` (the
+    samples' summary, the workload freed: ``timed``); ``exit`` or the end of stdin ends it."""
     stdin = sys.stdin.buffer
     started = _start(job, out)
     if started is None:
@@ -196,12 +197,19 @@ def pair(job: dict[str, Any], out: Channel) -> int:
     timing: PairedTiming | None = None
     for raw in stdin:
         word, _, arg = raw.decode().strip().partition(" ")
-        if word in ("prepare", "verdict"):  # the rest of the line is the key (spaces and all)
+        if word in ("prepare", "verdict", "record"):  # the rest of the line is the key
             key = arg
             w = workloads.get(key)
             if w is None:
                 raise RuntimeError(f"workload {key} is not defined in this worker's sources")
-            if word == "verdict":
+            if word == "record":  # the verdict alone: another member times this computation
+                record, device_lost = run_workload(w, job, mode, None, ws)
+                out.send({"type": "record", "record": _stamped(record, job, device)})
+                gc.freeze()
+                status = "failed" if device_lost else record.get("status")
+                timing, said = None, {"status": status, "message": record.get("message")}
+                said["lost"] = device_lost
+            elif word == "verdict":
                 timing, said = _verdict_then_prepare(w, job, mode, ws, device, out)
             else:
                 timing, said = PairedTiming.prepare(w, job, mode, ws)

@@ -23,8 +23,13 @@ interval must hold 1). For each workload:
 hold the baseline's copy, their rounds numbered on from the subgroup before (``subgroup`` in the
 lines); an out-of-memory error of one member is that member's record.
 
-The workers (``supervise.WorkerProcess``, kind ``PAIR_KIND``) of a group start at once; on a
-CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
+The workers (``supervise.WorkerProcess``, kind ``paired_workers.PAIR_KIND``) of a group start at
+once; on a CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
+
+**On a CPU the cuDNN flags act on nothing** (``acts.timed_as``): a mode that differs from another
+only in them makes its verdict in its own worker (``record KEY``) and sits the rounds out; its
+line says ``same_computation``, naming the mode that was timed. Of the 10 modes, default and
+det-algos take turns (with the A/A copy): three workers a round, not eleven.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from detbench.core import acts
 from detbench.core.modes import Mode
 from detbench.core.workload import Workload
 from detbench.run.config import TARGET_REL, RunConfig, RunError
@@ -49,8 +55,9 @@ from detbench.run.paired_members import (
     done_groups,
     group_line,
     line_of,
-    lost_words,
+    not_timed,
     round_order,
+    same_words,
     stop_words,
     time_left,
     weights_of,
@@ -63,7 +70,8 @@ from detbench.run.paired_rounds import (
     most_rounds,
     settled,
 )
-from detbench.run.supervise import TIMEOUT, Crew, log_tail
+from detbench.run.paired_workers import GroupWorkers
+from detbench.run.supervise import TIMEOUT, Crew
 from detbench.store.paired import iter_paired
 from detbench.store.record import lost
 from detbench.store.results import iter_records, utc_now
@@ -72,11 +80,8 @@ if TYPE_CHECKING:
     from detbench.run.estimate import Estimate
     from detbench.run.schedule import Slot
 
-#: The job's kind for a timing worker of the paired phase.
-PAIR_KIND = "detbench.run.child:pair"
 
-
-class PairedPhase:
+class PairedPhase(GroupWorkers):
     """The paired phase of one run (see the module docstring). ``job_for``: the runner's job for
     a worker of (mode, replicate), ``env_for`` its environment; ``keys``: the workloads to time,
     in the plan's order; ``crew``: the run's workers (its halt ends the phase); ``owed``: the
@@ -187,6 +192,12 @@ class PairedPhase:
         self.lost_record = lost
         self.base = baseline_of(modes)
         self.members_of = [(m, 0) for m in modes] + [(self.base, 1)]
+        #: Each mode -> the mode whose worker times its computation (``acts.timed_as``, the
+        #: baseline first): on a CPU the cuDNN flags act on nothing, so of the 10 modes only
+        #: default and det-algos are timed; the others make their verdicts and sit the rounds out.
+        order = [self.base] + [m for m in modes if m.name != self.base.name]
+        self.timed_as = acts.timed_as(order, self.device)
+        self._turns = sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = done_groups(iter_paired(out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
@@ -224,11 +235,16 @@ class PairedPhase:
             replicates=len(todo),
             keys=tuple(k for _, keys in todo for k in keys),
             workers=len(self.members_of),
+            timed=self._turns,
             rounds=self.rounds,
             block_seconds=block_seconds,
             fused=bool(self.owed),
             warmup=min(self.budget, self.rounds * block_seconds / 2),
-            cudnn_off=sum(1 for m, _ in self.members_of if not m.cudnn_enabled),
+            cudnn_off=sum(
+                1
+                for m, c in self.members_of
+                if not m.cudnn_enabled and (c or self.timed_as[m.name] == m.name)
+            ),
         )
 
     def run(self) -> None:
@@ -267,7 +283,7 @@ class PairedPhase:
                                     (n, total),
                                     (replicate, self.replicates),
                                     key,
-                                    len(self.members_of),
+                                    (len(self.members_of), self._turns),
                                     (time.perf_counter() - t0, left),
                                 )
                             )
@@ -281,58 +297,6 @@ class PairedPhase:
                         self._end(members)
         finally:
             self.stats.wall += time.perf_counter() - t0
-
-    # -- one replicate's workers ---------------------------------------------------------------
-    def _spawn(self, member: Member, replicate: int) -> None:
-        job = {**self.job_for(member.mode, replicate), "copy": member.copy}
-        env = self.env_for(member.mode)
-        log = self.out / "logs" / f"r{replicate}-{member.mode.name}-timing{member.copy}.log"
-        member.worker = self.crew.spawn(self.python, job, env, log, kind=PAIR_KIND)
-        self.stats.workers += 1
-
-    def _start(self, members: list[Member], replicate: int) -> None:
-        """Spawn the group's workers all at once, let them all initialise, wait until each is
-        ready, and start them."""
-        t0 = time.perf_counter()
-        for m in members:
-            self._spawn(m, replicate)
-        for m in members:
-            self._ready(m)
-        self.stats.startup += time.perf_counter() - t0
-        none = all(m.worker is None for m in members)  # a broken install or GPU
-        self.failed_starts = self.failed_starts + 1 if none else 0
-
-    def _ready(self, m: Member) -> None:
-        assert m.worker is not None
-        m.worker.release()
-        msg = m.worker.ready(self.startup_timeout)
-        if msg is TIMEOUT:
-            self._lose(m, f"did not start within {self.startup_timeout:g} s", "timeout")
-        elif msg is None or msg.get("type") != "ready":
-            self._lose(m, "did not start")
-        else:
-            if self.on_ready is not None:
-                self.on_ready(msg)
-            m.worker.send("go")
-
-    def _lose(self, m: Member, what: str, status: str = "crashed") -> None:
-        """``m``'s worker is gone (crashed, or silent past its limit): killed and reaped."""
-        if m.worker is not None:
-            m.worker.kill()
-            code = self.crew.finish(m.worker)
-            status, why = lost_words(what, code, self.timeout, status)
-            m.exit_code = code
-            m.failure = (status, f"{why}; log: {log_tail(m.worker.log)}")
-            m.worker = None
-
-    def _end(self, members: list[Member]) -> None:
-        for m in members:
-            if m.worker is not None:
-                m.worker.send("exit")
-        for m in members:
-            if m.worker is not None:
-                self.crew.finish(m.worker)
-                m.worker = None
 
     def _ask(self, m: Member, line: str, kind: str) -> dict[str, Any] | None:
         """Send ``line`` to ``m``'s worker and wait for its message of type ``kind`` (a
@@ -365,6 +329,8 @@ class PairedPhase:
         group's lines for ``key``."""
         for m in members:
             m.reset()
+            if m.copy == 0 and self.timed_as[m.mode.name] != m.mode.name:
+                m.timed_as = self.timed_as[m.mode.name]
         base = next(m for m in members if m.mode.name == self.base.name and m.copy == 0)
         rest = [m for m in members if m is not base]
         queue = [base] + [rest[i] for i in round_order(self.seed, key, replicate, -1, len(rest))]
@@ -403,29 +369,31 @@ class PairedPhase:
         self._position = position
         try:
             owes = m.copy == 0 and (key, m.mode.name, replicate) in self.owed
+            twin = m.timed_as is not None
             if not owes:
-                verdict = self.recs.get((key, m.mode.name, replicate))
-                if verdict is None or verdict.get("status") != "ok":
-                    why = (
-                        "no verdict record" if verdict is None else f"a verdict {verdict['status']}"
-                    )
-                    m.failure = ("not_timed", f"{why}: not timed")
+                m.failure = not_timed(self.recs.get((key, m.mode.name, replicate)))
+                if m.failure is not None:
+                    return
+                if m.timed_as is not None:
+                    m.failure = same_words(m.timed_as, self.device)
                     return
             if m.worker is None:  # lost on an earlier workload: a fresh one
                 self._spawn(m, replicate)
                 self._ready(m)
             if m.worker is not None:
                 m.failure = None
-                msg = self._ask(m, f"{'verdict' if owes else 'prepare'} {key}", "prepared")
+                word = "record" if twin else "verdict" if owes else "prepare"
+                msg = self._ask(m, f"{word} {key}", "prepared")
                 if msg is not None and msg.get("lost"):
                     self._lose(m, "lost its CUDA context")
                 elif msg is not None and msg.get("status") != "ok":
                     verdict = self.recs.get((key, m.mode.name, replicate)) if owes else None
-                    m.failure = (
-                        ("not_timed", f"a verdict {verdict['status']}: not timed")
-                        if verdict is not None and verdict.get("status") != "ok"
-                        else (str(msg.get("status")), str(msg.get("message")))
+                    m.failure = (None if verdict is None else not_timed(verdict)) or (
+                        str(msg.get("status")),
+                        str(msg.get("message")),
                     )
+                elif msg is not None and m.timed_as is not None:
+                    m.failure = same_words(m.timed_as, self.device)
                 elif msg is not None:
                     m.prepared = msg
             if owes and (key, m.mode.name, replicate) in self.owed and self.lost_record:

@@ -54,6 +54,14 @@ class PairedPlan:
     #: How many of a group's workers run a mode with cuDNN off (a native kernel, often far
     #: slower: priced at its own step where a run measured one).
     cudnn_off: int = 0
+    #: How many of them take turns in the rounds (0: all): on a CPU, the modes that differ from
+    #: another only in cuDNN flags make their verdicts and sit the rounds out (``acts.timed_as``).
+    timed: int = 0
+
+    @property
+    def turns(self) -> int:
+        """The workers that take a turn each round."""
+        return self.timed or self.workers
 
     def seconds(
         self,
@@ -92,7 +100,7 @@ class PairedPlan:
             return (
                 self.replicates * group_start
                 + aa
-                + self.groups * (self.workers - 1) * self.warmup
+                + self.groups * (self.turns - 1) * self.warmup
                 + timing
             )
         return (
@@ -114,16 +122,17 @@ class PairedPlan:
         overhead = PAIRED_TURN_SECONDS.get(device, 0.001)
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps:
-            return rounds * self.workers * (self.block_seconds + overhead)
+            return rounds * self.turns * (self.block_seconds + overhead)
         on, off = steps[(suite, True)], steps.get((suite, False), steps[(suite, True)])
-        turns = (self.workers - self.cudnn_off) * sum(on) + self.cudnn_off * sum(off)
-        return rounds * (turns + self.workers * overhead)
+        turns = (self.turns - self.cudnn_off) * sum(on) + self.cudnn_off * sum(off)
+        return rounds * (turns + self.turns * overhead)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "groups": self.groups,
             "replicates": self.replicates,
             "workers_per_group": self.workers,
+            "timed_per_group": self.turns,
             "rounds": self.rounds,
             "block_seconds": self.block_seconds,
             "fused": self.fused,

@@ -69,6 +69,9 @@ class Member:
     workers: int = 0  # members timed side by side in its subgroup
     failure: tuple[str, str] | None = None  # (status, message) of the workload in hand
     exit_code: int | None = None  # its worker's, where the worker died on it
+    #: The mode whose worker times this one's computation on the device (``acts.timed_as``):
+    #: set where that is another mode, which makes this member sit the rounds out.
+    timed_as: str | None = None
 
     @property
     def label(self) -> str:
@@ -147,6 +150,8 @@ def line_of(
         return line
     status, message = m.failure or ("failed", "fewer than 6 blocks were timed")
     line.update(status=status, message=message, samples=m.samples, rounds=m.rounds)
+    if status == "same_computation":
+        line["timed_as"] = m.timed_as
     return line
 
 
@@ -172,6 +177,25 @@ def done_groups(
         done.setdefault(key, set()).add((line["mode"], int(line.get("copy", 0))))
     every = {(m.name, c) for m, c in members_of}
     return {k for k, got in done.items() if got >= every}
+
+
+def not_timed(verdict: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(status, why) of a member that sits a workload out because its verdict record is missing
+    or not ok; None where the record is ok."""
+    if verdict is not None and verdict.get("status") == "ok":
+        return None
+    why = "no verdict record" if verdict is None else f"a verdict {verdict['status']}"
+    return "not_timed", f"{why}: not timed"
+
+
+def same_words(rep: str, device: str) -> tuple[str, str]:
+    """(status, why) of a member that sits the rounds out: its mode runs the same computation as
+    ``rep`` on ``device`` (``acts.timed_as``)."""
+    return (
+        "same_computation",
+        f"the same computation as {rep} on {device} (the switches it changes act on nothing "
+        f"here): timed as {rep}",
+    )
 
 
 def stop_words(failed: int, out: Path) -> str:
@@ -201,17 +225,24 @@ def group_line(
     count: tuple[int, int],
     replicate: tuple[int, int],
     key: str,
-    workers: int,
+    workers: tuple[int, int],
     time: tuple[float, float | None],
 ) -> str:
-    """The progress line of group ``count`` = (n, total) starting: ``time`` = (elapsed, the
-    seconds left, None for the first group)."""
+    """The progress line of group ``count`` = (n, total) starting: ``workers`` = (the group's
+    workers, those of them that take turns); ``time`` = (elapsed, the seconds left, None for the
+    first group)."""
     (n, total), (r, replicates), (elapsed, left) = count, replicate, time
+    started, turns = workers
+    side = (
+        f"{started} workers side by side"
+        if turns == started
+        else f"{started} workers, {turns} timed side by side"
+    )
     width = len(str(total))
     rest = f" left ~{clock(left)}" if left is not None else ""
     return (
-        f"{what} [{n:>{width}}/{total}] replicate {r + 1}/{replicates} {key}: {workers} workers "
-        f"side by side  elapsed {clock(elapsed)}{rest}\n"
+        f"{what} [{n:>{width}}/{total}] replicate {r + 1}/{replicates} {key}: {side}  "
+        f"elapsed {clock(elapsed)}{rest}\n"
     )
 
 

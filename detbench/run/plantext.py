@@ -183,10 +183,18 @@ def _paired_line(est: Estimate) -> str:
         if p.get("fused")
         else "then the costs"
     )
+    n, timed = p["workers_per_group"], p.get("timed_per_group", p["workers_per_group"])
+    side = (
+        f"{n} workers side by side (every mode, and a second worker of the baseline's settings: "
+        "the A/A check)"
+        if timed == n
+        else f"{n} workers, {timed} of them timed side by side (one per computation: the modes "
+        "that differ only in switches that act on nothing here make their verdicts and sit the "
+        "rounds out; and a second worker of the baseline's settings: the A/A check)"
+    )
     return (
         f"  {what}, {est.paired_seconds:.0f} s of the estimate beside the records: "
-        f"{p['groups']} (workload, replicate) groups of {p['workers_per_group']} workers side "
-        "by side (every mode, and a second worker of the baseline's settings: the A/A check), "
+        f"{p['groups']} (workload, replicate) groups of {side}, "
         f"up to {p['rounds']} rounds of one block each of about {p['block_seconds']:g} s (at "
         "least 6, fewer for a long step; they stop once every mode's ratio to the baseline "
         "settles), in an order shuffled each round; a group too big for the device's memory is "

@@ -48,8 +48,10 @@ PAIRED = "paired"
 SEPARATE = "separate"
 #: A line's status: a record's (``schema.STATUSES``: ok, or how the workload or its worker
 #: ended: unsupported, oom, crashed, ...; "message" says more), "failed" (fewer than 6 blocks
-#: were timed) or "not_timed" (its verdict record was not ok, so it sat the workload out).
-PAIRED_STATUSES = (*STATUSES, "failed", "not_timed")
+#: were timed), "not_timed" (its verdict record was not ok, so it sat the workload out) or
+#: "same_computation" (on this device its mode runs what another mode's worker timed: on a CPU,
+#: a mode that differs from it only in cuDNN flags; "message" names that mode).
+PAIRED_STATUSES = (*STATUSES, "failed", "not_timed", "same_computation")
 
 #: The fields every line has, with the types they may hold (JSON's: a number is never a bool).
 REQUIRED: dict[str, tuple[type, ...]] = {
@@ -82,6 +84,8 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "utc": _or_none(STR),
     # the settings the workload changed behind the worker's back (as a verdict record's)
     "settings_changed": _or_none(LIST),
+    # a line of status "same_computation": the mode whose worker timed this computation
+    "timed_as": _or_none(STR),
     # how busy the host was while this worker timed its rounds: ``worker/hostload``'s Probe,
     # started before its first block and stopped after its last (``analysis.busy``)
     "host_load": _or_none(DICT),
@@ -254,12 +258,17 @@ Key = tuple[str, str, str, int]
 
 def copy0_lines(directory: str | Path) -> dict[Key, dict[str, Any]]:
     """(suite, workload, mode, replicate) -> the copy-0 line of that worker, status ok: the
-    timing a verdict record of the paired design stands for. A later line of the same key (a
-    resumed run measured it again) replaces an earlier one."""
+    timing a verdict record of the paired design stands for; or status "same_computation": the
+    mode that was timed for it. A later line of the same key (a resumed run measured it again)
+    replaces an earlier one."""
     return {
         (o["suite"], o["workload"], o["mode"], o["replicate"]): o
         for o in iter_paired(directory)
-        if o["copy"] == 0 and o["status"] == "ok" and o.get("samples")
+        if o["copy"] == 0
+        and (
+            (o["status"] == "ok" and o.get("samples"))
+            or (o["status"] == "same_computation" and o.get("timed_as"))
+        )
     }
 
 
@@ -274,10 +283,13 @@ def joined(rec: Mapping[str, Any], found: Mapping[Key, Mapping[str, Any]]) -> di
     ``timing`` (the line's Timing JSON, with the line's ``rounds`` and ``block_start`` added as
     ``paired_rounds`` and ``paired_block_start`` so the analysis can pair each sample with the
     baseline's of the same round), ``seconds_per_step`` (the timing's median) and the rates
-    from the record's own per-step figures. A record without a line keeps its None timing."""
+    from the record's own per-step figures. A record without a line keeps its None timing; one
+    whose line says another mode was timed for it gets that mode as ``timed_as``."""
     out = dict(rec)
     key = (rec.get("suite"), rec.get("workload"), rec.get("mode"), rec.get("replicate"))
     obj = found.get(key)  # type: ignore[arg-type]
+    if obj is not None and obj.get("timed_as"):
+        out["timed_as"] = obj["timed_as"]
     timing = None if obj is None else obj.get("timing")
     if not timing or not timing.get("median"):
         return out
