@@ -346,6 +346,23 @@ def test_the_paired_phase_after_the_records_keeps_its_own_figure() -> None:
     assert p.left(10.0) == pytest.approx(2 * 10.0 + 300.0)
 
 
+def test_a_torchrun_launch_off_its_figure_does_not_scale_the_other_workloads() -> None:
+    """The CPU matrix's verdict workers begin with the distributed suite's torchrun launches: one
+    10x its figure prices that workload's records left 10x, and a workload not yet measured at
+    its own figure (it read "left ~9:52:03" for a run planned at 11:40)."""
+    mode = detbench.get_mode("default")
+    records = {"distributed/ddp": 1.0, "ops/cumsum": 0.5}
+    costs = {(r, "default"): (0.0, records) for r in range(2)}
+    slot = Slot(replicate=0, position=0, mode=mode, keys=tuple(records))
+    for launched, ops in ((frozenset({"distributed/ddp"}), 0.5), (frozenset(), 5.0)):
+        clock = FakeClock()
+        p = Progress(4, 3.0, io.StringIO(), costs, clock, launched=launched)
+        p.show(slot, 2, 1, "distributed/ddp")
+        clock.now = 10.0
+        p.advance("distributed/ddp")
+        assert p.left(10.0) == pytest.approx(10.0 + 2 * ops)  # without it, 10x the figure
+
+
 def test_a_context_note_is_checked() -> None:
     ctx = Context(device=torch.device("cpu"), profile="quick", seed=0)
     ctx.note(attn_implementation="eager")

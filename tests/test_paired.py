@@ -401,3 +401,22 @@ def test_a_mode_timed_as_another_has_no_cost_of_its_own_and_says_which(tmp_path:
     timed = sorted(set(c["mode"]))
     assert price.full_mode(df["mode"], "cpu", None, timed) == ("det-algos", full)
     assert price.full_mode(df["mode"], "cuda", None, timed) == (full, None)
+
+
+def test_a_paired_timing_is_never_listed_as_stopped_short_of_a_target(tmp_path: Path) -> None:
+    """A paired worker's Timing JSON says ``reached_target`` false whenever its rounds' interval
+    is wider than the target, but it had no stopping rule: the timing table counts only records
+    timed in their own worker, and so does the list of those that stopped short (the CPU quick
+    matrix's report listed 3943 records under a table that counted 90)."""
+    from detbench.analysis import quality
+
+    paired_run(tmp_path, {"det-algos": [[0.1, -0.2] * 3] * 3, "copy1": [[0.0] * 6] * 3})
+    df = load_results(tmp_path)
+    df["timing"] = [{**t, "reached_target": False, "ci_rel": 0.3} for t in df["timing"]]
+    assert quality.stopped_short(df).empty and quality.timing_quality(df).empty
+    own = record("w", "bench", 0, "x", [0.01] * 7, device="cpu",
+                  timing={"reached_target": False, "ci_rel": 0.2})  # fmt: skip
+    both = pd.concat([df, load_results(write_run(tmp_path / "own", [own]))], ignore_index=True)
+    short = quality.stopped_short(both)
+    assert short[["mode", "ci_rel"]].values.tolist() == [["bench", 0.2]]
+    assert quality.timing_quality(both)["missed"].tolist() == [1]

@@ -384,7 +384,8 @@ class Runner:
         )
         if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
             write_json_atomic(out / ENV_FILE, self._env_doc())
-        progress = Progress.for_plan(self.plan, estimate, self.stream)
+        launched = {w.key for w in self.workloads if w.distributed}
+        progress = Progress.for_plan(self.plan, estimate, self.stream, launched)
         if estimate is not None:
             self.stats.planned = (
                 float(estimate) if isinstance(estimate, int | float) else estimate.seconds

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -284,8 +284,14 @@ class Progress:
         kinds: Mapping[tuple[int, str], bool] | None = None,
         after: float = 0.0,
         spent: float = 0.0,
+        launched: frozenset[str] = frozenset(),
     ) -> None:
         self.total = total
+        #: The workloads whose records are torchrun launches (the distributed ones): how far
+        #: their records are off their figure scales them alone, never the records of a
+        #: workload not yet measured. On the CPU matrix they are the verdict workers' first
+        #: records: a run planned at 11:40 read "left ~9:52:03" at its second record.
+        self.launched = launched
         #: Seconds the call spent before the plan's workers (its probe worker): in ``elapsed``
         #: and in ``estimate``, outside every worker's figure.
         self.spent = spent
@@ -321,8 +327,15 @@ class Progress:
         self._slot: dict[str | None, tuple[int, str]] = {}
 
     @classmethod
-    def for_plan(cls, plan: Plan, estimate: Estimate | float | None, stream: TextIO) -> Progress:
-        """The progress of ``plan`` along ``estimate`` (its seconds alone: records weigh alike)."""
+    def for_plan(
+        cls,
+        plan: Plan,
+        estimate: Estimate | float | None,
+        stream: TextIO,
+        launched: Iterable[str] = (),
+    ) -> Progress:
+        """The progress of ``plan`` along ``estimate`` (its seconds alone: records weigh alike);
+        ``launched``: the keys of the workloads launched by torchrun."""
         if estimate is None or isinstance(estimate, int | float):
             return cls(plan.records, estimate, stream)
         lanes = {(s.replicate, s.mode.name): s.lane for s in plan.slots}
@@ -336,6 +349,7 @@ class Progress:
             kinds=kinds,
             after=estimate.paired_seconds,
             spent=estimate.probe_seconds,
+            launched=frozenset(launched),
         )
 
     def remaining(self, elapsed: float) -> dict[Item, float] | None:
@@ -345,7 +359,9 @@ class Progress:
             return None
         seen = self.measured.values()
         pooled: dict[bool, tuple[float, float]] = {}
-        for (_, kind), (took_k, was_k) in self.measured.items():
+        for (key, kind), (took_k, was_k) in self.measured.items():
+            if key in self.launched:
+                continue
             took, was = pooled.get(kind, (0.0, 0.0))
             pooled[kind] = (took + took_k, was + was_k)
         # A workload not yet measured: the ratio of the records of its kind so far; a cuDNN-off
