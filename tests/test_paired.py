@@ -412,7 +412,9 @@ def test_a_paired_timing_is_never_listed_as_stopped_short_of_a_target(tmp_path: 
 
     paired_run(tmp_path, {"det-algos": [[0.1, -0.2] * 3] * 3, "copy1": [[0.0] * 6] * 3})
     df = load_results(tmp_path)
-    df["timing"] = [{**t, "reached_target": False, "ci_rel": 0.3} for t in df["timing"]]
+    df["timing"] = pd.Series(
+        [{**t, "reached_target": False, "ci_rel": 0.3} for t in df["timing"]], index=df.index
+    )
     assert quality.stopped_short(df).empty and quality.timing_quality(df).empty
     own = record("w", "bench", 0, "x", [0.01] * 7, device="cpu",
                   timing={"reached_target": False, "ci_rel": 0.2})  # fmt: skip

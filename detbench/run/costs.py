@@ -41,7 +41,11 @@ WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
 #: of results/20261124-084754-cuda-full-distributed-world1, 8-11 s of it the rank's set-up, the
 #: measurement of its 3 workloads 0.3-1.1 s each): 18 s, the measurement of the distributed
 #: records included (they are charged nothing beside it on CUDA).
-LAUNCH_SECONDS = {"cpu": 5.0, "cuda": 18.0}
+#: CPU since 2026-11-28: 8.33 s, the mean ``phases.launch`` of the 30 launches of ``make bench``
+#: on a fresh clone of the 2-core VM (``python tools/plan_figures.py`` on its run,
+#: 20261128-050902-cpu-quick, not published): the launches now run while the paired phase's
+#: workers of earlier runs are gone, but beside the next verdict worker's start-up.
+LAUNCH_SECONDS = {"cpu": 8.33, "cuda": 18.0}
 #: Seconds of one record by suite, per (device, profile), where a run measured them: the mean over
 #: the suite's records of their phases summed (build + fingerprint + FLOP count + timing +
 #: clean-up; the worker's start-up is counted apart). CUDA full: on the H200 (torch 2.11, all 10
@@ -198,13 +202,40 @@ INVARIANCE_SECONDS_PER_SIZE = {
 #: rest in 1). They are 1.4-1.5 times what the H100's verdict workers of the separate design took
 #: (results/20261126-060355-cuda-full-h100-partial: conv 0.215, rnn 0.24 / 1.017, training 1.309 /
 #: 3.114). Elsewhere a figure less the model's timing.
+#: CPU quick: the same figure over the 4,140 ok records of ``make bench`` on a fresh clone of the
+#: 2-core VM (20261128-050902-cpu-quick, not published; ``python tools/plan_figures.py DIR``), the
+#: cuDNN flags acting on nothing there (the modes without cuDNN take the same figures).
 VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
+    ("cpu", "quick", True): {
+        "batchnorm": 0.0172,
+        "bmm": 0.0202,
+        "conv": 0.0413,
+        "invariance": 0.0543,
+        "models": 0.591,
+        "ops": 0.0314,
+        "recipes": 0.110,
+        "rnn": 0.0483,
+        "training": 0.119,
+        "distributed": 0.221,
+    },
     ("cuda", "full", True): {
         "conv": 0.321,
         "rnn": 0.326,
         "batchnorm": 0.108,
         "bmm": 0.211,
         "training": 1.875,
+    },
+    ("cpu", "quick", False): {
+        "batchnorm": 0.0168,
+        "bmm": 0.0206,
+        "conv": 0.0433,
+        "invariance": 0.0542,
+        "models": 0.586,
+        "ops": 0.0329,
+        "recipes": 0.112,
+        "rnn": 0.0456,
+        "training": 0.121,
+        "distributed": 0.210,
     },
     ("cuda", "full", False): {
         "conv": 0.333,
@@ -242,14 +273,30 @@ GPU_HOST_CORES = 16
 #: the H200 (results/20261128-011342-cuda-full-h200-partial: the median over its 45 groups of the
 #: rounds' span less their blocks and untimed steps, per turn; 4,125 turns spanned 214.3 s, of
 #: which blocks 114.6 s and untimed steps 90.7 s). The paper figure before it was 0.5 ms.
-PAIRED_TURN_SECONDS = {"cpu": 0.001, "cuda": 0.0025}
+#: CPU: 1.8 ms, the same measure over the 11,875 turns of ``make bench`` on the 2-core VM
+#: (20261128-050902-cpu-quick: three workers a round; ``tools/plan_figures.py``); it was 1 ms
+#: on paper.
+PAIRED_TURN_SECONDS = {"cpu": 0.0018, "cuda": 0.0025}
 #: A member's mean block and step (seconds) per (suite, cuDNN on) and (device, profile), where a
 #: run measured them: a turn costs its block (at least one step), one untimed step and
 #: PAIRED_TURN_SECONDS. CUDA full: the means over the paired lines of the same H200 run (495
 #: lines). A mode without cuDNN runs a native kernel: the RNNs' and ResNet-18's steps are 0.3-1.2
 #: s there, against 0.01-0.05 s with cuDNN, and those members set how long a group's rounds take.
 #: Elsewhere (unmeasured) a turn is priced at its block alone.
+#: CPU quick: the means over the 1,176 timed lines of ``make bench`` above (the cuDNN flags act on
+#: nothing there: the figures stand for both).
 PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[float, float]]] = {
+    ("cpu", "quick"): {
+        ("batchnorm", True): (0.0086, 0.0003),
+        ("bmm", True): (0.0074, 0.0022),
+        ("conv", True): (0.0096, 0.0051),
+        ("invariance", True): (0.0131, 0.0099),
+        ("models", True): (0.0160, 0.0153),
+        ("ops", True): (0.0094, 0.0034),
+        ("recipes", True): (0.0292, 0.0268),
+        ("rnn", True): (0.0122, 0.0107),
+        ("training", True): (0.0101, 0.0091),
+    },
     ("cuda", "full"): {
         ("conv", True): (0.0092, 0.0015),
         ("conv", False): (0.0441, 0.0428),
@@ -269,11 +316,23 @@ PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[fl
 #: took 10.8 of its 12 rounds a group on average (71 of 99 groups the 12), so the plan errs long
 #: by at most a tenth of its rounds there. CUDA: 0.83, measured on the H200 (the same run's 45
 #: groups took 8.33 of their 10 rounds on average); by suite in PAIRED_ROUNDS_BY_SUITE.
-PAIRED_ROUNDS_TAKEN = {"cpu": 1.0, "cuda": 0.83}
+#: CPU since 2026-11-28: 0.84, the 414 groups of ``make bench`` above (10.1 of 12 rounds).
+PAIRED_ROUNDS_TAKEN = {"cpu": 0.84, "cuda": 0.83}
 #: The same share by suite, per (device, profile), where a run measured it. CUDA full, the H200
 #: run above: every rnn and training group stopped at the 6th of 10 rounds (steps of 10 ms and
 #: more settle at once), batchnorm's took all 10, conv's 8.8 and bmm's 9.0 on average.
 PAIRED_ROUNDS_BY_SUITE: dict[tuple[str, str], dict[str, float]] = {
+    ("cpu", "quick"): {
+        "batchnorm": 0.93,
+        "bmm": 0.97,
+        "conv": 0.81,
+        "invariance": 0.76,
+        "models": 0.78,
+        "ops": 0.90,
+        "recipes": 0.75,
+        "rnn": 0.87,
+        "training": 0.93,
+    },
     ("cuda", "full"): {"conv": 0.88, "rnn": 0.6, "batchnorm": 1.0, "bmm": 0.9, "training": 0.6},
 }
 #: A paired group's start-up on a GPU host, all its workers spawned at once: (fixed seconds,

@@ -34,6 +34,7 @@ det-algos take turns (with the A/A copy): three workers a round, not eleven.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -71,7 +72,7 @@ from detbench.run.paired_rounds import (
     settled,
 )
 from detbench.run.paired_workers import GroupWorkers
-from detbench.run.supervise import TIMEOUT, Crew
+from detbench.run.supervise import Crew
 from detbench.store.paired import iter_paired
 from detbench.store.record import lost
 from detbench.store.results import iter_records, utc_now
@@ -197,6 +198,8 @@ class PairedPhase(GroupWorkers):
         #: default and det-algos are timed; the others make their verdicts and sit the rounds out.
         order = [self.base] + [m for m in modes if m.name != self.base.name]
         self.timed_as = acts.timed_as(order, self.device)
+        #: How many of the members timed as another mode make their verdicts at once.
+        self.at_once = int(os.environ.get("DETBENCH_VERDICTS_AT_ONCE", "1"))
         self._turns = sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = done_groups(iter_paired(out), self.members_of)
@@ -298,23 +301,6 @@ class PairedPhase(GroupWorkers):
         finally:
             self.stats.wall += time.perf_counter() - t0
 
-    def _ask(self, m: Member, line: str, kind: str) -> dict[str, Any] | None:
-        """Send ``line`` to ``m``'s worker and wait for its message of type ``kind`` (a
-        ``record`` message before it is stored at once); None (the worker lost) where it exits
-        or stays silent past the run's ``--timeout``."""
-        assert m.worker is not None
-        m.worker.send(line)
-        while True:
-            msg = m.worker.next(self.timeout)
-            if msg is not None and msg is not TIMEOUT and msg.get("type") == "record":
-                self._verdict(msg["record"])
-                continue
-            break
-        if msg is None or msg is TIMEOUT or msg.get("type") != kind:
-            self._lose(m, "ended" if msg is None else "was silent" if msg is TIMEOUT else "erred")
-            return None
-        return msg
-
     def _verdict(self, rec: dict[str, Any]) -> None:
         key = (f"{rec['suite']}/{rec['workload']}", rec["mode"], int(rec["replicate"]))
         self.owed.discard(key)
@@ -338,7 +324,14 @@ class PairedPhase(GroupWorkers):
         footprint: int | None = None
         free: int | None = None
         index, subgroup = 0, 0
+        # The members timed as another mode make their verdicts first, a few at once: nothing
+        # is timed while they work, and a verdict compares bits, not time.
+        twins = [(m, p) for p, m in enumerate(queue) if m.timed_as is not None]
+        for i in range(0, len(twins), self.at_once):
+            self._prepare_all(twins[i : i + self.at_once], key, replicate)
         for position, m in enumerate(queue):
+            if m.timed_as is not None:
+                continue
             if len(live) >= 2 and not fits(footprint, free, self.device):
                 index = self._rounds(live, key, replicate, index, subgroup, base)
                 for x in live:
@@ -365,42 +358,66 @@ class PairedPhase(GroupWorkers):
     def _prepare(self, m: Member, key: str, replicate: int, position: int) -> None:
         """``m`` builds and warms up ``key`` (its verdict first, where it owes it); ``position``:
         its place in the group's order of preparation (the verdict record's ``mode_position``)."""
+        self._prepare_all([(m, position)], key, replicate)
+
+    def _prepare_all(self, ms: list[tuple[Member, int]], key: str, replicate: int) -> None:
+        """``_prepare`` of each (member, position) of ``ms``, their requests all sent before the
+        first answer is read: their workers work at once (``VERDICTS_AT_ONCE``)."""
         t0 = time.perf_counter()
-        self._position = position
         try:
-            owes = m.copy == 0 and (key, m.mode.name, replicate) in self.owed
-            twin = m.timed_as is not None
-            if not owes:
-                m.failure = not_timed(self.recs.get((key, m.mode.name, replicate)))
-                if m.failure is not None:
-                    return
-                if m.timed_as is not None:
-                    m.failure = same_words(m.timed_as, self.device)
-                    return
-            if m.worker is None:  # lost on an earlier workload: a fresh one
-                self._spawn(m, replicate)
-                self._ready(m)
-            if m.worker is not None:
-                m.failure = None
-                word = "record" if twin else "verdict" if owes else "prepare"
-                msg = self._ask(m, f"{word} {key}", "prepared")
-                if msg is not None and msg.get("lost"):
-                    self._lose(m, "lost its CUDA context")
-                elif msg is not None and msg.get("status") != "ok":
-                    verdict = self.recs.get((key, m.mode.name, replicate)) if owes else None
-                    m.failure = (None if verdict is None else not_timed(verdict)) or (
-                        str(msg.get("status")),
-                        str(msg.get("message")),
-                    )
-                elif msg is not None and m.timed_as is not None:
-                    m.failure = same_words(m.timed_as, self.device)
-                elif msg is not None:
-                    m.prepared = msg
-            if owes and (key, m.mode.name, replicate) in self.owed and self.lost_record:
-                status, why = m.failure or ("crashed", "the worker ended")
-                self._verdict(self.lost_record(key, m.mode, replicate, status, why, m.exit_code))
+            sent: list[tuple[Member, int]] = []
+            for m, position in ms:
+                self._position = position
+                if self._request(m, key, replicate):
+                    sent.append((m, position))
+            for m, position in sent:
+                self._position = position
+                self._answer(m, key, replicate, self._wait(m, "prepared"))
+            for m, _ in ms:
+                if (key, m.mode.name, replicate) in self.owed and m.copy == 0 and self.lost_record:
+                    status, why = m.failure or ("crashed", "the worker ended")
+                    lost = self.lost_record(key, m.mode, replicate, status, why, m.exit_code)
+                    self._verdict(lost)
         finally:
             self.stats.prepare += time.perf_counter() - t0
+
+    def _request(self, m: Member, key: str, replicate: int) -> bool:
+        """Send ``m``'s worker what it does with ``key`` (a fresh worker where it lost its own):
+        ``verdict``, ``record`` (a member timed as another mode) or ``prepare`` (its verdict is
+        stored). False where it sits out: no worker, or no verdict to time."""
+        owes = m.copy == 0 and (key, m.mode.name, replicate) in self.owed
+        if not owes:
+            m.failure = not_timed(self.recs.get((key, m.mode.name, replicate)))
+            if m.failure is None and m.timed_as is not None:
+                m.failure = same_words(m.timed_as, self.device)
+            if m.failure is not None:
+                return False
+        if m.worker is None:  # lost on an earlier workload: a fresh one
+            self._spawn(m, replicate)
+            self._ready(m)
+        if m.worker is None:
+            return False
+        m.failure = None
+        word = "record" if m.timed_as is not None else "verdict" if owes else "prepare"
+        m.worker.send(f"{word} {key}")
+        return True
+
+    def _answer(self, m: Member, key: str, replicate: int, msg: dict[str, Any] | None) -> None:
+        """What ``m``'s ``prepared`` message (None: its worker lost) makes of it."""
+        if msg is None:
+            return
+        if msg.get("lost"):
+            self._lose(m, "lost its CUDA context")
+        elif msg.get("status") != "ok":
+            verdict = self.recs.get((key, m.mode.name, replicate)) if m.copy == 0 else None
+            m.failure = (None if verdict is None else not_timed(verdict)) or (
+                str(msg.get("status")),
+                str(msg.get("message")),
+            )
+        elif m.timed_as is not None:
+            m.failure = same_words(m.timed_as, self.device)
+        else:
+            m.prepared = msg
 
     def _rounds(
         self, live: list[Member], key: str, replicate: int, first: int, subgroup: int, base: Member

@@ -82,3 +82,29 @@ class GroupWorkers:
             if m.worker is not None:
                 self.crew.finish(m.worker)
                 m.worker = None
+
+    def _ask(self, m: Member, line: str, kind: str) -> dict[str, Any] | None:
+        """Send ``line`` to ``m``'s worker and wait for its message of type ``kind`` (a
+        ``record`` message before it is stored at once); None (the worker lost) where it exits
+        or stays silent past the run's ``--timeout``."""
+        assert m.worker is not None
+        m.worker.send(line)
+        return self._wait(m, kind)
+
+    def _wait(self, m: Member, kind: str) -> dict[str, Any] | None:
+        """``_ask``'s wait: ``m``'s next message of type ``kind``, the records before it stored."""
+        assert m.worker is not None
+        while True:
+            msg = m.worker.next(self.timeout)
+            if msg is not None and msg is not TIMEOUT and msg.get("type") == "record":
+                self._verdict(msg["record"])
+                continue
+            break
+        if msg is None or msg is TIMEOUT or msg.get("type") != kind:
+            self._lose(m, "ended" if msg is None else "was silent" if msg is TIMEOUT else "erred")
+            return None
+        return msg
+
+    def _verdict(self, rec: dict[str, Any]) -> None:
+        """A verdict record a worker sent before the message asked for: stored at once."""
+        raise NotImplementedError

@@ -151,8 +151,8 @@ class Runner:
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         self.fused = config.timing_design == "paired"
-        distributed = {w.key for w in self.workloads if w.distributed}
-        self.lane_keys = distributed if self.fused else None
+        self.launched = frozenset(w.key for w in self.workloads if w.distributed)
+        self.lane_keys = set(self.launched) if self.fused else None
         self.paired = (
             PairedPhase.of(
                 config,
@@ -384,8 +384,7 @@ class Runner:
         )
         if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
             write_json_atomic(out / ENV_FILE, self._env_doc())
-        launched = {w.key for w in self.workloads if w.distributed}
-        progress = Progress.for_plan(self.plan, estimate, self.stream, launched)
+        progress = Progress.for_plan(self.plan, estimate, self.stream, self.launched)
         if estimate is not None:
             self.stats.planned = (
                 float(estimate) if isinstance(estimate, int | float) else estimate.seconds
