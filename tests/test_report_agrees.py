@@ -240,7 +240,8 @@ def test_a_cpu_run_times_full_determinism_as_det_algos_and_says_so(paired_ops_ru
     """The real run on a CPU: cudnn-det+det-algos makes its 6 verdicts in its own workers and
     sits the rounds out (its lines name det-algos, they hold no sample); its records carry
     no timing; the report's clocks column, the console's matrix and the answer's column of
-    full determinism each name det-algos as the computation timed for it."""
+    full determinism each name det-algos as the computation timed for it, and its CPU warning
+    says the run timed each computation once."""
     full = "cudnn-det+det-algos"
     lines = load_paired(paired_ops_run)
     mine = lines[lines["mode"] == full]
@@ -255,5 +256,6 @@ def test_a_cpu_run_times_full_determinism_as_det_algos_and_says_so(paired_ops_ru
     md = (paired_ops_run / "report.md").read_text().replace("\\", "")
     assert f"| {full} |" in md and "timed as det-algos: the same computation here" in md
     assert f"full determinism: {full} (det-algos, the same computation on a CPU)" in md
+    assert "This run timed each such computation once, as the first mode that runs it" in md
     printed = (paired_ops_run.parent / "console.txt").read_text()
     assert "≡M1" in printed, printed

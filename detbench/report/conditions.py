@@ -120,7 +120,9 @@ def warnings(
     then the verdicts, the timing and the precision they rest on, in that order."""
     facts = env_facts(env)
     options = env.get("options") or {}
-    out = _run_warnings(env, facts)
+    out = _run_warnings(
+        env, facts, timed_once="timed_as" in df and bool(df["timed_as"].notna().any())
+    )
     # The answer says it too, first; the console prints this list.
     load = host_load(df, env.get("paired_lines"))
     if load is not None and load.is_busy:
@@ -143,16 +145,24 @@ def warnings(
     return out
 
 
-def _run_warnings(env: dict[str, Any], facts: dict[str, str | None]) -> list[str]:
+def _run_warnings(
+    env: dict[str, Any], facts: dict[str, str | None], timed_once: bool = False
+) -> list[str]:
     """Where the run ran, whether the GPU throttled, whether the run finished, and whether
-    the checkout was clean."""
+    the checkout was clean. ``timed_once``: the paired phase timed each computation once
+    (``acts.timed_as``), so the twins have no timing of their own."""
     out: list[str] = []
     if facts["device"] == "cpu":
         out.append(
             "This run was on a CPU. The cuDNN flags have no effect there, so modes that differ "
-            "only in them run the same computation: a paired run times it once, as the first "
-            "such mode, and any difference between their timings is noise; they are never "
-            "recommended. Run on a GPU for the costs that matter."
+            "only in them measure the same thing, and their throughput differences are noise; "
+            "they are never recommended. Run on a GPU for the costs that matter."
+            + (
+                " This run timed each such computation once, as the first mode that runs it: "
+                "the others' costs say which mode they were timed as."
+                if timed_once
+                else ""
+            )
         )
     throttle = quality.throttle_lines(env)
     if throttle:
