@@ -36,7 +36,7 @@ from detbench.distributed.launch import run_distributed
 from detbench.store.results import where
 from detbench.worker.applied import WorkerSettings
 from detbench.worker.devenv import device_env
-from detbench.worker.memory import warm_libraries
+from detbench.worker.memory import footprint_bytes, free_bytes, warm_libraries
 from detbench.worker.paired import PairedTiming
 from detbench.worker.passes import run_workload
 from detbench.worker.protocol import Channel
@@ -208,7 +208,13 @@ def pair(job: dict[str, Any], out: Channel) -> int:
                 gc.freeze()
                 status = "failed" if device_lost else record.get("status")
                 timing, said = None, {"status": status, "message": record.get("message")}
-                said["lost"] = device_lost
+                # What one copy held at its peak, and what is free now that it is gone: the
+                # runner sizes the next members it asks at once by them (``copies_at_once``).
+                said.update(
+                    lost=device_lost,
+                    footprint_bytes=footprint_bytes(device, record.get("memory")),
+                    free_bytes=free_bytes(device),
+                )
             elif word == "verdict":
                 timing, said = _verdict_then_prepare(w, job, mode, ws, device, out)
             else:

@@ -65,6 +65,7 @@ from detbench.run.paired_members import (
 )
 from detbench.run.paired_rounds import (
     MIN_ROUNDS,
+    copies_at_once,
     fits,
     half_width,
     log_ratios,
@@ -202,6 +203,9 @@ class PairedPhase(GroupWorkers):
         #: core. On the 2-core VM (the ops suite, 10 modes x 2 replicates) the phase's
         #: preparation took 43.1 s one at a time, 36.9 s two at once and 36.4 s eight at once.
         self.at_once = max(1, os.cpu_count() or 1)
+        #: Per workload key, (the largest footprint one copy showed, the free memory last seen
+        #: with none held) from the twins' verdicts: how many of them fit at once.
+        self._room: dict[str, tuple[int | None, int | None]] = {}
         self._turns = sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = done_groups(iter_paired(out), self.members_of)
@@ -327,10 +331,15 @@ class PairedPhase(GroupWorkers):
         free: int | None = None
         index, subgroup = 0, 0
         # The members timed as another mode make their verdicts first, a few at once: nothing
-        # is timed while they work, and a verdict compares bits, not time.
+        # is timed while they work, and a verdict compares bits, not time. As many at once as
+        # the memory holds: the first of a workload alone, until one copy's footprint is known.
         twins = [(m, p) for p, m in enumerate(queue) if m.timed_as is not None]
-        for i in range(0, len(twins), self.at_once):
-            self._prepare_all(twins[i : i + self.at_once], key, replicate)
+        i = 0
+        while i < len(twins):
+            room = self._room.get(key)
+            n = 1 if room is None else copies_at_once(*room, self.device, self.at_once)
+            self._prepare_all(twins[i : i + n], key, replicate)
+            i += n
         for position, m in enumerate(queue):
             if m.timed_as is not None:
                 continue
@@ -364,7 +373,7 @@ class PairedPhase(GroupWorkers):
 
     def _prepare_all(self, ms: list[tuple[Member, int]], key: str, replicate: int) -> None:
         """``_prepare`` of each (member, position) of ``ms``, their requests all sent before the
-        first answer is read: their workers work at once (``VERDICTS_AT_ONCE``)."""
+        first answer is read: their workers work at once (``at_once``, ``copies_at_once``)."""
         t0 = time.perf_counter()
         try:
             sent: list[tuple[Member, int]] = []
@@ -418,6 +427,10 @@ class PairedPhase(GroupWorkers):
             )
         elif m.timed_as is not None:
             m.failure = same_words(m.timed_as, self.device)
+            got, free = msg.get("footprint_bytes"), msg.get("free_bytes")
+            seen = (self._room.get(key) or (None, None))[0]
+            most = got if seen is None else seen if got is None else max(seen, got)
+            self._room[key] = (most, free)
         else:
             m.prepared = msg
 

@@ -87,6 +87,16 @@ def fits(footprint: int | None, free: int | None, device: str) -> bool:
     return free - HEADROOM_FACTOR * footprint >= HEADROOM_BYTES.get(device, 1 << 30)
 
 
+def copies_at_once(footprint: int | None, free: int | None, device: str, most: int) -> int:
+    """How many copies of a workload may be built at once, at least 1 and at most ``most``, where
+    ``free`` was measured with none of them held: ``k`` fit when ``free - HEADROOM_FACTOR * k *
+    footprint >= headroom``, as in ``fits``; ``most`` where either figure is unknown."""
+    if footprint is None or free is None or footprint <= 0:
+        return max(1, most)
+    room = free - HEADROOM_BYTES.get(device, 1 << 30)
+    return max(1, min(most, math.floor(room / (HEADROOM_FACTOR * footprint))))
+
+
 def most_rounds(prepared: Sequence[Mapping[str, Any]], rounds: int, budget: float) -> int:
     """A group's most rounds: ``rounds``, fewer where the longest block (of the members'
     ``prepared`` messages) would take the members past ``budget`` seconds of sampling each (a

@@ -1,0 +1,25 @@
+"""How many copies of a workload a paired group builds at once (``paired_rounds.copies_at_once``):
+the rule ``fits`` asks of one more copy, for k of them; the real run is in test_paired_memory."""
+
+from __future__ import annotations
+
+from detbench.run.paired_rounds import HEADROOM_BYTES, HEADROOM_FACTOR, copies_at_once, fits
+
+GIB = 1 << 30
+
+
+def test_copies_at_once_leaves_the_headroom_fits_asks() -> None:
+    """k copies at once fit where k more would each pass ``fits``'s rule; never fewer than 1,
+    never more than asked; unknown memory asks no limit."""
+    free, head = 22 * GIB, HEADROOM_BYTES["cpu"]
+    assert copies_at_once(None, free, "cpu", 8) == 8 and copies_at_once(GIB, None, "cpu", 8) == 8
+    assert copies_at_once(8 * GIB, free, "cpu", 8) == 2  # 21 GiB / (1.25 x 8 GiB)
+    assert copies_at_once(20 * GIB, free, "cpu", 8) == 1  # not even one: still one
+    assert copies_at_once(GIB, free, "cpu", 2) == 2
+    for size in (3, 5, 7.5, 9):
+        footprint = int(size * GIB)
+        k = copies_at_once(footprint, free, "cpu", 99)
+        assert free - HEADROOM_FACTOR * k * footprint >= head or k == 1
+        assert free - HEADROOM_FACTOR * (k + 1) * footprint < head
+        # fits, one copy at a time, agrees: k - 1 copies held, one more fits.
+        assert fits(footprint, free - (k - 1) * footprint, "cpu") or k == 1
