@@ -3,7 +3,13 @@ the rule ``fits`` asks of one more copy, for k of them; the real run is in test_
 
 from __future__ import annotations
 
-from detbench.run.paired_rounds import HEADROOM_BYTES, HEADROOM_FACTOR, copies_at_once, fits
+from detbench.run.paired_rounds import (
+    HEADROOM_BYTES,
+    HEADROOM_FACTOR,
+    TwinRoom,
+    copies_at_once,
+    fits,
+)
 
 GIB = 1 << 30
 
@@ -23,3 +29,21 @@ def test_copies_at_once_leaves_the_headroom_fits_asks() -> None:
         assert free - HEADROOM_FACTOR * (k + 1) * footprint < head
         # fits, one copy at a time, agrees: k - 1 copies held, one more fits.
         assert fits(footprint, free - (k - 1) * footprint, "cpu") or k == 1
+
+
+def test_twins_wait_for_a_footprint_then_go_as_many_as_fit() -> None:
+    """A workload's first twin goes alone; once its verdict said what one copy holds, as many as
+    fit and no more than asked; a worker that takes every core (most 1) always goes alone."""
+    room = TwinRoom("cpu", 8)
+    assert room.at_once("a") == 1
+    room.saw("a", {"footprint_bytes": 8 * GIB, "free_bytes": 22 * GIB})
+    assert room.at_once("a") == 2 and room.at_once("b") == 1
+    room.saw("a", {"footprint_bytes": None, "free_bytes": 22 * GIB})  # the largest stays
+    assert room.at_once("a") == 2
+    room.saw("b", {"footprint_bytes": 1 << 20, "free_bytes": 22 * GIB})
+    assert room.at_once("b") == 8
+    room.saw("c", {"footprint_bytes": None, "free_bytes": None})  # memory not read: no limit
+    assert room.at_once("c") == 8
+    alone = TwinRoom("cpu", 1)
+    alone.saw("b", {"footprint_bytes": 1 << 20, "free_bytes": 22 * GIB})
+    assert alone.at_once("b") == 1

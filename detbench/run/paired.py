@@ -65,7 +65,7 @@ from detbench.run.paired_members import (
 )
 from detbench.run.paired_rounds import (
     MIN_ROUNDS,
-    copies_at_once,
+    TwinRoom,
     fits,
     half_width,
     log_ratios,
@@ -136,6 +136,8 @@ class PairedPhase(GroupWorkers):
                 "timeout": c.timeout,
                 "device": c.device,
                 "reference_seconds": c.reference_check,
+                # Each worker's torch threads (None: torch's own count, every core).
+                "threads": job_for(c.modes[0], 0, lane, keys).get("num_threads"),
             },
             stream=stream,
             owed=verdicts,
@@ -199,13 +201,14 @@ class PairedPhase(GroupWorkers):
         #: default and det-algos are timed; the others make their verdicts and sit the rounds out.
         order = [self.base] + [m for m in modes if m.name != self.base.name]
         self.timed_as = acts.timed_as(order, self.device)
-        #: How many of the members timed as another mode make their verdicts at once: one per
-        #: core. On the 2-core VM (the ops suite, 10 modes x 2 replicates) the phase's
-        #: preparation took 43.1 s one at a time, 36.9 s two at once and 36.4 s eight at once.
-        self.at_once = max(1, os.cpu_count() or 1)
-        #: Per workload key, (the largest footprint one copy showed, the free memory last seen
-        #: with none held) from the twins' verdicts: how many of them fit at once.
-        self._room: dict[str, tuple[int | None, int | None]] = {}
+        #: How many of the members timed as another mode make their verdicts at once: as many
+        #: as the cores hold workers of their threads, so one where a worker takes every core
+        #: (torch's own count, the default). On the 2-core VM two 2-thread workers at once made
+        #: the CPU matrix's twins' fingerprints 121 s -> 766 s and batch invariance 48 s -> 667
+        #: s (their OpenMP threads wait on each other); on the ops suite alone, whose steps are
+        #: mostly Python, the phase's preparation had gone 43.1 s -> 36.9 s.
+        cores = os.cpu_count() or 1
+        self.room = TwinRoom(self.device, cores // int(settings.get("threads") or cores))
         self._turns = sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = done_groups(iter_paired(out), self.members_of)
@@ -336,8 +339,7 @@ class PairedPhase(GroupWorkers):
         twins = [(m, p) for p, m in enumerate(queue) if m.timed_as is not None]
         i = 0
         while i < len(twins):
-            room = self._room.get(key)
-            n = 1 if room is None else copies_at_once(*room, self.device, self.at_once)
+            n = self.room.at_once(key)
             self._prepare_all(twins[i : i + n], key, replicate)
             i += n
         for position, m in enumerate(queue):
@@ -373,7 +375,7 @@ class PairedPhase(GroupWorkers):
 
     def _prepare_all(self, ms: list[tuple[Member, int]], key: str, replicate: int) -> None:
         """``_prepare`` of each (member, position) of ``ms``, their requests all sent before the
-        first answer is read: their workers work at once (``at_once``, ``copies_at_once``)."""
+        first answer is read: their workers work at once (``TwinRoom``)."""
         t0 = time.perf_counter()
         try:
             sent: list[tuple[Member, int]] = []
@@ -427,10 +429,7 @@ class PairedPhase(GroupWorkers):
             )
         elif m.timed_as is not None:
             m.failure = same_words(m.timed_as, self.device)
-            got, free = msg.get("footprint_bytes"), msg.get("free_bytes")
-            seen = (self._room.get(key) or (None, None))[0]
-            most = got if seen is None else seen if got is None else max(seen, got)
-            self._room[key] = (most, free)
+            self.room.saw(key, msg)
         else:
             m.prepared = msg
 

@@ -105,3 +105,27 @@ def most_rounds(prepared: Sequence[Mapping[str, Any]], rounds: int, budget: floa
     longest = max((p["number_per_block"] * p["step_seconds"] for p in prepared), default=0.0)
     fit = math.floor(budget / longest) if longest > 0 else rounds
     return max(MIN_ROUNDS, min(rounds, fit))
+
+
+class TwinRoom:
+    """How many members timed as another mode (``acts.timed_as``) make their verdicts at once:
+    at most ``most``, one until a copy of the workload has shown its footprint, then as many as
+    the memory holds (``copies_at_once``), from what their verdicts reported per workload key:
+    the largest footprint one copy showed, and the free memory last seen with none held."""
+
+    def __init__(self, device: str, most: int) -> None:
+        self.device, self.most = device, max(1, most)
+        self._seen: dict[str, tuple[int | None, int | None]] = {}
+
+    def at_once(self, key: str) -> int:
+        room = self._seen.get(key)
+        if self.most == 1 or room is None:
+            return 1
+        return copies_at_once(*room, self.device, self.most)
+
+    def saw(self, key: str, said: Mapping[str, Any]) -> None:
+        """A verdict's ``prepared`` message for ``key``: its footprint and the free memory."""
+        got, free = said.get("footprint_bytes"), said.get("free_bytes")
+        seen = (self._seen.get(key) or (None, None))[0]
+        largest = got if seen is None else seen if got is None else max(int(seen), int(got))
+        self._seen[key] = (largest, free)
