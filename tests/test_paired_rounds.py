@@ -3,6 +3,7 @@ the rule ``fits`` asks of one more copy, for k of them; the real run is in test_
 
 from __future__ import annotations
 
+from detbench.run.paired_members import group_line, time_left
 from detbench.run.paired_rounds import (
     HEADROOM_BYTES,
     HEADROOM_FACTOR,
@@ -47,3 +48,23 @@ def test_twins_wait_for_a_footprint_then_go_as_many_as_fit() -> None:
     alone = TwinRoom("cpu", 1)
     alone.saw("b", {"footprint_bytes": 1 << 20, "free_bytes": 22 * GIB})
     assert alone.at_once("b") == 1
+
+
+def test_the_first_group_line_reads_the_plan_then_the_pace_of_the_groups_done() -> None:
+    """Before any group is done the time left is the plan's seconds for the groups less those
+    spent (the plan line's figure, continued), where the weights are the estimate's seconds;
+    unpriced, nothing; after a group, its pace (start-ups apart) for the plan's seconds left."""
+    assert time_left((60.0, 0.0), 4.0, (4.0, 1, 3), priced=True) == 56.0
+    assert time_left((60.0, 0.0), 70.0, (4.0, 1, 3), priced=True) == 0.0
+    assert time_left((6.0, 0.0), 4.0, (4.0, 1, 3)) is None
+    # One group of 20 planned seconds took 24 s, 4 of them its start-up: 1x pace for the 40 s
+    # left, and two more start-ups of 4 s.
+    assert time_left((60.0, 20.0), 24.0, (4.0, 1, 3), priced=True) == 40.0 + 8.0
+    line = group_line(True, (1, 10), (0, 3), "ops/x", (3, 3), (65.0, 56.0))
+    assert line == (
+        "verdicts and costs [ 1/10] replicate 1/3 ops/x: 3 workers side by side  "
+        "elapsed 1:05 left ~0:56\n"
+    )
+    assert group_line(False, (2, 10), (0, 3), "ops/x", (4, 3), (5.0, None)).startswith(
+        "costs [ 2/10]"
+    )

@@ -259,11 +259,12 @@ class PairedPhase(GroupWorkers):
             ),
         )
 
-    def run(self) -> None:
+    def run(self, before: float = 0.0) -> None:
         """Time every group still to be timed, making the verdicts the phase owes on the way:
         each verdict record of the run (this call's and earlier calls') gives its timing
         ``same_bits``, and a mode whose verdict record is not ``ok`` (unsupported, failed, or
-        not run) sits out."""
+        not run) sits out. ``before``: the run's seconds so far, where its lines' elapsed goes
+        on from."""
         self.recs = {
             (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])): r
             for r in iter_records(self.out)
@@ -287,16 +288,16 @@ class PairedPhase(GroupWorkers):
                                 (planned, spent),
                                 time.perf_counter() - t0,
                                 (self.stats.startup, self._started, len(todo)),
+                                priced=bool(self.weights),
                             )
-                            what = "verdicts and costs" if self.owes(key, replicate) else "costs"
                             self.stream.write(
                                 group_line(
-                                    what,
+                                    self.owes(key, replicate),
                                     (n, total),
                                     (replicate, self.replicates),
                                     key,
                                     (len(self.members_of), self._turns),
-                                    (time.perf_counter() - t0, left),
+                                    (before + time.perf_counter() - t0, left),
                                 )
                             )
                             self.stream.flush()

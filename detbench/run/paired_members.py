@@ -207,30 +207,34 @@ def stop_words(failed: int, out: Path) -> str:
 
 
 def time_left(
-    weights: tuple[float, float], elapsed: float, startups: tuple[float, int, int]
+    weights: tuple[float, float],
+    elapsed: float,
+    startups: tuple[float, int, int],
+    priced: bool = False,
 ) -> float | None:
     """Seconds left: the groups' time so far, start-ups apart, at the pace of the plan's seconds
     done (``weights`` = (planned, done)) for those left; plus, for each replicate's group still
     to start, a start-up as long as those so far (``startups`` = (seconds, started, in all)).
-    None before a group is done."""
+    Before a group is done, the plan's seconds less those spent where ``priced`` (the weights
+    are the estimate's seconds, so the first line agrees with the plan line), else None."""
     (planned, spent), (startup, started, groups) = weights, startups
     if spent <= 0 or started <= 0:
-        return None
+        return max(0.0, planned - elapsed) if priced else None
     pace = max(0.0, elapsed - startup) / spent
     return pace * (planned - spent) + startup / started * (groups - started)
 
 
 def group_line(
-    what: str,
+    verdicts: bool,
     count: tuple[int, int],
     replicate: tuple[int, int],
     key: str,
     workers: tuple[int, int],
     time: tuple[float, float | None],
 ) -> str:
-    """The progress line of group ``count`` = (n, total) starting: ``workers`` = (the group's
-    workers, those of them that take turns); ``time`` = (elapsed, the seconds left, None for the
-    first group)."""
+    """The progress line of group ``count`` = (n, total) starting, which makes ``verdicts``
+    or only costs: ``workers`` = (the group's workers, those of them that take turns);
+    ``time`` = (elapsed, the seconds left, None where not known)."""
     (n, total), (r, replicates), (elapsed, left) = count, replicate, time
     started, turns = workers
     side = (
@@ -240,6 +244,7 @@ def group_line(
     )
     width = len(str(total))
     rest = f" left ~{clock(left)}" if left is not None else ""
+    what = "verdicts and costs" if verdicts else "costs"
     return (
         f"{what} [{n:>{width}}/{total}] replicate {r + 1}/{replicates} {key}: {side}  "
         f"elapsed {clock(elapsed)}{rest}\n"

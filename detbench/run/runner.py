@@ -411,7 +411,7 @@ class Runner:
                     progress.close()
                     progress.tty = False  # its line is ended; the paired phase prints its own
                     try:
-                        self.paired.run()
+                        self.paired.run(before=progress.clock() - progress.t0)
                     finally:
                         self.stats.paired = self.paired.stats.to_json()
                 finished = True
