@@ -7,7 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from detbench.analysis.timingcheck import check_timing, drift, first_of_each_worker
+from detbench.analysis.timingcheck import (
+    blocks,
+    check_timing,
+    drift,
+    first_of_each_worker,
+    overlaps,
+)
+from detbench.store.paired import iter_paired
 from detbench.store.results import iter_records
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,3 +70,26 @@ def test_a_cpu_run_shares_no_timing_and_its_drift_is_measured() -> None:
 def test_the_tool_refuses_a_directory_without_records(tmp_path: Path) -> None:
     out = _tool(tmp_path)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and out.stdout == ""
+
+
+FUSED = ROOT / "results" / "20261128-011342-cuda-full-h200-partial"
+
+
+def test_a_paired_run_is_checked_on_its_paired_lines_and_an_overlap_fails_it() -> None:
+    """The H200's run of the fused design keeps its timings in paired.jsonl: check (i) reads its
+    4,125 blocks (none began inside another worker's), and fails once one worker's block is
+    moved into the middle of another's; with no timing at all, (i) fails rather than pass on
+    0 of 0."""
+    records, lines = list(iter_records(FUSED)), list(iter_paired(FUSED))
+    turns, drifted, samples = check_timing(records, paired=lines)
+    assert turns.passed and "0 of 4125 blocks of 495 paired lines" in turns.text
+    assert "of 22 workers' first records" in drifted.text
+    assert "20 of 149 did (13%)" in samples.text
+    a, b = [x for x in lines if x["status"] == "ok" and x.get("samples")][:2]
+    (start, end), *_ = blocks(a)
+    moved = dict(b, block_start=[(start + end) / 2, *b["block_start"][1:]])
+    assert overlaps([a, moved])[0] == 1 and overlaps([a, b])[0] == 0
+    assert not check_timing([])[0].passed
+    out = _tool(FUSED)
+    assert "their costs timed in 495 paired lines" in out.stdout.splitlines()[0]
+    assert out.stdout.splitlines()[1].startswith("PASS (i)")

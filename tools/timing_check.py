@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from detbench.analysis.timingcheck import check_timing
+from detbench.store.paired import iter_paired
 from detbench.store.results import ResultsError, iter_records
 
 
@@ -28,14 +29,22 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         records = list(iter_records(args.dir))
+        paired = list(iter_paired(args.dir))
     except ResultsError as exc:
         print(f"timing_check: {exc}", file=sys.stderr)
         return 2
     if not records:
         print(f"timing_check: {args.dir} holds no records", file=sys.stderr)
         return 2
-    checks = check_timing(records, args.target)
-    print(f"{args.dir}: {len(records)} records")
+    checks = check_timing(records, args.target, paired)
+    print(
+        f"{args.dir}: {len(records)} records"
+        + (
+            f", their costs timed in {len(paired)} paired lines (the checks read those)"
+            if paired
+            else ""
+        )
+    )
     for c in checks:
         print(c.line())
     return 0 if all(c.passed for c in checks) else 1

@@ -14,6 +14,12 @@
 - (iii) **Enough samples.** Of the records whose step takes 5-100 ms, at least ``REACHED`` reach
   +-``target`` (the 95% interval of the median within it: ``timing.ci_rel``).
 
+A run of the paired design (``paired.jsonl``) keeps its timings in its paired lines, not in its
+verdict records: the checks read those lines. Its workers take turns, so (i) asks that no
+block began before another worker's block had ended (``overlaps``); (ii) takes each worker's
+first line (``worker_pid``), whose samples are one per round; (iii) reads the lines' intervals.
+A check with nothing to read fails: "0 of 0" proves nothing.
+
 ``tools/timing_check.py DIR`` prints one PASS or FAIL line per check with its numbers; the GPU
 visit's proof step (``tools/gpu_session.sh proof``) calls it.
 """
@@ -69,7 +75,45 @@ def shared(rec: Mapping[str, Any]) -> str | None:
     return None
 
 
+def blocks(line: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """The (start, end) epoch seconds of each block a paired line timed: its ``block_start``,
+    and ``number_per_block`` steps of that round's sample (seconds a step)."""
+    n = int(line.get("number_per_block") or 1)
+    starts, samples = line.get("block_start") or [], line.get("samples") or []
+    return [(float(a), float(a) + n * float(x)) for a, x in zip(starts, samples, strict=False)]
+
+
+#: Seconds two blocks may seem to overlap by the clocks' disagreement alone: a block's start is
+#: read by the wall clock and its length by ``perf_counter``, a few microseconds apart.
+SLACK = 1e-4
+
+
+def overlaps(lines: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(how many blocks of ``lines`` began before another line's block had ended, by more than
+    ``SLACK``; how many blocks in all)."""
+    spans = sorted((a, b, i) for i, line in enumerate(lines) for a, b in blocks(line))
+    count, end, owner = 0, float("-inf"), -1
+    for a, b, i in spans:
+        if a < end - SLACK and i != owner:
+            count += 1
+        if b > end:
+            end, owner = b, i
+    return count, len(spans)
+
+
+def check_turns(lines: list[Mapping[str, Any]]) -> Check:
+    """Check (i) of a paired run: its workers' blocks never overlapped."""
+    count, total = overlaps(lines)
+    text = (
+        f"no timing shared with detbench's own workers: {count} of {total} blocks of "
+        f"{len(lines)} paired lines began before another worker's block had ended"
+    )
+    return Check("i", total > 0 and count == 0, text)
+
+
 def check_shared(records: list[Mapping[str, Any]]) -> Check:
+    if not records:
+        return Check("i", False, "no timing shared with detbench's own workers: no timing to check")
     why = [w for w in map(shared, records) if w is not None]
     foreign = sum(
         1
@@ -98,11 +142,16 @@ def drift(rec: Mapping[str, Any]) -> float | None:
 
 
 def first_of_each_worker(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The first record of each worker (its replicate, mode and device), in the file's order."""
+    """The first record of each worker (its replicate, mode and device; a paired line's
+    ``worker_pid``), in the file's order."""
     seen: set[tuple[Any, ...]] = set()
     firsts = []
     for r in records:
-        worker = (r.get("replicate"), r.get("mode"), r.get("device_name"), r.get("node"))
+        worker: tuple[Any, ...] = (
+            (r.get("replicate"), r.get("mode"), r.get("device_name"), r.get("node"))
+            if r.get("worker_pid") is None
+            else ("pid", r["worker_pid"], r.get("replicate"))
+        )
         if worker not in seen:
             seen.add(worker)
             firsts.append(r)
@@ -147,8 +196,17 @@ def _step(rec: Mapping[str, Any]) -> float:
     return float(step) if step is not None else float(rec["timing"].get("median") or 0.0)
 
 
-def check_timing(records: Iterable[Mapping[str, Any]], target: float = 0.01) -> list[Check]:
-    """Checks (i)-(iii) of a run's records; ``target``: the interval check (iii) asks for."""
+def check_timing(
+    records: Iterable[Mapping[str, Any]],
+    target: float = 0.01,
+    paired: Iterable[Mapping[str, Any]] = (),
+) -> list[Check]:
+    """Checks (i)-(iii) of a run's records, or of its ``paired`` lines where it has any (the
+    paired design); ``target``: the interval check (iii) asks for."""
+    lines = list(paired)
+    if lines:
+        ok = _ok(lines)
+        return [check_turns(ok), check_drift(ok, lines), check_samples(ok, target)]
     everything = list(records)
     ok = _ok(everything)
     return [check_shared(ok), check_drift(ok, everything), check_samples(ok, target)]
