@@ -341,3 +341,11 @@ PAIRED_ROUNDS_BY_SUITE: dict[tuple[str, str], dict[str, float]] = {
 #: groups) and 10.0 s a group of 3 (results/20261128-013218-cuda-full-bmm-steady, 20 s over 2):
 #: 16 cores do not start 11 CUDA workers in one worker's time, as the plan had assumed.
 GROUP_START_SECONDS = {"cuda": (5.05, 1.65)}
+#: What one member's ``--reference-check`` costs after a round, per device: (a share of the
+#: seconds asked, blocks of its step), the larger. On a CPU ``torch.utils.benchmark``'s
+#: ``blocked_autorange`` runs at least the seconds asked, and at least a block: 0.114 s for 0.1 s
+#: asked, the CPU core suites in default and det-algos with the A/A copy on the 2-core VM,
+#: 2026-11-29 (rounds 417.7 s with the check, 36.2 s without, over 3,348 references). On a GPU
+#: the reference is 8 blocks after an untimed one (``worker.paired.PairedTiming.reference``),
+#: whatever is asked.
+REFERENCE_COST = {"cpu": (1.14, 1.0), "cuda": (0.0, 9.0)}

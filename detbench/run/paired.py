@@ -53,6 +53,7 @@ from detbench.run.paired_members import (
     Store,
     Writer,
     baseline_of,
+    cudnn_off_timed,
     done_groups,
     group_line,
     line_of,
@@ -252,11 +253,8 @@ class PairedPhase(GroupWorkers):
             block_seconds=block_seconds,
             fused=bool(self.owed),
             warmup=min(self.budget, self.rounds * block_seconds / 2),
-            cudnn_off=sum(
-                1
-                for m, c in self.members_of
-                if not m.cudnn_enabled and (c or self.timed_as[m.name] == m.name)
-            ),
+            cudnn_off=cudnn_off_timed(self.members_of, self.timed_as),
+            reference=self.reference_seconds,
         )
 
     def run(self, before: float = 0.0) -> None:

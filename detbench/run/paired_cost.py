@@ -26,6 +26,7 @@ from detbench.run.costs import (
     PAIRED_ROUNDS_BY_SUITE,
     PAIRED_ROUNDS_TAKEN,
     PAIRED_TURN_SECONDS,
+    REFERENCE_COST,
     SUITE_PREPARE_SECONDS,
 )
 from detbench.run.paired_rounds import MIN_ROUNDS
@@ -57,6 +58,9 @@ class PairedPlan:
     #: How many of them take turns in the rounds (0: all): on a CPU, the modes that differ from
     #: another only in cuDNN flags make their verdicts and sit the rounds out (``acts.timed_as``).
     timed: int = 0
+    #: ``--reference-check`` seconds: after each round every member times its step again with a
+    #: reference timer (``REFERENCE_COST``); 0: no check.
+    reference: float = 0.0
 
     @property
     def turns(self) -> int:
@@ -122,10 +126,18 @@ class PairedPlan:
         overhead = PAIRED_TURN_SECONDS.get(device, 0.001)
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps:
-            return rounds * self.turns * (self.block_seconds + overhead)
+            return rounds * self.turns * (self.block_seconds + overhead + self.checked(device))
         on, off = steps[(suite, True)], steps.get((suite, False), steps[(suite, True)])
         turns = (self.turns - self.cudnn_off) * sum(on) + self.cudnn_off * sum(off)
-        return rounds * (turns + self.turns * overhead)
+        return rounds * (turns + self.turns * (overhead + self.checked(device, on[0])))
+
+    def checked(self, device: str, block: float | None = None) -> float:
+        """Seconds of one member's reference timing after a round on ``device`` (``block``: its
+        block where measured, else the plan's): ``REFERENCE_COST``."""
+        if self.reference <= 0:
+            return 0.0
+        share, blocks = REFERENCE_COST.get(device, (1.0, 1.0))
+        return max(share * self.reference, blocks * (block or self.block_seconds))
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -167,6 +167,14 @@ def weights_of(estimate: Estimate, replicates: int) -> dict[str, float]:
     return {k: v / max(1, replicates) + share for k, v in records.items()}
 
 
+def cudnn_off_timed(members_of: list[tuple[Mode, int]], timed_as: Mapping[str, str]) -> int:
+    """How many of a group's members with cuDNN off take turns: the A/A copies and each mode
+    timed as itself (``timed_as``: mode name -> the mode whose worker times its computation)."""
+    return sum(
+        1 for m, c in members_of if not m.cudnn_enabled and (c or timed_as[m.name] == m.name)
+    )
+
+
 def done_groups(
     lines: Iterable[Mapping[str, Any]], members_of: list[tuple[Mode, int]]
 ) -> set[tuple[str, int]]:
