@@ -238,8 +238,16 @@ def test_a_reference_check_is_priced_after_every_round() -> None:
     from detbench.run.paired_cost import PairedPlan
     from detbench.run.paired_rounds import MIN_ROUNDS
 
-    plain = PairedPlan(groups=1, replicates=1, keys=("custom/x",), workers=3, rounds=12,
-                       block_seconds=0.008, fused=True, timed=3)  # fmt: skip
+    plain = PairedPlan(
+        groups=1,
+        replicates=1,
+        keys=("custom/x",),
+        workers=3,
+        rounds=12,
+        block_seconds=0.008,
+        fused=True,
+        timed=3,
+    )
     checked = replace(plain, reference=0.1)
     rounds = 12 * PAIRED_ROUNDS_TAKEN["cpu"]
     extra = checked.rounds_seconds("custom/x", "cpu", "quick") - plain.rounds_seconds(

@@ -382,10 +382,8 @@ class Progress:
         scales.setdefault(False, 1.0)
         # The time outside records so far (the records in flight are inside one) against the
         # estimate's figure for the workers begun.
-        inside = (
-            self.spent + sum(m for m, _ in seen) + sum(elapsed - b for b in self._began.values())
-        )
-        extra_planned = sum(self.planned[s][0] for s in self.started if s in self.planned)
+        inside = self.spent + sum(m for m, _ in seen) + self._in_flight(elapsed)
+        extra_planned = self._extras_begun()
         extra_scale = max(0.0, elapsed - inside) / extra_planned if extra_planned > 0 else 1.0
         out: dict[Item, float] = {}
         for slot, (extra, records) in self.planned.items():
@@ -404,14 +402,19 @@ class Progress:
         probe and the records in flight, over the estimate's seconds for the records measured and
         the workers begun; 1 before they did ``PACE_AFTER`` of their planned seconds, or with
         several devices side by side; at most ``PACE_LIMIT`` times either way."""
-        done = sum(was for _, was in self.measured.values()) + sum(
-            self.planned[s][0] for s in self.started if s in self.planned
-        )
+        done = sum(was for _, was in self.measured.values()) + self._extras_begun()
         if len(set(self.lanes.values())) > 1 or done < PACE_AFTER * self.lanes_total or done <= 0:
             return 1.0
-        flying = sum(elapsed - b for b in self._began.values())
-        ratio = max(0.0, elapsed - self.spent - flying) / done
+        ratio = max(0.0, elapsed - self.spent - self._in_flight(elapsed)) / done
         return min(PACE_LIMIT, max(1.0 / PACE_LIMIT, ratio))
+
+    def _in_flight(self, elapsed: float) -> float:
+        """Seconds so far of the records in flight."""
+        return sum(elapsed - b for b in self._began.values())
+
+    def _extras_begun(self) -> float:
+        """The estimate's seconds beyond their records for the workers begun."""
+        return sum(self.planned[s][0] for s in self.started if s in self.planned)
 
     def left(self, elapsed: float) -> float | None:
         todo = self.remaining(elapsed)
