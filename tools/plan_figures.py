@@ -13,8 +13,11 @@ Prints, per suite (the modes with cuDNN on, and off where the device runs cuDNN)
 * the share of the most rounds its groups took (``PAIRED_ROUNDS_BY_SUITE``);
 
 and over the run: the turn's overhead (the rounds' seconds less their blocks and the one untimed
-step before each, per turn: ``PAIRED_TURN_SECONDS``), the group start-ups and the torchrun
-launches. Read from ``results.jsonl``, ``paired.jsonl`` and ``env.json``; nothing is written.
+step before each, per turn: ``PAIRED_TURN_SECONDS``), the group start-ups, the torchrun
+launches, an invariance pass's seconds per batch size (``INVARIANCE_SECONDS_PER_SIZE``), and the
+host's seconds for the reference work (``HOST_REFERENCE_SECONDS``, from the call's plan): the
+figures of one run and its reference go into ``run/costs.py`` together. Read from
+``results.jsonl``, ``paired.jsonl`` and ``env.json``; nothing is written.
 """
 
 from __future__ import annotations
@@ -110,7 +113,32 @@ def figures(run: Path) -> dict[str, Any]:
     if launches:
         out["launch"] = (round(statistics.fmean(launches), 2), len(launches))
     out["paired_phase"] = {k: round(float(v), 1) for k, v in paired.items() if isinstance(v, float)}
+    sizes = _sizes(records)
+    if sizes:
+        seconds = sum(float((r.get("phases") or {}).get("invariance") or 0) for r in records)
+        out["invariance_per_size"] = (round(seconds / sizes, 5), sizes)
+    calls = env.get("run_calls") or [{}]
+    if calls[-1].get("host_speed"):  # the reference work on this host (run/hostspeed.py)
+        out["host_speed"] = calls[-1]["host_speed"]
     return out
+
+
+def _sizes(records: list[dict[str, Any]]) -> int:
+    """The batch sizes the ok records' invariance passes built: each record of a workload that
+    declares batch sizes builds it at every one (the built-in suites' declarations)."""
+    from detbench.core.workload import builtin_suite_files, load_file
+
+    declared = {
+        w.key: len(w.batch_sizes)
+        for path in builtin_suite_files().values()
+        for w in load_file(path)
+        if w.batch_sizes
+    }
+    return sum(
+        declared.get(f"{r['suite']}/{r['workload']}", 0)
+        for r in records
+        if r.get("status") == "ok" and (r.get("phases") or {}).get("invariance")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from detbench.run.api import plan_run, run_planned
 from detbench.run.costprobe import own_costs, probe, unpriced
 from detbench.run.costs import GPU_HOST_CORES
 from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
+from detbench.run.hostspeed import host_speed
 from detbench.run.plantext import describe_plan, left_out_line, probe_line
 from detbench.run.schedule import clock
 from detbench.store.outdir import measured_nothing
@@ -47,6 +48,8 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
 
     own = own_costs(runner)  # a resumed run's records price the records it has left
+    # The figures are seconds on the host that measured them: how fast is this one?
+    host = None if paper else host_speed(c.device)
 
     def priced(startup: float, measured: bool, probed: Any = None) -> Estimate:
         return estimate(
@@ -65,9 +68,11 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
             GPU_HOST_CORES if paper else None,
             c.timing_design != "paired",
             own,
+            host,
         )
 
-    est = priced(PAPER_STARTUP_SECONDS.get(c.device, 2.0), False)
+    paper_startup = PAPER_STARTUP_SECONDS.get(c.device, 2.0) * (host.factor if host else 1.0)
+    est = priced(paper_startup, False)
     keys = (
         [k for k in unpriced(runner) if k not in own] if runner.plan.workers and not paper else []
     )

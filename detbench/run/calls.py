@@ -93,6 +93,9 @@ def with_call(runner: _Runner, estimate: Estimate | float | None) -> list[dict[s
     this = call_entry(runner._started, stats.wall, stats.records, planned, stats.planned)
     if stats.paired is not None:
         this["groups"] = timed
+    host = getattr(estimate, "host", None)
+    if host is not None:  # the factor this call's plan was priced with (``run.hostspeed``)
+        this["host_speed"] = host
     return [*calls_of(runner._previous), this]
 
 

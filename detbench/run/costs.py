@@ -349,3 +349,7 @@ GROUP_START_SECONDS = {"cuda": (5.05, 1.65)}
 #: the reference is 8 blocks after an untimed one (``worker.paired.PairedTiming.reference``),
 #: whatever is asked.
 REFERENCE_COST = {"cpu": (1.14, 1.0), "cuda": (0.0, 9.0)}
+#: Seconds of one pass of ``run.hostspeed``'s reference work on the host where each device's
+#: figures above were measured: a plan multiplies them by this host's seconds over these. CPU:
+#: PLACEHOLDER. No GPU plan is scaled (none of the lent GPU hosts has run the reference work).
+HOST_REFERENCE_SECONDS = {"cpu": 0.0125}

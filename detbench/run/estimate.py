@@ -37,6 +37,7 @@ from detbench.run.pricing import (
 
 if TYPE_CHECKING:
     from detbench.core.modes import Mode
+    from detbench.run.hostspeed import HostSpeed
     from detbench.run.paired_cost import PairedPlan
     from detbench.run.schedule import Plan
 
@@ -123,6 +124,9 @@ class Estimate:
     #: Whether a verdict worker's start-up is charged beside the records: not where the paired
     #: phase's groups make every verdict (their start-ups are in ``paired_seconds``).
     startup_charged: bool = True
+    #: This host's speed against the figures' (``run.hostspeed.HostSpeed.to_json``); None: the
+    #: figures stand as measured (a GPU plan).
+    host: dict[str, Any] | None = None
 
     @property
     def handovers(self) -> int:
@@ -204,6 +208,7 @@ class Estimate:
             "estimate_basis": self.basis,
             "paired_seconds": round(self.paired_seconds, 1),
             "paired": self.paired,
+            "host_speed": self.host,
             **(
                 {"device_seconds": [round(x, 1) for x in self.lane_seconds]}
                 if len(self.lane_records) > 1
@@ -253,6 +258,7 @@ def estimate(
     cores: int | None = None,
     timed: bool = True,
     own: Mapping[str, Probed] | None = None,
+    host: HostSpeed | None = None,
 ) -> Estimate:
     """``distributed``: the keys of the plan's distributed workloads (each worker that has any
     that will run makes one torchrun launch; on CUDA the launch's figure includes their
@@ -264,7 +270,10 @@ def estimate(
     the plan's paired phase, whose group of workers starts on ``cores`` cores (None: this
     host's). ``timed``: whether the verdict workers time their records (``--timing separate``
     or ``both``). ``own``: the workloads a resumed run has records of, costed from them as a
-    probe's are (``run.costprobe.own_costs``); a probe's figure, where both are, wins."""
+    probe's are (``run.costprobe.own_costs``); a probe's figure, where both are, wins.
+    ``host``: this host's speed against the figures' (``run.hostspeed``), which scales them
+    (``startup_seconds`` is this host's already)."""
+    speed = host.factor if host is not None else 1.0
     per_record = per_record_seconds(device, profile, budget)
     own = {k: v for k, v in (own or {}).items() if not probed or k not in probed}
     probed = {**own, **(probed or {})} or None
@@ -279,6 +288,7 @@ def estimate(
         unsupported or (lambda mode, key: False),
         probed,
         timed=timed,
+        speed=speed,
     )
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
     # Where the paired phase's groups make the verdicts, the verdict workers run only the
@@ -302,9 +312,9 @@ def estimate(
         lane_records=tuple(sum(len(s.keys) for s in ss) for ss in lanes),
         lane_waits=tuple(p.waits(ss) for ss in lanes),
         lane_launches=tuple(sum(1 for s in ss if p.launches(s)) for ss in lanes),
-        launch_seconds=LAUNCH_SECONDS.get(device, 0.0),
+        launch_seconds=p.launch_seconds,
         lane_sizes=tuple(sum(p.slot_sizes(s) for s in ss) for ss in lanes),
-        size_seconds=INVARIANCE_SECONDS_PER_SIZE.get((device, profile), 0.0),
+        size_seconds=p.size_seconds,
         lane_record_seconds=tuple(p.cost(ss) for ss in lanes),
         unsupported_records=sum(len(s.keys) - len(p.runs(s)) for s in plan.slots),
         costed_records=sum(p.costed(s) for s in plan.slots),
@@ -335,6 +345,7 @@ def estimate(
         },
         paired_seconds=0.0
         if paired is None
-        else paired.seconds(device, profile, startup_seconds, cores, probed),
+        else paired.seconds(device, profile, startup_seconds, cores, probed, speed),
         paired=None if paired is None else paired.to_json(),
+        host=None if host is None else host.to_json(),
     )

@@ -74,13 +74,16 @@ class PairedPlan:
         startup: float,
         cores: int | None = None,
         probed: Mapping[str, Any] | None = None,
+        speed: float = 1.0,
     ) -> float:
         """Seconds of the phase on paper (``startup``: one worker's start-up, as the plan's).
         ``probed``: the workloads measured on this host (``estimate.Probed``: a probe worker's
         record, or a resumed run's own), each member's preparation priced as that record's build
         and first steps took (its phases but the FLOP count and the timing pass), not as its
         suite's figure: a user's diffusion UNet took 4.1 s to build on the 2-core VM, which the
-        custom suite's 0.06 s left out 33 times (docs/measured.md)."""
+        custom suite's 0.06 s left out 33 times (docs/measured.md). ``speed``: this host's factor
+        on the figures (``run.hostspeed``): a preparation, a step and a turn's overhead are work,
+        scaled; a block is a time by design, scaled only where a step outlasts it."""
         if not self.groups:
             return 0.0
         cores = cores or os.cpu_count() or 1
@@ -88,8 +91,8 @@ class PairedPlan:
         if device in GROUP_START_SECONDS:
             fixed, each = GROUP_START_SECONDS[device]
             group_start = max(group_start, fixed + each * self.workers)
-        prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1)
-        suites = SUITE_PREPARE_SECONDS.get((device, profile), {})
+        prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1) * speed
+        suites = {k: v * speed for k, v in SUITE_PREPARE_SECONDS.get((device, profile), {}).items()}
         measured = probed or {}
 
         def member(key: str) -> float:
@@ -98,7 +101,7 @@ class PairedPlan:
                 return max(prepare, got.seconds - got.count - got.timing)
             return suites.get(key.partition("/")[0], prepare)
 
-        timing = sum(self.rounds_seconds(key, device, profile) for key in self.keys)
+        timing = sum(self.rounds_seconds(key, device, profile, speed) for key in self.keys)
         if self.fused:  # the A/A copy builds; the others warm the verdict's step up
             aa = sum(member(k) for k in self.keys)
             return (
@@ -113,23 +116,34 @@ class PairedPlan:
             + timing
         )
 
-    def rounds_seconds(self, key: str, device: str, profile: str) -> float:
+    def rounds_seconds(self, key: str, device: str, profile: str, speed: float = 1.0) -> float:
         """One group's rounds on paper: the rounds its suite takes, each a turn of every worker.
         Where a run measured the suite's blocks and steps on this device, a turn is its block,
         one untimed step and the turn's overhead, its cuDNN-off members at their own figures;
-        elsewhere a turn is the block and the overhead."""
+        elsewhere a turn is the block and the overhead. ``speed``: as in ``seconds``."""
         suite = key.partition("/")[0]
         share = PAIRED_ROUNDS_BY_SUITE.get((device, profile), {}).get(
             suite, PAIRED_ROUNDS_TAKEN.get(device, 1.0)
         )
         rounds = max(float(MIN_ROUNDS), share * self.rounds)
-        overhead = PAIRED_TURN_SECONDS.get(device, 0.001)
+        overhead = PAIRED_TURN_SECONDS.get(device, 0.001) * speed
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps:
             return rounds * self.turns * (self.block_seconds + overhead + self.checked(device))
-        on, off = steps[(suite, True)], steps.get((suite, False), steps[(suite, True)])
+        on = self.here(steps[(suite, True)], speed)
+        off = self.here(steps.get((suite, False), steps[(suite, True)]), speed)
         turns = (self.turns - self.cudnn_off) * sum(on) + self.cudnn_off * sum(off)
         return rounds * (turns + self.turns * (overhead + self.checked(device, on[0])))
+
+    def here(self, measured: tuple[float, float], speed: float) -> tuple[float, float]:
+        """A member's mean (block, step) measured on the figures' host, on a host ``speed`` times
+        as slow: the step scales; a block is sized to ``block_seconds`` and holds one step at
+        least, so it scales with the step only where the step outlasts the block's size."""
+        block, step = measured
+        if speed == 1.0:
+            return block, step
+        size = self.block_seconds
+        return block * max(size, step * speed) / max(size, step), step * speed
 
     def checked(self, device: str, block: float | None = None) -> float:
         """Seconds of one member's reference timing after a round on ``device`` (``block``: its

@@ -99,7 +99,7 @@ def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
     if est.launches:
         lines.append(
             f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
-            f"x {est.launch_seconds:g} s each, in the estimate above"
+            f"x {est.launch_seconds:.3g} s each, in the estimate above"
             + (
                 " (measured on the H100: 17-19 s per launch of one rank, its records' measurement "
                 "included)"
@@ -111,7 +111,7 @@ def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
         measured = (c.device, c.profile) == ("cpu", "quick")
         lines.append(
             f"  and {sum(est.lane_sizes)} batch sizes built in invariance passes x "
-            f"{est.size_seconds:g} s each, in the estimate above"
+            f"{est.size_seconds:.3g} s each, in the estimate above"
             + ("" if measured else " (a guess until a run of this device and profile measures it)")
         )
     if est.compiled_records:
@@ -138,6 +138,13 @@ def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
         )
     elif c.device == "cuda":
         lines.append("  (the per-record cost on a GPU is the model's, unmeasured here)")
+    if est.host is not None:
+        h = est.host
+        lines.append(
+            f"  priced for this host: it ran the reference work in {1000 * h['seconds']:.1f} ms "
+            f"against {1000 * h['reference_seconds']:.1f} ms on the host that measured the "
+            f"{c.device} figures, so they count x{h['factor']:.2f} here (run/hostspeed.py)"
+        )
     if est.basis == "paper":
         lines.append(
             "  a paper estimate: no GPU here, so nothing was measured on this host; it assumes "

@@ -66,19 +66,24 @@ def record_cost(
     probed: Mapping[str, Probed] | None = None,
     replicate: int = 0,
     timed: bool = True,
+    speed: float = 1.0,
 ) -> tuple[float, bool]:
     """Seconds of one record of ``key`` (SUITE/NAME) in a mode with cuDNN on or off, and whether
     the figure is measured (a probe's here, the workload's or its suite's) rather than the
     model's ``per_record``. A workload's figure includes its invariance pass. ``timed``: False
     for a verdict worker of the paired design, whose records have no timing pass: the figure
-    less the model's timing (``timing_seconds``; a probe's own), at least a third of it."""
+    less the model's timing (``timing_seconds``; a probe's own), at least a third of it.
+    ``speed``: this host's factor on the figures (``run.hostspeed``), which scales all but what
+    is a time by design (the timing pass, its budget's) and a probe's record, measured here."""
     if probed and key in probed:
         got = probed[key].record(replicate)
         return (got if timed else got - probed[key].timing), True
     budget_timing = timing_seconds(device, _budget(per_record, device, profile))
 
     def untimed(figure: float) -> float:
-        return figure if timed else max(figure / 3, figure - budget_timing)
+        """``figure`` on this host, less the timing pass where the record has none."""
+        work = max(figure / 3, figure - budget_timing)
+        return work * speed + (figure - work if timed else 0.0)
 
     own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
     if key in own:
@@ -86,7 +91,7 @@ def record_cost(
     suite = key.partition("/")[0]
     verdict = VERDICT_RECORD_SECONDS.get((device, profile, cudnn), {})
     if not timed and suite in verdict:
-        return verdict[suite], True
+        return verdict[suite] * speed, True
     native = NO_CUDNN_RECORD_SECONDS.get((device, profile), {})
     added = TIMING_RULE_ADDED_SECONDS.get((device, profile), 0.0) if timed else 0.0
     if not cudnn and suite in native:
@@ -118,6 +123,8 @@ class Pricing:
     skip: Callable[[Mode, str], bool]
     probed: Mapping[str, Probed] | None
     timed: bool = True
+    #: This host's factor on the figures (``run.hostspeed``; 1: as measured).
+    speed: float = 1.0
 
     @property
     def own(self) -> Mapping[str, Any]:
@@ -143,6 +150,7 @@ class Pricing:
             self.probed,
             s.replicate,
             self.timed,
+            self.speed,
         )[0]
 
     def cost(self, slots: Sequence[Slot]) -> float:
@@ -199,9 +207,17 @@ class Pricing:
     def sizes_seconds(self, s: Slot) -> float:
         """The seconds of slot ``s``'s invariance passes: all a slot costs beyond its records
         where the paired phase's groups make its verdicts (their start-ups are its)."""
-        return INVARIANCE_SECONDS_PER_SIZE.get((self.device, self.profile), 0.0) * self.slot_sizes(
-            s
-        )
+        return self.size_seconds * self.slot_sizes(s)
+
+    @property
+    def size_seconds(self) -> float:
+        """Seconds of one batch size built in an invariance pass, on this host."""
+        return INVARIANCE_SECONDS_PER_SIZE.get((self.device, self.profile), 0.0) * self.speed
+
+    @property
+    def launch_seconds(self) -> float:
+        """Seconds of one torchrun launch, on this host."""
+        return LAUNCH_SECONDS.get(self.device, 0.0) * self.speed
 
     def overhead(self, slots: Sequence[Slot], i: int) -> float:
         """The seconds slot ``i`` of a device costs beyond its records: the first worker's
@@ -211,6 +227,5 @@ class Pricing:
         start = self.wait_list(slots[: i + 1])[i] + (
             HANDOVER_SECONDS.get(device, 0.0) if i else 0.0
         )
-        launch = LAUNCH_SECONDS.get(device, 0.0) if self.launches(s) else 0.0
-        size = INVARIANCE_SECONDS_PER_SIZE.get((device, self.profile), 0.0)
-        return start + launch + size * self.slot_sizes(s)
+        launch = self.launch_seconds if self.launches(s) else 0.0
+        return start + launch + self.sizes_seconds(s)

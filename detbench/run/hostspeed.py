@@ -1,0 +1,114 @@
+"""How fast this host runs the work a CPU plan prices, against the host where the plan's CPU
+figures were measured: the factor that scales them.
+
+A CPU plan's figures (``run/costs.py``) are seconds on one machine: a verdict record of each
+suite, a paired member's preparation and untimed step, a turn, a torchrun launch, a worker's
+start-up. Another CPU runs the same work at another speed: the 2-core development VM itself ran
+``make bench`` in 9:15 on 2026-11-29 and in 17:25 on 2026-11-28 (another host under it), while
+both plans said 19:30. So before a CPU plan is priced, the parent times a fixed piece of reference
+work here (``measure``), and the plan multiplies the figures that are seconds of work by the
+ratio of that time to the reference's, measured beside the figures (``HOST_REFERENCE_SECONDS``).
+What is measured here already is not scaled: a dry run's start-up, a probe's or a resumed run's
+own records. Nor is what is a time by design: the timing budget, a paired block's length, the
+warm-up's ceiling.
+
+**The reference work** is a verdict record in miniature, the shape of most of a CPU run's time:
+small modules built from a seed (two convolutions with BatchNorm, an LSTM, an MLP), three forward
+and backward steps of each and a batched matmul, every output and gradient digested with sha256,
+on torch's threads as the workers have them. One pass takes about 13 ms on the development VM;
+the figure is the median of ``PASSES`` passes after an untimed one, so a pass slowed by a
+neighbour for a moment does not move it (five fresh processes there read within 6% of each
+other). A GPU plan is not scaled: its figures were measured on the lent GPU hosts, whose CPUs
+this reference has not run on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from detbench.run.costs import HOST_REFERENCE_SECONDS
+
+#: Timed passes of the reference work (after one untimed); their median is the host's figure.
+PASSES = 11
+#: The factor's bounds: beyond them the measurement, not the host, is the likelier cause (a
+#: process that took every core for the whole measurement), and the plan keeps the bound.
+FACTOR_BOUNDS = (0.05, 20.0)
+
+
+@dataclass(frozen=True)
+class HostSpeed:
+    """This host's seconds for one pass of the reference work, and the reference host's."""
+
+    seconds: float
+    reference: float
+
+    @property
+    def factor(self) -> float:
+        """What a figure measured on the reference host is multiplied by here."""
+        low, high = FACTOR_BOUNDS
+        return min(high, max(low, self.seconds / self.reference))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 5),
+            "reference_seconds": self.reference,
+            "factor": round(self.factor, 3),
+        }
+
+
+def reference_pass() -> str:
+    """One pass of the reference work; returns its digest (the same on every pass of a host)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    conv = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1),
+    )
+    lstm = nn.LSTM(32, 64, batch_first=True)
+    mlp = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10))
+    images = torch.randn(8, 3, 32, 32)  # (B, C, H, W)
+    sequences = torch.randn(8, 16, 32)  # (B, T, features)
+    rows = torch.randn(64, 256)
+    a, b = torch.randn(16, 64, 64), torch.randn(16, 64, 64)
+    digest = hashlib.sha256()
+    for _ in range(3):
+        y = conv(images)
+        y.sum().backward()
+        o, _ = lstm(sequences)
+        o.sum().backward()
+        z = mlp(rows)
+        z.logsumexp(1).sum().backward()
+        outs = [y, conv[0].weight.grad, o, lstm.weight_ih_l0.grad, z, torch.bmm(a, b)]
+        for t in outs:
+            assert t is not None
+            digest.update(t.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def measure(passes: int = PASSES) -> float:
+    """Seconds of one pass of the reference work on this host: the median of ``passes`` timed
+    passes, after one untimed (torch's first calls load kernels and start its threads)."""
+    reference_pass()
+    times = []
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        reference_pass()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def host_speed(device: str) -> HostSpeed | None:
+    """This host's speed against the reference host of ``device``'s figures; None where the
+    plan is not scaled (a GPU plan)."""
+    reference = HOST_REFERENCE_SECONDS.get(device)
+    if reference is None:
+        return None
+    return HostSpeed(measure(), reference)
