@@ -45,7 +45,10 @@ WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
 #: on a fresh clone of the 2-core VM (``python tools/plan_figures.py`` on its run,
 #: 20261128-050902-cpu-quick, not published): the launches now run while the paired phase's
 #: workers of earlier runs are gone, but beside the next verdict worker's start-up.
-LAUNCH_SECONDS = {"cpu": 8.33, "cuda": 18.0}
+#: CPU since 2026-11-29: 3.82 s, the same mean over the 30 launches of ``make bench`` on the
+#: host of ``HOST_REFERENCE_SECONDS`` (20261129-033852-cpu-quick, below), which a plan scales to
+#: its own host.
+LAUNCH_SECONDS = {"cpu": 3.82, "cuda": 18.0}
 #: Seconds of one record by suite, per (device, profile), where a run measured them: the mean over
 #: the suite's records of their phases summed (build + fingerprint + FLOP count + timing +
 #: clean-up; the worker's start-up is counted apart). CUDA full: on the H200 (torch 2.11, all 10
@@ -172,7 +175,9 @@ WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: CPU: 4.1 s, the start-up the dry run of ``make bench`` measured on the 2-core development VM
 #: (docs/running.md, "Plan and estimate", 2026-11-26); 2.0 s before, a figure with no
 #: measurement behind it, left the quickstart's plan line at 0:19 for a run of 0:29 (README).
-PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 4.1}
+#: CPU since 2026-11-29: 1.6 s, three dry runs of ``make bench`` on the host of
+#: ``HOST_REFERENCE_SECONDS`` (1.59, 1.62 and 1.67 s), which a real run's plan scales to its host.
+PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 1.6}
 #: Seconds each later worker's device stage adds to a run, per device: the stage (CUDA's
 #: initialisation, its context, cuBLAS's and cuDNN's handles) begins only once the worker before
 #: it has taken its last timing sample (issue 29), so it no longer hides behind that worker's
@@ -185,11 +190,12 @@ PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 4.1}
 #: conv, bmm, batchnorm and rnn on the development CPU, 2026-11-26), charged nothing.
 HANDOVER_SECONDS = {"cuda": 1.0, "cpu": 0.0}
 #: Seconds of the batch-invariance pass per declared batch size of a record (a build and one
-#: step at that size). CPU quick: 54 s over the 3960 sizes of the invariance suite's 750
-#: records, measured on the 2-core VM (results/20261124-024157-cpu-quick-invariance). The
-#: others are guesses until a run measures them.
+#: step at that size). CPU quick: 0.00429 s, the invariance passes of ``make bench`` over their
+#: 3,810 sizes (20261129-033852-cpu-quick, the run of ``HOST_REFERENCE_SECONDS``); 0.014 s on
+#: another host of the 2-core VM (results/20261124-024157-cpu-quick-invariance). The others are
+#: guesses until a run measures them.
 INVARIANCE_SECONDS_PER_SIZE = {
-    ("cpu", "quick"): 0.014,
+    ("cpu", "quick"): 0.00429,
     ("cpu", "full"): 0.1,
     ("cuda", "quick"): 0.01,
     ("cuda", "full"): 0.05,
@@ -202,21 +208,23 @@ INVARIANCE_SECONDS_PER_SIZE = {
 #: rest in 1). They are 1.4-1.5 times what the H100's verdict workers of the separate design took
 #: (results/20261126-060355-cuda-full-h100-partial: conv 0.215, rnn 0.24 / 1.017, training 1.309 /
 #: 3.114). Elsewhere a figure less the model's timing.
-#: CPU quick: the same figure over the 4,140 ok records of ``make bench`` on a fresh clone of the
-#: 2-core VM (20261128-050902-cpu-quick, not published; ``python tools/plan_figures.py DIR``), the
-#: cuDNN flags acting on nothing there (the modes without cuDNN take the same figures).
+#: CPU quick: the same figure over the ok records of ``make bench`` on a fresh clone of the
+#: 2-core VM (20261129-033852-cpu-quick, the run of ``HOST_REFERENCE_SECONDS``: an AMD EPYC,
+#: family 26, torch 2.13; ``python tools/plan_figures.py DIR``), the cuDNN flags acting on
+#: nothing there. The figures of 20261128-050902-cpu-quick, the same VM on another host the day
+#: before, were 1.4-3.5 times these.
 VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
     ("cpu", "quick", True): {
-        "batchnorm": 0.0172,
-        "bmm": 0.0202,
-        "conv": 0.0413,
-        "invariance": 0.0543,
-        "models": 0.591,
-        "ops": 0.0314,
-        "recipes": 0.110,
-        "rnn": 0.0483,
-        "training": 0.119,
-        "distributed": 0.221,
+        "batchnorm": 0.007,
+        "bmm": 0.0077,
+        "conv": 0.0172,
+        "invariance": 0.0171,
+        "models": 0.2005,
+        "ops": 0.0134,
+        "recipes": 0.0556,
+        "rnn": 0.0155,
+        "training": 0.0336,
+        "distributed": 0.1487,
     },
     ("cuda", "full", True): {
         "conv": 0.321,
@@ -226,16 +234,16 @@ VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
         "training": 1.875,
     },
     ("cpu", "quick", False): {
-        "batchnorm": 0.0168,
-        "bmm": 0.0206,
-        "conv": 0.0433,
-        "invariance": 0.0542,
-        "models": 0.586,
-        "ops": 0.0329,
-        "recipes": 0.112,
-        "rnn": 0.0456,
-        "training": 0.121,
-        "distributed": 0.210,
+        "batchnorm": 0.0064,
+        "bmm": 0.0081,
+        "conv": 0.0162,
+        "invariance": 0.0174,
+        "models": 0.2012,
+        "ops": 0.0135,
+        "recipes": 0.0552,
+        "rnn": 0.0145,
+        "training": 0.032,
+        "distributed": 0.1464,
     },
     ("cuda", "full", False): {
         "conv": 0.333,
@@ -249,7 +257,7 @@ VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
 #: build, its first step (digested) and its warm-up until steady, whose ceiling there is half the
 #: seconds its rounds sample (0.1 s at full). CUDA full, by suite: the mean over the same H100
 #: run's ok records of build + one median step + 0.1 s (a paper estimate: that run's warm-up was
-#: 5 fixed steps). Elsewhere, per (device, profile): PAIRED_PREPARE_CPU_NOTE.
+#: 5 fixed steps). Elsewhere, per (device, profile): guesses.
 PAIRED_PREPARE_SECONDS: dict[tuple[str, str], float] = {
     ("cpu", "quick"): 0.06,
     ("cpu", "full"): 0.3,
@@ -269,33 +277,33 @@ SUITE_PREPARE_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: CUDA plan starts a group's workers on them, not on this host's cores.
 GPU_HOST_CORES = 16
 #: A turn's cost beyond its block and the one untimed step before it: the runner's line to the
-#: worker, its wake-up and its message back. CPU: PAIRED_TURN_CPU_NOTE. CUDA: 2.5 ms, measured on
-#: the H200 (results/20261128-011342-cuda-full-h200-partial: the median over its 45 groups of the
-#: rounds' span less their blocks and untimed steps, per turn; 4,125 turns spanned 214.3 s, of
-#: which blocks 114.6 s and untimed steps 90.7 s). The paper figure before it was 0.5 ms.
-#: CPU: 1.8 ms, the same measure over the 11,875 turns of ``make bench`` on the 2-core VM
-#: (20261128-050902-cpu-quick: three workers a round; ``tools/plan_figures.py``); it was 1 ms
-#: on paper.
-PAIRED_TURN_SECONDS = {"cpu": 0.0018, "cuda": 0.0025}
+#: worker, its wake-up and its message back. CUDA: 2.5 ms, measured on the H200
+#: (results/20261128-011342-cuda-full-h200-partial: the median over its 45 groups of the rounds'
+#: span less their blocks and untimed steps, per turn; 4,125 turns spanned 214.3 s, of which
+#: blocks 114.6 s and untimed steps 90.7 s). The paper figure before it was 0.5 ms.
+#: CPU: 1.04 ms, the same measure over the 12,449 turns of ``make bench`` on the 2-core VM
+#: (20261129-033852-cpu-quick: three workers a round; ``tools/plan_figures.py``); 1.8 ms on the
+#: day before's host (20261128-050902-cpu-quick), 1 ms on paper before that.
+PAIRED_TURN_SECONDS = {"cpu": 0.00104, "cuda": 0.0025}
 #: A member's mean block and step (seconds) per (suite, cuDNN on) and (device, profile), where a
 #: run measured them: a turn costs its block (at least one step), one untimed step and
 #: PAIRED_TURN_SECONDS. CUDA full: the means over the paired lines of the same H200 run (495
 #: lines). A mode without cuDNN runs a native kernel: the RNNs' and ResNet-18's steps are 0.3-1.2
 #: s there, against 0.01-0.05 s with cuDNN, and those members set how long a group's rounds take.
 #: Elsewhere (unmeasured) a turn is priced at its block alone.
-#: CPU quick: the means over the 1,176 timed lines of ``make bench`` above (the cuDNN flags act on
-#: nothing there: the figures stand for both).
+#: CPU quick: the means over the timed lines of ``make bench`` above (20261129-033852-cpu-quick;
+#: the cuDNN flags act on nothing there: the figures stand for both).
 PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[float, float]]] = {
     ("cpu", "quick"): {
-        ("batchnorm", True): (0.0086, 0.0003),
-        ("bmm", True): (0.0074, 0.0022),
-        ("conv", True): (0.0096, 0.0051),
-        ("invariance", True): (0.0131, 0.0099),
-        ("models", True): (0.0160, 0.0153),
-        ("ops", True): (0.0094, 0.0034),
-        ("recipes", True): (0.0292, 0.0268),
-        ("rnn", True): (0.0122, 0.0107),
-        ("training", True): (0.0101, 0.0091),
+        ("batchnorm", True): (0.0084, 0.0001),
+        ("bmm", True): (0.008, 0.0006),
+        ("conv", True): (0.0084, 0.0015),
+        ("invariance", True): (0.0083, 0.0025),
+        ("models", True): (0.0071, 0.0041),
+        ("ops", True): (0.0087, 0.0016),
+        ("recipes", True): (0.0175, 0.013),
+        ("rnn", True): (0.0072, 0.003),
+        ("training", True): (0.0072, 0.0023),
     },
     ("cuda", "full"): {
         ("conv", True): (0.0092, 0.0015),
@@ -316,22 +324,23 @@ PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[fl
 #: took 10.8 of its 12 rounds a group on average (71 of 99 groups the 12), so the plan errs long
 #: by at most a tenth of its rounds there. CUDA: 0.83, measured on the H200 (the same run's 45
 #: groups took 8.33 of their 10 rounds on average); by suite in PAIRED_ROUNDS_BY_SUITE.
-#: CPU since 2026-11-28: 0.84, the 414 groups of ``make bench`` above (10.1 of 12 rounds).
-PAIRED_ROUNDS_TAKEN = {"cpu": 0.84, "cuda": 0.83}
+#: CPU since 2026-11-29: 0.883, the 414 groups of ``make bench`` above (20261129-033852-cpu-quick:
+#: 10.6 of 12 rounds; 0.84 the day before).
+PAIRED_ROUNDS_TAKEN = {"cpu": 0.883, "cuda": 0.83}
 #: The same share by suite, per (device, profile), where a run measured it. CUDA full, the H200
 #: run above: every rnn and training group stopped at the 6th of 10 rounds (steps of 10 ms and
 #: more settle at once), batchnorm's took all 10, conv's 8.8 and bmm's 9.0 on average.
 PAIRED_ROUNDS_BY_SUITE: dict[tuple[str, str], dict[str, float]] = {
     ("cpu", "quick"): {
         "batchnorm": 0.93,
-        "bmm": 0.97,
-        "conv": 0.81,
-        "invariance": 0.76,
-        "models": 0.78,
-        "ops": 0.90,
-        "recipes": 0.75,
-        "rnn": 0.87,
-        "training": 0.93,
+        "bmm": 0.93,
+        "conv": 0.84,
+        "invariance": 0.88,
+        "models": 0.81,
+        "ops": 0.89,
+        "recipes": 0.93,
+        "rnn": 0.93,
+        "training": 0.88,
     },
     ("cuda", "full"): {"conv": 0.88, "rnn": 0.6, "batchnorm": 1.0, "bmm": 0.9, "training": 0.6},
 }
@@ -351,5 +360,9 @@ GROUP_START_SECONDS = {"cuda": (5.05, 1.65)}
 REFERENCE_COST = {"cpu": (1.14, 1.0), "cuda": (0.0, 9.0)}
 #: Seconds of one pass of ``run.hostspeed``'s reference work on the host where each device's
 #: figures above were measured: a plan multiplies them by this host's seconds over these. CPU:
-#: PLACEHOLDER. No GPU plan is scaled (none of the lent GPU hosts has run the reference work).
-HOST_REFERENCE_SECONDS = {"cpu": 0.0125}
+#: 0.01212 s, what the plan of ``make bench`` measured on a fresh clone of the 2-core VM on
+#: 2026-11-29 (20261129-033852-cpu-quick: ``run_calls``' ``host_speed``), the run whose figures
+#: the CPU quick tables above hold. Fresh processes there read 9.3-13.6 ms within minutes of each
+#: other (the VM's speed drifts), so a plan's factor carries about that much noise. No GPU plan
+#: is scaled (no lent GPU host has run the reference work).
+HOST_REFERENCE_SECONDS = {"cpu": 0.01212}
