@@ -14,6 +14,7 @@ from typing import Any
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import CUBLAS_ENV, MODES, Mode, get_mode
 from detbench.core.workload import Workload, builtin_suite_files, load_file, suites_dir
+from detbench.run.hostspeed import cores as host_cores
 from detbench.store.identity import SOURCES_KEY, source_digest
 from detbench.store.results import ENV_FILE, iter_records, load_env
 from detbench.worker.protocol import DEFAULT_TIMEOUT
@@ -435,7 +436,7 @@ def check_devices(config: RunConfig, cuda_available: bool) -> None:
                 f"--devices: no {beyond[0]} here: torch sees {count} CUDA GPU(s) ({seen})"
             )
     else:
-        cores = os.cpu_count() or 1
+        cores = host_cores()
         if len(config.devices) > cores:
             raise RunError(
                 f"--devices: {len(config.devices)} cpu workers on a host with {cores} cores; "

@@ -25,6 +25,7 @@ this reference has not run on.
 from __future__ import annotations
 
 import hashlib
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -103,6 +104,15 @@ def measure(passes: int = PASSES) -> float:
         reference_pass()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def cores() -> int:
+    """The cores this process may run on: its affinity where the platform has one (a Slurm job,
+    ``taskset`` or a container's cpuset gives a process fewer than the machine's), else the
+    machine's. torch's own thread count follows the affinity too."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def host_speed(device: str) -> HostSpeed | None:

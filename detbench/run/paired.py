@@ -34,7 +34,6 @@ det-algos take turns (with the A/A copy): three workers a round, not eleven.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -44,6 +43,7 @@ from detbench.core import acts
 from detbench.core.modes import Mode
 from detbench.core.workload import Workload
 from detbench.run.config import TARGET_REL, RunConfig, RunError
+from detbench.run.hostspeed import cores as host_cores
 from detbench.run.paired_cost import PairedPlan
 from detbench.run.paired_members import (
     SPIN_ENV,
@@ -208,7 +208,7 @@ class PairedPhase(GroupWorkers):
         #: the CPU matrix's twins' fingerprints 121 s -> 766 s and batch invariance 48 s -> 667
         #: s (their OpenMP threads wait on each other); on the ops suite alone, whose steps are
         #: mostly Python, the phase's preparation had gone 43.1 s -> 36.9 s.
-        cores = os.cpu_count() or 1
+        cores = host_cores()
         self.room = TwinRoom(self.device, cores // int(settings.get("threads") or cores))
         self._turns = sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).

@@ -14,7 +14,6 @@ the quickstart's groups of three.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from detbench.run.costs import (
     REFERENCE_COST,
     SUITE_PREPARE_SECONDS,
 )
+from detbench.run.hostspeed import cores as host_cores
 from detbench.run.paired_rounds import MIN_ROUNDS
 
 
@@ -86,7 +86,7 @@ class PairedPlan:
         scaled; a block is a time by design, scaled only where a step outlasts it."""
         if not self.groups:
             return 0.0
-        cores = cores or os.cpu_count() or 1
+        cores = cores or host_cores()
         group_start = startup * max(1.0, self.workers / cores)
         if device in GROUP_START_SECONDS:
             fixed, each = GROUP_START_SECONDS[device]
