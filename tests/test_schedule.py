@@ -206,6 +206,53 @@ def test_a_measured_workload_prices_its_paired_members_at_its_own_build() -> Non
     assert plan.seconds("cpu", "quick", 3.0, cores=2, probed={"custom/other": unet}) == model
 
 
+def test_a_long_step_measured_here_prices_its_groups_turns_warm_ups_and_rounds() -> None:
+    """A user's training step of 2 s (issue 39's Faster R-CNN): each turn times a block of one
+    step after one untimed step, 6 rounds (no such block fits the 0.1 s budget), and each member
+    but the A/A copy warms the verdict's step up for a first group of steps. Priced as a 0.008 s
+    block, the groups read 27 s against 282 s on paper (benchmarks/workloads/detector_step.py)."""
+    from detbench.run.costs import PAIRED_ROUNDS_TAKEN, PAIRED_TURN_SECONDS
+    from detbench.run.estimate import Probed
+    from detbench.run.paired_cost import PairedPlan
+    from detbench.worker.warmup import GROUP
+
+    plan = PairedPlan(
+        groups=1,
+        replicates=1,
+        keys=("mine/det",),
+        workers=3,
+        rounds=12,
+        block_seconds=0.008,
+        fused=True,
+        warmup=0.048,
+        budget=0.1,
+    )
+    turn = PAIRED_TURN_SECONDS["cpu"]
+    rounds = plan.rounds_seconds("mine/det", "cpu", "quick", step=2.0)
+    assert rounds == pytest.approx(6 * 3 * (2.0 + 2.0 + turn))
+    det = Probed(seconds=8.0, count=1.0, timing=0.0, step=2.0)  # build and steps: 7 s
+    total = plan.seconds("cpu", "quick", 1.5, cores=2, probed={"mine/det": det})
+    assert total == pytest.approx(1.5 * 3 / 2 + 7.0 + 2 * GROUP * 2.0 + rounds)
+    # A step of 1 ms: blocks of 8 steps, as many rounds as the suites take (under the cap).
+    short = plan.rounds_seconds("mine/det", "cpu", "quick", step=0.001)
+    taken = max(6, PAIRED_ROUNDS_TAKEN["cpu"] * 12)
+    assert short == pytest.approx(taken * 3 * (0.008 + 0.001 + turn))
+
+
+def test_a_records_step_is_its_timing_median_else_its_fingerprint_steps_but_the_first() -> None:
+    from detbench.run.pricing import step_seconds
+
+    assert step_seconds({"timing": {"median": 0.5}, "first_step_seconds": 3.0}) == 0.5
+    paired = {
+        "first_step_seconds": 3.0,
+        "step_fingerprints": ["a", "b", "c"],
+        "phases": {"fingerprint": 7.0},
+    }
+    assert step_seconds(paired) == pytest.approx(2.0)  # (7 - 3) / 2: the first carries set-up
+    assert step_seconds({"first_step_seconds": 3.0, "step_fingerprints": ["a"]}) == 3.0
+    assert step_seconds({"status": "unsupported"}) == 0.0
+
+
 def test_a_cuda_group_is_priced_at_its_suites_measured_turns() -> None:
     """On the H200 (2026-11-28) a turn cost its block, one untimed step and 2.5 ms, and the two
     members without cuDNN of an RNN group ran 0.4 s steps against 0.035 s with it: on CUDA those

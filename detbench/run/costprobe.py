@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from detbench.core.workload import suites_dir
 from detbench.run.config import RunError
 from detbench.run.estimate import Probed, per_record_seconds, record_cost
+from detbench.run.pricing import step_seconds
 from detbench.run.schedule import Slot
 from detbench.run.supervise import log_tail, take_turn
 from detbench.store.record import user_frame
@@ -95,17 +96,21 @@ def own_costs(runner: Runner) -> dict[str, Probed]:
     if not runner.config.resume:
         return {}
     per: dict[str, list[dict[str, float]]] = {}
+    steps: dict[str, list[float]] = {}
     for r in iter_records(runner.config.out):
         phases = {k: float(v or 0.0) for k, v in (r.get("phases") or {}).items()}
         if phases:
-            per.setdefault(f"{r['suite']}/{r['workload']}", []).append(phases)
+            key = f"{r['suite']}/{r['workload']}"
+            per.setdefault(key, []).append(phases)
+            steps.setdefault(key, []).append(step_seconds(r))
     out = {}
     for key, records in per.items():
         counts = [p["count"] for p in records if p.get("count")]
         count = sum(counts) / len(counts) if counts else 0.0
         rest = sum(sum(p.values()) - p.get("count", 0.0) for p in records) / len(records)
         timing = sum(p.get("timing", 0.0) for p in records) / len(records)
-        out[key] = Probed(seconds=rest + count, count=count, timing=timing)
+        step = sum(steps[key]) / len(records)
+        out[key] = Probed(seconds=rest + count, count=count, timing=timing, step=step)
     return out
 
 
@@ -181,5 +186,6 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
             seconds=sum(phases.values()),
             count=phases.get("count", 0.0),
             timing=phases.get("timing", 0.0),
+            step=step_seconds(rec),
         )
     return found

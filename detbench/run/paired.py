@@ -255,6 +255,7 @@ class PairedPhase(GroupWorkers):
             warmup=min(self.budget, self.rounds * block_seconds / 2),
             cudnn_off=cudnn_off_timed(self.members_of, self.timed_as),
             reference=self.reference_seconds,
+            budget=self.budget,
         )
 
     def run(self, before: float = 0.0) -> None:

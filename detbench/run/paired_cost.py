@@ -30,6 +30,8 @@ from detbench.run.costs import (
 )
 from detbench.run.hostspeed import cores as host_cores
 from detbench.run.paired_rounds import MIN_ROUNDS
+from detbench.worker.paired import block_steps
+from detbench.worker.warmup import GROUP as WARMUP_GROUP
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class PairedPlan:
     #: ``--reference-check`` seconds: after each round every member times its step again with a
     #: reference timer (``REFERENCE_COST``); 0: no check.
     reference: float = 0.0
+    #: The timing budget (``--budget``): a group's rounds are as many as its longest block fits in
+    #: it, ``MIN_ROUNDS`` at least (``paired_rounds.most_rounds``); 0: the cap.
+    budget: float = 0.0
 
     @property
     def turns(self) -> int:
@@ -101,32 +106,46 @@ class PairedPlan:
                 return max(prepare, got.seconds - got.count - got.timing)
             return suites.get(key.partition("/")[0], prepare)
 
-        timing = sum(self.rounds_seconds(key, device, profile, speed) for key in self.keys)
+        def step(key: str) -> float:
+            return float(getattr(measured.get(key), "step", 0.0) or 0.0)
+
+        timing = sum(
+            self.rounds_seconds(key, device, profile, speed, step(key)) for key in self.keys
+        )
         if self.fused:  # the A/A copy builds; the others warm the verdict's step up
             aa = sum(member(k) for k in self.keys)
-            return (
-                self.replicates * group_start
-                + aa
-                + self.groups * (self.turns - 1) * self.warmup
-                + timing
-            )
+            # A warm-up ends at its ceiling, or after its first group of steps (``worker.
+            # warmup``): a step longer than the ceiling costs that group.
+            warm = sum(max(self.warmup, WARMUP_GROUP * step(k)) for k in self.keys)
+            return self.replicates * group_start + aa + (self.turns - 1) * warm + timing
         return (
             self.replicates * group_start
             + self.workers * sum(member(k) for k in self.keys)
             + timing
         )
 
-    def rounds_seconds(self, key: str, device: str, profile: str, speed: float = 1.0) -> float:
+    def rounds_seconds(
+        self, key: str, device: str, profile: str, speed: float = 1.0, step: float = 0.0
+    ) -> float:
         """One group's rounds on paper: the rounds its suite takes, each a turn of every worker.
-        Where a run measured the suite's blocks and steps on this device, a turn is its block,
-        one untimed step and the turn's overhead, its cuDNN-off members at their own figures;
-        elsewhere a turn is the block and the overhead. ``speed``: as in ``seconds``."""
+        Where this host measured the workload's step (``step``: a probe's record, a resumed
+        run's own), a turn is a block of whole steps, one untimed step and the turn's overhead,
+        and the rounds as many as that block fits in the budget (6 at least); where a run
+        measured the suite's blocks and steps on this device, a turn is its block, one untimed
+        step and the overhead, its cuDNN-off members at their own figures; elsewhere a turn is
+        the block and the overhead. ``speed``: as in ``seconds``."""
         suite = key.partition("/")[0]
         share = PAIRED_ROUNDS_BY_SUITE.get((device, profile), {}).get(
             suite, PAIRED_ROUNDS_TAKEN.get(device, 1.0)
         )
         rounds = max(float(MIN_ROUNDS), share * self.rounds)
         overhead = PAIRED_TURN_SECONDS.get(device, 0.001) * speed
+        if step > 0:
+            block = step * block_steps(step, self.block_seconds)
+            if self.budget > 0:
+                rounds = max(float(MIN_ROUNDS), min(rounds, self.budget // block))
+            turn = block + step + overhead + self.checked(device, block)
+            return rounds * self.turns * turn
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps:
             return rounds * self.turns * (self.block_seconds + overhead + self.checked(device))

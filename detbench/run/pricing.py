@@ -52,9 +52,27 @@ class Probed:
     seconds: float
     count: float = 0.0
     timing: float = 0.0
+    #: Its step's seconds (``step_seconds``; 0: not known): a paired member times blocks of at
+    #: least one step, so a long step sets the seconds of its group's turns.
+    step: float = 0.0
 
     def record(self, replicate: int) -> float:
         return self.seconds - (self.count if replicate else 0.0)
+
+
+def step_seconds(rec: Mapping[str, Any]) -> float:
+    """A record's step, in seconds: its timing pass's median where it had one, else its
+    fingerprint steps' but the first (which carries the one-offs: lazy set-up, allocator growth),
+    else its first step; 0 where the record shows none."""
+    median = (rec.get("timing") or {}).get("median")
+    if median:
+        return float(median)
+    first = float(rec.get("first_step_seconds") or 0.0)
+    steps = len(rec.get("step_fingerprints") or [])
+    fingerprint = float((rec.get("phases") or {}).get("fingerprint") or 0.0)
+    if steps >= 2 and fingerprint > first > 0:
+        return (fingerprint - first) / (steps - 1)
+    return first
 
 
 def record_cost(
