@@ -331,12 +331,12 @@ def test_the_time_left_weighs_each_workload_by_its_own_records() -> None:
     assert p.left(11.0) == pytest.approx(2 * 1.0 + 2 * 10.0)
 
 
-def test_the_paired_phase_after_the_records_follows_the_lanes_whole_pace() -> None:
+def test_the_paired_phase_after_the_records_keeps_its_planned_figure() -> None:
     """A run whose verdict workers are one slow suite (the CPU matrix's torchrun launches) and
     whose paired phase follows: a record 10x its figure prices the records left of its workload
-    10x, and the paired phase at most 2x (``PACE_LIMIT``), and only once the lanes did a tenth
-    of their planned seconds; at half their figure, half of it. Its own progress line rescales
-    it once it runs."""
+    10x, and leaves the paired phase at its figure, priced for this host (on one core the
+    launches ran 1.6x their figure and the groups 1.13x; scaled by the lanes' pace, "left" read
+    1.5x the real remainder). Its own progress line rescales it once it runs."""
     mode = detbench.get_mode("default")
     slot = Slot(replicate=0, position=0, mode=mode, keys=("distributed/ddp",))
 
@@ -349,10 +349,8 @@ def test_the_paired_phase_after_the_records_follows_the_lanes_whole_pace() -> No
         p.advance("distributed/ddp")
         return p
 
-    assert after_one(3, 10.0).left(10.0) == pytest.approx(2 * 10.0 + 2 * 300.0)
-    assert after_one(3, 0.5).left(0.5) == pytest.approx(2 * 0.5 + 0.5 * 300.0)
-    # One record of 20 is not a tenth of the lanes: the paired figure stands.
-    assert after_one(20, 10.0).left(10.0) == pytest.approx(19 * 10.0 + 300.0)
+    assert after_one(3, 10.0).left(10.0) == pytest.approx(2 * 10.0 + 300.0)
+    assert after_one(3, 0.5).left(0.5) == pytest.approx(2 * 0.5 + 300.0)
 
 
 def test_a_torchrun_launch_off_its_figure_does_not_scale_the_other_workloads() -> None:

@@ -37,7 +37,8 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     """The run's plan and estimate; printed in full for --dry-run, in one line otherwise. A dry
     run measures this host's start-up with a probe worker; a dry run and a real run alike probe
     a user's own workloads (``run.costprobe``) where the plan holds enough of their records, so
-    both print the estimate the progress line then follows."""
+    both print the estimate the progress line then follows. Both time this host's speed first
+    and scale a CPU plan's figures by it (``run.hostspeed``)."""
     c = runner.config
     gpus = visible_gpus() if c.device == "cuda" else 0
     # A CUDA plan on a host without a GPU (a dry run only): nothing can be measured here, so the

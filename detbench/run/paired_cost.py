@@ -128,25 +128,26 @@ class PairedPlan:
         self, key: str, device: str, profile: str, speed: float = 1.0, step: float = 0.0
     ) -> float:
         """One group's rounds on paper: the rounds its suite takes, each a turn of every worker.
-        Where this host measured the workload's step (``step``: a probe's record, a resumed
-        run's own), a turn is a block of whole steps, one untimed step and the turn's overhead,
-        and the rounds as many as that block fits in the budget (6 at least); where a run
-        measured the suite's blocks and steps on this device, a turn is its block, one untimed
-        step and the overhead, its cuDNN-off members at their own figures; elsewhere a turn is
-        the block and the overhead. ``speed``: as in ``seconds``."""
+        Where a run measured the suite's blocks and steps on this device, a turn is its block,
+        one untimed step and the turn's overhead, its cuDNN-off members at their own figures;
+        else, where this host measured the workload's step (``step``: a probe's record of a
+        workload of yours, a resumed run's own records), a turn is a block of whole steps, one
+        untimed step and the overhead, and the rounds as many as that block fits in the budget
+        (6 at least); elsewhere a turn is the block and the overhead. ``speed``: as in
+        ``seconds``."""
         suite = key.partition("/")[0]
         share = PAIRED_ROUNDS_BY_SUITE.get((device, profile), {}).get(
             suite, PAIRED_ROUNDS_TAKEN.get(device, 1.0)
         )
         rounds = max(float(MIN_ROUNDS), share * self.rounds)
         overhead = PAIRED_TURN_SECONDS.get(device, 0.001) * speed
-        if step > 0:
+        steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
+        if (suite, True) not in steps and step > 0:
             block = step * block_steps(step, self.block_seconds)
             if self.budget > 0:
                 rounds = max(float(MIN_ROUNDS), min(rounds, self.budget // block))
             turn = block + step + overhead + self.checked(device, block)
             return rounds * self.turns * turn
-        steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps:
             return rounds * self.turns * (self.block_seconds + overhead + self.checked(device))
         on = self.here(steps[(suite, True)], speed)

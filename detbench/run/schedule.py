@@ -250,13 +250,6 @@ def clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-#: The paired phase's figure in the verdict lanes' "left" follows their whole pace (the time so
-#: far over the estimate's seconds for what they did) once they did ``PACE_AFTER`` of their
-#: planned seconds, and by at most ``PACE_LIMIT`` either way: on the 2-core VM the lanes ran at
-#: 0.54 of their figure and the paired phase at 0.47 (2026-11-29), 0.90 and 0.89 the day before;
-#: a first record alone is no guide (a torchrun launch read "left ~47:09:46").
-PACE_AFTER = 0.10
-PACE_LIMIT = 2.0
 #: A thing the progress line prices: a worker's record, (worker, key), or what the worker costs
 #: beyond its records, (worker, None); a worker is its (replicate, mode name).
 Item = tuple[tuple[int, str], str | None]
@@ -332,8 +325,6 @@ class Progress:
         self.measured: dict[tuple[str, bool], tuple[float, float]] = {}
         self._began: dict[tuple[str | None, str], float] = {}
         self._slot: dict[str | None, tuple[int, str]] = {}
-        #: The estimate's seconds for all the lanes' work, records and workers.
-        self.lanes_total = sum(e + sum(r.values()) for e, r in self.planned.values())
 
     @classmethod
     def for_plan(
@@ -397,17 +388,6 @@ class Progress:
                     out[(slot, k)] = c * (got[0] / got[1] if got and got[1] > 0 else scales[kk[1]])
         return out
 
-    def pace(self, elapsed: float) -> float:
-        """How fast the verdict lanes went against the estimate: the time so far outside the
-        probe and the records in flight, over the estimate's seconds for the records measured and
-        the workers begun; 1 before they did ``PACE_AFTER`` of their planned seconds, or with
-        several devices side by side; at most ``PACE_LIMIT`` times either way."""
-        done = sum(was for _, was in self.measured.values()) + self._extras_begun()
-        if len(set(self.lanes.values())) > 1 or done < PACE_AFTER * self.lanes_total or done <= 0:
-            return 1.0
-        ratio = max(0.0, elapsed - self.spent - self._in_flight(elapsed)) / done
-        return min(PACE_LIMIT, max(1.0 / PACE_LIMIT, ratio))
-
     def _in_flight(self, elapsed: float) -> float:
         """Seconds so far of the records in flight."""
         return sum(elapsed - b for b in self._began.values())
@@ -423,11 +403,12 @@ class Progress:
             for (slot, _), seconds in todo.items():
                 lane = self.lanes.get(slot, 0)
                 per_lane[lane] = per_lane.get(lane, 0.0) + seconds
-            # The paired phase after the records: its figure at the lanes' whole pace (``pace``),
-            # and its own progress line rescales it from its first group on. Scaled by a first
-            # record's ratio, it read "left ~47:09:46" for a CPU matrix planned at 20:13, at its
-            # second record: a torchrun launch many times its figure.
-            return max(per_lane.values(), default=0.0) + self.after * self.pace(elapsed)
+            # The paired phase after the records: its figure as planned (priced for this host:
+            # ``run.hostspeed``), and its own progress line rescales it from its first group on.
+            # The verdict lanes' torchrun launches are no guide to it: on one core (``taskset``)
+            # they ran 1.6x their figure and the groups 1.13x theirs, and a first record's ratio
+            # once read "left ~47:09:46" for a CPU matrix planned at 20:13.
+            return max(per_lane.values(), default=0.0) + self.after
         if self.done and not self.planned:
             return elapsed / self.done * (self.total - self.done)
         return None if self.estimate is None else max(0.0, self.estimate - elapsed)
