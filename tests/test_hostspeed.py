@@ -6,6 +6,9 @@ size, the warm-up's ceiling), and the factor as a run keeps it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +140,14 @@ def test_a_run_keeps_the_factor_its_plan_was_priced_with(paired_ops_run: Path) -
     host = calls[-1]["host_speed"]
     assert host["reference_seconds"] == HOST_REFERENCE_SECONDS["cpu"] and host["seconds"] > 0
     assert host["factor"] == pytest.approx(host["seconds"] / host["reference_seconds"], abs=2e-3)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+def test_the_cores_counted_are_this_processs_affinity_not_the_machines() -> None:
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from detbench.run.hostspeed import cores; print(cores(), os.cpu_count())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    mine, machine = map(int, out.stdout.split())
+    assert mine == 1 and machine == os.cpu_count()  # one core of the machine's, as taskset -c 0
