@@ -113,9 +113,12 @@ def figures(run: Path) -> dict[str, Any]:
     if launches:
         out["launch"] = (round(statistics.fmean(launches), 2), len(launches))
     out["paired_phase"] = {k: round(float(v), 1) for k, v in paired.items() if isinstance(v, float)}
-    sizes = _sizes(records)
+    passes = [
+        r for r in records if r.get("status") == "ok" and (r.get("phases") or {}).get("invariance")
+    ]
+    sizes = _sizes(passes)
     if sizes:
-        seconds = sum(float((r.get("phases") or {}).get("invariance") or 0) for r in records)
+        seconds = sum(float(r["phases"]["invariance"]) for r in passes)
         out["invariance_per_size"] = (round(seconds / sizes, 5), sizes)
     calls = env.get("run_calls") or [{}]
     if calls[-1].get("host_speed"):  # the reference work on this host (run/hostspeed.py)
@@ -123,9 +126,10 @@ def figures(run: Path) -> dict[str, Any]:
     return out
 
 
-def _sizes(records: list[dict[str, Any]]) -> int:
-    """The batch sizes the ok records' invariance passes built: each record of a workload that
-    declares batch sizes builds it at every one (the built-in suites' declarations)."""
+def _sizes(passes: list[dict[str, Any]]) -> int:
+    """The batch sizes the invariance passes of ``passes`` (records) built: each record of a
+    workload that declares batch sizes builds it at every one (the built-in suites'
+    declarations)."""
     from detbench.core.workload import builtin_suite_files, load_file
 
     declared = {
@@ -134,11 +138,7 @@ def _sizes(records: list[dict[str, Any]]) -> int:
         for w in load_file(path)
         if w.batch_sizes
     }
-    return sum(
-        declared.get(f"{r['suite']}/{r['workload']}", 0)
-        for r in records
-        if r.get("status") == "ok" and (r.get("phases") or {}).get("invariance")
-    )
+    return sum(declared.get(f"{r['suite']}/{r['workload']}", 0) for r in passes)
 
 
 def main(argv: list[str] | None = None) -> int:
