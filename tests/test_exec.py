@@ -93,6 +93,8 @@ def test_a_small_script_is_run_in_rounds_and_compared(small: tuple[Path, str]) -
     ]  # fmt: skip
     # on a CPU the cuDNN flag acts on nothing: the records still count
     assert all(r["settings_changed"] == [] and r["fingerprint"] for r in records)
+    # the census is the untimed first run, before every timed one
+    assert doc["census"]["start_unix"] < min(f["start_unix"] for f in runs.values())
     paired = (out / "paired.jsonl").read_text().splitlines()
     assert len(paired) == 4
     # the census names the racing line, though the runs may have agreed
@@ -171,7 +173,10 @@ def test_a_command_that_cannot_be_measured_stops_at_its_first_run(
     assert last.startswith("detbench: error: " + message), last
     assert f"what was is in {out}" in last
     doc = json.loads((out / "exec.json").read_text())
-    assert len(doc["runs"]) == 1  # it stopped at once
+    # it stopped at once: at the untimed warm-up, or, where that ran well but left nothing to
+    # compare, at the first timed run
+    assert len(doc["runs"]) == (1 if code == "pass" else 0)
+    assert (doc["warmup"]["status"] == "ok") == (code == "pass")
 
 
 def test_a_used_folder_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
@@ -254,3 +259,30 @@ def test_locate_names_the_racing_line_of_the_script(tmp_path: Path) -> None:
     culprit = loc["culprits"][0]
     assert culprit["op"] == "aten.index_put" and culprit["phase"] == "backward"
     assert Path(culprit["file"]).name == "embedding_race.py" and culprit["line"] == 34
+
+
+#: A command that fails in the run that counts the ops that can race, and only there.
+FAILS_COUNTED = """\
+import json, os, sys
+import torch
+if json.load(open(os.environ["DETBENCH_EXEC_JOB"]))["census"]:
+    sys.exit("no counting here")
+print("loss", torch.ones(3).sum().item())
+"""
+
+
+@pytest.mark.slow  # the census, a warm-up and 4 runs, each a fresh interpreter with torch: 15 s
+def test_a_failed_counting_run_is_said_and_the_timed_runs_go_on(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(FAILS_COUNTED)
+    out = tmp_path / "run"
+    code, stdout, stderr = exec_cli(tmp_path, "--mode", "default", "--replicates", "2", "--out",
+                                    str(out), "--", PY, "train.py", cwd=tmp_path)  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    assert "one untimed run without it" in stderr
+    assert "can race: not counted, that run failed (exit 1: no counting here)" in stdout
+    doc = json.loads((out / "exec.json").read_text())
+    assert doc["census"]["status"] == "error" and doc["warmup"]["status"] == "ok"
+    assert len(doc["runs"]) == 4
+    assert doc["warmup"]["start_unix"] < min(f["start_unix"] for f in doc["runs"].values())
+    md = (out / "report.md").read_text()
+    assert "The run that counts the ops that can race failed: exit 1: no counting here." in md

@@ -274,11 +274,12 @@ def _exec(sub: Any) -> None:
         help="run your command (python train.py) unchanged under each mode in fresh processes: "
         "is it reproducible, where do its runs part, and what does determinism cost it",
         description="Runs COMMAND in fresh processes under each mode, the modes interleaved in "
-        "a shuffled order each round with an A/A copy of the baseline; the mode is applied in "
-        "the script's own interpreter before its first line. Compares bitwise what each run "
-        "leaves (the tensors of its checkpoints, the numbers it prints, detbench.fingerprint "
-        "calls), says where the replicates first part, times the runs in pairs, names the flags "
-        "the script sets itself and the ops it calls that can race.",
+        "an order balanced over the rounds with an A/A copy of the baseline, after one untimed "
+        "run; the mode is applied in the script's own interpreter before its first line. "
+        "Compares bitwise what each run leaves (the tensors of its checkpoints, the numbers it "
+        "prints, detbench.fingerprint calls), says where the replicates first part, times the "
+        "runs in pairs, names the flags the script sets itself and the ops it calls that can "
+        "race.",
     )
     mode_options(e)
     e.add_argument(

@@ -61,10 +61,11 @@ def exec_command(args: argparse.Namespace) -> int:
     shown = " ".join(c.command)
     lines = [
         f"exec: {shown!r} in {c.cwd}",
-        f"plan: {len(c.modes)} modes ({', '.join(m.name for m in c.modes)}) x {c.replicates} "
-        f"rounds, and the baseline's A/A copy each round: {len(slots)} runs, each round in a "
-        f"shuffled order"
-        + ("; then one untimed run that counts the ops that can race" if c.census else ""),
+        "plan: first one untimed run of the baseline ("
+        + ("it counts the ops that can race" if c.census else "a warm-up")
+        + f"), then {len(c.modes)} mode{'s' if len(c.modes) > 1 else ''} "
+        f"({', '.join(m.name for m in c.modes)}) x {c.replicates} rounds, and the baseline's "
+        f"A/A copy each round: {len(slots)} timed runs, in an order balanced over the rounds",
     ]
     if args.dry_run:
         print("\n".join(lines))

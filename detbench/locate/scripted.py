@@ -6,6 +6,10 @@ The runner (``detbench.run.execrun``) starts the command with a folder of its ow
 Python imports at start-up, before the script's first line. When ``JOB_ENV`` names a job, it
 calls ``boot``, which, in this order:
 
+0. flushes stdout at each line, as on a terminal (``_line_buffered``): a pipe is block-buffered,
+   so without it a script's step lines would reach the runner all at once at its exit and give
+   no steps a second (unless the user's shell sets ``PYTHONUNBUFFERED``); the bits it prints
+   are the same;
 1. puts the interpreter in the job's mode (``worker.applied.WorkerSettings.start``: the four
    flags, then the ``--set`` settings; ``CUBLAS_WORKSPACE_CONFIG`` is in the environment the
    runner gave), and reads every setting back;
@@ -75,6 +79,7 @@ def boot() -> None:
     main = os.environ.get(ROOT_ENV) is None
     if main:
         os.environ[ROOT_ENV] = str(os.getpid())
+    _line_buffered()
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode)
     _state.update(
@@ -100,6 +105,17 @@ def boot() -> None:
         recorder = start_recorder(job.get("script"))
     _state.update(census=census, recorder=recorder, ready=time.time())
     atexit.register(_at_exit)
+
+
+def _line_buffered() -> None:
+    """Step 0 of the module docstring: stdout written out at every newline."""
+    out = sys.stdout
+    if out is None or getattr(out, "line_buffering", True) or not hasattr(out, "reconfigure"):
+        return
+    try:
+        out.reconfigure(line_buffering=True)
+    except (OSError, ValueError):  # a stream that cannot be reconfigured keeps its buffering
+        return
 
 
 def chain(ours: str) -> None:

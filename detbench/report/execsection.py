@@ -24,7 +24,7 @@ from scipy import stats as sps
 
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
 from detbench.run.execdoc import CUDNN_FLAGS
-from detbench.run.execrun import EXEC_FILE
+from detbench.run.execrun import EXEC_FILE, census_failure
 
 #: The columns of the table of modes.
 HEADER = [
@@ -61,7 +61,27 @@ def ratio_interval(pairs: list[tuple[float, float]]) -> tuple[float, float, floa
 
 
 def _fmt(r: tuple[float, float, float] | None) -> str:
-    return "–" if r is None else f"{r[0]:.2f}x [{r[1]:.2f}, {r[2]:.2f}]"
+    """``1.06x [1.01, 1.12]``, with as many decimals (2 to 4) as show whether the interval
+    holds 1: ``0.990x [0.981, 0.998]``, not ``[0.98, 1.00]``."""
+    if r is None:
+        return "–"
+    holds = r[1] <= 1 <= r[2]
+    for nd in (2, 3, 4):
+        if (round(r[1], nd) <= 1 <= round(r[2], nd)) == holds:
+            break
+    return f"{r[0]:.{nd}f}x [{r[1]:.{nd}f}, {r[2]:.{nd}f}]"
+
+
+def aa_reading(body: Any, steps: Any) -> str:
+    """The A/A copy's verdict: whether an interval of its costs excludes 1 (a false cost)."""
+    false = [
+        name
+        for name, r in (("throughput", body), ("steps/s", steps))
+        if r is not None and not r[1] <= 1 <= r[2]
+    ]
+    if not false:
+        return "A/A copy: no false cost"
+    return f"A/A copy: a false cost in {' and '.join(false)} (its interval excludes 1)"
 
 
 def _runs(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -88,8 +108,10 @@ def mode_rows(doc: dict[str, Any], costs: Any = None) -> list[list[str | Code]]:
         if not mine:
             continue
         digests = {f.get("digest") for f in mine}
+        body = _ratio(runs, base, mode, copy, "body")
+        steps = _ratio(runs, base, mode, copy, "steps_per_second")
         if copy:
-            verdict = "A/A copy"
+            verdict = aa_reading(body, steps)
         elif len(mine) < 2:
             verdict = "one run: no verdict"
         else:
@@ -98,8 +120,6 @@ def mode_rows(doc: dict[str, Any], costs: Any = None) -> list[list[str | Code]]:
         where = "–" if part is None else where_text(part)
         wall = _median([f["wall"] for f in mine])
         start = _median([f["startup"] for f in mine if f.get("startup") is not None])
-        body = _ratio(runs, base, mode, copy, "body")
-        steps = _ratio(runs, base, mode, copy, "steps_per_second")
         rows.append(
             [
                 mode + (" (copy 1)" if copy else ""),
@@ -223,10 +243,12 @@ def exec_blocks(doc: dict[str, Any]) -> list[Block]:
         Heading(2, "Your command"),
         Para(
             f"{' '.join(c['command'])} (in {c['cwd']}), {c['replicates']} rounds; in each, "
-            "every mode once and the baseline a second time (the A/A copy), in a shuffled "
-            "order. A verdict compares every item each run left, bitwise; a cost is the "
-            "geometric mean over rounds of the baseline's time over the mode's (the command's "
-            "own time, its start-up apart), with a 95% t-interval over the rounds."
+            "every mode once and the baseline a second time (the A/A copy), in an order "
+            "balanced over the rounds (every mode in every place of a round alike), after one "
+            "untimed run of the baseline. A verdict compares every item each run left, "
+            "bitwise; a cost is the geometric mean over rounds of the baseline's time over the "
+            "mode's (the command's own time, its start-up apart), with a 95% t-interval over "
+            "the rounds."
         ),
         Table(HEADER, mode_rows(doc)),
     ]
@@ -253,14 +275,24 @@ def exec_blocks(doc: dict[str, Any]) -> list[Block]:
         out += [
             Para(
                 "Ops the script calls that the installed torch documents as nondeterministic "
-                "by default on their device, counted in one more run of the baseline, whether "
+                "by default on their device, counted in an untimed run of the baseline, whether "
                 "or not the runs above agreed:"
             ),
             Table(["op", "phase", "calls", "steps", "line", "module"], rows),
         ]
+    elif census_failed(doc):
+        out.append(Para(f"The run that counts the ops that can race failed: {census_failed(doc)}."))
     elif doc.get("census"):
         out.append(Para("No op documented as nondeterministic on its device was called."))
     return out
+
+
+def census_failed(doc: dict[str, Any]) -> str | None:
+    """Why the run that counts the ops that can race failed, or None."""
+    census = doc.get("census")
+    if not census or census.get("status") == "ok":
+        return None
+    return census_failure(census)
 
 
 def summary_text(d: Path) -> str:
@@ -277,6 +309,8 @@ def summary_text(d: Path) -> str:
     lines += [f"points to: {x}" for x in hints(doc)]
     for r in census_rows(doc):
         lines.append(f"can race: {r[0]} ({r[1]}), {r[2]} calls in {r[3]} steps at {r[4]}")
-    if doc.get("census") and not census_rows(doc):
+    if census_failed(doc):
+        lines.append(f"can race: not counted, that run failed ({census_failed(doc)})")
+    elif doc.get("census") and not census_rows(doc):
         lines.append("can race: no op that torch documents as nondeterministic on its device")
     return "\n".join(str(x) for x in lines)

@@ -3,8 +3,10 @@ processes; what it leaves compared bitwise, its time compared in pairs.
 
 **The runs.** ``replicates`` rounds. In each round every mode runs the command once, and the
 baseline (the first mode) a second time (``copy`` 1: the A/A check, as in a paired run), in an
-order shuffled anew each round from ``seed`` and the round: so drift in the machine falls on
-every mode alike, and each mode's time is compared with the baseline's of the same round. A
+order balanced over the rounds (``orders``: every mode takes every place in a round once in 3
+rounds of 2 modes and the copy): so drift in the machine, and a place in the round that runs
+slower, fall on every mode alike, and each mode's time is compared with the baseline's of the
+same round. A
 run is a fresh process tree: the command, started in the user's folder with no stdin (a command
 that reads its input gets end-of-file), in its own session (``--timeout`` kills the whole
 group), with ``detbench.locate.scripted``'s ``sitecustomize`` first on ``PYTHONPATH``, which puts
@@ -23,8 +25,10 @@ boot: the interpreter, torch's import, the mode applied) and the rest, the comma
 which is the paired sample (``paired.jsonl``: a round is a replicate, one block each); the steps
 a second where the script prints its steps (``execio.steps_per_second``).
 
-**The census.** After the rounds, one more run of the baseline, untimed and not compared, counts
-the ops that can race (``locate.census``), unless ``census`` is off.
+**The untimed first run** (``ExecRunner.first``). Before the rounds, one run of the baseline,
+untimed and not compared: the census, which counts the ops that can race (``locate.census``),
+or a warm-up where ``census`` is off or already done (a resumed run). The first run after a
+pause reads the interpreter, torch and the script's data from disk; untimed, it costs no mode.
 
 ``exec.json`` in the folder holds every run's facts as they come (``--resume`` reads it).
 """
@@ -148,14 +152,32 @@ class Slot:
 
 
 def plan(c: ExecConfig) -> list[Slot]:
-    """Every run, round by round, each round's order shuffled from the seed and the round."""
+    """Every run, round by round, in a balanced order (``orders``)."""
     base = c.modes[0]
+    members = [(m, 0) for m in c.modes] + [(base, 1)]
     out = []
-    for r in range(c.replicates):
-        members = [(m, 0) for m in c.modes] + [(base, 1)]
-        order = list(range(len(members)))
-        random.Random(f"{c.seed}-exec-{r}").shuffle(order)
+    for r, order in enumerate(orders(len(members), c.replicates, c.seed)):
         out += [Slot(r, members[i][0], members[i][1], p) for p, i in enumerate(order)]
+    return out
+
+
+def orders(members: int, rounds: int, seed: int) -> list[list[int]]:
+    """Each round's order of the ``members`` (indices), balanced over blocks of ``members``
+    rounds: in a block, member ``labels[j]`` takes place ``(j - k) mod members`` in the round
+    whose row is ``k``, so over a whole block it takes every place once (the rows of a cyclic
+    Latin square); ``labels`` and the rows' order are drawn from ``seed`` and the block. A
+    place that runs slower (the first after the round before, a drift through the round) falls
+    on every member alike over a block; shuffled orders leave it on some members more than
+    others in 3 rounds, the same ones in every run of the same seed."""
+    out: list[list[int]] = []
+    for block in range(-(-rounds // members)):
+        rng = random.Random(f"{seed}-exec-{block}")
+        labels = list(range(members))
+        rng.shuffle(labels)
+        rows = list(range(members))
+        rng.shuffle(rows)
+        for k in rows[: rounds - block * members]:
+            out.append([labels[(p + k) % members] for p in range(members)])
     return out
 
 
@@ -168,6 +190,7 @@ class ExecRunner:
         self.slots = plan(c)
         self.facts: dict[str, dict[str, Any]] = {}
         self.census: dict[str, Any] | None = None
+        self.warmup: dict[str, Any] | None = None
         self.started = time.monotonic()
         self.script = script_of(c.command, c.cwd)
 
@@ -198,12 +221,12 @@ class ExecRunner:
         (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(env=JOB_ENV))
 
     def run(self, on_run: Any = None) -> None:
-        """Every run still to do (a resumed run skips those in ``exec.json``), then the census;
-        ``on_run(slot, facts)`` after each run (the records)."""
-        c = self.c
+        """The untimed first run (``first``), then every run still to do (a resumed run skips
+        those in ``exec.json``); ``on_run(slot, facts)`` after each timed run (the records)."""
         self.prepare()
         self._load()
         todo = [s for s in self.slots if s.key not in self.facts]
+        self.first(bool(todo))
         for n, slot in enumerate(todo):
             self._progress(n, len(todo), slot)
             facts = self._one(slot, census=False)
@@ -212,13 +235,35 @@ class ExecRunner:
             self._check_first(slot, facts)
             if on_run is not None:
                 on_run(slot, facts)
+
+    def first(self, timed_to_come: bool) -> None:
+        """One untimed run of the baseline before the timed ones: the census, while it is owed,
+        else (``--no-census``, or a resumed run) a warm-up. Either fills the caches that the
+        first run after a pause would pay for: measured on this 2-core VM after dropping the
+        page cache, the first run of ``hf_tiny_lm.py`` took 2.79 s against 1.97-2.06 s for the
+        eight after it, at half their steps a second, and it fell on one mode alone."""
+        c = self.c
+        base = Slot(-1, c.modes[0], 0, 0)
         if c.census and self.census is None:
             self.stream.write(
-                "exec: one more run of the baseline: the ops that can race, untimed\n"
+                "exec: first one untimed run of the baseline: it counts the ops that can race, "
+                "and warms the caches for the timed runs\n"
             )
-            slot = Slot(-1, c.modes[0], 0, 0)
-            self.census = self._one(slot, census=True, folder="census")
+            self.census = self._one(base, census=True, folder="census")
             self._save()
+            if self.census["status"] == "ok":
+                return
+            self.stream.write(
+                f"exec: that run failed under the counting ({census_failure(self.census)}); "
+                "one untimed run without it\n"
+            )
+        elif not timed_to_come:
+            return
+        else:
+            self.stream.write("exec: first one untimed run of the baseline, a warm-up\n")
+        self.warmup = self._one(base, census=False, folder="warm-up")
+        self._save()
+        self._check_first(base, self.warmup)
 
     def _progress(self, n: int, total: int, slot: Slot) -> None:
         elapsed = time.monotonic() - self.started
@@ -226,7 +271,7 @@ class ExecRunner:
         left = ""
         if done:
             each = sum(done) / len(done)
-            rest = each * (total - n) + (each * 1.5 if self.c.census and self.census is None else 0)
+            rest = each * (total - n)
             left = f" left ~{_clock(rest)}"
         copy = " (A/A copy)" if slot.copy else ""
         self.stream.write(
@@ -340,12 +385,13 @@ class ExecRunner:
         }
 
     def _check_first(self, slot: Slot, facts: dict[str, Any]) -> None:
-        """The first run of each mode that fails stops exec: one line, all kept."""
+        """The first run of each mode that fails (the untimed first run too) stops exec: one
+        line, all kept."""
         if facts["status"] == "ok":
             return
         if any(f["mode"] == slot.mode.name and f["status"] == "ok" for f in self.facts.values()):
             return
-        where = self.c.out / "runs" / slot.key
+        where = self.c.out / "runs" / facts["key"]
         if facts["status"] == "timeout":
             raise ExecError(
                 f"the command ran past --timeout {self.c.timeout:g} s in mode {slot.mode.name} "
@@ -371,6 +417,7 @@ class ExecRunner:
             "script": self.script,
             "runs": self.facts,
             "census": self.census,
+            "warmup": self.warmup,
         }
         write_json_atomic(self.c.out / EXEC_FILE, doc)
 
@@ -380,6 +427,7 @@ class ExecRunner:
             doc = json.loads(path.read_text())
             self.facts = dict(doc.get("runs") or {})
             self.census = doc.get("census")
+            self.warmup = doc.get("warmup")
 
 
 def load_config(out: Path) -> ExecConfig:
@@ -402,6 +450,13 @@ def own_children(h: dict[str, Any], before: Any) -> dict[str, Any]:
         return h
     own = min(float(other), float(h.get("other_cpu_own") or 0.0) + child / (seconds * cpus))
     return {**h, "other_cpu_own": own, "other_cpu_foreign": max(0.0, float(other) - own)}
+
+
+def census_failure(f: dict[str, Any]) -> str:
+    """Why the census run failed, in a few words."""
+    if f["status"] == "timeout":
+        return "past --timeout"
+    return f"exit {f['exit_code']}: {f['stderr_tail'] or 'nothing on stderr'}"
 
 
 def _boots(d: Path) -> list[dict[str, Any]]:

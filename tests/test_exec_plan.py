@@ -1,0 +1,88 @@
+"""``detbench exec``'s order of runs, how it prints an interval, and the lines it reads as they
+come (issue 40): each without a whole exec run."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from detbench.core.modes import get_mode
+from detbench.report.execsection import _fmt, aa_reading
+from detbench.run.execrun import ExecConfig, ExecRunner, Slot, orders, plan
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_every_member_takes_every_place_once_in_a_block_of_rounds(seed: int) -> None:
+    for members in (2, 3, 4):
+        rows = orders(members, 2 * members, seed)
+        assert len(rows) == 2 * members
+        for block in (rows[:members], rows[members:]):
+            assert all(sorted(r) == list(range(members)) for r in block)
+            # each place holds each member once over the block: a Latin square
+            for place in range(members):
+                assert sorted(r[place] for r in block) == list(range(members))
+    # a last block cut short keeps whole rounds
+    assert [sorted(r) for r in orders(2, 3, seed)] == [[0, 1]] * 3
+
+
+def test_the_default_plan_puts_each_mode_and_the_copy_in_each_place_once() -> None:
+    c = ExecConfig(
+        command=[sys.executable, "train.py"],
+        modes=[get_mode("default"), get_mode("det-algos")],
+        out=Path("unused"),
+    )
+    slots = plan(c)
+    assert len(slots) == 9 and [s.round for s in slots] == [0] * 3 + [1] * 3 + [2] * 3
+    places = Counter((s.mode.name, s.copy, s.position) for s in slots)
+    assert set(places.values()) == {1} and len(places) == 9
+    # the orders are drawn from the seed: another seed, other orders
+    other = plan(ExecConfig(command=c.command, modes=c.modes, out=c.out, seed=5))
+    assert [(s.mode.name, s.copy) for s in other] != [(s.mode.name, s.copy) for s in slots]
+
+
+def test_an_interval_has_the_decimals_that_show_whether_it_holds_1() -> None:
+    assert _fmt((1.06, 1.01, 1.12)) == "1.06x [1.01, 1.12]"
+    assert _fmt((0.99, 0.981, 0.998)) == "0.990x [0.981, 0.998]"  # not [0.98, 1.00]
+    assert _fmt((0.999, 0.9981, 0.99991)) == "0.9990x [0.9981, 0.9999]"
+    assert _fmt((0.99, 0.97, 1.002)) == "0.99x [0.97, 1.00]"  # holds 1, and reads so
+    assert _fmt(None) == "–"
+    assert aa_reading((0.99, 0.97, 1.002), None) == "A/A copy: no false cost"
+    assert aa_reading((0.99, 0.981, 0.998), (1.0, 0.9, 1.1)) == (
+        "A/A copy: a false cost in throughput (its interval excludes 1)"
+    )
+
+
+#: Step lines 0.3 s apart, printed as people print them: no flush, stdout a pipe.
+STEPS = """\
+import time
+for step in range(4):
+    time.sleep(0.3)
+    print(f"step {step} loss 1.0")
+"""
+
+
+def test_a_scripts_step_lines_reach_exec_as_they_are_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python block-buffers stdout into a pipe: without the boot's line buffering the four lines
+    arrive together at the exit and give no steps a second (unless the user's shell sets
+    PYTHONUNBUFFERED, which this test takes away)."""
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    (tmp_path / "train.py").write_text(STEPS)
+    c = ExecConfig(
+        command=[sys.executable, "train.py"],
+        modes=[get_mode("default")],
+        out=tmp_path / "run",
+        cwd=tmp_path,
+    )
+    runner = ExecRunner(c)
+    runner.prepare()
+    facts = runner._one(Slot(0, c.modes[0], 0, 0), census=False)
+    assert facts["status"] == "ok" and facts["steps_seen"] == 4
+    rate = facts["steps_per_second"]
+    # 3 steps over at least 0.9 s of sleeps between the first line and the last
+    assert rate is not None and 0 < rate <= 3 / 0.9
