@@ -75,6 +75,7 @@ def test_a_small_script_is_run_in_rounds_and_compared(small: tuple[Path, str]) -
     ]  # fmt: skip
     for f in runs.values():
         assert f["status"] == "ok" and f["wall"] > f["startup"] > 0
+        assert f["digest"] and f["comparable"] > 0  # the last run's too
         boot = f["boot"]
         assert boot["mode"] == "default" and boot["applied"]["deterministic_algorithms"] is False
         # the flag the script sets itself, with its line

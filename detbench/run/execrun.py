@@ -234,7 +234,8 @@ class ExecRunner:
             self._save()
             self._check_first(slot, facts)
             if on_run is not None:
-                on_run(slot, facts)
+                on_run(slot, facts)  # it adds the run's digest to its facts
+                self._save()
 
     def first(self, timed_to_come: bool) -> None:
         """One untimed run of the baseline before the timed ones: the census, while it is owed,
