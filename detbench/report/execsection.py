@@ -108,8 +108,7 @@ def mode_rows(doc: dict[str, Any], costs: Any = None) -> list[list[str | Code]]:
         if not mine:
             continue
         digests = {f.get("digest") for f in mine}
-        body = _ratio(runs, base, mode, copy, "body")
-        steps = _ratio(runs, base, mode, copy, "steps_per_second")
+        body, steps = mode_costs(doc, mode, copy)
         if copy:
             verdict = aa_reading(body, steps)
         elif len(mine) < 2:
@@ -132,6 +131,17 @@ def mode_rows(doc: dict[str, Any], costs: Any = None) -> list[list[str | Code]]:
             ]
         )
     return rows
+
+
+def mode_costs(doc: dict[str, Any], mode: str, copy: int = 0) -> tuple[Any, Any]:
+    """The (throughput, steps a second) of ``mode``'s ``copy`` against the baseline's copy 0,
+    each ``ratio_interval``'s (point, low, high) or None."""
+    runs = _runs(doc)
+    base = doc["config"]["modes"][0]["name"]
+    return (
+        _ratio(runs, base, mode, copy, "body"),
+        _ratio(runs, base, mode, copy, "steps_per_second"),
+    )
 
 
 def _ratio(runs: list[dict[str, Any]], base: str, mode: str, copy: int, key: str) -> Any:

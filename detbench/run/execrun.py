@@ -2,15 +2,14 @@
 processes; what it leaves compared bitwise, its time compared in pairs.
 
 **The runs.** ``replicates`` rounds. In each round every mode runs the command once, and the
-baseline (the first mode) a second time (``copy`` 1: the A/A check, as in a paired run), in an
-order balanced over the rounds (``orders``: every mode takes every place in a round once in 3
-rounds of 2 modes and the copy): so drift in the machine, and a place in the round that runs
-slower, fall on every mode alike, and each mode's time is compared with the baseline's of the
-same round. A
-run is a fresh process tree: the command, started in the user's folder with no stdin (a command
-that reads its input gets end-of-file), in its own session (``--timeout`` kills the whole
-group), with ``detbench.locate.scripted``'s ``sitecustomize`` first on ``PYTHONPATH``, which puts
-each Python interpreter of the command in the run's mode before the script's first line.
+baseline (the first mode) a second time (``copy`` 1: the A/A check, as in a paired run), in an order
+balanced over the rounds (``orders``: every mode takes every place in a round once in 3 rounds of 2
+modes and the copy): so drift in the machine, and a place in the round that runs slower, fall on
+every mode alike, and each mode's time is compared with the baseline's of the same round. A run is a
+fresh process tree: the command, started in the user's folder with no stdin (a command that reads
+its input gets end-of-file), in its own session (``--timeout`` kills the whole group), with
+``detbench.locate.scripted``'s ``sitecustomize`` first on ``PYTHONPATH``, which puts each Python
+interpreter of the command in the run's mode before the script's first line.
 ``CUBLAS_WORKSPACE_CONFIG`` is the mode's (``Mode.environment``).
 
 **What a run leaves** (``execio``): its stdout and stderr, the files it created or changed under
@@ -269,6 +268,8 @@ class ExecRunner:
     def _progress(self, n: int, total: int, slot: Slot) -> None:
         elapsed = time.monotonic() - self.started
         done = [f["wall"] for f in self.facts.values() if f.get("wall")]
+        if not done:  # the untimed first run's, until a timed one is done
+            done = [f["wall"] for f in (self.warmup, self.census) if f and f.get("wall")][:1]
         left = ""
         if done:
             each = sum(done) / len(done)
