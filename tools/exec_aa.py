@@ -16,7 +16,6 @@ nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
