@@ -287,3 +287,46 @@ def test_a_failed_counting_run_is_said_and_the_timed_runs_go_on(tmp_path: Path) 
     assert doc["warmup"]["start_unix"] < min(f["start_unix"] for f in doc["runs"].values())
     md = (out / "report.md").read_text()
     assert "The run that counts the ops that can race failed: exit 1: no counting here." in md
+
+
+@pytest.mark.slow  # a census, 2 runs, Ctrl-C, a warm-up and 2 more: 20 s here
+def test_an_interrupted_exec_resumes_after_a_warm_up(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    (tmp_path / "train.py").write_text(SMALL)
+    out = tmp_path / "run"
+    env = {**os.environ, **CPU_ONLY}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    command = [PY, "-m", "detbench", "exec", "--mode", "default", "--replicates", "2", "--out",
+               str(out), "--", PY, "train.py"]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        done = (
+            json.loads((out / "exec.json").read_text())["runs"]
+            if (out / "exec.json").exists()
+            else {}
+        )
+        if len(done) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    kept = json.loads((out / "exec.json").read_text())
+    assert 2 <= len(kept["runs"]) < 4 and kept["census"]["status"] == "ok"
+    assert f"'detbench exec --resume {out}' runs the rest" in stderr
+    code, stdout, stderr = exec_cli(tmp_path, "--resume", str(out), cwd=tmp_path)
+    assert code == 0, stderr[-3000:]
+    assert "first one untimed run of the baseline, a warm-up" in stderr  # the census is done
+    doc = json.loads((out / "exec.json").read_text())
+    assert len(doc["runs"]) == 4 and doc["census"] == kept["census"]
+    assert doc["warmup"]["status"] == "ok"
+    assert all(f["digest"] for f in doc["runs"].values())
+    records = (out / "results.jsonl").read_text().splitlines()
+    assert len(records) == 2  # one per round of copy 0, none twice
+    assert "A/A copy" in stdout

@@ -86,3 +86,22 @@ def test_a_scripts_step_lines_reach_exec_as_they_are_printed(
     rate = facts["steps_per_second"]
     # 3 steps over at least 0.9 s of sleeps between the first line and the last
     assert rate is not None and 0 < rate <= 3 / 0.9
+
+
+def test_ctrl_c_waits_until_a_runs_facts_and_records_are_both_written() -> None:
+    import os
+    import signal
+
+    from detbench.run.execrun import held_interrupt
+
+    written = []
+    with pytest.raises(KeyboardInterrupt):
+        with held_interrupt():
+            written.append("exec.json")
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C between the two writes
+            written.append("results.jsonl")
+    assert written == ["exec.json", "results.jsonl"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with held_interrupt():  # no Ctrl-C: nothing raised
+        written.append("again")
+    assert written[-1] == "again"

@@ -44,7 +44,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -229,12 +231,13 @@ class ExecRunner:
         for n, slot in enumerate(todo):
             self._progress(n, len(todo), slot)
             facts = self._one(slot, census=False)
-            self.facts[slot.key] = facts
-            self._save()
-            self._check_first(slot, facts)
-            if on_run is not None:
-                on_run(slot, facts)  # it adds the run's digest to its facts
+            with held_interrupt():  # a run's facts and its records are written together
+                self.facts[slot.key] = facts
                 self._save()
+                self._check_first(slot, facts)
+                if on_run is not None:
+                    on_run(slot, facts)  # it adds the run's digest to its facts
+                    self._save()
 
     def first(self, timed_to_come: bool) -> None:
         """One untimed run of the baseline before the timed ones: the census, while it is owed,
@@ -430,6 +433,23 @@ class ExecRunner:
             self.facts = dict(doc.get("runs") or {})
             self.census = doc.get("census")
             self.warmup = doc.get("warmup")
+
+
+@contextlib.contextmanager
+def held_interrupt() -> Iterator[None]:
+    """Ctrl-C (SIGINT) held until the block ends, then raised: a run noted in ``exec.json``
+    has its records, so ``--resume`` neither runs it again nor leaves it without them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    heard: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda sig, frame: heard.append(sig))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if heard:
+        raise KeyboardInterrupt
 
 
 def load_config(out: Path) -> ExecConfig:
