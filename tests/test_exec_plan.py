@@ -95,11 +95,10 @@ def test_ctrl_c_waits_until_a_runs_facts_and_records_are_both_written() -> None:
     from detbench.run.execrun import held_interrupt
 
     written = []
-    with pytest.raises(KeyboardInterrupt):
-        with held_interrupt():
-            written.append("exec.json")
-            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C between the two writes
-            written.append("results.jsonl")
+    with pytest.raises(KeyboardInterrupt), held_interrupt():
+        written.append("exec.json")
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C between the two writes
+        written.append("results.jsonl")
     assert written == ["exec.json", "results.jsonl"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with held_interrupt():  # no Ctrl-C: nothing raised
