@@ -75,13 +75,14 @@ def excludes_1(r: tuple[float, float, float] | None) -> bool | None:
 
 
 def report(dirs: list[Path]) -> None:
-    counted = false = right = 0
+    counted = false = right = read = 0
     widths: list[float] = []
     for d in dirs:
         doc = load(d)
         if doc is None:
-            print(f"{d}: no exec.json")
+            print(f"{d}: no exec.json, not an exec run: left out")
             continue
+        read += 1
         base = doc["config"]["modes"][0]["name"]
         other = doc["config"]["modes"][1]["name"] if len(doc["config"]["modes"]) > 1 else None
         seen = verdicts(doc)
@@ -101,7 +102,7 @@ def report(dirs: list[Path]) -> None:
             f"steps/s {_fmt(aa[1])}{' FALSE' if flags[1] else ''}; {other} {_fmt(cost)}"
         )
     share = f"{false / counted:.1%}" if counted else "-"
-    print(f"verdicts as known: {right} of {len(dirs)}")
+    print(f"verdicts as known: {right} of {read}")
     print(f"A/A intervals that exclude 1: {false} of {counted} ({share})")
     if widths:
         print(f"median half-width of the A/A intervals: {statistics.median(widths):.1%}")
