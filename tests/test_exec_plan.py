@@ -104,3 +104,22 @@ def test_ctrl_c_waits_until_a_runs_facts_and_records_are_both_written() -> None:
     with held_interrupt():  # no Ctrl-C: nothing raised
         written.append("again")
     assert written[-1] == "again"
+
+
+def _doc(aa_bodies: list[float]) -> dict:
+    """An exec.json of one mode: the baseline's own time 1.0 s a round, its copy's as given."""
+    runs = {}
+    for r, body in enumerate(aa_bodies):
+        for copy, b in ((0, 1.0), (1, body)):
+            runs[f"r{r}-c{copy}"] = {"round": r, "mode": "default", "copy": copy,
+                                     "status": "ok", "body": b}  # fmt: skip
+    return {"config": {"modes": [{"name": "default"}]}, "runs": runs}
+
+
+def test_an_aa_copy_with_a_false_cost_says_what_it_means_for_the_costs() -> None:
+    from detbench.report.execsection import aa_warning
+
+    said = aa_warning(_doc([0.90, 0.91, 0.905]))  # 10% faster each round: excludes 1
+    assert said is not None and said.startswith("the A/A copy, the baseline against itself")
+    assert "throughput 1.10x [1.09, 1.12]" in said and "--replicates" in said
+    assert aa_warning(_doc([0.90, 1.10, 1.0])) is None  # holds 1

@@ -84,6 +84,24 @@ def aa_reading(body: Any, steps: Any) -> str:
     return f"A/A copy: a false cost in {' and '.join(false)} (its interval excludes 1)"
 
 
+def aa_warning(doc: dict[str, Any]) -> str | None:
+    """What an A/A copy with a false cost means for the run's costs, or None."""
+    base = doc["config"]["modes"][0]["name"]
+    body, steps = mode_costs(doc, base, 1)
+    false = [
+        f"{name} {_fmt(r)}"
+        for name, r in (("throughput", body), ("steps/s", steps))
+        if r is not None and not r[1] <= 1 <= r[2]
+    ]
+    if not false:
+        return None
+    return (
+        f"the A/A copy, the baseline against itself, shows a cost that is not there "
+        f"({'; '.join(false)}): in this run a cost of that size may be noise too. One A/A "
+        "interval in 20 excludes 1 at a true 95%; more rounds (--replicates) narrow them all."
+    )
+
+
 def _runs(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for f in doc["runs"].values() if f.get("status") == "ok"]
 
@@ -262,6 +280,9 @@ def exec_blocks(doc: dict[str, Any]) -> list[Block]:
         ),
         Table(HEADER, mode_rows(doc)),
     ]
+    warning = aa_warning(doc)
+    if warning:
+        out.append(Para(warning[0].upper() + warning[1:]))
     aside = sorted(
         {
             re.sub(r" \(\d+, first on line \d+\)", "", s)
@@ -315,6 +336,8 @@ def summary_text(d: Path) -> str:
         lines.append(f"{row[0]}: {row[1]}; throughput {row[5]}; steps/s {row[6]}")
         if row[2] != "–":
             lines.append(f"    {row[2]}")
+    if aa_warning(doc):
+        lines.append(f"warning: {aa_warning(doc)}")
     lines += [f"warning: {x}" for x in changes_lines(doc)]
     lines += [f"points to: {x}" for x in hints(doc)]
     for r in census_rows(doc):
