@@ -276,8 +276,8 @@ print("loss", torch.ones(3).sum().item())
 def test_a_failed_counting_run_is_said_and_the_timed_runs_go_on(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(FAILS_COUNTED)
     out = tmp_path / "run"
-    code, stdout, stderr = exec_cli(tmp_path, "--mode", "default", "--replicates", "2", "--out",
-                                    str(out), "--", PY, "train.py", cwd=tmp_path)  # fmt: skip
+    args = ["--mode", "default", "--replicates", "2", "--out", str(out), "--", PY, "train.py"]
+    code, stdout, stderr = exec_cli(tmp_path, *args, cwd=tmp_path)
     assert code == 0, stderr[-3000:]
     assert "one untimed run without it" in stderr
     assert "can race: not counted, that run failed (exit 1: no counting here)" in stdout
@@ -300,10 +300,15 @@ def test_an_interrupted_exec_resumes_after_a_warm_up(tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, **CPU_ONLY}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    command = [PY, "-m", "detbench", "exec", "--mode", "default", "--replicates", "2", "--out",
-               str(out), "--", PY, "train.py"]  # fmt: skip
-    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    args = ["--mode", "default", "--replicates", "2", "--out", str(out), "--", PY, "train.py"]
+    proc = subprocess.Popen(
+        [PY, "-m", "detbench", "exec", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         done = (

@@ -111,8 +111,13 @@ def _doc(aa_bodies: list[float]) -> dict:
     runs = {}
     for r, body in enumerate(aa_bodies):
         for copy, b in ((0, 1.0), (1, body)):
-            runs[f"r{r}-c{copy}"] = {"round": r, "mode": "default", "copy": copy,
-                                     "status": "ok", "body": b}  # fmt: skip
+            runs[f"r{r}-c{copy}"] = {
+                "round": r,
+                "mode": "default",
+                "copy": copy,
+                "status": "ok",
+                "body": b,
+            }
     return {"config": {"modes": [{"name": "default"}]}, "runs": runs}
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from detbench.analysis.stats import within_noise  # noqa: E402
 from detbench.report.execsection import _fmt, load, mode_costs  # noqa: E402
 
 SCRIPTS = ROOT / "docs" / "examples" / "scripts"
@@ -50,8 +51,19 @@ def run(n: int, base: Path) -> list[Path]:
     for i in range(1, n + 1):
         for script in KNOWN:
             d = base / f"{Path(script).stem}-{i}"
-            command = [sys.executable, "-m", "detbench", "exec", "--out", str(d), "--",
-                       sys.executable, script, "--out", str(base / f"out-{d.name}")]  # fmt: skip
+            command = [
+                sys.executable,
+                "-m",
+                "detbench",
+                "exec",
+                "--out",
+                str(d),
+                "--",
+                sys.executable,
+                script,
+                "--out",
+                str(base / f"out-{d.name}"),
+            ]
             t0 = time.monotonic()
             proc = subprocess.run(command, cwd=SCRIPTS, env=env, capture_output=True, text=True)
             took = time.monotonic() - t0
@@ -71,7 +83,7 @@ def verdicts(doc: dict) -> tuple[bool, ...]:
 
 
 def excludes_1(r: tuple[float, float, float] | None) -> bool | None:
-    return None if r is None else not r[1] <= 1 <= r[2]
+    return None if r is None else not within_noise(r[1], r[2])
 
 
 def report(dirs: list[Path]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from detbench.analysis.stats import within_noise
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
 from detbench.run.execdoc import CUDNN_FLAGS
 from detbench.run.execrun import EXEC_FILE, census_failure
@@ -65,20 +66,23 @@ def _fmt(r: tuple[float, float, float] | None) -> str:
     holds 1: ``0.990x [0.981, 0.998]``, not ``[0.98, 1.00]``."""
     if r is None:
         return "–"
-    holds = r[1] <= 1 <= r[2]
+    holds = within_noise(r[1], r[2])
     for nd in (2, 3, 4):
-        if (round(r[1], nd) <= 1 <= round(r[2], nd)) == holds:
+        if within_noise(round(r[1], nd), round(r[2], nd)) == holds:
             break
     return f"{r[0]:.{nd}f}x [{r[1]:.{nd}f}, {r[2]:.{nd}f}]"
 
 
+def false_costs(body: Any, steps: Any) -> list[tuple[str, tuple[float, float, float]]]:
+    """The A/A copy's (name, interval) of throughput and steps a second whose interval excludes
+    1 (``stats.within_noise``): costs that are not there."""
+    named = (("throughput", body), ("steps/s", steps))
+    return [(name, r) for name, r in named if r is not None and not within_noise(r[1], r[2])]
+
+
 def aa_reading(body: Any, steps: Any) -> str:
     """The A/A copy's verdict: whether an interval of its costs excludes 1 (a false cost)."""
-    false = [
-        name
-        for name, r in (("throughput", body), ("steps/s", steps))
-        if r is not None and not r[1] <= 1 <= r[2]
-    ]
+    false = [name for name, _ in false_costs(body, steps)]
     if not false:
         return "A/A copy: no false cost"
     return f"A/A copy: a false cost in {' and '.join(false)} (its interval excludes 1)"
@@ -87,12 +91,7 @@ def aa_reading(body: Any, steps: Any) -> str:
 def aa_warning(doc: dict[str, Any]) -> str | None:
     """What an A/A copy with a false cost means for the run's costs, or None."""
     base = doc["config"]["modes"][0]["name"]
-    body, steps = mode_costs(doc, base, 1)
-    false = [
-        f"{name} {_fmt(r)}"
-        for name, r in (("throughput", body), ("steps/s", steps))
-        if r is not None and not r[1] <= 1 <= r[2]
-    ]
+    false = [f"{name} {_fmt(r)}" for name, r in false_costs(*mode_costs(doc, base, 1))]
     if not false:
         return None
     return (
@@ -311,8 +310,8 @@ def exec_blocks(doc: dict[str, Any]) -> list[Block]:
             ),
             Table(["op", "phase", "calls", "steps", "line", "module"], rows),
         ]
-    elif census_failed(doc):
-        out.append(Para(f"The run that counts the ops that can race failed: {census_failed(doc)}."))
+    elif failed := census_failed(doc):
+        out.append(Para(f"The run that counts the ops that can race failed: {failed}."))
     elif doc.get("census"):
         out.append(Para("No op documented as nondeterministic on its device was called."))
     return out
@@ -336,14 +335,14 @@ def summary_text(d: Path) -> str:
         lines.append(f"{row[0]}: {row[1]}; throughput {row[5]}; steps/s {row[6]}")
         if row[2] != "–":
             lines.append(f"    {row[2]}")
-    if aa_warning(doc):
-        lines.append(f"warning: {aa_warning(doc)}")
+    if warning := aa_warning(doc):
+        lines.append(f"warning: {warning}")
     lines += [f"warning: {x}" for x in changes_lines(doc)]
     lines += [f"points to: {x}" for x in hints(doc)]
     for r in census_rows(doc):
         lines.append(f"can race: {r[0]} ({r[1]}), {r[2]} calls in {r[3]} steps at {r[4]}")
-    if census_failed(doc):
-        lines.append(f"can race: not counted, that run failed ({census_failed(doc)})")
+    if failed := census_failed(doc):
+        lines.append(f"can race: not counted, that run failed ({failed})")
     elif doc.get("census") and not census_rows(doc):
         lines.append("can race: no op that torch documents as nondeterministic on its device")
     return "\n".join(str(x) for x in lines)
