@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from detbench.core.modes import get_mode
-from detbench.report.execsection import _fmt, aa_reading
+from detbench.report.execsection import aa_reading, fmt_interval
 from detbench.run.execrun import ExecConfig, ExecRunner, Slot, orders, plan
 
 
@@ -44,11 +44,11 @@ def test_the_default_plan_puts_each_mode_and_the_copy_in_each_place_once() -> No
 
 
 def test_an_interval_has_the_decimals_that_show_whether_it_holds_1() -> None:
-    assert _fmt((1.06, 1.01, 1.12)) == "1.06x [1.01, 1.12]"
-    assert _fmt((0.99, 0.981, 0.998)) == "0.990x [0.981, 0.998]"  # not [0.98, 1.00]
-    assert _fmt((0.999, 0.9981, 0.99991)) == "0.9990x [0.9981, 0.9999]"
-    assert _fmt((0.99, 0.97, 1.002)) == "0.99x [0.97, 1.00]"  # holds 1, and reads so
-    assert _fmt(None) == "–"
+    assert fmt_interval((1.06, 1.01, 1.12)) == "1.06x [1.01, 1.12]"
+    assert fmt_interval((0.99, 0.981, 0.998)) == "0.990x [0.981, 0.998]"  # not [0.98, 1.00]
+    assert fmt_interval((0.999, 0.9981, 0.99991)) == "0.9990x [0.9981, 0.9999]"
+    assert fmt_interval((0.99, 0.97, 1.002)) == "0.99x [0.97, 1.00]"  # holds 1, and reads so
+    assert fmt_interval(None) == "–"
     assert aa_reading((0.99, 0.97, 1.002), None) == "A/A copy: no false cost"
     assert aa_reading((0.99, 0.981, 0.998), (1.0, 0.9, 1.1)) == (
         "A/A copy: a false cost in throughput (its interval excludes 1)"
@@ -81,7 +81,7 @@ def test_a_scripts_step_lines_reach_exec_as_they_are_printed(
     )
     runner = ExecRunner(c)
     runner.prepare()
-    facts = runner._one(Slot(0, c.modes[0], 0, 0), census=False)
+    facts = runner.one(Slot(0, c.modes[0], 0, 0), census=False)
     assert facts["status"] == "ok" and facts["steps_seen"] == 4
     rate = facts["steps_per_second"]
     # 3 steps over at least 0.9 s of sleeps between the first line and the last

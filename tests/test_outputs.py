@@ -112,14 +112,18 @@ def test_identical_runs_agree(tmp_path: Path) -> None:
     assert digest_of(a) == digest_of(b)
     names = [i.name for i in a.items]
     # stdout's 4 lines (the timestamp-only line set aside), the bar's last state, then files
-    assert names[:5] == ["stdout:1", "stdout:2", "stdout:3", "stdout:4", "stderr:1"]
+    printed = [i.name for i in a.items if i.kind == "line"]
+    assert printed == ["stdout:1", "stdout:2", "stdout:3", "stdout:4", "stderr:1", "out/log.txt:1"]
+    # each step line's loss and lr as results, the bar's postfix loss too
+    results = [i.name for i in a.items if i.kind == "result"]
+    assert results[:2] == ["stdout:2:loss", "stdout:2:lr"] and "stderr:1:loss" in results
     assert "out/ckpt.pt:model.fc.weight" in names
     assert "out/ckpt.pt:optimizer.state.0.exp_avg" in names
     assert "out/ckpt.pt:epoch" in names
     assert "out/model.safetensors:head.bias" in names
     assert names[-2:] == ["out/model.safetensors:head.weight", "out/tokens.npy"]
     assert a.unreadable == [] and comparable(a) == len(names)
-    shown = a.items[4].shown
+    shown = next(i for i in a.items if i.name == "stderr:1").shown
     assert shown is not None and "20/20" in shown and "loss=0.4123" in shown
 
 
@@ -158,7 +162,8 @@ def test_a_loss_differing_in_its_last_digit_names_the_line_and_step(tmp_path: Pa
     b = read_outputs(write_run(tmp_path, "b", stdout=log(["0.6931", "0.5413", "0.4123"], scratch)))
     p = first_parting(a, b)
     assert p is not None
-    assert (p.item, p.kind, p.differing) == ("stdout:3", "line", 1)
+    # the line, and its loss as a result
+    assert (p.item, p.kind, p.differing) == ("stdout:3", "line", 2)
     assert p.where["stream"] == "stdout" and p.where["line_no"] == 3 and p.where["step"] == 2
     assert p.a is not None and p.a.startswith("step 2/3 loss 0.5412")
     assert p.b is not None and p.b.startswith("step 2/3 loss 0.5413")
@@ -207,8 +212,9 @@ def test_one_extra_line_parts_there(tmp_path: Path) -> None:
     b = read_outputs(write_run(tmp_path, "b", stdout=log([*LOSSES, "0.4000"], "/tmp/x")))
     p = first_parting(a, b)
     assert p is not None
-    # step 3's line reads "step 3/4" in b: the first parting; the extra line also differs
-    assert p.item == "stdout:2" and p.max_abs_diff == 1.0 and p.differing == 4
+    # step 3's line reads "step 3/4" in b: the first parting; the extra line and its loss and lr
+    # also differ
+    assert p.item == "stdout:2" and p.max_abs_diff == 1.0 and p.differing == 6
     c_dir = write_run(tmp_path, "c", stdout=log(LOSSES, "/tmp/x") + "saved\n")
     (c_dir / "files/out/tokens.npy").write_bytes(bytes(16))  # a later difference too
     c = read_outputs(c_dir)

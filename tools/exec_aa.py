@@ -5,7 +5,7 @@ interval excludes 1, and whether each verdict is the one known for its script.
     python tools/exec_aa.py --run N --out BASE    # each script of docs/examples/scripts N times
 
 For each folder: both verdicts, the A/A copy's throughput and steps-a-second intervals (the
-report's own estimator, ``report.execsection.mode_costs``) and whether each excludes 1, and the
+report's own estimator, ``analysis.exec_verdict.mode_costs``) and whether each excludes 1, and the
 cost of the second mode; then the false share over all. ``--run`` runs ``detbench exec`` with its
 defaults from that folder, one script after the other, N rounds of the three, into
 ``BASE/SCRIPT-I``, in the environment of a user's shell: without ``PYTHONUNBUFFERED`` and
@@ -26,8 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from detbench.analysis.exec_verdict import mode_costs  # noqa: E402
 from detbench.analysis.stats import within_noise  # noqa: E402
-from detbench.report.execsection import _fmt, load, mode_costs  # noqa: E402
+from detbench.report.execsection import fmt_interval, load  # noqa: E402
 
 SCRIPTS = ROOT / "docs" / "examples" / "scripts"
 #: What each script is known to do on a CPU (docs/examples/scripts/README.md): reproducible in
@@ -110,8 +111,9 @@ def report(dirs: list[Path]) -> None:
         said = ["reproducible" if v else "NOT reproducible" for v in seen]
         print(
             f"{d.name}: {' / '.join(said)}{'' if ok else ' (NOT as known)'}; "
-            f"A/A throughput {_fmt(aa[0])}{' FALSE' if flags[0] else ''}, "
-            f"steps/s {_fmt(aa[1])}{' FALSE' if flags[1] else ''}; {other} {_fmt(cost)}"
+            f"A/A throughput {fmt_interval(aa[0])}{' FALSE' if flags[0] else ''}, "
+            f"steps/s {fmt_interval(aa[1])}{' FALSE' if flags[1] else ''}; "
+            f"{other} {fmt_interval(cost)}"
         )
     share = f"{false / counted:.1%}" if counted else "-"
     print(f"verdicts as known: {right} of {read}")

@@ -10,7 +10,7 @@ from typing import Any
 from detbench.cli.options import UserError, cuda_here
 from detbench.core.modes import DETERMINISTIC_MODE, get_mode
 from detbench.core.settings import parse_assignments
-from detbench.run.execdoc import ExecRecords, finish, partings
+from detbench.run.execdoc import ExecRecords, finish, partings, text_partings
 from detbench.run.execrun import (
     ExecConfig,
     ExecError,
@@ -97,7 +97,7 @@ def exec_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    finish(c.out, partings(c.out, runner.facts))
+    finish(c.out, partings(c.out, runner.facts), text_partings(c.out, runner.facts))
     # the analyses and the report load pandas, scipy and matplotlib: only once the runs are done
     from detbench.report.execsection import summary_text
     from detbench.report.write import write_report

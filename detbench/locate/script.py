@@ -47,21 +47,24 @@ def locate_command(
         runner.prepare()
         streams: list[dict[str, Any]] = []
         device = "cpu"
-        for i in range(max(until, replicates)):
-            if i >= replicates and not all(
-                same_bits(streams[0]["ops"], s["ops"]) for s in streams[1:]
-            ):
-                break
-            stream.write(f"locate: run {i + 1} of {name_of(command)} under the recorder\n")
-            facts = runner._one(Slot(i, m, 0, 0), census=False, folder=f"rec{i}", record=True)
-            boot = facts.get("boot") or {}
-            if facts["status"] != "ok" or "recording" not in boot:
-                tail = facts.get("stderr_tail") or "no output"
-                raise LocateError(
-                    f"the command failed under the recorder ({facts['status']}): {tail}"
-                )
-            device = str(boot.get("device") or "cpu")
-            streams.append(boot["recording"])
+        try:
+            for i in range(max(until, replicates)):
+                if i >= replicates and not all(
+                    same_bits(streams[0]["ops"], s["ops"]) for s in streams[1:]
+                ):
+                    break
+                stream.write(f"locate: run {i + 1} of {name_of(command)} under the recorder\n")
+                facts = runner.one(Slot(i, m, 0, 0), census=False, folder=f"rec{i}", record=True)
+                boot = facts.get("boot") or {}
+                if facts["status"] != "ok" or "recording" not in boot:
+                    tail = facts.get("stderr_tail") or "no output"
+                    raise LocateError(
+                        f"the command failed under the recorder ({facts['status']}): {tail}"
+                    )
+                device = str(boot.get("device") or "cpu")
+                streams.append(boot["recording"])
+        finally:
+            runner.leave_folder()  # the user's folder as after one run, before tmp goes
         loc = _conclude(name_of(command), m, streams, device)
         if loc.reproducible is not None:  # a script has no step outputs: its ops say it all
             loc.outputs_reproducible = None

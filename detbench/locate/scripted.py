@@ -13,12 +13,13 @@ calls ``boot``, which, in this order:
 1. puts the interpreter in the job's mode (``worker.applied.WorkerSettings.start``: the four
    flags, then the ``--set`` settings; ``CUBLAS_WORKSPACE_CONFIG`` is in the environment the
    runner gave), and reads every setting back;
-2. watches what the script does to that state: a write to a cuDNN flag
-   (``torch.backends.cudnn.benchmark = True``) or a call of ``use_deterministic_algorithms``
-   that changes the mode is noted with the file and line of the user's code that made it; the
-   seeding calls (``torch.manual_seed``, ``random.seed``, ``numpy.random.seed``, transformers'
-   ``set_seed`` reaches them) and every ``DataLoader`` made (its workers, shuffle, generator and
-   ``worker_init_fn``) are noted the same way;
+2. watches what the script does to that state (``locate.watched``): a write or call that
+   changes one of the four flags or a row of ``detbench settings`` (``torch.backends.cudnn.
+   benchmark = True``, ``torch.backends.cuda.matmul.allow_tf32 = True``,
+   ``torch.set_float32_matmul_precision("high")``) is noted with the file and line of the user's
+   code that made it; the seeding calls (torch's, ``random``'s, numpy's, and the helpers of
+   Transformers, Lightning and accelerate through them) and every ``DataLoader`` made (its
+   workers, shuffle, generator and ``worker_init_fn``) are noted the same way;
 3. where the job asks (``census``), counts every call of an op that the installed torch documents
    as nondeterministic by default on the device it ran on (``core.catalog``), with its line in
    the user's code, even where the runs agreed (``Census``); where it asks ``record``, records
@@ -40,7 +41,6 @@ not ``main``. A forked worker inherits the state and writes nothing (it leaves t
 from __future__ import annotations
 
 import atexit
-import functools
 import hashlib
 import json
 import os
@@ -51,7 +51,7 @@ from typing import Any
 
 from detbench.core.modes import Mode
 from detbench.locate.census import Census, start_recorder, stop_recorder
-from detbench.locate.record import NOT_USER
+from detbench.locate.watched import Watch, watch_seeding
 from detbench.run.execrun import JOB_ENV, ROOT_ENV
 from detbench.worker.applied import WorkerSettings, changed, read_all
 
@@ -94,8 +94,8 @@ def boot() -> None:
         fingerprints={},
         boot_started=t0,
     )
-    _watch_flags()
-    _watch_seeding()
+    Watch(_state["changes"]).install()
+    watch_seeding(_state["seeds"], _state["dataloaders"])
     census = None
     if job.get("census") and main:
         census = Census(job.get("script"))
@@ -130,130 +130,6 @@ def chain(ours: str) -> None:
         return
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-
-
-# --- what the script does to the mode ---------------------------------------------------------
-
-
-def user_frame(depth: int = 2) -> tuple[str, int, str]:
-    """(file, line, the line's code) of the innermost frame of the user's code above the caller:
-    not torch, not detbench, not the standard library or site-packages (``locate.record``)."""
-    f: Any = sys._getframe(depth)
-    while f is not None:
-        name = f.f_code.co_filename
-        if not os.path.abspath(name).startswith(NOT_USER) and not name.startswith("<"):
-            return name, f.f_lineno, _code_line(name, f.f_lineno)
-        f = f.f_back
-    return "", 0, ""
-
-
-def _code_line(path: str, line: int) -> str:
-    import linecache
-
-    return linecache.getline(path, line).strip()
-
-
-def _note_change(setting: str, before: Any, after: Any) -> None:
-    if before == after:
-        return
-    file, line, code = user_frame(3)
-    _state["changes"].append(
-        {"setting": setting, "from": before, "to": after, "file": file, "line": line, "code": code}
-    )
-
-
-class _Watched:
-    """A cuDNN flag's descriptor that notes a write that changes it, then writes it."""
-
-    def __init__(self, inner: Any, setting: str) -> None:
-        self.inner, self.setting = inner, setting
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        return self.inner.__get__(obj, objtype)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        before = self.inner.__get__(obj, type(obj))
-        self.inner.__set__(obj, value)
-        _note_change(self.setting, before, self.inner.__get__(obj, type(obj)))
-
-
-#: The cuDNN flags a write to is watched: the attribute of ``torch.backends.cudnn`` -> the
-#: setting's name in the mode (``core.modes.Mode``).
-CUDNN_FLAGS = {"enabled": "cudnn_enabled", "benchmark": "benchmark"}
-CUDNN_FLAGS["deterministic"] = "cudnn_deterministic"
-
-
-def _watch_flags() -> None:
-    import torch
-
-    cls: Any = type(torch.backends.cudnn)
-    for attr, setting in CUDNN_FLAGS.items():
-        inner = vars(cls).get(attr)
-        if inner is not None and hasattr(inner, "__set__"):
-            setattr(cls, attr, _Watched(inner, setting))
-    original = torch.use_deterministic_algorithms
-
-    @functools.wraps(original)
-    def use_deterministic_algorithms(mode: bool, *args: Any, **kwargs: Any) -> Any:
-        before = torch.are_deterministic_algorithms_enabled()
-        out = original(mode, *args, **kwargs)
-        _note_change(
-            "deterministic_algorithms", before, torch.are_deterministic_algorithms_enabled()
-        )
-        return out
-
-    torch.use_deterministic_algorithms = use_deterministic_algorithms
-
-
-def _watch_seeding() -> None:
-    """Note every seeding call and every DataLoader, with the user's line."""
-    import random
-
-    import torch
-
-    def noting(owner: Any, attr: str, what: str) -> None:
-        original = getattr(owner, attr, None)
-        if original is None:
-            return
-
-        @functools.wraps(original)
-        def seeded(*args: Any, **kwargs: Any) -> Any:
-            file, line, code = user_frame()
-            _state["seeds"].append({"call": what, "file": file, "line": line, "code": code})
-            return original(*args, **kwargs)
-
-        setattr(owner, attr, seeded)
-
-    noting(torch, "manual_seed", "torch.manual_seed")
-    noting(torch.random, "manual_seed", "torch.manual_seed")
-    noting(random, "seed", "random.seed")
-    try:
-        import numpy
-
-        noting(numpy.random, "seed", "numpy.random.seed")
-    except ImportError:
-        pass
-    loader = torch.utils.data.DataLoader
-    init = loader.__init__
-
-    @functools.wraps(init)
-    def made(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, dataset, *args, **kwargs)
-        file, line, code = user_frame()
-        sampler = type(getattr(self, "sampler", None)).__name__
-        _state["dataloaders"].append(
-            {
-                "num_workers": int(getattr(self, "num_workers", 0) or 0),
-                "shuffle": sampler == "RandomSampler",
-                "generator": getattr(self, "generator", None) is not None,
-                "worker_init_fn": getattr(self, "worker_init_fn", None) is not None,
-                "file": file,
-                "line": line,
-                "code": code,
-            }
-        )
-
-    loader.__init__ = made  # type: ignore[method-assign]
 
 
 # --- fingerprints ------------------------------------------------------------------------------

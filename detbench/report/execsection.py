@@ -1,44 +1,46 @@
-"""The report of ``detbench exec``: "Your command", from the run's ``exec.json`` beside its records.
+"""The report of ``detbench exec``: a page about one command, from the run's ``exec.json``.
 
-For each mode: whether its replicates left the same bits (every comparable item: the tensors of
-its checkpoints, its printed lines, its ``detbench.fingerprint`` calls), and where they first
-part (which file and tensor, or which printed line and step, with the largest difference); its
-wall time, start-up apart, and its cost against the baseline from the paired analysis (the
-command's own time, a round a replicate: ``analysis.costs``), with the steps a second where the
-script prints its steps, each with a 95% t-interval over the rounds. Then what can never be equal
-and was set aside; the flags the script set itself (file and line: the mode measured was not the
-one asked for); what differing replicates in every mode point to (seeding, DataLoader workers);
-and the ops the script calls that can race, named even where the runs agreed.
+Its first screen answers the user's questions about their command: each mode's verdict with what
+was compared and where the runs part (``analysis.exec_verdict``), its cost with its interval, the
+A/A line, the flags and settings the script set itself (file and line), the ops that can race,
+and what differing runs point to. Below it: what was compared and set aside, the text that
+differed where the verdict did not, the times, how the runs were made, and the machine. No suite
+words and no plot: one command is one point.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from scipy import stats as sps
-
+from detbench.analysis import exec_verdict as ev
 from detbench.analysis.stats import within_noise
+from detbench.core import settings as st
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
 from detbench.run.execdoc import CUDNN_FLAGS
 from detbench.run.execrun import EXEC_FILE, census_failure
+from detbench.worker.evidence import counts_text
 
 #: The columns of the table of modes.
 HEADER = [
     "mode",
     "verdict",
+    "compared in each run",
     "where the replicates first part",
-    "wall (median)",
-    "start-up",
     "throughput vs baseline",
     "steps/s vs baseline",
 ]
 #: Where the seeding recipe is (the ``recipes`` suite).
 RECIPE = "docs/suites.md#recipes"
+#: How a mode flag's name reads to a user.
+FLAG_API = {
+    "benchmark": "torch.backends.cudnn.benchmark",
+    "cudnn_deterministic": "torch.backends.cudnn.deterministic",
+    "cudnn_enabled": "torch.backends.cudnn.enabled",
+    "deterministic_algorithms": "torch.use_deterministic_algorithms",
+}
 
 
 def load(d: Path) -> dict[str, Any] | None:
@@ -46,22 +48,7 @@ def load(d: Path) -> dict[str, Any] | None:
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def _median(xs: list[float]) -> float | None:
-    return float(np.median(xs)) if xs else None
-
-
-def ratio_interval(pairs: list[tuple[float, float]]) -> tuple[float, float, float] | None:
-    """Geometric mean of ``mode / base`` over rounds with a 95% t-interval (rounds - 1 degrees
-    of freedom), or None below 2 rounds."""
-    logs = [math.log(m / b) for b, m in pairs if b and m and b > 0 and m > 0]
-    if len(logs) < 2:
-        return None
-    mean, sd = float(np.mean(logs)), float(np.std(logs, ddof=1))
-    q = float(sps.t.ppf(0.975, len(logs) - 1)) * sd / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - q), math.exp(mean + q)
-
-
-def _fmt(r: tuple[float, float, float] | None) -> str:
+def fmt_interval(r: ev.Interval | None) -> str:
     """``1.06x [1.01, 1.12]``, with as many decimals (2 to 4) as show whether the interval
     holds 1: ``0.990x [0.981, 0.998]``, not ``[0.98, 1.00]``."""
     if r is None:
@@ -73,16 +60,9 @@ def _fmt(r: tuple[float, float, float] | None) -> str:
     return f"{r[0]:.{nd}f}x [{r[1]:.{nd}f}, {r[2]:.{nd}f}]"
 
 
-def false_costs(body: Any, steps: Any) -> list[tuple[str, tuple[float, float, float]]]:
-    """The A/A copy's (name, interval) of throughput and steps a second whose interval excludes
-    1 (``stats.within_noise``): costs that are not there."""
-    named = (("throughput", body), ("steps/s", steps))
-    return [(name, r) for name, r in named if r is not None and not within_noise(r[1], r[2])]
-
-
 def aa_reading(body: Any, steps: Any) -> str:
     """The A/A copy's verdict: whether an interval of its costs excludes 1 (a false cost)."""
-    false = [name for name, _ in false_costs(body, steps)]
+    false = [name for name, _ in ev.false_costs(body, steps)]
     if not false:
         return "A/A copy: no false cost"
     return f"A/A copy: a false cost in {' and '.join(false)} (its interval excludes 1)"
@@ -90,8 +70,8 @@ def aa_reading(body: Any, steps: Any) -> str:
 
 def aa_warning(doc: dict[str, Any]) -> str | None:
     """What an A/A copy with a false cost means for the run's costs, or None."""
-    base = doc["config"]["modes"][0]["name"]
-    false = [f"{name} {_fmt(r)}" for name, r in false_costs(*mode_costs(doc, base, 1))]
+    base = ev.modes_of(doc)[0]
+    false = [f"{n} {fmt_interval(r)}" for n, r in ev.false_costs(*ev.mode_costs(doc, base, 1))]
     if not false:
         return None
     return (
@@ -101,74 +81,43 @@ def aa_warning(doc: dict[str, Any]) -> str | None:
     )
 
 
-def _runs(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [f for f in doc["runs"].values() if f.get("status") == "ok"]
+def verdict_text(v: ev.ModeVerdict) -> str:
+    """``reproducible (3 runs)``, with what decided where text alone differed."""
+    if v.copy:
+        return aa_reading(v.throughput, v.steps)
+    if v.verdict == "one run":
+        return "one run: no verdict"
+    out = f"{v.verdict} ({len(v.runs)} runs)"
+    if v.verdict == "reproducible" and v.text_parting and v.basis != "text":
+        out += f"; its {v.basis} agree, other text differs (below)"
+    return out
 
 
-def _by_round(runs: list[dict[str, Any]], mode: str, copy: int, key: str) -> dict[int, float]:
-    return {
-        int(f["round"]): float(f[key])
-        for f in runs
-        if f["mode"] == mode and f["copy"] == copy and f.get(key)
-    }
+def compared_text(v: ev.ModeVerdict) -> str:
+    """What one run left to compare, and what decided."""
+    said = counts_text(v.counts)
+    if v.basis and v.basis != "text":
+        return f"{said}; the verdict rests on the {v.basis}"
+    return said
 
 
-def mode_rows(doc: dict[str, Any], costs: Any = None) -> list[list[str | Code]]:
-    """One row per mode (and the A/A copy): verdict, parting, times, costs."""
-    runs = _runs(doc)
-    modes = [m["name"] for m in doc["config"]["modes"]]
-    base = modes[0]
-    parts = doc.get("partings") or {}
+def mode_rows(doc: dict[str, Any]) -> list[list[str | Code]]:
+    """One row per mode (and the A/A copy): verdict, what was compared, parting, costs."""
+    base = ev.modes_of(doc)[0]
     rows: list[list[str | Code]] = []
-    for mode, copy in [(m, 0) for m in modes] + [(base, 1)]:
-        mine = [f for f in runs if f["mode"] == mode and f["copy"] == copy]
-        if not mine:
-            continue
-        digests = {f.get("digest") for f in mine}
-        body, steps = mode_costs(doc, mode, copy)
-        if copy:
-            verdict = aa_reading(body, steps)
-        elif len(mine) < 2:
-            verdict = "one run: no verdict"
-        else:
-            verdict = "reproducible" if len(digests) == 1 else "not reproducible"
-        part = parts.get(mode) if not copy else None
-        where = "–" if part is None else where_text(part)
-        wall = _median([f["wall"] for f in mine])
-        start = _median([f["startup"] for f in mine if f.get("startup") is not None])
+    for v in ev.verdicts(doc):
+        is_base = v.mode == base and not v.copy
         rows.append(
             [
-                mode + (" (copy 1)" if copy else ""),
-                f"{verdict} ({len(mine)} runs)" if not copy else verdict,
-                where,
-                f"{wall:.2f} s" if wall is not None else "–",
-                f"{start:.2f} s" if start is not None else "–",
-                "1x: the baseline" if mode == base and not copy else _fmt(body),
-                "1x: the baseline" if mode == base and not copy else _fmt(steps),
+                v.mode + (" (copy 1)" if v.copy else ""),
+                verdict_text(v),
+                compared_text(v) if not v.copy else "–",
+                "–" if v.parting is None else where_text(v.parting),
+                "1x: the baseline" if is_base else fmt_interval(v.throughput),
+                "1x: the baseline" if is_base else fmt_interval(v.steps),
             ]
         )
     return rows
-
-
-def mode_costs(doc: dict[str, Any], mode: str, copy: int = 0) -> tuple[Any, Any]:
-    """The (throughput, steps a second) of ``mode``'s ``copy`` against the baseline's copy 0,
-    each ``ratio_interval``'s (point, low, high) or None."""
-    runs = _runs(doc)
-    base = doc["config"]["modes"][0]["name"]
-    return (
-        _ratio(runs, base, mode, copy, "body"),
-        _ratio(runs, base, mode, copy, "steps_per_second"),
-    )
-
-
-def _ratio(runs: list[dict[str, Any]], base: str, mode: str, copy: int, key: str) -> Any:
-    """The mode's throughput relative to the baseline (time: base / mode; a rate: mode /
-    base), paired by round."""
-    b = _by_round(runs, base, 0, key)
-    m = _by_round(runs, mode, copy, key)
-    if key == "steps_per_second":
-        return ratio_interval([(b[r], m[r]) for r in sorted(m) if r in b])
-    return ratio_interval([(m[r], b[r]) for r in sorted(m) if r in b])
 
 
 def where_text(p: dict[str, Any]) -> str:
@@ -178,72 +127,68 @@ def where_text(p: dict[str, Any]) -> str:
     size = f"; max |diff| {diff:.3g}" if isinstance(diff, float | int) else ""
     rounds = p.get("rounds") or [0, 1]
     intro = f"rounds {rounds[0] + 1} and {rounds[1] + 1} part at "
-    if p.get("kind") == "line":
+    kind = p.get("kind")
+    if kind in ("line", "result") and w.get("stream"):
         step = f" (step {w['step']})" if w.get("step") is not None else ""
+        at = f"{intro}{w.get('stream')} line {w.get('line_no')}{step}"
+        if kind == "result":  # the numbers, then the line they are read from
+            return f"{at}, {w['label']} {p.get('a')} vs {p.get('b')}: {w.get('text')!r}"
+        return f"{at}: {p.get('a')!r} vs {p.get('b')!r}{size}"
+    if kind in ("line", "result", "value") and w.get("file"):
+        key = w.get("key") or w.get("label") or f"line {w.get('line_no')}"
+        return f"{intro}{w.get('file')}, {key}: {p.get('a')!r} vs {p.get('b')!r}"
+    if kind == "tensor":
+        return f"{intro}{w.get('file')}, tensor {w.get('tensor') or p['item']}{size}"
+    if kind == "scalar":
         return (
-            f"{intro}{w.get('stream', 'stdout')} line {w.get('line_no')}{step}: "
-            f"{p.get('a')!r} vs {p.get('b')!r}{size}"
+            f"{intro}{w.get('file')}, {w.get('tag')!r} at step {w.get('step')}: "
+            f"{p.get('a')} vs {p.get('b')}"
         )
-    if p.get("kind") in ("tensor", "value"):
-        return f"{intro}{w.get('file')}, {p.get('kind')} {w.get('tensor') or p['item']}{size}"
-    if p.get("kind") == "fingerprint":
+    if kind == "fingerprint":
         return f"{intro}detbench.fingerprint {w.get('name')!r} call {w.get('index')}"
     return f"{intro}{p.get('item')}{size}"
 
 
-def doc_device(doc: dict[str, Any]) -> str:
-    """Where the script ran its tensors (its runs' boots say)."""
-    used = {(f.get("boot") or {}).get("device") for f in _runs(doc)}
-    return "cuda" if "cuda" in used else "cpu"
-
-
-def changes_lines(doc: dict[str, Any]) -> list[str]:
-    """The flags the script set itself, once per (setting, line)."""
-    seen: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for f in _runs(doc):
-        for ch in (f.get("boot") or {}).get("changes") or []:
-            seen.setdefault((ch["setting"], ch["file"], ch["line"]), ch)
-    inert = doc_device(doc) != "cuda"
-    out = []
-    for ch in seen.values():
-        said = (
-            f"{Path(ch['file']).name}:{ch['line']} ({ch['code']}) sets {ch['setting']} from "
-            f"{ch['from']} to {ch['to']}, after the mode was applied: "
-        )
-        if inert and ch["setting"] in CUDNN_FLAGS:
-            said += (
+def _reach(ch: dict[str, Any], device: str) -> str:
+    """What a setting the script changed does on ``device``, and to the records."""
+    name = ch["setting"]
+    if name in st.MODE_FLAGS:
+        if name in CUDNN_FLAGS and device != "cuda":
+            return (
                 "a cuDNN flag acts on nothing on a CPU, where the script ran, so these runs "
                 "measured the modes asked for; on a GPU every mode would run with it"
             )
-        else:
-            said += "every mode ran with it, so the mode measured was not the one asked for"
-        out.append(said)
-    return out
+        return (
+            "every mode ran with it, so the mode measured was not the one asked for: those "
+            "records count toward no verdict and no cost"
+        )
+    s = st.BY_NAME.get(name)
+    if s is not None and device not in s.devices:
+        return (
+            f"it acts only on {', '.join(s.devices)}, so on this CPU it changed nothing; on a "
+            "GPU every mode would run with it, the script's own choice"
+        )
+    if name == "float32_matmul_precision" and device != "cuda":
+        return (
+            "on a GPU every mode's fp32 matmuls would run in TF32 ('high') or bf16 ('medium'); "
+            "on a CPU oneDNN may run them in bf16 at 'medium'. Every mode ran with it: the "
+            "script's own choice, measured as part of it"
+        )
+    return "every mode ran with it: the script's own choice, measured as part of it"
 
 
-def hints(doc: dict[str, Any]) -> list[str]:
-    """What replicates that differ in every mode point to."""
-    parts = doc.get("partings") or {}
-    modes = [m["name"] for m in doc["config"]["modes"]]
-    if not modes or not all(parts.get(m) for m in modes):
-        return []
-    boot = next((f.get("boot") for f in _runs(doc) if f.get("boot")), None) or {}
-    seeds = {s["call"] for s in boot.get("seeds") or []}
+def changes_lines(doc: dict[str, Any]) -> list[str]:
+    """The flags and settings the script set itself, once per (setting, line)."""
+    device = ev.device(doc)
     out = []
-    missing = [
-        c for c in ("torch.manual_seed", "random.seed", "numpy.random.seed") if c not in seeds
-    ]
-    if missing:
-        out.append(f"no call of {', '.join(missing)} was seen: unseeded generators")
-    for dl in boot.get("dataloaders") or []:
-        where = f"{Path(dl['file']).name}:{dl['line']}"
-        if dl["shuffle"] and not dl["generator"]:
-            out.append(f"the DataLoader at {where} shuffles without a generator: data order")
-        if dl["num_workers"] and not dl["worker_init_fn"]:
-            out.append(
-                f"the DataLoader at {where} has {dl['num_workers']} workers and no "
-                "worker_init_fn: their generators"
-            )
+    for ch in ev.seen(doc, "changes"):
+        via = ch.get("via") or FLAG_API.get(ch["setting"], ch["setting"])
+        code = f" ({ch['code']})" if ch.get("code") else ""
+        out.append(
+            f"{Path(ch['file']).name}:{ch['line']}{code} sets {ch['setting']} from "
+            f"{ch['from']} to {ch['to']} through {via}, after the mode was applied: "
+            + _reach(ch, device)
+        )
     return out
 
 
@@ -263,38 +208,58 @@ def census_rows(doc: dict[str, Any]) -> list[list[str | Code]]:
     ]
 
 
+def census_failed(doc: dict[str, Any]) -> str | None:
+    """Why the run that counts the ops that can race failed, or None."""
+    census = doc.get("census")
+    if not census or census.get("status") == "ok":
+        return None
+    return census_failure(census)
+
+
+def _set_aside(doc: dict[str, Any]) -> list[str]:
+    return sorted(
+        {
+            re.sub(r" \(\d+, first on line \d+\)", "", s)
+            for f in ev.runs_ok(doc)
+            for s in f.get("set_aside") or []
+        }
+    )
+
+
+def _text_differed(doc: dict[str, Any]) -> list[str]:
+    out = []
+    for v in ev.verdicts(doc):
+        p = v.text_parting
+        if p is None or v.copy:
+            continue
+        out.append(
+            f"{v.mode}: {p.get('differing')} of {p.get('compared')} items of other text differ; "
+            f"the first: {where_text(p)}"
+        )
+    return out
+
+
 def exec_blocks(doc: dict[str, Any]) -> list[Block]:
-    """The "Your command" section."""
+    """The first screen: the answer about the command."""
     c = doc["config"]
+    device = ev.device(doc)
+    n_modes = len(c["modes"])
     out: list[Block] = [
-        Heading(2, "Your command"),
+        Heading(1, f"detbench exec: {doc.get('name') or c['command'][0]} on {device.upper()}"),
         Para(
-            f"{' '.join(c['command'])} (in {c['cwd']}), {c['replicates']} rounds; in each, "
-            "every mode once and the baseline a second time (the A/A copy), in an order "
-            "balanced over the rounds (every mode in every place of a round alike), after one "
-            "untimed run of the baseline. A verdict compares every item each run left, "
-            "bitwise; a cost is the geometric mean over rounds of the baseline's time over the "
-            "mode's (the command's own time, its start-up apart), with a 95% t-interval over "
-            "the rounds."
+            f"{' '.join(c['command'])} (in {c['cwd']}): {n_modes} mode{'s' * (n_modes > 1)} x "
+            f"{c['replicates']} rounds, each run a fresh process, and the baseline once more "
+            "each round as its own A/A check."
         ),
         Table(HEADER, mode_rows(doc)),
     ]
     warning = aa_warning(doc)
     if warning:
         out.append(Para(warning[0].upper() + warning[1:]))
-    aside = sorted(
-        {
-            re.sub(r" \(\d+, first on line \d+\)", "", s)
-            for f in _runs(doc)
-            for s in f.get("set_aside") or []
-        }
-    )
-    if aside:
-        out.append(Para("Set aside, never equal between runs: " + "; ".join(aside) + "."))
     changes = changes_lines(doc)
     if changes:
         out += [Para("The script sets these itself:", alert=True), Bullets(changes)]
-    why = hints(doc)
+    why = ev.diagnoses(doc)
     if why:
         out += [
             Para(f"Every mode's replicates differ. What that points to (see {RECIPE}):"),
@@ -314,15 +279,61 @@ def exec_blocks(doc: dict[str, Any]) -> list[Block]:
         out.append(Para(f"The run that counts the ops that can race failed: {failed}."))
     elif doc.get("census"):
         out.append(Para("No op documented as nondeterministic on its device was called."))
+    return out + detail_blocks(doc)
+
+
+def detail_blocks(doc: dict[str, Any]) -> list[Block]:
+    """What was compared and set aside, the times, and how the runs were made."""
+    out: list[Block] = [
+        Heading(2, "What was compared"),
+        Para(
+            "Every run's printed lines, the files it wrote under the folder and under the "
+            "folders its arguments name, and its detbench.fingerprint calls, bitwise. A verdict "
+            "rests on the strongest evidence the runs leave: tensors (checkpoints, safetensors, "
+            "fingerprints, values logged to TensorBoard by tag and step) and the numbers that "
+            "lines, JSON keys and CSV columns label as results (loss, accuracy, perplexity, "
+            "learning rate, ...); only a run with neither is judged on its text. Files whose "
+            "names hold the run (TensorBoard's event files, Lightning's version_N) are matched "
+            "by what they are."
+        ),
+    ]
+    differed = _text_differed(doc)
+    if differed:
+        out += [
+            Para("Other text that differed between replicates whose verdict evidence agreed:"),
+            Bullets(differed),
+        ]
+    aside = _set_aside(doc)
+    if aside:
+        out.append(Para("Set aside, never equal between runs: " + "; ".join(aside) + "."))
+    unreadable = sorted({u for f in ev.runs_ok(doc) for u in f.get("unreadable") or []})
+    if unreadable:
+        out.append(Para("Read as whole bytes: " + "; ".join(unreadable[:10]) + "."))
+    rows: list[list[str | Code]] = []
+    for v in ev.verdicts(doc):
+        walls = sorted(f["wall"] for f in v.runs)
+        starts = sorted(f["startup"] for f in v.runs if f.get("startup") is not None)
+        rows.append(
+            [
+                v.mode + (" (copy 1)" if v.copy else ""),
+                f"{walls[len(walls) // 2]:.2f} s",
+                f"{starts[len(starts) // 2]:.2f} s" if starts else "–",
+            ]
+        )
+    out += [
+        Heading(2, "Times"),
+        Table(["mode", "wall (median)", "start-up (median)"], rows),
+        Para(
+            "A cost is the geometric mean over rounds of the baseline's time over the mode's "
+            "(the command's own time, its start-up apart: the interpreter, torch's import, the "
+            "mode applied), paired by round, with a 95% t-interval over the rounds; steps/s the "
+            "same over the steps a second the script printed. The rounds run in an order "
+            "balanced over places in a round, after one untimed run of the baseline. The "
+            "folder is left as the script leaves it after one run: each run started from the "
+            "folder as it was, and the last run's files were put back where it wrote them."
+        ),
+    ]
     return out
-
-
-def census_failed(doc: dict[str, Any]) -> str | None:
-    """Why the run that counts the ops that can race failed, or None."""
-    census = doc.get("census")
-    if not census or census.get("status") == "ok":
-        return None
-    return census_failure(census)
 
 
 def summary_text(d: Path) -> str:
@@ -332,13 +343,16 @@ def summary_text(d: Path) -> str:
         return ""
     lines = []
     for row in mode_rows(doc):
-        lines.append(f"{row[0]}: {row[1]}; throughput {row[5]}; steps/s {row[6]}")
+        lines.append(f"{row[0]}: {row[1]}; throughput {row[4]}; steps/s {row[5]}")
         if row[2] != "–":
-            lines.append(f"    {row[2]}")
+            lines.append(f"    compared: {row[2]}")
+        if row[3] != "–":
+            lines.append(f"    {row[3]}")
+    lines += [f"    other text: {t}" for t in _text_differed(doc)]
     if warning := aa_warning(doc):
         lines.append(f"warning: {warning}")
     lines += [f"warning: {x}" for x in changes_lines(doc)]
-    lines += [f"points to: {x}" for x in hints(doc)]
+    lines += [f"points to: {x}" for x in ev.diagnoses(doc)]
     for r in census_rows(doc):
         lines.append(f"can race: {r[0]} ({r[1]}), {r[2]} calls in {r[3]} steps at {r[4]}")
     if failed := census_failed(doc):

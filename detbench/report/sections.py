@@ -23,7 +23,6 @@ from detbench.analysis.recommend import run_device
 from detbench.report import (
     answer,
     devices,
-    execsection,
     located,
     matrices,
     samebits,
@@ -226,15 +225,9 @@ def environment(r: ReportRun) -> list[Block]:
 
 
 #: The report, top to bottom.
-def exec_section(run: ReportRun) -> list[Block]:
-    doc = run.env.get("exec_doc")
-    return execsection.exec_blocks(doc) if doc else []
-
-
 SECTIONS: list[Section] = [
     header,
     the_answer,
-    exec_section,  # detbench exec: the user's command
     headline_plot,
     recommendations,
     aa_check,

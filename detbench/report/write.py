@@ -21,7 +21,7 @@ from detbench.report import attribution_chart, execsection, invariance_plane, tr
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
-from detbench.report.sections import ReportRun, build
+from detbench.report.sections import ReportRun, build, environment
 from detbench.store.paired import load_paired
 from detbench.store.results import ENV_FILE, ResultsError, load_env, load_results, write_text_atomic
 
@@ -59,8 +59,11 @@ def write_report(directory: str | Path, run: ReportRun | None = None) -> tuple[P
         run = load_run(d)
     if run.env.get("machines"):  # a set of runs from several machines (detbench merge)
         return _write(d, across_report.set_blocks(d))
+    exec_doc = execsection.load(d)  # a detbench exec run: a page about one command
+    if exec_doc is not None:
+        _remove_stale(d / PLOTS_DIR, [])
+        return _write(d, execsection.exec_blocks(exec_doc) + environment(run))
     run.env["located"] = locate_report.load(d)  # what run --locate found, kept beside env.json
-    run.env["exec_doc"] = execsection.load(d)  # a detbench exec run's own facts
     df, env = run.df, run.env
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)

@@ -3,9 +3,11 @@ per mode and round, copy 0), ``paired.jsonl`` (a line per run, the round its rep
 ``env.json``; and, once the rounds are done, where each mode's replicates first part
 (``partings``, into ``exec.json``).
 
-A record's ``fingerprint`` is the digest of everything its run left that can be compared
-(``worker.outputs.digest_of``); its setting columns are what the script's interpreter ran under
-at its end (the boot's read-back), and ``settings_changed`` names what the script changed.
+A record's ``fingerprint`` is the digest of the evidence its verdict rests on
+(``worker.evidence.split``: the run's tensors and labelled results where it left any, else all it
+left that can be compared; ``worker.outputs.digest_of``); its setting columns are what the
+script's interpreter ran under at its end (the boot's read-back), and ``settings_changed`` names
+what the script changed that makes the record measure another mode (``acting``).
 ``suite`` is "exec", ``workload`` the command's name (``execrun.name_of``).
 """
 
@@ -29,6 +31,7 @@ from detbench.store.results import (
     write_json_atomic,
 )
 from detbench.worker.applied import columns
+from detbench.worker.evidence import split
 from detbench.worker.outputs import Outputs, digest_of, first_parting, read_outputs
 from detbench.worker.protocol import PACKAGE_ROOT
 from detbench.worker.timing import Timing
@@ -39,24 +42,32 @@ SUITE = "exec"
 CUDNN_FLAGS = ("benchmark", "cudnn_deterministic", "cudnn_enabled")
 
 
-def acting(names: list[str], device: str) -> list[str]:
-    """Of the settings a script changed, those that act on ``device``: a record that lists one
-    does not count toward a verdict or a cost (``analysis.labels.changed_mask``). A script that
-    sets ``cudnn.benchmark`` and runs on a CPU measured the mode it was given; the report names
-    the line either way."""
+def acting(names: list[str], device: str, mode: Mode | None = None) -> list[str]:
+    """Of the settings a script changed, those that make its records measure another mode than
+    the one asked for: one of the four flags that acts on ``device``, or a setting the mode
+    itself sets (``--set``). A record that lists one does not count toward a verdict or a cost
+    (``analysis.labels.changed_mask``). A script that sets ``cudnn.benchmark`` and runs on a CPU
+    measured the mode it was given. A setting beyond the mode that the script sets itself (TF32,
+    say) is the script's own choice, the same in every mode: its records count, and the report
+    names the line either way."""
+    given = dict(mode.overrides) if mode is not None else {}
     out = []
     for n in names:
         if n in CUDNN_FLAGS:
             if device == "cuda":
                 out.append(n)
-        elif n not in st.BY_NAME or device in st.BY_NAME[n].devices:
+        elif (n in st.MODE_FLAGS or n in given) and (
+            n not in st.BY_NAME or device in st.BY_NAME[n].devices
+        ):
             out.append(n)
     return out
 
 
 def device_of(facts: dict[str, Any]) -> str:
-    """Where the script ran its tensors: "cuda" where its interpreter initialised CUDA."""
-    return str((facts.get("boot") or {}).get("device") or "cpu")
+    """Where the script ran its tensors: "cuda" where one of its interpreters initialised
+    CUDA (``execrun.seen_in``)."""
+    seen = facts.get("script") or facts.get("boot") or {}
+    return str(seen.get("device") or "cpu")
 
 
 class ExecRecords:
@@ -94,13 +105,17 @@ class ExecRecords:
         """The paired line of one run, and its verdict record where it is copy 0."""
         d = self.c.out / "runs" / facts["key"]
         outputs = read_outputs(d)
+        evidence = split(outputs)
         facts["comparable"] = len(outputs.items)
-        facts["digest"] = digest_of(outputs)
+        facts["digest"] = digest_of(evidence.decisive)
+        facts["digest_rest"] = digest_of(evidence.rest)
+        facts["basis"] = evidence.basis
+        facts["counts"] = evidence.counts
         facts["set_aside"] = [f"{s.what}: {s.why}" for s in outputs.set_aside]
+        facts["unreadable"] = list(outputs.unreadable)
         status = facts["status"]
         ok = status == "ok"
         sample = facts["body"] if facts.get("body") else facts["wall"]
-        boot = facts.get("boot") or {}
         self.paired.append(
             line(
                 suite=SUITE,
@@ -120,7 +135,7 @@ class ExecRecords:
                 worker_pid=facts.get("pid"),
                 device=device_of(facts),
                 utc=utc_now(),
-                settings_changed=acting(list(boot.get("changed") or []), device_of(facts)),
+                settings_changed=acting(changed_by(facts), device_of(facts), slot.mode),
                 host_load=facts.get("host_load"),
             )
         )
@@ -149,7 +164,7 @@ class ExecRecords:
             status=status,
             message=None if status == "ok" else facts.get("stderr_tail"),
             fingerprint=facts["digest"] if status == "ok" else None,
-            settings_changed=acting(list(boot.get("changed") or []), device_of(facts)),
+            settings_changed=acting(changed_by(facts), device_of(facts), mode),
             timing_design="paired",
             worker_pid=facts.get("pid"),
             device_name=f"{device_of(facts)}:0",
@@ -157,11 +172,23 @@ class ExecRecords:
             mode_position=facts.get("position"),
             items_per_step=1.0,  # a run of the command is the unit: its throughput is runs/s
         )
-        if boot.get("changes"):
+        changes = (facts.get("script") or boot).get("changes") or []
+        if changes:
             rec["settings_changes"] = {
-                ch["setting"]: f"{ch['file']}:{ch['line']}" for ch in boot["changes"]
+                ch["setting"]: f"{ch['file']}:{ch['line']}" for ch in changes
             }
         return rec
+
+
+def changed_by(facts: dict[str, Any]) -> list[str]:
+    """The settings a run's script changed: those its main interpreter ended with that differ
+    from what the mode applied, and those any of its interpreters was seen to set."""
+    boot = facts.get("boot") or {}
+    names = list(boot.get("changed") or [])
+    for ch in (facts.get("script") or {}).get("changes") or []:
+        if ch["setting"] not in names:
+            names.append(ch["setting"])
+    return names
 
 
 def timing_of(seconds: float) -> dict[str, Any]:
@@ -186,13 +213,21 @@ def timing_of(seconds: float) -> dict[str, Any]:
     ).to_json()
 
 
-def partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per mode: where its replicates (copy 0, by round) first part from its first replicate,
-    or None where they agree; and the comparable items' count."""
+def _ok_by_mode(facts: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each mode's runs of copy 0 that ended well, by round."""
     by_mode: dict[str, list[dict[str, Any]]] = {}
     for f in facts.values():
         if f.get("copy") == 0 and f.get("status") == "ok":
             by_mode.setdefault(f["mode"], []).append(f)
+    for runs in by_mode.values():
+        runs.sort(key=lambda f: f["round"])
+    return by_mode
+
+
+def partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per mode: where its replicates (copy 0, by round) first part from its first replicate in
+    the evidence the verdict rests on (``evidence.split``), or None where they agree."""
+    by_mode = _ok_by_mode(facts)
     found: dict[str, Any] = {}
     cache: dict[str, Outputs] = {}
 
@@ -202,24 +237,54 @@ def partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return cache[key]
 
     for mode, runs in by_mode.items():
-        runs.sort(key=lambda f: f["round"])
         first = runs[0]
         found[mode] = None
         for other in runs[1:]:
             if other.get("digest") == first.get("digest"):
                 continue
-            p = first_parting(outputs(first["key"]), outputs(other["key"]))
+            a, b = (split(outputs(f["key"])).decisive for f in (first, other))
+            p = first_parting(a, b)
             if p is not None:
                 found[mode] = {"rounds": [first["round"], other["round"]], **p.__dict__}
                 break
     return found
 
 
-def finish(out: Path, doc_partings: dict[str, Any]) -> None:
-    """Add the partings to ``exec.json``, and the end to env.json."""
+def text_partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per mode whose verdict evidence agreed in every replicate: where the rest (the text that
+    does not decide, ``evidence.split``) first parts, if it does, with how many items differed;
+    the report shows it for the user to judge."""
+    by_mode = _ok_by_mode(facts)
+    cache: dict[str, Outputs] = {}
+
+    def outputs(key: str) -> Outputs:
+        if key not in cache:
+            cache[key] = read_outputs(out / "runs" / key)
+        return cache[key]
+
+    found: dict[str, Any] = {}
+    for mode, runs in by_mode.items():
+        if len({f.get("digest") for f in runs}) != 1 or runs[0].get("basis") == "text":
+            continue
+        first = runs[0]
+        for other in runs[1:]:
+            if other.get("digest_rest") == first.get("digest_rest"):
+                continue
+            a, b = (split(outputs(f["key"])).rest for f in (first, other))
+            p = first_parting(a, b)
+            if p is not None:
+                found[mode] = {"rounds": [first["round"], other["round"]], **p.__dict__}
+                break
+    return found
+
+
+def finish(out: Path, doc_partings: dict[str, Any], text: dict[str, Any] | None = None) -> None:
+    """Add the partings (and the text partings: ``text_partings``) to ``exec.json``, and the
+    end to env.json."""
     path = out / EXEC_FILE
     doc = json.loads(path.read_text())
     doc["partings"] = doc_partings
+    doc["text_partings"] = text or {}
     write_json_atomic(path, doc)
     env = json.loads((out / ENV_FILE).read_text())
     env["finished_utc"] = utc_now()

@@ -15,10 +15,15 @@ script that prints all its losses at the end).
 **Files.** ``Snapshot`` notes every file under the watched folders (the user's folder, and the
 folders the command's arguments name elsewhere: ``named_folders``; size and modification time)
 before a run; ``changed`` lists those the run created or modified after it, which ``keep``
-copies into the run's ``files/`` folder (the next run of the same script writes the same
-paths). Hidden folders, ``__pycache__``, virtual environments and the run's own output folder
-are not watched; at most ``MAX_FILES`` files are looked at and ``MAX_BYTES`` a file kept (a
-larger one is named and left out).
+takes into the run's ``files/`` folder: a file the run created is moved there (with the folders
+it made, once empty), so every run starts from the folder as it was before the first. A logger
+that counts the runs in its folder (Lightning's ``version_N``) then counts the same in each, and
+a script that resumes from what it finds resumes from the same thing. A file that was there
+before and that a run changed is copied, and stays as that run left it. ``put_back`` returns
+one run's created files to where the script wrote them: after the last run, the folder is as
+the script leaves it after one run. Hidden folders, ``__pycache__``, virtual environments and the
+run's own output folder are not watched; at most ``MAX_FILES`` files are looked at and
+``MAX_BYTES`` a file kept (a larger one is named and left out).
 """
 
 from __future__ import annotations
@@ -116,6 +121,7 @@ class Snapshot:
         self.roots = [r.resolve() for r in roots]
         self.skip = [p.resolve() for p in skip]
         self.where: dict[str, Path] = {}
+        self.dirs: set[Path] = set()
         self.files = self._scan()
 
     def _name(self, p: Path) -> str:
@@ -129,6 +135,7 @@ class Snapshot:
                 continue
             for here, dirs, files in os.walk(root):
                 d = Path(here)
+                self.dirs.add(d)
                 dirs[:] = [
                     x
                     for x in sorted(dirs)
@@ -156,8 +163,10 @@ class Snapshot:
         return sorted(k for k, v in now.items() if self.files.get(k) != v)
 
     def keep(self, names: list[str], dest: Path) -> list[str]:
-        """Copy ``names`` into ``dest`` (under their names); returns those left out."""
+        """Take ``names`` into ``dest`` (under their names): moved where the run created them,
+        copied where they were there before (module docstring); returns those left out."""
         left = []
+        before = set(self.files)
         for name in names:
             src = self.where[name]
             try:
@@ -166,10 +175,52 @@ class Snapshot:
                     continue
                 target = dest / name
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, target)
+                if name in before:
+                    shutil.copy2(src, target)
+                else:
+                    shutil.move(src, target)
+                    self._prune(src.parent)
             except OSError as exc:
                 left.append(f"{name} ({exc.strerror or exc})")
         return left
+
+    def _prune(self, d: Path) -> None:
+        """Remove ``d`` and its parents while they are empty and were made by the run."""
+        d = Path(os.path.abspath(d))
+        while d not in self.dirs and not any(d == r for r in self.roots):
+            try:
+                d.rmdir()
+            except OSError:  # not empty, or gone
+                return
+            d = d.parent
+
+    def created(self, names: list[str]) -> list[str]:
+        """Of ``names`` (``changed``'s), those the run created."""
+        return [n for n in names if n not in self.files]
+
+
+def path_of(name: str, roots: list[Path]) -> Path:
+    """Where the file ``name`` (a ``Snapshot``'s name, over the same ``roots``) lies."""
+    absolute = Path("/" + name)
+    if any(absolute.is_relative_to(r.resolve()) for r in roots[1:]):
+        return absolute
+    return roots[0].resolve() / name
+
+
+def put_back(names: list[str], kept: Path, roots: list[Path]) -> list[str]:
+    """Copy the files ``names`` from a run's ``kept`` folder (its ``files/``) back to where the
+    run wrote them, where nothing lies there now; returns those that could not be."""
+    failed = []
+    for name in names:
+        src, target = kept / name, path_of(name, roots)
+        if not src.is_file() or target.exists():
+            continue
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+        except OSError as exc:
+            failed.append(f"{name} ({exc.strerror or exc})")
+    return failed
 
 
 def named_folders(command: list[str], cwd: Path) -> list[Path]:

@@ -53,7 +53,7 @@ from typing import Any, TextIO
 
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import Mode
-from detbench.run.execio import Snapshot, Stream, named_folders, steps_per_second
+from detbench.run.execio import Snapshot, Stream, named_folders, put_back, steps_per_second
 from detbench.store.outdir import refuse_used
 from detbench.store.results import write_json_atomic
 from detbench.worker.hostload import Probe
@@ -194,6 +194,7 @@ class ExecRunner:
         self.warmup: dict[str, Any] | None = None
         self.started = time.monotonic()
         self.script = script_of(c.command, c.cwd)
+        self.last: dict[str, Any] | None = None  # the latest run's facts (``leave_folder``)
 
     # -- checks before anything runs -------------------------------------------------------
     def check(self) -> None:
@@ -227,17 +228,34 @@ class ExecRunner:
         self.prepare()
         self._load()
         todo = [s for s in self.slots if s.key not in self.facts]
-        self.first(bool(todo))
-        for n, slot in enumerate(todo):
-            self._progress(n, len(todo), slot)
-            facts = self._one(slot, census=False)
-            with held_interrupt():  # a run's facts and its records are written together
-                self.facts[slot.key] = facts
-                self._save()
-                self._check_first(slot, facts)
-                if on_run is not None:
-                    on_run(slot, facts)  # it adds the run's digest to its facts
+        try:
+            self.first(bool(todo))
+            for n, slot in enumerate(todo):
+                self._progress(n, len(todo), slot)
+                facts = self.one(slot, census=False)
+                with held_interrupt():  # a run's facts and its records are written together
+                    self.facts[slot.key] = facts
                     self._save()
+                    self._check_first(slot, facts)
+                    if on_run is not None:
+                        on_run(slot, facts)  # it adds the run's digest to its facts
+                        self._save()
+        finally:
+            self.leave_folder()
+
+    def roots(self) -> list[Path]:
+        """The folders watched for the files a run writes (``execio.Snapshot``)."""
+        return [self.c.cwd, *named_folders(self.c.command, self.c.cwd)]
+
+    def leave_folder(self) -> list[str]:
+        """The files the latest run created, put back where the script wrote them: the user's
+        folder is left as the script leaves it after one run (``execio``); returns those that
+        could not be."""
+        f = self.last
+        if f is None:
+            return []
+        kept = self.c.out / "runs" / f["key"] / "files"
+        return put_back(list(f.get("created") or []), kept, self.roots())
 
     def first(self, timed_to_come: bool) -> None:
         """One untimed run of the baseline before the timed ones: the census, while it is owed,
@@ -252,7 +270,7 @@ class ExecRunner:
                 "exec: first one untimed run of the baseline: it counts the ops that can race, "
                 "and warms the caches for the timed runs\n"
             )
-            self.census = self._one(base, census=True, folder="census")
+            self.census = self.one(base, census=True, folder="census")
             self._save()
             if self.census["status"] == "ok":
                 return
@@ -264,7 +282,7 @@ class ExecRunner:
             return
         else:
             self.stream.write("exec: first one untimed run of the baseline, a warm-up\n")
-        self.warmup = self._one(base, census=False, folder="warm-up")
+        self.warmup = self.one(base, census=False, folder="warm-up")
         self._save()
         self._check_first(base, self.warmup)
 
@@ -308,7 +326,7 @@ class ExecRunner:
         env[JOB_ENV] = str(job)
         return env
 
-    def _one(
+    def one(
         self, slot: Slot, census: bool, folder: str | None = None, record: bool = False
     ) -> dict[str, Any]:
         """One run of the command: started, waited for, its output and files gathered
@@ -319,7 +337,7 @@ class ExecRunner:
             shutil.rmtree(d)
         d.mkdir(parents=True)
         job = self._job(slot, d, census, record)
-        snap = Snapshot([c.cwd, *named_folders(c.command, c.cwd)], skip=[c.out])
+        snap = Snapshot(self.roots(), skip=[c.out])
         load = Probe("cpu", os.getpid())  # the command is this process's: its own, not foreign
         load.start()
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -366,7 +384,10 @@ class ExecRunner:
         rate, steps = steps_per_second([out, err])
         kept = snap.changed()
         left_out = snap.keep(kept, d / "files")
-        return {
+        created = [
+            n for n in snap.created(kept) if not any(x.startswith(n + " (") for x in left_out)
+        ]
+        self.last = facts = {
             "key": folder or slot.key,
             "round": slot.round,
             "mode": slot.mode.name,
@@ -381,13 +402,16 @@ class ExecRunner:
             "steps_per_second": rate,
             "steps_seen": steps,
             "files": kept,
+            "created": created,
             "files_left_out": left_out,
             "stderr_tail": err.tail(),
             "boot": main,
+            "script": seen_in(boots),
             "children": len(boots) - (main is not None),
             "pid": proc.pid,
             "host_load": host_load,
         }
+        return facts
 
     def _check_first(self, slot: Slot, facts: dict[str, Any]) -> None:
         """The first run of each mode that fails (the untimed first run too) stops exec: one
@@ -479,6 +503,24 @@ def census_failure(f: dict[str, Any]) -> str:
     if f["status"] == "timeout":
         return "past --timeout"
     return f"exit {f['exit_code']}: {f['stderr_tail'] or 'nothing on stderr'}"
+
+
+def seen_in(boots: list[dict[str, Any]]) -> dict[str, Any]:
+    """What every interpreter of one run saw the script do (``locate.watched``): its setting
+    changes, seeding calls and DataLoaders, each (file, line) once, and "cuda" where any of them
+    used the GPU. A launcher (torchrun) seeds nothing itself: its ranks do."""
+    out: dict[str, Any] = {"changes": [], "seeds": [], "dataloaders": [], "device": "cpu"}
+    seen: set[tuple[str, Any, Any, Any]] = set()
+    for b in boots:
+        if b.get("device") == "cuda":
+            out["device"] = "cuda"
+        for key in ("changes", "seeds", "dataloaders"):
+            for e in b.get(key) or []:
+                mark = (key, e.get("setting") or e.get("call"), e.get("file"), e.get("line"))
+                if mark not in seen:
+                    seen.add(mark)
+                    out[key].append(e)
+    return out
 
 
 def _boots(d: Path) -> list[dict[str, Any]]:

@@ -10,28 +10,33 @@ comparison order:
 
 - printed lines, stdout then stderr (``stdout:K``, the K-th comparable line): what a terminal
   shows, with clock readings, temporary paths, process ids and addresses masked
-  (``detbench.worker.printed`` says which, and why a tqdm bar counts in its last state only);
+  (``detbench.worker.printed`` says which, and why a tqdm bar counts in its last state only),
+  each followed by the results it labels (``stdout:K:loss``: ``worker.evidence``);
 - fingerprints (``fingerprint:NAME#INDEX``), in file order, over the recorded digest, dtype and
   shape;
-- files, sorted by path. Checkpoints (.pt .pth .ckpt .bin, and any file in torch.save's zip or
+- files, sorted by their names without the run in them (``worker.runnames``: TensorBoard's
+  ``events.out.tfevents.<time>.<host>.<pid>.0``, Lightning's ``version_N``), by which two runs'
+  files meet. Checkpoints (.pt .pth .ckpt .bin, and any file in torch.save's zip or
   legacy format) are read with ``torch.load(weights_only=True)`` and walked through dicts, lists
   and tuples to one item per leaf tensor (``FILE:model.fc.weight``: its dtype, shape and raw
   bytes) and per other leaf (``FILE:epoch``: its type and ``repr``, exact for a float). The
   file's own bytes never count: the same state saved twice can give different bytes (another
   archive name, pickle protocol or storage sharing). .safetensors files give one item per
   tensor, read with the safetensors library or, without it, by hand (``__metadata__`` is
-  ignored). Text files (``TEXT_SUFFIXES``) give one item per line, as printed lines do. Any other
+  ignored). TensorBoard event files, JSON and CSV files are read by field
+  (``worker.formats``: logged scalars by tag and step, results by key, clocks set aside). Other
+  text files (``TEXT_SUFFIXES``) give one item per line, as printed lines do. Any other
   file, a file that cannot be read as its suffix says (listed in ``unreadable``) and a file with
   nothing inside (an empty log) is one item of its whole bytes, so that its presence counts.
 
-Container metadata (a dict's class, a list's length) is not compared: only the leaves are.
+Container metadata (a dict's class, a list's length) is not compared: only the leaves are. Which
+items decide a verdict, and which are only shown, is ``worker.evidence``'s.
 Numbers are compared as bits, never with a tolerance; ``max_abs_diff`` only says how far apart
 the first differing item is.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -44,7 +49,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from detbench.worker.evidence import labelled_numbers
+from detbench.worker.formats import csv_items, is_tfevents, json_items, tfevents_items
+from detbench.worker.items import Item, sha, shown
 from detbench.worker.printed import Asides, SetAside, line_diff, lines, mask_line
+from detbench.worker.runnames import canonical
 
 __all__ = [
     "Item",
@@ -86,24 +95,6 @@ _ST_DTYPES = {
 
 
 @dataclass(frozen=True)
-class Item:
-    """One comparable thing a run left: ``name`` matches it across runs, ``digest`` decides.
-
-    ``where`` says where it is: ``{"stream", "line_no", "text", "masked", "step"}`` (and
-    ``"epoch"`` where the line names one) for a printed line, ``"file"`` instead of ``"stream"``
-    for a line of a text file; ``{"file", "tensor", "dtype", "shape"}`` for a tensor; ``{"file",
-    "key"}`` for another leaf; ``{"file", "bytes"}`` for a whole file; ``{"name", "index", "step",
-    "dtype", "shape"}`` for a fingerprint. ``shown`` is a short rendering for reports.
-    """
-
-    kind: str  # "line", "fingerprint", "tensor", "value" or "file"
-    name: str
-    digest: str
-    where: dict[str, Any]
-    shown: str | None = None
-
-
-@dataclass(frozen=True)
 class Outputs:
     """One run's items in comparison order. ``run_dir`` and ``trust_pickles`` let
     ``first_parting`` read a differing tensor again, to measure how far apart the runs are,
@@ -131,25 +122,19 @@ class Parting:
     compared: int
 
 
-def _sha(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p.encode() if isinstance(p, str) else p)
-    return h.hexdigest()
-
-
-def _shown(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _line_items(text: str, source: str, where: dict[str, Any], asides: Asides) -> list[Item]:
+    """Each comparable line, then each result it labels (``evidence.labelled_numbers``: the
+    number as printed, named by the line and its label)."""
     items = []
     for k, ln in enumerate(lines(text, source, asides), 1):
         at = {**where, "line_no": ln.line_no, "text": ln.text, "masked": ln.masked}
         at["step"] = ln.step
         if ln.epoch is not None:
             at["epoch"] = ln.epoch
-        items.append(Item("line", f"{source}:{k}", _sha(ln.masked), at, _shown(ln.text)))
+        items.append(Item("line", f"{source}:{k}", sha(ln.masked), at, shown(ln.text)))
+        for label, number in labelled_numbers(ln.masked):
+            name = f"{source}:{k}:{label}"
+            items.append(Item("result", name, sha(number), {**at, "label": label}, number))
     return items
 
 
@@ -221,16 +206,16 @@ def _host(t: torch.Tensor) -> torch.Tensor:
     return t.cpu().resolve_conj().resolve_neg().contiguous()
 
 
-def _leaf_item(rel: str, dotted: str, leaf: Any, asides: Asides) -> Item:
+def _leaf_item(rel: str, dotted: str, leaf: Any, asides: Asides, as_name: str = "") -> Item:
     key = dotted or "(root)"
-    name = f"{rel}:{key}"
+    name = f"{as_name or rel}:{key}"
     if isinstance(leaf, np.ndarray) and leaf.dtype != object:
         leaf = torch.from_numpy(np.ascontiguousarray(leaf))
     if isinstance(leaf, torch.Tensor):
         t = _host(leaf)
         raw = t.reshape(-1).view(torch.uint8).numpy()  # any dtype, 0-dim and empty included
         shape = list(t.shape)
-        digest = _sha(f"{t.dtype}:{tuple(shape)};", raw.tobytes())
+        digest = sha(f"{t.dtype}:{tuple(shape)};", raw.tobytes())
         at = {"file": rel, "tensor": key, "dtype": str(t.dtype), "shape": shape}
         return Item("tensor", name, digest, at, f"{t.dtype} {shape} sha256 {digest[:12]}")
     if not isinstance(leaf, int | float | complex | str | bytes | np.generic | type(None)):
@@ -240,8 +225,8 @@ def _leaf_item(rel: str, dotted: str, leaf: Any, asides: Asides) -> Item:
     if kinds:
         masked = ", ".join(f"<{k}>" for k in dict.fromkeys(kinds))
         asides.extra.append(SetAside(f"{name}: {masked}", "never equal between two runs"))
-    digest = _sha(f"{type(leaf).__qualname__}:", text)
-    return Item("value", name, digest, {"file": rel, "key": key}, _shown(text, 80))
+    digest = sha(f"{type(leaf).__qualname__}:", text)
+    return Item("value", name, digest, {"file": rel, "key": key}, shown(text, 80))
 
 
 def _is_torch_file(path: Path) -> bool:
@@ -254,24 +239,35 @@ def _is_torch_file(path: Path) -> bool:
         return any(n.endswith("data.pkl") for n in z.namelist())
 
 
-def _file_items(path: Path, rel: str, trust: bool, asides: Asides) -> list[Item]:
-    """One file's items (module docstring); [] for a file compared whole; raises what makes it
-    unreadable as its suffix or content says."""
+def _file_items(path: Path, rel: str, name: str, trust: bool, asides: Asides) -> list[Item]:
+    """One file's items (module docstring), named after ``name`` (its path without the run in
+    it: ``runnames.canonical``); [] for a file compared whole; raises what makes it unreadable
+    as its suffix or content says."""
     suffix = path.suffix.lower()
+    if is_tfevents(path):
+        return tfevents_items(path, name, rel, asides)
     if suffix in TEXT_SUFFIXES:
-        return _line_items(path.read_bytes().decode("utf-8"), rel, {"file": rel}, asides)
+        text = path.read_bytes().decode("utf-8")
+        found = None
+        if suffix in (".json", ".jsonl"):
+            found = json_items(text, name, rel, asides, lines=suffix == ".jsonl")
+        elif suffix == ".csv":
+            found = csv_items(text, name, rel, asides)
+        return found if found is not None else _line_items(text, name, {"file": rel}, asides)
     if suffix == ".safetensors":
-        return [_leaf_item(rel, k, t, asides) for k, t in read_safetensors(path).items()]
+        tensors = read_safetensors(path).items()
+        return [_leaf_item(rel, k, t, asides, name) for k, t in tensors]
     if suffix in CHECKPOINT_SUFFIXES or _is_torch_file(path):
-        return [_leaf_item(rel, k, v, asides) for k, v in _leaves(_torch_load(path, trust))]
+        leaves = _leaves(_torch_load(path, trust))
+        return [_leaf_item(rel, k, v, asides, name) for k, v in leaves]
     return []
 
 
-def _whole(path: Path, rel: str) -> Item:
+def _whole(path: Path, rel: str, name: str) -> Item:
     blob = path.read_bytes()
-    digest = _sha(blob)
+    digest = sha(blob)
     at = {"file": rel, "bytes": len(blob)}
-    return Item("file", rel, digest, at, f"{len(blob)} bytes, sha256 {digest[:12]}")
+    return Item("file", name, digest, at, f"{len(blob)} bytes, sha256 {digest[:12]}")
 
 
 def _fingerprints(path: Path, unreadable: list[str]) -> list[Item]:
@@ -289,9 +285,9 @@ def _fingerprints(path: Path, unreadable: list[str]) -> list[Item]:
             unreadable.append(f"fingerprints.jsonl:{no}: not a fingerprint record ({e!r})")
             continue
         at = {"name": name, "index": index, "step": index, "dtype": dtype, "shape": shape}
-        digest = _sha(f"{fp}:{dtype}:{shape}")
-        shown = f"{dtype} {shape} {fp[:16]}"
-        items.append(Item("fingerprint", f"fingerprint:{name}#{index}", digest, at, shown))
+        digest = sha(f"{fp}:{dtype}:{shape}")
+        text = f"{dtype} {shape} {fp[:16]}"
+        items.append(Item("fingerprint", f"fingerprint:{name}#{index}", digest, at, text))
     return items
 
 
@@ -308,14 +304,15 @@ def read_outputs(run_dir: Path, *, trust_pickles: bool = False) -> Outputs:
     items += _fingerprints(run_dir / "fingerprints.jsonl", unreadable)
     root = run_dir / "files"
     paths = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
-    for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
-        rel = path.relative_to(root).as_posix()
+    rels = [(canonical(r), r) for r in (p.relative_to(root).as_posix() for p in paths)]
+    for name, rel in sorted(rels):
+        path = root / rel
         try:
-            found = _file_items(path, rel, trust_pickles, asides)
+            found = _file_items(path, rel, name, trust_pickles, asides)
         except Exception as e:
             unreadable.append(f"{rel}: {e} (compared as whole bytes)")
             found = []
-        items += found or [_whole(path, rel)]
+        items += found or [_whole(path, rel, name)]
     counts: dict[str, int] = {}
     for i, item in enumerate(items):  # names made unique ("a.b" and a -> b), to match by name
         counts[item.name] = n = counts.get(item.name, 0) + 1
@@ -326,7 +323,7 @@ def read_outputs(run_dir: Path, *, trust_pickles: bool = False) -> Outputs:
 
 def digest_of(o: Outputs) -> str:
     """One sha256 over the items' names and digests, in order: equal iff every item is equal."""
-    return _sha(*(f"{i.name}\0{i.digest}\n" for i in o.items))
+    return sha(*(f"{i.name}\0{i.digest}\n" for i in o.items))
 
 
 def comparable(o: Outputs) -> int:

@@ -22,16 +22,21 @@ a user sees.
   ``X:\\...\\Temp\\...``;
 - ``<time>``: ISO dates and times (``2026-11-27 21:33:53``, ``2026-11-27T21:33:53.123+00:00``,
   logging's ``,123``) and a date alone (``2026-11-27``);
+- ``<time>``: the stamps in run folders' names: TensorBoard's ``Dec01_21-33-53`` (its default
+  ``runs/<stamp>_<host>``) and ``20261201-213353``;
 - ``<elapsed>``: tqdm's ``[00:03<00:10`` (and ``[00:03,`` without a total);
 - ``<time>``: a clock, ``21:33:53`` or ``0:00:03.2`` (a timedelta);
 - ``<rate>``: a number (or tqdm's ``?``) before ``WORD/s`` or ``s/WORD`` (``1.5 it/s``,
   ``2.1s/it``, ``samples/s``, ``tokens/sec``, ``MB/s``), before ``WORD per second`` or
   ``FLOPS``, and after ``mfu``, ``throughput``, ``fps``, ``speed`` or a key ending
-  ``_per_second`` (``:``, ``=`` and quotes may come between: ``'train_samples_per_second': 4.5``);
+  ``_per_second`` (``:``, ``=`` and quotes may come between: ``'train_samples_per_second': 4.5``),
+  and after a rate written as a label (``tokens/s 12345``, ``samples/sec: 9.1``);
 - ``<elapsed>``: a number with a time unit (``3.2s``, ``3.21 s``, ``12.3ms``, ``2 min``,
   ``1m 30s``; units ns us µs ms msec(s) s sec(s) second(s) min(s) minute(s) h hr(s) hour(s)),
-  and the number or clock after ``took``, ``elapsed``, ``duration``, ``runtime``, ``time``,
-  ``eta`` or a key ending ``_time`` or ``_runtime`` (``time: 0.23``, ``took 3.2``);
+  the number after a time unit written as a label (``ms/batch 78.66``, ``s/it: 2.1``), and the
+  number or clock after ``took``, ``elapsed``, ``duration``, ``runtime``, ``time``, ``eta``,
+  ``dt``, ``wall``, ``timestamp`` or a key ending ``_time``, ``_runtime``, ``_timestamp``,
+  ``_ms``, ``_s(ec)`` or ``_seconds`` (``time: 0.23``, ``took 3.2``, ``"step_ms": 12.5``);
 - ``<pid>``: the number after ``pid`` or ``process id``/``process_id``;
 - ``<addr>``: the hex after ``at 0x`` (every default object repr), and any 0x number of 9 to 12
   hex digits (user-space addresses of a 64-bit process have at most 12; float32 bit patterns, 8
@@ -63,19 +68,28 @@ _TMP = "|".join(re.escape(r) for r in sorted(_TMP_ROOTS, key=len, reverse=True))
 _DATE = r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+|,\d{3})?)?)?"
 _UNITS = r"(?:ns|us|µs|μs|ms|msecs?|secs?|seconds?|s|mins?|minutes?|hrs?|hours?|h)"
 _CLOCK = r"\d+(?::\d{2})+(?:\.\d+)?"
-_KEYS_ELAPSED = r"took|elapsed|duration|runtime|time|eta|\w+_time|\w+_runtime"
+_KEYS_ELAPSED = (
+    r"took|elapsed|duration|runtime|time|eta|dt|timestamp|wall(?:_?time)?"
+    r"|\w+_(?:time|runtime|timestamp|ms|secs?|seconds)"
+)
 _KEYS_RATE = r"mfu|throughput|fps|speed|\w+_per_sec(?:ond)?"
+# a unit written as the label before its number: ``ms/batch 78.66``, ``tokens/s 12345``
+_UNIT_LABEL_TIME = r"(?:ns|us|µs|ms|s|secs?)/[a-z]+"
+_UNIT_LABEL_RATE = r"[a-z]+/s(?:ec(?:ond)?)?"
 #: (kind, pattern), applied in order: group ``v`` (else the whole match) becomes ``<kind>``.
 MASKS = [
     (kind, re.compile(pattern, re.IGNORECASE))
     for kind, pattern in [
         ("tmp", rf"(?:{_TMP})/[^\s'\",;)\]}}>]*|[a-z]:\\\S*\\Temp\\[^\s'\",;]*"),
         ("time", rf"{_DATE}(?:Z|[+-]\d\d:?\d\d)?"),
+        ("time", r"\b(?:[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}|\d{8}[-_]\d{6})(?!\d)"),
         ("elapsed", r"(?<=\[)(?:\d+:)?\d{1,2}:\d{2}(?:<(?:\?|(?:\d+:)?\d{1,2}:\d{2}))?(?=[,\]])"),
         ("time", r"(?<![\w.:])\d{1,2}:\d{2}:\d{2}(?:\.\d+|,\d{3})?\b"),
         ("rate", rf"(?<![\w.])(?:\?|{_NUM})\s?(?:[a-z]+/s(?:ec(?:ond)?)?|s/[a-z]+)(?!\w)"),
         ("rate", rf"{_N}\s?(?:[a-z]+\s+per\s+sec(?:ond)?|[kmgtpe]?flops)\b"),
         ("rate", rf"\b(?:{_KEYS_RATE}){_KEY_SEP}{_N}"),
+        ("elapsed", rf"(?<![\w/])(?:{_UNIT_LABEL_TIME}){_KEY_SEP}{_N}"),
+        ("rate", rf"(?<![\w/])(?:{_UNIT_LABEL_RATE}){_KEY_SEP}{_N}"),
         ("elapsed", rf"(?<![\w.])(?:(?:\d+h\s?)?\d+m\s?{_NUM}s\b|{_NUM}\s?{_UNITS}(?!\w))"),
         ("elapsed", rf"\b(?:{_KEYS_ELAPSED}){_KEY_SEP}(?P<v>{_CLOCK}|{_NUM})(?![\w.])"),
         ("pid", r"\b(?:pid|process[ _]id)\b\s*[:=]?\s*(?P<v>\d+)"),
@@ -96,6 +110,7 @@ _WHY = {
         "how often a bar redraws follows the clock; the line a terminal shows at the end is kept",
     ),
     "whole": ("lines with nothing left once masked", "nothing in them can be compared"),
+    "wall": ("the wall time of each logged event", "a clock reading differs between any two runs"),
 }
 _STEP = (
     re.compile(r"\b(?:step|iter(?:ation)?|it)\b\s*[:=#]?\s*(\d+)", re.IGNORECASE),
@@ -104,6 +119,33 @@ _STEP = (
 )
 _EPOCH = re.compile(r"\bepoch\b\s*[:=#]?\s*(\d+)", re.IGNORECASE)
 _NUMBER = re.compile(rf"(?<![\w.])(?:{_NUM}|[-+]?(?:nan|inf(?:inity)?)\b)", re.IGNORECASE)
+
+
+_ELAPSED_KEY = re.compile(
+    rf"^(?:{_KEYS_ELAPSED}|\w+_(?:duration|elapsed)|(?:time|elapsed|duration)_\w+)$", re.I
+)
+_RATE_KEY = re.compile(rf"^(?:{_KEYS_RATE}|\w+_per_s)$|^{_UNIT_LABEL_RATE}$", re.I)
+_TIME_KEY = re.compile(r"^(?:date|datetime|\w+_(?:at|date)|created|started|finished)$", re.I)
+
+
+def timing_kind(key: str) -> str | None:
+    """The kind of clock reading a field's key names (a JSON key, a CSV column, a logged tag:
+    ``train_runtime``, ``log_history[3].train_samples_per_second``, ``time/step_ms``,
+    ``it/s``), or None for a key that names no clock: the same words as the masks'."""
+    key = key.strip()
+    tail = key.rsplit(".", 1)[-1].split(":")[-1]
+    if _RATE_KEY.search(tail):
+        return "rate"
+    if re.match(rf"^{_UNIT_LABEL_TIME}$", tail, re.I):
+        return "elapsed"
+    last = re.split(r"[./:\[\]]+", key.rstrip("]"))[-1]
+    if _RATE_KEY.match(last):
+        return "rate"
+    if _ELAPSED_KEY.match(last) or re.match(rf"^{_UNIT_LABEL_TIME}$", last, re.I):
+        return "elapsed"
+    if _TIME_KEY.match(last):
+        return "time"
+    return None
 
 
 @dataclass(frozen=True)
