@@ -121,8 +121,9 @@ class Snapshot:
         self.roots = [r.resolve() for r in roots]
         self.skip = [p.resolve() for p in skip]
         self.where: dict[str, Path] = {}
-        self.dirs: set[Path] = set()
+        self.seen_dirs: set[Path] = set()
         self.files = self._scan()
+        self.dirs = set(self.seen_dirs)  # the folders there before the run
 
     def _name(self, p: Path) -> str:
         home = self.roots[0]
@@ -135,7 +136,7 @@ class Snapshot:
                 continue
             for here, dirs, files in os.walk(root):
                 d = Path(here)
-                self.dirs.add(d)
+                self.seen_dirs.add(d)
                 dirs[:] = [
                     x
                     for x in sorted(dirs)

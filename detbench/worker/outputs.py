@@ -52,6 +52,7 @@ import torch
 from detbench.worker.evidence import labelled_numbers
 from detbench.worker.formats import csv_items, is_tfevents, json_items, tfevents_items
 from detbench.worker.items import Item, sha, shown
+from detbench.worker.pickles import Stub, fields, load_as_data
 from detbench.worker.printed import Asides, SetAside, line_diff, lines, mask_line
 from detbench.worker.runnames import canonical
 
@@ -174,11 +175,17 @@ def read_safetensors(path: Path, *, library: bool = True) -> dict[str, torch.Ten
 
 
 def _torch_load(path: Path, trust_pickles: bool) -> Any:
-    """``torch.load`` on the CPU, unpickling beyond weights only when ``trust_pickles``."""
+    """``torch.load`` on the CPU, unpickling beyond weights only when ``trust_pickles``; a file
+    of pickled objects that weights-only loading refuses is otherwise read as data, its classes
+    stood in for (``worker.pickles``)."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         if not trust_pickles:
+            try:
+                return load_as_data(path)
+            except Exception:
+                pass
             found = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", str(e))
             detail = (found.group(1) if found else str(e).strip()).split(". ")[0][:200]
             raise ValueError(f"torch.load(weights_only=True) refused it: {detail}") from e
@@ -189,6 +196,8 @@ def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """(dotted name, leaf) for each leaf under dicts, lists and tuples ("" for the root)."""
     if isinstance(obj, dict):
         pairs: Any = obj.items()
+    elif isinstance(obj, Stub):  # an object of a pickled class, read as data
+        pairs = fields(obj)
     elif isinstance(obj, list | tuple) and not hasattr(obj, "_fields"):  # a namedtuple: a leaf
         pairs = enumerate(obj)
     else:
@@ -208,7 +217,8 @@ def _host(t: torch.Tensor) -> torch.Tensor:
 
 def _leaf_item(rel: str, dotted: str, leaf: Any, asides: Asides, as_name: str = "") -> Item:
     key = dotted or "(root)"
-    name = f"{as_name or rel}:{key}"
+    # a key may hold a path of the run's (Lightning's best_k_models: version_N/...ckpt)
+    name = f"{as_name or rel}:{canonical(key)}"
     if isinstance(leaf, np.ndarray) and leaf.dtype != object:
         leaf = torch.from_numpy(np.ascontiguousarray(leaf))
     if isinstance(leaf, torch.Tensor):

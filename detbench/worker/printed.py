@@ -8,7 +8,10 @@ after a ``\\r`` overwrites it from the first column, so a tqdm bar counts once, 
 (``100%|...| 10/10`` and its postfix, e.g. ``loss=0.41``). The overwritten redraws are set aside:
 tqdm redraws at most every ``mininterval`` (0.1 s), so how many there are follows the clock; the
 last state does not, and a bar closed with ``leave=False`` is blanked by tqdm itself and leaves
-nothing. Blank lines are dropped.
+nothing. A bar short of its end (``3/24``) is set aside too: with two bars on a stream (a
+``Trainer``'s evaluation bar under its training bar, drawn with cursor moves, which are
+removed) or a bar beside prints, the state a line catches follows the clock. Blank lines are
+dropped.
 
 Masks (``MASKS``, applied in this order), each kind set aside once per stream or file, with a
 count. They are kept narrow, each tied to a unit, a key word or a clock's shape, because a mask
@@ -111,12 +114,21 @@ _WHY = {
     ),
     "whole": ("lines with nothing left once masked", "nothing in them can be compared"),
     "wall": ("the wall time of each logged event", "a clock reading differs between any two runs"),
+    "bar": (
+        "progress bars short of their end",
+        "how far a bar had got when another line was printed, or another bar moved the cursor, "
+        "follows the clock; a bar's last state is kept",
+    ),
 }
 _STEP = (
     re.compile(r"\b(?:step|iter(?:ation)?|it)\b\s*[:=#]?\s*(\d+)", re.IGNORECASE),
     re.compile(r"\[\s*(\d+)\s*/\s*\d+\s*\]"),
     re.compile(r"^\s*(\d+)\s*/\s*\d+"),
 )
+_PADDED = re.compile(r"\s{2,}(<(?:rate|elapsed|time)>)")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: A tqdm bar's state: ``NN%|...| n/total [``.
+_BAR = re.compile(r"\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[")
 _EPOCH = re.compile(r"\bepoch\b\s*[:=#]?\s*(\d+)", re.IGNORECASE)
 _NUMBER = re.compile(rf"(?<![\w.])(?:{_NUM}|[-+]?(?:nan|inf(?:inity)?)\b)", re.IGNORECASE)
 
@@ -216,7 +228,7 @@ def lines(text: str, source: str, asides: Asides) -> list[Line]:
     under ``source`` (``stdout``, or a file's path)."""
     kept: list[Line] = []
     for no, raw in enumerate(text.split("\n"), 1):
-        parts = raw.split("\r")
+        parts = _ANSI.sub("", raw).split("\r")  # cursor moves: tqdm redrawing another line
         shown: list[str] = []
         for part in parts:  # as a terminal: after \r, text overwrites the line from column 0
             shown[: len(part)] = part
@@ -225,7 +237,13 @@ def lines(text: str, source: str, asides: Asides) -> list[Line]:
         line = "".join(shown).rstrip()
         if not line.strip():
             continue
+        bar = _BAR.search(line)
+        if bar and bar.group(1) != bar.group(2):
+            asides.add(source, "bar", no)
+            continue
         masked, kinds = mask_line(line)
+        # a masked value's padding follows its width (tqdm pads its rate: "  1.44it/s")
+        masked = _PADDED.sub(r" \1", masked)
         for kind in dict.fromkeys(kinds):
             asides.add(source, kind, no, kinds.count(kind))
         if not re.search(r"[^\W_]", _PLACEHOLDER.sub("", masked)):
