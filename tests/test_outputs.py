@@ -322,15 +322,19 @@ def test_hand_parsed_safetensors_equal_the_library(tmp_path: Path) -> None:
     assert "__metadata__" in json.loads(path.read_bytes()[8 : 8 + header_len])
 
 
-def test_pickles_beyond_weights_need_trust(tmp_path: Path) -> None:
+def test_pickled_objects_are_read_as_data_without_their_code(tmp_path: Path) -> None:
     (tmp_path / "files").mkdir()
     args = argparse.Namespace(lr=3e-4, out=Path("out"))
     torch.save({"w": torch.ones(2), "args": args}, tmp_path / "files/ckpt.pt")
-    refused = read_outputs(tmp_path)
-    assert [i.name for i in refused.items] == ["ckpt.pt"]
-    assert refused.unreadable[0].startswith("ckpt.pt: torch.load(weights_only=True) refused it")
-    assert "argparse.Namespace" in refused.unreadable[0]
-    trusted = read_outputs(tmp_path, trust_pickles=True)
+    with pytest.raises(Exception, match="argparse.Namespace"):  # what weights-only refuses
+        torch.load(tmp_path / "files/ckpt.pt", weights_only=True)
+    read = read_outputs(tmp_path)
+    # the classes stood in for (worker.pickles): the tensor, the fields, the path's argument
+    names = {i.name: i for i in read.items}
+    assert list(names) == ["ckpt.pt:w", "ckpt.pt:args.lr", "ckpt.pt:args.out.arg0"]
+    assert names["ckpt.pt:w"].kind == "tensor" and names["ckpt.pt:args.lr"].shown == "0.0003"
+    assert read.unreadable == []
+    trusted = read_outputs(tmp_path, trust_pickles=True)  # unpickled in full: the objects
     assert [i.name for i in trusted.items] == ["ckpt.pt:w", "ckpt.pt:args"]
     assert trusted.unreadable == [] and "ckpt.pt:args" in trusted.set_aside[0].what
 
