@@ -82,6 +82,7 @@ def test_a_small_script_is_run_in_rounds_and_compared(small: tuple[Path, str]) -
         code = "torch.backends.cudnn.benchmark = True"
         assert boot["changes"] == [
             {"setting": "benchmark", "from": False, "to": True,
+             "via": "torch.backends.cudnn.benchmark",
              "file": str(out.parent / "train.py"), "line": 3, "code": code},
         ]  # fmt: skip
         assert [s["call"] for s in boot["seeds"]] == ["torch.manual_seed"]
@@ -210,8 +211,10 @@ def test_the_racing_script_parts_by_default_and_agrees_under_det_algos(tmp_path:
     parts = doc["partings"]
     assert parts["det-algos"] is None
     p = parts["default"]
-    assert p["kind"] == "line" and p["where"]["stream"] == "stdout"
-    assert p["where"]["step"] is not None and p["a"].startswith("step ")
+    # the first result that differs: a printed loss, with its step and line
+    assert p["kind"] == "result" and p["where"]["stream"] == "stdout"
+    assert p["where"]["label"] == "loss" and p["where"]["step"] is not None
+    assert p["where"]["text"].startswith("step ") and p["a"] != p["b"]
     digests = {m: {f["digest"] for f in doc["runs"].values() if f["mode"] == m and not f["copy"]}
                for m in ("default", "det-algos")}  # fmt: skip
     assert len(digests["default"]) > 1 and len(digests["det-algos"]) == 1
