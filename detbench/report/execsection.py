@@ -216,14 +216,27 @@ def census_failed(doc: dict[str, Any]) -> str | None:
     return census_failure(census)
 
 
+_ASIDE = re.compile(
+    r"^(?P<src>.+?): (?P<what>[^:]+?)(?: \(\d+, first on line \d+\))?: (?P<why>.+)$"
+)
+
+
 def _set_aside(doc: dict[str, Any]) -> list[str]:
-    return sorted(
-        {
-            re.sub(r" \(\d+, first on line \d+\)", "", s)
-            for f in ev.runs_ok(doc)
-            for s in f.get("set_aside") or []
-        }
-    )
+    """What was set aside, a line per kind with the places it came from: ``elapsed times
+    (stdout, trainer_state.json): durations follow ...``."""
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for f in ev.runs_ok(doc):
+        for entry in f.get("set_aside") or []:
+            m = _ASIDE.match(entry)
+            src, what, why = (m["src"], m["what"], m["why"]) if m else ("", entry, "")
+            places = kinds.setdefault((what, why), [])
+            if src and src not in places:
+                places.append(src)
+    out = []
+    for (what, why), places in kinds.items():
+        shown = ", ".join(places[:4]) + (f" and {len(places) - 4} more" if len(places) > 4 else "")
+        out.append(f"{what}" + (f" ({shown})" if shown else "") + (f": {why}" if why else ""))
+    return out
 
 
 def _text_differed(doc: dict[str, Any]) -> list[str]:
@@ -305,10 +318,11 @@ def detail_blocks(doc: dict[str, Any]) -> list[Block]:
         ]
     aside = _set_aside(doc)
     if aside:
-        out.append(Para("Set aside, never equal between runs: " + "; ".join(aside) + "."))
+        out += [Para("Set aside, never equal between runs:"), Bullets(aside)]
     unreadable = sorted({u for f in ev.runs_ok(doc) for u in f.get("unreadable") or []})
     if unreadable:
-        out.append(Para("Read as whole bytes: " + "; ".join(unreadable[:10]) + "."))
+        more = f" and {len(unreadable) - 10} more" if len(unreadable) > 10 else ""
+        out += [Para(f"Read as whole bytes{more}:"), Bullets(unreadable[:10])]
     rows: list[list[str | Code]] = []
     for v in ev.verdicts(doc):
         walls = sorted(f["wall"] for f in v.runs)
