@@ -11,7 +11,8 @@ import pytest
 
 from detbench.core.modes import get_mode
 from detbench.report.execsection import aa_reading, fmt_interval
-from detbench.run.execrun import ExecConfig, ExecRunner, Slot, orders, plan
+from detbench.run.execplan import ExecConfig, Slot, orders, plan
+from detbench.run.execrun import ExecRunner
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7])

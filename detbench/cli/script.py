@@ -11,15 +11,8 @@ from detbench.cli.options import UserError, cuda_here
 from detbench.core.modes import DETERMINISTIC_MODE, get_mode
 from detbench.core.settings import parse_assignments
 from detbench.run.execdoc import ExecRecords, finish, partings, text_partings
-from detbench.run.execrun import (
-    ExecConfig,
-    ExecError,
-    ExecRunner,
-    Slot,
-    load_config,
-    name_of,
-    plan,
-)
+from detbench.run.execplan import ExecConfig, ExecError, Slot, load_config, name_of, plan
+from detbench.run.execrun import ExecRunner
 from detbench.store.outdir import refuse_used
 from detbench.store.results import stamped_dir, utc_now
 

@@ -20,7 +20,8 @@ from typing import Any, TextIO
 from detbench.core.modes import get_mode
 from detbench.locate.culprits import same_bits
 from detbench.locate.stages import Located, LocateError, _conclude
-from detbench.run.execrun import ExecConfig, ExecError, ExecRunner, Slot, name_of
+from detbench.run.execplan import ExecConfig, ExecError, Slot, name_of
+from detbench.run.execrun import ExecRunner
 
 
 def locate_command(

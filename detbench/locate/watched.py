@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from detbench.core import settings as st
@@ -142,7 +143,7 @@ class Watch:
         self._function(torch, "use_deterministic_algorithms", algos)
         self._environ()
 
-    def _descriptors(self, cls: type, api: str, attrs: dict[str, tuple[str, ...]]) -> None:
+    def _descriptors(self, cls: type, api: str, attrs: Mapping[str, tuple[str, ...]]) -> None:
         watch = self
         for attr, names in attrs.items():
             inner = vars(cls).get(attr)
@@ -161,7 +162,7 @@ class Watch:
             setattr(cls, attr, Watched())
 
     def _setattr(self, cls: type, api: str, names: tuple[str, ...]) -> None:
-        original = cls.__setattr__
+        original: Any = cls.__setattr__
         watch = self
 
         def __setattr__(obj: Any, attr: str, value: Any) -> None:

@@ -20,7 +20,8 @@ from detbench.analysis.stats import within_noise
 from detbench.core import settings as st
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
 from detbench.run.execdoc import CUDNN_FLAGS
-from detbench.run.execrun import EXEC_FILE, census_failure
+from detbench.run.execplan import EXEC_FILE
+from detbench.run.execrun import census_failure
 from detbench.worker.evidence import counts_text
 
 #: The columns of the table of modes.

@@ -19,7 +19,7 @@ from typing import Any
 
 from detbench.core import settings as st
 from detbench.core.modes import Mode
-from detbench.run.execrun import EXEC_FILE, ExecConfig, Slot, name_of
+from detbench.run.execplan import EXEC_FILE, ExecConfig, Slot, name_of
 from detbench.store.paired import PairedWriter, line
 from detbench.store.record import measured
 from detbench.store.results import (

@@ -37,8 +37,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
-import re
 import resource
 import shutil
 import signal
@@ -47,20 +45,26 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from detbench.core.errors import DetbenchError
 from detbench.core.modes import Mode
 from detbench.run.execio import Snapshot, Stream, named_folders, put_back, steps_per_second
+from detbench.run.execplan import (
+    EXEC_FILE,
+    ExecConfig,
+    ExecError,
+    Slot,
+    name_of,
+    plan,
+    script_of,
+)
 from detbench.store.outdir import refuse_used
 from detbench.store.results import write_json_atomic
 from detbench.worker.hostload import Probe
 from detbench.worker.protocol import PACKAGE_ROOT
 
-#: The exec run's own file in its folder.
-EXEC_FILE = "exec.json"
 #: The job's environment variable and the boot's report (``locate.scripted``; named here, not
 #: imported: the run layer does not load the locate layer).
 JOB_ENV = "DETBENCH_EXEC_JOB"
@@ -76,110 +80,6 @@ if _os.environ.get("{env}"):
     _scripted.boot()
     _scripted.chain(__file__)
 """
-
-
-class ExecError(DetbenchError):
-    """A command ``exec`` cannot measure: one line, said before anything is overwritten."""
-
-
-@dataclass
-class ExecConfig:
-    """An exec run's options (``detbench exec --help``)."""
-
-    command: list[str]
-    modes: list[Mode]
-    out: Path
-    replicates: int = 3
-    timeout: float | None = None
-    seed: int = 0
-    census: bool = True
-    cwd: Path = field(default_factory=Path.cwd)
-    resume: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "command": self.command,
-            "modes": [asdict(m) for m in self.modes],
-            "replicates": self.replicates,
-            "timeout": self.timeout,
-            "seed": self.seed,
-            "census": self.census,
-            "cwd": str(self.cwd),
-        }
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any], out: Path) -> ExecConfig:
-        return cls(
-            command=list(doc["command"]),
-            modes=[Mode(**m) for m in doc["modes"]],
-            out=out,
-            replicates=int(doc["replicates"]),
-            timeout=doc.get("timeout"),
-            seed=int(doc.get("seed", 0)),
-            census=bool(doc.get("census", True)),
-            cwd=Path(doc["cwd"]),
-            resume=True,
-        )
-
-
-def name_of(command: list[str]) -> str:
-    """What the reports call the command: its first ``.py`` argument's name, else the
-    program's."""
-    script = next((a for a in command[1:] if a.endswith(".py")), None)
-    return Path(script or command[0]).name
-
-
-def script_of(command: list[str], cwd: Path) -> str | None:
-    script = next((a for a in command[1:] if a.endswith(".py")), None)
-    return str((cwd / script).resolve()) if script else None
-
-
-def folder_name(r: int, mode: str, copy: int) -> str:
-    return f"r{r}-{re.sub(r'[^A-Za-z0-9_.+=-]', '_', mode)}-c{copy}"
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One run: its round, mode, copy and place in the round's order."""
-
-    round: int
-    mode: Mode
-    copy: int
-    position: int
-
-    @property
-    def key(self) -> str:
-        return folder_name(self.round, self.mode.name, self.copy)
-
-
-def plan(c: ExecConfig) -> list[Slot]:
-    """Every run, round by round, in a balanced order (``orders``)."""
-    base = c.modes[0]
-    members = [(m, 0) for m in c.modes] + [(base, 1)]
-    out = []
-    for r, order in enumerate(orders(len(members), c.replicates, c.seed)):
-        out += [Slot(r, members[i][0], members[i][1], p) for p, i in enumerate(order)]
-    return out
-
-
-def orders(members: int, rounds: int, seed: int) -> list[list[int]]:
-    """Each round's order of the ``members`` (indices), balanced over blocks of ``members``
-    rounds: in a block, member ``labels[j]`` takes place ``(j - k) mod members`` in the round
-    whose row is ``k``, so over a whole block it takes every place once (the rows of a cyclic
-    Latin square); ``labels`` and the rows' order are drawn from ``seed`` and the block. A
-    place that runs slower (the first after the round before, a drift through the round) falls
-    on every member alike over a block; shuffled orders leave it on some members more than
-    others in 3 rounds, the same ones in every run of the same seed."""
-    out: list[list[int]] = []
-    for block in range(-(-rounds // members)):
-        rng = random.Random(f"{seed}-exec-{block}")
-        labels = list(range(members))
-        rng.shuffle(labels)
-        rows = list(range(members))
-        rng.shuffle(rows)
-        for k in rows[: rounds - block * members]:
-            out.append([labels[(p + k) % members] for p in range(members)])
-    return out
 
 
 class ExecRunner:
@@ -474,14 +374,6 @@ def held_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, before)
     if heard:
         raise KeyboardInterrupt
-
-
-def load_config(out: Path) -> ExecConfig:
-    """``--resume``: the exec run in ``out``'s own options."""
-    path = out / EXEC_FILE
-    if not path.exists():
-        raise ExecError(f"{out} holds no {EXEC_FILE}: not a detbench exec run, nothing to resume")
-    return ExecConfig.from_json(json.loads(path.read_text())["config"], out)
 
 
 def own_children(h: dict[str, Any], before: Any) -> dict[str, Any]:
