@@ -211,7 +211,7 @@ torch.backends.cudnn.allow_tf32 = False
 
 def test_every_setting_a_script_sets_is_noted_with_its_line(tmp_path: Path) -> None:
     """In a fresh interpreter (the watches replace torch's setters), as exec's boot installs
-    them; a write that changes nothing (line 8) is not noted."""
+    them; a write that leaves its setting as it was (line 8) is noted as such."""
     (tmp_path / "train.py").write_text(SETS)
     code = (
         "import json, runpy, sys\n"
@@ -234,7 +234,9 @@ def test_every_setting_a_script_sets_is_noted_with_its_line(tmp_path: Path) -> N
     assert ("float32_matmul_precision", 5) in said
     assert ("bf16_reduced_precision_reduction", 6) in said
     assert ("cublas_workspace_config", 7) in said
-    assert not any(line == 8 for _, line in said)
+    # the same write again: noted as leaving the level as it was
+    assert [c.get("same") for c in changes if c["line"] == 8] == [True]
+    assert not any(c.get("same") for c in changes if c["line"] != 8)
     first = next(c for c in changes if c["line"] == 3)
     assert first["via"] == "torch.backends.cuda.matmul.allow_tf32"
     assert first["code"] == "torch.backends.cuda.matmul.allow_tf32 = True"

@@ -169,6 +169,12 @@ def fingerprint(name: str, tensor: Any) -> str:
 # --- at exit -----------------------------------------------------------------------------------
 
 
+def kept_changes(changes: list[dict[str, Any]], netted: list[str]) -> list[dict[str, Any]]:
+    """The writes to report: those to a setting the script ended with changed, and writes of
+    the level already there."""
+    return [c for c in changes if c["setting"] in netted or c.get("same")]
+
+
 def _at_exit() -> None:
     import torch
 
@@ -182,7 +188,10 @@ def _at_exit() -> None:
         "problems": _state["problems"],
         "final": final,
         "changed": changed(_state["applied"], final),
-        "changes": _state["changes"],
+        # a write undone before the end is no change (accelerate's patch_environment sets
+        # CUBLAS_WORKSPACE_CONFIG and puts it back): only what the script ended with counts, and
+        # a write of the level already there ("same")
+        "changes": kept_changes(_state["changes"], changed(_state["applied"], final)),
         "seeds": _state["seeds"],
         "dataloaders": _state["dataloaders"],
         "boot_started": _state["boot_started"],

@@ -99,8 +99,11 @@ class Watch:
         self.changes = changes
         self.inside = False  # a watched call inside another (the API's own) notes nothing
 
-    def around(self, names: tuple[str, ...], via: str, act: Any) -> Any:
-        """``act()``, noting each of ``names`` whose level it changed, with the user's line."""
+    def around(self, names: tuple[str, ...], via: str, act: Any, one: bool = False) -> Any:
+        """``act()``, noting each of ``names`` whose level it changed, with the user's line;
+        ``one``: the write names one setting (``names[0]``), noted even where it leaves the
+        level as it was (``"same"``: a script's ``cudnn.allow_tf32 = True`` on torch's default
+        is still a line the user wrote, and on another torch it may not be the default)."""
         if self.inside:
             return act()
         before = {n: _level(n) for n in names}
@@ -111,7 +114,8 @@ class Watch:
             self.inside = False
         for n in names:
             after = _level(n)
-            if after != before[n]:
+            same = after == before[n]
+            if not same or (one and n == names[0]):
                 file, line, code = user_frame(3)
                 self.changes.append(
                     {
@@ -122,6 +126,7 @@ class Watch:
                         "file": file,
                         "line": line,
                         "code": code,
+                        **({"same": True} if same else {}),
                     }
                 )
         return out
@@ -157,7 +162,7 @@ class Watch:
                 def __set__(
                     self, obj: Any, value: Any, inner: Any = inner, names: Any = names, a=attr
                 ) -> None:
-                    watch.around(names, f"{api}.{a}", lambda: inner.__set__(obj, value))
+                    watch.around(names, f"{api}.{a}", lambda: inner.__set__(obj, value), True)
 
             setattr(cls, attr, Watched())
 
@@ -171,7 +176,7 @@ class Watch:
                 label = f"{attr} ({' '.join(parts)})"
             else:
                 label = f"{api}.{attr}"
-            watch.around(names, label, lambda: original(obj, attr, value))
+            watch.around(names, label, lambda: original(obj, attr, value), attr == "allow_tf32")
 
         cls.__setattr__ = __setattr__  # type: ignore[method-assign,assignment]
 

@@ -185,6 +185,12 @@ def changes_lines(doc: dict[str, Any]) -> list[str]:
     for ch in ev.seen(doc, "changes"):
         via = ch.get("via") or FLAG_API.get(ch["setting"], ch["setting"])
         code = f" ({ch['code']})" if ch.get("code") else ""
+        if ch.get("same"):
+            out.append(
+                f"{Path(ch['file']).name}:{ch['line']}{code} sets {ch['setting']} to "
+                f"{ch['to']} through {via}, the level it had already: no change here"
+            )
+            continue
         out.append(
             f"{Path(ch['file']).name}:{ch['line']}{code} sets {ch['setting']} from "
             f"{ch['from']} to {ch['to']} through {via}, after the mode was applied: "
