@@ -185,9 +185,12 @@ class Watch:
         if original is None:
             return
 
+        one = len(names) == 1  # set_float32_matmul_precision: noted even at the same level
+
         @functools.wraps(original)
         def watched(*args: Any, **kwargs: Any) -> Any:
-            return self.around(names, f"{owner.__name__}.{attr}", lambda: original(*args, **kwargs))
+            act = lambda: original(*args, **kwargs)  # noqa: E731
+            return self.around(names, f"{owner.__name__}.{attr}", act, one)
 
         setattr(owner, attr, watched)
 
