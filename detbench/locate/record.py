@@ -250,13 +250,14 @@ class Recorder(TorchDispatchMode):
 
     def _where(self) -> tuple[str, int, str, bool]:
         """The innermost frame of the user's code: (file, line, function, called_backward),
-        where ``called_backward`` says that frame is the one that called ``backward()`` or
-        ``autograd.grad()`` (the op itself was called by the autograd engine, not by it)."""
+        where ``called_backward`` says that frame called ``backward()`` or ``autograd.grad()``,
+        itself or through a framework's code (the op itself was called by the autograd engine,
+        not by it)."""
         try:
             f: Any = sys._getframe(2)
         except ValueError:  # a stack under 3 frames: autograd's device thread on torch < 2.11
             f = None
-        callee = None
+        engine = False
         fallback = None
         while f is not None:
             code = f.f_code
@@ -266,11 +267,12 @@ class Recorder(TorchDispatchMode):
                 user = not path.startswith(NOT_USER) and not code.co_filename.startswith("<")
                 self._user_code[code] = user
             if user:
-                engine = callee is not None and callee.endswith(_ENGINE_FILES)
                 return code.co_filename, f.f_lineno, code.co_name, engine
+            # called through backward() or autograd.grad(), directly or through a framework's
+            # own call of it (accelerate's backward under the Trainer, Lightning's loop)
+            engine = engine or code.co_filename.endswith(_ENGINE_FILES)
             if fallback is None and self.user_file and code.co_filename == self.user_file:
                 fallback = f
-            callee = code.co_filename
             f = f.f_back
         if fallback is not None:
             return fallback.f_code.co_filename, fallback.f_lineno, fallback.f_code.co_name, False
