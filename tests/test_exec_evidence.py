@@ -315,7 +315,8 @@ def test_each_run_starts_from_the_folder_as_it_was_and_the_last_runs_files_stay(
     doc = json.loads((tmp_path / "run" / "exec.json").read_text())
     # every run saw no version folder before it: each wrote version_0
     for f in doc["runs"].values():
-        assert [n for n in f["created"] if n.startswith("logs/")][0].startswith("logs/version_0/")
+        logs = next(n for n in f["created"] if n.startswith("logs/"))
+        assert logs.startswith("logs/version_0/")
     assert "default: reproducible (2 runs)" in proc.stdout
     # the folder: the seed file as it was, one run's files where the script put them
     assert (tmp_path / "seed.txt").read_text() == "3\n"
