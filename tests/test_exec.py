@@ -109,7 +109,10 @@ def test_a_small_script_is_run_in_rounds_and_compared(small: tuple[Path, str]) -
         in (stdout)
     )
     md = (out / "report.md").read_text()
-    assert "## Your command" in md and "train.py:3 (torch.backends.cudnn.benchmark = True)" in md
+    # a page about the command: its name first, and no suite words
+    assert md.startswith("# detbench exec: train.py on CPU")
+    assert "train.py:3 (torch.backends.cudnn.benchmark = True)" in md
+    assert "suites" not in md and "workloads" not in md
 
 
 @pytest.mark.parametrize(

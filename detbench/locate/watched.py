@@ -216,6 +216,8 @@ def watch_seeding(seeds: list[dict[str, Any]], dataloaders: list[dict[str, Any]]
 
     import torch
 
+    inside: list[str] = []
+
     def noting(owner: Any, attr: str, what: str) -> None:
         original = getattr(owner, attr, None)
         if original is None:
@@ -223,9 +225,15 @@ def watch_seeding(seeds: list[dict[str, Any]], dataloaders: list[dict[str, Any]]
 
         @functools.wraps(original)
         def seeded(*args: Any, **kwargs: Any) -> Any:
+            if inside:  # torch.manual_seed calls torch.cuda.manual_seed_all: one call, not two
+                return original(*args, **kwargs)
             file, line, code = user_frame()
             seeds.append({"call": what, "file": file, "line": line, "code": code})
-            return original(*args, **kwargs)
+            inside.append(what)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside.pop()
 
         setattr(owner, attr, seeded)
 

@@ -224,58 +224,49 @@ def _ok_by_mode(facts: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, An
     return by_mode
 
 
-def partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _first_partings(
+    out: Path, facts: dict[str, dict[str, Any]], part: str, key: str, decided: bool
+) -> dict[str, Any]:
     """Per mode: where its replicates (copy 0, by round) first part from its first replicate in
-    the evidence the verdict rests on (``evidence.split``), or None where they agree."""
-    by_mode = _ok_by_mode(facts)
-    found: dict[str, Any] = {}
+    ``part`` of their evidence (``evidence.split``: "decisive" or "rest"), comparing runs whose
+    digest ``key`` differs; ``decided``: only modes whose decisive evidence agreed in every
+    replicate and rests on more than text (each of these is None where they agree)."""
     cache: dict[str, Outputs] = {}
 
-    def outputs(key: str) -> Outputs:
-        if key not in cache:
-            cache[key] = read_outputs(out / "runs" / key)
-        return cache[key]
+    def outputs(k: str) -> Outputs:
+        if k not in cache:
+            cache[k] = read_outputs(out / "runs" / k)
+        return cache[k]
 
-    for mode, runs in by_mode.items():
+    found: dict[str, Any] = {}
+    for mode, runs in _ok_by_mode(facts).items():
+        agreed = len({f.get("digest") for f in runs}) == 1 and runs[0].get("basis") != "text"
+        if decided and not agreed:
+            continue
         first = runs[0]
         found[mode] = None
         for other in runs[1:]:
-            if other.get("digest") == first.get("digest"):
+            if other.get(key) == first.get(key):
                 continue
-            a, b = (split(outputs(f["key"])).decisive for f in (first, other))
+            a, b = (getattr(split(outputs(f["key"])), part) for f in (first, other))
             p = first_parting(a, b)
             if p is not None:
                 found[mode] = {"rounds": [first["round"], other["round"]], **p.__dict__}
                 break
     return found
+
+
+def partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per mode: where its replicates first part in the evidence the verdict rests on, or None
+    where they agree."""
+    return _first_partings(out, facts, "decisive", "digest", decided=False)
 
 
 def text_partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Per mode whose verdict evidence agreed in every replicate: where the rest (the text that
-    does not decide, ``evidence.split``) first parts, if it does, with how many items differed;
-    the report shows it for the user to judge."""
-    by_mode = _ok_by_mode(facts)
-    cache: dict[str, Outputs] = {}
-
-    def outputs(key: str) -> Outputs:
-        if key not in cache:
-            cache[key] = read_outputs(out / "runs" / key)
-        return cache[key]
-
-    found: dict[str, Any] = {}
-    for mode, runs in by_mode.items():
-        if len({f.get("digest") for f in runs}) != 1 or runs[0].get("basis") == "text":
-            continue
-        first = runs[0]
-        for other in runs[1:]:
-            if other.get("digest_rest") == first.get("digest_rest"):
-                continue
-            a, b = (split(outputs(f["key"])).rest for f in (first, other))
-            p = first_parting(a, b)
-            if p is not None:
-                found[mode] = {"rounds": [first["round"], other["round"]], **p.__dict__}
-                break
-    return found
+    does not decide) first parts, if it does; the report shows it for the user to judge."""
+    found = _first_partings(out, facts, "rest", "digest_rest", decided=True)
+    return {m: p for m, p in found.items() if p is not None}
 
 
 def finish(out: Path, doc_partings: dict[str, Any], text: dict[str, Any] | None = None) -> None:
