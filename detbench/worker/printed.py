@@ -134,7 +134,7 @@ _NUMBER = re.compile(rf"(?<![\w.])(?:{_NUM}|[-+]?(?:nan|inf(?:inity)?)\b)", re.I
 
 
 _ELAPSED_KEY = re.compile(
-    rf"^(?:{_KEYS_ELAPSED}|\w+_(?:duration|elapsed)|(?:time|elapsed|duration)_\w+)$", re.I
+    rf"^(?:{_KEYS_ELAPSED}|\w+_(?:duration|elapsed|s)|(?:time|elapsed|duration)_\w+)$", re.I
 )
 _RATE_KEY = re.compile(rf"^(?:{_KEYS_RATE}|\w+_per_s)$|^{_UNIT_LABEL_RATE}$", re.I)
 _TIME_KEY = re.compile(r"^(?:date|datetime|\w+_(?:at|date)|created|started|finished)$", re.I)
