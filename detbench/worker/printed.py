@@ -58,7 +58,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+# a number, with thousands separated by commas too (``22,194 tok/s``)
+_NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _N = rf"(?<![\w.])(?P<v>{_NUM})"  # a number standing alone: the part masked
 _KEY_SEP = r"\b['\"]?\s*[:=]?\s*"
 _TMP_ROOTS = {"/tmp", "/var/tmp", "/dev/shm", "/var/folders", "/private/var/folders"}
@@ -266,4 +267,4 @@ def line_diff(x: str, y: str) -> float | None:
     if _NUMBER.sub("#", x) != _NUMBER.sub("#", y):
         return None
     pairs = zip(_NUMBER.findall(x), _NUMBER.findall(y), strict=True)
-    return max((num_diff(float(p), float(q)) for p, q in pairs), default=None)
+    return max((num_diff(float(p.replace(",", "")), float(q.replace(",", ""))) for p, q in pairs), default=None)
