@@ -267,4 +267,7 @@ def line_diff(x: str, y: str) -> float | None:
     if _NUMBER.sub("#", x) != _NUMBER.sub("#", y):
         return None
     pairs = zip(_NUMBER.findall(x), _NUMBER.findall(y), strict=True)
-    return max((num_diff(float(p.replace(",", "")), float(q.replace(",", ""))) for p, q in pairs), default=None)
+    return max(
+        (num_diff(float(p.replace(",", "")), float(q.replace(",", ""))) for p, q in pairs),
+        default=None,
+    )
