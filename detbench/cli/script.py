@@ -90,7 +90,8 @@ def exec_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    finish(c.out, partings(c.out, runner.facts), text_partings(c.out, runner.facts))
+    read: dict[str, Any] = {}  # each run's outputs read once for both
+    finish(c.out, partings(c.out, runner.facts, read), text_partings(c.out, runner.facts, read))
     # the analyses and the report load pandas, scipy and matplotlib: only once the runs are done
     from detbench.report.execsection import summary_text
     from detbench.report.write import write_report

@@ -179,6 +179,7 @@ def _at_exit() -> None:
     import torch
 
     final = read_all()
+    netted = changed(_state["applied"], final)
     out: dict[str, Any] = {
         "device": "cuda" if torch.cuda.is_initialized() else "cpu",
         "pid": os.getpid(),
@@ -187,11 +188,11 @@ def _at_exit() -> None:
         "applied": _state["applied"],
         "problems": _state["problems"],
         "final": final,
-        "changed": changed(_state["applied"], final),
+        "changed": netted,
         # a write undone before the end is no change (accelerate's patch_environment sets
         # CUBLAS_WORKSPACE_CONFIG and puts it back): only what the script ended with counts, and
         # a write of the level already there ("same")
-        "changes": kept_changes(_state["changes"], changed(_state["applied"], final)),
+        "changes": kept_changes(_state["changes"], netted),
         "seeds": _state["seeds"],
         "dataloaders": _state["dataloaders"],
         "boot_started": _state["boot_started"],

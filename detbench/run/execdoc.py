@@ -225,13 +225,20 @@ def _ok_by_mode(facts: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, An
 
 
 def _first_partings(
-    out: Path, facts: dict[str, dict[str, Any]], part: str, key: str, decided: bool
+    out: Path,
+    facts: dict[str, dict[str, Any]],
+    part: str,
+    key: str,
+    decided: bool,
+    cache: dict[str, Outputs] | None,
 ) -> dict[str, Any]:
     """Per mode: where its replicates (copy 0, by round) first part from its first replicate in
     ``part`` of their evidence (``evidence.split``: "decisive" or "rest"), comparing runs whose
     digest ``key`` differs; ``decided``: only modes whose decisive evidence agreed in every
-    replicate and rests on more than text (each of these is None where they agree)."""
-    cache: dict[str, Outputs] = {}
+    replicate and rests on more than text (each of these is None where they agree); ``cache``:
+    the runs' outputs already read, by key (``partings`` and ``text_partings`` share one, so
+    each run's checkpoints are read once)."""
+    cache = {} if cache is None else cache
 
     def outputs(k: str) -> Outputs:
         if k not in cache:
@@ -256,16 +263,20 @@ def _first_partings(
     return found
 
 
-def partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def partings(
+    out: Path, facts: dict[str, dict[str, Any]], cache: dict[str, Outputs] | None = None
+) -> dict[str, Any]:
     """Per mode: where its replicates first part in the evidence the verdict rests on, or None
     where they agree."""
-    return _first_partings(out, facts, "decisive", "digest", decided=False)
+    return _first_partings(out, facts, "decisive", "digest", False, cache)
 
 
-def text_partings(out: Path, facts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def text_partings(
+    out: Path, facts: dict[str, dict[str, Any]], cache: dict[str, Outputs] | None = None
+) -> dict[str, Any]:
     """Per mode whose verdict evidence agreed in every replicate: where the rest (the text that
     does not decide) first parts, if it does; the report shows it for the user to judge."""
-    found = _first_partings(out, facts, "rest", "digest_rest", decided=True)
+    found = _first_partings(out, facts, "rest", "digest_rest", True, cache)
     return {m: p for m, p in found.items() if p is not None}
 
 
