@@ -42,9 +42,20 @@ def test_exec_says_what_the_separate_checker_found(entry: dict[str, Any], tmp_pa
     command = [sys.executable if a == "python" else a for a in entry["command"]]
     out = tmp_path / "run"
     proc = detbench_cli(
-        "exec", "--mode", "default", "--mode", "det-algos", "--replicates", "2",
-        "--out", str(out), "--", *command, cwd=work, env=CPU_ONLY,
-    )  # fmt: skip
+        "exec",
+        "--mode",
+        "default",
+        "--mode",
+        "det-algos",
+        "--replicates",
+        "2",
+        "--out",
+        str(out),
+        "--",
+        *command,
+        cwd=work,
+        env=CPU_ONLY,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = proc.stdout
     for mode in ("default", "det-algos"):

@@ -225,8 +225,12 @@ def test_every_setting_a_script_sets_is_noted_with_its_line(tmp_path: Path) -> N
     env.pop("CUBLAS_WORKSPACE_CONFIG")
     out = subprocess.run(
         [PY, "-c", code, str(tmp_path / "train.py")],
-        capture_output=True, text=True, env=env, timeout=120, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
     changes = json.loads(out.stdout.strip().splitlines()[-1])
     said = {(c["setting"], c["line"]) for c in changes}
     assert ("float32_matmul_precision", 3) in said
@@ -308,9 +312,20 @@ def test_each_run_starts_from_the_folder_as_it_was_and_the_last_runs_files_stay(
     (tmp_path / "seed.txt").write_text("3\n")
     (tmp_path / "history.txt").write_text("before\n")
     proc = detbench_cli(
-        "exec", "--mode", "default", "--replicates", "2", "--no-census", "--out",
-        str(tmp_path / "run"), "--", PY, "train.py", cwd=tmp_path, env=CPU_ONLY,
-    )  # fmt: skip
+        "exec",
+        "--mode",
+        "default",
+        "--replicates",
+        "2",
+        "--no-census",
+        "--out",
+        str(tmp_path / "run"),
+        "--",
+        PY,
+        "train.py",
+        cwd=tmp_path,
+        env=CPU_ONLY,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "run" / "exec.json").read_text())
     # every run saw no version folder before it: each wrote version_0
