@@ -3,7 +3,10 @@ come (issue 40): each without a whole exec run."""
 
 from __future__ import annotations
 
+import io
+import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -129,3 +132,58 @@ def test_an_aa_copy_with_a_false_cost_says_what_it_means_for_the_costs() -> None
     assert said is not None and said.startswith("the A/A copy, the baseline against itself")
     assert "throughput 1.10x [1.09, 1.12]" in said and "--replicates" in said
     assert aa_warning(_doc([0.90, 1.10, 1.0])) is None  # holds 1
+
+
+#: A script that hangs on its third start (it counts its starts in a file outside the watched
+#: folder): the way a torchrun rank hung at exit in one run of three.
+HANGS_ONCE = """\
+import os, sys, time
+path = os.environ["STARTS"]
+n = int(open(path).read()) + 1 if os.path.exists(path) else 1
+open(path, "w").write(str(n))
+print("loss 0.5")
+sys.stdout.flush()
+if n == 3:
+    time.sleep(600)
+"""
+
+
+def test_a_run_that_hangs_is_killed_past_its_limit_and_run_once_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from detbench.run import execrun
+
+    # in use, 5x the longest run and 60 s at least; here 1.5x (a run is about 4 s: the boot
+    # imports torch) and 3 s
+    monkeypatch.setattr(execrun, "HANG_FACTOR", 1.5)
+    monkeypatch.setattr(execrun, "HANG_FLOOR", 3.0)
+    starts = tmp_path / "starts"
+    monkeypatch.setenv("STARTS", str(starts))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(HANGS_ONCE)
+    c = ExecConfig(
+        command=[sys.executable, "train.py"],
+        modes=[get_mode("default")],
+        out=tmp_path / "run",
+        replicates=2,
+        census=False,
+        cwd=work,
+    )
+    runner = ExecRunner(c, io.StringIO())
+    t0 = time.monotonic()
+    runner.run()
+    assert time.monotonic() - t0 < 60  # not the 600 s sleep
+    # the warm-up, then the second timed run hung; it was killed and run once more
+    assert starts.read_text() == str(1 + len(plan(c)) + 1)
+    [hung] = runner.hung
+    longest = max(f["wall"] for f in [runner.warmup, *runner.facts.values()] if f)
+    assert hung["status"] == "hung" and 3.0 <= hung["limit"] <= 1.5 * longest + 1e-9
+    assert Path(hung["folder"]).name == f"{hung['key']}-hung"
+    assert (Path(hung["folder"]) / "stdout.txt").read_text() == "loss 0.5\n"
+    assert all(f["status"] == "ok" for f in runner.facts.values())
+    assert len(runner.facts) == len(plan(c))
+    assert f"ran past {hung['limit']:.0f} s" in runner.stream.getvalue()  # type: ignore[attr-defined]
+    doc = json.loads((c.out / "exec.json").read_text())
+    assert doc["hung"] == runner.hung

@@ -288,7 +288,11 @@ def _exec(sub: Any) -> None:
     e.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     e.add_argument("--resume", metavar="DIR", help="finish an exec run that was stopped")
     e.add_argument(
-        "--timeout", type=float, metavar="SECONDS", help="kill a run past this many seconds"
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="kill a run past this many seconds and run it once more (default: a timed run "
+        "past 5x the longest run so far, 60 s at least, is called hung)",
     )
     e.add_argument("--seed", type=int, help="the seed of the rounds' shuffled order (default 0)")
     e.add_argument(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,10 @@ from detbench.run.execplan import ExecConfig, ExecError, Slot, load_config, name
 from detbench.run.execrun import ExecRunner
 from detbench.store.outdir import refuse_used
 from detbench.store.results import stamped_dir, utc_now
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def config_of(args: argparse.Namespace) -> ExecConfig:
@@ -79,6 +84,9 @@ def exec_command(args: argparse.Namespace) -> int:
                 "readings): add a detbench.fingerprint(name, tensor) call, or save a checkpoint"
             )
 
+    # A SIGTERM (timeout, a scheduler, a CI's kill) ends exec as Ctrl-C does: the command's
+    # process group, in a session of its own, would otherwise live on after exec.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         runner.run(on_run=on_run)
     except ExecError as exc:

@@ -215,6 +215,19 @@ def census_rows(doc: dict[str, Any]) -> list[list[str | Code]]:
     ]
 
 
+def hung_lines(doc: dict[str, Any]) -> list[str]:
+    """A line per run killed past its limit and run once more (``ExecRunner.limit``)."""
+    out = []
+    for h in doc.get("hung") or []:
+        copy = " (A/A copy)" if h.get("copy") else ""
+        why = "--timeout" if h["status"] == "timeout" else "hung"
+        out.append(
+            f"round {h['round'] + 1} of {h['mode']}{copy} ran past {h['limit']:.0f} s ({why}) "
+            f"and was killed; it ran once more, and its output is in {h['folder']}"
+        )
+    return out
+
+
 def census_failed(doc: dict[str, Any]) -> str | None:
     """Why the run that counts the ops that can race failed, or None."""
     census = doc.get("census")
@@ -279,6 +292,8 @@ def exec_blocks(doc: dict[str, Any]) -> list[Block]:
     changes = changes_lines(doc)
     if changes:
         out += [Para("The script sets these itself:", alert=True), Bullets(changes)]
+    if hung := hung_lines(doc):
+        out += [Para("Runs that did not end:", alert=True), Bullets(hung)]
     why = ev.diagnoses(doc)
     if why:
         out += [
@@ -373,6 +388,7 @@ def summary_text(d: Path) -> str:
     if warning := aa_warning(doc):
         lines.append(f"warning: {warning}")
     lines += [f"warning: {x}" for x in changes_lines(doc)]
+    lines += [f"warning: {x}" for x in hung_lines(doc)]
     lines += [f"points to: {x}" for x in ev.diagnoses(doc)]
     for r in census_rows(doc):
         lines.append(f"can race: {r[0]} ({r[1]}), {r[2]} calls in {r[3]} steps at {r[4]}")

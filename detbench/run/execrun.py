@@ -65,6 +65,13 @@ from detbench.store.results import write_json_atomic
 from detbench.worker.hostload import Probe
 from detbench.worker.protocol import PACKAGE_ROOT
 
+#: Without ``--timeout``, a timed run is called hung once it has run this many times the longest
+#: run so far, and at least ``HANG_FLOOR`` seconds; it is killed and run once more. A command
+#: can hang where a plain run would too: a torchrun rank whose interpreter never ends (torch's
+#: gloo group freed at exit while its thread waits for the GIL) held exec for ever.
+HANG_FACTOR = 5.0
+HANG_FLOOR = 60.0
+
 #: The job's environment variable and the boot's report (``locate.scripted``; named here, not
 #: imported: the run layer does not load the locate layer).
 JOB_ENV = "DETBENCH_EXEC_JOB"
@@ -95,6 +102,7 @@ class ExecRunner:
         self.started = time.monotonic()
         self.script = script_of(c.command, c.cwd)
         self.last: dict[str, Any] | None = None  # the latest run's facts (``leave_folder``)
+        self.hung: list[dict[str, Any]] = []  # the runs killed as hung, each run once more
 
     # -- checks before anything runs -------------------------------------------------------
     def check(self) -> None:
@@ -132,7 +140,10 @@ class ExecRunner:
             self.first(bool(todo))
             for n, slot in enumerate(todo):
                 self._progress(n, len(todo), slot)
-                facts = self.one(slot, census=False)
+                facts = self.one(slot, census=False, limit=self.limit())
+                if facts["status"] in ("hung", "timeout"):
+                    self._set_hung_aside(slot, facts)
+                    facts = self.one(slot, census=False, limit=self.limit())
                 with held_interrupt():  # a run's facts and its records are written together
                     self.facts[slot.key] = facts
                     self._save()
@@ -186,6 +197,46 @@ class ExecRunner:
         self._save()
         self._check_first(base, self.warmup)
 
+    def limit(self) -> tuple[float, str] | None:
+        """(seconds, status) a timed run may take before it is killed: ``--timeout``'s, else
+        ``HANG_FACTOR`` times the longest finished run (``HANG_FLOOR`` at least), or None
+        before any run has finished."""
+        if self.c.timeout is not None:
+            return self.c.timeout, "timeout"
+        runs = [*self.facts.values(), self.census, self.warmup]
+        walls = [float(f["wall"]) for f in runs if f and f.get("status") == "ok" and f.get("wall")]
+        if not walls:
+            return None
+        return max(HANG_FLOOR, HANG_FACTOR * max(walls)), "hung"
+
+    def _set_hung_aside(self, slot: Slot, facts: dict[str, Any]) -> None:
+        """A run killed past its limit: its folder kept beside the runs as ``KEY-hung``, a
+        line said, and the run noted in ``exec.json``'s ``hung`` (the report names it)."""
+        runs = self.c.out / "runs"
+        aside = runs / f"{slot.key}-hung"
+        if aside.exists():
+            shutil.rmtree(aside)
+        (runs / facts["key"]).rename(aside)
+        copy = " (A/A copy)" if slot.copy else ""
+        self.stream.write(
+            f"exec: round {slot.round + 1} {slot.mode.name}{copy} ran past {facts['limit']:.0f} s "
+            f"({_limit_words(facts['status'])}) and was killed; it runs once more "
+            f"(its output: {aside})\n"
+        )
+        self.hung.append(
+            {
+                "key": slot.key,
+                "mode": slot.mode.name,
+                "round": slot.round,
+                "copy": slot.copy,
+                "status": facts["status"],
+                "limit": facts["limit"],
+                "folder": str(aside),
+                "stderr_tail": facts["stderr_tail"],
+            }
+        )
+        self._save()
+
     def _progress(self, n: int, total: int, slot: Slot) -> None:
         elapsed = time.monotonic() - self.started
         done = [f["wall"] for f in self.facts.values() if f.get("wall")]
@@ -227,11 +278,19 @@ class ExecRunner:
         return env
 
     def one(
-        self, slot: Slot, census: bool, folder: str | None = None, record: bool = False
+        self,
+        slot: Slot,
+        census: bool,
+        folder: str | None = None,
+        record: bool = False,
+        limit: tuple[float, str] | None = None,
     ) -> dict[str, Any]:
         """One run of the command: started, waited for, its output and files gathered
-        (``record``: under ``locate``'s recorder, for ``detbench locate -- COMMAND``)."""
+        (``record``: under ``locate``'s recorder, for ``detbench locate -- COMMAND``; ``limit``:
+        ``self.limit()``'s, the untimed first run's ``--timeout`` where None)."""
         c = self.c
+        if limit is None and c.timeout is not None:
+            limit = c.timeout, "timeout"
         d = c.out / "runs" / (folder or slot.key)
         if d.exists():  # a run cut short before it was noted: its leftovers go
             shutil.rmtree(d)
@@ -256,13 +315,14 @@ class ExecRunner:
         readers = [out.read(proc.stdout, d / "stdout.txt"), err.read(proc.stderr, d / "stderr.txt")]
         status = "ok"
         try:
-            code: int | None = proc.wait(timeout=c.timeout)
-        except KeyboardInterrupt:  # its own session hears no Ctrl-C: end it with this one
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        except subprocess.TimeoutExpired:
-            status, code = "timeout", None
+            code: int | None = proc.wait(timeout=limit[0] if limit else None)
+        except BaseException as exc:  # its own session hears no Ctrl-C: end it with this one
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                raise
+            assert limit is not None
+            status, code = limit[1], None
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -294,6 +354,7 @@ class ExecRunner:
             "copy": slot.copy,
             "position": slot.position,
             "status": status,
+            "limit": limit[0] if limit else None,
             "exit_code": code,
             "start_unix": t_unix,
             "wall": wall,
@@ -321,10 +382,10 @@ class ExecRunner:
         if any(f["mode"] == slot.mode.name and f["status"] == "ok" for f in self.facts.values()):
             return
         where = self.c.out / "runs" / facts["key"]
-        if facts["status"] == "timeout":
+        if facts["status"] in ("timeout", "hung"):
             raise ExecError(
-                f"the command ran past --timeout {self.c.timeout:g} s in mode {slot.mode.name} "
-                f"and was killed (its output: {where})"
+                f"the command ran past {facts['limit']:.0f} s ({_limit_words(facts['status'])}) "
+                f"in mode {slot.mode.name} and was killed (its output: {where})"
             )
         tail = facts["stderr_tail"] or "it printed nothing on stderr"
         if "EOFError" in tail or "EOF when reading" in tail:
@@ -347,6 +408,7 @@ class ExecRunner:
             "runs": self.facts,
             "census": self.census,
             "warmup": self.warmup,
+            "hung": self.hung,
         }
         write_json_atomic(self.c.out / EXEC_FILE, doc)
 
@@ -357,6 +419,7 @@ class ExecRunner:
             self.facts = dict(doc.get("runs") or {})
             self.census = doc.get("census")
             self.warmup = doc.get("warmup")
+            self.hung = list(doc.get("hung") or [])
 
 
 @contextlib.contextmanager
@@ -388,6 +451,12 @@ def own_children(h: dict[str, Any], before: Any) -> dict[str, Any]:
         return h
     own = min(float(other), float(h.get("other_cpu_own") or 0.0) + child / (seconds * cpus))
     return {**h, "other_cpu_own": own, "other_cpu_foreign": max(0.0, float(other) - own)}
+
+
+def _limit_words(status: str) -> str:
+    if status == "timeout":
+        return "--timeout"
+    return f"{HANG_FACTOR:g}x the longest run so far, {HANG_FLOOR:g} s at least: hung"
 
 
 def census_failure(f: dict[str, Any]) -> str:
