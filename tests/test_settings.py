@@ -18,6 +18,7 @@ import detbench
 from detbench.core import settings as st
 from detbench.core.modes import MODES, get_mode
 from detbench.core.settings import CUBLAS_ENV, SettingError
+from detbench.worker.applied import NOT_LOADED, changed
 from tests.conftest import ROOT, WORKLOADS, detbench_cli, requires_cuda
 
 PROBE = WORKLOADS / "settings_probe.py"
@@ -356,3 +357,27 @@ def test_the_probe_run_on_cuda_records_every_setting(tmp_path: Path) -> None:
     assert set(df[df["mode"] == "default[sdpa_backend=efficient]"]["sdpa_backend"]) == {"efficient"}
     fill_off = _row(df, "empty_unwritten", "det-algos[fill_uninitialized_memory=off]")
     assert fill_off["fill_uninitialized_memory"] is False and fill_off["base_mode"] == "det-algos"
+
+
+def test_a_users_command_reads_inductor_as_not_loaded_without_importing_it() -> None:
+    """detbench exec's boot reads with ``loaded_only``: importing ``torch._inductor.config``
+    brings ``torch._dynamo`` into the user's process (and its import at a torchrun rank's exit
+    hung the rank). In a fresh interpreter, as the boot is."""
+    code = (
+        "import sys, json\n"
+        "from detbench.worker.applied import read_all\n"
+        "levels = read_all(loaded_only=True)\n"
+        "print(json.dumps([levels['inductor_deterministic'], 'torch._dynamo' in sys.modules]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert json.loads(proc.stdout) == [NOT_LOADED, False]
+
+
+def test_a_module_imported_since_the_boot_is_no_change_but_a_level_set_is() -> None:
+    before = {"inductor_deterministic": NOT_LOADED, "deterministic_algorithms": False}
+    imported = {"inductor_deterministic": "off", "deterministic_algorithms": False}
+    turned = {"inductor_deterministic": "on", "deterministic_algorithms": False}
+    assert changed(before, imported) == []
+    assert changed(before, turned) == ["inductor_deterministic"]

@@ -64,6 +64,9 @@ class Setting:
     apply: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     snippet: Callable[[str], list[str]] = field(default=lambda level: [], compare=False, repr=False)
     unavailable: Callable[[], str | None] = field(default=ts.always, compare=False, repr=False)
+    #: The module that holds the setting, where importing it is work of its own: a process
+    #: that never imported it reads it as ``NOT_LOADED`` under ``read_all(loaded_only=True)``.
+    module: str | None = None
 
     @property
     def boolean(self) -> bool:
@@ -275,6 +278,7 @@ SETTINGS: tuple[Setting, ...] = (
         unavailable=ts.needs(
             lambda: ts.inductor_config().deterministic, "torch._inductor.config.deterministic"
         ),
+        module="torch._inductor.config",
     ),
     Setting(
         "inductor_batch_invariant",
@@ -293,6 +297,7 @@ SETTINGS: tuple[Setting, ...] = (
             lambda: getattr(ts.inductor_config(), "batch_invariant"),  # noqa: B009
             "torch._inductor.config.batch_invariant",
         ),
+        module="torch._inductor.config",
     ),
     Setting(
         "world_size",

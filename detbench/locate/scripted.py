@@ -41,6 +41,7 @@ not ``main``. A forked worker inherits the state and writes nothing (it leaves t
 from __future__ import annotations
 
 import atexit
+import gc
 import hashlib
 import json
 import os
@@ -81,7 +82,7 @@ def boot() -> None:
         os.environ[ROOT_ENV] = str(os.getpid())
     _line_buffered()
     mode = Mode(**job["mode"])
-    ws = WorkerSettings.start(mode)
+    ws = WorkerSettings.start(mode, loaded_only=True)
     _state.update(
         folder=folder,
         main=main,
@@ -176,9 +177,13 @@ def kept_changes(changes: list[dict[str, Any]], netted: list[str]) -> list[dict[
 
 
 def _at_exit() -> None:
+    # No collection of the script's objects from here: at exit a plain run frees them in the
+    # interpreter's teardown, and a collection while it lives freed a torchrun rank's DDP, whose
+    # gloo group then waited on its worker thread, which waited for the GIL: a hang.
+    gc.disable()
     import torch
 
-    final = read_all()
+    final = read_all(loaded_only=True)
     netted = changed(_state["applied"], final)
     out: dict[str, Any] = {
         "device": "cuda" if torch.cuda.is_initialized() else "cpu",

@@ -12,6 +12,7 @@ workload cannot change the mode of another.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,13 +60,25 @@ def _inductor_tie(given: Mapping[str, str]) -> str | None:
     return ts.inductor_tie_reason(level) if ts.inductor_tied() else None
 
 
-def read_all() -> dict[str, Any]:
+#: A setting whose module (``Setting.module``) this process never imported.
+NOT_LOADED = "not loaded"
+
+
+def read_all(loaded_only: bool = False) -> dict[str, Any]:
     """The four mode flags (booleans) and every process setting (its level) as torch, or the
     environment, has them now. A setting that cannot be read is "unavailable" (no such API in
-    this torch) or "unreadable: ..." (torch refused, e.g. 2.9+ after a mix of TF32 APIs)."""
+    this torch) or "unreadable: ..." (torch refused, e.g. 2.9+ after a mix of TF32 APIs).
+
+    ``loaded_only``: a setting whose module is not imported is ``NOT_LOADED``, not imported
+    to be read. A user's command (``detbench exec``) reads this way: ``torch._inductor.config``
+    imports ``torch._dynamo``, 860 modules, and at a torchrun rank's exit their import set off
+    the collection that freed DDP's gloo group while the interpreter lived, which hung."""
     out: dict[str, Any] = dict(current_flags())
     for s in st.SETTINGS:
         if s.scope != "process" or s.read is None:
+            continue
+        if loaded_only and s.module is not None and s.module not in sys.modules:
+            out[s.name] = NOT_LOADED
             continue
         if s.unavailable() is not None:
             out[s.name] = "unavailable"
@@ -82,6 +95,14 @@ def differ(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     return [k for k in applied if now.get(k) != applied[k]]
 
 
+def _first_read(before: Any, after: Any, name: str) -> bool:
+    """Whether a difference is only a module imported since (``NOT_LOADED`` on one side, torch's
+    default on the other): no change."""
+    s = st.BY_NAME.get(name)
+    pair = {before, after}
+    return s is not None and NOT_LOADED in pair and s.torch_default in pair
+
+
 def changed(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """The names a workload changed: those of ``differ`` less a change torch made itself.
 
@@ -89,7 +110,7 @@ def changed(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     (``torchstate.inductor_tied``), inductor's setting that now equals the flag was set by torch
     (by ``use_deterministic_algorithms``, which dynamo calls after compiling each frame), not by
     the workload: a workload that turned the flag itself is named for the flag."""
-    names = differ(applied, now)
+    names = [k for k in differ(applied, now) if not _first_read(applied.get(k), now.get(k), k)]
     key = "inductor_deterministic"
     follows = now.get(key) == ("on" if now.get("deterministic_algorithms") else "off")
     if key in names and follows and ts.inductor_tied():
@@ -147,10 +168,11 @@ class WorkerSettings:
     applied: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, mode: Mode) -> WorkerSettings:
-        """Apply ``mode`` (its flags, then its settings) in this fresh process; before CUDA."""
+    def start(cls, mode: Mode, loaded_only: bool = False) -> WorkerSettings:
+        """Apply ``mode`` (its flags, then its settings) in this fresh process; before CUDA
+        (``loaded_only``: ``read_all``'s)."""
         problems = apply(mode)
-        return cls(mode, problems, read_all())
+        return cls(mode, problems, read_all(loaded_only))
 
     def restore(self) -> None:
         """Put the mode back: flags, then every process setting as it was applied."""
