@@ -64,8 +64,7 @@ class Setting:
     apply: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     snippet: Callable[[str], list[str]] = field(default=lambda level: [], compare=False, repr=False)
     unavailable: Callable[[], str | None] = field(default=ts.always, compare=False, repr=False)
-    #: The module that holds the setting, where importing it is work of its own: a process
-    #: that never imported it reads it as ``NOT_LOADED`` under ``read_all(loaded_only=True)``.
+    #: Its module, where an import is work of its own (``applied.read_all(loaded_only)``).
     module: str | None = None
 
     @property
