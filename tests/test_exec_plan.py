@@ -148,6 +148,7 @@ if n == 3:
 """
 
 
+@pytest.mark.slow  # 6 runs of a fresh interpreter with the boot, one of them held 4 s: 25 s
 def test_a_run_that_hangs_is_killed_past_its_limit_and_run_once_more(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
