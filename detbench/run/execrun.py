@@ -219,9 +219,8 @@ class ExecRunner:
         (runs / facts["key"]).rename(aside)
         copy = " (A/A copy)" if slot.copy else ""
         self.stream.write(
-            f"exec: round {slot.round + 1} {slot.mode.name}{copy} ran past {facts['limit']:.0f} s "
-            f"({_limit_words(facts['status'])}) and was killed; it runs once more "
-            f"(its output: {aside})\n"
+            f"exec: round {slot.round + 1} {slot.mode.name}{copy} ran {_past(facts)} and was "
+            f"killed; it runs once more (its output: {aside})\n"
         )
         self.hung.append(
             {
@@ -384,8 +383,8 @@ class ExecRunner:
         where = self.c.out / "runs" / facts["key"]
         if facts["status"] in ("timeout", "hung"):
             raise ExecError(
-                f"the command ran past {facts['limit']:.0f} s ({_limit_words(facts['status'])}) "
-                f"in mode {slot.mode.name} and was killed (its output: {where})"
+                f"the command ran {_past(facts)} in mode {slot.mode.name} and was killed "
+                f"(its output: {where})"
             )
         tail = facts["stderr_tail"] or "it printed nothing on stderr"
         if "EOFError" in tail or "EOF when reading" in tail:
@@ -453,10 +452,12 @@ def own_children(h: dict[str, Any], before: Any) -> dict[str, Any]:
     return {**h, "other_cpu_own": own, "other_cpu_foreign": max(0.0, float(other) - own)}
 
 
-def _limit_words(status: str) -> str:
-    if status == "timeout":
-        return "--timeout"
-    return f"{HANG_FACTOR:g}x the longest run so far, {HANG_FLOOR:g} s at least: hung"
+def _past(facts: dict[str, Any]) -> str:
+    """``past --timeout 8 s``, or ``past 64 s (5x the longest run so far, ...: hung)``."""
+    if facts["status"] == "timeout":
+        return f"past --timeout {facts['limit']:g} s"
+    words = f"{HANG_FACTOR:g}x the longest run so far, {HANG_FLOOR:g} s at least: hung"
+    return f"past {facts['limit']:.0f} s ({words})"
 
 
 def census_failure(f: dict[str, Any]) -> str:
