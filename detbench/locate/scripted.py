@@ -177,9 +177,9 @@ def kept_changes(changes: list[dict[str, Any]], netted: list[str]) -> list[dict[
 
 
 def _at_exit() -> None:
-    # No collection of the script's objects from here: at exit a plain run frees them in the
-    # interpreter's teardown, and a collection while it lives freed a torchrun rank's DDP, whose
-    # gloo group then waited on its worker thread, which waited for the GIL: a hang.
+    # No collection of the script's objects from here: a plain run frees them in the
+    # interpreter's teardown, and one while it lives is the likely path by which a torchrun
+    # rank hung at exit (DDP's gloo group joined a thread that waited for the GIL; measured.md).
     gc.disable()
     import torch
 

@@ -71,8 +71,8 @@ def read_all(loaded_only: bool = False) -> dict[str, Any]:
 
     ``loaded_only``: a setting whose module is not imported is ``NOT_LOADED``, not imported
     to be read. A user's command (``detbench exec``) reads this way: ``torch._inductor.config``
-    imports ``torch._dynamo``, 860 modules, and at a torchrun rank's exit their import set off
-    the collection that freed DDP's gloo group while the interpreter lived, which hung."""
+    imports ``torch._dynamo`` (860 modules), work the script never asked for, and with that
+    import at exit a torchrun rank of DDP hung (``docs/measured.md``)."""
     out: dict[str, Any] = dict(current_flags())
     for s in st.SETTINGS:
         if s.scope != "process" or s.read is None:
