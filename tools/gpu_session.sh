@@ -3,11 +3,11 @@
 # A 15-minute visit: `proof` first (a command of at most 5 minutes), then `matrix`
 # with what is left, at once on the warm machine (docs/gpu-session.md, "A 15-minute visit").
 #
-#   tools/gpu_session.sh proof        # issue 34's paired costs and A/A check, and the clock check (under 5 min)
+#   tools/gpu_session.sh proof        # issue 34's paired costs and A/A check (under 5 min)
 #   tools/gpu_session.sh check        # host facts, the plan's estimate, make gpu-check, make test-cuda
 #   tools/gpu_session.sh matrix SECS  # the core suites at full size, all modes, 3 replicates, resumable
-#   tools/gpu_session.sh experiments  # the small experiments paper cannot decide
-#   tools/gpu_session.sh cudnnlog     # issue 28: run --cudnn-log on two convs, checked (~3 min)
+#   tools/gpu_session.sh experiments  # the decoder, locate and one distributed rank on CUDA
+#   tools/gpu_session.sh cudnnlog     # issue 28: run --cudnn-log on two convs (~3 min)
 #
 # Everything lands in $DETBENCH_GPU_DIR (default .gpu/, ignored by git): run directories and logs.
 # With $OUT set (the device tool's folder), its small files are also packed into $OUT/gpu.tgz
@@ -52,12 +52,6 @@ proof)
         echo "== the proof's matrix ($SECONDS s)"; time timeout -k 15 -s INT 200 "$py" -m detbench run \
             "${PROOF[@]}" --device cuda --profile full --timeout 60 --out "$dir/proof" --no-report
         echo "== the A/A check and the costs' intervals ($SECONDS s)"; timeout 30 "$py" tools/aa_check.py "$dir/proof"
-        echo "== check (iv) ($SECONDS s)"
-        if [ -f tools/clock_check.py ]; then
-            timeout 90 "$py" tools/clock_check.py
-        else
-            echo "FAIL (iv) not checked: tools/clock_check.py is not in this checkout (the GEMM and the memory-bound kernel against CUDA events)"
-        fi
         echo "== proof done ($SECONDS s)"
     } 2>&1 | tee "$log"
     ;;
@@ -84,9 +78,6 @@ matrix)
     ;;
 experiments)
     {
-        echo "== cuBLAS row 0"; timeout 60 "$py" tools/gpu_experiments.py row0 "$dir/row0.json"
-        echo "== NCCL_ALGO"; timeout 60 "$py" tools/gpu_experiments.py nccl "$dir/nccl.json"
-        echo "== throttle reasons"; timeout 90 "$py" tools/gpu_experiments.py idle "$dir/idle.json" 30
         echo "== decoder"; time timeout -s INT 120 "$py" -m detbench run --suite invariance \
             --only invariance/decoder_greedy_invariant --mode default --replicates 2 \
             --device cuda --profile full --out "$dir/decoder" --no-report
@@ -103,7 +94,6 @@ cudnnlog)
             --only conv/conv3d_r3d18_stage1 --only conv/conv2d_resnet50_stage3_1x1 \
             --mode bench --mode default --replicates 4 --device cuda --out "$dir/cudnnlog" \
             --no-report
-        timeout 60 "$py" tools/cudnnlog_check.py "$dir/cudnnlog"
     } 2>&1 | tee "$log"
     ;;
 *)
