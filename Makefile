@@ -47,7 +47,8 @@ test-slow:
 	[ $$a = 0 ] || [ $$b = 0 ]  # pytest's 5, no test selected: an error only if neither ran one
 
 ## lint: ruff, mypy and the layers (import-linter: no import points up; tools/import_graph.py: no
-## cycle inside a layer, no module over 500 lines). Dev tools, installed in .venv.
+## cycle inside a layer, no private name imported from another module, no class name defined twice).
+## Dev tools, installed in .venv.
 lint:
 	@py=$$(tools/python) && $$py -m ruff check . && $$py -m ruff format --check . && $$py -m mypy \
 		&& $$py -c "import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())" && $$py tools/import_graph.py

@@ -25,7 +25,7 @@ from detbench.core.workload import Context, Workload
 from detbench.run.config import resume_config
 from detbench.run.gpucheck import engines_check
 from detbench.store.results import load_results
-from detbench.worker.cudnnlog import Watch, parse, read_since
+from detbench.worker.cudnnlog import LogWatch, parse, read_since
 from detbench.worker.passes import run_workload
 
 from .conftest import ROOT, WORKLOADS, detbench_cli
@@ -195,7 +195,7 @@ def test_on_a_cpu_no_log_appears_and_the_record_says_why(tmp_path: Path) -> None
 
 def test_a_distributed_workload_says_its_ranks_are_not_read(tmp_path: Path) -> None:
     rec: dict[str, Any] = {}
-    Watch({"cudnn_log": str(tmp_path / "x.log"), "device": "cuda"}, rec, distributed=True)
+    LogWatch({"cudnn_log": str(tmp_path / "x.log"), "device": "cuda"}, rec, distributed=True)
     assert rec["cudnn_engines"]["unsupported"].startswith("a distributed workload's cuDNN runs")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from detbench.core.modes import get_mode
 from detbench.report.execsection import aa_reading, fmt_interval
-from detbench.run.execplan import ExecConfig, Slot, orders, plan
+from detbench.run.execplan import ExecConfig, RunSlot, orders, plan
 from detbench.run.execrun import ExecRunner
 
 
@@ -85,7 +85,7 @@ def test_a_scripts_step_lines_reach_exec_as_they_are_printed(
     )
     runner = ExecRunner(c)
     runner.prepare()
-    facts = runner.one(Slot(0, c.modes[0], 0, 0), census=False)
+    facts = runner.one(RunSlot(0, c.modes[0], 0, 0), census=False)
     assert facts["status"] == "ok" and facts["steps_seen"] == 4
     rate = facts["steps_per_second"]
     # 3 steps over at least 0.9 s of sleeps between the first line and the last

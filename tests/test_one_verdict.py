@@ -24,7 +24,7 @@ from detbench.core.modes import get_mode
 from detbench.core.workload import load_file, registry
 from detbench.locate.culprits import compare, same_bits
 from detbench.locate.report import parting, to_text
-from detbench.locate.stages import _conclude
+from detbench.locate.stages import conclude
 from detbench.locate.worker import record_workload
 from detbench.store.results import load_results
 
@@ -62,7 +62,7 @@ def test_a_generated_files_name_is_not_a_difference(two_streams: list[dict[str, 
     assert a != b
     # The bits do not.
     assert same_bits(a, b) and compare(a, b).first_difference is None
-    loc = _conclude("generated/graph_conv", get_mode("default"), two_streams, "cpu")
+    loc = conclude("generated/graph_conv", get_mode("default"), two_streams, "cpu")
     assert loc.reproducible is True and loc.ops_reproducible and loc.outputs_reproducible
     assert "reproducible: all" in to_text([loc.to_json()])
 
@@ -74,7 +74,7 @@ def test_a_difference_in_bits_is_named_at_its_op_and_line(
     b = json.loads(json.dumps(two_streams[1]))
     i = next(k for k, op in enumerate(b["ops"]) if op["op"] == "aten.index_add")
     b["ops"][i]["out"] = ["float32[64, 16]:changed"]  # other bits from equal inputs
-    loc = _conclude("generated/graph_conv", get_mode("default"), [a, b], "cpu").to_json()
+    loc = conclude("generated/graph_conv", get_mode("default"), [a, b], "cpu").to_json()
     assert loc["reproducible"] is False and not loc["ops_reproducible"]
     (c,) = loc["culprits"]
     assert (c["op"], c["function"]) == ("aten.index_add", "propagate")
@@ -89,7 +89,7 @@ def test_outputs_that_differ_with_every_op_alike_name_no_op(
     outside the dispatcher): not reproducible, and nothing is said to have parted at an op."""
     a = two_streams[0]
     b = {**two_streams[1], "step_digests": ["something else"]}
-    loc = _conclude("generated/graph_conv", get_mode("default"), [a, b], "cpu").to_json()
+    loc = conclude("generated/graph_conv", get_mode("default"), [a, b], "cpu").to_json()
     assert loc["reproducible"] is False and loc["ops_reproducible"] is True
     assert loc["culprits"] == [] and loc["first_difference"] is None
     text = parting(loc)

@@ -21,7 +21,7 @@ from detbench.worker.sustain import (
     HOLD_CEILING_SECONDS,
     HOLD_MIN_SECONDS,
     PROBE_SECONDS,
-    Probe,
+    NvmlReader,
     Reading,
     acting,
     hold_settled,
@@ -122,7 +122,7 @@ class Replayed:
         self.now += self.ms[i] / 1000.0
 
 
-class ReplayedProbe(Probe):
+class ReplayedProbe(NvmlReader):
     """NVML as the H100 read it, at the replayed step's virtual time."""
 
     def __init__(self, name: str, device: Replayed) -> None:

@@ -1,7 +1,11 @@
 """Every import between detbench's modules, inside functions too (not under TYPE_CHECKING):
-the cycles, and the imports that point up the layers. `python tools/import_graph.py` exits 1 if
-it finds either. import-linter (`make lint`) enforces the layers; this script also names cycles
-inside a layer, which a layers contract does not see."""
+the cycles, the imports that point up the layers, an import of another module's private name
+(``from detbench.x import _helper``), and two classes of one name in two modules.
+`python tools/import_graph.py` exits 1 if it finds any. import-linter (`make lint`) enforces the
+layers; this script also names cycles inside a layer, which a layers contract does not see.
+
+A module's length is not checked: a module holds one concern, whatever its length, and is split
+by concern, never to meet a line count."""
 
 from __future__ import annotations
 
@@ -39,6 +43,21 @@ def imports(path: Path, modules: set[str]) -> set[str]:
             if name and name.startswith("detbench"):
                 found.add(name)
     return found
+
+
+def private_imports(path: Path) -> list[str]:
+    """``module.name`` of each private name ``path`` imports from another detbench module."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("detbench"):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{node.module}.{a.name}")
+    return out
+
+
+def classes(path: Path) -> list[str]:
+    return [n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)]
 
 
 def layer(module: str) -> int | None:
@@ -93,10 +112,17 @@ def main() -> int:
     for comp in sccs:
         print("cycle:", " <-> ".join(comp))
         bad += 1
-    long = [(len(p.read_text().splitlines()), m) for m, p in paths.items()]
-    for n, m in sorted(long, reverse=True):
-        if n > 500:
-            print(f"over 500 lines: {m} ({n})")
+    for m, p in sorted(paths.items()):
+        for name in private_imports(p):
+            print(f"private name imported: {m} imports {name}")
+            bad += 1
+    defined: dict[str, list[str]] = {}
+    for m, p in sorted(paths.items()):
+        for name in classes(p):
+            defined.setdefault(name, []).append(m)
+    for name, where in sorted(defined.items()):
+        if len(where) > 1:
+            print(f"class {name} defined in {len(where)} modules: {', '.join(where)}")
             bad += 1
     edges = sum(map(len, graph.values()))
     print(f"{len(paths)} modules, {edges} imports between them, {bad} problems")

@@ -84,7 +84,7 @@ def _changes(label: str) -> list[str] | None:
 
 
 @dataclass(frozen=True)
-class Estimate:
+class ThroughputRatio:
     """Throughput relative to the baseline: point estimate and 95% interval (None: none)."""
 
     point: float
@@ -153,10 +153,10 @@ class _Throughput:
         return self._ratio[key]
 
 
-def _estimate(point: float, r: stats.Ratio | None) -> Estimate:
+def _estimate(point: float, r: stats.Ratio | None) -> ThroughputRatio:
     if r is None or not np.isfinite(point):
-        return Estimate(point)
-    return Estimate(point, r.low, r.high)
+        return ThroughputRatio(point)
+    return ThroughputRatio(point, r.low, r.high)
 
 
 Versus = Callable[[str, str], "stats.Ratio | None"]
@@ -164,17 +164,17 @@ Versus = Callable[[str, str], "stats.Ratio | None"]
 
 def _choose(
     cands: list[tuple[str, float]],
-    estimate: Callable[[str, float], Estimate],
+    estimate: Callable[[str, float], ThroughputRatio],
     versus: Versus,
     baseline: str,
-) -> tuple[str, Estimate, str, str]:
+) -> tuple[str, ThroughputRatio, str, str]:
     """``cands``: (label, point estimate) in ``simplicity_key`` order; ``estimate`` adds the
     interval against the baseline, ``versus(label, simplest)`` the ratio of one mode to the
     other (bootstraps: only drawn for the simplest mode and the modes whose point estimate is
     above its, the only ones that can be significantly faster). Returns the pick, its estimate,
     why, and the simplest mode."""
     simplest, first = cands[0][0], estimate(*cands[0])
-    faster: list[tuple[str, Estimate, stats.Ratio]] = []
+    faster: list[tuple[str, ThroughputRatio, stats.Ratio]] = []
     for label, point in cands[1:]:
         if not point > first.point:
             continue
@@ -212,7 +212,7 @@ def _row(
     suite: str,
     workload: str,
     cands: list[tuple[str, float]],
-    estimate: Callable[[str, float], Estimate],
+    estimate: Callable[[str, float], ThroughputRatio],
     versus: Versus,
     points: dict[str, float],
     baseline: str,
@@ -328,7 +328,7 @@ def _workload_rows(
         repro = sorted(ran.loc[ran["verdict"] == "reproducible", "mode"], key=simplicity_key)
         repro = [m for m in repro if not cause.by_luck(drawn, s, str(m), [w])]
 
-        def one(m: str, point: float, s: str = s, w: str = w) -> Estimate:
+        def one(m: str, point: float, s: str = s, w: str = w) -> ThroughputRatio:
             return _estimate(point, tp.ratio(s, w, m))
 
         def versus(m: str, than: str, s: str = s, w: str = w) -> stats.Ratio | None:
@@ -366,10 +366,12 @@ def _suite_rows(
         repro_counts = g[g["verdict"] == "reproducible"].groupby("mode", sort=False).size()
         repro = [str(m) for m, k in repro_counts.items() if k == n and n]
 
-        def geo(m: str, point: float, s: str = s, workloads: list[str] = workloads) -> Estimate:
+        def geo(
+            m: str, point: float, s: str = s, workloads: list[str] = workloads
+        ) -> ThroughputRatio:
             ratios = [r for r in (tp.ratio(s, w, m) for w in workloads) if r is not None]
             if not ratios or len(ratios) < len(workloads):
-                return Estimate(point)
+                return ThroughputRatio(point)
             return _estimate(point, stats.geometric_mean(ratios))
 
         def geo_versus(

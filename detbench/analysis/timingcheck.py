@@ -42,7 +42,7 @@ STEPS = (0.005, 0.100)
 
 
 @dataclass(frozen=True)
-class Check:
+class TimingCheck:
     """One check's verdict and its sentence."""
 
     name: str
@@ -101,19 +101,21 @@ def overlaps(lines: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     return count, len(spans)
 
 
-def check_turns(lines: list[Mapping[str, Any]]) -> Check:
+def check_turns(lines: list[Mapping[str, Any]]) -> TimingCheck:
     """Check (i) of a paired run: its workers' blocks never overlapped."""
     count, total = overlaps(lines)
     text = (
         f"no timing shared with detbench's own workers: {count} of {total} blocks of "
         f"{len(lines)} paired lines began before another worker's block had ended"
     )
-    return Check("i", total > 0 and count == 0, text)
+    return TimingCheck("i", total > 0 and count == 0, text)
 
 
-def check_shared(records: list[Mapping[str, Any]]) -> Check:
+def check_shared(records: list[Mapping[str, Any]]) -> TimingCheck:
     if not records:
-        return Check("i", False, "no timing shared with detbench's own workers: no timing to check")
+        return TimingCheck(
+            "i", False, "no timing shared with detbench's own workers: no timing to check"
+        )
     why = [w for w in map(shared, records) if w is not None]
     foreign = sum(
         1
@@ -127,7 +129,7 @@ def check_shared(records: list[Mapping[str, Any]]) -> Check:
         + (" (" + ", ".join(f"{n}: {k}" for k, n in kinds.items()) + ")" if kinds else "")
         + (f"; {foreign} had a foreign process on the GPU (not detbench's)" if foreign else "")
     )
-    return Check("i", not why, text)
+    return TimingCheck("i", not why, text)
 
 
 def drift(rec: Mapping[str, Any]) -> float | None:
@@ -158,7 +160,9 @@ def first_of_each_worker(records: Sequence[Mapping[str, Any]]) -> list[Mapping[s
     return firsts
 
 
-def check_drift(records: list[Mapping[str, Any]], everything: list[Mapping[str, Any]]) -> Check:
+def check_drift(
+    records: list[Mapping[str, Any]], everything: list[Mapping[str, Any]]
+) -> TimingCheck:
     firsts = first_of_each_worker(everything)
     ids = {id(r) for r in firsts}
     ok_firsts = [r for r in firsts if id(r) in {id(x) for x in records}]
@@ -166,7 +170,9 @@ def check_drift(records: list[Mapping[str, Any]], everything: list[Mapping[str, 
     later = [d for r in records if id(r) not in ids and (d := drift(r)) is not None]
     over = [(d, r) for d, r in first if d > DRIFT]
     if not first:
-        return Check("ii", False, "first workload's drift: no first record has 4 samples or more")
+        return TimingCheck(
+            "ii", False, "first workload's drift: no first record has 4 samples or more"
+        )
     worst_d, worst = max(first, key=lambda x: x[0])
     middle = statistics.median(d for d, _ in first)
     text = (
@@ -176,10 +182,10 @@ def check_drift(records: list[Mapping[str, Any]], everything: list[Mapping[str, 
         f"{int(worst['replicate']) + 1} {worst['mode']})"
         + (f"; later records: median {100 * statistics.median(later):.2f}%" if later else "")
     )
-    return Check("ii", not over, text)
+    return TimingCheck("ii", not over, text)
 
 
-def check_samples(records: list[Mapping[str, Any]], target: float) -> Check:
+def check_samples(records: list[Mapping[str, Any]], target: float) -> TimingCheck:
     lo, hi = STEPS
     mid = [r for r in records if lo <= _step(r) <= hi]
     reached = [r for r in mid if (r["timing"].get("ci_rel") or float("inf")) <= target]
@@ -188,7 +194,7 @@ def check_samples(records: list[Mapping[str, Any]], target: float) -> Check:
         f"at least {100 * REACHED:g}% of the records with {1000 * lo:g}-{1000 * hi:g} ms steps "
         f"reach +-{100 * target:g}%: {len(reached)} of {len(mid)} did ({100 * share:.0f}%)"
     )
-    return Check("iii", bool(mid) and share >= REACHED, text)
+    return TimingCheck("iii", bool(mid) and share >= REACHED, text)
 
 
 def _step(rec: Mapping[str, Any]) -> float:
@@ -200,7 +206,7 @@ def check_timing(
     records: Iterable[Mapping[str, Any]],
     target: float = 0.01,
     paired: Iterable[Mapping[str, Any]] = (),
-) -> list[Check]:
+) -> list[TimingCheck]:
     """Checks (i)-(iii) of a run's records, or of its ``paired`` lines where it has any (the
     paired design); ``target``: the interval check (iii) asks for."""
     lines = list(paired)

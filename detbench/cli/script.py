@@ -12,7 +12,7 @@ from detbench.cli.options import UserError, cuda_here
 from detbench.core.modes import DETERMINISTIC_MODE, get_mode
 from detbench.core.settings import parse_assignments
 from detbench.run.execdoc import ExecRecords, finish, partings, text_partings
-from detbench.run.execplan import ExecConfig, ExecError, Slot, load_config, name_of, plan
+from detbench.run.execplan import ExecConfig, ExecError, RunSlot, load_config, name_of, plan
 from detbench.run.execrun import ExecRunner
 from detbench.store.outdir import refuse_used
 from detbench.store.results import stamped_dir, utc_now
@@ -75,7 +75,7 @@ def exec_command(args: argparse.Namespace) -> int:
     if not c.resume:
         records.write_env(utc_now())
 
-    def on_run(slot: Slot, facts: dict[str, Any]) -> None:
+    def on_run(slot: RunSlot, facts: dict[str, Any]) -> None:
         records.add(slot, facts)
         if facts["status"] == "ok" and not facts.get("comparable"):
             raise ExecError(

@@ -139,7 +139,7 @@ def _count_optimizer_steps(rec: Recorder, end_step: bool) -> None:
             rec.end_step()
         rec.step += 1
 
-    rec._handles.append(optim.register_optimizer_step_post_hook(stepped))
+    rec.keep_hook(optim.register_optimizer_step_post_hook(stepped))
 
 
 def start_recorder(script: str | None) -> Recorder:

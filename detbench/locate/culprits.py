@@ -62,7 +62,7 @@ class Culprit:
 
 
 @dataclass
-class Comparison:
+class StreamComparison:
     culprits: list[int]
     first_difference: int | None
     parted_at: int | None
@@ -77,7 +77,7 @@ def _inputs_equal(x: dict[str, Any], y: dict[str, Any]) -> bool:
     return all(p == q or str(j) in uninit for j, (p, q) in enumerate(zip(a, b, strict=True)))
 
 
-def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Comparison:
+def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> StreamComparison:
     """Culprits (op indices) of two streams of the same workload; see the module docstring. The
     first difference is the first op whose outputs differ, or whose inputs do (a tensor changed
     where the recorder cannot see it); the streams part where they call other ops."""
@@ -102,7 +102,7 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Comparison:
             carried += 1
     if parted is None and len(a) != len(b):
         parted = min(len(a), len(b))
-    return Comparison(culprits, first, parted, carried)
+    return StreamComparison(culprits, first, parted, carried)
 
 
 def same_bits(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
@@ -116,11 +116,13 @@ def _code(file: str, line: int) -> str:
     return linecache.getline(file, line).strip() if file and line else ""
 
 
-def culprits_of(streams: list[dict[str, Any]], device: str) -> tuple[list[Culprit], Comparison]:
+def culprits_of(
+    streams: list[dict[str, Any]], device: str
+) -> tuple[list[Culprit], StreamComparison]:
     """The culprits over every pair (first process, another), one per place in the code."""
     first = streams[0]["ops"]
     merged: dict[int, None] = {}
-    total = Comparison([], None, None, 0)
+    total = StreamComparison([], None, None, 0)
     for other in streams[1:]:
         cmp = compare(first, other["ops"])
         merged.update(dict.fromkeys(cmp.culprits))

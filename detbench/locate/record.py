@@ -217,6 +217,11 @@ class Recorder(TorchDispatchMode):
         else:
             self.notes.append("this torch has no global optimizer hooks: no 'optimizer' phase")
 
+    def keep_hook(self, handle: Any) -> None:
+        """A hook another module registered for this recording, removed with the recorder's own
+        by ``remove``."""
+        self._handles.append(handle)
+
     def remove(self) -> None:
         for h in self._handles:
             h.remove()

@@ -34,7 +34,7 @@ def shown(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def _size(c: dict[str, Any]) -> str:
+def size_words(c: dict[str, Any]) -> str:
     if c.get("max_abs_diff") is None:
         return c.get("diff_note") or "size not measured"
     bound = "at least " if c.get("diff_is_lower_bound") else ""
@@ -44,7 +44,7 @@ def _size(c: dict[str, Any]) -> str:
     )
 
 
-def _module(c: dict[str, Any]) -> str:
+def module_words(c: dict[str, Any]) -> str:
     if c.get("module") is None:
         return "outside any nn.Module"
     if c["module"] == "":
@@ -57,9 +57,9 @@ def culprit_lines(c: dict[str, Any], indent: str = "    ") -> list[str]:
     how = f" (backward of {c['forward_op']}, node {c['node']})" if c.get("forward_op") else ""
     steps = ", ".join(str(s) for s in c.get("steps", []))
     lines = [
-        f"{c['op']} in the {c['phase']} pass{how}, {_module(c)}",
+        f"{c['op']} in the {c['phase']} pass{how}, {module_words(c)}",
         f"  at {shown(c['file'])}:{c['line']}  {c.get('code', '')}".rstrip(),
-        f"  step{'s' if len(c.get('steps', [])) > 1 else ''} {steps}: {_size(c)}",
+        f"  step{'s' if len(c.get('steps', [])) > 1 else ''} {steps}: {size_words(c)}",
     ]
     if c.get("reads_uninitialized_from"):
         lines.append(f"  reads memory left uninitialized by {c['reads_uninitialized_from']}")

@@ -5,7 +5,7 @@ The command runs as ``detbench exec`` runs it (``run.execrun``: fresh processes,
 in the script's interpreter before its first line), with ``locate.record``'s recorder over the
 whole script (``locate.census.start_recorder``: a step ends at each optimizer step). The streams
 of ``replicates`` runs, and more up to ``until`` while they agree, are compared as ``locate``
-compares a workload's (``stages._conclude``: the culprit is an op whose inputs were bitwise equal
+compares a workload's (``stages.conclude``: the culprit is an op whose inputs were bitwise equal
 in both runs and whose outputs were not). The runs keep nothing but their recording: they run in
 a temporary folder, and the files the script writes are not compared here (``exec`` does that).
 """
@@ -19,8 +19,8 @@ from typing import Any, TextIO
 
 from detbench.core.modes import get_mode
 from detbench.locate.culprits import same_bits
-from detbench.locate.stages import Located, LocateError, _conclude
-from detbench.run.execplan import ExecConfig, ExecError, Slot, name_of
+from detbench.locate.stages import Located, LocateError, conclude
+from detbench.run.execplan import ExecConfig, ExecError, RunSlot, name_of
 from detbench.run.execrun import ExecRunner
 
 
@@ -55,7 +55,7 @@ def locate_command(
                 ):
                     break
                 stream.write(f"locate: run {i + 1} of {name_of(command)} under the recorder\n")
-                facts = runner.one(Slot(i, m, 0, 0), census=False, folder=f"rec{i}", record=True)
+                facts = runner.one(RunSlot(i, m, 0, 0), census=False, folder=f"rec{i}", record=True)
                 boot = facts.get("boot") or {}
                 if facts["status"] != "ok" or "recording" not in boot:
                     tail = facts.get("stderr_tail") or "no output"
@@ -66,7 +66,7 @@ def locate_command(
                 streams.append(boot["recording"])
         finally:
             runner.leave_folder()  # the user's folder as after one run, before tmp goes
-        loc = _conclude(name_of(command), m, streams, device)
+        loc = conclude(name_of(command), m, streams, device)
         if loc.reproducible is not None:  # a script has no step outputs: its ops say it all
             loc.outputs_reproducible = None
             loc.reproducible = loc.ops_reproducible

@@ -323,7 +323,7 @@ def locate(
     with tempfile.TemporaryDirectory(prefix="detbench-locate-") as tmp:
         runs = _Runs(source, device, profile, seed, Path(tmp), stream)
         found = _find(runs, keys, m, n_steps, replicates, max(until, replicates))
-        out = {k: _conclude(k, m, found[k], device) for k in keys}
+        out = {k: conclude(k, m, found[k], device) for k in keys}
         guilty = {k: loc for k, loc in out.items() if loc.culprits}
         if guilty:
             _measure(runs, m, n_steps, {k: loc.culprits for k, loc in guilty.items()})
@@ -332,7 +332,7 @@ def locate(
     return list(out.values())
 
 
-def _conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) -> Located:
+def conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) -> Located:
     """What the find stage's streams say about one workload."""
     import torch
 

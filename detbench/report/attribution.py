@@ -25,7 +25,7 @@ from detbench.report.plots import Plot
 from detbench.report.render import Block, Bullets, Details, Figure, Heading, Para, Table, num
 
 
-def _study(env: dict[str, Any]) -> dict[str, Any] | None:
+def study_of(env: dict[str, Any]) -> dict[str, Any] | None:
     study = (env or {}).get("study")
     return study if at.is_study(study) else None
 
@@ -47,7 +47,7 @@ def _end_level(switch: str, end: str, end_mode: str) -> str:
     return get_mode(end_mode).overrides.get(switch, st.get(switch).torch_default)
 
 
-def _change(r: Any) -> str:
+def change_words(r: Any) -> str:
     return ("+ " if r["direction"] == "added" else "- ") + _words(r["switch"], r["level"])
 
 
@@ -273,7 +273,7 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
     """The ``Attribution`` section: how the study was made, then per suite the table of every
     switch and workload, the chart, and the conclusions in words. [] when ``env`` holds no
     attribution study."""
-    study = _study(env)
+    study = study_of(env)
     if study is None:
         return []
     out: list[Block] = [
@@ -297,7 +297,7 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
                 [
                     str(r["workload"]),
                     str(r["switch"]),
-                    _change(r),
+                    change_words(r),
                     str(r["end"]),
                     rel,
                     _bits_cell(r["bits_changed"]),

@@ -17,8 +17,8 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter
 
-from detbench.report.attribution import _change, _study, near_noise, suite_effects, uncertain
-from detbench.report.plots import Plot, _save, subplots
+from detbench.report.attribution import change_words, near_noise, study_of, suite_effects, uncertain
+from detbench.report.plots import Plot, save_figure, subplots
 from detbench.report.render import num
 
 #: Bar colours: switches added to the default mode, switches removed from the deterministic one.
@@ -65,7 +65,7 @@ def figure(s: pd.DataFrame, suite: str) -> MplFigure:
     _log_axis(ax, low, high)
     _notes(ax, y, rel, records)
     labels = [
-        f"{_change(r)}  [{'from default' if r['end'] == 'default' else 'from det. end'}]"
+        f"{change_words(r)}  [{'from default' if r['end'] == 'default' else 'from det. end'}]"
         for r in s.to_dict("records")
     ]
     ax.set_yticks(y, labels, fontsize=9)
@@ -187,7 +187,7 @@ def _legend(fig: MplFigure) -> None:
 def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[Plot]:
     """The attribution chart of each suite, PNG and SVG, under ``directory``; none when the run
     is not an attribution study."""
-    study = _study(env)
+    study = study_of(env)
     if study is None or df.empty:
         return []
     s = suite_effects(df, study)
@@ -199,6 +199,11 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
         fig = figure(s[s["suite"] == suite], str(suite))
         title = f"{suite}: what each switch costs, and where it is needed"
         plots.append(
-            Plot("attribution", str(suite), title, *_save(fig, directory, f"{suite}-attribution"))
+            Plot(
+                "attribution",
+                str(suite),
+                title,
+                *save_figure(fig, directory, f"{suite}-attribution"),
+            )
         )
     return plots

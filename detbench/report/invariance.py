@@ -24,7 +24,12 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis.invariance_table import table
 from detbench.report.invariance_plane import KIND
-from detbench.report.invariance_tables import _cell, _suite_table, _symbol, compact_table
+from detbench.report.invariance_tables import (
+    compact_table,
+    matrix_symbol,
+    suite_table,
+    verdict_cell,
+)
 from detbench.report.invariance_words import conclusions
 from detbench.report.matrices import key_para, split, symbol_matrix
 from detbench.report.plots import Plot
@@ -92,7 +97,7 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
             )
         baseline = str(analysis.baseline_mode(df["mode"]))
         out.append(compact_table(g, s, baseline))
-        cells = g.assign(symbol=[_symbol(r) for r in g.to_dict("records")])
+        cells = g.assign(symbol=[matrix_symbol(r) for r in g.to_dict("records")])
         _, differ = split(cells)
         if len(differ):
             modes = analysis.ordered_modes(g["mode"])
@@ -115,14 +120,14 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
                     },
                 )
             )
-        out.append(Details(f"{s}: every workload and mode (full table)", [_suite_table(g, s)]))
+        out.append(Details(f"{s}: every workload and mode (full table)", [suite_table(g, s)]))
         bad = g[
             g["reference_of"].notna()
             & (g["ran"] == True)  # noqa: E712
             & (g["reference_invariant"] != True)  # noqa: E712
         ]
         for w, b in bad.groupby("workload", sort=False):
-            where = ", ".join(f"{r['mode']} ({_cell(r)})" for r in b.to_dict("records"))
+            where = ", ".join(f"{r['mode']} ({verdict_cell(r)})" for r in b.to_dict("records"))
             out.append(
                 Para(
                     f"Warning: {w}, the invariant reference of {b['reference_of'].iloc[0]}, is NOT "

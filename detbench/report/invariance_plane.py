@@ -18,7 +18,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import tradeoff
 from detbench.analysis.invariance_table import table
-from detbench.report.plots import Plot, _save, subplots
+from detbench.report.plots import Plot, save_figure, subplots
 from detbench.report.tradeoff import draw_panel, drawn, finish, key_parts
 
 KIND = "invariance-plane"
@@ -109,5 +109,5 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
             fig.text(0.01, 0.0, "Not placed: " + "; ".join(missing), fontsize=8, va="bottom")
         finish(fig)
         title = f"{s}: speed versus batch invariance (invariant references left out)"
-        plots.append(Plot(KIND, s, title, *_save(fig, directory, f"{s}-invariance-plane")))
+        plots.append(Plot(KIND, s, title, *save_figure(fig, directory, f"{s}-invariance-plane")))
     return plots

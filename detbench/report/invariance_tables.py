@@ -15,7 +15,7 @@ from detbench.report.matrices import grouped_rows
 from detbench.report.render import Code, Table, num
 
 
-def _cell(r: Mapping[Any, Any]) -> str:
+def verdict_cell(r: Mapping[Any, Any]) -> str:
     if not r.get("ran", True):
         return str(r["note"])  # "unsupported: <why>": it did not run
     if r["invariant"] is True:
@@ -50,13 +50,13 @@ def _distinct(r: Mapping[Any, Any]) -> str:
     return f"{d}{what} of {len(r['batch_sizes'])}"
 
 
-def _speed(r: Mapping[Any, Any]) -> str:
+def speed_text(r: Mapping[Any, Any]) -> str:
     return num(r["items_per_second"], ".4g") + (
         " tokens/s" if r["completion"] and r["items_per_second"] is not None else ""
     )
 
 
-def _suite_table(t: pd.DataFrame, suite: str) -> Table:
+def suite_table(t: pd.DataFrame, suite: str) -> Table:
     """Workload x mode; the price columns only where the suite has an invariant reference, the
     setting's price only where the run has a mode with settings beside its base mode."""
     refs = bool(t["reference_of"].notna().any())
@@ -71,10 +71,10 @@ def _suite_table(t: pd.DataFrame, suite: str) -> Table:
             name,
             r["mode"],
             "/".join(str(b) for b in r["batch_sizes"]) or "–",
-            _cell(r),
+            verdict_cell(r),
             _distinct(r),
             num(r["max_abs_diff"], ".3g") if r["max_abs_diff"] is not None else "–",
-            _speed(r),
+            speed_text(r),
         ]
         if refs:
             row += [
@@ -102,7 +102,7 @@ def _suite_table(t: pd.DataFrame, suite: str) -> Table:
     return Table(header, rows, caption=f"{suite}: batch invariance per workload and mode")
 
 
-def _symbol(r: Mapping[Any, Any]) -> str:
+def matrix_symbol(r: Mapping[Any, Any]) -> str:
     """A mode's batch verdict in a matrix cell: = invariant, ≠N varies from batch N, u did not
     run, ? no verdict."""
     if not r.get("ran", True):
@@ -119,7 +119,7 @@ def _short(x: float, fmt: str) -> str:
     return num(x, fmt).replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
 
 
-def _range(values: list[Any], fmt: str, unit: str = "") -> str:
+def value_range(values: list[Any], fmt: str, unit: str = "") -> str:
     """``lo–hi`` (one value where they are equal) in ``fmt``, exponents without padding."""
     xs = sorted(float(x) for x in values if x is not None and num(x) != "–")
     if not xs:
@@ -141,7 +141,7 @@ def compact_table(t: pd.DataFrame, suite: str, baseline: str) -> Table:
     among them (else the first), with its interval."""
     refs = bool(t["reference_of"].notna().any())
     n = int(t["mode"].nunique())
-    groups = t.assign(_v=[_cell(r) for r in t.to_dict("records")])
+    groups = t.assign(_v=[verdict_cell(r) for r in t.to_dict("records")])
 
     def row(first: Mapping[Any, Any], where: str) -> list[str | Code]:
         g = groups[(groups["workload"] == first["workload"]) & (groups["_v"] == first["_v"])]
@@ -156,8 +156,8 @@ def compact_table(t: pd.DataFrame, suite: str, baseline: str) -> Table:
             _sizes_text(r["batch_sizes"]),
             str(first["_v"]),
             _distinct(r),
-            _range(list(g["max_abs_diff"]), ".3g"),
-            _range(list(g["items_per_second"]), ".3g"),
+            value_range(list(g["max_abs_diff"]), ".3g"),
+            value_range(list(g["items_per_second"]), ".3g"),
         ]
         if refs:
             ref = r["reference_of"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from detbench import analysis
-from detbench.report.invariance_tables import _cell, _range, _speed, price_text
+from detbench.report.invariance_tables import price_text, speed_text, value_range, verdict_cell
 
 
 def _join(modes: list[str]) -> str:
@@ -55,7 +55,7 @@ def completion_words(w: str, m: pd.DataFrame) -> str:
         d = int(r["distinct_results"])
         said.append(
             f"in {r['mode']}, {d} distinct completion{'s' if d != 1 else ''} of the same "
-            f"request over {len(r['batch_sizes'])} batch compositions, at {_speed(r)}"
+            f"request over {len(r['batch_sizes'])} batch compositions, at {speed_text(r)}"
         )
     return f"{w}: " + "; ".join(said) if said else ""
 
@@ -92,9 +92,9 @@ def setting_words(mode: str, m: pd.DataFrame) -> str:
             else (f"it did not run with the setting ({r['note']})")
         )
         price = f"; {price_text(r, 'setting_price')} the throughput of {base}" if r["ran"] else ""
-        parts.append(f"{r['workload']}: {what} ({_cell(r)}{price})")
+        parts.append(f"{r['workload']}: {what} ({verdict_cell(r)}{price})")
     for r in m[was & ~now].to_dict("records"):
-        parts.append(f"{r['workload']} is invariant in {base} but not with it ({_cell(r)})")
+        parts.append(f"{r['workload']} is invariant in {base} but not with it ({verdict_cell(r)})")
     kept = int((was & now).sum())
     if kept:
         parts.append(f"{kept} workload(s) invariant in {base} stay invariant (prices in the table)")
@@ -120,7 +120,7 @@ def conclusions(t: pd.DataFrame) -> dict[str, list[str]]:
                 rs = rm.to_dict("records")
                 prices = "; ".join(f"{price_text(r)} in {r['mode']}" for r in rs[:1])
                 if len(rs) > 1:
-                    spread = _range([r["price"] for r in rs], ".2f", "x")
+                    spread = value_range([r["price"] for r in rs], ".2f", "x")
                     prices += f" ({spread} over the {len(rs)} modes it ran in)"
                 text += f"; its invariant reference {rw} costs {prices}"
                 bad = [r["mode"] for r in rm.to_dict("records") if r["invariant"] is not True]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detbench.locate.report import HEADER, _module, _size, parting, shown
+from detbench.locate.report import HEADER, module_words, parting, shown, size_words
 from detbench.report.render import Code, Heading, Para, Table
 
 
@@ -30,9 +30,9 @@ def blocks(located: list[dict[str, Any]]) -> list[Any]:
                 [
                     name,
                     Code(f"{c['op']} ({c['phase']})"),
-                    _module(c).removeprefix("module "),
+                    module_words(c).removeprefix("module "),
                     Code(f"{shown(c['file'])}:{c['line']}  {c.get('code', '')}".strip()),
-                    _size(c),
+                    size_words(c),
                     f"{'yes' if c.get('documented') else 'no'} / {fixed}",
                 ]
             )

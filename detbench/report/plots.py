@@ -361,7 +361,7 @@ DPI = 100
 HEATMAP_DPI = 80
 
 
-def _save(fig: Figure, directory: Path, stem: str, dpi: int = DPI) -> tuple[Path, Path]:
+def save_figure(fig: Figure, directory: Path, stem: str, dpi: int = DPI) -> tuple[Path, Path]:
     """The figure as SVG and as a compressed PNG: quantised to an adaptive palette of 256
     colours (a plot has few; this makes the PNG, and the HTML that embeds it, 3-4 times
     smaller with no visible change)."""
@@ -394,9 +394,13 @@ def write_plots(df: pd.DataFrame, directory: Path, costs: pd.DataFrame | None = 
         here = costs[costs["suite"] == s] if len(costs) else costs
         fig = heatmap_figure(v[v["suite"] == s], s, baseline, here)
         title = f"{s}: relative throughput and reproducibility per workload"
-        plots.append(Plot("heatmap", s, title, *_save(fig, directory, f"{s}-heatmap", HEATMAP_DPI)))
+        plots.append(
+            Plot("heatmap", s, title, *save_figure(fig, directory, f"{s}-heatmap", HEATMAP_DPI))
+        )
         if not div.empty and (div["suite"] == s).any():
             fig = divergence_figure(div[div["suite"] == s], s)
             title = f"{s}: divergence between replicates, step by step"
-            plots.append(Plot("divergence", s, title, *_save(fig, directory, f"{s}-divergence")))
+            plots.append(
+                Plot("divergence", s, title, *save_figure(fig, directory, f"{s}-divergence"))
+            )
     return plots

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from detbench.core.errors import DetbenchError
-from detbench.report.write import REPORT_HTML, REPORT_MD, _md_text
+from detbench.report.render import md_text
+from detbench.report.write import REPORT_HTML, REPORT_MD
 from detbench.store.results import ENV_FILE, RESULTS_FILE, env_facts, load_env, write_text_atomic
 
 INDEX = "README.md"
@@ -46,9 +47,9 @@ def index_text(directory: Path) -> str:
         env = load_env(run) if (run / ENV_FILE).is_file() else {}
         facts = env_facts(env)
         if facts["device"] == "cuda":
-            device = _md_text(facts["gpu"] or "GPU")
+            device = md_text(facts["gpu"] or "GPU")
         else:
-            device = f"**CPU only**: {_md_text(facts['cpu'] or 'unknown CPU')}"
+            device = f"**CPU only**: {md_text(facts['cpu'] or 'unknown CPU')}"
         with (run / RESULTS_FILE).open(encoding="utf-8") as f:
             records = sum(1 for line in f if line.strip())
         links = [
@@ -63,7 +64,7 @@ def index_text(directory: Path) -> str:
                     f"[{run.name}]({run.name}/)",
                     device,
                     str((env.get("options") or {}).get("profile") or "–"),
-                    _md_text(facts["torch"] or "–"),
+                    md_text(facts["torch"] or "–"),
                     str(env.get("started_utc") or "–")[:10],
                     str(records),
                     ", ".join(links) or "none yet",

@@ -22,7 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from detbench.report import labels, planeaxis
-from detbench.report.plots import Plot, _save, subplots
+from detbench.report.plots import Plot, save_figure, subplots
 
 KIND = "tradeoff"
 FRONTIER = "tab:green"
@@ -264,4 +264,4 @@ def write_plots(p: pd.DataFrame, baseline: str, directory: Path) -> list[Plot]:
     directory.mkdir(parents=True, exist_ok=True)
     fig = figure(p, baseline)
     title = "Speed versus reproducibility, one panel per suite"
-    return [Plot(KIND, "*", title, *_save(fig, directory, "tradeoff"))]
+    return [Plot(KIND, "*", title, *save_figure(fig, directory, "tradeoff"))]

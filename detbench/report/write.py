@@ -20,7 +20,6 @@ from detbench.report import across as across_report
 from detbench.report import attribution_chart, execsection, invariance_plane, tradeoff
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
-from detbench.report.render import md_text as _md_text  # noqa: F401  (detbench.publish imports it here)
 from detbench.report.sections import ReportRun, build, environment
 from detbench.store.paired import load_paired
 from detbench.store.results import ENV_FILE, ResultsError, load_env, load_results, write_text_atomic

@@ -67,8 +67,8 @@ def call_entry(
 class _Runner(Protocol):
     """What ``with_call`` reads of ``runner.Runner`` at the end of a call."""
 
-    _previous: dict[str, Any]  # the env.json it resumed, or empty
-    _started: str  # when this call started (UTC)
+    previous_env: dict[str, Any]  # the env.json it resumed, or empty
+    started_utc: str  # when this call started (UTC)
     stats: RunStats
     plan: Plan
     records: list[dict[str, Any]]  # the records this call wrote
@@ -90,13 +90,13 @@ def with_call(runner: _Runner, estimate: Estimate | float | None) -> list[dict[s
         planned += float(getattr(estimate, "paired_seconds", 0.0)) * timed / paired["groups"]
     if planned is not None:  # the probe worker this call ran before its plan's workers
         planned += float(getattr(estimate, "probe_seconds", 0.0))
-    this = call_entry(runner._started, stats.wall, stats.records, planned, stats.planned)
+    this = call_entry(runner.started_utc, stats.wall, stats.records, planned, stats.planned)
     if stats.paired is not None:
         this["groups"] = timed
     host = getattr(estimate, "host", None)
     if host is not None:  # the factor this call's plan was priced with (``run.hostspeed``)
         this["host_speed"] = host
-    return [*calls_of(runner._previous), this]
+    return [*calls_of(runner.previous_env), this]
 
 
 def calls_of(env: Mapping[str, Any]) -> list[dict[str, Any]]:

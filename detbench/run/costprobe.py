@@ -77,7 +77,7 @@ def failed_line(rec: dict[str, Any], mode: str, others: int = 0) -> str:
 
 
 @dataclass
-class Probe:
+class ProbeReport:
     """What the probe worker measured: its start-up, a record of each workload it costed, the
     workloads it could not cost (with why), and its own wall time."""
 
@@ -135,7 +135,7 @@ def unpriced(runner: Runner) -> list[str]:
     ]
 
 
-def probe(runner: Runner, keys: list[str]) -> Probe:
+def probe(runner: Runner, keys: list[str]) -> ProbeReport:
     """Start one worker of ``runner``'s run with ``keys`` to measure (none: its start-up only) and
     return what it measured; it writes nothing but into a temporary directory."""
     c = runner.config
@@ -144,7 +144,7 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
     t0 = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
-            worker = runner._spawn(slot, list(keys), Path(tmp), reference=Path(tmp) / ".reference")
+            worker = runner.spawn(slot, list(keys), Path(tmp), reference=Path(tmp) / ".reference")
             limits = (c.startup_timeout, min(c.timeout or PROBE_RECORD_LIMIT, PROBE_RECORD_LIMIT))
 
             def record(rec: dict[str, Any]) -> None:
@@ -162,9 +162,9 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
             )
             tail = log_tail(worker.log)
     finally:
-        for d in runner._cache_dirs:  # the probe's worker got its own, as every worker does
+        for d in runner.cache_dirs:  # the probe's worker got its own, as every worker does
             shutil.rmtree(d, ignore_errors=True)
-        runner._cache_dirs.clear()
+        runner.cache_dirs.clear()
         runner.stats.workers -= 1
     if not turn.started:
         why = turn.timed_out or f"a worker did not start here; its log: {tail}"
@@ -172,7 +172,7 @@ def probe(runner: Runner, keys: list[str]) -> Probe:
     errors = [records[k] for k in keys if records.get(k, {}).get("status") == Status.ERROR]
     if errors and len(errors) == len(keys):  # nothing of the user's would be measured
         raise RunError(failed_line(errors[0], c.modes[0].name, len(errors) - 1))
-    found = Probe(startup=turn.startup_wait, seconds=time.perf_counter() - t0)
+    found = ProbeReport(startup=turn.startup_wait, seconds=time.perf_counter() - t0)
     for key in keys:
         rec = records.get(key)
         if rec is not None and rec.get("status") == Status.ERROR:

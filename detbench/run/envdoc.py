@@ -16,19 +16,19 @@ def env_doc(runner: Runner) -> dict[str, Any]:
     """env.json's document of ``runner`` as it stands: its provenance, its plan's order and its
     options (``run_stats`` and ``run_calls`` are added at the end of a call)."""
     c = runner.config
-    resumed = list(runner._previous.get("resumed_utc") or [])
+    resumed = list(runner.previous_env.get("resumed_utc") or [])
     if c.resume:
-        resumed.append(runner._started)
+        resumed.append(runner.started_utc)
     return {
         "schema_version": 1,
-        "started_utc": runner._previous.get("started_utc", runner._started),
+        "started_utc": runner.previous_env.get("started_utc", runner.started_utc),
         **({"resumed_utc": resumed} if resumed else {}),
-        "host": runner._host,
-        "git": runner._git,
+        "host": runner.host,
+        "git": runner.git,
         "worker": runner.device_env,
         "gpu_state": runner.gpu_state,
         "mode_order": runner.plan.order_json(),
-        **({"run_calls": calls} if (calls := calls_of(runner._previous)) else {}),
+        **({"run_calls": calls} if (calls := calls_of(runner.previous_env)) else {}),
         **({"device_workers": runner.device_envs} if c.devices else {}),
         **(
             {

@@ -19,7 +19,7 @@ from typing import Any
 
 from detbench.core import settings as st
 from detbench.core.modes import Mode
-from detbench.run.execplan import EXEC_FILE, ExecConfig, Slot, name_of
+from detbench.run.execplan import EXEC_FILE, ExecConfig, RunSlot, name_of
 from detbench.store.paired import PairedWriter, line
 from detbench.store.record import measured
 from detbench.store.results import (
@@ -101,7 +101,7 @@ class ExecRecords:
         }
         write_json_atomic(self.c.out / ENV_FILE, doc)
 
-    def add(self, slot: Slot, facts: dict[str, Any]) -> None:
+    def add(self, slot: RunSlot, facts: dict[str, Any]) -> None:
         """The paired line of one run, and its verdict record where it is copy 0."""
         d = self.c.out / "runs" / facts["key"]
         outputs = read_outputs(d)

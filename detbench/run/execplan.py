@@ -79,7 +79,7 @@ def folder_name(r: int, mode: str, copy: int) -> str:
 
 
 @dataclass(frozen=True)
-class Slot:
+class RunSlot:
     """One run: its round, mode, copy and place in the round's order."""
 
     round: int
@@ -92,13 +92,13 @@ class Slot:
         return folder_name(self.round, self.mode.name, self.copy)
 
 
-def plan(c: ExecConfig) -> list[Slot]:
+def plan(c: ExecConfig) -> list[RunSlot]:
     """Every run, round by round, in a balanced order (``orders``)."""
     base = c.modes[0]
     members = [(m, 0) for m in c.modes] + [(base, 1)]
     out = []
     for r, order in enumerate(orders(len(members), c.replicates, c.seed)):
-        out += [Slot(r, members[i][0], members[i][1], p) for p, i in enumerate(order)]
+        out += [RunSlot(r, members[i][0], members[i][1], p) for p, i in enumerate(order)]
     return out
 
 

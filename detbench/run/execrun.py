@@ -55,7 +55,7 @@ from detbench.run.execplan import (
     EXEC_FILE,
     ExecConfig,
     ExecError,
-    Slot,
+    RunSlot,
     name_of,
     plan,
     script_of,
@@ -175,7 +175,7 @@ class ExecRunner:
         page cache, the first run of ``hf_tiny_lm.py`` took 2.79 s against 1.97-2.06 s for the
         eight after it, at half their steps a second, and it fell on one mode alone."""
         c = self.c
-        base = Slot(-1, c.modes[0], 0, 0)
+        base = RunSlot(-1, c.modes[0], 0, 0)
         if c.census and self.census is None:
             self.stream.write(
                 "exec: first one untimed run of the baseline: it counts the ops that can race, "
@@ -209,7 +209,7 @@ class ExecRunner:
             return None
         return max(HANG_FLOOR, HANG_FACTOR * max(walls)), "hung"
 
-    def _set_hung_aside(self, slot: Slot, facts: dict[str, Any]) -> None:
+    def _set_hung_aside(self, slot: RunSlot, facts: dict[str, Any]) -> None:
         """A run killed past its limit: its folder kept beside the runs as ``KEY-hung``, a
         line said, and the run noted in ``exec.json``'s ``hung`` (the report names it)."""
         runs = self.c.out / "runs"
@@ -236,7 +236,7 @@ class ExecRunner:
         )
         self._save()
 
-    def _progress(self, n: int, total: int, slot: Slot) -> None:
+    def _progress(self, n: int, total: int, slot: RunSlot) -> None:
         elapsed = time.monotonic() - self.started
         done = [f["wall"] for f in self.facts.values() if f.get("wall")]
         if not done:  # the untimed first run's, until a timed one is done
@@ -253,7 +253,7 @@ class ExecRunner:
         )
         self.stream.flush()
 
-    def _job(self, slot: Slot, folder: Path, census: bool, record: bool = False) -> Path:
+    def _job(self, slot: RunSlot, folder: Path, census: bool, record: bool = False) -> Path:
         job = {
             "folder": str(folder),
             "mode": asdict(slot.mode),
@@ -278,7 +278,7 @@ class ExecRunner:
 
     def one(
         self,
-        slot: Slot,
+        slot: RunSlot,
         census: bool,
         folder: str | None = None,
         record: bool = False,
@@ -373,7 +373,7 @@ class ExecRunner:
         }
         return facts
 
-    def _check_first(self, slot: Slot, facts: dict[str, Any]) -> None:
+    def _check_first(self, slot: RunSlot, facts: dict[str, Any]) -> None:
         """The first run of each mode that fails (the untimed first run too) stops exec: one
         line, all kept."""
         if facts["status"] == "ok":

@@ -37,7 +37,7 @@ REPLICATES = 2
 
 
 @dataclass(frozen=True)
-class Check:
+class GpuCheck:
     ok: bool
     text: str
 
@@ -45,13 +45,13 @@ class Check:
         return ("  ok    " if self.ok else "  FAIL  ") + self.text
 
 
-def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Check]:
+def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[GpuCheck]:
     """What worked, in plain words, from the check run's records and env.json."""
-    out: list[Check] = []
+    out: list[GpuCheck] = []
     worker = env.get("worker") or {}
     if worker.get("device") == "cuda":
         out.append(
-            Check(
+            GpuCheck(
                 True,
                 f"CUDA device: {worker.get('gpu_name')} (compute capability "
                 f"{worker.get('gpu_capability')}, {worker.get('sm_count')} SMs), CUDA build "
@@ -61,7 +61,7 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Ch
         )
     else:
         device = worker.get("device")
-        out.append(Check(device is not None, f"device: {device} (not a GPU: a rehearsal)"))
+        out.append(GpuCheck(device is not None, f"device: {device} (not a GPU: a rehearsal)"))
     by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in records:
         by_key.setdefault((f"{r['suite']}/{r['workload']}", r["mode"]), []).append(r)
@@ -69,12 +69,14 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Ch
         statuses = sorted({r["status"] for r in recs})
         if statuses == [Status.UNSUPPORTED]:
             note = "unsupported (no deterministic kernel), recorded as data"
-            out.append(Check(True, f"{key} [{mode}]: {note}"))
+            out.append(GpuCheck(True, f"{key} [{mode}]: {note}"))
             continue
         if statuses != [Status.OK]:
             first = next(r for r in recs if r["status"] != Status.OK)
             out.append(
-                Check(False, f"{key} [{mode}]: {first['status']}: {(first['message'] or '')[:160]}")
+                GpuCheck(
+                    False, f"{key} [{mode}]: {first['status']}: {(first['message'] or '')[:160]}"
+                )
             )
             continue
         prints = {r["fingerprint"] for r in recs}
@@ -88,7 +90,7 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Ch
         # In the deterministic mode every supported workload must give the same bits twice;
         # in the default mode a difference is a finding, not a failure.
         out.append(
-            Check(
+            GpuCheck(
                 (len(prints) == 1 or not deterministic) and samples >= 5,
                 f"{key} [{mode}]: {verdict} over {len(recs)} fresh processes; timing "
                 f"{samples}+ samples, interval +-{100 * ci:.1f}%, target reached in "
@@ -96,11 +98,11 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Ch
             )
         )
     expected = len(WORKLOADS) * len(MODES) * REPLICATES
-    out.append(Check(len(records) == expected, f"{len(records)} of {expected} records written"))
+    out.append(GpuCheck(len(records) == expected, f"{len(records)} of {expected} records written"))
     return out
 
 
-def engines_check(records: Sequence[Mapping[str, Any]], device: str) -> Check:
+def engines_check(records: Sequence[Mapping[str, Any]], device: str) -> GpuCheck:
     """``--cudnn-log``: on CUDA, whether every conv record that ran names the cuDNN engines of its
     convolutions; on a CPU, whether every record that ran says why it names none."""
     ran = [r for r in records if r["status"] == Status.OK]
@@ -111,7 +113,7 @@ def engines_check(records: Sequence[Mapping[str, Any]], device: str) -> Check:
             if isinstance(r.get("cudnn_engines"), Mapping)
         }
         said = sum(isinstance(r.get("cudnn_engines"), Mapping) for r in ran)
-        return Check(
+        return GpuCheck(
             said == len(ran) and len(why) == 1,
             f"cuDNN's log: {said} of {len(ran)} records that ran say why they name no "
             f"engine: {'; '.join(sorted(why))}",
@@ -119,14 +121,14 @@ def engines_check(records: Sequence[Mapping[str, Any]], device: str) -> Check:
     conv = [r for r in ran if r["suite"] == "conv"]
     named = [r for r in conv if isinstance(r.get("cudnn_engines"), list) and r["cudnn_engines"]]
     ops = sorted({e["op"] for r in named for e in r["cudnn_engines"]})
-    return Check(
+    return GpuCheck(
         bool(conv) and len(named) == len(conv),
         f"cuDNN's log: {len(named)} of {len(conv)} conv records name the engines "
         f"their convolutions ran ({', '.join(ops) or 'none'})",
     )
 
 
-def run_check(device: str, out: Path, cudnn_log: bool = False) -> tuple[list[Check], Path]:
+def run_check(device: str, out: Path, cudnn_log: bool = False) -> tuple[list[GpuCheck], Path]:
     """Run the check's workloads and judge them; the run's directory keeps everything.
     ``cudnn_log``: with cuDNN's API log on (``run --cudnn-log``), and a check that the records
     name the engines their convolutions ran."""

@@ -1,6 +1,6 @@
 """What a run's worker is given: its job (a JSON object, the first line of its stdin) and its
 environment. A verdict worker of (mode, replicate) and a timing worker of the paired phase take
-the same job, each adding what is its own (``runner.Runner._spawn``, ``paired.PairedPhase``)."""
+the same job, each adding what is its own (``runner.Runner.spawn``, ``paired.PairedPhase``)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from detbench.worker.budget import CEILING_FACTOR
 
 if TYPE_CHECKING:
     from detbench.run.config import RunConfig
-    from detbench.run.costprobe import Probe
+    from detbench.run.costprobe import ProbeReport
     from detbench.run.estimate import Estimate
     from detbench.run.runner import Runner
 
@@ -303,7 +303,7 @@ def _device_lines(runner: Runner, est: Estimate) -> list[str]:
     return lines
 
 
-def probe_line(found: Probe, keys: list[str]) -> str:
+def probe_line(found: ProbeReport, keys: list[str]) -> str:
     """What the probe worker measured of a user's own workloads, and what it could not."""
     costs = [found.records[k].seconds for k in keys if k in found.records]
     line = (

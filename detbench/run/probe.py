@@ -25,7 +25,7 @@ TIMEOUT = 1800.0
 
 
 @dataclass
-class Probed:
+class ProbedOps:
     """What the probe saw: per workload key, the watched ops its step called (``ops.WATCHED``
     names); the keys it could not probe, with why."""
 
@@ -38,12 +38,12 @@ class Probed:
 
 def probe_ops(
     workloads: Sequence[Workload], sources: Sequence[str], device: str, profile: str, seed: int
-) -> Probed:
+) -> ProbedOps:
     """Run one step of each of ``workloads`` (but the distributed ones) in a fresh process and
     say which watched ops each called. ``sources``: the files that define them."""
     keys = [w.key for w in workloads if not w.distributed]
     if not keys:
-        return Probed()
+        return ProbedOps()
     job = {
         "sources": [str(Path(s).resolve()) for s in sources],
         "keys": keys,
@@ -62,8 +62,8 @@ def probe_ops(
                 label="the op probe",
             )
         except ChildFailed as exc:
-            return Probed(failed={k: str(exc) for k in keys})
-    return Probed(calls=got["calls"], failed=got["failed"])
+            return ProbedOps(failed={k: str(exc) for k in keys})
+    return ProbedOps(calls=got["calls"], failed=got["failed"])
 
 
 def _probe_job(job: dict[str, Any]) -> dict[str, Any]:

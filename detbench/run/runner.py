@@ -88,8 +88,8 @@ class Runner:
         self.config = config
         self.stream = stream
         self.done: set[tuple[str, str, int]] = set()
-        self._previous: dict[str, Any] = {}
-        self._host: dict[str, Any] | None = None
+        self.previous_env: dict[str, Any] = {}
+        self.host: dict[str, Any] | None = None
         self._counted_flops: dict[tuple[str, str, str], float | None] = {}
         self._host_later: Callable[[], dict[str, Any]] = host_env
         names = config.device_names
@@ -97,8 +97,8 @@ class Runner:
         #: run spreads beside them.
         self._placed: dict[tuple[str, str, int], int] = {}
         if config.resume:
-            self._previous = load_env(config.out)
-            self._host = host_env()
+            self.previous_env = load_env(config.out)
+            self.host = host_env()
             for r in iter_records(config.out):
                 self.done.add((f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])))
                 if r.get("replicate") == 0 and r.get("flops_source") == "counted":
@@ -108,7 +108,7 @@ class Runner:
                 if r.get("device_name") in names:
                     key = (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
                     self._placed[key] = names.index(r["device_name"])
-            self.check_environment({"host": self._host})  # before anything is printed or run
+            self.check_environment({"host": self.host})  # before anything is printed or run
         else:
             refuse_used(self.config.out)
         self.sources, self.workloads = resolve_sources(config)
@@ -133,10 +133,10 @@ class Runner:
         self.stats = RunStats()
         self.records: list[dict[str, Any]] = []
         self.device_env: dict[str, Any] | None = None
-        self.gpu_state: dict[str, Any] = dict(self._previous.get("gpu_state") or {})
-        self._cache_dirs: list[str] = []  # compile caches of this run's workers, removed at the end
+        self.gpu_state: dict[str, Any] = dict(self.previous_env.get("gpu_state") or {})
+        self.cache_dirs: list[str] = []  # compile caches of this run's workers, removed at the end
         #: Each device's worker facts (its first worker's), for env.json and the report.
-        self.device_envs: dict[str, Any] = dict(self._previous.get("device_workers") or {})
+        self.device_envs: dict[str, Any] = dict(self.previous_env.get("device_workers") or {})
         # Shared by the lanes: records, progress, statistics, env.json; the workers alive.
         self._lock = threading.RLock()
         self.crew = Crew()
@@ -178,7 +178,7 @@ class Runner:
     def check_environment(self, here: dict[str, Any]) -> None:
         """Refuse to resume where the facts that decide the results differ from the run's."""
         if self.config.resume:
-            before, now = env_facts(self._previous), env_facts(here)
+            before, now = env_facts(self.previous_env), env_facts(here)
             refuse_changed(self.config.out, before, now, here, bool(self.done))
 
     # -- environment -------------------------------------------------------------------------
@@ -201,10 +201,10 @@ class Runner:
 
     def _environment(self, mode: Mode, lane: str) -> dict[str, str]:
         env, caches = worker_environment(self.config, mode, lane)
-        self._cache_dirs.append(caches)  # removed at the end of the run
+        self.cache_dirs.append(caches)  # removed at the end of the run
         return env
 
-    def _spawn(
+    def spawn(
         self, slot: Slot, keys: list[str], logs: Path, reference: Path | None = None
     ) -> WorkerProcess:
         """Start the worker of ``slot`` for ``keys``, its log in ``logs``; ``reference``: where
@@ -299,11 +299,11 @@ class Runner:
         so does the first worker's of each device."""
         with self._lock:
             self.stats.startup_cpu += float(msg.get("startup_cpu_seconds") or 0.0)
-            if self._host is None:
-                self._host = self._host_later()
+            if self.host is None:
+                self.host = self._host_later()
             first = self.device_env is None
             if first:
-                self.check_environment({"host": self._host, "worker": msg["device_env"]})
+                self.check_environment({"host": self.host, "worker": msg["device_env"]})
                 self.device_env = msg["device_env"]
             new_device = self.config.devices and lane.name not in self.device_envs
             if new_device:
@@ -359,8 +359,8 @@ class Runner:
     def run(self, estimate: Estimate | float | None = None) -> RunStats:
         c = self.config
         out = c.out
-        self._started = utc_now()
-        if self._host is None:
+        self.started_utc = utc_now()
+        if self.host is None:
             # collect_env runs in a child process (so the runner never initialises CUDA) and
             # takes seconds: it overlaps the first worker's start-up and is collected before
             # that worker's first sample (see _drive).
@@ -373,7 +373,7 @@ class Runner:
         out.mkdir(parents=True, exist_ok=True)
         logs = out / "logs"
         logs.mkdir(exist_ok=True)
-        self._git = git_info(PACKAGE_ROOT)
+        self.git = git_info(PACKAGE_ROOT)
         # The GPUs' clocks, power and throttling before and after (a resumed run keeps its first
         # "before"); on a host without NVML or nvidia-smi the reason is recorded instead.
         snap = gpustate.snapshot()
@@ -421,7 +421,7 @@ class Runner:
                         for rec in self._held.pop(key):
                             self._write(rec, writer)
                 self.stats.stolen = queues.stolen
-                for d in self._cache_dirs:
+                for d in self.cache_dirs:
                     shutil.rmtree(d, ignore_errors=True)
                 progress.close()
                 self.stats.wall = time.perf_counter() - t0 + self.stats.probe
@@ -465,16 +465,16 @@ class Runner:
                     taken = self._take(queues, lane)
                     if taken is None:
                         return
-                    slot, worker = taken[0], self._spawn(*taken, logs)
+                    slot, worker = taken[0], self.spawn(*taken, logs)
                 nxt = self._take(queues, lane)
                 if nxt is not None:
-                    pending = (nxt[0], self._spawn(*nxt, logs))
+                    pending = (nxt[0], self.spawn(*nxt, logs))
                 while True:
                     neighbour = pending[1] if pending is not None else None
                     todo = self._drive(worker, slot, progress, writer, neighbour, lane)
                     if not todo:
                         break
-                    worker = self._spawn(slot, todo, logs)
+                    worker = self.spawn(slot, todo, logs)
         finally:  # interrupted: the early-started worker goes too, and one never driven
             for w in (worker, pending[1] if pending is not None else None):
                 if w is not None and not w.closed:

@@ -32,9 +32,9 @@ from detbench.store.schema import (
     STATUSES,
     STR,
     Problem,
-    _expected,
-    _holds,
-    _or_none,
+    expected_words,
+    holds,
+    or_none,
 )
 
 if TYPE_CHECKING:
@@ -69,26 +69,26 @@ TIMED: dict[str, tuple[type, ...]] = {
     "rounds": LIST,  # the round of each sample
     "positions": LIST,  # the worker's place (0-based) in each round's shuffled order
     "block_start": LIST,  # epoch seconds at which each block began
-    "workers": _or_none(INT),
-    "number_per_block": _or_none(INT),
-    "timing": _or_none((dict,)),
+    "workers": or_none(INT),
+    "number_per_block": or_none(INT),
+    "timing": or_none((dict,)),
 }
 #: The rest of a line's fields, each optional, with its types.
 OPTIONAL: dict[str, tuple[type, ...]] = {
-    "message": _or_none(STR),
-    "first_step_digest": _or_none(STR),
-    "same_bits": _or_none((bool,)),
-    "worker_pid": _or_none(INT),
-    "device": _or_none(STR),
-    "device_name": _or_none(STR),
-    "utc": _or_none(STR),
+    "message": or_none(STR),
+    "first_step_digest": or_none(STR),
+    "same_bits": or_none((bool,)),
+    "worker_pid": or_none(INT),
+    "device": or_none(STR),
+    "device_name": or_none(STR),
+    "utc": or_none(STR),
     # the settings the workload changed behind the worker's back (as a verdict record's)
-    "settings_changed": _or_none(LIST),
+    "settings_changed": or_none(LIST),
     # a line of status "same_computation": the mode whose worker timed this computation
-    "timed_as": _or_none(STR),
+    "timed_as": or_none(STR),
     # how busy the host was while this worker timed its rounds: ``worker/hostload``'s Probe,
     # started before its first block and stopped after its last (``analysis.busy``)
-    "host_load": _or_none(DICT),
+    "host_load": or_none(DICT),
 }
 #: Every field of a line that the reader knows, with its types (a line may carry others).
 FIELDS = {**REQUIRED, **TIMED, **OPTIONAL}
@@ -110,8 +110,8 @@ def problem(obj: Mapping[str, Any]) -> Problem | None:
         if name not in obj:
             return Problem(name, None, "every line has it" if name in REQUIRED else "ok has it")
     for name, types in FIELDS.items():
-        if name in obj and not _holds(obj[name], types):
-            return Problem(name, obj[name], f"not {_expected(types)}")
+        if name in obj and not holds(obj[name], types):
+            return Problem(name, obj[name], f"not {expected_words(types)}")
     if obj["status"] not in PAIRED_STATUSES:
         return Problem("status", obj["status"], f"not one of {', '.join(PAIRED_STATUSES)}")
     if obj["copy"] < 0:
@@ -125,9 +125,9 @@ def problem(obj: Mapping[str, Any]) -> Problem | None:
         if len(obj[name]) != n:
             return Problem(name, obj[name], f"{len(obj[name])} entries for {n} samples")
     for name, types in (("samples", NUM), ("rounds", INT), ("positions", INT)):
-        bad = [x for x in obj.get(name, []) if not _holds(x, types)]
+        bad = [x for x in obj.get(name, []) if not holds(x, types)]
         if bad:
-            return Problem(name, bad[0], f"not {_expected(types)}")
+            return Problem(name, bad[0], f"not {expected_words(types)}")
     if any(x <= 0 for x in obj["samples"]):
         return Problem("samples", min(obj["samples"]), "a step takes some time")
     return None

@@ -57,7 +57,7 @@ class Status(StrEnum):
 STATUSES = tuple(s.value for s in Status)
 
 
-class Timing(TypedDict, total=False):
+class TimingFields(TypedDict, total=False):
     """``record["timing"]``: the timing pass (``worker/timing.py``)."""
 
     samples: list[float]
@@ -112,7 +112,7 @@ class Record(TypedDict, total=False):
     items_per_second: float | None
     flops_per_step: float | None
     flops_per_second: float | None
-    timing: Timing | None
+    timing: TimingFields | None
     peak_memory_bytes: int | None
     memory: dict[str, Any] | None
     precision: dict[str, str] | None
@@ -261,7 +261,7 @@ DICT, LIST = (dict,), (list,)
 SCALAR = (str, int, float, bool, _NONE)
 
 
-def _or_none(types: tuple[type, ...]) -> tuple[type, ...]:
+def or_none(types: tuple[type, ...]) -> tuple[type, ...]:
     return (*types, _NONE)
 
 
@@ -274,8 +274,8 @@ ALWAYS: dict[str, tuple[type, ...]] = {
     "base_mode": STR,
     "replicate": INT,
     "status": STR,
-    "message": _or_none(STR),
-    "params": _or_none(DICT),
+    "message": or_none(STR),
+    "params": or_none(DICT),
     **{
         flag: BOOL
         for flag in (
@@ -288,74 +288,74 @@ ALWAYS: dict[str, tuple[type, ...]] = {
     # A setting's level as read back: a boolean for on/off, a level's name, a number, None
     # (unknown), or why it could not be read ("unavailable").
     **{name: SCALAR for name in SETTING_NAMES},
-    "settings_changed": _or_none(LIST),
-    "compile_seconds": _or_none(NUM),
-    "batch_size": _or_none(INT),
-    "batch_invariant": _or_none(BOOL),
-    "batch_first_variant_size": _or_none(INT),
-    "batch_max_abs_diff": _or_none(NUM),
-    "seed": _or_none(INT),
-    "device": _or_none(STR),
-    "device_name": _or_none(STR),
-    "mode_position": _or_none(INT),
-    "profile": _or_none(STR),
-    "num_threads": _or_none(INT),
-    "fingerprint_method": _or_none(STR),
-    "fingerprint": _or_none(STR),
-    "step_fingerprints": _or_none(LIST),
-    "max_abs_diff": _or_none(NUM),
-    "max_abs_diff_vs_default": _or_none(NUM),
-    "seconds_per_step": _or_none(NUM),
-    "items_per_step": _or_none(NUM),
-    "items_per_second": _or_none(NUM),
-    "timing": _or_none(DICT),
-    "peak_memory_bytes": _or_none(NUM),
-    "memory": _or_none(DICT),
-    "precision": _or_none(DICT),
-    "phases": _or_none(DICT),
-    "host_load": _or_none(DICT),
-    "attn_implementation": _or_none(STR),
-    "ops_called": _or_none(LIST),
-    "worker_pid": _or_none(INT),
-    "node": _or_none(STR),
-    "job": _or_none(STR),
-    "utc": _or_none(STR),
+    "settings_changed": or_none(LIST),
+    "compile_seconds": or_none(NUM),
+    "batch_size": or_none(INT),
+    "batch_invariant": or_none(BOOL),
+    "batch_first_variant_size": or_none(INT),
+    "batch_max_abs_diff": or_none(NUM),
+    "seed": or_none(INT),
+    "device": or_none(STR),
+    "device_name": or_none(STR),
+    "mode_position": or_none(INT),
+    "profile": or_none(STR),
+    "num_threads": or_none(INT),
+    "fingerprint_method": or_none(STR),
+    "fingerprint": or_none(STR),
+    "step_fingerprints": or_none(LIST),
+    "max_abs_diff": or_none(NUM),
+    "max_abs_diff_vs_default": or_none(NUM),
+    "seconds_per_step": or_none(NUM),
+    "items_per_step": or_none(NUM),
+    "items_per_second": or_none(NUM),
+    "timing": or_none(DICT),
+    "peak_memory_bytes": or_none(NUM),
+    "memory": or_none(DICT),
+    "precision": or_none(DICT),
+    "phases": or_none(DICT),
+    "host_load": or_none(DICT),
+    "attn_implementation": or_none(STR),
+    "ops_called": or_none(LIST),
+    "worker_pid": or_none(INT),
+    "node": or_none(STR),
+    "job": or_none(STR),
+    "utc": or_none(STR),
 }
 #: Fields some records carry, with their types. A field in neither table (a workload's own) is
 #: kept as it is.
 OPTIONAL: dict[str, tuple[type, ...]] = {
-    "exit_code": _or_none(INT),  # a lost record's: the worker's exit code, None if killed
+    "exit_code": or_none(INT),  # a lost record's: the worker's exit code, None if killed
     "traceback": STR,
     "device_lost": BOOL,
-    "losses": _or_none(LIST),
+    "losses": or_none(LIST),
     "diff_reference": (str, dict),
-    "fingerprint_sha256": _or_none(STR),
-    "step_fingerprints_sha256": _or_none(LIST),
-    "first_step_seconds": _or_none(NUM),
-    "compile_stats": _or_none(DICT),
+    "fingerprint_sha256": or_none(STR),
+    "step_fingerprints_sha256": or_none(LIST),
+    "first_step_seconds": or_none(NUM),
+    "compile_stats": or_none(DICT),
     "settings_changes": DICT,
-    "seeding": _or_none(STR),
-    "timed_alone": _or_none(BOOL),
+    "seeding": or_none(STR),
+    "timed_alone": or_none(BOOL),
     **{
-        f"{unit}_per_{per}": _or_none(NUM)
+        f"{unit}_per_{per}": or_none(NUM)
         for unit in ("flops", "bytes")
         for per in ("step", "second")
     },
-    "flops_source": _or_none(STR),
-    "flops_note": _or_none(STR),
+    "flops_source": or_none(STR),
+    "flops_note": or_none(STR),
     "flops_pending": BOOL,
-    "batch_same_as_smallest": _or_none(DICT),
-    "batch_distinct_results": _or_none(INT),
-    "batch_note": _or_none(STR),
+    "batch_same_as_smallest": or_none(DICT),
+    "batch_distinct_results": or_none(INT),
+    "batch_note": or_none(STR),
     # a distributed workload's (distributed/launch.py)
-    "backend": _or_none(STR),
-    "ranks_agree": _or_none(BOOL),
-    "ranks_first_disagree_step": _or_none(INT),
-    "rank_fingerprints": _or_none(LIST),
-    "rank_status": _or_none(DICT),
-    "launch": _or_none(DICT),
-    "nccl_env": _or_none(DICT),
-    "settings_inert": _or_none(DICT),
+    "backend": or_none(STR),
+    "ranks_agree": or_none(BOOL),
+    "ranks_first_disagree_step": or_none(INT),
+    "rank_fingerprints": or_none(LIST),
+    "rank_status": or_none(DICT),
+    "launch": or_none(DICT),
+    "nccl_env": or_none(DICT),
+    "settings_inert": or_none(DICT),
     # a merged run's (run/merge.py): which shard or machine made the record
     "shard": STR,
     "machine": STR,
@@ -363,7 +363,7 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "cudnn_log": BOOL,
     "cudnn_engines": (list, dict),
     # issue 34: where the record's timing is ("paired": in paired.jsonl; "separate": here)
-    "timing_design": _or_none(STR),
+    "timing_design": or_none(STR),
 }
 FIELDS = {**ALWAYS, **OPTIONAL}
 #: What every record of every version names: the identity of what it measured, and its status.
@@ -372,7 +372,7 @@ REQUIRED = ("suite", "workload", "mode", "replicate", "status")
 TIMING_FIELDS: dict[str, tuple[type, ...]] = {
     "samples": LIST,
     "median": NUM,
-    "iqr": _or_none(NUM),
+    "iqr": or_none(NUM),
     "number_per_block": INT,
 }
 
@@ -395,13 +395,13 @@ class Problem:
 MISSING: Any = object()
 
 
-def _holds(value: Any, types: tuple[type, ...]) -> bool:
+def holds(value: Any, types: tuple[type, ...]) -> bool:
     if isinstance(value, bool) and bool not in types:  # a bool is an int to Python, not to JSON
         return False
     return isinstance(value, types)
 
 
-def _expected(types: tuple[type, ...]) -> str:
+def expected_words(types: tuple[type, ...]) -> str:
     names = {
         str: "a string",
         int: "an integer",
@@ -421,7 +421,7 @@ def problem(rec: Mapping[str, Any]) -> Problem | None:
     a field of ``REQUIRED`` missing, a version-4 record without a field of ``ALWAYS``, a field
     of ``FIELDS`` with a value of another type, a status that is not one of ``STATUSES``."""
     version = rec.get("schema_version", MISSING)
-    if not _holds(version, INT) or version not in SUPPORTED_VERSIONS:
+    if not holds(version, INT) or version not in SUPPORTED_VERSIONS:
         known = ", ".join(map(str, SUPPORTED_VERSIONS))
         return Problem("schema_version", version, f"this detbench reads versions {known}")
     must = ALWAYS if version == SCHEMA_VERSION else REQUIRED
@@ -430,14 +430,14 @@ def problem(rec: Mapping[str, Any]) -> Problem | None:
             return Problem(name, MISSING, f"every version-{version} record has it")
     for name, value in rec.items():
         types = FIELDS.get(name)
-        if types is not None and not _holds(value, types):
-            return Problem(name, value, f"not {_expected(types)}")
+        if types is not None and not holds(value, types):
+            return Problem(name, value, f"not {expected_words(types)}")
     if rec["status"] not in STATUSES:
         return Problem("status", rec["status"], f"not one of {', '.join(STATUSES)}")
     for name, types in TIMING_FIELDS.items():
         timing = rec.get("timing") or {}
-        if name in timing and not _holds(timing[name], types):
-            return Problem(f"timing.{name}", timing[name], f"not {_expected(types)}")
+        if name in timing and not holds(timing[name], types):
+            return Problem(f"timing.{name}", timing[name], f"not {expected_words(types)}")
     return None
 
 

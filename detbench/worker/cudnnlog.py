@@ -13,7 +13,7 @@ distinct configurations executed count the candidates tried. torch itself expose
 
 cuDNN reads these variables when it loads, so the runner sets them in a worker's environment
 before the worker starts (``detbench run --cudnn-log``; ``log_environment``). The worker notes the
-log's size before each workload (``Watch``) and, after the fingerprint pass, parses the bytes the
+log's size before each workload (``LogWatch``) and, after the fingerprint pass, parses the bytes the
 log gained since: ``record["cudnn_engines"]``. The log costs time on every cuDNN call (on an
 H100 a conv step of 0.31-0.33 ms took 0.85-1.25 ms, one of 1.34-1.35 ms took 1.38-1.46 ms), some
 13 KB of log per cuDNN execution, and it changed what the autotuner chose in one experiment
@@ -195,7 +195,7 @@ def _size(path: Path) -> int:
         return 0
 
 
-class Watch:
+class LogWatch:
     """The bytes cuDNN's log gains during one workload: created before its build (which notes
     the log's size, and marks the record as run with the log on), ``record`` after its
     fingerprint pass. Does nothing where the job asks for no log (``job["cudnn_log"]``)."""

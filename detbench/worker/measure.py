@@ -167,7 +167,7 @@ def with_settings(step: Any, mode: Mode, device: torch.device) -> Any:
     return out
 
 
-def _compile_stats() -> dict[str, Any] | None:
+def compile_stats() -> dict[str, Any] | None:
     """Dynamo's counters for this worker's compilations so far (graphs, graph breaks)."""
     try:
         from torch._dynamo.utils import counters
@@ -199,7 +199,7 @@ def read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
     rec.update({k: v for k, v in columns(now, ws.mode).items() if k in moved})
 
 
-def _invariance(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> None:
+def invariance_pass(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> None:
     """The batch-invariance verdict (``detbench.worker.invariance``) into ``rec``: the workload
     built at
     each of its batch sizes, freshly seeded, under the mode's settings. A failure there (an

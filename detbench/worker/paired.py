@@ -51,7 +51,7 @@ from detbench.worker.hostload import Probe
 from detbench.worker.measure import build_pass, classify, sync
 from detbench.worker.memory import PeakWatch, footprint_bytes, free_bytes
 from detbench.worker.samplers import ClockSampler, CudaEventSampler, host_clock
-from detbench.worker.timing import MIN_CI_SAMPLES, Timing, _summary, _torch_threads
+from detbench.worker.timing import MIN_CI_SAMPLES, Timing, summary_of, torch_threads
 from detbench.worker.warmup import warm_up
 
 #: Untimed steps at the start of each turn. Measured on the 2-core development CPU (5 workloads,
@@ -208,7 +208,7 @@ class PairedTiming:
         if self.load is None:
             self.load = Probe(self.ctx.device.type, self.job.get("run_pid"))
             self.load.start()
-        with _torch_threads(self.threads), self._on_device():
+        with torch_threads(self.threads), self._on_device():
             # One untimed step first: the worker before this one ran other code on these cores
             # (and on the GPU), so the first step of a turn pays for caches, TLBs and sleeping
             # threads that the block's steps would otherwise carry.
@@ -228,7 +228,7 @@ class PairedTiming:
         (``samplers.CudaEventSampler``, 8 blocks after one untimed block). The ``reference``
         message's fields; the samples of the rounds are untouched. ``--reference-check``
         alternates it with the rounds, so a drift of the machine is shared by both."""
-        with _torch_threads(self.threads), self._on_device():
+        with torch_threads(self.threads), self._on_device():
             if self.ctx.device.type == "cuda":
                 sampler = CudaEventSampler(self.ctx.device)
                 sampler.samples(self.step, self.number, 1)
@@ -257,7 +257,7 @@ class PairedTiming:
         if len(self.samples) >= MIN_CI_SAMPLES:
             target = float(self.job["target_rel"])
             timing = Timing(
-                **_summary(self.samples, target),
+                **summary_of(self.samples, target),
                 number_per_block=self.number,
                 warmup_steps=int(self.job["warmup_steps"]),
                 budget=float(self.job["budget"]),

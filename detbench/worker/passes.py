@@ -41,12 +41,12 @@ from detbench.worker.devenv import fp32_precision
 from detbench.worker.hostload import Probe
 from detbench.worker.measure import (
     AFTER_FINGERPRINT,
-    _compile_stats,
-    _invariance,
     build_pass,
     classify,
+    compile_stats,
     count_pass,
     finish_pass,
+    invariance_pass,
     is_device_error,
     reference_path,
     sync,
@@ -233,14 +233,14 @@ class Passes:
             rec["bytes_per_step"] = w.bytes(ctx)
             rec["seeding"] = w.seeding
             self.step = build_pass(w, ctx, self.ws, self.mode, rec)
-        before = _compile_stats()
+        before = compile_stats()
         with self._phase("fingerprint"):
             fingerprint_pass(w, ctx, job, self.mode, self.step, rec, hooks)
         if hooks.after_fingerprint is not None:
             hooks.after_fingerprint(rec)
         if self.mode.overrides.get("execution") == "compile":
             rec["compile_seconds"] = rec.get("first_step_seconds")
-            after = _compile_stats()
+            after = compile_stats()
             if before is not None and after is not None:  # this workload's own compilation
                 rec["compile_stats"] = {k: after[k] - before[k] for k in after}
         with self._phase("count"):
@@ -255,7 +255,7 @@ class Passes:
         if rebuilds:
             with self._phase("invariance"):
                 self.step = None  # the timed build goes before one is built at every size
-                _invariance(w, ctx, self.mode, rec)
+                invariance_pass(w, ctx, self.mode, rec)
 
     def _timing(self) -> None:
         """The timing pass, between the runner's ``timing`` and ``timed``, and its figures."""
@@ -363,7 +363,7 @@ def run_workload(
         # "both" fingerprints with the device digest and also with sha256, as a cross-check.
         fingerprint_method="device" if method == "both" else method,
     )
-    engines = cudnnlog.Watch(job, rec, w.distributed)  # --cudnn-log: the log's size now
+    engines = cudnnlog.LogWatch(job, rec, w.distributed)  # --cudnn-log: the log's size now
     if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
         if launch is None:
             raise RuntimeError(f"{w.key}: a distributed workload needs a launcher (launch=...)")

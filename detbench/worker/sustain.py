@@ -10,7 +10,7 @@ slower than the burst. A memory-bound 1 GiB scale drew 514 W, never met a limit,
 move (0.7128-0.7135 ms from the second block on). So the hold costs nothing where nothing acts,
 and holds the load where the power controller acts:
 
-1. **Probe, overlapped with the samples.** The warm-up and the samples run as in burst mode.
+1. **NvmlReader, overlapped with the samples.** The warm-up and the samples run as in burst mode.
    Then NVML says whether the power or thermal controller acted since the warm-up began
    (``acting``): a power or thermal throttle reason active now, the power and thermal
    throttle-time counters grown by ``ACT_SHARE`` of the load's seconds or more, or (where
@@ -121,7 +121,7 @@ def hold_settled(last: Reading) -> bool:
     return last.power_w >= AT_CAP_SHARE * last.limit_w
 
 
-class Probe:
+class NvmlReader:
     """NVML read for the hold: the clock, the power (averaged and instant), the limit, the
     throttle reasons and counters. ``reason``: why it cannot read (then ``read`` is None)."""
 
@@ -187,7 +187,9 @@ class Probe:
         return nv.read(get, miss, POWER_INSTANT_FIELD)
 
 
-def unsupported_hold(mode: str, probe: Probe | None, device: Any, clock: Any) -> dict[str, Any]:
+def unsupported_hold(
+    mode: str, probe: NvmlReader | None, device: Any, clock: Any
+) -> dict[str, Any]:
     """The record's ``hold`` where nothing was held, and why."""
     if mode == "burst":
         return {"status": "burst", "reason": "--clocks burst: the load was not held"}
@@ -205,7 +207,7 @@ def unsupported_hold(mode: str, probe: Probe | None, device: Any, clock: Any) ->
 Group = Callable[[], float]  # runs one group of samples, returns their seconds of load
 
 
-def hold(probe: Probe, first: Reading, last: Reading, group: Group) -> tuple[Reading, bool]:
+def hold(probe: NvmlReader, first: Reading, last: Reading, group: Group) -> tuple[Reading, bool]:
     """Run ``group`` after group until ``hold_settled`` or ``HOLD_CEILING_SECONDS`` of load:
     (the last reading, whether it settled)."""
     while True:
@@ -257,7 +259,7 @@ def group_size(sample_seconds: float, batch: int) -> int:
 
 
 def settle_pass(
-    probe: Probe,
+    probe: NvmlReader,
     first: Reading,
     sampler: Any,
     step: Callable[[], Any],

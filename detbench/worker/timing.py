@@ -96,7 +96,7 @@ from detbench.worker.sustain import (
     CAPPED_SPAN_SECONDS,
     CLOCK_MODES,
     DEFAULT_CLOCKS,
-    Probe,
+    NvmlReader,
     Reading,
     settle_pass,
     unsupported_hold,
@@ -192,7 +192,7 @@ def relative_half_width(median: float, ci: tuple[float, float]) -> float:
 
 
 @contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
+def torch_threads(n: int) -> Iterator[None]:
     before = torch.get_num_threads()
     if n != before:
         torch.set_num_threads(n)
@@ -215,7 +215,7 @@ def time_step(
     num_threads: int | None = None,
     ceiling_device: str | None = None,
     clocks: str = DEFAULT_CLOCKS,
-    probe: Probe | None = None,
+    probe: NvmlReader | None = None,
 ) -> Timing:
     """Warm up ``step`` until its step time settles (at least ``warmup_steps`` steps unless the
     warm-up's ceiling comes first), then sample it until the 95 % interval of its median step
@@ -232,9 +232,9 @@ def time_step(
     sampler, on_device = _sampler_for(dev, clock)
     watch = ClockWatch(dev if clock is None else None)
     if probe is None and clocks == "sustained" and clock is None and dev is not None:
-        probe = Probe(dev)
+        probe = NvmlReader(dev)
     kind = ceiling_device or (dev.type if dev is not None and clock is None else None)
-    with _torch_threads(threads), on_device:
+    with torch_threads(threads), on_device:
         first = probe.start() if probe is not None and clocks == "sustained" else None
         watch.start()
         warm = warm_up(step, sampler, warmup_steps, budget, target_rel)
@@ -263,7 +263,7 @@ def time_step(
             )
         gpu_clocks = watch.stop()
     return Timing(
-        **_summary(samples, target_rel),
+        **summary_of(samples, target_rel),
         number_per_block=number,
         warmup_steps=warmup_steps,
         budget=budget,
@@ -279,7 +279,7 @@ def time_step(
     )
 
 
-def _summary(samples: list[float], target_rel: float) -> dict[str, Any]:
+def summary_of(samples: list[float], target_rel: float) -> dict[str, Any]:
     """The ``Timing`` fields computed from its samples: the samples, their median and IQR, the
     95 % interval of the median and whether it met ``target_rel`` (the rule's answer, after any
     held pass's samples too)."""
@@ -299,7 +299,7 @@ def _summary(samples: list[float], target_rel: float) -> dict[str, Any]:
 
 
 def _held_pass(
-    probe: Probe,
+    probe: NvmlReader,
     first: Reading,
     watch: ClockWatch,
     step: Callable[[], Any],
