@@ -68,8 +68,17 @@ def prompts(ctx: Any, batch: int, vocab: int, prompt: int) -> torch.Tensor:
     return torch.cat([ref, rest])
 
 
-def build(ctx: Any, batch: int, per_row: bool, vocab: int, dim: int, heads: int, layers: int,
-          prompt: int, new_tokens: int) -> Callable[[], list[torch.Tensor]]:  # fmt: skip
+def build(
+    ctx: Any,
+    batch: int,
+    per_row: bool,
+    vocab: int,
+    dim: int,
+    heads: int,
+    layers: int,
+    prompt: int,
+    new_tokens: int,
+) -> Callable[[], list[torch.Tensor]]:
     """The step: greedy decoding of ``batch`` requests, batched, or each alone (``per_row``: the
     batch of 1's computation for every request, invariant by construction). Its prompts are
     on it as ``step.prompts``."""

@@ -40,15 +40,28 @@ DIFFUSERS, PYG, TIMM = "diffusers", "torch_geometric", "timm"
 
 UNET: Sizes = {
     # 0.18M parameters: 0.08 s a step on one thread of the development CPU.
-    "quick": {"batch": 2, "image": 16, "channels": [16, 32], "norm_groups": 8,
-              "layers_per_block": 1, "down": ["DownBlock2D", "AttnDownBlock2D"],
-              "up": ["AttnUpBlock2D", "UpBlock2D"], "timesteps": 1000},
+    "quick": {
+        "batch": 2,
+        "image": 16,
+        "channels": [16, 32],
+        "norm_groups": 8,
+        "layers_per_block": 1,
+        "down": ["DownBlock2D", "AttnDownBlock2D"],
+        "up": ["AttnUpBlock2D", "UpBlock2D"],
+        "timesteps": 1000,
+    },
     # The DDPM CIFAR-10 UNet's sizes (35.7M parameters), at its training batch of 128.
-    "full": {"batch": 128, "image": 32, "channels": [128, 256, 256, 256], "norm_groups": 32,
-             "layers_per_block": 2,
-             "down": ["DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"],
-             "up": ["UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"], "timesteps": 1000},
-}  # fmt: skip
+    "full": {
+        "batch": 128,
+        "image": 32,
+        "channels": [128, 256, 256, 256],
+        "norm_groups": 32,
+        "layers_per_block": 2,
+        "down": ["DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"],
+        "up": ["UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"],
+        "timesteps": 1000,
+    },
+}
 
 #: A seeded random graph: ``edges`` directed edges between uniformly drawn nodes, Gaussian
 #: features. At full, ogbn-arxiv's sizes (169,343 nodes, 1,166,243 edges, 128 features, 40
@@ -56,10 +69,12 @@ UNET: Sizes = {
 GRAPH: Sizes = {
     "quick": {"nodes": 2000, "edges": 20000, "features": 32, "hidden": 64, "classes": 8},
     "full": {"nodes": 169343, "edges": 1166243, "features": 128, "hidden": 256, "classes": 40},
-}  # fmt: skip
+}
 
-TIMM_CNN: Sizes = {"quick": {"batch": 2, "image": 32, "classes": 10},
-                   "full": {"batch": 128, "image": 224, "classes": 1000}}  # fmt: skip
+TIMM_CNN: Sizes = {
+    "quick": {"batch": 2, "image": 32, "classes": 10},
+    "full": {"batch": 128, "image": 224, "classes": 1000},
+}
 
 
 def define(train: Train, m: Any) -> None:
@@ -72,19 +87,36 @@ def define(train: Train, m: Any) -> None:
     def nodes(s: dict[str, Any]) -> int:
         return int(s["nodes"])
 
-    @train("diffusers_unet2d", DIFFUSERS, UNET, batch,
-           {"model": "diffusers UNet2DModel (GroupNorm, self-attention, nearest upsampling)",
-            "task": "DDPM noise prediction: MSE against the noise of a seeded noisy batch "
-            "(DDPMScheduler.add_noise, linear betas, 1000 steps)",
-            "optimizer": "AdamW(lr=1e-4)", "dtype": "float32"})  # fmt: skip
+    @train(
+        "diffusers_unet2d",
+        DIFFUSERS,
+        UNET,
+        batch,
+        {
+            "model": "diffusers UNet2DModel (GroupNorm, self-attention, nearest upsampling)",
+            "task": (
+                "DDPM noise prediction: MSE against the noise of a seeded noisy batch "
+                "(DDPMScheduler.add_noise, linear betas, 1000 steps)"
+            ),
+            "optimizer": "AdamW(lr=1e-4)",
+            "dtype": "float32",
+        },
+    )
     def diffusers_unet2d(ctx: detbench.Context, **s: Any) -> Any:
         diffusers = m.library(DIFFUSERS)
-        model = m.on_device(ctx, lambda: diffusers.UNet2DModel(
-            sample_size=s["image"], in_channels=3, out_channels=3,
-            block_out_channels=tuple(s["channels"]), norm_num_groups=s["norm_groups"],
-            layers_per_block=s["layers_per_block"],
-            down_block_types=tuple(s["down"]), up_block_types=tuple(s["up"]),
-        ))  # fmt: skip
+        model = m.on_device(
+            ctx,
+            lambda: diffusers.UNet2DModel(
+                sample_size=s["image"],
+                in_channels=3,
+                out_channels=3,
+                block_out_channels=tuple(s["channels"]),
+                norm_num_groups=s["norm_groups"],
+                layers_per_block=s["layers_per_block"],
+                down_block_types=tuple(s["down"]),
+                up_block_types=tuple(s["up"]),
+            ),
+        )
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         scheduler = diffusers.DDPMScheduler(num_train_timesteps=s["timesteps"])
         shape = (s["batch"], 3, s["image"], s["image"])  # (N, C, H, W)
@@ -105,16 +137,31 @@ def define(train: Train, m: Any) -> None:
         return x, edge_index, torch.randint(0, s["classes"], (n,), device=ctx.device)
 
     def gnn(name: str, cls: str, what: str) -> None:
-        @train(name, PYG, GRAPH, nodes,
-               {"model": what, "task": "node classification on a seeded random graph, "
-                "every node labelled", "optimizer": "Adam(lr=0.01, weight_decay=5e-4)",
-                "dtype": "float32"}, attention=False)  # fmt: skip
+        @train(
+            name,
+            PYG,
+            GRAPH,
+            nodes,
+            {
+                "model": what,
+                "task": "node classification on a seeded random graph, every node labelled",
+                "optimizer": "Adam(lr=0.01, weight_decay=5e-4)",
+                "dtype": "float32",
+            },
+            attention=False,
+        )
         def build(ctx: detbench.Context, **s: Any) -> Any:
             models = m.library(PYG).nn.models
-            model = m.on_device(ctx, lambda: getattr(models, cls)(
-                in_channels=s["features"], hidden_channels=s["hidden"], num_layers=2,
-                out_channels=s["classes"], dropout=0.5,
-            ))  # fmt: skip
+            model = m.on_device(
+                ctx,
+                lambda: getattr(models, cls)(
+                    in_channels=s["features"],
+                    hidden_channels=s["hidden"],
+                    num_layers=2,
+                    out_channels=s["classes"],
+                    dropout=0.5,
+                ),
+            )
             opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
             x, edge_index, y = graph(ctx, s)
             return m.training_step(model, opt, lambda: F.cross_entropy(model(x, edge_index), y))
@@ -131,16 +178,30 @@ def define(train: Train, m: Any) -> None:
         "PyTorch Geometric GraphSAGE: 2 SAGEConv layers (mean aggregation), ReLU, dropout 0.5",
     )
 
-    @train("timm_mobilenetv3", TIMM, TIMM_CNN, batch,
-           {"model": "timm mobilenetv3_large_100, pretrained=False (depthwise convolutions, "
-            "squeeze-excitation, hard-swish, BatchNorm)",
+    @train(
+        "timm_mobilenetv3",
+        TIMM,
+        TIMM_CNN,
+        batch,
+        {
+            "model": (
+                "timm mobilenetv3_large_100, pretrained=False (depthwise convolutions, "
+                "squeeze-excitation, hard-swish, BatchNorm)"
+            ),
             "task": "image classification, label smoothing 0.1",
-            "optimizer": "AdamW(lr=1e-3, weight_decay=0.05)", "dtype": "float32"},
-           attention=False)  # fmt: skip
+            "optimizer": "AdamW(lr=1e-3, weight_decay=0.05)",
+            "dtype": "float32",
+        },
+        attention=False,
+    )
     def timm_mobilenetv3(ctx: detbench.Context, **s: Any) -> Any:
         timm = m.library(TIMM)
-        model = m.on_device(ctx, lambda: timm.create_model(
-            "mobilenetv3_large_100", pretrained=False, num_classes=s["classes"]))  # fmt: skip
+        model = m.on_device(
+            ctx,
+            lambda: timm.create_model(
+                "mobilenetv3_large_100", pretrained=False, num_classes=s["classes"]
+            ),
+        )
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
         x = torch.randn(s["batch"], 3, s["image"], s["image"], device=ctx.device)
         y = torch.randint(0, s["classes"], (s["batch"],), device=ctx.device)

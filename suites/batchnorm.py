@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -38,42 +38,45 @@ class Case:
     channels_last: bool = False
 
 
+class Shapes(TypedDict):
+    """An activation's shape (N, C, *spatial) at each profile, shared by several cases."""
+
+    quick: tuple[int, ...]
+    full: tuple[int, ...]
+
+
+# ResNet-50 conv2_x block output: 256 channels at 56x56. (N, C, H, W).
+RESNET50_CONV2: Shapes = {"quick": (4, 64, 28, 28), "full": (64, 256, 56, 56)}
+# R3D-18 conv2_x (video): 64 channels, 8 frames of 56x56. (N, C, T, H, W).
+R3D18_CONV2: Shapes = {"quick": (1, 16, 4, 14, 14), "full": (8, 64, 8, 56, 56)}
+
 CASES: dict[str, Case] = {
     # SimCLR projection head: BatchNorm1d on 2048 features, batch 4096. (N, C): native kernels.
     "batchnorm1d_train_simclr_head": Case(
-        nn.BatchNorm1d, "SimCLR projection head", True,
-        quick=(256, 256), full=(4096, 2048),
+        nn.BatchNorm1d, "SimCLR projection head", train=True, quick=(256, 256), full=(4096, 2048)
     ),
     # QuartzNet 15x5 (speech): 512 channels over 800 frames (16 s at 20 ms). (N, C, L).
     "batchnorm1d_train_quartznet": Case(
-        nn.BatchNorm1d, "QuartzNet 15x5 block", True,
-        quick=(4, 64, 128), full=(32, 512, 800),
+        nn.BatchNorm1d, "QuartzNet 15x5 block", train=True, quick=(4, 64, 128), full=(32, 512, 800)
     ),
-    # ResNet-50 conv2_x block output: 256 channels at 56x56. (N, C, H, W).
     "batchnorm2d_train_resnet50_stage1": Case(
-        nn.BatchNorm2d, "ResNet-50 conv2_x", True,
-        quick=(4, 64, 28, 28), full=(64, 256, 56, 56),
+        nn.BatchNorm2d, "ResNet-50 conv2_x", train=True, **RESNET50_CONV2
     ),
     # The same in channels-last memory, as mixed-precision ResNet training recipes use.
     "batchnorm2d_train_resnet50_stage1_channels_last": Case(
-        nn.BatchNorm2d, "ResNet-50 conv2_x", True,
-        quick=(4, 64, 28, 28), full=(64, 256, 56, 56), channels_last=True,
+        nn.BatchNorm2d, "ResNet-50 conv2_x", train=True, **RESNET50_CONV2, channels_last=True
     ),
-    # R3D-18 conv2_x (video): 64 channels, 8 frames of 56x56. (N, C, T, H, W).
     "batchnorm3d_train_r3d18_stage1": Case(
-        nn.BatchNorm3d, "R3D-18 conv2_x", True,
-        quick=(1, 16, 4, 14, 14), full=(8, 64, 8, 56, 56),
+        nn.BatchNorm3d, "R3D-18 conv2_x", train=True, **R3D18_CONV2
     ),
     # Inference (or frozen-BN fine-tuning) on the same activations: a per-channel affine map.
     "batchnorm2d_eval_resnet50_stage1": Case(
-        nn.BatchNorm2d, "ResNet-50 conv2_x", False,
-        quick=(4, 64, 28, 28), full=(64, 256, 56, 56),
+        nn.BatchNorm2d, "ResNet-50 conv2_x", train=False, **RESNET50_CONV2
     ),
     "batchnorm3d_eval_r3d18_stage1": Case(
-        nn.BatchNorm3d, "R3D-18 conv2_x", False,
-        quick=(1, 16, 4, 14, 14), full=(8, 64, 8, 56, 56),
+        nn.BatchNorm3d, "R3D-18 conv2_x", train=False, **R3D18_CONV2
     ),
-}  # fmt: skip
+}
 
 
 def bytes_per_step(shape: tuple[int, ...], train: bool) -> int:

@@ -59,10 +59,12 @@ CASES: dict[str, Case] = {
     # Mixture-of-experts FFN up-projection, experts batched: 8 experts x 4096 tokens each,
     # d_model 1024 -> d_ff 4096. Large and compute-bound.
     "bmm_moe_experts_fp32": Case(
-        torch.float32, "MoE expert FFN (8 experts)",
-        quick=Size(4, 128, 64, 256), full=Size(8, 4096, 1024, 4096),
+        torch.float32,
+        "MoE expert FFN (8 experts)",
+        quick=Size(4, 128, 64, 256),
+        full=Size(8, 4096, 1024, 4096),
     ),
-}  # fmt: skip
+}
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -84,10 +84,15 @@ CONV = {
     loss_output=0,
     fingerprint_steps=TRAIN_STEPS,
     distributed=True,
-    params={"model": "3-stage conv-BN-ReLU classifier", "classes": 10,
-            "optimizer": "SGD(lr=0.05, momentum=0.9)", "dtype": "float32", "batch": "per rank",
-            **CONV},
-)  # fmt: skip
+    params={
+        "model": "3-stage conv-BN-ReLU classifier",
+        "classes": 10,
+        "optimizer": "SGD(lr=0.05, momentum=0.9)",
+        "dtype": "float32",
+        "batch": "per rank",
+        **CONV,
+    },
+)
 def ddp_convnet(ctx: detbench.Context) -> Any:
     size = CONV[ctx.profile]
     model = ctx.ddp(ConvNet(size["width"], classes=10).to(ctx.device).train())
@@ -144,9 +149,14 @@ BLOCK = {
     fingerprint_steps=TRAIN_STEPS,
     distributed=True,
     attention=True,
-    params={"model": "pre-LN Transformer block, causal SDPA", "optimizer": "AdamW(lr=1e-3)",
-            "dtype": "float32", "items": "tokens per rank", **BLOCK},
-)  # fmt: skip
+    params={
+        "model": "pre-LN Transformer block, causal SDPA",
+        "optimizer": "AdamW(lr=1e-3)",
+        "dtype": "float32",
+        "items": "tokens per rank",
+        **BLOCK,
+    },
+)
 def ddp_transformer_block(ctx: detbench.Context) -> Any:
     size = BLOCK[ctx.profile]
     model = ctx.ddp(Block(size["dim"], size["heads"]).to(ctx.device).train())
@@ -176,9 +186,8 @@ ALLREDUCE = {"quick": {"numel": 1 << 16}, "full": {"numel": 25_557_032}}
     items_per_step={p: s["numel"] for p, s in ALLREDUCE.items()},
     bytes_per_step={p: 4 * s["numel"] for p, s in ALLREDUCE.items()},
     distributed=True,
-    params={"op": "all_reduce(SUM)", "dtype": "float32", "items": "elements per rank",
-            **ALLREDUCE},
-)  # fmt: skip
+    params={"op": "all_reduce(SUM)", "dtype": "float32", "items": "elements per rank", **ALLREDUCE},
+)
 def allreduce_gradient(ctx: detbench.Context) -> Any:
     import torch.distributed as dist
 

@@ -92,26 +92,50 @@ def _batch(s: dict[str, Any]) -> int:
     return int(s["batch"])
 
 
+def _sizes(**quick_full: tuple[Any, Any]) -> Sizes:
+    """The sizes of each profile, from each size's (quick, full) pair, in the order given."""
+    return {
+        "quick": {k: quick for k, (quick, _) in quick_full.items()},
+        "full": {k: full for k, (_, full) in quick_full.items()},
+    }
+
+
 # --- Transformers: decoders --------------------------------------------------------------------
 
-GPT2: Sizes = {
-    "quick": {"batch": 2, "seq": 32, "n_embd": 32, "n_layer": 2, "n_head": 2, "vocab": 256},
-    "full": {"batch": 8, "seq": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
-             "vocab": 50257},  # GPT-2 small, 124M parameters
-}  # fmt: skip
+# At full, GPT-2 small: 124M parameters.
+GPT2: Sizes = _sizes(
+    batch=(2, 8),
+    seq=(32, 1024),
+    n_embd=(32, 768),
+    n_layer=(2, 12),
+    n_head=(2, 12),
+    vocab=(256, 50257),
+)
 
 
 def _gpt2(ctx: detbench.Context, s: dict[str, Any]) -> Any:
     config = _m.library(TF).GPT2Config(
-        n_embd=s["n_embd"], n_layer=s["n_layer"], n_head=s["n_head"], vocab_size=s["vocab"],
+        n_embd=s["n_embd"],
+        n_layer=s["n_layer"],
+        n_head=s["n_head"],
+        vocab_size=s["vocab"],
         n_positions=max(1024, s["seq"]),
-    )  # fmt: skip
+    )
     return _m.hf_model(ctx, "AutoModelForCausalLM", config, "sdpa")
 
 
-@_train("gpt2_lm", TF, GPT2, _tokens,
-        {"model": "GPT-2 (GPT2LMHeadModel), dropout 0.1", "task": "causal LM",
-         "optimizer": "AdamW(lr=3e-4)", "dtype": "float32"})  # fmt: skip
+@_train(
+    "gpt2_lm",
+    TF,
+    GPT2,
+    _tokens,
+    {
+        "model": "GPT-2 (GPT2LMHeadModel), dropout 0.1",
+        "task": "causal LM",
+        "optimizer": "AdamW(lr=3e-4)",
+        "dtype": "float32",
+    },
+)
 def gpt2_lm(ctx: detbench.Context, **s: Any) -> Any:
     model = _gpt2(ctx, s)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
@@ -119,24 +143,41 @@ def gpt2_lm(ctx: detbench.Context, **s: Any) -> Any:
     return _m.training_step(model, opt, lambda: model(input_ids=ids, labels=ids).loss)
 
 
-LLAMA: Sizes = {
-    "quick": {"batch": 2, "seq": 32, "hidden": 32, "intermediate": 64, "layers": 2,
-              "heads": 4, "kv_heads": 2, "vocab": 256},
-    "full": {"batch": 8, "seq": 1024, "hidden": 768, "intermediate": 2048, "layers": 12,
-             "heads": 12, "kv_heads": 4, "vocab": 32000},  # 125M parameters
-}  # fmt: skip
+# At full, 125M parameters.
+LLAMA: Sizes = _sizes(
+    batch=(2, 8),
+    seq=(32, 1024),
+    hidden=(32, 768),
+    intermediate=(64, 2048),
+    layers=(2, 12),
+    heads=(4, 12),
+    kv_heads=(2, 4),
+    vocab=(256, 32000),
+)
 
 
-@_train("llama_lm", TF, LLAMA, _tokens,
-        {"model": "Llama (LlamaForCausalLM): RMSNorm, rotary, SwiGLU, grouped-query attention",
-         "task": "causal LM", "optimizer": "AdamW(lr=3e-4)", "dtype": "float32"})  # fmt: skip
+@_train(
+    "llama_lm",
+    TF,
+    LLAMA,
+    _tokens,
+    {
+        "model": "Llama (LlamaForCausalLM): RMSNorm, rotary, SwiGLU, grouped-query attention",
+        "task": "causal LM",
+        "optimizer": "AdamW(lr=3e-4)",
+        "dtype": "float32",
+    },
+)
 def llama_lm(ctx: detbench.Context, **s: Any) -> Any:
     config = _m.library(TF).LlamaConfig(
-        hidden_size=s["hidden"], intermediate_size=s["intermediate"],
-        num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-        num_key_value_heads=s["kv_heads"], vocab_size=s["vocab"],
+        hidden_size=s["hidden"],
+        intermediate_size=s["intermediate"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=s["kv_heads"],
+        vocab_size=s["vocab"],
         max_position_embeddings=max(2048, s["seq"]),
-    )  # fmt: skip
+    )
     model = _m.hf_model(ctx, "AutoModelForCausalLM", config, "sdpa")
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), device=ctx.device)
@@ -145,23 +186,39 @@ def llama_lm(ctx: detbench.Context, **s: Any) -> Any:
 
 # --- Transformers: encoders --------------------------------------------------------------------
 
-BERT: Sizes = {
-    "quick": {"batch": 4, "seq": 32, "hidden": 32, "layers": 2, "heads": 2,
-              "intermediate": 64, "vocab": 256},
-    "full": {"batch": 32, "seq": 128, "hidden": 768, "layers": 12, "heads": 12,
-             "intermediate": 3072, "vocab": 30522},  # BERT-base, GLUE-style fine-tuning
-}  # fmt: skip
+# At full, BERT-base, GLUE-style fine-tuning.
+BERT: Sizes = _sizes(
+    batch=(4, 32),
+    seq=(32, 128),
+    hidden=(32, 768),
+    layers=(2, 12),
+    heads=(2, 12),
+    intermediate=(64, 3072),
+    vocab=(256, 30522),
+)
 
 
-@_train("bert_classify", TF, BERT, _batch,
-        {"model": "BERT (BertForSequenceClassification), dropout 0.1",
-         "task": "2-class sequence classification, padded batch (lengths seq/2 to seq)",
-         "optimizer": "AdamW(lr=2e-5)", "dtype": "float32"})  # fmt: skip
+@_train(
+    "bert_classify",
+    TF,
+    BERT,
+    _batch,
+    {
+        "model": "BERT (BertForSequenceClassification), dropout 0.1",
+        "task": "2-class sequence classification, padded batch (lengths seq/2 to seq)",
+        "optimizer": "AdamW(lr=2e-5)",
+        "dtype": "float32",
+    },
+)
 def bert_classify(ctx: detbench.Context, **s: Any) -> Any:
     config = _m.library(TF).BertConfig(
-        hidden_size=s["hidden"], num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-        intermediate_size=s["intermediate"], vocab_size=s["vocab"], num_labels=2,
-    )  # fmt: skip
+        hidden_size=s["hidden"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        intermediate_size=s["intermediate"],
+        vocab_size=s["vocab"],
+        num_labels=2,
+    )
     model = _m.hf_model(ctx, "AutoModelForSequenceClassification", config, "sdpa")
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5)
     n, t = s["batch"], s["seq"]
@@ -177,12 +234,17 @@ def bert_classify(ctx: detbench.Context, **s: Any) -> Any:
     return _m.training_step(model, opt, loss)
 
 
-VIT: Sizes = {
-    "quick": {"batch": 4, "image": 32, "patch": 8, "hidden": 32, "layers": 2, "heads": 2,
-              "intermediate": 64, "classes": 10},
-    "full": {"batch": 32, "image": 224, "patch": 16, "hidden": 768, "layers": 12, "heads": 12,
-             "intermediate": 3072, "classes": 1000},  # ViT-B/16
-}  # fmt: skip
+# At full, ViT-B/16.
+VIT: Sizes = _sizes(
+    batch=(4, 32),
+    image=(32, 224),
+    patch=(8, 16),
+    hidden=(32, 768),
+    layers=(2, 12),
+    heads=(2, 12),
+    intermediate=(64, 3072),
+    classes=(10, 1000),
+)
 
 
 def _images(ctx: detbench.Context, s: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,33 +252,57 @@ def _images(ctx: detbench.Context, s: dict[str, Any]) -> tuple[torch.Tensor, tor
     return x, torch.randint(0, s["classes"], (s["batch"],), device=ctx.device)
 
 
-@_train("vit_classify", TF, VIT, _batch,
-        {"model": "ViT (ViTForImageClassification)", "task": "image classification",
-         "optimizer": "AdamW(lr=1e-4)", "dtype": "float32"})  # fmt: skip
+@_train(
+    "vit_classify",
+    TF,
+    VIT,
+    _batch,
+    {
+        "model": "ViT (ViTForImageClassification)",
+        "task": "image classification",
+        "optimizer": "AdamW(lr=1e-4)",
+        "dtype": "float32",
+    },
+)
 def vit_classify(ctx: detbench.Context, **s: Any) -> Any:
     config = _m.library(TF).ViTConfig(
-        image_size=s["image"], patch_size=s["patch"], hidden_size=s["hidden"],
-        num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
-        intermediate_size=s["intermediate"], num_labels=s["classes"],
-    )  # fmt: skip
+        image_size=s["image"],
+        patch_size=s["patch"],
+        hidden_size=s["hidden"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        intermediate_size=s["intermediate"],
+        num_labels=s["classes"],
+    )
     model = _m.hf_model(ctx, "AutoModelForImageClassification", config, "sdpa")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x, y = _images(ctx, s)
     return _m.training_step(model, opt, lambda: model(pixel_values=x, labels=y).loss)
 
 
-CONVNEXT: Sizes = {
-    "quick": {"batch": 4, "image": 32, "depths": [1, 1, 1, 1], "widths": [8, 16, 32, 64],
-              "classes": 10},
-    "full": {"batch": 32, "image": 224, "depths": [3, 3, 9, 3], "widths": [96, 192, 384, 768],
-             "classes": 1000},  # ConvNeXt-T
-}  # fmt: skip
+# At full, ConvNeXt-T.
+CONVNEXT: Sizes = _sizes(
+    batch=(4, 32),
+    image=(32, 224),
+    depths=([1, 1, 1, 1], [3, 3, 9, 3]),
+    widths=([8, 16, 32, 64], [96, 192, 384, 768]),
+    classes=(10, 1000),
+)
 
 
-@_train("convnext_classify", TF, CONVNEXT, _batch,
-        {"model": "ConvNeXt (ConvNextForImageClassification): depthwise 7x7 convolutions, "
-         "LayerNorm", "task": "image classification", "optimizer": "AdamW(lr=1e-4)",
-         "dtype": "float32"}, attention=False)  # fmt: skip
+@_train(
+    "convnext_classify",
+    TF,
+    CONVNEXT,
+    _batch,
+    {
+        "model": "ConvNeXt (ConvNextForImageClassification): depthwise 7x7 convolutions, LayerNorm",
+        "task": "image classification",
+        "optimizer": "AdamW(lr=1e-4)",
+        "dtype": "float32",
+    },
+    attention=False,
+)
 def convnext_classify(ctx: detbench.Context, **s: Any) -> Any:
     config = _m.library(TF).ConvNextConfig(
         depths=s["depths"],
@@ -233,27 +319,52 @@ def convnext_classify(ctx: detbench.Context, **s: Any) -> Any:
 
 # --- Transformers: an encoder-decoder ----------------------------------------------------------
 
-WHISPER: Sizes = {
-    "quick": {"batch": 2, "d_model": 32, "layers": 1, "heads": 2, "ffn": 64, "mels": 16,
-              "frames": 64, "target": 8, "vocab": 256},
-    "full": {"batch": 8, "d_model": 512, "layers": 6, "heads": 8, "ffn": 2048, "mels": 80,
-             "frames": 3000, "target": 128, "vocab": 51865},  # Whisper-base: 30 s of audio
-}  # fmt: skip
+# At full, Whisper-base: 30 s of audio.
+WHISPER: Sizes = _sizes(
+    batch=(2, 8),
+    d_model=(32, 512),
+    layers=(1, 6),
+    heads=(2, 8),
+    ffn=(64, 2048),
+    mels=(16, 80),
+    frames=(64, 3000),
+    target=(8, 128),
+    vocab=(256, 51865),
+)
 
 
-@_train("whisper_seq2seq", TF, WHISPER, _batch,
-        {"model": "Whisper (WhisperForConditionalGeneration), encoder-decoder",
-         "task": "speech to text on random log-mel features", "optimizer": "AdamW(lr=1e-4)",
-         "dtype": "float32"})  # fmt: skip
+@_train(
+    "whisper_seq2seq",
+    TF,
+    WHISPER,
+    _batch,
+    {
+        "model": "Whisper (WhisperForConditionalGeneration), encoder-decoder",
+        "task": "speech to text on random log-mel features",
+        "optimizer": "AdamW(lr=1e-4)",
+        "dtype": "float32",
+    },
+)
 def whisper_seq2seq(ctx: detbench.Context, **s: Any) -> Any:
     config = _m.library(TF).WhisperConfig(
-        d_model=s["d_model"], encoder_layers=s["layers"], decoder_layers=s["layers"],
-        encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"],
-        encoder_ffn_dim=s["ffn"], decoder_ffn_dim=s["ffn"], num_mel_bins=s["mels"],
-        max_source_positions=s["frames"] // 2, max_target_positions=max(448, s["target"]),
-        vocab_size=s["vocab"], pad_token_id=0, bos_token_id=1, eos_token_id=2,
-        decoder_start_token_id=1, suppress_tokens=[], begin_suppress_tokens=[],
-    )  # fmt: skip
+        d_model=s["d_model"],
+        encoder_layers=s["layers"],
+        decoder_layers=s["layers"],
+        encoder_attention_heads=s["heads"],
+        decoder_attention_heads=s["heads"],
+        encoder_ffn_dim=s["ffn"],
+        decoder_ffn_dim=s["ffn"],
+        num_mel_bins=s["mels"],
+        max_source_positions=s["frames"] // 2,
+        max_target_positions=max(448, s["target"]),
+        vocab_size=s["vocab"],
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        suppress_tokens=[],
+        begin_suppress_tokens=[],
+    )
     model = _m.hf_model(ctx, "AutoModelForSpeechSeq2Seq", config, "sdpa")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     feats = torch.randn(s["batch"], s["mels"], s["frames"], device=ctx.device)  # (N, mels, T)
@@ -268,23 +379,32 @@ def whisper_seq2seq(ctx: detbench.Context, **s: Any) -> Any:
 GEN_SIZES = (1, 2, 4, 8, 16)
 GENERATE: Sizes = {
     "quick": {**GPT2["quick"], "prompt": 8, "new_tokens": 8},
-    "full": {**{k: v for k, v in GPT2["full"].items() if k not in ("batch", "seq")},
-             "prompt": 128, "new_tokens": 32},
-}  # fmt: skip
+    "full": {
+        **{k: v for k, v in GPT2["full"].items() if k not in ("batch", "seq")},
+        "prompt": 128,
+        "new_tokens": 32,
+    },
+}
 GENERATE["quick"] = {k: v for k, v in GENERATE["quick"].items() if k not in ("batch", "seq")}
 
 
 @detbench.workload(
     suite="models",
-    items_per_step=lambda ctx: (ctx.batch_size or GEN_SIZES[-1])
-    * GENERATE[ctx.profile]["new_tokens"],  # tokens generated
+    # tokens generated
+    items_per_step=lambda ctx: (
+        (ctx.batch_size or GEN_SIZES[-1]) * GENERATE[ctx.profile]["new_tokens"]
+    ),
     batch_sizes=GEN_SIZES,
     autocast=True,
     attention=True,
-    params={"library": TF, "model": "GPT-2 (GPT2LMHeadModel), eval", "task": "inference: "
-            "greedy generate() with the KV cache, prompts of equal length", "dtype": "float32",
-            **GENERATE},
-)  # fmt: skip
+    params={
+        "library": TF,
+        "model": "GPT-2 (GPT2LMHeadModel), eval",
+        "task": "inference: greedy generate() with the KV cache, prompts of equal length",
+        "dtype": "float32",
+        **GENERATE,
+    },
+)
 def gpt2_generate(ctx: detbench.Context) -> Any:
     s = GENERATE[ctx.profile]
     model = _gpt2(ctx, {**s, "seq": s["prompt"] + s["new_tokens"]}).eval()
@@ -297,10 +417,17 @@ def gpt2_generate(ctx: detbench.Context) -> Any:
 
     def step() -> list[torch.Tensor]:
         out = model.generate(
-            input_ids=prompts, attention_mask=mask, do_sample=False, use_cache=True,
-            max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=0,
-            return_dict_in_generate=True, output_logits=True,
-        )  # fmt: skip
+            input_ids=prompts,
+            attention_mask=mask,
+            do_sample=False,
+            use_cache=True,
+            max_new_tokens=new,
+            min_new_tokens=new,
+            eos_token_id=None,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
         return [out.sequences[:, prompts.shape[1] :], out.logits[-1]]
 
     return step
@@ -308,25 +435,43 @@ def gpt2_generate(ctx: detbench.Context) -> Any:
 
 # --- torchvision --------------------------------------------------------------------------------
 
-TV_CNN: Sizes = {"quick": {"batch": 2, "image": 32, "classes": 10},
-                 "full": {"batch": 64, "image": 224, "classes": 1000}}  # fmt: skip
-TV_VIT: Sizes = {
-    "quick": {"batch": 2, "image": 32, "patch": 8, "layers": 2, "heads": 2, "hidden": 32,
-              "mlp": 64, "classes": 10},
-    "full": {"batch": 32, "image": 224, "patch": 16, "layers": 12, "heads": 12, "hidden": 768,
-             "mlp": 3072, "classes": 1000},  # vit_b_16's own sizes
-}  # fmt: skip
+TV_CNN: Sizes = _sizes(
+    batch=(2, 64),
+    image=(32, 224),
+    classes=(10, 1000),
+)
+# At full, vit_b_16's own sizes.
+TV_VIT: Sizes = _sizes(
+    batch=(2, 32),
+    image=(32, 224),
+    patch=(8, 16),
+    layers=(2, 12),
+    heads=(2, 12),
+    hidden=(32, 768),
+    mlp=(64, 3072),
+    classes=(10, 1000),
+)
 
 
 def _cnn(name: str, model_fn: str, what: str) -> None:
-    @_train(name, TV, TV_CNN, _batch,
-            {"model": what, "task": "image classification",
-             "optimizer": "SGD(lr=0.1, momentum=0.9, weight_decay=1e-4)", "dtype": "float32"},
-            attention=False)  # fmt: skip
+    @_train(
+        name,
+        TV,
+        TV_CNN,
+        _batch,
+        {
+            "model": what,
+            "task": "image classification",
+            "optimizer": "SGD(lr=0.1, momentum=0.9, weight_decay=1e-4)",
+            "dtype": "float32",
+        },
+        attention=False,
+    )
     def build(ctx: detbench.Context, **s: Any) -> Any:
         models = _m.library(TV).models
-        model = _m.on_device(ctx, lambda: getattr(models, model_fn)(
-            weights=None, num_classes=s["classes"]))  # fmt: skip
+        model = _m.on_device(
+            ctx, lambda: getattr(models, model_fn)(weights=None, num_classes=s["classes"])
+        )
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
         x, y = _images(ctx, s)
         return _m.training_step(model, opt, lambda: F.cross_entropy(model(x), y))
@@ -340,17 +485,32 @@ _cnn(
 )
 
 
-@_train("tv_vit_b_16", TV, TV_VIT, _batch,
-        {"model": "torchvision VisionTransformer (vit_b_16 at full; nn.MultiheadAttention)",
-         "task": "image classification", "optimizer": "AdamW(lr=1e-4)",
-         "dtype": "float32"})  # fmt: skip
+@_train(
+    "tv_vit_b_16",
+    TV,
+    TV_VIT,
+    _batch,
+    {
+        "model": "torchvision VisionTransformer (vit_b_16 at full; nn.MultiheadAttention)",
+        "task": "image classification",
+        "optimizer": "AdamW(lr=1e-4)",
+        "dtype": "float32",
+    },
+)
 def tv_vit_b_16(ctx: detbench.Context, **s: Any) -> Any:
     vit = _m.library(TV).models.vision_transformer.VisionTransformer
-    model = _m.on_device(ctx, lambda: vit(
-        image_size=s["image"], patch_size=s["patch"], num_layers=s["layers"],
-        num_heads=s["heads"], hidden_dim=s["hidden"], mlp_dim=s["mlp"],
-        num_classes=s["classes"],
-    ))  # fmt: skip
+    model = _m.on_device(
+        ctx,
+        lambda: vit(
+            image_size=s["image"],
+            patch_size=s["patch"],
+            num_layers=s["layers"],
+            num_heads=s["heads"],
+            hidden_dim=s["hidden"],
+            mlp_dim=s["mlp"],
+            num_classes=s["classes"],
+        ),
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x, y = _images(ctx, s)
     return _m.training_step(model, opt, lambda: F.cross_entropy(model(x), y))

@@ -83,8 +83,9 @@ def _recipe(recipe: str, variant: str, items: int, **params: Any) -> Callable[[A
 # --- seeding -----------------------------------------------------------------------------------
 
 
-def _train_epoch(model: nn.Module, opt: torch.optim.Optimizer, x: np.ndarray, y: np.ndarray,
-                 device: torch.device) -> list[torch.Tensor]:  # fmt: skip
+def _train_epoch(
+    model: nn.Module, opt: torch.optim.Optimizer, x: np.ndarray, y: np.ndarray, device: torch.device
+) -> list[torch.Tensor]:
     order = torch.randperm(N).numpy()  # torch's global generator
     losses = []
     for start in range(0, N, BATCH):
@@ -160,9 +161,13 @@ def _loader(workers: int, seeded_generator: bool, init_fn: bool) -> DataLoader[A
         g = torch.Generator()
         g.manual_seed(SEED)
     return DataLoader(
-        AugmentedDataset(), batch_size=BATCH, shuffle=True, num_workers=workers,
-        worker_init_fn=seed_worker if init_fn else None, generator=g,
-    )  # fmt: skip
+        AugmentedDataset(),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        worker_init_fn=seed_worker if init_fn else None,
+        generator=g,
+    )
 
 
 @_recipe("dataloader", "nothing_seeded", N, num_workers=2)
@@ -238,8 +243,9 @@ def _set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def _train_steps(model: nn.Module, opt: torch.optim.Optimizer, steps: int,
-                 device: torch.device) -> list[torch.Tensor]:  # fmt: skip
+def _train_steps(
+    model: nn.Module, opt: torch.optim.Optimizer, steps: int, device: torch.device
+) -> list[torch.Tensor]:
     x, y = _data()
     losses = []
     for _ in range(steps):
@@ -290,8 +296,7 @@ def _resume_whole(ctx: detbench.Context) -> Any:
     return lambda: _uninterrupted(ctx.device)
 
 
-@_recipe("resume", "without_rng_state", RESUME_STEPS * BATCH,
-         compare_with="resume__uninterrupted")  # fmt: skip
+@_recipe("resume", "without_rng_state", RESUME_STEPS * BATCH, compare_with="resume__uninterrupted")
 def _resume_plain(ctx: detbench.Context) -> Any:
     return lambda: _resumed(ctx.device, keep_rng=False)
 
@@ -307,11 +312,17 @@ def _resume_rng(ctx: detbench.Context) -> Any:
 def _convnet(device: torch.device) -> tuple[nn.Module, torch.Tensor]:
     seed_everything(SEED)
     model = nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.GELU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
-    ).to(device).eval()  # fmt: skip
-    return model, torch.randn(8, 3, 32, 32, device=device)
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.GELU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
+    return model.to(device).eval(), torch.randn(8, 3, 32, 32, device=device)
 
 
 @_recipe("inference", "eager", 8)

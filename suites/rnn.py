@@ -52,40 +52,71 @@ QUICK = Size(batch=8, seq=16, input=32, hidden=64)
 CASES: dict[str, Case] = {
     # Elman RNN language model: two tanh layers, 1024 wide.
     "rnn_tanh_2layer": Case(
-        nn.RNN, "Elman RNN language model", 2, False,
-        quick=QUICK, full=Size(64, 256, 512, 1024), nonlinearity="tanh",
+        nn.RNN,
+        "Elman RNN language model",
+        layers=2,
+        bidirectional=False,
+        quick=QUICK,
+        full=Size(64, 256, 512, 1024),
+        nonlinearity="tanh",
     ),
     # DeepSpeech2's recurrent layers: simple bidirectional RNNs with a ReLU.
     "rnn_relu_bidir_2layer": Case(
-        nn.RNN, "DeepSpeech2 recurrent layers", 2, True,
-        quick=QUICK, full=Size(64, 256, 1024, 1024), nonlinearity="relu",
+        nn.RNN,
+        "DeepSpeech2 recurrent layers",
+        layers=2,
+        bidirectional=True,
+        quick=QUICK,
+        full=Size(64, 256, 1024, 1024),
+        nonlinearity="relu",
     ),
     # GNMT-style stack: LSTM, 1024 wide, on 128-token sentences.
     "lstm_2layer": Case(
-        nn.LSTM, "GNMT-style LSTM stack", 2, False,
-        quick=QUICK, full=Size(64, 128, 1024, 1024),
+        nn.LSTM,
+        "GNMT-style LSTM stack",
+        layers=2,
+        bidirectional=False,
+        quick=QUICK,
+        full=Size(64, 128, 1024, 1024),
     ),
     # Bidirectional LSTM encoder (speech frames or tokens), 512 per direction.
     "lstm_bidir_2layer": Case(
-        nn.LSTM, "bidirectional LSTM encoder", 2, True,
-        quick=QUICK, full=Size(64, 256, 512, 512),
+        nn.LSTM,
+        "bidirectional LSTM encoder",
+        layers=2,
+        bidirectional=True,
+        quick=QUICK,
+        full=Size(64, 256, 512, 512),
     ),
     # GRU language model, 1024 wide.
     "gru_2layer": Case(
-        nn.GRU, "GRU language model", 2, False,
-        quick=QUICK, full=Size(64, 256, 512, 1024),
+        nn.GRU,
+        "GRU language model",
+        layers=2,
+        bidirectional=False,
+        quick=QUICK,
+        full=Size(64, 256, 512, 1024),
     ),
     # RNNsearch encoder widths (620-d embeddings, 1000 per direction), two layers.
     "gru_bidir_2layer": Case(
-        nn.GRU, "RNNsearch-sized bidirectional GRU encoder", 2, True,
-        quick=QUICK, full=Size(64, 128, 620, 1000),
+        nn.GRU,
+        "RNNsearch-sized bidirectional GRU encoder",
+        layers=2,
+        bidirectional=True,
+        quick=QUICK,
+        full=Size(64, 128, 620, 1000),
     ),
     # The bidirectional LSTM encoder on a batch of unsorted, variable-length sequences.
     "lstm_bidir_packed": Case(
-        nn.LSTM, "bidirectional LSTM encoder (variable lengths)", 2, True,
-        quick=QUICK, full=Size(64, 256, 512, 512), packed=True,
+        nn.LSTM,
+        "bidirectional LSTM encoder (variable lengths)",
+        layers=2,
+        bidirectional=True,
+        quick=QUICK,
+        full=Size(64, 256, 512, 512),
+        packed=True,
     ),
-}  # fmt: skip
+}
 
 
 GATES = {nn.RNN: 1, nn.LSTM: 4, nn.GRU: 3}

@@ -102,10 +102,14 @@ RESNET = {
     loss_output=0,
     fingerprint_steps=TRAIN_STEPS,
     autocast=True,
-    params={"model": "ResNet-18 (CIFAR stem)", "classes": 10,
-            "optimizer": "SGD(lr=0.1, momentum=0.9, weight_decay=5e-4)", "dtype": "float32",
-            **RESNET},
-)  # fmt: skip
+    params={
+        "model": "ResNet-18 (CIFAR stem)",
+        "classes": 10,
+        "optimizer": "SGD(lr=0.1, momentum=0.9, weight_decay=5e-4)",
+        "dtype": "float32",
+        **RESNET,
+    },
+)
 def resnet18_cifar(ctx: detbench.Context) -> Any:
     size = RESNET[ctx.profile]
     model = ResNet(size["width"], size["blocks"], classes=10).to(ctx.device).train()
@@ -172,9 +176,13 @@ def _lstm_lm_flops(ctx: detbench.Context) -> int:
     loss_output=0,
     fingerprint_steps=TRAIN_STEPS,
     autocast=True,
-    params={"model": "2-layer LSTM LM, dropout 0.5",
-            "optimizer": "SGD(lr=1) + clip_grad_norm(0.25)", "dtype": "float32", **LSTM_LM},
-)  # fmt: skip
+    params={
+        "model": "2-layer LSTM LM, dropout 0.5",
+        "optimizer": "SGD(lr=1) + clip_grad_norm(0.25)",
+        "dtype": "float32",
+        **LSTM_LM,
+    },
+)
 def lstm_language_model(ctx: detbench.Context) -> Any:
     size = LSTM_LM[ctx.profile]
     model = LSTMLanguageModel(size["vocab"], size["hidden"], LSTM_LAYERS).to(ctx.device).train()
@@ -225,8 +233,9 @@ class EncoderLayer(nn.Module):
 
 
 class TransformerEncoder(nn.Module):
-    def __init__(self, vocab: int, dim: int, heads: int, layers: int, seq: int, classes: int
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self, vocab: int, dim: int, heads: int, layers: int, seq: int, classes: int
+    ) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(seq, dim) * 0.02)
@@ -252,10 +261,14 @@ TRANSFORMER = {
     fingerprint_steps=TRAIN_STEPS,
     autocast=True,
     attention=True,
-    params={"model": "pre-LN Transformer encoder, SDPA attention, dropout 0.1",
-            "task": "sequence classification, 10 classes", "optimizer": "AdamW(lr=3e-4)",
-            "dtype": "float32", **TRANSFORMER},
-)  # fmt: skip
+    params={
+        "model": "pre-LN Transformer encoder, SDPA attention, dropout 0.1",
+        "task": "sequence classification, 10 classes",
+        "optimizer": "AdamW(lr=3e-4)",
+        "dtype": "float32",
+        **TRANSFORMER,
+    },
+)
 def transformer_encoder(ctx: detbench.Context) -> Any:
     size = TRANSFORMER[ctx.profile]
     model = (
