@@ -197,8 +197,19 @@ def run_options(q: argparse.ArgumentParser) -> None:
         "cpu entries (cpu,cpu: two CPU workers, each with its share of the cores); replicates "
         "of a mode spread over the devices, and records say where each ran (device_name)",
     )
+    _output_options(q)
+    _timing_options(q)
+    _lifecycle_options(q)
+
+
+def _output_options(q: argparse.ArgumentParser) -> None:
+    """Where a run writes, and from what seed."""
     q.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     q.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
+
+
+def _timing_options(q: argparse.ArgumentParser) -> None:
+    """How a run times its records."""
     q.add_argument(
         "--budget",
         "--min-run-time",
@@ -224,7 +235,7 @@ def run_options(q: argparse.ArgumentParser) -> None:
         help="paired (the default): every replicate's modes are timed side by side, in workers "
         "alive together that take turns one block at a time, after every verdict; separate: "
         "each record timed in its own worker, minutes from the modes it is compared with (the "
-        "design before issue 34); both: the two, to compare them",
+        "earlier design); both: the two, to compare them",
     )
     q.add_argument(
         "--rounds",
@@ -241,6 +252,11 @@ def run_options(q: argparse.ArgumentParser) -> None:
         "also times its step for about SECONDS with torch.utils.benchmark (CUDA events on a "
         "GPU), alternating with the blocks; tools/steady_check.py DIR prints the two side by side",
     )
+
+
+def _lifecycle_options(q: argparse.ArgumentParser) -> None:
+    """How a run starts, is cut, resumed and ends: its time limits, dry run, selection of one
+    workload, resumption, shards and report."""
     q.add_argument(
         "--timeout",
         type=float,

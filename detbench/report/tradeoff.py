@@ -90,6 +90,20 @@ def draw_panel(
             drawstyle="steps-post",
             gid="frontier",
         )
+    _draw_points(ax, placed, x, low, high)
+    _name_points(ax, placed, baseline)
+    _y_axis(ax, placed, y_label)
+    ax.set_xlabel(f"throughput vs {baseline} (95% interval)", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.2)
+    return missing
+
+
+def _draw_points(
+    ax: Axes, placed: pd.DataFrame, x: pd.Series, low: pd.Series, high: pd.Series
+) -> None:
+    """Each mode's point with its interval (grey and hollow where the mode changed nothing),
+    the frontier's halo and the recommended mode's star."""
     for i in placed.index:
         r = placed.loc[i]
         grey = bool(r["inert"])
@@ -129,12 +143,6 @@ def draw_panel(
                 zorder=4,
                 gid="recommended",
             )
-    _name_points(ax, placed, baseline)
-    _y_axis(ax, placed, y_label)
-    ax.set_xlabel(f"throughput vs {baseline} (95% interval)", fontsize=8)
-    ax.tick_params(labelsize=8)
-    ax.grid(alpha=0.2)
-    return missing
 
 
 def _name_points(ax: Axes, placed: pd.DataFrame, baseline: str) -> None:

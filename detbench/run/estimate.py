@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from detbench.core.modes import Mode
     from detbench.run.hostspeed import HostSpeed
     from detbench.run.paired_cost import PairedPlan
-    from detbench.run.schedule import Plan
+    from detbench.run.schedule import Plan, Slot
 
 __all__ = [
     "BUDGET_SHARE",
@@ -242,6 +242,38 @@ def planned_unsupported(
     return unsupported
 
 
+def _verdict_workers(
+    lanes: list[list[Slot]], p: Pricing, paired: PairedPlan | None, distributed: frozenset[str]
+) -> list[list[Slot]]:
+    """The slots each device's verdict workers start. Where the paired phase's groups make the
+    verdicts, those workers run only the distributed workloads: theirs are the only start-ups,
+    waits and hand-overs outside the groups (whose start-ups the paired phase prices)."""
+    if paired is not None and paired.fused:
+        return [[s for s in ss if distributed & set(p.runs(s))] for ss in lanes]
+    return lanes
+
+
+def _slot_costs(
+    p: Pricing, lanes: list[list[Slot]], workers: list[list[Slot]]
+) -> dict[tuple[int, str], tuple[float, dict[str, float]]]:
+    """Per (replicate, mode) slot: what it costs beyond its records (its invariance passes; where
+    a verdict worker runs it, also that worker's start-up or wait and its launch), and each of
+    its records' seconds."""
+    costs = {
+        (s.replicate, s.mode.name): (p.sizes_seconds(s), {k: p.key_cost(s, k) for k in s.keys})
+        for ss in lanes
+        for s in ss
+    }
+    costs.update(
+        {
+            (s.replicate, s.mode.name): (p.overhead(ss, i), {k: p.key_cost(s, k) for k in s.keys})
+            for ss in workers
+            for i, s in enumerate(ss)
+        }
+    )
+    return costs
+
+
 def estimate(
     plan: Plan,
     device: str,
@@ -291,12 +323,7 @@ def estimate(
         speed=speed,
     )
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
-    # Where the paired phase's groups make the verdicts, the verdict workers run only the
-    # distributed workloads: theirs are the only start-ups, waits and hand-overs outside the
-    # groups (whose start-ups the paired phase prices).
-    workers = lanes
-    if paired is not None and paired.fused:
-        workers = [[s for s in ss if distributed & set(p.runs(s))] for ss in lanes]
+    workers = _verdict_workers(lanes, p, paired, distributed)
     starts = any(workers)
     return Estimate(
         records=plan.records,
@@ -325,24 +352,7 @@ def estimate(
             1 for s in plan.slots for k in p.runs(s) if probed and k in probed and k not in own
         ),
         own_records=sum(1 for s in plan.slots for k in p.runs(s) if k in own),
-        slot_costs={
-            **{
-                (s.replicate, s.mode.name): (
-                    p.sizes_seconds(s),
-                    {k: p.key_cost(s, k) for k in s.keys},
-                )
-                for ss in lanes
-                for s in ss
-            },
-            **{
-                (s.replicate, s.mode.name): (
-                    p.overhead(ss, i),
-                    {k: p.key_cost(s, k) for k in s.keys},
-                )
-                for ss in workers
-                for i, s in enumerate(ss)
-            },
-        },
+        slot_costs=_slot_costs(p, lanes, workers),
         paired_seconds=0.0
         if paired is None
         else paired.seconds(device, profile, startup_seconds, cores, probed, speed),

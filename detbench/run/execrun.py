@@ -89,6 +89,47 @@ if _os.environ.get("{env}"):
 """
 
 
+def _streams(
+    proc: subprocess.Popen[bytes], d: Path
+) -> tuple[tuple[Stream, Stream], list[threading.Thread]]:
+    """The run's stdout and stderr, each read as it comes by a thread of its own and kept in
+    ``d``: reading both keeps a command that fills one pipe from blocking on it."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = Stream("stdout"), Stream("stderr")
+    return (out, err), [
+        out.read(proc.stdout, d / "stdout.txt"),
+        err.read(proc.stderr, d / "stderr.txt"),
+    ]
+
+
+def _main_boot(
+    boots: list[dict[str, Any]], t_unix: float
+) -> tuple[dict[str, Any] | None, float | None]:
+    """The boot report of the command's own interpreter (not its children's), and its start-up:
+    the seconds from the run's start until the boot there was done, just before the script's
+    first line."""
+    main = next((b for b in boots if b.get("main")), None)
+    if main is None or not main.get("ready"):
+        return main, None
+    return main, max(0.0, float(main["ready"]) - t_unix)
+
+
+def _wait(proc: subprocess.Popen[bytes], limit: tuple[float, str] | None) -> tuple[str, int | None]:
+    """The run's status and exit code once it ends, or once it is killed past ``limit`` (its
+    seconds, and the status it then gets). Its own session hears no Ctrl-C: a Ctrl-C here kills
+    its process group and goes on up."""
+    try:
+        return "ok", proc.wait(timeout=limit[0] if limit else None)
+    except BaseException as exc:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
+        assert limit is not None
+        proc.wait()
+        return limit[1], None
+
+
 class ExecRunner:
     """Runs ``plan(c)``'s runs (module docstring); ``facts`` holds each run's, by key."""
 
@@ -309,22 +350,8 @@ class ExecRunner:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        assert proc.stdout is not None and proc.stderr is not None
-        out, err = Stream("stdout"), Stream("stderr")
-        readers = [out.read(proc.stdout, d / "stdout.txt"), err.read(proc.stderr, d / "stderr.txt")]
-        status = "ok"
-        try:
-            code: int | None = proc.wait(timeout=limit[0] if limit else None)
-        except BaseException as exc:  # its own session hears no Ctrl-C: end it with this one
-            if not isinstance(exc, subprocess.TimeoutExpired):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                raise
-            assert limit is not None
-            status, code = limit[1], None
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        (out, err), readers = _streams(proc, d)
+        status, code = _wait(proc, limit)
         wall = time.monotonic() - t0
         host_load = own_children(load.stop(), ru0)
         with contextlib.suppress(
@@ -336,10 +363,7 @@ class ExecRunner:
         if status == "ok" and code != 0:
             status = "error" if code is not None and code > 0 else "crashed"
         boots = _boots(d)
-        main = next((b for b in boots if b.get("main")), None)
-        startup = None
-        if main is not None and main.get("ready"):
-            startup = max(0.0, float(main["ready"]) - t_unix)
+        main, startup = _main_boot(boots, t_unix)
         rate, steps = steps_per_second([out, err])
         kept = snap.changed()
         left_out = snap.keep(kept, d / "files")

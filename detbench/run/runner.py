@@ -356,15 +356,12 @@ class Runner:
             self.stats.timing_target_missed += 1
 
     # -- the whole run -------------------------------------------------------------------------
-    def run(self, estimate: Estimate | float | None = None) -> RunStats:
+    def _open_folder(self) -> Path:
+        """The run's folder made ready for its first worker, and its logs/ folder: refused where
+        another run used it, the checkout's git state and the GPUs' state before the run noted,
+        env.json written (a resumed run keeps its own until its first worker is checked)."""
         c = self.config
         out = c.out
-        self.started_utc = utc_now()
-        if self.host is None:
-            # collect_env runs in a child process (so the runner never initialises CUDA) and
-            # takes seconds: it overlaps the first worker's start-up and is collected before
-            # that worker's first sample (see _drive).
-            self._host_later = host_env_later()
         if not c.resume:
             refuse_used(self.config.out)
             # A folder free for a new run may hold a run stopped before its first record: its
@@ -384,6 +381,18 @@ class Runner:
         )
         if not c.resume:  # a resumed run keeps its env.json until its first worker is checked
             write_json_atomic(out / ENV_FILE, self._env_doc())
+        return logs
+
+    def run(self, estimate: Estimate | float | None = None) -> RunStats:
+        c = self.config
+        out = c.out
+        self.started_utc = utc_now()
+        if self.host is None:
+            # collect_env runs in a child process (so the runner never initialises CUDA) and
+            # takes seconds: it overlaps the first worker's start-up and is collected before
+            # that worker's first sample (see _drive).
+            self._host_later = host_env_later()
+        logs = self._open_folder()
         progress = Progress.for_plan(self.plan, estimate, self.stream, self.launched)
         if estimate is not None:
             self.stats.planned = (
