@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     from detbench.run.schedule import Slot
 
 
-class PairedPhase(GroupWorkers):
+class PairedPhase:
     """The paired phase of one run (see the module docstring). ``job_for``: the runner's job for
     a worker of (mode, replicate), ``env_for`` its environment; ``keys``: the workloads to time,
     in the plan's order; ``crew``: the run's workers (its halt ends the phase); ``owed``: the
@@ -178,20 +178,25 @@ class PairedPhase(GroupWorkers):
         self.modes = modes
         self.replicates = replicates
         self.keys = keys
-        self.job_for = job_for
-        self.env_for = env_for
-        self.python = python
-        self.crew = crew
         self.rounds = int(settings["rounds"])
         self.budget = float(settings["budget"])
         self.seed = int(settings["seed"])
-        self.startup_timeout = float(settings["startup_timeout"])
-        self.timeout = settings.get("timeout")
         self.device = str(settings.get("device") or "cpu")
         self.target = TARGET_REL.get(self.device, 0.03)
         self.reference_seconds = float(settings.get("reference_seconds") or 0.0)
         self.stream = stream
         self.stats = PairedStats()
+        self.workers = GroupWorkers(
+            out,
+            python,
+            crew,
+            job_for,
+            env_for,
+            float(settings["startup_timeout"]),
+            settings.get("timeout"),
+            self.stats,
+            self._verdict,
+        )
         self.owed = set(owed or ())
         self.store = store
         self.lost_record = lost
@@ -215,8 +220,6 @@ class PairedPhase(GroupWorkers):
         self.done = done_groups(iter_paired(out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
         self._position: int | None = None
-        self.failed_starts = 0
-        self.on_ready: Callable[[dict[str, Any]], None] | None = None
         self.weights: dict[str, float] = {}
 
     def weigh(self, estimate: Estimate) -> None:
@@ -279,7 +282,7 @@ class PairedPhase(GroupWorkers):
                 for replicate, keys in todo:
                     members = [Member(m, c) for m, c in self.members_of]
                     try:
-                        self._start(members, replicate)
+                        self.workers.start(members, replicate)
                         self._started += 1
                         for key in keys:
                             n += 1
@@ -301,12 +304,14 @@ class PairedPhase(GroupWorkers):
                             )
                             self.stream.flush()
                             writer.append_all(self._group(members, key, replicate))
-                            if self.failed_starts >= 2:  # two groups in a row: stop, records kept
-                                raise RunError(stop_words(self.failed_starts, self.out))
+                            if (
+                                self.workers.failed_starts >= 2
+                            ):  # two groups in a row: stop, records kept
+                                raise RunError(stop_words(self.workers.failed_starts, self.out))
                             spent += weight[key]
                             self.stats.groups += 1
                     finally:
-                        self._end(members)
+                        self.workers.end(members)
         finally:
             self.stats.wall += time.perf_counter() - t0
 
@@ -385,7 +390,7 @@ class PairedPhase(GroupWorkers):
                     sent.append((m, position))
             for m, position in sent:
                 self._position = position
-                self._answer(m, key, replicate, self._wait(m, "prepared"))
+                self._answer(m, key, replicate, self.workers.wait(m, "prepared"))
             for m, _ in ms:
                 if (key, m.mode.name, replicate) in self.owed and m.copy == 0 and self.lost_record:
                     status, why = m.failure or ("crashed", "the worker ended")
@@ -406,8 +411,8 @@ class PairedPhase(GroupWorkers):
             if m.failure is not None:
                 return False
         if m.worker is None:  # lost on an earlier workload: a fresh one
-            self._spawn(m, replicate)
-            self._ready(m)
+            self.workers.spawn(m, replicate)
+            self.workers.ready(m)
         if m.worker is None:
             return False
         m.failure = None
@@ -420,7 +425,7 @@ class PairedPhase(GroupWorkers):
         if msg is None:
             return
         if msg.get("lost"):
-            self._lose(m, "lost its CUDA context")
+            self.workers.lose(m, "lost its CUDA context")
         elif msg.get("status") != "ok":
             verdict = self.recs.get((key, m.mode.name, replicate)) if m.copy == 0 else None
             m.failure = (None if verdict is None else not_timed(verdict)) or (
@@ -469,7 +474,7 @@ class PairedPhase(GroupWorkers):
     def _turn(self, m: Member, index: int, position: int) -> None:
         if m.prepared is None or m.worker is None:  # failed in an earlier round
             return
-        msg = self._ask(m, "block", "block")
+        msg = self.workers.ask(m, "block", "block")
         if msg is None or "error" in msg:
             why = "lost" if msg is None else msg["error"]
             m.failure = m.failure or ("failed", f"block {index}: {why}")
@@ -484,7 +489,7 @@ class PairedPhase(GroupWorkers):
         """``--reference-check``: the step timed by the reference timer in ``m``'s worker."""
         if m.prepared is None or m.worker is None:
             return
-        msg = self._ask(m, f"reference {self.reference_seconds}", "reference")
+        msg = self.workers.ask(m, f"reference {self.reference_seconds}", "reference")
         if msg is not None:
             m.references.append(float(msg["seconds"]))
             m.reference_timer = str(msg.get("timer"))
@@ -492,7 +497,7 @@ class PairedPhase(GroupWorkers):
     def _finish(self, m: Member) -> None:
         """``m``'s summary of its samples, the workload freed in its worker (once)."""
         if m.timed is None and m.prepared is not None and m.worker is not None:
-            m.timed = self._ask(m, "finish", "timed")
+            m.timed = self.workers.ask(m, "finish", "timed")
 
     def rounds_for(self, live: list[Member]) -> int:
         """The group's most rounds (``paired_rounds.most_rounds``)."""

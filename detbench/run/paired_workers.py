@@ -1,7 +1,7 @@
 """The workers of a paired group (``run/paired.py``): spawned all at once for a replicate, each
 released and started, one lost where it crashes or stays silent, all ended when the replicate's
-workloads are done. ``PairedPhase`` is a ``GroupWorkers``: what its groups do with the workers
-(prepare, rounds, finish) is its own."""
+workloads are done. What a group does with its workers (prepare, rounds, finish) is the paired
+phase's; this module owns their processes and the messages that wait on them."""
 
 from __future__ import annotations
 
@@ -19,52 +19,69 @@ PAIR_KIND = "detbench.run.child:pair"
 
 
 class GroupWorkers:
-    """A replicate's workers, one per ``Member``: the attributes ``PairedPhase`` sets."""
+    """A replicate's workers, one per ``Member`` (its ``worker``). ``job_for``: the runner's job
+    for a worker of (mode, replicate), ``env_for`` its environment; ``on_verdict``: where a
+    verdict record a worker sends before the message asked for goes (stored at once);
+    ``on_ready``: told each worker's ready message (the runner checks its environment there)."""
 
-    out: Path
-    python: str
-    crew: Crew
-    job_for: Callable[[Mode, int], dict[str, Any]]
-    env_for: Callable[[Mode], dict[str, str]]
-    startup_timeout: float
-    timeout: Any
-    stats: PairedStats
-    failed_starts: int
-    on_ready: Callable[[dict[str, Any]], None] | None
+    def __init__(
+        self,
+        out: Path,
+        python: str,
+        crew: Crew,
+        job_for: Callable[[Mode, int], dict[str, Any]],
+        env_for: Callable[[Mode], dict[str, str]],
+        startup_timeout: float,
+        timeout: Any,
+        stats: PairedStats,
+        on_verdict: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.out = out
+        self.python = python
+        self.crew = crew
+        self.job_for = job_for
+        self.env_for = env_for
+        self.startup_timeout = startup_timeout
+        self.timeout = timeout
+        self.stats = stats
+        self.on_verdict = on_verdict
+        self.on_ready: Callable[[dict[str, Any]], None] | None = None
+        #: Groups in a row none of whose workers started (a broken install or GPU).
+        self.failed_starts = 0
 
-    def _spawn(self, member: Member, replicate: int) -> None:
+    def spawn(self, member: Member, replicate: int) -> None:
         job = {**self.job_for(member.mode, replicate), "copy": member.copy}
         env = self.env_for(member.mode)
         log = self.out / "logs" / f"r{replicate}-{member.mode.name}-timing{member.copy}.log"
         member.worker = self.crew.spawn(self.python, job, env, log, kind=PAIR_KIND)
         self.stats.workers += 1
 
-    def _start(self, members: list[Member], replicate: int) -> None:
+    def start(self, members: list[Member], replicate: int) -> None:
         """Spawn the group's workers all at once, let them all initialise, wait until each is
         ready, and start them."""
         t0 = time.perf_counter()
         for m in members:
-            self._spawn(m, replicate)
+            self.spawn(m, replicate)
         for m in members:
-            self._ready(m)
+            self.ready(m)
         self.stats.startup += time.perf_counter() - t0
-        none = all(m.worker is None for m in members)  # a broken install or GPU
+        none = all(m.worker is None for m in members)
         self.failed_starts = self.failed_starts + 1 if none else 0
 
-    def _ready(self, m: Member) -> None:
+    def ready(self, m: Member) -> None:
         assert m.worker is not None
         m.worker.release()
         msg = m.worker.ready(self.startup_timeout)
         if msg is TIMEOUT:
-            self._lose(m, f"did not start within {self.startup_timeout:g} s", "timeout")
+            self.lose(m, f"did not start within {self.startup_timeout:g} s", "timeout")
         elif msg is None or msg.get("type") != "ready":
-            self._lose(m, "did not start")
+            self.lose(m, "did not start")
         else:
             if self.on_ready is not None:
                 self.on_ready(msg)
             m.worker.send("go")
 
-    def _lose(self, m: Member, what: str, status: str = "crashed") -> None:
+    def lose(self, m: Member, what: str, status: str = "crashed") -> None:
         """``m``'s worker is gone (crashed, or silent past its limit): killed and reaped."""
         if m.worker is not None:
             m.worker.kill()
@@ -74,7 +91,7 @@ class GroupWorkers:
             m.failure = (status, f"{why}; log: {log_tail(m.worker.log)}")
             m.worker = None
 
-    def _end(self, members: list[Member]) -> None:
+    def end(self, members: list[Member]) -> None:
         for m in members:
             if m.worker is not None:
                 m.worker.send("exit")
@@ -83,28 +100,24 @@ class GroupWorkers:
                 self.crew.finish(m.worker)
                 m.worker = None
 
-    def _ask(self, m: Member, line: str, kind: str) -> dict[str, Any] | None:
+    def ask(self, m: Member, line: str, kind: str) -> dict[str, Any] | None:
         """Send ``line`` to ``m``'s worker and wait for its message of type ``kind`` (a
         ``record`` message before it is stored at once); None (the worker lost) where it exits
         or stays silent past the run's ``--timeout``."""
         assert m.worker is not None
         m.worker.send(line)
-        return self._wait(m, kind)
+        return self.wait(m, kind)
 
-    def _wait(self, m: Member, kind: str) -> dict[str, Any] | None:
-        """``_ask``'s wait: ``m``'s next message of type ``kind``, the records before it stored."""
+    def wait(self, m: Member, kind: str) -> dict[str, Any] | None:
+        """``ask``'s wait: ``m``'s next message of type ``kind``, the records before it stored."""
         assert m.worker is not None
         while True:
             msg = m.worker.next(self.timeout)
             if msg is not None and msg is not TIMEOUT and msg.get("type") == "record":
-                self._verdict(msg["record"])
+                self.on_verdict(msg["record"])
                 continue
             break
         if msg is None or msg is TIMEOUT or msg.get("type") != kind:
-            self._lose(m, "ended" if msg is None else "was silent" if msg is TIMEOUT else "erred")
+            self.lose(m, "ended" if msg is None else "was silent" if msg is TIMEOUT else "erred")
             return None
         return msg
-
-    def _verdict(self, rec: dict[str, Any]) -> None:
-        """A verdict record a worker sent before the message asked for: stored at once."""
-        raise NotImplementedError

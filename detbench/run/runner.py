@@ -168,7 +168,9 @@ class Runner:
             else None
         )
         if self.paired is not None:  # its workers' facts go to env.json as a verdict worker's
-            self.paired.on_ready = partial(self._ready, lane=_Lane(0, config.device_names[0]))
+            self.paired.workers.on_ready = partial(
+                self._ready, lane=_Lane(0, config.device_names[0])
+            )
 
     @property
     def missing(self) -> int:
