@@ -3,7 +3,7 @@ runs in the script's own interpreter.
 
 The runner (``detbench.run.execrun``) starts the command with a folder of its own first on
 ``PYTHONPATH``; that folder holds a ``sitecustomize.py`` (``run.execrun.SITECUSTOMIZE``), which
-Python imports at start-up, before the script's first line. When ``JOB_ENV`` names a job, it
+Python imports at start-up, before the script's first line. When ``EXEC_JOB_ENV`` names a job, it
 calls ``boot``, which, in this order:
 
 0. flushes stdout at each line, as on a terminal (``_line_buffered``): a pipe is block-buffered,
@@ -53,8 +53,8 @@ from typing import Any
 from detbench.core.modes import Mode
 from detbench.locate.census import Census, start_recorder, stop_recorder
 from detbench.locate.watched import Watch, watch_seeding
-from detbench.run.execrun import JOB_ENV, ROOT_ENV
 from detbench.worker.applied import WorkerSettings, changed, read_all
+from detbench.worker.protocol import EXEC_JOB_ENV, EXEC_ROOT_ENV
 
 #: The report each booted process writes at exit, in the job's folder.
 REPORT = "boot-{pid}.json"
@@ -65,7 +65,7 @@ _state: dict[str, Any] = {}
 
 
 def _job() -> dict[str, Any]:
-    with open(os.environ[JOB_ENV]) as f:
+    with open(os.environ[EXEC_JOB_ENV]) as f:
         job: dict[str, Any] = json.load(f)
     return job
 
@@ -77,9 +77,9 @@ def boot() -> None:
     t0 = time.time()
     job = _job()
     folder = Path(job["folder"])
-    main = os.environ.get(ROOT_ENV) is None
+    main = os.environ.get(EXEC_ROOT_ENV) is None
     if main:
-        os.environ[ROOT_ENV] = str(os.getpid())
+        os.environ[EXEC_ROOT_ENV] = str(os.getpid())
     _line_buffered()
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode, loaded_only=True)
@@ -155,7 +155,7 @@ def fingerprint(name: str, tensor: Any) -> str:
     numbered: ``name#0``, ``name#1``, ...); returns its digest. Outside ``detbench exec`` it
     writes nothing."""
     digest, dtype, shape = tensor_digest(tensor)
-    if not os.environ.get(JOB_ENV):
+    if not os.environ.get(EXEC_JOB_ENV):
         return digest
     if not _state:
         boot()

@@ -63,7 +63,7 @@ from detbench.run.execplan import (
 from detbench.store.outdir import refuse_used
 from detbench.store.results import write_json_atomic
 from detbench.worker.hostload import Probe
-from detbench.worker.protocol import PACKAGE_ROOT
+from detbench.worker.protocol import EXEC_JOB_ENV, EXEC_ROOT_ENV, PACKAGE_ROOT
 
 #: Without ``--timeout``, a timed run is called hung once it has run this many times the longest
 #: run so far, and at least ``HANG_FLOOR`` seconds; it is killed and run once more. A command
@@ -72,10 +72,6 @@ from detbench.worker.protocol import PACKAGE_ROOT
 HANG_FACTOR = 5.0
 HANG_FLOOR = 60.0
 
-#: The job's environment variable and the boot's report (``locate.scripted``; named here, not
-#: imported: the run layer does not load the locate layer).
-JOB_ENV = "DETBENCH_EXEC_JOB"
-ROOT_ENV = "DETBENCH_EXEC_ROOT"
 SITECUSTOMIZE = """\
 # Written by detbench exec: puts this interpreter in the mode of the job that {env} names
 # (detbench.locate.scripted), then runs the sitecustomize that this one hides, if any.
@@ -169,7 +165,7 @@ class ExecRunner:
         """The run's folder, with the boot's ``sitecustomize.py``."""
         boot = self.c.out / "boot"
         boot.mkdir(parents=True, exist_ok=True)
-        (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(env=JOB_ENV))
+        (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(env=EXEC_JOB_ENV))
 
     def run(self, on_run: Any = None) -> None:
         """The untimed first run (``first``), then every run still to do (a resumed run skips
@@ -309,12 +305,12 @@ class ExecRunner:
     def environment(self, mode: Mode, job: Path) -> dict[str, str]:
         """The command's environment: the user's, the mode's cuBLAS variable, the boot first on
         ``PYTHONPATH`` with detbench's package after it."""
-        env = mode.environment({k: v for k, v in os.environ.items() if k != ROOT_ENV})
+        env = mode.environment({k: v for k, v in os.environ.items() if k != EXEC_ROOT_ENV})
         path = [str(self.c.out.resolve() / "boot"), str(PACKAGE_ROOT)]
         if env.get("PYTHONPATH"):
             path.append(env["PYTHONPATH"])
         env["PYTHONPATH"] = os.pathsep.join(path)
-        env[JOB_ENV] = str(job)
+        env[EXEC_JOB_ENV] = str(job)
         return env
 
     def one(

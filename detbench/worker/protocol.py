@@ -14,6 +14,15 @@ with a ``type``, flushed at once, to a file descriptor (``--fd``: a pipe) or app
 - ``detbench.run.child:serve``, a run's worker: its job on stdin; ``loaded``, ``ready``, then
   per workload ``start``, ``phase`` and ``record``; ``done``, or ``lost`` when a workload left
   its CUDA context unusable (the runner gives the workloads left to a fresh worker).
+- ``detbench.run.child:pair``, a timing worker of the paired phase (``run.paired``): started as
+  a run's worker is (``loaded``, ``ready``), then one line of stdin at a time, each answered by
+  one message: ``prepare KEY`` -> ``prepared`` (built and warmed up); ``verdict KEY`` -> a
+  ``record``, then ``prepared`` (the verdict's passes, then their step warmed up); ``record KEY``
+  -> a ``record``, then ``prepared`` with its status (the verdict alone, nothing kept); ``block``
+  -> ``block`` (one block timed, or its ``error``); ``reference SECONDS`` -> ``reference`` (the
+  step timed by a reference timer); ``finish`` -> ``timed`` (the samples' summary, the workload
+  freed); ``exit`` or the end of stdin ends it (``done`` at the end of stdin). A ``prepared``
+  with ``lost`` ends it too: its CUDA context is unusable, and a fresh worker takes over.
 - ``detbench.distributed.rank:main``, a torchrun rank: ``DIR/job.json``; ``ready`` (its pid), a
   ``record`` per workload (with its ``index`` in the launch); ``done``.
 - ``detbench.locate.worker:main``, ``detbench.run.probe:main``, ``detbench.locate.audit:main``,
@@ -42,6 +51,14 @@ ends without one is ``ChildFailed``. A line cut short by a crash is the file's l
 - *The log*: a child's stdout and stderr (the workloads' prints, faulthandler's stack on a fatal
   signal) go to a log file its parent chose; of a child that died without its message, the
   parent quotes the log's tail in the record (``crashed``).
+
+**exec's boot** is not a child of this main either: ``detbench exec -- COMMAND`` runs the user's
+own command, whose interpreter imports a ``sitecustomize`` that ``run.execrun`` put first on its
+path. Where ``EXEC_JOB_ENV`` names a job file, the boot (``locate.scripted``) applies the job's
+mode before the script's first line; the first interpreter of the command marks itself in
+``EXEC_ROOT_ENV`` (its pid), so that the interpreters it starts know they are its children.
+Each interpreter writes its facts to a ``boot-PID.json`` file in the job's folder at its exit;
+nothing is sent on a pipe, since the command's stdout and stderr are the user's.
 
 One child is not started by this main: ``store.results.collect_env_later`` runs
 ``torch.utils.collect_env`` as a ``python -c`` script that prints one JSON object (the store sits
@@ -72,6 +89,10 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_TIMEOUT = 900.0
 #: The name (/proc/PID/comm) a worker takes once it dies with its runner.
 ARMED_NAME = b"detbench-worker"
+#: exec's boot: the job file of a run of the user's command, and the pid of its first
+#: interpreter (set by that interpreter for the ones it starts).
+EXEC_JOB_ENV = "DETBENCH_EXEC_JOB"
+EXEC_ROOT_ENV = "DETBENCH_EXEC_ROOT"
 
 _PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
 
