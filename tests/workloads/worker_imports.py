@@ -5,27 +5,27 @@ CLI) is loaded, or where it finds itself outside a worker (no ``detbench.worker.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 
 import detbench
 
-#: What a worker must not load: the parent's modules.
-PARENT = (
-    "detbench.run.api",
-    "detbench.run.runner",
-    "detbench.run.schedule",
-    "detbench.run.supervise",
-    "detbench.run.estimate",
-    "detbench.run.costs",
-    "detbench.run.plantext",
-    "detbench.analysis",
-    "detbench.report",
-    "detbench.locate.stages",
-    "detbench.locate.culprits",
-    "detbench.locate.report",
-    "detbench.cli",
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+#: What a worker must not load: the parent's modules, as the child-side import contract in
+#: pyproject.toml names them (tests/test_layers.py checks that it names every module).
+_CONTRACTS = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+PARENT = tuple(
+    next(
+        c["forbidden_modules"]
+        for c in _CONTRACTS["tool"]["importlinter"]["contracts"]
+        if c["name"].startswith("the child side")
+    )
 )
 
 
