@@ -20,7 +20,7 @@ from detbench.report.write import load_run, write_report
 if TYPE_CHECKING:
     from detbench.run.config import RunConfig
     from detbench.run.runner import Runner
-    from detbench.run.supervise import RunStats
+    from detbench.run.runstats import RunStats
 
 
 def finish(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from detbench.run.config import RunConfig, validate
 from detbench.run.runner import Runner, prepare
-from detbench.run.supervise import RunStats
+from detbench.run.runstats import RunStats
 
 if TYPE_CHECKING:
     from detbench.run.estimate import Estimate

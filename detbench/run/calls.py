@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from detbench.run.estimate import Estimate
+    from detbench.run.runstats import RunStats
     from detbench.run.schedule import Plan
-    from detbench.run.supervise import RunStats
 
 #: A record a call made: (replicate, mode name, workload key "suite/name").
 Made = tuple[int, str, str]

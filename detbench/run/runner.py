@@ -39,10 +39,10 @@ from detbench.run.config import (
 from detbench.run.envdoc import env_doc
 from detbench.run.jobs import pair_job, worker_environment, worker_job
 from detbench.run.paired import PairedPhase
+from detbench.run.runstats import RunStats
 from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan
 from detbench.run.supervise import (
     Crew,
-    RunStats,
     Stopped,
     WorkerProcess,
     ending,

@@ -12,9 +12,9 @@ import torch
 
 import detbench
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # Python 3.10
+else:  # Python 3.10: tomli, which pytest itself needs there
     import tomli as tomllib
 
 #: What a worker must not load: the parent's modules, as the child-side import contract in
