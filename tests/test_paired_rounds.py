@@ -3,7 +3,7 @@ the rule ``fits`` asks of one more copy, for k of them; the real run is in test_
 
 from __future__ import annotations
 
-from detbench.run.paired_members import group_line, time_left
+from detbench.run.paired import group_line, time_left
 from detbench.run.paired_rounds import (
     HEADROOM_BYTES,
     HEADROOM_FACTOR,

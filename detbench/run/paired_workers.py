@@ -8,11 +8,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from detbench.core.modes import Mode
-from detbench.run.paired_members import Member, PairedStats, lost_words
 from detbench.run.supervise import TIMEOUT, Crew, log_tail
+from detbench.worker.protocol import exit_description
+
+if TYPE_CHECKING:
+    from detbench.run.paired import Member, PairedStats
 
 #: The job's kind for a timing worker of the paired phase.
 PAIR_KIND = "detbench.run.child:pair"
@@ -121,3 +124,13 @@ class GroupWorkers:
             self.lose(m, "ended" if msg is None else "was silent" if msg is TIMEOUT else "erred")
             return None
         return msg
+
+
+def lost_words(what: str, code: int | None, timeout: Any, status: str) -> tuple[str, str]:
+    """(status, why) of a member whose worker is gone, in a verdict worker's words
+    (``supervise.ending``): ``what`` it did ("was silent", "ended", ...), its exit ``code``."""
+    if what == "was silent":
+        return "timeout", f"exceeded the --timeout of {timeout:g} s; worker killed"
+    if what == "ended":
+        return status, f"worker {exit_description(code)} while running this workload"
+    return status, f"the worker {what} ({exit_description(code)})"
