@@ -2,7 +2,8 @@
 (results/20261126-h100-experiments/sustained.json: an 8192^3 bf16 GEMM and a 1 GiB fp32 scale,
 each held 12 s, NVML read beside each 0.1 s block): the decisions as pure functions, then whole
 timing passes on a virtual clock that replays those recordings. What a real GPU does with the
-rule waits for one (tools/clock_check.py)."""
+rule is not yet measured: the check written for it never ran on a GPU (docs/measured.md,
+"Finished studies whose tools were retired")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
-"""Whether a run's timings can be cited (issue 29, checks (i)-(iii)): one PASS or FAIL line each.
+"""Whether a run's timings can be cited (checks (i)-(iii)): one PASS or FAIL line each.
 
     python tools/timing_check.py DIR [--target 0.01]
 
 (i) no timing shared with detbench's own workers, (ii) no worker's first workload drifts more
 than 1%, (iii) at least 90% of the records with 5-100 ms steps reach +-1%
 (``detbench.analysis.timingcheck`` says how each is read from the records). Exit status 0 when
-all pass, 1 when one fails, 2 when DIR holds no records. The GPU visit's proof step runs it
-(``tools/gpu_session.sh proof``); on a CPU run the same checks read the CPU's records.
+all pass, 1 when one fails, 2 when DIR holds no records. Run it by hand on a run's directory
+before citing its timings (the GPU visit's proof step, ``tools/gpu_session.sh proof``, runs
+``tools/aa_check.py`` instead); on a CPU run the same checks read the CPU's records.
 """
 
 from __future__ import annotations

@@ -8,29 +8,28 @@ busy when at least ``BUSY_SHARE`` of its timed records were, or when the runner 
 some records alone. Its timings (every ratio and interval) are then not to be trusted; its bitwise
 verdicts are, since the bits do not depend on the host's load.
 
-Whose the other processes were is kept apart (issue 29): detbench's own (another worker of the
-run, which the runner stops while a record is timed) or foreign. Another of the run's workers on
-the GPU makes a timing busy only where it used the GPU (NVML sampled it above ``GPU_UTIL``), or
-where the runner could not say it had it stopped; a foreign one whenever NVML cannot say it was
-idle. Records written before the split (``gpu_own_processes`` absent) do not say whose: they are
-counted apart, as before (busy unless NVML sampled the other process idle). Before the split the
-H100 and H200 runs of 2026-11-26 counted detbench's own next worker, stopped but holding a CUDA
+Whose the other processes were is kept apart: detbench's own (another worker of the run, which the
+runner stops while a record is timed) or foreign. Another of the run's workers on the GPU makes a
+timing busy only where it used the GPU (NVML sampled it above ``GPU_UTIL``), or where the runner
+could not say it had it stopped; a foreign one whenever NVML cannot say it was idle. Records written
+before the split (``gpu_own_processes`` absent) do not say whose: they are counted apart, as before
+(busy unless NVML sampled the other process idle). Without the split the H100's and the H200's core
+matrices (results/20261126-*-partial) counted detbench's own next worker, stopped but holding a CUDA
 context, as "another process" beside 146 and 102 timings (docs/measured.md).
 
 A run recorded before ``host_load`` existed says nothing about its host (``verdict`` returns
 None), unless ``timed_alone`` says another worker ran beside a timing.
 
-**The paired design** (issue 34). Its verdict workers time nothing, so their records carry no
-``host_load``; the costs come from the lines of ``paired.jsonl``, timed by a group of workers
-that take turns. A line's ``host_load`` (``PAIRED_FIELD``: ``worker/hostload``'s ``Probe``
-over the worker's rounds of one workload, with the runner's pid, so that the group's other
-workers count as the run's own) is one timing here. The group's own workers are busy by design
-(each times while the others wait), so a paired timing is busy by what is not the run's: the
-foreign share of the CPU (``other_cpu_foreign``; ``other_cpu`` where the split is unknown), the
-steal, or a foreign process on the GPU. A paired run whose lines do not carry it (the paired
-workers of 2026-11 did not measure it) says that the host's load during its costs is not known
-(``HostLoad.unrecorded``), rather than nothing; its records timed in their own workers (timing
-"both") still count as before.
+**The paired design.** Its verdict workers time nothing, so their records carry no ``host_load``;
+the costs come from the lines of ``paired.jsonl``, timed by a group of workers that take turns. A
+line's ``host_load`` (``PAIRED_FIELD``: ``worker/hostload``'s ``Probe`` over the worker's rounds of
+one workload, with the runner's pid, so that the group's other workers count as the run's own) is
+one timing here. The group's own workers are busy by design (each times while the others wait), so a
+paired timing is busy by what is not the run's: the foreign share of the CPU (``other_cpu_foreign``;
+``other_cpu`` where the split is unknown), the steal, or a foreign process on the GPU. A paired run
+whose lines do not carry it (the paired workers of earlier versions did not measure it) says that
+the host's load during its costs is not known (``HostLoad.unrecorded``), rather than nothing; its
+records timed in their own workers (timing "both") still count as before.
 """
 
 from __future__ import annotations

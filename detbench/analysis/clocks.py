@@ -1,4 +1,4 @@
-"""The clock state a rate was measured at (issue 29, item 4), in a few words beside each rate.
+"""The clock state a rate was measured at, in a few words beside each rate.
 
 From each record's ``timing``: the clock mode (``clock_mode``: sustained or burst; a record from
 before ``--clocks`` timed in bursts), what the hold did (``hold``: the power or thermal limit

@@ -1,10 +1,10 @@
 """Costs with confidence intervals: each mode's throughput relative to the baseline, per
 workload, with a 95% interval, and whether the timing behind it was noisy.
 
-Two designs (issue 34). Where a workload's mode and baseline were timed side by side
+Two designs. Where a workload's mode and baseline were timed side by side
 (``timing_design`` "paired": their rows carry the rounds of ``paired.jsonl``), the cost comes
 from the pairs (``paired_costs``: a t-interval on the per-process means of the log per-round
-ratios). Elsewhere (records timed each in their own worker, the design before issue 34, and
+ratios). Elsewhere (records timed each in their own worker, the earlier design, and
 distributed workloads) from the records' own samples (``stats.ratio``, whose contract is
 unchanged). ``design`` says which, for every row.
 """

@@ -1,5 +1,5 @@
 """Costs from pairs: each mode's throughput relative to the baseline, from the rounds in which the
-two were timed side by side (issue 34), with a 95% interval that counts both levels of variance.
+two were timed side by side, with a 95% interval that counts both levels of variance.
 
 **The ratio of a round.** For replicate ``p`` and round ``r`` where the mode and the baseline's
 copy 0 both have a block (``pairs.pair``): ``l[p, r] = log(t_base[p, r] / t_mode[p, r])``, the
@@ -17,15 +17,13 @@ an outlier round (a ratio of 3 or 1/3), which moves a mean of 20 rounds and hard
 Why a t-interval and not a bootstrap: with the 2-3 processes of a run, a bootstrap over
 processes draws from 3 values (10 distinct multisets), which puts the spread of their mean at
 (P-1)/P of its variance with no small-sample correction: where the variance sits between
-processes (the GPU runs of issue 34: 50% between processes, 2.9% within a record), its interval
-is too narrow. The t quantile with 2 degrees of freedom (4.30 against 1.96) is what pays for
-knowing the between-process variance from 3 values. Measured on this project's 2-core CPU with
-real paired workers, 10 runs x 12 workloads x 3 processes x 20 rounds of ~10 ms blocks, the
-host loaded by other jobs (``python tools/paired_aa_cpu.py --out DIR --report``): A/A false
-costs 2 of 120 (1.7%) for this estimator, median half-width 44%; 4 of 120 (3.3%), 66% with
-process means; 3 of 120 (2.5%), 47% for the hierarchical bootstrap (there the rounds' variance,
-0.79 in log, dwarfed the processes', 0.005, so the bootstrap's rounds carried the width); 23 of
-120 (19%) for a t-interval that pools the rounds and ignores the processes.
+processes (as on the GPU runs that led to timing in pairs: 50% between processes, 2.9% within
+a record), its interval is too narrow. The t quantile with 2 degrees of freedom (4.30 against
+1.96) is what pays for knowing the between-process variance from 3 values. On real A/A pairs of
+this design on the 2-core development CPU, this estimator gave the fewest false costs of the four
+tried (2 of 120, 1.7%, median half-width 44%), and a t-interval that pools the rounds and
+ignores the processes the most (23 of 120): the study's figures are in docs/measured.md
+("Finished studies whose tools were retired").
 
 With one process the between-process level cannot be estimated: the interval is the rounds'
 own (the distribution-free interval of the median of ``l``, ``worker.ranks.median_ci``, from

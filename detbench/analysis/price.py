@@ -1,5 +1,5 @@
 """The price of full determinism, per suite: what every determinism switch on costs against the
-baseline, stated beside the answer whatever mode it recommends (issue 35). A user who reads
+baseline, stated beside the answer whatever mode it recommends. A user who reads
 "torch's defaults" still learns what turning everything on would cost, and how sure the run is.
 
 **Which mode.** Full determinism is ``modes.DETERMINISTIC_MODE`` (cudnn.deterministic and

@@ -142,7 +142,8 @@ def stopping_rule(df: pd.DataFrame, options: Mapping[str, Any]) -> dict[str, lis
         "budget": distinct("budget"),
         "warmup_steps": distinct("warmup_steps"),
         "clock": distinct("clock"),
-        # Since issue 29: the ceiling past the budget (GPU) and the clock mode.
+        # Timing dicts of later versions only (older records lack them): the ceiling past the
+        # budget (GPU) and the clock mode.
         "ceiling": distinct("ceiling"),
         "clock_mode": distinct("clock_mode"),
     }

@@ -43,7 +43,7 @@ class RunState:
     #: a call killed before its end left no entry in ``calls``.
     calls_made: int = 1
     set_aside: int = 0  # records load_results set aside: they fail the record's check
-    #: The paired timing phase (issue 34), where the records defer their timing to it: per
+    #: The paired timing phase, where the records defer their timing to it: per
     #: replicate, the (workload) groups its lines time so far and those its verdicts planned.
     paired: dict[int, tuple[int, int]] | None = None
     #: The records by status (every record of the run): a run none of whose records is ``ok``

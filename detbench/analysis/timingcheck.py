@@ -1,10 +1,10 @@
-"""Whether a run's timings can be cited: issue 29's first three checks, read from its records.
+"""Whether a run's timings can be cited: three checks, read from its records.
 
 - (i) **No timing shared with detbench's own workers.** A record fails where the runner says
   another of its workers ran while it timed (``timed_alone`` false), where another of the run's
   processes was on its GPU (``host_load.gpu_own_processes``), where a process whose owner the
   record cannot say was on its GPU (``gpu_other_processes`` without the own/foreign split: the
-  records before issue 29 item 1, whose only such process was detbench's next worker), or where
+  records written before the split, whose only such process was detbench's next worker), or where
   the run's own processes took ``busy.OTHER_CPU`` or more of the CPU (``other_cpu_own``). A
   foreign process is counted apart: it is the host's fault, not detbench's.
 - (ii) **No worker's first workload drifts.** For the first record of each worker (a mode in a
@@ -20,8 +20,9 @@ block began before another worker's block had ended (``overlaps``); (ii) takes e
 first line (``worker_pid``), whose samples are one per round; (iii) reads the lines' intervals.
 A check with nothing to read fails: "0 of 0" proves nothing.
 
-``tools/timing_check.py DIR`` prints one PASS or FAIL line per check with its numbers; the GPU
-visit's proof step (``tools/gpu_session.sh proof``) calls it.
+``tools/timing_check.py DIR`` prints one PASS or FAIL line per check with its numbers; it is run
+by hand on a run before its timings are cited. (The GPU visit's proof step,
+``tools/gpu_session.sh proof``, runs ``tools/aa_check.py``, not this.)
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ the seconds a fresh process costs before its first round (start-up, build, warm-
 for the time spent are ``ceil(sqrt(c_process / c_round * s_w^2 / processes))``; then the number
 of processes that brings the t-interval within the target.
 
-**Separate design** (``separate_split``): today's records time each mode in its own worker; the
+**Separate design** (``separate_split``): its records time each mode in its own worker; the
 variance of the log samples within a record against the variance of the log medians between
-the replicates' processes (the issue's 2.9% against 50%).
+the replicates' processes (2.9% against 50% on the GPU runs that led to timing in pairs).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The report's account of the costs' own honesty (issue 34): the A/A line beside the costs, how
-the costs were timed (paired rounds or separate workers, true to env.json's ``timing``), and
+"""The report's account of the costs' own honesty: the A/A line beside the costs, how the
+costs were timed (paired rounds or separate workers, true to env.json's ``timing``), and
 what limits their intervals, instead of a bare "stopped short".
 """
 

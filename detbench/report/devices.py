@@ -28,7 +28,7 @@ from detbench.report.plots import Plot
 from detbench.report.render import Block, Heading, Para, Table
 from detbench.store.schema import Status
 
-#: The verdict's name, as the report and the issue call it.
+#: The verdict's name, as the report calls it.
 VERDICT = "same bits across GPUs"
 
 

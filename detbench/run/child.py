@@ -14,8 +14,9 @@ and runs while the worker before it measures (stopped by the runner during that 
 passes). The second (CUDA's initialisation, the context, cuBLAS's and cuDNN's handles) waits for
 the runner's ``device`` line, which comes once the worker before it has taken its last timing
 sample: so no timing shares its GPU with detbench's next worker, not even one that is stopped
-while holding a context (issue 29: the H100 and H200 runs of 2026-11-26 showed the next worker's
-context beside 146 of 736 and 102 of 824 timings).
+while holding a context (without this wait, the H100's and the H200's core matrices in
+results/20261126-*-partial had the next worker's context beside 146 of 736 and 102 of 824
+timings).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def _device_stage(device: Any) -> dict[str, Any]:
         torch.cuda.init()
         torch.empty(1, device=device)  # create the context now: it belongs to start-up
         # cuBLAS's and cuDNN's process-lifetime handles and workspaces, now, so the first
-        # measured workload's peak memory is its own (issue 21 item 8).
+        # measured workload's peak memory is its own.
         warm_libraries(device)
     # Everything alive now (torch, the suites) lives as long as the process: move it out of the
     # collector's sight, so the collection after each workload scans only that workload's objects.

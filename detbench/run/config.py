@@ -41,8 +41,8 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 #: ``--timing``: how costs are timed. "paired": the verdict workers time nothing, and each
 #: replicate's modes are timed side by side in workers alive together (``detbench.run.paired``);
-#: "separate": each record timed in its own verdict worker (the design before issue 34); "both":
-#: the two in one run, to compare them (benchmarks/test_aa.py).
+#: "separate": each record timed in its own verdict worker (the earlier design); "both": the
+#: two in one run, to compare them (benchmarks/test_aa.py).
 TIMING_DESIGNS = ("paired", "separate", "both")
 #: The stopping rule's target: the 95% interval of the median within +-1% on a GPU, whose kernel
 #: times are stable, and +-3% on a CPU, whose shared cores are not.
@@ -179,8 +179,8 @@ class RunConfig:
     @property
     def clock_mode(self) -> str:
         """The clock mode a verdict worker's timing pass runs in: ``clocks``, or "burst": the
-        sustained-clock hold only where a user asks for absolute throughput at it (issue 34;
-        the paired phase never holds: both sides of a ratio share their round's clock)."""
+        sustained-clock hold only where a user asks for absolute throughput at it (the
+        paired phase never holds: both sides of a ratio share their round's clock)."""
         return self.clocks or "burst"
 
     @property
@@ -370,7 +370,7 @@ def resume_config(directory: Path) -> RunConfig:
             cudnn_log=bool(o.get("cudnn_log", False)),
             # Runs before --clocks timed in bursts.
             clocks=str(o.get("clocks", "burst")),
-            # Runs before issue 34 timed each record in its own worker.
+            # Runs made before the paired design timed each record in its own worker.
             timing=str(o.get("timing", "separate")),
             rounds=o.get("rounds"),
             block_seconds=o.get("block_seconds"),

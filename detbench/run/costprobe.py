@@ -4,7 +4,7 @@ user's own workloads (no suite figure prices them) one record of each.
 A workload of the built-in suites is priced by its suite's measured figure or by the model, which
 was measured on those suites. A user's workload can take anything from a millisecond to seconds
 a step, and its record costs its build, its fingerprint steps, its FLOP count, its warm-up and
-its samples: the model's per-record guess was 7x short for a decoder LM on the CPU (issue 29).
+its samples: the model's per-record guess was 7x short for a decoder LM on the CPU.
 So the probe worker, the same worker a run starts (its first mode, replicate 1, a temporary
 directory for its log and its reference outputs), measures one record of each such workload; the
 dry run, the plan line and the progress line all take their estimate from it.

@@ -24,41 +24,35 @@ RECORD_OVERHEAD_SECONDS = {
 #: GPU run measures it: GPU kernel times are steady, so +-1% should often come within 6-16
 #: samples of budget/50 each.
 BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.5}
-#: What the warm-up until steady (issue 29, ``worker/warmup.py``) costs a record beyond the fixed
-#: warm-up steps the figures above were measured with, as a share of its budget (the warm-up's
-#: ceiling). CPU: 0.046 s per record at the quick profile's 0.1 s budget (the mean over the 120
-#: records of conv, bmm, batchnorm and rnn, 2 modes x 2 replicates, on the 2-core development
-#: CPU on 2026-11-26: warm-up 0.071 s against 3 of the record's median steps; 100 of 120
-#: settled), so 0.45. CUDA: 0, from the H100's recorded samples
-#: (results/20261126-060355-cuda-full-h100-partial): the new warm-up, simulated on them, costs 126
-#: ms per record on average against the old 5 steps' and block-size step's 146 ms (the H200's:
-#: 124 against 146), so the suites' measured figures stand; a GPU run is to confirm it.
+#: What the warm-up until steady (``worker/warmup.py``) costs a record beyond the fixed warm-up
+#: steps the figures above were measured with, as a share of its budget (the warm-up's ceiling).
+#: CPU: 0.046 s per record at the quick profile's 0.1 s budget (the mean over the 120 records of
+#: conv, bmm, batchnorm and rnn, 2 modes x 2 replicates, on the 2-core development CPU on
+#: 2026-11-26: warm-up 0.071 s against 3 of the record's median steps; 100 of 120 settled), so 0.45.
+#: CUDA: 0, from the H100's recorded samples (results/20261126-060355-cuda-full-h100-partial): the
+#: new warm-up, simulated on them, costs 126 ms per record on average against the old 5 steps' and
+#: block-size step's 146 ms (the H200's: 124 against 146), so the suites' measured figures stand; a
+#: GPU run is to confirm it.
 WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
 #: Seconds of one torchrun launch, per device: a worker with distributed workloads makes one
 #: (``detbench.distributed.launch``), whose ranks each import torch and join the process group. CPU:
-#: 4.9-5.3 s per launch of 2 gloo ranks running the distributed suite, measured on the 2-core VM
-#: (README, "Distributed"). CUDA: 17-19 s per launch of one NCCL rank on the H100 (``phases.launch``
-#: of results/20261124-084754-cuda-full-distributed-world1, 8-11 s of it the rank's set-up, the
-#: measurement of its 3 workloads 0.3-1.1 s each): 18 s, the measurement of the distributed
-#: records included (they are charged nothing beside it on CUDA).
-#: CPU since 2026-11-28: 8.33 s, the mean ``phases.launch`` of the 30 launches of ``make bench``
-#: on a fresh clone of the 2-core VM (``python tools/plan_figures.py`` on its run,
-#: 20261128-050902-cpu-quick, not published): the launches now run while the paired phase's
-#: workers of earlier runs are gone, but beside the next verdict worker's start-up.
-#: CPU since 2026-11-29: 3.82 s, the same mean over the 30 launches of ``make bench`` on the
-#: host of ``HOST_REFERENCE_SECONDS`` (20261129-033852-cpu-quick, below), which a plan scales to
-#: its own host.
+#: 3.82 s, the mean ``phases.launch`` of the 30 launches of ``make bench`` on the host of
+#: ``HOST_REFERENCE_SECONDS`` (20261129-033852-cpu-quick, below; ``python tools/plan_figures.py``
+#: on its run), which a plan scales to its own host; the earlier CPU figures are in
+#: docs/measured.md ("From the code's comments"). CUDA: 17-19 s per launch of one NCCL rank on the
+#: H100 (``phases.launch`` of results/20261124-084754-cuda-full-distributed-world1, 8-11 s of it
+#: the rank's set-up, the measurement of its 3 workloads 0.3-1.1 s each): 18 s, the measurement of
+#: the distributed records included (they are charged nothing beside it on CUDA).
 LAUNCH_SECONDS = {"cpu": 3.82, "cuda": 18.0}
 #: Seconds of one record by suite, per (device, profile), where a run measured them: the mean over
-#: the suite's records of their phases summed (build + fingerprint + FLOP count + timing +
-#: clean-up; the worker's start-up is counted apart). CUDA full: on the H200 (torch 2.11, all 10
-#: modes, 824 records of ``make bench``, the warm-up of 5 fixed steps and the 0.3 s budget;
-#: /work/shared/gpu-runs/20261126-040517-cuda-full-h200-partial/results.jsonl), in the modes with
-#: cuDNN on: conv 0.307 s (220 records), rnn 0.70 s (140), batchnorm 0.218 s (140), bmm 0.371 s
-#: (100), training 1.90 s (59). The H100 of the same code and options
-#: (results/20261126-060355-cuda-full-h100-partial, 736 records): conv 0.287, rnn 0.697,
-#: batchnorm 0.183, bmm 0.375, training 1.96 s. cudnn.benchmark's autotuning is included (the
-#: bench modes ran). The modes without cuDNN: below.
+#: the suite's records of their phases summed (build + fingerprint + FLOP count + timing + clean-up;
+#: the worker's start-up is counted apart). CUDA full: on the H200 (torch 2.11, all 10 modes, 824
+#: records of ``make bench``, the warm-up of 5 fixed steps and the 0.3 s budget;
+#: results/20261126-040517-cuda-full-h200-partial), in the modes with cuDNN on: conv 0.307 s (220
+#: records), rnn 0.70 s (140), batchnorm 0.218 s (140), bmm 0.371 s (100), training 1.90 s (59). The
+#: H100 of the same code and options (results/20261126-060355-cuda-full-h100-partial, 736 records):
+#: conv 0.287, rnn 0.697, batchnorm 0.183, bmm 0.375, training 1.96 s. cudnn.benchmark's autotuning
+#: is included (the bench modes ran). The modes without cuDNN: below.
 SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
     ("cuda", "full"): {
         "conv": 0.307,
@@ -83,14 +77,14 @@ NO_CUDNN_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
         "training": 5.30,
     },
 }
-#: Seconds the timing rule of issue 29 (items 3 and 4) adds to a record whose figure above was
-#: measured before it, per (device, profile): sampling past the budget towards its ceiling while
-#: the target is in reach (``worker/budget.py``), 0.069 s a record on the H100's recorded samples
-#: and 0.075 s on the H200's (``tools/sample_budget.py`` on the two runs above, replayed), and the
-#: sustained-clock probe's extension of a pass shorter than 0.25 s (``worker/sustain.py``), about
-#: 33 s over the core matrix's 990 records (0.033 s a record). Estimates until a GPU run measures
-#: them. Not included: the hold where the power limit acts (about 2.9 s for each record it holds),
-#: since how many records it holds is known only after a GPU run.
+#: Seconds the timing rule adds to a record whose figure above was measured before the rule existed,
+#: per (device, profile): sampling past the budget towards its ceiling while the target is in reach
+#: (``worker/budget.py``), 0.069 s a record on the H100's recorded samples and 0.075 s on the H200's
+#: (the rule replayed on the two runs above: docs/measured.md, "Finished studies whose tools were
+#: retired"), and the sustained-clock probe's extension of a pass shorter than 0.25 s
+#: (``worker/sustain.py``), about 33 s over the core matrix's 990 records (0.033 s a record).
+#: Estimates until a GPU run measures them. Not included: the hold where the power limit acts (about
+#: 2.9 s for each record it holds), since how many records it holds is known only after a GPU run.
 TIMING_RULE_ADDED_SECONDS = {("cuda", "full"): 0.072 + 0.033}
 #: Seconds of one record of a workload, its batch-invariance pass included, where known. CUDA full,
 #: estimates from the one H100 record of decoder_greedy_invariant at batch 64
@@ -172,28 +166,26 @@ WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: paper estimate). CUDA: 9.8 s, what the H100 run of conv, rnn and training waited for its
 #: workers' start-up in all (results/20261124-085144-cuda-full-conv-rnn-training/env.json,
 #: ``run_stats.startup``: 8 workers, each later one ready before the one before it was done).
-#: CPU: 4.1 s, the start-up the dry run of ``make bench`` measured on the 2-core development VM
-#: (docs/running.md, "Plan and estimate", 2026-11-26); 2.0 s before, a figure with no
-#: measurement behind it, left the quickstart's plan line at 0:19 for a run of 0:29 (README).
-#: CPU since 2026-11-29: 1.6 s, three dry runs of ``make bench`` on the host of
-#: ``HOST_REFERENCE_SECONDS`` (1.59, 1.62 and 1.67 s), which a real run's plan scales to its host.
+#: CPU: 1.6 s, three dry runs of ``make bench`` on the host of ``HOST_REFERENCE_SECONDS`` (1.59,
+#: 1.62 and 1.67 s), which a real run's plan scales to its host; the earlier CPU figures are in
+#: docs/measured.md ("From the code's comments").
 PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 1.6}
 #: Seconds each later worker's device stage adds to a run, per device: the stage (CUDA's
-#: initialisation, its context, cuBLAS's and cuDNN's handles) begins only once the worker before
-#: it has taken its last timing sample (issue 29), so it no longer hides behind that worker's
-#: measuring; what the worker before it does after that sample (its last record's clean-up, its
-#: exit) hides part of it. CUDA: 1 s, a guess until a GPU run measures it (``run_stats``:
-#: ``device_stage`` over ``workers``); the H100's process watch of 2026-11-26
-#: (results/20261126-h100-experiments/watch.jsonl) saw a worker's context go from its first 14 MiB
-#: to ~700 MiB, libraries warmed, within 0.2 s, and CUDA's initialisation comes before that. CPU:
-#: nothing to initialise (``run_stats.device_stage``: 0.002 s over the 4 workers of a CPU run of
-#: conv, bmm, batchnorm and rnn on the development CPU, 2026-11-26), charged nothing.
+#: initialisation, its context, cuBLAS's and cuDNN's handles) begins only once the worker before it
+#: has taken its last timing sample, so it does not hide behind that worker's measuring; what the
+#: worker before it does after that sample (its last record's clean-up, its exit) hides part of it.
+#: CUDA: 1 s, a guess until a GPU run measures it (``run_stats``: ``device_stage`` over
+#: ``workers``); the H100's process watch (results/20261126-h100-experiments/watch.jsonl) saw a
+#: worker's context go from its first 14 MiB to ~700 MiB, libraries warmed, within 0.2 s, and CUDA's
+#: initialisation comes before that. CPU: nothing to initialise (``run_stats.device_stage``: 0.002 s
+#: over the 4 workers of a CPU run of conv, bmm, batchnorm and rnn on the development CPU,
+#: 2026-11-26), charged nothing.
 HANDOVER_SECONDS = {"cuda": 1.0, "cpu": 0.0}
 #: Seconds of the batch-invariance pass per declared batch size of a record (a build and one
 #: step at that size). CPU quick: 0.00429 s, the invariance passes of ``make bench`` over their
-#: 3,810 sizes (20261129-033852-cpu-quick, the run of ``HOST_REFERENCE_SECONDS``); 0.014 s on
-#: another host of the 2-core VM (results/20261124-024157-cpu-quick-invariance). The others are
-#: guesses until a run measures them.
+#: 3,810 sizes (20261129-033852-cpu-quick, the run of ``HOST_REFERENCE_SECONDS``; another host's
+#: figure: docs/measured.md, "From the code's comments"). The others are guesses until a run
+#: measures them.
 INVARIANCE_SECONDS_PER_SIZE = {
     ("cpu", "quick"): 0.00429,
     ("cpu", "full"): 0.1,
@@ -203,16 +195,14 @@ INVARIANCE_SECONDS_PER_SIZE = {
 #: A verdict record of the paired design (no timing pass: build, fingerprint, FLOP count and
 #: clean-up), by suite, per (device, profile), where a run measured them. CUDA full: the mean of
 #: those phases over the 452 ok records of results/20261128-011342-cuda-full-h200-partial (H200,
-#: torch 2.11, 2026-11-28: the fused design itself, each verdict made in the worker that then
-#: times the step; 361 records with cuDNN on, 91 without, conv and two RNNs in 2 replicates, the
-#: rest in 1). They are 1.4-1.5 times what the H100's verdict workers of the separate design took
-#: (results/20261126-060355-cuda-full-h100-partial: conv 0.215, rnn 0.24 / 1.017, training 1.309 /
-#: 3.114). Elsewhere a figure less the model's timing.
+#: torch 2.11: the fused design itself, each verdict made in the worker that then times the step;
+#: 361 records with cuDNN on, 91 without, conv and two RNNs in 2 replicates, the rest in 1; the
+#: separate design's verdict workers on the H100, for comparison: docs/measured.md, "From the code's
+#: comments"). Elsewhere a figure less the model's timing.
 #: CPU quick: the same figure over the ok records of ``make bench`` on a fresh clone of the
 #: 2-core VM (20261129-033852-cpu-quick, the run of ``HOST_REFERENCE_SECONDS``: an AMD EPYC,
 #: family 26, torch 2.13; ``python tools/plan_figures.py DIR``), the cuDNN flags acting on
-#: nothing there. The figures of 20261128-050902-cpu-quick, the same VM on another host the day
-#: before, were 1.4-3.5 times these.
+#: nothing there (another host's figures: docs/measured.md, "From the code's comments").
 VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
     ("cpu", "quick", True): {
         "batchnorm": 0.007,
@@ -253,11 +243,11 @@ VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
         "training": 4.300,
     },
 }
-#: The paired phase (issue 34, ``run/paired.py``). A member's preparation of one workload: its
-#: build, its first step (digested) and its warm-up until steady, whose ceiling there is half the
-#: seconds its rounds sample (0.1 s at full). CUDA full, by suite: the mean over the same H100
-#: run's ok records of build + one median step + 0.1 s (a paper estimate: that run's warm-up was
-#: 5 fixed steps). Elsewhere, per (device, profile): guesses.
+#: The paired phase (``run/paired.py``). A member's preparation of one workload: its build, its
+#: first step (digested) and its warm-up until steady, whose ceiling there is half the seconds its
+#: rounds sample (0.1 s at full). CUDA full, by suite: the mean over the same H100 run's ok records
+#: of build + one median step + 0.1 s (a paper estimate: that run's warm-up was 5 fixed steps).
+#: Elsewhere, per (device, profile): guesses.
 PAIRED_PREPARE_SECONDS: dict[tuple[str, str], float] = {
     ("cpu", "quick"): 0.06,
     ("cpu", "full"): 0.3,
@@ -280,10 +270,10 @@ GPU_HOST_CORES = 16
 #: worker, its wake-up and its message back. CUDA: 2.5 ms, measured on the H200
 #: (results/20261128-011342-cuda-full-h200-partial: the median over its 45 groups of the rounds'
 #: span less their blocks and untimed steps, per turn; 4,125 turns spanned 214.3 s, of which
-#: blocks 114.6 s and untimed steps 90.7 s). The paper figure before it was 0.5 ms.
+#: blocks 114.6 s and untimed steps 90.7 s).
 #: CPU: 1.04 ms, the same measure over the 12,449 turns of ``make bench`` on the 2-core VM
-#: (20261129-033852-cpu-quick: three workers a round; ``tools/plan_figures.py``); 1.8 ms on the
-#: day before's host (20261128-050902-cpu-quick), 1 ms on paper before that.
+#: (20261129-033852-cpu-quick: three workers a round; ``tools/plan_figures.py``). The figures
+#: before these: docs/measured.md, "From the code's comments".
 PAIRED_TURN_SECONDS = {"cpu": 0.00104, "cuda": 0.0025}
 #: A member's mean block and step (seconds) per (suite, cuDNN on) and (device, profile), where a
 #: run measured them: a turn costs its block (at least one step), one untimed step and
@@ -318,14 +308,12 @@ PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[fl
         ("training", False): (0.3049, 0.3049),
     },
 }
-#: The share of its most rounds (``--rounds``) a paired group takes on average, now that the
-#: rounds stop once every mode's ratio settles (``run/paired_rounds.py``; at least 6 are
-#: taken). CPU: 1.0, the cap; the core quick matrix on the 2-core VM (2026-11-27, docs/measured.md)
-#: took 10.8 of its 12 rounds a group on average (71 of 99 groups the 12), so the plan errs long
-#: by at most a tenth of its rounds there. CUDA: 0.83, measured on the H200 (the same run's 45
-#: groups took 8.33 of their 10 rounds on average); by suite in PAIRED_ROUNDS_BY_SUITE.
-#: CPU since 2026-11-29: 0.883, the 414 groups of ``make bench`` above (20261129-033852-cpu-quick:
-#: 10.6 of 12 rounds; 0.84 the day before).
+#: The share of its most rounds (``--rounds``) a paired group takes on average, now that the rounds
+#: stop once every mode's ratio settles (``run/paired_rounds.py``; at least 6 are taken). CPU:
+#: 0.883, the 414 groups of ``make bench`` above (20261129-033852-cpu-quick: 10.6 of 12 rounds; the
+#: earlier CPU figures: docs/measured.md, "From the code's comments"). CUDA: 0.83, measured on the
+#: H200 (the 45 groups of its run above took 8.33 of their 10 rounds on average); by suite in
+#: PAIRED_ROUNDS_BY_SUITE.
 PAIRED_ROUNDS_TAKEN = {"cpu": 0.883, "cuda": 0.83}
 #: The same share by suite, per (device, profile), where a run measured it. CUDA full, the H200
 #: run above: every rnn and training group stopped at the 6th of 10 rounds (steps of 10 ms and
@@ -344,11 +332,11 @@ PAIRED_ROUNDS_BY_SUITE: dict[tuple[str, str], dict[str, float]] = {
     },
     ("cuda", "full"): {"conv": 0.88, "rnn": 0.6, "batchnorm": 1.0, "bmm": 0.9, "training": 0.6},
 }
-#: A paired group's start-up on a GPU host, all its workers spawned at once: (fixed seconds,
-#: seconds per worker). CUDA: fitted to the H200's two runs of 2026-11-28, 23.2 s a group of 11
+#: A paired group's start-up on a GPU host, all its workers spawned at once: (fixed seconds, seconds
+#: per worker). CUDA: fitted to the H200's two runs, 23.2 s a group of 11
 #: (results/20261128-011342-cuda-full-h200-partial, ``run_stats.paired.startup`` 46.3 s over 2
-#: groups) and 10.0 s a group of 3 (results/20261128-013218-cuda-full-bmm-steady, 20 s over 2):
-#: 16 cores do not start 11 CUDA workers in one worker's time, as the plan had assumed.
+#: groups) and 10.0 s a group of 3 (results/20261128-013218-cuda-full-bmm-steady, 20 s over 2): 16
+#: cores do not start 11 CUDA workers in one worker's time, as the plan had assumed.
 GROUP_START_SECONDS = {"cuda": (5.05, 1.65)}
 #: What one member's ``--reference-check`` costs after a round, per device: (a share of the
 #: seconds asked, blocks of its step), the larger. On a CPU ``torch.utils.benchmark``'s
@@ -360,8 +348,8 @@ GROUP_START_SECONDS = {"cuda": (5.05, 1.65)}
 REFERENCE_COST = {"cpu": (1.14, 1.0), "cuda": (0.0, 9.0)}
 #: Seconds of one pass of ``run.hostspeed``'s reference work on the host where each device's
 #: figures above were measured: a plan multiplies them by this host's seconds over these. CPU:
-#: 0.01212 s, what the plan of ``make bench`` measured on a fresh clone of the 2-core VM on
-#: 2026-11-29 (20261129-033852-cpu-quick: ``run_calls``' ``host_speed``), the run whose figures
+#: 0.01212 s, what the plan of ``make bench`` measured on a fresh clone of the 2-core VM
+#: (20261129-033852-cpu-quick: ``run_calls``' ``host_speed``), the run whose figures
 #: the CPU quick tables above hold. Fresh processes there read 9.3-13.6 ms within minutes of each
 #: other (the VM's speed drifts), so a plan's factor carries about that much noise. No GPU plan
 #: is scaled (no lent GPU host has run the reference work).

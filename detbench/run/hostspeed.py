@@ -4,13 +4,13 @@ figures were measured: the factor that scales them.
 A CPU plan's figures (``run/costs.py``) are seconds on one machine: a verdict record of each
 suite, a paired member's preparation and untimed step, a turn, a torchrun launch, a worker's
 start-up. Another CPU runs the same work at another speed: the 2-core development VM itself ran
-``make bench`` in 9:30 on 2026-11-29 and in 17:25 on 2026-11-28 (another host under it), while
-both plans said 19:30. So before a CPU plan is priced, the parent times a fixed piece of reference
-work here (``measure``), and the plan multiplies the figures that are seconds of work by the
-ratio of that time to the reference's, measured beside the figures (``HOST_REFERENCE_SECONDS``).
-What is measured here already is not scaled: a dry run's start-up, a probe's or a resumed run's
-own records. Nor is what is a time by design: the timing budget, a paired block's length, the
-warm-up's ceiling.
+``make bench`` in 9:30 one day and in 17:25 the day before (another host under it), while both plans
+said 19:30 (docs/measured.md, "A CPU plan priced for its host"). So before a CPU plan is priced, the
+parent times a fixed piece of reference work here (``measure``), and the plan multiplies the figures
+that are seconds of work by the ratio of that time to the reference's, measured beside the figures
+(``HOST_REFERENCE_SECONDS``). What is measured here already is not scaled: a dry run's start-up, a
+probe's or a resumed run's own records. Nor is what is a time by design: the timing budget, a paired
+block's length, the warm-up's ceiling.
 
 **The reference work** is a verdict record in miniature, the shape of most of a CPU run's time:
 small modules built from a seed (two convolutions with BatchNorm, an LSTM, an MLP), three forward

@@ -45,7 +45,8 @@ def worker_job(
         "min_samples": MIN_SAMPLES,
         "clocks": c.clock_mode,
         "fingerprint": c.fingerprint,
-        # The paired phase times this run's costs, unless it is today's design or both.
+        # A verdict worker times its records only in the separate design (or both); otherwise
+        # the paired phase times this run's costs.
         "timing_pass": c.timing_design in ("separate", "both"),
         "timeout": c.timeout,
         "launched_at": time.time(),

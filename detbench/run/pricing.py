@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 def timing_seconds(device: str, budget: float) -> float:
     """Seconds the model charges a record for its timing pass: its warm-up and its samples, as
     shares of its budget. The one place the estimate prices the sampling budget: a budget that
-    adapts to the step time (issue 29, item 3) changes this function and nothing else; the model's
-    records, ``per_record_seconds``, and what a later worker's start-up cannot hide behind
+    adapts to the step time (``worker/budget.py``) changes this function and nothing else; the
+    model's records, ``per_record_seconds``, and what a later worker's start-up cannot hide behind
     (``hidden_seconds``) follow it. The suites' measured figures and a probed workload's record
     include their own timing as measured."""
     return (BUDGET_SHARE[device] + WARMUP_SHARE[device]) * budget
@@ -183,7 +183,7 @@ class Pricing:
 
     def hidden(self, before: Slot) -> float:
         """What a worker does while the next one may start up: its records but their timing
-        passes, during which the next one is paused (issue 29)."""
+        passes, during which the next one is paused."""
         probed = self.probed
         if not self.timed:  # no timing pass: the next one starts up beside every record
             return self.cost([before])

@@ -3,9 +3,9 @@
 
 A workload is the same in two runs when it ran on the same device type (a CPU's and a GPU's
 random streams differ) with the same parameters (its sizes), size profile and seed, from the same
-source of its suite: env.json's ``options.suite_sha256`` holds a digest of each suite's source
-files, recorded since issue 28; a run without it is matched on the rest, and its commit is all
-that is known of its source. The digest method is the comparison's to choose (a run with
+source of its suite: env.json's ``options.suite_sha256`` holds a digest of each suite's source files
+(runs made before it was recorded lack it); a run without it is matched on the rest, and its commit
+is all that is known of its source. The digest method is the comparison's to choose (a run with
 ``--fingerprint both`` has two). The number of fingerprint steps (``len(step_fingerprints)``) may
 differ: the first steps of a longer pass are the steps of a shorter one, so two runs compare over
 the steps both ran.
@@ -52,7 +52,8 @@ def source_digest(paths: Iterable[str | Path]) -> str:
 
 
 def suite_sources(env: Mapping[str, Any]) -> dict[str, str]:
-    """Each suite's source digest as the run recorded it ({} for a run before issue 28)."""
+    """Each suite's source digest as the run recorded it ({} for a run made before the digests
+    were recorded)."""
     return dict((env.get("options") or {}).get(SOURCES_KEY) or {})
 
 

@@ -1,4 +1,4 @@
-"""The owner of ``paired.jsonl``: the paired timings of a run (issue 34), one line per
+"""The owner of ``paired.jsonl``: the paired timings of a run, one line per
 (workload, mode, replicate, copy), written when the group's rounds end.
 
 Why a file of its own: in the paired design the verdict workers write their records at once,
@@ -44,7 +44,8 @@ PAIRED_FILE = "paired.jsonl"
 PAIRED_VERSION = 1
 #: The ``timing_design`` of a verdict record whose timing is in ``paired.jsonl``.
 PAIRED = "paired"
-#: The ``timing_design`` of a record timed in its own worker (the design before issue 34).
+#: The ``timing_design`` of a record timed in its own worker (the earlier design: every record
+#: of a run made before the paired design).
 SEPARATE = "separate"
 #: A line's status: a record's (``schema.STATUSES``: ok, or how the workload or its worker
 #: ended: unsupported, oom, crashed, ...; "message" says more), "failed" (fewer than 6 blocks

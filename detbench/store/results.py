@@ -195,7 +195,7 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     ``timing``), ``matmul_fp32`` and ``conv_fp32`` (from ``precision``); None where a record
     has no such value (a failure, or a version-1 record).
 
-    A record of the paired design (``timing_design`` "paired", issue 34) has no timing of its
+    A record of the paired design (``timing_design`` "paired") has no timing of its
     own: its copy-0 line of ``paired.jsonl`` fills ``timing``, ``seconds_per_step`` and the
     rates (``paired.joined``), so every reader of these rows finds a timing where the record
     was timed. The paired lines themselves, copy 1 included, are ``paired.load_paired``'s.

@@ -194,7 +194,7 @@ class Env(TypedDict, total=False):
 #      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
 #      set of runs from several machines);
 #      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``;
-#      since issue 29 also whose the other processes were: ``other_cpu_own``/``_foreign``,
+#      in later records also whose the other processes were: ``other_cpu_own``/``_foreign``,
 #      ``gpu_own_processes``/``gpu_foreign_processes`` and their utilisation, and the pass's
 #      ``start_unix``/``end_unix``); ``worker_pid``; in ``timing``, ``warmup`` (what the warm-up
 #      until steady did) and ``gpu_clocks`` (NVML's clocks, power and throttling, or
@@ -211,15 +211,15 @@ class Env(TypedDict, total=False):
 #      and ``max_abs_diff_vs_default`` (None where they do not apply or are not known), and a
 #      lost record (a worker that died or timed out) carries every field of ``ALWAYS`` (None,
 #      but for what the runner knows) and ``exit_code``. Records are built by the constructors of
-#      ``store.record``. In ``timing`` (issue 29, also added to version 3 without a bump):
+#      ``store.record``. In ``timing`` (also added to version 3 without a bump):
 #      ``ceiling`` (the most seconds of sampling past the budget), ``clock_mode`` ("sustained" or
 #      "burst") and ``hold`` (what the sustained-clock hold did). Version-3 records load with the
 #      fields of ``SCHEMA_4_FIELDS`` they lack None (``migrate``); the others of version 3 stay
 #      optional (``OPTIONAL``), as do the new keys of ``timing``.
-#      Added within version 4 without a bump (issue 34), optional: ``timing_design``, where the
-#      record's timing is: "separate" (its own timing pass, in the record, as before) or
-#      "paired" (the record carries no timing, ``seconds_per_step`` and the rates are None, and
-#      its timing is its copy-0 line of ``paired.jsonl``, the owner ``store.paired``, which
+#      Added within version 4 without a bump (with the paired design), optional: ``timing_design``,
+#      where the record's timing is: "separate" (its own timing pass, in the record, as before) or
+#      "paired" (the record carries no timing, ``seconds_per_step`` and the rates are None, and its
+#      timing is its copy-0 line of ``paired.jsonl``, the owner ``store.paired``, which
 #      ``load_results`` joins onto it). A record without the field is "separate".
 SCHEMA_VERSION = 4
 SUPPORTED_VERSIONS = (1, 2, 3, 4)
@@ -362,7 +362,7 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     # run --cudnn-log (worker/cudnnlog.py)
     "cudnn_log": BOOL,
     "cudnn_engines": (list, dict),
-    # issue 34: where the record's timing is ("paired": in paired.jsonl; "separate": here)
+    # where the record's timing is ("paired": in paired.jsonl; "separate": here)
     "timing_design": or_none(STR),
 }
 FIELDS = {**ALWAYS, **OPTIONAL}

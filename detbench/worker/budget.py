@@ -1,5 +1,5 @@
-"""How long a record samples (issue 29, item 3): the budget, then on towards a ceiling that
-grows with the step time, while the samples so far project the target within reach.
+"""How long a record samples: the budget, then on towards a ceiling that grows with the step
+time, while the samples so far project the target within reach.
 
 The budget (0.1 s quick, 0.3 s full) gave steps of 10-100 ms 6-16 samples: on the H200 only 44%
 of the records with 5-100 ms steps reached +-1%, on the H100 50%. So on a GPU a record whose
@@ -17,38 +17,21 @@ A record that stops short still says so (``reached_target`` False) with its inte
 (``ci_low``, ``ci_high``, ``ci_rel``), and the report shows that interval. A CPU keeps its
 budget as the ceiling: its target is +-3% and its matrix is long.
 
-Estimates, not measurements: ``python tools/sample_budget.py
-results/20261126-060355-cuda-full-h100-partial/results.jsonl
-../shared/gpu-runs/20261126-040517-cuda-full-h200-partial/results.jsonl`` replays this rule
-(the real loop of ``timing._sample``) 40 times on draws from each record's own samples (a
-smoothed bootstrap) and gives, for the records with 5-100 ms steps, the share that reach
-+-1% and the sampling seconds over the whole run (estimates):
+Estimates, not measurements: this rule (the real loop of ``timing._sample``), replayed 40
+times on draws from each record's own samples (a smoothed bootstrap) of the H100's and the
+H200's core matrices (results/20261126-060355-cuda-full-h100-partial and
+results/20261126-040517-cuda-full-h200-partial), brings the share of the records with 5-100 ms
+steps that reach +-1% from 44-48% (the budget alone) to 60-67%, for about +50 to +62 s of
+sampling over the core matrix (+0.07 s a record). The replay's figures by run, and the other
+settings tried, are in docs/measured.md ("Finished studies whose tools were retired").
 
-==========================  ==================  =========  =========  ===============
-run (every record)          5-100 ms records    old rule   this rule  sampling seconds
-==========================  ==================  =========  =========  ===============
-H100 (736 records)          246                 48%        67%        174.0 -> 224.6
-H200 (824 records)          279                 44%        60%        201.7 -> 263.9
-H100, quiet records (590)   193                 42%        62%        112.9 -> 156.5
-H200, quiet records (722)   241                 42%        59%        129.1 -> 181.3
-==========================  ==================  =========  =========  ===============
-
-("old rule": the replay with the budget as the ceiling, which matches what the records show:
-50% and 44% reached +-1%. "Quiet": no other process on the GPU during the pass.) So about +50
-to +62 s of sampling over the core matrix (+0.07 s a record), for a share of 5-100 ms records
-at +-1% up from 44-48% to 60-67%. Other settings tried (8 replays each, H100 / H200, every
-record): ceiling 3 s and no projection cut, 72% / 65% for +339 / +512 s; ceiling 6 s and no
-cut, 77% / 76% for +622 / +901 s; these numbers with a slack of 3, 68% / 62% for +73 / +95 s;
-with a slack of 1.5 and a 3 s ceiling, 65% / 59% for +47 / +66 s.
-
-That is short of the 90% the issue asks for. On these records the RNN steps scatter by 2-5%
-(median absolute deviation; a quarter of them more) from sample to sample, wandering between
-levels, and a +-1% interval of such a median takes 300 or more samples (5 s and more a record):
-with no projection cut and a 9 s ceiling the replay reaches 81-82% for +860 to +1190 s over the
-matrix, which the 15-minute matrix cannot hold. Records timed with no other process on the GPU
-scatter as much. Whether the warm-up until steady and a GPU timed alone narrow that scatter
-waits for the next GPU visit; ``SAMPLES_WANTED``, ``CEILING_FACTOR`` and ``REACH_SLACK`` are
-the three numbers to move then.
+That is short of the 90% aimed at. On these records the RNN steps scatter by 2-5% (median absolute
+deviation; a quarter of them more) from sample to sample, wandering between levels, and a +-1%
+interval of such a median takes 300 or more samples (5 s and more a record): with no projection cut
+and a 9 s ceiling the replay reaches 81-82% for +860 to +1190 s over the matrix, which the 15-minute
+matrix cannot hold. Records timed with no other process on the GPU scatter as much. Whether the
+warm-up until steady and a GPU timed alone narrow that scatter waits for the next GPU visit;
+``SAMPLES_WANTED``, ``CEILING_FACTOR`` and ``REACH_SLACK`` are the three numbers to move then.
 """
 
 from __future__ import annotations
@@ -61,7 +44,7 @@ from detbench.worker.warmup import SAMPLES_PER_BUDGET
 FLOOR = 6
 
 #: Past the budget, unmet, a record samples on for up to this many samples' worth of seconds
-#: (issue 29, item 3: steps of 5-100 ms got 6-16 samples in a 0.3 s budget) ...
+#: (steps of 5-100 ms got 6-16 samples in a 0.3 s budget) ...
 SAMPLES_WANTED = 300
 #: ... at most this many times the budget, on the devices named in ``CEILING_FACTOR``; other
 #: devices (a CPU, whose matrix is long and whose target is +-3 %) stop at the budget.
@@ -69,8 +52,8 @@ CEILING_FACTOR = {"cuda": 10.0}
 #: ... and only while the samples so far project the target within this many ceilings.
 REACH_SLACK = 2.0
 #: For the estimate (``expected_sampling_seconds``): the share of its budget a record of short
-#: steps samples for, and the samples a record of longer steps takes, on average (measured by
-#: tools/sample_budget.py on the H100 and H200 core matrices; module docstring).
+#: steps samples for, and the samples a record of longer steps takes, on average (the replay on
+#: the H100 and H200 core matrices: module docstring).
 EXPECTED_SHORT_SHARE = 0.4
 EXPECTED_SAMPLES = 23
 
@@ -87,8 +70,8 @@ def expected_sampling_seconds(
     step_seconds: float, budget: float, device_type: str = "cuda"
 ) -> float:
     """The seconds a record of ``step_seconds`` per step is expected to spend sampling (warm-up
-    not included), for the run's estimate: what ``tools/sample_budget.py`` measured on the
-    recorded samples of the H100 and H200 core matrices under this rule (module docstring).
+    not included), for the run's estimate: what the replay of this rule on the recorded samples
+    of the H100 and H200 core matrices gave (module docstring).
     A step of up to budget / 50 fills ``EXPECTED_SHORT_SHARE`` of the budget; a longer one gets
     one step a sample and ``EXPECTED_SAMPLES`` samples, within its ceiling, at least the floor's
     6 samples."""

@@ -2,7 +2,7 @@
 
 A step time is as fast as the clock it ran at. A GPU that has idled ramps its clock up over its
 first tens of milliseconds of work; one under sustained matrix work sits at its power cap
-(``sw_power_cap``) at a lower clock. So every timing pass records what the clock did (issue 29):
+(``sw_power_cap``) at a lower clock. So every timing pass records what the clock did:
 the timing reads NVML right before its warm-up (``start``), when sampling begins (``mark``) and
 when it ends (``stop``), and nothing while steps run. At ``stop`` it also reads the driver's own
 sample buffers of the SM clock and the power draw over the sampling (``nvml.samples``: the

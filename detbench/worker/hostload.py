@@ -26,11 +26,12 @@ the workload. The worker reads the host's counters right before and right after 
   process ids are not this container's (it does not list this worker, which holds a context),
   whose they are is unknown: the split is None and ``gpu_note`` says so.
 
-Before issue 29 the next worker created its CUDA context while the one before it still timed
-(stopped, but holding a context): the H100 run of 2026-11-26 shows ``gpu_other_processes`` 1 on
-146 of its 736 records (docs/measured.md). Since then a worker's device stage waits for the one
-before it to take its last sample (``detbench.run.child``), and the split says whose a process
-was where one is there.
+The other process on a GPU can be detbench's own: where the next worker created its CUDA
+context while the one before it still timed (stopped, but holding a context), the H100's core
+matrix (results/20261126-060355-cuda-full-h100-partial) shows ``gpu_other_processes`` 1 on 146
+of its 736 records (docs/measured.md). So a worker's device stage now waits for the one before
+it to take its last sample (``detbench.run.child``), and the split says whose a process was
+where one is there.
 
 Linux only for the CPU counters: elsewhere the CPU keys are None and ``note`` says why. Nothing
 here raises: a probe that cannot read is a note, never a failed workload.

@@ -1,5 +1,5 @@
-"""A timing worker's side of paired timing (issue 34): one workload built and warmed up, then
-timed one block at a time, each block when the runner asks for it.
+"""A timing worker's side of paired timing: one workload built and warmed up, then timed one
+block at a time, each block when the runner asks for it.
 
 Why: a cost is the ratio of two modes' step times. Timed in their own workers minutes apart, the
 two medians come from different clock, power and host states, and the ratio carries that drift

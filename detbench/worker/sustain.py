@@ -1,4 +1,4 @@
-"""Sustained clocks (issue 29, item 4): a timing that is what a long run of the workload sees.
+"""Sustained clocks: a timing that is what a long run of the workload sees.
 
 Under sustained matrix work a GPU sits at its power cap, at a lower clock than in a burst. On the
 H100 (results/20261126-h100-experiments/sustained.json, NVML read beside each 0.1 s block) an

@@ -1,8 +1,7 @@
 """Adaptive timing of a warmed-up step: samples until the median step time is known well enough.
 
-``time_step`` replaces ``torch.utils.benchmark.Timer.blocked_autorange`` (GPU-REVIEW.md item 2:
-its block-size rule makes every GPU block 80-800 ms, so a 1 s budget gave 2-12 samples). The
-policy, and why:
+``time_step`` replaces ``torch.utils.benchmark.Timer.blocked_autorange`` (its block-size rule makes
+every GPU block 80-800 ms, so a 1 s budget gave 2-12 samples). The policy, and why:
 
 * **Warm-up until steady, outside every sample** (``detbench.worker.warmup``): at the thread
   count that is timed, a step timed alone, then groups of samples until the median of a group
@@ -32,8 +31,8 @@ policy, and why:
   or, the target unmet, when ``budget`` seconds of wall time have been spent sampling and,
   on a GPU, the ceiling past it is spent too or the target is out of reach
   (``reached_target`` is then False, and the record keeps its interval). The floor is not
-  cut by the budget: a step longer than ``budget / 6`` still gets 6 samples (today's
-  profiles: steps over 17 ms at the quick 0.1 s budget).
+  cut by the budget: a step longer than ``budget / 6`` still gets 6 samples (the
+  built-in profiles: steps over 17 ms at the quick 0.1 s budget).
 * **How often the rule is checked.** Elsewhere than CUDA, after every sample: the check is a
   sort of n floats plus a cached rank lookup (microseconds, outside the samples), so the run
   stops at the first sample that meets the target. Past 100 samples (only when the block size
@@ -54,21 +53,22 @@ policy, and why:
 * **Garbage collection is off inside a sample** (as ``timeit`` and hence torch's Timer do): a
   collection triggered by the harness's own allocations is not the step's cost.
 * ``num_threads`` (default: torch's current count) is set for warm-up and sampling and restored.
-* **Past the budget on a GPU** (``detbench.worker.budget``, issue 29 item 3): a record short
-  of its target samples on towards ``sampling_ceiling`` (300 samples' worth of seconds, at most
-  10x the budget: 3 s at full) while ``in_reach`` projects the target within 2 ceilings.
-  Estimates, not measurements: replayed on each record's own samples by
-  ``python tools/sample_budget.py results/20261126-060355-cuda-full-h100-partial/results.jsonl
-  ../shared/gpu-runs/20261126-040517-cuda-full-h200-partial/results.jsonl``, 67% (H100, 246
-  records) and 60% (H200, 279) of the records with 5-100 ms steps reach +-1%, against 48% and
-  44% under the budget alone, for +50.5 s (736 records) and +62.2 s (824) of sampling: short
-  of the issue's 90% (the RNN steps scatter by 2-5%; see ``budget``'s docstring). The run's
-  estimate: ``budget.expected_sampling_seconds(step_seconds, budget, device_type)``.
-* **Sustained clocks on CUDA** (``detbench.worker.sustain``, ``clocks="sustained"``, the
-  default; issue 29 item 4): after the samples, NVML says whether the power or thermal limit
-  acted on the load; where it did, the samples are dropped, the load held until the clock
-  settles at the limit and the samples taken again over at least 1 s. ``Timing.clock_mode``
-  and ``Timing.hold`` say what happened; ``clocks="burst"`` skips it.
+* **Past the budget on a GPU** (``detbench.worker.budget``): a record short of its target
+  samples on towards ``sampling_ceiling`` (300 samples' worth of seconds, at most 10x the
+  budget: 3 s at full) while ``in_reach`` projects the target within 2 ceilings. Estimates, not
+  measurements: replayed on each record's own samples of the H100's and the H200's core
+  matrices (results/20261126-060355-cuda-full-h100-partial and
+  results/20261126-040517-cuda-full-h200-partial; docs/measured.md, "Finished studies whose
+  tools were retired"), 67% (H100, 246 records) and 60% (H200, 279) of the records with
+  5-100 ms steps reach +-1%, against 48% and 44% under the budget alone, for +50.5 s (736
+  records) and +62.2 s (824) of sampling: short of the 90% aimed at (the RNN steps scatter by
+  2-5%; see ``budget``'s docstring). The run's estimate:
+  ``budget.expected_sampling_seconds(step_seconds, budget, device_type)``.
+* **Sustained clocks on CUDA** (``detbench.worker.sustain``, ``clocks="sustained"``, ``time_step``'s
+  default; a run's workers hold only with ``--clocks sustained``): after the samples, NVML says
+  whether the power or thermal limit acted on the load; where it did, the samples are dropped, the
+  load held until the clock settles at the limit and the samples taken again over at least 1 s.
+  ``Timing.clock_mode`` and ``Timing.hold`` say what happened; ``clocks="burst"`` skips it.
 * **The GPU's clock beside every pass** (``detbench.worker.gpuclock``): NVML's SM clock, power
   draw and throttling, read before the warm-up, when sampling begins and when it ends (never
   inside a sample), in ``Timing.gpu_clocks``; ``unsupported`` with the reason where NVML cannot

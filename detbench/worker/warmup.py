@@ -1,6 +1,6 @@
 """Warm-up until steady: the steps a timing pass runs before its first sample.
 
-A fixed count of warm-up steps (5, before issue 29) is too few where the GPU's clock is still
+A fixed count of warm-up steps (5, the earlier rule) is too few where the GPU's clock is still
 ramping up after the worker's start: on the H200 the first workload of every worker drifted by
 5.9% (median over 25 workers, up to 72%) between the first and the last quarter of its samples,
 the later workloads by 0.05-0.3%. So the warm-up runs until the step time stops moving:
