@@ -3,11 +3,11 @@
 # A 15-minute visit: `proof` first (a command of at most 5 minutes), then `matrix`
 # with what is left, at once on the warm machine (docs/gpu-session.md, "A 15-minute visit").
 #
-#   tools/gpu_session.sh proof        # issue 34's paired costs and A/A check (under 5 min)
+#   tools/gpu_session.sh proof        # the paired costs and their A/A check (under 5 min)
 #   tools/gpu_session.sh check        # host facts, the plan's estimate, make gpu-check, make test-cuda
 #   tools/gpu_session.sh matrix SECS  # the core suites at full size, all modes, 3 replicates, resumable
 #   tools/gpu_session.sh experiments  # the decoder, locate and one distributed rank on CUDA
-#   tools/gpu_session.sh cudnnlog     # issue 28: run --cudnn-log on two convs (~3 min)
+#   tools/gpu_session.sh cudnnlog     # run --cudnn-log on two convs (~3 min)
 #
 # Everything lands in $DETBENCH_GPU_DIR (default .gpu/, ignored by git): run directories and logs.
 # With $OUT set (the device tool's folder), its small files are also packed into $OUT/gpu.tgz
@@ -22,7 +22,7 @@ py=$(tools/python)
 phase=${1:?usage: tools/gpu_session.sh proof|check|matrix SECONDS|experiments|cudnnlog}
 log=$dir/$phase.log
 SUITES=(--suite conv --suite rnn --suite batchnorm --suite bmm --suite training)
-# The proof's small matrix (issue 34: the paired design, checked): 5 workloads x 4 modes x 3
+# The proof's small matrix (the paired design, checked): 5 workloads x 4 modes x 3
 # replicates, the verdicts first, then 15 groups of 5 timing workers side by side (4 modes and
 # the A/A copy of the baseline). 186 s on paper (`--dry-run`: 25 s of verdict records, 55 s of
 # paired costs, 85 s of verdict workers' start-up that 5 short workloads cannot hide), stopped

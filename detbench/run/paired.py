@@ -1,5 +1,5 @@
-"""The paired phase: every replicate's modes timed side by side (issue 34), and, by default, their
-verdicts made in the same workers (issue 39).
+"""The paired phase: every replicate's modes timed side by side, and, by default, their verdicts
+made in the same workers.
 
 A cost measured as the ratio of two medians taken in two workers minutes apart carries whatever
 changed in between: the GPU's clock and power state, the host's load. So each replicate's

@@ -1,7 +1,7 @@
 """Two decisions of a paired group (``run/paired.py``) that need no process: when its rounds may
 stop, and whether one more member fits beside those already built.
 
-**When the rounds stop** (issue 39 item 3: time spent where the noise is). A group's rounds go
+**When the rounds stop** (time spent where the noise is). A group's rounds go
 on until each mode's ratio to the baseline is known well enough, or stops getting better, under
 a cap, as NVBench's stdrel criterion stops a measurement when its noise stops falling:
 
