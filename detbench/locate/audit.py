@@ -30,7 +30,7 @@ from typing import Any
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import CUBLAS_ENV, get_mode
 from detbench.core.workload import Context, WorkloadError, load_file, registry, select_target
-from detbench.run.config import RunConfig
+from detbench.run.config import VERDICTS_ONLY, RunConfig
 from detbench.store.outdir import refuse_used
 from detbench.store.results import load_results
 from detbench.worker.protocol import Channel, ChildFailed, run_child
@@ -216,10 +216,9 @@ def audit(
         profile="quick",
         device=device,
         budget=0.05,
-        # The audit states verdicts and no cost: no paired phase to time costs it never shows
-        # (on a 2-core CPU it took 58 of the 114 s of a GCN's audit); each record is timed in
-        # its own verdict worker, within the 0.05 s budget.
-        timing="separate",
+        # The audit states verdicts and no cost: it times none (a paired phase took 58 of the
+        # 114 s of a GCN's audit on a 2-core CPU, for costs it never shows).
+        timing=VERDICTS_ONLY,
     )
     runner = plan_run(config, stream, cuda=cuda)
     audits = []

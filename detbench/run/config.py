@@ -44,6 +44,10 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
 #: "separate": each record timed in its own verdict worker (the earlier design); "both": the
 #: two in one run, to compare them (benchmarks/test_aa.py).
 TIMING_DESIGNS = ("paired", "separate", "both")
+#: A run that times no cost at all: its verdict workers make the verdicts and time nothing, and
+#: it has no paired phase (``detbench audit``, which states verdicts and no cost). Not an option
+#: of ``detbench run``, whose records are there to be priced.
+VERDICTS_ONLY = "none"
 #: The stopping rule's target: the 95% interval of the median within +-1% on a GPU, whose kernel
 #: times are stable, and +-3% on a CPU, whose shared cores are not.
 TARGET_REL = {"cuda": 0.01, "cpu": 0.03}
@@ -474,7 +478,7 @@ def check_options(config: RunConfig) -> None:
         raise RunError("--budget must be a positive number of seconds")
     if config.clocks is not None and config.clocks not in ("sustained", "burst"):
         raise RunError(f"unknown --clocks {config.clocks!r}; use sustained or burst")
-    if config.timing is not None and config.timing not in TIMING_DESIGNS:
+    if config.timing is not None and config.timing not in (*TIMING_DESIGNS, VERDICTS_ONLY):
         raise RunError(f"unknown --timing {config.timing!r}; use {', '.join(TIMING_DESIGNS)}")
     if config.paired and (config.shard or len(config.device_names) > 1):
         raise RunError(

@@ -46,8 +46,9 @@ def worker_job(
         "clocks": c.clock_mode,
         "fingerprint": c.fingerprint,
         # A verdict worker times its records only in the separate design (or both); otherwise
-        # the paired phase times this run's costs.
+        # the paired phase times this run's costs, or (VERDICTS_ONLY) nothing does.
         "timing_pass": c.timing_design in ("separate", "both"),
+        "paired_timing": c.paired,
         "timeout": c.timeout,
         "launched_at": time.time(),
     }

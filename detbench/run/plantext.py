@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from detbench.run.config import TARGET_REL, left_out
+from detbench.run.config import TARGET_REL, VERDICTS_ONLY, left_out
 from detbench.run.schedule import clock
 from detbench.worker.budget import CEILING_FACTOR
 
@@ -39,11 +39,11 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
         f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
         f"most {budget:g} s), "
-        + (
-            "no timing pass: each mode is timed beside the others once its verdict is made"
-            if c.timing_design == "paired"
-            else timing
-        ),
+        + {
+            "paired": "no timing pass: each mode is timed beside the others once its verdict "
+            "is made",
+            VERDICTS_ONLY: "no timing: verdicts only",
+        }.get(c.timing_design, timing),
         _estimate_line(est, len(names)),
     ]
     if est.paired is not None:

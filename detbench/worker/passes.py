@@ -247,7 +247,7 @@ class Passes:
             count_pass(w, ctx, self.step, rec, bool(job.get("count_flops", True)))
         if job.get("timing_pass", True):
             self._timing()
-        else:  # the paired phase times it, beside the other modes (``detbench.run.paired``)
+        elif job.get("paired_timing", True):  # the paired phase times it, beside the other modes
             rec["timing_design"] = "paired"
         rebuilds = hooks.invariance and w.batch_sizes is not None
         if hooks.keep is not None and not rebuilds:
