@@ -122,9 +122,40 @@ def test_kalibera_jones_interval_on_process_medians() -> None:
 
 def test_one_process_gives_the_median_interval_of_its_rounds() -> None:
     logs = [0.01 * i for i in range(10)]  # 10 rounds: the interval is (x_(2), x_(9))
-    point, low, high, _, _ = paired_costs.kalibera_jones(_p(logs))
+    point, low, high, _, _ = paired_costs.kalibera_jones(_p(logs), floor=None)
     assert point == pytest.approx(math.exp(0.045))
     assert (low, high) == pytest.approx((math.exp(0.01), math.exp(0.08)))
+
+
+def test_one_process_joins_the_process_floor_and_says_what_it_rests_on() -> None:
+    """One process cannot measure the process level: the interval takes it as one round's
+    robust spread (k = 1) besides the median's own error, t with n - 1 degrees of freedom,
+    joined with the rounds' interval; more processes measure it and keep the t-interval."""
+    logs = [0.01 * i for i in range(10)]  # median 0.045, MAD 0.025
+    p = _p(logs)
+    assert paired_costs.robust_spread(np.asarray(logs)) == pytest.approx(1.4826 * 0.025)
+    se = 1.4826 * 0.025 * math.sqrt(1 + math.pi / 20)
+    half = float(sps.t.ppf(0.975, 9)) * se
+    point, low, high, got_se, dof = paired_costs.kalibera_jones(p)
+    assert point == pytest.approx(math.exp(0.045)) and dof == 9 and got_se == pytest.approx(se)
+    assert (low, high) == pytest.approx((math.exp(0.045 - half), math.exp(0.045 + half)))
+    assert low < math.exp(0.01) and high > math.exp(0.08)  # wider than the rounds' own
+    # Never narrower than the rounds' interval: a tail the floor does not reach is kept.
+    skewed = [0.0] * 3 + [0.001] * 4 + [0.5] * 3  # MAD 0.001; x_(9) = 0.5
+    assert paired_costs.kalibera_jones(_p(skewed))[2] == pytest.approx(math.exp(0.5))
+    # Equal rounds: no spread, no floor: today's interval.
+    same = paired_costs.kalibera_jones(_p([0.1] * 8))
+    assert same[:3] == paired_costs.kalibera_jones(_p([0.1] * 8), floor=None)[:3]
+    two = _p(logs, [x + 0.02 for x in logs])
+    assert paired_costs.kalibera_jones(two) == paired_costs.kalibera_jones(two, floor=None)
+    assert paired_costs.rests_on(1, 10) == (
+        "1 replicate, 10 rounds: the process level assumed at one round's spread (k = 1), "
+        "not measured"
+    )
+    assert paired_costs.rests_on(2, 20).endswith("measured (t, 1 degree of freedom)")
+    assert paired_costs.row("s", "w", "m", p, paired_costs.ratio(p, "k"))["rests_on"] == (
+        paired_costs.rests_on(1, 10)
+    )
 
 
 def test_the_bootstrap_over_three_processes_is_narrower_than_the_t_interval() -> None:

@@ -40,6 +40,10 @@ or ``det-algos`` for the deterministic family) only in cuDNN switches and has th
 fingerprint in the same replicate. ``det-algos`` against ``default`` is never one (its cuBLAS
 workspace can change the kernels). The bmm suite has no op with a cuDNN path at all; elsewhere
 identical bits are evidence, not proof, and the pairs are counted apart.
+
+After its replay (1 of 33 A/A comparisons false on the H200 core run, against 5) the rule was
+adopted in ``paired_costs.kalibera_jones``: "stated" is that estimator, "current" the same with
+``floor=None`` (the estimator before it). Item 6 stays a replay: ``stats.ratio`` is unchanged.
 """
 
 from __future__ import annotations
@@ -68,10 +72,9 @@ from detbench.store.paired import load_paired  # noqa: E402
 from detbench.store.results import load_results  # noqa: E402
 from detbench.store.schema import Status  # noqa: E402
 
-#: The process level a one-process interval assumes, in rounds' robust spreads (rule, item 4).
-K = 1.0
-#: MAD to a normal law's standard deviation.
-MAD_SD = 1.4826
+#: The process level a one-process interval assumes, in rounds' robust spreads (rule, item 4):
+#: adopted in ``paired_costs``, whose constant this is.
+K = paired_costs.PROCESS_FLOOR
 #: The anchors of the true-null pairs: the baseline, and the deterministic family's own.
 ANCHORS = ("default", "det-algos")
 #: Suites whose ops have no cuDNN path at all: their true-null pairs need no evidence but the
@@ -80,13 +83,6 @@ NO_CUDNN_SUITES = frozenset({"bmm"})
 RULES = ("current", "stated")
 #: (point, low, high) of a ratio.
 Interval = tuple[float, float, float]
-
-
-def spread(x: np.ndarray) -> float:
-    """The robust spread of log ratios or log samples: MAD about their median, as a normal
-    law's standard deviation."""
-    x = np.asarray(x, dtype=float)
-    return MAD_SD * float(np.median(np.abs(x - np.median(x))))
 
 
 def _hull(center: float, var: float, dof: int, base: Interval) -> Interval:
@@ -100,17 +96,11 @@ def _hull(center: float, var: float, dof: int, base: Interval) -> Interval:
 
 def paired_interval(p: pairs.Paired, rule: str) -> Interval:
     """A paired comparison's (point, low, high) under ``rule``: "current" is
-    ``paired_costs.kalibera_jones``; "stated" the same with two or more processes, and with one
-    the floor of the module docstring (item 3) joined with it."""
-    point, low, high, _, _ = paired_costs.kalibera_jones(p)
-    logs = [np.asarray(x, dtype=float) for x in p.log_ratio if len(x)]
-    if rule == "current" or len(logs) != 1 or not np.isfinite(low):
-        return point, low, high
-    x = logs[0]
-    n, s = len(x), spread(x)
-    return _hull(
-        float(np.median(x)), s * s * (K * K + math.pi / (2 * n)), n - 1, (point, low, high)
-    )
+    ``paired_costs.kalibera_jones`` without its process floor (the estimator before the floor was
+    adopted), "stated" with it (module docstring, item 3; adopted in ``paired_costs``)."""
+    floor = None if rule == "current" else K
+    point, low, high, _, _ = paired_costs.kalibera_jones(p, floor=floor)
+    return point, low, high
 
 
 def separate_interval(
@@ -123,22 +113,16 @@ def separate_interval(
     if rule == "current" or len(mode) != 1 or len(base) != 1 or not np.isfinite(r.low):
         return r.point, r.low, r.high
     lm, lb = np.log(np.asarray(mode[0], dtype=float)), np.log(np.asarray(base[0], dtype=float))
-    var = sum(spread(x) ** 2 * (K * K + math.pi / (2 * len(x))) for x in (lm, lb))
+    var = sum(
+        paired_costs.robust_spread(x) ** 2 * (K * K + math.pi / (2 * len(x))) for x in (lm, lb)
+    )
     center = float(np.median(lb) - np.median(lm))  # throughput of mode over base
     return _hull(center, var, len(lm) + len(lb) - 2, (r.point, r.low, r.high))
 
 
 def rests_on(processes: int, rounds: int) -> str:
     """What an interval of the stated rule rests on (module docstring, item 5)."""
-    if processes == 1:
-        return (
-            f"1 replicate, {rounds} rounds: the process level assumed at one round's spread "
-            f"(k = {K:g}), not measured"
-        )
-    return (
-        f"{processes} replicates, {rounds} rounds: the process level measured "
-        f"(t, {processes - 1} degrees of freedom)"
-    )
+    return paired_costs.rests_on(processes, rounds, K)
 
 
 # --- the comparisons ----------------------------------------------------------------------------

@@ -25,10 +25,25 @@ tried (2 of 120, 1.7%, median half-width 44%), and a t-interval that pools the r
 ignores the processes the most (23 of 120): the study's figures are in docs/measured.md
 ("Finished studies whose tools were retired").
 
-With one process the between-process level cannot be estimated: the interval is the rounds'
-own (the distribution-free interval of the median of ``l``, ``worker.ranks.median_ci``, from
-6 rounds on), ``replicates`` is 1 and
-``limited_by`` says "processes": it does not count the level where the variance usually is.
+**One process: a process floor.** With one process the between-process level cannot be
+estimated from the comparison, yet it is there: each worker keeps an offset of its own for its
+life. On the H200 core run of the fused design (docs/measured.md, "Intervals that hold on the
+GPU's own rounds"), the 108 costs measured in two replicates put that level's standard deviation
+at 0.4-1.4 times the rounds' robust spread, from 0.2%-steady convolutions to 15%-noisy
+launch-bound steps, while the interval of the rounds' median counts an error of about 0.4
+spreads (10 rounds); 4 of 21 one-process A/A comparisons were false. So the process level
+is taken as one round (``PROCESS_FLOOR`` = k = 1): with the n >= 6 log ratios ``l`` of its
+rounds and their robust spread ``s = 1.4826 * median(|l - median(l)|)`` (``robust_spread``:
+the GPU's launch-bound rounds have tails 2-7 times their MAD), the estimate's variance is
+``s^2 (k^2 + pi / (2n))`` (the process level plus the variance of a median of n rounds), and
+the interval
+``exp(median(l) +- t_{n-1} * s * sqrt(k^2 + pi / (2n)))`` joined with the distribution-free
+interval of the median (``worker.ranks.median_ci``), so never narrower than the rounds' own.
+Stated before it was replayed; replayed on the stored GPU lines (``tools/interval_replay.py``),
+A/A false costs went from 5 of 33 to 1 of 33 and the true-null mode pairs' from 12 of 76 to 3
+of 76. ``replicates`` is 1, ``limited_by`` says "processes" (the level it does not measure) and
+``rests_on`` says that the process level is assumed there. Two or more processes: no floor; the
+t-interval measures the level.
 
 Draws (for ``stats.geometric_mean`` over a suite's workloads) are ``point * exp(se * T)``,
 ``T ~ t_{df}``, from ``stats.generator(seed, name)``: the one seeding rule.
@@ -56,6 +71,11 @@ CONFIDENCE = stats.CONFIDENCE
 LOG_RANGE = 700.0
 #: The design a cost came from, in ``costs``' ``design`` column.
 DESIGN = "paired"
+#: The process level a one-process interval assumes, in rounds' robust spreads (k; module
+#: docstring): fixed, from the two-replicate costs of a GPU run, not fitted to the A/A checks.
+PROCESS_FLOOR = 1.0
+#: What turns a MAD into a normal law's standard deviation: ``robust_spread``'s scale.
+MAD_SD = 1.4826
 
 
 def _t_interval(center: float, se: float, dof: int) -> tuple[float, float, float]:
@@ -80,13 +100,23 @@ def process_points(
     }
 
 
+def robust_spread(x: np.ndarray) -> float:
+    """The robust spread of log ratios (or log samples): their MAD about the median, scaled to
+    a normal law's standard deviation (``MAD_SD``)."""
+    x = np.asarray(x, dtype=float)
+    return MAD_SD * float(np.median(np.abs(x - np.median(x)))) if len(x) else math.nan
+
+
 def kalibera_jones(
-    p: Paired, statistic: Callable[[np.ndarray], float] = STATISTIC
+    p: Paired,
+    statistic: Callable[[np.ndarray], float] = STATISTIC,
+    floor: float | None = PROCESS_FLOOR,
 ) -> tuple[float, float, float, float, int]:
     """(point, low, high, se of the log estimate, degrees of freedom) of the ratio: a t-interval
     on the per-process ``statistic`` of the log ratios (module docstring); one process: the
-    interval of its rounds' median. NaNs where there is nothing to estimate (one process with
-    fewer than 6 rounds)."""
+    interval of its rounds' median joined with the process floor of ``floor`` rounds' spreads
+    (None: without it, the rule before the floor). NaNs where there is nothing to estimate (one
+    process with fewer than 6 rounds)."""
     logs = [np.asarray(x, dtype=float) for x in p.log_ratio if len(x)]
     if len(logs) >= 2:
         m = np.asarray([statistic(x) for x in logs])
@@ -98,9 +128,33 @@ def kalibera_jones(
         x = logs[0]
         low, high = median_ci(list(x))  # type: ignore[misc]
         se = (high - low) / (2 * float(sps.norm.ppf((1 + CONFIDENCE) / 2)))
-        return math.exp(float(np.median(x))), math.exp(low), math.exp(high), se, len(x) - 1
+        center, dof = float(np.median(x)), len(x) - 1
+        if floor is not None:  # joined with the process floor (module docstring)
+            s = robust_spread(x)
+            se_floor = s * math.sqrt(floor * floor + math.pi / (2 * len(x)))
+            _, f_low, f_high = _t_interval(center, se_floor, dof)
+            low, high = min(low, math.log(f_low)), max(high, math.log(f_high))
+            se = max(se, se_floor)
+        return math.exp(center), math.exp(low), math.exp(high), se, dof
     nan = math.nan
     return nan, nan, nan, nan, 0
+
+
+def rests_on(processes: int, rounds: int, floor: float | None = PROCESS_FLOOR) -> str:
+    """What the interval of ``kalibera_jones`` rests on, in words: with one process, its rounds
+    and an assumed process level (``floor``); with more, the process level measured."""
+    if processes >= 2:
+        return (
+            f"{processes} replicates, {rounds} rounds: the process level measured "
+            f"(t, {processes - 1} degree{'s' if processes > 2 else ''} of freedom)"
+        )
+    if floor is None:
+        return f"1 replicate, {rounds} rounds: the rounds only, the process level not counted"
+    spread = "one round's spread" if floor == 1 else f"{floor:g} rounds' spreads"
+    return (
+        f"1 replicate, {rounds} rounds: the process level assumed at {spread} "
+        f"(k = {floor:g}), not measured"
+    )
 
 
 def hierarchical_bootstrap(
@@ -164,7 +218,8 @@ def row(
     suite: Any, workload: Any, mode: Any, p: Paired, r: stats.Ratio, noisy: bool = False
 ) -> dict[str, Any]:
     """One row of ``costs``: ``cost_intervals.costs``' columns with ``rounds``, ``design``,
-    ``half_width`` and ``limited_by`` (``variance.Split.limited_by``)."""
+    ``half_width``, ``limited_by`` (``variance.Split.limited_by``) and ``rests_on``
+    (``rests_on``: what the interval rests on, in words)."""
     return {
         "suite": suite,
         "workload": workload,
@@ -176,6 +231,7 @@ def row(
         "rounds": p.rounds,
         "design": DESIGN,
         "limited_by": split(p).limited_by,
+        "rests_on": rests_on(p.processes, p.rounds),
     }
 
 
