@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A short GPU visit in phases of under 10 minutes each (docs/gpu-session.md says why this order).
-# A 15-minute visit: `proof` first (a command of at most 5 minutes), then `matrix`
-# with what is left, at once on the warm machine (docs/gpu-session.md, "A 15-minute visit").
+# A 15-minute visit: the next one runs `noise` first (at most 4 minutes), then `matrix` with
+# what is left, at once on the warm machine (docs/gpu-session.md, "A 15-minute visit").
 #
+#   tools/gpu_session.sh noise        # why launch-bound blocks scatter: one factor at a time (< 4 min)
 #   tools/gpu_session.sh proof        # the paired costs and their A/A check (under 5 min)
 #   tools/gpu_session.sh check        # host facts, the plan's estimate, make gpu-check, make test-cuda
 #   tools/gpu_session.sh matrix SECS  # the core suites at full size, all modes, 3 replicates, resumable
@@ -19,7 +20,7 @@ dir=${DETBENCH_GPU_DIR:-.gpu}
 mkdir -p "$dir"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 py=$(tools/python)
-phase=${1:?usage: tools/gpu_session.sh proof|check|matrix SECONDS|experiments|cudnnlog}
+phase=${1:?usage: tools/gpu_session.sh noise|proof|check|matrix SECONDS|experiments|cudnnlog}
 log=$dir/$phase.log
 SUITES=(--suite conv --suite rnn --suite batchnorm --suite bmm --suite training)
 # The proof's small matrix (the paired design, checked): 5 workloads x 4 modes x 3
@@ -45,6 +46,19 @@ pack() {
 trap pack EXIT
 
 case $phase in
+noise)
+    # tools/launch_noise.py: one launch-bound workload and one cuDNN RNN timed by eleven paired
+    # workers, each suspect varied alone. It starts no configuration that would end past 195 s
+    # and prints the rows it has on SIGINT, sent at 225 s: the call stays under 4 minutes.
+    {
+        echo "== host ($SECONDS s)"; date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv
+        rm -rf "$dir/noise"
+        echo "== the launch-noise experiment ($SECONDS s)"; time timeout -k 10 -s INT 225 "$py" \
+            tools/launch_noise.py --device cuda --deadline 195 --out "$dir/noise" \
+            --json "$dir/noise/noise.json"
+        echo "== noise done ($SECONDS s)"
+    } 2>&1 | tee "$log"
+    ;;
 proof)
     {
         echo "== host ($SECONDS s)"; date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,power.limit --format=csv
@@ -97,7 +111,7 @@ cudnnlog)
     } 2>&1 | tee "$log"
     ;;
 *)
-    echo "tools/gpu_session.sh: unknown phase $phase (proof, check, matrix SECONDS, experiments, cudnnlog)" >&2
+    echo "tools/gpu_session.sh: unknown phase $phase (noise, proof, check, matrix SECONDS, experiments, cudnnlog)" >&2
     exit 2
     ;;
 esac
