@@ -159,7 +159,8 @@ def costs_item(
         + ". A cost is the geometric mean over replicates of each replicate's median ratio of "
         f"its block to the {baseline} block of the same round; its 95% interval is a t-interval "
         "on those replicate figures with (replicates - 1) degrees of freedom, so it counts the "
-        "rounds and the processes (Kalibera & Jones)."
+        "rounds and the processes (Kalibera & Jones); with one replicate, the process level is "
+        "assumed at one round's robust spread, not measured."
     )
     if design == "both":
         text += (

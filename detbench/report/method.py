@@ -168,8 +168,9 @@ def _intervals_item(df: pd.DataFrame, costs: pd.DataFrame | None) -> str:
     )
     paired = (
         f"95% t-intervals of the paired ratio against the {baseline} mode on the replicates' "
-        "median per-round ratios (replicates - 1 degrees of freedom; with one replicate, the "
-        "distribution-free interval of its rounds' median, which does not count the processes)"
+        "median per-round ratios (replicates - 1 degrees of freedom; with one replicate, its "
+        "rounds' median with the process level assumed at one round's robust spread, never "
+        "narrower than the distribution-free interval of the median)"
     )
     said = (
         f"{paired} for the paired costs; {separate} for the others"
