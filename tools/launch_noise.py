@@ -56,9 +56,12 @@ The table, one row per (workload, configuration): steps a block, the median bloc
 processes timed and blocks each, the coefficient of variation of a process's blocks (median over
 the processes, and the largest), the largest and the smallest block over that process's median
 (median over the processes), the spread (sd) of the per-round log-ratio of each timed process to
-the first (the A/A spread a cost's interval sees; where two or more take turns), and the
-configuration's wall seconds. ``--deadline`` (seconds from the start) skips the configurations
-that would not end before it, estimated from the prepared step times, and says so in the table.
+the first (the A/A spread a cost's interval sees; where two or more take turns: a drift all the
+processes share moves the blocks but not this), the share of the host's CPU that processes other
+than the experiment's used during the rounds (``detbench.worker.hostload.Probe``: another user's
+load), and the configuration's wall seconds. ``--deadline`` (seconds from the start) skips the
+configurations that would not end before it, estimated from the base build's step time, and
+stops one past it (or past three times its estimate) after at least 3 rounds; the row says so.
 """
 
 from __future__ import annotations
@@ -196,6 +199,9 @@ class Row:
     hi: float = math.nan
     lo: float = math.nan
     aa_sd: float = math.nan
+    #: The share of the host's CPU time that processes other than the experiment's used while
+    #: its rounds ran (``hostload.Probe``'s ``other_cpu_foreign``): another user's load.
+    foreign: float = math.nan
     seconds: float = 0.0
     note: str = ""
     samples: dict[int, list[float]] = field(default_factory=dict)
@@ -209,10 +215,12 @@ def configs(workers: int, threads: int, long_block: float) -> list[Config]:
         Config("base", "-", build=False),
         Config(f"1 of {workers} timed", "(a)", timed=1, build=False),
         Config("no untimed step", "(e)", turn_steps=0, build=False),
-        Config("pinned", "(c)", pinned=True),
         Config(f"threads {threads}", "(b)", threads=threads),
         Config(f"blocks {long_block * 1e3:g} ms", "(d)", block_seconds=long_block),
         Config(f"pinned, threads {threads}", "(b)+(c)", threads=threads, pinned=True),
+        # Last but one: torch's threads on one core can make a step 100-200 times slower (the
+        # 2-core VM), and its cap or the deadline then takes what is left from "base, again".
+        Config("pinned", "(c)", pinned=True),
         Config("base, again", "-"),
         Config("1 alive", "(a)", timed=1, alone=True),
     ]
@@ -232,6 +240,9 @@ def spread(samples: Sequence[float]) -> tuple[float, float, float]:
 
 def summarise(row: Row) -> None:
     """The row's figures from its samples (seconds per step, per process) and rounds."""
+    if row.samples:  # every block, also of a process stopped before its second
+        row.step_ms = statistics.median(x for s in row.samples.values() for x in s) * 1e3
+        row.block_ms = row.step_ms * row.number
     got = {i: s for i, s in row.samples.items() if len(s) >= 2}
     row.processes = len(got)
     if not got:
@@ -242,8 +253,6 @@ def summarise(row: Row) -> None:
     row.cv_max = max(e[0] for e in each)
     row.hi = statistics.median(e[1] for e in each)
     row.lo = statistics.median(e[2] for e in each)
-    row.step_ms = statistics.median(x for s in got.values() for x in s) * 1e3
-    row.block_ms = row.step_ms * row.number
     first = min(got)
     base = dict(zip(row.rounds[first], got[first], strict=True))
     sds = []
@@ -419,7 +428,9 @@ class Experiment:
 
     def rounds(self, members: Sequence[Any], key: str, cfg: Config, row: Row, cap: float) -> None:
         """``cfg``'s rounds: its timed members take turns, one block each, in the group's
-        order; stopped early past ``cap`` seconds or the deadline (the row says so)."""
+        order. Stopped (the row says so) between two rounds past ``cap`` seconds once it has
+        ``MIN_BLOCKS``; between two turns of any round but the first past twice ``cap`` or the
+        deadline."""
         from detbench.run.paired import round_order
 
         timed = [m for m in members if m.prepared is not None][: cfg.timed or len(members)]
@@ -434,6 +445,10 @@ class Experiment:
                 row.note = f"stopped after {index} rounds ({spent:.0f} s)"
                 break
             for i in round_order(self.args.seed, key, 0, index, len(timed)):
+                spent = time.perf_counter() - t0
+                if index and (spent > 2 * cap or self.elapsed() > self.args.deadline):
+                    row.note = f"stopped in round {index + 1} ({spent:.0f} s)"
+                    return
                 m = timed[i]
                 if m.worker is None or m.prepared is None:
                     continue
@@ -449,6 +464,8 @@ class Experiment:
         """``cfg`` on ``key``: its settings, its own build where it needs one (``cfg.build``;
         otherwise the members hold the base build already), its rounds, the settings undone;
         or only its row's note where the deadline is too near."""
+        from detbench.worker.hostload import Probe
+
         row = Row(key, cfg)
         rows.append(row)
         t0 = time.perf_counter()
@@ -467,7 +484,11 @@ class Experiment:
             try:
                 if cfg.build:
                     self.prepare(members, key)
+                probe = Probe("cpu", os.getpid())  # the workers are this process's children
+                probe.start()
                 self.rounds(members, key, cfg, row, cap=max(CAP_FACTOR * need, CAP_SECONDS))
+                foreign = probe.stop().get("other_cpu_foreign")
+                row.foreign = math.nan if foreign is None else float(foreign)
             finally:
                 if cfg.build:
                     self.finish(members)
@@ -527,7 +548,8 @@ def _x(x: float) -> str:
 
 HEADER = (
     "| workload | factor | configuration | steps a block | block ms | processes x blocks | "
-    "CV (median) | CV (largest) | max/median | min/median | A/A log-ratio sd | seconds |"
+    "CV (median) | CV (largest) | max/median | min/median | A/A log-ratio sd | foreign CPU | "
+    "seconds |"
 )
 
 
@@ -546,6 +568,7 @@ def format_row(row: Row) -> str:
         _x(row.hi),
         _x(row.lo),
         _pct(row.aa_sd),
+        _pct(row.foreign),
         f"{row.seconds:.1f}",
     ]
     line = "| " + " | ".join(cells) + " |"
@@ -579,6 +602,7 @@ def to_json(rows: Sequence[Row], facts: dict[str, Any], args: argparse.Namespace
                 "max_over_median": clean(r.hi),
                 "min_over_median": clean(r.lo),
                 "aa_log_ratio_sd": clean(r.aa_sd),
+                "foreign_cpu": clean(r.foreign),
                 "seconds": r.seconds,
                 "note": r.note,
                 "samples": {str(k): v for k, v in r.samples.items()},
