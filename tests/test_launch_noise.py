@@ -56,7 +56,8 @@ def test_every_configuration_has_finite_spreads(tmp_path: Path) -> None:
         for key in ("cv_median", "cv_largest", "max_over_median", "min_over_median"):
             assert r[key] is not None and math.isfinite(r[key]) and r[key] >= 0, (key, r)
         assert r["min_over_median"] <= 1.0 <= r["max_over_median"]
-        assert r["foreign_cpu"] is None or 0 <= r["foreign_cpu"] <= 1
+        for key in ("foreign_cpu", "steal"):
+            assert r[key] is None or 0 <= r[key] <= 1, (key, r)
         if r["processes"] > 1:
             assert r["aa_log_ratio_sd"] is not None and math.isfinite(r["aa_log_ratio_sd"])
         # The printed table has the same row.

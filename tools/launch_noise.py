@@ -58,10 +58,12 @@ the processes, and the largest), the largest and the smallest block over that pr
 (median over the processes), the spread (sd) of the per-round log-ratio of each timed process to
 the first (the A/A spread a cost's interval sees; where two or more take turns: a drift all the
 processes share moves the blocks but not this), the share of the host's CPU that processes other
-than the experiment's used during the rounds (``detbench.worker.hostload.Probe``: another user's
-load), and the configuration's wall seconds. ``--deadline`` (seconds from the start) skips the
-configurations that would not end before it, estimated from the base build's step time, and
-stops one past it (or past three times its estimate) after at least 3 rounds; the row says so.
+than the experiment's used during the rounds and the share the hypervisor gave to other guests
+(steal; both ``detbench.worker.hostload.Probe``'s), and the configuration's wall seconds.
+``--deadline`` (seconds from the start) skips the configurations that would not end before it,
+estimated from the base build's step time; one that runs on past three times its estimate
+stops after its third round, or between two turns past twice that or the deadline, its first
+round done: the row says so.
 """
 
 from __future__ import annotations
@@ -202,6 +204,8 @@ class Row:
     #: The share of the host's CPU time that processes other than the experiment's used while
     #: its rounds ran (``hostload.Probe``'s ``other_cpu_foreign``): another user's load.
     foreign: float = math.nan
+    #: The share of the host's CPU time the hypervisor gave to other guests meanwhile (steal).
+    steal: float = math.nan
     seconds: float = 0.0
     note: str = ""
     samples: dict[int, list[float]] = field(default_factory=dict)
@@ -487,8 +491,9 @@ class Experiment:
                 probe = Probe("cpu", os.getpid())  # the workers are this process's children
                 probe.start()
                 self.rounds(members, key, cfg, row, cap=max(CAP_FACTOR * need, CAP_SECONDS))
-                foreign = probe.stop().get("other_cpu_foreign")
-                row.foreign = math.nan if foreign is None else float(foreign)
+                load = probe.stop()
+                for name, key in (("foreign", "other_cpu_foreign"), ("steal", "steal")):
+                    setattr(row, name, math.nan if load.get(key) is None else float(load[key]))
             finally:
                 if cfg.build:
                     self.finish(members)
@@ -549,7 +554,7 @@ def _x(x: float) -> str:
 HEADER = (
     "| workload | factor | configuration | steps a block | block ms | processes x blocks | "
     "CV (median) | CV (largest) | max/median | min/median | A/A log-ratio sd | foreign CPU | "
-    "seconds |"
+    "steal | seconds |"
 )
 
 
@@ -569,6 +574,7 @@ def format_row(row: Row) -> str:
         _x(row.lo),
         _pct(row.aa_sd),
         _pct(row.foreign),
+        _pct(row.steal),
         f"{row.seconds:.1f}",
     ]
     line = "| " + " | ".join(cells) + " |"
@@ -603,6 +609,7 @@ def to_json(rows: Sequence[Row], facts: dict[str, Any], args: argparse.Namespace
                 "min_over_median": clean(r.lo),
                 "aa_log_ratio_sd": clean(r.aa_sd),
                 "foreign_cpu": clean(r.foreign),
+                "steal": clean(r.steal),
                 "seconds": r.seconds,
                 "note": r.note,
                 "samples": {str(k): v for k, v in r.samples.items()},
