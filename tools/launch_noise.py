@@ -22,8 +22,8 @@ group times them, and varies each suspect alone against a base configuration:
   torch's thread count unchanged;
 * **(d)** ``blocks X ms``: blocks of ``--long-block`` seconds (0.075) instead of the profile's;
 * **(e)** ``no untimed step``: no step before a block;
-* **(b)+(c)** ``pinned, threads N``: the one combination, each worker on its own core with as
-  many threads as it has cores there (a candidate cure, not a factor);
+* **(b)+(c)** ``pinned, threads N``: the one combination, each worker on its own core with N
+  threads (at 1, as many as it has cores there: a candidate cure, not a factor);
 * ``base, again``: the base configuration once more after the others, to show how far the
   spread itself moves between two identical runs.
 
