@@ -254,35 +254,24 @@ def comparisons(directory: Path) -> pd.DataFrame:
             )
             if not p.rounds:
                 continue
-            for rule in RULES:
-                rows.append(
-                    _row(
-                        run,
-                        "true null",
-                        t.suite,
-                        t.workload,
-                        t.mode,
-                        t.anchor,
-                        t.evidence,
-                        p.processes,
-                        p.rounds,
-                        rule,
-                        paired_interval(p, rule),
-                    )
-                )
-            continue
-        g = df[
-            (df["suite"] == t.suite)
-            & (df["workload"] == t.workload)
-            & df["replicate"].isin(t.replicates)
-        ]
-        mode, base = (
-            replicate_samples(g[g["mode"] == t.mode]),
-            replicate_samples(g[g["mode"] == t.anchor]),
-        )
-        if not mode or not base:
-            continue
-        name = stats.comparison_key(t.suite, t.workload, t.mode, t.anchor)
+            processes, rounds = p.processes, p.rounds
+            intervals = {rule: paired_interval(p, rule) for rule in RULES}
+        else:
+            g = df[
+                (df["suite"] == t.suite)
+                & (df["workload"] == t.workload)
+                & df["replicate"].isin(t.replicates)
+            ]
+            mode, base = (
+                replicate_samples(g[g["mode"] == t.mode]),
+                replicate_samples(g[g["mode"] == t.anchor]),
+            )
+            if not mode or not base:
+                continue
+            name = stats.comparison_key(t.suite, t.workload, t.mode, t.anchor)
+            processes = min(len(mode), len(base))
+            rounds = sum(map(len, mode)) + sum(map(len, base))
+            intervals = {rule: separate_interval(mode, base, name, rule) for rule in RULES}
         for rule in RULES:
             rows.append(
                 _row(
@@ -293,10 +282,10 @@ def comparisons(directory: Path) -> pd.DataFrame:
                     t.mode,
                     t.anchor,
                     t.evidence,
-                    min(len(mode), len(base)),
-                    sum(map(len, mode)) + sum(map(len, base)),
+                    processes,
+                    rounds,
                     rule,
-                    separate_interval(mode, base, name, rule),
+                    intervals[rule],
                 )
             )
     out = pd.DataFrame(rows)
