@@ -8,14 +8,16 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from detbench import analysis
 from detbench.core.modes import get_mode
 from detbench.core.workload import builtin_suite_files, load_file, suites_dir
 from detbench.run.config import suite_digests
-from detbench.run.schedule import make_plan, shard_slots
+from detbench.run.schedule import make_plan, shard_groups, shard_slots
 from detbench.store.identity import source_digest
+from detbench.store.paired import iter_paired
 from detbench.store.results import load_results
 
 from .conftest import ROOT, detbench_cli
@@ -48,9 +50,26 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def test_shards_deal_whole_workers() -> None:
-    """Every (replicate, mode) worker is in exactly one shard, the deal is the same each time,
-    and the shards' records are balanced."""
+def test_shards_deal_whole_groups() -> None:
+    """With a paired phase (the default), every (workload, replicate) group is in exactly one
+    shard with all its modes, the deal is the same each time, and the shards' records are
+    balanced: a group's modes are timed side by side, so a shard never splits one."""
+    modes = [get_mode(m) for m in ("default", "det-algos", "no-cudnn")]
+    keys = ["s/a", "s/b", "s/c"]
+    full = make_plan(keys, modes, 3, 0)
+    deals = [shard_groups(full, (k, 2)) for k in (1, 2)]
+    groups = {(k, r) for k in keys for r in range(3)}
+    assert deals[0] | deals[1] == groups and not deals[0] & deals[1]
+    assert [len(d) for d in deals] == [5, 4]
+    assert deals == [shard_groups(make_plan(keys, modes, 3, 0), (k, 2)) for k in (1, 2)]
+    mine = make_plan(keys, modes, 3, 0, shard=(2, 2), by_group=True)
+    records = {(k, s.mode.name, s.replicate) for s in mine.slots for k in s.keys}
+    assert records == {(k, m.name, r) for k, r in deals[1] for m in modes}
+
+
+def test_separate_shards_deal_whole_workers() -> None:
+    """In the separate design every (replicate, mode) worker is in exactly one shard, the deal
+    is the same each time, and the shards' records are balanced."""
     modes = [get_mode(m) for m in ("default", "det-algos", "no-cudnn")]
     full = make_plan(["s/a", "s/b"], modes, 3, 0)
     deals = [shard_slots(full, (k, 2)) for k in (1, 2)]
@@ -62,11 +81,18 @@ def test_shards_deal_whole_workers() -> None:
     assert {(s.replicate, s.mode.name) for s in mine.slots} == deals[1]
 
 
-def test_more_shards_than_workers_is_refused() -> None:
-    proc = detbench_cli("run", *SELECTION, "--shard", "5/5", "--dry-run")
+def test_more_shards_than_groups_is_refused() -> None:
+    proc = detbench_cli("run", *SELECTION, "--shard", "9/9", "--dry-run")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("detbench: error: --shard 5/5: the plan has 4 workers, fewer "
-                                   "than 5 shards; give at most 4")  # fmt: skip
+    assert proc.stderr.strip() == (
+        "detbench: error: --shard 9/9: the plan has 8 (workload, replicate) groups, fewer than 9 "
+        "shards; give at most 8"
+    )
+    proc = detbench_cli("run", *SELECTION, "--shard", "5/5", "--timing", "separate", "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "detbench: error: --shard 5/5: the plan has 4 workers, fewer than 5 shards; give at most 4"
+    )
 
 
 @pytest.mark.slow  # real runs, sharded and whole: test-slow (CI runs it)
@@ -94,6 +120,14 @@ def test_merged_shards_are_the_whole_run(runs: dict[str, Path], tmp_path: Path) 
     assert [s["shard"] for s in doc["shards"]] == ["1/2", "2/2"]
     assert doc["options"]["shard"] is None and doc["options"]["shards"] == 2
     assert {s["node"] for s in doc["shards"]} == set(merged["node"])
+    # The costs: each shard timed its own groups, and the merged run has every group's lines,
+    # each saying its shard, and a timing for every record, as the whole run has.
+    lines = lambda d: {(o["workload"], o["mode"], o["replicate"], o["copy"])  # noqa: E731
+                       for o in iter_paired(d)}  # fmt: skip
+    assert not lines(runs["s1"]) & lines(runs["s2"])
+    assert lines(tmp_path / "m") == lines(runs["whole"]) == lines(runs["s1"]) | lines(runs["s2"])
+    assert {o["shard"] for o in iter_paired(tmp_path / "m")} == {"1/2", "2/2"}
+    assert merged["seconds_per_step"].notna().all() and whole["seconds_per_step"].notna().all()
 
 
 @pytest.mark.slow  # it reads the real runs above
@@ -157,6 +191,25 @@ def test_merge_refusals_write_nothing(runs: dict[str, Path], tmp_path: Path) -> 
         f"detbench: error: {runs['whole']} holds a finished detbench run (16 records): give a new "
         "OUT (nothing was changed)"
     )
+
+
+@pytest.mark.slow  # it reads the real runs above
+def test_a_set_keeps_each_machines_costs(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A whole run and a run's two shards, merged as two machines: each record's timing is its
+    own machine's, from that machine's ``paired.jsonl`` lines, which name it."""
+    out = tmp_path / "set"
+    proc = detbench_cli("merge", str(out), str(runs["whole"]), str(runs["s1"]), str(runs["s2"]),
+                        "--no-report")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    df = load_results(out)
+    names = sorted(set(df["machine"]))
+    assert len(names) == 2 and {o["machine"] for o in iter_paired(out)} == set(names)
+    key = ["workload", "mode", "replicate"]
+    whole = load_results(runs["whole"]).sort_values(key)["seconds_per_step"].tolist()
+    parts = pd.concat([load_results(runs["s1"]), load_results(runs["s2"])])
+    shards = parts.sort_values(key)["seconds_per_step"].tolist()
+    got = {n: df[df["machine"] == n].sort_values(key)["seconds_per_step"].tolist() for n in names}
+    assert sorted(got.values()) == sorted([whole, shards]) and whole != shards
 
 
 @pytest.mark.slow  # whole workers started: make test-slow and CI run it

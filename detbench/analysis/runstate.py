@@ -231,6 +231,7 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
         int(options.get("seed") or 0),
         only_for=options.get("only_for"),
         shard=(int(shard[0]), int(shard[1])) if shard else None,
+        by_group=options.get("timing") in ("paired", "both"),
     )
     out: dict[tuple[str, str], int] = {}
     for slot in plan.slots:

@@ -298,8 +298,9 @@ def _lifecycle_options(q: argparse.ArgumentParser) -> None:
     q.add_argument(
         "--shard",
         metavar="K/N",
-        help="run only shard K of N of the plan: whole workers (mode, replicate), dealt the same "
-        "way on every machine; 'detbench merge' joins the N shards into one run",
+        help="run only shard K of N of the plan: whole (workload, replicate) groups, every mode "
+        "of one timed side by side, dealt the same way on every machine; 'detbench merge' "
+        "joins the N shards into one run",
     )
     q.add_argument(
         "--no-report", action="store_true", help="do not write report.md and report.html at the end"

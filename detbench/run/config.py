@@ -159,7 +159,8 @@ class RunConfig:
     #: as names (``parse_devices``: "cuda:0", "cuda:1"; "cpu:0", "cpu:1" for two cpu entries).
     #: None: one worker at a time on ``device``, as without the option.
     devices: list[str] | None = None
-    #: ``--shard K/N``: only shard K of N of the plan's workers (``schedule.shard_slots``).
+    #: ``--shard K/N``: only shard K of N of the plan: its (workload, replicate) groups
+    #: (``schedule.shard_groups``), or in the separate design its workers (``shard_slots``).
     shard: tuple[int, int] | None = None
     #: ``--cudnn-log``: cuDNN's API log on in every worker, and the engines each convolution ran
     #: in each record (``worker.cudnnlog``); its timings are then not costs.
@@ -168,7 +169,7 @@ class RunConfig:
     #: on a CPU, where it has no effect.
     clocks: str | None = None
     #: ``--timing``: one of ``TIMING_DESIGNS`` (None: "paired", or "separate" where the paired
-    #: phase cannot run: a shard, or workers side by side on several devices).
+    #: phase cannot run: workers side by side on several devices).
     timing: str | None = None
     #: ``--rounds``: the paired phase's rounds per (workload, replicate) (None: the profile's).
     rounds: int | None = None
@@ -192,7 +193,7 @@ class RunConfig:
         """``timing``, or its default: "paired" where the paired phase can run."""
         if self.timing is not None:
             return self.timing
-        return "separate" if (self.shard or len(self.device_names) > 1) else "paired"
+        return "separate" if len(self.device_names) > 1 else "paired"
 
     @property
     def paired(self) -> bool:
@@ -480,10 +481,10 @@ def check_options(config: RunConfig) -> None:
         raise RunError(f"unknown --clocks {config.clocks!r}; use sustained or burst")
     if config.timing is not None and config.timing not in (*TIMING_DESIGNS, VERDICTS_ONLY):
         raise RunError(f"unknown --timing {config.timing!r}; use {', '.join(TIMING_DESIGNS)}")
-    if config.paired and (config.shard or len(config.device_names) > 1):
+    if config.paired and len(config.device_names) > 1:
         raise RunError(
-            "--timing paired needs all of a replicate's modes on one device: not with --shard "
-            "or several --devices (use --timing separate)"
+            "--timing paired needs all of a replicate's modes on one device: not with several "
+            "--devices (use --timing separate)"
         )
     if config.reference_check < 0:
         raise RunError("--reference-check must be a positive number of seconds (0: off)")

@@ -3,11 +3,14 @@ into one set.
 
 - Shards (``run --shard K/N``, env.json's ``options.shard``) of one run, made in one environment,
   become one run in OUT: the same set of (workload, mode, replicate) records as the run made
-  whole, each record saying which shard made it (``shard``: "K/N"). A later replicate's FLOP
+  whole, each record saying which shard made it (``shard``: "K/N"), and their costs: the lines
+  of each shard's ``paired.jsonl`` (a shard times whole (workload, replicate) groups), each
+  saying its shard too. A later replicate's FLOP
   count, which the first replicate counts, is filled in where the first replicate ran in another
   shard. env.json is the first shard's, with ``shards`` saying where and when each ran.
 - Whole runs (and at most one run's shards) from two or more machines become a set: every record
-  says which machine made it (``machine``), and env.json's ``machines`` holds each one's env.json.
+  says which machine made it (``machine``), as does each line of ``paired.jsonl``, and env.json's
+  ``machines`` holds each one's env.json.
   ``detbench compare`` and the report read it as one run per machine.
 
 Everything is checked before anything is written; a refusal is one line: shards that overlap (the
@@ -31,6 +34,7 @@ from typing import Any
 from detbench.core.errors import DetbenchError
 from detbench.store.identity import SOURCES_KEY, describe, differences, identity, steps, text
 from detbench.store.outdir import refuse_used
+from detbench.store.paired import PairedWriter, iter_paired
 from detbench.store.record import merged
 from detbench.store.results import (
     ENV_FILE,
@@ -61,6 +65,8 @@ class Part:
     path: Path
     env: dict[str, Any]
     records: list[dict[str, Any]]
+    #: Its ``paired.jsonl`` lines: the costs of its records (the paired design).
+    lines: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -101,7 +107,7 @@ def load_part(d: Path) -> Part:
         raise MergeError(
             f"{d} is a set of runs from several machines already; merge the runs it was made from"
         )
-    return Part(d, env, [dict(r) for r in iter_records(d)])
+    return Part(d, env, [dict(r) for r in iter_records(d)], [dict(o) for o in iter_paired(d)])
 
 
 def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
@@ -260,13 +266,19 @@ def _run_order(records: list[dict[str, Any]], options: dict[str, Any]) -> list[d
     )
 
 
-def join_shards(shards: list[Part]) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
-    """The records and env.json of the run the shards make, and notes (missing shards)."""
+Joined = tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[str]]
+
+
+def join_shards(shards: list[Part]) -> Joined:
+    """The records, ``paired.jsonl`` lines and env.json of the run the shards make, and notes
+    (missing shards). Each shard timed whole (workload, replicate) groups, so its lines are
+    kept as they are, each saying its shard."""
     shards = sorted(shards, key=lambda p: p.shard)  # type: ignore[arg-type, return-value]
     n = shards[0].shard[1]  # type: ignore[index]
-    records = []
+    records, lines = [], []
     for p in shards:
         records += [merged(r, shard=f"{p.shard[0]}/{n}") for r in p.records]  # type: ignore[index]
+        lines += [{**o, "shard": f"{p.shard[0]}/{n}"} for o in p.lines]  # type: ignore[index]
     fill_flops(records)
     env = copy.deepcopy(shards[0].env)
     env["options"] = {**env.get("options", {}), "shard": None, "shards": n}
@@ -305,7 +317,7 @@ def join_shards(shards: list[Part]) -> tuple[list[dict[str, Any]], dict[str, Any
         for k in range(1, n + 1)
         if k not in have
     ]
-    return _run_order(records, env["options"]), env, notes
+    return _run_order(records, env["options"]), lines, env, notes
 
 
 def _names(parts: list[list[Part]]) -> list[str]:
@@ -352,20 +364,21 @@ def merge(out: Path, dirs: Sequence[Path]) -> Merged:
         check_shards(shards)
     groups: list[list[Part]] = ([shards] if shards else []) + [[p] for p in whole]
     if len(groups) == 1:  # the shards of one run
-        records, env, notes = join_shards(shards)
+        records, lines, env, notes = join_shards(shards)
         env["merged_utc"] = utc_now()
-        _write(out, records, env)
+        _write(out, records, lines, env)
         return Merged(out, "run", len(records), notes=notes)
     names = _names(groups)
-    records, envs, notes = [], {}, machine_notes(groups, names)
+    records, lines, envs, notes = [], [], {}, machine_notes(groups, names)
     for name, group in zip(names, groups, strict=True):
         if group[0].shard is not None:
-            recs, env, missing = join_shards(group)
+            recs, got, env, missing = join_shards(group)
             notes += missing
         else:
-            recs, env = group[0].records, group[0].env
+            recs, got, env = group[0].records, group[0].lines, group[0].env
         envs[name] = env
         records += [merged(r, machine=name) for r in recs]
+        lines += [{**o, "machine": name} for o in got]
     doc = {
         "schema_version": 1,
         "merged_utc": utc_now(),
@@ -373,13 +386,18 @@ def merge(out: Path, dirs: Sequence[Path]) -> Merged:
         "machine_order": names,
         "merged_from": [str(p.path) for p in parts],
     }
-    _write(out, records, doc)
+    _write(out, records, lines, doc)
     return Merged(out, "machines", len(records), names, notes)
 
 
-def _write(out: Path, records: list[dict[str, Any]], env: dict[str, Any]) -> None:
+def _write(
+    out: Path, records: list[dict[str, Any]], lines: list[dict[str, Any]], env: dict[str, Any]
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with ResultWriter(out) as w:
         for rec in records:
             w.append(rec)
+    if lines:
+        with PairedWriter(out) as p:
+            p.append_all(lines)
     write_json_atomic(out / ENV_FILE, env)

@@ -315,19 +315,6 @@ Store = Callable[[dict[str, Any]], None]
 Lost = Callable[[str, Mode, int, str, str, "int | None"], dict[str, Any]]
 
 
-class Writer:
-    """``PairedWriter`` as a context manager."""
-
-    def __init__(self, out: Path) -> None:
-        self.writer = PairedWriter(out)
-
-    def __enter__(self) -> PairedWriter:
-        return self.writer
-
-    def __exit__(self, *exc: object) -> None:
-        self.writer.close()
-
-
 class PairedPhase:
     """The paired phase of one run (see the module docstring). ``job_for``: the runner's job for
     a worker of (mode, replicate), ``env_for`` its environment; ``keys``: the workloads to time,
@@ -346,10 +333,12 @@ class PairedPhase:
         stream: TextIO,
         owed: Sequence[Slot] | None = None,
         store: Store | None = None,
+        shard: set[tuple[str, int]] | None = None,
     ) -> PairedPhase:
         """The paired phase of the run ``c`` of ``workloads`` (the distributed ones are timed in
         their torchrun launch), on its first device; ``job_for(mode, replicate, device, keys)``
-        and ``env_for(mode, device)``: the runner's job and environment of a worker."""
+        and ``env_for(mode, device)``: the runner's job and environment of a worker; ``shard``:
+        the (workload, replicate) groups of ``--shard K/N`` (``schedule.shard_groups``)."""
         keys = [w.key for w in workloads if not w.distributed]
         lane = c.device_names[0]
         # The verdicts of the plan's slots the groups make: every workload's but the
@@ -387,6 +376,7 @@ class PairedPhase:
             stream=stream,
             owed=verdicts,
             store=store,
+            shard=shard,
             lost=lambda key, mode, replicate, status, why, code: lost(
                 key,
                 mode,
@@ -417,6 +407,7 @@ class PairedPhase:
         owed: set[tuple[str, str, int]] | None = None,
         store: Store | None = None,
         lost: Lost | None = None,
+        shard: set[tuple[str, int]] | None = None,
     ) -> None:
         self.out = out
         self.modes = modes
@@ -442,6 +433,8 @@ class PairedPhase:
             self._verdict,
         )
         self.owed = set(owed or ())
+        #: The (workload key, replicate) groups of this shard of the run (None: every group).
+        self.shard = shard
         self.store = store
         self.lost_record = lost
         self.base = baseline_of(modes)
@@ -478,7 +471,12 @@ class PairedPhase:
         still to be made."""
         out = []
         for r in range(self.replicates):
-            keys = [k for k in self.keys if (k, r) not in self.done or self.owes(k, r)]
+            keys = [
+                k
+                for k in self.keys
+                if ((k, r) not in self.done or self.owes(k, r))
+                and (self.shard is None or (k, r) in self.shard)
+            ]
             if keys:
                 out.append((r, keys))
         return out
@@ -522,7 +520,7 @@ class PairedPhase:
         planned, spent = sum(weight[k] for _, keys in todo for k in keys), 0.0
         self._started = 0
         try:
-            with Writer(self.out) as writer:
+            with PairedWriter(self.out) as writer:
                 for replicate, keys in todo:
                     members = [Member(m, c) for m, c in self.members_of]
                     try:

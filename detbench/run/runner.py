@@ -40,7 +40,7 @@ from detbench.run.envdoc import env_doc
 from detbench.run.jobs import pair_job, worker_environment, worker_job
 from detbench.run.paired import PairedPhase
 from detbench.run.runstats import RunStats
-from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan
+from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan, shard_groups
 from detbench.run.supervise import (
     Crew,
     Stopped,
@@ -122,6 +122,7 @@ class Runner:
             lanes=len(names),
             placed=self._placed,
             shard=config.shard,
+            by_group=config.paired,
         )
         import torch  # the CLI has it imported already
 
@@ -163,6 +164,7 @@ class Runner:
                 stream,
                 owed=self.plan.slots if self.fused else None,
                 store=self._store_now,
+                shard=self._shard_groups(),
             )
             if config.paired
             else None
@@ -171,6 +173,15 @@ class Runner:
             self.paired.workers.on_ready = partial(
                 self._ready, lane=_Lane(0, config.device_names[0])
             )
+
+    def _shard_groups(self) -> set[tuple[str, int]] | None:
+        """The (workload, replicate) groups of ``--shard K/N`` (None: not a shard)."""
+        c = self.config
+        if c.shard is None:
+            return None
+        keys = [w.key for w in self.workloads]
+        full = make_plan(keys, c.modes, c.replicates, c.seed, only_for=c.only_for)
+        return shard_groups(full, c.shard)
 
     @property
     def missing(self) -> int:

@@ -135,6 +135,7 @@ def make_plan(
     lanes: int = 1,
     placed: Placed | None = None,
     shard: tuple[int, int] | None = None,
+    by_group: bool = False,
 ) -> Plan:
     """Every (replicate, mode) that still has a workload to measure, in run order; ``done`` holds
     the (workload, mode, replicate) records a resumed run already has. ``only_for`` limits a
@@ -143,16 +144,28 @@ def make_plan(
     by side, each slot given one (see the module docstring); ``placed``: for a resumed run, the
     devices its kept records ran on: the rest of a replicate goes where it began when that
     stacks nothing, and the other replicates spread beside them. ``shard`` (K, N): only the
-    workers ``shard_slots`` gives shard K of N (``run --shard K/N``)."""
+    (workload, replicate) groups ``shard_groups`` gives shard K of N (``run --shard K/N``) where
+    ``by_group`` (a run with a paired phase), else the workers ``shard_slots`` gives it."""
     if shard is not None:
-        mine = shard_slots(make_plan(keys, modes, replicates, seed, only_for=only_for), shard)
-        done = set(done) | {
-            (k, m.name, r)
-            for r in range(replicates)
-            for m in modes
-            for k in keys
-            if (r, m.name) not in mine
-        }
+        full = make_plan(keys, modes, replicates, seed, only_for=only_for)
+        if by_group:
+            groups = shard_groups(full, shard)
+            done = set(done) | {
+                (k, m.name, r)
+                for r in range(replicates)
+                for m in modes
+                for k in keys
+                if (k, r) not in groups
+            }
+        else:
+            workers = shard_slots(full, shard)
+            done = set(done) | {
+                (k, m.name, r)
+                for r in range(replicates)
+                for m in modes
+                for k in keys
+                if (r, m.name) not in workers
+            }
     order = mode_order(modes, replicates, seed)
     slots = []
     load = [0] * lanes  # records planned per device
@@ -204,6 +217,39 @@ def shard_slots(full: Plan, shard: tuple[int, int]) -> set[tuple[int, str]]:
         load[i] += len(s.keys)
         if i == k - 1:
             mine.add((s.replicate, s.mode.name))
+    return mine
+
+
+def shard_groups(full: Plan, shard: tuple[int, int]) -> set[tuple[str, int]]:
+    """The (workload, replicate) groups of shard K of N in a run with a paired phase, whose
+    groups time a workload's modes side by side in one replicate: the whole plan's groups (of a
+    fresh run) dealt in order, replicates outer and the workloads in the plan's order turned by
+    one place each replicate, each to the shard with the fewest records so far (ties: the lowest
+    K). Every record of a group is in one shard, so its modes are timed together and its
+    verdicts made by its own workers; turning the order spreads a workload's replicates over the
+    shards, so a shard lost costs each workload a replicate, not every replicate of some. The
+    same options give every machine the same deal, and the N shards together are the plan."""
+    k, n = shard
+    sizes: dict[tuple[str, int], int] = {}
+    for s in full.slots:
+        for key in s.keys:
+            sizes[(key, s.replicate)] = sizes.get((key, s.replicate), 0) + 1
+    order: list[tuple[str, int]] = []
+    for r in sorted({g[1] for g in sizes}):
+        keys = [g for g in sizes if g[1] == r]
+        order += keys[r % len(keys) :] + keys[: r % len(keys)]
+    if n > len(order):
+        raise RunError(
+            f"--shard {k}/{n}: the plan has {len(order)} (workload, replicate) groups, fewer "
+            f"than {n} shards; give at most {len(order)}"
+        )
+    load = [0] * n
+    mine: set[tuple[str, int]] = set()
+    for g in order:
+        i = min(range(n), key=lambda j: (load[j], j))
+        load[i] += sizes[g]
+        if i == k - 1:
+            mine.add(g)
     return mine
 
 

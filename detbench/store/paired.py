@@ -87,6 +87,9 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     "settings_changed": or_none(LIST),
     # a line of status "same_computation": the mode whose worker timed this computation
     "timed_as": or_none(STR),
+    # a merged run's (``run.merge``): the shard or the machine whose run timed the line
+    "shard": or_none(STR),
+    "machine": or_none(STR),
     # how busy the host was while this worker timed its rounds: ``worker/hostload``'s Probe,
     # started before its first block and stopped after its last (``analysis.busy``)
     "host_load": or_none(DICT),
@@ -254,16 +257,17 @@ def load_paired(directory: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*COLUMNS, *extra])
 
 
-Key = tuple[str, str, str, int]
+Key = tuple[str, str, str, int, "str | None"]
 
 
 def copy0_lines(directory: str | Path) -> dict[Key, dict[str, Any]]:
-    """(suite, workload, mode, replicate) -> the copy-0 line of that worker, status ok: the
-    timing a verdict record of the paired design stands for; or status "same_computation": the
-    mode that was timed for it. A later line of the same key (a resumed run measured it again)
-    replaces an earlier one."""
+    """(suite, workload, mode, replicate, machine) -> the copy-0 line of that worker, status ok:
+    the timing a verdict record of the paired design stands for; or status "same_computation":
+    the mode that was timed for it. ``machine``: the run's name in a merged set of several
+    machines' runs (None in one run). A later line of the same key (a resumed run measured it
+    again) replaces an earlier one."""
     return {
-        (o["suite"], o["workload"], o["mode"], o["replicate"]): o
+        (o["suite"], o["workload"], o["mode"], o["replicate"], o.get("machine")): o
         for o in iter_paired(directory)
         if o["copy"] == 0
         and (
@@ -287,7 +291,13 @@ def joined(rec: Mapping[str, Any], found: Mapping[Key, Mapping[str, Any]]) -> di
     from the record's own per-step figures. A record without a line keeps its None timing; one
     whose line says another mode was timed for it gets that mode as ``timed_as``."""
     out = dict(rec)
-    key = (rec.get("suite"), rec.get("workload"), rec.get("mode"), rec.get("replicate"))
+    key = (
+        rec.get("suite"),
+        rec.get("workload"),
+        rec.get("mode"),
+        rec.get("replicate"),
+        rec.get("machine"),
+    )
     obj = found.get(key)  # type: ignore[arg-type]
     if obj is not None and obj.get("timed_as"):
         out["timed_as"] = obj["timed_as"]
