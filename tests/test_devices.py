@@ -20,6 +20,7 @@ from detbench.cli.main import main
 from detbench.core.modes import MODES, get_mode
 from detbench.report import devices
 from detbench.run.schedule import LaneQueues, make_plan
+from detbench.store.paired import iter_paired
 from detbench.store.results import load_env, load_results
 
 from .conftest import WORKLOADS, detbench_cli
@@ -144,14 +145,22 @@ def test_dry_run_shows_which_device_runs_which_worker(
     out = tmp_path / "run"
     assert main([*RUN, "--devices", "cpu,cpu", "--out", str(out), "--dry-run"]) == 0
     text = capsys.readouterr().out
-    assert "the busiest of 2 devices side by side: 6 records" in text
+    assert "2 groups of 3 fresh workers (one per replicate on each device)" in text
     lines = [line.strip() for line in text.splitlines()]
     lanes = [line for line in lines if line.startswith(("cpu:0 ", "cpu:1 "))]
-    assert len(lanes) == 2 and all("2 workers, 6 records" in line for line in lanes)
-    for mode in ("default", "det-algos"):  # each device runs one replicate of each mode
-        assert all(mode in line for line in lanes)
+    assert len(lanes) == 2 and all("3 groups: " in line for line in lanes)
+    for key in ("resumable/mlp_step", "resumable/tiny_training", "crashing/aborts"):
+        # each device times one replicate of each workload
+        assert all(line.count(key) == 1 for line in lanes)
     assert "not comparable with a serial run's" in text
     assert not out.exists()
+    # The separate design's verdict workers are dealt (replicate, mode) slots instead.
+    separate = ["--timing", "separate"]
+    assert main([*RUN, "--devices", "cpu,cpu", "--out", str(out), "--dry-run", *separate]) == 0
+    text = capsys.readouterr().out
+    assert "the busiest of 2 devices side by side: 6 records" in text
+    lanes = [line.strip() for line in text.splitlines() if line.strip().startswith("cpu:")]
+    assert len(lanes) == 2 and all("2 workers, 6 records" in line for line in lanes)
 
 
 # -- a real run ----------------------------------------------------------------------------
@@ -175,6 +184,16 @@ def test_records_say_where_they_ran_and_replicates_span_both_devices(parallel: P
     assert "not comparable with a serial run's" in env["parallel_timing_note"]
     assert sorted(env["device_workers"]) == ["cpu:0", "cpu:1"]
     assert {r["num_threads"] for r in recs if r["status"] == "ok"} == {share}
+    # Timed paired: each device timed its own groups, and every record that ran has its cost.
+    lines = list(iter_paired(parallel))
+    assert {o["device_name"] for o in lines} == {"cpu:0", "cpu:1"}
+    for o in lines:  # a group's members all on one device, its replicates on both
+        same = [
+            x for x in lines if (x["workload"], x["replicate"]) == (o["workload"], o["replicate"])
+        ]
+        assert {x["device_name"] for x in same} == {o["device_name"]}
+    ok = load_results(parallel).query("status == 'ok'")
+    assert len(ok) == 8 and ok["seconds_per_step"].notna().all()
 
 
 @pytest.mark.slow  # two whole runs end to end: make test-slow and CI run it

@@ -168,8 +168,7 @@ class RunConfig:
     #: ``--clocks``: "sustained" (None: the default) or "burst" (``worker/sustain.py``); recorded
     #: on a CPU, where it has no effect.
     clocks: str | None = None
-    #: ``--timing``: one of ``TIMING_DESIGNS`` (None: "paired", or "separate" where the paired
-    #: phase cannot run: workers side by side on several devices).
+    #: ``--timing``: one of ``TIMING_DESIGNS`` (None: "paired").
     timing: str | None = None
     #: ``--rounds``: the paired phase's rounds per (workload, replicate) (None: the profile's).
     rounds: int | None = None
@@ -190,10 +189,8 @@ class RunConfig:
 
     @property
     def timing_design(self) -> str:
-        """``timing``, or its default: "paired" where the paired phase can run."""
-        if self.timing is not None:
-            return self.timing
-        return "separate" if len(self.device_names) > 1 else "paired"
+        """``timing``, or its default: "paired"."""
+        return self.timing or "paired"
 
     @property
     def paired(self) -> bool:
@@ -481,11 +478,6 @@ def check_options(config: RunConfig) -> None:
         raise RunError(f"unknown --clocks {config.clocks!r}; use sustained or burst")
     if config.timing is not None and config.timing not in (*TIMING_DESIGNS, VERDICTS_ONLY):
         raise RunError(f"unknown --timing {config.timing!r}; use {', '.join(TIMING_DESIGNS)}")
-    if config.paired and len(config.device_names) > 1:
-        raise RunError(
-            "--timing paired needs all of a replicate's modes on one device: not with several "
-            "--devices (use --timing separate)"
-        )
     if config.reference_check < 0:
         raise RunError("--reference-check must be a positive number of seconds (0: off)")
     if config.rounds is not None and config.rounds < 6:

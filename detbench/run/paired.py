@@ -23,6 +23,10 @@ interval must hold 1). For each workload:
 hold the baseline's copy, their rounds numbered on from the subgroup before (``subgroup`` in the
 lines); an out-of-memory error of one member is that member's record.
 
+**Several devices** (``--devices``) time groups side by side, one group per device at a time,
+each device with its own workers: a workload's replicates take the devices in turn
+(``PairedPhase.lane_of``), so its records span them. CPU entries share the cores.
+
 The workers (``supervise.WorkerProcess``, kind ``paired_workers.PAIR_KIND``) of a group start at
 once; on a CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
 
@@ -36,9 +40,12 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -59,7 +66,7 @@ from detbench.run.paired_rounds import (
 )
 from detbench.run.paired_workers import GroupWorkers
 from detbench.run.schedule import clock
-from detbench.run.supervise import Crew, WorkerProcess
+from detbench.run.supervise import Crew, WorkerProcess, side_by_side
 from detbench.store.paired import PairedWriter, iter_paired
 from detbench.store.record import lost
 from detbench.store.results import iter_records, utc_now
@@ -155,6 +162,12 @@ class PairedStats:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def absorb(self, other: PairedStats) -> None:
+        """Add ``other``'s figures (one device's) to these."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            setattr(self, f.name, mine + theirs)
 
 
 def line_of(
@@ -266,7 +279,7 @@ def stop_words(failed: int, out: Path) -> str:
 def time_left(
     weights: tuple[float, float],
     elapsed: float,
-    startups: tuple[float, int, int],
+    startups: tuple[float, float, float],
     priced: bool = False,
 ) -> float | None:
     """Seconds left: the groups' time so far, start-ups apart, at the pace of the plan's seconds
@@ -309,18 +322,22 @@ def group_line(
 
 
 #: What the runner gives the phase for the verdicts it owes: ``store(record)`` writes one;
-#: ``lost(key, mode, replicate, status, message, exit_code)`` makes the record of one a worker
-#: took down with it.
+#: ``lost(key, mode, replicate, status, message, exit_code, device)`` makes the record of one a
+#: worker took down with it.
 Store = Callable[[dict[str, Any]], None]
-Lost = Callable[[str, Mode, int, str, str, "int | None"], dict[str, Any]]
+Lost = Callable[[str, Mode, int, str, str, "int | None", str], dict[str, Any]]
 
 
 class PairedPhase:
-    """The paired phase of one run (see the module docstring). ``job_for``: the runner's job for
-    a worker of (mode, replicate), ``env_for`` its environment; ``keys``: the workloads to time,
-    in the plan's order; ``crew``: the run's workers (its halt ends the phase); ``owed``: the
-    (workload, mode, replicate) verdicts the phase makes (empty: the verdict workers made
-    them), stored through ``store`` (``lost`` for one a worker took down with it)."""
+    """The paired phase of one run (see the module docstring): which groups are left, the
+    verdicts it owes, the order, progress and ``paired.jsonl``. Each device (``lanes``) times
+    one group at a time with workers of its own (``GroupTimer``); several devices time their
+    groups (``lane_of``) side by side, each in a thread of its own. ``job_for(mode, replicate,
+    lane)``: the runner's job for a worker on device ``lane``, ``env_for(mode, lane)`` its
+    environment; ``keys``: the workloads to time, in the plan's order; ``crew``: the run's
+    workers (its halt ends the phase); ``owed``: the (workload, mode, replicate) verdicts the
+    phase makes (empty: the verdict workers made them), stored through ``store`` (``lost``
+    for one a worker took down with it)."""
 
     @classmethod
     def of(
@@ -336,16 +353,16 @@ class PairedPhase:
         shard: set[tuple[str, int]] | None = None,
     ) -> PairedPhase:
         """The paired phase of the run ``c`` of ``workloads`` (the distributed ones are timed in
-        their torchrun launch), on its first device; ``job_for(mode, replicate, device, keys)``
+        their torchrun launch), on its devices; ``job_for(mode, replicate, device, keys)``
         and ``env_for(mode, device)``: the runner's job and environment of a worker; ``shard``:
         the (workload, replicate) groups of ``--shard K/N`` (``schedule.shard_groups``)."""
         keys = [w.key for w in workloads if not w.distributed]
-        lane = c.device_names[0]
+        lanes = c.device_names
         # The verdicts of the plan's slots the groups make: every workload's but the
         # distributed ones' (their verdict workers launch their ranks).
         verdicts = {(k, s.mode.name, s.replicate) for s in owed or () for k in s.keys if k in keys}
 
-        def env(mode: Mode) -> dict[str, str]:
+        def env(mode: Mode, lane: str) -> dict[str, str]:
             got = env_for(mode, lane)
             if c.device == "cpu" and not any(
                 k in got for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
@@ -358,7 +375,7 @@ class PairedPhase:
             c.modes,
             c.replicates,
             keys,
-            job_for=lambda mode, replicate: job_for(mode, replicate, lane, keys),
+            job_for=lambda mode, replicate, lane: job_for(mode, replicate, lane, keys),
             env_for=env,
             python=c.python,
             crew=crew,
@@ -371,13 +388,14 @@ class PairedPhase:
                 "device": c.device,
                 "reference_seconds": c.reference_check,
                 # Each worker's torch threads (None: torch's own count, every core).
-                "threads": job_for(c.modes[0], 0, lane, keys).get("num_threads"),
+                "threads": job_for(c.modes[0], 0, lanes[0], keys).get("num_threads"),
             },
             stream=stream,
             owed=verdicts,
             store=store,
             shard=shard,
-            lost=lambda key, mode, replicate, status, why, code: lost(
+            lanes=lanes,
+            lost=lambda key, mode, replicate, status, why, code, lane: lost(
                 key,
                 mode,
                 status,
@@ -398,8 +416,8 @@ class PairedPhase:
         modes: list[Mode],
         replicates: int,
         keys: list[str],
-        job_for: Callable[[Mode, int], dict[str, Any]],
-        env_for: Callable[[Mode], dict[str, str]],
+        job_for: Callable[[Mode, int, str], dict[str, Any]],
+        env_for: Callable[[Mode, str], dict[str, str]],
         python: str,
         crew: Crew,
         settings: Mapping[str, Any],
@@ -408,6 +426,7 @@ class PairedPhase:
         store: Store | None = None,
         lost: Lost | None = None,
         shard: set[tuple[str, int]] | None = None,
+        lanes: Sequence[str] = ("cpu:0",),
     ) -> None:
         self.out = out
         self.modes = modes
@@ -421,17 +440,7 @@ class PairedPhase:
         self.reference_seconds = float(settings.get("reference_seconds") or 0.0)
         self.stream = stream
         self.stats = PairedStats()
-        self.workers = GroupWorkers(
-            out,
-            python,
-            crew,
-            job_for,
-            env_for,
-            float(settings["startup_timeout"]),
-            settings.get("timeout"),
-            self.stats,
-            self._verdict,
-        )
+        self.crew = crew
         self.owed = set(owed or ())
         #: The (workload key, replicate) groups of this shard of the run (None: every group).
         self.shard = shard
@@ -444,20 +453,42 @@ class PairedPhase:
         #: default and det-algos are timed; the others make their verdicts and sit the rounds out.
         order = [self.base] + [m for m in modes if m.name != self.base.name]
         self.timed_as = acts.timed_as(order, self.device)
-        #: How many of the members timed as another mode make their verdicts at once: as many
-        #: as the cores hold workers of their threads, so one where a worker takes every core
-        #: (torch's own count, the default). On the 2-core VM two 2-thread workers at once made
-        #: the CPU matrix's twins' fingerprints 121 s -> 766 s and batch invariance 48 s -> 667
-        #: s (their OpenMP threads wait on each other); on the ops suite alone, whose steps are
-        #: mostly Python, the phase's preparation had gone 43.1 s -> 36.9 s.
-        cores = host_cores()
-        self.room = TwinRoom(self.device, cores // int(settings.get("threads") or cores))
-        self._turns = sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
+        #: How many of the members timed as another mode make their verdicts at once, on each
+        #: device: as many as the cores hold workers of their threads, so one where a worker takes
+        #: every core (torch's own count, the default). On the 2-core VM two 2-thread workers at
+        #: once made the CPU matrix's twins' fingerprints 121 s -> 766 s and batch invariance
+        #: 48 s -> 667 s (their OpenMP threads wait on each other); on the ops suite alone, whose
+        #: steps are mostly Python, the phase's preparation had gone 43.1 s -> 36.9 s. CPU lanes
+        #: share the cores.
+        cores = host_cores() // (len(lanes) if self.device == "cpu" else 1)
+        most = cores // int(settings.get("threads") or cores or 1)
+        self.turns = sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = done_groups(iter_paired(out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
-        self._position: int | None = None
         self.weights: dict[str, float] = {}
+        #: Guards what the devices' threads share: the verdicts owed and made, the progress.
+        self.lock = threading.RLock()
+        self.timers = [
+            GroupTimer(
+                self,
+                lane,
+                GroupWorkers(
+                    out,
+                    python,
+                    crew,
+                    partial(_on_lane, job_for, lane),
+                    partial(_on_lane, env_for, lane),
+                    float(settings["startup_timeout"]),
+                    settings.get("timeout"),
+                    PairedStats(),
+                    self.verdict,
+                    tag=f"-{lane.replace(':', '')}" if len(lanes) > 1 else "",
+                ),
+                TwinRoom(self.device, most),
+            )
+            for lane in lanes
+        ]
 
     def weigh(self, estimate: Estimate) -> None:
         """Each group's weight for the time left (``weights_of``)."""
@@ -493,7 +524,7 @@ class PairedPhase:
             replicates=len(todo),
             keys=tuple(k for _, keys in todo for k in keys),
             workers=len(self.members_of),
-            timed=self._turns,
+            timed=self.turns,
             rounds=self.rounds,
             block_seconds=block_seconds,
             fused=bool(self.owed),
@@ -501,6 +532,7 @@ class PairedPhase:
             cudnn_off=cudnn_off_timed(self.members_of, self.timed_as),
             reference=self.reference_seconds,
             budget=self.budget,
+            lanes=len(self.timers),
         )
 
     def run(self, before: float = 0.0) -> None:
@@ -508,74 +540,160 @@ class PairedPhase:
         each verdict record of the run (this call's and earlier calls') gives its timing
         ``same_bits``, and a mode whose verdict record is not ``ok`` (unsupported, failed, or
         not run) sits out. ``before``: the run's seconds so far, where its lines' elapsed goes
-        on from."""
+        on from. With several devices, each times its own groups (``lane_of``) side by side."""
         self.recs = {
             (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])): r
             for r in iter_records(self.out)
         }
         t0 = time.perf_counter()
         todo = self.todo()
-        total, n = sum(len(keys) for _, keys in todo), 0
+        queues: list[deque[tuple[int, str]]] = [deque() for _ in self.timers]
+        for r, keys in todo:
+            for k in keys:
+                queues[self.lane_of(k, r)].append((r, k))
         weight = {k: self.weights.get(k, 1.0) for _, keys in todo for k in keys}
-        planned, spent = sum(weight[k] for _, keys in todo for k in keys), 0.0
-        self._started = 0
+        planned = sum(weight[k] for q in queues for _, k in q)
+        total = sum(len(q) for q in queues)
+        progress = {"n": 0, "spent": 0.0, "started": 0, "total": total}
+        starts = sum(len({r for r, _ in q}) for q in queues)
+
+        def line(lane: GroupTimer, key: str, replicate: int) -> None:
+            with self.lock:
+                progress["n"] += 1
+                # The devices start their groups side by side: a start-up's wall time is the
+                # devices' mean.
+                n = len(self.timers)
+                startup = sum(t.workers.stats.startup for t in self.timers)
+                left = time_left(
+                    (planned, float(progress["spent"])),
+                    time.perf_counter() - t0,
+                    (startup / n, float(progress["started"]) / n, starts / n),
+                    priced=bool(self.weights),
+                )
+                text = group_line(
+                    self.owes(key, replicate),
+                    (int(progress["n"]), int(progress["total"])),
+                    (replicate, self.replicates),
+                    key,
+                    (len(self.members_of), self.turns),
+                    (before + time.perf_counter() - t0, left),
+                )
+                if len(self.timers) > 1:
+                    text = text.replace(": ", f" on {lane.lane}: ", 1)
+                self.stream.write(text)
+                self.stream.flush()
+
+        def take(lane: int) -> tuple[int, str] | None:
+            with self.lock:
+                return queues[lane].popleft() if queues[lane] else None
+
+        def done(key: str, started: bool) -> None:
+            with self.lock:
+                progress["spent"] = float(progress["spent"]) + weight[key]
+                progress["started"] = int(progress["started"]) + started
+                self.stats.groups += 1
+
         try:
             with PairedWriter(self.out) as writer:
-                for replicate, keys in todo:
-                    members = [Member(m, c) for m, c in self.members_of]
-                    try:
-                        self.workers.start(members, replicate)
-                        self._started += 1
-                        for key in keys:
-                            n += 1
-                            left = time_left(
-                                (planned, spent),
-                                time.perf_counter() - t0,
-                                (self.stats.startup, self._started, len(todo)),
-                                priced=bool(self.weights),
-                            )
-                            self.stream.write(
-                                group_line(
-                                    self.owes(key, replicate),
-                                    (n, total),
-                                    (replicate, self.replicates),
-                                    key,
-                                    (len(self.members_of), self._turns),
-                                    (before + time.perf_counter() - t0, left),
-                                )
-                            )
-                            self.stream.flush()
-                            writer.append_all(self._group(members, key, replicate))
-                            if (
-                                self.workers.failed_starts >= 2
-                            ):  # two groups in a row: stop, records kept
-                                raise RunError(stop_words(self.workers.failed_starts, self.out))
-                            spent += weight[key]
-                            self.stats.groups += 1
-                    finally:
-                        self.workers.end(members)
+                each = [
+                    partial(t.run, partial(take, i), line, done, writer)
+                    for i, t in enumerate(self.timers)
+                ]
+                if len(each) == 1:
+                    each[0]()
+                else:
+                    side_by_side(each, [t.lane for t in self.timers], self.crew, lambda: None)
         finally:
+            for t in self.timers:
+                self.stats.absorb(t.workers.stats)
             self.stats.wall += time.perf_counter() - t0
 
-    def _verdict(self, rec: dict[str, Any]) -> None:
-        key = (f"{rec['suite']}/{rec['workload']}", rec["mode"], int(rec["replicate"]))
-        self.owed.discard(key)
-        rec["mode_position"] = self._position
-        self.recs[key] = rec
-        self.stats.verdicts += 1
-        if self.store is not None:
-            self.store(rec)
+    def lane_of(self, key: str, replicate: int) -> int:
+        """The device that times group (``key``, ``replicate``): the workload's place in the
+        plan plus the replicate, around the devices, so a workload's replicates take each
+        device in turn (a difference between devices shows as one, not as run-to-run noise:
+        ``report.devices``) and every device gets a share of each workload."""
+        return (self.keys.index(key) + replicate) % len(self.timers)
 
-    def _group(self, members: list[Member], key: str, replicate: int) -> list[dict[str, Any]]:
+    def verdict(self, rec: dict[str, Any], position: int | None = None) -> None:
+        """A verdict record a member made: stored, and no longer owed."""
+        key = (f"{rec['suite']}/{rec['workload']}", rec["mode"], int(rec["replicate"]))
+        with self.lock:
+            self.owed.discard(key)
+            if position is not None:
+                rec["mode_position"] = position
+            self.recs[key] = rec
+            self.stats.verdicts += 1
+            if self.store is not None:
+                self.store(rec)
+
+    def rounds_for(self, live: list[Member]) -> int:
+        """The group's most rounds (``paired_rounds.most_rounds``)."""
+        return most_rounds([m.prepared for m in live if m.prepared], self.rounds, self.budget)
+
+
+def _on_lane(fn: Callable[..., Any], lane: str, *args: Any) -> Any:
+    """``fn(*args, lane)``: a job or environment for a worker on device ``lane``."""
+    return fn(*args, lane)
+
+
+class GroupTimer:
+    """One device's share of the paired phase: its group's workers (``workers``, one per member,
+    fresh for each replicate) and one group at a time: prepare, rounds, finish. ``phase``: what
+    the devices share (the verdicts owed, the run's records, the order's seed)."""
+
+    def __init__(
+        self, phase: PairedPhase, lane: str, workers: GroupWorkers, room: TwinRoom
+    ) -> None:
+        self.phase = phase
+        self.lane = lane
+        self.workers = workers
+        workers.on_verdict = self._verdict
+        self.room = room
+        self._position: int | None = None
+
+    def _verdict(self, rec: dict[str, Any]) -> None:
+        self.phase.verdict(rec, self._position)
+
+    def run(
+        self,
+        take: Callable[[], tuple[int, str] | None],
+        line: Callable[[GroupTimer, str, int], None],
+        done: Callable[[str, bool], None],
+        writer: PairedWriter,
+    ) -> None:
+        """Time the groups ``take`` gives until it gives none: a fresh set of workers for each
+        replicate, the group's lines appended through ``writer``."""
+        members: list[Member] = []
+        replicate: int | None = None
+        try:
+            while (got := take()) is not None:
+                r, key = got
+                started = r != replicate
+                if started:
+                    self.workers.end(members)
+                    members = [Member(m, c) for m, c in self.phase.members_of]
+                    replicate = r
+                    self.workers.start(members, r)
+                line(self, key, r)
+                writer.append_all(self.group(members, key, r))
+                if self.workers.failed_starts >= 2:  # two groups in a row: stop, records kept
+                    raise RunError(stop_words(self.workers.failed_starts, self.phase.out))
+                done(key, started)
+        finally:
+            self.workers.end(members)
+
+    def group(self, members: list[Member], key: str, replicate: int) -> list[dict[str, Any]]:
         """Prepare, rounds, finish, in as many subgroups as the device's memory needs: the
         group's lines for ``key``."""
+        phase, stats = self.phase, self.workers.stats
         for m in members:
             m.reset()
-            if m.copy == 0 and self.timed_as[m.mode.name] != m.mode.name:
-                m.timed_as = self.timed_as[m.mode.name]
-        base = next(m for m in members if m.mode.name == self.base.name and m.copy == 0)
+            if m.copy == 0 and phase.timed_as[m.mode.name] != m.mode.name:
+                m.timed_as = phase.timed_as[m.mode.name]
+        base = next(m for m in members if m.mode.name == phase.base.name and m.copy == 0)
         rest = [m for m in members if m is not base]
-        queue = [base] + [rest[i] for i in round_order(self.seed, key, replicate, -1, len(rest))]
+        queue = [base] + [rest[i] for i in round_order(phase.seed, key, replicate, -1, len(rest))]
         live: list[Member] = []
         footprint: int | None = None
         free: int | None = None
@@ -592,14 +710,14 @@ class PairedPhase:
         for position, m in enumerate(queue):
             if m.timed_as is not None:
                 continue
-            if len(live) >= 2 and not fits(footprint, free, self.device):
+            if len(live) >= 2 and not fits(footprint, free, phase.device):
                 index = self._rounds(live, key, replicate, index, subgroup, base)
                 for x in live:
                     if x is not base:
                         self._finish(x)
                 live = [base] if base.prepared is not None else []
                 subgroup += 1
-            self._prepare(m, key, replicate, position)
+            self._prepare_all([(m, position)], key, replicate)
             if m.prepared is not None:
                 live.append(m)
                 got = m.prepared.get("footprint_bytes")
@@ -607,22 +725,23 @@ class PairedPhase:
                 free = m.prepared.get("free_bytes", free)
         if live and (len(live) > 1 or index == 0):
             self._rounds(live, key, replicate, index, subgroup, base)
-        self.stats.subgroups += subgroup + 1
+        stats.subgroups += subgroup + 1
         t0 = time.perf_counter()
         for m in members:
             self._finish(m)
-        lines = [line_of(m, key, replicate, self.recs) for m in members]
-        self.stats.finish += time.perf_counter() - t0
+        with phase.lock:
+            lines = [line_of(m, key, replicate, phase.recs) for m in members]
+        for ln in lines:
+            ln["device_name"] = self.lane
+        stats.finish += time.perf_counter() - t0
         return lines
 
-    def _prepare(self, m: Member, key: str, replicate: int, position: int) -> None:
-        """``m`` builds and warms up ``key`` (its verdict first, where it owes it); ``position``:
-        its place in the group's order of preparation (the verdict record's ``mode_position``)."""
-        self._prepare_all([(m, position)], key, replicate)
-
     def _prepare_all(self, ms: list[tuple[Member, int]], key: str, replicate: int) -> None:
-        """``_prepare`` of each (member, position) of ``ms``, their requests all sent before the
-        first answer is read: their workers work at once (``TwinRoom``)."""
+        """Each (member, position) of ``ms`` builds and warms up ``key`` (its verdict first,
+        where it owes it; ``position``: its place in the group's order of preparation, the
+        verdict record's ``mode_position``), their requests all sent before the first answer is
+        read: their workers work at once (``TwinRoom``)."""
+        phase = self.phase
         t0 = time.perf_counter()
         try:
             sent: list[tuple[Member, int]] = []
@@ -633,23 +752,27 @@ class PairedPhase:
             for m, position in sent:
                 self._position = position
                 self._answer(m, key, replicate, self.workers.wait(m, "prepared"))
-            for m, _ in ms:
-                if (key, m.mode.name, replicate) in self.owed and m.copy == 0 and self.lost_record:
+            for m, position in ms:
+                owed = (key, m.mode.name, replicate) in phase.owed
+                if owed and m.copy == 0 and phase.lost_record:
                     status, why = m.failure or ("crashed", "the worker ended")
-                    lost = self.lost_record(key, m.mode, replicate, status, why, m.exit_code)
-                    self._verdict(lost)
+                    lost = phase.lost_record(
+                        key, m.mode, replicate, status, why, m.exit_code, self.lane
+                    )
+                    phase.verdict(lost, position)
         finally:
-            self.stats.prepare += time.perf_counter() - t0
+            self.workers.stats.prepare += time.perf_counter() - t0
 
     def _request(self, m: Member, key: str, replicate: int) -> bool:
         """Send ``m``'s worker what it does with ``key`` (a fresh worker where it lost its own):
         ``verdict``, ``record`` (a member timed as another mode) or ``prepare`` (its verdict is
         stored). False where it sits out: no worker, or no verdict to time."""
-        owes = m.copy == 0 and (key, m.mode.name, replicate) in self.owed
+        phase = self.phase
+        owes = m.copy == 0 and (key, m.mode.name, replicate) in phase.owed
         if not owes:
-            m.failure = not_timed(self.recs.get((key, m.mode.name, replicate)))
+            m.failure = not_timed(phase.recs.get((key, m.mode.name, replicate)))
             if m.failure is None and m.timed_as is not None:
-                m.failure = same_words(m.timed_as, self.device)
+                m.failure = same_words(m.timed_as, phase.device)
             if m.failure is not None:
                 return False
         if m.worker is None:  # lost on an earlier workload: a fresh one
@@ -669,13 +792,13 @@ class PairedPhase:
         if msg.get("lost"):
             self.workers.lose(m, "lost its CUDA context")
         elif msg.get("status") != "ok":
-            verdict = self.recs.get((key, m.mode.name, replicate)) if m.copy == 0 else None
+            verdict = self.phase.recs.get((key, m.mode.name, replicate)) if m.copy == 0 else None
             m.failure = (None if verdict is None else not_timed(verdict)) or (
                 str(msg.get("status")),
                 str(msg.get("message")),
             )
         elif m.timed_as is not None:
-            m.failure = same_words(m.timed_as, self.device)
+            m.failure = same_words(m.timed_as, self.phase.device)
             self.room.saw(key, msg)
         else:
             m.prepared = msg
@@ -685,17 +808,18 @@ class PairedPhase:
     ) -> int:
         """The rounds of one subgroup, numbered from ``first``, until every member's ratio to
         ``base`` settles (``paired_rounds``) or the cap: the next round's number."""
+        phase, stats = self.phase, self.workers.stats
         t0 = time.perf_counter()
-        cap = self.rounds_for(live)
+        cap = phase.rounds_for(live)
         widths: dict[int, list[float]] = {id(m): [] for m in live}
         index = first
         for m in live:
             m.subgroup, m.workers = subgroup, len(live)
         for n in range(cap):
-            order = round_order(self.seed, key, replicate, index, len(live))
+            order = round_order(phase.seed, key, replicate, index, len(live))
             for position, i in enumerate(order):
                 self._turn(live[i], index, position)
-            if self.reference_seconds > 0:
+            if phase.reference_seconds > 0:
                 for i in order:
                     self._reference(live[i])
             index += 1
@@ -706,11 +830,11 @@ class PairedPhase:
                 if m is base or m.prepared is None or base.prepared is None:
                     continue
                 widths[id(m)].append(half_width(log_ratios(base.by_round(), m.by_round())))
-                done = done and settled(widths[id(m)], self.target)
+                done = done and settled(widths[id(m)], phase.target)
             if done:
                 break
-        self.stats.rounds_taken.append(index - first)
-        self.stats.rounds += time.perf_counter() - t0
+        stats.rounds_taken.append(index - first)
+        stats.rounds += time.perf_counter() - t0
         return index
 
     def _turn(self, m: Member, index: int, position: int) -> None:
@@ -731,7 +855,7 @@ class PairedPhase:
         """``--reference-check``: the step timed by the reference timer in ``m``'s worker."""
         if m.prepared is None or m.worker is None:
             return
-        msg = self.workers.ask(m, f"reference {self.reference_seconds}", "reference")
+        msg = self.workers.ask(m, f"reference {self.phase.reference_seconds}", "reference")
         if msg is not None:
             m.references.append(float(msg["seconds"]))
             m.reference_timer = str(msg.get("timer"))
@@ -740,7 +864,3 @@ class PairedPhase:
         """``m``'s summary of its samples, the workload freed in its worker (once)."""
         if m.timed is None and m.prepared is not None and m.worker is not None:
             m.timed = self.workers.ask(m, "finish", "timed")
-
-    def rounds_for(self, live: list[Member]) -> int:
-        """The group's most rounds (``paired_rounds.most_rounds``)."""
-        return most_rounds([m.prepared for m in live if m.prepared], self.rounds, self.budget)

@@ -66,6 +66,9 @@ class PairedPlan:
     #: The timing budget (``--budget``): a group's rounds are as many as its longest block fits in
     #: it, ``MIN_ROUNDS`` at least (``paired_rounds.most_rounds``); 0: the cap.
     budget: float = 0.0
+    #: The devices that time groups side by side (``--devices``): on GPUs each times its own
+    #: groups; CPU entries share the cores, so they are priced as one.
+    lanes: int = 1
 
     @property
     def turns(self) -> int:
@@ -112,17 +115,18 @@ class PairedPlan:
         timing = sum(
             self.rounds_seconds(key, device, profile, speed, step(key)) for key in self.keys
         )
+        # Several GPUs take the groups side by side: each starts a group's workers for each
+        # replicate, and shares the groups' work.
+        side = min(self.lanes, self.groups) if device == "cuda" else 1
         if self.fused:  # the A/A copy builds; the others warm the verdict's step up
             aa = sum(member(k) for k in self.keys)
             # A warm-up ends at its ceiling, or after its first group of steps (``worker.
             # warmup``): a step longer than the ceiling costs that group.
             warm = sum(max(self.warmup, WARMUP_GROUP * step(k)) for k in self.keys)
-            return self.replicates * group_start + aa + (self.turns - 1) * warm + timing
-        return (
-            self.replicates * group_start
-            + self.workers * sum(member(k) for k in self.keys)
-            + timing
-        )
+            work = aa + (self.turns - 1) * warm + timing
+        else:
+            work = self.workers * sum(member(k) for k in self.keys) + timing
+        return self.replicates * group_start + work / side
 
     def rounds_seconds(
         self, key: str, device: str, profile: str, speed: float = 1.0, step: float = 0.0
@@ -183,4 +187,5 @@ class PairedPlan:
             "block_seconds": self.block_seconds,
             "fused": self.fused,
             "cudnn_off": self.cudnn_off,
+            "devices": self.lanes,
         }

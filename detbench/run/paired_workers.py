@@ -38,6 +38,7 @@ class GroupWorkers:
         timeout: Any,
         stats: PairedStats,
         on_verdict: Callable[[dict[str, Any]], None],
+        tag: str = "",
     ) -> None:
         self.out = out
         self.python = python
@@ -48,6 +49,8 @@ class GroupWorkers:
         self.timeout = timeout
         self.stats = stats
         self.on_verdict = on_verdict
+        #: Added to its workers' log names: the device's, where several time groups at once.
+        self.tag = tag
         self.on_ready: Callable[[dict[str, Any]], None] | None = None
         #: Groups in a row none of whose workers started (a broken install or GPU).
         self.failed_starts = 0
@@ -55,7 +58,8 @@ class GroupWorkers:
     def spawn(self, member: Member, replicate: int) -> None:
         job = {**self.job_for(member.mode, replicate), "copy": member.copy}
         env = self.env_for(member.mode)
-        log = self.out / "logs" / f"r{replicate}-{member.mode.name}-timing{member.copy}.log"
+        name = f"r{replicate}-{member.mode.name}-timing{member.copy}{self.tag}.log"
+        log = self.out / "logs" / name
         member.worker = self.crew.spawn(self.python, job, env, log, kind=PAIR_KIND)
         self.stats.workers += 1
 

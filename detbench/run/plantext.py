@@ -175,7 +175,8 @@ def _workers_words(est: Estimate, replicates: int) -> str:
     p = est.paired or {}
     if not p.get("fused"):
         return f"{est.workers} fresh workers"
-    groups = f"{replicates} groups of {p['workers_per_group']} fresh workers (one per replicate)"
+    each = "one per replicate" + (" on each device" if p.get("devices", 1) > 1 else "")
+    groups = f"{replicates} groups of {p['workers_per_group']} fresh workers ({each})"
     if est.startup_charged:  # distributed workloads: their verdict workers launch the ranks
         return f"{groups}, and verdict workers for the distributed workloads"
     return groups
@@ -230,7 +231,11 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
             if est.probe_seconds
             else ""
         )
-        + (f"the busiest of {lanes} devices side by side: " if lanes > 1 else "")
+        + (
+            f"the busiest of {lanes} devices side by side: "
+            if lanes > 1 and not (est.paired or {}).get("fused")
+            else ""
+        )
         + f"{records} + "
         + (f"{est.paired_seconds:.0f} s of paired costs + " if est.paired is not None else "")
         + _startup_words(est)
@@ -272,12 +277,18 @@ def _device_lines(runner: Runner, est: Estimate) -> list[str]:
     timings."""
     c = runner.config
     names = c.device_names
-    lines = [
+    width = max(len(n) for n in names)
+    lines: list[str] = []
+    if runner.paired is not None and runner.fused:
+        lines += _group_lanes(runner, width)
+        if not any(s.keys for s in runner.plan.slots if set(s.keys) & runner.launched):
+            return lines + _thread_lines(runner)
+        lines.append("  the distributed workloads' verdict workers, which launch their ranks:")
+    lines.append(
         f"  devices {', '.join(names)}: one worker per device at a time, the devices side by "
         "side; replicates of a mode spread over the devices (a device that runs out of work "
         "takes another's last queued slot where that keeps the spread):"
-    ]
-    width = max(len(n) for n in names)
+    )
     seconds = est.lane_seconds if len(names) > 1 else (est.seconds,)
     for d, name in enumerate(names):
         slots = runner.plan.lane_slots(d)
@@ -286,10 +297,36 @@ def _device_lines(runner: Runner, est: Estimate) -> list[str]:
             f"    {name:<{width}}  {len(slots)} workers, {sum(len(s.keys) for s in slots)} "
             f"records, ~{clock(seconds[d])}: {which}"
         )
+    return lines + _thread_lines(runner)
+
+
+def _group_lanes(runner: Runner, width: int) -> list[str]:
+    """Which device times which (workload, replicate) group (``PairedPhase.lane_of``)."""
+    paired = runner.paired
+    assert paired is not None
+    lines = [
+        f"  devices {', '.join(runner.config.device_names)}: one (workload, replicate) group "
+        "per device at a time, each with its own workers, the devices side by side; a "
+        "workload's replicates take the devices in turn:"
+    ]
+    mine: list[list[str]] = [[] for _ in paired.timers]
+    for r, keys in paired.todo():
+        for k in keys:
+            mine[paired.lane_of(k, r)].append(f"r{r + 1} {k}")
+    for timer, groups in zip(paired.timers, mine, strict=True):
+        lines.append(f"    {timer.lane:<{width}}  {len(groups)} groups: {', '.join(groups)}")
+    return lines
+
+
+def _thread_lines(runner: Runner) -> list[str]:
+    """What parallel CPU workers mean for their timings."""
+    names = runner.config.device_names
+    lines: list[str] = []
     if runner.threads_per_worker is not None:
         t = runner.threads_per_worker
+        side = "groups' workers" if runner.fused else "workers"
         lines.append(
-            f"  timings: {len(names)} CPU workers run side by side with {t} thread"
+            f"  timings: {len(names)} CPU {side} run side by side with {t} thread"
             f"{'s' if t != 1 else ''} each (a serial run's workers use {runner.serial_threads}):"
             " they share the host's cores, so their timings are not comparable with a serial "
             "run's"

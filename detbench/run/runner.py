@@ -170,9 +170,8 @@ class Runner:
             else None
         )
         if self.paired is not None:  # its workers' facts go to env.json as a verdict worker's
-            self.paired.workers.on_ready = partial(
-                self._ready, lane=_Lane(0, config.device_names[0])
-            )
+            for i, timer in enumerate(self.paired.timers):
+                timer.workers.on_ready = partial(self._ready, lane=_Lane(i, timer.lane))
 
     def _shard_groups(self) -> set[tuple[str, int]] | None:
         """The (workload, replicate) groups of ``--shard K/N`` (None: not a shard)."""
