@@ -21,6 +21,7 @@ and the median relative half-width of the intervals.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -96,7 +97,7 @@ def separate(df: pd.DataFrame, baseline: str | None = None, seed: int = stats.SE
     paired rows a run of the paired design joined). Empty off a CPU."""
     baseline = str(baseline_mode(df["mode"]) if baseline is None else baseline)
     modes = twins(df, baseline)
-    own = df if "timing" not in df.columns else df[~df["timing"].map(is_paired)]
+    own = own_timings(df)
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in counted(own).groupby(["suite", "workload"], sort=False):
         base = replicate_samples(g[g["mode"] == baseline])
@@ -147,13 +148,23 @@ def summary(aa: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def own_timings(df: pd.DataFrame) -> pd.DataFrame:
+    """The records ``df`` (``load_results``) that were timed in their own worker, with a timing:
+    a run of the separate design's (an earlier detbench's default), not the rows a paired run
+    joined with its rounds."""
+    if "timing" not in df.columns:
+        return df.iloc[0:0]
+    timed = df["timing"].map(lambda t: isinstance(t, Mapping) and bool(t) and not is_paired(t))
+    return df[timed]
+
+
 def separate_note(df: pd.DataFrame) -> str | None:
     """Why the separate design has no A/A comparison in this run (None where it has some)."""
     device = run_device(df)
     if device == "cuda":
         return (
             "on a GPU the cuDNN switches act, so no two modes of the matrix are the same "
-            "computation: the separate design has no A/A comparison there"
+            "computation"
         )
     baseline = str(baseline_mode(df["mode"]))
     if device == "cpu" and not twins(df, baseline):

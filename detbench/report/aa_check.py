@@ -31,9 +31,10 @@ def _pct(x: float) -> str:
 
 def aa_sentence(df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str) -> str:
     """ "A/A check: k of N workloads showed a cost between two workers of the same settings
-    (median interval ±x%)", for the paired design where the run timed a copy of the baseline;
-    then the separate design's A/A (modes that are the same computation on a CPU), or why it
-    has none."""
+    (median interval ±x%)", where the run timed a copy of the baseline side by side. The
+    design is named only where a record was timed in its own worker (a run of an earlier
+    detbench, or ``--timing separate`` or ``both``): then that design's own A/A (modes that are
+    the same computation on a CPU), or why it has none, said once."""
     out = []
     p = aa.paired(lines, baseline) if lines is not None and len(lines) else None
     if p is not None and len(p):
@@ -43,24 +44,38 @@ def aa_sentence(df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str) -> 
             f"between two workers of the same settings ({baseline}, timed side by side; median "
             f"interval {_pct(s['median_half_width'])})" + _too_wide(s) + "."
         )
-    else:
-        out.append(
-            "A/A check: this run timed no second worker of the baseline's settings, so the "
-            "paired design's false costs were not measured."
-        )
+    if aa.own_timings(df).empty:
+        if not out:
+            out.append(
+                "A/A check: this run timed no second worker of the baseline's settings, so its "
+                "false costs were not measured."
+            )
+        return " ".join(out)
     sep = aa.separate(df, baseline)
     if len(sep):
         s = aa.summary(sep)
-        out.append(
-            f"The separate design's own A/A (modes that differ from {baseline} only in cuDNN "
-            f"switches, the same computation on a CPU, each timed in its own worker): "
+        found = (
             f"{s['false_costs']} of {s['comparisons']} such costs excluded 1 (median interval "
             f"{_pct(s['median_half_width'])})" + _too_wide(s) + "."
         )
+        twins = f"modes that differ from {baseline} only in cuDNN switches"
+        out.append(
+            f"The separate design's own A/A ({twins}, the same computation on a CPU, each timed "
+            f"in its own worker): {found}"
+            if out
+            else f"A/A check: each mode was timed in its own worker (the separate design of an "
+            f"earlier detbench); of the {twins}, the same computation on a CPU, {found}"
+        )
     else:
-        note = aa.separate_note(df)
-        if note:
-            out.append(f"The separate design has no A/A check here: {note}.")
+        note = aa.separate_note(df) or "no two of its modes are the same computation"
+        if out:
+            out.append(f"The separate design, which also timed it, has no A/A check: {note}.")
+        else:
+            out.append(
+                "A/A check: none: each mode was timed in its own worker (the separate design of "
+                f"an earlier detbench), which has an A/A check only where two modes are the same "
+                f"computation, and {note}."
+            )
     return " ".join(out)
 
 
