@@ -25,6 +25,7 @@ from detbench.distributed.rank import nccl_refusal
 from detbench.report import distributed as distributed_report
 from detbench.run.config import RunConfig
 from detbench.run.runner import prepare
+from detbench.store.paired import iter_paired
 from detbench.worker import fingerprint as fp
 from detbench.worker.passes import run_workload
 
@@ -70,7 +71,9 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
-def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None:
+def test_each_member_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None:
+    """Each member of a replicate's group (the mode, and the A/A copy) is one torchrun launch of
+    two gloo ranks: the mode's makes the verdict, then both take their turns side by side."""
     recs = _records(suite_run)
     assert [r["replicate"] for r in recs] == [0, 1]
     for r in recs:
@@ -88,17 +91,27 @@ def test_each_replicate_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None
         assert r["fingerprint_sha256"] == fp.combine(r["step_fingerprints_sha256"])
         # Each rank draws its own batch: their outputs (loss, BatchNorm buffers) differ.
         assert r["rank_fingerprints"][0] != r["rank_fingerprints"][1]
-        # items: both ranks' batches; throughput from the shared (slowest-rank) clock.
+        # items: both ranks' batches. The verdict's ranks time nothing: they stay for the
+        # rounds, so the record says the launch had not ended when it was made.
         assert r["items_per_step"] == 2 * 4
-        assert r["items_per_second"] == pytest.approx(8 / r["seconds_per_step"])
-        assert r["timing"]["clock"] == "perf_counter, latest of 2 ranks"
-        assert r["launch"]["torchrun_exit"] == 0
+        assert r["timing_design"] == "paired" and r.get("timing") is None
+        assert r["launch"]["torchrun_exit"] is None
         launch_dir = Path(r["launch"]["directory"])
         assert {"rank0.jsonl", "rank1.jsonl", "rank0.log", "launcher.log"} <= {
             p.name for p in launch_dir.iterdir()
         }
     # the first replicate's flop count serves the second
     assert recs[0]["flops_per_step"] > 0 and recs[1]["flops_per_step"] == recs[0]["flops_per_step"]
+    # The rounds: every member's ranks timed on their shared (slowest-rank) clock, one launch
+    # each (the mode's and the A/A copy's), and each record's cost joined from them.
+    lines = list(iter_paired(suite_run))
+    members = sorted((o["replicate"], o["copy"], o["status"]) for o in lines)
+    assert members == [(0, 0, "ok"), (0, 1, "ok"), (1, 0, "ok"), (1, 1, "ok")]
+    assert {o["timing"]["clock"] for o in lines} == {"perf_counter, latest of 2 ranks"}
+    launches = list((suite_run / "logs" / "distributed").iterdir())
+    assert len(launches) == 4
+    df = detbench.load_results(suite_run)
+    assert (df["items_per_second"] == 8 / df["seconds_per_step"]).all()
 
 
 @pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
@@ -148,9 +161,9 @@ def test_a_rank_killed_mid_step_is_crashed_and_nothing_is_left(
     assert "fingerprint step 2" in crash["message"]  # the tail of rank 1's log
     assert crash["fingerprint"] is None and crash["items_per_second"] is None
     assert crash["world_size"] == 2 and crash["backend"] == "gloo"
-    # One launch per worker: it was to run both distributed workloads; the crash ended it, and
-    # the out-of-memory workload had a fresh launch of its own.
-    assert crash["launch"]["workloads"] == ["dfaults/crash_at_step", "dfaults/oom_on_rank1"]
+    # A paired member launches one workload's ranks: the out-of-memory workload had a launch of
+    # its own.
+    assert crash["launch"]["workloads"] == ["dfaults/crash_at_step"]
     oom = by["oom_on_rank1"]
     assert oom["launch"]["workloads"] == ["dfaults/oom_on_rank1"]
     assert oom["launch"]["directory"] != crash["launch"]["directory"]

@@ -135,7 +135,9 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
     rec["flops_per_step"] = sum(counted) if all(c is not None for c in counted) else None
     if first.get("flops_note"):
         rec["flops_note"] = first["flops_note"]
-    timing = first["timing"]
+    timing = first.get("timing")
+    if not timing:  # a paired member's: its ranks are timed in their turns
+        return
     rec["timing"] = timing
     rec["seconds_per_step"] = timing["median"]
     rec["items_per_second"] = rec["items_per_step"] / timing["median"]

@@ -24,7 +24,10 @@ job does not say; none when the run has none.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -35,7 +38,7 @@ from detbench.core import torchstate as ts
 from detbench.core.modes import Mode
 from detbench.core.workload import Context, Workload, registry
 from detbench.distributed.combine import fill, outcome
-from detbench.distributed.torchrun import Launch, launch
+from detbench.distributed.torchrun import Launch, Running, launch, start
 from detbench.store.schema import Status
 from detbench.worker.protocol import DEFAULT_TIMEOUT
 
@@ -234,3 +237,129 @@ def _rank_job(
         # Past the launch's limit: the launcher, not a rank's collective, decides a timeout.
         "collective_timeout": None if limit is None else limit + 60,
     }
+
+
+#: Seconds between two reads of rank 0's result file while a paired member waits for its answer
+#: (the wait is outside the block the ranks time).
+POLL_SECONDS = 0.005
+
+
+class LaunchedTiming:
+    """A member of a paired group whose workload is distributed: its ranks, launched once for
+    the workload, hold the step warmed up and take their turns together (``rank.turns``). It
+    answers as ``worker.paired.PairedTiming`` does (``block``, ``finish``, ``free``), each word
+    set in the launch's store (every rank reads it) and answered by rank 0 in its result file."""
+
+    def __init__(self, running: Running, store: Any, wait: float | None) -> None:
+        self.running, self.store, self.wait = running, store, wait
+        self.asked, self.read = 0, 0
+
+    def answer(self, kind: str) -> dict[str, Any]:
+        """Rank 0's next message of type ``kind``; a ``RuntimeError`` where the launch ends, or
+        stays silent past the wait, first."""
+        t0 = time.monotonic()
+        while True:
+            got = self.running.messages(0)
+            for m in got[self.read :]:
+                self.read += 1
+                if m.get("type") == kind:
+                    return {k: v for k, v in m.items() if k != "type"}
+            if not self.running.alive():
+                raise RuntimeError(f"the ranks ended before their {kind} message")
+            if self.wait is not None and time.monotonic() - t0 > self.wait:
+                raise RuntimeError(f"no {kind} message from rank 0 within {self.wait:g} s")
+            time.sleep(POLL_SECONDS)
+
+    def ask(self, word: str, kind: str) -> dict[str, Any]:
+        self.store.set(f"c{self.asked}", word)
+        self.asked += 1
+        return self.answer(kind)
+
+    def block(self) -> dict[str, Any]:
+        return self.ask("block", "block")
+
+    def reference(self, seconds: float) -> dict[str, Any]:
+        raise RuntimeError("no reference timer for the ranks of a distributed workload")
+
+    def finish(self) -> dict[str, Any]:
+        try:
+            return self.ask("finish", "timed")
+        finally:
+            self.free()
+
+    def free(self) -> None:
+        """The ranks told to exit, and the launch ended (killed where it lingers)."""
+        if self.running.alive():
+            with contextlib.suppress(Exception):
+                self.store.set(f"c{self.asked}", "exit")
+            self.asked += 1
+        self.running.end(KILL_AFTER)
+
+
+#: Seconds a member's launch may take to end once its ranks are told to exit.
+KILL_AFTER = 30.0
+
+
+class PairedLaunch:
+    """The ``launch`` of ``passes.run_workload`` for a member of a paired group: one torchrun
+    launch of the workload, its verdict made in the ranks where ``verdict`` (the record filled
+    as ``run_distributed`` fills it, the ranks' timing left to their turns), then the ranks
+    warm the step up and wait for their turns. ``timing``: the member's ``LaunchedTiming`` (None
+    where it cannot be timed), ``said``: the ``prepared`` message's fields."""
+
+    def __init__(self, verdict: bool) -> None:
+        self.verdict = verdict
+        self.timing: LaunchedTiming | None = None
+        self.said: dict[str, Any] = {}
+
+    def __call__(
+        self,
+        w: Workload,
+        ctx: Context,
+        job: dict[str, Any],
+        mode: Mode,
+        ws: Any,
+        rec: dict[str, Any],
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
+        import torch.distributed as dist
+
+        levels = _levels(mode, ctx.device.type)
+        _describe(w, ctx, mode, levels, rec)
+        reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"], levels)
+        if reason is not None:
+            rec.update(status=Status.UNSUPPORTED, message=f"build: {reason}")
+            self.said = {"status": Status.UNSUPPORTED, "message": rec["message"]}
+            return
+        limit = launch_limit(job)
+        wait = limit if limit is not None else 24 * 3600.0
+        store = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=wait),
+        )
+        rank_job = {
+            **_rank_job(job, [w.key], mode, ctx, levels, rec, limit),
+            "timing_pass": False,
+            "paired": {"port": store.port, "verdict": self.verdict, "wait": wait},
+            **{k: job.get(k) for k in ("rounds", "block_seconds", "run_pid")},
+        }
+        env = ts.nccl_environment(dict(os.environ), levels)
+        running = start(rank_job, launch_dir(job, w, mode), rec["world_size"], env, limit)
+        timing = LaunchedTiming(running, store, limit)
+        try:
+            said = timing.answer("prepared")
+        except RuntimeError as exc:
+            said = {"status": Status.CRASHED, "message": str(exc)}
+        if said.get("status") != "ok":
+            ln = running.end(KILL_AFTER)
+            fill(rec, ln, 0, launched=True)
+            if rec.get("status") != Status.OK:
+                said = {"status": rec["status"], "message": rec["message"]}
+            self.said = said
+            return
+        fill(rec, running.snapshot(), 0, launched=True)
+        rec["timing_design"] = "paired"
+        self.timing, self.said = timing, said

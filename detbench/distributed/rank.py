@@ -56,6 +56,7 @@ from detbench.store.schema import Status
 from detbench.worker import fingerprint as fp
 from detbench.worker.applied import WorkerSettings
 from detbench.worker.measure import classify
+from detbench.worker.paired import PairedTiming
 from detbench.worker.passes import Hooks, Passes
 from detbench.worker.protocol import Channel
 
@@ -166,21 +167,28 @@ def nccl_read_back() -> dict[str, str | None]:
     return {var: os.environ.get(var) for var in NCCL_ENV.values()}
 
 
-def run(st: RankState, key: str, res: dict[str, Any]) -> None:
+def context(st: RankState, w: Any) -> Context:
+    """The workload's context in this rank."""
+    return Context(
+        device=st.device,
+        profile=st.job["profile"],
+        seed=int(st.job["seed"]),
+        rank=st.rank,
+        world_size=st.world,
+        bucket_cap_mb=st.job.get("bucket_cap_mb"),
+        batch_size=w.batch_size,
+    )
+
+
+def run(st: RankState, key: str, res: dict[str, Any], keep: Any = None) -> None:
     """Every pass of workload ``key`` in this rank (the worker's pipeline, ``worker.passes``,
-    with a rank's hooks); fills ``res``, a failure included."""
+    with a rank's hooks); fills ``res``, a failure included. ``keep``: given the step the
+    passes built (a paired member times it after its verdict)."""
     job, rank, world, device = st.job, st.rank, st.world, st.device
     res["device"] = str(device)
     res["nccl_env"] = st.nccl_env
     w = registry()[key]
-    ctx = Context(
-        device=device,
-        profile=job["profile"],
-        seed=int(job["seed"]),
-        rank=rank,
-        world_size=world,
-        bucket_cap_mb=job.get("bucket_cap_mb"),
-    )
+    ctx = context(st, w)
     agree: list[str] = res.setdefault("agreement_digests", [])
     method = res["fingerprint_method"]
 
@@ -197,12 +205,13 @@ def run(st: RankState, key: str, res: dict[str, Any]) -> None:
         check_device=False,
         classify=lambda e: _classify(job, e),
         on_failure=_failed,
+        keep=keep,
     )
     Passes(w, ctx, job, st.mode, st.ws, res, hooks).run()
     res.setdefault("losses", None)
     if isinstance(res.get("diff_reference"), dict):  # the launcher takes the largest over ranks
         res["diff_reference"]["max_abs_diff"] = res.get("max_abs_diff")
-    if res["status"] == Status.OK:
+    if res["status"] == Status.OK and res.get("timing"):
         res["timing"]["clock"] = f"perf_counter, latest of {world} ranks"
         res["num_threads"] = res["timing"]["num_threads"]
 
@@ -223,6 +232,49 @@ def _failed(res: dict[str, Any], exc: BaseException) -> None:
     traceback.print_exc()
 
 
+def turns(st: RankState, key: str, verdict: dict[str, Any] | None, out: Channel) -> int:
+    """A member of a paired group (``job["paired"]``): the step the verdict built (``verdict``:
+    its result and kept step), or one built now, warmed up on the ranks' shared clock; then
+    what the launcher asks through its store, every rank alike: ``block`` (one block, every
+    rank's steps in step, its time the slowest rank's), ``finish`` (the summary), ``exit``.
+    Rank 0 answers each (``prepared``, ``block``, ``timed``) in its result file."""
+    job, rank = st.job, st.rank
+    w = registry()[key]
+    ctx, clock = context(st, w), _shared_clock(st.device)
+    if verdict is not None:
+        timing, said = PairedTiming.from_verdict(
+            w, job, st.mode, verdict["step"], verdict["record"], ctx, clock
+        )
+    else:
+        timing, said = PairedTiming.prepare(w, job, st.mode, st.ws, ctx, clock)
+    if rank == 0:
+        out.send({"type": "prepared", **said})
+    if timing is None:
+        return EXIT_FAILED
+    address = job["paired"]
+    store = dist.TCPStore(
+        "127.0.0.1",
+        int(address["port"]),
+        is_master=False,
+        timeout=datetime.timedelta(seconds=float(address["wait"])),
+    )
+    n = 0
+    while True:
+        word = store.get(f"c{n}").decode()
+        n += 1
+        _say(rank, f"{key}: {word}")
+        if word == "block":
+            got = timing.block()
+            if rank == 0:
+                out.send({"type": "block", **got})
+        elif word == "finish":
+            got = timing.finish()
+            if rank == 0:
+                out.send({"type": "timed", **got})
+        else:  # exit
+            return 0
+
+
 def main(job: dict[str, Any], out: Channel) -> int:
     """Each workload of the launch in turn, one ``record`` message each; the first failure ends
     the rank (the launcher launches the workloads after it afresh)."""
@@ -234,6 +286,7 @@ def main(job: dict[str, Any], out: Channel) -> int:
     keys: list[str] = list(job["keys"])
     _say(rank, f"pid {os.getpid()}, world size {world}, {', '.join(keys)}")
     st: RankState | None = None
+    kept: list[Any] = []  # the step the passes built, for a paired member's turns
     t_start = time.perf_counter()
     for i, key in enumerate(keys):
         res: dict[str, Any] = {
@@ -255,7 +308,9 @@ def main(job: dict[str, Any], out: Channel) -> int:
                 st = setup(job, rank, local_rank, world)
                 res["phases"]["rank_setup"] = time.perf_counter() - t_start
                 where = "start"
-            run(st, key, res)  # a failure of the passes is in ``res`` already
+            if job.get("paired") and not job["paired"].get("verdict"):
+                break  # a paired member that owes no verdict: its turns build the workload
+            run(st, key, res, kept.append)  # a failure of the passes is in ``res`` already
         except Exception as exc:  # the failure is data: written, then torchrun stops the others
             status, message = _classify(job, exc)
             res.update(status=status, message=f"{where}: {message}")
@@ -265,6 +320,12 @@ def main(job: dict[str, Any], out: Channel) -> int:
         _say(rank, f"{key}: result written ({res['status']})")
         if res["status"] != Status.OK:
             return EXIT_FAILED
+    if job.get("paired") and st is not None:
+        (key,) = keys
+        verdict = {"step": kept.pop(), "record": res} if kept else None
+        code = turns(st, key, verdict, out)
+        if code != 0:
+            return code
     if dist.is_initialized():
         dist.destroy_process_group()
     out.send({"type": "done"})

@@ -154,12 +154,79 @@ class Launch:
         return " | ".join(line.strip() for line in text[-lines:] if line.strip())
 
 
-def launch(
+@dataclass
+class Running:
+    """A launch whose ranks still run (``start``): its torchrun process, the marker of its
+    processes, and what ``end`` needs to make its ``Launch``."""
+
+    proc: subprocess.Popen[bytes]
+    marker: str
+    directory: Path
+    keys: list[str]
+    world_size: int
+    limit: float | None
+    t0: float
+
+    def messages(self, rank: int) -> list[dict[str, Any]]:
+        """Rank ``rank``'s messages so far (its result file, read whole)."""
+        return read_messages(self.directory / f"rank{rank}.jsonl")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def snapshot(self) -> Launch:
+        """The launch as it stands, its ranks still running: the results they wrote so far."""
+        out = Launch(
+            self.directory,
+            self.keys,
+            self.world_size,
+            None,
+            False,
+            time.monotonic() - self.t0,
+            self.limit,
+        )
+        self._read(out)
+        return out
+
+    def _read(self, out: Launch) -> None:
+        for r in range(self.world_size):
+            for m in self.messages(r):
+                if m.get("type") == "record":
+                    out.results.setdefault(int(m["index"]), {})[r] = m["record"]
+
+    def end(self, wait: float | None, timed_out: bool = False) -> Launch:
+        """Wait up to ``wait`` seconds for torchrun to end by itself (SIGTERM at that limit,
+        as on Ctrl-C), kill whatever is left of the launch, and read the ranks' results."""
+        code: int | None = None
+        try:
+            try:
+                code = self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(self.proc.pid, signal.SIGTERM)  # torchrun stops its ranks
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=TERM_GRACE)
+        finally:  # also on Ctrl-C or a failure here: nothing of the launch outlives it
+            leftovers = kill_launch(self.proc, self.marker, self.directory)
+        out = Launch(
+            self.directory,
+            self.keys,
+            self.world_size,
+            None if timed_out else code,
+            timed_out,
+            time.monotonic() - self.t0,
+            self.limit,
+            leftovers=leftovers,
+        )
+        self._read(out)
+        return out
+
+
+def start(
     job: dict[str, Any], directory: Path, world_size: int, env: dict[str, str], limit: float | None
-) -> Launch:
-    """Run one torchrun launch of ``world_size`` ranks for the workloads ``job["keys"]`` (the
-    job is written to ``directory/job.json``), wait for it up to ``limit`` seconds, kill
-    whatever is left of it, and read the ranks' results."""
+) -> Running:
+    """Start one torchrun launch of ``world_size`` ranks for the workloads ``job["keys"]`` (the
+    job is written to ``directory/job.json``)."""
     directory.mkdir(parents=True, exist_ok=True)
     job = {**job, "kind": RANK_KIND, "directory": str(directory)}
     (directory / "job.json").write_text(json.dumps(job, sort_keys=True))
@@ -167,7 +234,6 @@ def launch(
     env = {**env, LAUNCH_ENV: marker}
     cmd = _command(world_size, marker, directory)
     t0 = time.monotonic()
-    timed_out = False
     with open(directory / "launcher.log", "ab") as log:
         proc = subprocess.Popen(
             cmd,
@@ -178,28 +244,12 @@ def launch(
             start_new_session=True,
             preexec_fn=dies_with_us(),
         )
-    try:
-        try:
-            code: int | None = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            timed_out, code = True, None
-            _kill_group(proc.pid, signal.SIGTERM)  # torchrun stops its ranks, as on Ctrl-C
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=TERM_GRACE)
-    finally:  # also on Ctrl-C or a failure here: nothing of the launch outlives it
-        leftovers = kill_launch(proc, marker, directory)
-    out = Launch(
-        directory,
-        list(job["keys"]),
-        world_size,
-        code,
-        timed_out,
-        time.monotonic() - t0,
-        limit,
-        leftovers=leftovers,
-    )
-    for r in range(world_size):
-        for m in read_messages(directory / f"rank{r}.jsonl"):
-            if m.get("type") == "record":
-                out.results.setdefault(int(m["index"]), {})[r] = m["record"]
-    return out
+    return Running(proc, marker, directory, list(job["keys"]), world_size, limit, t0)
+
+
+def launch(
+    job: dict[str, Any], directory: Path, world_size: int, env: dict[str, str], limit: float | None
+) -> Launch:
+    """Run one torchrun launch of ``world_size`` ranks for the workloads ``job["keys"]``, wait
+    for it up to ``limit`` seconds, kill whatever is left of it, and read the ranks' results."""
+    return start(job, directory, world_size, env, limit).end(limit)

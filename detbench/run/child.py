@@ -33,7 +33,7 @@ import torch
 
 from detbench.core.modes import Mode, current_flags
 from detbench.core.workload import load_file, registry
-from detbench.distributed.launch import run_distributed
+from detbench.distributed.launch import LaunchedTiming, PairedLaunch, run_distributed
 from detbench.store.results import where
 from detbench.worker.applied import WorkerSettings
 from detbench.worker.devenv import device_env
@@ -195,7 +195,7 @@ def pair(job: dict[str, Any], out: Channel) -> int:
     if started is None:
         return 0
     mode, ws, workloads, device = started
-    timing: PairedTiming | None = None
+    timing: PairedTiming | LaunchedTiming | None = None
     for raw in stdin:
         word, _, arg = raw.decode().strip().partition(" ")
         if word in ("prepare", "verdict", "record"):  # the rest of the line is the key
@@ -204,7 +204,7 @@ def pair(job: dict[str, Any], out: Channel) -> int:
             if w is None:
                 raise RuntimeError(f"workload {key} is not defined in this worker's sources")
             if word == "record":  # the verdict alone: another member times this computation
-                record, device_lost = run_workload(w, job, mode, None, ws)
+                record, device_lost = run_workload(w, job, mode, None, ws, launch=run_distributed)
                 out.send({"type": "record", "record": _stamped(record, job, device)})
                 gc.freeze()
                 status = "failed" if device_lost else record.get("status")
@@ -216,6 +216,12 @@ def pair(job: dict[str, Any], out: Channel) -> int:
                     footprint_bytes=footprint_bytes(device, record.get("memory")),
                     free_bytes=free_bytes(device),
                 )
+            elif w.distributed:  # its ranks, launched for it, take the turns
+                member = PairedLaunch(verdict=word == "verdict")
+                record, _ = run_workload(w, job, mode, None, ws, launch=member)
+                if word == "verdict":
+                    out.send({"type": "record", "record": _stamped(record, job, device)})
+                timing, said = member.timing, member.said
             elif word == "verdict":
                 timing, said = _verdict_then_prepare(w, job, mode, ws, device, out)
             else:

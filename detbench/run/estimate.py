@@ -245,11 +245,11 @@ def planned_unsupported(
 def _verdict_workers(
     lanes: list[list[Slot]], p: Pricing, paired: PairedPlan | None, distributed: frozenset[str]
 ) -> list[list[Slot]]:
-    """The slots each device's verdict workers start. Where the paired phase's groups make the
-    verdicts, those workers run only the distributed workloads: theirs are the only start-ups,
-    waits and hand-overs outside the groups (whose start-ups the paired phase prices)."""
+    """The slots each device's verdict workers start: none where the paired phase's groups make
+    every verdict (their start-ups, and their distributed workloads' launches, are the paired
+    phase's)."""
     if paired is not None and paired.fused:
-        return [[s for s in ss if distributed & set(p.runs(s))] for ss in lanes]
+        return [[] for _ in lanes]
     return lanes
 
 

@@ -352,15 +352,15 @@ class PairedPhase:
         store: Store | None = None,
         shard: set[tuple[str, int]] | None = None,
     ) -> PairedPhase:
-        """The paired phase of the run ``c`` of ``workloads`` (the distributed ones are timed in
-        their torchrun launch), on its devices; ``job_for(mode, replicate, device, keys)``
-        and ``env_for(mode, device)``: the runner's job and environment of a worker; ``shard``:
-        the (workload, replicate) groups of ``--shard K/N`` (``schedule.shard_groups``)."""
-        keys = [w.key for w in workloads if not w.distributed]
+        """The paired phase of the run ``c`` of ``workloads`` (a distributed one's member is a
+        torchrun launch of its ranks: ``distributed.launch.PairedLaunch``), on its devices;
+        ``job_for(mode, replicate, device, keys)`` and ``env_for(mode, device)``: the runner's
+        job and environment of a worker; ``shard``: the (workload, replicate) groups of
+        ``--shard K/N`` (``schedule.shard_groups``)."""
+        keys = [w.key for w in workloads]
         lanes = c.device_names
-        # The verdicts of the plan's slots the groups make: every workload's but the
-        # distributed ones' (their verdict workers launch their ranks).
-        verdicts = {(k, s.mode.name, s.replicate) for s in owed or () for k in s.keys if k in keys}
+        # The verdicts of the plan's slots the groups make: every one.
+        verdicts = {(k, s.mode.name, s.replicate) for s in owed or () for k in s.keys}
 
         def env(mode: Mode, lane: str) -> dict[str, str]:
             got = env_for(mode, lane)

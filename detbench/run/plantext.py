@@ -176,10 +176,7 @@ def _workers_words(est: Estimate, replicates: int) -> str:
     if not p.get("fused"):
         return f"{est.workers} fresh workers"
     each = "one per replicate" + (" on each device" if p.get("devices", 1) > 1 else "")
-    groups = f"{replicates} groups of {p['workers_per_group']} fresh workers ({each})"
-    if est.startup_charged:  # distributed workloads: their verdict workers launch the ranks
-        return f"{groups}, and verdict workers for the distributed workloads"
-    return groups
+    return f"{replicates} groups of {p['workers_per_group']} fresh workers ({each})"
 
 
 def _paired_line(est: Estimate) -> str:
@@ -280,10 +277,7 @@ def _device_lines(runner: Runner, est: Estimate) -> list[str]:
     width = max(len(n) for n in names)
     lines: list[str] = []
     if runner.paired is not None and runner.fused:
-        lines += _group_lanes(runner, width)
-        if not any(s.keys for s in runner.plan.slots if set(s.keys) & runner.launched):
-            return lines + _thread_lines(runner)
-        lines.append("  the distributed workloads' verdict workers, which launch their ranks:")
+        return lines + _group_lanes(runner, width) + _thread_lines(runner)
     lines.append(
         f"  devices {', '.join(names)}: one worker per device at a time, the devices side by "
         "side; replicates of a mode spread over the devices (a device that runs out of work "

@@ -153,7 +153,8 @@ class Runner:
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         self.fused = config.timing_design == "paired"
         self.launched = frozenset(w.key for w in self.workloads if w.distributed)
-        self.lane_keys = set(self.launched) if self.fused else None
+        #: The workloads verdict workers run: none where the paired phase makes every verdict.
+        self.lane_keys: set[str] | None = set() if self.fused else None
         self.paired = (
             PairedPhase.of(
                 config,

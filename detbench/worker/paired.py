@@ -95,16 +95,27 @@ class PairedTiming:
     #: The host's load from the first block to ``finish`` (``hostload.Probe``): the other
     #: workers of the group are the run's own, anything else is foreign.
     load: Any = None
+    #: A clock the ranks of a distributed workload read alike (the latest of their
+    #: ``perf_counter``s: ``distributed.rank``), so every rank warms up and times the same steps
+    #: and a block is the slowest rank's; None: the device's own sampler.
+    clock: Any = None
 
     @classmethod
     def prepare(
-        cls, w: Workload, job: dict[str, Any], mode: Mode, ws: WorkerSettings
+        cls,
+        w: Workload,
+        job: dict[str, Any],
+        mode: Mode,
+        ws: WorkerSettings,
+        ctx: Context | None = None,
+        clock: Any = None,
     ) -> tuple[PairedTiming | None, dict[str, Any]]:
         """Build ``w``, run its first step (digested), warm it up and size its block: (the
-        timing, or None where it failed; the ``prepared`` message's fields)."""
-        device = torch.device(job["device"])
-        ctx = _context(w, job)
-        self = cls(w, ctx, mode, job, threads=torch.get_num_threads())
+        timing, or None where it failed; the ``prepared`` message's fields). ``ctx``: a rank's
+        context (None: the job's), ``clock``: the ranks' shared clock."""
+        ctx = ctx or _context(w, job)
+        device = ctx.device
+        self = cls(w, ctx, mode, job, threads=torch.get_num_threads(), clock=clock)
         # The verdict worker's record of the same build: build_pass reads the settings back into
         # it, so a workload that changes a setting is caught here as there.
         rec = record.measured(
@@ -141,13 +152,22 @@ class PairedTiming:
 
     @classmethod
     def from_verdict(
-        cls, w: Workload, job: dict[str, Any], mode: Mode, step: Any, rec: dict[str, Any]
+        cls,
+        w: Workload,
+        job: dict[str, Any],
+        mode: Mode,
+        step: Any,
+        rec: dict[str, Any],
+        ctx: Context | None = None,
+        clock: Any = None,
     ) -> tuple[PairedTiming | None, dict[str, Any]]:
         """Time the step this worker's verdict pass built and fingerprinted (``passes.Hooks.keep``):
         no second build, no second first step; warmed up from where the fingerprint steps left
         it. The digest is the verdict's own first step (``same_bits`` is then true by
-        construction: one process computed both)."""
-        self = cls(w, _context(w, job), mode, job, step=step, threads=int(rec["num_threads"]))
+        construction: one process computed both). ``ctx``, ``clock``: as ``prepare``'s."""
+        threads = int(rec.get("num_threads") or torch.get_num_threads())
+        ctx = ctx or _context(w, job)
+        self = cls(w, ctx, mode, job, step=step, threads=threads, clock=clock)
         t0 = time.perf_counter()
         try:
             self._warm_up()
@@ -176,7 +196,10 @@ class PairedTiming:
 
     def _warm_up(self) -> None:
         dev = self.ctx.device
-        if dev.type == "cuda":
+        if self.clock is not None:
+            ranks = self.ctx.world_size
+            self.sampler = ClockSampler(self.clock, f"perf_counter, latest of {ranks} ranks")
+        elif dev.type == "cuda":
             self.sampler = CudaEventSampler(dev)
         else:
             self.sampler = ClockSampler(host_clock(dev), "perf_counter")
