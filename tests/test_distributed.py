@@ -73,7 +73,8 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
 def test_each_member_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None:
     """Each member of a replicate's group (the mode, and the A/A copy) is one torchrun launch of
-    two gloo ranks: the mode's makes the verdict, then both take their turns side by side."""
+    two gloo ranks, kept for its distributed workloads: the mode's makes the verdict, then both
+    take their turns side by side."""
     recs = _records(suite_run)
     assert [r["replicate"] for r in recs] == [0, 1]
     for r in recs:
@@ -161,8 +162,8 @@ def test_a_rank_killed_mid_step_is_crashed_and_nothing_is_left(
     assert "fingerprint step 2" in crash["message"]  # the tail of rank 1's log
     assert crash["fingerprint"] is None and crash["items_per_second"] is None
     assert crash["world_size"] == 2 and crash["backend"] == "gloo"
-    # A paired member launches one workload's ranks: the out-of-memory workload had a launch of
-    # its own.
+    # A member keeps its ranks for its distributed workloads, but the crash ended them: the
+    # out-of-memory workload had a fresh launch of its own.
     assert crash["launch"]["workloads"] == ["dfaults/crash_at_step"]
     oom = by["oom_on_rank1"]
     assert oom["launch"]["workloads"] == ["dfaults/oom_on_rank1"]

@@ -242,17 +242,20 @@ def _rank_job(
 #: Seconds between two reads of rank 0's result file while a paired member waits for its answer
 #: (the wait is outside the block the ranks time).
 POLL_SECONDS = 0.005
+#: Seconds a member's launch may take to end once its ranks are told to exit.
+KILL_AFTER = 30.0
 
 
-class LaunchedTiming:
-    """A member of a paired group whose workload is distributed: its ranks, launched once for
-    the workload, hold the step warmed up and take their turns together (``rank.turns``). It
-    answers as ``worker.paired.PairedTiming`` does (``block``, ``finish``, ``free``), each word
-    set in the launch's store (every rank reads it) and answered by rank 0 in its result file."""
+class KeptLaunch:
+    """The ranks of one paired member (``rank.serve``), launched at its worker's first
+    distributed workload and kept for the next ones: each word set in the store the worker
+    holds (every rank reads it), answered by rank 0 in its result file. ``verdicts``: the
+    workloads whose verdicts the ranks made, in order (their records' indices)."""
 
     def __init__(self, running: Running, store: Any, wait: float | None) -> None:
         self.running, self.store, self.wait = running, store, wait
         self.asked, self.read = 0, 0
+        self.verdicts: list[str] = []
 
     def answer(self, kind: str) -> dict[str, Any]:
         """Rank 0's next message of type ``kind``; a ``RuntimeError`` where the launch ends, or
@@ -270,42 +273,67 @@ class LaunchedTiming:
                 raise RuntimeError(f"no {kind} message from rank 0 within {self.wait:g} s")
             time.sleep(POLL_SECONDS)
 
-    def ask(self, word: str, kind: str) -> dict[str, Any]:
+    def say(self, word: str) -> None:
         self.store.set(f"c{self.asked}", word)
         self.asked += 1
-        return self.answer(kind)
+
+    def snapshot(self) -> Launch:
+        """The launch as it stands, for a verdict's record: its verdicts so far."""
+        ln = self.running.snapshot()
+        ln.keys = list(self.verdicts)
+        return ln
+
+    def end(self) -> Launch:
+        """The ranks told to exit, and the launch ended (killed where it lingers)."""
+        if self.running.alive():
+            with contextlib.suppress(Exception):
+                self.say("exit")
+        ln = self.running.end(KILL_AFTER)
+        ln.keys = list(self.verdicts)
+        return ln
+
+
+class LaunchedTiming:
+    """A member's timing of one distributed workload in its kept launch: what
+    ``worker.paired.PairedTiming`` does (``block``, ``finish``, ``free``), asked of the ranks."""
+
+    def __init__(self, kept: KeptLaunch) -> None:
+        self.kept = kept
 
     def block(self) -> dict[str, Any]:
-        return self.ask("block", "block")
+        self.kept.say("block")
+        return self.kept.answer("block")
 
     def reference(self, seconds: float) -> dict[str, Any]:
         raise RuntimeError("no reference timer for the ranks of a distributed workload")
 
     def finish(self) -> dict[str, Any]:
-        try:
-            return self.ask("finish", "timed")
-        finally:
-            self.free()
+        self.kept.say("finish")
+        return self.kept.answer("timed")
 
     def free(self) -> None:
-        """The ranks told to exit, and the launch ended (killed where it lingers)."""
-        if self.running.alive():
-            with contextlib.suppress(Exception):
-                self.store.set(f"c{self.asked}", "exit")
-            self.asked += 1
-        self.running.end(KILL_AFTER)
+        """After a failed block: the launch ended, the next workload launched afresh."""
+        close_kept()
 
 
-#: Seconds a member's launch may take to end once its ranks are told to exit.
-KILL_AFTER = 30.0
+#: The launch a paired worker keeps for its distributed workloads (one mode and replicate per
+#: worker: one launch at a time).
+_KEPT: list[KeptLaunch] = []
+
+
+def close_kept() -> None:
+    """End the kept launch, if any (the worker's end, or a fault of its ranks)."""
+    while _KEPT:
+        _KEPT.pop().end()
 
 
 class PairedLaunch:
-    """The ``launch`` of ``passes.run_workload`` for a member of a paired group: one torchrun
-    launch of the workload, its verdict made in the ranks where ``verdict`` (the record filled
-    as ``run_distributed`` fills it, the ranks' timing left to their turns), then the ranks
-    warm the step up and wait for their turns. ``timing``: the member's ``LaunchedTiming`` (None
-    where it cannot be timed), ``said``: the ``prepared`` message's fields."""
+    """The ``launch`` of ``passes.run_workload`` for a member of a paired group: the workload
+    asked of the worker's kept launch (a fresh one where it has none, or the last one ended),
+    its verdict made in the ranks where ``verdict`` (the record filled as ``run_distributed``
+    fills it, the ranks' timing left to their turns), then the step warmed up for the turns.
+    ``timing``: the member's ``LaunchedTiming`` (None where it cannot be timed), ``said``: the
+    ``prepared`` message's fields."""
 
     def __init__(self, verdict: bool) -> None:
         self.verdict = verdict
@@ -322,8 +350,6 @@ class PairedLaunch:
         rec: dict[str, Any],
         notify: Callable[[str], None] | None = None,
     ) -> None:
-        import torch.distributed as dist
-
         levels = _levels(mode, ctx.device.type)
         _describe(w, ctx, mode, levels, rec)
         reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"], levels)
@@ -331,35 +357,61 @@ class PairedLaunch:
             rec.update(status=Status.UNSUPPORTED, message=f"build: {reason}")
             self.said = {"status": Status.UNSUPPORTED, "message": rec["message"]}
             return
-        limit = launch_limit(job)
-        wait = limit if limit is not None else 24 * 3600.0
-        store = dist.TCPStore(
-            "127.0.0.1",
-            0,
-            is_master=True,
-            wait_for_workers=False,
-            timeout=datetime.timedelta(seconds=wait),
-        )
-        rank_job = {
-            **_rank_job(job, [w.key], mode, ctx, levels, rec, limit),
-            "timing_pass": False,
-            "paired": {"port": store.port, "verdict": self.verdict, "wait": wait},
-            **{k: job.get(k) for k in ("rounds", "block_seconds", "run_pid")},
-        }
-        env = ts.nccl_environment(dict(os.environ), levels)
-        running = start(rank_job, launch_dir(job, w, mode), rec["world_size"], env, limit)
-        timing = LaunchedTiming(running, store, limit)
+        if _KEPT and not _KEPT[0].running.alive():
+            close_kept()
+        if not _KEPT:
+            _KEPT.append(_start_kept(w, ctx, job, mode, levels, rec))
+        kept = _KEPT[0]
+        word = "verdict" if self.verdict else "prepare"
+        if self.verdict:
+            kept.verdicts.append(w.key)
+        kept.say(f"{word} {w.key}")
         try:
-            said = timing.answer("prepared")
+            said = kept.answer("prepared")
         except RuntimeError as exc:
             said = {"status": Status.CRASHED, "message": str(exc)}
-        if said.get("status") != "ok":
-            ln = running.end(KILL_AFTER)
-            fill(rec, ln, 0, launched=True)
-            if rec.get("status") != Status.OK:
-                said = {"status": rec["status"], "message": rec["message"]}
+        index = len(kept.verdicts) - 1
+        if said.get("status") != "ok":  # the ranks end on a failure: the record says how
+            _KEPT.remove(kept)
+            ln = kept.end()
+            if self.verdict:
+                fill(rec, ln, index, launched=index == 0)
+                if rec.get("status") != Status.OK:
+                    said = {"status": rec["status"], "message": rec["message"]}
             self.said = said
             return
-        fill(rec, running.snapshot(), 0, launched=True)
-        rec["timing_design"] = "paired"
-        self.timing, self.said = timing, said
+        if self.verdict:
+            fill(rec, kept.snapshot(), index, launched=index == 0)
+            rec["timing_design"] = "paired"
+        self.timing, self.said = LaunchedTiming(kept), said
+
+
+def _start_kept(
+    w: Workload,
+    ctx: Context,
+    job: dict[str, Any],
+    mode: Mode,
+    levels: dict[str, str],
+    rec: dict[str, Any],
+) -> KeptLaunch:
+    """A fresh launch of the ranks of a paired member, and the store its worker holds."""
+    import torch.distributed as dist
+
+    limit = launch_limit(job)
+    wait = limit if limit is not None else 24 * 3600.0
+    store = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=wait),
+    )
+    rank_job = {
+        **_rank_job(job, [], mode, ctx, levels, rec, limit),
+        "timing_pass": False,
+        "paired": {"port": store.port, "wait": wait},
+        **{k: job.get(k) for k in ("rounds", "block_seconds", "run_pid")},
+    }
+    env = ts.nccl_environment(dict(os.environ), levels)
+    running = start(rank_job, launch_dir(job, w, mode), rec["world_size"], env, limit)
+    return KeptLaunch(running, store, limit)

@@ -232,25 +232,51 @@ def _failed(res: dict[str, Any], exc: BaseException) -> None:
     traceback.print_exc()
 
 
-def turns(st: RankState, key: str, verdict: dict[str, Any] | None, out: Channel) -> int:
-    """A member of a paired group (``job["paired"]``): the step the verdict built (``verdict``:
-    its result and kept step), or one built now, warmed up on the ranks' shared clock; then
-    what the launcher asks through its store, every rank alike: ``block`` (one block, every
-    rank's steps in step, its time the slowest rank's), ``finish`` (the summary), ``exit``.
-    Rank 0 answers each (``prepared``, ``block``, ``timed``) in its result file."""
-    job, rank = st.job, st.rank
-    w = registry()[key]
-    ctx, clock = context(st, w), _shared_clock(st.device)
-    if verdict is not None:
-        timing, said = PairedTiming.from_verdict(
-            w, job, st.mode, verdict["step"], verdict["record"], ctx, clock
-        )
-    else:
-        timing, said = PairedTiming.prepare(w, job, st.mode, st.ws, ctx, clock)
-    if rank == 0:
-        out.send({"type": "prepared", **said})
-    if timing is None:
+def _result(job: dict[str, Any], st_ids: tuple[int, int, int], key: str) -> dict[str, Any]:
+    """A rank's result for workload ``key``, before its passes: (rank, local rank, world)."""
+    rank, local_rank, world = st_ids
+    return {
+        "rank": rank,
+        "local_rank": local_rank,
+        "world_size": world,
+        "pid": os.getpid(),
+        "key": key,
+        "status": Status.OK,
+        "message": None,
+        "phases": {},
+        "settings_changed": [],
+        "fingerprint_method": job["fingerprint_method"],
+    }
+
+
+def _verdict(st: RankState, key: str, res: dict[str, Any], kept: list[Any]) -> None:
+    """``run`` of ``key`` into ``res``, a failure outside the passes included."""
+    try:
+        run(st, key, res, kept.append)  # a failure of the passes is in ``res`` already
+    except Exception as exc:  # the failure is data: written, then torchrun stops the others
+        status, message = _classify(st.job, exc)
+        res.update(status=status, message=f"start: {message}")
+        res["traceback"] = traceback.format_exc(limit=-8)
+        _failed(res, exc)
+
+
+def serve(job: dict[str, Any], out: Channel, ids: tuple[int, int, int]) -> int:
+    """The ranks of a member of paired groups (``job["paired"]``), kept for every distributed
+    workload its worker times: each word the worker sets in its store (``c0``, ``c1``, ...),
+    every rank alike. ``verdict KEY``: the passes (the ``record``, its index counting the
+    launch's verdicts), then the step they built warmed up on the ranks' shared clock;
+    ``prepare KEY``: the step built and warmed up; ``block``: one block, every rank's steps in
+    step, its time the slowest rank's; ``finish``: the summary; ``exit``. Rank 0 answers
+    (``prepared``, ``block``, ``timed``). A failure ends the launch: the worker launches the
+    next workload afresh."""
+    rank, local_rank, world = ids
+    t0 = time.perf_counter()
+    try:
+        st = setup(job, rank, local_rank, world)
+    except Exception:  # the worker sees the launch end before its answer
+        traceback.print_exc()
         return EXIT_FAILED
+    setup_seconds = time.perf_counter() - t0
     address = job["paired"]
     store = dist.TCPStore(
         "127.0.0.1",
@@ -258,21 +284,52 @@ def turns(st: RankState, key: str, verdict: dict[str, Any] | None, out: Channel)
         is_master=False,
         timeout=datetime.timedelta(seconds=float(address["wait"])),
     )
-    n = 0
+    clock = _shared_clock(st.device)
+    timing: PairedTiming | None = None
+    n, index = 0, 0
     while True:
-        word = store.get(f"c{n}").decode()
+        word, _, key = store.get(f"c{n}").decode().partition(" ")
         n += 1
-        _say(rank, f"{key}: {word}")
-        if word == "block":
+        _say(rank, f"{word} {key}")
+        if word in ("verdict", "prepare"):
+            w = registry()[key]
+            ctx = context(st, w)
+            if word == "verdict":
+                res = _result(job, ids, key)
+                kept: list[Any] = []
+                if index == 0:  # the first record carries the rank's set-up
+                    res["phases"]["rank_setup"] = setup_seconds
+                _verdict(st, key, res, kept)
+                out.send({"type": "record", "index": index, "record": res})
+                index += 1
+                if res["status"] != Status.OK:
+                    return EXIT_FAILED
+                timing, said = (
+                    PairedTiming.from_verdict(w, job, st.mode, kept.pop(), res, ctx, clock)
+                    if kept
+                    else PairedTiming.prepare(w, job, st.mode, st.ws, ctx, clock)
+                )
+            else:
+                timing, said = PairedTiming.prepare(w, job, st.mode, st.ws, ctx, clock)
+            if rank == 0:
+                out.send({"type": "prepared", "workload": key, **said})
+            if timing is None:
+                return EXIT_FAILED
+        elif word == "block" and timing is not None:
             got = timing.block()
             if rank == 0:
                 out.send({"type": "block", **got})
-        elif word == "finish":
+        elif word == "finish" and timing is not None:
             got = timing.finish()
+            timing = None
+            st.ws.restore()  # a step that set a flag set it again in the rounds
             if rank == 0:
                 out.send({"type": "timed", **got})
         else:  # exit
-            return 0
+            break
+    dist.destroy_process_group()
+    out.send({"type": "done"})
+    return 0
 
 
 def main(job: dict[str, Any], out: Channel) -> int:
@@ -284,23 +341,13 @@ def main(job: dict[str, Any], out: Channel) -> int:
     _log_to(Path(job["directory"]) / f"rank{rank}.log")
     out.send({"type": "ready", "pid": os.getpid(), "rank": rank})
     keys: list[str] = list(job["keys"])
-    _say(rank, f"pid {os.getpid()}, world size {world}, {', '.join(keys)}")
+    _say(rank, f"pid {os.getpid()}, world size {world}, {', '.join(keys) or 'paired turns'}")
+    if job.get("paired"):
+        return serve(job, out, (rank, local_rank, world))
     st: RankState | None = None
-    kept: list[Any] = []  # the step the passes built, for a paired member's turns
     t_start = time.perf_counter()
     for i, key in enumerate(keys):
-        res: dict[str, Any] = {
-            "rank": rank,
-            "local_rank": local_rank,
-            "world_size": world,
-            "pid": os.getpid(),
-            "key": key,
-            "status": Status.OK,
-            "message": None,
-            "phases": {},
-            "settings_changed": [],
-            "fingerprint_method": job["fingerprint_method"],
-        }
+        res = _result(job, (rank, local_rank, world), key)
         where = "start"
         try:
             if st is None:  # the first workload's record carries the rank's set-up
@@ -308,9 +355,7 @@ def main(job: dict[str, Any], out: Channel) -> int:
                 st = setup(job, rank, local_rank, world)
                 res["phases"]["rank_setup"] = time.perf_counter() - t_start
                 where = "start"
-            if job.get("paired") and not job["paired"].get("verdict"):
-                break  # a paired member that owes no verdict: its turns build the workload
-            run(st, key, res, kept.append)  # a failure of the passes is in ``res`` already
+            run(st, key, res)  # a failure of the passes is in ``res`` already
         except Exception as exc:  # the failure is data: written, then torchrun stops the others
             status, message = _classify(job, exc)
             res.update(status=status, message=f"{where}: {message}")
@@ -320,12 +365,6 @@ def main(job: dict[str, Any], out: Channel) -> int:
         _say(rank, f"{key}: result written ({res['status']})")
         if res["status"] != Status.OK:
             return EXIT_FAILED
-    if job.get("paired") and st is not None:
-        (key,) = keys
-        verdict = {"step": kept.pop(), "record": res} if kept else None
-        code = turns(st, key, verdict, out)
-        if code != 0:
-            return code
     if dist.is_initialized():
         dist.destroy_process_group()
     out.send({"type": "done"})

@@ -33,7 +33,12 @@ import torch
 
 from detbench.core.modes import Mode, current_flags
 from detbench.core.workload import load_file, registry
-from detbench.distributed.launch import LaunchedTiming, PairedLaunch, run_distributed
+from detbench.distributed.launch import (
+    LaunchedTiming,
+    PairedLaunch,
+    close_kept,
+    run_distributed,
+)
 from detbench.store.results import where
 from detbench.worker.applied import WorkerSettings
 from detbench.worker.devenv import device_env
@@ -246,8 +251,10 @@ def pair(job: dict[str, Any], out: Channel) -> int:
             ws.restore()
             gc.freeze()
         elif word == "exit":  # the runner is closing this worker's pipe: nothing more to say
+            close_kept()
             return 0
         else:
             raise RuntimeError(f"paired worker: unexpected line {raw!r}")
+    close_kept()  # the ranks kept for its distributed workloads end with it
     out.send({"type": "done"})
     return 0

@@ -253,6 +253,19 @@ def _verdict_workers(
     return lanes
 
 
+def _launches(
+    lanes: list[list[Slot]], p: Pricing, paired: PairedPlan | None, distributed: frozenset[str]
+) -> tuple[int, ...]:
+    """torchrun launches per device: one per verdict worker with distributed workloads; where
+    the paired phase's groups make the verdicts, one per member of a replicate's group (a
+    member's ranks are kept for its distributed workloads), on each device that has some."""
+    if paired is not None and paired.fused:
+        ds = distributed & set(paired.keys)
+        n = paired.replicates * paired.workers * min(max(1, paired.lanes), len(ds))
+        return (n,) + (0,) * (len(lanes) - 1)
+    return tuple(sum(1 for s in ss if p.launches(s)) for ss in lanes)
+
+
 def _slot_costs(
     p: Pricing, lanes: list[list[Slot]], workers: list[list[Slot]]
 ) -> dict[tuple[int, str], tuple[float, dict[str, float]]]:
@@ -338,7 +351,7 @@ def estimate(
         ),
         lane_records=tuple(sum(len(s.keys) for s in ss) for ss in lanes),
         lane_waits=tuple(p.waits(ss) for ss in lanes),
-        lane_launches=tuple(sum(1 for s in ss if p.launches(s)) for ss in lanes),
+        lane_launches=_launches(lanes, p, paired, distributed),
         launch_seconds=p.launch_seconds,
         lane_sizes=tuple(sum(p.slot_sizes(s) for s in ss) for ss in lanes),
         size_seconds=p.size_seconds,

@@ -98,7 +98,9 @@ def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
     lines: list[str] = []
     if est.launches:
         lines.append(
-            f"  and {est.launches} torchrun launches (one per worker with distributed workloads) "
+            f"  and {est.launches} torchrun launches (one per "
+            + ("group worker and replicate" if (est.paired or {}).get("fused") else "worker")
+            + " with distributed workloads) "
             f"x {est.launch_seconds:.3g} s each, in the estimate above"
             + (
                 " (measured on the H100: 17-19 s per launch of one rank, its records' measurement "
