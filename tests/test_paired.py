@@ -4,8 +4,10 @@ numbers on injected data; no test asserts a time."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,10 @@ from detbench.cli import execute
 from detbench.core import acts
 from detbench.core.modes import MODES, get_mode
 from detbench.report import aa_check
+from detbench.report.console import summary_text
 from detbench.report.method import method_blocks
 from detbench.report.render import to_markdown
+from detbench.report.write import load_run, write_report
 from detbench.run.config import RunConfig
 from detbench.store.lines import ResultsError
 from detbench.store.paired import PAIRED_FILE, PairedWriter, iter_paired, line, load_paired
@@ -365,6 +369,51 @@ def test_the_method_names_no_aa_worker_where_none_was_timed(tmp_path: Path) -> N
     with_copy = aa_check.costs_item(df, load_env(tmp_path), "default")
     without = aa_check.costs_item(df, load_env(tmp_path), "default", aa_copy=False)
     assert "(the A/A check)" in str(with_copy) and "(the A/A check)" not in str(without)
+
+
+@pytest.mark.parametrize("replicates", [1, 3])
+def test_a_cost_on_one_replicate_says_what_its_interval_rests_on(
+    tmp_path: Path, replicates: int
+) -> None:
+    """Issue 49: with one replicate the interval assumes the process level (``rests_on``); the
+    report marks that cost's interval in the full table and in the answer, with a legend under
+    each, and counts such costs beside the A/A line, as the console does. Three replicates
+    measure the level: no mark, no word of it."""
+    logs = [[math.log(0.5) + 0.02 * ((3 * i) % 5 - 2) + 0.01 * r for i in range(10)]
+            for r in range(replicates)]  # fmt: skip
+    noise = [[0.01 * ((3 * i) % 5 - 2) for i in range(10)]] * replicates
+    paired_run(tmp_path, {"det-algos": logs, "copy1": noise})
+    c = costs(load_results(tmp_path)).set_index("mode").loc["det-algos"]
+    assert c["rests_on"] == paired_costs.rests_on(replicates, 10 * replicates)
+    assert aa.paired(load_paired(tmp_path))["rests_on"].tolist() == [c["rests_on"]]
+    md, page = write_report(tmp_path)
+    text, shown = md.read_text(), html.unescape(page.read_text())
+    summary = summary_text(load_run(tmp_path))
+    legend = (
+        "† The 95% interval rests on one replicate: it assumes the spread between replicates "
+        "at one round's robust spread (k = 1) instead of measuring it."
+    )
+    counted = (
+        "The one cost rests on one replicate (10 rounds; † in the tables): its 95% interval "
+        "assumes the spread between replicates at one round's robust spread (k = 1) instead "
+        "of measuring it."
+    )
+    if replicates == 3:
+        assert "†" not in text and "†" not in shown
+        assert "rests on one replicate" not in text and "rest on one replicate" not in summary
+        return
+    row = next(ln for ln in text.splitlines() if ln.startswith("| w | det-algos |"))
+    interval = f"\\[{c['ci_low']:.3f}, {c['ci_high']:.3f}\\] †"
+    assert f"| {c['relative_throughput']:.3f} | {interval} |" in row
+    assert f"<td>[{c['ci_low']:.3f}, {c['ci_high']:.3f}] †</td>" in shown
+    assert text.count(legend) == 1 and shown.count(legend) == 1
+    assert counted in text and counted in shown
+    assert counted.replace("; † in the tables", "") in summary.splitlines()
+    answer = next(ln for ln in text.splitlines() if ln.startswith("| s (no verdict yet"))
+    assert re.search(r"\| 0\.50x \\\[0\.\d\d, 0\.\d\d\\\] † \|$", answer), answer
+    assert "- † The interval rests on one replicate in some or all of the suite's workloads " \
+        "(s 1 of 1), whose costs assume the spread between replicates at one round's robust " \
+        "spread (k = 1) instead of measuring it." in text  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,7 @@ COLUMNS = (
     "replicates",
     "rounds",
     "limited_by",
+    "rests_on",
 )
 
 
@@ -120,6 +121,7 @@ def separate(df: pd.DataFrame, baseline: str | None = None, seed: int = stats.SE
                     "replicates": min(len(reps), len(base)),
                     "rounds": None,
                     "limited_by": None,
+                    "rests_on": None,
                 }
             )
     return pd.DataFrame(rows, columns=list(COLUMNS))

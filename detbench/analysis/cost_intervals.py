@@ -47,9 +47,12 @@ def costs(
     timed side by side, else the separate one below). Columns: suite, workload, mode,
     relative_throughput, ci_low, ci_high, significant, noisy, replicates, then ``rounds`` (paired
     rounds; None for the separate design), ``design`` ("paired" or "separate"), ``half_width``
-    (max(point - low, high - point) / point) and ``limited_by`` (what limits the interval: for a
+    (max(point - low, high - point) / point), ``limited_by`` (what limits the interval: for a
     paired cost "rounds", "processes" or "time", ``variance.Split.limited_by``; for a separate
-    one "samples" or "processes", ``variance.separate_limit``).
+    one "samples" or "processes", ``variance.separate_limit``) and ``rests_on`` (for a paired
+    cost, what its interval rests on, in words: ``paired_costs.rests_on``; None for a separate
+    one). ``on_one_replicate`` picks the paired costs that rest on one replicate, whose interval
+    assumes the process level instead of measuring it.
 
     The separate design: ``stats.ratio`` of the mode against the baseline: the point estimate is
     the ratio of the medians over replicates of each replicate's median throughput (as in the
@@ -91,6 +94,7 @@ def costs(
                     "rounds": None,
                     "design": "separate",
                     "limited_by": separate_limit(m, base),
+                    "rests_on": None,
                 }
             )
     return pd.DataFrame(rows, columns=list(COLUMNS))
@@ -111,7 +115,18 @@ COLUMNS = (
     "design",
     "half_width",
     "limited_by",
+    "rests_on",
 )
+
+
+def on_one_replicate(c: pd.DataFrame) -> pd.Series:
+    """The rows of ``costs`` ``c`` whose paired interval rests on one replicate (one process):
+    its rounds, with the process level assumed at ``paired_costs.PROCESS_FLOOR`` rounds' spreads
+    (``paired_costs.rests_on``), not measured. A separate cost is never one of them."""
+    if c.empty or "design" not in c.columns:
+        return pd.Series(False, index=c.index, dtype=bool)
+    reps = pd.to_numeric(c["replicates"], errors="coerce")
+    return (c["design"] == paired_costs.DESIGN) & (reps == 1)
 
 
 def paired(a: pd.DataFrame, b: pd.DataFrame) -> bool:

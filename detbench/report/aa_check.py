@@ -1,6 +1,7 @@
 """The report's account of the costs' own honesty: the A/A line beside the costs, how the
-costs were timed (paired rounds or separate workers, true to env.json's ``timing``), and
-what limits their intervals, instead of a bare "stopped short".
+costs were timed (paired rounds or separate workers, true to env.json's ``timing``), what
+limits their intervals, instead of a bare "stopped short", and which of them rest on one
+replicate (``MARK`` in the tables), whose interval assumes the spread between replicates.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import aa, quality
+from detbench.analysis import aa, paired_costs, quality
+from detbench.analysis.cost_intervals import on_one_replicate
 from detbench.analysis.pairs import is_paired
 from detbench.analysis.stats import TOO_WIDE
 from detbench.report.render import Block, Para
@@ -101,9 +103,64 @@ def _too_wide(s: Mapping[str, Any]) -> str:
 def aa_blocks(
     df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str, costs: pd.DataFrame
 ) -> list[Block]:
-    """The A/A line and what limits the costs' intervals, beside the costs."""
-    limits = limits_sentence(costs[costs["mode"] != baseline]) if len(costs) else ""
-    return [Para(aa_sentence(df, lines, baseline) + (" " + limits if limits else ""))]
+    """The A/A line, what limits the costs' intervals and which rest on one replicate, beside
+    the costs."""
+    mine = costs[costs["mode"] != baseline] if len(costs) else costs
+    said = [aa_sentence(df, lines, baseline), limits_sentence(mine), rests_sentence(mine, True)]
+    return [Para(" ".join(x for x in said if x))]
+
+
+#: The mark of a cost whose 95% interval rests on one replicate, in every table that states it.
+MARK = "†"
+
+
+def assumed_words() -> str:
+    """What a one-replicate interval assumes, in the report's words (``paired_costs``' floor)."""
+    k = paired_costs.PROCESS_FLOOR
+    spread = "one round's robust spread" if k == 1 else f"{k:g} rounds' robust spreads"
+    return f"the spread between replicates at {spread} (k = {k:g}) instead of measuring it"
+
+
+def one_replicate(costs: pd.DataFrame) -> pd.Series:
+    """The rows of ``costs`` (``analysis.costs``) the report marks (``MARK``): an interval
+    that says something (both bounds finite) and rests on one replicate
+    (``cost_intervals.on_one_replicate``: a paired cost of a run stopped after its first
+    replicate, or where the baseline's second was not timed)."""
+    if costs.empty:
+        return on_one_replicate(costs)
+    finite = [np.isfinite(pd.to_numeric(costs[k], errors="coerce")) for k in ("ci_low", "ci_high")]
+    return on_one_replicate(costs) & finite[0] & finite[1]
+
+
+def rests_sentence(costs: pd.DataFrame, marked: bool = False) -> str:
+    """How many of ``costs`` (``analysis.costs``, the baseline's rows left out) rest on one
+    replicate (``one_replicate``), and what their intervals assume there; "" where none does.
+    ``marked``: the tables mark them (``MARK``)."""
+    one = costs[one_replicate(costs)] if len(costs) else costs
+    k, n = len(one), len(costs)
+    if not k:
+        return ""
+    rounds = pd.to_numeric(one["rounds"], errors="coerce").dropna()
+    lo, hi = (int(rounds.min()), int(rounds.max())) if len(rounds) else (0, 0)
+    span = "" if not len(rounds) else f"{lo} rounds" if lo == hi else f"{lo}-{hi} rounds"
+    aside = "; ".join(x for x in (span, f"{MARK} in the tables" if marked else "") if x)
+    who = (
+        "The one cost rests"
+        if n == 1
+        else f"All {n} costs rest"
+        if k == n
+        else f"{k} of the {n} costs rest"
+    )
+    their = "its 95% interval assumes" if k == 1 else "their 95% intervals assume"
+    return (
+        f"{who} on one replicate" + (f" ({aside})" if aside else "") + f": {their} "
+        f"{assumed_words()}."
+    )
+
+
+def mark_words() -> str:
+    """The legend of ``MARK`` under a table of per-workload costs."""
+    return f"{MARK} The 95% interval rests on one replicate: it assumes {assumed_words()}."
 
 
 def _paired_rows(df: pd.DataFrame) -> list[Mapping[str, Any]]:

@@ -7,7 +7,8 @@ irreproducible, in about fifteen lines.
   is 1 by definition). A suite no one mode made reproducible gets the mode that made the most of
   its workloads so. Beside it, whatever the recommendation, the price of full determinism
   (``analysis.price``) with its interval, and one sentence where that interval is too wide to
-  say anything.
+  say anything. An interval that rests on one replicate in some of the suite's workloads (a
+  run stopped after its first replicate) is marked, and a line under the table says where.
 - The workloads no mode made bitwise reproducible, and what the run knows of why: the op that
   has no deterministic implementation (from the unsupported record's message), the culprit op
   ``run --locate`` found, a setting beyond the four flags that did make it reproducible, a
@@ -30,6 +31,7 @@ from detbench import analysis
 from detbench.analysis import cause, engines, price, runstate, stats, suite_answer, switches
 from detbench.analysis.matrix import unjudged
 from detbench.core.modes import DEFAULT_MODE, DETERMINISTIC_MODE, get_mode
+from detbench.report.aa_check import MARK, assumed_words, one_replicate
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table, num
 
 #: Names listed in a sentence before "and N more".
@@ -311,6 +313,46 @@ CPU_LINE = (
 )
 
 
+def one_replicate_marks(
+    df: pd.DataFrame,
+    rec: pd.DataFrame,
+    v: pd.DataFrame,
+    rows: list[list[str | Code]],
+    costs: pd.DataFrame,
+    baseline: str,
+    full: str | None,
+) -> str:
+    """Marks (``MARK``) the cells of ``rows`` (``suite_rows``) whose interval rests, in some or
+    all of the suite's workloads, on costs of one replicate (``aa_check.one_replicate``):
+    the throughput of the suite's mode, and the price of ``full`` (the mode of full
+    determinism; None: no such column). Returns the legend ("" where nothing is marked)."""
+    if costs.empty:
+        return ""
+    c = costs[costs["mode"] != baseline]
+    one = c[one_replicate(c)].groupby(["suite", "mode"]).size()
+    if one.empty:
+        return ""
+    every = c.groupby(["suite", "mode"]).size()
+    where: dict[tuple[str, str], str] = {}
+    for a, row in zip(suite_answer.answers(df, rec, v), rows, strict=True):
+        for col, mode in ((2, a.mode), (3, full)):  # ``suite_rows``' throughput and price
+            cell = row[col] if col < len(row) else None
+            if mode is None or mode == baseline or not isinstance(cell, str) or "]" not in cell:
+                continue
+            k = int(one.get((a.suite, mode), 0))
+            if k:  # the mark right after the interval, before any words on it
+                row[col] = cell.replace("]", f"] {MARK}", 1)
+                where[(a.suite, mode)] = f"{k} of {int(every[(a.suite, mode)])}"
+    if not where:
+        return ""
+    by_suite = len({s for s, _ in where}) == len(where)
+    said = ", ".join(f"{s} {n}" if by_suite else f"{s} ({m}) {n}" for (s, m), n in where.items())
+    return (
+        f"{MARK} The interval rests on one replicate in some or all of the suite's workloads "
+        f"({said}), whose costs assume {assumed_words()}."
+    )
+
+
 def blocks(
     df: pd.DataFrame,
     env: Mapping[str, Any],
@@ -319,8 +361,11 @@ def blocks(
     v: pd.DataFrame,
     baseline: str,
     device: str | None,
+    costs: pd.DataFrame | None = None,
 ) -> list[Block]:
-    """The section; ``points``: ``analysis.tradeoff.points``; ``device``: ``run_device``."""
+    """The section; ``points``: ``analysis.tradeoff.points``; ``device``: ``run_device``;
+    ``costs``: ``analysis.costs`` (None: no mark of the intervals that rest on one
+    replicate)."""
     out: list[Block] = [Heading(2, "The answer")]
     state = runstate.run_state(df, env)
     alert = state.partial or bool(state.throttle) or bool(state.set_aside)
@@ -338,8 +383,14 @@ def blocks(
     ]
     if full is not None:
         header.append(f"full determinism: {_full_words(*full, device)} vs {baseline}")
-    out.append(Table(header, suite_rows(df, rec, v, points, baseline, by_suite)))
-    items = [price_line(list((by_suite or {}).values()), full, baseline)]
+    rows = suite_rows(df, rec, v, points, baseline, by_suite)
+    marks = (
+        ""
+        if costs is None
+        else one_replicate_marks(df, rec, v, rows, costs, baseline, full[0] if full else None)
+    )
+    out.append(Table(header, rows))
+    items = [marks, price_line(list((by_suite or {}).values()), full, baseline)]
     items = [x for x in items if x]
     stuck = irreproducible(df, v, env)
     if stuck:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from detbench.analysis import cause, recommendation_text, samebits, summary_table
 from detbench.analysis.runstate import run_state
 from detbench.report import answer
-from detbench.report.aa_check import aa_sentence
+from detbench.report.aa_check import aa_sentence, rests_sentence
 from detbench.report.conditions import warnings
 from detbench.report.sections import ReportRun
 
@@ -19,17 +19,20 @@ def price_text(r: ReportRun) -> str:
 
 def summary_text(r: ReportRun) -> str:
     """The matrix of verdicts and costs, the recommendation per suite with the price of full
-    determinism and the A/A line (the report's, beside its costs), why a workload parted,
-    which modes give the baseline's bits, and the state of the run."""
+    determinism and the A/A line (the report's, beside its costs), how many costs rest on one
+    replicate (the report's words, less its mark), why a workload parted, which modes give the
+    baseline's bits, and the state of the run."""
     same = samebits.text(r.df)
     why = cause.text(r.df, r.verdicts)
     cost = price_text(r)
+    rests = rests_sentence(r.costs[r.costs["mode"] != r.baseline]) if len(r.costs) else ""
     return (
         summary_table(r.df, r.verdicts, r.costs)[1]
         + "\n\n"
         + recommendation_text(r.df, r.rec, r.verdicts)
         + (f"\n{cost}" if cost else "")
         + f"\n{aa_sentence(r.df, r.lines, r.baseline)}"  # the report's A/A line, word for word
+        + (f"\n{rests}" if rests else "")
         + (f"\n\n{why}" if why else "")
         + (f"\n\n{same}" if same else "")
         + f"\n\n{run_state(r.df, r.env).line()}"

@@ -118,7 +118,7 @@ def header(r: ReportRun) -> list[Block]:
 
 
 def the_answer(r: ReportRun) -> list[Block]:
-    return answer.blocks(r.df, r.env, r.rec, r.points, r.verdicts, r.baseline, r.device)
+    return answer.blocks(r.df, r.env, r.rec, r.points, r.verdicts, r.baseline, r.device, r.costs)
 
 
 def headline_plot(r: ReportRun) -> list[Block]:
@@ -184,7 +184,7 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
                 f"{suite}: every workload and mode (full tables)",
                 [
                     tables.workload_recommendation_table(r.rec, suite, r.memory, r.baseline),
-                    tables.full_table(r.verdicts, suite, r.costs, r.memory, r.baseline, states),
+                    *tables.full_blocks(r.verdicts, suite, r.costs, r.memory, r.baseline, states),
                 ],
             )
         )

@@ -1,5 +1,6 @@
 """The report's tables: the recommendations per suite and per workload, the recipes, every
-(workload, mode) with its verdict and cost (collapsed in the HTML), and the failures."""
+(workload, mode) with its verdict and cost (collapsed in the HTML; a cost whose interval rests
+on one replicate marked, with its legend under the table), and the failures."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
+from detbench.report.aa_check import MARK, mark_words, one_replicate
 from detbench.report.answer import interval_text
 from detbench.report.render import Block, Code, Heading, Para, Table, num, pct, size
 from detbench.store.schema import Status
@@ -157,6 +159,7 @@ def full_table(
     clocks = clocks or {}
     v = v[v["suite"] == suite]
     c = costs[costs["suite"] == suite].set_index(["workload", "mode"]) if len(costs) else None
+    one = _one_replicate(costs, suite)
     rows: list[list[str | Code]] = []
     for r in v.to_dict("records"):
         key = (r["workload"], r["mode"])
@@ -167,6 +170,7 @@ def full_table(
             cr = c.loc[key]
             rel = num(cr["relative_throughput"], ".3f")
             ci = f"[{num(cr['ci_low'], '.3f')}, {num(cr['ci_high'], '.3f')}]"
+            ci += f" {MARK}" if (str(key[0]), str(key[1])) in one else ""
             sig = "yes" if cr["significant"] else "no"
             noisy = "noisy" if cr["noisy"] else ""
         verdict = str(r["verdict"])
@@ -211,6 +215,31 @@ def full_table(
         rows,
         caption=f"{suite}: every workload and mode",
     )
+
+
+def _one_replicate(costs: pd.DataFrame, suite: str) -> set[tuple[str, str]]:
+    """(workload, mode) of ``suite`` whose cost the report marks (``aa_check.one_replicate``):
+    ``full_table`` marks their interval."""
+    if costs.empty:
+        return set()
+    c = costs[(costs["suite"] == suite) & one_replicate(costs)]
+    return {(str(w), str(m)) for w, m in zip(c["workload"], c["mode"], strict=True)}
+
+
+def full_blocks(
+    v: pd.DataFrame,
+    suite: str,
+    costs: pd.DataFrame,
+    memory: pd.DataFrame | None = None,
+    baseline: str = "default",
+    clocks: Mapping[tuple[str, str, str], str] | None = None,
+) -> list[Block]:
+    """``full_table`` and, where it marks a cost that rests on one replicate, the mark's
+    legend under it."""
+    table = full_table(v, suite, costs, memory, baseline, clocks)
+    ci = list(table.header).index("95% CI")
+    marked = any(str(row[ci]).endswith(MARK) for row in table.rows)
+    return [table, Para(mark_words())] if marked else [table]
 
 
 def failure_table(df: pd.DataFrame) -> Table | None:
