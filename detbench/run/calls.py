@@ -87,7 +87,10 @@ def with_call(runner: _Runner, estimate: Estimate | float | None) -> list[dict[s
     timed = int((stats.paired or {}).get("groups") or 0)
     paired = getattr(estimate, "paired", None) or {}
     if planned is not None and paired.get("groups"):
-        planned += float(getattr(estimate, "paired_seconds", 0.0)) * timed / paired["groups"]
+        phase = float(getattr(estimate, "paired_seconds", 0.0))
+        if paired.get("fused"):  # its members' torchrun launches are the phase's too
+            phase += getattr(estimate, "launches", 0) * getattr(estimate, "launch_seconds", 0.0)
+        planned += phase * timed / paired["groups"]
     if planned is not None:  # the probe worker this call ran before its plan's workers
         planned += float(getattr(estimate, "probe_seconds", 0.0))
     this = call_entry(runner.started_utc, stats.wall, stats.records, planned, stats.planned)
