@@ -94,7 +94,8 @@ def test_records_that_will_be_unsupported_cost_nothing() -> None:
     assert two["torchrun_launches"] == 0 and two["record_seconds"] == 0
     one = _dry("--suite", "distributed", "--mode", "default", "--mode", "det-algos")
     assert one["unsupported_records"] == 0  # the default: min(2, 1 GPU) = one rank
-    assert one["torchrun_launches"] == 2 * 3  # one per worker (2 modes x 3 replicates)
+    # one per member of a replicate's group: 2 modes and the A/A copy, x 3 replicates
+    assert one["torchrun_launches"] == 3 * 3
 
 
 def test_measured_suites_are_charged_their_h100_cost() -> None:

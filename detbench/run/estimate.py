@@ -260,8 +260,9 @@ def _launches(
     the paired phase's groups make the verdicts, one per member of a replicate's group (a
     member's ranks are kept for its distributed workloads), on each device that has some."""
     if paired is not None and paired.fused:
-        ds = distributed & set(paired.keys)
-        n = paired.replicates * paired.workers * min(max(1, paired.lanes), len(ds))
+        # Each mode's member whose distributed records will run, and each replicate's A/A copy.
+        slots = [s for ss in lanes for s in ss if distributed & set(p.runs(s))]
+        n = len(slots) + len({s.replicate for s in slots})
         return (n,) + (0,) * (len(lanes) - 1)
     return tuple(sum(1 for s in ss if p.launches(s)) for ss in lanes)
 
