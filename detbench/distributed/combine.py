@@ -135,8 +135,10 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
     rec["flops_per_step"] = sum(counted) if all(c is not None for c in counted) else None
     if first.get("flops_note"):
         rec["flops_note"] = first["flops_note"]
+    if first.get("timing_design"):  # "paired": its ranks timed nothing here
+        rec["timing_design"] = first["timing_design"]
     timing = first.get("timing")
-    if not timing:  # a paired member's: its ranks are timed in their turns
+    if not timing:  # a paired run's: the ranks are timed in their turns, or another mode's
         return
     rec["timing"] = timing
     rec["seconds_per_step"] = timing["median"]

@@ -209,6 +209,9 @@ _FROM_JOB = (
     "min_samples",
     "replicate",
     "reference_dir",
+    # A paired run's verdict workers (its twins' verdicts, made alone) time nothing.
+    "timing_pass",
+    "paired_timing",
 )
 
 
@@ -225,7 +228,7 @@ def _rank_job(
     nccl = _nccl(levels)
     world = int(levels["world_size"])
     return {
-        **{k: job[k] for k in _FROM_JOB},
+        **{k: job[k] for k in _FROM_JOB if k in job},
         "keys": keys,
         "mode": asdict(mode),
         "backend": backend_for(ctx.device.type),
