@@ -248,3 +248,22 @@ def test_one_nccl_rank_on_one_gpu(tmp_path: Path) -> None:
     df = pd.DataFrame(recs)
     assert set(df["device"]) == {"cuda"}
     assert not _alive_with(str(out))
+
+
+@pytest.mark.slow  # a whole run end to end: make test-slow and CI run it
+def test_a_mode_timed_as_another_makes_its_verdict_and_times_nothing(tmp_path: Path) -> None:
+    """On a CPU, cudnn-det is the same computation as default: its member makes its verdict in a
+    launch of its own and sits the rounds out, and that launch times nothing (make bench once
+    timed 72 such records in their launches, in a run whose costs are all paired)."""
+    out = tmp_path / f"run-{uuid.uuid4().hex}"
+    only = ["--suite", "distributed", "--only", "distributed/allreduce_gradient"]
+    modes = ["--mode", "default", "--mode", "cudnn-det", "--replicates", "2"]
+    proc = detbench_cli("run", *only, *modes, "--device", "cpu", "--out", str(out), "--no-report")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = detbench.load_results(out)
+    assert set(df["timing_design"]) == {"paired"}
+    twin = df[df["mode"] == "cudnn-det"]
+    assert len(twin) == 2 and (twin["status"] == "ok").all()
+    assert twin["seconds_per_step"].isna().all() and set(twin["timed_as"]) == {"default"}
+    assert df[df["mode"] == "default"]["seconds_per_step"].notna().all()
+    assert not _alive_with(out.name)
