@@ -109,6 +109,8 @@ def test_each_member_is_one_launch_of_two_gloo_ranks(suite_run: Path) -> None:
     members = sorted((o["replicate"], o["copy"], o["status"]) for o in lines)
     assert members == [(0, 0, "ok"), (0, 1, "ok"), (1, 0, "ok"), (1, 1, "ok")]
     assert {o["timing"]["clock"] for o in lines} == {"perf_counter, latest of 2 ranks"}
+    # Each member's first step over both ranks is the verdict's first step, bit for bit.
+    assert all(o["same_bits"] is True for o in lines)
     launches = list((suite_run / "logs" / "distributed").iterdir())
     assert len(launches) == 4
     df = detbench.load_results(suite_run)

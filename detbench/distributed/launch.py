@@ -248,6 +248,10 @@ def _rank_job(
 POLL_SECONDS = 0.005
 #: Seconds a member's launch may take to end once its ranks are told to exit.
 KILL_AFTER = 30.0
+#: Seconds a member's ranks wait for their next word: between two of its turns the group's
+#: other members make their verdicts, which no launch limit bounds. The ranks die with their
+#: worker (torchrun's agent dies with it, and they with the agent), so they never outlive it.
+RANKS_WAIT = 24 * 3600.0
 
 
 class KeptLaunch:
@@ -424,18 +428,17 @@ def _start_kept(
     import torch.distributed as dist
 
     limit = launch_limit(job)
-    wait = limit if limit is not None else 24 * 3600.0
     store = dist.TCPStore(
         "127.0.0.1",
         0,
         is_master=True,
         wait_for_workers=False,
-        timeout=datetime.timedelta(seconds=wait),
+        timeout=datetime.timedelta(seconds=limit if limit is not None else RANKS_WAIT),
     )
     rank_job = {
         **_rank_job(job, [], mode, ctx, levels, rec, limit),
         "timing_pass": False,
-        "paired": {"port": store.port, "wait": wait},
+        "paired": {"port": store.port, "wait": RANKS_WAIT},
         **{k: job.get(k) for k in ("rounds", "block_seconds", "run_pid")},
     }
     env = ts.nccl_environment(dict(os.environ), levels)

@@ -311,6 +311,12 @@ def serve(job: dict[str, Any], out: Channel, ids: tuple[int, int, int]) -> int:
                 )
             else:
                 timing, said = PairedTiming.prepare(w, job, st.mode, st.ws, ctx, clock)
+            # The first step's digest over the ranks, combined as a record's step digests are
+            # (``combine.merge``), so the line's ``same_bits`` compares like with like.
+            digests: list[Any] = [None] * st.world
+            dist.all_gather_object(digests, said.get("first_step_digest"))
+            if all(digests):
+                said["first_step_digest"] = fp.combine(digests)
             if rank == 0:
                 out.send({"type": "prepared", "workload": key, **said})
             if timing is None:
