@@ -135,11 +135,8 @@ def run_distributed(
     one it ended in to a fresh launch. ``notify`` brackets a launch as ``timing``/``timed``, so
     the runner keeps its other processes paused while the ranks run and time. Never raises for a
     fault of the workload or of its ranks."""
-    levels = _levels(mode, ctx.device.type)
-    _describe(w, ctx, mode, levels, rec)
-    reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"], levels)
-    if reason is not None:
-        rec.update(status=Status.UNSUPPORTED, message=f"build: {reason}")
+    levels = _launchable(w, ctx, mode, ws, rec)
+    if levels is None:
         return
     ident = (str(job["reference_dir"]), mode.name, int(job["replicate"]), w.key)
     pending = _PENDING.pop(ident, None)
@@ -166,6 +163,20 @@ def run_distributed(
         if outcome(ln, i) is not None:
             _PENDING[(ident[0], ident[1], ident[2], key)] = (ln, i)
     fill(rec, ln, 0, launched=True)
+
+
+def _launchable(
+    w: Workload, ctx: Context, mode: Mode, ws: Any, rec: dict[str, Any]
+) -> dict[str, str] | None:
+    """The mode's distributed levels, the record describing how its ranks are to run; None
+    where this host cannot launch them (the record is then ``unsupported``, with why)."""
+    levels = _levels(mode, ctx.device.type)
+    _describe(w, ctx, mode, levels, rec)
+    reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"], levels)
+    if reason is not None:
+        rec.update(status=Status.UNSUPPORTED, message=f"build: {reason}")
+        return None
+    return levels
 
 
 def _nccl(levels: dict[str, str]) -> dict[str, str | None]:
@@ -380,11 +391,8 @@ class PairedLaunch:
         rec: dict[str, Any],
         notify: Callable[[str], None] | None = None,
     ) -> None:
-        levels = _levels(mode, ctx.device.type)
-        _describe(w, ctx, mode, levels, rec)
-        reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"], levels)
-        if reason is not None:
-            rec.update(status=Status.UNSUPPORTED, message=f"build: {reason}")
+        levels = _launchable(w, ctx, mode, ws, rec)
+        if levels is None:
             self.said = {"status": Status.UNSUPPORTED, "message": rec["message"]}
             return
         if _KEPT and not _KEPT[0].running.alive():

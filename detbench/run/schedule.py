@@ -150,22 +150,17 @@ def make_plan(
         full = make_plan(keys, modes, replicates, seed, only_for=only_for)
         if by_group:
             groups = shard_groups(full, shard)
-            done = set(done) | {
-                (k, m.name, r)
-                for r in range(replicates)
-                for m in modes
-                for k in keys
-                if (k, r) not in groups
-            }
+            mine = {(k, m.name, r) for k, r in groups for m in modes}
         else:
             workers = shard_slots(full, shard)
-            done = set(done) | {
-                (k, m.name, r)
-                for r in range(replicates)
-                for m in modes
-                for k in keys
-                if (r, m.name) not in workers
-            }
+            mine = {(k, name, r) for r, name in workers for k in keys}
+        done = set(done) | {
+            (k, m.name, r)
+            for r in range(replicates)
+            for m in modes
+            for k in keys
+            if (k, m.name, r) not in mine
+        }
     order = mode_order(modes, replicates, seed)
     slots = []
     load = [0] * lanes  # records planned per device
