@@ -120,10 +120,12 @@ def test_merged_shards_are_the_whole_run(runs: dict[str, Path], tmp_path: Path) 
     assert [s["shard"] for s in doc["shards"]] == ["1/2", "2/2"]
     assert doc["options"]["shard"] is None and doc["options"]["shards"] == 2
     assert {s["node"] for s in doc["shards"]} == set(merged["node"])
+
     # The costs: each shard timed its own groups, and the merged run has every group's lines,
     # each saying its shard, and a timing for every record, as the whole run has.
-    lines = lambda d: {(o["workload"], o["mode"], o["replicate"], o["copy"])  # noqa: E731
-                       for o in iter_paired(d)}  # fmt: skip
+    def lines(d: Path) -> set[tuple[str, str, int, int]]:
+        return {(o["workload"], o["mode"], o["replicate"], o["copy"]) for o in iter_paired(d)}
+
     assert not lines(runs["s1"]) & lines(runs["s2"])
     assert lines(tmp_path / "m") == lines(runs["whole"]) == lines(runs["s1"]) | lines(runs["s2"])
     assert {o["shard"] for o in iter_paired(tmp_path / "m")} == {"1/2", "2/2"}
@@ -198,8 +200,8 @@ def test_a_set_keeps_each_machines_costs(runs: dict[str, Path], tmp_path: Path) 
     """A whole run and a run's two shards, merged as two machines: each record's timing is its
     own machine's, from that machine's ``paired.jsonl`` lines, which name it."""
     out = tmp_path / "set"
-    proc = detbench_cli("merge", str(out), str(runs["whole"]), str(runs["s1"]), str(runs["s2"]),
-                        "--no-report")  # fmt: skip
+    dirs = [str(runs[name]) for name in ("whole", "s1", "s2")]
+    proc = detbench_cli("merge", str(out), *dirs, "--no-report")
     assert proc.returncode == 0, proc.stderr
     df = load_results(out)
     names = sorted(set(df["machine"]))

@@ -379,8 +379,10 @@ def test_a_cost_on_one_replicate_says_what_its_interval_rests_on(
     report marks that cost's interval in the full table and in the answer, with a legend under
     each, and counts such costs beside the A/A line, as the console does. Three replicates
     measure the level: no mark, no word of it."""
-    logs = [[math.log(0.5) + 0.02 * ((3 * i) % 5 - 2) + 0.01 * r for i in range(10)]
-            for r in range(replicates)]  # fmt: skip
+    logs = [
+        [math.log(0.5) + 0.02 * ((3 * i) % 5 - 2) + 0.01 * r for i in range(10)]
+        for r in range(replicates)
+    ]
     noise = [[0.01 * ((3 * i) % 5 - 2) for i in range(10)]] * replicates
     paired_run(tmp_path, {"det-algos": logs, "copy1": noise})
     c = costs(load_results(tmp_path)).set_index("mode").loc["det-algos"]
@@ -411,9 +413,12 @@ def test_a_cost_on_one_replicate_says_what_its_interval_rests_on(
     assert counted.replace("; † in the tables", "") in summary.splitlines()
     answer = next(ln for ln in text.splitlines() if ln.startswith("| s (no verdict yet"))
     assert re.search(r"\| 0\.50x \\\[0\.\d\d, 0\.\d\d\\\] † \|$", answer), answer
-    assert "- † The interval rests on one replicate in some or all of the suite's workloads " \
-        "(s 1 of 1), whose costs assume the spread between replicates at one round's robust " \
-        "spread (k = 1) instead of measuring it." in text  # fmt: skip
+    legend = (
+        "- † The interval rests on one replicate in some or all of the suite's workloads "
+        "(s 1 of 1), whose costs assume the spread between replicates at one round's robust "
+        "spread (k = 1) instead of measuring it."
+    )
+    assert legend in text
 
 
 @pytest.mark.parametrize(
