@@ -21,7 +21,8 @@ from detbench.core import settings as st
 from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
 from detbench.run.execdoc import CUDNN_FLAGS
 from detbench.run.execplan import EXEC_FILE
-from detbench.run.execrun import census_failure
+from detbench.run.execrun import census_failure, run_name
+from detbench.run.execwait import stuck_words
 from detbench.worker.evidence import counts_text
 
 #: The columns of the table of modes.
@@ -219,11 +220,14 @@ def hung_lines(doc: dict[str, Any]) -> list[str]:
     """A line per run killed past its limit and run once more (``ExecRunner.limit``)."""
     out = []
     for h in doc.get("hung") or []:
-        copy = " (A/A copy)" if h.get("copy") else ""
-        why = "--timeout" if h["status"] == "timeout" else "hung"
+        name = run_name(h["round"], h["mode"], h.get("copy") or 0, h["key"])
+        if h.get("stuck"):
+            what = stuck_words(h["stuck"])
+        else:
+            why = "--timeout" if h["status"] == "timeout" else "hung"
+            what = f"ran past {h['limit']:.0f} s ({why})"
         out.append(
-            f"round {h['round'] + 1} of {h['mode']}{copy} ran past {h['limit']:.0f} s ({why}) "
-            f"and was killed; it ran once more, and its output is in {h['folder']}"
+            f"{name} {what} and was killed; it ran once more, and its output is in {h['folder']}"
         )
     return out
 

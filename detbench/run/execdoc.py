@@ -70,6 +70,12 @@ def device_of(facts: dict[str, Any]) -> str:
     return str(seen.get("device") or "cpu")
 
 
+def record_status(facts: dict[str, Any]) -> str:
+    """A run's status as a record's (``schema.Status``): a run killed as hung (twice: once is
+    run again) timed out."""
+    return "timeout" if facts["status"] == "hung" else str(facts["status"])
+
+
 class ExecRecords:
     """Writes the records of ``c``'s runs as they end (``add``), and env.json."""
 
@@ -113,7 +119,7 @@ class ExecRecords:
         facts["counts"] = evidence.counts
         facts["set_aside"] = [f"{s.what}: {s.why}" for s in outputs.set_aside]
         facts["unreadable"] = list(outputs.unreadable)
-        status = facts["status"]
+        status = record_status(facts)
         ok = status == "ok"
         sample = facts["body"] if facts.get("body") else facts["wall"]
         self.paired.append(
@@ -159,7 +165,7 @@ class ExecRecords:
             batch_size=None,
             fingerprint_method="sha256",
         )
-        status = facts["status"]
+        status = record_status(facts)
         rec.update(
             status=status,
             message=None if status == "ok" else facts.get("stderr_tail"),

@@ -60,6 +60,7 @@ from detbench.run.execplan import (
     plan,
     script_of,
 )
+from detbench.run.execwait import kill_tree, stuck_words, wait
 from detbench.store.outdir import refuse_used
 from detbench.store.results import write_json_atomic
 from detbench.worker.hostload import Probe
@@ -108,22 +109,6 @@ def _main_boot(
     if main is None or not main.get("ready"):
         return main, None
     return main, max(0.0, float(main["ready"]) - t_unix)
-
-
-def _wait(proc: subprocess.Popen[bytes], limit: tuple[float, str] | None) -> tuple[str, int | None]:
-    """The run's status and exit code once it ends, or once it is killed past ``limit`` (its
-    seconds, and the status it then gets). Its own session hears no Ctrl-C: a Ctrl-C here kills
-    its process group and goes on up."""
-    try:
-        return "ok", proc.wait(timeout=limit[0] if limit else None)
-    except BaseException as exc:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        if not isinstance(exc, subprocess.TimeoutExpired):
-            raise
-        assert limit is not None
-        proc.wait()
-        return limit[1], None
 
 
 class ExecRunner:
@@ -219,6 +204,9 @@ class ExecRunner:
                 "and warms the caches for the timed runs\n"
             )
             self.census = self.one(base, census=True, folder="census")
+            if self.census["status"] == "hung":  # hung at exit: the only hang it can see
+                self._set_hung_aside(base, self.census)
+                self.census = self.one(base, census=True, folder="census")
             self._save()
             if self.census["status"] == "ok":
                 return
@@ -231,6 +219,9 @@ class ExecRunner:
         else:
             self.stream.write("exec: first one untimed run of the baseline, a warm-up\n")
         self.warmup = self.one(base, census=False, folder="warm-up")
+        if self.warmup["status"] == "hung":
+            self._set_hung_aside(base, self.warmup)
+            self.warmup = self.one(base, census=False, folder="warm-up")
         self._save()
         self._check_first(base, self.warmup)
 
@@ -247,26 +238,28 @@ class ExecRunner:
         return max(HANG_FLOOR, HANG_FACTOR * max(walls)), "hung"
 
     def _set_hung_aside(self, slot: RunSlot, facts: dict[str, Any]) -> None:
-        """A run killed past its limit: its folder kept beside the runs as ``KEY-hung``, a
-        line said, and the run noted in ``exec.json``'s ``hung`` (the report names it)."""
+        """A run killed past its limit or hung at exit: its folder kept beside the runs as
+        ``KEY-hung``, a line said, and the run noted in ``exec.json``'s ``hung`` (the report
+        names it)."""
         runs = self.c.out / "runs"
-        aside = runs / f"{slot.key}-hung"
+        aside = runs / f"{facts['key']}-hung"
         if aside.exists():
             shutil.rmtree(aside)
         (runs / facts["key"]).rename(aside)
-        copy = " (A/A copy)" if slot.copy else ""
         self.stream.write(
-            f"exec: round {slot.round + 1} {slot.mode.name}{copy} ran {_past(facts)} and was "
-            f"killed; it runs once more (its output: {aside})\n"
+            f"exec: {run_name(slot.round, slot.mode.name, slot.copy, facts['key'])} "
+            f"{_past(facts)} and was killed; it runs once more (its output: {aside})\n"
         )
         self.hung.append(
             {
-                "key": slot.key,
+                "key": facts["key"],
                 "mode": slot.mode.name,
                 "round": slot.round,
                 "copy": slot.copy,
                 "status": facts["status"],
                 "limit": facts["limit"],
+                "stuck": facts.get("stuck"),
+                "wall": facts["wall"],
                 "folder": str(aside),
                 "stderr_tail": facts["stderr_tail"],
             }
@@ -347,13 +340,10 @@ class ExecRunner:
             start_new_session=True,
         )
         (out, err), readers = _streams(proc, d)
-        status, code = _wait(proc, limit)
+        status, code, stuck = wait(proc, limit, d)
         wall = time.monotonic() - t0
         host_load = own_children(load.stop(), ru0)
-        with contextlib.suppress(
-            ProcessLookupError, PermissionError
-        ):  # a command that leaves a child holding its pipes
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)  # a command that leaves a child holding its pipes
         for r in readers:
             r.join(timeout=10)
         if status == "ok" and code != 0:
@@ -374,6 +364,7 @@ class ExecRunner:
             "position": slot.position,
             "status": status,
             "limit": limit[0] if limit else None,
+            "stuck": {"how": stuck[0], "pid": stuck[1]} if stuck else None,
             "exit_code": code,
             "start_unix": t_unix,
             "wall": wall,
@@ -403,7 +394,7 @@ class ExecRunner:
         where = self.c.out / "runs" / facts["key"]
         if facts["status"] in ("timeout", "hung"):
             raise ExecError(
-                f"the command ran {_past(facts)} in mode {slot.mode.name} and was killed "
+                f"the command {_past(facts)} in mode {slot.mode.name} and was killed "
                 f"(its output: {where})"
             )
         tail = facts["stderr_tail"] or "it printed nothing on stderr"
@@ -472,12 +463,22 @@ def own_children(h: dict[str, Any], before: Any) -> dict[str, Any]:
     return {**h, "other_cpu_own": own, "other_cpu_foreign": max(0.0, float(other) - own)}
 
 
+def run_name(round_: int, mode: str, copy: int, key: str) -> str:
+    """``round 2 default (A/A copy)``, or ``the untimed first run (census)``."""
+    if round_ < 0:
+        return f"the untimed first run ({key})"
+    return f"round {round_ + 1} {mode}" + (" (A/A copy)" if copy else "")
+
+
 def _past(facts: dict[str, Any]) -> str:
-    """``past --timeout 8 s``, or ``past 64 s (5x the longest run so far, ...: hung)``."""
+    """``ran past --timeout 8 s``, ``ran past 64 s (5x the longest run so far, ...: hung)``,
+    or ``hung at exit (...)`` (``execwait.stuck_words``)."""
     if facts["status"] == "timeout":
-        return f"past --timeout {facts['limit']:g} s"
+        return f"ran past --timeout {facts['limit']:g} s"
+    if facts.get("stuck"):
+        return stuck_words(facts["stuck"])
     words = f"{HANG_FACTOR:g}x the longest run so far, {HANG_FLOOR:g} s at least: hung"
-    return f"past {facts['limit']:.0f} s ({words})"
+    return f"ran past {facts['limit']:.0f} s ({words})"
 
 
 def census_failure(f: dict[str, Any]) -> str:
