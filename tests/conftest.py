@@ -135,7 +135,7 @@ def invariance_probe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     proc = detbench_cli(
         "run", "--workload", str(WORKLOADS / "invariance_probe.py"), "--mode", "default",
         "--mode", "det-algos", "--replicates", "2", "--budget", "0.02", "--device", "cpu",
-        "--out", str(out), "--no-report", "--timing", "separate",  # the verdict, not the costs
+        "--out", str(out), "--no-report",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
@@ -147,7 +147,6 @@ def invariance_probe_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 RESUMABLE_RUN = [
     "run", "--workload", str(WORKLOADS / "resumable.py"), "--mode", "default", "--mode",
     "det-algos", "--replicates", "2", "--min-run-time", "0.3", "--device", "cpu", "--no-report",
-    "--timing", "separate",  # records and resumes are the subject, not the paired phase
 ]  # fmt: skip
 
 

@@ -38,8 +38,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         str(REPLICATES),
         "--min-run-time",
         "0.05",
-        "--timing",  # records and verdicts are the subject: each record timed in its own worker
-        "separate",  # (the paired phase, issue 34, is tests/test_paired*.py's subject)
         "--device",
         "cpu",
         "--out",

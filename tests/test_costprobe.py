@@ -24,19 +24,18 @@ LM = ROOT / "tests" / "workloads" / "user_lm.py"
 
 def test_a_probed_workload_is_charged_its_measured_record() -> None:
     """Its record's phases as the probe measured them, less the FLOP count after the first
-    replicate (a run counts FLOPs once); the next worker's start-up hides only behind what is
-    not timing (it is paused while a worker times)."""
+    replicate (a run counts FLOPs once) and less the probe's timing pass (a verdict record has
+    none: the paired phase times the costs); the next worker's start-up hides behind it."""
     plan = make_plan(["u/lm"], [get_mode("default"), get_mode("det-algos")], 3, seed=0)
     probed = {"u/lm": E.Probed(seconds=4.0, count=0.5, timing=1.0)}
     est = E.estimate(plan, "cpu", "quick", 0.1, 2.0, True, probed=probed)
     assert est.probed_records == est.costed_records == 6
-    assert est.record_seconds == pytest.approx(2 * 4.0 + 4 * 3.5)
-    assert est.startup_waits == 0.0  # 3.5 s or more of each worker's record is not timing
+    assert est.record_seconds == pytest.approx(2 * (4.0 - 1.0) + 4 * (3.5 - 1.0))
+    assert est.startup_waits == 0.0  # each worker's record of 2.5 s or more hides 2 s
     slow = E.estimate(plan, "cpu", "quick", 0.1, 5.0, True, probed=probed)
     # Each worker starts as the one before it begins its turn: its start-up runs through that
-    # one's wait and the part of its record that is not timing (4 - 1 s in replicate 1, 3.5 - 1
-    # after). The second starts with the first and waits for nothing; then 5 - 3 = 2 s, 5 - 2 -
-    # 2.5 = 0.5 s, 2 s, 0.5 s.
+    # one's wait and its record (4 - 1 s in replicate 1, 3.5 - 1 after). The second starts with
+    # the first and waits for nothing; then 5 - 3 = 2 s, 5 - 2 - 2.5 = 0.5 s, 2 s, 0.5 s.
     assert [s.replicate for s in plan.slots] == [0, 0, 1, 1, 2, 2]
     assert slow.startup_waits == pytest.approx(0.0 + 2.0 + 0.5 + 2.0 + 0.5)
     # The progress line's plan is the estimate's own: its first figure is the plan line's.
@@ -51,12 +50,13 @@ def test_the_model_prices_what_no_probe_measured() -> None:
     keys = ("u/lm",)
     plan = Plan((Slot(0, 0, get_mode("default"), keys),), (("default",),), 0)
     est = E.estimate(plan, "cpu", "quick", 0.1, 2.0, True)
-    assert est.probed_records == 0 and est.record_seconds == E.per_record_seconds(
-        "cpu", "quick", 0.1
-    )
-    assert E.per_record_seconds("cpu", "quick", 0.1) == pytest.approx(
+    per = E.per_record_seconds("cpu", "quick", 0.1)
+    assert per == pytest.approx(
         E.RECORD_OVERHEAD_SECONDS[("cpu", "quick")] + E.timing_seconds("cpu", 0.1)
     )
+    # A verdict record: the model's record less its timing pass, a third of it at least.
+    verdict = max(per / 3, per - E.timing_seconds("cpu", 0.1))
+    assert est.probed_records == 0 and est.record_seconds == pytest.approx(verdict)
 
 
 def _detbench(*args: str) -> subprocess.CompletedProcess[str]:

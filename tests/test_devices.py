@@ -154,13 +154,6 @@ def test_dry_run_shows_which_device_runs_which_worker(
         assert all(line.count(key) == 1 for line in lanes)
     assert "not comparable with a serial run's" in text
     assert not out.exists()
-    # The separate design's verdict workers are dealt (replicate, mode) slots instead.
-    separate = ["--timing", "separate"]
-    assert main([*RUN, "--devices", "cpu,cpu", "--out", str(out), "--dry-run", *separate]) == 0
-    text = capsys.readouterr().out
-    assert "the busiest of 2 devices side by side: 6 records" in text
-    lanes = [line.strip() for line in text.splitlines() if line.strip().startswith("cpu:")]
-    assert len(lanes) == 2 and all("2 workers, 6 records" in line for line in lanes)
 
 
 # -- a real run ----------------------------------------------------------------------------

@@ -32,10 +32,10 @@ SCRIPTS = ROOT / "docs" / "examples" / "scripts"
 TRUTH = json.loads((SCRIPTS / "truth.json").read_text())
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
 #: Run alone (serial): a racing script, whose truth holds where its two threads run side by
-#: side; and the DDP script under torchrun, whose ranks can hang at exit on a loaded machine
-#: (docs/measured.md, "A torchrun rank that hung at exit": beside two busy processes, 2 of 9 of
-#: its runs under exec hung on 2026-12-05, none of 7 alone), where exec kills a hung run and
-#: runs it once more, and a second hang ends it.
+#: side; and the DDP script under torchrun, one of whose ranks can deadlock as its script ends on
+#: a loaded machine (docs/measured.md, "A DDP rank left behind": plainly, beside two busy
+#: processes, 5 of 20 runs ended in an abort, none of 30 alone), where exec kills a stuck run,
+#: the untimed first one too, and runs it once more.
 CASES = [
     pytest.param(
         e,

@@ -1,6 +1,7 @@
-"""The GPU's clock across a timing pass (``worker/gpuclock``): ``unsupported`` with the reason on
-this machine, and, with NVML's answers injected as the timing tests inject a clock, exactly the
-figures those answers give. What a real GPU's NVML answers waits for a GPU (docs/measured.md)."""
+"""The GPU's clock across a record's warm-up and samples (``worker/gpuclock``): ``unsupported``
+with the reason on this machine, and, with NVML's answers injected as the timing tests inject a
+clock, exactly the figures those answers give. What a real GPU's NVML answers waits for a GPU
+(docs/measured.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Any
 import torch
 
 from detbench.worker.gpuclock import ClockWatch
-from detbench.worker.timing import time_step
 
 
 class FakeNvml:
@@ -81,15 +81,18 @@ def test_the_clock_fields_read_what_nvml_answers() -> None:
 
 
 def test_the_clock_fields_are_unsupported_here_with_the_reason() -> None:
-    # This machine: a CPU, and no nvidia-ml-py. Each pass says why there is no clock.
-    cpu = time_step(lambda: None, warmup_steps=0, budget=0.01, target_rel=0.5,
-                    device=torch.device("cpu"))  # fmt: skip
-    assert cpu.gpu_clocks == {
+    # This machine: a CPU, and no nvidia-ml-py. Each watch says why there is no clock.
+    def watched(device: torch.device | None) -> dict[str, Any]:
+        w = ClockWatch(device)
+        w.start()
+        w.mark()
+        return w.stop()
+
+    assert watched(torch.device("cpu")) == {
         "status": "unsupported",
         "reason": "the device is not a CUDA GPU: NVML reads NVIDIA GPUs only",
     }
-    host = time_step(lambda: None, warmup_steps=0, budget=0.01, target_rel=0.5)
-    assert host.gpu_clocks == {
+    assert watched(None) == {
         "status": "unsupported",
         "reason": "no device was named: the timing ran on the host's clock",
     }

@@ -73,7 +73,6 @@ def _priced(factor: float) -> tuple[dict[str, float], float, float, float, float
         batch_sizes={"conv/a": 4},
         probed={"ops/mine": Probed(0.4)},
         paired=paired,
-        timed=False,
         host=HostSpeed(factor * 0.01, 0.01),
     )
     first = plan.slots[0]

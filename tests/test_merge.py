@@ -88,11 +88,6 @@ def test_more_shards_than_groups_is_refused() -> None:
         "detbench: error: --shard 9/9: the plan has 8 (workload, replicate) groups, fewer than 9 "
         "shards; give at most 8"
     )
-    proc = detbench_cli("run", *SELECTION, "--shard", "5/5", "--timing", "separate", "--dry-run")
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == (
-        "detbench: error: --shard 5/5: the plan has 4 workers, fewer than 5 shards; give at most 4"
-    )
 
 
 @pytest.mark.slow  # real runs, sharded and whole: test-slow (CI runs it)

@@ -129,7 +129,7 @@ def three_verdicts(target: str, run_args: list[str], out: Path) -> dict[str, dic
     times = {}
     t = time.monotonic()
     proc = detbench_cli("run", *run_args, "--mode", "default", "--replicates", "2", "--device",
-                        "cpu", "--profile", "quick", "--budget", "0.01", "--timing", "separate",
+                        "cpu", "--profile", "quick", "--budget", "0.01",
                         "--no-report", "--out", str(out / "run"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     times["run"] = time.monotonic() - t

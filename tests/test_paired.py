@@ -422,7 +422,7 @@ def test_a_cost_on_one_replicate_says_what_its_interval_rests_on(
 
 
 @pytest.mark.parametrize(
-    ("replicates", "timing", "said"), [(2, None, True), (3, None, False), (2, "separate", False)]
+    ("replicates", "timing", "said"), [(2, None, True), (3, None, False), (2, "none", False)]
 )
 def test_a_paired_run_of_two_replicates_is_told_its_intervals_will_be_wide(
     tmp_path: Path,

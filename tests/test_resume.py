@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -149,9 +150,11 @@ def test_sigint_stops_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
     # The resumed call's console counts its own records and the file's, never one as the other;
     # env.json keeps each call's time and the estimate of the records it made (issue 34).
     new = TOTAL - len(kept)
-    assert (  # RUN times each record in its own worker: no paired groups to count
-        f"\n{new} new records, {TOTAL} records in all in {out / 'results.jsonl'} (this call: "
-    ) in resumed.stdout
+    made = (  # and the paired groups this call timed, however many the interruption left
+        rf"\n{new} new records and the costs of \d+ \(workload, replicate\) groups, {TOTAL} "
+        rf"records in all in {re.escape(str(out / 'results.jsonl'))} \(this call: "
+    )
+    assert re.search(made, resumed.stdout), resumed.stdout
     assert f"\n{TOTAL} records in" not in resumed.stdout
     calls = json.loads((out / "env.json").read_text())["run_calls"]
     assert [c["records"] for c in calls] == [len(kept), new]

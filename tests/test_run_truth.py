@@ -90,7 +90,7 @@ def test_a_run_stopped_before_its_first_record_resumes_or_starts_again(tmp_path:
     out = tmp_path / "run"
     args = [
         "run", "--workload", str(source), "--mode", "default", "--replicates", "2",
-        "--timing", "separate", "--device", "cpu", "--out", str(out), "--no-report",
+        "--device", "cpu", "--out", str(out), "--no-report",
     ]  # fmt: skip
     first = _interrupt_in_startup(args, out)
     assert first.returncode == 130, first.stderr
@@ -130,7 +130,7 @@ def test_a_step_that_raises_in_the_probe_stops_the_run_naming_the_users_line(
     # 3 modes x 2 replicates: 6 records of a workload of the user's own, so the probe costs it.
     proc = detbench_cli(
         "run", "--workload", str(source), "--mode", "default", "--mode", "det-algos",
-        "--mode", "cudnn-det", "--replicates", "2", "--timing", "separate", "--device", "cpu",
+        "--mode", "cudnn-det", "--replicates", "2", "--device", "cpu",
         "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr

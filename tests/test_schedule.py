@@ -67,22 +67,28 @@ def test_plan_skips_what_a_resumed_run_has() -> None:
     assert det1.keys == ("a/y",)
 
 
+def _verdict(device: str, profile: str, budget: float) -> float:
+    """The model's price of a verdict record (no timing pass: the paired phase times the costs):
+    its record less the model's timing pass, a third of it at least (``pricing.record_cost``)."""
+    per = per_record_seconds(device, profile, budget)
+    return max(per / 3, per - timing_seconds(device, budget))
+
+
 def test_estimate_is_records_times_the_per_record_cost_plus_one_startup() -> None:
     keys = [f"a/w{i}" for i in range(40)]
     plan = make_plan(keys, list(MODES), 3, seed=0)
-    est = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True)
-    per = per_record_seconds("cpu", "quick", 0.1)
+    est = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=3.0, measured=True)
+    verdict = _verdict("cpu", "quick", 0.1)
+    assert verdict == pytest.approx(per_record_seconds("cpu", "quick", 0.1) / 3)
     assert est.records == 1200 and est.workers == 30
-    # The next worker's start-up hides behind what a worker does but time (it is paused while
-    # a worker times): 40 records' overheads.
-    hidden = 40 * (per - timing_seconds("cpu", 0.1))
-    assert hidden == pytest.approx(40 * RECORD_OVERHEAD_SECONDS[("cpu", "quick")])
+    # The next worker's start-up hides behind what a worker does: its 40 records.
+    hidden = 40 * verdict
     # A worker starts as the one before it begins its turn (the runner spawns the next slot's
     # worker beside the current one), so they start in pairs: the second with the first, the
     # fourth as the third begins, ... Of the 29 later workers, 14 wait what their start-up
     # outlasts the measuring before them; the others are ready when their turn comes.
-    assert est.startup_waits == pytest.approx(14 * (2.0 - hidden))
-    assert est.seconds == pytest.approx(2.0 + 1200 * per + est.startup_waits)
+    assert est.startup_waits == pytest.approx(14 * (3.0 - hidden))
+    assert est.seconds == pytest.approx(3.0 + 1200 * verdict + est.startup_waits)
     assert est.to_json()["estimated_seconds"] == round(est.seconds, 1)
     long = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=1.0, measured=True)
     assert long.startup_waits == 0.0  # 40 records a worker hide a start-up of 1 s
@@ -91,29 +97,30 @@ def test_estimate_is_records_times_the_per_record_cost_plus_one_startup() -> Non
 def test_estimate_adds_the_startup_a_short_worker_cannot_hide() -> None:
     plan = make_plan(["a/x", "a/y", "a/z"], list(MODES), 3, seed=0)
     est = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True)
-    per = per_record_seconds("cpu", "quick", 0.1)
+    verdict = _verdict("cpu", "quick", 0.1)
     assert est.records == 90 and est.workers == 30
-    hidden = 3 * RECORD_OVERHEAD_SECONDS[("cpu", "quick")]
+    hidden = 3 * verdict
     assert est.startup_waits == pytest.approx(14 * (2.0 - hidden))  # in pairs, as above
-    assert est.seconds == pytest.approx(2.0 + 90 * per + 14 * (2.0 - hidden))
+    assert est.seconds == pytest.approx(2.0 + 90 * verdict + 14 * (2.0 - hidden))
     assert clock(61) == "1:01" and clock(3725) == "1:02:05"
 
 
 def test_estimate_charges_each_later_workers_device_stage_on_cuda() -> None:
-    # A worker's device stage (CUDA's initialisation) waits for the last timing sample of the
-    # worker before it: 29 of 30 workers pay it in the run's time; on a CPU it costs nothing.
+    # A worker's device stage (CUDA's initialisation) waits for the worker before it: 29 of 30
+    # workers pay it in the run's time; on a CPU it costs nothing.
     keys = [f"a/w{i}" for i in range(40)]
     plan = make_plan(keys, list(MODES), 3, seed=0)
     cuda = estimate(plan, "cuda", "quick", budget=0.1, startup_seconds=9.8, measured=False)
     assert cuda.handovers == 29 and cuda.handover_seconds == HANDOVER_SECONDS["cuda"] == 1.0
-    per = per_record_seconds("cuda", "quick", 0.1)
-    hidden = 40 * RECORD_OVERHEAD_SECONDS[("cuda", "quick")]
+    verdict = _verdict("cuda", "quick", 0.1)
+    assert verdict == pytest.approx(RECORD_OVERHEAD_SECONDS[("cuda", "quick")])
+    hidden = 40 * verdict
     assert cuda.startup_waits == pytest.approx(14 * (9.8 - hidden))  # too short, in pairs
-    assert cuda.seconds == pytest.approx(9.8 + 1200 * per + cuda.startup_waits + 29 * 1.0)
+    assert cuda.seconds == pytest.approx(9.8 + 1200 * verdict + cuda.startup_waits + 29 * 1.0)
     assert cuda.to_json()["handovers"] == 29
     cpu = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=1.0, measured=True)
     assert cpu.handovers == 29 and cpu.seconds == pytest.approx(
-        1.0 + 1200 * per_record_seconds("cpu", "quick", 0.1)
+        1.0 + 1200 * _verdict("cpu", "quick", 0.1)
     )
 
 

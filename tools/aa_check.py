@@ -1,19 +1,20 @@
-"""Whether a run's costs can be cited: the A/A check of both timing designs, side by side, and
-where the variance of a cost sits (issue 34).
+"""Whether a run's costs can be cited: the A/A check of its paired costs (and, in a run of an
+earlier detbench made with ``--timing both``, of the separate design beside them), and where the
+variance of a cost sits.
 
-    python tools/aa_check.py DIR                      # a run made with --timing both (or one)
+    python tools/aa_check.py DIR                      # any run
     python tools/aa_check.py --run OUT [--drift]      # make one: the CPU core matrix, quick
     python tools/aa_check.py DRIFT --against QUIET    # how far each design's costs moved
 
 A mode against itself must show no cost. The paired design has an A/A comparison in every run:
-a second worker of the baseline's settings, timed in the same rounds. On a CPU, today's design
-(each record timed in its own worker, ``--timing separate``) has A/A comparisons too: the modes
-that differ from the baseline only in cuDNN switches, which act on nothing on a CPU, are the same
-computation. For each design: how many workloads show a cost that is not there (a 95% interval
-that excludes 1), and how wide the intervals are (their median half-width); then the variance
-of the paired log ratios split between rounds, processes and time.
+a second worker of the baseline's settings, timed in the same rounds. On a CPU, the modes that
+differ from the baseline only in cuDNN switches, which act on nothing there, are the same
+computation: A/A comparisons too (the "cuDNN twins"), in either design. For each design: how
+many workloads show a cost that is not there (a 95% interval that excludes 1), and how wide the
+intervals are (their median half-width); then the variance of the paired log ratios split
+between rounds, processes and time.
 
-``--run OUT`` first runs ``detbench run --device cpu --timing both`` on the core suites (conv,
+``--run OUT`` first runs ``detbench run --device cpu`` on the core suites (conv,
 rnn, batchnorm, bmm, training; quick profile, 10 modes, 3 replicates) into OUT. ``--drift`` adds a
 real drift: a second process that keeps one core busy starts halfway through each design's
 timings (when half of the verdict records are in, and again when half of the paired groups are)
@@ -93,8 +94,8 @@ class Drift:
 
 
 def run(out: Path, drift: bool) -> None:
-    """``detbench run`` of the CPU core matrix with both designs into ``out``."""
-    cmd = [sys.executable, "-m", "detbench", "run", "--device", "cpu", "--timing", "both"]
+    """``detbench run`` of the CPU core matrix into ``out``, as a user runs it."""
+    cmd = [sys.executable, "-m", "detbench", "run", "--device", "cpu"]
     for s in CORE:
         cmd += ["--suite", s]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -67,7 +67,6 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
             probed,
             None if runner.paired is None else runner.paired.plan(c.setting("block_seconds")),
             GPU_HOST_CORES if paper else None,
-            c.timing_design in ("separate", "both"),
             own,
             host,
         )

@@ -46,8 +46,6 @@ RUN_OPTIONS = (
     "devices",
     "shard",
     "cudnn_log",
-    "clocks",
-    "timing",
     "rounds",
     "reference_check",
 )
@@ -121,8 +119,6 @@ def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
         devices=devices,
         shard=parse_shard(args.shard) if args.shard is not None else None,
         cudnn_log=bool(getattr(args, "cudnn_log", None)),
-        clocks=getattr(args, "clocks", None),
-        timing=getattr(args, "timing", None),
         rounds=getattr(args, "rounds", None),
         reference_check=getattr(args, "reference_check", None) or 0.0,
     )
@@ -209,33 +205,16 @@ def _output_options(q: argparse.ArgumentParser) -> None:
 
 
 def _timing_options(q: argparse.ArgumentParser) -> None:
-    """How a run times its records."""
+    """How a run times its costs: paired, every replicate's modes side by side."""
     q.add_argument(
         "--budget",
         "--min-run-time",
         dest="budget",
         type=float,
         metavar="SECONDS",
-        help="the most seconds of timing samples per record; sampling stops sooner once the "
-        "median's 95%% interval is within +-1%% (GPU) or +-3%% (CPU) (default: 0.1 quick, "
-        "0.3 full)",
-    )
-    q.add_argument(
-        "--clocks",
-        choices=("sustained", "burst"),
-        help="burst (the default): a record's samples right after its warm-up, the clock a "
-        "short job sees; sustained: for absolute throughput at the clock a long run sees, the "
-        "load is held until the clock settles where a GPU's power or heat limit acts (with "
-        "--timing separate or both; paired costs need no hold: both sides of a ratio share "
-        "their round's clock). Recorded on a CPU, where it has no effect",
-    )
-    q.add_argument(
-        "--timing",
-        choices=("paired", "separate", "both"),
-        help="paired (the default): every replicate's modes are timed side by side, in workers "
-        "alive together that take turns one block at a time, after every verdict; separate: "
-        "each record timed in its own worker, minutes from the modes it is compared with (the "
-        "earlier design); both: the two, to compare them",
+        help="the most seconds of a record's warm-up before its paired rounds, and half the "
+        "rounds' seconds at most: it stops sooner once the step time settles, within 0.5%% "
+        "(GPU) or 1.5%% (CPU) (default: 0.1 quick, 0.3 full)",
     )
     q.add_argument(
         "--rounds",

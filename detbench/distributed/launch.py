@@ -220,8 +220,7 @@ _FROM_JOB = (
     "min_samples",
     "replicate",
     "reference_dir",
-    # A paired run's verdict workers (its twins' verdicts, made alone) time nothing.
-    "timing_pass",
+    # Whether the paired phase times the records (else, in ``detbench audit``, nothing does).
     "paired_timing",
 )
 
@@ -445,7 +444,6 @@ def _start_kept(
     )
     rank_job = {
         **_rank_job(job, [], mode, ctx, levels, rec, limit),
-        "timing_pass": False,
         "paired": {"port": store.port, "wait": RANKS_WAIT},
         **{k: job.get(k) for k in ("rounds", "block_seconds", "run_pid")},
     }

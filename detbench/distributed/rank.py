@@ -184,7 +184,7 @@ def run(st: RankState, key: str, res: dict[str, Any], keep: Any = None) -> None:
     """Every pass of workload ``key`` in this rank (the worker's pipeline, ``worker.passes``,
     with a rank's hooks); fills ``res``, a failure included. ``keep``: given the step the
     passes built (a paired member times it after its verdict)."""
-    job, rank, world, device = st.job, st.rank, st.world, st.device
+    job, rank, device = st.job, st.rank, st.device
     res["device"] = str(device)
     res["nccl_env"] = st.nccl_env
     w = registry()[key]
@@ -199,8 +199,6 @@ def run(st: RankState, key: str, res: dict[str, Any], keep: Any = None) -> None:
         say=lambda what: _say(rank, what),
         after_step=after_step,
         reference=f".rank{rank}",
-        clock=_shared_clock(device),
-        host_load=False,
         invariance=False,
         check_device=False,
         classify=lambda e: _classify(job, e),
@@ -211,9 +209,6 @@ def run(st: RankState, key: str, res: dict[str, Any], keep: Any = None) -> None:
     res.setdefault("losses", None)
     if isinstance(res.get("diff_reference"), dict):  # the launcher takes the largest over ranks
         res["diff_reference"]["max_abs_diff"] = res.get("max_abs_diff")
-    if res["status"] == Status.OK and res.get("timing"):
-        res["timing"]["clock"] = f"perf_counter, latest of {world} ranks"
-        res["num_threads"] = res["timing"]["num_threads"]
 
 
 def _classify(job: dict[str, Any], exc: BaseException) -> tuple[str, str]:

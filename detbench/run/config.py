@@ -19,10 +19,10 @@ from detbench.store.identity import SOURCES_KEY, source_digest
 from detbench.store.results import ENV_FILE, iter_records, load_env
 from detbench.worker.protocol import DEFAULT_TIMEOUT
 
-#: Per-profile defaults: steps hashed by the fingerprint pass, warm-up steps, and the timing
-#: budget: the most seconds of samples a record takes (the stopping rule usually ends it sooner).
-#: The paired phase (``--timing paired``, ``detbench.run.paired``): ``rounds`` of one block each,
-#: every mode's block about ``block_seconds`` long.
+#: Per-profile defaults: steps hashed by the fingerprint pass, warm-up steps, and the budget: the
+#: most seconds of a record's warm-up before its rounds (half the rounds' seconds at most). The
+#: paired phase (``detbench.run.paired``): ``rounds`` of one block each, every mode's block
+#: about ``block_seconds`` long.
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "quick": {
         "fingerprint_steps": 3,
@@ -39,20 +39,21 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "block_seconds": 0.01,
     },
 }
-#: ``--timing``: how costs are timed. "paired": the verdict workers time nothing, and each
-#: replicate's modes are timed side by side in workers alive together (``detbench.run.paired``);
-#: "separate": each record timed in its own verdict worker (the earlier design); "both": the
-#: two in one run, to compare them (benchmarks/test_aa.py).
-TIMING_DESIGNS = ("paired", "separate", "both")
+#: How a run's costs are timed: each replicate's modes side by side, in workers alive together
+#: that take turns one block at a time, after their verdicts (``detbench.run.paired``). The one
+#: design: an earlier detbench also timed each record in its own worker ("separate"), whose runs
+#: ``report`` and ``compare`` still read, and ``--resume`` refuses (``resume_config``).
+PAIRED = "paired"
 #: A run that times no cost at all: its verdict workers make the verdicts and time nothing, and
 #: it has no paired phase (``detbench audit``, which states verdicts and no cost). Not an option
 #: of ``detbench run``, whose records are there to be priced.
 VERDICTS_ONLY = "none"
-#: The stopping rule's target: the 95% interval of the median within +-1% on a GPU, whose kernel
-#: times are stable, and +-3% on a CPU, whose shared cores are not.
+#: The timing target: a step's samples reach it where the 95% interval of their median is within
+#: +-1% on a GPU, whose kernel times are stable, and +-3% on a CPU, whose shared cores are not
+#: (``Timing.reached_target``); a warm-up has settled within half of it (``worker.warmup``).
 TARGET_REL = {"cuda": 0.01, "cpu": 0.03}
-#: The fewest samples a record takes: 6, the fewest that have a 95% interval of the median (with
-#: 5, even [min, max] covers only 93.75%); detbench.worker.timing enforces the same floor.
+#: The fewest samples a cost rests on: 6, the fewest that have a 95% interval of the median (with
+#: 5, even [min, max] covers only 93.75%).
 MIN_SAMPLES = 6
 #: Seconds a workload may run before its worker is killed, unless --timeout says otherwise: a
 #: wedged GPU or a deadlocked DataLoader must not stall a run forever.
@@ -160,15 +161,13 @@ class RunConfig:
     #: None: one worker at a time on ``device``, as without the option.
     devices: list[str] | None = None
     #: ``--shard K/N``: only shard K of N of the plan: its (workload, replicate) groups
-    #: (``schedule.shard_groups``), or in the separate design its workers (``shard_slots``).
+    #: (``schedule.shard_groups``), or in a run that times nothing (``detbench audit``) its
+    #: workers (``shard_slots``).
     shard: tuple[int, int] | None = None
     #: ``--cudnn-log``: cuDNN's API log on in every worker, and the engines each convolution ran
     #: in each record (``worker.cudnnlog``); its timings are then not costs.
     cudnn_log: bool = False
-    #: ``--clocks``: "sustained" (None: the default) or "burst" (``worker/sustain.py``); recorded
-    #: on a CPU, where it has no effect.
-    clocks: str | None = None
-    #: ``--timing``: one of ``TIMING_DESIGNS`` (None: "paired").
+    #: None: costs timed paired; ``VERDICTS_ONLY``: none timed (``detbench audit``).
     timing: str | None = None
     #: ``--rounds``: the paired phase's rounds per (workload, replicate) (None: the profile's).
     rounds: int | None = None
@@ -181,21 +180,14 @@ class RunConfig:
     reference_check: float = 0.0
 
     @property
-    def clock_mode(self) -> str:
-        """The clock mode a verdict worker's timing pass runs in: ``clocks``, or "burst": the
-        sustained-clock hold only where a user asks for absolute throughput at it (the
-        paired phase never holds: both sides of a ratio share their round's clock)."""
-        return self.clocks or "burst"
-
-    @property
     def timing_design(self) -> str:
-        """``timing``, or its default: "paired"."""
-        return self.timing or "paired"
+        """``timing``, or its default: ``PAIRED``."""
+        return self.timing or PAIRED
 
     @property
     def paired(self) -> bool:
         """Whether the run has a paired phase."""
-        return self.timing_design in ("paired", "both")
+        return self.timing_design == PAIRED
 
     def __post_init__(self) -> None:
         if self.fingerprint is None:
@@ -246,7 +238,6 @@ class RunConfig:
             "startup_timeout": self.startup_timeout,
             "inherited_cublas_workspace_config": os.environ.get(CUBLAS_ENV),
             "cudnn_log": self.cudnn_log,
-            "clocks": self.clock_mode,
             "timing": self.timing_design,
             "rounds": self.setting("rounds"),
             "block_seconds": self.setting("block_seconds"),
@@ -344,6 +335,16 @@ def resume_config(directory: Path) -> RunConfig:
     for _ in iter_records(directory):  # a malformed or truncated file: its one-line error
         pass
     o = env.get("options") or {}
+    # A run without the field was made before the paired design, and timed each record in its
+    # own worker, as a run of "separate" or "both" did.
+    timing = o.get("timing", "separate")
+    if timing not in (PAIRED, VERDICTS_ONLY):
+        raise RunError(
+            f"cannot resume {directory}: its records were timed each in its own worker (the "
+            f"'{timing}' design of an earlier detbench), and this one times costs only "
+            "paired, so a resumed run's costs would mix the two; `detbench report` still reads "
+            "it, and a new run times every cost paired"
+        )
     try:
         sources = [Path(s) for s in o["sources"]]
         config = RunConfig(
@@ -370,10 +371,7 @@ def resume_config(directory: Path) -> RunConfig:
             devices=o.get("devices"),
             shard=(int(o["shard"][0]), int(o["shard"][1])) if o.get("shard") else None,
             cudnn_log=bool(o.get("cudnn_log", False)),
-            # Runs before --clocks timed in bursts.
-            clocks=str(o.get("clocks", "burst")),
-            # Runs made before the paired design timed each record in its own worker.
-            timing=str(o.get("timing", "separate")),
+            timing=None if timing == PAIRED else timing,
             rounds=o.get("rounds"),
             block_seconds=o.get("block_seconds"),
             reference_check=float(o.get("reference_check") or 0.0),
@@ -474,10 +472,8 @@ def check_options(config: RunConfig) -> None:
         raise RunError("--startup-timeout must be a positive number of seconds")
     if config.budget is not None and config.budget <= 0:
         raise RunError("--budget must be a positive number of seconds")
-    if config.clocks is not None and config.clocks not in ("sustained", "burst"):
-        raise RunError(f"unknown --clocks {config.clocks!r}; use sustained or burst")
-    if config.timing is not None and config.timing not in (*TIMING_DESIGNS, VERDICTS_ONLY):
-        raise RunError(f"unknown --timing {config.timing!r}; use {', '.join(TIMING_DESIGNS)}")
+    if config.timing not in (None, PAIRED, VERDICTS_ONLY):
+        raise RunError(f"unknown timing {config.timing!r}: costs are timed {PAIRED}")
     if config.reference_check < 0:
         raise RunError("--reference-check must be a positive number of seconds (0: off)")
     if config.rounds is not None and config.rounds < 6:

@@ -77,15 +77,6 @@ NO_CUDNN_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
         "training": 5.30,
     },
 }
-#: Seconds the timing rule adds to a record whose figure above was measured before the rule existed,
-#: per (device, profile): sampling past the budget towards its ceiling while the target is in reach
-#: (``worker/budget.py``), 0.069 s a record on the H100's recorded samples and 0.075 s on the H200's
-#: (the rule replayed on the two runs above: docs/measured.md, "Finished studies whose tools were
-#: retired"), and the sustained-clock probe's extension of a pass shorter than 0.25 s
-#: (``worker/sustain.py``), about 33 s over the core matrix's 990 records (0.033 s a record).
-#: Estimates until a GPU run measures them. Not included: the hold where the power limit acts (about
-#: 2.9 s for each record it holds), since how many records it holds is known only after a GPU run.
-TIMING_RULE_ADDED_SECONDS = {("cuda", "full"): 0.072 + 0.033}
 #: Seconds of one record of a workload, its batch-invariance pass included, where known. CUDA full,
 #: estimates from the one H100 record of decoder_greedy_invariant at batch 64
 #: (results/20261124-084508-cuda-full-decoder: build 0.19 s, FLOP count 9.46 s, fingerprint

@@ -23,7 +23,6 @@ from detbench.run.costs import (
     PAPER_STARTUP_SECONDS,
     RECORD_OVERHEAD_SECONDS,
     SUITE_RECORD_SECONDS,
-    TIMING_RULE_ADDED_SECONDS,
     WARMUP_SHARE,
     WORKLOAD_RECORD_SECONDS,
 )
@@ -50,7 +49,6 @@ __all__ = [
     "PAPER_STARTUP_SECONDS",
     "RECORD_OVERHEAD_SECONDS",
     "SUITE_RECORD_SECONDS",
-    "TIMING_RULE_ADDED_SECONDS",
     "WARMUP_SHARE",
     "WORKLOAD_RECORD_SECONDS",
     "Estimate",
@@ -302,7 +300,6 @@ def estimate(
     probed: Mapping[str, Probed] | None = None,
     paired: PairedPlan | None = None,
     cores: int | None = None,
-    timed: bool = True,
     own: Mapping[str, Probed] | None = None,
     host: HostSpeed | None = None,
 ) -> Estimate:
@@ -314,8 +311,7 @@ def estimate(
     nothing, and a launch of nothing but such records is not made). ``probed``: the workloads a
     probe worker costed on this host (their figure includes their invariance pass). ``paired``:
     the plan's paired phase, whose group of workers starts on ``cores`` cores (None: this
-    host's). ``timed``: whether the verdict workers time their records (``--timing separate``
-    or ``both``). ``own``: the workloads a resumed run has records of, costed from them as a
+    host's). ``own``: the workloads a resumed run has records of, costed from them as a
     probe's are (``run.costprobe.own_costs``); a probe's figure, where both are, wins.
     ``host``: this host's speed against the figures' (``run.hostspeed``), which scales them
     (``startup_seconds`` is this host's already)."""
@@ -333,7 +329,6 @@ def estimate(
         batch_sizes or {},
         unsupported or (lambda mode, key: False),
         probed,
-        timed=timed,
         speed=speed,
     )
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]

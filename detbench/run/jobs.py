@@ -43,11 +43,9 @@ def worker_job(
         "rounds": c.setting("rounds"),
         "target_rel": TARGET_REL[c.device],
         "min_samples": MIN_SAMPLES,
-        "clocks": c.clock_mode,
         "fingerprint": c.fingerprint,
-        # A verdict worker times its records only in the separate design (or both); otherwise
-        # the paired phase times this run's costs, or (VERDICTS_ONLY) nothing does.
-        "timing_pass": c.timing_design in ("separate", "both"),
+        # A verdict worker times nothing: the paired phase times this run's costs, or
+        # (VERDICTS_ONLY) nothing does.
         "paired_timing": c.paired,
         "timeout": c.timeout,
         "launched_at": time.time(),

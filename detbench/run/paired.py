@@ -680,8 +680,10 @@ class GroupTimer:
                 if self.workers.failed_starts >= 2:  # two groups in a row: stop, records kept
                     raise RunError(stop_words(self.workers.failed_starts, self.phase.out))
                 done(key, started)
-        finally:
-            self.workers.end(members)
+        except BaseException:  # Ctrl-C or a failure: the workers are killed, none waited for
+            self.workers.end(members, kill=True)
+            raise
+        self.workers.end(members)
 
     def group(self, members: list[Member], key: str, replicate: int) -> list[dict[str, Any]]:
         """Prepare, rounds, finish, in as many subgroups as the device's memory needs: the

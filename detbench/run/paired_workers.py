@@ -98,10 +98,15 @@ class GroupWorkers:
             m.failure = (status, f"{why}; log: {log_tail(m.worker.log)}")
             m.worker = None
 
-    def end(self, members: list[Member]) -> None:
+    def end(self, members: list[Member], kill: bool = False) -> None:
+        """The members' workers told to exit and reaped; ``kill``: killed instead (a worker
+        held in its start-up, or busy, would keep a Ctrl-C waiting 60 s for each)."""
         for m in members:
             if m.worker is not None:
-                m.worker.send("exit")
+                if kill:
+                    m.worker.kill()
+                else:
+                    m.worker.send("exit")
         for m in members:
             if m.worker is not None:
                 self.crew.finish(m.worker)

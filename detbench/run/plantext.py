@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from detbench.run.config import TARGET_REL, VERDICTS_ONLY, left_out
 from detbench.run.schedule import clock
-from detbench.worker.budget import CEILING_FACTOR
 
 if TYPE_CHECKING:
     from detbench.run.config import RunConfig
@@ -21,13 +20,13 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     """The plan of ``runner`` and its estimate: as JSON (``--dry-run --json``) and as lines."""
     c = runner.config
     skipped = left_out(c)
-    budget, target = c.setting("budget"), TARGET_REL[c.device]
+    # A paired member's warm-up stops at half the seconds its rounds sample, within the budget
+    # (``worker.paired``).
+    budget = c.setting("budget")
+    if c.paired:
+        budget = min(budget, c.setting("rounds") * c.setting("block_seconds") / 2)
     doc = _plan_doc(runner, est, skipped)
     names = c.device_names
-    timing = (
-        f"timing until the median's 95% interval is within +-{100 * target:g}% or {budget:g} s "
-        "of samples" + _ceiling_words(c.device, budget)
-    )
     lines = [
         f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
         "replicates"
@@ -39,11 +38,11 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         f"{c.setting('fingerprint_steps')} steps (a workload may ask for more, {c.fingerprint}), "
         f"warm-up until the step time settles (at least {c.setting('warmup_steps')} steps, at "
         f"most {budget:g} s), "
-        + {
-            "paired": "no timing pass: each mode is timed beside the others once its verdict "
-            "is made",
-            VERDICTS_ONLY: "no timing: verdicts only",
-        }.get(c.timing_design, timing),
+        + (
+            "no timing: verdicts only"
+            if c.timing_design == VERDICTS_ONLY
+            else "no timing pass: each mode is timed beside the others once its verdict is made"
+        ),
         _estimate_line(est, len(names)),
     ]
     if est.paired is not None:
@@ -153,14 +152,6 @@ def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
             "one GPU and the start-up measured on the H100 (a real run needs a GPU)"
         )
     return lines
-
-
-def _ceiling_words(device: str, budget: float) -> str:
-    """How far sampling may go past the budget on this device (``worker/budget.py``)."""
-    factor = CEILING_FACTOR.get(device)
-    if factor is None:
-        return ""
-    return f" (up to {factor * budget:g} s while the target is in reach)"
 
 
 def left_out_line(device: str, skipped: dict[str, str]) -> str:

@@ -16,7 +16,6 @@ from detbench.run.costs import (
     NO_CUDNN_RECORD_SECONDS,
     RECORD_OVERHEAD_SECONDS,
     SUITE_RECORD_SECONDS,
-    TIMING_RULE_ADDED_SECONDS,
     VERDICT_RECORD_SECONDS,
     WARMUP_SHARE,
     WORKLOAD_RECORD_SECONDS,
@@ -83,40 +82,36 @@ def record_cost(
     cudnn: bool = True,
     probed: Mapping[str, Probed] | None = None,
     replicate: int = 0,
-    timed: bool = True,
     speed: float = 1.0,
 ) -> tuple[float, bool]:
     """Seconds of one record of ``key`` (SUITE/NAME) in a mode with cuDNN on or off, and whether
     the figure is measured (a probe's here, the workload's or its suite's) rather than the
-    model's ``per_record``. A workload's figure includes its invariance pass. ``timed``: False
-    for a verdict worker of the paired design, whose records have no timing pass: the figure
-    less the model's timing (``timing_seconds``; a probe's own), at least a third of it.
-    ``speed``: this host's factor on the figures (``run.hostspeed``), which scales all but what
-    is a time by design (the timing pass, its budget's) and a probe's record, measured here."""
+    model's ``per_record``. A workload's figure includes its invariance pass. A verdict worker's
+    records have no timing pass (the paired phase times the costs): a figure measured with one
+    (a suite's before the paired design, the model's) is taken less the model's timing
+    (``timing_seconds``; a probe's own), at least a third of it. ``speed``: this host's factor on
+    the figures (``run.hostspeed``), which scales all but a probe's record, measured here."""
     if probed and key in probed:
-        got = probed[key].record(replicate)
-        return (got if timed else got - probed[key].timing), True
+        return probed[key].record(replicate) - probed[key].timing, True
     budget_timing = timing_seconds(device, _budget(per_record, device, profile))
 
     def untimed(figure: float) -> float:
-        """``figure`` on this host, less the timing pass where the record has none."""
-        work = max(figure / 3, figure - budget_timing)
-        return work * speed + (figure - work if timed else 0.0)
+        """``figure`` on this host, less its timing pass."""
+        return max(figure / 3, figure - budget_timing) * speed
 
     own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
     if key in own:
         return untimed(own[key]), True
     suite = key.partition("/")[0]
     verdict = VERDICT_RECORD_SECONDS.get((device, profile, cudnn), {})
-    if not timed and suite in verdict:
+    if suite in verdict:
         return verdict[suite] * speed, True
     native = NO_CUDNN_RECORD_SECONDS.get((device, profile), {})
-    added = TIMING_RULE_ADDED_SECONDS.get((device, profile), 0.0) if timed else 0.0
     if not cudnn and suite in native:
-        return untimed(native[suite]) + added, True
+        return untimed(native[suite]), True
     suites = SUITE_RECORD_SECONDS.get((device, profile), {})
     if suite in suites:
-        return untimed(suites[suite]) + added, True
+        return untimed(suites[suite]), True
     return untimed(per_record), False
 
 
@@ -140,7 +135,6 @@ class Pricing:
     sizes: Mapping[str, int]
     skip: Callable[[Mode, str], bool]
     probed: Mapping[str, Probed] | None
-    timed: bool = True
     #: This host's factor on the figures (``run.hostspeed``; 1: as measured).
     speed: float = 1.0
 
@@ -167,7 +161,6 @@ class Pricing:
             cudnn,
             self.probed,
             s.replicate,
-            self.timed,
             self.speed,
         )[0]
 
@@ -182,16 +175,9 @@ class Pricing:
         )
 
     def hidden(self, before: Slot) -> float:
-        """What a worker does while the next one may start up: its records but their timing
-        passes, during which the next one is paused."""
-        probed = self.probed
-        if not self.timed:  # no timing pass: the next one starts up beside every record
-            return self.cost([before])
-        timing = sum(
-            probed[k].timing if probed and k in probed else timing_seconds(self.device, self.budget)
-            for k in self.runs(before)
-        )
-        return max(0.0, self.cost([before]) - timing)
+        """What a worker does while the next one may start up: every record (a verdict
+        worker has no timing pass that would pause the next one)."""
+        return self.cost([before])
 
     def wait_list(self, slots: Sequence[Slot]) -> list[float]:
         """Each worker's wait for its own start-up once the worker before it is done; the

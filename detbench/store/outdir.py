@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.errors import DetbenchError
+from detbench.store.paired import PAIRED_FILE
 from detbench.store.results import ENV_FILE, RESULTS_FILE
 
 #: How many of a folder's entries a refusal names.
@@ -58,18 +59,19 @@ def refuse_used(out: Path, flag: str = "--out", *, inside: Collection[str] = ())
 
 def measured_nothing(out: Path) -> bool:
     """Whether ``out`` holds nothing but a run stopped before its first record: its env.json (a
-    run's, neither finished nor merged), an empty results file, its workers' logs and the first
-    replicate's reference outputs. Nothing of value is there, so a new run may start in it: the
-    logs are appended to, the rest written afresh."""
+    run's, neither finished nor merged), an empty results file and paired-timing file, its
+    workers' logs and the first replicate's reference outputs. Nothing of value is there, so a
+    new run may start in it: the logs are appended to, the rest written afresh."""
     names = {p.name for p in out.iterdir()}
     env = _env(out)
     return (
         ENV_FILE in names
-        and names <= {ENV_FILE, RESULTS_FILE, LOGS, REFERENCE}
+        and names <= {ENV_FILE, RESULTS_FILE, PAIRED_FILE, LOGS, REFERENCE}
         and bool(env.get("options") and env.get("started_utc"))
         and not env.get("finished_utc")
         and not env.get("merged_utc")
         and _records(out) == 0
+        and _records(out, PAIRED_FILE) == 0
     )
 
 
@@ -100,9 +102,9 @@ def _env(out: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _records(out: Path) -> int:
+def _records(out: Path, name: str = RESULTS_FILE) -> int:
     try:
-        with (out / RESULTS_FILE).open(encoding="utf-8") as f:
+        with (out / name).open(encoding="utf-8") as f:
             return sum(1 for line in f if line.strip())
     except OSError:
         return 0

@@ -1,5 +1,5 @@
 """The pieces of the measurement passes (``detbench.worker.passes`` runs them in order): the
-build, the FLOP count, the timing pass, the settings read back, and how a failure reads
+build, the FLOP count, the batch-invariance pass, the settings read back, and how a failure reads
 (``classify``: a failure is a status and a message, never an exception).
 
 On CUDA, the last statement of a workload is a synchronisation, so an asynchronous error of its
@@ -10,7 +10,6 @@ the worker sends the record and exits, and a fresh worker takes the workloads th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from detbench.worker import invariance
 from detbench.worker.applied import WorkerSettings, changed, columns, differ, read_all
 from detbench.worker.flops import count_flops
 from detbench.worker.memory import PeakWatch
-from detbench.worker.timing import Clock, Timing, time_step
 
 UNSUPPORTED_MARKERS = (
     "does not have a deterministic implementation",
@@ -66,7 +64,7 @@ DEVICE_ERROR_MARKERS = (
 ACCELERATOR_ERROR: type[BaseException] | None = getattr(torch, "AcceleratorError", None)
 
 #: Phases after the fingerprint pass: a failure there keeps the fingerprint it completed.
-AFTER_FINGERPRINT = ("count", "timing", "invariance")
+AFTER_FINGERPRINT = ("count", "invariance")
 
 
 def sync(device: torch.device) -> None:
@@ -239,23 +237,6 @@ def build_pass(
     step = build_step(w, ctx)
     read_back(rec, ws, "after_build")
     return with_settings(step, mode, ctx.device)
-
-
-def timing_pass(
-    step: Any, job: Mapping[str, Any], device: torch.device, clock: Clock | None = None
-) -> Timing:
-    """The timing pass with the job's warm-up, budget, target and minimum of samples; ``clock``:
-    a rank's clock shared by all ranks (None: the device's own)."""
-    return time_step(
-        step,
-        warmup_steps=int(job["warmup_steps"]),
-        budget=float(job["budget"]),
-        target_rel=float(job["target_rel"]),
-        min_samples=int(job["min_samples"]),
-        device=device,
-        clock=clock,
-        clocks=str(job.get("clocks", "sustained")),
-    )
 
 
 def finish_pass(rec: dict[str, Any], ws: WorkerSettings, watch: PeakWatch) -> None:

@@ -1,16 +1,16 @@
-"""The one measurement pass pipeline: build, fingerprint pass, FLOP count, timing pass (with its
-warm-up), the batch-invariance pass, then, whatever happened, the peak memory, the settings read
-back and the clean-up. Every outcome is a record, never an exception (``measure.classify``).
+"""The one verdict pass pipeline: build, fingerprint pass, FLOP count, the batch-invariance
+pass, then, whatever happened, the peak memory, the settings read back and the clean-up. The
+costs are timed after it, paired (``worker.paired``), in the same worker where it keeps the step
+(``Hooks.keep``). Every outcome is a record, never an exception (``measure.classify``).
 
 Three kinds of process run these passes, and what differs between them is a hook (``Hooks``),
 never a copy of a pass:
 
-- a run's worker (``run_workload``): the runner's go-ahead around the timing pass (``notify``),
-  the host's load while it times, the batch-invariance pass, the cuDNN log (``after_fingerprint``);
+- a run's worker (``run_workload``): the runner's go-ahead around a torchrun launch
+  (``notify``), the batch-invariance pass, the cuDNN log (``after_fingerprint``);
 - a torchrun rank (``detbench.distributed.rank``): a line in its log per phase (``say``), the
   digest of its DDP parameters after each step (``after_step``), a reference of its own
-  (``reference``), the clock shared by the ranks (``clock``), NCCL's refusals (``classify``), the
-  time of its failure (``on_failure``);
+  (``reference``), NCCL's refusals (``classify``), the time of its failure (``on_failure``);
 - locate's recording process (``detbench.locate.worker``), the fingerprint pass alone: each step
   under the op recorder (``around_step``), no ops watched (``watch_ops``), no reference.
 """
@@ -38,7 +38,6 @@ from detbench.worker import cudnnlog
 from detbench.worker import fingerprint as fp
 from detbench.worker.applied import WorkerSettings, columns, read_all
 from detbench.worker.devenv import fp32_precision
-from detbench.worker.hostload import Probe
 from detbench.worker.measure import (
     AFTER_FINGERPRINT,
     build_pass,
@@ -50,11 +49,9 @@ from detbench.worker.measure import (
     is_device_error,
     reference_path,
     sync,
-    timing_pass,
 )
 from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
 from detbench.worker.ops import OpsSeen, attn_implementation
-from detbench.worker.timing import Clock
 
 
 def _no_context(i: int) -> AbstractContextManager[Any]:
@@ -65,7 +62,7 @@ def _no_context(i: int) -> AbstractContextManager[Any]:
 class Hooks:
     """Where a caller changes the passes (see the module docstring); the defaults are a worker's."""
 
-    #: Called with "timing" right before the timing pass and "timed" right after it.
+    #: Called with "timing" right before a torchrun launch and "timed" right after it.
     notify: Callable[[str], None] | None = None
     #: A progress line at each phase and fingerprint step.
     say: Callable[[str], None] | None = None
@@ -81,10 +78,6 @@ class Hooks:
     steps: int | None = None
     #: Whether the first fingerprint step runs under ``OpsSeen``.
     watch_ops: bool = True
-    #: The timing pass's clock (None: the device's own).
-    clock: Clock | None = None
-    #: Whether the timing pass records the host's load.
-    host_load: bool = True
     #: Whether a workload that declares batch sizes gets its batch-invariance pass.
     invariance: bool = True
     #: Whether a failure is followed by a synchronisation, to learn whether the CUDA context
@@ -245,9 +238,7 @@ class Passes:
                 rec["compile_stats"] = {k: after[k] - before[k] for k in after}
         with self._phase("count"):
             count_pass(w, ctx, self.step, rec, bool(job.get("count_flops", True)))
-        if job.get("timing_pass", True):
-            self._timing()
-        elif job.get("paired_timing", True):  # the paired phase times it, beside the other modes
+        if job.get("paired_timing", True):  # the paired phase times it, beside the other modes
             rec["timing_design"] = "paired"
         rebuilds = hooks.invariance and w.batch_sizes is not None
         if hooks.keep is not None and not rebuilds:
@@ -256,30 +247,6 @@ class Passes:
             with self._phase("invariance"):
                 self.step = None  # the timed build goes before one is built at every size
                 invariance_pass(w, ctx, self.mode, rec)
-
-    def _timing(self) -> None:
-        """The timing pass, between the runner's ``timing`` and ``timed``, and its figures."""
-        rec, device, notify = self.rec, self.ctx.device, self.hooks.notify
-        self.phase = "timing"
-        if notify is not None:
-            notify("timing")  # may wait while the runner pauses its other processes
-        with self._phase("timing"):
-            load = Probe(device.type, self.job.get("run_pid")) if self.hooks.host_load else None
-            if load is not None:
-                load.start()
-            try:
-                timing = timing_pass(self.step, self.job, device, clock=self.hooks.clock)
-            finally:
-                if load is not None:
-                    rec["host_load"] = load.stop()  # how busy the host was while this was timed
-                if notify is not None:
-                    notify("timed")
-        rec["timing"] = timing.to_json()
-        rec["seconds_per_step"] = timing.median
-        rec["items_per_second"] = rec["items_per_step"] / timing.median
-        for unit in ("flops", "bytes"):
-            per_step = rec[f"{unit}_per_step"]
-            rec[f"{unit}_per_second"] = per_step / timing.median if per_step else None
 
     def _failed(self, exc: BaseException) -> tuple[bool, dict[str, Any] | None]:
         """``exc`` into the record: (device_lost, an out-of-memory's figures or None)."""
@@ -334,7 +301,7 @@ def run_workload(
     keep: Callable[[Any], None] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Every pass of one workload in a run's worker: (record, device_lost). Every outcome is a
-    record, never an exception. ``notify("timing")`` is called right before the timing pass and
+    record, never an exception. ``notify("timing")`` is called right before a torchrun launch and
     ``notify("timed")`` right after it, also when it fails. ``device_lost``: the workload failed
     with a CUDA error after which this process's CUDA context cannot be trusted. ``ws``: the
     settings the worker applied for ``mode`` (None reads them as they are). ``launch``: how a
