@@ -8,7 +8,7 @@ worker of the baseline's settings (``copy`` 1: the A/A check, a mode against its
 interval must hold 1). For each workload:
 
 1. each worker prepares it, one at a time (the baseline's first, the others shuffled): a worker
-   that owes the workload's verdict (``--timing paired``) runs a verdict worker's passes
+   that owes the workload's verdict (every member, but the A/A copy) runs a verdict worker's passes
    (``passes.run_workload``), its record stored at once, and keeps the step it built; the A/A
    copy, and a member whose verdict is stored already, builds it. Each warms it up until
    steady: one build per (workload, mode, replicate). A worker that cannot sits out;

@@ -46,7 +46,7 @@ class PairedPlan:
     workers: int
     rounds: int
     block_seconds: float
-    #: Whether the group's workers make the verdicts too (``--timing paired``): a member's
+    #: Whether the group's workers make the verdicts too (they owe some): a member's
     #: build and first steps are then its verdict record's, priced with the records, and what is
     #: left of its preparation is its warm-up until steady (at most ``warmup`` seconds), but the
     #: A/A copy's, which builds.

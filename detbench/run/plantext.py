@@ -1,5 +1,5 @@
 """The plan of a run in words and as JSON: what ``--dry-run`` prints (the records, the workers,
-the stopping rule, the estimate and where each of its figures comes from, the suites the device's
+the warm-up, the estimate and where each of its figures comes from, the suites the device's
 matrix leaves out), and the plan line every run starts with."""
 
 from __future__ import annotations

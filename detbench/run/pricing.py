@@ -27,12 +27,10 @@ if TYPE_CHECKING:
 
 
 def timing_seconds(device: str, budget: float) -> float:
-    """Seconds the model charges a record for its timing pass: its warm-up and its samples, as
-    shares of its budget. The one place the estimate prices the sampling budget: a budget that
-    adapts to the step time (``worker/budget.py``) changes this function and nothing else; the
-    model's records, ``per_record_seconds``, and what a later worker's start-up cannot hide behind
-    (``hidden_seconds``) follow it. The suites' measured figures and a probed workload's record
-    include their own timing as measured."""
+    """Seconds the model's figures hold for a record's timing pass (its warm-up and its samples,
+    as shares of its budget): the figures were measured when each record was timed in its own
+    worker, and a verdict record, which has no timing pass, is priced at a figure less this
+    (``record_cost``)."""
     return (BUDGET_SHARE[device] + WARMUP_SHARE[device]) * budget
 
 

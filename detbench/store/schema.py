@@ -77,9 +77,11 @@ class TimingFields(TypedDict, total=False):
     gpu_clocks: dict[str, Any] | None  # NVML's clocks during the pass (worker/gpuclock.py)
     num_threads: int
     clock: str
-    ceiling: float | None  # the most seconds of sampling past the budget (worker/budget.py)
-    clock_mode: str | None  # "sustained" or "burst" (--clocks)
-    hold: dict[str, Any] | None  # what the sustained-clock hold did (worker/sustain.py)
+    # The separate design's (an earlier detbench: docs/measured.md); a paired timing has None,
+    # and clock_mode "paired" ("exec" in detbench exec).
+    ceiling: float | None  # the most seconds of sampling past the budget
+    clock_mode: str | None  # "sustained" or "burst" (its --clocks)
+    hold: dict[str, Any] | None  # what the sustained-clock hold did
 
 
 class Record(TypedDict, total=False):

@@ -1,10 +1,10 @@
-"""The clocks of ``time_step`` (``detbench.worker.timing``): how one sample, a block of
-consecutive steps, is timed. On CUDA by a pair of CUDA events around each block, with one host
+"""The clocks of a timing sample (``worker.paired``, ``worker.warmup``): how one sample, a block
+of consecutive steps, is timed. On CUDA by a pair of CUDA events around each block, with one host
 synchronisation per batch of samples and none inside one; elsewhere by a host clock
 (``time.perf_counter``, preceded by a sync of the current CUDA device where CUDA is in use and
 no device was named), or by an injected clock (tests). Garbage collection is off inside every
-sample. Each sampler is a ``warmup.Sampler``: the warm-up and the stopping rule use the same
-one.
+sample. Each sampler is a ``warmup.Sampler``: the warm-up and the paired blocks after it use
+the same one.
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ MIN_CI_SAMPLES = 6
 @dataclass(frozen=True)
 class Timing:
     """Raw samples (seconds per step, one per block of ``number_per_block`` steps), their
-    summary, and how far the stopping rule got: the 95 % interval of the median
-    ``[ci_low, ci_high]`` (seconds per step) and its half-width relative to the median."""
+    summary: the 95 % interval of the median ``[ci_low, ci_high]`` (seconds per step), its
+    half-width relative to the median, and whether that is within ``target_rel``."""
 
     samples: tuple[float, ...]
     number_per_block: int
