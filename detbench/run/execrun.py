@@ -204,7 +204,7 @@ class ExecRunner:
                 "and warms the caches for the timed runs\n"
             )
             self.census = self.one(base, census=True, folder="census")
-            if self.census["status"] == "hung":  # hung at exit: the only hang it can see
+            if self.census["status"] == "hung":  # stuck (it has no time limit): once more
                 self._set_hung_aside(base, self.census)
                 self.census = self.one(base, census=True, folder="census")
             self._save()
@@ -238,7 +238,7 @@ class ExecRunner:
         return max(HANG_FLOOR, HANG_FACTOR * max(walls)), "hung"
 
     def _set_hung_aside(self, slot: RunSlot, facts: dict[str, Any]) -> None:
-        """A run killed past its limit or hung at exit: its folder kept beside the runs as
+        """A run killed past its limit, or stuck (``execwait``): its folder kept beside the runs as
         ``KEY-hung``, a line said, and the run noted in ``exec.json``'s ``hung`` (the report
         names it)."""
         runs = self.c.out / "runs"
@@ -483,8 +483,8 @@ def _past(facts: dict[str, Any]) -> str:
 
 def census_failure(f: dict[str, Any]) -> str:
     """Why the census run failed, in a few words."""
-    if f["status"] == "timeout":
-        return "past --timeout"
+    if f["status"] in ("timeout", "hung"):
+        return _past(f)
     return f"exit {f['exit_code']}: {f['stderr_tail'] or 'nothing on stderr'}"
 
 
