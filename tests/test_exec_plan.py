@@ -134,6 +134,18 @@ def test_an_aa_copy_with_a_false_cost_says_what_it_means_for_the_costs() -> None
     assert aa_warning(_doc([0.90, 1.10, 1.0])) is None  # holds 1
 
 
+def _script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> tuple[Path, Path]:
+    """``text`` as ``train.py`` in a fresh folder (returned), run on the CPU, counting its starts
+    in the file ``STARTS`` names (returned; outside the folder exec watches)."""
+    starts = tmp_path / "starts"
+    monkeypatch.setenv("STARTS", str(starts))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(text)
+    return work, starts
+
+
 #: A script that hangs on its third start (it counts its starts in a file outside the watched
 #: folder): the way a torchrun rank hung at exit in one run of three.
 HANGS_ONCE = """\
@@ -158,12 +170,7 @@ def test_a_run_that_hangs_is_killed_past_its_limit_and_run_once_more(
     # imports torch) and 6 s: 1.5x once killed a run that CI's load had merely slowed
     monkeypatch.setattr(execrun, "HANG_FACTOR", 3.0)
     monkeypatch.setattr(execrun, "HANG_FLOOR", 6.0)
-    starts = tmp_path / "starts"
-    monkeypatch.setenv("STARTS", str(starts))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "train.py").write_text(HANGS_ONCE)
+    work, starts = _script(tmp_path, monkeypatch, HANGS_ONCE)
     c = ExecConfig(
         command=[sys.executable, "train.py"],
         modes=[get_mode("default")],
@@ -219,12 +226,7 @@ def test_the_untimed_first_run_hung_at_exit_is_killed_and_run_once_more(
     from detbench.run import execwait
 
     monkeypatch.setattr(execwait, "EXIT_GRACE", 3.0)  # 30 s in use
-    starts = tmp_path / "starts"
-    monkeypatch.setenv("STARTS", str(starts))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "train.py").write_text(HANGS_AT_EXIT_ONCE)
+    work, starts = _script(tmp_path, monkeypatch, HANGS_AT_EXIT_ONCE)
     c = ExecConfig(
         command=[sys.executable, "train.py"],
         modes=[get_mode("default")],
@@ -277,12 +279,7 @@ def test_a_rank_left_behind_deadlocked_is_killed_and_run_once_more(
     from detbench.run import execwait
 
     monkeypatch.setattr(execwait, "RANK_GRACE", 4.0)  # 60 s in use
-    starts = tmp_path / "starts"
-    monkeypatch.setenv("STARTS", str(starts))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "train.py").write_text(RANK_LEFT_BEHIND)
+    work, starts = _script(tmp_path, monkeypatch, RANK_LEFT_BEHIND)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     c = ExecConfig(
         command=[*torchrun, "train.py"],
@@ -321,12 +318,8 @@ def test_a_run_that_hangs_again_is_a_timeout_in_the_records_and_exec_ends(
 
     monkeypatch.setattr(execrun, "HANG_FACTOR", 3.0)  # as above
     monkeypatch.setattr(execrun, "HANG_FLOOR", 6.0)
-    starts = tmp_path / "starts"
-    monkeypatch.setenv("STARTS", str(starts))
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "train.py").write_text(HANGS_ONCE.replace("if n == 3:", "if n in (3, 4):"))
+    hangs_twice = HANGS_ONCE.replace("if n == 3:", "if n in (3, 4):")
+    work, _ = _script(tmp_path, monkeypatch, hangs_twice)
     monkeypatch.chdir(work)
     out = tmp_path / "run"
     args = ["--mode", "default", "--replicates", "2", "--no-census", "--out", str(out)]
