@@ -217,7 +217,6 @@ _FROM_JOB = (
     "warmup_steps",
     "budget",
     "target_rel",
-    "min_samples",
     "replicate",
     "reference_dir",
     # Whether the paired phase times the records (else, in ``detbench audit``, nothing does).

@@ -322,7 +322,6 @@ def estimate(
     p = Pricing(
         device,
         profile,
-        budget,
         startup_seconds,
         per_record,
         distributed,

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from detbench.core.modes import Mode
-from detbench.run.config import MIN_SAMPLES, TARGET_REL, RunConfig
+from detbench.run.config import TARGET_REL, RunConfig
 from detbench.run.supervise import gpu_visible
 from detbench.worker.protocol import PACKAGE_ROOT, fresh_compile_caches
 
@@ -42,7 +42,6 @@ def worker_job(
         "block_seconds": c.setting("block_seconds"),
         "rounds": c.setting("rounds"),
         "target_rel": TARGET_REL[c.device],
-        "min_samples": MIN_SAMPLES,
         "fingerprint": c.fingerprint,
         # A verdict worker times nothing: the paired phase times this run's costs, or
         # (VERDICTS_ONLY) nothing does.

@@ -126,7 +126,6 @@ class Pricing:
 
     device: str
     profile: str
-    budget: float
     startup_seconds: float
     per_record: float
     distributed: frozenset[str]
