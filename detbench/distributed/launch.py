@@ -29,7 +29,6 @@ import datetime
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -126,24 +125,19 @@ def run_distributed(
     mode: Mode,
     ws: Any,
     rec: dict[str, Any],
-    notify: Callable[[str], None] | None = None,
 ) -> None:
     """Fill ``rec`` (the worker's record of ``w``) from a torchrun launch: a fresh one that runs
     ``w`` and the distributed workloads after it in this worker (one launch per worker, as one
     worker per mode and replicate: torchrun's start-up is paid once, not per workload), or the
     one that already ran it. A launch that ended early (a fault) leaves the workloads after the
-    one it ended in to a fresh launch. ``notify`` brackets a launch as ``timing``/``timed``, so
-    the runner keeps its other processes paused while the ranks run and time. Never raises for a
-    fault of the workload or of its ranks."""
+    one it ended in to a fresh launch. Never raises for a fault of the workload or of its
+    ranks."""
     levels = _launchable(w, ctx, mode, ws, rec)
     if levels is None:
         return
     ident = (str(job["reference_dir"]), mode.name, int(job["replicate"]), w.key)
     pending = _PENDING.pop(ident, None)
     if pending is not None:  # ran in the launch of an earlier workload of this worker
-        if notify is not None:
-            notify("timing")
-            notify("timed")
         ln, i = pending
         fill(rec, ln, i, launched=False)
         return
@@ -152,13 +146,7 @@ def run_distributed(
     rank_job = _rank_job(job, keys, mode, ctx, levels, rec, limit)
     env = ts.nccl_environment(dict(os.environ), levels)
     directory = launch_dir(job, w, mode)
-    if notify is not None:
-        notify("timing")
-    try:
-        ln = launch(rank_job, directory, rec["world_size"], env, limit)
-    finally:
-        if notify is not None:
-            notify("timed")
+    ln = launch(rank_job, directory, rec["world_size"], env, limit)
     for i, key in enumerate(keys[1:], start=1):
         if outcome(ln, i) is not None:
             _PENDING[(ident[0], ident[1], ident[2], key)] = (ln, i)
@@ -387,7 +375,6 @@ class PairedLaunch:
         mode: Mode,
         ws: Any,
         rec: dict[str, Any],
-        notify: Callable[[str], None] | None = None,
     ) -> None:
         levels = _launchable(w, ctx, mode, ws, rec)
         if levels is None:

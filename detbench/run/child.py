@@ -107,7 +107,7 @@ def _start(job: dict[str, Any], out: Channel) -> tuple[Any, Any, Any, Any] | Non
         {
             "type": "ready",
             "startup_seconds": time.time() - float(job["launched_at"]),
-            # The start-up's own work (imports, CUDA init), whatever time it spent paused.
+            # The start-up's own work (imports, CUDA init), whatever time it waited.
             "startup_cpu_seconds": time.process_time(),
             "device_env": facts,
             "pid": os.getpid(),
@@ -141,7 +141,7 @@ def _verdict_then_prepare(
     step it built, kept, is warmed up for the rounds (built again only where its
     batch-invariance pass rebuilt it). (the timing or None; the ``prepared`` fields)."""
     kept: list[Any] = []
-    record, device_lost = run_workload(w, job, mode, None, ws, keep=kept.append)
+    record, device_lost = run_workload(w, job, mode, ws, keep=kept.append)
     out.send({"type": "record", "record": _stamped(record, job, device)})
     gc.freeze()
     if device_lost:
@@ -157,23 +157,16 @@ def _verdict_then_prepare(
 def serve(job: dict[str, Any], out: Channel) -> int:
     """The worker's life, once the child main (armed to die with the runner before it imported
     this module and torch) has read its job, the first line of stdin."""
-    stdin = sys.stdin.buffer
     started = _start(job, out)
     if started is None:
         return 0
     mode, ws, workloads, device = started
-
-    def notify(phase: str) -> None:
-        out.send({"type": "phase", "phase": phase})
-        if phase == "timing":
-            stdin.readline()  # the runner's "ok": nothing else of the run is using a core now
-
     for key in job["workloads"]:
         out.send({"type": "start", "workload": key})
         w = workloads.get(key)
         if w is None:
             raise RuntimeError(f"workload {key} is not defined in this worker's sources")
-        record, device_lost = run_workload(w, job, mode, notify, ws, launch=run_distributed)
+        record, device_lost = run_workload(w, job, mode, ws, launch=run_distributed)
         out.send({"type": "record", "record": _stamped(record, job, device)})
         # What the workload imported or cached for good (its own objects are freed by now) joins
         # the frozen generation, so each later collection scans only the next workload's objects.
@@ -209,7 +202,7 @@ def pair(job: dict[str, Any], out: Channel) -> int:
             if w is None:
                 raise RuntimeError(f"workload {key} is not defined in this worker's sources")
             if word == "record":  # the verdict alone: another member times this computation
-                record, device_lost = run_workload(w, job, mode, None, ws, launch=run_distributed)
+                record, device_lost = run_workload(w, job, mode, ws, launch=run_distributed)
                 out.send({"type": "record", "record": _stamped(record, job, device)})
                 gc.freeze()
                 status = "failed" if device_lost else record.get("status")
@@ -223,7 +216,7 @@ def pair(job: dict[str, Any], out: Channel) -> int:
                 )
             elif w.distributed:  # its ranks, launched for it, take the turns
                 member = PairedLaunch(verdict=word == "verdict")
-                record, _ = run_workload(w, job, mode, None, ws, launch=member)
+                record, _ = run_workload(w, job, mode, ws, launch=member)
                 if word == "verdict":
                     out.send({"type": "record", "record": _stamped(record, job, device)})
                 timing, said = member.timing, member.said

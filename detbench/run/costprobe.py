@@ -90,7 +90,7 @@ class ProbeReport:
 def own_costs(runner: Runner) -> dict[str, Probed]:
     """A resumed run's workloads, each costed from the run's own records of it on this host (the
     mean over them of their phases summed; the FLOP count, which a run makes in its first
-    replicate only, and the timing pass apart, as a probe's record): the records left are
+    replicate only, apart, as a probe's record): the records left are
     priced from what the same run measured, not from a suite's figure measured elsewhere or the
     model's guess. Empty for a new run."""
     if not runner.config.resume:
@@ -108,9 +108,8 @@ def own_costs(runner: Runner) -> dict[str, Probed]:
         counts = [p["count"] for p in records if p.get("count")]
         count = sum(counts) / len(counts) if counts else 0.0
         rest = sum(sum(p.values()) - p.get("count", 0.0) for p in records) / len(records)
-        timing = sum(p.get("timing", 0.0) for p in records) / len(records)
         step = sum(steps[key]) / len(records)
-        out[key] = Probed(seconds=rest + count, count=count, timing=timing, step=step)
+        out[key] = Probed(seconds=rest + count, count=count, step=step)
     return out
 
 
@@ -151,14 +150,7 @@ def probe(runner: Runner, keys: list[str]) -> ProbeReport:
                 records[f"{rec['suite']}/{rec['workload']}"] = rec
 
             turn = take_turn(
-                worker,
-                None,
-                runner.crew,
-                limits,
-                lambda msg: None,
-                lambda key: None,
-                lambda: True,
-                record,
+                worker, runner.crew, limits, lambda msg: None, lambda key: None, record
             )
             tail = log_tail(worker.log)
     finally:
@@ -185,7 +177,6 @@ def probe(runner: Runner, keys: list[str]) -> ProbeReport:
         found.records[key] = Probed(
             seconds=sum(phases.values()),
             count=phases.get("count", 0.0),
-            timing=phases.get("timing", 0.0),
             step=step_seconds(rec),
         )
     return found

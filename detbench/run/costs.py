@@ -161,17 +161,6 @@ WORKLOAD_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: 1.62 and 1.67 s), which a real run's plan scales to its host; the earlier CPU figures are in
 #: docs/measured.md ("From the code's comments").
 PAPER_STARTUP_SECONDS = {"cuda": 9.8, "cpu": 1.6}
-#: Seconds each later worker's device stage adds to a run, per device: the stage (CUDA's
-#: initialisation, its context, cuBLAS's and cuDNN's handles) begins only once the worker before it
-#: has taken its last timing sample, so it does not hide behind that worker's measuring; what the
-#: worker before it does after that sample (its last record's clean-up, its exit) hides part of it.
-#: CUDA: 1 s, a guess until a GPU run measures it (``run_stats``: ``device_stage`` over
-#: ``workers``); the H100's process watch (results/20261126-h100-experiments/watch.jsonl) saw a
-#: worker's context go from its first 14 MiB to ~700 MiB, libraries warmed, within 0.2 s, and CUDA's
-#: initialisation comes before that. CPU: nothing to initialise (``run_stats.device_stage``: 0.002 s
-#: over the 4 workers of a CPU run of conv, bmm, batchnorm and rnn on the development CPU,
-#: 2026-11-26), charged nothing.
-HANDOVER_SECONDS = {"cuda": 1.0, "cpu": 0.0}
 #: Seconds of the batch-invariance pass per declared batch size of a record (a build and one
 #: step at that size). CPU quick: 0.00429 s, the invariance passes of ``make bench`` over their
 #: 3,810 sizes (20261129-033852-cpu-quick, the run of ``HOST_REFERENCE_SECONDS``; another host's

@@ -1,10 +1,9 @@
 """How long a plan should take: the cost model behind ``--dry-run``, the plan line of every run
 and the progress line's first guess. Every record costs its overhead plus the expected share of
-its timing budget; the first worker's start-up (measured by a dry run), what later workers'
-start-ups cannot hide and their device stages (which wait for the last timing sample before
-them) are added, and so are torchrun launches and invariance passes. The figures it prices with,
-and where each was measured or that it is a guess, are in ``run/costs.py`` (importable from
-here as well).
+its timing budget; the first worker's start-up (measured by a dry run) and what later workers'
+start-ups cannot hide are added, and so are torchrun launches and invariance passes. The figures
+it prices with, and where each was measured or that it is a guess, are in ``run/costs.py``
+(importable from here as well).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from detbench.core import settings as st
 from detbench.run.costs import (
     BUDGET_SHARE,
-    HANDOVER_SECONDS,
     INVARIANCE_SECONDS_PER_SIZE,
     LAUNCH_SECONDS,
     NO_CUDNN_RECORD_SECONDS,
@@ -42,7 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUDGET_SHARE",
-    "HANDOVER_SECONDS",
     "INVARIANCE_SECONDS_PER_SIZE",
     "LAUNCH_SECONDS",
     "NO_CUDNN_RECORD_SECONDS",
@@ -97,10 +94,6 @@ class Estimate:
     #: "measured start-up" (a dry run started a worker here), "model" (a real run's first guess),
     #: or "paper" (a CUDA plan on a host without a GPU: nothing here could be measured).
     basis: str = "model"
-    #: Per device: its workers after the first, each of whose device stage waits for the last
-    #: timing sample before it; and the seconds of one such stage (``HANDOVER_SECONDS``).
-    lane_handovers: tuple[int, ...] = ()
-    handover_seconds: float = 0.0
     #: Records costed by a probe worker on this host (a user's own workloads).
     probed_records: int = 0
     #: Per worker (replicate, mode name): the seconds it costs beyond its records (start-up or
@@ -127,10 +120,6 @@ class Estimate:
     host: dict[str, Any] | None = None
 
     @property
-    def handovers(self) -> int:
-        return sum(self.lane_handovers)
-
-    @property
     def record_seconds(self) -> float:
         if self.lane_record_seconds:
             return sum(self.lane_record_seconds)
@@ -149,7 +138,6 @@ class Estimate:
         """Each device's share: its records, its waits and the start-up of its first worker."""
         launches = self.lane_launches or (0,) * len(self.lane_records)
         sizes = self.lane_sizes or (0,) * len(self.lane_records)
-        handovers = self.lane_handovers or (0,) * len(self.lane_records)
         costs = self.lane_record_seconds or tuple(
             n * self.per_record_seconds for n in self.lane_records
         )
@@ -159,9 +147,8 @@ class Estimate:
             + c
             + k * self.launch_seconds
             + b * self.size_seconds
-            + h * self.handover_seconds
-            for n, w, c, k, b, h in zip(
-                self.lane_records, self.lane_waits, costs, launches, sizes, handovers, strict=True
+            for n, w, c, k, b in zip(
+                self.lane_records, self.lane_waits, costs, launches, sizes, strict=True
             )
         )
 
@@ -178,7 +165,6 @@ class Estimate:
             + self.record_seconds
             + self.launches * self.launch_seconds
             + self.invariance_seconds
-            + self.handovers * self.handover_seconds
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -191,8 +177,6 @@ class Estimate:
             "startup_charged": self.startup_charged,
             "per_record_seconds": round(self.per_record_seconds, 4),
             "startup_waits_seconds": round(self.startup_waits, 1),
-            "handovers": self.handovers,
-            "handover_seconds": self.handover_seconds,
             "compiled_records": self.compiled_records,
             "torchrun_launches": self.launches,
             "invariance_sizes": sum(self.lane_sizes),
@@ -354,8 +338,6 @@ def estimate(
         unsupported_records=sum(len(s.keys) - len(p.runs(s)) for s in plan.slots),
         costed_records=sum(p.costed(s) for s in plan.slots),
         basis=basis or ("measured start-up" if measured else "model"),
-        lane_handovers=tuple(max(0, len(ss) - 1) for ss in workers),
-        handover_seconds=HANDOVER_SECONDS.get(device, 0.0),
         probed_records=sum(
             1 for s in plan.slots for k in p.runs(s) if probed and k in probed and k not in own
         ),

@@ -602,7 +602,7 @@ class PairedPhase:
                 if len(each) == 1:
                     each[0]()
                 else:
-                    side_by_side(each, [t.lane for t in self.timers], self.crew, lambda: None)
+                    side_by_side(each, [t.lane for t in self.timers], self.crew)
         finally:
             for t in self.timers:
                 self.stats.absorb(t.workers.stats)

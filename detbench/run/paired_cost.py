@@ -106,7 +106,7 @@ class PairedPlan:
         def member(key: str) -> float:
             got = measured.get(key)
             if got is not None:
-                return max(prepare, got.seconds - got.count - got.timing)
+                return max(prepare, got.seconds - got.count)
             return suites.get(key.partition("/")[0], prepare)
 
         def step(key: str) -> float:

@@ -252,12 +252,6 @@ def _startup_words(est: Estimate) -> str:
             if est.startup_waits >= 0.5
             else ""
         )
-        + (
-            f", and initialises the GPU after that one's last timing sample: {est.handovers} x "
-            f"{est.handover_seconds:g} s"
-            if est.handovers * est.handover_seconds >= 0.5
-            else ""
-        )
         + ")"
     )
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from detbench.run.costs import (
     BUDGET_SHARE,
-    HANDOVER_SECONDS,
     INVARIANCE_SECONDS_PER_SIZE,
     LAUNCH_SECONDS,
     NO_CUDNN_RECORD_SECONDS,
@@ -42,13 +41,11 @@ def per_record_seconds(device: str, profile: str, budget: float) -> float:
 @dataclass(frozen=True)
 class Probed:
     """A workload with no measured figure (a user's own), costed by a probe worker on this host
-    (``run.costprobe``): one record's phases summed, that record's FLOP count (a run counts FLOPs
-    in its first replicate only) and its timing pass (a later worker's start-up is paused while
-    a worker times, so it cannot hide behind it)."""
+    (``run.costprobe``): one record's phases summed, and that record's FLOP count (a run counts
+    FLOPs in its first replicate only)."""
 
     seconds: float
     count: float = 0.0
-    timing: float = 0.0
     #: Its step's seconds (``step_seconds``; 0: not known): a paired member times blocks of at
     #: least one step, so a long step sets the seconds of its group's turns.
     step: float = 0.0
@@ -90,7 +87,7 @@ def record_cost(
     (``timing_seconds``; a probe's own), at least a third of it. ``speed``: this host's factor on
     the figures (``run.hostspeed``), which scales all but a probe's record, measured here."""
     if probed and key in probed:
-        return probed[key].record(replicate) - probed[key].timing, True
+        return probed[key].record(replicate), True
     budget_timing = timing_seconds(device, _budget(per_record, device, profile))
 
     def untimed(figure: float) -> float:
@@ -172,16 +169,15 @@ class Pricing:
         )
 
     def hidden(self, before: Slot) -> float:
-        """What a worker does while the next one may start up: every record (a verdict
-        worker has no timing pass that would pause the next one)."""
+        """What a worker does while the next one may start up: every record."""
         return self.cost([before])
 
     def wait_list(self, slots: Sequence[Slot]) -> list[float]:
         """Each worker's wait for its own start-up once the worker before it is done; the
         first's: its whole start-up. The runner starts a worker as the one before it begins its
         turn (``runner._run_lane``: the next slot's worker is spawned beside the current one),
-        so a start-up runs through that one's own wait and its measuring (not its timing
-        passes, during which it is paused): the second worker starts with the first and waits
+        so a start-up runs through that one's own wait and its verdicts: the second worker
+        starts with the first and waits
         for nothing, the third starts when the second's turn begins, and so on. (Charging each
         worker its start-up less the measuring before it alone, as the estimate once did, gave
         a run of four short workers four start-ups where the runner waits for two: 107 s
@@ -222,11 +218,8 @@ class Pricing:
 
     def overhead(self, slots: Sequence[Slot], i: int) -> float:
         """The seconds slot ``i`` of a device costs beyond its records: the first worker's
-        start-up, or a later one's wait and device stage; its launch and invariance passes."""
-        device = self.device
+        start-up, or a later one's wait; its launch and invariance passes."""
         s = slots[i]
-        start = self.wait_list(slots[: i + 1])[i] + (
-            HANDOVER_SECONDS.get(device, 0.0) if i else 0.0
-        )
+        start = self.wait_list(slots[: i + 1])[i]
         launch = self.launch_seconds if self.launches(s) else 0.0
         return start + launch + self.sizes_seconds(s)

@@ -2,10 +2,10 @@
 
 ``detbench.run.schedule`` decides the order (replicates outer, modes shuffled per replicate), the
 device of each worker and the estimate; ``detbench.run.supervise`` owns one worker's life (spawn,
-messages, pauses, limits). This module runs the plan: it starts the next worker while the current
-one measures (its device stage waits for the current one's last timing sample), stores each
-record the moment it arrives, turns a worker that died or hung into records with a status, and
-keeps the run's statistics and its env.json.
+messages, limits). This module runs the plan: it starts the next worker, its device stage too,
+while the current one makes its verdicts (a verdict worker times nothing), stores each record the
+moment it arrives, turns a worker that died or hung into records with a status, and keeps the
+run's statistics and its env.json.
 
 With ``--devices`` each device runs its queue of workers ("lane") in a thread of its own, one
 worker at a time; a worker's fault costs its own records only. A worker sees only its GPU, as
@@ -141,7 +141,6 @@ class Runner:
         # Shared by the lanes: records, progress, statistics, env.json; the workers alive.
         self._lock = threading.RLock()
         self.crew = Crew()
-        self._lanes_running = 1
         # (suite, workload, mode) whose first replicate this run still has to store, and the
         # later replicates' records that wait for its FLOP count.
         self._first_todo = {
@@ -245,7 +244,6 @@ class Runner:
         slot: Slot,
         progress: Progress,
         writer: ResultWriter,
-        neighbour: WorkerProcess | None,
         lane: _Lane,
     ) -> list[str]:
         """Run ``worker`` to its end (``supervise.take_turn``), its records stored as they come
@@ -262,17 +260,13 @@ class Runner:
             with self._lock:
                 progress.show(slot, c.replicates, len(c.modes), key, device)
 
-        def others_idle() -> bool:  # other devices' workers run beside it, whatever they do
-            with self._lock:
-                return self._lanes_running <= 1
-
         def record(rec: dict[str, Any]) -> None:
             with self._lock:
                 self._store(rec, writer)
                 progress.advance(f"{rec['suite']}/{rec['workload']}", device)
 
         limits = (c.startup_timeout, c.timeout)
-        turn = take_turn(worker, neighbour, self.crew, limits, ready, start, others_idle, record)
+        turn = take_turn(worker, self.crew, limits, ready, start, record)
         with self._lock:
             self.stats.add_turn(turn, slot.replicate, slot.mode.name)
         if not turn.remaining:
@@ -427,8 +421,7 @@ class Runner:
                 if len(lanes) == 1:
                     each[0]()
                 else:  # each device's lane in a thread of its own
-                    self._lanes_running = len(lanes)
-                    side_by_side(each, c.device_names, self.crew, self._lane_ended)
+                    side_by_side(each, c.device_names, self.crew)
                 if self.paired is not None:  # every verdict is in: now the costs, side by side
                     progress.close()
                     progress.tty = False  # its line is ended; the paired phase prints its own
@@ -467,16 +460,11 @@ class Runner:
         """How many (workload, replicate) groups the paired phase will time."""
         return 0 if self.paired is None else self.paired.groups
 
-    def _lane_ended(self) -> None:
-        with self._lock:
-            self._lanes_running -= 1
-
     def _run_lane(
         self, lane: _Lane, queues: LaneQueues, progress: Progress, writer: ResultWriter, logs: Path
     ) -> None:
         """One device's workers, one at a time: each slot's worker, with the next slot's worker
-        started beside it (its neighbour); the workloads a dead worker did not reach go to a
-        fresh one."""
+        started beside it; the workloads a dead worker did not reach go to a fresh one."""
         pending: tuple[Slot, WorkerProcess] | None = None  # the next slot, its worker started
         worker: WorkerProcess | None = None
         try:
@@ -491,9 +479,9 @@ class Runner:
                 nxt = self._take(queues, lane)
                 if nxt is not None:
                     pending = (nxt[0], self.spawn(*nxt, logs))
+                    pending[1].release()  # nothing of this device is timed: its CUDA start too
                 while True:
-                    neighbour = pending[1] if pending is not None else None
-                    todo = self._drive(worker, slot, progress, writer, neighbour, lane)
+                    todo = self._drive(worker, slot, progress, writer, lane)
                     if not todo:
                         break
                     worker = self.spawn(slot, todo, logs)

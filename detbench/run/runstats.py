@@ -30,7 +30,6 @@ class RunStats:
     devices: int = 1  # side by side (--devices): the phase seconds above add up over them
     stolen: int = 0  # slots a device took from another's queue
     timing_target_missed: int = 0  # records whose samples hit the budget before the target
-    neighbour_pauses: int = 0  # timing passes during which the next worker's start-up was paused
     device_stage: float = 0.0  # the workers' device stage (CUDA init), after their go-ahead
     #: The plan's estimate of this run's wall time (seconds), where the run was given one.
     planned: float | None = None
@@ -68,10 +67,9 @@ class RunStats:
         return {**asdict(self), "other": self.other}
 
     def add_turn(self, turn: Turn, replicate: int, mode: str) -> None:
-        """Count a worker's turn: its waits, its pauses of the next worker, its device stage."""
+        """Count a worker's turn: its waits and its device stage."""
         self.startup += turn.startup_wait
         self.shutdown += turn.shutdown
-        self.neighbour_pauses += turn.neighbour_pauses
         if turn.stage is not None:
             start, end = turn.stage["device_stage"]
             self.device_stage += end - start

@@ -1,4 +1,4 @@
-"""One worker's life seen from the runner: spawn, messages, pauses, limits, and how it ended.
+"""One worker's life seen from the runner: spawn, messages, limits, and how it ended.
 
 The protocol, over the worker's stdin (runner to worker, one line each) and a pipe of JSON lines
 (worker to runner):
@@ -8,15 +8,11 @@ The protocol, over the worker's stdin (runner to worker, one line each) and a pi
    worker imports torch, applies its mode and loads the workload files: nothing that touches a
    device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its
    context, cuBLAS's and cuDNN's handles), sends ``ready`` and waits for ``go``. So the next
-   worker can be spawned early and pay most of its start-up while the current one measures: a
-   fresh process per (mode, replicate) still, with its own hash seed and CUDA context, but its
-   imports no longer between two workers. It gets ``device`` when the current worker has taken
-   its last timing sample (the ``phase: timed`` of its last workload), or at its own turn: no
-   timing shares its GPU with the next worker's context.
-2. After ``go``, for each workload: ``start``, then ``phase: timing`` before its timing pass. The
-   worker waits for the runner's ``ok``: by then the runner has paused (SIGSTOP) any worker that
-   is starting up beside it, so no other process of the run uses a core while samples are taken.
-   ``phase: timed`` lets the paused one continue. Then ``record``.
+   worker can be spawned early and pay its start-up while the current one makes its verdicts:
+   a fresh process per (mode, replicate) still, with its own hash seed and CUDA context, but its
+   imports no longer between two workers. A verdict worker times nothing, so the runner sends
+   ``device`` at once; a paired group's workers get it when the group starts.
+2. After ``go``, for each workload: ``start``, then ``record``.
 3. ``done`` at the end, or ``lost`` after a workload that left the worker's CUDA context
    unusable (a fresh worker takes the workloads left); an exit without either is a crash (the
    runner reads its log), a silence longer than the limit is a timeout (the runner kills it).
@@ -32,7 +28,6 @@ import contextlib
 import json
 import os
 import selectors
-import signal
 import subprocess
 import threading
 import time
@@ -43,7 +38,7 @@ from typing import Any
 
 from detbench.store.schema import Status
 from detbench.worker.cudnnlog import log_environment
-from detbench.worker.protocol import ARMED_NAME, child_command, exit_description
+from detbench.worker.protocol import child_command, exit_description
 
 TIMEOUT: dict[str, Any] = {"type": "timeout"}
 #: The job's kind for the one child main (``detbench.worker.protocol``): a run's worker.
@@ -82,7 +77,6 @@ class WorkerProcess:
         self.buf = b""
         self.sel = selectors.DefaultSelector()
         self.sel.register(read_fd, selectors.EVENT_READ)
-        self.paused = False
         self.closed = False
         self.released = False
         # ``run_pid``: whose processes share the device while it times, the run's or others'.
@@ -100,62 +94,11 @@ class WorkerProcess:
             self.proc.stdin.flush()
 
     def release(self) -> None:
-        """Let the worker begin its device stage (CUDA's initialisation): once, when no other
-        worker of its device will take timing samples before it does."""
+        """Let the worker begin its device stage (CUDA's initialisation), once: a paired group's
+        worker when its group starts, a verdict worker as soon as it is spawned."""
         if not self.released:
             self.released = True
             self.send("device")
-
-    def pause(self) -> bool:
-        """Stop a worker that is starting up while another takes timing samples. True once the
-        kernel reports it stopped (SIGSTOP is delivered asynchronously: waiting for it means no
-        sample starts while the neighbour still runs), or when it has already exited."""
-        if not self.paused and self.proc.poll() is None:
-            self._armed(wait=5.0)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGSTOP)
-            self.paused = True
-        return self.stopped(wait=1.0)
-
-    def _armed(self, wait: float) -> bool:
-        """Whether the worker has asked to die with the runner (it then names itself
-        ``ARMED_NAME``), waiting up to ``wait`` seconds; True where /proc cannot say. A worker
-        stopped before that would outlive a runner killed meanwhile, stopped for good."""
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                comm = Path(f"/proc/{self.proc.pid}/comm").read_bytes().strip()
-            except OSError:
-                return True
-            if comm == ARMED_NAME or self.proc.poll() is not None:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-
-    def stopped(self, wait: float = 0.0) -> bool:
-        """Whether the process is stopped or gone, per /proc (waiting up to ``wait`` seconds);
-        True where /proc is not there to ask (not Linux)."""
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
-            except FileNotFoundError:
-                return True
-            except OSError:
-                return True
-            state = stat.rsplit(")", 1)[1].split()[0]  # the field after the command name
-            if state in ("T", "t", "Z", "X"):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.001)
-
-    def resume(self) -> None:
-        if self.paused:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGCONT)
-            self.paused = False
 
     def next(self, limit: float | None) -> dict[str, Any] | None:
         """The next message; ``TIMEOUT`` after ``limit`` seconds of silence; None when the worker
@@ -184,7 +127,6 @@ class WorkerProcess:
                 return msg
 
     def kill(self) -> None:
-        self.resume()  # a stopped process dies on SIGKILL too; continuing it first is tidier
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
 
@@ -192,7 +134,6 @@ class WorkerProcess:
         """Close the pipe and reap the process (killed if it has not exited within 60 s)."""
         if not self.closed:
             self.closed = True
-            self.resume()
             self.sel.close()
             os.close(self.fd)
             if self.proc.stdin is not None:
@@ -296,12 +237,10 @@ class Crew:
                 w.kill()
 
 
-def side_by_side(
-    lanes: Sequence[Callable[[], None]], names: Sequence[str], crew: Crew, ended: Callable[[], None]
-) -> None:
-    """Run each of ``lanes`` (a device's workers, one after another) in a thread of its own;
-    ``ended`` is called as each ends. Ctrl-C, or a lane that raises, halts ``crew`` (every worker
-    killed, none started), and the first error is raised here, in the calling thread."""
+def side_by_side(lanes: Sequence[Callable[[], None]], names: Sequence[str], crew: Crew) -> None:
+    """Run each of ``lanes`` (a device's workers, one after another) in a thread of its own.
+    Ctrl-C, or a lane that raises, halts ``crew`` (every worker killed, none started), and the
+    first error is raised here, in the calling thread."""
     errors: list[BaseException] = []
 
     def main(lane: Callable[[], None]) -> None:
@@ -312,8 +251,6 @@ def side_by_side(
         except BaseException as exc:
             errors.append(exc)
             crew.halt()
-        finally:
-            ended()
 
     threads = [
         threading.Thread(target=main, args=(lane,), name=f"detbench-{name}")
@@ -347,7 +284,6 @@ class Turn:
     code: int | None = None  # its exit status
     startup_wait: float = 0.0  # from its turn to ready
     shutdown: float = 0.0  # reaping it
-    neighbour_pauses: int = 0
     #: From its ready message: its pid and device stage (``runstats.RunStats.worker_stages``).
     stage: dict[str, Any] | None = None
 
@@ -357,26 +293,19 @@ class Turn:
 
 def take_turn(
     worker: WorkerProcess,
-    neighbour: WorkerProcess | None,
     crew: Crew,
     limits: tuple[float, float | None],
     ready: Callable[[dict[str, Any]], None],
     start: Callable[[str], None],
-    others_idle: Callable[[], bool],
     record: Callable[[dict[str, Any]], None],
 ) -> Turn:
-    """Run ``worker`` to its end while ``neighbour`` (the next worker on its device) starts up
-    beside it, paused whenever ``worker`` takes timing samples, and let into its device stage
-    once ``worker`` has taken its last timing sample. ``limits``: the seconds it may
-    take to be ready, and to stay silent later. The callbacks get its ready message, each
-    workload it starts, and each record (``timed_alone`` set: whether no other worker of the
-    run ran while it timed; ``others_idle`` says whether other devices' workers run)."""
+    """Run ``worker`` to its end. ``limits``: the seconds it may take to be ready, and to stay
+    silent later. The callbacks get its ready message, each workload it starts, and each
+    record."""
     startup_timeout, timeout = limits
     turn = Turn(list(worker.keys), list(worker.keys))
-    alone: bool | None = None  # None until a timing pass has started
     try:
-        worker.resume()  # it may have been paused as someone else's neighbour
-        worker.release()  # its turn: no worker of its device times before it any more
+        worker.release()  # where the runner has not let it into its device stage already
         t0 = time.perf_counter()
         msg = worker.ready(startup_timeout)
         turn.startup_wait = time.perf_counter() - t0
@@ -400,19 +329,9 @@ def take_turn(
                 break
             kind = msg["type"]
             if kind == "start":
-                turn.in_flight, alone = msg["workload"], None
+                turn.in_flight = msg["workload"]
                 start(msg["workload"])
-            elif kind == "phase":
-                if msg["phase"] == "timing":
-                    alone = (neighbour is None or neighbour.pause()) and others_idle()
-                    turn.neighbour_pauses += neighbour is not None
-                    worker.send("ok")
-                elif neighbour is not None:
-                    neighbour.resume()
-                    if turn.remaining == [turn.in_flight]:  # its last timing pass is over
-                        neighbour.release()
             elif kind == "record":
-                msg["record"]["timed_alone"] = alone
                 record(msg["record"])
                 turn.remaining.remove(turn.in_flight)  # type: ignore[arg-type]
                 turn.in_flight = None
@@ -424,8 +343,6 @@ def take_turn(
         worker.kill()
         raise
     finally:
-        if neighbour is not None:
-            neighbour.resume()
         t_last = time.perf_counter()
         turn.code = crew.finish(worker)
         turn.shutdown = time.perf_counter() - t_last

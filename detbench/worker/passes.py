@@ -6,8 +6,8 @@ costs are timed after it, paired (``worker.paired``), in the same worker where i
 Three kinds of process run these passes, and what differs between them is a hook (``Hooks``),
 never a copy of a pass:
 
-- a run's worker (``run_workload``): the runner's go-ahead around a torchrun launch
-  (``notify``), the batch-invariance pass, the cuDNN log (``after_fingerprint``);
+- a run's worker (``run_workload``): the batch-invariance pass, the cuDNN log
+  (``after_fingerprint``), the step a paired member keeps (``keep``);
 - a torchrun rank (``detbench.distributed.rank``): a line in its log per phase (``say``), the
   digest of its DDP parameters after each step (``after_step``), a reference of its own
   (``reference``), NCCL's refusals (``classify``), the time of its failure (``on_failure``);
@@ -62,8 +62,6 @@ def _no_context(i: int) -> AbstractContextManager[Any]:
 class Hooks:
     """Where a caller changes the passes (see the module docstring); the defaults are a worker's."""
 
-    #: Called with "timing" right before a torchrun launch and "timed" right after it.
-    notify: Callable[[str], None] | None = None
     #: A progress line at each phase and fingerprint step.
     say: Callable[[str], None] | None = None
     #: The context fingerprint step ``i`` runs in (its outputs are digested outside it).
@@ -295,14 +293,12 @@ def run_workload(
     w: Workload,
     job: dict[str, Any],
     mode: Mode,
-    notify: Callable[[str], None] | None = None,
     ws: WorkerSettings | None = None,
     launch: Callable[..., None] | None = None,
     keep: Callable[[Any], None] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Every pass of one workload in a run's worker: (record, device_lost). Every outcome is a
-    record, never an exception. ``notify("timing")`` is called right before a torchrun launch and
-    ``notify("timed")`` right after it, also when it fails. ``device_lost``: the workload failed
+    record, never an exception. ``device_lost``: the workload failed
     with a CUDA error after which this process's CUDA context cannot be trusted. ``ws``: the
     settings the worker applied for ``mode`` (None reads them as they are). ``launch``: how a
     distributed workload's ranks are launched (``distributed.launch.run_distributed``, a layer
@@ -334,10 +330,10 @@ def run_workload(
     if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
         if launch is None:
             raise RuntimeError(f"{w.key}: a distributed workload needs a launcher (launch=...)")
-        launch(w, ctx, job, mode, ws, rec, notify)
+        launch(w, ctx, job, mode, ws, rec)
         rec["utc"] = utc_now()
         return rec, False
-    hooks = Hooks(notify=notify, after_fingerprint=engines.record, keep=keep)
+    hooks = Hooks(after_fingerprint=engines.record, keep=keep)
     device_lost = Passes(w, ctx, job, mode, ws, rec, hooks).run()
     rec["utc"] = utc_now()
     return rec, device_lost

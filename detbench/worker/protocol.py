@@ -35,15 +35,11 @@ ends without one is ``ChildFailed``. A line cut short by a crash is the file's l
 **What is not a message**, each for a reason:
 
 - *The runner's lines on stdin*: after the job, a worker reads ``device`` (begin CUDA's
-  initialisation), ``go`` (begin measuring) and ``ok`` (the other processes are paused; time
-  now); ``run.supervise`` describes the exchange. The other kinds read nothing after the job.
+  initialisation) and ``go`` (begin measuring); ``run.supervise`` describes the exchange. The
+  other kinds read nothing after the job.
 - *Dying with the parent*: the child asks Linux for SIGKILL when its parent dies
   (``die_with_parent``; ``dies_with_us`` for a parent's ``Popen``), before its imports, then names
-  itself ``ARMED_NAME`` (/proc/PID/comm): the runner pauses a starting worker only once it reads
-  that name, since a worker stopped before it asked would outlive a killed runner. The name is
-  read from /proc at the moment of the pause, without waiting on the worker's pipe.
-- *SIGSTOP and SIGCONT*: the runner pauses a worker that is starting up while another takes
-  timing samples; a stopped process cannot answer a message.
+  itself ``ARMED_NAME`` (/proc/PID/comm), so ``ps`` and /proc tell detbench's workers apart.
 - *The exit status*: 0 after the last message (``done``, ``lost`` or a ``result``). A rank exits
   3 after a recorded failure, so that torchrun, which reads no message, stops the other ranks at
   once. A child that ends without its last message crashed, and its status says how
