@@ -17,7 +17,7 @@ import pytest
 from scipy import stats as sps
 
 from detbench import analysis
-from detbench.analysis import aa, paired_costs, price, stats, variance
+from detbench.analysis import aa, earlier_design, paired_costs, price, stats, variance
 from detbench.analysis.clocks import clock_states
 from detbench.analysis.cost_intervals import costs
 from detbench.analysis.pairs import Paired, pair
@@ -33,7 +33,7 @@ from detbench.run.config import RunConfig
 from detbench.store.lines import ResultsError
 from detbench.store.paired import PAIRED_FILE, PairedWriter, iter_paired, line, load_paired
 from detbench.store.results import ResultWriter, load_env, load_results
-from tests.synthetic import paired_line, paired_run, record, write_run
+from tests.synthetic import env, paired_line, paired_run, record, write_run
 
 T2 = float(sps.t.ppf(0.975, 2))  # 4.3027: the t quantile of 3 processes
 
@@ -229,7 +229,7 @@ def test_the_console_table_gives_the_paired_point_the_answer_gives(tmp_path: Pat
     assert row.split()[3] == "0.55", table
 
 
-def test_costs_of_separate_records_keep_stats_ratio() -> None:
+def test_costs_of_records_timed_in_their_own_worker_keep_stats_ratio() -> None:
     df = pd.DataFrame(
         [record("w", "default", r, "x", [0.010, 0.011, 0.012], device="cpu") for r in range(3)]
         + [record("w", "det-algos", r, "x", [0.020, 0.021, 0.022], device="cpu") for r in range(3)]
@@ -243,7 +243,7 @@ def test_costs_of_separate_records_keep_stats_ratio() -> None:
     c = costs(df).set_index("mode").loc["det-algos"]
     r = stats.ratio([np.asarray([0.020, 0.021, 0.022])] * 3, [np.asarray([0.01, 0.011, 0.012])] * 3,
                     stats.comparison_key("s", "w", "det-algos", "default"))  # fmt: skip
-    assert c["design"] == "separate" and c["rounds"] is None
+    assert c["design"] == earlier_design.DESIGN and c["rounds"] is None
     assert (c["relative_throughput"], c["ci_low"], c["ci_high"]) == (r.point, r.low, r.high)
 
 
@@ -292,24 +292,18 @@ def test_aa_paired_counts_false_costs(tmp_path: Path) -> None:
     assert (s["false_workloads"], s["workloads"], s["false_share"]) == (1, 1, 1.0)
 
 
-def test_separate_aa_uses_the_cudnn_twins_on_a_cpu() -> None:
-    recs = [record("w", m, r, "x", [0.01, 0.011, 0.012], device="cpu")
-            for m in ("default", "bench", "det-algos") for r in range(3)]  # fmt: skip
-    df = pd.DataFrame(recs)
-    df["timing_samples"] = df["timing"].map(lambda t: t["samples"])
-    df["settings_changed"] = [[]] * len(df)
+def test_the_cudnn_twins_are_the_same_computation_on_a_cpu_only() -> None:
+    modes = ("default", "bench", "det-algos")
+    df = pd.DataFrame([record("w", m, r, "x", [0.01], device="cpu") for m in modes for r in (0, 1)])
     assert aa.twins(df, "default") == ["bench"]
-    s = aa.separate(df)
-    assert list(s["mode"]) == ["bench"] and not s["false_cost"].any()
     assert aa.twins(df.assign(device="cuda"), "default") == []
-    assert "on a GPU" in str(aa.separate_note(df.assign(device="cuda")))
 
 
 def test_report_says_the_aa_line_the_method_and_the_limit(tmp_path: Path) -> None:
     logs = [[x] * 6 for x in (-0.01, 0.0, 0.01)]
     paired_run(tmp_path, {"det-algos": logs, "copy1": logs})
     df, lines = load_results(tmp_path), load_paired(tmp_path)
-    said = aa_check.aa_sentence(df, lines, "default")
+    said = aa_check.aa_sentence(lines, "default")
     hw = math.exp(T2 * 0.01 / math.sqrt(3)) - 1
     assert said.startswith(
         "A/A check: 0 of 1 workloads showed a cost between two workers of the same settings "
@@ -336,31 +330,28 @@ def test_coverage_table_counts_each_estimator(tmp_path: Path) -> None:
     assert t["false_costs"].tolist() == [1, 1, 1, 1]
 
 
-def test_report_on_a_separate_run_says_what_its_aa_is(tmp_path: Path) -> None:
-    recs = [record("w", m, r, "x", [0.01, 0.011, 0.012], device="cpu")
-            for m in ("default", "bench") for r in range(3)]  # fmt: skip
-    write_run(tmp_path, recs)
-    df = load_results(tmp_path)
-    said = aa_check.aa_sentence(df, load_paired(tmp_path), "default")
-    # Said once: which design timed it, then its own A/A.
-    assert said.startswith("A/A check: each mode was timed in its own worker (the separate ")
-    assert said.count("separate design") == 1 and "0 of 1 such costs excluded 1" in said
-    # Off a CPU no two modes are the same computation: no A/A, and why, in one sentence.
-    gpu = tmp_path / "gpu"
+def test_a_run_of_the_earlier_design_says_once_which_design_timed_it(tmp_path: Path) -> None:
+    samples = [0.01, 0.011, 0.012]
     recs = [
-        record("w", m, r, "x", [0.01, 0.011, 0.012], device="cuda")
+        record("w", m, r, "x", samples, device="cpu")
         for m in ("default", "bench")
-        for r in range(3)
+        for r in (0, 1, 2)
     ]
-    write_run(gpu, recs)
-    said = aa_check.aa_sentence(load_results(gpu), load_paired(gpu), "default")
-    assert said.startswith("A/A check: none: each mode was timed in its own worker")
-    why = "on a GPU the cuDNN switches act, so no two modes of the matrix are the same computation."
-    assert said.endswith(why)
-    block = aa_check.aa_blocks(df, None, "default", costs(df))[0]
-    assert "What limits the 1 costs' 95% intervals" in to_markdown([block], tmp_path)
-    env = {"options": {"timing": "paired", "rounds": 12}}
-    assert "no paired timing was recorded" in str(aa_check.costs_item(df, env, "default"))
+    write_run(tmp_path, recs, env(gpu=None))
+    df = load_results(tmp_path)
+    c = costs(df)
+    assert set(c["design"]) == {earlier_design.DESIGN} and c["limited_by"].isna().all()
+    said = aa_check.aa_sentence(load_paired(tmp_path), "default")
+    assert said.startswith("A/A check: this run timed no second worker of the baseline's")
+    text = to_markdown(method_blocks(df, load_env(tmp_path), c), tmp_path)
+    assert text.count("earlier design") == 1
+    assert (
+        "- Costs: timed by detbench's earlier design, each mode in its own worker: a cost is "
+        in text
+    )
+    assert "- Intervals: A difference is significant when the interval excludes 1" in text
+    paired_env = {"options": {"timing": "paired", "rounds": 12}}
+    assert "no paired timing was recorded" in str(aa_check.costs_item(df, paired_env, "default"))
 
 
 def test_the_method_names_no_aa_worker_where_none_was_timed(tmp_path: Path) -> None:

@@ -210,18 +210,18 @@ def test_the_aa_line_says_when_its_intervals_could_not_show_a_cost(tmp_path: Pat
     paired_run(narrow, {"det-algos": [[0.0] * 6] * 3, "copy1": [[d] * 6 for d in (-0.01, 0, 0.01)]})
     s = aa.summary(aa.paired(load_paired(wide)))
     assert (s["false_workloads"], s["says_nothing"]) == (0, 1)
-    said = aa_check.aa_sentence(load_results(wide), load_paired(wide), "default")
+    said = aa_check.aa_sentence(load_paired(wide), "default")
     assert said.startswith("A/A check: 0 of 1 workloads showed a cost")
     assert (
         "; but the one interval held both 0.5x and 2x, so at that width it could not have shown "
         "a cost: the check says nothing there about false costs."
     ) in said
-    said = aa_check.aa_sentence(load_results(narrow), load_paired(narrow), "default")
+    said = aa_check.aa_sentence(load_paired(narrow), "default")
     assert "could not have shown" not in said
     # The console prints the same line, word for word (it printed none before issue 39).
     text = console.summary_text(load_run(wide))
     line = next(x for x in text.splitlines() if x.startswith("A/A check:"))
-    assert line == aa_check.aa_sentence(load_results(wide), load_paired(wide), "default")
+    assert line == aa_check.aa_sentence(load_paired(wide), "default")
 
 
 @WHOLE_RUN

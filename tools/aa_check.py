@@ -1,6 +1,5 @@
-"""Whether a run's costs can be cited: the A/A check of its paired costs (and, in a run of an
-earlier detbench made with ``--timing both``, of the separate design beside them), and where the
-variance of a cost sits.
+"""Whether a run's costs can be cited: the A/A check of its paired costs, and where the variance
+of a cost sits.
 
     python tools/aa_check.py DIR                      # any run
     python tools/aa_check.py --run OUT [--drift]      # make one: the CPU core matrix, quick
@@ -9,10 +8,10 @@ variance of a cost sits.
 A mode against itself must show no cost. The paired design has an A/A comparison in every run:
 a second worker of the baseline's settings, timed in the same rounds. On a CPU, the modes that
 differ from the baseline only in cuDNN switches, which act on nothing there, are the same
-computation: A/A comparisons too (the "cuDNN twins"), in either design. For each design: how
-many workloads show a cost that is not there (a 95% interval that excludes 1), and how wide the
-intervals are (their median half-width); then the variance of the paired log ratios split
-between rounds, processes and time.
+computation: A/A comparisons too (the "cuDNN twins"). How many workloads show a cost that is not
+there (a 95% interval that excludes 1), and how wide the intervals are (their median
+half-width); then the variance of the paired log ratios split between rounds, processes and
+time.
 
 ``--run OUT`` first runs ``detbench run --device cpu`` on the core suites (conv,
 rnn, batchnorm, bmm, training; quick profile, 10 modes, 3 replicates) into OUT. ``--drift`` adds a
@@ -164,21 +163,16 @@ def _all_paired(lines: pd.DataFrame, baseline: str) -> list[tuple[str, float]]:
 
 
 def report(directory: Path) -> str:
-    """Both designs' A/A figures, the paired costs' widths and the variance split, as lines."""
+    """The paired A/A figures, the paired costs' widths and the variance split, as lines."""
     df, lines = load_results(directory), load_paired(directory)
     baseline = str(baseline_mode(df["mode"]))
     out = [f"{directory}: {len(df)} records, {len(lines)} paired lines; baseline {baseline}"]
-    out.append("A/A: a cost that is not there (a 95% interval excluding 1), per design")
+    out.append("A/A: a cost that is not there (a 95% interval excluding 1)")
     copy = aa.paired(lines) if len(lines) else pd.DataFrame(columns=list(aa.COLUMNS))
     twin_p = _twins_paired(lines, df, baseline) if len(lines) else copy.iloc[0:0]
-    sep = aa.separate(df)
     out.append(_row("paired, A/A worker (copy 1)", copy))
     out.append(_row("paired, cuDNN twins (CPU)", twin_p))
     out.append(_row("paired, both", pd.concat([copy, twin_p])))
-    out.append(_row("separate, cuDNN twins (CPU)", sep))
-    note = aa.separate_note(df)
-    if note:
-        out.append(f"  ({note})")
     widths = _all_paired(lines, baseline) if len(lines) else []
     if widths:
         hw = np.array([w for _, w in widths])
@@ -187,14 +181,14 @@ def report(directory: Path) -> str:
             f"{100 * np.mean(hw <= 0.01):.0f}%, within +-5%: {100 * np.mean(hw <= 0.05):.0f}%; "
             f"median half-width {100 * np.median(hw):.1f}%"
         )
-    out += _variance_lines(lines, df)
+    out += _variance_lines(lines)
     return "\n".join(out)
 
 
-def _variance_lines(lines: pd.DataFrame, df: pd.DataFrame) -> list[str]:
+def _variance_lines(lines: pd.DataFrame) -> list[str]:
     """Where the variance sits: the paired A/A log ratios split between rounds, processes and
     time (medians over workloads, as relative spreads), what limits the intervals, and Kalibera
-    and Jones's repetitions; today's design's within- and between-process spreads."""
+    and Jones's repetitions."""
     out = []
     splits = [variance.split(p) for _, _, p in paired_costs.aa_pairs(lines)] if len(lines) else []
     if splits:
@@ -223,14 +217,6 @@ def _variance_lines(lines: pd.DataFrame, df: pd.DataFrame) -> list[str]:
                 f"{int(np.median([r.rounds for r in got]))} (median), processes for +-1% "
                 f"{int(np.median([r.processes for r in got]))} (median)"
             )
-    own = df[~df["timing"].map(pairs.is_paired)]  # records timed in their own worker
-    sep = variance.separate_split(own) if len(own) else pd.DataFrame()
-    if len(sep):
-        out.append(
-            "separate design (median over (workload, mode)): within a record "
-            f"{100 * float(sep['within_rel'].median()):.1f}%, between its processes "
-            f"{100 * float(sep['between_rel'].median()):.1f}%"
-        )
     return out
 
 

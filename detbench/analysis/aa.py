@@ -5,38 +5,31 @@ are the same computation under the same settings, the true ratio is 1, so the sh
 intervals that exclude 1 (false costs) is what the run's intervals are worth, measured on the
 run itself.
 
-* **Paired design** (``paired``): the run times a second worker of the baseline's settings
-  (copy 1 of ``paired.jsonl``) beside every other; copy 1 against copy 0, per workload, through
-  the very estimator of the costs (``paired_costs.ratio``).
-* **Separate design** (``separate``): on a CPU, a mode that differs from the baseline only in
-  cuDNN switches (``cudnn.benchmark``, ``cudnn.deterministic``, cuDNN disabled) runs the same
-  computation, since those switches act on nothing there; its cost from the records' own timing
-  (``stats.ratio``, the separate path of ``cost_intervals``) is an A/A comparison. On a GPU the
-  switches act, so a run there has no such pairs (``separate_note`` says so).
-
-``side_by_side`` puts both designs' figures in one table: comparisons, false costs, their share
-and the median relative half-width of the intervals.
+``paired``: the run times a second worker of the baseline's settings (copy 1 of
+``paired.jsonl``) beside every other; copy 1 against copy 0, per workload, through the very
+estimator of the costs (``paired_costs.ratio``). ``summary`` counts the false costs and the
+width of the intervals. ``twins``: on a CPU, a mode that differs from the baseline only in cuDNN
+switches (``cudnn.benchmark``, ``cudnn.deterministic``, cuDNN disabled) runs the same
+computation, since those switches act on nothing there: more A/A comparisons
+(``tools/aa_check.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from detbench.analysis import paired_costs, stats
-from detbench.analysis.cost_intervals import replicate_samples
-from detbench.analysis.labels import baseline_mode, counted, mode_of, run_device
-from detbench.analysis.pairs import is_paired
+from detbench.analysis.labels import mode_of, run_device
 
 #: The switches that only cuDNN reads: inert on a CPU.
 CUDNN_SWITCHES = frozenset({"benchmark", "cudnn_deterministic", "cudnn_enabled"})
 #: The copy of the baseline's A/A worker in ``paired.jsonl``.
 AA_COPY = 1
-#: The columns of ``paired`` and ``separate``.
+#: The columns of ``paired``.
 COLUMNS = (
     "design",
     "suite",
@@ -91,45 +84,9 @@ def twins(df: pd.DataFrame, baseline: str) -> list[str]:
     return out
 
 
-def separate(df: pd.DataFrame, baseline: str | None = None, seed: int = stats.SEED) -> pd.DataFrame:
-    """Per (workload, twin mode) of the records ``df`` (``load_results``): the twin's cost from
-    the records' own timing (``stats.ratio``, as ``cost_intervals`` computes a separate cost),
-    and whether its interval excludes 1. Only records timed in their own worker count (not the
-    paired rows a run of the paired design joined). Empty off a CPU."""
-    baseline = str(baseline_mode(df["mode"]) if baseline is None else baseline)
-    modes = twins(df, baseline)
-    own = own_timings(df)
-    rows: list[dict[str, Any]] = []
-    for (suite, workload), g in counted(own).groupby(["suite", "workload"], sort=False):
-        base = replicate_samples(g[g["mode"] == baseline])
-        if not base:
-            continue
-        for mode in modes:
-            reps = replicate_samples(g[g["mode"] == mode])
-            if not reps:
-                continue
-            name = stats.comparison_key(suite, workload, mode, baseline)
-            r = stats.ratio(reps, base, name, seed)
-            rows.append(
-                {
-                    "design": "separate",
-                    "suite": suite,
-                    "workload": workload,
-                    "mode": mode,
-                    **paired_costs.interval_fields(r),
-                    "false_cost": r.significant,
-                    "replicates": min(len(reps), len(base)),
-                    "rounds": None,
-                    "limited_by": None,
-                    "rests_on": None,
-                }
-            )
-    return pd.DataFrame(rows, columns=list(COLUMNS))
-
-
 def summary(aa: pd.DataFrame) -> dict[str, Any]:
     """comparisons, false_costs, false_share (NaN for none) and median_half_width of an A/A
-    table (``paired`` or ``separate``); ``workloads`` and ``false_workloads``: workloads, and
+    table (``paired``); ``workloads`` and ``false_workloads``: workloads, and
     those with at least one false cost; ``says_nothing``: the comparisons whose interval is too
     wide to say anything (``stats.says_nothing``: it holds both half and twice the speed, so it
     holds 1 and could not have shown a cost, false or not)."""
@@ -148,49 +105,3 @@ def summary(aa: pd.DataFrame) -> dict[str, Any]:
         "false_workloads": 0 if by_workload is None else int(by_workload.sum()),
         "says_nothing": int(wide),
     }
-
-
-def own_timings(df: pd.DataFrame) -> pd.DataFrame:
-    """The records ``df`` (``load_results``) that were timed in their own worker, with a timing:
-    a run of the separate design's (an earlier detbench's default), not the rows a paired run
-    joined with its rounds."""
-    if "timing" not in df.columns:
-        return df.iloc[0:0]
-    timed = df["timing"].map(lambda t: isinstance(t, Mapping) and bool(t) and not is_paired(t))
-    return df[timed]
-
-
-def separate_note(df: pd.DataFrame) -> str | None:
-    """Why the separate design has no A/A comparison in this run (None where it has some)."""
-    device = run_device(df)
-    if device == "cuda":
-        return (
-            "on a GPU the cuDNN switches act, so no two modes of the matrix are the same "
-            "computation"
-        )
-    baseline = str(baseline_mode(df["mode"]))
-    if device == "cpu" and not twins(df, baseline):
-        return f"no mode of this run differs from {baseline} only in cuDNN switches"
-    if device != "cpu":
-        return "the records do not say they ran on one CPU device"
-    return None
-
-
-def side_by_side(
-    df: pd.DataFrame, lines: pd.DataFrame, baseline: str | None = None, seed: int = stats.SEED
-) -> pd.DataFrame:
-    """Both designs' A/A figures, one row each (``summary``'s columns, ``design`` and ``note``):
-    the paired design from ``lines`` (``paired.jsonl``), the separate one from the records
-    ``df``. A design with no comparison keeps its row, with 0 comparisons and why."""
-    rows = []
-    p = paired(lines, baseline, seed) if len(lines) else pd.DataFrame(columns=list(COLUMNS))
-    rows.append(
-        {
-            "design": "paired",
-            **summary(p),
-            "note": None if len(p) else "no second worker of the baseline (copy 1) was timed",
-        }
-    )
-    s = separate(df, baseline, seed)
-    rows.append({"design": "separate", **summary(s), "note": separate_note(df)})
-    return pd.DataFrame(rows)

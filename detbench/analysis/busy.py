@@ -28,8 +28,7 @@ one timing here. The group's own workers are busy by design (each times while th
 paired timing is busy by what is not the run's: the foreign share of the CPU (``other_cpu_foreign``;
 ``other_cpu`` where the split is unknown), the steal, or a foreign process on the GPU. A paired run
 whose lines do not carry it (the paired workers of earlier versions did not measure it) says that
-the host's load during its costs is not known (``HostLoad.unrecorded``), rather than nothing; its
-records timed in their own workers (timing "both") still count as before.
+the host's load during its costs is not known (``HostLoad.unrecorded``), rather than nothing.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Costs with confidence intervals: each mode's throughput relative to the baseline, per
 workload, with a 95% interval, and whether the timing behind it was noisy.
 
-Two designs. Where a workload's mode and baseline were timed side by side
-(``timing_design`` "paired": their rows carry the rounds of ``paired.jsonl``), the cost comes
-from the pairs (``paired_costs``: a t-interval on the per-process means of the log per-round
-ratios). Elsewhere (records timed each in their own worker, the earlier design, and
-distributed workloads) from the records' own samples (``stats.ratio``, whose contract is
-unchanged). ``design`` says which, for every row.
+Where a workload's mode and baseline were timed side by side (``timing_design`` "paired": their
+rows carry the rounds of ``paired.jsonl``), the cost comes from the pairs (``paired_costs``: a
+t-interval on the per-process means of the log per-round ratios). Records timed each in their
+own worker (``earlier_design``) give ``stats.ratio`` of their own samples. ``design`` says which,
+for every row.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from detbench.analysis import paired_costs, stats
+from detbench.analysis import earlier_design, paired_costs, stats
 from detbench.analysis.labels import baseline_mode, counted
 from detbench.analysis.pairs import is_paired, pair, side_from_records
-from detbench.analysis.variance import separate_limit
 from detbench.store.schema import Status
 
 #: A replicate is noisy when the IQR of its timing samples exceeds this fraction of their median.
@@ -43,26 +41,21 @@ def costs(
     seed: int = stats.SEED,
 ) -> pd.DataFrame:
     """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval:
-    ``ratio`` of the mode's records against the baseline's (the paired cost where both were
-    timed side by side, else the separate one below). Columns: suite, workload, mode,
+    ``ratio`` of the mode's records against the baseline's. Columns: suite, workload, mode,
     relative_throughput, ci_low, ci_high, significant, noisy, replicates, then ``rounds`` (paired
-    rounds; None for the separate design), ``design`` ("paired" or "separate"), ``half_width``
-    (max(point - low, high - point) / point), ``limited_by`` (what limits the interval: for a
-    paired cost "rounds", "processes" or "time", ``variance.Split.limited_by``; for a separate
-    one "samples" or "processes", ``variance.separate_limit``) and ``rests_on`` (for a paired
-    cost, what its interval rests on, in words: ``paired_costs.rests_on``; None for a separate
-    one). ``on_one_replicate`` picks the paired costs that rest on one replicate, whose interval
+    rounds), ``design`` (``paired_costs.DESIGN`` or ``earlier_design.DESIGN``), ``half_width``
+    (max(point - low, high - point) / point), ``limited_by`` (what limits a paired cost's
+    interval: "rounds", "processes" or "time", ``variance.Split.limited_by``) and ``rests_on``
+    (what a paired cost's interval rests on, in words: ``paired_costs.rests_on``); the last
+    three None for a cost of records timed in their own worker (``earlier_design.row``).
+    ``on_one_replicate`` picks the paired costs that rest on one replicate, whose interval
     assumes the process level instead of measuring it.
 
-    The separate design: ``stats.ratio`` of the mode against the baseline: the point estimate is
-    the ratio of the medians over replicates of each replicate's median throughput (as in the
-    summary table), the interval the 2.5th-97.5th percentile of the same ratio over ``n_boot``
-    two-level bootstrap resamples (replicates, then samples within each replicate) drawn
-    independently for the mode and the baseline, from a generator seeded with ``seed`` and the
-    comparison's name (``stats.comparison_key``): a report is reproducible, and an interval does
-    not depend on what else the records hold. ``significant`` is False when the interval
-    contains 1. ``noisy`` flags a mode or baseline with any replicate whose IQR exceeds
-    ``NOISY_IQR`` of its median.
+    The interval of ``stats.ratio`` (records timed in their own worker) is drawn from a
+    generator seeded with ``seed`` and the comparison's name (``stats.comparison_key``): a
+    report is reproducible, and an interval does not depend on what else the records hold.
+    ``significant`` is False when the interval contains 1. ``noisy`` flags a mode or baseline
+    with any replicate whose IQR exceeds ``NOISY_IQR`` of its median.
     ``baseline``: ``baseline_mode`` of the run when None.
     """
     baseline = baseline_mode(df["mode"]) if baseline is None else baseline
@@ -82,21 +75,8 @@ def costs(
                 p = pair(side_from_records(base), side_from_records(m))
                 rows.append(paired_costs.row(suite, workload, mode, p, r, noisy))
                 continue
-            rows.append(
-                {
-                    "suite": suite,
-                    "workload": workload,
-                    "mode": mode,
-                    **paired_costs.interval_fields(r),
-                    "significant": r.significant,
-                    "noisy": noisy,
-                    "replicates": len(replicate_samples(m)),
-                    "rounds": None,
-                    "design": "separate",
-                    "limited_by": separate_limit(m, base),
-                    "rests_on": None,
-                }
-            )
+            reps = len(replicate_samples(m))
+            rows.append(earlier_design.row(suite, workload, mode, r, noisy, reps))
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -122,7 +102,7 @@ COLUMNS = (
 def on_one_replicate(c: pd.DataFrame) -> pd.Series:
     """The rows of ``costs`` ``c`` whose paired interval rests on one replicate (one process):
     its rounds, with the process level assumed at ``paired_costs.PROCESS_FLOOR`` rounds' spreads
-    (``paired_costs.rests_on``), not measured. A separate cost is never one of them."""
+    (``paired_costs.rests_on``), not measured."""
     if c.empty or "design" not in c.columns:
         return pd.Series(False, index=c.index, dtype=bool)
     reps = pd.to_numeric(c["replicates"], errors="coerce")
@@ -149,8 +129,8 @@ def ratio(
 ) -> stats.Ratio:
     """The throughput of records ``a`` over records ``b`` (one workload, two modes): from the
     pairs where both were timed side by side (``paired_costs.ratio``), else ``stats.ratio`` of
-    their samples. The one call for every interval of one workload (costs, recommendations,
-    the plane), so every table states the same numbers."""
+    their own samples (``earlier_design``). The one call for every interval of one workload
+    (costs, recommendations, the plane), so every table states the same numbers."""
     if paired(a, b):
         p = pair(side_from_records(b), side_from_records(a))
         return paired_costs.ratio(p, name, seed, n_boot)

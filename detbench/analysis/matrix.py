@@ -159,8 +159,9 @@ def relative_throughput(v: pd.DataFrame, baseline: str) -> pd.Series:
 def cost_points(v: pd.DataFrame, baseline: str, c: pd.DataFrame) -> pd.Series:
     """Each row's throughput relative to ``baseline`` as its cost states it: ``c``'s point
     (``costs``) where the mode and the baseline were timed side by side (``design`` "paired"),
-    else ``relative_throughput`` (the median of replicates, which is the separate design's
-    point). So the console's table, the heatmaps and the answer give one number."""
+    else ``relative_throughput`` (the ratio of the medians of replicates, the point of a cost of
+    records timed in their own worker). So the console's table, the heatmaps and the answer give
+    one number."""
     rel = pd.to_numeric(relative_throughput(v, baseline), errors="coerce").to_numpy(dtype=float)
     if c.empty or "design" not in c.columns:
         return pd.Series(rel, index=v.index)

@@ -9,9 +9,8 @@ nothing (``acts.acts_on``), ``det-algos`` is the same computation, and stands in
 the run did not time the mode itself.
 
 **Its number** is the mode's point of ``tradeoff.points``: the geometric mean over the suite's
-workloads of ``cost_intervals.ratio`` (the paired estimate where the mode and the baseline were
-timed side by side, else the separate design's), with its 95% interval: the same figures as the
-trade-off plot and the recommendations.
+workloads of ``cost_intervals.ratio``, with its 95% interval: the same figures as the trade-off
+plot and the recommendations.
 
 **Too wide to say anything** (``Price.too_wide``): an interval that holds both half and twice
 the baseline's throughput (``stats.says_nothing``) cannot tell a mode that halves the speed from

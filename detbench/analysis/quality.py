@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from detbench.analysis import earlier_design
 from detbench.analysis.cost_intervals import paired
 from detbench.analysis.matrix import cost_points, verdicts
-from detbench.analysis.paired_costs import process_points
+from detbench.analysis.paired_costs import DESIGN, process_points
 from detbench.analysis.pairs import is_paired, pair, side_from_records
 from detbench.core.modes import DEFAULT_MODE, MODES
 from detbench.store.gpustate import throttled
@@ -180,15 +181,14 @@ def replicate_spread(
 
     Within a replicate, a workload's ratio is, where the mode and the baseline were timed side
     by side, that process's median per-round ratio (``paired_costs.process_points``: the
-    paired cost is the geometric mean of these, so ``pooled`` lies within min and max); else
-    the mode's items/s in replicate r over the baseline's in replicate r (``pooled`` is then the
-    ratio of the medians over replicates, which can fall outside that range).
+    paired cost is the geometric mean of these, so ``pooled`` lies within min and max); for
+    records timed in their own worker, ``earlier_design.replicate_ratios``.
 
     The workloads are those with a ratio in every replicate, so each replicate's mean is over
     the same set. A machine that slows down for a while makes the modes that ran then look
     slower in that replicate only: the spread shows it. Empty without ``baseline`` or with one
-    replicate. ``design``: "paired" where every workload's ratio came from pairs, "separate"
-    where none did, "mixed" otherwise.
+    replicate. ``design``: ``paired_costs.DESIGN`` where every workload's ratio came from pairs,
+    ``earlier_design.DESIGN`` where none did, "mixed" otherwise.
     """
     ok = df[df["status"] == Status.OK].assign(
         ips=lambda d: pd.to_numeric(d["items_per_second"], errors="coerce")
@@ -245,7 +245,7 @@ def _workload_ratios(
 ) -> tuple[pd.DataFrame, pd.Series, dict[Any, str]]:
     """One suite's ok records ``s`` (with ``ips``): (workloads x replicates of ``mode``'s
     throughput relative to ``baseline`` within each replicate, each workload's pooled ratio,
-    each workload's design: "paired" or "separate"); see ``replicate_spread``."""
+    each workload's ``design``); see ``replicate_spread``."""
     per: dict[Any, dict[int, float]] = {}
     pooled: dict[Any, float] = {}
     design: dict[Any, str] = {}
@@ -257,14 +257,10 @@ def _workload_ratios(
             p = pair(side_from_records(b), side_from_records(m))
             per[w] = process_points(p)
             pooled[w] = float(np.exp(np.mean(np.log(list(per[w].values())))))
-            design[w] = "paired"
+            design[w] = DESIGN
             continue
-        mi = m.groupby("replicate")["ips"].median()
-        bi = b.groupby("replicate")["ips"].median()
-        within = (mi / bi.reindex(mi.index)).dropna()
-        per[w] = dict(zip(map(int, within.index.tolist()), map(float, within), strict=True))
-        pooled[w] = float(mi.median() / bi.median())
-        design[w] = "separate"
+        per[w], pooled[w] = earlier_design.replicate_ratios(m, b)
+        design[w] = earlier_design.DESIGN
     ratio = pd.DataFrame.from_dict(per, orient="index")
     return ratio, pd.Series(pooled, dtype=float), design
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from detbench.analysis import busy, quality
+from detbench.analysis import busy, earlier_design, quality
 from detbench.analysis.labels import mode_of
 from detbench.run.calls import calls_of, total
 from detbench.run.schedule import clock, make_plan
@@ -231,7 +231,7 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
         int(options.get("seed") or 0),
         only_for=options.get("only_for"),
         shard=(int(shard[0]), int(shard[1])) if shard else None,
-        by_group=options.get("timing") in ("paired", "both"),
+        by_group=earlier_design.planned_by_group(options),
     )
     out: dict[tuple[str, str], int] = {}
     for slot in plan.slots:

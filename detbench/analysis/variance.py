@@ -1,6 +1,6 @@
 """Where the variance of a cost sits, so the repetitions at each level are chosen from measurement.
 
-**Paired design** (``split``). The log of one round's ratio (``pairs.Paired``) varies at three
+**Levels** (``split``). The log of one round's ratio (``pairs.Paired``) varies at three
 levels, estimated as a one-way random-effects model with a common within-process trend:
 
 * **time**: a drift of the ratio over a process's rounds (a clock that ramps, a neighbour that
@@ -22,10 +22,6 @@ the seconds a fresh process costs before its first round (start-up, build, warm-
 ``c_round`` the seconds of one round, the rounds per process that make the interval narrowest
 for the time spent are ``ceil(sqrt(c_process / c_round * s_w^2 / processes))``; then the number
 of processes that brings the t-interval within the target.
-
-**Separate design** (``separate_split``): its records time each mode in its own worker; the
-variance of the log samples within a record against the variance of the log medians between
-the replicates' processes (2.9% against 50% on the GPU runs that led to timing in pairs).
 """
 
 from __future__ import annotations
@@ -34,14 +30,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 from scipy import stats as sps
 
-from detbench.analysis.labels import counted
 from detbench.analysis.pairs import Paired
-from detbench.store.schema import Status
 
-#: The levels a cost's interval can be limited by (paired design).
+#: The levels a cost's interval can be limited by.
 LEVELS = ("rounds", "processes", "time")
 
 
@@ -141,54 +134,3 @@ def repetitions(
         if half <= goal:
             return Repetitions(r, n, math.expm1(half), target)
     return Repetitions(r, max_processes, math.expm1(half), target)
-
-
-def separate_split(df: pd.DataFrame) -> pd.DataFrame:
-    """Today's design, per (suite, workload, mode) with 2+ timed records: ``within`` the mean
-    over its records of the variance of their log samples (one process, one record), ``between``
-    the variance over its replicates of the log of each record's median (between processes),
-    ``within_rel`` and ``between_rel`` the same as relative spreads (``expm1(sqrt(var))``)."""
-    rows = []
-    d = counted(df)
-    d = d[(d["status"] == Status.OK) & d["timing_samples"].map(lambda s: bool(s))]
-    for (suite, workload, mode), g in d.groupby(["suite", "workload", "mode"], sort=False):
-        logs = [np.log(np.asarray(s, dtype=float)) for s in g["timing_samples"]]
-        if len(logs) < 2:
-            continue
-        within = float(np.mean([np.var(x, ddof=1) if len(x) > 1 else 0.0 for x in logs]))
-        between = float(np.var([np.median(x) for x in logs], ddof=1))
-        rows.append(
-            {
-                "suite": suite,
-                "workload": workload,
-                "mode": mode,
-                "within": within,
-                "between": between,
-                "within_rel": math.expm1(math.sqrt(within)),
-                "between_rel": math.expm1(math.sqrt(between)),
-                "replicates": len(logs),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def _separate_terms(g: pd.DataFrame) -> tuple[float, float, int]:
-    """(the variance a record's median carries from its own samples, the variance of the log
-    medians between records, records) of one (workload, mode) of the separate design. A median
-    of n samples varies about pi/2 * s^2 / n (its asymptotic variance under a normal law)."""
-    d = counted(g)
-    d = d[(d["status"] == Status.OK) & d["timing_samples"].map(lambda s: bool(s))]
-    logs = [np.log(np.asarray(s, dtype=float)) for s in d["timing_samples"]]
-    within = [math.pi / 2 * np.var(x, ddof=1) / len(x) for x in logs if len(x) > 1]
-    between = float(np.var([np.median(x) for x in logs], ddof=1)) if len(logs) > 1 else math.nan
-    return (float(np.mean(within)) if within else 0.0), between, len(logs)
-
-
-def separate_limit(mode: pd.DataFrame, base: pd.DataFrame) -> str:
-    """What limits a separate-design cost's interval: "processes" where the log medians of the
-    two modes' records vary more between replicates than each median's own samples make them
-    vary (or where there is one replicate, so that level is not counted), else "samples"."""
-    (wm, bm, nm), (wb, bb, nb) = _separate_terms(mode), _separate_terms(base)
-    if min(nm, nb) < 2:
-        return "processes"
-    return "processes" if bm + bb >= wm + wb else "samples"

@@ -1,6 +1,6 @@
 """The report's account of the costs' own honesty: the A/A line beside the costs, how the
-costs were timed (paired rounds or separate workers, true to env.json's ``timing``), what
-limits their intervals, instead of a bare "stopped short", and which of them rest on one
+costs were timed in paired rounds (true to env.json's ``timing`` and the records), what limits
+their intervals, instead of a bare "stopped short", and which of them rest on one
 replicate (``MARK`` in the tables), whose interval assumes the spread between replicates.
 """
 
@@ -23,7 +23,6 @@ LIMIT_WORDS = {
     "processes": "the spread between replicates (fresh processes)",
     "rounds": "the spread between rounds within a process",
     "time": "a drift over the rounds within a process",
-    "samples": "the spread of the samples within a record",
 }
 
 
@@ -31,54 +30,22 @@ def _pct(x: float) -> str:
     return f"±{100 * x:.1f}%"
 
 
-def aa_sentence(df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str) -> str:
+def aa_sentence(lines: pd.DataFrame | None, baseline: str) -> str:
     """ "A/A check: k of N workloads showed a cost between two workers of the same settings
-    (median interval ±x%)", where the run timed a copy of the baseline side by side. The
-    design is named only where a record was timed in its own worker (a run of an earlier
-    detbench, or ``--timing separate`` or ``both``): then that design's own A/A (modes that are
-    the same computation on a CPU), or why it has none, said once."""
-    out = []
+    (median interval ±x%)", where the run timed a copy of the baseline side by side; else that
+    its false costs were not measured."""
     p = aa.paired(lines, baseline) if lines is not None and len(lines) else None
-    if p is not None and len(p):
-        s = aa.summary(p)
-        out.append(
-            f"A/A check: {s['false_workloads']} of {s['workloads']} workloads showed a cost "
-            f"between two workers of the same settings ({baseline}, timed side by side; median "
-            f"interval {_pct(s['median_half_width'])})" + _too_wide(s) + "."
+    if p is None or not len(p):
+        return (
+            "A/A check: this run timed no second worker of the baseline's settings, so its "
+            "false costs were not measured."
         )
-    if aa.own_timings(df).empty:
-        if not out:
-            out.append(
-                "A/A check: this run timed no second worker of the baseline's settings, so its "
-                "false costs were not measured."
-            )
-        return " ".join(out)
-    sep = aa.separate(df, baseline)
-    if len(sep):
-        s = aa.summary(sep)
-        found = (
-            f"{s['false_costs']} of {s['comparisons']} such costs excluded 1 (median interval "
-            f"{_pct(s['median_half_width'])})" + _too_wide(s) + "."
-        )
-        twins = f"modes that differ from {baseline} only in cuDNN switches"
-        out.append(
-            f"The separate design's own A/A ({twins}, the same computation on a CPU, each timed "
-            f"in its own worker): {found}"
-            if out
-            else f"A/A check: each mode was timed in its own worker (the separate design of an "
-            f"earlier detbench); of the {twins}, the same computation on a CPU, {found}"
-        )
-    else:
-        note = aa.separate_note(df) or "no two of its modes are the same computation"
-        if out:
-            out.append(f"The separate design, which also timed it, has no A/A check: {note}.")
-        else:
-            out.append(
-                "A/A check: none: each mode was timed in its own worker (the separate design of "
-                f"an earlier detbench), which has an A/A check only where two modes are the same "
-                f"computation, and {note}."
-            )
-    return " ".join(out)
+    s = aa.summary(p)
+    return (
+        f"A/A check: {s['false_workloads']} of {s['workloads']} workloads showed a cost "
+        f"between two workers of the same settings ({baseline}, timed side by side; median "
+        f"interval {_pct(s['median_half_width'])})" + _too_wide(s) + "."
+    )
 
 
 def _too_wide(s: Mapping[str, Any]) -> str:
@@ -100,13 +67,11 @@ def _too_wide(s: Mapping[str, Any]) -> str:
     )
 
 
-def aa_blocks(
-    df: pd.DataFrame, lines: pd.DataFrame | None, baseline: str, costs: pd.DataFrame
-) -> list[Block]:
+def aa_blocks(lines: pd.DataFrame | None, baseline: str, costs: pd.DataFrame) -> list[Block]:
     """The A/A line, what limits the costs' intervals and which rest on one replicate, beside
     the costs."""
     mine = costs[costs["mode"] != baseline] if len(costs) else costs
-    said = [aa_sentence(df, lines, baseline), limits_sentence(mine), rests_sentence(mine, True)]
+    said = [aa_sentence(lines, baseline), limits_sentence(mine), rests_sentence(mine, True)]
     return [Para(" ".join(x for x in said if x))]
 
 
@@ -182,21 +147,16 @@ def _span(values: list[float], fmt: str) -> str:
 def costs_item(
     df: pd.DataFrame, env: Mapping[str, Any], baseline: str, aa_copy: bool = True
 ) -> str | None:
-    """The Method's account of how the costs were timed, true to env.json's ``timing`` option
-    and to what the records carry (rounds, block sizes, clocks); ``aa_copy``: paired.jsonl
-    holds a second worker of the baseline. None for a run that says nothing of its design and
-    has no paired timing (the Timing item says it all)."""
+    """The Method's account of how the costs were timed side by side, true to env.json's
+    ``timing`` option and to what the records carry (rounds, block sizes, clocks); ``aa_copy``:
+    paired.jsonl holds a second worker of the baseline. None for a run that has no paired timing
+    and was not set to time any (``earlier_design.words`` says how such costs were timed)."""
     o = env.get("options") or {}
     design = o.get("timing")
     timed = _paired_rows(df)
-    if design not in ("paired", "both") and not timed:
-        if design == "separate":
-            return (
-                "Costs: each mode was timed in its own worker (the separate design): a cost is "
-                "the ratio of two medians taken in different processes, minutes apart."
-            )
-        return None
     if not timed:
+        if design != "paired":
+            return None
         return (
             f"Costs: the run was set to time them side by side (timing {design}, "
             f"{o.get('rounds')} rounds), but no paired timing was recorded: the run stopped "
@@ -206,7 +166,7 @@ def costs_item(
     blocks = [float(t["number_per_block"]) for t in timed if t.get("number_per_block")]
     clocks = sorted({str(t.get("clock")) for t in timed if t.get("clock")})
     modes = sorted({str(t.get("clock_mode")) for t in timed if t.get("clock_mode")})
-    text = (
+    return (
         f"Costs: paired (timing {design}). In each replicate, one fresh timing worker per mode"
         + (
             f" and a second worker of the {baseline} mode's settings (the A/A check)"
@@ -234,12 +194,6 @@ def costs_item(
         "rounds and the processes (Kalibera & Jones); with one replicate, the process level is "
         "assumed at one round's robust spread, not measured."
     )
-    if design == "both":
-        text += (
-            " The run also timed every record in its own worker (the separate design), for the "
-            "comparison of the A/A check; the tables state the paired costs."
-        )
-    return text
 
 
 def limits_sentence(costs: pd.DataFrame) -> str:

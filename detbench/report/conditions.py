@@ -18,7 +18,6 @@ from detbench import analysis
 from detbench.analysis import cause, engines, quality
 from detbench.analysis.busy import host_load
 from detbench.core.modes import CUBLAS_ENV, DEFAULT_MODE
-from detbench.report.aa_check import limits_sentence
 from detbench.report.render import Block, Para
 from detbench.store.results import env_facts
 
@@ -261,8 +260,7 @@ def _timing_warnings(
         out.append(
             f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit {limit} before the "
             f"95% interval of {its(missed)} median step time reached {targets}: {its(missed)} "
-            "figures are less certain (see Timing, which lists each with its interval). "
-            + limits_sentence(costs)
+            "figures are less certain (see Timing, which lists each with its interval)."
         )
     return out
 

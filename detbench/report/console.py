@@ -31,7 +31,7 @@ def summary_text(r: ReportRun) -> str:
         + "\n\n"
         + recommendation_text(r.df, r.rec, r.verdicts)
         + (f"\n{cost}" if cost else "")
-        + f"\n{aa_sentence(r.df, r.lines, r.baseline)}"  # the report's A/A line, word for word
+        + f"\n{aa_sentence(r.lines, r.baseline)}"  # the report's A/A line, word for word
         + (f"\n{rests}" if rests else "")
         + (f"\n\n{why}" if why else "")
         + (f"\n\n{same}" if same else "")

@@ -9,8 +9,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import quality
-from detbench.report.aa_check import limits_sentence
+from detbench.analysis import paired_costs, quality
 from detbench.report.render import Block, Code, Details, Heading, Para, Table, num
 
 
@@ -50,25 +49,15 @@ def spread(df: pd.DataFrame, costs: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def spread_words(s: pd.DataFrame, baseline: str) -> str:
-    """How the spread table's figures were computed, true to the designs its rows came from
-    (``replicate_spread``'s ``design``)."""
-    designs = set(s["design"]) if "design" in s.columns else {"separate"}
-    paired = (
-        f"for a cost timed side by side, a replicate's value is that process's median ratio of "
+    """How the spread table's figures were computed for a cost timed side by side, where its
+    rows have one (``replicate_spread``'s ``design``); "" where none has."""
+    if "design" not in s.columns or not s["design"].isin([paired_costs.DESIGN, "mixed"]).any():
+        return ""
+    return (
+        f"For a cost timed side by side, a replicate's value is that process's median ratio of "
         f"the mode's block to the {baseline} block of the same round, and the pooled figure is "
-        "the geometric mean of those values: the cost the tables above give"
+        "the geometric mean of those values: the cost the tables above give."
     )
-    separate = (
-        f"for a cost timed in separate workers, a replicate's value is the mode's throughput "
-        f"over the {baseline} mode's in that replicate, and the pooled figure is the ratio of "
-        "the medians over replicates (as in the tables above), so it can fall outside the "
-        "per-replicate range"
-    )
-    if designs == {"paired"}:
-        return paired[0].upper() + paired[1:] + "."
-    if designs == {"separate"}:
-        return separate[0].upper() + separate[1:] + "."
-    return paired[0].upper() + paired[1:] + "; " + separate + "."
 
 
 def _half_width(x: Any) -> str:
@@ -160,8 +149,8 @@ def quality_blocks(
                 f"Each mode's throughput relative to the {baseline} mode, computed within each "
                 f"replicate (the mode and the {baseline} mode measured in the same replicate) and "
                 "pooled over replicates. Modes that are the same computation (on a CPU, those "
-                f"that differ only in cuDNN flags) should agree: a wide spread is drift. {how} "
-                + spread_words(s, str(baseline))
+                f"that differ only in cuDNN flags) should agree: a wide spread is drift. {how}"
+                + (f" {words}" if (words := spread_words(s, str(baseline))) else "")
             ),
             table,
         ]
@@ -178,11 +167,6 @@ def quality_blocks(
                     f" The runner counted {missed} records that hit the budget first "
                     "(run_stats, last session)."
                     if missed is not None
-                    else ""
-                )
-                + (
-                    " " + limits_sentence(costs[costs["mode"] != baseline])
-                    if costs is not None and len(costs)
                     else ""
                 )
             ),

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import quality
+from detbench.analysis import earlier_design, paired_costs, quality
 from detbench.analysis.recommend import RULE
 from detbench.core.modes import CUBLAS_ENV
 from detbench.report.aa_check import costs_item, secs
@@ -161,30 +161,20 @@ def _digest_words(df: pd.DataFrame) -> str:
 
 
 def _intervals_item(df: pd.DataFrame, costs: pd.DataFrame | None) -> str:
-    """How the intervals were made, for the designs the costs came from."""
+    """How the intervals were made: the paired costs' t-intervals, where the run has any (a
+    cost of records timed in their own worker says its own, ``earlier_design.words``)."""
     baseline = analysis.baseline_mode(df["mode"])
-    designs = set(costs["design"].dropna()) if costs is not None and len(costs) else set()
-    separate = (
-        "95% percentile intervals of the throughput ratio against the "
-        f"{baseline} mode from 2000 two-level bootstrap resamples (replicates, then the timing "
-        "samples within each), drawn independently for the mode and the baseline, with a fixed "
-        "seed"
-    )
-    paired = (
+    paired = costs is not None and len(costs) and (costs["design"] == paired_costs.DESIGN).any()
+    said = (
         f"95% t-intervals of the paired ratio against the {baseline} mode on the replicates' "
         "median per-round ratios (replicates - 1 degrees of freedom; with one replicate, its "
         "rounds' median with the process level assumed at one round's robust spread, never "
-        "narrower than the distribution-free interval of the median)"
-    )
-    said = (
-        f"{paired} for the paired costs; {separate} for the others"
-        if designs == {"paired", "separate"}
-        else paired
-        if designs == {"paired"}
-        else separate
+        "narrower than the distribution-free interval of the median). "
+        if paired
+        else ""
     )
     return (
-        f"Intervals: {said}. A difference is significant when the interval excludes 1; a cost "
+        f"Intervals: {said}A difference is significant when the interval excludes 1; a cost "
         f"is noisy when a replicate's samples have an IQR above {analysis.NOISY_IQR:.0%} of "
         "their median."
     )
@@ -216,7 +206,13 @@ def method_blocks(
         "replicate's fingerprint is equal; the maximum absolute difference is measured against "
         "the first replicate.",
         _timing_item(df, o),
-        *filter(None, [costs_item(df, env, str(analysis.baseline_mode(df["mode"])), aa_copy)]),
+        *filter(
+            None,
+            [
+                costs_item(df, env, str(analysis.baseline_mode(df["mode"])), aa_copy),
+                earlier_design.words(costs),
+            ],
+        ),
         _intervals_item(df, costs),
         f"Recommendations: {RULE}. Per suite, a mode qualifies when it is reproducible for "
         "every workload; its throughput is the geometric mean over the workloads. The intervals "

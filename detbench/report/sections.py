@@ -131,7 +131,7 @@ def recommendations(r: ReportRun) -> list[Block]:
 
 def aa_check(r: ReportRun) -> list[Block]:
     """The A/A line, beside the costs of the recommendations."""
-    return aa_blocks(r.df, r.lines, r.baseline, r.costs)
+    return aa_blocks(r.lines, r.baseline, r.costs)
 
 
 def _by_signature(module: Any) -> Section:

@@ -1,0 +1,81 @@
+"""detbench's earlier timing design, read here and nowhere else: each record timed in its own
+worker, so a mode and the baseline it is compared with were timed in different processes,
+minutes apart (the "separate" design: env.json ``timing`` "separate" or "both", or no ``timing``
+in the earliest runs). The runner times no new run so; the published runs made before the
+paired design are still read, and this module owns what reads them:
+
+* ``row``: a cost of such records in ``cost_intervals.costs`` (``design`` ``DESIGN``). Its
+  ratio is ``stats.ratio`` of the two modes' own samples (``cost_intervals.ratio`` where they
+  were not timed side by side): the ratio of the medians over replicates of each replicate's
+  median throughput, with a two-level bootstrap interval.
+* ``replicate_ratios``: such a cost within each replicate, for the spread table.
+* ``planned_by_group``: whether such a run's plan was laid out in paired groups, for its state.
+* ``words``: the report's one sentence on the design, in the Method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from detbench.analysis import paired_costs, stats
+
+#: The ``design`` of a cost of records timed each in its own worker.
+DESIGN = "separate"
+
+
+def row(
+    suite: Any, workload: Any, mode: Any, r: stats.Ratio, noisy: bool, replicates: int
+) -> dict[str, Any]:
+    """One row of ``cost_intervals.costs`` for a cost of records timed in their own workers:
+    no rounds, and nothing said of what limits its interval."""
+    return {
+        "suite": suite,
+        "workload": workload,
+        "mode": mode,
+        **paired_costs.interval_fields(r),
+        "significant": r.significant,
+        "noisy": noisy,
+        "replicates": replicates,
+        "rounds": None,
+        "design": DESIGN,
+        "limited_by": None,
+        "rests_on": None,
+    }
+
+
+def replicate_ratios(m: pd.DataFrame, b: pd.DataFrame) -> tuple[dict[int, float], float]:
+    """The ok records ``m`` of a mode and ``b`` of the baseline (one workload, with ``ips``):
+    (replicate -> the mode's items/s over the baseline's in that replicate, the pooled ratio:
+    the ratio of the medians over replicates, which can fall outside the replicates' range)."""
+    mi = m.groupby("replicate")["ips"].median()
+    bi = b.groupby("replicate")["ips"].median()
+    within = (mi / bi.reindex(mi.index)).dropna()
+    per = dict(zip(map(int, within.index.tolist()), map(float, within), strict=True))
+    return per, float(mi.median() / bi.median())
+
+
+def planned_by_group(options: Mapping[str, Any]) -> bool:
+    """Whether the plan of the run with env.json ``options`` was laid out in paired groups: a
+    paired run's, and a run that timed each record in its own worker and paired too ("both")."""
+    return options.get("timing") in ("paired", "both")
+
+
+def words(costs: pd.DataFrame | None) -> str | None:
+    """The Method's sentence on the costs of ``costs`` (``cost_intervals.costs``) that this
+    design timed; None where none was."""
+    if costs is None or costs.empty or "design" not in costs.columns:
+        return None
+    k, n = int((costs["design"] == DESIGN).sum()), len(costs)
+    if not k:
+        return None
+    which = "" if k == n else f"{k} of the {n} "
+    return (
+        f"Costs: {which}timed by detbench's earlier design, each mode in its own worker: a cost "
+        "is the ratio of two medians taken in different processes, minutes apart, and its 95% "
+        "interval the 2.5th-97.5th percentile of that ratio over "
+        f"{stats.N_BOOT} two-level bootstrap resamples (replicates, then the timing samples "
+        "within each), drawn independently for the mode and the baseline, with a fixed seed."
+    )
