@@ -5,7 +5,6 @@ took 124 s."""
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 
 from detbench.core.modes import get_mode
 from detbench.run import estimate as E
-from detbench.run.schedule import Plan, Progress, Slot, make_plan
+from detbench.run.schedule import Plan, Slot, make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 LM = ROOT / "tests" / "workloads" / "user_lm.py"
@@ -37,12 +36,10 @@ def test_a_probed_workload_is_charged_its_measured_record() -> None:
     # the first and waits for nothing; then 5 - 3 = 2 s, 5 - 2 - 2.5 = 0.5 s, 2 s, 0.5 s.
     assert [s.replicate for s in plan.slots] == [0, 0, 1, 1, 2, 2]
     assert slow.startup_waits == pytest.approx(0.0 + 2.0 + 0.5 + 2.0 + 0.5)
-    # The progress line's plan is the estimate's own: its first figure is the plan line's.
+    # The slots' own figures (the paired phase's weights) add up to the estimate.
     assert sum(x + sum(r.values()) for x, r in slow.slot_costs.values()) == pytest.approx(
         slow.seconds
     )
-    progress = Progress.for_plan(plan, slow, io.StringIO())
-    assert progress.left(0.0) == slow.seconds
 
 
 def test_the_model_prices_what_no_probe_measured() -> None:

@@ -19,7 +19,7 @@ from detbench import analysis
 from detbench.cli.main import main
 from detbench.core.modes import MODES, get_mode
 from detbench.report import devices
-from detbench.run.schedule import LaneQueues, make_plan
+from detbench.run.schedule import make_plan
 from detbench.store.paired import iter_paired
 from detbench.store.results import load_env, load_results
 
@@ -89,26 +89,6 @@ def test_a_resumed_plan_spreads_beside_the_kept_records() -> None:
     again = make_plan(["s/x", "s/y"], modes, 2, seed=0, done=done, lanes=2,
                       placed={("s/x", "default", 0): 1})  # fmt: skip
     assert again == plan
-
-
-def test_a_device_out_of_work_steals_only_what_keeps_the_spread() -> None:
-    modes = [get_mode("default"), get_mode("det-algos"), get_mode("no-cudnn")]
-    plan = make_plan(["s/x"], modes, 2, seed=0, lanes=2)
-    queues = LaneQueues(plan)
-    mine = [queues.take(0) for _ in plan.lane_slots(0)]
-    assert all(s is not None and s.lane == 0 for s in mine)
-    # Device 0 is done; device 1 has its three slots queued, one replicate of each mode, whose
-    # other replicate device 0 ran: taking any would stack a mode on device 0.
-    assert queues.take(0) is None and queues.stolen == 0
-    # Three replicates on two devices: the third of a mode may move, its mode stays on both.
-    plan = make_plan(["s/x"], modes[:1], 3, seed=0, lanes=2)
-    assert [s.lane for s in plan.slots] == [0, 1, 0]
-    queues = LaneQueues(plan)
-    assert queues.take(1) == plan.slots[1]
-    stolen = queues.take(1)
-    assert stolen is not None and stolen.replicate == 2 and stolen.lane == 1
-    assert queues.stolen == 1
-    assert [queues.take(0), queues.take(0)] == [plan.slots[0], None]
 
 
 # -- bad input ---------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A verdict worker's life with real processes: a paused worker is stopped until resumed; a
+"""A worker's life with real processes: a worker waits for its device stage until released; a
 worker whose device context is lost ends and a fresh one takes the rest; a worker that never
 gets ready is killed, and two in a row stop the run."""
 
@@ -29,7 +29,7 @@ def _config(out: Path, *only: str, replicates: int = 2, device: str = "cpu") -> 
         device=device,
         budget=0.05,
         only=list(only),
-        # The verdict workers alone, as ``detbench audit`` runs them: no paired phase.
+        # Verdicts alone, as ``detbench audit`` makes them: no A/A copy, no rounds.
         timing=VERDICTS_ONLY,
     )
 
@@ -74,7 +74,7 @@ def test_worker_with_a_lost_device_ends_and_a_fresh_worker_takes_the_rest(tmp_pa
             assert by[("after_loss", mode, rep)]["status"] == "ok"
             assert by[("steady", mode, rep)]["status"] == "ok"
     # Each (mode, replicate) needed a second worker for after_loss: 4 + 4.
-    assert stats.workers == 8
+    assert stats.paired is not None and stats.paired["workers"] == 8
     logs = "".join(p.read_text() for p in (tmp_path / "run" / "logs").iterdir())
     assert "the CUDA context is unusable after lifecycle/loses_device" in logs
 

@@ -67,9 +67,10 @@ def test_shards_deal_whole_groups() -> None:
     assert records == {(k, m.name, r) for k, r in deals[1] for m in modes}
 
 
-def test_separate_shards_deal_whole_workers() -> None:
-    """In the separate design every (replicate, mode) worker is in exactly one shard, the deal
-    is the same each time, and the shards' records are balanced."""
+def test_an_earlier_runs_shards_deal_whole_workers() -> None:
+    """An earlier detbench's shards of a run that timed nothing paired dealt whole workers, as
+    its plan is read back: every (replicate, mode) in exactly one shard, the same deal each
+    time, the shards' records balanced."""
     modes = [get_mode(m) for m in ("default", "det-algos", "no-cudnn")]
     full = make_plan(["s/a", "s/b"], modes, 3, 0)
     deals = [shard_slots(full, (k, 2)) for k in (1, 2)]
@@ -77,7 +78,7 @@ def test_separate_shards_deal_whole_workers() -> None:
     assert deals[0] | deals[1] == workers and not deals[0] & deals[1]
     assert [len(d) for d in deals] == [5, 4]
     assert deals == [shard_slots(make_plan(["s/a", "s/b"], modes, 3, 0), (k, 2)) for k in (1, 2)]
-    mine = make_plan(["s/a", "s/b"], modes, 3, 0, shard=(2, 2))
+    mine = make_plan(["s/a", "s/b"], modes, 3, 0, shard=(2, 2), by_group=False)
     assert {(s.replicate, s.mode.name) for s in mine.slots} == deals[1]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import io
 import json
 import re
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from detbench.analysis.attribution import build_study
 from detbench.analysis.failures import all_failed, failure_lines
 from detbench.core.workload import Context, builtin_suite_files, load_file
 from detbench.run.probe import probe_ops
-from detbench.run.schedule import Progress, Slot
 from detbench.worker.fingerprint import OutputError, step_outputs
 from detbench.worker.ops import OpsSeen
 from tests.conftest import WORKLOADS, detbench_cli
@@ -295,79 +293,6 @@ def test_own_workloads_that_run_exit_0(tmp_path: Path) -> None:
     assert (df["status"] == "ok").all(), df["message"].tolist()
     assert set(df["attn_implementation"]) == {"sdpa"}  # seen, since they noted nothing
     assert "failed (the first line" not in proc.stdout
-
-
-# --- the time left learns each workload's cost from its first record ---------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_the_time_left_weighs_each_workload_by_its_own_records() -> None:
-    """Two user workloads the estimate prices at 0.1 s a record, 3 records each, in 3 workers
-    that each cost 0.2 s beyond their records. The light one's first record takes 1 s, the
-    heavy one's 10 s: the time left counts the heavy one's two other records at 10 s each, not
-    at the mean record's time; the workers' own seconds are scaled by the time spent outside
-    records (none here) over the estimate's 0.2 s for the worker begun."""
-    clock = FakeClock()
-    mode = detbench.get_mode("default")
-    costs = {(r, "default"): (0.2, {"u/light": 0.1, "u/heavy": 0.1}) for r in range(3)}
-    p = Progress(6, estimate=1.2, stream=io.StringIO(), costs=costs, clock=clock)
-    slot = Slot(replicate=0, position=0, mode=mode, keys=("u/light", "u/heavy"))
-    assert p.left(0.0) == 1.2  # the plan's estimate, before any record
-    p.show(slot, 3, 1, "u/light")
-    clock.now = 1.0
-    p.advance("u/light")
-    # Only the light one is measured (10x the plan): every record left is priced 10x.
-    assert p.left(1.0) == pytest.approx(5 * 0.1 * 10)
-    p.show(slot, 3, 1, "u/heavy")
-    clock.now = 11.0
-    p.advance("u/heavy")
-    assert p.left(11.0) == pytest.approx(2 * 1.0 + 2 * 10.0)
-
-
-def test_the_paired_phase_after_the_records_keeps_its_planned_figure() -> None:
-    """A run whose verdict workers are one slow suite (the CPU matrix's torchrun launches) and
-    whose paired phase follows: a record 10x its figure prices the records left of its workload
-    10x, and leaves the paired phase at its figure, priced for this host (on one core the
-    launches ran 1.6x their figure and the groups 1.13x; scaled by the lanes' pace, "left" read
-    1.5x the real remainder). Its own progress line rescales it once it runs."""
-    mode = detbench.get_mode("default")
-    slot = Slot(replicate=0, position=0, mode=mode, keys=("distributed/ddp",))
-
-    def after_one(records: int, took: float) -> Progress:
-        clock = FakeClock()
-        costs = {(r, "default"): (0.0, {"distributed/ddp": 1.0}) for r in range(records)}
-        p = Progress(records, records + 300.0, io.StringIO(), costs, clock, after=300.0)
-        p.show(slot, records, 1, "distributed/ddp")
-        clock.now = took
-        p.advance("distributed/ddp")
-        return p
-
-    assert after_one(3, 10.0).left(10.0) == pytest.approx(2 * 10.0 + 300.0)
-    assert after_one(3, 0.5).left(0.5) == pytest.approx(2 * 0.5 + 300.0)
-
-
-def test_a_torchrun_launch_off_its_figure_does_not_scale_the_other_workloads() -> None:
-    """The CPU matrix's verdict workers begin with the distributed suite's torchrun launches: one
-    10x its figure prices that workload's records left 10x, and a workload not yet measured at
-    its own figure (it read "left ~9:52:03" for a run planned at 11:40)."""
-    mode = detbench.get_mode("default")
-    records = {"distributed/ddp": 1.0, "ops/cumsum": 0.5}
-    costs = {(r, "default"): (0.0, records) for r in range(2)}
-    slot = Slot(replicate=0, position=0, mode=mode, keys=tuple(records))
-    for launched, ops in ((frozenset({"distributed/ddp"}), 0.5), (frozenset(), 5.0)):
-        clock = FakeClock()
-        p = Progress(4, 3.0, io.StringIO(), costs, clock, launched=launched)
-        p.show(slot, 2, 1, "distributed/ddp")
-        clock.now = 10.0
-        p.advance("distributed/ddp")
-        assert p.left(10.0) == pytest.approx(10.0 + 2 * ops)  # without it, 10x the figure
 
 
 def test_a_context_note_is_checked() -> None:

@@ -3,13 +3,11 @@ estimate of the same records, summed over every call; one replicate only is no v
 "no mode made any workload reproducible"; a run stopped after its verdict phase has every
 verdict and says its costs were not measured, one stopped later says which it has.
 
-The arithmetic is checked exactly (an injected clock for the progress line); no test here asserts
-how long anything took. ``tools/progress_replay.py`` prints how true the line was on real runs.
+The arithmetic is checked exactly; no test here asserts how long anything took.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 from pathlib import Path
@@ -25,7 +23,7 @@ from detbench.analysis.suite_answer import answers
 from detbench.report.answer import irreproducible, open_lines
 from detbench.run.calls import calls_of, made_seconds
 from detbench.run.estimate import estimate
-from detbench.run.schedule import Progress, Slot, make_plan
+from detbench.run.schedule import make_plan
 from detbench.store.paired import PairedWriter
 from detbench.store.paired import line as paired_line
 from detbench.store.results import load_results
@@ -106,64 +104,6 @@ def test_calls_of_reads_an_old_single_run_stats_as_its_last_call() -> None:
     old = {"started_utc": "a", "resumed_utc": ["b"], "run_stats": {"wall": 5.0, "planned": 9.0}}
     assert [c["wall"] for c in calls_of(old)] == [None, 5.0]
     assert calls_of(old)[-1]["planned"] is None  # 9.0 priced the whole resumed plan
-
-
-# --- the progress line: the estimate's figures, each part scaled apart ---------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_the_first_workers_start_up_does_not_multiply_every_record() -> None:
-    """Two workers of two records each, priced 0.5 s a record and 2 s of start-up for the
-    first, 0.1 s of wait for the second. The first record comes after a 10 s start-up and takes
-    1 s: the records left are priced at twice the plan (their workload's ratio, or all the
-    records' for one not yet measured), the second worker's wait at 10/2 = 5x. Before issue 34
-    the line scaled everything by the time so far over the work done: (11 / (2 + 1)) x the rest,
-    and with the estimate's bare seconds, 11 s x 3 records: "left ~0:33"."""
-    clock = FakeClock()
-    costs = {
-        (0, "default"): (2.0, {"u/a": 0.5, "u/b": 0.5}),
-        (0, "det-algos"): (0.1, {"u/a": 0.5, "u/b": 0.5}),
-    }
-    p = Progress(4, estimate=4.1, stream=io.StringIO(), costs=costs, clock=clock)
-    slot = Slot(0, 0, DEFAULT, ("u/a", "u/b"))
-    assert p.left(0.0) == 4.1
-    clock.now = 10.0
-    p.show(slot, 1, 2, "u/a")
-    assert p.left(10.0) == 0.0  # no record yet: the plan's estimate less the time so far
-    clock.now = 11.0
-    p.advance("u/a")
-    rest = {
-        ((0, "default"), "u/b"): 0.5 * 2.0,
-        ((0, "det-algos"), None): 0.1 * (10.0 / 2.0),
-        ((0, "det-algos"), "u/a"): 0.5 * 2.0,
-        ((0, "det-algos"), "u/b"): 0.5 * 2.0,
-    }
-    assert p.remaining(11.0) == pytest.approx(rest)
-    assert p.left(11.0) == pytest.approx(sum(rest.values()))
-
-
-def test_a_workloads_ratio_learns_from_every_record_and_devices_take_the_busiest() -> None:
-    clock = FakeClock()
-    costs = {(r, "default"): (0.0, {"u/a": 1.0}) for r in range(3)}
-    lanes = {(0, "default"): 0, (1, "default"): 1, (2, "default"): 1}
-    p = Progress(3, 3.0, io.StringIO(), costs, clock, lanes=lanes)
-    for r, took in ((0, 3.0),):
-        p.show(Slot(r, 0, DEFAULT, ("u/a",)), 3, 1, "u/a", "cpu:0")
-        clock.now += took
-        p.advance("u/a", "cpu:0")
-    assert p.left(clock.now) == pytest.approx(2 * 3.0)  # device 1's two records, 3x the plan
-    p.show(Slot(1, 0, DEFAULT, ("u/a",)), 3, 1, "u/a", "cpu:1")
-    clock.now += 1.0
-    p.advance("u/a", "cpu:1")
-    assert p.measured[("u/a", True)] == (4.0, 2.0)
-    assert p.left(clock.now) == pytest.approx(1.0 * 4.0 / 2.0)
 
 
 # --- one replicate only, and a run stopped between its phases ------------------------------------

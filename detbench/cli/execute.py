@@ -65,7 +65,7 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
             skipped,
             "paper" if paper else None,
             probed,
-            None if runner.paired is None else runner.paired.plan(c.setting("block_seconds")),
+            runner.paired.plan(c.setting("block_seconds")),
             GPU_HOST_CORES if paper else None,
             own,
             host,

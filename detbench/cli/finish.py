@@ -56,12 +56,6 @@ def finish(
         _, page = write_report(out, run)
         print(f"\nreport: {page}")
     print(time_line(stats, estimated, out, kept))
-    if stats.timing_target_missed:
-        print(
-            f"{stats.timing_target_missed} of {stats.records} records stopped short of the target "
-            "interval: their timing budget ran out (on a GPU, the ceiling past it, or the "
-            "target was out of reach; the report lists each with its interval)"
-        )
     # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
     # the exit status (a built-in suite's failure is data of the machine, and exits 0).
     files = {Path(f).resolve() for f in config.workload_files}
@@ -84,7 +78,6 @@ def time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
     paired = stats.paired or {}
     measured = (
         stats.wall * stats.devices
-        - stats.timing
         - stats.fingerprint
         - stats.invariance
         - paired.get("rounds", 0.0)
@@ -112,14 +105,11 @@ def time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
             else ""
         )
         + (f"the probe worker {stats.probe:.0f} s, " if stats.probe else "")
-        + f"timing {stats.timing:.0f} s, fingerprint "
-        f"{stats.fingerprint:.0f} s, start-up waited for {stats.startup:.0f} s (the workers' "
-        f"own start-up work: {stats.startup_cpu:.0f} s of CPU, the later workers' beside the "
-        f"one measuring), build {stats.build:.0f} s, "
+        + f"fingerprint {stats.fingerprint:.0f} s, the workers' own start-up work "
+        f"{stats.startup_cpu:.0f} s of CPU (beside the rest), build {stats.build:.0f} s, "
         f"FLOP count {stats.count:.0f} s, "
         + (f"batch invariance {stats.invariance:.0f} s, " if stats.invariance else "")
-        + f"clean-up {stats.cleanup:.0f} s, worker exit "
-        f"{stats.shutdown:.0f} s, other {stats.other:.0f} s; harness overhead "
+        + f"clean-up {stats.cleanup:.0f} s, other {stats.other:.0f} s; harness overhead "
         f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
         + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
     )

@@ -226,6 +226,7 @@ def pair(job: dict[str, Any], out: Channel) -> int:
                 timing, said = PairedTiming.prepare(w, job, mode, ws)
             out.send({"type": "prepared", "workload": key, **said})
             if said.get("lost"):  # the CUDA context is unusable: a fresh worker takes over
+                print(f"detbench worker: the CUDA context is unusable after {key}; exiting")
                 return 0
         elif word == "reference" and timing is not None:
             out.send({"type": "reference", **timing.reference(float(arg))})

@@ -161,8 +161,7 @@ class RunConfig:
     #: None: one worker at a time on ``device``, as without the option.
     devices: list[str] | None = None
     #: ``--shard K/N``: only shard K of N of the plan: its (workload, replicate) groups
-    #: (``schedule.shard_groups``), or in a run that times nothing (``detbench audit``) its
-    #: workers (``shard_slots``).
+    #: (``schedule.shard_groups``).
     shard: tuple[int, int] | None = None
     #: ``--cudnn-log``: cuDNN's API log on in every worker, and the engines each convolution ran
     #: in each record (``worker.cudnnlog``); its timings are then not costs.

@@ -157,7 +157,6 @@ def probe(runner: Runner, keys: list[str]) -> ProbeReport:
         for d in runner.cache_dirs:  # the probe's worker got its own, as every worker does
             shutil.rmtree(d, ignore_errors=True)
         runner.cache_dirs.clear()
-        runner.stats.workers -= 1
     if not turn.started:
         why = turn.timed_out or f"a worker did not start here; its log: {tail}"
         raise RunError(why)

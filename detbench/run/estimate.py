@@ -96,9 +96,9 @@ class Estimate:
     basis: str = "model"
     #: Records costed by a probe worker on this host (a user's own workloads).
     probed_records: int = 0
-    #: Per worker (replicate, mode name): the seconds it costs beyond its records (start-up or
-    #: wait, device stage, launch, invariance passes) and each record's seconds: the progress
-    #: line's plan (``schedule.Progress``), the same figures as the estimate's.
+    #: Per slot (replicate, mode name): the seconds it costs beyond its records (start-up or
+    #: wait, launch, invariance passes) and each record's seconds: the paired phase's weights
+    #: for the time left (``paired.weights_of``) and a call's planned seconds (``run.calls``).
     slot_costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] = field(
         default_factory=dict, compare=False, repr=False
     )

@@ -30,6 +30,10 @@ each device with its own workers: a workload's replicates take the devices in tu
 The workers (``supervise.WorkerProcess``, kind ``paired_workers.PAIR_KIND``) of a group start at
 once; on a CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
 
+**A run that times nothing** (``detbench audit``: ``RunConfig.timing`` ``VERDICTS_ONLY``)
+goes through the same groups with no A/A copy and no rounds: each member makes its verdicts
+(``record KEY``) and keeps nothing, and ``paired.jsonl`` gets no line.
+
 **On a CPU the cuDNN flags act on nothing** (``acts.timed_as``): a mode that differs from another
 only in them makes its verdict in its own worker (``record KEY``) and sits the rounds out; its
 line says ``same_computation``, naming the mode that was timed. Of the 10 modes, default and
@@ -309,12 +313,12 @@ def group_line(
     started, turns = workers
     side = (
         f"{started} workers side by side"
-        if turns == started
+        if turns in (0, started)
         else f"{started} workers, {turns} timed side by side"
     )
     width = len(str(total))
     rest = f" left ~{clock(left)}" if left is not None else ""
-    what = "verdicts and costs" if verdicts else "costs"
+    what = "verdicts and costs" if verdicts and turns else "verdicts" if verdicts else "costs"
     return (
         f"{what} [{n:>{width}}/{total}] replicate {r + 1}/{replicates} {key}: {side}  "
         f"elapsed {clock(elapsed)}{rest}\n"
@@ -392,6 +396,7 @@ class PairedPhase:
             },
             stream=stream,
             owed=verdicts,
+            verdicts_only=not c.paired,
             store=store,
             shard=shard,
             lanes=lanes,
@@ -423,6 +428,7 @@ class PairedPhase:
         settings: Mapping[str, Any],
         stream: TextIO,
         owed: set[tuple[str, str, int]] | None = None,
+        verdicts_only: bool = False,
         store: Store | None = None,
         lost: Lost | None = None,
         shard: set[tuple[str, int]] | None = None,
@@ -447,7 +453,9 @@ class PairedPhase:
         self.store = store
         self.lost_record = lost
         self.base = baseline_of(modes)
-        self.members_of = [(m, 0) for m in modes] + [(self.base, 1)]
+        #: Verdicts and no costs (``detbench audit``): no A/A copy, no rounds, no lines.
+        self.verdicts_only = verdicts_only
+        self.members_of = [(m, 0) for m in modes] + ([] if verdicts_only else [(self.base, 1)])
         #: Each mode -> the mode whose worker times its computation (``acts.timed_as``, the
         #: baseline first): on a CPU the cuDNN flags act on nothing, so of the 10 modes only
         #: default and det-algos are timed; the others make their verdicts and sit the rounds out.
@@ -462,7 +470,11 @@ class PairedPhase:
         #: share the cores.
         cores = host_cores() // (len(lanes) if self.device == "cpu" else 1)
         most = cores // int(settings.get("threads") or cores or 1)
-        self.turns = sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
+        self.turns = (
+            0
+            if verdicts_only
+            else sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
+        )
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = done_groups(iter_paired(out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
@@ -505,7 +517,7 @@ class PairedPhase:
             keys = [
                 k
                 for k in self.keys
-                if ((k, r) not in self.done or self.owes(k, r))
+                if (self.owes(k, r) or ((k, r) not in self.done and not self.verdicts_only))
                 and (self.shard is None or (k, r) in self.shard)
             ]
             if keys:
@@ -528,6 +540,7 @@ class PairedPhase:
             rounds=self.rounds,
             block_seconds=block_seconds,
             fused=bool(self.owed),
+            verdicts_only=self.verdicts_only,
             warmup=min(self.budget, self.rounds * block_seconds / 2),
             cudnn_off=cudnn_off_timed(self.members_of, self.timed_as),
             reference=self.reference_seconds,
@@ -693,6 +706,8 @@ class GroupTimer:
             m.reset()
             if m.copy == 0 and phase.timed_as[m.mode.name] != m.mode.name:
                 m.timed_as = phase.timed_as[m.mode.name]
+            elif phase.verdicts_only:  # its verdict alone, nothing kept: as a twin makes it
+                m.timed_as = m.mode.name
         base = next(m for m in members if m.mode.name == phase.base.name and m.copy == 0)
         rest = [m for m in members if m is not base]
         queue = [base] + [rest[i] for i in round_order(phase.seed, key, replicate, -1, len(rest))]
@@ -727,6 +742,8 @@ class GroupTimer:
                 free = m.prepared.get("free_bytes", free)
         if live and (len(live) > 1 or index == 0):
             self._rounds(live, key, replicate, index, subgroup, base)
+        if phase.verdicts_only:
+            return []
         stats.subgroups += subgroup + 1
         t0 = time.perf_counter()
         for m in members:

@@ -54,6 +54,8 @@ class PairedPlan:
     #: A member's warm-up ceiling (``worker.paired.PairedTiming._warm_up``): half the seconds its
     #: rounds sample, at most the budget.
     warmup: float = 0.0
+    #: Verdicts and no costs (``detbench audit``): the groups' start-ups, no A/A copy, no rounds.
+    verdicts_only: bool = False
     #: How many of a group's workers run a mode with cuDNN off (a native kernel, often far
     #: slower: priced at its own step where a run measured one).
     cudnn_off: int = 0
@@ -99,6 +101,8 @@ class PairedPlan:
         if device in GROUP_START_SECONDS:
             fixed, each = GROUP_START_SECONDS[device]
             group_start = max(group_start, fixed + each * self.workers)
+        if self.verdicts_only:  # its verdicts are priced with the records; nothing is timed
+            return self.replicates * group_start
         prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1) * speed
         suites = {k: v * speed for k, v in SUITE_PREPARE_SECONDS.get((device, profile), {}).items()}
         measured = probed or {}
@@ -186,6 +190,7 @@ class PairedPlan:
             "rounds": self.rounds,
             "block_seconds": self.block_seconds,
             "fused": self.fused,
+            "verdicts_only": self.verdicts_only,
             "cudnn_off": self.cudnn_off,
             "devices": self.lanes,
         }

@@ -48,7 +48,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     if est.paired is not None:
         lines.append(_paired_line(est))
     if c.devices:
-        lines += _device_lines(runner, est)
+        lines += _device_lines(runner)
     if skipped:
         lines.append(left_out_line(c.device, skipped))
     lines += _cost_lines(c, est)
@@ -256,35 +256,16 @@ def _startup_words(est: Estimate) -> str:
     )
 
 
-def _device_lines(runner: Runner, est: Estimate) -> list[str]:
-    """Which device runs which (replicate, mode), and what parallel CPU workers mean for their
-    timings."""
-    c = runner.config
-    names = c.device_names
-    width = max(len(n) for n in names)
-    lines: list[str] = []
-    if runner.paired is not None and runner.fused:
-        return lines + _group_lanes(runner, width) + _thread_lines(runner)
-    lines.append(
-        f"  devices {', '.join(names)}: one worker per device at a time, the devices side by "
-        "side; replicates of a mode spread over the devices (a device that runs out of work "
-        "takes another's last queued slot where that keeps the spread):"
-    )
-    seconds = est.lane_seconds if len(names) > 1 else (est.seconds,)
-    for d, name in enumerate(names):
-        slots = runner.plan.lane_slots(d)
-        which = ", ".join(f"r{s.replicate + 1} {s.mode.name}" for s in slots) or "nothing"
-        lines.append(
-            f"    {name:<{width}}  {len(slots)} workers, {sum(len(s.keys) for s in slots)} "
-            f"records, ~{clock(seconds[d])}: {which}"
-        )
-    return lines + _thread_lines(runner)
+def _device_lines(runner: Runner) -> list[str]:
+    """Which device times which (workload, replicate) group, and what parallel CPU workers mean
+    for their timings."""
+    width = max(len(n) for n in runner.config.device_names)
+    return _group_lanes(runner, width) + _thread_lines(runner)
 
 
 def _group_lanes(runner: Runner, width: int) -> list[str]:
     """Which device times which (workload, replicate) group (``PairedPhase.lane_of``)."""
     paired = runner.paired
-    assert paired is not None
     lines = [
         f"  devices {', '.join(runner.config.device_names)}: one (workload, replicate) group "
         "per device at a time, each with its own workers, the devices side by side; a "
@@ -305,9 +286,8 @@ def _thread_lines(runner: Runner) -> list[str]:
     lines: list[str] = []
     if runner.threads_per_worker is not None:
         t = runner.threads_per_worker
-        side = "groups' workers" if runner.fused else "workers"
         lines.append(
-            f"  timings: {len(names)} CPU {side} run side by side with {t} thread"
+            f"  timings: {len(names)} CPU groups' workers run side by side with {t} thread"
             f"{'s' if t != 1 else ''} each (a serial run's workers use {runner.serial_threads}):"
             " they share the host's cores, so their timings are not comparable with a serial "
             "run's"

@@ -1,17 +1,14 @@
-"""The orchestrator: the plan's workers run one after another, records written as they come.
+"""The orchestrator of a run: its plan, its folder and env.json, its records written as they
+come, and its statistics.
 
-``detbench.run.schedule`` decides the order (replicates outer, modes shuffled per replicate), the
-device of each worker and the estimate; ``detbench.run.supervise`` owns one worker's life (spawn,
-messages, limits). This module runs the plan: it starts the next worker, its device stage too,
-while the current one makes its verdicts (a verdict worker times nothing), stores each record the
-moment it arrives, turns a worker that died or hung into records with a status, and keeps the
-run's statistics and its env.json.
-
-With ``--devices`` each device runs its queue of workers ("lane") in a thread of its own, one
-worker at a time; a worker's fault costs its own records only. A worker sees only its GPU, as
-``cuda:0``. A lane's thread spawns and reaps its own workers (Linux sends the parent-death signal
-when the *thread* that spawned a worker ends). A later replicate's record waits while the first
-replicate of its (workload, mode), whose FLOP count it takes, still measures on another device.
+``detbench.run.schedule`` decides the plan (replicates outer, modes shuffled per replicate) and
+the estimate prices it; the paired phase (``detbench.run.paired``) runs it: a group of fresh
+workers per replicate makes each workload's verdicts and times its costs side by side, or makes
+the verdicts alone in a run that times nothing (``detbench audit``). This module stores each
+verdict record the moment it arrives, keeps env.json (the first worker's facts, each device's),
+and on ``--resume`` refuses a host whose facts differ from the run's. A later replicate's record
+waits while the first replicate of its (workload, mode), whose FLOP count it takes, still
+measures on another device (``--devices``).
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -40,18 +36,13 @@ from detbench.run.envdoc import env_doc
 from detbench.run.jobs import pair_job, worker_environment, worker_job
 from detbench.run.paired import PairedPhase
 from detbench.run.runstats import RunStats
-from detbench.run.schedule import LaneQueues, Plan, Progress, Slot, make_plan, shard_groups
+from detbench.run.schedule import Plan, Slot, make_plan, shard_groups
 from detbench.run.supervise import (
     Crew,
-    Stopped,
     WorkerProcess,
-    ending,
-    side_by_side,
-    take_turn,
 )
 from detbench.store import gpustate
 from detbench.store.outdir import refuse_used
-from detbench.store.record import lost
 from detbench.store.results import (
     ENV_FILE,
     ResultWriter,
@@ -68,19 +59,6 @@ from detbench.worker.protocol import PACKAGE_ROOT
 
 if TYPE_CHECKING:
     from detbench.run.estimate import Estimate
-
-#: Workers in a row (on one device) that fail to start before the run gives up (a broken GPU or
-#: install).
-MAX_FAILED_STARTS = 2
-
-
-@dataclass
-class _Lane:
-    """One device's share of a run while it goes."""
-
-    index: int
-    name: str
-    failed_starts: int = 0
 
 
 class Runner:
@@ -122,7 +100,6 @@ class Runner:
             lanes=len(names),
             placed=self._placed,
             shard=config.shard,
-            by_group=config.paired,
         )
         import torch  # the CLI has it imported already
 
@@ -150,28 +127,20 @@ class Runner:
             for k in s.keys
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-        self.fused = config.timing_design == "paired"
         self.launched = frozenset(w.key for w in self.workloads if w.distributed)
-        #: The workloads verdict workers run: none where the paired phase makes every verdict.
-        self.lane_keys: set[str] | None = set() if self.fused else None
-        self.paired = (
-            PairedPhase.of(
-                config,
-                self.workloads,
-                self._pair_job,
-                self._environment,
-                self.crew,
-                stream,
-                owed=self.plan.slots if self.fused else None,
-                store=self._store_now,
-                shard=self._shard_groups(),
-            )
-            if config.paired
-            else None
+        self.paired = PairedPhase.of(
+            config,
+            self.workloads,
+            self._pair_job,
+            self._environment,
+            self.crew,
+            stream,
+            owed=self.plan.slots,
+            store=self._store_now,
+            shard=self._shard_groups(),
         )
-        if self.paired is not None:  # its workers' facts go to env.json as a verdict worker's
-            for i, timer in enumerate(self.paired.timers):
-                timer.workers.on_ready = partial(self._ready, lane=_Lane(i, timer.lane))
+        for timer in self.paired.timers:  # each device's first worker's facts go to env.json
+            timer.workers.on_ready = partial(self._ready, lane=timer.lane)
 
     def _shard_groups(self) -> set[tuple[str, int]] | None:
         """The (workload, replicate) groups of ``--shard K/N`` (None: not a shard)."""
@@ -234,74 +203,9 @@ class Runner:
         worker = self.crew.spawn(
             c.python, job, env, logs / f"r{slot.replicate}-{slot.mode.name}.log"
         )
-        with self._lock:
-            self.stats.workers += 1
         return worker
 
-    def _drive(
-        self,
-        worker: WorkerProcess,
-        slot: Slot,
-        progress: Progress,
-        writer: ResultWriter,
-        lane: _Lane,
-    ) -> list[str]:
-        """Run ``worker`` to its end (``supervise.take_turn``), its records stored as they come
-        and the workloads it took down with it recorded with their status. Return the keys it
-        did not finish."""
-        c = self.config
-        device = lane.name if len(c.device_names) > 1 else None
-
-        def ready(msg: dict[str, Any]) -> None:
-            lane.failed_starts = 0
-            self._ready(msg, lane)
-
-        def start(key: str) -> None:
-            with self._lock:
-                progress.show(slot, c.replicates, len(c.modes), key, device)
-
-        def record(rec: dict[str, Any]) -> None:
-            with self._lock:
-                self._store(rec, writer)
-                progress.advance(f"{rec['suite']}/{rec['workload']}", device)
-
-        limits = (c.startup_timeout, c.timeout)
-        turn = take_turn(worker, self.crew, limits, ready, start, record)
-        with self._lock:
-            self.stats.add_turn(turn, slot.replicate, slot.mode.name)
-        if not turn.remaining:
-            return []
-        if self.crew.stopping:  # killed because the run stops: no fault of the workload's
-            raise Stopped
-        if not turn.started:
-            lane.failed_starts += 1
-        status, why = ending(turn, worker.log)
-        for key in turn.lost():
-            rec = lost(
-                key,
-                slot.mode,
-                status,
-                why,
-                turn.code,
-                replicate=slot.replicate,
-                mode_position=slot.position,
-                seed=c.seed,
-                device=c.device,
-                device_name=lane.name,
-                profile=c.profile,
-                utc=utc_now(),
-            )
-            record(rec)
-            turn.remaining.remove(key)
-        if lane.failed_starts >= MAX_FAILED_STARTS:
-            on = f" on {lane.name}" if len(c.device_names) > 1 else ""
-            raise RunError(
-                f"{lane.failed_starts} workers in a row did not start{on} ({status}: {why}); "
-                f"stopping. Records kept in {c.out}; resume with: detbench run --resume {c.out}"
-            )
-        return turn.remaining
-
-    def _ready(self, msg: dict[str, Any], lane: _Lane) -> None:
+    def _ready(self, msg: dict[str, Any], lane: str) -> None:
         """A worker is ready: the first one's facts are checked (resume) and go to env.json, and
         so does the first worker's of each device."""
         with self._lock:
@@ -312,9 +216,9 @@ class Runner:
             if first:
                 self.check_environment({"host": self.host, "worker": msg["device_env"]})
                 self.device_env = msg["device_env"]
-            new_device = self.config.devices and lane.name not in self.device_envs
+            new_device = self.config.devices and lane not in self.device_envs
             if new_device:
-                self.device_envs[lane.name] = msg["device_env"]
+                self.device_envs[lane] = msg["device_env"]
             if first or new_device:
                 write_json_atomic(self.config.out / ENV_FILE, self._env_doc())
 
@@ -352,15 +256,12 @@ class Runner:
         writer.append(rec)
         self.records.append(rec)
         self.stats.records += 1
-        for phase in ("build", "fingerprint", "count", "timing", "invariance", "cleanup"):
+        for phase in ("build", "fingerprint", "count", "invariance", "cleanup"):
             setattr(
                 self.stats,
                 phase,
                 getattr(self.stats, phase) + (rec.get("phases") or {}).get(phase, 0.0),
             )
-        timing = rec.get("timing") or {}
-        if timing.get("reached_target") is False:
-            self.stats.timing_target_missed += 1
 
     # -- the whole run -------------------------------------------------------------------------
     def _open_folder(self) -> Path:
@@ -396,49 +297,36 @@ class Runner:
         self.started_utc = utc_now()
         if self.host is None:
             # collect_env runs in a child process (so the runner never initialises CUDA) and
-            # takes seconds: it overlaps the first worker's start-up and is collected before
-            # that worker's first sample (see _drive).
+            # takes seconds: it overlaps the first group's start-up and is collected when its
+            # first worker is ready (``_ready``).
             self._host_later = host_env_later()
-        logs = self._open_folder()
-        progress = Progress.for_plan(self.plan, estimate, self.stream, self.launched)
+        self._open_folder()
         if estimate is not None:
             self.stats.planned = (
                 float(estimate) if isinstance(estimate, int | float) else estimate.seconds
             )
-        if self.paired is not None and estimate is not None and not isinstance(estimate, float):
+        if estimate is not None and not isinstance(estimate, float):
             self.paired.weigh(estimate)  # each group's weight for the time left
         # The probe worker ran before this, in this call: its seconds are the call's.
         self.stats.probe = float(getattr(estimate, "probe_seconds", 0.0))
-        queues = LaneQueues(self.plan, self._placed)
-        lanes = [_Lane(i, name) for i, name in enumerate(c.device_names)]
-        self.stats.devices = len(lanes)
+        self.stats.devices = len(c.device_names)
         t0 = time.perf_counter()
         finished = False
         with ResultWriter(out) as writer:
             self._writer = writer
             try:
-                each = [partial(self._run_lane, ln, queues, progress, writer, logs) for ln in lanes]
-                if len(lanes) == 1:
-                    each[0]()
-                else:  # each device's lane in a thread of its own
-                    side_by_side(each, c.device_names, self.crew)
-                if self.paired is not None:  # every verdict is in: now the costs, side by side
-                    progress.close()
-                    progress.tty = False  # its line is ended; the paired phase prints its own
-                    try:
-                        self.paired.run(before=progress.clock() - progress.t0)
-                    finally:
-                        self.stats.paired = self.paired.stats.to_json()
+                try:
+                    self.paired.run()
+                finally:
+                    self.stats.paired = self.paired.stats.to_json()
                 finished = True
             finally:
                 with self._lock:  # replicates still waiting for a count that will not come
                     for key in list(self._held):
                         for rec in self._held.pop(key):
                             self._write(rec, writer)
-                self.stats.stolen = queues.stolen
                 for d in self.cache_dirs:
                     shutil.rmtree(d, ignore_errors=True)
-                progress.close()
                 self.stats.wall = time.perf_counter() - t0 + self.stats.probe
                 self.gpu_state["after"] = gpustate.snapshot()["gpus"]
                 doc = self._env_doc()
@@ -458,47 +346,7 @@ class Runner:
     @property
     def costs_missing(self) -> int:
         """How many (workload, replicate) groups the paired phase will time."""
-        return 0 if self.paired is None else self.paired.groups
-
-    def _run_lane(
-        self, lane: _Lane, queues: LaneQueues, progress: Progress, writer: ResultWriter, logs: Path
-    ) -> None:
-        """One device's workers, one at a time: each slot's worker, with the next slot's worker
-        started beside it; the workloads a dead worker did not reach go to a fresh one."""
-        pending: tuple[Slot, WorkerProcess] | None = None  # the next slot, its worker started
-        worker: WorkerProcess | None = None
-        try:
-            while True:
-                if pending is not None:
-                    (slot, worker), pending = pending, None
-                else:
-                    taken = self._take(queues, lane)
-                    if taken is None:
-                        return
-                    slot, worker = taken[0], self.spawn(*taken, logs)
-                nxt = self._take(queues, lane)
-                if nxt is not None:
-                    pending = (nxt[0], self.spawn(*nxt, logs))
-                    pending[1].release()  # nothing of this device is timed: its CUDA start too
-                while True:
-                    todo = self._drive(worker, slot, progress, writer, lane)
-                    if not todo:
-                        break
-                    worker = self.spawn(slot, todo, logs)
-        finally:  # interrupted: the early-started worker goes too, and one never driven
-            for w in (worker, pending[1] if pending is not None else None):
-                if w is not None and not w.closed:
-                    w.kill()
-                    self.crew.finish(w)
-
-    def _take(self, queues: LaneQueues, lane: _Lane) -> tuple[Slot, list[str]] | None:
-        """The next slot of ``lane`` with workloads for a verdict worker, and those (where the
-        paired phase makes the verdicts, the distributed ones, whose ranks it launches)."""
-        while (slot := queues.take(lane.index)) is not None:
-            keys = [k for k in slot.keys if self.lane_keys is None or k in self.lane_keys]
-            if keys:
-                return slot, keys
-        return None
+        return self.paired.groups
 
 
 def prepare(config: RunConfig, stream: TextIO = sys.stderr) -> Runner:

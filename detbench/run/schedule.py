@@ -1,5 +1,6 @@
-"""Which (mode, replicate) runs in which worker, in what order, how long the run should take, and
-how far it has got (the progress line).
+"""Which (mode, replicate) makes which verdicts, in what order, and on which device: the plan,
+which the estimate prices and the paired phase's verdicts follow (``Slot``, ``make_plan``), and
+the shards of a plan (``--shard K/N``).
 
 The plan is fixed before the first worker starts, so ``--dry-run`` can print it without writing
 anything, and a resumed run rebuilds the same order from the same seed.
@@ -11,31 +12,21 @@ makes whichever modes always run at that point of a replicate look expensive; sh
 drift falls on different modes in each replicate and shows as spread between replicates instead of
 a bias (the report shows that spread).
 
-Devices (``--devices``): every slot is given a device before the run starts, in plan order: the
-device that has run the fewest replicates of the slot's mode so far (replicates of one mode
-spread over the devices, never stacked on one while another has none), then the one with the
-least work (records) planned, then the lowest index. Each device runs its slots in plan order,
-one worker at a time. A device whose queue is empty takes the last queued slot of the busiest
-other device (work stealing), only where that leaves the slot's mode on as many devices as
-before; the records say where each ran (``device_name``).
+Devices (``--devices``): every slot is given a device in plan order, for the estimate's share of
+each device: the device that has run the fewest replicates of the slot's mode so far (replicates
+of one mode spread over the devices, never stacked on one while another has none), then the one
+with the least work (records) planned, then the lowest index.
 """
 
 from __future__ import annotations
 
 import random
-import sys
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from detbench.core.modes import Mode
 from detbench.run.config import RunError
-
-if TYPE_CHECKING:
-    from detbench.run.estimate import Estimate
 
 
 @dataclass(frozen=True)
@@ -135,7 +126,7 @@ def make_plan(
     lanes: int = 1,
     placed: Placed | None = None,
     shard: tuple[int, int] | None = None,
-    by_group: bool = False,
+    by_group: bool = True,
 ) -> Plan:
     """Every (replicate, mode) that still has a workload to measure, in run order; ``done`` holds
     the (workload, mode, replicate) records a resumed run already has. ``only_for`` limits a
@@ -144,14 +135,15 @@ def make_plan(
     by side, each slot given one (see the module docstring); ``placed``: for a resumed run, the
     devices its kept records ran on: the rest of a replicate goes where it began when that
     stacks nothing, and the other replicates spread beside them. ``shard`` (K, N): only the
-    (workload, replicate) groups ``shard_groups`` gives shard K of N (``run --shard K/N``) where
-    ``by_group`` (a run with a paired phase), else the workers ``shard_slots`` gives it."""
+    (workload, replicate) groups ``shard_groups`` gives shard K of N (``run --shard K/N``); where
+    not ``by_group`` (the plan of an earlier detbench's run that timed nothing paired, read back),
+    the workers ``shard_slots`` gives it."""
     if shard is not None:
         full = make_plan(keys, modes, replicates, seed, only_for=only_for)
         if by_group:
             groups = shard_groups(full, shard)
             mine = {(k, m.name, r) for k, r in groups for m in modes}
-        else:
+        else:  # an earlier detbench's shard of a run that timed nothing paired: its workers
             workers = shard_slots(full, shard)
             mine = {(k, name, r) for r, name in workers for k in keys}
         done = set(done) | {
@@ -248,253 +240,8 @@ def shard_groups(full: Plan, shard: tuple[int, int]) -> set[tuple[str, int]]:
     return mine
 
 
-class LaneQueues:
-    """The plan's slots queued per device while a run goes: each device takes its own in plan
-    order, and one with none left steals (see the module docstring). Thread-safe: the devices'
-    drivers take from it at the same time."""
-
-    def __init__(self, plan: Plan, placed: Placed | None = None) -> None:
-        self.lanes = plan.lanes
-        self.queues = [deque(plan.lane_slots(d)) for d in range(plan.lanes)]
-        self.spread = _Spread(plan.lanes, placed)
-        for s in plan.slots:
-            self.spread.move(s.keys, s.mode, None, s.lane)
-        self.stolen = 0
-        self._lock = threading.Lock()
-
-    def take(self, lane: int) -> Slot | None:
-        """Device ``lane``'s next slot: its own, else one stolen, else None (its work is done)."""
-        with self._lock:
-            if self.queues[lane]:
-                return self.queues[lane].popleft()
-            return self._steal(lane)
-
-    def _steal(self, lane: int) -> Slot | None:
-        def queued(d: int) -> int:
-            return sum(len(s.keys) for s in self.queues[d])
-
-        for d in sorted((d for d in range(self.lanes) if d != lane), key=lambda d: -queued(d)):
-            for s in reversed(self.queues[d]):
-                if not self.spread.keeps_spread(s, d, lane):
-                    continue  # a (workload, mode) would lose device d and stack on this one
-                self.queues[d].remove(s)
-                self.spread.move(s.keys, s.mode, d, lane)
-                self.stolen += 1
-                return replace(s, lane=lane)
-        return None
-
-
 def clock(seconds: float) -> str:
     """``M:SS`` (or ``H:MM:SS``) for people."""
     m, s = divmod(round(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-#: A thing the progress line prices: a worker's record, (worker, key), or what the worker costs
-#: beyond its records, (worker, None); a worker is its (replicate, mode name).
-Item = tuple[tuple[int, str], str | None]
-
-
-class Progress:
-    """One status line: which replicate, mode and workload runs, how far the run is, and the time
-    left: the plan's estimate until the first record, then the estimate's own figures (``costs``:
-    per worker, its start-up or wait and each record's seconds, ``Estimate.slot_costs``) scaled
-    by how far the run has departed from them so far, so that the line starts where the plan
-    line does and moves only as far as the run departs from the plan.
-
-    The two parts of the plan are scaled apart, since they go wrong apart: a record's seconds by
-    how long the records of its workload took against their estimate (every record of it so
-    far, in the modes with cuDNN on, or off, as its mode, where the estimate prices the two
-    apart; a workload not yet measured so, by the records of that kind so far), and a
-    worker's own seconds by how long the run spent outside records (start-ups, waits, hand-overs)
-    against the estimate's figure for the workers begun. Scaling everything by the time so far
-    over the estimate of the work done, as the line once did, lets the first worker's start-up
-    (seconds, against a record's fraction of one) multiply every record left: it read
-    "left ~4:34:59" for a 37-minute run at its second record. With devices side by side the time
-    left is the busiest device's. Without ``costs`` every record weighs the same."""
-
-    def __init__(
-        self,
-        total: int,
-        estimate: float | None = None,
-        stream: TextIO = sys.stderr,
-        costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        lanes: Mapping[tuple[int, str], int] | None = None,
-        kinds: Mapping[tuple[int, str], bool] | None = None,
-        after: float = 0.0,
-        spent: float = 0.0,
-        launched: frozenset[str] = frozenset(),
-    ) -> None:
-        self.total = total
-        #: The workloads whose records are torchrun launches (the distributed ones): how far
-        #: their records are off their figure scales them alone, never the records of a
-        #: workload not yet measured. On the CPU matrix they are the verdict workers' first
-        #: records: a run planned at 11:40 read "left ~9:52:03" at its second record.
-        self.launched = launched
-        #: Seconds the call spent before the plan's workers (its probe worker): in ``elapsed``
-        #: and in ``estimate``, outside every worker's figure.
-        self.spent = spent
-        #: The estimate's seconds for what follows these records (the paired phase's costs),
-        #: added unscaled in ``left``.
-        self.after = after
-        self.clock = clock
-        self.done = 0
-        self.estimate = estimate
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.t0 = clock() - spent
-        self._width = 0
-        #: (replicate, mode) -> the seconds the worker costs beyond its records, and per key
-        #: the estimate's seconds for its record.
-        self.planned = dict(costs or {})
-        #: (replicate, mode) -> the device (index) it is planned on.
-        self.lanes = dict(lanes or {})
-        #: (replicate, mode) -> whether its mode runs cuDNN: the estimate prices a workload's
-        #: records with cuDNN off apart (``estimate.record_cost``), so they are scaled apart.
-        self.kinds = dict(kinds or {})
-        priced: dict[str, dict[bool, set[float]]] = {}
-        for slot, (_, records) in self.planned.items():
-            for k, c in records.items():
-                priced.setdefault(k, {}).setdefault(self.kinds.get(slot, True), set()).add(c)
-        #: The workloads whose records the estimate prices apart with cuDNN on and off.
-        self.split = {k for k, p in priced.items() if len(p) > 1 and p[True] != p[False]}
-        self.started: set[tuple[int, str]] = set()
-        self.finished: set[tuple[tuple[int, str], str]] = set()
-        #: (key, kind) -> (measured seconds of its records so far, the estimate's for them).
-        self.measured: dict[tuple[str, bool], tuple[float, float]] = {}
-        self._began: dict[tuple[str | None, str], float] = {}
-        self._slot: dict[str | None, tuple[int, str]] = {}
-
-    @classmethod
-    def for_plan(
-        cls,
-        plan: Plan,
-        estimate: Estimate | float | None,
-        stream: TextIO,
-        launched: Iterable[str] = (),
-    ) -> Progress:
-        """The progress of ``plan`` along ``estimate`` (its seconds alone: records weigh alike);
-        ``launched``: the keys of the workloads launched by torchrun."""
-        if estimate is None or isinstance(estimate, int | float):
-            return cls(plan.records, estimate, stream)
-        lanes = {(s.replicate, s.mode.name): s.lane for s in plan.slots}
-        kinds = {(s.replicate, s.mode.name): s.mode.cudnn_enabled for s in plan.slots}
-        return cls(
-            plan.records,
-            estimate.seconds,
-            stream,
-            estimate.slot_costs,
-            lanes=lanes,
-            kinds=kinds,
-            after=estimate.paired_seconds,
-            spent=estimate.probe_seconds,
-            launched=frozenset(launched),
-        )
-
-    def remaining(self, elapsed: float) -> dict[Item, float] | None:
-        """The seconds each thing not yet done should take (see the class docstring); None
-        before the first record, or without the estimate's figures."""
-        if not (self.done and self.planned and self.measured):
-            return None
-        seen = self.measured.values()
-        pooled: dict[bool, tuple[float, float]] = {}
-        for (key, kind), (took_k, was_k) in self.measured.items():
-            if key in self.launched:
-                continue
-            took, was = pooled.get(kind, (0.0, 0.0))
-            pooled[kind] = (took + took_k, was + was_k)
-        # A workload not yet measured: the ratio of the records of its kind so far; a cuDNN-off
-        # record before any was measured keeps its own figure (the estimate prices those from
-        # figures measured apart: how far the cuDNN records' are off says nothing of them; on
-        # the published H100 run, conv records took 4-7x their figure with cuDNN, 1.3x without).
-        scales = {kind: t / w if w > 0 else 1.0 for kind, (t, w) in pooled.items()}
-        scales.setdefault(True, next(iter(scales.values())) if scales else 1.0)
-        scales.setdefault(False, 1.0)
-        # The time outside records so far (the records in flight are inside one) against the
-        # estimate's figure for the workers begun.
-        inside = self.spent + sum(m for m, _ in seen) + self._in_flight(elapsed)
-        extra_planned = self._extras_begun()
-        extra_scale = max(0.0, elapsed - inside) / extra_planned if extra_planned > 0 else 1.0
-        out: dict[Item, float] = {}
-        for slot, (extra, records) in self.planned.items():
-            if slot not in self.started:
-                out[(slot, None)] = extra * extra_scale
-            kind = self.kinds.get(slot, True)
-            for k, c in records.items():
-                if (slot, k) not in self.finished:
-                    kk = (k, kind or k not in self.split)
-                    got = self.measured.get(kk)
-                    out[(slot, k)] = c * (got[0] / got[1] if got and got[1] > 0 else scales[kk[1]])
-        return out
-
-    def _in_flight(self, elapsed: float) -> float:
-        """Seconds so far of the records in flight."""
-        return sum(elapsed - b for b in self._began.values())
-
-    def _extras_begun(self) -> float:
-        """The estimate's seconds beyond their records for the workers begun."""
-        return sum(self.planned[s][0] for s in self.started if s in self.planned)
-
-    def left(self, elapsed: float) -> float | None:
-        todo = self.remaining(elapsed)
-        if todo is not None:
-            per_lane: dict[int, float] = {}
-            for (slot, _), seconds in todo.items():
-                lane = self.lanes.get(slot, 0)
-                per_lane[lane] = per_lane.get(lane, 0.0) + seconds
-            # The paired phase after the records: its figure as planned (priced for this host:
-            # ``run.hostspeed``), and its own progress line rescales it from its first group on.
-            # The verdict lanes' torchrun launches are no guide to it: on one core (``taskset``)
-            # they ran 1.6x their figure and the groups 1.13x theirs, and a first record's ratio
-            # once read "left ~47:09:46" for a CPU matrix planned at 20:13.
-            return max(per_lane.values(), default=0.0) + self.after
-        if self.done and not self.planned:
-            return elapsed / self.done * (self.total - self.done)
-        return None if self.estimate is None else max(0.0, self.estimate - elapsed)
-
-    def show(
-        self, slot: Slot, replicates: int, modes: int, workload: str, device: str | None = None
-    ) -> None:
-        """The line for ``workload`` starting; ``device``: where, when several run side by side
-        (their lines interleave, each naming its device)."""
-        elapsed = self.clock() - self.t0
-        self._began[(device, workload)] = elapsed
-        self._slot[device] = (slot.replicate, slot.mode.name)
-        self.started.add(self._slot[device])
-        left = self.left(elapsed)
-        line = (
-            f"[{self.done + 1:>{len(str(self.total))}}/{self.total} "
-            f"{100 * self.done / max(1, self.total):3.0f}%] "
-            + (f"{device} " if device else "")
-            + f"replicate {slot.replicate + 1}/{replicates} mode {slot.position + 1}/{modes} "
-            f"{slot.mode.name:<24} {workload}  elapsed {clock(elapsed)}"
-            + (f" left ~{clock(left)}" if left is not None else "")
-        )
-        if self.tty:
-            pad = max(0, self._width - len(line))
-            self.stream.write("\r" + line + " " * pad)
-            self._width = len(line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-    def advance(self, key: str | None = None, device: str | None = None) -> None:
-        """A record of ``key`` came back (from ``device``, as ``show`` named it)."""
-        self.done += 1
-        slot = self._slot.get(device)
-        if key is None or slot is None:
-            return
-        self.finished.add((slot, key))
-        began = self._began.pop((device, key), None)
-        planned = self.planned.get(slot, (0.0, {}))[1].get(key)
-        if began is not None and planned is not None:
-            kk = (key, self.kinds.get(slot, True) or key not in self.split)
-            took, was = self.measured.get(kk, (0.0, 0.0))
-            self.measured[kk] = (took + max(0.0, self.clock() - self.t0 - began), was + planned)
-
-    def close(self) -> None:
-        if self.tty and self._width:
-            self.stream.write("\n")
-            self.stream.flush()
