@@ -21,9 +21,9 @@ def h100() -> pd.DataFrame:
     return detbench.load_results(H100)
 
 
-def _split(df: pd.DataFrame, alone: bool | None = True, **fields: Any) -> pd.DataFrame:
-    """``df`` with each record that had another process on its GPU given the split's ``fields``
-    (its ``timed_alone`` set to ``alone``), as a record written since issue 29 would be."""
+def _split(df: pd.DataFrame, **fields: Any) -> pd.DataFrame:
+    """``df`` with each record that had another process on its GPU given the split's ``fields``,
+    as a record written since issue 29 would be."""
     out = df.copy()
     loads = []
     for h in out["host_load"]:
@@ -32,13 +32,12 @@ def _split(df: pd.DataFrame, alone: bool | None = True, **fields: Any) -> pd.Dat
             h.update(fields)
         loads.append(h)
     out["host_load"] = pd.Series(loads, index=out.index, dtype=object)
-    out["timed_alone"] = alone
     return out
 
 
 def test_the_h100_run_does_not_say_whose_the_other_process_was(h100: pd.DataFrame) -> None:
     h = busy.host_load(h100)
-    assert h is not None and (h.timed, h.gpu_unknown, h.gpu_own, h.gpu_foreign) == (736, 146, 0, 0)
+    assert h is not None and (h.timed, h.gpu_unknown, h.gpu_foreign) == (736, 146, 0)
     # Before the split, another process whose SM use NVML did not sample (no samples in the
     # window: 37 records) made a timing busy; 37 of 736 is under a tenth: a quiet host.
     assert h.busy == 37 and not h.is_busy
@@ -47,30 +46,22 @@ def test_the_h100_run_does_not_say_whose_the_other_process_was(h100: pd.DataFram
     )
 
 
-def test_the_runs_own_stopped_worker_does_not_make_a_host_busy(h100: pd.DataFrame) -> None:
-    # The same 146 records as the split writes them: the run's own next worker, stopped by the
-    # runner while they were timed (timed_alone), NVML sampling it idle or not at all.
-    df = _split(h100, gpu_own_processes=1, gpu_foreign_processes=0, gpu_own_util=None)
+def test_the_runs_own_worker_does_not_make_a_host_busy(h100: pd.DataFrame) -> None:
+    # The same 146 records as the split writes them: the run's own next worker. A timing is
+    # busy by what is not the run's, as a paired timing is (issue 48: the runner's stopping of
+    # its other workers, timed_alone, is no longer read).
+    df = _split(h100, gpu_own_processes=1, gpu_foreign_processes=0, gpu_own_util=40)
     h = busy.host_load(df)
-    assert h is not None and (h.busy, h.gpu_own, h.gpu_unknown) == (0, 146, 0)
+    assert h is not None and (h.busy, h.gpu_foreign, h.gpu_unknown) == (0, 0, 0)
     assert not h.is_busy
     assert h.sentence().startswith("The host was quiet while this run timed: other processes")
-    assert "146 timings had another of this run's processes on the GPU" in h.sentence()
-    # ... unless it used the GPU, or the runner could not say it had it stopped.
-    used = busy.host_load(
-        _split(h100, gpu_own_processes=1, gpu_foreign_processes=0, gpu_own_util=40)
-    )
-    assert used is not None and used.busy == 146 and used.is_busy
-    running = busy.host_load(
-        _split(h100, None, gpu_own_processes=1, gpu_foreign_processes=0, gpu_own_util=None)
-    )
-    assert running is not None and running.busy == 146 and running.is_busy
+    assert "on the GPU" not in h.sentence()
 
 
 def test_a_foreign_program_on_the_gpu_makes_a_host_busy(h100: pd.DataFrame) -> None:
     df = _split(h100, gpu_own_processes=0, gpu_foreign_processes=1, gpu_foreign_util=None)
     h = busy.host_load(df)
-    assert h is not None and (h.busy, h.gpu_foreign, h.gpu_own) == (146, 146, 0)
+    assert h is not None and (h.busy, h.gpu_foreign, h.gpu_unknown) == (146, 146, 0)
     assert h.is_busy  # 146 of 736: a fifth
     assert h.sentence().startswith("The host was busy while this run timed")
     assert "146 timings shared the GPU with another program" in h.sentence()

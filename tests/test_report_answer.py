@@ -56,7 +56,7 @@ def two_suites(load: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     for r in range(3):
         for m in FOUR:
             det = "det-algos" in m
-            extra: dict[str, Any] = {"device": "cpu", "timed_alone": True, "host_load": load}
+            extra: dict[str, Any] = {"device": "cpu", "host_load": load}
             out += [
                 record("race", m, r, "R" if det else f"r{r}", [0.02 if det else 0.01] * 5,
                        suite="a", **extra),
@@ -161,15 +161,13 @@ def test_the_h200_runs_host_reads_as_sentences() -> None:
         "processes used 0% of its CPU (the median over the 824 timings; load 1.8 on 16 CPUs); 102 "
         "timings had another process on the GPU that the records do not attribute."
     )
-    loud = busy.HostLoad(
-        10, 10, not_alone=2, cpus=2, load1=4.2, other_cpu=0.83, steal=0.07, gpu_foreign=1
-    )
+    loud = busy.HostLoad(10, 10, cpus=2, load1=4.2, other_cpu=0.83, steal=0.07, gpu_foreign=1)
     assert loud.sentence() == (
         "The host was busy while this run timed: all 10 timings ran beside other work; other "
         "processes used 83% of its CPU (the median over the 10 timings; load 4.2 on 2 CPUs; the "
-        "hypervisor stole 7%); 1 timing shared the GPU with another program; 2 timings ran beside "
-        "another worker of this run. Do not trust its timings (every ratio and interval); its "
-        "bitwise verdicts still hold, since the load does not change the bits."
+        "hypervisor stole 7%); 1 timing shared the GPU with another program. Do not trust its "
+        "timings (every ratio and interval); its bitwise verdicts still hold, since the load does "
+        "not change the bits."
     )
 
 

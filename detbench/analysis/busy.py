@@ -1,34 +1,23 @@
-"""Was the host busy while the run timed? From each record's ``host_load`` (``worker/hostload``)
-and ``timed_alone`` (whether the runner had every other worker of the run stopped while it timed).
+"""Was the host busy while the run timed? From the ``host_load`` of each line of ``paired.jsonl``
+(``PAIRED_FIELD``), and of each record of a run of detbench's earlier design, which timed each
+record in its own worker (``worker/hostload``).
 
-A record was timed on a busy host when other processes took at least ``OTHER_CPU`` of the host's
-CPU time during its timing pass, the hypervisor stole at least ``STEAL`` of it, or another process
-ran on its GPU (with utilisation above ``GPU_UTIL`` percent, where NVML sampled it). A run is
-busy when at least ``BUSY_SHARE`` of its timed records were, or when the runner could not time
-some records alone. Its timings (every ratio and interval) are then not to be trusted; its bitwise
-verdicts are, since the bits do not depend on the host's load.
+A timing was busy when other work took at least ``OTHER_CPU`` of the host's CPU time (the foreign
+share, ``other_cpu_foreign``, where it is known: the run's own other workers are busy by design,
+each timing while the others wait their turn), the hypervisor stole at least ``STEAL`` of it, or a
+foreign process ran on its GPU (with utilisation above ``GPU_UTIL`` percent, where NVML sampled
+it). A run is busy when at least ``BUSY_SHARE`` of its timings were. Its timings (every ratio and
+interval) are then not to be trusted; its bitwise verdicts are, since the bits do not depend on
+the host's load.
 
-Whose the other processes were is kept apart: detbench's own (another worker of the run, which the
-runner stops while a record is timed) or foreign. Another of the run's workers on the GPU makes a
-timing busy only where it used the GPU (NVML sampled it above ``GPU_UTIL``), or where the runner
-could not say it had it stopped; a foreign one whenever NVML cannot say it was idle. Records written
-before the split (``gpu_own_processes`` absent) do not say whose: they are counted apart, as before
-(busy unless NVML sampled the other process idle). Without the split the H100's and the H200's core
-matrices (results/20261126-*-partial) counted detbench's own next worker, stopped but holding a CUDA
-context, as "another process" beside 146 and 102 timings (docs/measured.md).
-
-A run recorded before ``host_load`` existed says nothing about its host (``verdict`` returns
-None), unless ``timed_alone`` says another worker ran beside a timing.
-
-**The paired design.** Its verdict workers time nothing, so their records carry no ``host_load``;
-the costs come from the lines of ``paired.jsonl``, timed by a group of workers that take turns. A
-line's ``host_load`` (``PAIRED_FIELD``: ``worker/hostload``'s ``Probe`` over the worker's rounds of
-one workload, with the runner's pid, so that the group's other workers count as the run's own) is
-one timing here. The group's own workers are busy by design (each times while the others wait), so a
-paired timing is busy by what is not the run's: the foreign share of the CPU (``other_cpu_foreign``;
-``other_cpu`` where the split is unknown), the steal, or a foreign process on the GPU. A paired run
-whose lines do not carry it (the paired workers of earlier versions did not measure it) says that
-the host's load during its costs is not known (``HostLoad.unrecorded``), rather than nothing.
+The records of the published runs of the earlier design (the H100's and the H200's core matrices,
+results/20261126-*-partial) do not say whose the other process on their GPU was (it was
+detbench's own next worker, stopped but holding a CUDA context: docs/measured.md): such a
+process counts as busy unless NVML sampled it idle, and the sentence names those timings apart.
+A run recorded before ``host_load`` existed says nothing about its host (``host_load`` returns
+None). A paired run whose lines do not carry it (the paired workers of earlier versions did not
+measure it) says that the host's load during its costs is not known (``HostLoad.unrecorded``),
+rather than nothing.
 """
 
 from __future__ import annotations
@@ -54,7 +43,7 @@ STEAL = 0.05
 STEAL_MIN_CPU_SECONDS = 2.0
 #: ... or another process used the GPU above this SM utilisation (percent).
 GPU_UTIL = 5
-#: A run is busy when this share of its timed records were.
+#: A run is busy when this share of its timings were.
 BUSY_SHARE = 0.10
 #: The field of a ``paired.jsonl`` line with the host's load while its worker timed its rounds.
 PAIRED_FIELD = "host_load"
@@ -64,33 +53,27 @@ PAIRED_FIELD = "host_load"
 class HostLoad:
     """What the records say about the host while it timed."""
 
-    timed: int  # records with host_load
+    timed: int  # timings with host_load (records and paired lines)
     busy: int  # of them, timed on a busy host
-    not_alone: int  # records the runner could not time alone (timed_alone False)
     cpus: int | None
     load1: float | None  # median 1-minute load average at the end of a timing pass
     other_cpu: float | None  # median share of the host's CPU used by other processes
     steal: float | None  # the share stolen over all the timings (weighted by their CPU-seconds)
-    gpu_own: int = 0  # records with another of the run's own processes on their GPU
-    gpu_foreign: int = 0  # ... with a foreign process on their GPU
-    gpu_unknown: int = 0  # ... with another process whose owner the record does not say
-    cpu_own: int = 0  # records whose own other processes took OTHER_CPU or more of the CPU
+    gpu_foreign: int = 0  # timings with a foreign process on their GPU
+    gpu_unknown: int = 0  # records with another process whose owner the record does not say
     paired: int = 0  # of ``timed``, the paired timings (lines of paired.jsonl) with host_load
     unrecorded: int = 0  # paired timings (ok lines) whose line does not carry host_load
 
     @property
     def gpu_others(self) -> int:
-        """Records with another process on their GPU, whoever's it was."""
-        return self.gpu_own + self.gpu_foreign + self.gpu_unknown
+        """Timings with another process on their GPU: a foreign one, or one whose owner the
+        record does not say."""
+        return self.gpu_foreign + self.gpu_unknown
 
     @property
     def is_busy(self) -> bool:
         stolen = self.steal is not None and self.steal >= STEAL
-        return (
-            (self.timed > 0 and self.busy >= BUSY_SHARE * self.timed)
-            or self.not_alone > 0
-            or stolen
-        )
+        return (self.timed > 0 and self.busy >= BUSY_SHARE * self.timed) or stolen
 
     def sentence(self) -> str:
         """The host's state in sentences, for the first screen and the console, e.g. "The host
@@ -110,19 +93,13 @@ class HostLoad:
                 parts.append(usage)
         if self.gpu_foreign:
             parts.append(f"{_timings(self.gpu_foreign)} shared the GPU with another program")
-        if self.gpu_own:
-            parts.append(f"{_timings(self.gpu_own)} had another of this run's processes on the GPU")
         if self.gpu_unknown:
             parts.append(
                 f"{_timings(self.gpu_unknown)} had another process on the GPU that the records "
                 "do not attribute"
             )
-        if self.cpu_own:
-            parts.append(f"{_timings(self.cpu_own)} shared the CPU with this run's own processes")
-        if self.not_alone:
-            parts.append(f"{_timings(self.not_alone)} ran beside another worker of this run")
         said = (": " + "; ".join(parts) if parts else "") + "."
-        if not self.is_busy and not self.timed and not self.not_alone:
+        if not self.is_busy and not self.timed:
             return self.unknown()
         if not self.is_busy:
             quiet = "The host was quiet while this run timed" + said
@@ -167,22 +144,16 @@ def _pct(x: float) -> str:
     return "under 1%" if 0.0005 <= x < 0.005 else f"{100 * x:.0f}%"
 
 
-def _gpu_busy(h: Mapping[str, Any], alone: object) -> bool:
-    """Whether another process used the record's GPU while it was timed (see the docstring)."""
+def _gpu_busy(h: Mapping[str, Any]) -> bool:
+    """Whether a foreign process, or one whose owner ``h`` does not say, used the GPU while it
+    was timed (see the docstring)."""
     if not h.get("gpu_other_processes"):
         return False
-    own, foreign = h.get("gpu_own_processes"), h.get("gpu_foreign_processes")
-    if own is None or foreign is None:  # whose is unknown: as before the split
-        util = h.get("gpu_other_util")
+    if h.get("gpu_own_processes") is None or h.get("gpu_foreign_processes") is None:
+        util = h.get("gpu_other_util")  # whose is unknown: the records before the split
         return util is None or util > GPU_UTIL
-    if foreign:
-        util = h.get("gpu_foreign_util")
-        if util is None or util > GPU_UTIL:
-            return True
-    if own:
-        util = h.get("gpu_own_util")
-        return (util is not None and util > GPU_UTIL) or (util is None and alone is not True)
-    return False
+    util = h.get("gpu_foreign_util")
+    return bool(h["gpu_foreign_processes"]) and (util is None or util > GPU_UTIL)
 
 
 def _stolen(h: Mapping[str, Any]) -> bool:
@@ -195,28 +166,20 @@ def _stolen(h: Mapping[str, Any]) -> bool:
     return seconds is None or cpus is None or seconds * cpus >= STEAL_MIN_CPU_SECONDS
 
 
-def _busy(h: Mapping[str, Any], alone: object = None) -> bool:
-    other = h.get("other_cpu")
-    return bool((other is not None and other >= OTHER_CPU) or _stolen(h) or _gpu_busy(h, alone))
+def _busy(h: Mapping[str, Any]) -> bool:
+    """A timing's ``host_load`` (see the docstring): busy by what is not the run's."""
+    other = _other(h)
+    return bool((other is not None and other >= OTHER_CPU) or _stolen(h) or _gpu_busy(h))
 
 
 def _whose(h: Mapping[str, Any]) -> str | None:
-    """Whose the other processes on the record's GPU were: "own", "foreign" (either present),
-    "unknown", or None where there were none."""
+    """Whose the other processes on a timing's GPU were: "foreign" (one at least), "unknown"
+    (the record does not say), or None where there were none or only the run's own."""
     if not h.get("gpu_other_processes"):
         return None
-    if h.get("gpu_foreign_processes"):
-        return "foreign"
-    return "own" if h.get("gpu_own_processes") else "unknown"
-
-
-def _paired_busy(h: Mapping[str, Any]) -> bool:
-    """A paired timing's ``host_load`` (see the docstring): busy by what is not the run's."""
-    other = _paired_other(h)
-    gpu = bool(h.get("gpu_foreign_processes")) and (
-        h.get("gpu_foreign_util") is None or h["gpu_foreign_util"] > GPU_UTIL
-    )
-    return bool((other is not None and other >= OTHER_CPU) or _stolen(h) or gpu)
+    if h.get("gpu_own_processes") is None or h.get("gpu_foreign_processes") is None:
+        return "unknown"
+    return "foreign" if h["gpu_foreign_processes"] else None
 
 
 def pooled_steal(loads: Iterable[Mapping[str, Any]]) -> float | None:
@@ -239,8 +202,8 @@ def pooled_steal(loads: Iterable[Mapping[str, Any]]) -> float | None:
     return sum(s * w for s, w in pairs if w is not None) / total
 
 
-def _paired_other(h: Mapping[str, Any]) -> float | None:
-    """The CPU share a paired timing counts as other work: the foreign share where known."""
+def _other(h: Mapping[str, Any]) -> float | None:
+    """The CPU share a timing counts as other work: the foreign share where known."""
     foreign = h.get("other_cpu_foreign")
     return float(foreign) if foreign is not None else h.get("other_cpu")
 
@@ -272,41 +235,28 @@ def host_load(
     if df.empty:
         return None
     ok = df[df["status"] == Status.OK]
-    alone = ok["timed_alone"] if "timed_alone" in ok.columns else pd.Series(None, index=ok.index)
-    pairs = [
-        (h, a)
-        for h, a in zip(ok.get("host_load", pd.Series(None, index=ok.index)), alone, strict=True)
-        if isinstance(h, Mapping)
-    ]
-    loads = [h for h, _ in pairs]
+    records = [h for h in ok.get("host_load", ()) if isinstance(h, Mapping)]
     paired, unrecorded = paired_loads(lines)
-    not_alone = int((alone == False).sum())  # noqa: E712  (None: not known)
-    if not loads and not not_alone and not paired and not unrecorded:
+    loads = [*records, *paired]
+    if not loads and not unrecorded:
         return None
 
     def median(key: str) -> float | None:
-        xs = [float(h[key]) for h in loads if h.get(key) is not None]
-        if key == "other_cpu":
-            xs += [x for x in map(_paired_other, paired) if x is not None]
-        else:
-            xs += [float(h[key]) for h in paired if h.get(key) is not None]
+        got = (_other(h) if key == "other_cpu" else h.get(key) for h in loads)
+        xs = [float(x) for x in got if x is not None]
         return float(np.median(xs)) if xs else None
 
-    cpus = [int(h["cpus"]) for h in [*loads, *paired] if h.get("cpus")]
+    cpus = [int(h["cpus"]) for h in loads if h.get("cpus")]
     whose = [_whose(h) for h in loads]
     return HostLoad(
-        timed=len(loads) + len(paired),
-        busy=sum(_busy(h, a) for h, a in pairs) + sum(map(_paired_busy, paired)),
-        not_alone=not_alone,
+        timed=len(loads),
+        busy=sum(map(_busy, loads)),
         cpus=max(cpus) if cpus else None,
         load1=median("load1"),
         other_cpu=median("other_cpu"),
-        steal=pooled_steal([*loads, *paired]),
-        gpu_own=whose.count("own"),
-        gpu_foreign=whose.count("foreign")
-        + sum(bool(h.get("gpu_foreign_processes")) for h in paired),
+        steal=pooled_steal(loads),
+        gpu_foreign=whose.count("foreign"),
         gpu_unknown=whose.count("unknown"),
-        cpu_own=sum(1 for h in loads if (h.get("other_cpu_own") or 0) >= OTHER_CPU),
         paired=len(paired),
         unrecorded=unrecorded,
     )

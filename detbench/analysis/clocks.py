@@ -1,11 +1,12 @@
 """The clock state a rate was measured at, in a few words beside each rate.
 
-From each record's ``timing``: the clock mode (``clock_mode``: sustained or burst; a record from
-before ``--clocks`` timed in bursts), what the hold did (``hold``: the power or thermal limit
-acted on the load, or not; ``worker/sustain.py``) and the SM clock during the counted samples
-(``gpu_clocks``: the median of NVML's samples, else its reading at the end). A CPU's rates carry
-no clock state. Per (suite, workload, mode), the replicates' states are joined: one state with
-its clock range where they agree, each state with its count where they do not.
+From each record's ``timing``: the clock mode (``clock_mode``: "paired"; a record of detbench's
+earlier design names its own, or none where it timed in bursts) and the SM clock during the
+counted samples (``gpu_clocks``: the median of NVML's samples, else its reading at the end). A
+CPU's rates carry no clock state. (What an earlier sustained-clock hold did, ``hold``, is no
+longer told apart: no published run held its clocks.) Per (suite, workload, mode), the
+replicates' states are joined: one state with its clock range where they agree, each state with
+its count where they do not.
 """
 
 from __future__ import annotations
@@ -23,22 +24,15 @@ CPU = "n/a (CPU)"
 
 
 def record_state(timing: Mapping[str, Any] | None, device: str | None) -> str:
-    """One record's clock state, without the clock: "sustained, power-capped", "burst", ..."""
+    """One record's clock state, without the clock: "side by side, no hold" (the paired design:
+    the modes take turns beside each other, so their clocks are shared), else the clock mode an
+    earlier record names ("burst" where it names none: sampled right after its warm-up)."""
     if not timing:
         return "not timed"
     if not str(device or "").startswith("cuda") and timing.get("clock") != "cuda-event":
         return CPU
     mode = timing.get("clock_mode") or "burst"
-    if mode == "paired":  # the modes take turns beside each other: their clocks are shared
-        return "side by side, no hold"
-    hold = timing.get("hold") or {}
-    if mode == "burst" or hold.get("status") == "burst":
-        return "burst"
-    if hold.get("status") != "ok":
-        return "sustained asked, not held (no NVML)"
-    if not hold.get("acted"):
-        return "sustained, below the limits"
-    return "sustained, power-capped" + ("" if hold.get("settled") else " (not settled)")
+    return "side by side, no hold" if mode == "paired" else str(mode)
 
 
 def sm_clock(timing: Mapping[str, Any] | None) -> float | None:

@@ -10,7 +10,8 @@ paired design are still read, and this module owns what reads them:
   median throughput, with a two-level bootstrap interval.
 * ``replicate_ratios``: such a cost within each replicate, for the spread table.
 * ``planned_by_group``: whether such a run's plan was laid out in paired groups, for its state.
-* ``words``: the report's one sentence on the design, in the Method.
+* ``words``: the report's one sentence on the design, in the Method; ``timing_words``: how many
+  of such a run's records met their stopping rule, the Measurement quality's Timing section.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 import pandas as pd
 
 from detbench.analysis import paired_costs, stats
+from detbench.analysis.pairs import is_paired
+from detbench.store.schema import Status
 
 #: The ``design`` of a cost of records timed each in its own worker.
 DESIGN = "separate"
@@ -73,9 +76,37 @@ def words(costs: pd.DataFrame | None) -> str | None:
         return None
     which = "" if k == n else f"{k} of the {n} "
     return (
-        f"Costs: {which}timed by detbench's earlier design, each mode in its own worker: a cost "
-        "is the ratio of two medians taken in different processes, minutes apart, and its 95% "
-        "interval the 2.5th-97.5th percentile of that ratio over "
+        f"Costs: {which}timed by detbench's earlier design, each mode in its own worker: a "
+        "mode's throughput is the median over replicates of each replicate's median step time, "
+        "a cost is the ratio of two such medians taken in different processes, minutes apart, "
+        "and its 95% interval the 2.5th-97.5th percentile of that ratio over "
         f"{stats.N_BOOT} two-level bootstrap resamples (replicates, then the timing samples "
         "within each), drawn independently for the mode and the baseline, with a fixed seed."
+    )
+
+
+def timing_words(df: pd.DataFrame) -> str | None:
+    """The Timing section's one paragraph for the records that this design timed with its
+    stopping rule (a ``timing`` with ``reached_target``: schema 2 on): how many reached their
+    target before their budget ran out. None where no record was so timed. (Per suite, and
+    each record short of its target, are in the records' ``timing``: the report no longer
+    lists them.)"""
+    if "timing" not in df.columns:
+        return None
+    ok = df[df["status"] == Status.OK]
+    timed = [
+        t
+        for t in ok["timing"]
+        if isinstance(t, Mapping) and "reached_target" in t and not is_paired(t)
+    ]
+    if not timed:
+        return None
+    reached = sum(1 for t in timed if t["reached_target"] is True)
+    targets = sorted({float(t["target_rel"]) for t in timed if t.get("target_rel") is not None})
+    target = " / ".join(f"±{100 * x:g}%" for x in targets) or "its target"
+    return (
+        "Each record was timed in its own worker by detbench's earlier design, sampled until "
+        f"the 95% interval of its median step time was within {target} of the median or its "
+        f"timing budget ran out: {reached} of {len(timed)} timed records reached the target "
+        "(each record's samples and interval are in its timing, in results.jsonl)."
     )

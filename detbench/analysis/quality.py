@@ -1,6 +1,6 @@
 """How far a run's numbers can be trusted, from its records and env.json: the float32 precision
-each mode ran in, how well each record's timing met its target, how much each mode's cost moved
-from one replicate to the next (drift), and the GPU's state before and after the run.
+each mode ran in, what the paired timing sampled, how much each mode's cost moved from one
+replicate to the next (drift), and the GPU's state before and after the run.
 
 Every function here tolerates runs written before these fields existed: it returns an empty
 result, never an error, and the report then leaves the matching section out.
@@ -22,7 +22,6 @@ from detbench.analysis.pairs import is_paired, pair, side_from_records
 from detbench.core.modes import DEFAULT_MODE, MODES
 from detbench.store.gpustate import throttled
 from detbench.store.schema import Status
-from detbench.worker.timing import MIN_CI_SAMPLES
 
 #: The record's ``precision`` keys, in the order the report names them.
 PRECISION_KEYS = ("matmul_fp32", "conv_fp32")
@@ -52,35 +51,21 @@ def precision_by_mode(df: pd.DataFrame) -> dict[str, list[tuple[str, ...]]]:
     return out
 
 
-# --- Timing quality ----------------------------------------------------------------------------
+# --- Paired timing ----------------------------------------------------------------------------
 
 
-def _timings(df: pd.DataFrame) -> list[tuple[str, Mapping[str, Any]]]:
-    """(suite, timing dict) of every successful record timed adaptively in its own worker (a
-    ``reached_target`` key: schema 2 on). A paired record's timing (``pairs.is_paired``) is not
-    one: its worker timed a fixed number of rounds, one block each, and no stopping rule."""
-    if "timing" not in df.columns:
-        return []
-    ok = df[df["status"] == Status.OK]
-    return [
-        (str(s), t)
-        for s, t in zip(ok["suite"], ok["timing"], strict=True)
-        if isinstance(t, Mapping) and "reached_target" in t and not is_paired(t)
-    ]
-
-
-def sampled(df: pd.DataFrame, paired: bool) -> dict[str, Any] | None:
-    """What the successful records' timing actually sampled, from their samples (each the
-    seconds per step of a block of ``number_per_block`` steps), for the records timed side by
-    side (``paired``) or in their own worker: ``records``, ``seconds`` (min, median, max of a
-    record's seconds of sampling), ``samples`` (min, max per record) and ``block`` (min, max
-    seconds of one block). None where no such record has samples."""
+def sampled(df: pd.DataFrame) -> dict[str, Any] | None:
+    """What the successful records' paired timing (``pairs.is_paired``) sampled, from their
+    samples (each the seconds per step of a block of ``number_per_block`` steps): ``records``,
+    ``seconds`` (min, median, max of a record's seconds of sampling), ``samples`` (min, max per
+    record) and ``block`` (min, max seconds of one block). None where no such record has
+    samples."""
     if "timing" not in df.columns:
         return None
     ok = df[df["status"] == Status.OK]
     totals, counts, blocks = [], [], []
     for t in ok["timing"]:
-        if not isinstance(t, Mapping) or is_paired(t) != paired or not t.get("samples"):
+        if not is_paired(t) or not t.get("samples"):
             continue
         k = float(t.get("number_per_block") or 1)
         each = [float(x) * k for x in t["samples"]]
@@ -95,77 +80,6 @@ def sampled(df: pd.DataFrame, paired: bool) -> dict[str, Any] | None:
         "samples": (min(counts), max(counts)),
         "block": (min(blocks), max(blocks)),
     }
-
-
-def timing_quality(df: pd.DataFrame) -> pd.DataFrame:
-    """Per suite: records timed, how many reached their target interval, how many hit the
-    budget first (``missed``), and the median and widest relative half-width (``ci_rel``) of the
-    95% interval of the median step time. Empty for runs without adaptive timing."""
-    rows = []
-    timed = _timings(df)
-    for suite in dict.fromkeys(s for s, _ in timed):
-        ts = [t for s, t in timed if s == suite]
-        rel = np.asarray([float(t["ci_rel"]) for t in ts if t.get("ci_rel") is not None])
-        reached = sum(1 for t in ts if t.get("reached_target") is True)
-        rows.append(
-            {
-                "suite": suite,
-                "timed": len(ts),
-                "reached": reached,
-                "missed": sum(1 for t in ts if t.get("reached_target") is False),
-                "median_ci_rel": float(np.median(rel)) if len(rel) else None,
-                "max_ci_rel": float(rel.max()) if len(rel) else None,
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def stopping_rule(df: pd.DataFrame, options: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """The distinct values, over the run's adaptive timing dicts, of the target (``target_rel``,
-    a fraction of the median), the floor (``min_samples``: the timing dict's, else the run
-    options'), the ceiling (``budget``, seconds of sampling), the warm-up steps and the clock.
-    Empty for runs without adaptive timing."""
-    timed = [t for _, t in _timings(df)]
-    if not timed:
-        return {}
-
-    def distinct(key: str, fallback: Any = None) -> list[Any]:
-        vals = [t.get(key, fallback) for t in timed]
-        return sorted({v for v in vals if v is not None}, key=str)
-
-    return {
-        "target_rel": distinct("target_rel"),
-        # Records without the field still had the timing module's floor of 6 (MIN_CI_SAMPLES)
-        # whatever the options asked for.
-        "min_samples": distinct(
-            "min_samples", max(int(options.get("min_samples") or 0), MIN_CI_SAMPLES)
-        ),
-        "budget": distinct("budget"),
-        "warmup_steps": distinct("warmup_steps"),
-        "clock": distinct("clock"),
-        # Timing dicts of later versions only (older records lack them): the ceiling past the
-        # budget (GPU) and the clock mode.
-        "ceiling": distinct("ceiling"),
-        "clock_mode": distinct("clock_mode"),
-    }
-
-
-def stopped_short(df: pd.DataFrame) -> pd.DataFrame:
-    """Every successful record timed adaptively in its own worker (``_timings``) whose timing
-    stopped short of its target, with its interval: suite, workload, mode, replicate, median
-    (s), ci_low, ci_high, ci_rel, samples. A paired timing had no stopping rule to stop short
-    of: the CPU quick matrix's report listed 3943 such records under a table that counted 90."""
-    rows = []
-    if "timing" in df.columns:
-        ok = df[df["status"] == Status.OK]
-        for r in ok.to_dict("records"):
-            t = r["timing"]
-            if isinstance(t, Mapping) and t.get("reached_target") is False and not is_paired(t):
-                keys = ("median", "ci_low", "ci_high", "ci_rel")
-                row = {k: r.get(k) for k in ("suite", "workload", "mode", "replicate")}
-                row.update({k: t.get(k) for k in keys}, samples=len(t.get("samples") or []))
-                rows.append(row)
-    return pd.DataFrame(rows)
 
 
 # --- Drift: the spread across replicates -------------------------------------------------------

@@ -200,13 +200,11 @@ class RunState:
 
 
 def _gpu_shared(load: busy.HostLoad) -> str:
-    """Who shared the GPU with the timings: a foreign program, the run's own processes, or a
-    process the records do not name."""
+    """Who shared the GPU with the timings: a foreign program, or a process the records do not
+    name."""
     parts = []
     if load.gpu_foreign:
         parts.append(f"{load.gpu_foreign} shared the GPU with another program")
-    if load.gpu_own:
-        parts.append(f"{load.gpu_own} had another of this run's own workers on the GPU")
     if load.gpu_unknown:
         parts.append(
             f"{load.gpu_unknown} had another process on the GPU that the records do not attribute"

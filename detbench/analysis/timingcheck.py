@@ -1,24 +1,19 @@
-"""Whether a run's timings can be cited: three checks, read from its records.
+"""Whether a run's timings can be cited: three checks, read from the lines of its ``paired.jsonl``
+(where the paired design keeps its timings; its verdict records time nothing).
 
-- (i) **No timing shared with detbench's own workers.** A record fails where the runner says
-  another of its workers ran while it timed (``timed_alone`` false), where another of the run's
-  processes was on its GPU (``host_load.gpu_own_processes``), where a process whose owner the
-  record cannot say was on its GPU (``gpu_other_processes`` without the own/foreign split: the
-  records written before the split, whose only such process was detbench's next worker), or where
-  the run's own processes took ``busy.OTHER_CPU`` or more of the CPU (``other_cpu_own``). A
-  foreign process is counted apart: it is the host's fault, not detbench's.
-- (ii) **No worker's first workload drifts.** For the first record of each worker (a mode in a
-  replicate, on its device), the median of the first quarter of its timing samples against the
-  median of the last quarter: at most ``DRIFT`` apart. The later records' drift is given beside
-  it, to compare.
-- (iii) **Enough samples.** Of the records whose step takes 5-100 ms, at least ``REACHED`` reach
+- (i) **No timing shared with detbench's own workers.** The group's workers take turns: no
+  block may begin before another worker's block has ended (``overlaps``).
+- (ii) **No worker's first workload drifts.** For each worker's first line (``worker_pid``; its
+  samples are one per round), the median of the first quarter of its samples against the median
+  of the last quarter: at most ``DRIFT`` apart. The later lines' drift is given beside it, to
+  compare.
+- (iii) **Enough samples.** Of the lines whose step takes 5-100 ms, at least ``REACHED`` reach
   +-``target`` (the 95% interval of the median within it: ``timing.ci_rel``).
 
-A run of the paired design (``paired.jsonl``) keeps its timings in its paired lines, not in its
-verdict records: the checks read those lines. Its workers take turns, so (i) asks that no
-block began before another worker's block had ended (``overlaps``); (ii) takes each worker's
-first line (``worker_pid``), whose samples are one per round; (iii) reads the lines' intervals.
-A check with nothing to read fails: "0 of 0" proves nothing.
+A check with nothing to read fails: "0 of 0" proves nothing. A run of detbench's earlier design
+(each record timed in its own worker) has no paired lines, and nothing here reads it: its
+checks were issue 29's, whose findings on the published GPU runs are kept in
+docs/gpu-session.md.
 
 ``tools/timing_check.py DIR`` prints one PASS or FAIL line per check with its numbers; it is run
 by hand on a run before its timings are cited. (The GPU visit's proof step,
@@ -31,8 +26,6 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from detbench.analysis.busy import OTHER_CPU
 
 #: The most a worker's first workload may drift (first quarter of its samples against the last).
 DRIFT = 0.01
@@ -56,24 +49,6 @@ class TimingCheck:
 
 def _ok(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in records if r.get("status") == "ok" and isinstance(r.get("timing"), Mapping)]
-
-
-def shared(rec: Mapping[str, Any]) -> str | None:
-    """Why ``rec``'s timing was shared with detbench's own processes; None: it was not."""
-    if rec.get("timed_alone") is False:
-        return "another worker ran"
-    h = rec.get("host_load")
-    if not isinstance(h, Mapping):
-        return None
-    if h.get("gpu_own_processes"):
-        return "own process on the GPU"
-    unsplit = h.get("gpu_own_processes") is None and not h.get("gpu_foreign_processes")
-    if h.get("gpu_other_processes") and unsplit:
-        return "unattributed process on the GPU"
-    own_cpu = h.get("other_cpu_own")
-    if own_cpu is not None and own_cpu >= OTHER_CPU:
-        return "own processes on the CPU"
-    return None
 
 
 def blocks(line: Mapping[str, Any]) -> list[tuple[float, float]]:
@@ -112,27 +87,6 @@ def check_turns(lines: list[Mapping[str, Any]]) -> TimingCheck:
     return TimingCheck("i", total > 0 and count == 0, text)
 
 
-def check_shared(records: list[Mapping[str, Any]]) -> TimingCheck:
-    if not records:
-        return TimingCheck(
-            "i", False, "no timing shared with detbench's own workers: no timing to check"
-        )
-    why = [w for w in map(shared, records) if w is not None]
-    foreign = sum(
-        1
-        for r in records
-        if isinstance(r.get("host_load"), Mapping) and r["host_load"].get("gpu_foreign_processes")
-    )
-    kinds = {k: why.count(k) for k in sorted(set(why))}
-    text = (
-        f"no timing shared with detbench's own workers: {len(why)} of {len(records)} timings "
-        "shared"
-        + (" (" + ", ".join(f"{n}: {k}" for k, n in kinds.items()) + ")" if kinds else "")
-        + (f"; {foreign} had a foreign process on the GPU (not detbench's)" if foreign else "")
-    )
-    return TimingCheck("i", not why, text)
-
-
 def drift(rec: Mapping[str, Any]) -> float | None:
     """The relative difference of the median of the first quarter of ``rec``'s timing samples
     and that of its last quarter; None with fewer than 4 samples."""
@@ -144,17 +98,13 @@ def drift(rec: Mapping[str, Any]) -> float | None:
     return abs(first / last - 1.0) if last > 0 else None
 
 
-def first_of_each_worker(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The first record of each worker (its replicate, mode and device; a paired line's
-    ``worker_pid``), in the file's order."""
+def first_of_each_worker(lines: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The first line of each worker (its ``worker_pid`` in a replicate), in the file's
+    order."""
     seen: set[tuple[Any, ...]] = set()
     firsts = []
-    for r in records:
-        worker: tuple[Any, ...] = (
-            (r.get("replicate"), r.get("mode"), r.get("device_name"), r.get("node"))
-            if r.get("worker_pid") is None
-            else ("pid", r["worker_pid"], r.get("replicate"))
-        )
+    for r in lines:
+        worker = (r.get("worker_pid"), r.get("replicate"))
         if worker not in seen:
             seen.add(worker)
             firsts.append(r)
@@ -203,17 +153,9 @@ def _step(rec: Mapping[str, Any]) -> float:
     return float(step) if step is not None else float(rec["timing"].get("median") or 0.0)
 
 
-def check_timing(
-    records: Iterable[Mapping[str, Any]],
-    target: float = 0.01,
-    paired: Iterable[Mapping[str, Any]] = (),
-) -> list[TimingCheck]:
-    """Checks (i)-(iii) of a run's records, or of its ``paired`` lines where it has any (the
-    paired design); ``target``: the interval check (iii) asks for."""
+def check_timing(paired: Iterable[Mapping[str, Any]], target: float = 0.01) -> list[TimingCheck]:
+    """Checks (i)-(iii) of a run's ``paired`` lines; ``target``: the interval check (iii) asks
+    for."""
     lines = list(paired)
-    if lines:
-        ok = _ok(lines)
-        return [check_turns(ok), check_drift(ok, lines), check_samples(ok, target)]
-    everything = list(records)
-    ok = _ok(everything)
-    return [check_shared(ok), check_drift(ok, everything), check_samples(ok, target)]
+    ok = _ok(lines)
+    return [check_turns(ok), check_drift(ok, lines), check_samples(ok, target)]

@@ -183,7 +183,7 @@ def costs_item(
         + (
             f" (blocks of {secs(got['block'][0])}-{secs(got['block'][1])} s, "
             f"{secs(got['seconds'][0])}-{secs(got['seconds'][2])} s of sampling per record)"
-            if (got := quality.sampled(df, paired=True)) is not None
+            if (got := quality.sampled(df)) is not None
             else ""
         )
         + f"; clock: {', '.join(clocks) or 'not recorded'}"

@@ -1,7 +1,5 @@
 """The report's sections on the conditions of a run, beside its results: the warnings a reader
-must see before citing a number, the float32 precision the modes ran in, the measurement's
-quality (spread across replicates, timing intervals), the method and the environment, GPU state
-included.
+must see before citing a number, and the float32 precision the modes ran in.
 
 Each reads the fields of env.json and of the records (see ``detbench.analysis.quality``) and
 leaves out what an older run did not record, so an old run's report keeps its old sections
@@ -23,10 +21,6 @@ from detbench.store.results import env_facts
 
 #: How the report names a record's ``precision`` values.
 PRECISION_WORDS = {"tf32": "TF32", "ieee": "full fp32 (IEEE)", "n/a": "n/a"}
-
-
-def joined(values: list[Any], unit: str = "") -> str:
-    return " / ".join(f"{v}{unit}" for v in values) if values else "not recorded"
 
 
 def of(n: int, total: int, noun: str) -> str:
@@ -134,7 +128,7 @@ def warnings(
             f"recommendation is measured against {baseline!r} instead."
         )
     out += _verdict_warnings(df, v, modes)
-    out += _timing_warnings(df, costs, baseline, options)
+    out += _timing_warnings(costs, baseline)
     out += _precision_warnings(df, env, facts, baseline)
     if options.get("replicates", 3) < 3:
         out.append(
@@ -226,11 +220,9 @@ def _verdict_warnings(df: pd.DataFrame, v: pd.DataFrame, modes: set[str]) -> lis
     return out
 
 
-def _timing_warnings(
-    df: pd.DataFrame, costs: pd.DataFrame, baseline: str | None, options: dict[str, Any]
-) -> list[str]:
-    """Noisy costs, differences from the baseline that are not significant, and records that
-    hit the timing budget before their interval reached its target."""
+def _timing_warnings(costs: pd.DataFrame, baseline: str | None) -> list[str]:
+    """Noisy costs, and differences from the baseline that are not significant. (How many of
+    an earlier run's records hit their timing budget is said under Timing, not here.)"""
     out: list[str] = []
     # A cost is a mode's against the baseline: the baseline's own row (1 by definition) is none.
     costs = costs[costs["mode"] != baseline] if len(costs) else costs
@@ -248,20 +240,6 @@ def _timing_warnings(
                 f"{of(insig, len(costs), 'throughput difference')} from the "
                 f"{baseline} mode {be(insig)} not significant (the 95% interval contains 1)."
             )
-    tq = quality.timing_quality(df)
-    if len(tq) and tq["missed"].sum():
-        rule = quality.stopping_rule(df, options)
-        targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
-        missed = int(tq["missed"].sum())
-        limit = f"the timing budget ({joined(rule['budget'], ' s')})"
-        top = max([float(c) for c in rule["ceiling"]], default=0.0)
-        if top > max(float(b) for b in rule["budget"]):
-            limit += f" or the ceiling past it (at most {top:.3g} s)"
-        out.append(
-            f"{of(missed, int(tq['timed'].sum()), 'timed record')} hit {limit} before the "
-            f"95% interval of {its(missed)} median step time reached {targets}: {its(missed)} "
-            "figures are less certain (see Timing, which lists each with its interval)."
-        )
     return out
 
 

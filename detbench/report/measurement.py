@@ -1,6 +1,7 @@
 """The report's Measurement quality section: how much each mode's cost moved between replicates
-(the spread, pooled into the very costs the tables state), how well the timing converged, and
-whether the two fingerprints agreed (a run made with ``--fingerprint both``)."""
+(the spread, pooled into the very costs the tables state), how many records of an earlier run
+met their stopping rule (``earlier_design.timing_words``), and whether the two fingerprints
+agreed (a run made with ``--fingerprint both``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
-from detbench.analysis import paired_costs, quality
-from detbench.report.render import Block, Code, Details, Heading, Para, Table, num
+from detbench.analysis import earlier_design, paired_costs, quality
+from detbench.report.render import Block, Code, Heading, Para, Table, num
 
 
 def spread_table(s: pd.DataFrame, baseline: str) -> Table | None:
@@ -60,74 +61,11 @@ def spread_words(s: pd.DataFrame, baseline: str) -> str:
     )
 
 
-def _half_width(x: Any) -> str:
-    """A relative half-width as a percentage to 0.1 (targets are 1% on a GPU, 3% on a CPU)."""
-    return "–" if x is None else f"±{100 * float(x):.1f}%"
-
-
-def timing_table(df: pd.DataFrame) -> Table | None:
-    tq = quality.timing_quality(df)
-    if tq.empty:
-        return None
-    rows: list[list[str | Code]] = []
-    for r in tq.to_dict("records"):
-        rows.append(
-            [
-                str(r["suite"]),
-                str(r["timed"]),
-                str(r["reached"]),
-                str(r["missed"]),
-                _half_width(r["median_ci_rel"]),
-                _half_width(r["max_ci_rel"]),
-            ]
-        )
-    return Table(
-        [
-            "suite",
-            "timed records",
-            "reached the target",
-            "stopped short of it",
-            "median 95% interval",
-            "widest 95% interval",
-        ],
-        rows,
-        caption="95% interval of each record's median step time, as a fraction of the median",
-    )
-
-
-def stopped_short_table(df: pd.DataFrame) -> Details | None:
-    """Each record that stopped short of its target, with its interval."""
-    short = quality.stopped_short(df)
-    if short.empty:
-        return None
-    rows: list[list[str | Code]] = []
-    for r in short.to_dict("records"):
-        ms = {
-            k: None if r[k] is None else 1e3 * float(r[k]) for k in ("median", "ci_low", "ci_high")
-        }
-        interval = f"[{num(ms['ci_low'], '.4g')}, {num(ms['ci_high'], '.4g')}]"
-        rows.append(
-            [
-                f"{r['suite']}/{r['workload']}",
-                str(r["mode"]),
-                str(r["replicate"]),
-                num(ms["median"], ".4g"),
-                interval,
-                _half_width(r["ci_rel"]),
-                str(r["samples"]),
-            ]
-        )
-    header = ["workload", "mode", "replicate", "median (ms)", "95% interval (ms)", "±", "samples"]
-    return Details(
-        f"The {len(rows)} records that stopped short of the target, with their intervals",
-        [Table(header, rows)],
-    )
-
-
 def quality_blocks(
     df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame | None = None
 ) -> list[Block]:
-    """How much each mode's cost moved between replicates, and how well the timing converged."""
+    """How much each mode's cost moved between replicates, how an earlier run's timing
+    converged, and whether the two fingerprints agreed."""
     blocks: list[Block] = []
     baseline = analysis.baseline_mode(df["mode"])
     s = spread(df, costs)
@@ -154,27 +92,9 @@ def quality_blocks(
             ),
             table,
         ]
-    timing = timing_table(df)
+    timing = earlier_design.timing_words(df)  # the paired design's is in the Method
     if timing is not None:
-        missed = (env.get("run_stats") or {}).get("timing_target_missed")
-        blocks += [
-            Heading(3, "Timing"),
-            Para(
-                "Each record was sampled until the 95% interval of its median step time was "
-                "within the target, or until the budget ran out (on a GPU: the ceiling past the "
-                "budget, while the target was in reach; see Method)."
-                + (
-                    f" The runner counted {missed} records that hit the budget first "
-                    "(run_stats, last session)."
-                    if missed is not None
-                    else ""
-                )
-            ),
-            timing,
-        ]
-        short = stopped_short_table(df)
-        if short is not None:
-            blocks.append(short)
+        blocks += [Heading(3, "Timing"), Para(timing)]
     agreement = quality.fingerprint_agreement(df)
     if not agreement.empty:
         n, agree = len(agreement), int(agreement["agree"].sum())

@@ -14,14 +14,8 @@ from detbench.analysis import earlier_design, paired_costs, quality
 from detbench.analysis.recommend import RULE
 from detbench.core.modes import CUBLAS_ENV
 from detbench.report.aa_check import costs_item, secs
-from detbench.report.conditions import joined
 from detbench.report.render import Block, Bullets, Code, Heading, Table, num
 from detbench.store.results import env_facts
-
-#: The sustained-clock hold of an earlier detbench (its records' ``hold``): a held load ran at
-#: least this long, and its counted samples spanned at least this many seconds.
-HOLD_MIN_SECONDS = 2.0
-CAPPED_SPAN_SECONDS = 1.0
 
 FINGERPRINT_WORDS = {
     "device": "computed where the tensor lives, with integer arithmetic whose result does not "
@@ -35,12 +29,13 @@ def _range(lo: float, hi: float, unit: str = " s") -> str:
     return f"{a}{unit}" if a == b else f"{a}-{b}{unit}"
 
 
-def sampled_words(df: pd.DataFrame, paired: bool) -> str:
-    """What the records' timing sampled, read from their samples (``quality.sampled``): "each
-    record sampled 9.4 s (6 samples of 1.0-2.1 s)", "" where none says."""
-    got = quality.sampled(df, paired)
+def _timing_item(df: pd.DataFrame) -> str | None:
+    """What the records' paired timing sampled (``quality.sampled``): "... the records sampled
+    0.039-7.0 s each, median 0.098 s, in 6-10 samples of 0.0038-1.3 s"; None where no record
+    has a paired timing (``earlier_design.words`` says how an earlier run's costs were timed)."""
+    got = quality.sampled(df)
     if got is None:
-        return ""
+        return None
     lo, median, hi = got["seconds"]
     n_lo, n_hi = got["samples"]
     n = str(n_lo) if n_lo == n_hi else f"{n_lo}-{n_hi}"
@@ -49,98 +44,10 @@ def sampled_words(df: pd.DataFrame, paired: bool) -> str:
         if secs(lo) == secs(hi)
         else f"the records sampled {_range(lo, hi)} each, median {secs(median)} s"
     )
-    return f"{each}, in {n} samples of {_range(*got['block'])}"
-
-
-def _paired_timing_item(df: pd.DataFrame) -> str:
     return (
         "Timing: side by side, in the paired phase (see Costs): a record's samples are its "
-        "worker's blocks, one a round, with no stopping rule; "
-        + sampled_words(df, paired=True)
-        + ". The figure per replicate is the median step time."
-    )
-
-
-def _timing_item(df: pd.DataFrame, o: Mapping[str, Any]) -> str:
-    rule = quality.stopping_rule(df, o)
-    if not rule and quality.sampled(df, paired=True) is not None:
-        return _paired_timing_item(df)
-    if not rule:
-        return (
-            "Timing: torch.utils.benchmark.Timer.blocked_autorange with at least "
-            f"{o.get('min_run_time')} s of samples after {o.get('warmup_steps')} warm-up steps, "
-            "the device synchronised around each block; the figure per replicate is the median "
-            "step time, and a mode's throughput is the median over replicates."
-        )
-    targets = joined([f"±{100 * float(t):g}%" for t in rule["target_rel"]])
-    timings = [t for t in df.get("timing", pd.Series(dtype=object)) if isinstance(t, Mapping)]
-    warm = (
-        f"after a warm-up until the step time settled (at least {joined(rule['warmup_steps'])} "
-        "steps, at most the budget)"
-        if any("warmup" in t for t in timings)
-        else f"after {joined(rule['warmup_steps'])} warm-up steps"
-    )
-    top = max([float(c) for c in rule.get("ceiling") or []], default=0.0)
-    limit = max(top, max(float(b) for b in rule["budget"]))
-    got = quality.sampled(df, paired=False)
-    over = got is not None and got["seconds"][2] > limit * 1.0001
-    most = f"{joined(rule['budget'], ' s')} of sampling"
-    if top > max(float(b) for b in rule["budget"]):
-        most += (
-            " (on a GPU, a record still short of its target then samples on while the samples "
-            f"so far put the target in reach, up to a ceiling that grows with the step time: "
-            f"{top:.3g} s at most here)"
-        )
-    bound = (
-        f"a budget of {most}, which a slow step overran to take its least samples"
-        if over
-        else f"at most {most}"
-    )
-    actual = sampled_words(df, paired=False)
-    paired = sampled_words(df, paired=True)
-    return (
-        f"Timing: {warm}, samples (clock: "
-        f"{joined(rule['clock'])}) until the 95% interval of the median step time is within "
-        f"{targets} of the median, with at least {joined(rule['min_samples'])} samples and "
-        f"{bound}" + (f" ({actual})" if actual else "") + "; the figure per replicate is the "
-        "median step time, and a mode's throughput is the median over replicates."
-        + (
-            f" The records timed side by side (see Costs) had no stopping rule: {paired}."
-            if paired
-            else ""
-        )
-        + _clock_words(
-            rule.get("clock_mode") or [],
-            "cuda-event" in rule["clock"]
-            or any(str(d).startswith("cuda") for d in df.get("device", pd.Series(dtype=str))),
-        )
-    )
-
-
-#: What each clock mode means, for the Method.
-CLOCK_WORDS = {
-    "sustained": "sustained (where the GPU's power or heat limit acted on a workload, its load "
-    f"was held until the clock settled at that limit, at least {HOLD_MIN_SECONDS:g} s, and only "
-    f"the samples after that count, spanning at least {CAPPED_SPAN_SECONDS:g} s: what a long "
-    "run sees)",
-    "burst": "burst (sampled right after the warm-up: the clock a short job sees before the "
-    "power limit acts, which can be faster than a long run for compute-bound work)",
-}
-
-
-def _clock_words(modes: list[Any], gpu: bool) -> str:
-    """The sentence on the GPU clock modes the records were timed in ("" where none says)."""
-    said = [CLOCK_WORDS.get(str(m), str(m)) for m in modes]
-    if not said:
-        return ""
-    if not gpu:
-        return (
-            f" The clock mode ({joined([str(m) for m in modes])}) is recorded, and has no effect "
-            "on a CPU."
-        )
-    return (
-        f" GPU clocks: {'; '.join(said)}. The state of the clock is given beside each rate; "
-        "on a CPU the clock mode has no effect."
+        f"worker's blocks, one a round, with no stopping rule; {each}, in {n} samples of "
+        f"{_range(*got['block'])}. The figure per replicate is the median step time."
     )
 
 
@@ -205,10 +112,10 @@ def method_blocks(
         f"count) are run and {digest}. A (workload, mode) is reproducible when every "
         "replicate's fingerprint is equal; the maximum absolute difference is measured against "
         "the first replicate.",
-        _timing_item(df, o),
         *filter(
             None,
             [
+                _timing_item(df),
                 costs_item(df, env, str(analysis.baseline_mode(df["mode"])), aa_copy),
                 earlier_design.words(costs),
             ],
@@ -216,8 +123,8 @@ def method_blocks(
         _intervals_item(df, costs),
         f"Recommendations: {RULE}. Per suite, a mode qualifies when it is reproducible for "
         "every workload; its throughput is the geometric mean over the workloads. The intervals "
-        "compared there are each mode's own: its throughput's draws (bootstrap, or the paired "
-        "t-interval's) over the baseline's point estimate (the baseline divides out of a "
+        "compared there are each mode's own: its throughput's draws (those of its cost's 95% "
+        "interval) over the baseline's point estimate (the baseline divides out of a "
         "comparison of two modes), per suite of the geometric mean with each workload "
         "resampled; a fixed seed per workload and mode.",
     ]
