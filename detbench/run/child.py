@@ -1,22 +1,19 @@
-"""The worker: one fresh process for one (mode, replicate), running many workloads.
+"""The worker: one fresh process for one (mode, replicate) of a paired group, running many
+workloads.
 
-A job of kind ``detbench.run.child:serve`` for the one child main (``detbench.worker.protocol``),
+A job of kind ``supervise.WORKER_KIND`` for the one child main (``detbench.worker.protocol``),
 started by the runner as ``python -m detbench.worker.child --job - --fd FD --parent RUNNER_PID``:
-the job and ``device``, ``go`` and ``ok`` on stdin, JSON messages on file descriptor ``FD``
-(``detbench.run.supervise`` describes the exchange). It applies the mode before any CUDA work,
-then for each workload: seeds every generator, builds the workload, runs the fingerprint pass
-and the timing pass, and sends one record per workload. Its
-stdout and stderr (the workloads' own prints and warnings) go to a log file the runner chose. The
-runner alone writes the results file.
+the job, ``device`` and ``go`` on stdin, then one line per request (``pair`` lists them), JSON
+messages on file descriptor ``FD`` (``detbench.run.supervise`` describes the exchange). It applies
+the mode before any CUDA work; for each workload it is asked for it makes the verdict's passes
+(seeds every generator, builds the workload, runs the fingerprint pass, sends the record), and
+where it times the workload it warms up the step it built and times blocks of it when asked
+(``worker.paired``). Its stdout and stderr (the workloads' own prints and warnings) go to a log
+file the runner chose. The runner alone writes the results file.
 
-Its start-up has two stages. The first (imports, the mode, the workload files) touches no device
-and runs while the worker before it measures (stopped by the runner during that worker's timing
-passes). The second (CUDA's initialisation, the context, cuBLAS's and cuDNN's handles) waits for
-the runner's ``device`` line, which comes once the worker before it has taken its last timing
-sample: so no timing shares its GPU with detbench's next worker, not even one that is stopped
-while holding a context (without this wait, the H100's and the H200's core matrices in
-results/20261126-*-partial had the next worker's context beside 146 of 736 and 102 of 824
-timings).
+Its start-up has two stages: the first (imports, the mode, the workload files) touches no
+device; the second (CUDA's initialisation, the context, cuBLAS's and cuDNN's handles) waits for
+the runner's ``device`` line, so the runner decides when a worker's context joins the GPU.
 """
 
 from __future__ import annotations
@@ -152,31 +149,6 @@ def _verdict_then_prepare(
     if kept:
         return PairedTiming.from_verdict(w, job, mode, kept.pop(), record)
     return PairedTiming.prepare(w, job, mode, ws)
-
-
-def serve(job: dict[str, Any], out: Channel) -> int:
-    """The worker's life, once the child main (armed to die with the runner before it imported
-    this module and torch) has read its job, the first line of stdin."""
-    started = _start(job, out)
-    if started is None:
-        return 0
-    mode, ws, workloads, device = started
-    for key in job["workloads"]:
-        out.send({"type": "start", "workload": key})
-        w = workloads.get(key)
-        if w is None:
-            raise RuntimeError(f"workload {key} is not defined in this worker's sources")
-        record, device_lost = run_workload(w, job, mode, ws, launch=run_distributed)
-        out.send({"type": "record", "record": _stamped(record, job, device)})
-        # What the workload imported or cached for good (its own objects are freed by now) joins
-        # the frozen generation, so each later collection scans only the next workload's objects.
-        gc.freeze()
-        if device_lost:  # the runner gives the workloads left to a fresh worker
-            print(f"detbench worker: the CUDA context is unusable after {key}; exiting")
-            out.send({"type": "lost", "workload": key})
-            return 0
-    out.send({"type": "done"})
-    return 0
 
 
 def pair(job: dict[str, Any], out: Channel) -> int:

@@ -36,7 +36,7 @@ from detbench.run.config import RunError
 from detbench.run.estimate import Probed, per_record_seconds, record_cost
 from detbench.run.pricing import step_seconds
 from detbench.run.schedule import Slot
-from detbench.run.supervise import log_tail, take_turn
+from detbench.run.supervise import TIMEOUT, WorkerProcess, log_tail
 from detbench.store.record import user_frame
 from detbench.store.results import iter_records
 from detbench.store.schema import Status
@@ -140,37 +140,46 @@ def probe(runner: Runner, keys: list[str]) -> ProbeReport:
     c = runner.config
     slot = Slot(0, 0, c.modes[0], tuple(keys))
     records: dict[str, dict[str, Any]] = {}
+    limit = min(c.timeout or PROBE_RECORD_LIMIT, PROBE_RECORD_LIMIT)
+    timed_out: str | None = None
     t0 = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
             worker = runner.spawn(slot, list(keys), Path(tmp), reference=Path(tmp) / ".reference")
-            limits = (c.startup_timeout, min(c.timeout or PROBE_RECORD_LIMIT, PROBE_RECORD_LIMIT))
-
-            def record(rec: dict[str, Any]) -> None:
-                records[f"{rec['suite']}/{rec['workload']}"] = rec
-
-            turn = take_turn(
-                worker, runner.crew, limits, lambda msg: None, lambda key: None, record
-            )
+            try:
+                worker.release()
+                msg = worker.ready(c.startup_timeout)
+                startup = time.perf_counter() - t0
+                started = msg is not None and msg.get("type") == "ready"
+                if msg is TIMEOUT:
+                    timed_out = (
+                        f"the worker did not start within {c.startup_timeout:g} s (imports, "
+                        "mode, CUDA initialisation); killed"
+                    )
+                if started:
+                    worker.send("go")
+                    timed_out = _records(worker, keys, limit, records)
+            finally:
+                worker.kill()  # nothing more to ask; a worker stuck in a record goes too
+                runner.crew.finish(worker)
             tail = log_tail(worker.log)
     finally:
         for d in runner.cache_dirs:  # the probe's worker got its own, as every worker does
             shutil.rmtree(d, ignore_errors=True)
         runner.cache_dirs.clear()
-    if not turn.started:
-        why = turn.timed_out or f"a worker did not start here; its log: {tail}"
-        raise RunError(why)
+    if not started:
+        raise RunError(timed_out or f"a worker did not start here; its log: {tail}")
     errors = [records[k] for k in keys if records.get(k, {}).get("status") == Status.ERROR]
     if errors and len(errors) == len(keys):  # nothing of the user's would be measured
         raise RunError(failed_line(errors[0], c.modes[0].name, len(errors) - 1))
-    found = ProbeReport(startup=turn.startup_wait, seconds=time.perf_counter() - t0)
+    found = ProbeReport(startup=startup, seconds=time.perf_counter() - t0)
     for key in keys:
         rec = records.get(key)
         if rec is not None and rec.get("status") == Status.ERROR:
             found.failed[key] = f"its step raised: {raised(rec)}"
             continue
         if rec is None or rec.get("status") != "ok":
-            found.failed[key] = (rec or {}).get("status") or turn.timed_out or "no record"
+            found.failed[key] = (rec or {}).get("status") or timed_out or "no record"
             continue
         phases = {k: float(v or 0.0) for k, v in (rec.get("phases") or {}).items()}
         found.records[key] = Probed(
@@ -179,3 +188,27 @@ def probe(runner: Runner, keys: list[str]) -> ProbeReport:
             step=step_seconds(rec),
         )
     return found
+
+
+def _records(
+    worker: WorkerProcess, keys: list[str], limit: float, records: dict[str, dict[str, Any]]
+) -> str | None:
+    """Ask ``worker`` for the record of each of ``keys`` in turn (a verdict alone, nothing
+    kept), each within ``limit`` seconds of silence, into ``records``; why it stopped short
+    (None: every one answered)."""
+    for key in keys:
+        worker.send(f"record {key}")
+        while True:
+            msg = worker.next(limit)
+            if msg is None:
+                return "the worker ended"
+            if msg is TIMEOUT:
+                return f"exceeded {limit:g} s; worker killed"
+            if msg.get("type") == "record":
+                rec = msg["record"]
+                records[f"{rec['suite']}/{rec['workload']}"] = rec
+            elif msg.get("type") == "prepared":
+                break
+        if msg.get("lost"):  # its CUDA context is unusable: no more records from it
+            return "the worker lost its CUDA context"
+    return None

@@ -27,7 +27,7 @@ lines); an out-of-memory error of one member is that member's record.
 each device with its own workers: a workload's replicates take the devices in turn
 (``PairedPhase.lane_of``), so its records span them. CPU entries share the cores.
 
-The workers (``supervise.WorkerProcess``, kind ``paired_workers.PAIR_KIND``) of a group start at
+The workers (``supervise.WorkerProcess``, kind ``supervise.WORKER_KIND``) of a group start at
 once; on a CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
 
 **A run that times nothing** (``detbench audit``: ``RunConfig.timing`` ``VERDICTS_ONLY``)

@@ -17,9 +17,6 @@ from detbench.worker.protocol import exit_description
 if TYPE_CHECKING:
     from detbench.run.paired import Member, PairedStats
 
-#: The job's kind for a timing worker of the paired phase.
-PAIR_KIND = "detbench.run.child:pair"
-
 
 class GroupWorkers:
     """A replicate's workers, one per ``Member`` (its ``worker``). ``job_for``: the runner's job
@@ -60,7 +57,7 @@ class GroupWorkers:
         env = self.env_for(member.mode)
         name = f"r{replicate}-{member.mode.name}-timing{member.copy}{self.tag}.log"
         log = self.out / "logs" / name
-        member.worker = self.crew.spawn(self.python, job, env, log, kind=PAIR_KIND)
+        member.worker = self.crew.spawn(self.python, job, env, log)
         self.stats.workers += 1
 
     def start(self, members: list[Member], replicate: int) -> None:

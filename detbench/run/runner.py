@@ -316,7 +316,7 @@ class Runner:
             self._writer = writer
             try:
                 try:
-                    self.paired.run()
+                    self.paired.run(before=self.stats.probe)  # its lines count the probe's time
                 finally:
                     self.stats.paired = self.paired.stats.to_json()
                 finished = True

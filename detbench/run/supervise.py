@@ -6,18 +6,17 @@ The protocol, over the worker's stdin (runner to worker, one line each) and a pi
 1. The runner spawns the one child main, ``python -m detbench.worker.child --job - --fd FD
    --parent RUNNER_PID``, and writes the job (one JSON line, of kind ``WORKER_KIND``). The
    worker imports torch, applies its mode and loads the workload files: nothing that touches a
-   device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its
-   context, cuBLAS's and cuDNN's handles), sends ``ready`` and waits for ``go``. So the next
-   worker can be spawned early and pay its start-up while the current one makes its verdicts:
-   a fresh process per (mode, replicate) still, with its own hash seed and CUDA context, but its
-   imports no longer between two workers. A verdict worker times nothing, so the runner sends
-   ``device`` at once; a paired group's workers get it when the group starts.
-2. After ``go``, for each workload: ``start``, then ``record``.
-3. ``done`` at the end, or ``lost`` after a workload that left the worker's CUDA context
-   unusable (a fresh worker takes the workloads left); an exit without either is a crash (the
-   runner reads its log), a silence longer than the limit is a timeout (the runner kills it).
+   device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its context,
+   cuBLAS's and cuDNN's handles), sends ``ready`` and waits for ``go``. A paired group's
+   workers are let into their device stage together, when the group starts.
+2. After ``go`` it does what each line says, one at a time (``run.child.pair`` lists them:
+   ``verdict KEY``, ``record KEY``, ``prepare KEY``, ``block``, ``reference``, ``finish``,
+   ``exit``), each answered by its messages.
+3. A worker whose CUDA context a workload left unusable says so and exits (a fresh worker takes
+   the workloads left); an exit without its answer is a crash (the runner reads its log), a
+   silence longer than the limit is a timeout (the runner kills it).
 
-With several devices (``--devices``) each device's workers are driven from a thread of their own
+With several devices (``--devices``) each device's groups are driven from a thread of their own
 (``side_by_side``), and a ``Crew`` knows every worker alive, so that stopping the run (Ctrl-C, or a
 device whose workers do not start) kills them all and starts none.
 """
@@ -32,17 +31,15 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from detbench.store.schema import Status
 from detbench.worker.cudnnlog import log_environment
-from detbench.worker.protocol import child_command, exit_description
+from detbench.worker.protocol import child_command
 
 TIMEOUT: dict[str, Any] = {"type": "timeout"}
 #: The job's kind for the one child main (``detbench.worker.protocol``): a run's worker.
-WORKER_KIND = "detbench.run.child:serve"
+WORKER_KIND = "detbench.run.child:pair"
 
 
 class WorkerProcess:
@@ -161,26 +158,6 @@ def log_tail(path: Path, lines: int = 6) -> str:
     return " | ".join(text[-lines:])
 
 
-def lost_keys(
-    keys: list[str], remaining: list[str], in_flight: str | None, started: bool
-) -> list[str]:
-    """The workloads a worker that ended early takes down with it: the one in flight; or, when
-    it died before it was ready, or between workloads without progress, all the rest (a fresh
-    worker would only fail the same way). The others go to a fresh worker."""
-    if in_flight is not None:
-        return [in_flight]
-    progressed = len(remaining) < len(keys)
-    return [] if started and progressed else list(remaining)
-
-
-def ending(turn: Turn, log: Path) -> tuple[str, str]:
-    """The status and message of the workloads a worker that ended early takes down with it."""
-    if turn.timed_out:
-        return Status.TIMEOUT, turn.timed_out
-    when = "while running this workload" if turn.in_flight else "before running it"
-    return Status.CRASHED, f"worker {exit_description(turn.code)} {when}; log: {log_tail(log)}"
-
-
 def gpu_visible(name: str, environ: Mapping[str, str]) -> str:
     """``CUDA_VISIBLE_DEVICES`` for a worker of GPU ``name`` ("cuda:N"): it sees that GPU alone,
     as cuda:0, so a workload that says "cuda" (or a library that uses the current device) cannot
@@ -269,81 +246,3 @@ def side_by_side(lanes: Sequence[Callable[[], None]], names: Sequence[str], crew
         raise
     if errors:
         raise errors[0]
-
-
-@dataclass
-class Turn:
-    """One worker's turn as the runner saw it: what it did not finish, how it ended, and where
-    the runner's time went (seconds)."""
-
-    keys: list[str]
-    remaining: list[str] = field(default_factory=list)
-    in_flight: str | None = None  # the workload it was running when it ended
-    started: bool = False  # it got ready
-    timed_out: str | None = None  # why, when it was killed for silence
-    code: int | None = None  # its exit status
-    startup_wait: float = 0.0  # from its turn to ready
-    shutdown: float = 0.0  # reaping it
-    #: From its ready message: its pid and device stage (``runstats.RunStats.worker_stages``).
-    stage: dict[str, Any] | None = None
-
-    def lost(self) -> list[str]:
-        return lost_keys(self.keys, self.remaining, self.in_flight, self.started)
-
-
-def take_turn(
-    worker: WorkerProcess,
-    crew: Crew,
-    limits: tuple[float, float | None],
-    ready: Callable[[dict[str, Any]], None],
-    start: Callable[[str], None],
-    record: Callable[[dict[str, Any]], None],
-) -> Turn:
-    """Run ``worker`` to its end. ``limits``: the seconds it may take to be ready, and to stay
-    silent later. The callbacks get its ready message, each workload it starts, and each
-    record."""
-    startup_timeout, timeout = limits
-    turn = Turn(list(worker.keys), list(worker.keys))
-    try:
-        worker.release()  # where the runner has not let it into its device stage already
-        t0 = time.perf_counter()
-        msg = worker.ready(startup_timeout)
-        turn.startup_wait = time.perf_counter() - t0
-        if msg is TIMEOUT:
-            turn.timed_out = (
-                f"the worker did not start within {startup_timeout:g} s (imports, mode, "
-                "CUDA initialisation); killed"
-            )
-        elif msg is not None and msg["type"] == "ready":
-            turn.started = True
-            if msg.get("device_stage"):
-                turn.stage = {k: msg.get(k) for k in ("pid", "device_stage", "device_wait_seconds")}
-            ready(msg)
-            worker.send("go")
-        while turn.started:
-            msg = worker.next(timeout)
-            if msg is None:  # the worker exited
-                break
-            if msg is TIMEOUT:
-                turn.timed_out = f"exceeded the --timeout of {timeout:g} s; worker killed"
-                break
-            kind = msg["type"]
-            if kind == "start":
-                turn.in_flight = msg["workload"]
-                start(msg["workload"])
-            elif kind == "record":
-                record(msg["record"])
-                turn.remaining.remove(turn.in_flight)  # type: ignore[arg-type]
-                turn.in_flight = None
-            elif kind in ("done", "lost"):  # lost: a fresh worker takes the workloads left
-                break
-        if turn.timed_out:
-            worker.kill()
-    except BaseException:  # Ctrl-C or a failure of the runner itself: stop the worker now
-        worker.kill()
-        raise
-    finally:
-        t_last = time.perf_counter()
-        turn.code = crew.finish(worker)
-        turn.shutdown = time.perf_counter() - t_last
-    return turn

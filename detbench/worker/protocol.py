@@ -11,12 +11,9 @@ names no module above it; the job's writer names its own), which takes the job a
 with a ``type``, flushed at once, to a file descriptor (``--fd``: a pipe) or appended to a file
 (``--out``):
 
-- ``detbench.run.child:serve``, a run's worker: its job on stdin; ``loaded``, ``ready``, then
-  per workload ``start``, ``phase`` and ``record``; ``done``, or ``lost`` when a workload left
-  its CUDA context unusable (the runner gives the workloads left to a fresh worker).
-- ``detbench.run.child:pair``, a timing worker of the paired phase (``run.paired``): started as
-  a run's worker is (``loaded``, ``ready``), then one line of stdin at a time, each answered by
-  one message: ``prepare KEY`` -> ``prepared`` (built and warmed up); ``verdict KEY`` -> a
+- ``detbench.run.child:pair``, a run's worker, a member of a paired group (``run.paired``): its
+  job on stdin; ``loaded``, ``ready``, then one line of stdin at a time, each answered by one
+  message: ``prepare KEY`` -> ``prepared`` (built and warmed up); ``verdict KEY`` -> a
   ``record``, then ``prepared`` (the verdict's passes, then their step warmed up); ``record KEY``
   -> a ``record``, then ``prepared`` with its status (the verdict alone, nothing kept); ``block``
   -> ``block`` (one block timed, or its ``error``); ``reference SECONDS`` -> ``reference`` (the
