@@ -23,22 +23,15 @@ LM = ROOT / "tests" / "workloads" / "user_lm.py"
 
 def test_a_probed_workload_is_charged_its_measured_record() -> None:
     """Its record's phases as the probe measured them, less the FLOP count after the first
-    replicate (a run counts FLOPs once); the next worker's start-up hides behind it."""
+    replicate (a run counts FLOPs once)."""
     plan = make_plan(["u/lm"], [get_mode("default"), get_mode("det-algos")], 3, seed=0)
     probed = {"u/lm": E.Probed(seconds=3.0, count=0.5)}
     est = E.estimate(plan, "cpu", "quick", 0.1, 2.0, True, probed=probed)
     assert est.probed_records == est.costed_records == 6
     assert est.record_seconds == pytest.approx(2 * 3.0 + 4 * 2.5)
-    assert est.startup_waits == 0.0  # each worker's record of 2.5 s or more hides 2 s
-    slow = E.estimate(plan, "cpu", "quick", 0.1, 5.0, True, probed=probed)
-    # Each worker starts as the one before it begins its turn: its start-up runs through that
-    # one's wait and its record (3 s in replicate 1, 2.5 s after). The second starts with
-    # the first and waits for nothing; then 5 - 3 = 2 s, 5 - 2 - 2.5 = 0.5 s, 2 s, 0.5 s.
-    assert [s.replicate for s in plan.slots] == [0, 0, 1, 1, 2, 2]
-    assert slow.startup_waits == pytest.approx(0.0 + 2.0 + 0.5 + 2.0 + 0.5)
     # The slots' own figures (the paired phase's weights) add up to the estimate.
-    assert sum(x + sum(r.values()) for x, r in slow.slot_costs.values()) == pytest.approx(
-        slow.seconds
+    assert sum(x + sum(r.values()) for x, r in est.slot_costs.values()) == pytest.approx(
+        est.seconds
     )
 
 

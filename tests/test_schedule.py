@@ -13,7 +13,6 @@ import pytest
 from detbench.core.modes import MODES, get_mode
 from detbench.run.estimate import (
     INVARIANCE_SECONDS_PER_SIZE,
-    RECORD_OVERHEAD_SECONDS,
     estimate,
     per_record_seconds,
     timing_seconds,
@@ -73,49 +72,20 @@ def _verdict(device: str, profile: str, budget: float) -> float:
     return max(per / 3, per - timing_seconds(device, budget))
 
 
-def test_estimate_is_records_times_the_per_record_cost_plus_one_startup() -> None:
+def test_estimate_is_the_records_and_the_paired_phase_without_a_workers_start_up() -> None:
+    # Every run's workers are its paired groups', whose start-ups the paired phase prices: the
+    # records are charged their own seconds, no verdict worker's start-up beside them.
     keys = [f"a/w{i}" for i in range(40)]
     plan = make_plan(keys, list(MODES), 3, seed=0)
     est = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=3.0, measured=True)
     verdict = _verdict("cpu", "quick", 0.1)
     assert verdict == pytest.approx(per_record_seconds("cpu", "quick", 0.1) / 3)
     assert est.records == 1200 and est.workers == 30
-    # The next worker's start-up hides behind what a worker does: its 40 records.
-    hidden = 40 * verdict
-    # A worker starts as the one before it begins its turn (the runner spawns the next slot's
-    # worker beside the current one), so they start in pairs: the second with the first, the
-    # fourth as the third begins, ... Of the 29 later workers, 14 wait what their start-up
-    # outlasts the measuring before them; the others are ready when their turn comes.
-    assert est.startup_waits == pytest.approx(14 * (3.0 - hidden))
-    assert est.seconds == pytest.approx(3.0 + 1200 * verdict + est.startup_waits)
+    assert est.seconds == pytest.approx(1200 * verdict)
     assert est.to_json()["estimated_seconds"] == round(est.seconds, 1)
-    long = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=1.0, measured=True)
-    assert long.startup_waits == 0.0  # 40 records a worker hide a start-up of 1 s
-
-
-def test_estimate_adds_the_startup_a_short_worker_cannot_hide() -> None:
-    plan = make_plan(["a/x", "a/y", "a/z"], list(MODES), 3, seed=0)
-    est = estimate(plan, "cpu", "quick", budget=0.1, startup_seconds=2.0, measured=True)
-    verdict = _verdict("cpu", "quick", 0.1)
-    assert est.records == 90 and est.workers == 30
-    hidden = 3 * verdict
-    assert est.startup_waits == pytest.approx(14 * (2.0 - hidden))  # in pairs, as above
-    assert est.seconds == pytest.approx(2.0 + 90 * verdict + 14 * (2.0 - hidden))
-    assert clock(61) == "1:01" and clock(3725) == "1:02:05"
-
-
-def test_estimate_charges_no_device_stage_on_cuda() -> None:
-    # A verdict worker times nothing, so the next worker's device stage (CUDA's initialisation)
-    # runs beside it, as its imports do: only the start-ups it cannot hide are charged.
-    keys = [f"a/w{i}" for i in range(40)]
-    plan = make_plan(keys, list(MODES), 3, seed=0)
     cuda = estimate(plan, "cuda", "quick", budget=0.1, startup_seconds=9.8, measured=False)
-    verdict = _verdict("cuda", "quick", 0.1)
-    assert verdict == pytest.approx(RECORD_OVERHEAD_SECONDS[("cuda", "quick")])
-    hidden = 40 * verdict
-    assert cuda.startup_waits == pytest.approx(14 * (9.8 - hidden))  # too short, in pairs
-    assert cuda.seconds == pytest.approx(9.8 + 1200 * verdict + cuda.startup_waits)
-    assert "handovers" not in cuda.to_json()
+    assert cuda.seconds == pytest.approx(1200 * _verdict("cuda", "quick", 0.1))
+    assert clock(61) == "1:01" and clock(3725) == "1:02:05"
 
 
 def test_estimate_counts_every_batch_size_an_invariance_pass_builds() -> None:
@@ -161,9 +131,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert plan["paired_seconds"] > 0 and plan["record_seconds"] > 0
     expected = (
         # the paired workers make the verdicts (issue 39): their start-ups are in paired_seconds
-        (plan["startup_seconds"] if plan["startup_charged"] else 0.0)
-        + plan.get("probe_seconds", 0.0)
-        + plan["startup_waits_seconds"]
+        plan.get("probe_seconds", 0.0)
         + plan["record_seconds"]
         + plan["invariance_seconds"]
         + plan["paired_seconds"]

@@ -60,23 +60,19 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Estimate:
-    """Seconds a plan should take: its records at the budget-based cost of one record, plus the
-    start-up of the first worker, plus what each later worker's start-up (begun while the one
-    before it measures) outlasts that worker's measuring: a worker with one or two workloads (an
-    attribution study's attention-backend variants) is done before the next is ready."""
+    """Seconds a plan should take: its records (each at its measured or modelled cost), its
+    torchrun launches and invariance passes, the paired phase (its groups' start-ups, warm-ups
+    and rounds: ``paired_seconds``) and the probe worker's."""
 
     records: int
     workers: int
     startup_seconds: float
     per_record_seconds: float
     measured_startup: bool
-    #: Seconds of later workers' start-up not hidden behind the worker before them.
-    startup_waits: float = 0.0
     #: Records whose step is compiled (execution=compile): their compile time is not estimated.
     compiled_records: int = 0
-    #: Per device (``--devices``): its records and its start-up waits; empty: one device.
+    #: Per device (``--devices``): its records; empty: one device.
     lane_records: tuple[int, ...] = ()
-    lane_waits: tuple[float, ...] = ()
     #: torchrun launches (one per worker with distributed workloads), per device, and the
     #: seconds of one.
     lane_launches: tuple[int, ...] = ()
@@ -112,9 +108,6 @@ class Estimate:
     probe_seconds: float = 0.0
     #: Records priced from the run's own records of the same workload (a resumed run).
     own_records: int = 0
-    #: Whether a verdict worker's start-up is charged beside the records: not where the paired
-    #: phase's groups make every verdict (their start-ups are in ``paired_seconds``).
-    startup_charged: bool = True
     #: This host's speed against the figures' (``run.hostspeed.HostSpeed.to_json``); None: the
     #: figures stand as measured (a GPU plan).
     host: dict[str, Any] | None = None
@@ -135,21 +128,15 @@ class Estimate:
 
     @property
     def lane_seconds(self) -> tuple[float, ...]:
-        """Each device's share: its records, its waits and the start-up of its first worker."""
+        """Each device's share of the records, launches and invariance passes."""
         launches = self.lane_launches or (0,) * len(self.lane_records)
         sizes = self.lane_sizes or (0,) * len(self.lane_records)
         costs = self.lane_record_seconds or tuple(
             n * self.per_record_seconds for n in self.lane_records
         )
         return tuple(
-            (self.startup_seconds if n else 0.0)
-            + w
-            + c
-            + k * self.launch_seconds
-            + b * self.size_seconds
-            for n, w, c, k, b in zip(
-                self.lane_records, self.lane_waits, costs, launches, sizes, strict=True
-            )
+            c + k * self.launch_seconds + b * self.size_seconds
+            for c, k, b in zip(costs, launches, sizes, strict=True)
         )
 
     @property
@@ -160,8 +147,6 @@ class Estimate:
         return (
             self.probe_seconds
             + self.paired_seconds
-            + (self.startup_seconds if self.startup_charged else 0.0)
-            + self.startup_waits
             + self.record_seconds
             + self.launches * self.launch_seconds
             + self.invariance_seconds
@@ -174,9 +159,7 @@ class Estimate:
             "estimated_seconds": round(self.seconds, 1),
             "startup_seconds": round(self.startup_seconds, 3),
             "startup_measured": self.measured_startup,
-            "startup_charged": self.startup_charged,
             "per_record_seconds": round(self.per_record_seconds, 4),
-            "startup_waits_seconds": round(self.startup_waits, 1),
             "compiled_records": self.compiled_records,
             "torchrun_launches": self.launches,
             "invariance_sizes": sum(self.lane_sizes),
@@ -224,17 +207,6 @@ def planned_unsupported(
     return unsupported
 
 
-def _verdict_workers(
-    lanes: list[list[Slot]], p: Pricing, paired: PairedPlan | None, distributed: frozenset[str]
-) -> list[list[Slot]]:
-    """The slots each device's verdict workers start: none where the paired phase's groups make
-    every verdict (their start-ups, and their distributed workloads' launches, are the paired
-    phase's)."""
-    if paired is not None and paired.fused:
-        return [[] for _ in lanes]
-    return lanes
-
-
 def _launches(
     lanes: list[list[Slot]], p: Pricing, paired: PairedPlan | None, distributed: frozenset[str]
 ) -> tuple[int, ...]:
@@ -250,24 +222,15 @@ def _launches(
 
 
 def _slot_costs(
-    p: Pricing, lanes: list[list[Slot]], workers: list[list[Slot]]
+    p: Pricing, lanes: list[list[Slot]]
 ) -> dict[tuple[int, str], tuple[float, dict[str, float]]]:
-    """Per (replicate, mode) slot: what it costs beyond its records (its invariance passes; where
-    a verdict worker runs it, also that worker's start-up or wait and its launch), and each of
-    its records' seconds."""
-    costs = {
+    """Per (replicate, mode) slot: what it costs beyond its records (its invariance passes), and
+    each of its records' seconds."""
+    return {
         (s.replicate, s.mode.name): (p.sizes_seconds(s), {k: p.key_cost(s, k) for k in s.keys})
         for ss in lanes
         for s in ss
     }
-    costs.update(
-        {
-            (s.replicate, s.mode.name): (p.overhead(ss, i), {k: p.key_cost(s, k) for k in s.keys})
-            for ss in workers
-            for i, s in enumerate(ss)
-        }
-    )
-    return costs
 
 
 def estimate(
@@ -306,7 +269,6 @@ def estimate(
     p = Pricing(
         device,
         profile,
-        startup_seconds,
         per_record,
         distributed,
         batch_sizes or {},
@@ -315,21 +277,16 @@ def estimate(
         speed=speed,
     )
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
-    workers = _verdict_workers(lanes, p, paired, distributed)
-    starts = any(workers)
     return Estimate(
         records=plan.records,
         workers=plan.workers,
         startup_seconds=startup_seconds if plan.workers else 0.0,
-        startup_charged=starts,
         per_record_seconds=per_record,
         measured_startup=measured,
-        startup_waits=p.waits(workers[0]) if plan.lanes == 1 else max(map(p.waits, workers)),
         compiled_records=sum(
             len(s.keys) for s in plan.slots if s.mode.overrides.get("execution") == "compile"
         ),
         lane_records=tuple(sum(len(s.keys) for s in ss) for ss in lanes),
-        lane_waits=tuple(p.waits(ss) for ss in lanes),
         lane_launches=_launches(lanes, p, paired, distributed),
         launch_seconds=p.launch_seconds,
         lane_sizes=tuple(sum(p.slot_sizes(s) for s in ss) for ss in lanes),
@@ -342,7 +299,7 @@ def estimate(
             1 for s in plan.slots for k in p.runs(s) if probed and k in probed and k not in own
         ),
         own_records=sum(1 for s in plan.slots for k in p.runs(s) if k in own),
-        slot_costs=_slot_costs(p, lanes, workers),
+        slot_costs=_slot_costs(p, lanes),
         paired_seconds=0.0
         if paired is None
         else paired.seconds(device, profile, startup_seconds, cores, probed, speed),

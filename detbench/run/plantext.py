@@ -233,26 +233,11 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
 
 
 def _startup_words(est: Estimate) -> str:
-    """The verdict workers' start-ups in the estimate (none where the groups make every
-    verdict: the paired phase prices their start-ups)."""
-    if not est.startup_charged:
-        where = "measured here" if est.measured_startup else "assumed"
-        return (
-            f"the groups' start-ups in the paired figure ({est.startup_seconds:.1f} s a "
-            f"worker, {where}; a group's workers start side by side)"
-        )
+    """The workers' start-ups in the estimate: the paired phase prices its groups'."""
+    where = "measured here" if est.measured_startup else "assumed"
     return (
-        f"{est.startup_seconds:.1f} s "
-        f"start-up of the first worker ({'measured here' if est.measured_startup else 'assumed'}"
-        "; each later worker starts up beside the one before it, from the start of that one's "
-        "turn"
-        + (
-            f", and {est.startup_waits:.0f} s where a start-up outlasts what the worker before it "
-            "does meanwhile"
-            if est.startup_waits >= 0.5
-            else ""
-        )
-        + ")"
+        f"the groups' start-ups in the paired figure ({est.startup_seconds:.1f} s a "
+        f"worker, {where}; a group's workers start side by side)"
     )
 
 

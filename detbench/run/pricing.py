@@ -123,7 +123,6 @@ class Pricing:
 
     device: str
     profile: str
-    startup_seconds: float
     per_record: float
     distributed: frozenset[str]
     sizes: Mapping[str, int]
@@ -168,30 +167,6 @@ class Pricing:
             if record_cost(k, self.device, self.profile, self.per_record, True, self.probed)[1]
         )
 
-    def hidden(self, before: Slot) -> float:
-        """What a worker does while the next one may start up: every record."""
-        return self.cost([before])
-
-    def wait_list(self, slots: Sequence[Slot]) -> list[float]:
-        """Each worker's wait for its own start-up once the worker before it is done; the
-        first's: its whole start-up. The runner starts a worker as the one before it begins its
-        turn (``runner._run_lane``: the next slot's worker is spawned beside the current one),
-        so a start-up runs through that one's own wait and its verdicts: the second worker
-        starts with the first and waits
-        for nothing, the third starts when the second's turn begins, and so on. (Charging each
-        worker its start-up less the measuring before it alone, as the estimate once did, gave
-        a run of four short workers four start-ups where the runner waits for two: 107 s
-        against 43 s waited, on the quickstart's 4 verdict workers on the 2-core VM.)"""
-        out: list[float] = []
-        for i in range(len(slots)):
-            before = out[-1] + self.hidden(slots[i - 1]) if i else 0.0
-            out.append(max(0.0, self.startup_seconds - before))
-        return out
-
-    def waits(self, slots: Sequence[Slot]) -> float:
-        """What the later workers' start-ups outlast the work beside them (``wait_list``)."""
-        return sum(self.wait_list(slots)[1:])
-
     def launches(self, s: Slot) -> bool:
         """Whether the worker of slot ``s`` makes a torchrun launch."""
         return bool(self.distributed & set(self.runs(s)))
@@ -215,11 +190,3 @@ class Pricing:
     def launch_seconds(self) -> float:
         """Seconds of one torchrun launch, on this host."""
         return LAUNCH_SECONDS.get(self.device, 0.0) * self.speed
-
-    def overhead(self, slots: Sequence[Slot], i: int) -> float:
-        """The seconds slot ``i`` of a device costs beyond its records: the first worker's
-        start-up, or a later one's wait; its launch and invariance passes."""
-        s = slots[i]
-        start = self.wait_list(slots[: i + 1])[i]
-        launch = self.launch_seconds if self.launches(s) else 0.0
-        return start + launch + self.sizes_seconds(s)
