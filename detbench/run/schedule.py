@@ -104,16 +104,9 @@ class _Spread:
         """How many replicates of these (workload, mode) device ``lane`` already has."""
         return sum(row[lane] for row in self._rows(keys, mode))
 
-    def move(self, keys: Sequence[str], mode: Mode, src: int | None, dst: int) -> None:
+    def add(self, keys: Sequence[str], mode: Mode, lane: int) -> None:
         for row in self._rows(keys, mode):
-            if src is not None:
-                row[src] -= 1
-            row[dst] += 1
-
-    def keeps_spread(self, slot: Slot, src: int, dst: int) -> bool:
-        """Whether moving ``slot`` from device ``src`` to ``dst`` leaves each of its (workload,
-        mode) on as many devices as before."""
-        return not any(row[src] == 1 and row[dst] >= 1 for row in self._rows(slot.keys, slot.mode))
+            row[lane] += 1
 
 
 def make_plan(
@@ -172,7 +165,7 @@ def make_plan(
                     range(lanes),
                     key=lambda d: (spread.stacked(todo, mode, d), d != here, load[d], d),
                 )
-                spread.move(todo, mode, None, lane)
+                spread.add(todo, mode, lane)
                 load[lane] += len(todo)
                 slots.append(Slot(r, position, mode, todo, lane))
     return Plan(tuple(slots), tuple(tuple(m.name for m in r) for r in order), seed, lanes)

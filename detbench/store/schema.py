@@ -142,24 +142,6 @@ class Record(TypedDict, total=False):
     cudnn_engines: list[dict[str, Any]] | dict[str, str]
 
 
-class Env(TypedDict, total=False):
-    """``env.json``: where a run came from (host, worker, GPU state, git), its options, the
-    modes' shuffled order, and where its time went."""
-
-    schema_version: int
-    started_utc: str
-    finished_utc: str | None
-    host: dict[str, Any]
-    worker: dict[str, Any]
-    gpu_state: dict[str, Any]
-    git: dict[str, Any]
-    options: dict[str, Any]
-    mode_order: dict[str, Any]
-    run_stats: dict[str, Any]
-    study: dict[str, Any] | None
-    located: list[dict[str, Any]]
-
-
 # Schema history:
 #   1 (detbench 0.1): first version.
 #   2: every record carries ``fingerprint_method`` ("device" | "sha256"; with the "both" option
