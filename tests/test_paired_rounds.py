@@ -68,3 +68,7 @@ def test_the_first_group_line_reads_the_plan_then_the_pace_of_the_groups_done() 
     assert group_line(False, (2, 10), (0, 3), "ops/x", (4, 3), (5.0, None)).startswith(
         "costs [ 2/10]"
     )
+    # A run that times nothing (detbench audit): its groups make verdicts, none takes a turn.
+    assert group_line(True, (2, 6), (0, 2), "a/x", (2, 0), (9.0, None)) == (
+        "verdicts [2/6] replicate 1/2 a/x: 2 workers  elapsed 0:09\n"
+    )

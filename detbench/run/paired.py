@@ -312,8 +312,10 @@ def group_line(
     (n, total), (r, replicates), (elapsed, left) = count, replicate, time
     started, turns = workers
     side = (
-        f"{started} workers side by side"
-        if turns in (0, started)
+        f"{started} workers"
+        if not turns
+        else f"{started} workers side by side"
+        if turns == started
         else f"{started} workers, {turns} timed side by side"
     )
     width = len(str(total))
