@@ -1,9 +1,7 @@
 """Whether a run's costs can be cited: the A/A check of its paired costs, and where the variance
 of a cost sits.
 
-    python tools/aa_check.py DIR                      # any run
-    python tools/aa_check.py --run OUT [--drift]      # make one: the CPU core matrix, quick
-    python tools/aa_check.py DRIFT --against QUIET    # how far each design's costs moved
+    python tools/aa_check.py DIR
 
 A mode against itself must show no cost. The paired design has an A/A comparison in every run:
 a second worker of the baseline's settings, timed in the same rounds. On a CPU, the modes that
@@ -11,24 +9,14 @@ differ from the baseline only in cuDNN switches, which act on nothing there, are
 computation: A/A comparisons too (the "cuDNN twins"). How many workloads show a cost that is not
 there (a 95% interval that excludes 1), and how wide the intervals are (their median
 half-width); then the variance of the paired log ratios split between rounds, processes and
-time.
-
-``--run OUT`` first runs ``detbench run --device cpu`` on the core suites (conv,
-rnn, batchnorm, bmm, training; quick profile, 10 modes, 3 replicates) into OUT. ``--drift`` adds a
-real drift: a second process that keeps one core busy starts halfway through each design's
-timings (when half of the verdict records are in, and again when half of the paired groups are)
-and stops when that design's timings end. The figures are printed; nothing is asserted.
+time. The figures are printed; nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,89 +26,21 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from detbench.analysis import aa, paired_costs, pairs, stats, variance  # noqa: E402
-from detbench.analysis.cost_intervals import replicate_samples  # noqa: E402
 from detbench.analysis.labels import baseline_mode  # noqa: E402
 from detbench.store.paired import load_paired  # noqa: E402
 from detbench.store.results import load_results  # noqa: E402
 
-CORE = ("conv", "rnn", "batchnorm", "bmm", "training")
 #: What a round and a process cost (seconds), for Kalibera and Jones's choice of repetitions: a
 #: round is a block of every worker of a group (11 x about 9 ms at quick), a process a group's
 #: start-up on the 2-core VM (about 12 s for 11 workers) spread over its 33 workloads, plus its
 #: preparation of one workload.
 ROUND_SECONDS = 0.1
 PROCESS_SECONDS = 0.5
-#: A process that keeps one core busy: a real load, not a mock of one.
-BUSY = "import time\nwhile True:\n    pass\n"
-
-
-def _lines(path: Path) -> int:
-    return sum(1 for _ in path.open()) if path.exists() else 0
-
-
-class Drift:
-    """A busy process that starts halfway through each design's timings and stops at their end:
-    the records' half of the verdicts (the separate design times inside them), then the paired
-    groups' half. Polled from the run's files."""
-
-    def __init__(self, out: Path, records: int, groups: int, workers: int) -> None:
-        self.out, self.records, self.groups, self.workers = out, records, groups, workers
-        self.busy: subprocess.Popen[bytes] | None = None
-        self.log: list[tuple[float, str]] = []
-
-    def _set(self, on: bool, why: str) -> None:
-        if on and self.busy is None:
-            self.busy = subprocess.Popen([sys.executable, "-c", BUSY])
-            self.log.append((time.time(), f"load on: {why}"))
-        elif not on and self.busy is not None:
-            self.busy.kill()
-            self.busy.wait()
-            self.busy = None
-            self.log.append((time.time(), f"load off: {why}"))
-
-    def poll(self) -> None:
-        records = _lines(self.out / "results.jsonl")
-        groups = _lines(self.out / "paired.jsonl") // self.workers
-        if groups:
-            self._set(groups >= self.groups // 2, f"{groups} of {self.groups} paired groups")
-        elif records < self.records:
-            self._set(records >= self.records // 2, f"{records} of {self.records} records")
-        else:
-            self._set(False, "the verdict phase's timings are over")
-
-    def stop(self) -> None:
-        self._set(False, "the run ended")
-
-
-def run(out: Path, drift: bool) -> None:
-    """``detbench run`` of the CPU core matrix into ``out``, as a user runs it."""
-    cmd = [sys.executable, "-m", "detbench", "run", "--device", "cpu"]
-    for s in CORE:
-        cmd += ["--suite", s]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    watch = None
-    if drift:  # the plan first: the records and groups whose halves start the load
-        dry = [*cmd, "--out", f"{out}.plan", "--dry-run", "--json"]
-        got = subprocess.run(dry, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-        plan = json.loads(got.stdout)
-        paired = plan["paired"]
-        watch = Drift(out, int(plan["records"]), paired["groups"], paired["workers_per_group"])
-    proc = subprocess.Popen([*cmd, "--out", str(out), "--no-report"], cwd=ROOT, env=env)
-    try:
-        while proc.poll() is None:
-            if watch is not None:
-                watch.poll()
-            time.sleep(0.2)
-    finally:
-        if watch is not None:
-            watch.stop()
-            (out / "drift.json").write_text(json.dumps(watch.log, indent=1) + "\n")
-    if proc.returncode:
-        raise SystemExit(f"aa_check: the run failed (exit {proc.returncode})")
 
 
 def _row(name: str, t: pd.DataFrame) -> str:
-    """One design's A/A figures: comparisons, false costs, workloads with one, half-widths."""
+    """One kind of A/A comparison's figures: comparisons, false costs, workloads with one,
+    half-widths."""
     if t.empty:
         return f"  {name:<34} no comparisons"
     s = aa.summary(t)
@@ -220,68 +140,11 @@ def _variance_lines(lines: pd.DataFrame) -> list[str]:
     return out
 
 
-def _costs(directory: Path, design: str) -> dict[tuple[str, str, str], tuple[float, float, float]]:
-    """(suite, workload, mode) -> (point, low, high) of every cost against the baseline, in one
-    design: the paired lines (copy 0), or the records' own timings (separate)."""
-    out = {}
-    if design == "paired":
-        lines = load_paired(directory)
-        base_mode = str(baseline_mode(lines["mode"]))
-        for (s, w), g in lines.groupby(["suite", "workload"], sort=False):
-            base = pairs.side_from_lines(g[(g["mode"] == base_mode) & (g["copy"] == 0)])
-            for m, gm in g[g["copy"] == 0].groupby("mode", sort=False):
-                p = pairs.pair(base, pairs.side_from_lines(gm))
-                if m != base_mode and p.rounds:
-                    r = paired_costs.ratio(p, stats.comparison_key(s, w, m, base_mode))
-                    out[(str(s), str(w), str(m))] = (r.point, r.low, r.high)
-        return out
-    df = load_results(directory)
-    df = df[~df["timing"].map(pairs.is_paired)]
-    base_mode = str(baseline_mode(df["mode"]))
-    for (s, w), g in df.groupby(["suite", "workload"], sort=False):
-        base = replicate_samples(g[g["mode"] == base_mode])
-        for m, gm in g.groupby("mode", sort=False):
-            reps = replicate_samples(gm)
-            if m != base_mode and reps and base:
-                r = stats.ratio(reps, base, stats.comparison_key(s, w, m, base_mode))
-                out[(str(s), str(w), str(m))] = (r.point, r.low, r.high)
-    return out
-
-
-def against(directory: Path, quiet: Path) -> str:
-    """How far each design's costs moved between a quiet run and ``directory`` (a drift run):
-    the share of the drift run's points inside the quiet run's intervals, and the median move."""
-    out = [f"costs of {directory} against those of {quiet}, per design"]
-    for design in ("paired", "separate"):
-        a, b = _costs(quiet, design), _costs(directory, design)
-        keys = sorted(set(a) & set(b))
-        if not keys:
-            out.append(f"  {design}: no cost in both runs")
-            continue
-        inside = sum(a[k][1] <= b[k][0] <= a[k][2] for k in keys)
-        moved = float(np.median([abs(math.log(b[k][0] / a[k][0])) for k in keys]))
-        out.append(
-            f"  {design:<9} {len(keys)} costs; points inside the quiet run's interval: {inside} "
-            f"({100 * inside / len(keys):.0f}%); median move {100 * math.expm1(moved):.1f}%"
-        )
-    return "\n".join(out)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("dir", type=Path, nargs="?", help="a results directory")
-    p.add_argument("--run", type=Path, metavar="OUT", help="make the run first, into OUT")
-    p.add_argument("--drift", action="store_true", help="with --run: a load halfway through")
-    p.add_argument("--against", type=Path, metavar="QUIET", help="a quiet run to compare with")
+    p.add_argument("dir", type=Path, help="a results directory")
     args = p.parse_args(argv)
-    directory = args.run or args.dir
-    if directory is None:
-        p.error("give DIR, or --run OUT")
-    if args.run is not None:
-        run(args.run, args.drift)
-    print(report(directory))
-    if args.against is not None:
-        print(against(directory, args.against))
+    print(report(args.dir))
     return 0
 
 
