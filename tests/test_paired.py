@@ -162,13 +162,6 @@ def test_one_process_joins_the_process_floor_and_says_what_it_rests_on() -> None
     )
 
 
-def test_the_bootstrap_over_three_processes_is_narrower_than_the_t_interval() -> None:
-    p = _p([0.1] * 5, [0.2] * 5, [0.3] * 5)
-    _, low_t, high_t, _, _ = paired_costs.kalibera_jones(p)
-    _, low_b, high_b = paired_costs.hierarchical_bootstrap(p, stats.generator(0, "x"))
-    assert low_b > low_t and high_b < high_t
-
-
 def test_ratio_draws_follow_the_seeding_rule() -> None:
     p = _p([0.1] * 5, [0.2] * 5, [0.3] * 5)
     a, b = paired_costs.ratio(p, "k", 0, 500), paired_costs.ratio(p, "k", 0, 500)
@@ -320,14 +313,6 @@ def test_report_says_the_aa_line_the_method_and_the_limit(tmp_path: Path) -> Non
     assert aa_check.limits_sentence(c).startswith(
         "What limits the 2 costs' 95% intervals (median half-width"
     )
-
-
-def test_coverage_table_counts_each_estimator(tmp_path: Path) -> None:
-    paired_run(tmp_path, {"det-algos": [[0.0] * 6] * 3,
-                          "copy1": [[-0.2 + d] * 6 for d in (-0.001, 0.0, 0.001)]})  # fmt: skip
-    t = paired_costs.coverage_table([load_paired(tmp_path)]).set_index("estimator")
-    assert t["comparisons"].tolist() == [1, 1, 1, 1]
-    assert t["false_costs"].tolist() == [1, 1, 1, 1]
 
 
 def test_a_run_of_the_earlier_design_says_once_which_design_timed_it(tmp_path: Path) -> None:

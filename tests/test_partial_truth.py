@@ -18,9 +18,10 @@ import pytest
 import detbench
 from detbench.analysis.matrix import verdicts
 from detbench.analysis.recommend import recommendations
-from detbench.analysis.runstate import run_state, with_paired
+from detbench.analysis.runstate import run_state
 from detbench.analysis.suite_answer import answers
 from detbench.report.answer import irreproducible, open_lines
+from detbench.report.write import load_run
 from detbench.run.calls import calls_of, made_seconds
 from detbench.run.estimate import estimate
 from detbench.run.schedule import make_plan
@@ -143,7 +144,7 @@ def test_one_replicate_only_is_no_verdict(first_replicate_only: Path) -> None:
     assert line.startswith("No run-to-run verdict yet for resumable/")
     rec = recommendations(df)
     assert rec.loc[rec["workload"] == "*", "reason"].iloc[0].startswith("no verdict yet")
-    state = run_state(df, with_paired(first_replicate_only))
+    state = run_state(df, load_run(first_replicate_only, df).env)
     assert state.completeness().startswith("Partial run: 6 of 12 planned records (50%)")
 
 
@@ -182,7 +183,8 @@ def _paired_run(tmp: Path, timed: list[tuple[str, int]]) -> str:
                     for mode, copy in (("default", 0), ("det-algos", 0), ("default", 1))
                 ]
             )
-    return run_state(load_results(tmp), with_paired(tmp)).line()
+    run = load_run(tmp)  # the records and env.json as the console reads them
+    return run_state(run.df, run.env).line()
 
 
 def test_a_run_stopped_after_its_verdicts_has_them_all_and_no_cost(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from detbench.analysis.recommend import CUDNN_FLAGS, inert_changes, recommendati
 from detbench.core.modes import MODES, get_mode
 from detbench.report import conditions
 from detbench.report.render import to_markdown
-from detbench.report.write import build_blocks
+from detbench.report.sections import ReportRun, build
 
 from .conftest import ROOT
 from .synthetic import env, record, write_run
@@ -82,7 +82,7 @@ def test_cpu_noise_recommends_default_everywhere(tmp_path: Path) -> None:
 
 def test_cpu_noise_report_says_the_rule_and_why(tmp_path: Path) -> None:
     df = load(tmp_path, noisy_cpu_run())
-    md = to_markdown(build_blocks(df, env(gpu=None), []), tmp_path)
+    md = to_markdown(build(ReportRun(df, env(gpu=None))), tmp_path)
     assert "Recommendations: the mode bitwise identical in every replicate that " \
            "changes the fewest settings from torch's default" in md  # fmt: skip
     assert "On a CPU, the modes that change cuDNN flags are the same computation" in md
@@ -325,7 +325,7 @@ def test_changed_settings_are_warned_about(tmp_path: Path) -> None:
            "(reproducible)." in warned  # fmt: skip
     assert not any("s/old" in w for w in warned)
     assert not any("ended with status settings_changed" in w for w in warned)
-    md = to_markdown(build_blocks(df, env(), []), tmp_path)
+    md = to_markdown(build(ReportRun(df, env())), tmp_path)
     assert "| all | det-algos | settings\\_changed | 0/3 |" in md
     assert "reproducible (1 replicate(s) not counted: settings changed)" in md
     assert "Settings read back:" in md

@@ -15,7 +15,8 @@ import detbench
 from detbench import analysis
 from detbench.analysis import quality
 from detbench.report.render import Details, Table, md_text, to_markdown
-from detbench.report.write import build_blocks, write_report
+from detbench.report.sections import ReportRun, build
+from detbench.report.write import write_report
 
 from .conftest import ROOT
 from .synthetic import MIB, as_version_1, env, fast_and_same, gpu, gpu_run, write_run
@@ -48,7 +49,7 @@ def markdown(directory: Path, records: list[dict[str, Any]], env_doc: dict[str, 
     """The report's Markdown for a result set, without plots (they are tested elsewhere)."""
     write_run(directory, records, env_doc)
     df = detbench.load_results(directory)
-    return to_markdown(build_blocks(df, env_doc, []), directory)
+    return to_markdown(build(ReportRun(df, env_doc)), directory)
 
 
 def section(md: str, heading: str) -> str:
@@ -310,7 +311,7 @@ def test_published_old_run_regenerates_unchanged_but_for_the_new_sections(tmp_pa
 def test_tables_have_as_many_cells_as_headers(tmp_path: Path) -> None:
     write_run(tmp_path, gpu_run(), gpu_env(gpu_state=STATE))
     df = detbench.load_results(tmp_path)
-    blocks = build_blocks(df, gpu_env(gpu_state=STATE), [])
+    blocks = build(ReportRun(df, gpu_env(gpu_state=STATE)))
     blocks += [x for b in blocks if isinstance(b, Details) for x in b.blocks]  # collapsed ones
     tables = [b for b in blocks if isinstance(b, Table)]
     # This run's report has its recommendations per suite and per workload, its verdicts, the

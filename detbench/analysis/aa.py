@@ -27,8 +27,6 @@ from detbench.analysis.labels import mode_of, run_device
 
 #: The switches that only cuDNN reads: inert on a CPU.
 CUDNN_SWITCHES = frozenset({"benchmark", "cudnn_deterministic", "cudnn_enabled"})
-#: The copy of the baseline's A/A worker in ``paired.jsonl``.
-AA_COPY = 1
 #: The columns of ``paired``.
 COLUMNS = (
     "design",

@@ -44,7 +44,6 @@ class Cause:
     mode: str  # the nondeterministic mode
     switch: str  # a flag of MODE_FLAGS or a setting's name
     on: bool  # whether the switch was on (the "with" side of its pair) in ``mode``
-    neighbour: str  # the reproducible mode that differs in the switch alone
 
     @property
     def words(self) -> str:
@@ -78,9 +77,9 @@ def causes(df: pd.DataFrame, v: pd.DataFrame | None = None) -> list[Cause]:
                     continue
                 a, b = verdict.get((suite, w, without)), verdict.get((suite, w, with_))
                 if b == "nondeterministic" and a == "reproducible":
-                    breaks.append(Cause(str(suite), str(w), with_, sw, True, without))
+                    breaks.append(Cause(str(suite), str(w), with_, sw, True))
                 elif a == "nondeterministic" and b == "reproducible":
-                    fixes.append(Cause(str(suite), str(w), without, sw, False, with_))
+                    fixes.append(Cause(str(suite), str(w), without, sw, False))
             if not (breaks and fixes):
                 out += breaks or fixes
     return out

@@ -47,14 +47,6 @@ def prefix(steps: Sequence[str], n: int) -> str:
     return combine(list(steps[:n]))
 
 
-def steps_note(steps: Mapping[str, int], common: int, lab: Mapping[str, str]) -> str:
-    """ "over the 10 steps both ran (A hashed 20, B 10)": the words for a verdict compared over
-    a prefix; ``lab`` gives each run's short name."""
-    both = "both" if len(steps) == 2 else "all"
-    each = ", ".join(f"{lab.get(r, r)} {n}" for r, n in steps.items())
-    return f"over the {common} steps {both} ran (steps hashed: {each})"
-
-
 def step_differences(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The workloads compared over a prefix of their steps, by suite and step counts: one entry
     per (suite, steps in each run) with its workloads and the steps compared."""

@@ -52,7 +52,7 @@ Draws (for ``stats.geometric_mean`` over a suite's workloads) are ``point * exp(
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,7 +61,7 @@ from scipy import stats as sps
 
 from detbench.analysis import stats
 from detbench.analysis.labels import baseline_mode
-from detbench.analysis.pairs import Paired, pair, side_from_lines, side_from_records
+from detbench.analysis.pairs import Paired, pair, side_from_lines
 from detbench.analysis.variance import split
 from detbench.worker.ranks import median_ci
 
@@ -69,7 +69,7 @@ from detbench.worker.ranks import median_ci
 CONFIDENCE = stats.CONFIDENCE
 #: The largest |log| of a draw's factor (exp(700) is about 1e304, within a float's range).
 LOG_RANGE = 700.0
-#: The design a cost came from, in ``costs``' ``design`` column.
+#: The design a cost came from, in ``cost_intervals.costs``' ``design`` column.
 DESIGN = "paired"
 #: The process level a one-process interval assumes, in rounds' robust spreads (k; module
 #: docstring): fixed, from the two-replicate costs of a GPU run, not fitted to the A/A checks.
@@ -87,14 +87,12 @@ def _t_interval(center: float, se: float, dof: int) -> tuple[float, float, float
 STATISTIC: Callable[[np.ndarray], float] = np.median
 
 
-def process_points(
-    p: Paired, statistic: Callable[[np.ndarray], float] = STATISTIC
-) -> dict[int, float]:
-    """Each process's figure on the ratio scale, by replicate: ``exp(statistic(l))`` of its log
+def process_points(p: Paired) -> dict[int, float]:
+    """Each process's figure on the ratio scale, by replicate: ``exp(STATISTIC(l))`` of its log
     per-round ratios. ``kalibera_jones``' point is their geometric mean (with one process, the
     figure itself): what a replicate contributes to the cost."""
     return {
-        int(rep): math.exp(float(statistic(np.asarray(x, dtype=float))))
+        int(rep): math.exp(float(STATISTIC(np.asarray(x, dtype=float))))
         for rep, x in zip(p.replicates, p.log_ratio, strict=True)
         if len(x)
     }
@@ -108,18 +106,16 @@ def robust_spread(x: np.ndarray) -> float:
 
 
 def kalibera_jones(
-    p: Paired,
-    statistic: Callable[[np.ndarray], float] = STATISTIC,
-    floor: float | None = PROCESS_FLOOR,
+    p: Paired, floor: float | None = PROCESS_FLOOR
 ) -> tuple[float, float, float, float, int]:
     """(point, low, high, se of the log estimate, degrees of freedom) of the ratio: a t-interval
-    on the per-process ``statistic`` of the log ratios (module docstring); one process: the
+    on the per-process ``STATISTIC`` of the log ratios (module docstring); one process: the
     interval of its rounds' median joined with the process floor of ``floor`` rounds' spreads
     (None: without it, the rule before the floor). NaNs where there is nothing to estimate (one
     process with fewer than 6 rounds)."""
     logs = [np.asarray(x, dtype=float) for x in p.log_ratio if len(x)]
     if len(logs) >= 2:
-        m = np.asarray([statistic(x) for x in logs])
+        m = np.asarray([STATISTIC(x) for x in logs])
         se, dof = float(np.std(m, ddof=1)) / math.sqrt(len(m)), len(m) - 1
         return (*_t_interval(float(m.mean()), se, dof), se, dof)
     if logs and median_ci(list(logs[0])) is not None:
@@ -155,34 +151,6 @@ def rests_on(processes: int, rounds: int, floor: float | None = PROCESS_FLOOR) -
         f"1 replicate, {rounds} rounds: the process level assumed at {spread} "
         f"(k = {floor:g}), not measured"
     )
-
-
-def hierarchical_bootstrap(
-    p: Paired, rng: np.random.Generator, n_boot: int = stats.N_BOOT
-) -> tuple[float, float, float]:
-    """(point, low, high): the percentile interval of the mean log ratio over ``n_boot``
-    resamples of the processes, then of the rounds within each process drawn. A candidate
-    kept for ``coverage_table``: too narrow with 2-3 processes (module docstring)."""
-    logs = [np.asarray(x, dtype=float) for x in p.log_ratio if len(x)]
-    if not logs:
-        return math.nan, math.nan, math.nan
-    point = float(np.mean([x.mean() for x in logs]))
-    per = np.empty((len(logs), n_boot))
-    for i, x in enumerate(logs):
-        per[i] = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
-    pick = rng.integers(0, len(logs), size=(n_boot, len(logs)))
-    draws = np.take_along_axis(per.T, pick, axis=1).mean(axis=1)
-    low, high = stats.interval(draws)
-    return math.exp(point), math.exp(low), math.exp(high)
-
-
-def pooled_t(p: Paired) -> tuple[float, float, float]:
-    """(point, low, high) treating every round as independent, the processes ignored: the
-    naive interval, kept for ``coverage_table`` to show what the process level adds."""
-    x = np.concatenate([np.asarray(v, dtype=float) for v in p.log_ratio]) if p.rounds else None
-    if x is None or len(x) < 2:
-        return math.nan, math.nan, math.nan
-    return _t_interval(float(x.mean()), float(np.std(x, ddof=1)) / math.sqrt(len(x)), len(x) - 1)
 
 
 def ratio(p: Paired, name: str, seed: int = stats.SEED, n_boot: int = stats.N_BOOT) -> stats.Ratio:
@@ -235,33 +203,6 @@ def row(
     }
 
 
-def costs(
-    df: pd.DataFrame,
-    baseline: str | None = None,
-    seed: int = stats.SEED,
-    n_boot: int = stats.N_BOOT,
-) -> pd.DataFrame:
-    """Per (suite, workload, mode) whose records and the baseline's have paired timings (the
-    rows of ``load_results``, copy 0): the paired cost (module docstring). Other groups are not
-    here: ``cost_intervals.costs`` takes them from their own records."""
-    baseline = baseline_mode(df["mode"]) if baseline is None else baseline
-    rows: list[dict[str, Any]] = []
-    for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
-        base = side_from_records(g[g["mode"] == baseline])
-        if not base:
-            continue
-        for mode, m in g.groupby("mode", sort=False):
-            p = pair(base, side_from_records(m))
-            if not p.rounds:
-                continue
-            name = stats.comparison_key(suite, workload, mode, baseline)
-            rows.append(row(suite, workload, mode, p, ratio(p, name, seed, n_boot)))
-    return pd.DataFrame(rows)
-
-
-# --- Choosing the estimator on real A/A data ----------------------------------------------------
-
-
 def aa_pairs(lines: pd.DataFrame, baseline: str | None = None) -> list[tuple[Any, Any, Paired]]:
     """(suite, workload, Paired) of copy 1 of the baseline against copy 0, per workload of the
     ``paired.jsonl`` rows ``lines`` (``store.paired.load_paired``): the A/A comparisons."""
@@ -278,38 +219,3 @@ def aa_pairs(lines: pd.DataFrame, baseline: str | None = None) -> list[tuple[Any
         if p.rounds:
             out.append((suite, workload, p))
     return out
-
-
-def coverage_table(runs: Sequence[pd.DataFrame], seed: int = stats.SEED) -> pd.DataFrame:
-    """For each candidate interval, over the A/A comparisons of ``runs`` (each the
-    ``paired.jsonl`` rows of one run): how many, the share whose interval excludes 1 (a false
-    cost; at most 5% for an honest 95% interval) and the median relative half-width."""
-    found: dict[str, list[tuple[float, float, float]]] = {
-        "kalibera-jones t (process means)": [],
-        "kalibera-jones t (process medians)": [],
-        "hierarchical bootstrap": [],
-        "pooled rounds t (processes ignored)": [],
-    }
-    for i, lines in enumerate(runs):
-        for suite, workload, p in aa_pairs(lines):
-            rng = stats.generator(seed, stats.key(i, suite, workload, "aa"))
-            found["kalibera-jones t (process means)"].append(kalibera_jones(p, np.mean)[:3])
-            found["kalibera-jones t (process medians)"].append(kalibera_jones(p, np.median)[:3])
-            found["hierarchical bootstrap"].append(hierarchical_bootstrap(p, rng))
-            found["pooled rounds t (processes ignored)"].append(pooled_t(p))
-    rows = []
-    for name, got in found.items():
-        ok = [(x, lo, hi) for x, lo, hi in got if np.isfinite(lo) and np.isfinite(hi)]
-        false = sum(1 for _, lo, hi in ok if not lo <= 1.0 <= hi)
-        rows.append(
-            {
-                "estimator": name,
-                "comparisons": len(ok),
-                "false_costs": false,
-                "false_share": false / len(ok) if ok else math.nan,
-                "median_half_width": float(np.median([half_width(*x) for x in ok]))
-                if ok
-                else math.nan,
-            }
-        )
-    return pd.DataFrame(rows)

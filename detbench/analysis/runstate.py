@@ -22,7 +22,6 @@ from detbench.analysis.labels import mode_of
 from detbench.run.calls import calls_of, total
 from detbench.run.schedule import clock, make_plan
 from detbench.store.paired import iter_paired
-from detbench.store.results import load_env
 
 #: Modes named before "and N more".
 SHOWN = 4
@@ -241,12 +240,6 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
 def paired_lines(directory: str | Path) -> list[dict[str, Any]]:
     """The lines of DIR/paired.jsonl (none where the run has no paired phase)."""
     return list(iter_paired(directory))
-
-
-def with_paired(directory: str | Path) -> dict[str, Any]:
-    """The run's env.json, with the lines of its paired phase under ``paired_lines``: what
-    ``run_state`` reads."""
-    return {**load_env(directory), "paired_lines": paired_lines(directory)}
 
 
 def paired_groups(

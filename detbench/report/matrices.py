@@ -60,11 +60,9 @@ def split(cells: pd.DataFrame, key: str = "symbol") -> tuple[pd.DataFrame, pd.Da
     return cells[cells["workload"].isin(agree)], cells[~cells["workload"].isin(agree)]
 
 
-def symbol_matrix(
-    cells: pd.DataFrame, modes: Sequence[str], caption: str, key: str = "symbol"
-) -> Table:
-    """Workloads (rows) x modes (columns M0, M1, ...) of ``cells[key]``."""
-    grid = cells.pivot(index="workload", columns="mode", values=key)
+def symbol_matrix(cells: pd.DataFrame, modes: Sequence[str], caption: str) -> Table:
+    """Workloads (rows) x modes (columns M0, M1, ...) of ``cells["symbol"]``."""
+    grid = cells.pivot(index="workload", columns="mode", values="symbol")
     order = list(dict.fromkeys(cells["workload"]))
     grid = grid.reindex(index=order, columns=list(modes))
     rows: list[list[str | Code]] = [

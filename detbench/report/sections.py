@@ -48,7 +48,6 @@ class ReportRun:
     df: pd.DataFrame
     env: dict[str, Any]
     plots: list[Plot] = field(default_factory=list)
-    rec_given: pd.DataFrame | None = None
     #: The run's ``paired.jsonl`` rows (``store.paired.load_paired``; None: not read).
     lines: pd.DataFrame | None = None
 
@@ -62,8 +61,6 @@ class ReportRun:
 
     @cached_property
     def rec(self) -> pd.DataFrame:
-        if self.rec_given is not None:
-            return self.rec_given
         return analysis.recommendations(self.df, self.baseline)
 
     @cached_property
@@ -248,8 +245,8 @@ SECTIONS: list[Section] = [
 ]
 
 
-def build(run: ReportRun, sections: list[Section] | None = None) -> list[Block]:
+def build(run: ReportRun) -> list[Block]:
     out: list[Block] = []
-    for section in SECTIONS if sections is None else sections:
+    for section in SECTIONS:
         out += section(run)
     return out

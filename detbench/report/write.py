@@ -10,7 +10,6 @@ Everything in them is computed from the raw records in ``results.jsonl`` and the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -27,14 +26,6 @@ from detbench.store.results import ENV_FILE, ResultsError, load_env, load_result
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 PLOTS_DIR = "plots"
-
-
-def build_blocks(
-    df: pd.DataFrame, env: dict[str, Any], plots: list[Plot], rec: pd.DataFrame | None = None
-) -> list[Block]:
-    """The report, block by block (``sections.SECTIONS``); ``rec``:
-    ``analysis.recommendations(df)`` where the caller has it already."""
-    return build(ReportRun(df, env, plots, rec))
 
 
 def load_run(directory: str | Path, df: pd.DataFrame | None = None) -> ReportRun:
