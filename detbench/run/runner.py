@@ -115,7 +115,7 @@ class Runner:
         self.cache_dirs: list[str] = []  # compile caches of this run's workers, removed at the end
         #: Each device's worker facts (its first worker's), for env.json and the report.
         self.device_envs: dict[str, Any] = dict(self.previous_env.get("device_workers") or {})
-        # Shared by the lanes: records, progress, statistics, env.json; the workers alive.
+        # Shared by the devices' threads: records, statistics, env.json; the workers alive.
         self._lock = threading.RLock()
         self.crew = Crew()
         # (suite, workload, mode) whose first replicate this run still has to store, and the
@@ -127,7 +127,6 @@ class Runner:
             for k in s.keys
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-        self.launched = frozenset(w.key for w in self.workloads if w.distributed)
         self.paired = PairedPhase.of(
             config,
             self.workloads,
