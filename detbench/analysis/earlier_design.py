@@ -105,8 +105,8 @@ def timing_words(df: pd.DataFrame) -> str | None:
     targets = sorted({float(t["target_rel"]) for t in timed if t.get("target_rel") is not None})
     target = " / ".join(f"±{100 * x:g}%" for x in targets) or "its target"
     return (
-        "Each record was timed in its own worker by detbench's earlier design, sampled until "
-        f"the 95% interval of its median step time was within {target} of the median or its "
-        f"timing budget ran out: {reached} of {len(timed)} timed records reached the target "
-        "(each record's samples and interval are in its timing, in results.jsonl)."
+        "Each record took its timing samples until the 95% interval of its median step time "
+        f"was within {target} of the median or its timing budget ran out: {reached} of "
+        f"{len(timed)} timed records reached the target (each record's samples and interval are "
+        "in its timing, in results.jsonl)."
     )
