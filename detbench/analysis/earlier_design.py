@@ -35,12 +35,7 @@ def row(
     """One row of ``cost_intervals.costs`` for a cost of records timed in their own workers:
     no rounds, and nothing said of what limits its interval."""
     return {
-        "suite": suite,
-        "workload": workload,
-        "mode": mode,
-        **paired_costs.interval_fields(r),
-        "significant": r.significant,
-        "noisy": noisy,
+        **paired_costs.ratio_fields(suite, workload, mode, r, noisy),
         "replicates": replicates,
         "rounds": None,
         "design": DESIGN,

@@ -172,13 +172,22 @@ def half_width(point: float, low: float, high: float) -> float:
     return max(point - low, high - point) / point if point > 0 else math.nan
 
 
-def interval_fields(r: stats.Ratio) -> dict[str, Any]:
-    """A ratio's columns in every cost table: its point, its 95% interval and half-width."""
+def ratio_fields(
+    suite: Any, workload: Any, mode: Any, r: stats.Ratio, noisy: bool
+) -> dict[str, Any]:
+    """The columns every row of ``cost_intervals.costs`` has, whichever design timed it: which
+    cost it is, its ratio's point, 95% interval, half-width and significance, and whether its
+    timings were noisy."""
     return {
+        "suite": suite,
+        "workload": workload,
+        "mode": mode,
         "relative_throughput": r.point,
         "ci_low": r.low,
         "ci_high": r.high,
         "half_width": half_width(r.point, r.low, r.high),
+        "significant": r.significant,
+        "noisy": noisy,
     }
 
 
@@ -189,12 +198,7 @@ def row(
     ``half_width``, ``limited_by`` (``variance.Split.limited_by``) and ``rests_on``
     (``rests_on``: what the interval rests on, in words)."""
     return {
-        "suite": suite,
-        "workload": workload,
-        "mode": mode,
-        **interval_fields(r),
-        "significant": r.significant,
-        "noisy": noisy,
+        **ratio_fields(suite, workload, mode, r, noisy),
         "replicates": p.processes,
         "rounds": p.rounds,
         "design": DESIGN,
