@@ -196,19 +196,17 @@ def _records(
     """Ask ``worker`` for the record of each of ``keys`` in turn (a verdict alone, nothing
     kept), each within ``limit`` seconds of silence, into ``records``; why it stopped short
     (None: every one answered)."""
+
+    def keep(rec: dict[str, Any]) -> None:
+        records[f"{rec['suite']}/{rec['workload']}"] = rec
+
     for key in keys:
         worker.send(f"record {key}")
-        while True:
-            msg = worker.next(limit)
-            if msg is None:
-                return "the worker ended"
-            if msg is TIMEOUT:
-                return f"exceeded {limit:g} s; worker killed"
-            if msg.get("type") == "record":
-                rec = msg["record"]
-                records[f"{rec['suite']}/{rec['workload']}"] = rec
-            elif msg.get("type") == "prepared":
-                break
+        msg = worker.answer(limit, keep)
+        if msg is None:
+            return "the worker ended"
+        if msg is TIMEOUT:
+            return f"exceeded {limit:g} s; worker killed"
         if msg.get("lost"):  # its CUDA context is unusable: no more records from it
             return "the worker lost its CUDA context"
     return None

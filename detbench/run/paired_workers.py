@@ -120,12 +120,7 @@ class GroupWorkers:
     def wait(self, m: Member, kind: str) -> dict[str, Any] | None:
         """``ask``'s wait: ``m``'s next message of type ``kind``, the records before it stored."""
         assert m.worker is not None
-        while True:
-            msg = m.worker.next(self.timeout)
-            if msg is not None and msg is not TIMEOUT and msg.get("type") == "record":
-                self.on_verdict(msg["record"])
-                continue
-            break
+        msg = m.worker.answer(self.timeout, self.on_verdict)
         if msg is None or msg is TIMEOUT or msg.get("type") != kind:
             self.lose(m, "ended" if msg is None else "was silent" if msg is TIMEOUT else "erred")
             return None

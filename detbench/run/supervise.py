@@ -113,6 +113,18 @@ class WorkerProcess:
         msg: dict[str, Any] = json.loads(line)
         return msg
 
+    def answer(
+        self, limit: float | None, on_record: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any] | None:
+        """The worker's answer to what it was last asked: its next message that is not a
+        ``record``, each record before it given to ``on_record``; ``TIMEOUT`` or None as
+        ``next``."""
+        while True:
+            msg = self.next(limit)
+            if msg is None or msg is TIMEOUT or msg.get("type") != "record":
+                return msg
+            on_record(msg["record"])
+
     def ready(self, limit: float | None) -> dict[str, Any] | None:
         """The next message but ``loaded`` (the end of its first stage, which only a test
         waits for): ``ready``, or ``TIMEOUT`` after ``limit`` seconds in all, or None."""
