@@ -24,7 +24,6 @@ from tqdm import tqdm
 
 from detbench.worker.outputs import (
     Outputs,
-    comparable,
     digest_of,
     first_parting,
     read_outputs,
@@ -122,7 +121,7 @@ def test_identical_runs_agree(tmp_path: Path) -> None:
     assert "out/ckpt.pt:epoch" in names
     assert "out/model.safetensors:head.bias" in names
     assert names[-2:] == ["out/model.safetensors:head.weight", "out/tokens.npy"]
-    assert a.unreadable == [] and comparable(a) == len(names)
+    assert a.unreadable == [] and len(a.items) == len(names)
     shown = next(i for i in a.items if i.name == "stderr:1").shown
     assert shown is not None and "20/20" in shown and "loss=0.4123" in shown
 
@@ -152,7 +151,7 @@ def test_one_ulp_in_one_tensor_names_the_file_and_the_tensor(tmp_path: Path) -> 
     assert (p.item, p.kind) == ("out/ckpt.pt:model.fc.weight", "tensor")
     assert p.where["file"] == "out/ckpt.pt" and p.where["tensor"] == "model.fc.weight"
     assert p.max_abs_diff == float(w[1, 2]) - before > 0
-    assert p.differing == 1 and p.compared == comparable(a)
+    assert p.differing == 1 and p.compared == len(a.items)
     assert p.a != p.b  # the shown digests differ
 
 
@@ -230,13 +229,13 @@ def test_a_run_that_printed_and_wrote_nothing_is_not_comparable(tmp_path: Path) 
     empty = tmp_path / "empty"
     empty.mkdir()
     nothing = read_outputs(empty)
-    assert comparable(nothing) == 0 and nothing.set_aside == []
+    assert len(nothing.items) == 0 and nothing.set_aside == []
     clock_only = tmp_path / "clock"
     (clock_only / "files").mkdir(parents=True)
     (clock_only / "stdout.txt").write_text(f"{dt.datetime.now()}\n\n")
     (clock_only / "stderr.txt").write_text("")
     o = read_outputs(clock_only)
-    assert comparable(o) == 0 and len(o.set_aside) == 2
+    assert len(o.items) == 0 and len(o.set_aside) == 2
     (clock_only / "files" / "empty.log").write_text("")  # an empty file still counts: it exists
     assert [i.kind for i in read_outputs(clock_only).items] == ["file"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from detbench.store.results import STATUSES, ResultWriter, iter_records
-from detbench.store.schema import Record, Status
+from detbench.store.results import ResultWriter, iter_records
+from detbench.store.schema import STATUSES, Record, Status
 
 from .synthetic import record
 

@@ -23,21 +23,16 @@ def dumps(obj: Any) -> str:
 
 
 def open_append(path: Path) -> int:
-    """A descriptor of ``path`` opened for appends (created where missing), for ``append_line``.
+    """A descriptor of ``path`` opened for appends (created where missing), for ``append_lines``.
     ``O_APPEND`` makes the kernel place each write at the end, whoever else appends."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
-def append_line(fd: int, path: Path, obj: Any) -> None:
-    """``obj`` as one line of deterministic JSON, in a single ``os.write``: a process killed at
-    any moment leaves the whole line or nothing, never half a line that a reader would refuse."""
-    append_lines(fd, path, [obj])
-
-
 def append_lines(fd: int, path: Path, objs: Sequence[Any]) -> None:
-    """``objs``, a line each, in a single ``os.write``: all of them or none (a group of lines
-    that only mean something together, such as the workers of one paired group)."""
+    """``objs``, a line of deterministic JSON each, in a single ``os.write``: a process killed at
+    any moment leaves all of them or none (a group of lines that only mean something together,
+    such as the workers of one paired group), never half a line that a reader would refuse."""
     line = "".join(dumps(obj) + "\n" for obj in objs).encode()
     written = os.write(fd, line)
     if written != len(line):  # only on a full disk; never leave half a line unflagged

@@ -9,11 +9,9 @@ analysis can pair each mode's block with the baseline's of the same round (``ana
 .paired_costs``) and split the variance between rounds, processes and time (``analysis
 .variance``). ``copy`` 1 is a second worker of the baseline's settings: the A/A check.
 
-``line`` builds and checks one line (nobody else builds its dict), ``PairedWriter`` appends it
-in one write (``lines.append_line``, as ``results.ResultWriter`` does), ``iter_paired`` and
-``load_paired`` read them back, and ``joined`` fills a verdict record whose ``timing_design`` is
-"paired" with its copy-0 timing, so ``results.load_results`` returns rows the rest of the report
-reads as it always has.
+``line`` builds and checks one line (nobody else builds its dict), and ``joined`` fills a
+verdict record whose ``timing_design`` is "paired" with its copy-0 timing, so every row of
+``results.load_results`` has a timing where its record was timed.
 """
 
 from __future__ import annotations
@@ -44,9 +42,6 @@ PAIRED_FILE = "paired.jsonl"
 PAIRED_VERSION = 1
 #: The ``timing_design`` of a verdict record whose timing is in ``paired.jsonl``.
 PAIRED = "paired"
-#: The ``timing_design`` of a record timed in its own worker (the earlier design: every record
-#: of a run made before the paired design).
-SEPARATE = "separate"
 #: A line's status: a record's (``schema.STATUSES``: ok, or how the workload or its worker
 #: ended: unsupported, oom, crashed, ...; "message" says more), "failed" (fewer than 6 blocks
 #: were timed), "not_timed" (its verdict record was not ok, so it sat the workload out) or
@@ -197,7 +192,7 @@ def line(
 
 
 class PairedWriter:
-    """Appends lines to ``paired.jsonl``, each in one write (``lines.append_line``): a run
+    """Appends lines to ``paired.jsonl`` in one write each (``lines.append_lines``): a run
     stopped during the costs keeps every group whose rounds ended, and no half line."""
 
     def __init__(self, directory: Path) -> None:

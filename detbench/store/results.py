@@ -22,40 +22,18 @@ from typing import TYPE_CHECKING, Any, cast
 
 from detbench.core.settings import NAMES as SETTING_NAMES
 from detbench.store import paired
-from detbench.store.lines import ResultsError, append_line, dumps, open_append, read_lines
-from detbench.store.schema import (
-    SCHEMA_2_FIELDS,
-    SCHEMA_3_FIELDS,
-    SCHEMA_VERSION,
-    STATUSES,
-    SUPPORTED_VERSIONS,
-    Record,
-    migrate,
-    problem,
-)
+from detbench.store.lines import ResultsError, append_lines, dumps, open_append, read_lines
+from detbench.store.schema import SCHEMA_VERSION, SUPPORTED_VERSIONS, Record, migrate, problem
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# The schema's version, its history and its migration are ``schema``'s (kept importable here).
 _log = logging.getLogger("detbench.store")
 
 RESULTS_FILE = "results.jsonl"
 #: Where a writer keeps a record that is not valid (``ResultWriter.append``).
 SET_ASIDE_FILE = "set_aside.jsonl"
 ENV_FILE = "env.json"
-
-# STATUSES (imported above, and kept importable from here): the values of ``schema.Status``.
-__all__ = [
-    "SCHEMA_2_FIELDS",
-    "SCHEMA_3_FIELDS",
-    "SCHEMA_VERSION",
-    "STATUSES",
-    "SUPPORTED_VERSIONS",
-    "ResultsError",
-    "dumps",
-    "migrate",
-]
 
 #: The columns schema 2 added (None in version-1 records).
 SCHEMA_2_COLUMNS = (
@@ -135,7 +113,7 @@ class ResultWriter:
                 self.path.name,
             )
             return False
-        append_line(self._fd, self.path, rec)
+        append_lines(self._fd, self.path, [rec])
         return True
 
     def close(self) -> None:

@@ -135,76 +135,22 @@ class Record(TypedDict, total=False):
     max_abs_diff_vs_default: float | None
     attn_implementation: str | None
     ops_called: list[str] | None
-    #: ``run --cudnn-log`` only: True (the timings ran with cuDNN's API log on, so they are not
-    #: costs), and the engine each convolution settled on (``worker/cudnnlog.py``): a list of
-    #: {op, shapes, engine, candidates, executions}, or {"unsupported": reason}.
-    cudnn_log: bool
+    cudnn_log: bool  # run --cudnn-log only, as cudnn_engines (worker/cudnnlog.py)
     cudnn_engines: list[dict[str, Any]] | dict[str, str]
 
 
-# Schema history:
-#   1 (detbench 0.1): first version.
-#   2: every record carries ``fingerprint_method`` ("device" | "sha256"; with the "both" option
-#      also ``fingerprint_sha256`` and ``step_fingerprints_sha256``), ``peak_memory_bytes`` and
-#      ``memory`` (the workload's own peak: torch's allocator on CUDA, the RSS growth on a CPU;
-#      an oom adds its figures there), ``precision`` ({"matmul_fp32", "conv_fp32"}: "tf32" or
-#      "ieee", what fp32 ran in), ``mode_position`` (the place of the mode in its replicate's
-#      shuffled order); ``timing`` adds ``budget``, ``ci_low``, ``ci_high``, ``ci_rel``,
-#      ``target_rel``, ``reached_target`` and ``clock``. A failure after the fingerprint pass
-#      keeps the fingerprint; a failed FLOP count gives ``flops_per_step`` None and
-#      ``flops_note``. Version 1 records load with these fields None (``migrate``).
-#   3: settings beside the modes (``detbench.core.settings``): ``mode`` may carry overrides
-#      (``det-algos[fill_uninitialized_memory=off]``), ``base_mode`` is one of the 10 modes, one
-#      column per setting holds the level the workload ran under as the worker read it back
-#      (a boolean for on/off settings; ``cublas_workspace_config`` None when unset, replacing
-#      the old lowercase copy of the variable), ``settings_changed`` lists the flags and
-#      settings the workload itself changed ([] none; ``settings_changes`` has the values), and
-#      ``first_step_seconds``, ``compile_seconds`` (execution=compile) and ``compile_stats``;
-#      the batch-invariance verdict of a workload that declares ``batch_sizes``:
-#      ``batch_invariant``, ``batch_first_variant_size``, ``batch_max_abs_diff``,
-#      ``batch_same_as_smallest`` (or ``batch_note`` where it could not be made).
-#      Older records load with ``base_mode`` = ``mode`` and the rest None (``migrate``).
-#      Added within version 3 without a bump, so a version-3 record may lack them (named by
-#      version 4, below):
-#      ``device_name`` ("cuda:1", "cpu:0": where the record ran, ``run --devices``); for
-#      distributed workloads ``backend``, ``ranks_agree``, ``ranks_first_disagree_step``,
-#      ``rank_fingerprints``, ``rank_status`` and ``launch``, with ``world_size``,
-#      ``bucket_cap_mb``, ``nccl_algo`` and ``nccl_proto`` as setting columns (None for other
-#      workloads), ``nccl_env`` (the NCCL variables as rank 0 read them after
-#      ``init_process_group``) and ``settings_inert`` (NCCL setting -> why it cannot act there);
-#      ``max_abs_diff_vs_default`` (the largest difference from the default mode's first
-#      replicate's outputs, where they were saved before this record's worker ran);
-#      ``node`` and ``job`` (the host and batch job the record ran in, ``where``); a merged run's
-#      records (``detbench merge``) add ``shard`` ("K/N") or ``machine`` (the run's name in a
-#      set of runs from several machines);
-#      ``host_load`` (how busy the host was during the timing pass: ``worker/hostload.py``;
-#      in later records also whose the other processes were: ``other_cpu_own``/``_foreign``,
-#      ``gpu_own_processes``/``gpu_foreign_processes`` and their utilisation, and the pass's
-#      ``start_unix``/``end_unix``); ``worker_pid``; in ``timing``, ``warmup`` (what the warm-up
-#      until steady did) and ``gpu_clocks`` (NVML's clocks, power and throttling, or
-#      ``unsupported`` with the reason);
-#      ``attn_implementation`` (the attention the model ran: noted by its factory, else "sdpa"
-#      where the first fingerprint step called scaled_dot_product_attention, else None) and
-#      ``ops_called`` (the ops with a setting of their own that step called; None when compiled);
-#      ``cudnn_log`` (True: run with ``--cudnn-log``, so its timings ran with cuDNN's API log on
-#      and are not costs) and ``cudnn_engines`` (the engine each convolution settled on, from
-#      that log: a list of {op, shapes, engine, candidates, executions}, or {"unsupported": why}).
-#   4: the fields added within version 3 are the schema's (``FIELDS``), and a record is checked
-#      on every write and load (``validate``). Every record carries ``device_name``,
-#      ``worker_pid``, ``node``, ``job``, ``host_load``, ``attn_implementation``, ``ops_called``
-#      and ``max_abs_diff_vs_default`` (None where they do not apply or are not known), and a
-#      lost record (a worker that died or timed out) carries every field of ``ALWAYS`` (None,
-#      but for what the runner knows) and ``exit_code``. Records are built by the constructors of
-#      ``store.record``. In ``timing`` (also added to version 3 without a bump):
-#      ``ceiling`` (the most seconds of sampling past the budget), ``clock_mode`` ("sustained" or
-#      "burst") and ``hold`` (what the sustained-clock hold did). Version-3 records load with the
-#      fields of ``SCHEMA_4_FIELDS`` they lack None (``migrate``); the others of version 3 stay
-#      optional (``OPTIONAL``), as do the new keys of ``timing``.
-#      Added within version 4 without a bump (with the paired design), optional: ``timing_design``,
-#      where the record's timing is: "separate" (its own timing pass, in the record, as before) or
-#      "paired" (the record carries no timing, ``seconds_per_step`` and the rates are None, and its
-#      timing is its copy-0 line of ``paired.jsonl``, the owner ``store.paired``, which
-#      ``load_results`` joins onto it). A record without the field is "separate".
+# The versions (docs/report-and-results.md, "The record", lists what each added): 1 (detbench
+# 0.1); 2 added ``SCHEMA_2_FIELDS`` and, in ``timing``, the median's interval; 3 the settings
+# beside the modes (``mode`` may carry overrides, ``base_mode`` is one of the 10 modes, a column
+# per setting holds its level as read back, ``cublas_workspace_config`` None when unset) and
+# ``SCHEMA_3_FIELDS``; fields were then added within version 3 without a bump, so a version-3
+# record may lack them. 4 names those: every version-4 record carries ``ALWAYS`` (with
+# ``SCHEMA_4_FIELDS``), a lost record too, and each record is checked on every write and load.
+# ``migrate`` gives an older record the fields it lacks, None. Added within version 4, optional:
+# ``timing_design``, "paired" where the record's timing is its copy-0 line of ``paired.jsonl``
+# (``store.paired``, which ``load_results`` joins onto it); a record without it was timed in its
+# own worker, the earlier separate design, whose ``timing`` may hold ``ceiling``, ``clock_mode``
+# ("sustained" or "burst") and ``hold``.
 SCHEMA_VERSION = 4
 SUPPORTED_VERSIONS = (1, 2, 3, 4)
 #: Record fields that schema 2 added, None in a migrated version-1 record.

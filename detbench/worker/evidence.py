@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from detbench.worker.outputs import Item, Outputs
+    from detbench.worker.items import Item
+    from detbench.worker.outputs import Outputs
 
 #: The kinds of item of each tier (``Item.kind``).
 TENSOR_KINDS = frozenset({"tensor", "fingerprint", "scalar"})

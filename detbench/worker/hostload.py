@@ -1,37 +1,15 @@
-"""How busy the host was while a workload was timed: the record's ``host_load``.
+"""How busy the host was while a workload was timed: the record's ``host_load`` (its fields are
+listed in docs/report-and-results.md).
 
 A timing taken while other processes compete for the CPU (or the GPU) measures them as much as
-the workload. The worker reads the host's counters right before and right after the timing pass
-(``Probe.start`` / ``Probe.stop``) and records:
-
-- ``cpus``: the host's logical CPUs (the ``cpuN`` lines of ``/proc/stat``);
-- ``load1``: the 1-minute load average at the end (``os.getloadavg``; it counts this worker too,
-  and lags: a minute's exponential average);
-- ``other_cpu``: the CPU time that other processes used during the pass, as a fraction of all the
-  host's CPU time (busy jiffies of ``/proc/stat`` minus this process's own CPU time, over
-  wall time x ``cpus``): 0.5 on a 2-core host means another process kept one core busy;
-- ``steal``: the fraction of the host's CPU time the hypervisor gave to other guests;
-- ``other_cpu_own`` and ``other_cpu_foreign``: ``other_cpu`` split into the share of the run's
-  own processes (the runner, its other workers, this workload's own child processes: every
-  descendant of the runner, ``run_pid``, but this worker) and the rest; None where the run is
-  not known (a worker started by hand) or /proc cannot say;
-- ``seconds``: the wall time between the two readings, and ``start_unix``/``end_unix``, the
-  two readings' times (epoch seconds), to set beside a log of the GPU's processes;
-- on CUDA, ``gpu_other_processes`` (compute processes other than this one on the worker's GPU
-  at the start or the end of the pass, or sampled by NVML during it), split into
-  ``gpu_own_processes`` (detbench's own: the runner's descendants) and
-  ``gpu_foreign_processes``; ``gpu_other_util`` (the highest SM utilisation NVML sampled for
-  any of them during the pass, percent) and the same for each kind (``gpu_own_util``,
-  ``gpu_foreign_util``); or ``gpu_note`` with the reason where NVML cannot say. Where NVML's
-  process ids are not this container's (it does not list this worker, which holds a context),
-  whose they are is unknown: the split is None and ``gpu_note`` says so.
-
-The other process on a GPU can be detbench's own: where the next worker created its CUDA
-context while the one before it still timed (stopped, but holding a context), the H100's core
-matrix (results/20261126-060355-cuda-full-h100-partial) shows ``gpu_other_processes`` 1 on 146
-of its 736 records (docs/measured.md). So a worker's device stage now waits for the one before
-it to take its last sample (``detbench.run.child``), and the split says whose a process was
-where one is there.
+the workload. ``Probe.start`` and ``Probe.stop`` read the host's counters around the timed
+rounds: ``other_cpu`` is the busy jiffies of ``/proc/stat`` less this process's own CPU time,
+over wall time x ``cpus`` (0.5 on a 2-core host: another process kept one core busy), split into
+the run's own processes (the runner, ``run_pid``, and its descendants but this worker) and
+foreign ones; ``load1`` counts this worker too, and lags (a minute's average). On CUDA the GPU's
+other processes and their SM utilisation are ``procs.gpu_others``'s. The other process on a GPU
+can be detbench's own (a worker that made its CUDA context while the one before it still
+timed), so the split says whose it was.
 
 Linux only for the CPU counters: elsewhere the CPU keys are None and ``note`` says why. Nothing
 here raises: a probe that cannot read is a note, never a failed workload.

@@ -56,18 +56,6 @@ from detbench.worker.pickles import Stub, fields, load_as_data
 from detbench.worker.printed import Asides, SetAside, line_diff, lines, mask_line
 from detbench.worker.runnames import canonical
 
-__all__ = [
-    "Item",
-    "Outputs",
-    "Parting",
-    "SetAside",
-    "comparable",
-    "digest_of",
-    "first_parting",
-    "read_outputs",
-    "read_safetensors",
-]
-
 CHECKPOINT_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".bin"})
 TEXT_SUFFIXES = frozenset(
     {".txt", ".log", ".csv", ".json", ".jsonl", ".yaml", ".yml", ".md", ".out"}
@@ -334,11 +322,6 @@ def read_outputs(run_dir: Path, *, trust_pickles: bool = False) -> Outputs:
 def digest_of(o: Outputs) -> str:
     """One sha256 over the items' names and digests, in order: equal iff every item is equal."""
     return sha(*(f"{i.name}\0{i.digest}\n" for i in o.items))
-
-
-def comparable(o: Outputs) -> int:
-    """How many items there are to compare (0: the run wrote nothing comparable)."""
-    return len(o.items)
 
 
 def _abs_diff(x: torch.Tensor, y: torch.Tensor) -> float | None:

@@ -290,9 +290,7 @@ class PairedTiming:
                 min_samples=MIN_CI_SAMPLES,
                 warmup=self.warm,
                 gpu_clocks=gpu_clocks,
-                ceiling=None,
                 clock_mode="paired",
-                hold=None,
             )
             out["timing"] = timing.to_json()
         else:

@@ -45,21 +45,15 @@ ends without one is ``ChildFailed``. A line cut short by a crash is the file's l
   signal) go to a log file its parent chose; of a child that died without its message, the
   parent quotes the log's tail in the record (``crashed``).
 
-**exec's boot** is not a child of this main either: ``detbench exec -- COMMAND`` runs the user's
-own command, whose interpreter imports a ``sitecustomize`` that ``run.execrun`` put first on its
-path. Where ``EXEC_JOB_ENV`` names a job file, the boot (``locate.scripted``) applies the job's
-mode before the script's first line; the first interpreter of the command marks itself in
-``EXEC_ROOT_ENV`` (its pid), so that the interpreters it starts know they are its children.
-Each interpreter writes its facts to a ``boot-PID.json`` file in the job's folder at its exit;
-nothing is sent on a pipe, since the command's stdout and stderr are the user's.
-
-One child is not started by this main: ``store.results.collect_env_later`` runs
-``torch.utils.collect_env`` as a ``python -c`` script that prints one JSON object (the store sits
-below this layer, and that child runs no detbench code).
-
-Also here: how a child that is not a runner's worker gets its environment
-(``child_environment``: this checkout on ``PYTHONPATH`` and compile caches of its own,
-``fresh_compile_caches``).
+Two children are not started by this main. **exec's boot**: ``detbench exec -- COMMAND`` runs
+the user's own command, whose interpreters import a ``sitecustomize`` that ``run.execrun`` put
+first on their path; where ``EXEC_JOB_ENV`` names a job file, the boot (``locate.scripted``)
+applies the job's mode before the script's first line, the first interpreter marks itself in
+``EXEC_ROOT_ENV`` (its pid) for the ones it starts, and each writes its facts to a
+``boot-PID.json`` file at its exit: the command's stdout and stderr are the user's. And
+``store.results.collect_env_later`` runs ``torch.utils.collect_env`` as a ``python -c`` script
+that prints one JSON object (the store sits below this layer, and that child runs no detbench
+code).
 """
 
 from __future__ import annotations
@@ -154,9 +148,7 @@ def exit_description(code: int | None) -> str:
     return f"exit code {code}"
 
 
-#: The environment variables that say where a process's compile caches live, and turn off the
-#: caches that would carry a compiled graph from one process to the next.
-COMPILE_CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+#: The caches that would carry a compiled graph from one process to the next, turned off.
 NO_CACHE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
 
 

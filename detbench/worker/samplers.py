@@ -1,6 +1,6 @@
 """The clocks of a timing sample (``worker.paired``, ``worker.warmup``): how one sample, a block
 of consecutive steps, is timed. On CUDA by a pair of CUDA events around each block, with one host
-synchronisation per batch of samples and none inside one; elsewhere by a host clock
+synchronisation per call of ``samples`` and none inside a sample; elsewhere by a host clock
 (``time.perf_counter``, preceded by a sync of the current CUDA device where CUDA is in use and
 no device was named), or by an injected clock (tests). Garbage collection is off inside every
 sample. Each sampler is a ``warmup.Sampler``: the warm-up and the paired blocks after it use
@@ -19,9 +19,6 @@ import torch
 
 Clock = Callable[[], float]
 
-#: CUDA samples between two host synchronisations (and two checks of the rule).
-CUDA_BATCH = 8
-
 
 @contextmanager
 def gc_off() -> Iterator[None]:
@@ -38,8 +35,6 @@ def gc_off() -> Iterator[None]:
 
 class ClockSampler:
     """Samples timed by reading a host clock before and after each block."""
-
-    batch = 1  # the rule is checked after every sample
 
     def __init__(self, clock: Clock, name: str) -> None:
         self.clock = clock
@@ -68,10 +63,9 @@ class ClockSampler:
 
 class CudaEventSampler:
     """Samples timed on the GPU by a pair of CUDA events around each block; one host
-    synchronisation per batch of samples, none inside one."""
+    synchronisation per call of ``samples``, none inside a sample."""
 
     name = "cuda-event"
-    batch = CUDA_BATCH
 
     def __init__(self, device: torch.device) -> None:
         self.device = device

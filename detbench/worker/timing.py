@@ -18,9 +18,8 @@
 Median and IQR are computed as ``torch.utils.benchmark.Measurement`` computes them (linear
 interpolation between order statistics, ``torch.quantile``'s rule), without building a tensor.
 
-An earlier detbench also timed each record alone in its verdict worker, with a stopping rule,
-sampling past its budget on a GPU and a sustained-clock hold: its records keep those fields
-(``ceiling``, ``clock_mode``, ``hold``), which ``report`` still reads.
+``ceiling`` and ``hold`` are written None: only records of the earlier separate design hold
+them (``store.schema``), and ``report`` still reads those.
 """
 
 from __future__ import annotations
@@ -62,15 +61,7 @@ class Timing:
     min_samples: int  # the floor applied: max(min_samples asked for, MIN_CI_SAMPLES)
     warmup: Warmup | None = None  # what the warm-up did; None: no warm-up record
     gpu_clocks: dict[str, Any] | None = None  # ``gpuclock.ClockWatch.stop()``
-    # An earlier detbench's fields (module docstring): None in the paired phase's records.
-    ceiling: float | None = None  # the most seconds of sampling past the budget
-    clock_mode: str | None = None  # "paired" here; "exec"; "sustained" or "burst" before
-    hold: dict[str, Any] | None = None  # what the sustained-clock hold did
-
-    @property
-    def min_run_time(self) -> float:
-        """The budget, under the name older records and readers use."""
-        return self.budget
+    clock_mode: str | None = None  # "paired", or "exec" (``detbench exec``)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,9 +82,9 @@ class Timing:
             "min_samples": self.min_samples,
             "warmup": None if self.warmup is None else self.warmup.to_json(),
             "gpu_clocks": self.gpu_clocks,
-            "ceiling": self.ceiling,
+            "ceiling": None,
             "clock_mode": self.clock_mode,
-            "hold": self.hold,
+            "hold": None,
         }
 
 
@@ -137,8 +128,7 @@ def torch_threads(n: int) -> Iterator[None]:
 
 def summary_of(samples: list[float], target_rel: float) -> dict[str, Any]:
     """The ``Timing`` fields computed from its samples: the samples, their median and IQR, the
-    95 % interval of the median and whether it met ``target_rel`` (the rule's answer, after any
-    held pass's samples too)."""
+    95 % interval of the median and whether it met ``target_rel``."""
     median, iqr = summarise(samples)
     ci = median_ci(samples)
     assert ci is not None  # len(samples) >= MIN_CI_SAMPLES

@@ -1,41 +1,27 @@
-"""Warm-up until steady: the steps a timing pass runs before its first sample.
-
-A fixed count of warm-up steps (5, the earlier rule) is too few where the GPU's clock is still
-ramping up after the worker's start: on the H200 the first workload of every worker drifted by
-5.9% (median over 25 workers, up to 72%) between the first and the last quarter of its samples,
-the later workloads by 0.05-0.3%. So the warm-up runs until the step time stops moving:
+"""Warm-up until steady: the steps a timing pass runs before its first sample. A fixed count of
+steps is too few where the GPU's clock is still ramping up after the worker's start, so the
+warm-up runs until the step time stops moving:
 
 1. One step alone, timed (synchronised on a GPU): what it costs sets the block size, as for the
-   samples (``timing.block_size``); lazy set-up, autotuning and allocator growth land in it.
-   Where a step fills a sample on its own (one step a sample), it is also the first group's
-   first sample.
+   samples (``block_size``); lazy set-up, autotuning and allocator growth land in it. Where a
+   step fills a sample on its own (one step a sample), it is also the first group's first sample.
 2. Then groups of ``GROUP`` samples (each a block of steps, timed as the samples will be), until
    the median of a group is as close to the median of the group before it (two groups of the
    same block size at least) as either ``tolerance`` allows or the groups' own scatter: the
-   warm-up has **settled**. ``tolerance`` is ``SETTLE_SHARE`` of the pass's target half-width
-   (0.5% on CUDA, 1.5% on a CPU), so what the warm-up leaves moving is small beside the interval
-   the samples will reach. The scatter is half the range of the narrower of the two groups: a
-   step whose time jumps by 10% from sample to sample (an RNN) has stopped moving when its
-   medians differ by less than that, while a ramp moves each median by about three samples'
-   worth of ramp, more than the half-range of a group on it (one sample's worth), and a group
-   that straddles a sudden change has a narrow neighbour.
+   warm-up has **settled**. ``tolerance`` is ``SETTLE_SHARE`` of the pass's target half-width,
+   so what the warm-up leaves moving is small beside the interval the samples will reach. The
+   scatter is half the range of the narrower of the two groups: a step whose time jumps by 10%
+   from sample to sample (an RNN) has stopped moving when its medians differ by less than that,
+   while a ramp moves each median by about three samples' worth of ramp, more than the
+   half-range of a group on it, and a group that straddles a sudden change has a narrow
+   neighbour.
 3. It runs at least ``min_steps`` steps (the profile's ``warmup_steps``), unless its ceiling
    comes first: ``CEILING_SHARE`` of the budget in wall time, after one group at least, settled
-   or not. A workload whose step time never settles within the ceiling (an RNN whose steps vary
-   by 10-50%) is timed all the same, and its record says ``settled: false``.
+   or not. A step time that never settles is timed all the same, and the record says
+   ``settled: false``.
 
 If a group's median shows the first step was far slower than the steady ones (a factor of 2 or
 more), the block size is taken again from that median, so the samples are not needlessly short.
-The first workload of a worker gets the same treatment as every other: no special case.
-
-Cost, simulated on the recorded samples of the core matrix (groups of 3 samples, the scatter
-allowed, the first step included) against the old fixed steps and the block-size step: on the
-H100 (results/20261126-060355-cuda-full-h100-partial, 736 records, 0.3 s ceiling) 126 ms per
-record on average against 146 ms, 99 records unsettled at the ceiling (59 rnn, 27 training); on
-the H200 (results/20261126-040517-cuda-full-h200-partial) 124 ms against 146 ms, 123 of 824
-unsettled. On the CPU quick matrix (results/20261123-133303-cpu-quick, 2730 records, 0.1 s
-ceiling) 34 ms against 12 ms; measured on the development CPU, 0.046 s more per record
-(``run/costs.py``, ``WARMUP_SHARE``).
 """
 
 from __future__ import annotations
@@ -52,13 +38,11 @@ GROUP = 3
 SETTLE_SHARE = 0.5
 #: The warm-up's ceiling in wall time, as a share of the timing budget.
 CEILING_SHARE = 1.0
-#: A sample lasts about budget / this many seconds (the samples' rule, in ``timing``).
+#: A sample lasts about budget / this many seconds.
 SAMPLES_PER_BUDGET = 50
 
 
 class Sampler(Protocol):
-    batch: int
-
     def now(self) -> float: ...
 
     def one_step(self, step: Callable[[], Any]) -> float: ...
