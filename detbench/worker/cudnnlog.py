@@ -14,11 +14,9 @@ distinct configurations executed count the candidates tried. torch itself expose
 cuDNN reads these variables when it loads, so the runner sets them in a worker's environment
 before the worker starts (``detbench run --cudnn-log``; ``log_environment``). The worker notes the
 log's size before each workload (``LogWatch``) and, after the fingerprint pass, parses the bytes the
-log gained since: ``record["cudnn_engines"]``. The log costs time on every cuDNN call (on an
-H100 a conv step of 0.31-0.33 ms took 0.85-1.25 ms, one of 1.34-1.35 ms took 1.38-1.46 ms), some
-13 KB of log per cuDNN execution, and it changed what the autotuner chose in one experiment
-(docs/running.md). So it is never on by default, and every record of such a run says so
-(``record["cudnn_log"]``): its timings are not costs.
+log gained since: ``record["cudnn_engines"]``. The log costs time on every cuDNN call and can
+change what the autotuner chooses (docs/running.md), so it is never on by default, and every
+record of such a run says so (``record["cudnn_log"]``): its timings are not costs.
 
 A text this parser does not recognise (another cuDNN's format, a foreign file) gives
 ``unsupported`` with the reason, never an exception; blocks cut off at either end of the bytes

@@ -52,11 +52,10 @@ at most 72 MiB on a GPU (the digest's addition to a workload's peak memory), 1.1
 Only ``8 * LANES`` bytes per tensor go to the host, in one copy per call.
 
 Cost: 33 elementwise passes over the chunk's int64 buffers (15 per lane, 3 shared), about 140
-bytes of memory traffic per byte of float32 digested. On a GPU that is an estimate of about
-20 GB/s (an H100's ~3 TB/s / 140; not yet measured: benchmarks/test_digest_speed.py prints it),
-against about 1 GB/s for copying to the host and hashing there. On a CPU, whose chunks stay in
-its cache, it is slower than sha256 with the CPU's SHA instructions (measured on a 2-core VM:
-0.27 vs 1.4 GB/s), so there sha256 is the faster choice, with the same verdicts.
+bytes of memory traffic per byte of float32 digested: on a GPU far faster than copying to the
+host and hashing there; on a CPU, whose chunks stay in its cache, slower than sha256 with the
+CPU's SHA instructions, so there sha256 is the faster choice, with the same verdicts
+(benchmarks/test_digest_speed.py measures both).
 """
 
 from __future__ import annotations
@@ -75,14 +74,13 @@ CHUNK_WORDS = 1 << 21
 #: for a second one on a busy machine (measured here: several times faster than 2^21).
 CPU_CHUNK_WORDS = 1 << 15
 
-_M64 = (1 << 64) - 1
 #: The mask that reads a signed int64 lane as the unsigned 64-bit sum.
-M64 = _M64
+M64 = (1 << 64) - 1
 
 
 def _s64(v: int) -> int:
     """The signed int64 with the same 64 bits as the unsigned ``v`` (torch scalars are signed)."""
-    v &= _M64
+    v &= M64
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
@@ -149,10 +147,7 @@ def lane_sums(tensors: list[torch.Tensor], chunk_words: int | None = None) -> li
     on each tensor's device, in chunks of ``chunk_words`` words (default ``CPU_CHUNK_WORDS`` on a
     CPU, ``CHUNK_WORDS`` elsewhere); the sums of all the tensors on one device reach the host in
     one copy. The sums do not depend on the chunk size."""
-    sums = []
-    for t in tensors:
-        default = CPU_CHUNK_WORDS if t.device.type == "cpu" else CHUNK_WORDS
-        sums.append(_device_sums(t.detach(), chunk_words or default))
+    sums = [device_lanes(t, chunk_words) for t in tensors]
     out: list[list[int]] = [[] for _ in tensors]
     by_device: dict[torch.device, list[int]] = {}
     for i, s in enumerate(sums):
@@ -160,7 +155,7 @@ def lane_sums(tensors: list[torch.Tensor], chunk_words: int | None = None) -> li
     for idx in by_device.values():
         host = torch.stack([sums[i] for i in idx]).cpu().tolist()
         for i, row in zip(idx, host, strict=True):
-            out[i] = [v & _M64 for v in row]
+            out[i] = [v & M64 for v in row]
     return out
 
 

@@ -3,15 +3,10 @@
 A step digest covers every tensor a step returned: its dtype, shape and exact bits. Two runs agree
 bitwise exactly when their digests are equal. Two methods give the same verdicts:
 
-- ``"device"`` (default): ``detbench.worker.digest`` computes, where the tensor lives (CUDA or
-CPU), two
-  64-bit sums of its words times pseudo-random odd position weights, in integer arithmetic modulo
-  2^64, whose result cannot depend on the order of a reduction; only those 16 bytes per tensor
-  reach the host, where sha256 combines them with the dtypes and shapes. Its collision odds are
-  worked out in ``detbench.worker.digest``: a difference in a single word (4 bytes, fewer for 1- and
-  2-byte dtypes) is always seen, and two different tensors get the same digest with probability
-  at most 2^-64 (2^-126 when some word differs in its last bit), taking the weights as random.
-  Equal values give the same digest on a CPU and on a GPU.
+- ``"device"`` (default): ``detbench.worker.digest``'s sums, computed where the tensor lives
+  (its collision odds are worked out there); only 16 bytes per tensor reach the host, where
+  sha256 combines them with the dtypes and shapes. Equal values give the same digest on a CPU
+  and on a GPU.
 - ``"sha256"``: sha256 of the dtypes, shapes and raw bytes, copied to the host (the digest of
   schema-1 runs, byte for byte).
 

@@ -1,28 +1,15 @@
-"""The GPU's SM clock, power draw and throttling across one timing pass: ``timing["gpu_clocks"]``.
+"""The GPU's SM clock, power draw and throttling across one timing pass: ``timing["gpu_clocks"]``
+(its fields are listed in docs/report-and-results.md).
 
 A step time is as fast as the clock it ran at. A GPU that has idled ramps its clock up over its
 first tens of milliseconds of work; one under sustained matrix work sits at its power cap
-(``sw_power_cap``) at a lower clock. So every timing pass records what the clock did:
-the timing reads NVML right before its warm-up (``start``), when sampling begins (``mark``) and
-when it ends (``stop``), and nothing while steps run. At ``stop`` it also reads the driver's own
-sample buffers of the SM clock and the power draw over the sampling (``nvml.samples``: the
-driver samples them itself, so no thread of ours wakes up inside a sample), and NVML's cumulative
-throttle-time counters, whose growth says for how long power or heat held the clocks down.
-
-The record (``to_json``)::
-
-    {"status": "ok", "source": "nvml",
-     "sm_clock_mhz": {"warmup_start", "sampling_start", "end", "min", "median", "max", "samples"},
-     "power_w":      {"warmup_start", "sampling_start", "end", "min", "median", "max", "samples"},
-     "max_sm_clock_mhz", "power_limit_w",
-     "throttle_reasons": [reasons active at the sampling's start or end],
-     "throttled_seconds": {"power": s, "thermal": s, ...} (held down during the sampling),
-     "unavailable": {field: why}}
-
-``min``/``median``/``max`` are over the driver's samples inside the sampling (None without any).
-Where NVML cannot answer (a CPU, no nvidia-ml-py, no driver): ``{"status": "unsupported",
-"reason": ...}``. What these fields read on a real GPU waits for one to be verified
-(docs/measured.md).
+(``sw_power_cap``) at a lower clock. So the timing reads NVML right before its warm-up
+(``start``), when sampling begins (``mark``) and when it ends (``stop``), and nothing while steps
+run. At ``stop`` it also reads the driver's own sample buffers of the SM clock and the power draw
+over the sampling (``nvml.samples``: the driver samples them itself, so no thread of ours wakes
+up inside a sample), and NVML's cumulative throttle-time counters, whose growth says for how long
+power or heat held the clocks down. Where NVML cannot answer (a CPU, no nvidia-ml-py, no driver):
+``{"status": "unsupported", "reason": ...}``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ What a block is, and what it is not:
   events on a GPU, one host synchronisation at the block's end, before the next worker's
   turn; ``perf_counter`` on a CPU); garbage collection off inside it. NVML is read when the
   warm-up starts, at the first block and after the last, never between blocks of a round.
-* **No sustained-clock hold.** Both sides of a ratio share the clock state of their round.
 """
 
 from __future__ import annotations
@@ -54,10 +53,8 @@ from detbench.worker.samplers import ClockSampler, CudaEventSampler, host_clock
 from detbench.worker.timing import MIN_CI_SAMPLES, Timing, summary_of, torch_threads
 from detbench.worker.warmup import warm_up
 
-#: Untimed steps at the start of each turn. Measured on the 2-core development CPU (5 workloads,
-#: 4 modes that are the same computation there, 3 replicates, 12 rounds of 8 ms blocks): the
-#: per-round spread of A/A ratios 22% without, 14% with one, and the intervals' median
-#: half-width 24.5% against 7.6%.
+#: Untimed steps at the start of each turn (``block``): one narrowed the A/A ratios' spread
+#: (docs/measured.md).
 TURN_STEPS = 1
 
 

@@ -1,7 +1,6 @@
 """The distribution-free 95% interval of a median, from the ranks of its order statistics: pure
 Python, no torch and no scipy, so that the CLI (``run.paired_rounds``) and every worker can use it
-without loading either (``scipy.stats`` took 1.2 s of CPU at each paired worker's start-up here;
-torch 2 s at the CLI's, before it could answer bad input)."""
+without paying either's import (seconds of CPU at each start-up)."""
 
 from __future__ import annotations
 
@@ -23,13 +22,11 @@ def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] |
     95 %). ``j`` is the largest rank with ``P(B <= j - 1) <= (1 - confidence) / 2``,
     ``B ~ Binomial(n, 1/2)``: ``binom.ppf`` gives the smallest ``k`` with ``P(B <= k) >=`` the
     tail, so every rank below ``k`` qualifies, and ``k`` itself only where ``P(B <= k)`` equals
-    the tail. Cached: the rule asks for n, n + 1, ... in every record.
+    the tail. Cached: every record of a run asks for the same few n.
 
-    Counted here, not with ``scipy.stats.binom``, whose import (1.2 s of CPU here) every paired
-    worker paid at its start-up: 9 of them made a third of a small run's start-ups
-    (tests/test_report.py). Exactly in integers up to ``EXACT_UP_TO`` samples
-    (``P(B <= i) = sum_{t <= i} C(n, t) / 2^n``); above, each term as a float from ``lgamma``
-    (the same ranks as scipy's for every n tested, up to 20,000)."""
+    Exactly in integers up to ``EXACT_UP_TO`` samples (``P(B <= i) = sum_{t <= i} C(n, t) /
+    2^n``); above, each term as a float from ``lgamma`` (the same ranks as scipy's for every n
+    tested, up to 20,000)."""
     tail = (1.0 - confidence) / 2.0
     j = 0
     if n <= EXACT_UP_TO:
