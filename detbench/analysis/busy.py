@@ -10,14 +10,11 @@ it). A run is busy when at least ``BUSY_SHARE`` of its timings were. Its timings
 interval) are then not to be trusted; its bitwise verdicts are, since the bits do not depend on
 the host's load.
 
-The records of the published runs of the earlier design (the H100's and the H200's core matrices,
-results/20261126-*-partial) do not say whose the other process on their GPU was (it was
-detbench's own next worker, stopped but holding a CUDA context: docs/measured.md): such a
-process counts as busy unless NVML sampled it idle, and the sentence names those timings apart.
-A run recorded before ``host_load`` existed says nothing about its host (``host_load`` returns
-None). A paired run whose lines do not carry it (the paired workers of earlier versions did not
-measure it) says that the host's load during its costs is not known (``HostLoad.unrecorded``),
-rather than nothing.
+A record that does not say whose the other process on its GPU was (those of the published runs
+of the earlier design: docs/measured.md) counts it as busy unless NVML sampled it idle, and the
+sentence names those timings apart. A run recorded before ``host_load`` existed says nothing
+about its host (``host_load`` returns None); a paired run whose lines do not carry it says that
+the host's load during its costs is not known (``HostLoad.unrecorded``), rather than nothing.
 """
 
 from __future__ import annotations
@@ -37,9 +34,8 @@ OTHER_CPU = 0.25
 STEAL = 0.05
 #: ... judged on a record's own window only where it held this many CPU-seconds (its ``seconds``
 #: x ``cpus``): /proc/stat counts in ticks of 10 ms, so a 0.15 s window on 2 CPUs holds 30 and
-#: two stolen ticks read 7% (a quiet CPU run of tests/workloads/report_demo.py read "busy" on 6
-#: of its 24 paired timings, every one by steal over under 0.2 s). Shorter windows count in the
-#: run's pooled steal (``HostLoad.steal``: stolen CPU-seconds over all the timings' CPU-seconds).
+#: two stolen ticks read 7%. Shorter windows count in the run's pooled steal (``HostLoad.steal``:
+#: stolen CPU-seconds over all the timings' CPU-seconds).
 STEAL_MIN_CPU_SECONDS = 2.0
 #: ... or another process used the GPU above this SM utilisation (percent).
 GPU_UTIL = 5
@@ -147,13 +143,9 @@ def _pct(x: float) -> str:
 def _gpu_busy(h: Mapping[str, Any]) -> bool:
     """Whether a foreign process, or one whose owner ``h`` does not say, used the GPU while it
     was timed (see the docstring)."""
-    if not h.get("gpu_other_processes"):
-        return False
-    if h.get("gpu_own_processes") is None or h.get("gpu_foreign_processes") is None:
-        util = h.get("gpu_other_util")  # whose is unknown: the records before the split
-        return util is None or util > GPU_UTIL
-    util = h.get("gpu_foreign_util")
-    return bool(h["gpu_foreign_processes"]) and (util is None or util > GPU_UTIL)
+    whose = _whose(h)
+    util = h.get("gpu_other_util" if whose == "unknown" else "gpu_foreign_util")
+    return whose is not None and (util is None or util > GPU_UTIL)
 
 
 def _stolen(h: Mapping[str, Any]) -> bool:
@@ -194,12 +186,10 @@ def pooled_steal(loads: Iterable[Mapping[str, Any]]) -> float | None:
         pairs.append((float(h["steal"]), weight))
     if not pairs:
         return None
-    if any(w is None for _, w in pairs):
+    weights = [w for _, w in pairs if w is not None]
+    if len(weights) < len(pairs) or sum(weights) <= 0:
         return float(np.median([s for s, _ in pairs]))
-    total = sum(w for _, w in pairs if w is not None)
-    if total <= 0:
-        return float(np.median([s for s, _ in pairs]))
-    return sum(s * w for s, w in pairs if w is not None) / total
+    return sum(s * w for s, w in pairs if w is not None) / sum(weights)
 
 
 def _other(h: Mapping[str, Any]) -> float | None:

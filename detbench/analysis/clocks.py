@@ -3,10 +3,9 @@
 From each record's ``timing``: the clock mode (``clock_mode``: "paired"; a record of detbench's
 earlier design names its own, or none where it timed in bursts) and the SM clock during the
 counted samples (``gpu_clocks``: the median of NVML's samples, else its reading at the end). A
-CPU's rates carry no clock state. (What an earlier sustained-clock hold did, ``hold``, is no
-longer told apart: no published run held its clocks.) Per (suite, workload, mode), the
-replicates' states are joined: one state with its clock range where they agree, each state with
-its count where they do not.
+CPU's rates carry no clock state. Per (suite, workload, mode), the replicates' states are
+joined: one state with its clock range where they agree, each state with its count where they
+do not.
 """
 
 from __future__ import annotations
@@ -66,9 +65,6 @@ def clock_states(df: pd.DataFrame) -> dict[tuple[str, str, str], str]:
         pairs = list(zip(g["timing"], devices, strict=True))
         states = Counter(record_state(t, d) for t, d in pairs)
         clocks = [c for c in (sm_clock(t) for t, _ in pairs) if c is not None]
-        if len(states) == 1:
-            out[key] = next(iter(states)) + _mhz(clocks)
-        else:
-            out[key] = "; ".join(f"{s} ({n}/{len(g)})" for s, n in states.most_common())
-            out[key] += _mhz(clocks)
+        each = "; ".join(f"{s} ({n}/{len(g)})" for s, n in states.most_common())
+        out[key] = (next(iter(states)) if len(states) == 1 else each) + _mhz(clocks)
     return out

@@ -40,24 +40,13 @@ def costs(
     n_boot: int = stats.N_BOOT,
     seed: int = stats.SEED,
 ) -> pd.DataFrame:
-    """Each mode's throughput relative to ``baseline``, per workload, with a 95% interval:
-    ``ratio`` of the mode's records against the baseline's. Columns: suite, workload, mode,
-    relative_throughput, ci_low, ci_high, significant, noisy, replicates, then ``rounds`` (paired
-    rounds), ``design`` (``paired_costs.DESIGN`` or ``earlier_design.DESIGN``), ``half_width``
-    (max(point - low, high - point) / point), ``limited_by`` (what limits a paired cost's
-    interval: "rounds", "processes" or "time", ``variance.Split.limited_by``) and ``rests_on``
-    (what a paired cost's interval rests on, in words: ``paired_costs.rests_on``); the last
-    three None for a cost of records timed in their own worker (``earlier_design.row``).
-    ``on_one_replicate`` picks the paired costs that rest on one replicate, whose interval
-    assumes the process level instead of measuring it.
-
-    The interval of ``stats.ratio`` (records timed in their own worker) is drawn from a
-    generator seeded with ``seed`` and the comparison's name (``stats.comparison_key``): a
-    report is reproducible, and an interval does not depend on what else the records hold.
-    ``significant`` is False when the interval contains 1. ``noisy`` flags a mode or baseline
-    with any replicate whose IQR exceeds ``NOISY_IQR`` of its median.
-    ``baseline``: ``baseline_mode`` of the run when None.
-    """
+    """Each mode's throughput relative to ``baseline`` (``baseline_mode`` of the run when None),
+    per workload, with a 95% interval: ``ratio`` of the mode's records against the baseline's,
+    in the columns ``COLUMNS``. ``significant``: the interval excludes 1; ``noisy``: the mode or
+    the baseline has a replicate whose IQR exceeds ``NOISY_IQR`` of its median; ``half_width``:
+    max(point - low, high - point) / point; ``rounds``, ``design``, ``limited_by`` and
+    ``rests_on``: ``paired_costs.row`` for a paired cost, ``earlier_design.row`` (no rounds, the
+    last two None) for records timed in their own worker."""
     baseline = baseline_mode(df["mode"]) if baseline is None else baseline
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):

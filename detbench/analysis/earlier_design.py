@@ -1,17 +1,9 @@
 """detbench's earlier timing design, read here and nowhere else: each record timed in its own
 worker, so a mode and the baseline it is compared with were timed in different processes,
-minutes apart (the "separate" design: env.json ``timing`` "separate" or "both", or no ``timing``
-in the earliest runs). The runner times no new run so; the published runs made before the
-paired design are still read, and this module owns what reads them:
-
-* ``row``: a cost of such records in ``cost_intervals.costs`` (``design`` ``DESIGN``). Its
-  ratio is ``stats.ratio`` of the two modes' own samples (``cost_intervals.ratio`` where they
-  were not timed side by side): the ratio of the medians over replicates of each replicate's
-  median throughput, with a two-level bootstrap interval.
-* ``replicate_ratios``: such a cost within each replicate, for the spread table.
-* ``planned_by_group``: whether such a run's plan was laid out in paired groups, for its state.
-* ``words``: the report's one sentence on the design, in the Method; ``timing_words``: how many
-  of such a run's records met their stopping rule, the Measurement quality's Timing section.
+minutes apart (env.json ``timing`` "separate" or "both", or no ``timing`` in the earliest runs).
+The runner times no new run so, but the published runs made so are still read: their costs
+(``row``: ``stats.ratio`` of the two modes' own samples; ``replicate_ratios``), their plan
+(``planned_by_group``) and the report's words on them (``words``, ``timing_words``).
 """
 
 from __future__ import annotations
@@ -83,9 +75,7 @@ def words(costs: pd.DataFrame | None) -> str | None:
 def timing_words(df: pd.DataFrame) -> str | None:
     """The Timing section's one paragraph for the records that this design timed with its
     stopping rule (a ``timing`` with ``reached_target``: schema 2 on): how many reached their
-    target before their budget ran out. None where no record was so timed. (Per suite, and
-    each record short of its target, are in the records' ``timing``: the report no longer
-    lists them.)"""
+    target before their budget ran out. None where no record was so timed."""
     if "timing" not in df.columns:
         return None
     ok = df[df["status"] == Status.OK]

@@ -5,45 +5,27 @@ two were timed side by side, with a 95% interval that counts both levels of vari
 copy 0 both have a block (``pairs.pair``): ``l[p, r] = log(t_base[p, r] / t_mode[p, r])``, the
 log of the mode's throughput relative to the baseline's.
 
-**The estimate and its interval** (``kalibera_jones``): the median of ``l`` in each process
-(``STATISTIC``), then a t-interval on those ``P`` process figures with ``P - 1`` degrees of
-freedom, back on the ratio scale: ``exp(mean(m) +- t_{P-1} * sd(m) / sqrt(P))``. The rounds'
-spread enters through each process's figure, the processes' through the spread of the figures:
-both levels counted (Kalibera & Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013,
-who use the mean). The point estimate is the geometric mean over processes of each process's
-median per-round ratio. The median and not the mean: on a CPU a block the scheduler preempts is
-an outlier round (a ratio of 3 or 1/3), which moves a mean of 20 rounds and hardly a median.
-
-Why a t-interval and not a bootstrap: with the 2-3 processes of a run, a bootstrap over
-processes draws from 3 values (10 distinct multisets), which puts the spread of their mean at
-(P-1)/P of its variance with no small-sample correction: where the variance sits between
-processes (as on the GPU runs that led to timing in pairs: 50% between processes, 2.9% within
-a record), its interval is too narrow. The t quantile with 2 degrees of freedom (4.30 against
-1.96) is what pays for knowing the between-process variance from 3 values. On real A/A pairs of
-this design on the 2-core development CPU, this estimator gave the fewest false costs of the four
-tried (2 of 120, 1.7%, median half-width 44%), and a t-interval that pools the rounds and
-ignores the processes the most (23 of 120): the study's figures are in docs/measured.md
-("Finished studies whose tools were retired").
+**The estimate and its interval** (``kalibera_jones``): the median of ``l`` in each process,
+then a t-interval on those ``P`` process figures with ``P - 1`` degrees of freedom, back on the
+ratio scale: ``exp(mean(m) +- t_{P-1} * sd(m) / sqrt(P))`` (Kalibera & Jones, "Rigorous
+Benchmarking in Reasonable Time", ISMM 2013, who use the mean). The rounds' spread enters
+through each process's figure, the processes' through the spread of the figures. The median,
+not the mean: on a CPU a block the scheduler preempts is an outlier round (a ratio of 3 or 1/3),
+which moves a mean of 20 rounds and hardly a median. A t-interval, not a bootstrap: over the 2-3
+processes of a run a bootstrap draws from 3 values with no small-sample correction, too narrow
+where the variance sits between processes; the t quantile pays for knowing that variance from 3
+values. The A/A figures that chose this estimator are in docs/measured.md.
 
 **One process: a process floor.** With one process the between-process level cannot be
-estimated from the comparison, yet it is there: each worker keeps an offset of its own for its
-life. On the H200 core run of the fused design (docs/measured.md, "Intervals that hold on the
-GPU's own rounds"), the 108 costs measured in two replicates put that level's standard deviation
-at 0.4-1.4 times the rounds' robust spread, from 0.2%-steady convolutions to 15%-noisy
-launch-bound steps, while the interval of the rounds' median counts an error of about 0.4
-spreads (10 rounds); 4 of 21 one-process A/A comparisons were false. So the process level
-is taken as one round (``PROCESS_FLOOR`` = k = 1): with the n >= 6 log ratios ``l`` of its
-rounds and their robust spread ``s = 1.4826 * median(|l - median(l)|)`` (``robust_spread``:
-the GPU's launch-bound rounds have tails 2-7 times their MAD), the estimate's variance is
-``s^2 (k^2 + pi / (2n))`` (the process level plus the variance of a median of n rounds), and
-the interval
-``exp(median(l) +- t_{n-1} * s * sqrt(k^2 + pi / (2n)))`` joined with the distribution-free
-interval of the median (``worker.ranks.median_ci``), so never narrower than the rounds' own.
-Stated before it was replayed; replayed on the stored GPU lines (``tools/interval_replay.py``),
-A/A false costs went from 5 of 33 to 1 of 33 and the true-null mode pairs' from 12 of 76 to 3
-of 76. ``replicates`` is 1, ``limited_by`` says "processes" (the level it does not measure) and
-``rests_on`` says that the process level is assumed there. Two or more processes: no floor; the
-t-interval measures the level.
+estimated, yet each worker keeps an offset of its own for its life. It is taken as one round
+(``PROCESS_FLOOR`` = k = 1, fixed from the two-replicate costs of a GPU run: docs/measured.md,
+"Intervals that hold on the GPU's own rounds"): with the n >= 6 log ratios ``l`` of its rounds
+and their robust spread ``s = 1.4826 * median(|l - median(l)|)`` (``robust_spread``: the GPU's
+launch-bound rounds have tails 2-7 times their MAD), the interval is
+``exp(median(l) +- t_{n-1} * s * sqrt(k^2 + pi / (2n)))`` (the process level plus the variance
+of a median of n rounds), joined with the distribution-free interval of the median
+(``worker.ranks.median_ci``), so never narrower than the rounds' own. ``limited_by`` then says
+"processes" and ``rests_on`` that the level is assumed. Two or more processes: no floor.
 
 Draws (for ``stats.geometric_mean`` over a suite's workloads) are ``point * exp(se * T)``,
 ``T ~ t_{df}``, from ``stats.generator(seed, name)``: the one seeding rule.
@@ -52,7 +34,6 @@ Draws (for ``stats.geometric_mean`` over a suite's workloads) are ``point * exp(
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,16 +64,12 @@ def _t_interval(center: float, se: float, dof: int) -> tuple[float, float, float
     return math.exp(center), math.exp(center - q * se), math.exp(center + q * se)
 
 
-#: Each process's figure: the median of its log per-round ratios (module docstring).
-STATISTIC: Callable[[np.ndarray], float] = np.median
-
-
 def process_points(p: Paired) -> dict[int, float]:
-    """Each process's figure on the ratio scale, by replicate: ``exp(STATISTIC(l))`` of its log
+    """Each process's figure on the ratio scale, by replicate: ``exp(median(l))`` of its log
     per-round ratios. ``kalibera_jones``' point is their geometric mean (with one process, the
     figure itself): what a replicate contributes to the cost."""
     return {
-        int(rep): math.exp(float(STATISTIC(np.asarray(x, dtype=float))))
+        int(rep): math.exp(float(np.median(np.asarray(x, dtype=float))))
         for rep, x in zip(p.replicates, p.log_ratio, strict=True)
         if len(x)
     }
@@ -109,20 +86,20 @@ def kalibera_jones(
     p: Paired, floor: float | None = PROCESS_FLOOR
 ) -> tuple[float, float, float, float, int]:
     """(point, low, high, se of the log estimate, degrees of freedom) of the ratio: a t-interval
-    on the per-process ``STATISTIC`` of the log ratios (module docstring); one process: the
+    on the per-process median of the log ratios (module docstring); one process: the
     interval of its rounds' median joined with the process floor of ``floor`` rounds' spreads
-    (None: without it, the rule before the floor). NaNs where there is nothing to estimate (one
+    (None: the rounds' interval alone). NaNs where there is nothing to estimate (one
     process with fewer than 6 rounds)."""
     logs = [np.asarray(x, dtype=float) for x in p.log_ratio if len(x)]
     if len(logs) >= 2:
-        m = np.asarray([STATISTIC(x) for x in logs])
+        m = np.asarray([np.median(x) for x in logs])
         se, dof = float(np.std(m, ddof=1)) / math.sqrt(len(m)), len(m) - 1
         return (*_t_interval(float(m.mean()), se, dof), se, dof)
-    if logs and median_ci(list(logs[0])) is not None:
+    ci = median_ci(list(logs[0])) if logs else None
+    if ci is not None:
         # One process: the distribution-free 95% interval of its median log ratio (the rule of
         # a record's own timing), with an se that gives it back for the draws.
-        x = logs[0]
-        low, high = median_ci(list(x))  # type: ignore[misc]
+        x, (low, high) = logs[0], ci
         se = (high - low) / (2 * float(sps.norm.ppf((1 + CONFIDENCE) / 2)))
         center, dof = float(np.median(x)), len(x) - 1
         if floor is not None:  # joined with the process floor (module docstring)
@@ -136,7 +113,7 @@ def kalibera_jones(
     return nan, nan, nan, nan, 0
 
 
-def rests_on(processes: int, rounds: int, floor: float | None = PROCESS_FLOOR) -> str:
+def rests_on(processes: int, rounds: int, floor: float = PROCESS_FLOOR) -> str:
     """What the interval of ``kalibera_jones`` rests on, in words: with one process, its rounds
     and an assumed process level (``floor``); with more, the process level measured."""
     if processes >= 2:
@@ -144,8 +121,6 @@ def rests_on(processes: int, rounds: int, floor: float | None = PROCESS_FLOOR) -
             f"{processes} replicates, {rounds} rounds: the process level measured "
             f"(t, {processes - 1} degree{'s' if processes > 2 else ''} of freedom)"
         )
-    if floor is None:
-        return f"1 replicate, {rounds} rounds: the rounds only, the process level not counted"
     spread = "one round's spread" if floor == 1 else f"{floor:g} rounds' spreads"
     return (
         f"1 replicate, {rounds} rounds: the process level assumed at {spread} "

@@ -13,17 +13,11 @@ On a CPU (the records' ``device``), the cuDNN flags (``benchmark``, ``cudnn_dete
 without it. Such a mode is never recommended, nor named the fastest: its difference from its twin
 is noise.
 
-Intervals: per workload, ``cost_intervals.ratio`` of the mode against the baseline (the paired
-estimate where both were timed side by side, else ``stats.ratio``), the same numbers as
-``analysis.costs`` (the 2.5th-97.5th percentiles of the two-level bootstrap, replicates then the
-samples within each, of both sides); per suite, ``stats.geometric_mean`` of those over the
-suite's workloads, each workload resampled independently. Whether a mode is significantly faster
-than the simplest is the same statistic of the one against the other (``stats.ratio`` of the
-two modes, per suite its geometric mean): a direct comparison, not two intervals against the
-baseline, each holding the baseline's own noise, checked for overlap. Every comparison draws
-from its own
-generator, seeded from ``seed`` and its names (``stats.comparison_key``): a report is
-reproducible, and a mode's interval does not depend on which other modes ran.
+Intervals: per workload, ``cost_intervals.ratio`` of the mode against the baseline, the same
+numbers as ``analysis.costs``; per suite, ``stats.geometric_mean`` of those over the suite's
+workloads. Whether a mode is significantly faster than the simplest is the same statistic of the
+one against the other: a direct comparison, not two intervals against the baseline, each
+holding the baseline's own noise, checked for overlap.
 """
 
 from __future__ import annotations
@@ -52,19 +46,16 @@ from detbench.core.modes import get_mode
 
 #: The flags of the 10 modes that only cuDNN reads: inert on a CPU (``acts.FLAG_DEVICES``).
 CUDNN_FLAGS = tuple(f for f in st.MODE_FLAGS if not acts.acts_on(f, "cpu"))
-N_BOOT = stats.N_BOOT
-SEED = stats.SEED
 
 #: The rule, in one sentence (the report and ``detbench run`` print it).
 RULE = (
     "the mode bitwise identical in every replicate that changes the fewest settings from "
     "torch's default, unless another such mode is significantly faster (the 95% interval of its "
     "throughput over the first's lies entirely above 1), so a difference within the noise never "
-    "moves "
-    "the choice; on a CPU, where the cuDNN flags act on nothing, a mode that changes one is the "
-    "same computation as its twin without it and is never recommended; on a GPU, a mode with "
-    "cudnn.benchmark is never recommended where cudnn.benchmark made another mode of the same "
-    "workload nondeterministic, since its own agreement was the autotuner's luck"
+    "moves the choice; on a CPU, where the cuDNN flags act on nothing, a mode that changes one "
+    "is the same computation as its twin without it and is never recommended; on a GPU, a mode "
+    "with cudnn.benchmark is never recommended where cudnn.benchmark made another mode of the "
+    "same workload nondeterministic, since its own agreement was the autotuner's luck"
 )
 
 
@@ -124,10 +115,8 @@ class _Throughput:
         ratio of median items/s) for records without samples."""
         reps, base = self.reps((suite, workload, mode)), self.base(suite, workload)
         if reps and base:
-            a, b = (
-                self.groups.get((suite, workload, mode)),
-                self.groups.get((suite, workload, self.baseline)),
-            )
+            a = self.groups.get((suite, workload, mode))
+            b = self.groups.get((suite, workload, self.baseline))
             if a is not None and b is not None and paired(a, b):  # the pairs' own estimate
                 r = self.ratio(suite, workload, mode)
                 if r is not None:
@@ -281,7 +270,10 @@ _COLUMNS = [
 
 
 def recommendations(
-    df: pd.DataFrame, baseline: str | None = None, n_boot: int = N_BOOT, seed: int = SEED
+    df: pd.DataFrame,
+    baseline: str | None = None,
+    n_boot: int = stats.N_BOOT,
+    seed: int = stats.SEED,
 ) -> pd.DataFrame:
     """Per workload, and per suite (workload ``*``): the recommended mode by ``RULE``, and why.
 
@@ -366,14 +358,6 @@ def _suite_rows(
         repro_counts = g[g["verdict"] == "reproducible"].groupby("mode", sort=False).size()
         repro = [str(m) for m, k in repro_counts.items() if k == n and n]
 
-        def geo(
-            m: str, point: float, s: str = s, workloads: list[str] = workloads
-        ) -> ThroughputRatio:
-            ratios = [r for r in (tp.ratio(s, w, m) for w in workloads) if r is not None]
-            if not ratios or len(ratios) < len(workloads):
-                return ThroughputRatio(point)
-            return _estimate(point, stats.geometric_mean(ratios))
-
         def geo_versus(
             m: str, than: str, s: str = s, workloads: list[str] = workloads
         ) -> stats.Ratio | None:
@@ -381,6 +365,9 @@ def _suite_rows(
             if not ratios or len(ratios) < len(workloads):
                 return None
             return stats.geometric_mean(ratios)
+
+        def geo(m: str, point: float, versus: Versus = geo_versus) -> ThroughputRatio:
+            return _estimate(point, versus(m, tp.baseline))
 
         qualify = sorted(
             (m for m in repro if not inert[m] and not cause.by_luck(drawn, s, m, workloads)),

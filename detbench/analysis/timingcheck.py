@@ -11,13 +11,10 @@
   +-``target`` (the 95% interval of the median within it: ``timing.ci_rel``).
 
 A check with nothing to read fails: "0 of 0" proves nothing. A run of detbench's earlier design
-(each record timed in its own worker) has no paired lines, and nothing here reads it: its
-checks were issue 29's, whose findings on the published GPU runs are kept in
-docs/gpu-session.md.
+(each record timed in its own worker) has no paired lines to check.
 
 ``tools/timing_check.py DIR`` prints one PASS or FAIL line per check with its numbers; it is run
-by hand on a run before its timings are cited. (The GPU visit's proof step,
-``tools/gpu_session.sh proof``, runs ``tools/aa_check.py``, not this.)
+by hand on a run before its timings are cited.
 """
 
 from __future__ import annotations
@@ -114,10 +111,8 @@ def first_of_each_worker(lines: Sequence[Mapping[str, Any]]) -> list[Mapping[str
 def check_drift(
     records: list[Mapping[str, Any]], everything: list[Mapping[str, Any]]
 ) -> TimingCheck:
-    firsts = first_of_each_worker(everything)
-    ids = {id(r) for r in firsts}
-    ok_firsts = [r for r in firsts if id(r) in {id(x) for x in records}]
-    first = [(d, r) for r in ok_firsts if (d := drift(r)) is not None]
+    ids = {id(r) for r in first_of_each_worker(everything)}
+    first = [(d, r) for r in records if id(r) in ids and (d := drift(r)) is not None]
     later = [d for r in records if id(r) not in ids and (d := drift(r)) is not None]
     over = [(d, r) for d, r in first if d > DRIFT]
     if not first:
