@@ -10,6 +10,9 @@ the worker sends the record and exits, and a fresh worker takes the workloads th
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from detbench.core.modes import Mode
 from detbench.core.seeding import seed_workload
 from detbench.core.settings import MODE_FLAGS
 from detbench.core.workload import Context, Unsupported, Workload
+from detbench.store import record
 from detbench.store.schema import Status
 from detbench.worker import invariance
 from detbench.worker.applied import WorkerSettings, changed, columns, differ, read_all
@@ -223,6 +227,54 @@ def invariance_pass(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) 
 
 
 # --- the passes' steps (``detbench.worker.passes`` runs them, for a worker and a rank alike) ---
+
+
+def context(w: Workload, job: Mapping[str, Any]) -> Context:
+    """The workload's context as the job gives it: its device, profile and seed."""
+    device = torch.device(job["device"])
+    return Context(
+        device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
+    )
+
+
+def new_record(
+    w: Workload, ctx: Context, job: Mapping[str, Any], mode: Mode, ws: WorkerSettings, threads: int
+) -> dict[str, Any]:
+    """``w``'s record before its passes (``store.record.measured``), with every setting as the
+    worker read it back after applying ``mode`` (``read_back`` catches a workload that changes
+    one)."""
+    method = job.get("fingerprint") or "device"
+    return record.measured(
+        suite=w.suite,
+        workload=w.name,
+        params=w.params_for(ctx.profile),
+        mode=mode,
+        settings=columns(ws.applied, mode),
+        replicate=int(job["replicate"]),
+        seed=ctx.seed,
+        device=ctx.device.type,
+        profile=ctx.profile,
+        num_threads=threads,
+        batch_size=w.batch_size,
+        # "both" fingerprints with the device digest and also with sha256, as a cross-check.
+        fingerprint_method="device" if method == "both" else method,
+    )
+
+
+def release(mode: Mode, device: torch.device, empty_cache: bool = True) -> bool:
+    """Free a workload whose step was dropped (reference cycles included, its compiled graphs
+    with it) before the next is built; False where emptying CUDA's cache failed (the context
+    failed after all: the next workload would say so)."""
+    if mode.overrides.get("execution") == "compile":
+        with contextlib.suppress(Exception):
+            torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda" and empty_cache:
+        try:
+            torch.cuda.empty_cache()
+        except Exception:
+            return False
+    return True
 
 
 def build_pass(

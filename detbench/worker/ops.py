@@ -39,8 +39,6 @@ WATCHED: dict[str, tuple[Callable[..., Any], ...]] = {
     ),
 }
 _MHA_FORWARD = getattr(torch.nn.functional, "multi_head_attention_forward", None)
-#: The op of each setting that acts on one op only: the setting acts on a workload that calls it.
-SETTING_OPS = {"sdpa_backend": "scaled_dot_product_attention"}
 
 
 class OpsSeen(TorchFunctionMode):

@@ -32,8 +32,6 @@ What a block is, and what it is not:
 from __future__ import annotations
 
 import contextlib
-import gc
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,35 +40,19 @@ import torch
 
 from detbench.core.modes import Mode
 from detbench.core.workload import Context, Workload
-from detbench.store import record
 from detbench.worker import fingerprint as fp
-from detbench.worker.applied import WorkerSettings, columns
+from detbench.worker.applied import WorkerSettings
 from detbench.worker.gpuclock import ClockWatch
 from detbench.worker.hostload import Probe
-from detbench.worker.measure import build_pass, classify, sync
+from detbench.worker.measure import build_pass, classify, context, new_record, release, sync
 from detbench.worker.memory import PeakWatch, footprint_bytes, free_bytes
 from detbench.worker.samplers import ClockSampler, CudaEventSampler, host_clock
 from detbench.worker.timing import MIN_CI_SAMPLES, Timing, summary_of, torch_threads
-from detbench.worker.warmup import warm_up
+from detbench.worker.warmup import block_steps, warm_up
 
 #: Untimed steps at the start of each turn (``block``): one narrowed the A/A ratios' spread
 #: (docs/measured.md).
 TURN_STEPS = 1
-
-
-def _context(w: Workload, job: dict[str, Any]) -> Context:
-    """The workload's context as the job's verdict worker gives it (device, profile, seed)."""
-    device = torch.device(job["device"])
-    return Context(
-        device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
-    )
-
-
-def block_steps(step_seconds: float, block_seconds: float) -> int:
-    """Steps in a block of about ``block_seconds``: at least one."""
-    if step_seconds <= 0:
-        return 1
-    return max(1, math.floor(block_seconds / step_seconds))
 
 
 @dataclass
@@ -110,26 +92,12 @@ class PairedTiming:
         """Build ``w``, run its first step (digested), warm it up and size its block: (the
         timing, or None where it failed; the ``prepared`` message's fields). ``ctx``: a rank's
         context (None: the job's), ``clock``: the ranks' shared clock."""
-        ctx = ctx or _context(w, job)
+        ctx = ctx or context(w, job)
         device = ctx.device
         self = cls(w, ctx, mode, job, threads=torch.get_num_threads(), clock=clock)
         # The verdict worker's record of the same build: build_pass reads the settings back into
         # it, so a workload that changes a setting is caught here as there.
-        rec = record.measured(
-            suite=w.suite,
-            workload=w.name,
-            params=w.params_for(ctx.profile),
-            mode=mode,
-            settings=columns(ws.applied, mode),
-            replicate=int(job["replicate"]),
-            seed=ctx.seed,
-            device=device.type,
-            profile=ctx.profile,
-            num_threads=self.threads,
-            batch_size=w.batch_size,
-            # As the verdict worker digests its steps ("both": the device digest first).
-            fingerprint_method="device" if job["fingerprint"] == "both" else job["fingerprint"],
-        )
+        rec = new_record(w, ctx, job, mode, ws, self.threads)
         t0 = time.perf_counter()
         watch = PeakWatch(device)
         try:
@@ -163,7 +131,7 @@ class PairedTiming:
         it. The digest is the verdict's own first step (``same_bits`` is then true by
         construction: one process computed both). ``ctx``, ``clock``: as ``prepare``'s."""
         threads = int(rec.get("num_threads") or torch.get_num_threads())
-        ctx = ctx or _context(w, job)
+        ctx = ctx or context(w, job)
         self = cls(w, ctx, mode, job, step=step, threads=threads, clock=clock)
         t0 = time.perf_counter()
         try:
@@ -298,10 +266,4 @@ class PairedTiming:
     def free(self) -> None:
         """Free this workload's tensors before the next is built."""
         self.step = None
-        if self.mode.overrides.get("execution") == "compile":
-            with contextlib.suppress(Exception):
-                torch._dynamo.reset()
-        gc.collect()
-        if self.ctx.device.type == "cuda":
-            with contextlib.suppress(Exception):
-                torch.cuda.empty_cache()
+        release(self.mode, self.ctx.device)

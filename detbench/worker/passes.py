@@ -18,7 +18,6 @@ never a copy of a pass:
 from __future__ import annotations
 
 import contextlib
-import gc
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -31,23 +30,25 @@ import torch
 
 from detbench.core.modes import DEFAULT_MODE, Mode
 from detbench.core.workload import Context, Workload
-from detbench.store import record
 from detbench.store.results import utc_now
 from detbench.store.schema import Status
 from detbench.worker import cudnnlog
 from detbench.worker import fingerprint as fp
-from detbench.worker.applied import WorkerSettings, columns, read_all
+from detbench.worker.applied import WorkerSettings, read_all
 from detbench.worker.devenv import fp32_precision
 from detbench.worker.measure import (
     AFTER_FINGERPRINT,
     build_pass,
     classify,
     compile_stats,
+    context,
     count_pass,
     finish_pass,
     invariance_pass,
     is_device_error,
+    new_record,
     reference_path,
+    release,
     sync,
 )
 from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
@@ -273,20 +274,12 @@ class Passes:
         return lost, oom_figures
 
     def _cleanup(self, lost: bool) -> bool:
-        """Free this workload's tensors (reference cycles included) before the next is built."""
+        """Free this workload's tensors before the next is built (``measure.release``)."""
         t0 = time.perf_counter()
         self.step = None
-        if self.mode.overrides.get("execution") == "compile":
-            with contextlib.suppress(Exception):
-                torch._dynamo.reset()  # this workload's compiled graphs go with it
-        gc.collect()
-        if self.ctx.device.type == "cuda" and not lost:
-            try:
-                torch.cuda.empty_cache()
-            except Exception:  # the context failed after all: the next workload will say so
-                lost = True
+        freed = release(self.mode, self.ctx.device, empty_cache=not lost)
         self.rec["phases"]["cleanup"] = time.perf_counter() - t0
-        return lost
+        return lost or not freed
 
 
 def run_workload(
@@ -305,27 +298,8 @@ def run_workload(
     above this one). ``keep``: ``Hooks.keep`` (a paired run's timing worker)."""
     if ws is None:
         ws = WorkerSettings(mode, {}, read_all())
-    device = torch.device(job["device"])
-    seed = int(job["seed"])
-    ctx = Context(device=device, profile=job["profile"], seed=seed, batch_size=w.batch_size)
-    method = job.get("fingerprint") or "device"
-    rec = record.measured(
-        suite=w.suite,
-        workload=w.name,
-        params=w.params_for(ctx.profile),
-        mode=mode,
-        # Every setting as the worker read it back after applying the mode (a workload that
-        # changes one is caught by read_back).
-        settings=columns(ws.applied, mode),
-        replicate=job["replicate"],
-        seed=seed,
-        device=device.type,
-        profile=ctx.profile,
-        num_threads=torch.get_num_threads(),
-        batch_size=w.batch_size,
-        # "both" fingerprints with the device digest and also with sha256, as a cross-check.
-        fingerprint_method="device" if method == "both" else method,
-    )
+    ctx = context(w, job)
+    rec = new_record(w, ctx, job, mode, ws, torch.get_num_threads())
     engines = cudnnlog.LogWatch(job, rec, w.distributed)  # --cudnn-log: the log's size now
     if w.distributed:  # its passes run in the ranks of a torchrun launch, not here
         if launch is None:

@@ -12,14 +12,10 @@ with a ``type``, flushed at once, to a file descriptor (``--fd``: a pipe) or app
 (``--out``):
 
 - ``detbench.run.child:pair``, a run's worker, a member of a paired group (``run.paired``): its
-  job on stdin; ``loaded``, ``ready``, then one line of stdin at a time, each answered by one
-  message: ``prepare KEY`` -> ``prepared`` (built and warmed up); ``verdict KEY`` -> a
-  ``record``, then ``prepared`` (the verdict's passes, then their step warmed up); ``record KEY``
-  -> a ``record``, then ``prepared`` with its status (the verdict alone, nothing kept); ``block``
-  -> ``block`` (one block timed, or its ``error``); ``reference SECONDS`` -> ``reference`` (the
-  step timed by a reference timer); ``finish`` -> ``timed`` (the samples' summary, the workload
-  freed); ``exit`` or the end of stdin ends it (``done`` at the end of stdin). A ``prepared``
-  with ``lost`` ends it too: its CUDA context is unusable, and a fresh worker takes over.
+  job on stdin; ``loaded``, ``ready``, then the messages that answer each line of stdin
+  (``run.child.pair`` lists them); ``exit`` or the end of stdin ends it (``done`` at the end of
+  stdin). A ``prepared`` with ``lost`` ends it too: its CUDA context is unusable, and a fresh
+  worker takes over.
 - ``detbench.distributed.rank:main``, a torchrun rank: ``DIR/job.json``; ``ready`` (its pid), a
   ``record`` per workload (with its ``index`` in the launch); ``done``.
 - ``detbench.locate.worker:main``, ``detbench.run.probe:main``, ``detbench.locate.audit:main``,
@@ -194,8 +190,7 @@ class ChildFailed(Exception):
 
 class Channel:
     """Where a child's messages go (``--out PATH``, appended; ``--fd N``): one strict JSON object
-    per line (``jsonable``), flushed at once, so the parent reads every message whole; a line cut
-    short by a crash is the last one, and ``read_messages`` leaves it out."""
+    per line (``jsonable``), flushed at once, so the parent reads every message whole."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
@@ -248,8 +243,7 @@ def read_job(where: str) -> dict[str, Any]:
 
 
 def resolve(kind: str) -> Callable[[dict[str, Any], Channel], int]:
-    """The function a job's ``kind`` names (``package.module:function``): imported only now, in
-    the child, so this layer names no module above it; the job's writer names its own."""
+    """The function a job's ``kind`` names (``package.module:function``), imported only now."""
     module, _, name = kind.partition(":")
     if not module or not name:
         raise ValueError(f"a job's kind is 'package.module:function', not {kind!r}")

@@ -50,11 +50,16 @@ class Sampler(Protocol):
     def samples(self, step: Callable[[], Any], number: int, k: int) -> list[float]: ...
 
 
-def block_size(step_seconds: float, budget: float) -> int:
-    """Steps per sample: about budget / SAMPLES_PER_BUDGET seconds of steps, at least one."""
+def block_steps(step_seconds: float, block_seconds: float) -> int:
+    """Steps in a block of about ``block_seconds``: at least one."""
     if step_seconds <= 0:
         return 1
-    return max(1, math.floor(budget / SAMPLES_PER_BUDGET / step_seconds))
+    return max(1, math.floor(block_seconds / step_seconds))
+
+
+def block_size(step_seconds: float, budget: float) -> int:
+    """Steps per sample: about budget / SAMPLES_PER_BUDGET seconds of steps, at least one."""
+    return block_steps(step_seconds, budget / SAMPLES_PER_BUDGET)
 
 
 @dataclass(frozen=True)
