@@ -8,7 +8,6 @@ package, so importing it cannot make a cycle.
 """
 
 from detbench.analysis.cost_intervals import NOISY_IQR, costs, replicate_samples
-from detbench.analysis.frontier import mark_frontier, plane
 from detbench.analysis.labels import (
     baseline_mode,
     changed_mask,
@@ -33,6 +32,7 @@ from detbench.analysis.matrix import (
 from detbench.analysis.recommend import recommendations
 from detbench.analysis.stats import bootstrap_throughput, median_throughput
 from detbench.analysis.suite_answer import recommendation_text
+from detbench.analysis.tradeoff import mark_frontier, plane
 
 __all__ = [
     "MARKS",

@@ -24,9 +24,8 @@ import pandas as pd
 
 from detbench.analysis import paired_costs, stats
 from detbench.analysis.labels import mode_of, run_device
+from detbench.analysis.recommend import CUDNN_FLAGS
 
-#: The switches that only cuDNN reads: inert on a CPU.
-CUDNN_SWITCHES = frozenset({"benchmark", "cudnn_deterministic", "cudnn_enabled"})
 #: The columns of ``paired``.
 COLUMNS = (
     "design",
@@ -77,7 +76,7 @@ def twins(df: pd.DataFrame, baseline: str) -> list[str]:
         if m is None or label == baseline:
             continue
         differ = set(m.changes()) ^ set(base.changes())
-        if differ and differ <= CUDNN_SWITCHES and m.settings == base.settings:
+        if differ and differ <= set(CUDNN_FLAGS) and m.settings == base.settings:
             out.append(label)
     return out
 

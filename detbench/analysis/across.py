@@ -7,9 +7,7 @@ more than one run (the mode's label carries its settings, ``default[sdpa_backend
 - each run's own verdict first: its ok replicates reproducible (one fingerprint), one replicate
   only, nondeterministic (several fingerprints), or not run (a status);
 - like with like (``analysis.comparable``): fingerprints count as comparable only where the
-  workload is the same (``store.identity``: device type, since a CPU's and a GPU's random streams
-  differ; workload parameters; size profile; seed; the suite's source where both runs recorded
-  it) and a digest method is shared. Runs that differ in any of these are "not comparable: <what
+  workload is the same and a digest method is shared; other runs are "not comparable: <what
   differs>", never "different". Runs that hashed a different number of steps are compared over
   the steps all of them ran (``compared_steps``);
 - a workload nondeterministic inside a run has no cross-machine verdict: its runs differ from

@@ -23,6 +23,7 @@ import pandas as pd
 from detbench.analysis import matrix
 from detbench.analysis.cost_intervals import costs
 from detbench.analysis.labels import counted
+from detbench.analysis.switches import FLAG_WORDS as switches_words
 from detbench.core import acts
 from detbench.core import settings as st
 from detbench.core import torchstate as ts
@@ -44,10 +45,7 @@ LOOSE = {"float32_matmul_precision": ("high",)}
 #: Settings that are not switches of the study although they have a strict level.
 NOT_SWITCHES = ("warn_only",)
 #: How the conclusions name the flags (settings go by their setting name).
-FLAG_WORDS = {
-    "deterministic_algorithms": "deterministic algorithms",
-    "cudnn_deterministic": "cudnn.deterministic",
-}
+FLAG_WORDS = {f: switches_words[f] for f in FLAG_DEVICES}
 
 
 @dataclass(frozen=True)

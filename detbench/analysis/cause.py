@@ -73,7 +73,9 @@ def causes(df: pd.DataFrame, v: pd.DataFrame | None = None) -> list[Cause]:
         for suite, w in keys:
             breaks, fixes = [], []
             for without, with_ in ps:
-                if lottery and sw != "benchmark" and _both_autotuned(without, with_):
+                # Two draws of the autotuner, whose choice may differ from process to process:
+                # such a pair names no other switch (on a CPU the cuDNN flags act on nothing).
+                if lottery and sw != "benchmark" and autotuned(without) and autotuned(with_):
                     continue
                 a, b = verdict.get((suite, w, without)), verdict.get((suite, w, with_))
                 if b == "nondeterministic" and a == "reproducible":
@@ -102,13 +104,6 @@ def by_luck(drawn: set[tuple[str, str]], suite: str, mode: str, workloads: Itera
     ``suite`` elsewhere (``drawn``: ``lottery``): its own agreement was then luck, and it is never
     the answer (``recommend`` and ``suite_answer`` both ask here)."""
     return autotuned(mode) and any((suite, w) in drawn for w in workloads)
-
-
-def _both_autotuned(a: str, b: str) -> bool:
-    """Whether both modes ran cudnn.benchmark with cuDNN on: two draws of the autotuner, whose
-    choice may differ from process to process; such a pair names no other switch (on a GPU: on a
-    CPU the cuDNN flags act on nothing)."""
-    return autotuned(a) and autotuned(b)
 
 
 def unexplained(v: pd.DataFrame, found: Sequence[Cause]) -> pd.DataFrame:

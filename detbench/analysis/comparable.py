@@ -2,8 +2,9 @@
 can be compared, and what is known of their suites' source.
 
 Before any cross-run verdict (``analysis.across``), the runs of one (workload, mode) are sorted
-into classes with the same workload (``store.identity``: device, parameters, size profile, seed,
-suite source). Runs of another class are "not comparable: <what differs>", never "different".
+into classes with the same workload (``store.identity``: device type, since a CPU's and a GPU's
+random streams differ; parameters; size profile; seed; the suite's source where both runs
+recorded it). Runs of another class are "not comparable: <what differs>", never "different".
 Within a class the number of fingerprint steps may differ (the training suite hashed 20 steps
 at first and 10 later): the runs are compared over the steps all of them ran, the first steps
 of every pass, and the verdict says so ("same bits over the 10 steps both ran").

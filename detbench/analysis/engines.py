@@ -4,11 +4,8 @@
 With ``cudnn.benchmark`` on, each process times cuDNN's candidates and keeps the fastest, so two
 processes may run a convolution with different engines. This shows it: for each (workload, mode),
 the engine each replicate chose for each convolution, and those whose choice differed. A different
-engine can change the bits but need not (on the H100, conv3d_r3d18_stage1's backward-data pass ran
-two configurations of engine 71 in three processes that gave the same bits), so the report shows it
-beside the bitwise verdict, never as one.
-
-A run with the log on is timed with it on (a short conv step took 3x as long on an H100), so
+engine can change the bits but need not, so the report shows it beside the bitwise verdict, never
+as one. A run with the log on is timed with it on, which slows a step several-fold, so
 ``timings_logged`` marks the records whose timings are not costs.
 """
 

@@ -95,13 +95,10 @@ def _items_per_step(g: pd.DataFrame) -> float:
 def _price(
     ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int, n_boot: int
 ) -> tuple[float, float, float]:
-    """The reference's items/s over the base's: ``stats.ratio`` of their throughputs (the ratio
-    of the medians over replicates of each replicate's median, with the 2.5-97.5th percentiles
-    of the same ratio over two-level bootstrap resamples, as ``analysis.costs``; ``name`` names
-    the comparison for its generator) times their items per step; from the median items/s
+    """The reference's items/s over the base's: ``stats.ratio`` of their throughputs (``name``
+    names the comparison for its generator) times their items per step; from the median items/s
     without an interval where the records hold no timing samples. NaN where either has no
     throughput."""
-    nan = (math.nan, math.nan, math.nan)
     ref, base = ref[ref["status"] == Status.OK], base[base["status"] == Status.OK]
     a, b = replicate_samples(ref), replicate_samples(base)
     if a and b:
@@ -114,7 +111,7 @@ def _price(
     rb = pd.to_numeric(base["items_per_second"], errors="coerce")
     if ra.notna().any() and rb.notna().any() and float(rb.median()) > 0:
         return float(ra.median() / rb.median()), math.nan, math.nan
-    return nan
+    return math.nan, math.nan, math.nan
 
 
 def _none(x: float) -> float | None:

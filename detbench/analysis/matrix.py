@@ -1,6 +1,6 @@
 """Verdicts and relative throughput per (workload, mode), computed from the raw records: the
 summary table of workloads x modes, peak memory, the training loss divergence and the recipes.
-The costs with their intervals are in ``cost_intervals``, the plane in ``frontier``."""
+The costs with their intervals are in ``cost_intervals``, the plane in ``tradeoff``."""
 
 from __future__ import annotations
 
@@ -91,8 +91,8 @@ def verdicts(df: pd.DataFrame) -> pd.DataFrame:
         "message",
         "settings_changed",
     ]
-    # Per group, plain lists of its rows' values: 1,410 groups of pandas selections took 1.7 s
-    # a call for the CPU matrix's 4,230 records, and a report calls this 11 times.
+    # Per group, plain lists of its rows' values, not pandas selections: a report calls this
+    # many times on thousands of records.
     col = {c: (df[c].tolist() if c in df.columns else [None] * len(df)) for c in used}
     changed = changed_mask(df).to_numpy()
     groups = df.groupby(["suite", "workload", "mode"], sort=False).indices

@@ -71,8 +71,8 @@ def side_from_records(g: pd.DataFrame) -> Side:
     out: Side = {}
     g = counted(g)
     ok = g[g["status"] == Status.OK]
-    # Two columns, not ``to_dict("records")`` of every column: the report reads these sides
-    # about 6,000 times for a CPU matrix, and the whole rows took half its time.
+    # Two columns, not ``to_dict("records")`` of every column: a report reads these sides
+    # thousands of times.
     for replicate, t in zip(ok["replicate"], ok["timing"], strict=True):
         if isinstance(t, Mapping) and is_paired(t) and t.get("samples"):
             out[int(replicate)] = (

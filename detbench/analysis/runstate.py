@@ -19,12 +19,10 @@ import pandas as pd
 
 from detbench.analysis import busy, earlier_design, quality
 from detbench.analysis.labels import mode_of
+from detbench.analysis.suite_answer import names
 from detbench.run.calls import calls_of, total
 from detbench.run.schedule import clock, make_plan
 from detbench.store.paired import iter_paired
-
-#: Modes named before "and N more".
-SHOWN = 4
 
 
 @dataclass(frozen=True)
@@ -112,12 +110,9 @@ class RunState:
         pct = 100 * self.records / self.planned if self.planned else 0.0
         suites = [f"{suite} {done}/{plan}" for suite, (done, plan, _) in self.short.items()]
         modes = list(dict.fromkeys(m for _, _, ms in self.short.values() for m in ms))
-        shown = ", ".join(modes[:SHOWN]) + (
-            f" and {len(modes) - SHOWN} more" if len(modes) > SHOWN else ""
-        )
         return (
             f"Partial run: {self.records} of {self.planned} planned records ({pct:.0f}%). "
-            f"Short of the plan: {', '.join(suites)}, in {len(modes)} modes ({shown})"
+            f"Short of the plan: {', '.join(suites)}, in {len(modes)} modes ({names(modes)})"
         )
 
     def conditions(self) -> str:

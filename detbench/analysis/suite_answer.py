@@ -46,9 +46,11 @@ class SuiteAnswer:
     text: str  # what follows the suite's name: "det-algos" or "no one mode: ..."
 
 
-def _names(items: Sequence[str]) -> str:
-    shown = ", ".join(items[:SHOWN])
-    return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+def names(items: Sequence[str], shown: int = SHOWN) -> str:
+    """The first ``shown`` of ``items``, then "and N more"."""
+    return ", ".join(items[:shown]) + (
+        f" and {len(items) - shown} more" if len(items) > shown else ""
+    )
 
 
 def _not_run(
@@ -70,14 +72,12 @@ def _not_run(
     out = []
     for why, ws in reasons.items():
         verb = "has" if len(ws) == 1 else "have"
-        out.append(
-            f"{_names(ws)} {verb} {why}" if why.startswith("no ") else f"{_names(ws)}: {why}"
-        )
+        out.append(f"{names(ws)} {verb} {why}" if why.startswith("no ") else f"{names(ws)}: {why}")
     by_fixer: dict[str, list[str]] = {}
     for w in missing:
         if fixers.get(w):
             by_fixer.setdefault(fixers[w][0], []).append(w)
-    out += [f"{m} makes {_names(ws)} reproducible" for m, ws in by_fixer.items()]
+    out += [f"{m} makes {names(ws)} reproducible" for m, ws in by_fixer.items()]
     return out
 
 
@@ -117,16 +117,16 @@ def _partial(
         parts[0] = (
             "no one mode: each mode gives different bits for a workload another mode makes "
             f"reproducible; {best} makes {k} of {n} reproducible, but not "
-            + _names([f"{w} (reproducible under {fixers[w][0]})" for w in spoils[best]])
+            + names([f"{w} (reproducible under {fixers[w][0]})" for w in spoils[best]])
         )
     ran = {str(w) for w in g.loc[(g["mode"] == best) & g["verdict"].isin(RAN), "workload"]}
     single = g[(g["mode"] == best) & (g["verdict"] == "single")]
     parts += _not_run([w for w in workloads if w not in ran], g, best, fixers)
     if len(single):
-        parts.append(f"{_names(list(map(str, single['workload'])))}: {ONE_REPLICATE}")
+        parts.append(f"{names(list(map(str, single['workload'])))}: {ONE_REPLICATE}")
     never = [w for w in workloads if w not in fixers and w not in open_]
     if never:
-        parts.append(f"no mode makes {_names(never)} reproducible")
+        parts.append(f"no mode makes {names(never)} reproducible")
     return SuiteAnswer(suite, best, False, k, n, "; ".join(parts))
 
 
@@ -140,7 +140,7 @@ def _none(n: int, open_: list[str]) -> str:
         return "no mode made any workload reproducible"
     return (
         f"no mode made any of the {n - len(open_)} workloads with two replicates reproducible; "
-        f"{_names(open_)}: {ONE_REPLICATE}"
+        f"{names(open_)}: {ONE_REPLICATE}"
     )
 
 

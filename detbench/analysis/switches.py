@@ -174,9 +174,7 @@ def _time(
     ratios = []
     for suite, w in keys:
         a, b = groups.get((suite, w, with_)), groups.get((suite, w, without))
-        if a is None or b is None:
-            continue
-        if replicate_samples(a) and replicate_samples(b):
+        if a is not None and b is not None and replicate_samples(a) and replicate_samples(b):
             name = stats.comparison_key(suite, w, with_, without)
             ratios.append(ratio(a, b, name, seed))
     return stats.geometric_mean(ratios) if ratios else None

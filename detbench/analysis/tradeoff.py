@@ -1,12 +1,13 @@
-"""The speed-versus-reproducibility plane with its noise: each mode's place (``frontier.plane``),
-the 95% interval of its throughput, and a frontier that agrees with the recommendation.
+"""The speed-versus-reproducibility plane: where each mode of a suite sits (``plane``: its
+geometric-mean throughput relative to the baseline, the fraction of workloads it made
+reproducible), the frontier of the modes no other mode beats on both (``mark_frontier``), and the
+plane with its noise (``points``): each point with the 95% interval of its mean
+(``stats.geometric_mean`` of the workloads' ``cost_intervals.ratio``, the very ratios of
+``cost_intervals.costs``), so a figure can draw it, and a frontier that agrees with the
+recommendation.
 
-``frontier.plane`` places each mode at the geometric mean of its throughput relative to the
-baseline; here each point gets the interval of that mean (``stats.geometric_mean`` of the
-workloads' ``stats.ratio``, the very ratios of ``cost_intervals.costs``), so a figure can draw it.
-
-The frontier of ``frontier.plane`` compares point estimates, so a mode faster by noise alone sits on
-it while the recommendation, which moves only for a significant difference, picks another. Here,
+``mark_frontier`` compares point estimates, so a mode faster by noise alone sits on it while the
+recommendation, which moves only for a significant difference, picks another. In ``points``,
 among the modes reproducible on every workload, the frontier holds the recommended mode alone;
 a less reproducible mode is on it only when no mode at least as reproducible beats its point
 estimate and its interval lies above the interval of every frontier mode more reproducible than
@@ -18,14 +19,79 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from detbench.analysis import stats
 from detbench.analysis.cost_intervals import ratio, replicate_samples
-from detbench.analysis.frontier import plane
-from detbench.analysis.labels import baseline_mode
-from detbench.analysis.matrix import RAN, verdicts
+from detbench.analysis.labels import baseline_mode, mode_key
+from detbench.analysis.matrix import RAN, ran_somewhere, relative_throughput, verdicts
 from detbench.analysis.recommend import inert_changes, run_device
+
+
+def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
+    """One row per (suite, mode): where the mode sits on the speed-versus-reproducibility plane.
+
+    ``relative_throughput`` is the geometric mean over the suite's workloads that the mode ran
+    (``ran`` of ``workloads``) of its throughput relative to ``baseline``; ``reproducible`` is
+    the fraction of the suite's workloads that were bitwise identical in every replicate (a
+    workload the mode could not run counts as not reproducible; one that ran in no mode is left
+    out, as in ``recommendations``). A mode the run gave only some of the suite's workloads (an
+    attribution study's attention-backend variants) is not on the plane: its fraction would
+    count what it never ran. ``frontier`` marks the modes no other mode beats on both
+    axes: the best choices. ``baseline``: ``baseline_mode`` of the run when None.
+    """
+    v = verdicts(df)
+    baseline = baseline_mode(v["mode"]) if baseline is None else baseline
+    v = v.assign(rel=relative_throughput(v, str(baseline)))
+    rows: list[dict[str, Any]] = []
+    for suite, g in v.groupby("suite", sort=False):
+        g = g[g["workload"].isin(ran_somewhere(g))]
+        n = int(g["workload"].nunique())
+        for mode, m in g.groupby("mode", sort=False):
+            if m["workload"].nunique() < n:  # run on some workloads only (an attribution variant)
+                continue
+            ran = m[m["verdict"].isin(RAN)]
+            rel = pd.to_numeric(ran["rel"], errors="coerce").dropna()
+            rows.append(
+                {
+                    "suite": suite,
+                    "mode": mode,
+                    "relative_throughput": float(np.exp(np.log(rel).mean())) if len(rel) else None,
+                    "reproducible": int((m["verdict"] == "reproducible").sum()) / n,
+                    "workloads": n,
+                    "ran": len(ran),
+                    "nondeterministic": int((m["verdict"] == "nondeterministic").sum()),
+                    "failed": int((~m["verdict"].isin(RAN)).sum()),
+                }
+            )
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    mark_frontier(out)
+    keys = out["mode"].map(mode_key)
+    out["_order"], out["_label"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
+    return out.sort_values(["suite", "_order", "_label"], kind="stable").drop(
+        columns=["_order", "_label"]
+    )
+
+
+def mark_frontier(points: pd.DataFrame) -> None:
+    """Set ``points["frontier"]``: per suite, True for the modes that no other mode beats on both
+    ``relative_throughput`` and ``reproducible`` (at least as good on both, better on one)."""
+    points["frontier"] = False
+    for _, g in points.groupby("suite", sort=False):
+        pts = g.dropna(subset=["relative_throughput"])
+        for i, r in pts.iterrows():
+            dominated = (
+                (pts["relative_throughput"] >= r["relative_throughput"])
+                & (pts["reproducible"] >= r["reproducible"])
+                & (
+                    (pts["relative_throughput"] > r["relative_throughput"])
+                    | (pts["reproducible"] > r["reproducible"])
+                )
+            ).any()
+            points.loc[i, "frontier"] = not dominated
 
 
 def points(
@@ -35,7 +101,7 @@ def points(
     seed: int = stats.SEED,
     v: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """``frontier.plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
+    """``plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
     definition, and where a workload has no samples), and, where a mode has them, its
     ``relative_throughput`` the point of the same ratios (``cost_intervals.ratio``: for a paired
     run the pairs' estimate, not the ratio of the records' medians), so a point and its interval
@@ -59,9 +125,12 @@ def points(
             for w in ran["workload"]:
                 a = groups.get((r["suite"], w, r["mode"]))
                 b = groups.get((r["suite"], w, baseline))
-                ra = replicate_samples(a) if a is not None else []
-                rb = replicate_samples(b) if b is not None else []
-                if a is not None and b is not None and ra and rb:
+                if (
+                    a is not None
+                    and b is not None
+                    and replicate_samples(a)
+                    and replicate_samples(b)
+                ):
                     name = stats.comparison_key(r["suite"], w, r["mode"], baseline)
                     ratios.append(ratio(a, b, name, seed))
             if ratios and len(ratios) == len(ran):
