@@ -22,12 +22,20 @@ from detbench.core import torchstate as ts
 from detbench.core.modes import Mode, current_flags
 
 
-def apply_process(overrides: st.Overrides) -> dict[str, str]:
-    """Apply the process settings a mode overrides, in table order (the mode's flags already
-    set). Returns {name: reason} for each override this torch cannot apply: the worker records
-    its workloads as unsupported with that reason."""
+def apply(mode: Mode) -> dict[str, str]:
+    """Put this process in ``mode``: its four flags, then the process settings it overrides, in
+    table order. Must run before any CUDA work, once per process. Returns {name: reason} for
+    each override this torch cannot apply: the worker records its workloads as unsupported with
+    that reason."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "a determinism mode must be applied before CUDA is initialised in this process"
+        )
+    set_flags(mode)
     problems: dict[str, str] = {}
-    for name, level in overrides:
+    for name, level in mode.settings:
         s = st.BY_NAME[name]
         reason = s.unavailable()
         if reason is not None:
@@ -39,7 +47,7 @@ def apply_process(overrides: st.Overrides) -> dict[str, str]:
             s.apply(level)
         except Exception as exc:  # torch refused the level: it cannot run here
             problems[name] = f"{name}={level}: {type(exc).__name__}: {exc}"
-    reason = _inductor_tie(dict(overrides))
+    reason = _inductor_tie(dict(mode.settings))
     if reason is not None:
         problems["inductor_deterministic"] = reason
     return problems
@@ -132,20 +140,6 @@ def columns(levels: Mapping[str, Any], mode: Mode) -> dict[str, Any]:
         if level is not None and level not in s.levels:  # "unavailable", "unreadable: ..."
             out[s.name] = level
     return out
-
-
-def apply(mode: Mode) -> dict[str, str]:
-    """Put this process in ``mode``. Must run before any CUDA work, once per process. Returns
-    {setting: reason} for each override this torch cannot apply (see ``settings.apply_process``).
-    """
-    import torch
-
-    if torch.cuda.is_initialized():
-        raise RuntimeError(
-            "a determinism mode must be applied before CUDA is initialised in this process"
-        )
-    set_flags(mode)
-    return apply_process(mode.settings)
 
 
 def set_flags(mode: Mode) -> None:

@@ -22,10 +22,6 @@ from detbench.store.gpustate import SLOWDOWN_VIOLATIONS, VIOLATION_POLICIES, rea
 from detbench.worker import nvml as nv
 
 
-def _now_us() -> int:
-    return int(time.time() * 1e6)
-
-
 class ClockWatch:
     """NVML read at ``start`` (before the warm-up), ``mark`` (the first sample) and ``stop``."""
 
@@ -61,7 +57,7 @@ class ClockWatch:
                 for name in SLOWDOWN_VIOLATIONS
             }
         self._reads[when] = now
-        self._us[when] = _now_us()
+        self._us[when] = int(time.time() * 1e6)  # NVML's sample timestamps
 
     def start(self) -> None:
         self._read("start")

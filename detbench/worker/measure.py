@@ -76,12 +76,6 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _is_cuda_oom_text(text: str) -> bool:
-    if any(m in text for m in LIBRARY_OOM_MARKERS):
-        return True
-    return "out of memory" in text and ("CUDA" in text or "cuda" in text)
-
-
 def classify(exc: BaseException) -> tuple[str, str]:
     """(status, message) for an exception raised by a workload."""
     text = f"{type(exc).__name__}: {exc}".strip()
@@ -89,9 +83,10 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return Status.UNSUPPORTED, str(exc)
     if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
         return Status.OOM, text
-    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in CPU_OOM_MARKERS):
-        return Status.OOM, text
-    if isinstance(exc, RuntimeError) and _is_cuda_oom_text(str(exc)):
+    said = str(exc)
+    cuda_oom = "out of memory" in said and ("CUDA" in said or "cuda" in said)
+    oom = cuda_oom or any(m in said for m in (*CPU_OOM_MARKERS, *LIBRARY_OOM_MARKERS))
+    if isinstance(exc, RuntimeError) and oom:
         return Status.OOM, text
     if isinstance(exc, RuntimeError) and any(m in str(exc) for m in UNSUPPORTED_MARKERS):
         return Status.UNSUPPORTED, str(exc).strip()

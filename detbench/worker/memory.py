@@ -22,26 +22,24 @@ GIB = float(1 << 30)
 _MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
 
-def _available_bytes() -> int:
-    """Memory the kernel could give without swapping (MemAvailable), else free pages."""
+def _proc_bytes(field: str, path: str = "/proc/self/status") -> int | None:
+    """A ``kB`` field of a /proc file (VmRSS, VmHWM of /proc/self/status) in bytes; None off
+    Linux."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-
-
-def _status_bytes(field: str) -> int | None:
-    """A ``kB`` field of /proc/self/status (VmRSS, VmHWM) in bytes; None off Linux."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _available_bytes() -> int:
+    """Memory the kernel could give without swapping (MemAvailable), else free pages."""
+    got = _proc_bytes("MemAvailable", "/proc/meminfo")
+    return (
+        got if got is not None else int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    )
 
 
 def _max_rss_bytes() -> int:
@@ -61,23 +59,16 @@ def _reset_peak_rss() -> bool:
 
 @lru_cache(maxsize=1)
 def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim``, looked up once per worker; None where the C library lacks it."""
+    """glibc's ``malloc_trim``, looked up once per worker; None where the C library lacks it.
+    ``malloc_trim(0)`` gives the C heap's free pages back to the system: without it, a workload
+    that reuses memory an earlier workload of the same worker freed grows the RSS by nothing,
+    and its peak reads as 0 (pages freed but kept resident are counted before it starts)."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
     return trim
-
-
-def _release_free_heap() -> None:
-    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``; nothing where
-    the C library has no such call). Without it, a workload that reuses memory an earlier
-    workload of the same worker freed grows the RSS by nothing, and its peak reads as 0: pages
-    freed but kept resident by the allocator are counted before it starts, not as its own."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 class PeakWatch:
@@ -100,9 +91,10 @@ class PeakWatch:
             torch.cuda.reset_peak_memory_stats(self.device)
             self.before = {"allocated_at_start_bytes": torch.cuda.memory_allocated(self.device)}
             return
-        _release_free_heap()
+        if (trim := _malloc_trim()) is not None:
+            trim(0)
         reset = _reset_peak_rss()
-        rss = _status_bytes("VmRSS")
+        rss = _proc_bytes("VmRSS")
         self.before = {
             "rss_before_bytes": rss,
             "peak_reset": reset and rss is not None,
@@ -129,7 +121,7 @@ class PeakWatch:
             return peak, memory
         before = dict(self.before)
         maxrss_before = before.pop("maxrss_before", None)
-        hwm = _status_bytes("VmHWM") if before.get("peak_reset") else None
+        hwm = _proc_bytes("VmHWM") if before.get("peak_reset") else None
         if hwm is not None and before.get("rss_before_bytes") is not None:
             peak_rss = hwm
             growth = max(0, hwm - int(before["rss_before_bytes"]))

@@ -1,38 +1,23 @@
 """What one run of a user's script left, as comparable items, and where two runs first part.
 
-``detbench exec`` runs an unchanged script several times, each in a fresh process, and gathers
-what each run left into a folder: ``files/<path>`` (files the script created or changed),
-``stdout.txt``, ``stderr.txt`` and, when the script called ``detbench.fingerprint``,
-``fingerprints.jsonl``. ``read_outputs`` turns that folder into ``Item``s, each with a sha256 of
-its canonical content; two runs are bitwise reproducible when every item is equal (``digest_of``),
-and ``first_parting`` names the first item where they are not, and how far apart it is. Items, in
-comparison order:
-
-- printed lines, stdout then stderr (``stdout:K``, the K-th comparable line): what a terminal
-  shows, with clock readings, temporary paths, process ids and addresses masked
-  (``detbench.worker.printed`` says which, and why a tqdm bar counts in its last state only),
-  each followed by the results it labels (``stdout:K:loss``: ``worker.evidence``);
-- fingerprints (``fingerprint:NAME#INDEX``), in file order, over the recorded digest, dtype and
-  shape;
-- files, sorted by their names without the run in them (``worker.runnames``: TensorBoard's
-  ``events.out.tfevents.<time>.<host>.<pid>.0``, Lightning's ``version_N``), by which two runs'
-  files meet. Checkpoints (.pt .pth .ckpt .bin, and any file in torch.save's zip or
-  legacy format) are read with ``torch.load(weights_only=True)`` and walked through dicts, lists
-  and tuples to one item per leaf tensor (``FILE:model.fc.weight``: its dtype, shape and raw
-  bytes) and per other leaf (``FILE:epoch``: its type and ``repr``, exact for a float). The
-  file's own bytes never count: the same state saved twice can give different bytes (another
-  archive name, pickle protocol or storage sharing). .safetensors files give one item per
-  tensor, read with the safetensors library or, without it, by hand (``__metadata__`` is
-  ignored). TensorBoard event files, JSON and CSV files are read by field
-  (``worker.formats``: logged scalars by tag and step, results by key, clocks set aside). Other
-  text files (``TEXT_SUFFIXES``) give one item per line, as printed lines do. Any other
-  file, a file that cannot be read as its suffix says (listed in ``unreadable``) and a file with
-  nothing inside (an empty log) is one item of its whole bytes, so that its presence counts.
-
-Container metadata (a dict's class, a list's length) is not compared: only the leaves are. Which
-items decide a verdict, and which are only shown, is ``worker.evidence``'s.
-Numbers are compared as bits, never with a tolerance; ``max_abs_diff`` only says how far apart
-the first differing item is.
+``detbench exec`` gathers what each run of a script left into a folder: ``files/<path>`` (files
+the script created or changed), ``stdout.txt``, ``stderr.txt`` and, when the script called
+``detbench.fingerprint``, ``fingerprints.jsonl``. ``read_outputs`` turns that folder into
+``Item``s, in comparison order: printed lines, stdout then stderr (``stdout:K``, masked as
+``worker.printed`` says), each followed by the results it labels (``stdout:K:loss``:
+``worker.evidence``); fingerprints (``fingerprint:NAME#INDEX``); then files, sorted by their
+names without the run in them (``worker.runnames``). Checkpoints (.pt .pth .ckpt .bin, and any
+file in torch.save's zip or legacy format) are read with ``torch.load(weights_only=True)`` and
+walked through dicts, lists and tuples to one item per leaf tensor (``FILE:model.fc.weight``:
+dtype, shape and raw bytes) and per other leaf (``FILE:epoch``: its type and ``repr``, exact for
+a float): the file's own bytes never count, since the same state saved twice can give different
+bytes (another archive name, pickle protocol or storage sharing). .safetensors files give one
+item per tensor; event files, JSON and CSV are read by field (``worker.formats``); other text
+files (``TEXT_SUFFIXES``) give one item per line. Any other file, one that cannot be read as its
+suffix says (listed in ``unreadable``) and an empty one are one item of their whole bytes, so
+that their presence counts. Container metadata (a dict's class, a list's length) is not
+compared. Numbers are compared as bits, never with a tolerance; ``max_abs_diff`` only says how
+far apart the first differing item is.
 """
 
 from __future__ import annotations

@@ -106,14 +106,6 @@ def summarise(samples: tuple[float, ...] | list[float]) -> tuple[float, float]:
     return quantile(s, 0.5), quantile(s, 0.75) - quantile(s, 0.25)
 
 
-def relative_half_width(median: float, ci: tuple[float, float]) -> float:
-    """max(median - low, high - median) / median; 0 for an all-zero interval."""
-    half = max(median - ci[0], ci[1] - median)
-    if median > 0:
-        return half / median
-    return 0.0 if half == 0 else math.inf
-
-
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
     before = torch.get_num_threads()
@@ -132,7 +124,8 @@ def summary_of(samples: list[float], target_rel: float) -> dict[str, Any]:
     median, iqr = summarise(samples)
     ci = median_ci(samples)
     assert ci is not None  # len(samples) >= MIN_CI_SAMPLES
-    rel = relative_half_width(median, ci)
+    half = max(median - ci[0], ci[1] - median)
+    rel = half / median if median > 0 else (0.0 if half == 0 else math.inf)
     return {
         "samples": tuple(samples),
         "median": median,
