@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from detbench.core.modes import get_mode
+from detbench.run import costs as C
 from detbench.run import estimate as E
+from detbench.run import pricing as P
 from detbench.run.schedule import Plan, Slot, make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +27,7 @@ def test_a_probed_workload_is_charged_its_measured_record() -> None:
     """Its record's phases as the probe measured them, less the FLOP count after the first
     replicate (a run counts FLOPs once)."""
     plan = make_plan(["u/lm"], [get_mode("default"), get_mode("det-algos")], 3, seed=0)
-    probed = {"u/lm": E.Probed(seconds=3.0, count=0.5)}
+    probed = {"u/lm": P.Probed(seconds=3.0, count=0.5)}
     est = E.estimate(plan, "cpu", "quick", 0.1, 2.0, True, probed=probed)
     assert est.probed_records == est.costed_records == 6
     assert est.record_seconds == pytest.approx(2 * 3.0 + 4 * 2.5)
@@ -39,12 +41,12 @@ def test_the_model_prices_what_no_probe_measured() -> None:
     keys = ("u/lm",)
     plan = Plan((Slot(0, 0, get_mode("default"), keys),), (("default",),), 0)
     est = E.estimate(plan, "cpu", "quick", 0.1, 2.0, True)
-    per = E.per_record_seconds("cpu", "quick", 0.1)
+    per = P.per_record_seconds("cpu", "quick", 0.1)
     assert per == pytest.approx(
-        E.RECORD_OVERHEAD_SECONDS[("cpu", "quick")] + E.timing_seconds("cpu", 0.1)
+        C.RECORD_OVERHEAD_SECONDS[("cpu", "quick")] + P.timing_seconds("cpu", 0.1)
     )
     # A verdict record: the model's record less its timing pass, a third of it at least.
-    verdict = max(per / 3, per - E.timing_seconds("cpu", 0.1))
+    verdict = max(per / 3, per - P.timing_seconds("cpu", 0.1))
     assert est.probed_records == 0 and est.record_seconds == pytest.approx(verdict)
 
 

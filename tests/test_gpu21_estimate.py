@@ -14,6 +14,7 @@ import torch
 from detbench.core.modes import get_mode
 from detbench.run import costs as C
 from detbench.run import estimate as E
+from detbench.run import pricing as P
 from detbench.run.schedule import Plan, Slot
 
 from .conftest import detbench_cli
@@ -107,7 +108,7 @@ def test_measured_suites_are_charged_their_measured_verdict_cost() -> None:
     # A verdict record has no timing pass: conv at its measured verdict figure (the H200's
     # fused run), ops at the model's record less the model's timing pass (0.5 x 0.3 s budget).
     conv = C.VERDICT_RECORD_SECONDS[("cuda", "full", True)]["conv"]
-    model = E.per_record_seconds("cuda", "full", 0.3) - E.timing_seconds("cuda", 0.3)
+    model = P.per_record_seconds("cuda", "full", 0.3) - P.timing_seconds("cuda", 0.3)
     assert model == pytest.approx(0.15)
     assert est.record_seconds == pytest.approx(2 * (2 * conv + model))
     assert est.costed_records == 4 and est.to_json()["estimate_basis"] == "paper"

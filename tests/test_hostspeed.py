@@ -22,9 +22,10 @@ from detbench.run.costs import (
     PAIRED_TURN_SECONDS,
     VERDICT_RECORD_SECONDS,
 )
-from detbench.run.estimate import Probed, estimate
+from detbench.run.estimate import estimate
 from detbench.run.hostspeed import FACTOR_BOUNDS, HostSpeed, measure, reference_pass
 from detbench.run.paired_cost import PairedPlan
+from detbench.run.pricing import Probed
 from detbench.run.schedule import make_plan
 from tests.conftest import detbench_cli
 

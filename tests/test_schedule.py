@@ -11,12 +11,9 @@ from pathlib import Path
 import pytest
 
 from detbench.core.modes import MODES, get_mode
-from detbench.run.estimate import (
-    INVARIANCE_SECONDS_PER_SIZE,
-    estimate,
-    per_record_seconds,
-    timing_seconds,
-)
+from detbench.run.costs import INVARIANCE_SECONDS_PER_SIZE
+from detbench.run.estimate import estimate
+from detbench.run.pricing import Probed, per_record_seconds, timing_seconds
 from detbench.run.schedule import clock, make_plan, mode_order
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +152,6 @@ def test_a_measured_workload_prices_its_paired_members_at_its_own_build() -> Non
     probe worker's record, or a resumed run's own) is priced at what its record took, but the
     FLOP count and the timing pass; another at its suite's figure."""
     from detbench.run.costs import PAIRED_PREPARE_SECONDS
-    from detbench.run.estimate import Probed
     from detbench.run.paired_cost import PairedPlan
 
     plan = PairedPlan(
@@ -180,7 +176,6 @@ def test_a_long_step_measured_here_prices_its_groups_turns_warm_ups_and_rounds()
     but the A/A copy warms the verdict's step up for a first group of steps. Priced as a 0.008 s
     block, the groups read 27 s against 282 s on paper (benchmarks/workloads/detector_step.py)."""
     from detbench.run.costs import PAIRED_ROUNDS_TAKEN, PAIRED_TURN_SECONDS
-    from detbench.run.estimate import Probed
     from detbench.run.paired_cost import PairedPlan
     from detbench.worker.warmup import GROUP
 

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from detbench.core.workload import suites_dir
 from detbench.run.config import RunError
-from detbench.run.estimate import Probed, per_record_seconds, record_cost
-from detbench.run.pricing import step_seconds
+from detbench.run.pricing import Probed, per_record_seconds, record_cost, step_seconds
 from detbench.run.schedule import Slot
 from detbench.run.supervise import TIMEOUT, WorkerProcess, log_tail
 from detbench.store.record import user_frame

@@ -7,11 +7,9 @@ estimate until a GPU run measures it.
 from __future__ import annotations
 
 #: Seconds a record costs beyond its timing budget, per device and profile: building the workload,
-#: its fingerprint steps, the FLOP count, warm-up and clean-up. CPU quick: from the published CPU
-#: matrix of the version before (build, fingerprint, count and clean-up 0.02 s per record, plus
-#: warm-up), set before the stopping rule existed and checked against later runs (README, "Plan
-#: and estimate"). The others are guesses until a run measures them; on CUDA ``--dry-run`` says
-#: so.
+#: its fingerprint steps, the FLOP count, warm-up and clean-up. CPU quick: from a published CPU
+#: matrix (build, fingerprint, count and clean-up 0.02 s per record, plus warm-up; README, "Plan
+#: and estimate"). The others are guesses until a run measures them; on CUDA ``--dry-run`` says so.
 RECORD_OVERHEAD_SECONDS = {
     ("cpu", "quick"): 0.035,
     ("cpu", "full"): 0.3,
@@ -19,40 +17,33 @@ RECORD_OVERHEAD_SECONDS = {
     ("cuda", "full"): 0.15,
 }
 #: The share of its budget a record spends sampling before the stopping rule ends it, on average
-#: (records that reach their target early spend less). CPU: set from the matrix run before the
-#: stopping rule existed, and checked since (README, "Plan and estimate"). CUDA: a guess until a
-#: GPU run measures it: GPU kernel times are steady, so +-1% should often come within 6-16
-#: samples of budget/50 each.
+#: (records that reach their target early spend less). CPU: from a published CPU matrix (README,
+#: "Plan and estimate"). CUDA: a guess until a GPU run measures it: GPU kernel times are steady,
+#: so +-1% should often come within 6-16 samples of budget/50 each.
 BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.5}
 #: What the warm-up until steady (``worker/warmup.py``) costs a record beyond the fixed warm-up
 #: steps the figures above were measured with, as a share of its budget (the warm-up's ceiling).
-#: CPU: 0.046 s per record at the quick profile's 0.1 s budget (the mean over the 120 records of
-#: conv, bmm, batchnorm and rnn, 2 modes x 2 replicates, on the 2-core development CPU on
-#: 2026-11-26: warm-up 0.071 s against 3 of the record's median steps; 100 of 120 settled), so 0.45.
-#: CUDA: 0, from the H100's recorded samples (results/20261126-060355-cuda-full-h100-partial): the
-#: new warm-up, simulated on them, costs 126 ms per record on average against the old 5 steps' and
-#: block-size step's 146 ms (the H200's: 124 against 146), so the suites' measured figures stand; a
-#: GPU run is to confirm it.
+#: CPU: 0.046 s per record at the quick profile's 0.1 s budget, so 0.45 (120 records on the 2-core
+#: development CPU; docs/measured.md). CUDA: 0: simulated on the H100's recorded samples
+#: (results/20261126-060355-cuda-full-h100-partial) it costs no more than the fixed warm-up the
+#: suites' figures were measured with (docs/measured.md); a GPU run is to confirm it.
 WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
 #: Seconds of one torchrun launch, per device: a worker with distributed workloads makes one
 #: (``detbench.distributed.launch``), whose ranks each import torch and join the process group. CPU:
 #: 3.82 s, the mean ``phases.launch`` of the 30 launches of ``make bench`` on the host of
 #: ``HOST_REFERENCE_SECONDS`` (20261129-033852-cpu-quick, below; ``python tools/plan_figures.py``
-#: on its run), which a plan scales to its own host; the earlier CPU figures are in
-#: docs/measured.md ("From the code's comments"). CUDA: 17-19 s per launch of one NCCL rank on the
-#: H100 (``phases.launch`` of results/20261124-084754-cuda-full-distributed-world1, 8-11 s of it
-#: the rank's set-up, the measurement of its 3 workloads 0.3-1.1 s each): 18 s, the measurement of
-#: the distributed records included (they are charged nothing beside it on CUDA).
+#: on its run), which a plan scales to its own host. CUDA: 17-19 s per launch of one NCCL rank on
+#: the H100 (``phases.launch`` of results/20261124-084754-cuda-full-distributed-world1, 8-11 s of
+#: it the rank's set-up, the measurement of its 3 workloads 0.3-1.1 s each): 18 s, the measurement
+#: of the distributed records included (they are charged nothing beside it on CUDA).
 LAUNCH_SECONDS = {"cpu": 3.82, "cuda": 18.0}
 #: Seconds of one record by suite, per (device, profile), where a run measured them: the mean over
 #: the suite's records of their phases summed (build + fingerprint + FLOP count + timing + clean-up;
 #: the worker's start-up is counted apart). CUDA full: on the H200 (torch 2.11, all 10 modes, 824
 #: records of ``make bench``, the warm-up of 5 fixed steps and the 0.3 s budget;
-#: results/20261126-040517-cuda-full-h200-partial), in the modes with cuDNN on: conv 0.307 s (220
-#: records), rnn 0.70 s (140), batchnorm 0.218 s (140), bmm 0.371 s (100), training 1.90 s (59). The
-#: H100 of the same code and options (results/20261126-060355-cuda-full-h100-partial, 736 records):
-#: conv 0.287, rnn 0.697, batchnorm 0.183, bmm 0.375, training 1.96 s. cudnn.benchmark's autotuning
-#: is included (the bench modes ran). The modes without cuDNN: below.
+#: results/20261126-040517-cuda-full-h200-partial), in the modes with cuDNN on (the H100's:
+#: docs/measured.md). cudnn.benchmark's autotuning is included (the bench modes ran). The modes
+#: without cuDNN: below.
 SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
     ("cuda", "full"): {
         "conv": 0.307,
@@ -65,9 +56,8 @@ SUITE_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: Seconds of one record by suite in the modes with cuDNN off (``no-cudnn``,
 #: ``no-cudnn+det-algos``: ``cudnn.enabled`` off), where a run measured them: native convolutions
 #: and RNNs are slower, and training's ResNet-18 runs native convolutions too. CUDA full, on the
-#: H200 (the run above, its 99 no-cudnn and 66 no-cudnn+det-algos records): conv 0.66 s (55
-#: records), rnn 3.85 s (35), batchnorm 0.233 s (35), bmm 0.365 s (25), training 5.30 s (15). The
-#: H100's (the run above): conv 0.661, rnn 4.26, batchnorm 0.187, bmm 0.344, training 5.98 s.
+#: H200 (the run above, its 99 no-cudnn and 66 no-cudnn+det-algos records; the H100's:
+#: docs/measured.md).
 NO_CUDNN_RECORD_SECONDS: dict[tuple[str, str], dict[str, float]] = {
     ("cuda", "full"): {
         "conv": 0.66,
@@ -175,14 +165,11 @@ INVARIANCE_SECONDS_PER_SIZE = {
 #: A verdict record of the paired design (no timing pass: build, fingerprint, FLOP count and
 #: clean-up), by suite, per (device, profile), where a run measured them. CUDA full: the mean of
 #: those phases over the 452 ok records of results/20261128-011342-cuda-full-h200-partial (H200,
-#: torch 2.11: the fused design itself, each verdict made in the worker that then times the step;
-#: 361 records with cuDNN on, 91 without, conv and two RNNs in 2 replicates, the rest in 1; the
-#: separate design's verdict workers on the H100, for comparison: docs/measured.md, "From the code's
-#: comments"). Elsewhere a figure less the model's timing.
-#: CPU quick: the same figure over the ok records of ``make bench`` on a fresh clone of the
-#: 2-core VM (20261129-033852-cpu-quick, the run of ``HOST_REFERENCE_SECONDS``: an AMD EPYC,
-#: family 26, torch 2.13; ``python tools/plan_figures.py DIR``), the cuDNN flags acting on
-#: nothing there (another host's figures: docs/measured.md, "From the code's comments").
+#: torch 2.11: each verdict made in the worker that then times the step; 361 records with cuDNN
+#: on, 91 without). CPU quick: the same figure over the ok records of ``make bench`` on a fresh
+#: clone of the 2-core VM (20261129-033852-cpu-quick, the run of ``HOST_REFERENCE_SECONDS``: an
+#: AMD EPYC, family 26, torch 2.13; ``python tools/plan_figures.py DIR``), the cuDNN flags acting
+#: on nothing there. Elsewhere a figure less the model's timing.
 VERDICT_RECORD_SECONDS: dict[tuple[str, str, bool], dict[str, float]] = {
     ("cpu", "quick", True): {
         "batchnorm": 0.007,
@@ -249,11 +236,9 @@ GPU_HOST_CORES = 16
 #: A turn's cost beyond its block and the one untimed step before it: the runner's line to the
 #: worker, its wake-up and its message back. CUDA: 2.5 ms, measured on the H200
 #: (results/20261128-011342-cuda-full-h200-partial: the median over its 45 groups of the rounds'
-#: span less their blocks and untimed steps, per turn; 4,125 turns spanned 214.3 s, of which
-#: blocks 114.6 s and untimed steps 90.7 s).
-#: CPU: 1.04 ms, the same measure over the 12,449 turns of ``make bench`` on the 2-core VM
-#: (20261129-033852-cpu-quick: three workers a round; ``tools/plan_figures.py``). The figures
-#: before these: docs/measured.md, "From the code's comments".
+#: span less their blocks and untimed steps, per turn). CPU: 1.04 ms, the same measure over the
+#: 12,449 turns of ``make bench`` on the 2-core VM (20261129-033852-cpu-quick: three workers a
+#: round; ``tools/plan_figures.py``).
 PAIRED_TURN_SECONDS = {"cpu": 0.00104, "cuda": 0.0025}
 #: A member's mean block and step (seconds) per (suite, cuDNN on) and (device, profile), where a
 #: run measured them: a turn costs its block (at least one step), one untimed step and
@@ -288,16 +273,13 @@ PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[fl
         ("training", False): (0.3049, 0.3049),
     },
 }
-#: The share of its most rounds (``--rounds``) a paired group takes on average, now that the rounds
-#: stop once every mode's ratio settles (``run/paired_rounds.py``; at least 6 are taken). CPU:
-#: 0.883, the 414 groups of ``make bench`` above (20261129-033852-cpu-quick: 10.6 of 12 rounds; the
-#: earlier CPU figures: docs/measured.md, "From the code's comments"). CUDA: 0.83, measured on the
-#: H200 (the 45 groups of its run above took 8.33 of their 10 rounds on average); by suite in
-#: PAIRED_ROUNDS_BY_SUITE.
+#: The share of its most rounds (``--rounds``) a paired group takes on average, the rounds stopping
+#: once every mode's ratio settles (``run/paired_rounds.py``; at least 6 are taken). CPU: the 414
+#: groups of ``make bench`` above (20261129-033852-cpu-quick). CUDA: the 45 groups of the H200 run
+#: above; by suite in PAIRED_ROUNDS_BY_SUITE.
 PAIRED_ROUNDS_TAKEN = {"cpu": 0.883, "cuda": 0.83}
 #: The same share by suite, per (device, profile), where a run measured it. CUDA full, the H200
-#: run above: every rnn and training group stopped at the 6th of 10 rounds (steps of 10 ms and
-#: more settle at once), batchnorm's took all 10, conv's 8.8 and bmm's 9.0 on average.
+#: run above: steps of 10 ms and more (rnn, training) settle at the 6th round.
 PAIRED_ROUNDS_BY_SUITE: dict[tuple[str, str], dict[str, float]] = {
     ("cpu", "quick"): {
         "batchnorm": 0.93,
@@ -316,21 +298,18 @@ PAIRED_ROUNDS_BY_SUITE: dict[tuple[str, str], dict[str, float]] = {
 #: per worker). CUDA: fitted to the H200's two runs, 23.2 s a group of 11
 #: (results/20261128-011342-cuda-full-h200-partial, ``run_stats.paired.startup`` 46.3 s over 2
 #: groups) and 10.0 s a group of 3 (results/20261128-013218-cuda-full-bmm-steady, 20 s over 2): 16
-#: cores do not start 11 CUDA workers in one worker's time, as the plan had assumed.
+#: cores do not start 11 CUDA workers in one worker's time.
 GROUP_START_SECONDS = {"cuda": (5.05, 1.65)}
 #: What one member's ``--reference-check`` costs after a round, per device: (a share of the
 #: seconds asked, blocks of its step), the larger. On a CPU ``torch.utils.benchmark``'s
 #: ``blocked_autorange`` runs at least the seconds asked, and at least a block: 0.114 s for 0.1 s
-#: asked, the CPU core suites in default and det-algos with the A/A copy on the 2-core VM,
-#: 2026-11-29 (rounds 417.7 s with the check, 36.2 s without, over 3,348 references). On a GPU
+#: asked on the 2-core VM (docs/measured.md). On a GPU
 #: the reference is 8 blocks after an untimed one (``worker.paired.PairedTiming.reference``),
 #: whatever is asked.
 REFERENCE_COST = {"cpu": (1.14, 1.0), "cuda": (0.0, 9.0)}
 #: Seconds of one pass of ``run.hostspeed``'s reference work on the host where each device's
 #: figures above were measured: a plan multiplies them by this host's seconds over these. CPU:
 #: 0.01212 s, what the plan of ``make bench`` measured on a fresh clone of the 2-core VM
-#: (20261129-033852-cpu-quick: ``run_calls``' ``host_speed``), the run whose figures
-#: the CPU quick tables above hold. Fresh processes there read 9.3-13.6 ms within minutes of each
-#: other (the VM's speed drifts), so a plan's factor carries about that much noise. No GPU plan
-#: is scaled (no lent GPU host has run the reference work).
+#: (20261129-033852-cpu-quick: ``run_calls``' ``host_speed``), the run whose figures the CPU
+#: quick tables above hold. No GPU plan is scaled (no lent GPU host has run the reference work).
 HOST_REFERENCE_SECONDS = {"cpu": 0.01212}

@@ -2,8 +2,7 @@
 and the progress line's first guess. Every record costs its overhead plus the expected share of
 its timing budget; the first worker's start-up (measured by a dry run) and what later workers'
 start-ups cannot hide are added, and so are torchrun launches and invariance passes. The figures
-it prices with, and where each was measured or that it is a guess, are in ``run/costs.py``
-(importable from here as well).
+it prices with, and where each was measured or that it is a guess, are in ``run/costs.py``.
 """
 
 from __future__ import annotations
@@ -13,24 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from detbench.core import settings as st
-from detbench.run.costs import (
-    BUDGET_SHARE,
-    INVARIANCE_SECONDS_PER_SIZE,
-    LAUNCH_SECONDS,
-    NO_CUDNN_RECORD_SECONDS,
-    PAPER_STARTUP_SECONDS,
-    RECORD_OVERHEAD_SECONDS,
-    SUITE_RECORD_SECONDS,
-    WARMUP_SHARE,
-    WORKLOAD_RECORD_SECONDS,
-)
-from detbench.run.pricing import (
-    Pricing,
-    Probed,
-    per_record_seconds,
-    record_cost,
-    timing_seconds,
-)
+from detbench.run.costs import PAPER_STARTUP_SECONDS
+from detbench.run.pricing import Pricing, Probed, per_record_seconds
 
 if TYPE_CHECKING:
     from detbench.core.modes import Mode
@@ -38,24 +21,7 @@ if TYPE_CHECKING:
     from detbench.run.paired_cost import PairedPlan
     from detbench.run.schedule import Plan, Slot
 
-__all__ = [
-    "BUDGET_SHARE",
-    "INVARIANCE_SECONDS_PER_SIZE",
-    "LAUNCH_SECONDS",
-    "NO_CUDNN_RECORD_SECONDS",
-    "PAPER_STARTUP_SECONDS",
-    "RECORD_OVERHEAD_SECONDS",
-    "SUITE_RECORD_SECONDS",
-    "WARMUP_SHARE",
-    "WORKLOAD_RECORD_SECONDS",
-    "Estimate",
-    "Probed",
-    "estimate",
-    "per_record_seconds",
-    "planned_unsupported",
-    "record_cost",
-    "timing_seconds",
-]
+__all__ = ["PAPER_STARTUP_SECONDS", "Estimate", "estimate", "planned_unsupported"]
 
 
 @dataclass(frozen=True)

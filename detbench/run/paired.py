@@ -81,12 +81,10 @@ if TYPE_CHECKING:
 
 
 #: A CPU worker's OpenMP threads spin this many times waiting for work before they sleep
-#: (libgomp's ``GOMP_SPINCOUNT``; its default is 300,000, about 10 ms here). Measured on the
-#: 2-core development VM (11 workers taking turns, a 512x512 float32 matmul, blocks against
-#: ``blocked_autorange`` in the same workers, alternated): by default a block of 5 steps read
-#: 1.69x and one of 1 step 2.20x the reference, the worker before it still spinning on the
-#: cores; at 30,000 (about 1 ms) 0.99x and 1.00x. Within a step the gaps between parallel regions
-#: are microseconds, so the step itself spins as before. A count the user set is kept.
+#: (libgomp's ``GOMP_SPINCOUNT``; its default, 300,000, is about 10 ms): at the default, a worker
+#: that has just taken its turn still spins on the cores through the next one's block and slows
+#: it (docs/measured.md); at 30,000 (about 1 ms) it does not. Within a step the gaps between
+#: parallel regions are microseconds, so the step spins as before. A count the user set is kept.
 SPIN_ENV = {"GOMP_SPINCOUNT": "30000"}
 
 
@@ -327,27 +325,24 @@ def group_line(
     )
 
 
-#: What the runner gives the phase for the verdicts it owes: ``store(record)`` writes one;
-#: ``lost(key, mode, replicate, status, message, exit_code, device)`` makes the record of one a
-#: worker took down with it.
+#: How the runner stores a verdict record the phase makes.
 Store = Callable[[dict[str, Any]], None]
-Lost = Callable[[str, Mode, int, str, str, "int | None", str], dict[str, Any]]
 
 
 class PairedPhase:
-    """The paired phase of one run (see the module docstring): which groups are left, the
-    verdicts it owes, the order, progress and ``paired.jsonl``. Each device (``lanes``) times
-    one group at a time with workers of its own (``GroupTimer``); several devices time their
-    groups (``lane_of``) side by side, each in a thread of its own. ``job_for(mode, replicate,
-    lane)``: the runner's job for a worker on device ``lane``, ``env_for(mode, lane)`` its
-    environment; ``keys``: the workloads to time, in the plan's order; ``crew``: the run's
-    workers (its halt ends the phase); ``owed``: the (workload, mode, replicate) verdicts the
-    phase makes (empty: the verdict workers made them), stored through ``store`` (``lost``
-    for one a worker took down with it)."""
+    """The paired phase of the run ``c`` of ``workloads`` (see the module docstring): which
+    groups are left, the verdicts it owes, the order, progress and ``paired.jsonl``. Each device
+    times one group at a time with workers of its own (``GroupTimer``); several devices time
+    their groups (``lane_of``) side by side, each in a thread of its own. A distributed
+    workload's member is a torchrun launch of its ranks (``distributed.launch.PairedLaunch``).
+    ``job_for(mode, replicate, device, keys)`` and ``env_for(mode, device)``: the runner's job
+    and environment of a worker; ``crew``: the run's workers (its halt ends the phase);
+    ``owed``: the plan's slots, whose verdicts the groups make, stored through ``store``;
+    ``shard``: the (workload, replicate) groups of ``--shard K/N``
+    (``schedule.shard_groups``)."""
 
-    @classmethod
-    def of(
-        cls,
+    def __init__(
+        self,
         c: RunConfig,
         workloads: list[Workload],
         job_for: Callable[[Mode, int, str, list[str]], dict[str, Any]],
@@ -357,151 +352,77 @@ class PairedPhase:
         owed: Sequence[Slot] | None = None,
         store: Store | None = None,
         shard: set[tuple[str, int]] | None = None,
-    ) -> PairedPhase:
-        """The paired phase of the run ``c`` of ``workloads`` (a distributed one's member is a
-        torchrun launch of its ranks: ``distributed.launch.PairedLaunch``), on its devices;
-        ``job_for(mode, replicate, device, keys)`` and ``env_for(mode, device)``: the runner's
-        job and environment of a worker; ``shard``: the (workload, replicate) groups of
-        ``--shard K/N`` (``schedule.shard_groups``)."""
-        keys = [w.key for w in workloads]
-        lanes = c.device_names
-        # The verdicts of the plan's slots the groups make: every one.
-        verdicts = {(k, s.mode.name, s.replicate) for s in owed or () for k in s.keys}
-
-        def env(mode: Mode, lane: str) -> dict[str, str]:
-            got = env_for(mode, lane)
-            if c.device == "cpu" and not any(
-                k in got for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
-            ):
-                got.update(SPIN_ENV)
-            return got
-
-        return cls(
-            c.out,
-            c.modes,
-            c.replicates,
-            keys,
-            job_for=lambda mode, replicate, lane: job_for(mode, replicate, lane, keys),
-            env_for=env,
-            python=c.python,
-            crew=crew,
-            settings={
-                "rounds": c.setting("rounds"),
-                "budget": c.setting("budget"),
-                "seed": c.seed,
-                "startup_timeout": c.startup_timeout,
-                "timeout": c.timeout,
-                "device": c.device,
-                "reference_seconds": c.reference_check,
-                # Each worker's torch threads (None: torch's own count, every core).
-                "threads": job_for(c.modes[0], 0, lanes[0], keys).get("num_threads"),
-            },
-            stream=stream,
-            owed=verdicts,
-            verdicts_only=not c.paired,
-            store=store,
-            shard=shard,
-            lanes=lanes,
-            lost=lambda key, mode, replicate, status, why, code, lane: lost(
-                key,
-                mode,
-                status,
-                why,
-                code,
-                replicate=replicate,
-                seed=c.seed,
-                device=c.device,
-                device_name=lane,
-                profile=c.profile,
-                utc=utc_now(),
-            ),
-        )
-
-    def __init__(
-        self,
-        out: Path,
-        modes: list[Mode],
-        replicates: int,
-        keys: list[str],
-        job_for: Callable[[Mode, int, str], dict[str, Any]],
-        env_for: Callable[[Mode, str], dict[str, str]],
-        python: str,
-        crew: Crew,
-        settings: Mapping[str, Any],
-        stream: TextIO,
-        owed: set[tuple[str, str, int]] | None = None,
-        verdicts_only: bool = False,
-        store: Store | None = None,
-        lost: Lost | None = None,
-        shard: set[tuple[str, int]] | None = None,
-        lanes: Sequence[str] = ("cpu:0",),
     ) -> None:
-        self.out = out
-        self.modes = modes
-        self.replicates = replicates
-        self.keys = keys
-        self.rounds = int(settings["rounds"])
-        self.budget = float(settings["budget"])
-        self.seed = int(settings["seed"])
-        self.device = str(settings.get("device") or "cpu")
+        self.c = c
+        self.out, self.modes, self.replicates = c.out, c.modes, c.replicates
+        self.keys = keys = [w.key for w in workloads]
+        self.rounds = int(c.setting("rounds"))
+        self.budget = float(c.setting("budget"))
+        self.seed = c.seed
+        self.device = c.device
         self.target = TARGET_REL.get(self.device, 0.03)
-        self.reference_seconds = float(settings.get("reference_seconds") or 0.0)
+        self.reference_seconds = c.reference_check
         self.stream = stream
         self.stats = PairedStats()
         self.crew = crew
-        self.owed = set(owed or ())
-        #: The (workload key, replicate) groups of this shard of the run (None: every group).
+        self.owed = {(k, s.mode.name, s.replicate) for s in owed or () for k in s.keys}
         self.shard = shard
         self.store = store
-        self.lost_record = lost
-        self.base = baseline_of(modes)
+        self.base = baseline_of(c.modes)
         #: Verdicts and no costs (``detbench audit``): no A/A copy, no rounds, no lines.
-        self.verdicts_only = verdicts_only
-        self.members_of = [(m, 0) for m in modes] + ([] if verdicts_only else [(self.base, 1)])
+        self.verdicts_only = not c.paired
+        self.members_of = [(m, 0) for m in c.modes] + (
+            [] if self.verdicts_only else [(self.base, 1)]
+        )
         #: Each mode -> the mode whose worker times its computation (``acts.timed_as``, the
         #: baseline first): on a CPU the cuDNN flags act on nothing, so of the 10 modes only
         #: default and det-algos are timed; the others make their verdicts and sit the rounds out.
-        order = [self.base] + [m for m in modes if m.name != self.base.name]
+        order = [self.base] + [m for m in c.modes if m.name != self.base.name]
         self.timed_as = acts.timed_as(order, self.device)
+        lanes = c.device_names
         #: How many of the members timed as another mode make their verdicts at once, on each
         #: device: as many as the cores hold workers of their threads, so one where a worker takes
-        #: every core (torch's own count, the default). On the 2-core VM two 2-thread workers at
-        #: once made the CPU matrix's twins' fingerprints 121 s -> 766 s and batch invariance
-        #: 48 s -> 667 s (their OpenMP threads wait on each other); on the ops suite alone, whose
-        #: steps are mostly Python, the phase's preparation had gone 43.1 s -> 36.9 s. CPU lanes
-        #: share the cores.
+        #: every core (torch's own count, the default): two at once on too few cores wait on each
+        #: other's OpenMP threads. CPU lanes share the cores.
         cores = host_cores() // (len(lanes) if self.device == "cpu" else 1)
-        most = cores // int(settings.get("threads") or cores or 1)
+        threads = job_for(c.modes[0], 0, lanes[0], keys).get("num_threads")
+        most = cores // int(threads or cores or 1)
         self.turns = (
             0
-            if verdicts_only
-            else sum(1 for m, c in self.members_of if c or self.timed_as[m.name] == m.name)
+            if self.verdicts_only
+            else sum(1 for m, n in self.members_of if n or self.timed_as[m.name] == m.name)
         )
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
-        self.done = done_groups(iter_paired(out), self.members_of)
+        self.done = done_groups(iter_paired(c.out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
         self.weights: dict[str, float] = {}
         #: Guards what the devices' threads share: the verdicts owed and made, the progress.
         self.lock = threading.RLock()
-        self.timers = [
-            GroupTimer(
-                self,
-                lane,
-                GroupWorkers(
-                    out,
-                    python,
-                    crew,
-                    partial(_on_lane, job_for, lane),
-                    partial(_on_lane, env_for, lane),
-                    float(settings["startup_timeout"]),
-                    settings.get("timeout"),
-                    PairedStats(),
-                    self.verdict,
-                    tag=f"-{lane.replace(':', '')}" if len(lanes) > 1 else "",
-                ),
-                TwinRoom(self.device, most),
+
+        def workers(lane: str) -> GroupWorkers:
+            def env(mode: Mode) -> dict[str, str]:
+                got = env_for(mode, lane)
+                if c.device == "cpu" and not any(
+                    k in got for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+                ):
+                    got.update(SPIN_ENV)
+                return got
+
+            return GroupWorkers(
+                c.out,
+                c.python,
+                crew,
+                lambda mode, replicate: job_for(mode, replicate, lane, keys),
+                env,
+                float(c.startup_timeout),
+                c.timeout,
+                PairedStats(),
+                self.verdict,
+                tag=f"-{lane.replace(':', '')}" if len(lanes) > 1 else "",
             )
-            for lane in lanes
+
+        self.timers = [
+            GroupTimer(self, lane, workers(lane), TwinRoom(self.device, most)) for lane in lanes
         ]
 
     def weigh(self, estimate: Estimate) -> None:
@@ -642,15 +563,6 @@ class PairedPhase:
             if self.store is not None:
                 self.store(rec)
 
-    def rounds_for(self, live: list[Member]) -> int:
-        """The group's most rounds (``paired_rounds.most_rounds``)."""
-        return most_rounds([m.prepared for m in live if m.prepared], self.rounds, self.budget)
-
-
-def _on_lane(fn: Callable[..., Any], lane: str, *args: Any) -> Any:
-    """``fn(*args, lane)``: a job or environment for a worker on device ``lane``."""
-    return fn(*args, lane)
-
 
 class GroupTimer:
     """One device's share of the paired phase: its group's workers (``workers``, one per member,
@@ -774,13 +686,23 @@ class GroupTimer:
                 self._position = position
                 self._answer(m, key, replicate, self.workers.wait(m, "prepared"))
             for m, position in ms:
-                owed = (key, m.mode.name, replicate) in phase.owed
-                if owed and m.copy == 0 and phase.lost_record:
+                if m.copy == 0 and (key, m.mode.name, replicate) in phase.owed:
+                    # Its worker was lost: the record says how.
                     status, why = m.failure or ("crashed", "the worker ended")
-                    lost = phase.lost_record(
-                        key, m.mode, replicate, status, why, m.exit_code, self.lane
+                    rec = lost(
+                        key,
+                        m.mode,
+                        status,
+                        why,
+                        m.exit_code,
+                        replicate=replicate,
+                        seed=phase.seed,
+                        device=phase.device,
+                        device_name=self.lane,
+                        profile=phase.c.profile,
+                        utc=utc_now(),
                     )
-                    phase.verdict(lost, position)
+                    phase.verdict(rec, position)
         finally:
             self.workers.stats.prepare += time.perf_counter() - t0
 
@@ -831,7 +753,7 @@ class GroupTimer:
         ``base`` settles (``paired_rounds``) or the cap: the next round's number."""
         phase, stats = self.phase, self.workers.stats
         t0 = time.perf_counter()
-        cap = phase.rounds_for(live)
+        cap = most_rounds([m.prepared for m in live if m.prepared], phase.rounds, phase.budget)
         widths: dict[int, list[float]] = {id(m): [] for m in live}
         index = first
         for m in live:

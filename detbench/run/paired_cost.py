@@ -6,10 +6,7 @@ rounds of one block and one turn each. The figures and where each was measured a
 The group's workers start all at once: their imports and CUDA initialisation share the host's
 cores, so a group of ``n`` workers on ``cores`` cores takes ``n / cores`` start-ups' time, one at
 least (16 cores on the lent GPU hosts: one; 2 on the development VM: 5.5 for eleven workers, 1.5
-for three). Measured on the 2-core VM: the CPU core matrix's groups of eleven started in 70 s
-over 3 replicates, 23 s a group against 5.5 x the 4.1 s start-up its dry run measured (22.5 s;
-docs/measured.md); ``ceil``, as the estimate once took, said 24.6 s there and 2 start-ups for
-the quickstart's groups of three.
+for three; docs/measured.md).
 """
 
 from __future__ import annotations
@@ -87,13 +84,13 @@ class PairedPlan:
         speed: float = 1.0,
     ) -> float:
         """Seconds of the phase on paper (``startup``: one worker's start-up, as the plan's).
-        ``probed``: the workloads measured on this host (``estimate.Probed``: a probe worker's
+        ``probed``: the workloads measured on this host (``pricing.Probed``: a probe worker's
         record, or a resumed run's own), each member's preparation priced as that record's build
         and first steps took (its phases but the FLOP count and the timing pass), not as its
-        suite's figure: a user's diffusion UNet took 4.1 s to build on the 2-core VM, which the
-        custom suite's 0.06 s left out 33 times (docs/measured.md). ``speed``: this host's factor
-        on the figures (``run.hostspeed``): a preparation, a step and a turn's overhead are work,
-        scaled; a block is a time by design, scaled only where a step outlasts it."""
+        suite's figure (a user's model can take seconds to build: docs/measured.md). ``speed``:
+        this host's factor on the figures (``run.hostspeed``): a preparation, a step and a turn's
+        overhead are work, scaled; a block is a time by design, scaled only where a step outlasts
+        it."""
         if not self.groups:
             return 0.0
         cores = cores or host_cores()

@@ -127,7 +127,7 @@ class Runner:
             for k in s.keys
         }
         self._held: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-        self.paired = PairedPhase.of(
+        self.paired = PairedPhase(
             config,
             self.workloads,
             self._pair_job,
