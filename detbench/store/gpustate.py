@@ -185,10 +185,10 @@ def _smi_value(field: str, raw: str) -> Any:
     return raw
 
 
-def parse_smi_csv(text: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+def parse_smi_csv(text: str) -> list[dict[str, Any]]:
     """The GPUs of ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits`` output, one line
-    per GPU, its columns in the order of ``fields`` (``SMI_FIELDS``' keys by default)."""
-    names = list(SMI_FIELDS) if fields is None else fields
+    per GPU, its columns in the order of ``SMI_FIELDS``."""
+    names = list(SMI_FIELDS)
     gpus = []
     for row in csv.reader(text.strip().splitlines(), skipinitialspace=True):
         if not row:

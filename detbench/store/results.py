@@ -378,21 +378,6 @@ def host_env() -> dict[str, Any]:
     return host_env_later()()
 
 
-#: The facts that make two runs comparable, in the order a report lists them.
-ENV_FACTS = (
-    "device",
-    "gpu",
-    "driver",
-    "cuda",
-    "cudnn",
-    "torch",
-    "python",
-    "cpu",
-    "cpu_capability",
-    "threads",
-)
-
-
 def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
     """The environment of a run in a few comparable strings (None where not known): the device,
     GPU model, NVIDIA driver, CUDA (the version torch was built with), cuDNN, torch,
@@ -420,6 +405,10 @@ def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
         "cpu_capability": text(worker.get("cpu_capability")),
         "threads": text(worker.get("num_threads")),
     }
+
+
+#: The facts that make two runs comparable, in the order a report lists them.
+ENV_FACTS = tuple(env_facts({}))
 
 
 def stamped_dir(label: str) -> Path:

@@ -210,7 +210,7 @@ def device_env(device: torch.device) -> dict[str, Any]:
         "num_interop_threads": torch.get_num_interop_threads(),
         "cudnn_version": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
         # The CUDA version torch was built with (the runtime it ships); the driver's own CUDA
-        # version is in the host facts. Runs before schema 2 called this ``cuda_runtime``.
+        # version is in the host facts.
         "cuda_build": torch.version.cuda,
         CUBLAS_ENV: os.environ.get(CUBLAS_ENV),
         **{name: os.environ.get(name) for name in GPU_ENV_VARS},

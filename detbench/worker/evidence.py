@@ -17,7 +17,7 @@ them "not reproducible" sends the user after a problem they do not have. So the 
 A verdict rests on tiers 1 and 2 together where a run has any item in them (``split``): the
 runs agree when every such item does. The text is still compared: where it alone differs, the
 report shows what differed beside the verdict, so the user can judge it. A run with neither
-tensors nor labelled results is decided by its text, as before.
+tensors nor labelled results is decided by its text.
 """
 
 from __future__ import annotations

@@ -7,43 +7,22 @@ A line is what a terminal shows at its end: the text is split on ``\\n``, and wi
 after a ``\\r`` overwrites it from the first column, so a tqdm bar counts once, in its last state
 (``100%|...| 10/10`` and its postfix, e.g. ``loss=0.41``). The overwritten redraws are set aside:
 tqdm redraws at most every ``mininterval`` (0.1 s), so how many there are follows the clock; the
-last state does not, and a bar closed with ``leave=False`` is blanked by tqdm itself and leaves
-nothing. A bar short of its end (``3/24``) is set aside too: with two bars on a stream (a
-``Trainer``'s evaluation bar under its training bar, drawn with cursor moves, which are
-removed) or a bar beside prints, the state a line catches follows the clock. Blank lines are
-dropped.
+last state does not, and a bar closed with ``leave=False`` is blanked by tqdm itself. A bar short
+of its end (``3/24``) is set aside too: with two bars on a stream (a ``Trainer``'s evaluation bar
+under its training bar, drawn with cursor moves, which are removed) or a bar beside prints, the
+state a line catches follows the clock. Blank lines are dropped.
 
-Masks (``MASKS``, applied in this order), each kind set aside once per stream or file, with a
-count. They are kept narrow, each tied to a unit, a key word or a clock's shape, because a mask
-that covers a real difference turns a verdict into "reproducible" when it is not; masking a
-value that happens to be deterministic only loses a comparison. Numbers outside them (losses,
-accuracies, ``lr 3e-4``, step counters, ``98.5%``) stay as printed: the printed text is the bits
-a user sees.
-
-- ``<tmp>``: paths under /tmp, /var/tmp, /dev/shm, /var/folders, /private/var/folders and the
-  folders $TMPDIR, $TEMP and $TMP name (where tempfile looks first), and a Windows
-  ``X:\\...\\Temp\\...``;
-- ``<time>``: ISO dates and times (``2026-11-27 21:33:53``, ``2026-11-27T21:33:53.123+00:00``,
-  logging's ``,123``) and a date alone (``2026-11-27``);
-- ``<time>``: the stamps in run folders' names: TensorBoard's ``Dec01_21-33-53`` (its default
-  ``runs/<stamp>_<host>``) and ``20261201-213353``;
-- ``<elapsed>``: tqdm's ``[00:03<00:10`` (and ``[00:03,`` without a total);
-- ``<time>``: a clock, ``21:33:53`` or ``0:00:03.2`` (a timedelta);
-- ``<rate>``: a number (or tqdm's ``?``) before ``WORD/s`` or ``s/WORD`` (``1.5 it/s``,
-  ``2.1s/it``, ``samples/s``, ``tokens/sec``, ``MB/s``), before ``WORD per second`` or
-  ``FLOPS``, and after ``mfu``, ``throughput``, ``fps``, ``speed`` or a key ending
-  ``_per_second`` (``:``, ``=`` and quotes may come between: ``'train_samples_per_second': 4.5``),
-  and after a rate written as a label (``tokens/s 12345``, ``samples/sec: 9.1``);
-- ``<elapsed>``: a number with a time unit (``3.2s``, ``3.21 s``, ``12.3ms``, ``2 min``,
-  ``1m 30s``; units ns us µs ms msec(s) s sec(s) second(s) min(s) minute(s) h hr(s) hour(s)),
-  the number after a time unit written as a label (``ms/batch 78.66``, ``s/it: 2.1``), and the
-  number or clock after ``took``, ``elapsed``, ``duration``, ``runtime``, ``time``, ``eta``,
-  ``dt``, ``wall``, ``timestamp`` or a key ending ``_time``, ``_runtime``, ``_timestamp``,
-  ``_ms``, ``_s(ec)`` or ``_seconds`` (``time: 0.23``, ``took 3.2``, ``"step_ms": 12.5``);
-- ``<pid>``: the number after ``pid`` or ``process id``/``process_id``;
-- ``<addr>``: the hex after ``at 0x`` (every default object repr), and any 0x number of 9 to 12
-  hex digits (user-space addresses of a 64-bit process have at most 12; float32 bit patterns, 8
-  digits, and float64 ones, 16, are kept).
+Masks (``MASKS``, applied in order; each kind set aside once per stream or file, with a count):
+temporary paths (``<tmp>``: /tmp and the other roots tempfile uses, a Windows ``Temp``), dates,
+times and run folders' stamps (``<time>``), durations, tqdm's timers and the number after a time
+word or key (``<elapsed>``: ``3.2s``, ``ms/batch 78.66``, ``took 3.2``, ``"step_ms": 12.5``),
+rates (``<rate>``: ``1.5 it/s``, ``tokens/sec``, ``FLOPS``, ``mfu``, ``_per_second`` keys),
+process ids (``<pid>``) and addresses (``<addr>``: after ``at 0x``, or 9 to 12 hex digits, which
+float32 and float64 bit patterns never have). They are kept narrow, each tied to a unit, a key
+word or a clock's shape, because a mask that covers a real difference turns a verdict into
+"reproducible" when it is not; masking a value that happens to be deterministic only loses a
+comparison. Numbers outside them (losses, accuracies, ``lr 3e-4``, step counters, ``98.5%``)
+stay as printed: the printed text is the bits a user sees.
 
 A line with no letter or digit left outside the masks is set aside whole. Not masked, so a
 difference there is reported: epoch seconds, random run names (e.g. wandb ids), dates in other
