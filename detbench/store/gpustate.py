@@ -22,8 +22,9 @@ import csv
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 from typing import Any
+
+from detbench.store.results import utc_now
 
 #: The bits of NVML's ``nvmlClocksEventReasons`` (nvml.h; nvidia-smi prints the same bitmask).
 REASON_BITS = {
@@ -82,10 +83,6 @@ SMI_RENAMED = {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}
 #: What nvidia-smi prints where it has no value (some in brackets).
 SMI_NO_VALUE = ("N/A", "Not Supported", "Unknown Error", "Insufficient Permissions", "Unknown")
 SMI_TIMEOUT = 10.0  # seconds: nvidia-smi on a wedged GPU can hang
-
-
-def _utc() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def reasons_from_mask(mask: int) -> list[str]:
@@ -239,13 +236,13 @@ def snapshot() -> dict[str, Any]:
     ``power_draw_w``, ``temperature_c``, ``throttle_reasons`` (list of str), ``violation_ns``
     (NVML's cumulative throttle time per cause; empty from nvidia-smi), ``mig_mode``, and
     ``unavailable`` (field -> why) where a field could not be read."""
-    gpus, nvml_reason = _nvml_snapshot()
-    if gpus is not None:
-        return {"source": "nvml", "reason": None, "utc": _utc(), "gpus": gpus}
-    gpus, smi_reason = _smi_snapshot()
-    if gpus is not None:
-        return {"source": "nvidia-smi", "reason": nvml_reason, "utc": _utc(), "gpus": gpus}
-    return {"source": None, "reason": f"{nvml_reason}; {smi_reason}", "utc": _utc(), "gpus": None}
+    gpus, reason = _nvml_snapshot()
+    source = "nvml" if gpus is not None else None
+    if gpus is None:
+        gpus, smi_reason = _smi_snapshot()
+        source = "nvidia-smi" if gpus is not None else None
+        reason = reason if gpus is not None else f"{reason}; {smi_reason}"
+    return {"source": source, "reason": reason, "utc": utc_now(), "gpus": gpus}
 
 
 def _label(gpu: Mapping[str, Any]) -> str:

@@ -6,12 +6,8 @@ first dimension is the batch is kept. Row 0 is the same request at every size: t
 its input so. Each size's rows are compared bitwise with the smallest size's (the batch of 1 where
 declared). The verdict is a second one beside run-to-run equality: kernels choose their reduction
 order, blocking and split by the shape they see, so a row can change with its batch in a process
-that is perfectly reproducible run to run.
-
-``invariant`` is over every batch-first output (logits that move while the completion they give
-does not is itself worth knowing). ``distinct`` counts the different row-0 results of the FIRST
-batch-first output only, the workload's result: for a decoder that returns its generated ids
-first, the number of distinct completions of the same request across the batch compositions.
+that is perfectly reproducible run to run. ``invariant`` is over every batch-first output
+(logits that move while the completion they give does not is itself worth knowing).
 """
 
 from __future__ import annotations

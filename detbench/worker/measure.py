@@ -1,6 +1,7 @@
 """The pieces of the measurement passes (``detbench.worker.passes`` runs them in order): the
-build, the FLOP count, the batch-invariance pass, the settings read back, and how a failure reads
-(``classify``: a failure is a status and a message, never an exception).
+record and context they start from, the build, the FLOP count, the batch-invariance pass, the
+settings read back, the clean-up (``release``), and how a failure reads (``classify``: a failure
+is a status and a message, never an exception).
 
 On CUDA, the last statement of a workload is a synchronisation, so an asynchronous error of its
 kernels is charged to it and not to the next workload. An error that leaves the CUDA context
