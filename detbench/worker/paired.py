@@ -67,7 +67,6 @@ class PairedTiming:
     sampler: Any = None
     number: int = 1
     samples: list[float] = field(default_factory=list)
-    starts: list[float] = field(default_factory=list)
     warm: Any = None
     watch: Any = None
     threads: int = 1
@@ -206,7 +205,6 @@ class PairedTiming:
             start = time.time()
             seconds = self.sampler.samples(self.step, self.number, 1)[0]
         self.samples.append(seconds)
-        self.starts.append(start)
         return {"seconds": seconds, "start": start}
 
     def reference(self, seconds: float) -> dict[str, Any]:
