@@ -1,29 +1,25 @@
 """The one protocol every detbench child process speaks with its parent, described here once.
 
 **One main, one job in, JSON lines out.** Every child is ``python -m detbench.worker.child``
-(``child_command``): a run's workers (spawned by ``run.supervise``), torchrun's ranks (started by
-``distributed.launch``), locate's recording processes (``locate.stages``), the op probe
-(``run.probe``) and audit's probe (``locate.audit``). It reads one job, a JSON object, from the
-first line of stdin (``--job -``) or a file (``--job PATH``); the job's ``kind`` names the
-function that does it (``package.module:function``, imported only in the child, so this layer
-names no module above it; the job's writer names its own), which takes the job and a
-``Channel``. Every message back is one strict JSON object on a line (``jsonable``: NaN as None),
-with a ``type``, flushed at once, to a file descriptor (``--fd``: a pipe) or appended to a file
-(``--out``):
+(``child_command``). It reads one job, a JSON object, from the first line of stdin (``--job -``)
+or a file (``--job PATH``); the job's ``kind`` names the function that does it
+(``package.module:function``, imported only in the child, so this layer names no module above
+it; the job's writer names its own), which takes the job and a ``Channel``. Every message back
+is one strict JSON object on a line (``jsonable``: NaN as None), with a ``type``, flushed at
+once, to a file descriptor (``--fd``: a pipe) or appended to a file (``--out``):
 
-- ``detbench.run.child:pair``, a run's worker, a member of a paired group (``run.paired``): its
-  job on stdin; ``loaded``, ``ready``, then the messages that answer each line of stdin
-  (``run.child.pair`` lists them); ``exit`` or the end of stdin ends it (``done`` at the end of
-  stdin). A ``prepared`` with ``lost`` ends it too: its CUDA context is unusable, and a fresh
-  worker takes over.
-- ``detbench.distributed.rank:main``, a torchrun rank: ``DIR/job.json``; ``ready`` (its pid), a
-  ``record`` per workload (with its ``index`` in the launch); ``done``.
-- ``detbench.locate.worker:main``, ``detbench.run.probe:main``, ``detbench.locate.audit:main``,
-  one-shot children (``run_child``): a job file; one ``result``.
+- ``detbench.run.child:pair``, a run's worker (spawned by ``run.supervise``), a member of a
+  paired group: its job on stdin; ``loaded``, ``ready``, then the messages that answer each line
+  of stdin (``run.child.pair`` lists them); ``exit`` or the end of stdin ends it (``done`` at the
+  end of stdin). A ``prepared`` with ``lost`` ends it too: its CUDA context is unusable, and a
+  fresh worker takes over.
+- ``detbench.distributed.rank:main``, a torchrun rank (``distributed.launch``): ``DIR/job.json``;
+  ``ready`` (its pid), a ``record`` per workload (with its ``index`` in the launch); ``done``.
+- ``detbench.locate.worker:main`` (locate's recording process), ``detbench.run.probe:main`` (the
+  op probe), ``detbench.locate.audit:main`` (audit's probe), one-shot children: a job file; one
+  ``result``, which the parent (``run_child``) takes, or ``ChildFailed`` where there is none.
 
-The parent of a one-shot child (``run_child``) waits for it and takes its ``result``; a child that
-ends without one is ``ChildFailed``. A line cut short by a crash is the file's last, and
-``read_messages`` leaves it out.
+A line cut short by a crash is the file's last, and ``read_messages`` leaves it out.
 
 **What is not a message**, each for a reason:
 
