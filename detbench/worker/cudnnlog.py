@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +64,6 @@ class Engine:
     candidates: int  # distinct configurations executed: the autotuner's candidates, or 1
     executions: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "shapes": self.shapes,
-            "engine": self.engine,
-            "candidates": self.candidates,
-            "executions": self.executions,
-        }
-
 
 @dataclass(frozen=True)
 class Parsed:
@@ -85,11 +76,11 @@ class Parsed:
     unsupported: str | None = None
 
     def to_record(self) -> list[dict[str, Any]] | dict[str, str]:
-        """``record["cudnn_engines"]``: a list of ``Engine.to_json()`` ([] where no cuDNN
+        """``record["cudnn_engines"]``: a list of ``Engine`` as dicts ([] where no cuDNN
         execution ran), or ``{"unsupported": reason}``."""
         if self.unsupported is not None:
             return {"unsupported": self.unsupported}
-        return [e.to_json() for e in self.engines]
+        return [asdict(e) for e in self.engines]
 
 
 def _shapes(block: str) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -64,28 +64,12 @@ class Timing:
     clock_mode: str | None = None  # "paired", or "exec" (``detbench exec``)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "samples": list(self.samples),
-            "number_per_block": self.number_per_block,
-            "median": self.median,
-            "iqr": self.iqr,
-            "warmup_steps": self.warmup_steps,
-            "min_run_time": self.budget,
-            "num_threads": self.num_threads,
-            "budget": self.budget,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "ci_rel": self.ci_rel,
-            "target_rel": self.target_rel,
-            "reached_target": self.reached_target,
-            "clock": self.clock,
-            "min_samples": self.min_samples,
-            "warmup": None if self.warmup is None else self.warmup.to_json(),
-            "gpu_clocks": self.gpu_clocks,
-            "ceiling": None,
-            "clock_mode": self.clock_mode,
-            "hold": None,
-        }
+        """The record's ``timing``: every field, ``min_run_time`` (the budget, as older readers
+        name it), and ``ceiling`` and ``hold`` None (module docstring)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(samples=list(self.samples), min_run_time=self.budget, ceiling=None, hold=None)
+        out["warmup"] = None if self.warmup is None else self.warmup.to_json()
+        return out
 
 
 def quantile(sorted_samples: tuple[float, ...] | list[float], q: float) -> float:
