@@ -14,7 +14,6 @@ from detbench.cli import main as cli
 from detbench.core.modes import get_mode
 from detbench.core.workload import Workload, builtin_suite_files, load_file
 from detbench.report import attribution as ar
-from detbench.report import attribution_chart
 from detbench.report.render import Details, Figure, Heading, Para, Table, to_markdown
 from detbench.store.results import load_env, load_results
 from tests import synthetic as syn
@@ -295,7 +294,7 @@ def test_a_noisy_or_wide_cost_is_no_finding_in_words(tmp_path: Path, study: dict
 
 def test_report_section(run_dir: Path, tmp_path: Path, study: dict[str, Any]) -> None:
     df, env = load_results(run_dir), load_env(run_dir)
-    plots = attribution_chart.write_plots(df, env, tmp_path / "plots")
+    plots = ar.write_plots(df, env, tmp_path / "plots")
     assert [(p.kind, p.suite) for p in plots] == [("attribution", "s")]
     assert plots[0].png.stat().st_size > 0 and plots[0].svg.stat().st_size > 0
     blocks = ar.blocks(df, env, plots)
@@ -313,7 +312,7 @@ def test_report_section(run_dir: Path, tmp_path: Path, study: dict[str, Any]) ->
     assert "Attribution" in to_markdown(blocks, tmp_path)
     # A run that is not a study has no section and no chart.
     assert ar.blocks(df, {"study": None}, plots) == []
-    assert attribution_chart.write_plots(df, {}, tmp_path / "none") == []
+    assert ar.write_plots(df, {}, tmp_path / "none") == []
 
 
 # -- the command -------------------------------------------------------------------------------

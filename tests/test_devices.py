@@ -199,7 +199,7 @@ def test_the_verdicts_equal_a_serial_runs(parallel: Path, serial: Path) -> None:
             assert r["flops_per_step"] is not None
     # A serial run ran on one device: no cross-device verdict, no section.
     assert {r["device_name"] for r in _records(serial)} == {"cpu:0"}
-    assert devices.blocks(load_results(serial), load_env(serial), []) == []
+    assert devices.blocks(load_results(serial), load_env(serial)) == []
 
 
 @pytest.mark.slow  # two whole runs end to end: make test-slow and CI run it
@@ -213,7 +213,7 @@ def test_same_bits_across_devices_is_computed(parallel: Path) -> None:
     assert "did not run (crashed)" in str(t.loc[("aborts", "default"), "note"])
     from detbench.report.render import to_markdown
 
-    md = to_markdown(devices.blocks(load_results(parallel), load_env(parallel), []), parallel)
+    md = to_markdown(devices.blocks(load_results(parallel), load_env(parallel)), parallel)
     assert "## Same bits across devices" in md
     assert "4 of 4 (workload, mode) that ran on more than one of the devices gave the same" in md
 

@@ -132,10 +132,10 @@ def test_the_report_section_shows_world_size_backend_and_agreement(suite_run: Pa
     t = distributed_report.table(df)
     assert list(t["world_size"]) == [2] and list(t["backend"]) == ["gloo"]
     assert list(t["ranks_agree"]) == [True]
-    blocks = distributed_report.blocks(df, {}, [])
+    blocks = distributed_report.blocks(df)
     text = "\n".join(repr(b) for b in blocks)
     assert "Distributed" in text and "gloo" in text
-    assert distributed_report.blocks(df[df["suite"] != "distributed"], {}, []) == []
+    assert distributed_report.blocks(df[df["suite"] != "distributed"]) == []
 
 
 # -- faults --------------------------------------------------------------------------------------

@@ -13,8 +13,6 @@ import pytest
 import detbench
 from detbench.analysis.invariance_table import base_mode_of
 from detbench.report import invariance as ir
-from detbench.report import invariance_plane as ip
-from detbench.report import invariance_words as iw
 from detbench.report.render import Bullets, Details, Figure, Heading, Para, Table, to_markdown
 from detbench.report.write import write_report
 from tests.synthetic import record, write_run
@@ -49,10 +47,10 @@ def full_table(blocks: list[Any]) -> Table:
 
 
 def test_section_and_plane_of_the_probe(probe: pd.DataFrame, tmp_path: Path) -> None:
-    plots = ip.write_plots(probe, {}, tmp_path / "plots")
+    plots = ir.write_plots(probe, tmp_path / "plots")
     assert [p.kind for p in plots] == ["invariance-plane"]
     assert plots[0].png.exists() and plots[0].png.read_bytes()[:4] == b"\x89PNG"
-    blocks = ir.blocks(probe, {}, plots)
+    blocks = ir.blocks(probe, plots)
     assert Heading(2, "Batch invariance") in blocks
     assert [b.plot for b in blocks if isinstance(b, Figure)] == plots
     tab = full_table(blocks)
@@ -61,14 +59,14 @@ def test_section_and_plane_of_the_probe(probe: pd.DataFrame, tmp_path: Path) -> 
     assert cells[("matmul_rows", "det-algos")].startswith("varies from batch ")
     text = to_markdown(blocks, tmp_path)
     assert "not batch invariant in any mode" in text and "deterministic algorithms included" in text
-    points = ip.plane(probe)
+    points = ir.plane(probe)
     assert set(points["reproducible"]) == {0.5}  # one of the two sized workloads, in each mode
 
 
 def test_no_batch_sizes_no_section(tmp_path: Path) -> None:
     df = pd.DataFrame([record("w", "default", r, "x", [0.01] * 5) for r in range(2)])
-    assert ir.table(df).empty and ir.blocks(df, {}, []) == []
-    assert ip.write_plots(df, {}, tmp_path) == []
+    assert ir.table(df).empty and ir.blocks(df, []) == []
+    assert ir.write_plots(df, tmp_path) == []
 
 
 def _sized(workload: str, mode: str, rep: int, secs: float, invariant: bool,
@@ -107,7 +105,7 @@ def test_price_of_an_invariant_reference(tmp_path: Path) -> None:
     bad = t[("mm_bad", "det-algos")]
     assert bad["reference_invariant"] is False and bad["price"] == pytest.approx(0.5)
     assert t[("mm", "default")]["price"] is None
-    blocks = ir.blocks(df, {}, [])
+    blocks = ir.blocks(df, [])
     tab = full_table(blocks)
     row = next(r for r in tab.rows if r[0] == "mm_ref" and r[1] == "default")
     assert row[7] == "0.25x [0.25, 0.25] vs mm" and row[8] == "yes"
@@ -153,7 +151,7 @@ def test_price_of_a_setting_a_decoder_and_the_plane(tmp_path: Path) -> None:
     dec = t[("dec", "default")]
     assert dec["completion"] is True and dec["distinct_results"] == 2
     assert dec["items_per_second"] == pytest.approx(10 / 0.008)
-    blocks = ir.blocks(df, {}, [])
+    blocks = ir.blocks(df, [])
     tab = full_table(blocks)
     assert tab.header[-1] == "price of the setting (throughput vs base mode)"
     cells = {(str(r[0]), str(r[1])): r for r in tab.rows}
@@ -173,12 +171,12 @@ def test_price_of_a_setting_a_decoder_and_the_plane(tmp_path: Path) -> None:
         "0.80x [0.80, 0.80] the throughput of default)" in words
     )
     assert "2 workload(s) invariant in default stay invariant" in words  # ew and mm_ref
-    p = {r["mode"]: r for r in ip.plane(df).to_dict("records")}
+    p = {r["mode"]: r for r in ir.plane(df).to_dict("records")}
     assert p["default"]["workloads"] == 3  # mm, dec, ew: mm_ref left out
     assert p["default"]["reproducible"] == pytest.approx(1 / 3)
     assert p[MEDIUM]["reproducible"] == pytest.approx(2 / 3)
     assert p[MEDIUM]["relative_throughput"] == pytest.approx((0.5 * 0.8 * 1.0) ** (1 / 3))
-    plots = ip.write_plots(df, {}, tmp_path / "plots")
+    plots = ir.write_plots(df, tmp_path / "plots")
     assert "invariant references left out" in plots[0].title
 
 
@@ -191,7 +189,7 @@ def test_a_setting_is_priced_against_the_mode_that_has_all_its_other_settings() 
     assert base_mode_of(both, ["default", both]) == "default"
     assert base_mode_of(compiled, ["default", compiled, both]) == "default"
     assert base_mode_of("default", ["default", compiled]) is None
-    assert iw._added(both, compiled) == "inductor_batch_invariant=on"
+    assert ir._added(both, compiled) == "inductor_batch_invariant=on"
 
 
 def test_a_run_where_nothing_could_run(tmp_path: Path) -> None:

@@ -274,7 +274,7 @@ def test_embedded_plots_are_palette_pngs(quiet: Path) -> None:
 def test_invariance_run_in_ten_modes_has_at_most_two_rows_per_workload() -> None:
     df = detbench.load_results(PUBLISHED_INVARIANCE)
     assert df["mode"].nunique() == 10
-    blocks = ir.blocks(df, {}, [])
+    blocks = ir.blocks(df, [])
     (compact,) = [
         b for b in blocks if isinstance(b, Table) and b.caption.endswith("one row per verdict")
     ]

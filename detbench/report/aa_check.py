@@ -1,7 +1,7 @@
 """The report's account of the costs' own honesty: the A/A line beside the costs, how the
 costs were timed in paired rounds (true to env.json's ``timing`` and the records), what limits
-their intervals, instead of a bare "stopped short", and which of them rest on one
-replicate (``MARK`` in the tables), whose interval assumes the spread between replicates.
+their intervals, and which of them rest on one replicate (``MARK`` in the tables), whose
+interval assumes the spread between replicates.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def costs_item(
 
 def limits_sentence(costs: pd.DataFrame) -> str:
     """What limits the costs' intervals, counted over ``costs``' ``limited_by`` ("" where the
-    costs do not say): the words a bare "stopped short" lacked."""
+    costs do not say)."""
     if costs.empty or "limited_by" not in costs.columns:
         return ""
     counts = costs["limited_by"].dropna().value_counts()

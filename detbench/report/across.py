@@ -13,7 +13,7 @@ from detbench.analysis.across import FACTS, VERDICTS, Run, across, counts, load_
 from detbench.analysis.autotuner import AUTOTUNER, WHY
 from detbench.analysis.matrix import summary_table
 from detbench.report import samebits
-from detbench.report.render import Block, Bullets, Code, Heading, Para, Table
+from detbench.report.render import Block, Bullets, Code, Heading, Para, Table, text_table
 from detbench.report.render import to_markdown as render
 
 HEADER = ("workload", "mode", "verdict", "groups (runs with equal bits)", "what differs, or why")
@@ -34,11 +34,7 @@ EXPLAIN = (
 
 def labels(runs: Sequence[Run]) -> dict[str, str]:
     """A short label per run: A, B, C, ..."""
-    return {r.name: _letter(i) for i, r in enumerate(runs)}
-
-
-def _letter(i: int) -> str:
-    return chr(ord("A") + i) if i < 26 else f"R{i + 1}"
+    return {r.name: chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i, r in enumerate(runs)}
 
 
 def fact_lines(runs: Sequence[Run]) -> tuple[str, list[str]]:
@@ -156,10 +152,7 @@ def to_text(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> str:
     lines.append("")
     lines += like_lines(runs, verdicts)
     lines.append("")
-    table = [list(HEADER), *rows(verdicts, lab)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
-    for r in table:
-        lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+    lines += text_table([list(HEADER), *rows(verdicts, lab)])
     lines += ["", summary_line(verdicts)]
     return "\n".join(lines) + "\n"
 
@@ -205,8 +198,7 @@ def set_blocks(directory: Path) -> list[Block]:
         name = r.name.rsplit(":", 1)[-1]
         out += [Heading(2, f"Machine {name}"), Para(fact_line(r)), Code(summary_table(r.df)[1])]
         out += [
-            b if not isinstance(b, Heading) else Heading(3, b.text)
-            for b in samebits.blocks(r.df, r.env, [])
+            b if not isinstance(b, Heading) else Heading(3, b.text) for b in samebits.blocks(r.df)
         ]
     return out
 

@@ -77,12 +77,27 @@ def suite_rows(
     """One row per suite, from ``suite_answer.answers`` (what the console prints too): the
     suite and its answer, the one line of Python, the throughput against the baseline, and where
     ``full`` is given (``analysis.price``, by suite) the price of full determinism."""
-    rows = _answer_rows(df, rec, v, points, baseline)
-    if full is None:
-        return rows
-    for suite, row in zip(suite_answer.answers(df, rec, v), rows, strict=True):
-        p = full.get(suite.suite)
-        row.append("–" if p is None else price_cell(p, baseline))
+    by_suite = {r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")}
+    rows: list[list[str | Code]] = []
+    for a in suite_answer.answers(df, rec, v):
+        row: list[str | Code] = [f"{a.suite} ({a.text})", "–", "–"]
+        if a.mode is not None:
+            line = one_line(a.mode)
+            row[1] = Code(line) if line else "nothing: torch's defaults"
+            q: Any = None
+            if a.complete:
+                row[0], q = f"{a.suite} ({a.mode})", by_suite[a.suite]
+            elif len(points):
+                p = points[(points["suite"] == a.suite) & (points["mode"] == a.mode)]
+                q = p.iloc[0] if len(p) else None
+            if q is not None:
+                row[2] = _cost(
+                    a.mode, baseline, q["relative_throughput"], q.get("ci_low"), q.get("ci_high")
+                )
+        if full is not None:
+            p_full = full.get(a.suite)
+            row.append("–" if p_full is None else price_cell(p_full, baseline))
+        rows.append(row)
     return rows
 
 
@@ -93,37 +108,6 @@ def price_cell(p: price.Price, baseline: str) -> str:
     if p.ran < p.workloads:
         cell += f" ({p.ran} of {p.workloads} workloads ran)"
     return cell
-
-
-def _answer_rows(
-    df: pd.DataFrame, rec: pd.DataFrame, v: pd.DataFrame, points: pd.DataFrame, baseline: str
-) -> list[list[str | Code]]:
-    by_suite = {r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")}
-    rows: list[list[str | Code]] = []
-    for a in suite_answer.answers(df, rec, v):
-        if a.mode is None:
-            rows.append([f"{a.suite} ({a.text})", "–", "–"])
-            continue
-        line = one_line(a.mode)
-        python: str | Code = Code(line) if line else "nothing: torch's defaults"
-        if a.complete:
-            r = by_suite[a.suite]
-            cost = _cost(a.mode, baseline, r["relative_throughput"], r["ci_low"], r["ci_high"])
-            rows.append([f"{a.suite} ({a.mode})", python, cost])
-            continue
-        p = (
-            points[(points["suite"] == a.suite) & (points["mode"] == a.mode)]
-            if len(points)
-            else points
-        )
-        cost = "–"
-        if len(p):
-            q = p.iloc[0]
-            cost = _cost(
-                a.mode, baseline, q["relative_throughput"], q.get("ci_low"), q.get("ci_high")
-            )
-        rows.append([f"{a.suite} ({a.text})", python, cost])
-    return rows
 
 
 def _cost(mode: str, baseline: str, point: Any, low: Any, high: Any) -> str:
@@ -390,21 +374,19 @@ def blocks(
         else one_replicate_marks(df, rec, v, rows, costs, baseline, full[0] if full else None)
     )
     out.append(Table(header, rows))
-    items = [marks, price_line(list((by_suite or {}).values()), full, baseline)]
-    items = [x for x in items if x]
     stuck = irreproducible(df, v, env)
-    if stuck:
-        items.append("Reproducible in no mode: " + "; ".join(stuck) + ".")
-    items += open_lines(v)
-    items += cause.sentences(cause.causes(df, v))
-    items += engine_lines(df)
-    line = switch_line(switches.effects(df, v=v), device)
-    if line:
-        items.append(line)
-    if device == "cpu":
-        items.append(CPU_LINE)
-    if load is not None and not load.is_busy:
-        items.append(load.sentence())
+    items = [
+        marks,
+        price_line(list((by_suite or {}).values()), full, baseline),
+        "Reproducible in no mode: " + "; ".join(stuck) + "." if stuck else "",
+        *open_lines(v),
+        *cause.sentences(cause.causes(df, v)),
+        *engine_lines(df),
+        switch_line(switches.effects(df, v=v), device),
+        CPU_LINE if device == "cpu" else "",
+        load.sentence() if load is not None and not load.is_busy else "",
+    ]
+    items = [x for x in items if x]
     if items:
         out.append(Bullets(items))
     return out

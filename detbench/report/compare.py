@@ -23,7 +23,7 @@ import pandas as pd
 from detbench import analysis
 from detbench.analysis import quality, stats
 from detbench.core.modes import DEFAULT_MODE
-from detbench.report.render import md_text as _md_text
+from detbench.report.render import md_text, num, text_table
 from detbench.store.identity import describe, differences, identity
 from detbench.store.results import ENV_FACTS, env_facts, load_env, load_results
 
@@ -163,13 +163,10 @@ def _row(
         "significant": None,
         "rel_default_a": r["rel"],
         "rel_default_b": rb["rel"],
-        "comparable": True,
-        "benchmark": False,
+        "comparable": not unlike,
+        "benchmark": _autotuned(ga) or _autotuned(gb),
     }
-    row["benchmark"] = _autotuned(ga) or _autotuned(gb)
-    if unlike:
-        row["comparable"] = False
-    else:
+    if not unlike:
         reps_a = analysis.replicate_samples(ga)
         reps_b = analysis.replicate_samples(gb)
         if reps_a and reps_b:
@@ -255,10 +252,6 @@ HEADER = (
 )
 
 
-def _f(x: Any, fmt: str) -> str:
-    return "–" if x is None or pd.isna(x) else format(float(x), fmt)
-
-
 def rows(c: Comparison) -> list[list[str]]:
     out = []
     for r in c.table.to_dict("records"):
@@ -273,13 +266,13 @@ def rows(c: Comparison) -> list[list[str]]:
             [
                 f"{r['suite']}/{r['workload']}",
                 str(r["mode"]),
-                _f(r["items_per_second_a"], ".4g"),
-                _f(r["items_per_second_b"], ".4g"),
-                _f(r["change"], ".3f"),
+                num(r["items_per_second_a"], ".4g"),
+                num(r["items_per_second_b"], ".4g"),
+                num(r["change"], ".3f"),
                 "–" if pd.isna(r["ci_low"]) else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
                 sig,
-                _f(r["rel_default_a"], ".2f"),
-                _f(r["rel_default_b"], ".2f"),
+                num(r["rel_default_a"], ".2f"),
+                num(r["rel_default_b"], ".2f"),
                 verdict,
             ]
         )
@@ -312,16 +305,10 @@ def summary_lines(c: Comparison) -> list[str]:
             "next, so such a verdict can change between two runs on one GPU too: it is the "
             "autotuner's choice, not the GPU's."
         )
-    if c.only_a:
-        lines.append(
-            f"only in A ({len(c.only_a)}): {', '.join(c.only_a[:10])}"
-            + (" ..." if len(c.only_a) > 10 else "")
-        )
-    if c.only_b:
-        lines.append(
-            f"only in B ({len(c.only_b)}): {', '.join(c.only_b[:10])}"
-            + (" ..." if len(c.only_b) > 10 else "")
-        )
+    for name, only in (("A", c.only_a), ("B", c.only_b)):
+        if only:
+            more = " ..." if len(only) > 10 else ""
+            lines.append(f"only in {name} ({len(only)}): {', '.join(only[:10])}{more}")
     return lines
 
 
@@ -334,10 +321,7 @@ def to_text(c: Comparison) -> str:
     lines += [f"WARNING: {w}" for w in c.warnings]
     if c.warnings:
         lines.append("")
-    table = [list(HEADER), *rows(c)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
-    for r in table:
-        lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+    lines += text_table([list(HEADER), *rows(c)])
     lines.append("")
     lines += summary_lines(c)
     return "\n".join(lines) + "\n"
@@ -347,17 +331,17 @@ def to_markdown(c: Comparison) -> str:
     lines = [
         "# detbench comparison",
         "",
-        f"- **A**: `{c.a}`: {_md_text(_facts_line(c.facts_a))}",
-        f"- **B**: `{c.b}`: {_md_text(_facts_line(c.facts_b))}",
+        f"- **A**: `{c.a}`: {md_text(_facts_line(c.facts_a))}",
+        f"- **B**: `{c.b}`: {md_text(_facts_line(c.facts_b))}",
         "",
     ]
     if c.warnings:
-        lines += ["## Warnings", ""] + [f"- **{_md_text(w)}**" for w in c.warnings] + [""]
-    lines += ["## Summary", ""] + [f"- {_md_text(s)}" for s in summary_lines(c)] + [""]
+        lines += ["## Warnings", ""] + [f"- **{md_text(w)}**" for w in c.warnings] + [""]
+    lines += ["## Summary", ""] + [f"- {md_text(s)}" for s in summary_lines(c)] + [""]
     lines += ["## Per workload and mode", ""]
     lines.append("| " + " | ".join(HEADER) + " |")
     lines.append("|" + "---|" * len(HEADER))
-    lines += ["| " + " | ".join(_md_text(x) for x in r) + " |" for r in rows(c)]
+    lines += ["| " + " | ".join(md_text(x) for x in r) + " |" for r in rows(c)]
     lines += [
         "",
         "B/A: B's throughput over A's (median over replicates of each replicate's median); 95% "

@@ -39,11 +39,6 @@ def be(n: int) -> str:
     return "is" if n == 1 else "are"
 
 
-def its(n: int) -> str:
-    """The possessive that agrees with ``n`` things."""
-    return "its" if n == 1 else "their"
-
-
 # --- Precision ---------------------------------------------------------------------------------
 
 
@@ -213,9 +208,10 @@ def _verdict_warnings(df: pd.DataFrame, v: pd.DataFrame, modes: set[str]) -> lis
         out.append(f"{pairs(len(g))} ended with status {status} (see Failures).")
     single = ran[ran["verdict"] == "single"]
     if len(single):
+        their = "its" if len(single) == 1 else "their"
         out.append(
-            f"{pairs(len(single))} had only one successful replicate, so {its(len(single))} "
-            "run-to-run behaviour is unknown."
+            f"{pairs(len(single))} had only one successful replicate, so {their} run-to-run "
+            "behaviour is unknown."
         )
     return out
 

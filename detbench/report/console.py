@@ -12,11 +12,6 @@ from detbench.report.conditions import warnings
 from detbench.report.sections import ReportRun
 
 
-def price_text(r: ReportRun) -> str:
-    """The answer's price of full determinism, in the answer table's words."""
-    return answer.price_text(r.verdicts, r.points, r.env, r.baseline, r.device)
-
-
 def summary_text(r: ReportRun) -> str:
     """The matrix of verdicts and costs, the recommendation per suite with the price of full
     determinism and the A/A line (the report's, beside its costs), how many costs rest on one
@@ -24,7 +19,7 @@ def summary_text(r: ReportRun) -> str:
     baseline's bits, and the state of the run."""
     same = samebits.text(r.df)
     why = cause.text(r.df, r.verdicts)
-    cost = price_text(r)
+    cost = answer.price_text(r.verdicts, r.points, r.env, r.baseline, r.device)
     rests = rests_sentence(r.costs[r.costs["mode"] != r.baseline]) if len(r.costs) else ""
     return (
         summary_table(r.df, r.verdicts, r.costs)[1]

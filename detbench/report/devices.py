@@ -24,7 +24,6 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
-from detbench.report.plots import Plot
 from detbench.report.render import Block, Heading, Para, Table
 from detbench.store.schema import Status
 
@@ -137,9 +136,8 @@ def conclusion(t: pd.DataFrame, gpus: bool) -> str:
     return text + "."
 
 
-def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Block]:
-    """The section: [] for a run on one device. ``plots`` is unused (the signature of the
-    report's section modules)."""
+def blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
+    """The section: [] for a run on one device."""
     names = used_devices(df)
     if len(names) < 2:
         return []

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from detbench import analysis
-from detbench.report.plots import Plot
 from detbench.report.render import Block, Heading, Para, Table, num
 from detbench.store.schema import Status
 
@@ -147,9 +146,8 @@ def _method() -> Para:
     )
 
 
-def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Block]:
-    """The section: [] when no record is distributed. ``env`` and ``plots`` are unused (the
-    signature of the report's section modules)."""
+def blocks(df: pd.DataFrame) -> list[Block]:
+    """The section: [] when no record is distributed."""
     t = table(df)
     if t.empty:
         return []

@@ -15,9 +15,9 @@ from detbench.report.render import Block, Code, Heading, Para, Table, num
 
 
 def spread_table(s: pd.DataFrame, baseline: str) -> Table | None:
-    """Per suite and mode of ``s`` (``spread``): the geometric mean relative throughput within
-    each replicate, its min and max, next to the pooled estimate: the costs as the tables state
-    them."""
+    """Per suite and mode of ``s`` (``quality.replicate_spread``): the geometric mean relative
+    throughput within each replicate, its min and max, next to the pooled estimate: the costs as
+    the tables state them."""
     if s.empty:
         return None
     rows: list[list[str | Code]] = []
@@ -43,12 +43,6 @@ def spread_table(s: pd.DataFrame, baseline: str) -> Table | None:
     )
 
 
-def spread(df: pd.DataFrame, costs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """``quality.replicate_spread`` of the records that count, against the run's baseline."""
-    baseline = str(analysis.baseline_mode(df["mode"]))
-    return quality.replicate_spread(analysis.counted(df), baseline, costs)
-
-
 def spread_words(s: pd.DataFrame, baseline: str) -> str:
     """How the spread table's figures were computed for a cost timed side by side, where its
     rows have one (``replicate_spread``'s ``design``); "" where none has."""
@@ -67,9 +61,9 @@ def quality_blocks(
     """How much each mode's cost moved between replicates, how an earlier run's timing
     converged, and whether the two fingerprints agreed."""
     blocks: list[Block] = []
-    baseline = analysis.baseline_mode(df["mode"])
-    s = spread(df, costs)
-    table = spread_table(s, str(baseline))
+    baseline = str(analysis.baseline_mode(df["mode"]))
+    s = quality.replicate_spread(analysis.counted(df), baseline, costs)
+    table = spread_table(s, baseline)
     if table is not None:
         order = env.get("mode_order") or {}
         how = (
@@ -88,7 +82,7 @@ def quality_blocks(
                 f"replicate (the mode and the {baseline} mode measured in the same replicate) and "
                 "pooled over replicates. Modes that are the same computation (on a CPU, those "
                 f"that differ only in cuDNN flags) should agree: a wide spread is drift. {how}"
-                + (f" {words}" if (words := spread_words(s, str(baseline))) else "")
+                + (f" {words}" if (words := spread_words(s, baseline)) else "")
             ),
             table,
         ]

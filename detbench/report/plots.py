@@ -128,11 +128,6 @@ def _tick_room(labels: list[str]) -> float:
     return 0.045 * longest + 0.16 * max(len(lines) for lines in ticks)
 
 
-def _mode_index(modes: list[str]) -> dict[str, str]:
-    """Short labels (M0, M1, ...) in the canonical mode order, as in the summary table."""
-    return {m: f"M{i}" for i, m in enumerate(analysis.ordered_modes(modes))}
-
-
 def heatmap_figure(
     v: pd.DataFrame,
     suite: str,
@@ -144,7 +139,7 @@ def heatmap_figure(
     ``costs``: ``analysis.costs`` of the suite. A cell whose difference from the baseline is not
     significant (its 95% interval contains 1) is not coloured and reads "n.s."; a significant
     one whose timing was noisy is hatched; the baseline's own column reads "base"."""
-    modes = [m for m in _mode_index(list(dict.fromkeys(v["mode"])))]
+    modes = analysis.ordered_modes(v["mode"])
     workloads = list(dict.fromkeys(v["workload"]))
     cell = v.set_index(["workload", "mode"])
     c = None if costs is None or costs.empty else costs.set_index(["workload", "mode"])
@@ -234,6 +229,11 @@ def heat_key(drawn: set[str]) -> str:
     return "; ".join(parts)
 
 
+def _box(ax: Axes, i: int, j: int, **kw: Any) -> None:
+    """Cell (row ``i``, column ``j``) of the heatmap, drawn with ``kw``: a fill, a hatch, a rim."""
+    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, **kw))
+
+
 def _heat_cells(
     ax: Axes,
     cell: pd.DataFrame,
@@ -253,7 +253,7 @@ def _heat_cells(
     for i, w in enumerate(workloads):
         for j, m in enumerate(modes):
             if (w, m) not in cell.index:  # no record of this mode for this workload
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=NOT_RUN_GREY, lw=0))
+                _box(ax, i, j, color=NOT_RUN_GREY, lw=0)
                 ax.text(j, i, "–", ha="center", va="center", fontsize=9)
                 drawn.add("no_record")
                 continue
@@ -271,30 +271,18 @@ def _heat_cells(
                     text = f"{r:.2f} {mark}"
                 noisy = c is not None and (w, m) in c.index and bool(c.loc[(w, m), "noisy"])
                 if m != baseline and np.isfinite(r) and noisy:
-                    ax.add_patch(
-                        Rectangle(
-                            (j - 0.5, i - 0.5),
-                            1,
-                            1,
-                            fill=False,
-                            lw=0,
-                            hatch="///",
-                            ec="0.35",
-                            alpha=0.6,
-                            gid="noisy",
-                        )
-                    )
+                    _box(ax, i, j, fill=False, lw=0, hatch="///", ec="0.35", alpha=0.6, gid="noisy")
                     drawn.add("noisy")
             else:
                 text = mark
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=NOT_RUN_GREY, lw=0))
+                _box(ax, i, j, color=NOT_RUN_GREY, lw=0)
                 drawn.add("settings_changed" if verdict == "settings_changed" else "not_run")
             dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
             ax.text(
                 j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black"
             )
             if verdict == "nondeterministic":
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2, ec="black"))
+                _box(ax, i, j, fill=False, lw=2, ec="black")
     return drawn
 
 

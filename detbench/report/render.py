@@ -206,22 +206,24 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
 # --- Numbers as the report writes them ---------------------------------------------------------
 
 
-def num(x: Any, fmt: str = ".3g") -> str:
-    """``x`` formatted, or an en dash where it is missing or not finite."""
+def _finite(x: Any) -> float | None:
     try:
         f = float(x)
     except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(f) else format(f, fmt)
+        return None
+    return f if math.isfinite(f) else None
+
+
+def num(x: Any, fmt: str = ".3g") -> str:
+    """``x`` formatted, or an en dash where it is missing or not finite."""
+    f = _finite(x)
+    return "–" if f is None else format(f, fmt)
 
 
 def pct(x: Any) -> str:
     """A fraction as a whole percentage (0.29 -> "29%")."""
-    try:
-        f = float(x)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if not math.isfinite(f) else f"{100 * f:.0f}%"
+    f = _finite(x)
+    return "–" if f is None else f"{100 * f:.0f}%"
 
 
 MIB = float(1 << 20)
@@ -231,12 +233,15 @@ GIB = float(1 << 30)
 def size(nbytes: Any) -> str:
     """A byte count in KiB below 1 MiB, MiB below 1 GiB, else GiB (binary units, as torch's
     allocator reports)."""
-    try:
-        f = float(nbytes)
-    except (TypeError, ValueError):
-        return "–"
-    if not math.isfinite(f):
+    f = _finite(nbytes)
+    if f is None:
         return "–"
     if f >= GIB:
         return f"{f / GIB:.2f} GiB"
     return f"{f / MIB:.3g} MiB" if f >= MIB else f"{f / 1024:.3g} KiB"
+
+
+def text_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """``rows`` (the header first) as lines of plain text, in columns two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]

@@ -3,18 +3,14 @@ the default mode's bits (``detbench.analysis.samebits``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from detbench.analysis.samebits import diff_text, table
-from detbench.report.plots import Plot
 from detbench.report.render import Block, Heading, Para, Table
 
 
-def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Block]:
-    """The section: [] for a run of one mode. ``env`` and ``plots`` are unused (the signature of
-    the report's section modules)."""
+def blocks(df: pd.DataFrame) -> list[Block]:
+    """The section: [] for a run of one mode."""
     t = table(df)
     if t.empty:
         return []

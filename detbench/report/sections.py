@@ -2,8 +2,8 @@
 
 ``SECTIONS`` is the report: a list of functions, each taking the ``ReportRun`` (the records,
 env.json, the plots and the analyses computed once) and returning its blocks ([] when it has
-nothing to say for this run). A new section is a module of its own with a function of that
-shape, put into ``SECTIONS`` where it belongs; the answer stays first.
+nothing to say for this run). A new section is a module of its own, put into ``SECTIONS`` where
+it belongs with what it reads of the run; the answer stays first.
 """
 
 from __future__ import annotations
@@ -114,40 +114,6 @@ def header(r: ReportRun) -> list[Block]:
     ]
 
 
-def the_answer(r: ReportRun) -> list[Block]:
-    return answer.blocks(r.df, r.env, r.rec, r.points, r.verdicts, r.baseline, r.device, r.costs)
-
-
-def headline_plot(r: ReportRun) -> list[Block]:
-    return [Figure(p) for p in r.plots if p.kind == tradeoff.KIND]
-
-
-def recommendations(r: ReportRun) -> list[Block]:
-    return tables.recommendation_blocks(r.rec, r.costs, r.baseline, r.device)
-
-
-def aa_check(r: ReportRun) -> list[Block]:
-    """The A/A line, beside the costs of the recommendations."""
-    return aa_blocks(r.lines, r.baseline, r.costs)
-
-
-def _by_signature(module: Any) -> Section:
-    """A section module whose ``blocks(df, env, plots)`` is the older signature."""
-    return lambda r: list(module.blocks(r.df, r.env, r.plots))
-
-
-def located_section(r: ReportRun) -> list[Block]:
-    return list(located.blocks(r.env.get("located") or []))
-
-
-def precision(r: ReportRun) -> list[Block]:
-    return precision_blocks(r.df, r.baseline)
-
-
-def recipes(r: ReportRun) -> list[Block]:
-    return tables.recipe_blocks(r.df)
-
-
 def warnings_section(r: ReportRun) -> list[Block]:
     warn = warnings(r.df, r.verdicts, r.env, r.costs)
     return [Heading(2, "Warnings"), Bullets(warn) if warn else Para("None.")]
@@ -196,10 +162,6 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
     return out
 
 
-def quality(r: ReportRun) -> list[Block]:
-    return quality_blocks(r.df, r.env, r.costs)
-
-
 def failures(r: ReportRun) -> list[Block]:
     t = tables.failure_table(r.df)
     return [] if t is None else [Heading(2, "Failures"), Details(f"{len(t.rows)} failures", [t])]
@@ -224,21 +186,23 @@ def environment(r: ReportRun) -> list[Block]:
 #: The report, top to bottom.
 SECTIONS: list[Section] = [
     header,
-    the_answer,
-    headline_plot,
-    recommendations,
-    aa_check,
-    _by_signature(attribution_report),  # an attribution study's own section
-    _by_signature(invariance_report),  # the batch-invariance section
-    _by_signature(distributed_report),  # the distributed (torchrun) section
-    located_section,  # a run made with --locate
-    _by_signature(devices),  # same bits across devices (run --devices)
-    _by_signature(samebits),  # which modes give the default mode's bits
-    precision,
-    recipes,
+    lambda r: answer.blocks(
+        r.df, r.env, r.rec, r.points, r.verdicts, r.baseline, r.device, r.costs
+    ),
+    lambda r: [Figure(p) for p in r.plots if p.kind == tradeoff.KIND],  # the headline plot
+    lambda r: tables.recommendation_blocks(r.rec, r.costs, r.baseline, r.device),
+    lambda r: aa_blocks(r.lines, r.baseline, r.costs),  # the A/A line, beside the costs
+    lambda r: attribution_report.blocks(r.df, r.env, r.plots),  # an attribution study
+    lambda r: invariance_report.blocks(r.df, r.plots),  # batch invariance
+    lambda r: distributed_report.blocks(r.df),  # torchrun's workloads
+    lambda r: located.blocks(r.env.get("located") or []),  # a run made with --locate
+    lambda r: devices.blocks(r.df, r.env),  # same bits across devices (run --devices)
+    lambda r: samebits.blocks(r.df),  # which modes give the default mode's bits
+    lambda r: precision_blocks(r.df, r.baseline),
+    lambda r: tables.recipe_blocks(r.df),
     warnings_section,
     verdicts_and_plots,
-    quality,
+    lambda r: quality_blocks(r.df, r.env, r.costs),
     failures,
     method,
     environment,

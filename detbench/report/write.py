@@ -16,7 +16,7 @@ import pandas as pd
 from detbench.analysis import runstate
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
-from detbench.report import attribution_chart, execsection, invariance_plane, tradeoff
+from detbench.report import attribution, execsection, invariance, tradeoff
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.sections import ReportRun, build, environment
@@ -57,8 +57,8 @@ def write_report(directory: str | Path, run: ReportRun | None = None) -> tuple[P
     df, env = run.df, run.env
     plots = tradeoff.write_plots(run.points, run.baseline, d / PLOTS_DIR)
     plots += write_plots(df, d / PLOTS_DIR, run.costs)
-    plots += attribution_chart.write_plots(df, env, d / PLOTS_DIR)
-    plots += invariance_plane.write_plots(df, env, d / PLOTS_DIR)
+    plots += attribution.write_plots(df, env, d / PLOTS_DIR)
+    plots += invariance.write_plots(df, d / PLOTS_DIR)
     _remove_stale(d / PLOTS_DIR, plots)
     run.plots = plots
     return _write(d, build(run))
