@@ -7,10 +7,8 @@ run itself.
 
 ``paired``: the run times a second worker of the baseline's settings (copy 1 of
 ``paired.jsonl``) beside every other; copy 1 against copy 0, per workload, through the very
-estimator of the costs (``paired_costs.ratio``). ``summary`` counts the false costs and the
-width of the intervals. ``twins``: on a CPU, a mode that differs from the baseline only in cuDNN
-switches (``cudnn.benchmark``, ``cudnn.deterministic``, cuDNN disabled) runs the same
-computation, since those switches act on nothing there: more A/A comparisons
+estimator of the costs (``paired_costs.ratio``). ``twins``: on a CPU, the modes that differ from
+the baseline only in cuDNN switches, which act on nothing there: more A/A comparisons
 (``tools/aa_check.py``).
 """
 
@@ -26,6 +24,8 @@ from detbench.analysis import paired_costs, stats
 from detbench.analysis.labels import mode_of, run_device
 from detbench.analysis.recommend import CUDNN_FLAGS
 
+#: The switches that only cuDNN reads: inert on a CPU.
+CUDNN_SWITCHES = frozenset(CUDNN_FLAGS)
 #: The columns of ``paired``.
 COLUMNS = (
     "design",
@@ -76,7 +76,7 @@ def twins(df: pd.DataFrame, baseline: str) -> list[str]:
         if m is None or label == baseline:
             continue
         differ = set(m.changes()) ^ set(base.changes())
-        if differ and differ <= set(CUDNN_FLAGS) and m.settings == base.settings:
+        if differ and differ <= CUDNN_SWITCHES and m.settings == base.settings:
             out.append(label)
     return out
 

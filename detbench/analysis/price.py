@@ -12,9 +12,8 @@ the run did not time the mode itself.
 workloads of ``cost_intervals.ratio``, with its 95% interval: the same figures as the trade-off
 plot and the recommendations.
 
-**Too wide to say anything** (``Price.too_wide``): an interval that holds both half and twice
-the baseline's throughput (``stats.says_nothing``) cannot tell a mode that halves the speed from
-one that doubles it; the answer says so in one sentence instead of letting the numbers stand alone.
+**Too wide to say anything** (``Price.too_wide``, ``stats.says_nothing``): the answer says so in
+one sentence instead of letting the numbers stand alone.
 """
 
 from __future__ import annotations

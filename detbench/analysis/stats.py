@@ -1,9 +1,7 @@
 """The one statistic of a throughput comparison: a ratio of median throughputs with a 95% interval.
 
-Every interval detbench states about throughput (``analysis.costs``, the recommendations,
-``detbench compare``, the attribution table and its sentences, the invariance table's prices)
-comes from ``ratio`` here, and every geometric mean over a suite's workloads from
-``geometric_mean``.
+Every throughput interval detbench states comes from ``ratio`` here but a paired cost's
+(``paired_costs``), and every geometric mean over a suite's workloads from ``geometric_mean``.
 
 * **The statistic.** Throughput is steps per second: per replicate (one process), 1 / the median
   of its seconds-per-step samples; over replicates, the median of those. A mode against its

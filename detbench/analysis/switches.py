@@ -11,9 +11,8 @@ workload that ran in both modes of a pair, the switch:
 - else it changed nothing in the bits, only (perhaps) the time.
 
 The time a switch costs is the geometric mean over the run's workloads of its first pair's
-throughput ratio (``cost_intervals.ratio``: the paired estimate where the two modes were timed
-side by side, else ``stats.ratio``; then ``stats.geometric_mean``), the pair whose first mode
-changes the fewest settings from torch's default. A switch that acts on nothing on the run's
+throughput ratio (``cost_intervals.ratio``, then ``stats.geometric_mean``), the pair whose first
+mode changes the fewest settings from torch's default. A switch that acts on nothing on the run's
 device (``acts.acts_on``: the cuDNN flags on a CPU) gets no cost: its two modes are the same
 computation, and a ratio between them is noise.
 """

@@ -24,9 +24,9 @@ import pandas as pd
 
 from detbench.analysis import stats
 from detbench.analysis.cost_intervals import ratio, replicate_samples
-from detbench.analysis.labels import baseline_mode, mode_key
+from detbench.analysis.labels import baseline_mode, mode_key, run_device
 from detbench.analysis.matrix import RAN, ran_somewhere, relative_throughput, verdicts
-from detbench.analysis.recommend import inert_changes, run_device
+from detbench.analysis.recommend import inert_changes
 
 
 def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
