@@ -1,19 +1,14 @@
 """The worker: one fresh process for one (mode, replicate) of a paired group, running many
 workloads.
 
-A job of kind ``supervise.WORKER_KIND`` for the one child main (``detbench.worker.protocol``),
-started by the runner as ``python -m detbench.worker.child --job - --fd FD --parent RUNNER_PID``:
-the job, ``device`` and ``go`` on stdin, then one line per request (``pair`` lists them), JSON
-messages on file descriptor ``FD`` (``detbench.run.supervise`` describes the exchange). It applies
-the mode before any CUDA work; for each workload it is asked for it makes the verdict's passes
-(seeds every generator, builds the workload, runs the fingerprint pass, sends the record), and
-where it times the workload it warms up the step it built and times blocks of it when asked
-(``worker.paired``). Its stdout and stderr (the workloads' own prints and warnings) go to a log
-file the runner chose. The runner alone writes the results file.
-
-Its start-up has two stages: the first (imports, the mode, the workload files) touches no
-device; the second (CUDA's initialisation, the context, cuBLAS's and cuDNN's handles) waits for
-the runner's ``device`` line, so the runner decides when a worker's context joins the GPU.
+A job of kind ``supervise.WORKER_KIND`` for the one child main (``detbench.worker.protocol``):
+``detbench.run.supervise`` describes its exchange with the runner and its start-up's two stages,
+``pair`` the lines it answers. It applies the mode before any CUDA work; for each workload it is
+asked for it makes the verdict's passes (seeds every generator, builds the workload, runs the
+fingerprint pass, sends the record), and where it times the workload it warms up the step it
+built and times blocks of it when asked (``worker.paired``). Its stdout and stderr (the
+workloads' own prints and warnings) go to a log file the runner chose. The runner alone writes
+the results file.
 """
 
 from __future__ import annotations
@@ -87,13 +82,12 @@ def _device_stage(device: Any) -> dict[str, Any]:
 
 
 def _start(job: dict[str, Any], out: Channel) -> tuple[Any, Any, Any, Any] | None:
-    """Both stages of a worker's start-up, each when the runner says (see the module
-    docstring): (mode, settings, workloads, device), or None where the runner ended the run
-    before this worker's turn."""
+    """Both stages of a worker's start-up, each when the runner says (``run.supervise``):
+    (mode, settings, workloads, device), or None where the runner ended the run before this
+    worker's turn."""
     stdin = sys.stdin.buffer
     mode, ws, workloads = _first_stage(job)
     device = torch.device(job["device"])
-    # The device stage waits for the runner's go-ahead (see the module docstring).
     waited = time.time()
     out.send({"type": "loaded", "seconds": waited - float(job["launched_at"])})
     if stdin.readline().strip() != b"device":  # the runner ended the run meanwhile

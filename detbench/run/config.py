@@ -55,8 +55,6 @@ TARGET_REL = {"cuda": 0.01, "cpu": 0.03}
 #: The fewest samples a cost rests on: 6, the fewest that have a 95% interval of the median (with
 #: 5, even [min, max] covers only 93.75%).
 MIN_SAMPLES = 6
-#: Seconds a workload may run before its worker is killed, unless --timeout says otherwise: a
-#: wedged GPU or a deadlocked DataLoader must not stall a run forever.
 #: Seconds a worker may take from its turn to ``ready`` (imports, CUDA initialisation).
 STARTUP_TIMEOUT = 300.0
 #: --fingerprint: the digest on the device, sha256 on the host, or both (to check one by the other).

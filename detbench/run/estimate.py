@@ -60,7 +60,7 @@ class Estimate:
     probed_records: int = 0
     #: Per slot (replicate, mode name): the seconds it costs beyond its records (start-up or
     #: wait, launch, invariance passes) and each record's seconds: the paired phase's weights
-    #: for the time left (``paired.weights_of``) and a call's planned seconds (``run.calls``).
+    #: for the time left (``PairedPhase.weigh``) and a call's planned seconds (``run.calls``).
     slot_costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] = field(
         default_factory=dict, compare=False, repr=False
     )

@@ -61,6 +61,7 @@ from detbench.run.execplan import (
     script_of,
 )
 from detbench.run.execwait import kill_tree, stuck_words, wait
+from detbench.run.schedule import clock
 from detbench.store.outdir import refuse_used
 from detbench.store.results import write_json_atomic
 from detbench.worker.hostload import Probe
@@ -275,11 +276,11 @@ class ExecRunner:
         if done:
             each = sum(done) / len(done)
             rest = each * (total - n)
-            left = f" left ~{_clock(rest)}"
+            left = f" left ~{clock(rest)}"
         copy = " (A/A copy)" if slot.copy else ""
         self.stream.write(
             f"exec [{n + 1:>2}/{total}] round {slot.round + 1}/{self.c.replicates} "
-            f"{slot.mode.name}{copy}  elapsed {_clock(elapsed)}{left}\n"
+            f"{slot.mode.name}{copy}  elapsed {clock(elapsed)}{left}\n"
         )
         self.stream.flush()
 
@@ -514,8 +515,3 @@ def _boots(d: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
     return out
-
-
-def _clock(seconds: float) -> str:
-    s = round(seconds)
-    return f"{s // 60}:{s % 60:02d}"

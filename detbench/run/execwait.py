@@ -19,7 +19,7 @@ run), and when it is **stuck** (``Stuck``), seen from outside on Linux's ``/proc
   ``terminate called without an active exception`` instead, now and then.
 
 Either can hang the untimed first run, which has no limit of its own (no run has ended yet whose
-time would give one): in CI, exec then waited until the test's 600 s ran out.
+time would give one).
 """
 
 from __future__ import annotations

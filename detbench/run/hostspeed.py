@@ -3,9 +3,8 @@ figures were measured: the factor that scales them.
 
 A CPU plan's figures (``run/costs.py``) are seconds on one machine: a verdict record of each
 suite, a paired member's preparation and untimed step, a turn, a torchrun launch, a worker's
-start-up. Another CPU runs the same work at another speed: the 2-core development VM itself ran
-``make bench`` in 9:30 one day and in 17:25 the day before (another host under it), while both plans
-said 19:30 (docs/measured.md, "A CPU plan priced for its host"). So before a CPU plan is priced, the
+start-up. Another CPU runs the same work at another speed, and so does one VM from one day to the
+next (docs/measured.md, "A CPU plan priced for its host"). So before a CPU plan is priced, the
 parent times a fixed piece of reference work here (``measure``), and the plan multiplies the figures
 that are seconds of work by the ratio of that time to the reference's, measured beside the figures
 (``HOST_REFERENCE_SECONDS``). What is measured here already is not scaled: a dry run's start-up, a
@@ -17,10 +16,9 @@ small modules built from a seed (two convolutions with BatchNorm, an LSTM, an ML
 and backward steps of each and a batched matmul, every output and gradient digested with sha256,
 on torch's threads as the workers have them. One pass takes about 12 ms on the development VM;
 the figure is the median of ``PASSES`` passes after an untimed one, so a pass slowed by a
-neighbour for a moment does not move it. The VM's own speed drifts more than that: fresh
-processes minutes apart read 9.3 to 13.6 ms, so a plan carries about +-15% from its factor
-(docs/measured.md). A GPU plan is not scaled: its figures were measured on the lent GPU hosts,
-whose CPUs this reference has not run on.
+neighbour for a moment does not move it. The VM's own speed drifts more than that, so a plan
+carries about +-15% from its factor (docs/measured.md). A GPU plan is not scaled: its figures
+were measured on the lent GPU hosts, whose CPUs this reference has not run on.
 """
 
 from __future__ import annotations

@@ -50,7 +50,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core import acts
@@ -219,26 +218,6 @@ def line_of(
     return line
 
 
-def weights_of(estimate: Estimate, replicates: int) -> dict[str, float]:
-    """Each group's weight for the time left: its workload's records in one replicate and a
-    group's share of the paired phase's own seconds, as ``estimate`` prices them."""
-    records: dict[str, float] = {}
-    for _, costs in estimate.slot_costs.values():
-        for k, cost in costs.items():
-            records[k] = records.get(k, 0.0) + cost
-    groups = max(1, (estimate.paired or {}).get("groups") or 1)
-    share = estimate.paired_seconds / groups
-    return {k: v / max(1, replicates) + share for k, v in records.items()}
-
-
-def cudnn_off_timed(members_of: list[tuple[Mode, int]], timed_as: Mapping[str, str]) -> int:
-    """How many of a group's members with cuDNN off take turns: the A/A copies and each mode
-    timed as itself (``timed_as``: mode name -> the mode whose worker times its computation)."""
-    return sum(
-        1 for m, c in members_of if not m.cudnn_enabled and (c or timed_as[m.name] == m.name)
-    )
-
-
 def done_groups(
     lines: Iterable[Mapping[str, Any]], members_of: list[tuple[Mode, int]]
 ) -> set[tuple[str, int]]:
@@ -267,14 +246,6 @@ def same_words(rep: str, device: str) -> tuple[str, str]:
         "same_computation",
         f"the same computation as {rep} on {device} (the switches it changes act on nothing "
         f"here): timed as {rep}",
-    )
-
-
-def stop_words(failed: int, out: Path) -> str:
-    """Why a run stops when its groups' workers do not start."""
-    return (
-        f"{failed} workers in a row did not start; stopping. Records kept in {out}; resume "
-        f"with: detbench run --resume {out}"
     )
 
 
@@ -426,8 +397,14 @@ class PairedPhase:
         ]
 
     def weigh(self, estimate: Estimate) -> None:
-        """Each group's weight for the time left (``weights_of``)."""
-        self.weights = weights_of(estimate, self.replicates)
+        """Each group's weight for the time left: its workload's records in one replicate and a
+        group's share of the paired phase's own seconds, as ``estimate`` prices them."""
+        records: dict[str, float] = {}
+        for _, costs in estimate.slot_costs.values():
+            for k, cost in costs.items():
+                records[k] = records.get(k, 0.0) + cost
+        share = estimate.paired_seconds / max(1, (estimate.paired or {}).get("groups") or 1)
+        self.weights = {k: v / max(1, self.replicates) + share for k, v in records.items()}
 
     def owes(self, key: str, replicate: int) -> bool:
         return any((key, m.name, replicate) in self.owed for m in self.modes)
@@ -465,7 +442,12 @@ class PairedPhase:
             fused=bool(self.owed),
             verdicts_only=self.verdicts_only,
             warmup=min(self.budget, self.rounds * block_seconds / 2),
-            cudnn_off=cudnn_off_timed(self.members_of, self.timed_as),
+            # The members with cuDNN off that take turns: the A/A copies, each mode timed as itself.
+            cudnn_off=sum(
+                1
+                for m, c in self.members_of
+                if not m.cudnn_enabled and (c or self.timed_as[m.name] == m.name)
+            ),
             reference=self.reference_seconds,
             budget=self.budget,
             lanes=len(self.timers),
@@ -605,7 +587,11 @@ class GroupTimer:
                 line(self, key, r)
                 writer.append_all(self.group(members, key, r))
                 if self.workers.failed_starts >= 2:  # two groups in a row: stop, records kept
-                    raise RunError(stop_words(self.workers.failed_starts, self.phase.out))
+                    out, failed = self.phase.out, self.workers.failed_starts
+                    raise RunError(
+                        f"{failed} workers in a row did not start; stopping. Records kept in "
+                        f"{out}; resume with: detbench run --resume {out}"
+                    )
                 done(key, started)
         except BaseException:  # Ctrl-C or a failure: the workers are killed, none waited for
             self.workers.end(members, kill=True)

@@ -228,31 +228,19 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
         )
         + f"{records} + "
         + (f"{est.paired_seconds:.0f} s of paired costs + " if est.paired is not None else "")
-        + _startup_words(est)
-    )
-
-
-def _startup_words(est: Estimate) -> str:
-    """The workers' start-ups in the estimate: the paired phase prices its groups'."""
-    where = "measured here" if est.measured_startup else "assumed"
-    return (
-        f"the groups' start-ups in the paired figure ({est.startup_seconds:.1f} s a "
-        f"worker, {where}; a group's workers start side by side)"
+        + f"the groups' start-ups in the paired figure ({est.startup_seconds:.1f} s a worker, "
+        + ("measured here" if est.measured_startup else "assumed")
+        + "; a group's workers start side by side)"
     )
 
 
 def _device_lines(runner: Runner) -> list[str]:
-    """Which device times which (workload, replicate) group, and what parallel CPU workers mean
-    for their timings."""
-    width = max(len(n) for n in runner.config.device_names)
-    return _group_lanes(runner, width) + _thread_lines(runner)
-
-
-def _group_lanes(runner: Runner, width: int) -> list[str]:
-    """Which device times which (workload, replicate) group (``PairedPhase.lane_of``)."""
-    paired = runner.paired
+    """Which device times which (workload, replicate) group (``PairedPhase.lane_of``), and what
+    parallel CPU workers mean for their timings."""
+    paired, names = runner.paired, runner.config.device_names
+    width = max(len(n) for n in names)
     lines = [
-        f"  devices {', '.join(runner.config.device_names)}: one (workload, replicate) group "
+        f"  devices {', '.join(names)}: one (workload, replicate) group "
         "per device at a time, each with its own workers, the devices side by side; a "
         "workload's replicates take the devices in turn:"
     ]
@@ -262,13 +250,6 @@ def _group_lanes(runner: Runner, width: int) -> list[str]:
             mine[paired.lane_of(k, r)].append(f"r{r + 1} {k}")
     for timer, groups in zip(paired.timers, mine, strict=True):
         lines.append(f"    {timer.lane:<{width}}  {len(groups)} groups: {', '.join(groups)}")
-    return lines
-
-
-def _thread_lines(runner: Runner) -> list[str]:
-    """What parallel CPU workers mean for their timings."""
-    names = runner.config.device_names
-    lines: list[str] = []
     if runner.threads_per_worker is not None:
         t = runner.threads_per_worker
         lines.append(

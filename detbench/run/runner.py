@@ -25,22 +25,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from detbench.core.modes import Mode
 from detbench.core.workload import WorkloadError
-from detbench.run.calls import with_call
-from detbench.run.config import (
-    RunConfig,
-    RunError,
-    refuse_changed,
-    resolve_sources,
-)
-from detbench.run.envdoc import env_doc
+from detbench.run.calls import calls_of, with_call
+from detbench.run.config import TARGET_REL, RunConfig, RunError, refuse_changed, resolve_sources
 from detbench.run.jobs import pair_job, worker_environment, worker_job
 from detbench.run.paired import PairedPhase
 from detbench.run.runstats import RunStats
 from detbench.run.schedule import Plan, Slot, make_plan, shard_groups
-from detbench.run.supervise import (
-    Crew,
-    WorkerProcess,
-)
+from detbench.run.supervise import Crew, WorkerProcess
 from detbench.store import gpustate
 from detbench.store.outdir import refuse_used
 from detbench.store.results import (
@@ -163,7 +154,39 @@ class Runner:
 
     # -- environment -------------------------------------------------------------------------
     def _env_doc(self) -> dict[str, Any]:
-        return env_doc(self)
+        """env.json's document as it stands: the run's provenance, its plan's order and its
+        options (``run_stats`` and ``run_calls`` are added at the end of a call)."""
+        c = self.config
+        resumed = list(self.previous_env.get("resumed_utc") or [])
+        if c.resume:
+            resumed.append(self.started_utc)
+        return {
+            "schema_version": 1,
+            "started_utc": self.previous_env.get("started_utc", self.started_utc),
+            **({"resumed_utc": resumed} if resumed else {}),
+            "host": self.host,
+            "git": self.git,
+            "worker": self.device_env,
+            "gpu_state": self.gpu_state,
+            "mode_order": self.plan.order_json(),
+            **({"run_calls": calls} if (calls := calls_of(self.previous_env)) else {}),
+            **({"device_workers": self.device_envs} if c.devices else {}),
+            **(
+                {
+                    "parallel_timing_note": (
+                        f"{len(c.device_names)} CPU workers ran side by side with "
+                        f"{self.threads_per_worker} thread(s) each: their timings are not "
+                        "comparable with a serial run's"
+                    )
+                }
+                if self.threads_per_worker is not None
+                else {}
+            ),
+            "study": c.study,
+            "options": c.options_json(
+                self.workloads, self.sources, self.threads_per_worker, TARGET_REL[c.device]
+            ),
+        }
 
     # -- workers -------------------------------------------------------------------------------
     def _job(self, mode: Mode, replicate: int, lane: str, keys: list[str]) -> dict[str, Any]:

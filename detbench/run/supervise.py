@@ -193,10 +193,6 @@ class Crew:
         self._alive: set[WorkerProcess] = set()
         self._stop = threading.Event()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def spawn(
         self,
         python: str,
