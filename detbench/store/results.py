@@ -173,10 +173,8 @@ def load_results(directory: str | Path) -> pd.DataFrame:
     ``timing``), ``matmul_fp32`` and ``conv_fp32`` (from ``precision``); None where a record
     has no such value (a failure, or a version-1 record).
 
-    A record of the paired design (``timing_design`` "paired") has no timing of its
-    own: its copy-0 line of ``paired.jsonl`` fills ``timing``, ``seconds_per_step`` and the
-    rates (``paired.joined``), so every reader of these rows finds a timing where the record
-    was timed. The paired lines themselves, copy 1 included, are ``paired.load_paired``'s.
+    A record of the paired design takes its timing from its copy-0 line of ``paired.jsonl``
+    (``paired.joined``); the paired lines themselves are ``paired.load_paired``'s.
 
     A record that fails its check (``schema.problem``) is not among the rows: each is named in
     one line, logged as a warning (on stderr where logging is not set up) and listed in

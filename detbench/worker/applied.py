@@ -135,10 +135,8 @@ def columns(levels: Mapping[str, Any], mode: Mode) -> dict[str, Any]:
         if s.scope == "workload":
             out[s.name] = s.column(given.get(s.name, s.torch_default))
             continue
-        level = levels.get(s.name)
-        out[s.name] = None if level is None or level not in s.levels else s.column(level)
-        if level is not None and level not in s.levels:  # "unavailable", "unreadable: ..."
-            out[s.name] = level
+        level = levels.get(s.name)  # None, or "unavailable", "unreadable: ..." where not a level
+        out[s.name] = s.column(level) if level in s.levels else level
     return out
 
 

@@ -4,20 +4,13 @@ A training script leaves much that is not its result: its own timings in forms n
 run's start time in a pickled argument object, a host name in a log's header. Two runs whose
 tensors and results agree while such text differs did not compute different things, and calling
 them "not reproducible" sends the user after a problem they do not have. So the items of a run
-(``worker.outputs``) fall into three tiers:
-
-1. **tensors**: the tensors of checkpoints and safetensors files, ``detbench.fingerprint`` calls,
-   and the scalars and tensors logged to TensorBoard, by tag and step (``kind`` "tensor",
-   "fingerprint", "scalar");
-2. **results**: numbers that a printed line, a JSON key or a CSV column labels as a result
-   (``RESULT_WORDS``: loss, accuracy, perplexity, grad norm, learning rate, ...: ``kind``
-   "result"), as printed;
-3. **text**: every other printed line, value and file.
-
-A verdict rests on tiers 1 and 2 together where a run has any item in them (``split``): the
-runs agree when every such item does. The text is still compared: where it alone differs, the
-report shows what differed beside the verdict, so the user can judge it. A run with neither
-tensors nor labelled results is decided by its text.
+(``worker.outputs``) fall into three tiers: tensors (``TENSOR_KINDS``: checkpoints' and
+safetensors' tensors, ``detbench.fingerprint`` calls, what was logged to TensorBoard), results
+(numbers that a printed line, a JSON key or a CSV column labels with one of ``RESULT_WORDS``, as
+printed) and text (every other printed line, value and file). A verdict rests on the first two
+together where a run has any item in them (``split``); the text is still compared, and where it
+alone differs the report shows it beside the verdict. A run with neither tensors nor labelled
+results is decided by its text.
 """
 
 from __future__ import annotations
