@@ -419,22 +419,17 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
             vv = str(var["verdict"])
             needed = sufficient = None
             if x["end"] == "deterministic" and ev == "reproducible":
-                needed = {"nondeterministic": True, "reproducible": False}.get(str(vv))
+                needed = {"nondeterministic": True, "reproducible": False}.get(vv)
             if x["end"] == "default" and ev == "nondeterministic":
-                sufficient = {"reproducible": True, "nondeterministic": False}.get(str(vv))
+                sufficient = {"reproducible": True, "nondeterministic": False}.get(vv)
             rows.append(
                 {
                     "suite": suite,
                     "workload": workload,
                     "mode": x["mode"],
                     "end_mode": base,
-                    "switch": x["switch"],
-                    "end": x["end"],
-                    "direction": x["direction"],
-                    "level": x["level"],
-                    "relative_throughput": ce.get("relative_throughput", np.nan),
-                    "ci_low": ce.get("ci_low", np.nan),
-                    "ci_high": ce.get("ci_high", np.nan),
+                    **{k: x[k] for k in ("switch", "end", "direction", "level")},
+                    **{k: ce.get(k, np.nan) for k in ("relative_throughput", "ci_low", "ci_high")},
                     "significant": ce.get("significant"),
                     "noisy": ce.get("noisy"),
                     "bits_changed": _bits(at_end, var),
