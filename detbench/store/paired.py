@@ -119,9 +119,7 @@ def problem(obj: Mapping[str, Any]) -> Problem | None:
         return None
     n = len(obj["samples"])
     for name in PER_SAMPLE[1:]:
-        if name not in obj:
-            continue
-        if len(obj[name]) != n:
+        if name in obj and len(obj[name]) != n:
             return Problem(name, obj[name], f"{len(obj[name])} entries for {n} samples")
     for name, types in (("samples", NUM), ("rounds", INT), ("positions", INT)):
         bad = [x for x in obj.get(name, []) if not holds(x, types)]

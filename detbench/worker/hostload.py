@@ -79,17 +79,9 @@ class Probe:
         own = _own_cpu() - self._own0
         end = time.time()
         run_after = run_cpu_ticks(self.run_pid)
-        out: dict[str, Any] = {
-            "seconds": seconds,
-            "start_unix": self._unix0,
-            "end_unix": end,
-            "cpus": None,
-            "load1": None,
-            "other_cpu": None,
-            "other_cpu_own": None,
-            "other_cpu_foreign": None,
-            "steal": None,
-        }
+        cpu_keys = ("cpus", "load1", "other_cpu", "other_cpu_own", "other_cpu_foreign", "steal")
+        out: dict[str, Any] = dict.fromkeys(cpu_keys)
+        out.update(seconds=seconds, start_unix=self._unix0, end_unix=end)
         with contextlib.suppress(OSError):
             out["load1"] = os.getloadavg()[0]
         now = _stat()

@@ -11,25 +11,22 @@ raises, and nothing creates a CUDA context that the worker does not already have
 from __future__ import annotations
 
 import contextlib
+from functools import lru_cache
 from typing import Any
 
-_session: dict[str, Any] = {}
 
-
+@lru_cache(maxsize=1)
 def _module() -> tuple[Any, str | None]:
-    """The initialised pynvml module, or None and why not (remembered: one try per process)."""
-    if "module" not in _session:
-        try:
-            import pynvml as nvml  # nvidia-ml-py
-        except ImportError:
-            _session.update(module=None, reason="nvidia-ml-py (pynvml) is not installed")
-        else:
-            try:
-                nvml.nvmlInit()
-                _session.update(module=nvml, reason=None)
-            except Exception as exc:  # NVMLError_LibraryNotFound on a host without the driver
-                _session.update(module=None, reason=f"NVML: {type(exc).__name__}: {exc}"[:200])
-    return _session["module"], _session["reason"]
+    """The initialised pynvml module, or None and why not (one try per process)."""
+    try:
+        import pynvml as nvml  # nvidia-ml-py
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) is not installed"
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound on a host without the driver
+        return None, f"NVML: {type(exc).__name__}: {exc}"[:200]
+    return nvml, None
 
 
 def device_handle(device: Any) -> tuple[Any, Any, str | None]:
