@@ -28,15 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from detbench.core.errors import DetbenchError
-from detbench.core.modes import CUBLAS_ENV, get_mode
+from detbench.core.modes import CUBLAS_ENV, DETERMINISTIC_MODE, get_mode
 from detbench.core.workload import Context, WorkloadError, load_file, registry, select_target
 from detbench.run.config import VERDICTS_ONLY, RunConfig
 from detbench.store.outdir import refuse_used
 from detbench.store.results import load_results
 from detbench.worker.protocol import Channel, ChildFailed, run_child
 
-#: The fully deterministic mode an audit checks against the default mode.
-DETERMINISTIC_MODE = "cudnn-det+det-algos"
 MARKER = " does not have a deterministic implementation"
 PROBE_STEPS = 2
 
@@ -111,23 +109,11 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
             return
         op = text.split(MARKER)[0].strip()
         frames = [f for f in traceback.extract_stack() if f.filename == user_file]
-        where = frames[-1] if frames else None
-        fkey = (
-            where.filename if where else filename,
-            int((where.lineno if where else lineno) or 0),
-            op,
-        )
-        if fkey in found:
-            found[fkey]["count"] += 1
-            return
-        found[fkey] = {
-            "op": op,
-            "file": fkey[0],
-            "line": int(fkey[1] or 0),
-            "code": (where.line if where else line) or "",
-            "phase": phase,
-            "count": 1,
-        }
+        if frames:
+            filename, lineno, line = frames[-1].filename, frames[-1].lineno or 0, frames[-1].line
+        at = int(lineno or 0)
+        seen = {"op": op, "file": filename, "line": at, "code": line or "", "phase": phase}
+        found.setdefault((filename, at, op), {**seen, "count": 0})["count"] += 1
 
     error = None
     census = Census(user_file)
@@ -155,19 +141,7 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
     }
 
 
-def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
-    return _probe(job["source"], job["key"], job["device"])
-
-
 # --- The audit ---------------------------------------------------------------------------------
-
-
-def _select(target: str) -> tuple[Path, list[str]]:
-    """FILE.py[:WORKLOAD] -> the file and the workload keys to audit."""
-    try:
-        return select_target(target)
-    except WorkloadError as exc:
-        raise AuditError(str(exc)) from None
 
 
 def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
@@ -195,7 +169,10 @@ def audit(
     target: str, device: str, replicates: int = 3, out: Path | None = None, stream: Any = sys.stderr
 ) -> list[Audit]:
     """Audit every workload that ``target`` names; ``out`` keeps the verdict runs' records."""
-    source, keys = _select(target)  # a missing file: one line, before torch loads (2 s here)
+    try:  # a missing file: one line, before torch loads (2 s here)
+        source, keys = select_target(target)
+    except WorkloadError as exc:
+        raise AuditError(str(exc)) from None
     import torch
 
     # The parent's modules: this module is also the probe's child process (its kind), which
@@ -295,10 +272,6 @@ def _locate(source: Path, device: str, audits: list[Audit], stream: Any) -> None
         a.located = loc.to_json()
 
 
-def _default_snippet() -> str:
-    return get_mode("default").snippet()
-
-
 def _shown(path: str) -> str:
     """A path relative to the current directory when it is inside it (locate's rule)."""
     from detbench.locate.report import shown  # the parent's: not in the probe's process
@@ -355,7 +328,7 @@ def to_text(audits: list[Audit]) -> str:
         if a.located is not None:
             lines += _located_lines(a.located)
         if a.settings is not None:
-            default = a.settings == _default_snippet()
+            default = a.settings == get_mode("default").snippet()
             lines.append(
                 "  use these settings (torch's defaults: nothing to change):"
                 if default
@@ -391,12 +364,9 @@ def _located_lines(loc: dict[str, Any]) -> list[str]:
     if not loc["culprits"]:
         return [f"  where the default mode's runs part: {parting(loc)}"]
     out = ["  where the default mode's runs part (detbench locate):"]
-    for c in loc["culprits"]:
-        lines = culprit_lines(c, indent="    ")
-        out += lines
-    return out
+    return out + [line for c in loc["culprits"] for line in culprit_lines(c, indent="    ")]
 
 
 def main(job: dict[str, Any], out: Channel) -> int:
     """The child's side of ``run_probe`` (kind ``detbench.locate.audit:main``)."""
-    return out.result(_probe_job(job))
+    return out.result(_probe(job["source"], job["key"], job["device"]))

@@ -1,10 +1,7 @@
 """The ops of a user's script that can race, named even when its runs agreed.
 
 A run whose replicates agree has not shown that it is reproducible: a race that happened to fall
-the same way in 3 runs falls another way in the fourth. The README's quickstart saw
-``index_put_(accumulate=True)`` read "n.s." in one run and a cost in the next; a Faster R-CNN
-step called it 11 times a step, and ``audit`` said nothing, since its scope was the ops with no
-deterministic implementation at all.
+the same way in 3 runs falls another way in the fourth.
 
 ``Census`` is ``locate.record.Recorder`` with its digests switched off: it sees every ATen op
 (the backward's ops too, placed at the line of the forward op that made their autograd node)
@@ -91,9 +88,9 @@ class Census(Recorder):
         entry = self._cache[key]
         if entry is not None:
             where = (op, rec["phase"], rec.get("file") or "", int(rec.get("line") or 0), device)
-            seen = self.found.get(where)
-            if seen is None:
-                seen = self.found[where] = {
+            seen = self.found.setdefault(
+                where,
+                {
                     "op": op,
                     "phase": rec["phase"],
                     "device": device,
@@ -105,7 +102,8 @@ class Census(Recorder):
                     "kind": entry.kind,
                     "count": 0,
                     "steps": set(),
-                }
+                },
+            )
             seen["count"] += 1
             seen["steps"].add(self.step)
         return out
@@ -127,12 +125,8 @@ class Census(Recorder):
 
 def _count_optimizer_steps(rec: Recorder, end_step: bool) -> None:
     """After each optimizer step, ``rec.step`` counts on (its step's digests ended first where
-    ``end_step``); the hook is removed with ``rec``'s others. Where the installed torch has no
-    such hook, the whole script is step 0."""
+    ``end_step``); the hook is removed with ``rec``'s others."""
     import torch.optim.optimizer as optim
-
-    if not hasattr(optim, "register_optimizer_step_post_hook"):
-        return
 
     def stepped(*_: Any) -> None:
         if end_step:

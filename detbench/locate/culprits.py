@@ -16,11 +16,11 @@ culprit is looked up in the catalog of the ops the installed torch documents as 
 
 from __future__ import annotations
 
-import linecache
 from dataclasses import dataclass, field
 from typing import Any
 
 from detbench.core import catalog
+from detbench.locate.record import code_line
 
 
 @dataclass
@@ -112,8 +112,8 @@ def same_bits(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     return cmp.first_difference is None and cmp.parted_at is None
 
 
-def _code(file: str, line: int) -> str:
-    return linecache.getline(file, line).strip() if file and line else ""
+def _earliest(a: int | None, b: int | None) -> int | None:
+    return min((x for x in (a, b) if x is not None), default=None)
 
 
 def culprits_of(
@@ -126,14 +126,8 @@ def culprits_of(
     for other in streams[1:]:
         cmp = compare(first, other["ops"])
         merged.update(dict.fromkeys(cmp.culprits))
-        if total.first_difference is None or (
-            cmp.first_difference is not None and cmp.first_difference < total.first_difference
-        ):
-            total.first_difference = cmp.first_difference
-        if cmp.parted_at is not None and (
-            total.parted_at is None or cmp.parted_at < total.parted_at
-        ):
-            total.parted_at = cmp.parted_at
+        total.first_difference = _earliest(total.first_difference, cmp.first_difference)
+        total.parted_at = _earliest(total.parted_at, cmp.parted_at)
         total.carried = max(total.carried, cmp.carried)
     total.culprits = sorted(merged)
     out: dict[tuple[Any, ...], Culprit] = {}
@@ -148,7 +142,7 @@ def culprits_of(
             phase=op["phase"],
             module_type=op.get("module_type"),
             function=op.get("func", ""),
-            code=_code(op["file"], int(op["line"])),
+            code=code_line(op["file"], int(op["line"])),
             node=op.get("node"),
             forward_op=origin["op"] if origin and op.get("by_engine") else None,
             op_index=i,

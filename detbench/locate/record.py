@@ -1,5 +1,5 @@
 """The recorder of ``detbench locate``: every op a workload calls, with a digest of its inputs and
-outputs, in order, in one fresh process.
+outputs, in order, in one fresh process (:mod:`detbench.locate.worker`).
 
 A ``TorchDispatchMode`` sees each ATen op below autograd: the forward pass, the ops the autograd
 engine runs for the backward pass (on its own threads on a GPU: the mode is thread-local state the
@@ -7,42 +7,36 @@ engine carries over), the optimizer's step, and the ops the workload's factory r
 For each op it notes:
 
 - **phase**: ``build`` (the factory), ``forward`` (a step, outside the two below), ``backward``
-  (the autograd engine is running a node: ``torch._C._current_autograd_node()``), ``optimizer``
-  (between torch's global optimizer step hooks);
+  (the autograd engine is running a node), ``optimizer`` (between torch's global optimizer step
+  hooks);
 - **module**: the path of the innermost ``nn.Module`` whose ``forward`` is running, such as
-  ``encoder.layers.3.attn`` (from global module hooks; each module's name is looked up in the
-  module that called it; the outermost module's own forward is ``""``), or None outside every
-  module;
-- **where**: the innermost frame of the user's code (not torch, not detbench's package, not the
-  standard library or site-packages);
+  ``encoder.layers.3.attn`` (the outermost module's own is ``""``), or None outside every module;
+- **where**: the innermost frame of the user's code (``NOT_USER``);
 - for a backward op, the forward op that made its autograd node (matched by the node's sequence
   number, which the forward op saw as ``_get_sequence_nr() - 1``): its module and line are the
   backward op's, so a race in the backward of ``x[idx]`` is placed at the line of ``x[idx]``.
 
 Digests: sha256 of the bytes on a CPU; on a GPU, :mod:`detbench.worker.digest`'s device digest,
-whose 16
-bytes per tensor stay on the device until the end of each step and then reach the host in one
-copy (no synchronisation per op). A tensor of more than ``SAMPLE_ABOVE`` elements is digested on
-an evenly strided sample and flagged ``sampled`` (a difference outside the sample is missed there
-and shows up in a later op instead). Inputs are digested at every read (no cache: see
-``Recorder._digest``). Views (outputs that alias an input without writing it) are recorded
-without digests: equal inputs give equal views.
+whose 16 bytes per tensor stay on the device until the end of each step and then reach the host
+in one copy (no synchronisation per op). A tensor of more than ``SAMPLE_ABOVE`` elements is
+digested on an evenly strided sample and flagged ``sampled`` (a difference outside the sample
+shows up in a later op instead). Views (outputs that alias an input without writing it) are
+recorded without digests: equal inputs give equal views.
 
 Memory that ``torch.empty`` and its kin leave uninitialised holds whatever was there, different
 in each process: their outputs are recorded as ``uninitialized`` (not digested), and an op that
 reads such a buffer is flagged, so the comparison can blame the read, not the allocation. A
 workspace that an op returns for its own backward (``WORKSPACE_OUTPUTS``) is treated the same
 way: its bytes are scratch, partly left as they were found (oneDNN's LSTM workspace on a CPU
-differed in a quarter of its bytes from process to process while every result agreed), so it is
-recorded as ``workspace`` and its reader, the backward op, is the one compared.
-
-The process that runs a workload under it is :mod:`detbench.locate.worker`.
+differed from process to process while every result agreed), so it is recorded as ``workspace``
+and its reader, the backward op, is the one compared.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import linecache
 import os
 import sys
 import sysconfig
@@ -95,6 +89,11 @@ def op_name(func: Any) -> str:
     """``aten.index_put_.default`` -> ``aten.index_put_`` (the overload is noise to a reader)."""
     name = str(func)
     return name.rsplit(".", 1)[0] if name.count(".") >= 2 else name
+
+
+def code_line(file: str, line: int) -> str:
+    """The code of line ``line`` of ``file``, stripped ("" where there is none)."""
+    return linecache.getline(file, line).strip() if file and line else ""
 
 
 def base_name(op: str) -> str:
@@ -183,6 +182,8 @@ class Recorder(TorchDispatchMode):
     # --- hooks -------------------------------------------------------------------------------
 
     def install(self) -> None:
+        import torch.optim.optimizer as optim
+
         hooks = torch.nn.modules.module
         stack = self._stack
 
@@ -195,27 +196,18 @@ class Recorder(TorchDispatchMode):
             if s and s[-1][0] is module:
                 s.pop()
 
-        self._handles.append(hooks.register_module_forward_pre_hook(pre))
-        try:
-            self._handles.append(hooks.register_module_forward_hook(post, always_call=True))
-        except TypeError:  # torch < 2.0: no always_call (a module that raises ends the step)
-            self._handles.append(hooks.register_module_forward_hook(post))
-        try:
-            import torch.optim.optimizer as optim
-        except ImportError:  # pragma: no cover
-            optim = None  # type: ignore[assignment]
-        if optim is not None and hasattr(optim, "register_optimizer_step_pre_hook"):
+        def enter(*_: Any) -> None:
+            self._in_optimizer += 1
 
-            def enter(*_: Any) -> None:
-                self._in_optimizer += 1
+        def leave(*_: Any) -> None:
+            self._in_optimizer = max(0, self._in_optimizer - 1)
 
-            def leave(*_: Any) -> None:
-                self._in_optimizer = max(0, self._in_optimizer - 1)
-
-            self._handles.append(optim.register_optimizer_step_pre_hook(enter))
-            self._handles.append(optim.register_optimizer_step_post_hook(leave))
-        else:
-            self.notes.append("this torch has no global optimizer hooks: no 'optimizer' phase")
+        self._handles += [
+            hooks.register_module_forward_pre_hook(pre),
+            hooks.register_module_forward_hook(post, always_call=True),
+            optim.register_optimizer_step_pre_hook(enter),
+            optim.register_optimizer_step_post_hook(leave),
+        ]
 
     def keep_hook(self, handle: Any) -> None:
         """A hook another module registered for this recording, removed with the recorder's own

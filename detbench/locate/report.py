@@ -80,11 +80,9 @@ def culprit_lines(c: dict[str, Any], indent: str = "    ") -> list[str]:
 
 
 def parting(loc: dict[str, Any]) -> str:
-    """How the fresh processes of a locate that is not reproducible differed, in one sentence.
-    Only bits were compared (an op's name, the digests of its inputs and outputs; never metadata
-    such as a generated file's name), and the sentence says the processes parted only at an op
-    it names, with its line; where every op gave the same bits and only the step's outputs
-    differed, it says that, and names no op."""
+    """How the fresh processes of a locate that is not reproducible differed (on their bits
+    only: ``locate.culprits``), in one sentence: at the culprits, at the op it names, or, where
+    every op gave the same bits and only the step's outputs differed, at no op."""
     p = loc["processes"]
     same_outputs = loc.get("outputs_reproducible") is not False
     outputs = (

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from detbench.core.modes import get_mode
 from detbench.locate.culprits import same_bits
-from detbench.locate.stages import Located, LocateError, conclude
+from detbench.locate.stages import Located, LocateError, check_replicates, conclude
 from detbench.run.execplan import ExecConfig, ExecError, RunSlot, name_of
 from detbench.run.execrun import ExecRunner
 
@@ -33,10 +33,7 @@ def locate_command(
     stream: TextIO = sys.stderr,
 ) -> Located:
     """Where two fresh runs of ``command`` first part (module docstring)."""
-    if replicates < 2:
-        raise LocateError(
-            f"--replicates must be at least 2 (two runs to compare), not {replicates}"
-        )
+    check_replicates(replicates)
     m = get_mode(mode)
     with tempfile.TemporaryDirectory(prefix="detbench-locate-") as tmp:
         c = ExecConfig(command=list(command), modes=[m], out=Path(tmp) / "run", timeout=timeout)

@@ -6,31 +6,18 @@ The runner (``detbench.run.execrun``) starts the command with a folder of its ow
 Python imports at start-up, before the script's first line. When ``EXEC_JOB_ENV`` names a job, it
 calls ``boot``, which, in this order:
 
-0. flushes stdout at each line, as on a terminal (``_line_buffered``): a pipe is block-buffered,
-   so without it a script's step lines would reach the runner all at once at its exit and give
-   no steps a second (unless the user's shell sets ``PYTHONUNBUFFERED``); the bits it prints
-   are the same;
+0. flushes stdout at each line, as on a terminal (``_line_buffered``): through a pipe, a
+   script's step lines would otherwise reach the runner all at once at its exit;
 1. puts the interpreter in the job's mode (``worker.applied.WorkerSettings.start``: the four
    flags, then the ``--set`` settings; ``CUBLAS_WORKSPACE_CONFIG`` is in the environment the
    runner gave), and reads every setting back;
-2. watches what the script does to that state (``locate.watched``): a write or call that
-   changes one of the four flags or a row of ``detbench settings`` (``torch.backends.cudnn.
-   benchmark = True``, ``torch.backends.cuda.matmul.allow_tf32 = True``,
-   ``torch.set_float32_matmul_precision("high")``) is noted with the file and line of the user's
-   code that made it; the seeding calls (torch's, ``random``'s, numpy's, and the helpers of
-   Transformers, Lightning and accelerate through them) and every ``DataLoader`` made (its
-   workers, shuffle, generator and ``worker_init_fn``) are noted the same way;
-3. where the job asks (``census``), counts every call of an op that the installed torch documents
-   as nondeterministic by default on the device it ran on (``core.catalog``), with its line in
-   the user's code, even where the runs agreed (``Census``); where it asks ``record``, records
-   every op with its digests, as ``detbench locate`` does for a workload (``locate.record``);
+2. watches what the script does to that state (``locate.watched``): the settings it changes
+   itself, its seeding calls and its DataLoaders, each with the user's line;
+3. where the job asks ``census``, counts the ops that can race (``locate.census``); where it asks
+   ``record``, records every op, as ``detbench locate`` does for a workload (``locate.record``);
 4. at exit (``atexit``), writes ``boot-PID.json`` into the job's folder: the mode as applied,
    the settings as they were at the end and which of them the script changed, where, and the
    rest.
-
-``fingerprint(name, tensor)`` is ``detbench.fingerprint``: a line the user may add to hand a
-tensor to the comparison (``fingerprints.jsonl`` in the job's folder); outside a job it only
-returns the tensor's digest.
 
 A process the script starts (a DataLoader worker under ``spawn``, a subprocess) imports the same
 ``sitecustomize`` and is put in the same mode; its report is its own ``boot-PID.json``, marked
@@ -151,9 +138,9 @@ def tensor_digest(t: Any) -> tuple[str, str, list[int]]:
 
 
 def fingerprint(name: str, tensor: Any) -> str:
-    """Hand ``tensor`` to ``detbench exec``'s comparison under ``name`` (each call of a name is
-    numbered: ``name#0``, ``name#1``, ...); returns its digest. Outside ``detbench exec`` it
-    writes nothing."""
+    """``detbench.fingerprint``: hand ``tensor`` to ``detbench exec``'s comparison under ``name``
+    (each call of a name is numbered: ``name#0``, ``name#1``, ...) in the job's
+    ``fingerprints.jsonl``; returns its digest. Outside ``detbench exec`` it writes nothing."""
     digest, dtype, shape = tensor_digest(tensor)
     if not os.environ.get(EXEC_JOB_ENV):
         return digest

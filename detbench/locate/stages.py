@@ -5,22 +5,13 @@ the recorder (:mod:`detbench.locate.record`):
 
 1. **Find.** The workload's build and fingerprint steps run under the recorder in ``replicates``
    fresh processes (default 2), and in more, up to ``until``, while every stream is still equal.
-   Two streams are compared op by op, on their bits only (:mod:`detbench.locate.culprits`: each
-   op's name and the digests of its inputs and outputs; never where it was called from, a file's
-   name, a module's path, which can differ while the bits agree): the **culprit** is an op
-   whose inputs were bitwise equal in both runs and whose outputs were not. Ops after it that
-   received the difference only carry it. Several independent culprits are possible (each is
-   listed); the same line at several steps is one culprit. A stream that calls other ops than the
-   first (control flow on values) is compared up to where the two part, and the report says where.
+   The streams' culprits, each looked up in the catalog, are :mod:`detbench.locate.culprits`'.
 2. **Measure.** The outputs of the culprit ops are saved in up to ``MEASURE_PROCESSES`` further
    processes, until two of them, with equal inputs, gave different bits: their largest absolute
    difference is the size of the difference (its lower bound when the output was sampled).
 3. **Check.** The same find stage runs in the fully deterministic mode
    (``cudnn-det+det-algos``): a culprit that is no longer one there is fixed by it, and one whose
    op raises there has no deterministic implementation.
-
-Each culprit is looked up in the catalog of the ops the installed torch documents as
-nondeterministic (:mod:`detbench.core.catalog`).
 
 What the recorder cannot see: work that does not pass through PyTorch's dispatcher (a CUDA kernel
 launched from C++ or Triton without an ATen op, NCCL), and code compiled with ``torch.compile``:
@@ -57,6 +48,13 @@ MARKER = "does not have a deterministic implementation"
 
 class LocateError(DetbenchError):
     """A locate that cannot run as asked (one clear line)."""
+
+
+def check_replicates(replicates: int) -> None:
+    if replicates < 2:
+        raise LocateError(
+            f"--replicates must be at least 2 (two runs to compare), not {replicates}"
+        )
 
 
 @dataclass
@@ -177,13 +175,11 @@ def _measure(
     has culprits, in the same processes)."""
     import torch
 
-    seen: dict[str, dict[int, list[Any]]] = {
+    seen: dict[str, dict[int, list[tuple[str, list[Any], list[Any]]]]] = {
         k: {c.op_index: [] for c in cs} for k, cs in culprits.items()
     }
-    Seen = list[tuple[str, list[Any], list[Any]]]
-    done = lambda k: all(_pair(v) is not None for v in seen[k].values())  # noqa: E731
     for _ in range(MEASURE_PROCESSES):
-        todo = [k for k in culprits if not done(k)]
+        todo = [k for k in culprits if any(_pair(v) is None for v in seen[k].values())]
         if not todo:
             break
         got = runs.run(todo, mode, steps, "measure", save={k: list(seen[k]) for k in todo})
@@ -195,8 +191,7 @@ def _measure(
                 if i < len(w["ops"]) and str(i) in w["saved"]:
                     op = w["ops"][i]
                     saved = torch.load(w["saved"][str(i)])
-                    cast: Seen = kept
-                    cast.append((json.dumps(op.get("out")), op.get("in", []), saved))
+                    kept.append((json.dumps(op.get("out")), op.get("in", []), saved))
     for k, cs in culprits.items():
         for c in cs:
             _size(c, _pair(seen[k][c.op_index]))
@@ -295,10 +290,7 @@ def locate(
     keys are in ``only``."""
     import torch
 
-    if replicates < 2:
-        raise LocateError(
-            f"--replicates must be at least 2 (two runs to compare), not {replicates}"
-        )
+    check_replicates(replicates)
     if steps is not None and steps < 1:
         raise LocateError(f"--steps must be at least 1, not {steps}")
     try:
@@ -372,18 +364,7 @@ def conclude(key: str, mode: Any, streams: list[dict[str, Any]], device: str) ->
     for name, i in (("first_difference", cmp.first_difference), ("parted_at", cmp.parted_at)):
         if i is not None and i < len(longest):
             op = first["ops"][i] if i < len(first["ops"]) else longest[i]
-            setattr(
-                loc,
-                name,
-                {
-                    "index": i,
-                    "op": op["op"],
-                    "phase": op["phase"],
-                    "file": op["file"],
-                    "line": op["line"],
-                    "module": op["module"],
-                    "step": op["step"],
-                },
-            )
+            where = {k: op[k] for k in ("op", "phase", "file", "line", "module", "step")}
+            setattr(loc, name, {"index": i, **where})
     loc.unlocated = not culprits
     return loc

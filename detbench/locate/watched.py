@@ -4,14 +4,12 @@ code of the user's code that did it (``locate.scripted`` installs the watches af
 applied, so the mode's own writes are not noted).
 
 **Settings.** Every way a script commonly sets a row of ``detbench settings`` or one of the four
-flags is watched: a write to ``torch.backends.cudnn.{benchmark,deterministic,enabled,allow_tf32,
-fp32_precision}``, to any attribute of ``torch.backends.cuda.matmul`` (``allow_tf32``, the
-reduced-precision reductions, ``fp32_precision``) or of the ``fp32_precision`` objects of torch
-2.9+, to ``torch.utils.deterministic.fill_uninitialized_memory``, to
-``os.environ["CUBLAS_WORKSPACE_CONFIG"]``, and the calls ``torch.use_deterministic_algorithms``
-(with ``warn_only``) and ``torch.set_float32_matmul_precision``. Around each, the settings it can
-move are read (the table's own ``read``) before and after; each that changed is noted with the
-API the script used (``via``). A write that changes nothing is not noted.
+flags is watched (``Watch.install``): writes to ``torch.backends.cudnn`` (``CUDNN_ATTRS``), to
+``torch.backends.cuda.matmul`` and torch 2.9+'s ``fp32_precision`` objects, to
+``fill_uninitialized_memory`` and ``os.environ["CUBLAS_WORKSPACE_CONFIG"]``, and the calls
+``torch.use_deterministic_algorithms`` and ``torch.set_float32_matmul_precision``. Around each,
+the settings it can move are read (the table's own ``read``) before and after; each that changed
+is noted with the API the script used (``via``).
 
 **Seeding.** ``torch.manual_seed`` (and ``torch.random.manual_seed``), ``torch.cuda.manual_seed``
 and ``manual_seed_all``, ``random.seed`` and ``numpy.random.seed``; the helpers of Transformers
@@ -31,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from detbench.core import settings as st
-from detbench.locate.record import NOT_USER
+from detbench.locate.record import NOT_USER, code_line
 
 #: The cuDNN flags a write to is watched: the attribute of ``torch.backends.cudnn`` -> the
 #: settings it can move (the mode's flags by their record names, then the table's rows).
@@ -60,15 +58,9 @@ def user_frame(depth: int = 2) -> tuple[str, int, str]:
     while f is not None:
         name = f.f_code.co_filename
         if not os.path.abspath(name).startswith(NOT_USER) and not name.startswith("<"):
-            return name, f.f_lineno, _code_line(name, f.f_lineno)
+            return name, f.f_lineno, code_line(name, f.f_lineno)
         f = f.f_back
     return "", 0, ""
-
-
-def _code_line(path: str, line: int) -> str:
-    import linecache
-
-    return linecache.getline(path, line).strip()
 
 
 def _level(name: str) -> Any:
