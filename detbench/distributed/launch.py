@@ -15,11 +15,6 @@ described there. From here, the record also says how the ranks ran: ``world_size
 ``backend``, ``bucket_cap_mb``, ``nccl_algo``/``nccl_proto`` (None when unset; with NCCL, as rank 0
 read them after ``init_process_group``, ``nccl_env``), and ``settings_inert``: the NCCL settings
 that cannot act here, and why.
-
-The launch limit: ``LIMIT_SHARE`` of the job's ``timeout`` (the runner's ``--timeout``: the
-longest silence of a worker, which is silent while its launch runs), at most ``LIMIT_MARGIN``
-seconds less, so the launcher gives up, kills and records first; ``DEFAULT_TIMEOUT`` when the
-job does not say; none when the run has none.
 """
 
 from __future__ import annotations
@@ -52,8 +47,10 @@ def backend_for(device_type: str) -> str:
 
 
 def launch_limit(job: dict[str, Any]) -> float | None:
-    """Seconds a launch may run: ``LIMIT_SHARE`` of the job's timeout, and at least the timeout
-    less ``LIMIT_MARGIN``; None when the run has no timeout."""
+    """Seconds a launch may run: ``LIMIT_SHARE`` of the job's timeout (the runner's
+    ``--timeout``, the longest silence of a worker, which is silent while its launch runs), and
+    at least the timeout less ``LIMIT_MARGIN``, so the launcher gives up, kills and records
+    first; None when the run has no timeout."""
     timeout = job.get("timeout", DEFAULT_TIMEOUT)  # an explicit None: the run has no timeout
     if timeout is None:
         return None
@@ -126,12 +123,9 @@ def run_distributed(
     ws: Any,
     rec: dict[str, Any],
 ) -> None:
-    """Fill ``rec`` (the worker's record of ``w``) from a torchrun launch: a fresh one that runs
-    ``w`` and the distributed workloads after it in this worker (one launch per worker, as one
-    worker per mode and replicate: torchrun's start-up is paid once, not per workload), or the
-    one that already ran it. A launch that ended early (a fault) leaves the workloads after the
-    one it ended in to a fresh launch. Never raises for a fault of the workload or of its
-    ranks."""
+    """Fill ``rec`` (the worker's record of ``w``) from a torchrun launch (module docstring): a
+    fresh one, or the one an earlier workload of this worker started that already ran it. Never
+    raises for a fault of the workload or of its ranks."""
     levels = _launchable(w, ctx, mode, ws, rec)
     if levels is None:
         return

@@ -1,37 +1,28 @@
 """One rank of a launch of distributed workloads: the process that ``torchrun`` starts, per rank.
 
 A job of kind ``detbench.distributed.rank:main`` for the one child main
-(``detbench.worker.protocol``): ``torch.distributed.run`` starts ``python -m
-detbench.worker.child --job DIR/job.json --out DIR/rank{rank}.jsonl`` (see
-``detbench.distributed.launch``), with ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` in its
-environment. It writes its output to ``DIR/rank{R}.log`` and its messages to ``DIR/rank{R}.jsonl``:
-``ready`` (its pid), then a ``record`` (with the workload's ``index`` in the launch) once each
-workload is done, and ``done``. Once:
+(``detbench.worker.protocol``), started by ``detbench.distributed.torchrun`` with ``RANK``,
+``LOCAL_RANK`` and ``WORLD_SIZE`` in its environment. Its output goes to ``DIR/rank{R}.log``, its
+messages to ``DIR/rank{R}.jsonl``: ``ready`` (its pid), a ``record`` (with the workload's
+``index`` in the launch) once each workload is done, and ``done``.
 
-1. apply the mode and its settings (``detbench.worker.applied.WorkerSettings``) before any CUDA
-work;
-2. ``init_process_group``: ``gloo`` on CPU; ``nccl`` on CUDA, on the GPU of its local rank.
+Once: the mode and its settings before any CUDA work (``worker.applied.WorkerSettings``), then
+``init_process_group`` (``gloo`` on CPU; ``nccl`` on CUDA, on the GPU of its local rank). Then,
+for each workload, the worker's passes (``worker.passes``) with a rank's hooks:
 
-Then for each workload, the worker's passes (``detbench.worker.passes``) with a rank's hooks, in
-the process group:
+- every generator is seeded with the run's seed, the same on every rank (DDP broadcasts rank 0's
+  parameters anyway; a workload draws its per-rank data from ``ctx.rank``);
+- the fingerprint pass also digests the parameters of the modules wrapped with ``ctx.ddp``, so
+  the launcher can say whether every rank holds the same parameters after every step
+  (``ranks_agree``);
+- the timing pass reads a clock the ranks share (``_shared_clock``), so every rank takes the same
+  samples and stops at the same check (a rank that ran one step more would wait for the others
+  in a collective forever), and a sample is the block's time on the slowest rank.
 
-3. seed every generator with the run's seed (the same on every rank: DDP broadcasts rank 0's
-   parameters anyway; a workload draws its per-rank data from ``ctx.rank``), build the workload;
-4. the fingerprint pass: each step's outputs digested (``fingerprint.step_digest``), and the
-   parameters of the modules wrapped with ``ctx.ddp`` digested apart, so the launcher can say
-   whether every rank holds the same parameters after every step (``ranks_agree``);
-5. the FLOP count (the first replicate), then the timing pass on a clock shared by the ranks:
-   each read is the latest of the ranks' ``perf_counter`` (an all-reduce MAX), so every rank
-   takes the same samples and stops at the same check (a rank that ran one step more would wait
-   for the others in a collective forever), and a sample is the block's time on the slowest
-   rank; settings a workload changed are put back before the next.
-
-``destroy_process_group()`` at the end. A failure is data here too: the rank writes the
-workload's status (``classify``: ``oom``, ``unsupported``, ``error``) with the time it failed, and
-exits with ``EXIT_FAILED``, so torchrun stops the other ranks at once instead of leaving them
-waiting in a collective; the launcher takes the earliest failure as the cause, and launches the
-workloads after it afresh. A rank asks Linux to kill it when torchrun's agent dies (even by
-SIGKILL), so a killed launch leaves no rank behind.
+A failure is data here too: the rank writes the workload's status (``classify``) with the time it
+failed and exits with ``EXIT_FAILED``, so torchrun stops the other ranks at once instead of
+leaving them waiting in a collective; the launcher takes the earliest failure as the cause, and
+launches the workloads after it afresh.
 """
 
 from __future__ import annotations
@@ -244,15 +235,13 @@ def _result(job: dict[str, Any], st_ids: tuple[int, int, int], key: str) -> dict
     }
 
 
-def _verdict(st: RankState, key: str, res: dict[str, Any], kept: list[Any]) -> None:
-    """``run`` of ``key`` into ``res``, a failure outside the passes included."""
-    try:
-        run(st, key, res, kept.append)  # a failure of the passes is in ``res`` already
-    except Exception as exc:  # the failure is data: written, then torchrun stops the others
-        status, message = _classify(st.job, exc)
-        res.update(status=status, message=f"start: {message}")
-        res["traceback"] = traceback.format_exc(limit=-8)
-        _failed(res, exc)
+def _failure(job: dict[str, Any], res: dict[str, Any], where: str, exc: BaseException) -> None:
+    """A failure outside the passes (theirs are in ``res`` already) into ``res``: the failure is
+    data, written before torchrun stops the other ranks."""
+    status, message = _classify(job, exc)
+    res.update(status=status, message=f"{where}: {message}")
+    res["traceback"] = traceback.format_exc(limit=-8)
+    _failed(res, exc)
 
 
 def serve(job: dict[str, Any], out: Channel, ids: tuple[int, int, int]) -> int:
@@ -294,7 +283,10 @@ def serve(job: dict[str, Any], out: Channel, ids: tuple[int, int, int]) -> int:
                 kept: list[Any] = []
                 if index == 0:  # the first record carries the rank's set-up
                     res["phases"]["rank_setup"] = setup_seconds
-                _verdict(st, key, res, kept)
+                try:
+                    run(st, key, res, kept.append)
+                except Exception as exc:
+                    _failure(job, res, "start", exc)
                 out.send({"type": "record", "index": index, "record": res})
                 index += 1
                 if res["status"] != Status.OK:
@@ -356,12 +348,9 @@ def main(job: dict[str, Any], out: Channel) -> int:
                 st = setup(job, rank, local_rank, world)
                 res["phases"]["rank_setup"] = time.perf_counter() - t_start
                 where = "start"
-            run(st, key, res)  # a failure of the passes is in ``res`` already
-        except Exception as exc:  # the failure is data: written, then torchrun stops the others
-            status, message = _classify(job, exc)
-            res.update(status=status, message=f"{where}: {message}")
-            res["traceback"] = traceback.format_exc(limit=-8)
-            _failed(res, exc)
+            run(st, key, res)
+        except Exception as exc:
+            _failure(job, res, where, exc)
         out.send({"type": "record", "index": i, "record": res})
         _say(rank, f"{key}: result written ({res['status']})")
         if res["status"] != Status.OK:

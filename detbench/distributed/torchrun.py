@@ -5,7 +5,7 @@ is PyTorch's own::
         --rdzv-endpoint 127.0.0.1:PORT --rdzv-id UUID --max-restarts 0
         -m detbench.worker.child --job DIR/job.json --out DIR/rank{rank}.jsonl
 
-(a free port of its own: before torch 2.1, ``--standalone`` always took port 29400). Each rank
+(its rendezvous on a free port, its id the launch's marker). Each rank
 (``detbench.distributed.rank``) runs the worker's passes and sends a result per workload, as JSON
 lines (``detbench.worker.protocol``); a :class:`Launch` holds them as read, with torchrun's exit
 code and log, and :mod:`detbench.distributed.combine` makes each workload's record of them.
@@ -167,32 +167,25 @@ class Running:
     limit: float | None
     t0: float
 
-    def messages(self, rank: int) -> list[dict[str, Any]]:
-        """Rank ``rank``'s messages so far (its result file, read whole)."""
-        return read_messages(self.directory / f"rank{rank}.jsonl")
-
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def snapshot(self) -> Launch:
         """The launch as it stands, its ranks still running: the results they wrote so far."""
-        out = Launch(
-            self.directory,
-            self.keys,
-            self.world_size,
-            None,
-            False,
-            time.monotonic() - self.t0,
-            self.limit,
-        )
-        self._read(out)
-        return out
+        return self._launch(None, False, [])
 
-    def _read(self, out: Launch) -> None:
+    def _launch(self, code: int | None, timed_out: bool, leftovers: list[int]) -> Launch:
+        """The ``Launch``, with the results the ranks' files hold now."""
+        seconds = time.monotonic() - self.t0
+        out = Launch(
+            self.directory, self.keys, self.world_size, code, timed_out, seconds, self.limit
+        )
+        out.leftovers = leftovers
         for r in range(self.world_size):
-            for m in self.messages(r):
+            for m in read_messages(self.directory / f"rank{r}.jsonl"):
                 if m.get("type") == "record":
                     out.results.setdefault(int(m["index"]), {})[r] = m["record"]
+        return out
 
     def end(self, wait: float | None, timed_out: bool = False) -> Launch:
         """Wait up to ``wait`` seconds for torchrun to end by itself (SIGTERM at that limit,
@@ -208,18 +201,7 @@ class Running:
                     self.proc.wait(timeout=TERM_GRACE)
         finally:  # also on Ctrl-C or a failure here: nothing of the launch outlives it
             leftovers = kill_launch(self.proc, self.marker, self.directory)
-        out = Launch(
-            self.directory,
-            self.keys,
-            self.world_size,
-            None if timed_out else code,
-            timed_out,
-            time.monotonic() - self.t0,
-            self.limit,
-            leftovers=leftovers,
-        )
-        self._read(out)
-        return out
+        return self._launch(None if timed_out else code, timed_out, leftovers)
 
 
 def start(
