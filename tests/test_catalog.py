@@ -62,11 +62,11 @@ def test_every_op_is_an_attribute_of_the_installed_torch() -> None:
 
 
 def test_known_entries() -> None:
-    put = catalog.find("torch.Tensor.put_", "accumulate=False")
+    (put,) = catalog.find_all("torch.Tensor.put_", "accumulate=False")
     assert put == CatalogEntry("torch.Tensor.put_", "when ``accumulate=False``", "raises")
     assert put.raw == ":func:`torch.Tensor.put_` when ``accumulate=False``"
     assert put.devices == frozenset()
-    conv = catalog.find("torch.nn.Conv2d")
+    (conv,) = catalog.find_all("torch.nn.Conv2d")
     assert conv == CatalogEntry("torch.nn.Conv2d", "when called on CUDA tensor", "deterministic")
     assert conv.devices == {"cuda"}
     # Two entries for put_ with accumulate=True: deterministic on CPU, raises on CUDA.
@@ -75,9 +75,7 @@ def test_known_entries() -> None:
         ("deterministic", {"cpu"}),
         ("raises", {"cuda"}),
     ]
-    with pytest.raises(LookupError):
-        catalog.find("torch.Tensor.put_")
-    assert catalog.find("torch.no_such_op") is None
+    assert catalog.find_all("torch.no_such_op") == []
 
 
 def test_multiline_entries_are_parsed_whole() -> None:
@@ -87,8 +85,8 @@ def test_multiline_entries_are_parsed_whole() -> None:
     assert interp.condition.endswith(
         "modes is used: - ``linear`` - ``bilinear`` - ``bicubic`` - ``trilinear``"
     )
-    getitem = catalog.find("torch.Tensor.__getitem__")
-    assert getitem is not None and getitem.condition == (
+    (getitem,) = catalog.find_all("torch.Tensor.__getitem__")
+    assert getitem.condition == (
         "when attempting to differentiate a CPU tensor and the index is a list of tensors"
     )
 

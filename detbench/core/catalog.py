@@ -112,14 +112,6 @@ def find_all(op: str, *contains: str, kind: Kind | None = None) -> list[CatalogE
     ]
 
 
-def find(op: str, *contains: str, kind: Kind | None = None) -> CatalogEntry | None:
-    """Like ``find_all``, for one entry: None when none matches, an error when several do."""
-    hits = find_all(op, *contains, kind=kind)
-    if len(hits) > 1:
-        raise LookupError(f"{len(hits)} catalog entries match {op} {contains}: {hits}")
-    return hits[0] if hits else None
-
-
 # --- which entry documents an op: for ``detbench locate`` ----------------------------------
 
 #: ATen names whose catalog entry goes by another name.

@@ -11,9 +11,7 @@ user's value or ``:4096:8``, for the others none (see ``Mode.environment``); the
 recorded with every result.
 
 A mode may carry overrides of the settings of ``detbench.core.settings`` (``--set``): its name is
-then
-the base mode's with the overrides, ``det-algos[fill_uninitialized_memory=off]``, and the 10 modes
-themselves are unchanged.
+then the base mode's with the overrides, ``det-algos[fill_uninitialized_memory=off]``.
 """
 
 from __future__ import annotations
@@ -118,14 +116,10 @@ class Mode:
         return "\n".join(lines)
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
-        """The worker's environment: ``base`` plus what this mode needs, nothing else.
-
-        ``CUBLAS_WORKSPACE_CONFIG`` belongs to the mode: modes with deterministic algorithms get
-        the user's value, or ``:4096:8`` when the user set none; modes without them run with it
-        unset, as torch's default does. A value inherited from the user's shell would otherwise
-        give the baseline the restricted deterministic workspace too, and the cost of
-        deterministic algorithms would read as about 1.0 (the runner says so when it drops one).
-        """
+        """The worker's environment: ``base`` plus what this mode needs, nothing else. Modes
+        without deterministic algorithms run with ``CUBLAS_WORKSPACE_CONFIG`` unset: a value
+        inherited from the user's shell would give the baseline the restricted deterministic
+        workspace too, and the cost of deterministic algorithms would read as about 1.0."""
         env = dict(base)
         cublas = self.overrides.get("cublas_workspace_config")
         if cublas is not None:  # --set: exactly what was asked, whatever the shell has

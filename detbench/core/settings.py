@@ -16,9 +16,7 @@ Scopes: a ``process`` setting is applied once, in the fresh worker, before CUDA 
 created); a ``workload`` setting (``autocast``, ``execution``) wraps each workload's steps; a
 ``distributed`` setting (``world_size``, ``bucket_cap_mb``, ``nccl_algo``, ``nccl_proto``) acts only
 on workloads declared ``distributed=True``: ``detbench.distributed.launch`` reads it from the mode
-when it
-launches the ranks (the NCCL ones as environment variables of the ranks). The records of other
-workloads carry None in those columns.
+when it launches the ranks (the NCCL ones as environment variables of the ranks).
 """
 
 from __future__ import annotations
@@ -489,10 +487,8 @@ def inert_reason(
     s = get(name)
     if device not in s.devices:
         return f"{name} acts only on {', '.join(s.devices)}"
-    if name == "fill_uninitialized_memory" and not deterministic_algorithms:
-        return "fill_uninitialized_memory acts only with deterministic algorithms"
-    if name == "warn_only" and not deterministic_algorithms:
-        return "warn_only acts only with deterministic algorithms"
+    if name in ("fill_uninitialized_memory", "warn_only") and not deterministic_algorithms:
+        return f"{name} acts only with deterministic algorithms"
     if name in INDUCTOR and levels.get("execution", "eager") != "compile":
         return f"{name} acts only with execution=compile"
     if name in ts.NCCL_ENV and str(levels.get("world_size") or world_size_default(device)) == "1":

@@ -1,8 +1,7 @@
 """How each setting of ``detbench.core.settings`` reads and applies itself in torch, and how it
-probes
-whether the installed torch has it at all. Every torch attribute is reached at call time, never at
-import, so the table can be listed on any torch from 2.2 on; a missing API is a reason string
-(``unavailable``), never an exception.
+probes whether the installed torch has it at all. Every torch attribute is reached at call time,
+never at import, so the table can be listed on any torch from 2.2 on; a missing API is a reason
+string (``unavailable``), never an exception.
 """
 
 from __future__ import annotations
@@ -339,7 +338,7 @@ def nccl_read_back(rec: dict[str, Any], read_back: Any) -> None:
     """Into a distributed record: ``nccl_env``, the NCCL variables as rank 0 read them after
     ``init_process_group``, and with NCCL the ``nccl_algo``/``nccl_proto`` columns from them:
     what NCCL ran under, not what the launcher set (torch may set ``NCCL_ALGO`` itself: ``^NVLS``
-    under deterministic algorithms in some versions; 2.11 at one rank on an H100 did not)."""
+    under deterministic algorithms in some versions)."""
     if not isinstance(read_back, dict):
         return
     rec["nccl_env"] = read_back

@@ -15,14 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from detbench.core.errors import DetbenchError
 
 if TYPE_CHECKING:
     import torch
 
-Profile = Literal["quick", "full"]
 PROFILES: tuple[str, ...] = ("quick", "full")
 #: Who seeds the generators before a workload is built: detbench, or the workload (a recipe).
 SEEDING: tuple[str, ...] = ("detbench", "recipe")
@@ -65,10 +64,6 @@ class Context:
     ddp_modules: list[Any] = field(default_factory=list, compare=False, repr=False)
     #: What the factory said about the workload it built (``note``), copied into its record.
     notes: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def quick(self) -> bool:
-        return self.profile == "quick"
 
     def note(self, **facts: str) -> None:
         """Facts of the built workload for its record, known only once it is built:
@@ -245,15 +240,8 @@ def workload(
     distributed: bool = False,
 ) -> Any:
     """Register a workload factory: ``factory(ctx)`` builds the workload for a ``Context`` and
-    returns its step. ``fn``: the factory, to register it without decorating.
-
-    Each keyword is the ``Workload`` field of that name, documented there: ``suite`` and ``name``
-    (the factory's name by default) identify the workload; ``items_per_step`` is what one step
-    processes and ``params`` describe the case; ``bytes_per_step`` and ``flops_per_step`` declare
-    work the FLOP counter cannot see; ``loss_output`` is the loss among the step's outputs;
-    ``fingerprint_steps`` the steps of the fingerprint pass; ``seeding`` says who seeds the
-    generators; ``autocast``, ``attention`` and ``distributed`` declare how the steps can run and
-    what they call; ``batch_sizes`` and ``batch_size`` the sizes the workload can be built at.
+    returns its step. ``fn``: the factory, to register it without decorating. Each keyword is
+    the ``Workload`` field of that name, documented there (``name``: the factory's by default).
     """
     sizes = _checked(seeding, autocast, attention, distributed, batch_sizes, batch_size)
 
