@@ -1,9 +1,5 @@
-"""The result files: ``results.jsonl`` (a record per workload x mode x replicate) and ``env.json``.
-
-Records are plain JSON, one per line, appended with a single ``os.write`` on a file opened with
-``O_APPEND``: the kernel writes the whole line or nothing, so a runner killed at any moment leaves
-every completed record and no partial line.
-"""
+"""The result files: ``results.jsonl`` (a record per workload x mode x replicate, appended a
+whole line at a time: ``store.lines``) and ``env.json``, with the host's facts it keeps."""
 
 from __future__ import annotations
 
@@ -20,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from detbench.core.settings import MODE_FLAGS
 from detbench.core.settings import NAMES as SETTING_NAMES
 from detbench.store import paired
 from detbench.store.lines import ResultsError, append_lines, dumps, open_append, read_lines
@@ -49,10 +46,7 @@ COLUMNS = (
     "suite",
     "workload",
     "mode",
-    "benchmark",
-    "cudnn_deterministic",
-    "deterministic_algorithms",
-    "cudnn_enabled",
+    *MODE_FLAGS,
     "replicate",
     "status",
     "fingerprint",
@@ -86,7 +80,7 @@ def utc_now() -> str:
 
 
 class ResultWriter:
-    """Appends records to ``results.jsonl``, each in one write (see the module docstring)."""
+    """Appends records to ``results.jsonl``, each in one write (``lines.append_lines``)."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / RESULTS_FILE

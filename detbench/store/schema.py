@@ -24,6 +24,7 @@ from enum import Enum
 from typing import Any, TypedDict
 
 from detbench.core.errors import DetbenchError
+from detbench.core.settings import MODE_FLAGS
 from detbench.core.settings import NAMES as SETTING_NAMES
 
 if sys.version_info >= (3, 11):
@@ -206,15 +207,7 @@ ALWAYS: dict[str, tuple[type, ...]] = {
     "status": STR,
     "message": or_none(STR),
     "params": or_none(DICT),
-    **{
-        flag: BOOL
-        for flag in (
-            "benchmark",
-            "cudnn_deterministic",
-            "deterministic_algorithms",
-            "cudnn_enabled",
-        )
-    },
+    **dict.fromkeys(MODE_FLAGS, BOOL),
     # A setting's level as read back: a boolean for on/off, a level's name, a number, None
     # (unknown), or why it could not be read ("unavailable").
     **{name: SCALAR for name in SETTING_NAMES},
