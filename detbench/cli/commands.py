@@ -1,7 +1,6 @@
 """The commands that run something or read a run: ``run``, ``report``, ``index``, ``audit``,
-``gpu-check``, and the table of every such command (``COMMANDS``), which ``detbench.cli.main``
-imports once the arguments are parsed; the commands that only show what there is (``modes``,
-``settings``, ``list``) are in ``detbench.cli.main``.
+``gpu-check``, ``locate``, and the table of every such command (``COMMANDS``), which
+``detbench.cli.main`` imports once the arguments are parsed.
 
 Each command checks its options before it imports what does the work (torch, pandas, scipy,
 matplotlib, the runner and the report: 3.5 s of start-up on a 2-core VM), so that a mistake is one
@@ -16,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from detbench.cli import across, attribute, locate, script
+from detbench.cli import across, attribute, script
 from detbench.cli.execute import execute
 from detbench.cli.options import UserError, cuda_here, existing_dir, run_config
 from detbench.locate.audit import audit, to_text
@@ -80,7 +79,48 @@ def gpu_check_command(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-#: Each command of this module and of ``across``, ``attribute`` and ``locate``, by name.
+def locate_command(args: argparse.Namespace) -> int:
+    # torch and the report's modules (3 s to load): only when the command runs.
+    from detbench.locate import report, stages
+    from detbench.locate.script import locate_command as locate_script
+
+    if args.command_line:
+        if args.target:
+            raise stages.LocateError("give a workload file or a command after --, not both")
+        found = [
+            locate_script(
+                args.command_line,
+                mode=args.mode,
+                replicates=args.replicates,
+                until=args.until,
+                stream=sys.stderr,
+            )
+        ]
+    elif not args.target:
+        raise stages.LocateError(
+            "name a workload file (detbench locate FILE.py) or a command after -- "
+            "(detbench locate -- python train.py)"
+        )
+    else:
+        found = stages.locate(
+            args.target,
+            device=args.device,
+            mode=args.mode,
+            replicates=args.replicates,
+            until=args.until,
+            steps=args.steps,
+            profile=args.profile,
+            check=not args.no_check,
+            stream=sys.stderr,
+        )
+    docs = [loc.to_json() for loc in found]
+    print(
+        report.to_json(docs) if args.json else report.to_text(docs), end="\n" if args.json else ""
+    )
+    return 0 if all(d["reproducible"] for d in docs) else 1
+
+
+#: Each command of this module and of ``across``, ``attribute`` and ``script``, by name.
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run_command,
     "report": report_command,
@@ -91,6 +131,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "merge": across.merge_command,
     "submit": across.submit_command,
     "attribute": attribute.run_command,
-    "locate": locate.command,
+    "locate": locate_command,
     "exec": script.exec_command,
 }

@@ -9,26 +9,29 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from detbench.cli.parser import build_parser
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import MODES
-from detbench.core.settings import SETTINGS
+from detbench.core.settings import MODE_FLAGS, SETTINGS
+from detbench.core.torchstate import onoff
 from detbench.run.config import RunConfig, resolve_sources
+
+
+def _table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _cmd_modes(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([m.to_json() for m in MODES], indent=2))
         return 0
-    flags = ("benchmark", "cudnn_deterministic", "deterministic_algorithms", "cudnn_enabled")
     header = ("name", "cudnn.benchmark", "cudnn.deterministic", "det. algorithms", "cudnn.enabled")
-    rows = [header] + [(m.name, *("on" if getattr(m, f) else "off" for f in flags)) for m in MODES]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    _table([header] + [(m.name, *(onoff(getattr(m, f)) for f in MODE_FLAGS)) for m in MODES])
     print("\n'detbench modes --json' gives each mode's Python snippet.")
     return 0
 
@@ -42,9 +45,7 @@ def _cmd_settings(args: argparse.Namespace) -> int:
         reason = s.unavailable()
         default = s.default() if reason is None else "unavailable in this torch"
         rows.append((s.name, " | ".join(s.levels), default, ", ".join(s.devices)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    _table(rows)
     print(
         "\nApply one to every mode of a run with 'detbench run --set NAME=LEVEL' (repeatable);"
         "\n'detbench settings --json' gives what each does."

@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 
 from detbench.core.errors import DetbenchError
-from detbench.core.modes import MODES, get_mode
-from detbench.core.settings import parse_assignments
+from detbench.core.modes import MODES, Mode, get_mode
+from detbench.core.settings import Overrides, parse_assignments
 from detbench.core.workload import check_file
 from detbench.run.config import (
     DEFAULT_TIMEOUT,
@@ -91,12 +91,7 @@ def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
     if device is None:  # the default: a GPU where torch sees one
         device = "cuda" if (cuda_here() if cuda is None else cuda) else "cpu"
     profile = args.profile or ("full" if device == "cuda" else "quick")
-    overrides = parse_assignments(args.set or [])
-    modes = [get_mode(n) for n in args.mode] if args.mode else list(MODES)
-    if overrides:
-        modes = [m.with_settings(overrides) for m in modes]
-    if len({m.name for m in modes}) != len(modes):
-        raise UserError("a --mode is given twice")
+    modes, overrides = modes_of(args.mode or [m.name for m in MODES], args.set)
     for f in args.workload or []:
         check_file(f)  # a missing file: one line, before torch loads
     out = Path(args.out) if args.out else stamped_dir(f"{device}-{profile}")
@@ -124,6 +119,15 @@ def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
     )
     check_options(config)  # before torch and the workloads load: a mistake is one line at once
     return config
+
+
+def modes_of(names: list[str], assignments: list[str] | None) -> tuple[list[Mode], Overrides]:
+    """The modes ``--mode`` names, each with every ``--set``; a mode given twice is refused."""
+    overrides = parse_assignments(assignments or [])
+    modes = [get_mode(n).with_settings(overrides) if overrides else get_mode(n) for n in names]
+    if len({m.name for m in modes}) != len(modes):
+        raise UserError("a --mode is given twice")
+    return modes, overrides
 
 
 def existing_dir(path: str) -> Path:

@@ -1,4 +1,4 @@
-"""``detbench exec -- COMMAND`` and ``detbench locate -- COMMAND``: a user's command, unchanged."""
+"""``detbench exec -- COMMAND``: a user's command, unchanged, under each mode."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from detbench.cli.options import UserError, cuda_here
-from detbench.core.modes import DETERMINISTIC_MODE, get_mode
-from detbench.core.settings import parse_assignments
+from detbench.cli.options import UserError, cuda_here, modes_of
+from detbench.core.modes import DETERMINISTIC_MODE
 from detbench.run.execdoc import ExecRecords, finish, partings, text_partings
 from detbench.run.execplan import ExecConfig, ExecError, RunSlot, load_config, name_of, plan
 from detbench.run.execrun import ExecRunner
@@ -31,12 +30,7 @@ def config_of(args: argparse.Namespace) -> ExecConfig:
     if not args.command_line:
         raise UserError("give the command after --: detbench exec [options] -- python train.py")
     names = args.mode or ["default", "det-algos" if not cuda_here() else DETERMINISTIC_MODE]
-    modes = [get_mode(n) for n in names]
-    overrides = parse_assignments(args.set or [])
-    if overrides:
-        modes = [m.with_settings(overrides) for m in modes]
-    if len({m.name for m in modes}) != len(modes):
-        raise UserError("a --mode is given twice")
+    modes, _ = modes_of(names, args.set)
     out = Path(args.out) if args.out else stamped_dir("exec-" + name_of(args.command_line))
     refuse_used(out)
     return ExecConfig(
