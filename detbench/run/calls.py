@@ -16,11 +16,11 @@ whole plan (a run neither resumed nor stopped).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from detbench.run.estimate import Estimate
-    from detbench.run.runstats import RunStats
+    from detbench.run.runner import Runner
     from detbench.run.schedule import Plan
 
 #: A record a call made: (replicate, mode name, workload key "suite/name").
@@ -50,31 +50,7 @@ def made_seconds(
     return max(lanes)
 
 
-def call_entry(
-    started_utc: str, wall: float, records: int, planned: float | None, planned_call: float | None
-) -> dict[str, Any]:
-    """One call as ``run_calls`` keeps it: when it started, its wall time, the records it made,
-    the estimate of those records (``planned``) and of its whole plan (``planned_call``)."""
-    return {
-        "started_utc": started_utc,
-        "wall": round(wall, 3),
-        "records": records,
-        "planned": None if planned is None else round(planned, 3),
-        "planned_call": None if planned_call is None else round(planned_call, 3),
-    }
-
-
-class _Runner(Protocol):
-    """What ``with_call`` reads of ``runner.Runner`` at the end of a call."""
-
-    previous_env: dict[str, Any]  # the env.json it resumed, or empty
-    started_utc: str  # when this call started (UTC)
-    stats: RunStats
-    plan: Plan
-    records: list[dict[str, Any]]  # the records this call wrote
-
-
-def with_call(runner: _Runner, estimate: Estimate | float | None) -> list[dict[str, Any]]:
+def with_call(runner: Runner, estimate: Estimate | float | None) -> list[dict[str, Any]]:
     """``run_calls`` once this call of ``runner`` ends: the earlier calls, then this one, with
     the estimate of exactly the records it wrote."""
     made = {
@@ -93,7 +69,15 @@ def with_call(runner: _Runner, estimate: Estimate | float | None) -> list[dict[s
         planned += phase * timed / paired["groups"]
     if planned is not None:  # the probe worker this call ran before its plan's workers
         planned += float(getattr(estimate, "probe_seconds", 0.0))
-    this = call_entry(runner.started_utc, stats.wall, stats.records, planned, stats.planned)
+    # When it started, its wall time, the records it made, the estimate of those records
+    # (``planned``) and of its whole plan (``planned_call``).
+    this: dict[str, Any] = {
+        "started_utc": runner.started_utc,
+        "wall": round(stats.wall, 3),
+        "records": stats.records,
+        "planned": None if planned is None else round(planned, 3),
+        "planned_call": None if stats.planned is None else round(stats.planned, 3),
+    }
     if stats.paired is not None:
         this["groups"] = timed
     host = getattr(estimate, "host", None)

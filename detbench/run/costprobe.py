@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from detbench.core.workload import suites_dir
 from detbench.run.config import RunError
-from detbench.run.pricing import Probed, per_record_seconds, record_cost, step_seconds
+from detbench.run.pricing import Probed, per_record_seconds, record_cost
 from detbench.run.schedule import Slot
 from detbench.run.supervise import TIMEOUT, WorkerProcess, log_tail
 from detbench.store.record import user_frame
@@ -94,20 +94,16 @@ def own_costs(runner: Runner) -> dict[str, Probed]:
     model's guess. Empty for a new run."""
     if not runner.config.resume:
         return {}
-    per: dict[str, list[dict[str, float]]] = {}
-    steps: dict[str, list[float]] = {}
+    per: dict[str, list[Probed]] = {}
     for r in iter_records(runner.config.out):
-        phases = {k: float(v or 0.0) for k, v in (r.get("phases") or {}).items()}
-        if phases:
-            key = f"{r['suite']}/{r['workload']}"
-            per.setdefault(key, []).append(phases)
-            steps.setdefault(key, []).append(step_seconds(r))
+        if r.get("phases"):
+            per.setdefault(f"{r['suite']}/{r['workload']}", []).append(Probed.of(r))
     out = {}
     for key, records in per.items():
-        counts = [p["count"] for p in records if p.get("count")]
+        counts = [p.count for p in records if p.count]
         count = sum(counts) / len(counts) if counts else 0.0
-        rest = sum(sum(p.values()) - p.get("count", 0.0) for p in records) / len(records)
-        step = sum(steps[key]) / len(records)
+        rest = sum(p.seconds - p.count for p in records) / len(records)
+        step = sum(p.step for p in records) / len(records)
         out[key] = Probed(seconds=rest + count, count=count, step=step)
     return out
 
@@ -180,12 +176,7 @@ def probe(runner: Runner, keys: list[str]) -> ProbeReport:
         if rec is None or rec.get("status") != "ok":
             found.failed[key] = (rec or {}).get("status") or timed_out or "no record"
             continue
-        phases = {k: float(v or 0.0) for k, v in (rec.get("phases") or {}).items()}
-        found.records[key] = Probed(
-            seconds=sum(phases.values()),
-            count=phases.get("count", 0.0),
-            step=step_seconds(rec),
-        )
+        found.records[key] = Probed.of(rec)
     return found
 
 

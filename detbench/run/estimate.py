@@ -187,18 +187,6 @@ def _launches(
     return tuple(sum(1 for s in ss if p.launches(s)) for ss in lanes)
 
 
-def _slot_costs(
-    p: Pricing, lanes: list[list[Slot]]
-) -> dict[tuple[int, str], tuple[float, dict[str, float]]]:
-    """Per (replicate, mode) slot: what it costs beyond its records (its invariance passes), and
-    each of its records' seconds."""
-    return {
-        (s.replicate, s.mode.name): (p.sizes_seconds(s), {k: p.key_cost(s, k) for k in s.keys})
-        for ss in lanes
-        for s in ss
-    }
-
-
 def estimate(
     plan: Plan,
     device: str,
@@ -265,7 +253,11 @@ def estimate(
             1 for s in plan.slots for k in p.runs(s) if probed and k in probed and k not in own
         ),
         own_records=sum(1 for s in plan.slots for k in p.runs(s) if k in own),
-        slot_costs=_slot_costs(p, lanes),
+        slot_costs={
+            (s.replicate, s.mode.name): (p.sizes_seconds(s), {k: p.key_cost(s, k) for k in s.keys})
+            for ss in lanes
+            for s in ss
+        },
         paired_seconds=0.0
         if paired is None
         else paired.seconds(device, profile, startup_seconds, cores, probed, speed),

@@ -346,8 +346,7 @@ class PairedPhase:
             [] if self.verdicts_only else [(self.base, 1)]
         )
         #: Each mode -> the mode whose worker times its computation (``acts.timed_as``, the
-        #: baseline first): on a CPU the cuDNN flags act on nothing, so of the 10 modes only
-        #: default and det-algos are timed; the others make their verdicts and sit the rounds out.
+        #: baseline first; the module docstring).
         order = [self.base] + [m for m in c.modes if m.name != self.base.name]
         self.timed_as = acts.timed_as(order, self.device)
         lanes = c.device_names

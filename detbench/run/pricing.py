@@ -53,6 +53,12 @@ class Probed:
     def record(self, replicate: int) -> float:
         return self.seconds - (self.count if replicate else 0.0)
 
+    @classmethod
+    def of(cls, rec: Mapping[str, Any]) -> Probed:
+        """A record's phases summed, its FLOP count and its step."""
+        phases = {k: float(v or 0.0) for k, v in (rec.get("phases") or {}).items()}
+        return cls(sum(phases.values()), phases.get("count", 0.0), step_seconds(rec))
+
 
 def step_seconds(rec: Mapping[str, Any]) -> float:
     """A record's step, in seconds: its timing pass's median where it had one, else its
