@@ -209,19 +209,8 @@ def _row(
 ) -> dict[str, Any]:
     fast = {m: p for m, p in points.items() if np.isfinite(p)}
     fastest = min(fast, key=lambda m: (-fast[m], mode_key(m))) if fast else None
-    row: dict[str, Any] = {
-        "suite": suite,
-        "workload": workload,
-        "mode": None,
-        "relative_throughput": None,
-        "ci_low": None,
-        "ci_high": None,
-        "fastest_mode": fastest,
-        "cost_vs_fastest": None,
-        "changes": None,
-        "reason": none_why,
-        "simplest": None,
-    }
+    row: dict[str, Any] = dict.fromkeys(_COLUMNS[:-1])  # every column but the snippet
+    row.update(suite=suite, workload=workload, fastest_mode=fastest, reason=none_why)
     if not cands:
         return row
     mode, est, why, simplest = _choose(cands, estimate, versus, baseline)
