@@ -296,10 +296,6 @@ def group_line(
     )
 
 
-#: How the runner stores a verdict record the phase makes.
-Store = Callable[[dict[str, Any]], None]
-
-
 class PairedPhase:
     """The paired phase of the run ``c`` of ``workloads`` (see the module docstring): which
     groups are left, the verdicts it owes, the order, progress and ``paired.jsonl``. Each device
@@ -321,7 +317,7 @@ class PairedPhase:
         crew: Crew,
         stream: TextIO,
         owed: Sequence[Slot] | None = None,
-        store: Store | None = None,
+        store: Callable[[dict[str, Any]], None] | None = None,
         shard: set[tuple[str, int]] | None = None,
     ) -> None:
         self.c = c

@@ -1,14 +1,10 @@
-"""The orchestrator of a run: its plan, its folder and env.json, its records written as they
-come, and its statistics.
+"""The orchestrator of a run: its plan (``schedule``, priced by the estimate, run by the paired
+phase: ``paired``), its folder and env.json, its records written as they come, and its statistics.
 
-``detbench.run.schedule`` decides the plan (replicates outer, modes shuffled per replicate) and
-the estimate prices it; the paired phase (``detbench.run.paired``) runs it: a group of fresh
-workers per replicate makes each workload's verdicts and times its costs side by side, or makes
-the verdicts alone in a run that times nothing (``detbench audit``). This module stores each
-verdict record the moment it arrives, keeps env.json (the first worker's facts, each device's),
-and on ``--resume`` refuses a host whose facts differ from the run's. A later replicate's record
-waits while the first replicate of its (workload, mode), whose FLOP count it takes, still
-measures on another device (``--devices``).
+Each verdict record is stored the moment it arrives; env.json keeps the first worker's facts and
+each device's, and on ``--resume`` a host whose facts differ from the run's is refused. A later
+replicate's record waits while the first replicate of its (workload, mode), whose FLOP count it
+takes, still measures on another device (``--devices``).
 """
 
 from __future__ import annotations
@@ -207,25 +203,17 @@ class Runner:
         self.cache_dirs.append(caches)  # removed at the end of the run
         return env
 
-    def spawn(
-        self, slot: Slot, keys: list[str], logs: Path, reference: Path | None = None
-    ) -> WorkerProcess:
-        """Start the worker of ``slot`` for ``keys``, its log in ``logs``; ``reference``: where
-        the first replicate's outputs go (a probe's: not the run's directory)."""
-        c = self.config
-        name = c.device_names[slot.lane]
+    def spawn(self, slot: Slot, keys: list[str], logs: Path, reference: Path) -> WorkerProcess:
+        """Start a worker of ``slot`` for ``keys`` (the probe's), its log in ``logs``;
+        ``reference``: where the first replicate's outputs go (not the run's directory)."""
+        name = self.config.device_names[slot.lane]
         job = {
-            **self._job(slot.mode, slot.replicate, name, keys),
+            **self._pair_job(slot.mode, slot.replicate, name, keys),
             "mode_position": slot.position,
-            "count_flops": slot.replicate == 0,
-            "cudnn_log": c.cudnn_log,  # the worker's log file and environment: WorkerProcess
-            "reference_dir": str(reference or c.out / ".reference"),
+            "reference_dir": str(reference),
         }
-        env = self._environment(slot.mode, name)
-        worker = self.crew.spawn(
-            c.python, job, env, logs / f"r{slot.replicate}-{slot.mode.name}.log"
-        )
-        return worker
+        log = logs / f"r{slot.replicate}-{slot.mode.name}.log"
+        return self.crew.spawn(self.config.python, job, self._environment(slot.mode, name), log)
 
     def _ready(self, msg: dict[str, Any], lane: str) -> None:
         """A worker is ready: the first one's facts are checked (resume) and go to env.json, and

@@ -21,6 +21,7 @@ with the least work (records) planned, then the lowest index.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,31 +85,6 @@ class Plan:
 Placed = Mapping[tuple[str, str, int], int]
 
 
-class _Spread:
-    """How many replicates of each (workload, mode) each device has run or is planned to run."""
-
-    def __init__(self, lanes: int, placed: Placed | None) -> None:
-        self.lanes = lanes
-        self.n: dict[tuple[str, str], list[int]] = {}
-        for (key, mode, _), lane in (placed or {}).items():
-            if 0 <= lane < lanes:
-                self._row((key, mode))[lane] += 1
-
-    def _row(self, kk: tuple[str, str]) -> list[int]:
-        return self.n.setdefault(kk, [0] * self.lanes)
-
-    def _rows(self, keys: Sequence[str], mode: Mode) -> list[list[int]]:
-        return [self._row((k, mode.name)) for k in keys]
-
-    def stacked(self, keys: Sequence[str], mode: Mode, lane: int) -> int:
-        """How many replicates of these (workload, mode) device ``lane`` already has."""
-        return sum(row[lane] for row in self._rows(keys, mode))
-
-    def add(self, keys: Sequence[str], mode: Mode, lane: int) -> None:
-        for row in self._rows(keys, mode):
-            row[lane] += 1
-
-
 def make_plan(
     keys: Sequence[str],
     modes: Sequence[Mode],
@@ -149,7 +125,10 @@ def make_plan(
     order = mode_order(modes, replicates, seed)
     slots = []
     load = [0] * lanes  # records planned per device
-    spread = _Spread(lanes, placed)
+    # (workload, mode, device) -> the replicates that device has run or is planned to run.
+    spread = Counter(
+        (k, m, lane) for (k, m, _), lane in (placed or {}).items() if 0 <= lane < lanes
+    )
     began = {(mode, r): lane for (_, mode, r), lane in (placed or {}).items()}
     for r, modes_r in enumerate(order):
         for position, mode in enumerate(modes_r):
@@ -163,9 +142,14 @@ def make_plan(
                 here = began.get((mode.name, r))
                 lane = min(
                     range(lanes),
-                    key=lambda d: (spread.stacked(todo, mode, d), d != here, load[d], d),
+                    key=lambda d: (
+                        sum(spread[(k, mode.name, d)] for k in todo),
+                        d != here,
+                        load[d],
+                        d,
+                    ),
                 )
-                spread.add(todo, mode, lane)
+                spread.update((k, mode.name, lane) for k in todo)
                 load[lane] += len(todo)
                 slots.append(Slot(r, position, mode, todo, lane))
     return Plan(tuple(slots), tuple(tuple(m.name for m in r) for r in order), seed, lanes)

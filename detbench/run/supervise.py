@@ -54,7 +54,6 @@ class WorkerProcess:
         kind: str = WORKER_KIND,
     ) -> None:
         self.log = log
-        self.keys: list[str] = list(job["workloads"])
         if job.get("cudnn_log") is True:  # --cudnn-log: cuDNN reads its variables when it loads
             env = dict(env)
             job = {**job, "cudnn_log": log_environment(env, log.with_suffix(".cudnn.log"))}
