@@ -197,19 +197,9 @@ def run_options(q: argparse.ArgumentParser) -> None:
         "cpu entries (cpu,cpu: two CPU workers, each with its share of the cores); replicates "
         "of a mode spread over the devices, and records say where each ran (device_name)",
     )
-    _output_options(q)
-    _timing_options(q)
-    _lifecycle_options(q)
-
-
-def _output_options(q: argparse.ArgumentParser) -> None:
-    """Where a run writes, and from what seed."""
     q.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     q.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
-
-
-def _timing_options(q: argparse.ArgumentParser) -> None:
-    """How a run times its costs: paired, every replicate's modes side by side."""
+    # How a run times its costs: paired, every replicate's modes side by side.
     q.add_argument(
         "--budget",
         "--min-run-time",
@@ -235,11 +225,7 @@ def _timing_options(q: argparse.ArgumentParser) -> None:
         "also times its step for about SECONDS with torch.utils.benchmark (CUDA events on a "
         "GPU), alternating with the blocks; tools/steady_check.py DIR prints the two side by side",
     )
-
-
-def _lifecycle_options(q: argparse.ArgumentParser) -> None:
-    """How a run starts, is cut, resumed and ends: its time limits, dry run, selection of one
-    workload, resumption, shards and report."""
+    # How a run starts, is cut, resumed and ends.
     q.add_argument(
         "--timeout",
         type=float,

@@ -137,9 +137,7 @@ def _reduction_setting(dt: str, split_k: bool) -> Setting:
         read=read,
         apply=apply,
         snippet=snippet,
-        unavailable=ts.needs(
-            lambda: getattr(ts.torch_module().backends.cuda.matmul, probe_attr), probe_attr
-        ),
+        unavailable=ts.needs(read, probe_attr),
     )
 
 
@@ -272,9 +270,7 @@ SETTINGS: tuple[Setting, ...] = (
         read=ts.read_inductor_det,
         apply=ts.apply_inductor_det,
         snippet=_bool_line("torch._inductor.config.deterministic"),
-        unavailable=ts.needs(
-            lambda: ts.inductor_config().deterministic, "torch._inductor.config.deterministic"
-        ),
+        unavailable=ts.needs(ts.read_inductor_det, "torch._inductor.config.deterministic"),
         module="torch._inductor.config",
     ),
     Setting(
@@ -291,8 +287,7 @@ SETTINGS: tuple[Setting, ...] = (
         apply=ts.apply_inductor_batch_invariant,
         snippet=_bool_line("torch._inductor.config.batch_invariant"),
         unavailable=ts.needs(
-            lambda: getattr(ts.inductor_config(), "batch_invariant"),  # noqa: B009
-            "torch._inductor.config.batch_invariant",
+            ts.read_inductor_batch_invariant, "torch._inductor.config.batch_invariant"
         ),
         module="torch._inductor.config",
     ),

@@ -35,12 +35,21 @@ def onoff(value: Any) -> str:
 # -- how each row reads and applies itself -----------------------------------------------------
 
 
-def read_fill() -> str:
-    return onoff(torch_module().utils.deterministic.fill_uninitialized_memory)
+def switch(owner: Callable[[], Any], attr: str) -> tuple[Callable[[], str], Callable[[str], None]]:
+    """Reader and applier of the boolean ``attr`` of ``owner()``, as "on" or "off"."""
+
+    def read() -> str:
+        return onoff(getattr(owner(), attr))
+
+    def apply(level: str) -> None:
+        setattr(owner(), attr, level == "on")
+
+    return read, apply
 
 
-def apply_fill(level: str) -> None:
-    torch_module().utils.deterministic.fill_uninitialized_memory = level == "on"
+read_fill, apply_fill = switch(
+    lambda: torch_module().utils.deterministic, "fill_uninitialized_memory"
+)
 
 
 def read_warn_only() -> str:
@@ -238,21 +247,12 @@ def inductor_config() -> Any:
     return cfg
 
 
-def read_inductor_det() -> str:
-    return onoff(inductor_config().deterministic)
-
-
-def apply_inductor_det(level: str) -> None:
-    inductor_config().deterministic = level == "on"
-
-
-def read_inductor_batch_invariant() -> str:
-    # Not in dir(config) on torch 2.13 (the config module lists only some of its entries).
-    return onoff(getattr(inductor_config(), "batch_invariant"))  # noqa: B009
-
-
-def apply_inductor_batch_invariant(level: str) -> None:
-    setattr(inductor_config(), "batch_invariant", level == "on")  # noqa: B010
+read_inductor_det, apply_inductor_det = switch(inductor_config, "deterministic")
+# batch_invariant is not in dir(config) on torch 2.13 (the config module lists only some of its
+# entries), but reading and setting it work.
+read_inductor_batch_invariant, apply_inductor_batch_invariant = switch(
+    inductor_config, "batch_invariant"
+)
 
 
 @functools.cache

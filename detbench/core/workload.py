@@ -243,7 +243,18 @@ def workload(
     returns its step. ``fn``: the factory, to register it without decorating. Each keyword is
     the ``Workload`` field of that name, documented there (``name``: the factory's by default).
     """
-    sizes = _checked(seeding, autocast, attention, distributed, batch_sizes, batch_size)
+    if seeding not in SEEDING:
+        raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
+    for flag, value in (
+        ("autocast", autocast),
+        ("attention", attention),
+        ("distributed", distributed),
+    ):
+        if not isinstance(value, bool):
+            raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
+    sizes = _batch_sizes(batch_sizes, batch_size)
+    if distributed and sizes is not None:
+        raise WorkloadError("a distributed workload cannot declare batch_sizes (not measured)")
 
     def register(factory: Factory) -> Factory:
         wname = name or factory.__name__
@@ -276,30 +287,6 @@ def workload(
     if fn is not None:
         return register(fn)
     return register
-
-
-def _checked(
-    seeding: str,
-    autocast: bool,
-    attention: bool,
-    distributed: bool,
-    batch_sizes: Sequence[int] | None,
-    batch_size: int | None,
-) -> tuple[int, ...] | None:
-    """The declarations of ``@workload`` checked; the batch sizes, ascending."""
-    if seeding not in SEEDING:
-        raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
-    for flag, value in (
-        ("autocast", autocast),
-        ("attention", attention),
-        ("distributed", distributed),
-    ):
-        if not isinstance(value, bool):
-            raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
-    sizes = _batch_sizes(batch_sizes, batch_size)
-    if distributed and sizes is not None:
-        raise WorkloadError("a distributed workload cannot declare batch_sizes (not measured)")
-    return sizes
 
 
 def _add(w: Workload) -> None:

@@ -66,9 +66,7 @@ class Census(Recorder):
         return ""  # the census compares nothing: no digests, no cost of them
 
     def start(self) -> None:
-        self.phase, self.step = "forward", 0
-        self.install()
-        self.__enter__()
+        _start(self, end_step=False)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = super().__torch_dispatch__(func, types, args, kwargs)
@@ -118,14 +116,10 @@ class Census(Recorder):
             out.append({**seen, "steps": len(steps)})
         return sorted(out, key=lambda e: (-e["count"], e["file"], e["line"]))
 
-    def install(self) -> None:
-        super().install()
-        _count_optimizer_steps(self, end_step=False)
 
-
-def _count_optimizer_steps(rec: Recorder, end_step: bool) -> None:
-    """After each optimizer step, ``rec.step`` counts on (its step's digests ended first where
-    ``end_step``); the hook is removed with ``rec``'s others."""
+def _start(rec: Recorder, end_step: bool) -> None:
+    """``rec`` recording from now on, ``rec.step`` counting on after each optimizer step (its
+    step's digests ended first where ``end_step``); the hook is removed with ``rec``'s others."""
     import torch.optim.optimizer as optim
 
     def stepped(*_: Any) -> None:
@@ -133,16 +127,16 @@ def _count_optimizer_steps(rec: Recorder, end_step: bool) -> None:
             rec.end_step()
         rec.step += 1
 
+    rec.phase, rec.step = "forward", 0
+    rec.install()
     rec.keep_hook(optim.register_optimizer_step_post_hook(stepped))
+    rec.__enter__()
 
 
 def start_recorder(script: str | None) -> Recorder:
     """``locate``'s recorder over the whole script: a step ends at each optimizer step."""
     rec = Recorder(user_file=script)
-    rec.phase, rec.step = "forward", 0
-    rec.install()
-    _count_optimizer_steps(rec, end_step=True)
-    rec.__enter__()
+    _start(rec, end_step=True)
     return rec
 
 
