@@ -189,23 +189,16 @@ def summary_table(
     c = costs(df, baseline) if c is None else c
     v = v.assign(rel=cost_points(v, baseline, c))
     # A mode the paired phase timed as another (the same computation on this device): "≡M4".
-    twins = (
-        {}
-        if "timed_as" not in df.columns
-        else {
-            (r["suite"], r["workload"], r["mode"]): f"M{modes.index(r['timed_as'])}"
-            for r in df[df["timed_as"].notna()].to_dict("records")
-            if r["timed_as"] in modes
-        }
-    )
-    quality = (
-        {}
-        if c.empty
-        else {
-            (r["suite"], r["workload"], r["mode"]): (bool(r["significant"]), bool(r["noisy"]))
-            for r in c.to_dict("records")
-        }
-    )
+    timed_as = df[df["timed_as"].notna()] if "timed_as" in df.columns else df.iloc[:0]
+    twins = {
+        (r["suite"], r["workload"], r["mode"]): f"M{modes.index(r['timed_as'])}"
+        for r in timed_as.to_dict("records")
+        if r["timed_as"] in modes
+    }
+    quality = {
+        (r["suite"], r["workload"], r["mode"]): (bool(r["significant"]), bool(r["noisy"]))
+        for r in c.to_dict("records")
+    }
 
     def cell(row: pd.Series) -> str:
         mark = MARKS.get(row["verdict"], row["verdict"])
