@@ -193,8 +193,7 @@ def audit(
         profile="quick",
         device=device,
         budget=0.05,
-        # The audit states verdicts and no cost: it times none (a paired phase took 58 of the
-        # 114 s of a GCN's audit on a 2-core CPU, for costs it never shows).
+        # The audit states verdicts and no cost: it times none.
         timing=VERDICTS_ONLY,
     )
     runner = plan_run(config, stream, cuda=cuda)

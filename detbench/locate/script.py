@@ -5,9 +5,8 @@ The command runs as ``detbench exec`` runs it (``run.execrun``: fresh processes,
 in the script's interpreter before its first line), with ``locate.record``'s recorder over the
 whole script (``locate.census.start_recorder``: a step ends at each optimizer step). The streams
 of ``replicates`` runs, and more up to ``until`` while they agree, are compared as ``locate``
-compares a workload's (``stages.conclude``: the culprit is an op whose inputs were bitwise equal
-in both runs and whose outputs were not). The runs keep nothing but their recording: they run in
-a temporary folder, and the files the script writes are not compared here (``exec`` does that).
+compares a workload's (``stages.conclude``). The runs keep nothing but their recording: they run
+in a temporary folder, and the files the script writes are not compared here (``exec`` does that).
 """
 
 from __future__ import annotations
