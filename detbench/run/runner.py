@@ -65,13 +65,13 @@ class Runner:
             self.previous_env = load_env(config.out)
             self.host = host_env()
             for r in iter_records(config.out):
-                self.done.add((f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])))
+                key = (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
+                self.done.add(key)
                 if r.get("replicate") == 0 and r.get("flops_source") == "counted":
                     self._counted_flops[(r["suite"], r["workload"], r["mode"])] = r.get(
                         "flops_per_step"
                     )
                 if r.get("device_name") in names:
-                    key = (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"]))
                     self._placed[key] = names.index(r["device_name"])
             self.check_environment({"host": self.host})  # before anything is printed or run
         else:
@@ -311,11 +311,10 @@ class Runner:
             # first worker is ready (``_ready``).
             self._host_later = host_env_later()
         self._open_folder()
-        if estimate is not None:
-            self.stats.planned = (
-                float(estimate) if isinstance(estimate, int | float) else estimate.seconds
-            )
-        if estimate is not None and not isinstance(estimate, float):
+        if isinstance(estimate, int | float):
+            self.stats.planned = float(estimate)
+        elif estimate is not None:
+            self.stats.planned = estimate.seconds
             self.paired.weigh(estimate)  # each group's weight for the time left
         # The probe worker ran before this, in this call: its seconds are the call's.
         self.stats.probe = float(getattr(estimate, "probe_seconds", 0.0))
