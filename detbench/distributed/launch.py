@@ -68,7 +68,7 @@ def _levels(mode: Mode, device_type: str) -> dict[str, str]:
     }
 
 
-def _unsupported(device_type: str, world: int, levels: dict[str, str]) -> str | None:
+def _unsupported(device_type: str, world: int) -> str | None:
     """Why this host cannot launch ``world`` ranks on ``device_type``, or None."""
     import torch
 
@@ -154,7 +154,7 @@ def _launchable(
     where this host cannot launch them (the record is then ``unsupported``, with why)."""
     levels = _levels(mode, ctx.device.type)
     _describe(w, ctx, mode, levels, rec)
-    reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"], levels)
+    reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"])
     if reason is not None:
         rec.update(status=Status.UNSUPPORTED, message=f"build: {reason}")
         return None
