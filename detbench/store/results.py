@@ -32,14 +32,18 @@ RESULTS_FILE = "results.jsonl"
 SET_ASIDE_FILE = "set_aside.jsonl"
 ENV_FILE = "env.json"
 
-#: The columns schema 2 added (None in version-1 records).
-SCHEMA_2_COLUMNS = (
+#: The columns schema 2 and 3 added (None in older records), which hold None, not NaN, where a
+#: record has no value, as do ``fingerprint`` and ``message``.
+LATER_COLUMNS = (
     "peak_memory_bytes",
     "timing_ci_rel",
     "timing_reached_target",
     "fingerprint_method",
     "matmul_fp32",
     "conv_fp32",
+    "base_mode",
+    *SETTING_NAMES,
+    "settings_changed",
 )
 #: The columns ``load_results`` always returns, in this order (others follow).
 COLUMNS = (
@@ -59,20 +63,9 @@ COLUMNS = (
     "device",
     "profile",
     "num_threads",
-    *SCHEMA_2_COLUMNS,
-    "base_mode",
-    *SETTING_NAMES,
-    "settings_changed",
+    *LATER_COLUMNS,
 )
-#: Columns that hold None, not NaN, where a record has no value.
-NONE_NOT_NAN = (
-    "fingerprint",
-    "message",
-    *SCHEMA_2_COLUMNS,
-    "base_mode",
-    *SETTING_NAMES,
-    "settings_changed",
-)
+NONE_NOT_NAN = ("fingerprint", "message", *LATER_COLUMNS)
 
 
 def utc_now() -> str:
