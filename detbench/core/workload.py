@@ -262,39 +262,35 @@ def workload(
             raise WorkloadError(
                 f"workload suite and name must be non-empty, without '/': {suite!r}/{wname!r}"
             )
-        _add(
-            Workload(
-                suite=suite,
-                name=wname,
-                factory=factory,
-                items_per_step=items_per_step,
-                params=dict(params or {}),
-                source=getattr(getattr(factory, "__code__", None), "co_filename", ""),
-                bytes_per_step=bytes_per_step,
-                flops_per_step=flops_per_step,
-                loss_output=loss_output,
-                fingerprint_steps=fingerprint_steps,
-                seeding=seeding,
-                autocast=autocast,
-                attention=attention,
-                batch_sizes=sizes,
-                batch_size=None if sizes is None else (batch_size or sizes[-1]),
-                distributed=distributed,
-            )
+        w = Workload(
+            suite=suite,
+            name=wname,
+            factory=factory,
+            items_per_step=items_per_step,
+            params=dict(params or {}),
+            source=getattr(getattr(factory, "__code__", None), "co_filename", ""),
+            bytes_per_step=bytes_per_step,
+            flops_per_step=flops_per_step,
+            loss_output=loss_output,
+            fingerprint_steps=fingerprint_steps,
+            seeding=seeding,
+            autocast=autocast,
+            attention=attention,
+            batch_sizes=sizes,
+            batch_size=None if sizes is None else (batch_size or sizes[-1]),
+            distributed=distributed,
         )
+        old = _REGISTRY.get(w.key)
+        if old is not None and old.source != w.source:
+            raise WorkloadError(
+                f"workload {w.key} is defined twice: in {old.source} and in {w.source}"
+            )
+        _REGISTRY[w.key] = w
         return factory
 
     if fn is not None:
         return register(fn)
     return register
-
-
-def _add(w: Workload) -> None:
-    """Put ``w`` in the registry; the same workload from another file is refused."""
-    old = _REGISTRY.get(w.key)
-    if old is not None and old.source != w.source:
-        raise WorkloadError(f"workload {w.key} is defined twice: in {old.source} and in {w.source}")
-    _REGISTRY[w.key] = w
 
 
 def registry() -> dict[str, Workload]:
@@ -328,11 +324,10 @@ def load_file(path: str | Path) -> list[Workload]:
         sys.modules[mod_name] = module
         try:
             spec.loader.exec_module(module)
-        except WorkloadError:
-            del sys.modules[mod_name]
-            raise
         except Exception as exc:
             del sys.modules[mod_name]
+            if isinstance(exc, WorkloadError):
+                raise
             raise WorkloadError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
     new = [w for k, w in _REGISTRY.items() if k not in before]
     return new or [w for w in _REGISTRY.values() if Path(w.source).resolve() == p]
