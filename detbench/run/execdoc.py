@@ -119,8 +119,9 @@ class ExecRecords:
         facts["counts"] = evidence.counts
         facts["set_aside"] = [f"{s.what}: {s.why}" for s in outputs.set_aside]
         facts["unreadable"] = list(outputs.unreadable)
-        status = record_status(facts)
+        status, device = record_status(facts), device_of(facts)
         ok = status == "ok"
+        changed = acting(changed_by(facts), device, slot.mode)
         sample = facts["body"] if facts.get("body") else facts["wall"]
         self.paired.append(
             line(
@@ -139,41 +140,38 @@ class ExecRecords:
                 status=status,
                 message=None if ok else facts.get("stderr_tail"),
                 worker_pid=facts.get("pid"),
-                device=device_of(facts),
+                device=device,
                 utc=utc_now(),
-                settings_changed=acting(changed_by(facts), device_of(facts), slot.mode),
+                settings_changed=changed,
                 host_load=facts.get("host_load"),
             )
         )
-        if slot.copy == 0:
-            self.results.append(self.record(slot.mode, slot.round, facts))
-
-    def record(self, mode: Mode, replicate: int, facts: dict[str, Any]) -> dict[str, Any]:
+        if slot.copy != 0:
+            return
         boot = facts.get("boot") or {}
         levels = boot.get("final") or boot.get("applied") or {}
         rec = measured(
             suite=SUITE,
             workload=self.name,
             params={"command": " ".join(self.c.command)},
-            mode=mode,
-            settings=columns(levels, mode),
-            replicate=replicate,
+            mode=slot.mode,
+            settings=columns(levels, slot.mode),
+            replicate=slot.round,
             seed=self.c.seed,
-            device=device_of(facts),
+            device=device,
             profile="exec",
             num_threads=0,
             batch_size=None,
             fingerprint_method="sha256",
         )
-        status = record_status(facts)
         rec.update(
             status=status,
-            message=None if status == "ok" else facts.get("stderr_tail"),
-            fingerprint=facts["digest"] if status == "ok" else None,
-            settings_changed=acting(changed_by(facts), device_of(facts), mode),
+            message=None if ok else facts.get("stderr_tail"),
+            fingerprint=facts["digest"] if ok else None,
+            settings_changed=changed,
             timing_design="paired",
             worker_pid=facts.get("pid"),
-            device_name=f"{device_of(facts)}:0",
+            device_name=f"{device}:0",
             utc=utc_now(),
             mode_position=facts.get("position"),
             items_per_step=1.0,  # a run of the command is the unit: its throughput is runs/s
@@ -183,7 +181,7 @@ class ExecRecords:
             rec["settings_changes"] = {
                 ch["setting"]: f"{ch['file']}:{ch['line']}" for ch in changes
             }
-        return rec
+        self.results.append(rec)
 
 
 def changed_by(facts: dict[str, Any]) -> list[str]:
