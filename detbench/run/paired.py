@@ -130,10 +130,6 @@ class Member:
     #: set where that is another mode, which makes this member sit the rounds out.
     timed_as: str | None = None
 
-    @property
-    def label(self) -> str:
-        return self.mode.name + (" (A/A copy)" if self.copy else "")
-
     def reset(self) -> None:
         self.prepared, self.failure, self.timed, self.reference_timer = None, None, None, None
         self.exit_code = None
