@@ -129,14 +129,11 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
     if status != Status.OK:
         return
     rec["flops_source"] = first.get("flops_source")
-    if first.get("flops_pending"):
-        rec["flops_pending"] = True
     counted = [r.get("flops_per_step") for r in ranks]
     rec["flops_per_step"] = sum(counted) if all(c is not None for c in counted) else None
-    if first.get("flops_note"):
-        rec["flops_note"] = first["flops_note"]
-    if first.get("timing_design"):  # "paired": its ranks timed nothing here
-        rec["timing_design"] = first["timing_design"]
+    for k in ("flops_pending", "flops_note", "timing_design"):  # "paired": the ranks timed none
+        if first.get(k):
+            rec[k] = first[k]
     timing = first.get("timing")
     if not timing:  # a paired run's: the ranks are timed in their turns, or another mode's
         return
