@@ -17,6 +17,7 @@ from typing import Any
 from detbench.core.modes import get_mode
 from detbench.run.api import run_benchmark
 from detbench.run.config import RunConfig
+from detbench.store.paired import copy0_lines, joined
 from detbench.store.results import iter_records, load_env
 from detbench.store.schema import Status
 
@@ -46,7 +47,7 @@ class GpuCheck:
 
 
 def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[GpuCheck]:
-    """What worked, in plain words, from the check run's records and env.json."""
+    """What worked, in plain words, from the check run's ``timed_records`` and env.json."""
     out: list[GpuCheck] = []
     worker = env.get("worker") or {}
     if worker.get("device") == "cuda":
@@ -81,20 +82,29 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Gp
             continue
         prints = {r["fingerprint"] for r in recs}
         verdict = "reproducible" if len(prints) == 1 else f"{len(prints)} different results"
-        timings = [r.get("timing") or {} for r in recs]
-        samples = min(len(t.get("samples") or []) for t in timings)
-        reached = sum(bool(t.get("reached_target")) for t in timings)
-        ci = max(float(t.get("ci_rel") or 0.0) for t in timings)
         method = {str(r.get("fingerprint_method")) for r in recs}
         deterministic = get_mode(mode).deterministic_algorithms
+        timed_as = {str(r["timed_as"]) for r in recs if r.get("timed_as")}
+        if len(timed_as) == 1 and all(r.get("timed_as") for r in recs):
+            # On this device the mode runs what another mode's worker timed: nothing to time.
+            timing, timed = f"timed as {timed_as.pop()} (the same computation here)", True
+        else:
+            timings = [r.get("timing") or {} for r in recs]
+            samples = min(len(t.get("samples") or []) for t in timings)
+            reached = sum(bool(t.get("reached_target")) for t in timings)
+            ci = max(float(t.get("ci_rel") or 0.0) for t in timings)
+            timed = samples >= 5
+            timing = (
+                f"timing {samples}+ samples, interval +-{100 * ci:.1f}%, target reached in "
+                f"{reached}/{len(recs)}"
+            )
         # In the deterministic mode every supported workload must give the same bits twice;
         # in the default mode a difference is a finding, not a failure.
         out.append(
             GpuCheck(
-                (len(prints) == 1 or not deterministic) and samples >= 5,
-                f"{key} [{mode}]: {verdict} over {len(recs)} fresh processes; timing "
-                f"{samples}+ samples, interval +-{100 * ci:.1f}%, target reached in "
-                f"{reached}/{len(recs)}; fingerprint {'/'.join(sorted(method))}",
+                (len(prints) == 1 or not deterministic) and timed,
+                f"{key} [{mode}]: {verdict} over {len(recs)} fresh processes; {timing}; "
+                f"fingerprint {'/'.join(sorted(method))}",
             )
         )
     expected = len(WORKLOADS) * len(MODES) * REPLICATES
@@ -144,6 +154,13 @@ def run_check(device: str, out: Path, cudnn_log: bool = False) -> tuple[list[Gpu
         cudnn_log=cudnn_log,
     )
     run_benchmark(config)
-    records = list(iter_records(out))
+    records = timed_records(out)
     found = checks(records, load_env(out))
     return ([*found, engines_check(records, device)] if cudnn_log else found), out
+
+
+def timed_records(out: Path) -> list[dict[str, Any]]:
+    """The run's records, each joined with its copy-0 timing from ``paired.jsonl`` (a verdict
+    record itself times nothing)."""
+    found = copy0_lines(out)
+    return [joined(r, found) for r in iter_records(out)]
