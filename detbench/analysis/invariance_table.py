@@ -1,10 +1,7 @@
-"""The batch-invariance table computed from a run's records: each workload's verdict per mode
-(over its replicates), the price of invariance where the suite has an invariant reference (a
-workload whose params hold ``"invariant_reference_of": "<base workload>"``: its throughput
-relative to the base in the same suite and mode, with a 95% interval from the two-level bootstrap
-of ``analysis.costs``), the price of a setting where the run has a mode with settings beside its
-base mode (same bootstrap), and for a decoder its distinct completions and tokens/s.
-``detbench.report.invariance`` words and draws it.
+"""The batch-invariance table computed from a run's records (``table``): each workload's verdict
+per mode, the price of invariance where the suite has an invariant reference (a workload whose
+params hold ``REFERENCE_KEY``), the price of a setting beside its base mode, and for a decoder
+its distinct completions and tokens/s. ``detbench.report.invariance`` words and draws it.
 """
 
 from __future__ import annotations
