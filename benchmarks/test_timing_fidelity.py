@@ -24,10 +24,9 @@ import torch
 from torch.utils.benchmark import Timer
 
 from detbench.run.config import PROFILE_DEFAULTS
-from detbench.worker.paired import block_steps
 from detbench.worker.samplers import ClockSampler, host_clock
 from detbench.worker.timing import MIN_CI_SAMPLES, summary_of, torch_threads
-from detbench.worker.warmup import warm_up
+from detbench.worker.warmup import block_steps, warm_up
 
 TARGET_REL = 0.03  # the CPU target
 THREADS = 1

@@ -18,8 +18,8 @@ from detbench.core.modes import CUBLAS_ENV
 from detbench.core.settings import visible_gpus
 from detbench.run.api import plan_run, run_planned
 from detbench.run.costprobe import own_costs, probe, unpriced
-from detbench.run.costs import GPU_HOST_CORES
-from detbench.run.estimate import PAPER_STARTUP_SECONDS, estimate, planned_unsupported
+from detbench.run.costs import GPU_HOST_CORES, PAPER_STARTUP_SECONDS
+from detbench.run.estimate import estimate, planned_unsupported
 from detbench.run.hostspeed import host_speed
 from detbench.run.plantext import describe_plan, left_out_line, probe_line
 from detbench.run.schedule import clock

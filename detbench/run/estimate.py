@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from detbench.core import settings as st
-from detbench.run.costs import PAPER_STARTUP_SECONDS
 from detbench.run.pricing import Pricing, Probed, per_record_seconds
 
 if TYPE_CHECKING:
@@ -20,8 +19,6 @@ if TYPE_CHECKING:
     from detbench.run.hostspeed import HostSpeed
     from detbench.run.paired_cost import PairedPlan
     from detbench.run.schedule import Plan, Slot
-
-__all__ = ["PAPER_STARTUP_SECONDS", "Estimate", "estimate", "planned_unsupported"]
 
 
 @dataclass(frozen=True)

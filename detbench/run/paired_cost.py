@@ -27,8 +27,8 @@ from detbench.run.costs import (
 )
 from detbench.run.hostspeed import cores as host_cores
 from detbench.run.paired_rounds import MIN_ROUNDS
-from detbench.worker.paired import block_steps
 from detbench.worker.warmup import GROUP as WARMUP_GROUP
+from detbench.worker.warmup import block_steps
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,8 @@ from typing import Any, BinaryIO
 
 #: The directory holding the ``detbench`` package (a checkout's root, or site-packages).
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
-#: Seconds a workload's worker may take before it is killed, unless the run says otherwise.
+#: Seconds a workload's worker may take before it is killed, unless the run says otherwise: a
+#: wedged GPU or a deadlocked DataLoader must not stall a run forever.
 DEFAULT_TIMEOUT = 900.0
 #: The name (/proc/PID/comm) a worker takes once it dies with its runner.
 ARMED_NAME = b"detbench-worker"
