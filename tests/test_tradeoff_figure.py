@@ -18,6 +18,7 @@ import detbench
 from detbench.analysis import tradeoff
 from detbench.analysis.recommend import recommendations
 from detbench.report import planeaxis
+from detbench.report.plots import drawn_texts
 from detbench.report.tradeoff import figure, times
 
 from .conftest import ROOT
@@ -26,6 +27,17 @@ from .conftest import ROOT
 #: test-slow and CI.
 pytestmark = pytest.mark.slow
 H200 = ROOT / "results" / "20261126-040517-cuda-full-h200-partial"
+
+
+def clipped_text(fig: Figure) -> list[str]:
+    """The visible texts of ``fig`` that do not fit inside it, as drawn (their renderer extents
+    against the figure's box, to a pixel): what a reader would see cut off. [] when all fit."""
+    box, texts = drawn_texts(fig)
+    return [
+        t.get_text()
+        for t, e in texts
+        if e.x0 < box.x0 - 1 or e.y0 < box.y0 - 1 or e.x1 > box.x1 + 1 or e.y1 > box.y1 + 1
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +197,7 @@ def test_every_figures_text_fits_inside_it(points: pd.DataFrame) -> None:
     """Issue 35: no text clipped, by matplotlib's own extents: the heatmap of one workload in
     three modes (its key and its colour bar's label were cut at both ends), and the trade-off
     figure of the published H200 run."""
-    from detbench.report.plots import clipped_text, heatmap_figure
+    from detbench.report.plots import heatmap_figure
 
     v = pd.DataFrame(
         {
@@ -206,7 +218,7 @@ def test_a_figure_grows_only_for_the_text_a_reader_sees() -> None:
     10^-8), which matplotlib never draws but which counted as text sticking out. Only the texts
     drawn count: the figure keeps its 8 inches, and nothing drawn is clipped."""
     from detbench.analysis import divergence
-    from detbench.report.plots import clipped_text, divergence_figure
+    from detbench.report.plots import divergence_figure
 
     run = ROOT / "results" / "20261126-060355-cuda-full-h100-partial"
     div = divergence(detbench.load_results(run))
@@ -219,8 +231,6 @@ def test_the_modes_not_placed_are_named_inside_the_figure(points: pd.DataFrame) 
     """A mode that ran no workload (an SDPA backend a CPU lacks, in an attribution study of a
     diffusion UNet) is named under the panel, not placed: its note, as long as two settings'
     names make it, wraps inside the figure instead of running past its edge."""
-    from detbench.report.plots import clipped_text
-
     one = points[points["suite"] == points["suite"].iloc[0]]
     lost = [one.iloc[0].copy() for _ in range(3)]  # three modes with long names and no throughput
     for i, row in enumerate(lost):

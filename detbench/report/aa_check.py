@@ -128,12 +128,6 @@ def mark_words() -> str:
     return f"{MARK} The 95% interval rests on one replicate: it assumes {assumed_words()}."
 
 
-def _paired_rows(df: pd.DataFrame) -> list[Mapping[str, Any]]:
-    if "timing" not in df.columns:
-        return []
-    return [t for t in df["timing"] if is_paired(t)]
-
-
 def secs(x: float) -> str:
     """Seconds to two significant digits, as a reader takes them: 0.00035, 0.10, 1.0, 9.4, 12."""
     return f"{x:.0f}" if x >= 10 else f"{x:#.2g}".rstrip(".")
@@ -153,7 +147,7 @@ def costs_item(
     and was not set to time any (``earlier_design.words`` says how such costs were timed)."""
     o = env.get("options") or {}
     design = o.get("timing")
-    timed = _paired_rows(df)
+    timed = [t for t in df["timing"] if is_paired(t)] if "timing" in df.columns else []
     if not timed:
         if design != "paired":
             return None

@@ -49,10 +49,6 @@ def fact_lines(runs: Sequence[Run]) -> tuple[str, list[str]]:
     return common, own
 
 
-def _groups(r: Mapping[str, Any], lab: Mapping[str, str]) -> str:
-    return " | ".join(" ".join(lab.get(n, n) for n in g) for g in r["groups"]) or "–"
-
-
 def _differs(r: Mapping[str, Any]) -> str:
     return "; ".join(f"{FACTS.get(k, k)}: {' | '.join(v)}" for k, v in r["differs"].items())
 
@@ -108,7 +104,7 @@ def rows(verdicts: Sequence[Mapping[str, Any]], lab: Mapping[str, str]) -> list[
             f"{r['suite']}/{r['workload']}",
             str(r["mode"]),
             _verdict(r, lab),
-            _groups(r, lab),
+            " | ".join(" ".join(lab.get(n, n) for n in g) for g in r["groups"]) or "–",
             _why(r, lab),
         ]
         for r in verdicts
@@ -196,12 +192,9 @@ def set_blocks(directory: Path) -> list[Block]:
     out += blocks(runs, verdicts)
     for r in runs:
         name = r.name.rsplit(":", 1)[-1]
-        out += [Heading(2, f"Machine {name}"), Para(fact_line(r)), Code(summary_table(r.df)[1])]
+        facts = ", ".join(f"{FACTS[k]} {v}" for k, v in r.facts.items() if v)
+        out += [Heading(2, f"Machine {name}"), Para(facts), Code(summary_table(r.df)[1])]
         out += [
             b if not isinstance(b, Heading) else Heading(3, b.text) for b in samebits.blocks(r.df)
         ]
     return out
-
-
-def fact_line(r: Run) -> str:
-    return ", ".join(f"{FACTS[k]} {v}" for k, v in r.facts.items() if v)

@@ -9,10 +9,7 @@ irreproducible, in about fifteen lines.
   (``analysis.price``) with its interval, and one sentence where that interval is too wide to
   say anything. An interval that rests on one replicate in some of the suite's workloads (a
   run stopped after its first replicate) is marked, and a line under the table says where.
-- The workloads no mode made bitwise reproducible, and what the run knows of why: the op that
-  has no deterministic implementation (from the unsupported record's message), the culprit op
-  ``run --locate`` found, a setting beyond the four flags that did make it reproducible, a
-  seeding recipe that does not seed by design, or nondeterminism beyond the flags' reach.
+- The workloads no mode made bitwise reproducible, and what the run knows of why (``_why``).
 - Which switches changed the bits and which only the time (``analysis.switches``).
 - A run on a CPU, and a run timed on a busy host (``analysis.busy``), say so here.
 

@@ -90,13 +90,6 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def used_devices(df: pd.DataFrame) -> list[str]:
-    """The devices the run's records ran on, in order."""
-    if df.empty or "device_name" not in df.columns:
-        return []
-    return sorted({str(x) for x in df["device_name"].dropna()})
-
-
 def _cell(r: Mapping[Any, Any]) -> str:
     if r["same_bits"] is True:
         return "same bits"
@@ -138,7 +131,9 @@ def conclusion(t: pd.DataFrame, gpus: bool) -> str:
 
 def blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
     """The section: [] for a run on one device."""
-    names = used_devices(df)
+    if df.empty or "device_name" not in df.columns:
+        return []
+    names = sorted({str(x) for x in df["device_name"].dropna()})  # where the records ran
     if len(names) < 2:
         return []
     t = table(df)

@@ -23,14 +23,6 @@ from detbench.store.schema import Status
 LAUNCH_COLUMNS = ("world_size", "backend", "bucket_cap_mb", "nccl_algo", "nccl_proto")
 
 
-def _launched(df: pd.DataFrame) -> pd.DataFrame:
-    """The counted records of distributed workloads (those that carry a world size)."""
-    if df.empty or "world_size" not in df.columns:
-        return df.iloc[:0]
-    df = analysis.counted(df)
-    return df[df["world_size"].notna()]
-
-
 def _first(g: pd.DataFrame, column: str) -> Any:
     if column not in g.columns:
         return None
@@ -67,7 +59,10 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     replicates; total items across ranks per second of the slowest rank) and
     ``launch_seconds`` (median wall time of the launches that ran it: torchrun, the ranks' start-up
     and the passes of every workload of the launch)."""
-    d = _launched(df)
+    if df.empty or "world_size" not in df.columns:
+        return pd.DataFrame()
+    d = analysis.counted(df)
+    d = d[d["world_size"].notna()]  # the records of distributed workloads
     if d.empty:
         return pd.DataFrame()
     v = {(r["suite"], r["workload"], r["mode"]): r for r in analysis.verdicts(d).to_dict("records")}

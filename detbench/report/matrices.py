@@ -41,11 +41,6 @@ WORDS = {
 }
 
 
-def mode_key_line(modes: Sequence[str]) -> str:
-    """``M0 default, M1 bench, ...``: the columns of a matrix."""
-    return ", ".join(f"M{i} {m}" for i, m in enumerate(modes))
-
-
 def all_modes(n: int) -> str:
     return f"all {n} modes" if n > 1 else "its one mode"
 
@@ -79,7 +74,7 @@ def key_para(
         "Key: "
         + ", ".join(f"{s} {words.get(s, s)}" for s in used)
         + ". Columns: "
-        + mode_key_line(modes)
+        + ", ".join(f"M{i} {m}" for i, m in enumerate(modes))  # M0 default, M1 bench, ...
         + "."
     )
 

@@ -204,7 +204,8 @@ def apply(ax: Axes, axis: XAxis) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     fig = ax.get_figure()
     assert isinstance(fig, Figure)
-    _set_ticks(ax, axis, 0.8 * ax.get_position().width * fig.get_figwidth() * 72)  # for now
+    width = 0.8 * ax.get_position().width * fig.get_figwidth() * 72  # for now
+    ax.xaxis.set_major_locator(FixedLocator(axis.ticks(width)))
     _AXES[ax] = axis
     cut = axis.cut
     if cut is not None:
@@ -227,8 +228,5 @@ def fit_ticks(fig: Figure) -> None:
     for ax in fig.axes:
         axis = _AXES.pop(ax, None)
         if axis is not None:
-            _set_ticks(ax, axis, ax.get_window_extent().width * 72 / fig.dpi)
-
-
-def _set_ticks(ax: Axes, axis: XAxis, width: float) -> None:
-    ax.xaxis.set_major_locator(FixedLocator(axis.ticks(width)))
+            width = ax.get_window_extent().width * 72 / fig.dpi
+            ax.xaxis.set_major_locator(FixedLocator(axis.ticks(width)))

@@ -60,7 +60,7 @@ def _undrawn_tick_labels(fig: Figure) -> set[int]:
     return out
 
 
-def _drawn_texts(fig: Figure) -> tuple[Any, list[tuple[Text, Any]]]:
+def drawn_texts(fig: Figure) -> tuple[Any, list[tuple[Text, Any]]]:
     """(the figure's box, each text a reader sees with its extent as drawn)."""
     canvas = FigureCanvasAgg(fig)  # a canvas of its own: no backend chosen, no global state
     canvas.draw()
@@ -74,23 +74,13 @@ def _drawn_texts(fig: Figure) -> tuple[Any, list[tuple[Text, Any]]]:
     return fig.bbox, texts
 
 
-def clipped_text(fig: Figure) -> list[str]:
-    """The visible texts of ``fig`` that do not fit inside it, as drawn (their renderer extents
-    against the figure's box, to a pixel): what a reader would see cut off. [] when all fit."""
-    box, texts = _drawn_texts(fig)
-    return [
-        t.get_text()
-        for t, e in texts
-        if e.x0 < box.x0 - 1 or e.y0 < box.y0 - 1 or e.x1 > box.x1 + 1 or e.y1 > box.y1 + 1
-    ]
-
-
 def grow_to_fit(fig: Figure, tries: int = 6) -> None:
-    """Make ``fig`` larger until every text fits inside it (``clipped_text``): by what sticks
-    out, on both sides (a title is centred), as the constrained layout lays it out again. For
-    figures whose texts do not wait on the layout (the heatmap, the divergence)."""
+    """Make ``fig`` larger until every text a reader sees (``drawn_texts``) fits inside it, to a
+    pixel: by what sticks out, on both sides (a title is centred), as the constrained layout lays
+    it out again. For figures whose texts do not wait on the layout (the heatmap, the
+    divergence)."""
     for _ in range(tries):
-        box, texts = _drawn_texts(fig)
+        box, texts = drawn_texts(fig)
         over_x = over_y = 0.0
         for _t, e in texts:
             over_x = max(over_x, box.x0 - e.x0, e.x1 - box.x1)

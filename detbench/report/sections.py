@@ -9,7 +9,7 @@ it belongs with what it reads of the run; the answer stays first.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -132,13 +132,8 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
         other = mine[mine["mode"] != picks.get(suite)]
         if len(other):
             table = tables.workload_recommendation_table(other, suite, r.memory, r.baseline)
-            out.append(
-                type(table)(
-                    table.header,
-                    table.rows,
-                    caption=f"{suite}: workloads whose own pick differs from the suite's",
-                )
-            )
+            caption = f"{suite}: workloads whose own pick differs from the suite's"
+            out.append(replace(table, caption=caption))
         out += [
             Figure(p) for p in r.plots if p.suite == suite and p.kind in ("heatmap", "divergence")
         ]

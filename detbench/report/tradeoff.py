@@ -57,16 +57,8 @@ def draw_panel(
     with ``mode``, ``relative_throughput``, ``reproducible``, ``frontier``, and optionally
     ``ci_low``, ``ci_high``, ``inert``, ``recommended``, ``failed``, ``workloads``). The names
     beside the points are placed by ``labels.place`` once the figure is laid out."""
-    pts = pts.copy()
-    for col, default in (
-        ("ci_low", None),
-        ("ci_high", None),
-        ("inert", False),
-        ("recommended", False),
-        ("failed", 0),
-    ):
-        if col not in pts.columns:
-            pts[col] = default
+    defaults = {"ci_low": None, "ci_high": None, "inert": False, "recommended": False, "failed": 0}
+    pts = pts.assign(**{c: d for c, d in defaults.items() if c not in pts.columns})
     placed = pts[pts["relative_throughput"].notna()]
     missing = [f"{m} (ran no workload)" for m in pts.loc[pts["relative_throughput"].isna(), "mode"]]
     ax.set_title(title, fontsize=10)

@@ -1,10 +1,8 @@
-"""``detbench report DIR``: ``DIR/report.md`` and a self-contained ``DIR/report.html``.
-
-Both files are rendered from one list of blocks (``detbench.report.render``), so they say the same
-thing; the blocks come from the sections of ``detbench.report.sections`` (the answer first, then
-the headline plot, the run's own studies, the compact matrices, the conditions, the method).
-Everything in them is computed from the raw records in ``results.jsonl`` and the facts in
-``env.json``; the report files and ``plots/`` are derived and rewritten on every call.
+"""``detbench report DIR``: ``DIR/report.md`` and a self-contained ``DIR/report.html``, both
+rendered from one list of blocks (``detbench.report.sections``'; a merged set's from
+``detbench.report.across``, an exec run's from ``detbench.report.execsection``). Everything in
+them is computed from ``results.jsonl`` and ``env.json``; the report files and ``plots/`` are
+derived and rewritten on every call.
 """
 
 from __future__ import annotations
