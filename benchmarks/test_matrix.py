@@ -20,8 +20,8 @@ from typing import Any
 
 from detbench.core.modes import MODES
 from detbench.run.config import RunConfig
-from detbench.run.costprobe import probe
 from detbench.run.estimate import estimate
+from detbench.run.planprobe import probe
 from detbench.run.runner import Runner, prepare
 
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from detbench.core.modes import get_mode
-from detbench.run import costs as C
 from detbench.run import estimate as E
-from detbench.run import pricing as P
+from detbench.run import figures as C
+from detbench.run import slot_seconds as P
 from detbench.run.schedule import Plan, Slot
 
 from .conftest import detbench_cli
@@ -111,7 +111,7 @@ def test_measured_suites_are_charged_their_measured_verdict_cost() -> None:
     model = P.per_record_seconds("cuda", "full", 0.3) - P.timing_seconds("cuda", 0.3)
     assert model == pytest.approx(0.15)
     assert est.record_seconds == pytest.approx(2 * (2 * conv + model))
-    assert est.costed_records == 4 and est.to_json()["estimate_basis"] == "paper"
+    assert est.figure_records == 4 and est.to_json()["estimate_basis"] == "paper"
     skip = E.estimate(plan, "cuda", "full", 0.3, 9.8, False,
                       unsupported=lambda mode, key: mode.deterministic_algorithms)  # fmt: skip
     assert skip.unsupported_records == 3

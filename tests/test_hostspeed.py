@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from detbench.core.modes import MODES
-from detbench.run.costs import (
+from detbench.run.estimate import estimate
+from detbench.run.figures import (
     HOST_REFERENCE_SECONDS,
     INVARIANCE_SECONDS_PER_SIZE,
     LAUNCH_SECONDS,
@@ -22,11 +23,10 @@ from detbench.run.costs import (
     PAIRED_TURN_SECONDS,
     VERDICT_RECORD_SECONDS,
 )
-from detbench.run.estimate import estimate
 from detbench.run.hostspeed import FACTOR_BOUNDS, HostSpeed, measure, reference_pass
-from detbench.run.paired_cost import PairedPlan
-from detbench.run.pricing import Probed
+from detbench.run.paired_plan import PairedPlan
 from detbench.run.schedule import make_plan
+from detbench.run.slot_seconds import Probed
 from tests.conftest import detbench_cli
 
 KEYS = ["conv/a", "rnn/b", "distributed/c", "ops/mine"]
@@ -77,7 +77,7 @@ def _priced(factor: float) -> tuple[dict[str, float], float, float, float, float
         host=HostSpeed(factor * 0.01, 0.01),
     )
     first = plan.slots[0]
-    records = dict(est.slot_costs[(first.replicate, first.mode.name)][1])
+    records = dict(est.slot_seconds[(first.replicate, first.mode.name)][1])
     return records, est.launch_seconds, est.size_seconds, est.startup_seconds, est.paired_seconds
 
 

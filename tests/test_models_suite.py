@@ -307,11 +307,11 @@ def test_a_context_note_is_checked() -> None:
 
 
 def test_the_suite_is_costed_on_paper_from_its_flops_and_left_out_of_the_cuda_matrix() -> None:
-    from detbench.run import costs
+    from detbench.run import figures
     from detbench.run.config import MATRIX_OPT_IN
 
     assert "models" in MATRIX_OPT_IN["cuda"]
-    own = costs.WORKLOAD_RECORD_SECONDS[("cuda", "full")]
+    own = figures.WORKLOAD_RECORD_SECONDS[("cuda", "full")]
     assert {k.split("/")[1] for k in own if k.startswith("models/")} == set(
         TRANSFORMERS + TORCHVISION + [n for names in MORE.values() for n in names]
     )

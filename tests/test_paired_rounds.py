@@ -53,13 +53,13 @@ def test_twins_wait_for_a_footprint_then_go_as_many_as_fit() -> None:
 def test_the_first_group_line_reads_the_plan_then_the_pace_of_the_groups_done() -> None:
     """Before any group is done the time left is the plan's seconds for the groups less those
     spent (the plan line's figure, continued), where the weights are the estimate's seconds;
-    unpriced, nothing; after a group, its pace (start-ups apart) for the plan's seconds left."""
-    assert time_left((60.0, 0.0), 4.0, (4.0, 1, 3), priced=True) == 56.0
-    assert time_left((60.0, 0.0), 70.0, (4.0, 1, 3), priced=True) == 0.0
+    otherwise, nothing; after a group, its pace (start-ups apart) for the plan's seconds left."""
+    assert time_left((60.0, 0.0), 4.0, (4.0, 1, 3), estimated=True) == 56.0
+    assert time_left((60.0, 0.0), 70.0, (4.0, 1, 3), estimated=True) == 0.0
     assert time_left((6.0, 0.0), 4.0, (4.0, 1, 3)) is None
     # One group of 20 planned seconds took 24 s, 4 of them its start-up: 1x pace for the 40 s
     # left, and two more start-ups of 4 s.
-    assert time_left((60.0, 20.0), 24.0, (4.0, 1, 3), priced=True) == 40.0 + 8.0
+    assert time_left((60.0, 20.0), 24.0, (4.0, 1, 3), estimated=True) == 40.0 + 8.0
     line = group_line(True, (1, 10), (0, 3), "ops/x", (3, 3), (65.0, 56.0))
     assert line == (
         "verdicts and costs [ 1/10] replicate 1/3 ops/x: 3 workers side by side  "

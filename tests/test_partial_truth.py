@@ -95,7 +95,7 @@ def test_the_estimate_of_the_records_made_is_the_estimates_own_figures() -> None
     assert made_seconds(est, plan, every) == pytest.approx(est.seconds)
     first = plan.slots[0]
     one = {(first.replicate, first.mode.name, first.keys[0])}
-    extra, records = est.slot_costs[(first.replicate, first.mode.name)]
+    extra, records = est.slot_seconds[(first.replicate, first.mode.name)]
     assert made_seconds(est, plan, one) == pytest.approx(extra + records[first.keys[0]])
     assert made_seconds(est.seconds, plan, one) is None  # a bare total says nothing of a part
     assert made_seconds(est.seconds, plan, every) == est.seconds

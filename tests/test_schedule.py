@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from detbench.core.modes import MODES, get_mode
-from detbench.run.costs import INVARIANCE_SECONDS_PER_SIZE
 from detbench.run.estimate import estimate
-from detbench.run.pricing import Probed, per_record_seconds, timing_seconds
+from detbench.run.figures import INVARIANCE_SECONDS_PER_SIZE
 from detbench.run.schedule import clock, make_plan, mode_order
+from detbench.run.slot_seconds import Probed, per_record_seconds, timing_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,8 +63,9 @@ def test_plan_skips_what_a_resumed_run_has() -> None:
 
 
 def _verdict(device: str, profile: str, budget: float) -> float:
-    """The model's price of a verdict record (no timing pass: the paired phase times the costs):
-    its record less the model's timing pass, a third of it at least (``pricing.record_cost``)."""
+    """The model's seconds of a verdict record (no timing pass: the paired phase times the
+    costs): its record less the model's timing pass, a third of it at least
+    (``slot_seconds.record_seconds``)."""
     per = per_record_seconds(device, profile, budget)
     return max(per / 3, per - timing_seconds(device, budget))
 
@@ -151,8 +152,8 @@ def test_a_measured_workload_prices_its_paired_members_at_its_own_build() -> Non
     """The paired phase builds each workload once per member: a workload measured here (a
     probe worker's record, or a resumed run's own) is priced at what its record took, but the
     FLOP count and the timing pass; another at its suite's figure."""
-    from detbench.run.costs import PAIRED_PREPARE_SECONDS
-    from detbench.run.paired_cost import PairedPlan
+    from detbench.run.figures import PAIRED_PREPARE_SECONDS
+    from detbench.run.paired_plan import PairedPlan
 
     plan = PairedPlan(
         groups=3,
@@ -175,8 +176,8 @@ def test_a_long_step_measured_here_prices_its_groups_turns_warm_ups_and_rounds()
     step after one untimed step, 6 rounds (no such block fits the 0.1 s budget), and each member
     but the A/A copy warms the verdict's step up for a first group of steps. Priced as a 0.008 s
     block, the groups read 27 s against 282 s on paper (benchmarks/workloads/detector_step.py)."""
-    from detbench.run.costs import PAIRED_ROUNDS_TAKEN, PAIRED_TURN_SECONDS
-    from detbench.run.paired_cost import PairedPlan
+    from detbench.run.figures import PAIRED_ROUNDS_TAKEN, PAIRED_TURN_SECONDS
+    from detbench.run.paired_plan import PairedPlan
     from detbench.worker.warmup import GROUP
 
     plan = PairedPlan(
@@ -203,7 +204,7 @@ def test_a_long_step_measured_here_prices_its_groups_turns_warm_ups_and_rounds()
 
 
 def test_a_records_step_is_its_timing_median_else_its_fingerprint_steps_but_the_first() -> None:
-    from detbench.run.pricing import step_seconds
+    from detbench.run.slot_seconds import step_seconds
 
     assert step_seconds({"timing": {"median": 0.5}, "first_step_seconds": 3.0}) == 0.5
     paired = {
@@ -220,7 +221,7 @@ def test_a_cuda_group_is_priced_at_its_suites_measured_turns() -> None:
     """On the H200 (2026-11-28) a turn cost its block, one untimed step and 2.5 ms, and the two
     members without cuDNN of an RNN group ran 0.4 s steps against 0.035 s with it: on CUDA those
     two set the group's rounds, where an unmeasured device keeps the block-only turn."""
-    from detbench.run.paired_cost import PairedPlan
+    from detbench.run.paired_plan import PairedPlan
 
     def plan(off: int) -> PairedPlan:
         return PairedPlan(groups=1, replicates=1, keys=("rnn/lstm",), workers=11, rounds=10,
@@ -244,8 +245,8 @@ def test_a_reference_check_is_priced_after_every_round() -> None:
     whatever the seconds asked."""
     from dataclasses import replace
 
-    from detbench.run.costs import PAIRED_ROUNDS_TAKEN
-    from detbench.run.paired_cost import PairedPlan
+    from detbench.run.figures import PAIRED_ROUNDS_TAKEN
+    from detbench.run.paired_plan import PairedPlan
     from detbench.run.paired_rounds import MIN_ROUNDS
 
     plain = PairedPlan(
@@ -276,7 +277,7 @@ def test_a_cpu_group_prices_the_turns_of_its_timed_workers_only() -> None:
     """On a CPU a group of eleven workers has three that take turns (default, det-algos and the
     A/A copy; the others make their verdicts and sit the rounds out): its rounds and warm-ups are
     priced for three, its start-up for all eleven."""
-    from detbench.run.paired_cost import PairedPlan
+    from detbench.run.paired_plan import PairedPlan
 
     def plan(timed: int) -> PairedPlan:
         return PairedPlan(groups=1, replicates=1, keys=("ops/cumsum",), workers=11, rounds=12,

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from detbench.core.modes import CUBLAS_ENV
 from detbench.core.settings import visible_gpus
 from detbench.run.api import plan_run, run_planned
-from detbench.run.costprobe import own_costs, probe, unpriced
-from detbench.run.costs import GPU_HOST_CORES, PAPER_STARTUP_SECONDS
 from detbench.run.estimate import estimate, planned_unsupported
+from detbench.run.figures import GPU_HOST_CORES, PAPER_STARTUP_SECONDS
 from detbench.run.hostspeed import host_speed
+from detbench.run.planprobe import own_seconds, probe, to_probe
 from detbench.run.plantext import describe_plan, left_out_line, probe_line
 from detbench.run.schedule import clock
 from detbench.store.outdir import measured_nothing
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     """The run's plan and estimate; printed in full for --dry-run, in one line otherwise. A dry
     run measures this host's start-up with a probe worker; a dry run and a real run alike probe
-    a user's own workloads (``run.costprobe``) where the plan holds enough of their records, so
+    a user's own workloads (``run.planprobe``) where the plan holds enough of their records, so
     both print the estimate the progress line then follows. Both time this host's speed first
     and scale a CPU plan's figures by it (``run.hostspeed``)."""
     c = runner.config
@@ -48,11 +48,11 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
 
-    own = own_costs(runner)  # a resumed run's records price the records it has left
+    own = own_seconds(runner)  # a resumed run's records estimate the records it has left
     # The figures are seconds on the host that measured them: how fast is this one?
     host = None if paper else host_speed(c.device)
 
-    def priced(startup: float, measured: bool, probed: Any = None) -> Estimate:
+    def estimated(startup: float, measured: bool, probed: Any = None) -> Estimate:
         return estimate(
             runner.plan,
             c.device,
@@ -72,14 +72,14 @@ def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
         )
 
     paper_startup = PAPER_STARTUP_SECONDS.get(c.device, 2.0) * (host.factor if host else 1.0)
-    est = priced(paper_startup, False)
+    est = estimated(paper_startup, False)
     keys = (
-        [k for k in unpriced(runner) if k not in own] if runner.plan.workers and not paper else []
+        [k for k in to_probe(runner) if k not in own] if runner.plan.workers and not paper else []
     )
     found = None
     if (dry_run and runner.plan.workers and not paper) or keys:
         found = probe(runner, keys)
-        est = priced(found.startup, True, found.records)
+        est = estimated(found.startup, True, found.records)
         if keys:  # a real run probes as this one did: its time is the call's
             est = replace(est, probe_seconds=found.seconds)
     doc, lines = describe_plan(runner, est)

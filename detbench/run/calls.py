@@ -31,9 +31,9 @@ def made_seconds(
     estimate: Estimate | float | None, plan: Plan, made: Iterable[Made]
 ) -> float | None:
     """The estimate's seconds for exactly the records ``made`` of ``plan``: each record's own
-    figure, plus what its worker costs beyond its records (start-up or wait, launch) for every
+    figure, plus what its worker takes beyond its records (start-up or wait, launch) for every
     worker that made one; with devices side by side, the busiest device's share. A bare number
-    of seconds prices the whole plan only: it is the answer where every record was made, and
+    of seconds estimates the whole plan only: it is the answer where every record was made, and
     None otherwise (it says nothing of a part)."""
     made = set(made)
     if estimate is None:
@@ -43,7 +43,7 @@ def made_seconds(
         return float(estimate) if made >= everything else None
     lanes = [0.0] * max(1, plan.lanes)
     for s in plan.slots:
-        extra, records = estimate.slot_costs.get((s.replicate, s.mode.name), (0.0, {}))
+        extra, records = estimate.slot_seconds.get((s.replicate, s.mode.name), (0.0, {}))
         mine = [k for k in s.keys if (s.replicate, s.mode.name, k) in made]
         if mine:
             lanes[s.lane] += extra + sum(records.get(k, 0.0) for k in mine)
@@ -81,7 +81,7 @@ def with_call(runner: Runner, estimate: Estimate | float | None) -> list[dict[st
     if stats.paired is not None:
         this["groups"] = timed
     host = getattr(estimate, "host", None)
-    if host is not None:  # the factor this call's plan was priced with (``run.hostspeed``)
+    if host is not None:  # the factor this call's plan was estimated with (``run.hostspeed``)
         this["host_speed"] = host
     return [*calls_of(runner.previous_env), this]
 

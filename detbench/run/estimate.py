@@ -1,8 +1,8 @@
-"""How long a plan should take: the cost model behind ``--dry-run``, the plan line of every run
-and the progress line's first guess. Every record costs its overhead plus the expected share of
+"""How long a plan should take: the model behind ``--dry-run``, the plan line of every run
+and the progress line's first guess. Every record takes its overhead plus the expected share of
 its timing budget; the first worker's start-up (measured by a dry run) and what later workers'
 start-ups cannot hide are added, and so are torchrun launches and invariance passes. The figures
-it prices with, and where each was measured or that it is a guess, are in ``run/costs.py``.
+it estimates with, and where each was measured or that it is a guess, are in ``run/figures.py``.
 """
 
 from __future__ import annotations
@@ -12,18 +12,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from detbench.core import settings as st
-from detbench.run.pricing import Pricing, Probed, per_record_seconds
+from detbench.run.slot_seconds import Probed, SlotSeconds, per_record_seconds
 
 if TYPE_CHECKING:
     from detbench.core.modes import Mode
     from detbench.run.hostspeed import HostSpeed
-    from detbench.run.paired_cost import PairedPlan
+    from detbench.run.paired_plan import PairedPlan
     from detbench.run.schedule import Plan, Slot
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """Seconds a plan should take: its records (each at its measured or modelled cost), its
+    """Seconds a plan should take: its records (each at its measured or modelled seconds), its
     torchrun launches and invariance passes, the paired phase (its groups' start-ups, warm-ups
     and rounds: ``paired_seconds``) and the probe worker's."""
 
@@ -43,33 +43,34 @@ class Estimate:
     #: Per device: the batch sizes its records' invariance passes build, and the seconds of one.
     lane_sizes: tuple[int, ...] = ()
     size_seconds: float = 0.0
-    #: Per device: the seconds of its records (each at its suite's or workload's measured cost
+    #: Per device: the seconds of its records (each at its suite's or workload's measured seconds
     #: where known, else ``per_record_seconds``); empty: records x ``per_record_seconds``.
     lane_record_seconds: tuple[float, ...] = ()
     #: Records that will be ``unsupported`` (known when planning: more ranks than GPUs, a setting
-    #: this torch lacks), charged nothing; and records costed from a measured or declared figure.
+    #: this torch lacks), charged nothing; and records estimated from a measured or declared figure
+    #: (its JSON key is ``costed_records``, the name plans already written hold).
     unsupported_records: int = 0
-    costed_records: int = 0
+    figure_records: int = 0
     #: "measured start-up" (a dry run started a worker here), "model" (a real run's first guess),
     #: or "paper" (a CUDA plan on a host without a GPU: nothing here could be measured).
     basis: str = "model"
-    #: Records costed by a probe worker on this host (a user's own workloads).
+    #: Records measured by a probe worker on this host (a user's own workloads).
     probed_records: int = 0
-    #: Per slot (replicate, mode name): the seconds it costs beyond its records (start-up or
+    #: Per slot (replicate, mode name): the seconds it takes beyond its records (start-up or
     #: wait, launch, invariance passes) and each record's seconds: the paired phase's weights
     #: for the time left (``PairedPhase.weigh``) and a call's planned seconds (``run.calls``).
-    slot_costs: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] = field(
+    slot_seconds: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] = field(
         default_factory=dict, compare=False, repr=False
     )
-    #: The paired phase (``run/paired_cost.py``): its seconds on paper, after the verdicts, and
+    #: The paired phase (``run/paired_plan.py``): its seconds on paper, after the verdicts, and
     #: what it times (None: a run without one).
     paired_seconds: float = 0.0
     paired: dict[str, Any] | None = None
-    #: Seconds of the probe worker (``run.costprobe``) that measures the user's own workloads
+    #: Seconds of the probe worker (``run.planprobe``) that measures the user's own workloads
     #: before the run: a dry run's (a real run repeats it) or, in a real run's plan, the probe
-    #: this call has just run. 0: no probe costed a workload.
+    #: this call has just run. 0: no probe measured a workload.
     probe_seconds: float = 0.0
-    #: Records priced from the run's own records of the same workload (a resumed run).
+    #: Records estimated from the run's own records of the same workload (a resumed run).
     own_records: int = 0
     #: This host's speed against the figures' (``run.hostspeed.HostSpeed.to_json``); None: the
     #: figures stand as measured (a GPU plan).
@@ -94,12 +95,12 @@ class Estimate:
         """Each device's share of the records, launches and invariance passes."""
         launches = self.lane_launches or (0,) * len(self.lane_records)
         sizes = self.lane_sizes or (0,) * len(self.lane_records)
-        costs = self.lane_record_seconds or tuple(
+        records = self.lane_record_seconds or tuple(
             n * self.per_record_seconds for n in self.lane_records
         )
         return tuple(
             c + k * self.launch_seconds + b * self.size_seconds
-            for c, k, b in zip(costs, launches, sizes, strict=True)
+            for c, k, b in zip(records, launches, sizes, strict=True)
         )
 
     @property
@@ -129,7 +130,7 @@ class Estimate:
             "invariance_seconds": round(self.invariance_seconds, 1),
             "record_seconds": round(self.record_seconds, 1),
             "unsupported_records": self.unsupported_records,
-            "costed_records": self.costed_records,
+            "costed_records": self.figure_records,
             "probed_records": self.probed_records,
             "probe_seconds": round(self.probe_seconds, 1),
             "own_records": self.own_records,
@@ -171,7 +172,7 @@ def planned_unsupported(
 
 
 def _launches(
-    lanes: list[list[Slot]], p: Pricing, paired: PairedPlan | None, distributed: frozenset[str]
+    lanes: list[list[Slot]], p: SlotSeconds, paired: PairedPlan | None, distributed: frozenset[str]
 ) -> tuple[int, ...]:
     """torchrun launches per device: one per verdict worker with distributed workloads; where
     the paired phase's groups make the verdicts, one per member of a replicate's group (a
@@ -207,17 +208,17 @@ def estimate(
     its records builds and steps it at every one, unless the workload's own figure includes
     it). ``unsupported(mode, key)``: whether that record will be ``unsupported`` (charged
     nothing, and a launch of nothing but such records is not made). ``probed``: the workloads a
-    probe worker costed on this host (their figure includes their invariance pass). ``paired``:
+    probe worker measured on this host (their figure includes their invariance pass). ``paired``:
     the plan's paired phase, whose group of workers starts on ``cores`` cores (None: this
-    host's). ``own``: the workloads a resumed run has records of, costed from them as a
-    probe's are (``run.costprobe.own_costs``); a probe's figure, where both are, wins.
+    host's). ``own``: the workloads a resumed run has records of, estimated from them as a
+    probe's are (``run.planprobe.own_seconds``); a probe's figure, where both are, wins.
     ``host``: this host's speed against the figures' (``run.hostspeed``), which scales them
     (``startup_seconds`` is this host's already)."""
     speed = host.factor if host is not None else 1.0
     per_record = per_record_seconds(device, profile, budget)
     own = {k: v for k, v in (own or {}).items() if not probed or k not in probed}
     probed = {**own, **(probed or {})} or None
-    p = Pricing(
+    p = SlotSeconds(
         device,
         profile,
         per_record,
@@ -242,16 +243,19 @@ def estimate(
         launch_seconds=p.launch_seconds,
         lane_sizes=tuple(sum(p.slot_sizes(s) for s in ss) for ss in lanes),
         size_seconds=p.size_seconds,
-        lane_record_seconds=tuple(p.cost(ss) for ss in lanes),
+        lane_record_seconds=tuple(p.records_seconds(ss) for ss in lanes),
         unsupported_records=sum(len(s.keys) - len(p.runs(s)) for s in plan.slots),
-        costed_records=sum(p.costed(s) for s in plan.slots),
+        figure_records=sum(p.with_figure(s) for s in plan.slots),
         basis=basis or ("measured start-up" if measured else "model"),
         probed_records=sum(
             1 for s in plan.slots for k in p.runs(s) if probed and k in probed and k not in own
         ),
         own_records=sum(1 for s in plan.slots for k in p.runs(s) if k in own),
-        slot_costs={
-            (s.replicate, s.mode.name): (p.sizes_seconds(s), {k: p.key_cost(s, k) for k in s.keys})
+        slot_seconds={
+            (s.replicate, s.mode.name): (
+                p.sizes_seconds(s),
+                {k: p.key_seconds(s, k) for k in s.keys},
+            )
             for ss in lanes
             for s in ss
         },

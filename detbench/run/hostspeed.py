@@ -1,10 +1,10 @@
-"""How fast this host runs the work a CPU plan prices, against the host where the plan's CPU
+"""How fast this host runs the work a CPU plan estimates, against the host where the plan's CPU
 figures were measured: the factor that scales them.
 
-A CPU plan's figures (``run/costs.py``) are seconds on one machine: a verdict record of each
+A CPU plan's figures (``run/figures.py``) are seconds on one machine: a verdict record of each
 suite, a paired member's preparation and untimed step, a turn, a torchrun launch, a worker's
 start-up. Another CPU runs the same work at another speed, and so does one VM from one day to the
-next (docs/measured.md, "A CPU plan priced for its host"). So before a CPU plan is priced, the
+next (docs/measured.md, "A CPU plan priced for its host"). So before a CPU plan is estimated, the
 parent times a fixed piece of reference work here (``measure``), and the plan multiplies the figures
 that are seconds of work by the ratio of that time to the reference's, measured beside the figures
 (``HOST_REFERENCE_SECONDS``). What is measured here already is not scaled: a dry run's start-up, a
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from detbench.run.costs import HOST_REFERENCE_SECONDS
+from detbench.run.figures import HOST_REFERENCE_SECONDS
 
 #: Timed passes of the reference work (after one untimed); their median is the host's figure.
 PASSES = 11

@@ -57,7 +57,7 @@ from detbench.core.modes import DEFAULT_MODE, Mode
 from detbench.core.workload import Workload
 from detbench.run.config import TARGET_REL, RunConfig, RunError
 from detbench.run.hostspeed import cores as host_cores
-from detbench.run.paired_cost import PairedPlan
+from detbench.run.paired_plan import PairedPlan
 from detbench.run.paired_rounds import (
     MIN_ROUNDS,
     TwinRoom,
@@ -249,16 +249,16 @@ def time_left(
     weights: tuple[float, float],
     elapsed: float,
     startups: tuple[float, float, float],
-    priced: bool = False,
+    estimated: bool = False,
 ) -> float | None:
     """Seconds left: the groups' time so far, start-ups apart, at the pace of the plan's seconds
     done (``weights`` = (planned, done)) for those left; plus, for each replicate's group still
     to start, a start-up as long as those so far (``startups`` = (seconds, started, in all)).
-    Before a group is done, the plan's seconds less those spent where ``priced`` (the weights
+    Before a group is done, the plan's seconds less those spent where ``estimated`` (the weights
     are the estimate's seconds, so the first line agrees with the plan line), else None."""
     (planned, spent), (startup, started, groups) = weights, startups
     if spent <= 0 or started <= 0:
-        return max(0.0, planned - elapsed) if priced else None
+        return max(0.0, planned - elapsed) if estimated else None
     pace = max(0.0, elapsed - startup) / spent
     return pace * (planned - spent) + startup / started * (groups - started)
 
@@ -389,11 +389,11 @@ class PairedPhase:
 
     def weigh(self, estimate: Estimate) -> None:
         """Each group's weight for the time left: its workload's records in one replicate and a
-        group's share of the paired phase's own seconds, as ``estimate`` prices them."""
+        group's share of the paired phase's own seconds, as ``estimate`` reckons them."""
         records: dict[str, float] = {}
-        for _, costs in estimate.slot_costs.values():
-            for k, cost in costs.items():
-                records[k] = records.get(k, 0.0) + cost
+        for _, keys in estimate.slot_seconds.values():
+            for k, seconds in keys.items():
+                records[k] = records.get(k, 0.0) + seconds
         share = estimate.paired_seconds / max(1, (estimate.paired or {}).get("groups") or 1)
         self.weights = {k: v / max(1, self.replicates) + share for k, v in records.items()}
 
@@ -477,7 +477,7 @@ class PairedPhase:
                     (planned, float(progress["spent"])),
                     time.perf_counter() - t0,
                     (startup / n, float(progress["started"]) / n, starts / n),
-                    priced=bool(self.weights),
+                    estimated=bool(self.weights),
                 )
                 text = group_line(
                     self.owes(key, replicate),

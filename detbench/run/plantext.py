@@ -11,8 +11,8 @@ from detbench.run.schedule import clock
 
 if TYPE_CHECKING:
     from detbench.run.config import RunConfig
-    from detbench.run.costprobe import ProbeReport
     from detbench.run.estimate import Estimate
+    from detbench.run.planprobe import ProbeReport
     from detbench.run.runner import Runner
 
 
@@ -51,7 +51,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
         lines += _device_lines(runner)
     if skipped:
         lines.append(left_out_line(c.device, skipped))
-    lines += _cost_lines(c, est)
+    lines += _basis_lines(c, est)
     lines.append(f"  would write {c.out}; nothing was written (--dry-run)")
     return doc, lines
 
@@ -91,7 +91,7 @@ def _plan_doc(runner: Runner, est: Estimate, skipped: dict[str, str]) -> dict[st
     return doc
 
 
-def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
+def _basis_lines(c: RunConfig, est: Estimate) -> list[str]:
     """The lines under the estimate: what it includes (torchrun launches, invariance passes),
     what it leaves out (compile time, unsupported records) and where its figures come from."""
     lines: list[str] = []
@@ -127,18 +127,18 @@ def _cost_lines(c: RunConfig, est: Estimate) -> list[str]:
         )
     if est.own_records:
         lines.append(
-            f"  {est.own_records} records at the cost of this run's own records of their "
+            f"  {est.own_records} records at the seconds of this run's own records of their "
             "workload so far (each workload's mean, on this host)"
         )
-    if est.costed_records > est.own_records:
+    if est.figure_records > est.own_records:
         lines.append(
-            f"  {est.costed_records - est.own_records} records at a measured cost (their "
+            f"  {est.figure_records - est.own_records} records at a measured figure (their "
             "suite's, measured on a GPU; their workload's estimate; or "
             f"{est.probed_records} probed on this host), the rest at the model's "
             f"{est.per_record_seconds:.3f} s (run/estimate.py says where each figure comes from)"
         )
     elif c.device == "cuda":
-        lines.append("  (the per-record cost on a GPU is the model's, unmeasured here)")
+        lines.append("  (the per-record seconds on a GPU are the model's, unmeasured here)")
     if est.host is not None:
         h = est.host
         lines.append(
@@ -202,14 +202,14 @@ def _paired_line(est: Estimate) -> str:
 
 def _estimate_line(est: Estimate, lanes: int) -> str:
     busiest = max(est.lane_records) if lanes > 1 else est.records
-    costs = est.lane_record_seconds or (est.record_seconds,)
+    lane_seconds = est.lane_record_seconds or (est.record_seconds,)
     # Each record at the model's figure: say it; else (a measured figure, an unsupported record,
     # a verdict record without its timing pass) their sum.
-    uniform = abs(max(costs) - busiest * est.per_record_seconds) < 0.05
+    uniform = abs(max(lane_seconds) - busiest * est.per_record_seconds) < 0.05
     records = (
         f"{busiest} records x {est.per_record_seconds:.3f} s"
-        if uniform and not est.costed_records and not est.unsupported_records
-        else f"{busiest} records in {max(costs):.0f} s"
+        if uniform and not est.figure_records and not est.unsupported_records
+        else f"{busiest} records in {max(lane_seconds):.0f} s"
     )
     return (
         f"  estimated {clock(est.seconds)} ({est.seconds:.0f} s"
@@ -269,13 +269,13 @@ def _device_lines(runner: Runner) -> list[str]:
 
 def probe_line(found: ProbeReport, keys: list[str]) -> str:
     """What the probe worker measured of a user's own workloads, and what it could not."""
-    costs = [found.records[k].seconds for k in keys if k in found.records]
+    seconds = [found.records[k].seconds for k in keys if k in found.records]
     line = (
-        f"  {len(costs)} of your own workloads costed by a probe worker here, one record each "
-        f"(build, fingerprint, FLOP count, warm-up and samples): {sum(costs):.1f} s in all, the "
+        f"  {len(seconds)} of your own workloads costed by a probe worker here, one record each "
+        f"(build, fingerprint, FLOP count, warm-up and samples): {sum(seconds):.1f} s in all, the "
         f"probe {found.seconds:.0f} s with its start-up of {found.startup:.1f} s"
-        if costs
-        else "  no workload of yours could be costed by the probe worker here"
+        if seconds
+        else "  no workload of yours could be measured by the probe worker here"
     )
     if found.failed:
         line += "; at the model's guess: " + ", ".join(

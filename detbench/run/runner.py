@@ -1,4 +1,4 @@
-"""The orchestrator of a run: its plan (``schedule``, priced by the estimate, run by the paired
+"""The orchestrator of a run: its plan (``schedule``, reckoned by the estimate, run by the paired
 phase: ``paired``), its folder and env.json, its records written as they come, and its statistics.
 
 Each verdict record is stored the moment it arrives; env.json keeps the first worker's facts and

@@ -25,7 +25,7 @@ class RunStats:
     planned: float | None = None
     #: The paired phase's own figures (``paired.PairedStats``).
     paired: dict[str, Any] | None = None
-    #: The probe worker's seconds before the run (``run.costprobe``), in ``wall``: the call's.
+    #: The probe worker's seconds before the run (``run.planprobe``), in ``wall``: the call's.
     probe: float = 0.0
 
     @property

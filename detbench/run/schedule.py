@@ -1,5 +1,5 @@
 """Which (mode, replicate) makes which verdicts, in what order, and on which device: the plan,
-which the estimate prices and the paired phase's verdicts follow (``Slot``, ``make_plan``), and
+which the estimate reckons and the paired phase's verdicts follow (``Slot``, ``make_plan``), and
 the shards of a plan (``--shard K/N``).
 
 The plan is fixed before the first worker starts, so ``--dry-run`` can print it without writing

@@ -1,8 +1,8 @@
 """A user's own workload of the kind issue 29 reports on: a small language model's training step
 on the CPU (an embedding, a causal mixing of the context and an MLP, cross-entropy on the next
-token), a few to tens of milliseconds a step. No suite figure prices it, so the plan's probe
-worker measures it (``detbench.run.costprobe``), and the dry run, the plan line and the progress
-line agree with the real time (``tests/test_costprobe.py``)."""
+token), a few to tens of milliseconds a step. No suite figure estimates it, so the plan's probe
+worker measures it (``detbench.run.planprobe``), and the dry run, the plan line and the progress
+line agree with the real time (``tests/test_planprobe.py``)."""
 
 from __future__ import annotations
 

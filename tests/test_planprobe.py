@@ -1,4 +1,4 @@
-"""A user's own workload is costed by a probe worker, so that the dry run, the plan line and the
+"""A user's own workload is measured by a probe worker, so that the dry run, the plan line and the
 progress line give one estimate and the run lands near it (issue 29, item 5). A decoder LM of
 tens of milliseconds a step was once planned at 18 s by the plan line, 74 s by the dry run, and
 took 124 s."""
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from detbench.core.modes import get_mode
-from detbench.run import costs as C
 from detbench.run import estimate as E
-from detbench.run import pricing as P
+from detbench.run import figures as C
+from detbench.run import slot_seconds as P
 from detbench.run.schedule import Plan, Slot, make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,10 +29,10 @@ def test_a_probed_workload_is_charged_its_measured_record() -> None:
     plan = make_plan(["u/lm"], [get_mode("default"), get_mode("det-algos")], 3, seed=0)
     probed = {"u/lm": P.Probed(seconds=3.0, count=0.5)}
     est = E.estimate(plan, "cpu", "quick", 0.1, 2.0, True, probed=probed)
-    assert est.probed_records == est.costed_records == 6
+    assert est.probed_records == est.figure_records == 6
     assert est.record_seconds == pytest.approx(2 * 3.0 + 4 * 2.5)
     # The slots' own figures (the paired phase's weights) add up to the estimate.
-    assert sum(x + sum(r.values()) for x, r in est.slot_costs.values()) == pytest.approx(
+    assert sum(x + sum(r.values()) for x, r in est.slot_seconds.values()) == pytest.approx(
         est.seconds
     )
 

@@ -1,6 +1,6 @@
-"""What each slot of a plan costs on one device and profile (``_Pricing``): ``estimate``'s
+"""The seconds each slot of a plan takes on one device and profile (``SlotSeconds``): ``estimate``'s
 arithmetic per worker and per record, shared by the estimate's totals and its per-worker
-``slot_costs``. The figures are in ``run/costs.py``."""
+``slot_seconds``. The figures are in ``run/figures.py``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from detbench.run.costs import (
+from detbench.run.figures import (
     BUDGET_SHARE,
     INVARIANCE_SECONDS_PER_SIZE,
     LAUNCH_SECONDS,
@@ -28,20 +28,20 @@ if TYPE_CHECKING:
 def timing_seconds(device: str, budget: float) -> float:
     """Seconds the model's figures hold for a record's timing pass (its warm-up and its samples,
     as shares of its budget): the figures were measured when each record was timed in its own
-    worker, and a verdict record, which has no timing pass, is priced at a figure less this
-    (``record_cost``)."""
+    worker, and a verdict record, which has no timing pass, is estimated at a figure less this
+    (``record_seconds``)."""
     return (BUDGET_SHARE[device] + WARMUP_SHARE[device]) * budget
 
 
 def per_record_seconds(device: str, profile: str, budget: float) -> float:
-    """The model's cost of one record: its overhead and its timing pass (``timing_seconds``)."""
+    """The model's seconds of one record: its overhead and its timing pass (``timing_seconds``)."""
     return RECORD_OVERHEAD_SECONDS[(device, profile)] + timing_seconds(device, budget)
 
 
 @dataclass(frozen=True)
 class Probed:
-    """A workload with no measured figure (a user's own), costed by a probe worker on this host
-    (``run.costprobe``): one record's phases summed, and that record's FLOP count (a run counts
+    """A workload with no measured figure (a user's own), measured by a probe worker on this host
+    (``run.planprobe``): one record's phases summed, and that record's FLOP count (a run counts
     FLOPs in its first replicate only)."""
 
     seconds: float
@@ -75,7 +75,7 @@ def step_seconds(rec: Mapping[str, Any]) -> float:
     return first
 
 
-def record_cost(
+def record_seconds(
     key: str,
     device: str,
     profile: str,
@@ -88,7 +88,7 @@ def record_cost(
     """Seconds of one record of ``key`` (SUITE/NAME) in a mode with cuDNN on or off, and whether
     the figure is measured (a probe's here, the workload's or its suite's) rather than the
     model's ``per_record``. A workload's figure includes its invariance pass. A verdict worker's
-    records have no timing pass (the paired phase times the costs): a figure measured with one
+    records have no timing pass (the paired phase times them): a figure measured with one
     (a suite's before the paired design, the model's) is taken less the model's timing
     (``timing_seconds``; a probe's own), at least a third of it. ``speed``: this host's factor on
     the figures (``run.hostspeed``), which scales all but a probe's record, measured here."""
@@ -117,15 +117,16 @@ def record_cost(
 
 
 def _budget(per_record: float, device: str, profile: str) -> float:
-    """The budget ``per_record`` was priced with (``per_record_seconds``'s inverse)."""
+    """The budget ``per_record`` was estimated with (``per_record_seconds``'s inverse)."""
     share = BUDGET_SHARE[device] + WARMUP_SHARE[device]
     return max(0.0, per_record - RECORD_OVERHEAD_SECONDS[(device, profile)]) / share
 
 
 @dataclass(frozen=True)
-class Pricing:
-    """What each slot of a plan costs on one device and profile: ``estimate``'s arithmetic, per
-    slot and per record, shared by the estimate's totals and its per-worker ``slot_costs``."""
+class SlotSeconds:
+    """The seconds each slot of a plan takes on one device and profile: ``estimate``'s
+    arithmetic, per slot and per record, shared by the estimate's totals and its per-worker
+    ``slot_seconds``."""
 
     device: str
     profile: str
@@ -148,11 +149,11 @@ class Pricing:
     def runs(self, s: Slot) -> list[str]:
         return [k for k in s.keys if not self.skip(s.mode, k)]
 
-    def key_cost(self, s: Slot, k: str) -> float:
+    def key_seconds(self, s: Slot, k: str) -> float:
         if self.skip(s.mode, k) or (k in self.distributed and self.device == "cuda"):
             return 0.0  # unsupported, or in the launch's measured figure
         cudnn = s.mode.cudnn_enabled
-        return record_cost(
+        return record_seconds(
             k,
             self.device,
             self.profile,
@@ -163,14 +164,14 @@ class Pricing:
             self.speed,
         )[0]
 
-    def cost(self, slots: Sequence[Slot]) -> float:
-        return sum(self.key_cost(s, k) for s in slots for k in s.keys)
+    def records_seconds(self, slots: Sequence[Slot]) -> float:
+        return sum(self.key_seconds(s, k) for s in slots for k in s.keys)
 
-    def costed(self, s: Slot) -> int:
+    def with_figure(self, s: Slot) -> int:
         return sum(
             1
             for k in self.runs(s)
-            if record_cost(k, self.device, self.profile, self.per_record, True, self.probed)[1]
+            if record_seconds(k, self.device, self.profile, self.per_record, True, self.probed)[1]
         )
 
     def launches(self, s: Slot) -> bool:
@@ -183,7 +184,7 @@ class Pricing:
         return sum(self.sizes.get(k, 0) for k in self.runs(s) if k not in own)
 
     def sizes_seconds(self, s: Slot) -> float:
-        """The seconds of slot ``s``'s invariance passes: all a slot costs beyond its records
+        """The seconds of slot ``s``'s invariance passes: all a slot takes beyond its records
         where the paired phase's groups make its verdicts (their start-ups are its)."""
         return self.size_seconds * self.slot_sizes(s)
 

@@ -1,7 +1,7 @@
-"""What the paired phase costs on paper (``run/paired.py``), for the plan's estimate: per
+"""What the paired phase takes on paper (``run/paired.py``), for the plan's estimate: per
 replicate, its group's start-up; per (workload, replicate), each member's preparation and its
 rounds of one block and one turn each. The figures and where each was measured are in
-``run/costs.py``.
+``run/figures.py``.
 
 The group's workers start all at once: their imports and CUDA initialisation share the host's
 cores, so a group of ``n`` workers on ``cores`` cores takes ``n / cores`` start-ups' time, one at
@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from detbench.run.costs import (
+from detbench.run.figures import (
     GROUP_START_SECONDS,
     PAIRED_BLOCK_STEP_SECONDS,
     PAIRED_PREPARE_SECONDS,
     PAIRED_ROUNDS_BY_SUITE,
     PAIRED_ROUNDS_TAKEN,
     PAIRED_TURN_SECONDS,
-    REFERENCE_COST,
+    REFERENCE_CHECK_SECONDS,
     SUITE_PREPARE_SECONDS,
 )
 from detbench.run.hostspeed import cores as host_cores
@@ -38,13 +38,13 @@ class PairedPlan:
 
     groups: int
     replicates: int
-    #: The groups' workload keys (SUITE/NAME), one per group: each priced at its suite's figure.
+    #: The groups' workload keys (SUITE/NAME), one per group: each estimated at its suite's figure.
     keys: tuple[str, ...]
     workers: int
     rounds: int
     block_seconds: float
     #: Whether the group's workers make the verdicts too (they owe some): a member's
-    #: build and first steps are then its verdict record's, priced with the records, and what is
+    #: build and first steps are then its verdict record's, estimated with the records, and what is
     #: left of its preparation is its warm-up until steady (at most ``warmup`` seconds), but the
     #: A/A copy's, which builds.
     fused: bool = False
@@ -54,19 +54,19 @@ class PairedPlan:
     #: Verdicts and no costs (``detbench audit``): the groups' start-ups, no A/A copy, no rounds.
     verdicts_only: bool = False
     #: How many of a group's workers run a mode with cuDNN off (a native kernel, often far
-    #: slower: priced at its own step where a run measured one).
+    #: slower: estimated at its own step where a run measured one).
     cudnn_off: int = 0
     #: How many of them take turns in the rounds (0: all): on a CPU, the modes that differ from
     #: another only in cuDNN flags make their verdicts and sit the rounds out (``acts.timed_as``).
     timed: int = 0
     #: ``--reference-check`` seconds: after each round every member times its step again with a
-    #: reference timer (``REFERENCE_COST``); 0: no check.
+    #: reference timer (``REFERENCE_CHECK_SECONDS``); 0: no check.
     reference: float = 0.0
     #: The timing budget (``--budget``): a group's rounds are as many as its longest block fits in
     #: it, ``MIN_ROUNDS`` at least (``paired_rounds.most_rounds``); 0: the cap.
     budget: float = 0.0
     #: The devices that time groups side by side (``--devices``): on GPUs each times its own
-    #: groups; CPU entries share the cores, so they are priced as one.
+    #: groups; CPU entries share the cores, so they are estimated as one.
     lanes: int = 1
 
     @property
@@ -84,8 +84,8 @@ class PairedPlan:
         speed: float = 1.0,
     ) -> float:
         """Seconds of the phase on paper (``startup``: one worker's start-up, as the plan's).
-        ``probed``: the workloads measured on this host (``pricing.Probed``: a probe worker's
-        record, or a resumed run's own), each member's preparation priced as that record's build
+        ``probed``: the workloads measured on this host (``slot_seconds.Probed``: a probe worker's
+        record, or a resumed run's own), each member's preparation estimated as that record's build
         and first steps took (its phases but the FLOP count and the timing pass), not as its
         suite's figure (a user's model can take seconds to build: docs/measured.md). ``speed``:
         this host's factor on the figures (``run.hostspeed``): a preparation, a step and a turn's
@@ -98,7 +98,7 @@ class PairedPlan:
         if device in GROUP_START_SECONDS:
             fixed, each = GROUP_START_SECONDS[device]
             group_start = max(group_start, fixed + each * self.workers)
-        if self.verdicts_only:  # its verdicts are priced with the records; nothing is timed
+        if self.verdicts_only:  # its verdicts are estimated with the records; nothing is timed
             return self.replicates * group_start
         prepare = PAIRED_PREPARE_SECONDS.get((device, profile), 0.1) * speed
         suites = {k: v * speed for k, v in SUITE_PREPARE_SECONDS.get((device, profile), {}).items()}
@@ -122,7 +122,7 @@ class PairedPlan:
         if self.fused:  # the A/A copy builds; the others warm the verdict's step up
             aa = sum(member(k) for k in self.keys)
             # A warm-up ends at its ceiling, or after its first group of steps (``worker.
-            # warmup``): a step longer than the ceiling costs that group.
+            # warmup``): a step longer than the ceiling takes that group.
             warm = sum(max(self.warmup, WARMUP_GROUP * step(k)) for k in self.keys)
             work = aa + (self.turns - 1) * warm + timing
         else:
@@ -172,10 +172,10 @@ class PairedPlan:
 
     def checked(self, device: str, block: float | None = None) -> float:
         """Seconds of one member's reference timing after a round on ``device`` (``block``: its
-        block where measured, else the plan's): ``REFERENCE_COST``."""
+        block where measured, else the plan's): ``REFERENCE_CHECK_SECONDS``."""
         if self.reference <= 0:
             return 0.0
-        share, blocks = REFERENCE_COST.get(device, (1.0, 1.0))
+        share, blocks = REFERENCE_CHECK_SECONDS.get(device, (1.0, 1.0))
         return max(share * self.reference, blocks * (block or self.block_seconds))
 
     def to_json(self) -> dict[str, Any]:

@@ -1,20 +1,20 @@
 """What a plan measures on this host before it is estimated: one worker's start-up, and for a
-user's own workloads (no suite figure prices them) one record of each.
+user's own workloads (no suite figure estimates them) one record of each.
 
-A workload of the built-in suites is priced by its suite's measured figure or by the model, which
-was measured on those suites. A user's workload can take anything from a millisecond to seconds
-a step, and its record costs its build, its fingerprint steps, its FLOP count, its warm-up and
-its samples: the model's per-record guess was 7x short for a decoder LM on the CPU.
+A workload of the built-in suites is estimated with its suite's measured figure or by the model,
+which was measured on those suites. A user's workload can take anything from a millisecond to
+seconds a step, and its record takes its build, its fingerprint steps, its FLOP count, its
+warm-up and its samples: the model's per-record guess was 7x short for a decoder LM on the CPU.
 So the probe worker, the same worker a run starts (its first mode, replicate 1, a temporary
 directory for its log and its reference outputs), measures one record of each such workload; the
 dry run, the plan line and the progress line all take their estimate from it.
 
-A probe costs a worker's start-up and one record per user workload: a workload is probed only
+A probe takes a worker's start-up and one record per user workload: a workload is probed only
 where the plan holds at least ``PROBE_MIN_RECORDS`` of its records (a run of 3 modes x 3
-replicates is, and the probe costs it a ninth more; a run of 2 modes x 2 replicates, whose
+replicates is, and the probe adds a ninth to it; a run of 2 modes x 2 replicates, whose
 model error is seconds, is not), by a dry run and a real run alike. A workload whose probe
 record did not come back ``ok`` (out of memory, unsupported in the probe's mode, or the probe ran
-out of time) keeps the model's price, and the plan says so. A step that raised (status
+out of time) keeps the model's seconds, and the plan says so. A step that raised (status
 ``error``) is a bug in the user's code that every worker would meet: where every workload the
 probe ran raised, the probe stops the run before it starts, with one line naming the file and
 line of that code (nothing would be measured); where only some did, the run goes on for the
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from detbench.core.workload import suites_dir
 from detbench.run.config import RunError
-from detbench.run.pricing import Probed, per_record_seconds, record_cost
 from detbench.run.schedule import Slot
+from detbench.run.slot_seconds import Probed, per_record_seconds, record_seconds
 from detbench.run.supervise import TIMEOUT, WorkerProcess, log_tail
 from detbench.store.record import user_frame
 from detbench.store.results import iter_records
@@ -43,10 +43,10 @@ from detbench.store.schema import Status
 if TYPE_CHECKING:
     from detbench.run.runner import Runner
 
-#: The fewest records of a workload in the plan for the probe to cost it: with fewer, the probe
+#: The fewest records of a workload in the plan for the probe to measure it: with fewer, the probe
 #: (a worker's start-up and a record of it) would be a large share of the run it plans.
 PROBE_MIN_RECORDS = 6
-#: Seconds a probe's record may run (each), before the probe gives up and the model prices it.
+#: Seconds a probe's record may run (each), before the probe gives up and the model's seconds stand.
 PROBE_RECORD_LIMIT = 120.0
 #: Characters of an error message in the line of a failed probe.
 MESSAGE_WIDTH = 200
@@ -77,8 +77,8 @@ def failed_line(rec: dict[str, Any], mode: str, others: int = 0) -> str:
 
 @dataclass
 class ProbeReport:
-    """What the probe worker measured: its start-up, a record of each workload it costed, the
-    workloads it could not cost (with why), and its own wall time."""
+    """What the probe worker measured: its start-up, a record of each workload it measured, the
+    workloads it could not measure (with why), and its own wall time."""
 
     startup: float
     records: dict[str, Probed] = field(default_factory=dict)
@@ -86,11 +86,11 @@ class ProbeReport:
     seconds: float = 0.0
 
 
-def own_costs(runner: Runner) -> dict[str, Probed]:
-    """A resumed run's workloads, each costed from the run's own records of it on this host (the
+def own_seconds(runner: Runner) -> dict[str, Probed]:
+    """A resumed run's workloads, each estimated from the run's own records of it on this host (the
     mean over them of their phases summed; the FLOP count, which a run makes in its first
     replicate only, apart, as a probe's record): the records left are
-    priced from what the same run measured, not from a suite's figure measured elsewhere or the
+    estimated from what the same run measured, not from a suite's figure measured elsewhere or the
     model's guess. Empty for a new run."""
     if not runner.config.resume:
         return {}
@@ -108,10 +108,10 @@ def own_costs(runner: Runner) -> dict[str, Probed]:
     return out
 
 
-def unpriced(runner: Runner) -> list[str]:
-    """The keys of the plan's workloads that only the model could price and that the probe
-    costs: a user's own (defined outside the built-in suites), not distributed (a torchrun
-    launch prices those), with ``PROBE_MIN_RECORDS`` records planned or more."""
+def to_probe(runner: Runner) -> list[str]:
+    """The keys of the plan's workloads that only the model could estimate and that the probe
+    measures: a user's own (defined outside the built-in suites), not distributed (a torchrun
+    launch's figure holds those), with ``PROBE_MIN_RECORDS`` records planned or more."""
     c = runner.config
     per = per_record_seconds(c.device, c.profile, c.setting("budget"))
     builtin = suites_dir().resolve()
@@ -125,7 +125,7 @@ def unpriced(runner: Runner) -> list[str]:
         if planned.get(w.key, 0) >= PROBE_MIN_RECORDS
         and not w.distributed
         and not (w.source and Path(w.source).resolve().is_relative_to(builtin))
-        and not record_cost(w.key, c.device, c.profile, per)[1]
+        and not record_seconds(w.key, c.device, c.profile, per)[1]
     ]
 
 

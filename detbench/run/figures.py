@@ -1,12 +1,12 @@
-"""What a plan's records, workers, launches and invariance passes cost, per device and profile:
-the figures ``run/estimate.py`` prices a plan with. Each says where its value was measured (the
+"""What a plan's records, workers, launches and invariance passes take, per device and profile:
+the figures ``run/estimate.py`` estimates a plan with. Each says where its value was measured (the
 published run, the machine, the records it is the mean of), or that it is a guess or a paper
 estimate until a GPU run measures it.
 """
 
 from __future__ import annotations
 
-#: Seconds a record costs beyond its timing budget, per device and profile: building the workload,
+#: Seconds a record takes beyond its timing budget, per device and profile: building the workload,
 #: its fingerprint steps, the FLOP count, warm-up and clean-up. CPU quick: from a published CPU
 #: matrix (build, fingerprint, count and clean-up 0.02 s per record, plus warm-up; README, "Plan
 #: and estimate"). The others are guesses until a run measures them; on CUDA ``--dry-run`` says so.
@@ -21,11 +21,11 @@ RECORD_OVERHEAD_SECONDS = {
 #: "Plan and estimate"). CUDA: a guess until a GPU run measures it: GPU kernel times are steady,
 #: so +-1% should often come within 6-16 samples of budget/50 each.
 BUDGET_SHARE = {"cpu": 0.75, "cuda": 0.5}
-#: What the warm-up until steady (``worker/warmup.py``) costs a record beyond the fixed warm-up
+#: What the warm-up until steady (``worker/warmup.py``) adds to a record beyond the fixed warm-up
 #: steps the figures above were measured with, as a share of its budget (the warm-up's ceiling).
 #: CPU: 0.046 s per record at the quick profile's 0.1 s budget, so 0.45 (120 records on the 2-core
 #: development CPU; docs/measured.md). CUDA: 0: simulated on the H100's recorded samples
-#: (results/20261126-060355-cuda-full-h100-partial) it costs no more than the fixed warm-up the
+#: (results/20261126-060355-cuda-full-h100-partial) it takes no more than the fixed warm-up the
 #: suites' figures were measured with (docs/measured.md); a GPU run is to confirm it.
 WARMUP_SHARE = {"cpu": 0.45, "cuda": 0.0}
 #: Seconds of one torchrun launch, per device: a worker with distributed workloads makes one
@@ -101,8 +101,8 @@ _DATALOADER = 1.55
 #: on the CPU, their linear layers alone: the gathers and scatter-adds over 1.17M edges are memory
 #: traffic the count leaves out, so theirs are low too; timm's mobilenetv3_large_100 from its
 #: published 0.22 G multiply-adds x 2 x 3. gpt2_generate is host-bound (one
-#: kernel launch after another per token), so it is costed from the decoder's measured 0.29 ms per
-#: layer and token (results/20261124-084508-cuda-full-decoder: 37 ms per 32-token decode of 4
+#: kernel launch after another per token), so it is estimated from the decoder's measured 0.29 ms
+#: per layer and token (results/20261124-084508-cuda-full-decoder: 37 ms per 32-token decode of 4
 #: layers) x 12 layers x 32 tokens = 0.11 s per generate() at any batch up to 16, its 3 fingerprint
 #: steps, 12.4 timed, and an invariance pass of 5 sizes (a build and a generate() each).
 _H100_MATMUL_FP32, _H100_CONV_TF32 = 41.3e12, 61.2e12
@@ -233,7 +233,7 @@ SUITE_PREPARE_SECONDS: dict[tuple[str, str], dict[str, float]] = {
 #: The cores of the lent GPU hosts (an H100 or an H200 with 16 CPU cores): a paper estimate of a
 #: CUDA plan starts a group's workers on them, not on this host's cores.
 GPU_HOST_CORES = 16
-#: A turn's cost beyond its block and the one untimed step before it: the runner's line to the
+#: A turn's seconds beyond its block and the one untimed step before it: the runner's line to the
 #: worker, its wake-up and its message back. CUDA: 2.5 ms, measured on the H200
 #: (results/20261128-011342-cuda-full-h200-partial: the median over its 45 groups of the rounds'
 #: span less their blocks and untimed steps, per turn). CPU: 1.04 ms, the same measure over the
@@ -241,11 +241,11 @@ GPU_HOST_CORES = 16
 #: round; ``tools/plan_figures.py``).
 PAIRED_TURN_SECONDS = {"cpu": 0.00104, "cuda": 0.0025}
 #: A member's mean block and step (seconds) per (suite, cuDNN on) and (device, profile), where a
-#: run measured them: a turn costs its block (at least one step), one untimed step and
+#: run measured them: a turn takes its block (at least one step), one untimed step and
 #: PAIRED_TURN_SECONDS. CUDA full: the means over the paired lines of the same H200 run (495
 #: lines). A mode without cuDNN runs a native kernel: the RNNs' and ResNet-18's steps are 0.3-1.2
 #: s there, against 0.01-0.05 s with cuDNN, and those members set how long a group's rounds take.
-#: Elsewhere (unmeasured) a turn is priced at its block alone.
+#: Elsewhere (unmeasured) a turn is estimated at its block alone.
 #: CPU quick: the means over the timed lines of ``make bench`` above (20261129-033852-cpu-quick;
 #: the cuDNN flags act on nothing there: the figures stand for both).
 PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[float, float]]] = {
@@ -300,13 +300,13 @@ PAIRED_ROUNDS_BY_SUITE: dict[tuple[str, str], dict[str, float]] = {
 #: groups) and 10.0 s a group of 3 (results/20261128-013218-cuda-full-bmm-steady, 20 s over 2): 16
 #: cores do not start 11 CUDA workers in one worker's time.
 GROUP_START_SECONDS = {"cuda": (5.05, 1.65)}
-#: What one member's ``--reference-check`` costs after a round, per device: (a share of the
+#: What one member's ``--reference-check`` takes after a round, per device: (a share of the
 #: seconds asked, blocks of its step), the larger. On a CPU ``torch.utils.benchmark``'s
 #: ``blocked_autorange`` runs at least the seconds asked, and at least a block: 0.114 s for 0.1 s
 #: asked on the 2-core VM (docs/measured.md). On a GPU
 #: the reference is 8 blocks after an untimed one (``worker.paired.PairedTiming.reference``),
 #: whatever is asked.
-REFERENCE_COST = {"cpu": (1.14, 1.0), "cuda": (0.0, 9.0)}
+REFERENCE_CHECK_SECONDS = {"cpu": (1.14, 1.0), "cuda": (0.0, 9.0)}
 #: Seconds of one pass of ``run.hostspeed``'s reference work on the host where each device's
 #: figures above were measured: a plan multiplies them by this host's seconds over these. CPU:
 #: 0.01212 s, what the plan of ``make bench`` measured on a fresh clone of the 2-core VM
