@@ -1,4 +1,4 @@
-"""The figures the plan prices a paired run with, measured from a run: what ``run/costs.py``
+"""The figures the plan estimates a paired run with, measured from a run: what ``run/figures.py``
 holds per (device, profile), so that each figure there names the run it came from.
 
     python tools/plan_figures.py results/DIR
@@ -6,7 +6,7 @@ holds per (device, profile), so that each figure there names the run it came fro
 Prints, per suite (the modes with cuDNN on, and off where the device runs cuDNN):
 
 * the verdict record: the mean over its ok records of their phases (build, fingerprint, FLOP
-  count, clean-up, ...), less the timing pass and the batch-invariance pass (priced per size
+  count, clean-up, ...), less the timing pass and the batch-invariance pass (estimated per size
   apart), as ``VERDICT_RECORD_SECONDS`` holds it;
 * a paired member's block and step: the means over its timed lines of seconds per block
   (a sample times ``number_per_block``) and of its median step (``PAIRED_BLOCK_STEP_SECONDS``);
@@ -16,7 +16,7 @@ and over the run: the turn's overhead (the rounds' seconds less their blocks and
 step before each, per turn: ``PAIRED_TURN_SECONDS``), the group start-ups, the torchrun
 launches, an invariance pass's seconds per batch size (``INVARIANCE_SECONDS_PER_SIZE``), and the
 host's seconds for the reference work (``HOST_REFERENCE_SECONDS``, from the call's plan): the
-figures of one run and its reference go into ``run/costs.py`` together. Read from
+figures of one run and its reference go into ``run/figures.py`` together. Read from
 ``results.jsonl``, ``paired.jsonl`` and ``env.json``; nothing is written.
 """
 
@@ -30,7 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-#: A record's phases that the plan prices apart from its verdict: the timing pass (the rounds
+#: A record's phases that the plan estimates apart from its verdict: the timing pass (the rounds
 #: time a paired run), the invariance pass (per batch size) and a torchrun launch (per worker).
 APART = ("timing", "invariance", "launch", "rank_setup")
 
