@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -22,7 +21,6 @@ from detbench.analysis.labels import mode_of
 from detbench.analysis.suite_answer import names
 from detbench.run.calls import calls_of, total
 from detbench.run.schedule import clock, make_plan
-from detbench.store.paired import iter_paired
 
 
 @dataclass(frozen=True)
@@ -230,11 +228,6 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
         for k in slot.keys:
             out[(k, slot.mode.name)] = out.get((k, slot.mode.name), 0) + 1
     return out
-
-
-def paired_lines(directory: str | Path) -> list[dict[str, Any]]:
-    """The lines of DIR/paired.jsonl (none where the run has no paired phase)."""
-    return list(iter_paired(directory))
 
 
 def paired_groups(

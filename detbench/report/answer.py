@@ -58,11 +58,6 @@ def interval_text(point: Any, low: Any, high: Any) -> str:
     return text + (f", {noise}" if noise else "")
 
 
-def _names(items: list[str]) -> str:
-    shown = ", ".join(items[:SHOWN])
-    return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
-
-
 def suite_rows(
     df: pd.DataFrame,
     rec: pd.DataFrame,
@@ -172,7 +167,7 @@ def irreproducible(df: pd.DataFrame, v: pd.DataFrame, env: Mapping[str, Any]) ->
             why += "; some modes have one replicate only"
         key = "seeding recipes that do not seed, by design" if why.startswith("seeding") else why
         by_reason.setdefault(key, []).append(f"{suite}/{workload}")
-    return [f"{_names(names)}: {why}" for why, names in by_reason.items()]
+    return [f"{suite_answer.names(names, SHOWN)}: {why}" for why, names in by_reason.items()]
 
 
 def open_lines(v: pd.DataFrame) -> list[str]:
@@ -183,7 +178,7 @@ def open_lines(v: pd.DataFrame) -> list[str]:
         return []
     n = len(names)
     return [
-        f"No run-to-run verdict yet for {_names(names)}: "
+        f"No run-to-run verdict yet for {suite_answer.names(names, SHOWN)}: "
         + ("it has" if n == 1 else "each has")
         + " one replicate only in every mode that ran it, and a verdict needs two."
     ]

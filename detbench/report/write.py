@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from detbench.analysis import runstate
 from detbench.locate import report as locate_report
 from detbench.report import across as across_report
 from detbench.report import attribution, execsection, invariance, tradeoff
 from detbench.report.plots import PLOTS_SUFFIXES, Plot, write_plots
 from detbench.report.render import Block, Heading, to_html, to_markdown
 from detbench.report.sections import ReportRun, build, environment
-from detbench.store.paired import load_paired
+from detbench.store.paired import iter_paired, load_paired
 from detbench.store.results import ENV_FILE, ResultsError, load_env, load_results, write_text_atomic
 
 REPORT_MD = "report.md"
@@ -35,7 +34,7 @@ def load_run(directory: str | Path, df: pd.DataFrame | None = None) -> ReportRun
     if df.empty:
         raise ResultsError(f"{d}: results.jsonl holds no records yet")
     env = load_env(d) if (d / ENV_FILE).exists() else {}
-    env["paired_lines"] = runstate.paired_lines(d)  # what the paired phase timed so far
+    env["paired_lines"] = list(iter_paired(d))  # what the paired phase timed so far
     return ReportRun(df, env, lines=load_paired(d))
 
 
