@@ -98,13 +98,16 @@ def test_ctrl_c_waits_until_a_runs_facts_and_records_are_both_written() -> None:
 
     from detbench.run.execrun import held_interrupt
 
+    # What the process had before (Python's handler; SIG_IGN where a shell started it in the
+    # background): held_interrupt puts back whichever it was.
+    before = signal.getsignal(signal.SIGINT)
     written = []
     with pytest.raises(KeyboardInterrupt), held_interrupt():
         written.append("exec.json")
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C between the two writes
         written.append("results.jsonl")
     assert written == ["exec.json", "results.jsonl"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
     with held_interrupt():  # no Ctrl-C: nothing raised
         written.append("again")
     assert written[-1] == "again"

@@ -15,7 +15,7 @@ import pandas as pd
 
 from detbench.analysis import stats
 from detbench.analysis.cost_intervals import replicate_samples
-from detbench.analysis.labels import counted, mode_key, mode_of
+from detbench.analysis.labels import counted, in_report_order, mode_of
 from detbench.store.schema import Status
 
 #: The params key that names the workload a reference computes invariantly.
@@ -224,13 +224,5 @@ def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.
             row.update(zip(names, map(_none, price), strict=True))
         rows.append(row)
     out = pd.DataFrame(rows, dtype=object)
-    keys = out["mode"].map(mode_key)
     # A mode before its variants: fewer settings first, then the label.
-    out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: (k[1].count("="), k[1]))
-    order = {w: i for i, w in enumerate(dict.fromkeys(s["workload"]))}
-    out["_w"] = out["workload"].map(order)
-    return (
-        out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
-        .drop(columns=["_o", "_l", "_w"])
-        .reset_index(drop=True)
-    )
+    return in_report_order(out, s["workload"], variants_after=True)

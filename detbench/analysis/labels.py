@@ -31,6 +31,24 @@ def mode_key(label: str) -> tuple[int, str]:
     return _ORDER.get(str(label).partition("[")[0], len(_ORDER)), str(label)
 
 
+def in_report_order(
+    rows: pd.DataFrame, workloads: Iterable[Any], variants_after: bool = False
+) -> pd.DataFrame:
+    """``rows`` (with suite, workload and mode columns) by suite, then workload in the order of
+    ``workloads`` (the run's records), then mode in ``mode_key`` order; ``variants_after``: a
+    mode's variants by their number of settings before their label."""
+    keys = rows["mode"].map(mode_key)
+    order = {w: i for i, w in enumerate(dict.fromkeys(workloads))}
+    label = (lambda k: (k[1].count("="), k[1])) if variants_after else (lambda k: k[1])
+    by = {"_w": rows["workload"].map(order), "_o": keys.map(lambda k: k[0]), "_l": keys.map(label)}
+    return (
+        rows.assign(**by)
+        .sort_values(["suite", "_w", "_o", "_l"], kind="stable")
+        .drop(columns=list(by))
+        .reset_index(drop=True)
+    )
+
+
 def run_device(df: pd.DataFrame) -> str | None:
     """The device the records say they ran on ("cpu", "cuda"); None where they do not say, or
     disagree."""

@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from detbench import analysis
+from detbench.analysis.labels import in_report_order
 from detbench.report.render import Block, Heading, Para, Table
 from detbench.store.schema import Status
 
@@ -79,15 +80,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             }
         )
     out = pd.DataFrame(rows, dtype=object)
-    keys = out["mode"].map(analysis.mode_key)
-    out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
-    order = {w: i for i, w in enumerate(dict.fromkeys(df["workload"]))}
-    out["_w"] = out["workload"].map(order)
-    return (
-        out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
-        .drop(columns=["_o", "_l", "_w"])
-        .reset_index(drop=True)
-    )
+    return in_report_order(out, df["workload"])
 
 
 def _cell(r: Mapping[Any, Any]) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from detbench import analysis
+from detbench.analysis.labels import in_report_order
 from detbench.report.render import Block, Heading, Para, Table, num
 from detbench.store.schema import Status
 
@@ -91,15 +92,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             }
         )
     out = pd.DataFrame(rows, dtype=object)
-    keys = out["mode"].map(analysis.mode_key)  # the modes in the report's order
-    out["_o"], out["_l"] = keys.map(lambda k: k[0]), keys.map(lambda k: k[1])
-    order = {w: i for i, w in enumerate(dict.fromkeys(d["workload"]))}
-    out["_w"] = out["workload"].map(order)
-    return (
-        out.sort_values(["suite", "_w", "_o", "_l"], kind="stable")
-        .drop(columns=["_o", "_l", "_w"])
-        .reset_index(drop=True)
-    )
+    return in_report_order(out, d["workload"])
 
 
 def _agree_cell(r: Mapping[Any, Any]) -> str:
