@@ -199,7 +199,12 @@ def run_options(q: argparse.ArgumentParser) -> None:
     )
     q.add_argument("--out", metavar="DIR", help="results directory (default: results/STAMP-...)")
     q.add_argument("--seed", type=int, help="the seed of every generator (default 0)")
-    # How a run times its costs: paired, every replicate's modes side by side.
+    _timing_options(q)
+    _course_options(q)
+
+
+def _timing_options(q: argparse.ArgumentParser) -> None:
+    """How a run times its costs: paired, every replicate's modes side by side."""
     q.add_argument(
         "--budget",
         "--min-run-time",
@@ -225,7 +230,11 @@ def run_options(q: argparse.ArgumentParser) -> None:
         "also times its step for about SECONDS with torch.utils.benchmark (CUDA events on a "
         "GPU), alternating with the blocks; tools/steady_check.py DIR prints the two side by side",
     )
-    # How a run starts, is cut, resumed and ends.
+
+
+def _course_options(q: argparse.ArgumentParser) -> None:
+    """How a run starts, is cut, resumed and ends: its time limits, dry run, selection of one
+    workload, resumption, shards and report."""
     q.add_argument(
         "--timeout",
         type=float,

@@ -87,6 +87,31 @@ if _os.environ.get("{env}"):
 """
 
 
+def _streams(
+    proc: subprocess.Popen[bytes], d: Path
+) -> tuple[tuple[Stream, Stream], list[threading.Thread]]:
+    """The run's stdout and stderr, each read as it comes by a thread of its own and kept in
+    ``d``: reading both keeps a command that fills one pipe from blocking on it."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = Stream("stdout"), Stream("stderr")
+    return (out, err), [
+        out.read(proc.stdout, d / "stdout.txt"),
+        err.read(proc.stderr, d / "stderr.txt"),
+    ]
+
+
+def _main_boot(
+    boots: list[dict[str, Any]], t_unix: float
+) -> tuple[dict[str, Any] | None, float | None]:
+    """The boot report of the command's own interpreter (not its children's), and its start-up:
+    the seconds from the run's start until the boot there was done, just before the script's
+    first line."""
+    main = next((b for b in boots if b.get("main")), None)
+    if main is None or not main.get("ready"):
+        return main, None
+    return main, max(0.0, float(main["ready"]) - t_unix)
+
+
 class ExecRunner:
     """Runs ``plan(c)``'s runs (module docstring); ``facts`` holds each run's, by key."""
 
@@ -315,11 +340,7 @@ class ExecRunner:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        # stdout and stderr, each read as it comes by a thread of its own: reading both keeps a
-        # command that fills one pipe from blocking on it.
-        assert proc.stdout is not None and proc.stderr is not None
-        out, err = Stream("stdout"), Stream("stderr")
-        readers = [out.read(proc.stdout, d / "stdout.txt"), err.read(proc.stderr, d / "stderr.txt")]
+        (out, err), readers = _streams(proc, d)
         status, code, stuck = wait(proc, limit, d)
         wall = time.monotonic() - t0
         host_load = own_children(load.stop(), ru0)
@@ -329,11 +350,7 @@ class ExecRunner:
         if status == "ok" and code != 0:
             status = "error" if code is not None and code > 0 else "crashed"
         boots = _boots(d)
-        # The command's own interpreter (not its children), and its start-up: the seconds until
-        # its boot was done, just before the script's first line.
-        main = next((b for b in boots if b.get("main")), None)
-        ready = (main or {}).get("ready")
-        startup = max(0.0, float(ready) - t_unix) if ready else None
+        main, startup = _main_boot(boots, t_unix)
         rate, steps = steps_per_second([out, err])
         kept = snap.changed()
         left_out = snap.keep(kept, d / "files")
