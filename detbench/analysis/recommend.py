@@ -17,7 +17,9 @@ Intervals: per workload, ``cost_intervals.ratio`` of the mode against the baseli
 numbers as ``analysis.costs``; per suite, ``stats.geometric_mean`` of those over the suite's
 workloads. Whether a mode is significantly faster than the simplest is the same statistic of the
 one against the other: a direct comparison, not two intervals against the baseline, each
-holding the baseline's own noise, checked for overlap.
+holding the baseline's own noise, checked for overlap. Every comparison draws from its own
+generator, seeded from ``seed`` and its names (``stats.comparison_key``): a report is
+reproducible, and a mode's interval does not depend on which other modes ran.
 """
 
 from __future__ import annotations
