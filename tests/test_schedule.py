@@ -173,9 +173,10 @@ def test_a_measured_workload_prices_its_paired_members_at_its_own_build() -> Non
 
 def test_a_long_step_measured_here_prices_its_groups_turns_warm_ups_and_rounds() -> None:
     """A user's training step of 2 s (issue 39's Faster R-CNN): each turn times a block of one
-    step after one untimed step, 6 rounds (no such block fits the 0.1 s budget), and each member
-    but the A/A copy warms the verdict's step up for a first group of steps. Priced as a 0.008 s
-    block, the groups read 27 s against 282 s on paper (benchmarks/workloads/detector_step.py)."""
+    step, with no untimed step before it (a block of one step of 10 ms or more), 6 rounds (no
+    such block fits the 0.1 s budget), and each member but the A/A copy warms the verdict's step
+    up for a first group of steps. Priced as a 0.008 s block, the groups read 27 s against 282 s
+    on paper (benchmarks/workloads/detector_step.py)."""
     from detbench.run.figures import PAIRED_ROUNDS_TAKEN, PAIRED_TURN_SECONDS
     from detbench.run.paired_plan import PairedPlan
     from detbench.worker.warmup import GROUP
@@ -193,7 +194,7 @@ def test_a_long_step_measured_here_prices_its_groups_turns_warm_ups_and_rounds()
     )
     turn = PAIRED_TURN_SECONDS["cpu"]
     rounds = plan.rounds_seconds("mine/det", "cpu", "quick", step=2.0)
-    assert rounds == pytest.approx(6 * 3 * (2.0 + 2.0 + turn))
+    assert rounds == pytest.approx(6 * 3 * (2.0 + turn))
     det = Probed(seconds=8.0, count=1.0, step=2.0)  # build and steps: 7 s
     total = plan.seconds("cpu", "quick", 1.5, cores=2, probed={"mine/det": det})
     assert total == pytest.approx(1.5 * 3 / 2 + 7.0 + 2 * GROUP * 2.0 + rounds)
@@ -218,9 +219,10 @@ def test_a_records_step_is_its_timing_median_else_its_fingerprint_steps_but_the_
 
 
 def test_a_cuda_group_is_priced_at_its_suites_measured_turns() -> None:
-    """On the H200 (2026-11-28) a turn cost its block, one untimed step and 2.5 ms, and the two
-    members without cuDNN of an RNN group ran 0.4 s steps against 0.035 s with it: on CUDA those
-    two set the group's rounds, where an unmeasured device keeps the block-only turn."""
+    """On the H200 (2026-11-28) the two members without cuDNN of an RNN group ran 0.4 s steps
+    against 0.035 s with it: on CUDA those two set the group's rounds, where an unmeasured device
+    keeps the block-only turn. A turn is its block and 2.5 ms, and the untimed step before a
+    block only where the block is more than one step: an RNN's block is one step of 35 ms."""
     from detbench.run.paired_plan import PairedPlan
 
     def plan(off: int) -> PairedPlan:
@@ -230,8 +232,16 @@ def test_a_cuda_group_is_priced_at_its_suites_measured_turns() -> None:
     with_cudnn = plan(0).rounds_seconds("rnn/lstm", "cuda", "full")
     native = plan(2).rounds_seconds("rnn/lstm", "cuda", "full")
     assert native > 2 * with_cudnn  # 2 of 11 members at ten times the step
-    # at least 6 rounds, each member's step timed once and warmed up once
-    assert with_cudnn > 6 * 11 * 2 * 0.0347
+    # at least 6 rounds, each member's step timed once, with no untimed step before it
+    assert 6 * 11 * 0.0347 < with_cudnn < 6 * 11 * 2 * 0.0347
+    # a short step's block takes its untimed step: BatchNorm's 0.4 ms steps in 10 ms blocks
+    bn = PairedPlan(groups=1, replicates=1, keys=("batchnorm/bn",), workers=11, rounds=10,
+                    block_seconds=0.01, fused=True)  # fmt: skip
+    from detbench.run.figures import PAIRED_ROUNDS_BY_SUITE, PAIRED_TURN_SECONDS
+
+    rounds = max(6, PAIRED_ROUNDS_BY_SUITE[("cuda", "full")]["batchnorm"] * 10)
+    turn = 0.0098 + 0.0004 + PAIRED_TURN_SECONDS["cuda"]
+    assert bn.rounds_seconds("batchnorm/bn", "cuda", "full") == pytest.approx(rounds * 11 * turn)
     # the CPU has no measured turns: the block and the turn's overhead, whatever the members
     assert plan(2).rounds_seconds("rnn/lstm", "cpu", "quick") == plan(0).rounds_seconds(
         "rnn/lstm", "cpu", "quick"

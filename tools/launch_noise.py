@@ -13,7 +13,9 @@ group times them, and varies each suspect alone against a base configuration:
 
 * **base**: ``--workers`` (11) workers alive, every one taking its turn, one block each, in an
   order shuffled anew each round; torch's own thread count; no pinning; the profile's block
-  (``block_seconds``); the one untimed step before each block (``paired.TURN_STEPS``);
+  (``block_seconds``); the one untimed step before each block (``warmup.TURN_STEPS``), a
+  long step's block too (a group's turn takes none before a block that is one step of 10 ms or
+  more, ``warmup.LONG_STEP_SECONDS``: this row and (e) are the two sides of that rule);
 * **(a)** ``1 of 11 timed``: the same eleven alive with the workload built, only one takes turns
   (its blocks back to back, the ten others idle); ``1 alive``: the ten others have exited;
 * **(b)** ``threads N``: ``torch.set_num_threads(N)`` in every worker (``--threads``, 1);
@@ -42,7 +44,7 @@ step, a sync, one sample by the pass's own sampler, CUDA events on a GPU), and f
 ``finish``; the rounds' orders are ``run.paired.round_order``'s. The one addition is the job's
 kind, ``launch_noise:pair_worker``: it runs ``child.pair`` unchanged, and takes one more line,
 ``noise {json}``, read before ``pair`` sees its next line and answered by nothing, that sets the
-worker's torch threads, its untimed steps (``paired.TURN_STEPS``), the ``block_seconds`` of its
+worker's torch threads, its untimed steps (``warmup.TURN_STEPS``), the ``block_seconds`` of its
 next ``prepare`` and the cores its threads may run on. So the configurations share eleven
 processes (a group's start-up on the H200 was 23 s).
 
@@ -148,7 +150,7 @@ def pair_worker(job: dict[str, Any], out: Any) -> int:
     import torch
 
     from detbench.run import child
-    from detbench.worker import paired
+    from detbench.worker import warmup
 
     threads = torch.get_num_threads()
     cores = sorted(os.sched_getaffinity(0))
@@ -157,12 +159,16 @@ def pair_worker(job: dict[str, Any], out: Any) -> int:
         if "threads" in settings:
             torch.set_num_threads(int(settings["threads"]) or threads)
         if "turn_steps" in settings:
-            paired.TURN_STEPS = int(settings["turn_steps"])
+            warmup.TURN_STEPS = int(settings["turn_steps"])
         if "block_seconds" in settings:
             job["block_seconds"] = float(settings["block_seconds"])
         if "cores" in settings:
             _pin(settings["cores"] or cores)
 
+    # Every block takes TURN_STEPS, a long step's too: "base" and "no untimed step" are then
+    # the two sides of the paired turn's rule for a step of 10 ms or more
+    # (``warmup.LONG_STEP_SECONDS``), which on the H200 the RNN's 21 ms step is.
+    warmup.LONG_STEP_SECONDS = math.inf
     sys.stdin = _Stdin(_NoiseLines(sys.stdin.buffer, apply))
     return child.pair(job, out)
 

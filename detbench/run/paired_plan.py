@@ -28,7 +28,15 @@ from detbench.run.figures import (
 from detbench.run.hostspeed import cores as host_cores
 from detbench.run.paired_rounds import MIN_ROUNDS
 from detbench.worker.warmup import GROUP as WARMUP_GROUP
-from detbench.worker.warmup import block_steps
+from detbench.worker.warmup import block_steps, turn_steps
+
+
+def turn_of(block: float, step: float) -> float:
+    """A member's turn on paper, from its suite's mean block and step measured on the device:
+    the block, and the untimed step before it unless the block is one long step
+    (``warmup.turn_steps``; a suite's mean stands for its workloads)."""
+    number = max(1, round(block / step)) if step > 0 else 1
+    return block + step * turn_steps(step, number)
 
 
 @dataclass(frozen=True)
@@ -134,10 +142,11 @@ class PairedPlan:
     ) -> float:
         """One group's rounds on paper: the rounds its suite takes, each a turn of every worker.
         Where a run measured the suite's blocks and steps on this device, a turn is its block,
-        one untimed step and the turn's overhead, its cuDNN-off members at their own figures;
-        else, where this host measured the workload's step (``step``: a probe's record of a
-        workload of yours, a resumed run's own records), a turn is a block of whole steps, one
-        untimed step and the overhead, and the rounds as many as that block fits in the budget
+        the untimed step before it (none before a block of one long step: ``turn_of``) and the
+        turn's overhead, its cuDNN-off members at their own figures; else, where this host
+        measured the workload's step (``step``: a probe's record of a workload of yours, a
+        resumed run's own records), a turn is a block of whole steps, its untimed step and the
+        overhead, and the rounds as many as that block fits in the budget
         (6 at least); elsewhere a turn is the block and the overhead. ``speed``: as in
         ``seconds``."""
         suite = key.partition("/")[0]
@@ -148,16 +157,17 @@ class PairedPlan:
         overhead = PAIRED_TURN_SECONDS.get(device, 0.001) * speed
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps and step > 0:
-            block = step * block_steps(step, self.block_seconds)
+            number = block_steps(step, self.block_seconds)
+            block = step * number
             if self.budget > 0:
                 rounds = max(float(MIN_ROUNDS), min(rounds, self.budget // block))
-            turn = block + step + overhead + self.checked(device, block)
-            return rounds * self.turns * turn
+            turn = block + step * turn_steps(step, number) + overhead
+            return rounds * self.turns * (turn + self.checked(device, block))
         if (suite, True) not in steps:
             return rounds * self.turns * (self.block_seconds + overhead + self.checked(device))
         on = self.here(steps[(suite, True)], speed)
         off = self.here(steps.get((suite, False), steps[(suite, True)]), speed)
-        turns = (self.turns - self.cudnn_off) * sum(on) + self.cudnn_off * sum(off)
+        turns = (self.turns - self.cudnn_off) * turn_of(*on) + self.cudnn_off * turn_of(*off)
         return rounds * (turns + self.turns * (overhead + self.checked(device, on[0])))
 
     def here(self, measured: tuple[float, float], speed: float) -> tuple[float, float]:

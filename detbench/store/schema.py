@@ -78,6 +78,7 @@ class TimingFields(TypedDict, total=False):
     gpu_clocks: dict[str, Any] | None  # NVML's clocks during the pass (worker/gpuclock.py)
     num_threads: int
     clock: str
+    turn_steps: int | None  # paired: the untimed steps before each block (worker/paired.py)
     # The separate design's (an earlier detbench: docs/measured.md); a paired timing has None,
     # and clock_mode "paired" ("exec" in detbench exec).
     ceiling: float | None  # the most seconds of sampling past the budget

@@ -22,8 +22,9 @@ What a block is, and what it is not:
 * **Warmed up as any timing pass** (``warmup.warm_up``); then the block holds
   ``floor(block_seconds / step)`` steps, at least one, so each mode's block lasts about as long
   as the others' and a round about ``workers * block_seconds``.
-* **One block, one sample**, after one untimed step (``TURN_STEPS``: the worker before
-  this one ran other code on the cores and the GPU), timed by the pass's own samplers (CUDA
+* **One block, one sample**, after one untimed step (``warmup.TURN_STEPS``: the worker before
+  this one ran other code on the cores and the GPU; none before a block that is one step of 10
+  ms or more, ``warmup.turn_steps``), timed by the pass's own samplers (CUDA
   events on a GPU, one host synchronisation at the block's end, before the next worker's
   turn; ``perf_counter`` on a CPU); garbage collection off inside it. NVML is read when the
   warm-up starts, at the first block and after the last, never between blocks of a round.
@@ -41,6 +42,7 @@ import torch
 from detbench.core.modes import Mode
 from detbench.core.workload import Context, Workload
 from detbench.worker import fingerprint as fp
+from detbench.worker import warmup
 from detbench.worker.applied import WorkerSettings
 from detbench.worker.gpuclock import ClockWatch
 from detbench.worker.hostload import Probe
@@ -49,10 +51,6 @@ from detbench.worker.memory import PeakWatch, footprint_bytes, free_bytes
 from detbench.worker.samplers import ClockSampler, CudaEventSampler, host_clock
 from detbench.worker.timing import MIN_CI_SAMPLES, Timing, summary_of, torch_threads
 from detbench.worker.warmup import block_steps, warm_up
-
-#: Untimed steps at the start of each turn (``block``): one narrowed the A/A ratios' spread
-#: (docs/measured.md).
-TURN_STEPS = 1
 
 
 @dataclass
@@ -190,16 +188,21 @@ class PairedTiming:
             return torch.cuda.device(self.ctx.device)
         return contextlib.nullcontext()
 
+    @property
+    def turn_steps(self) -> int:
+        """The untimed steps before each of this workload's blocks (``warmup.turn_steps``)."""
+        return warmup.turn_steps(self.warm.medians[-1], self.number)
+
     def block(self) -> dict[str, Any]:
         """Time one block: the ``block`` message's fields."""
         if self.load is None:
             self.load = Probe(self.ctx.device.type, self.job.get("run_pid"))
             self.load.start()
         with torch_threads(self.threads), self._on_device():
-            # One untimed step first: the worker before this one ran other code on these cores
+            # An untimed step first: the worker before this one ran other code on these cores
             # (and on the GPU), so the first step of a turn pays for caches, TLBs and sleeping
-            # threads that the block's steps would otherwise carry.
-            for _ in range(TURN_STEPS):
+            # threads that a block of short steps would otherwise carry.
+            for _ in range(self.turn_steps):
                 self.step()
             sync(self.ctx.device)
             start = time.time()
@@ -254,6 +257,7 @@ class PairedTiming:
                 warmup=self.warm,
                 gpu_clocks=gpu_clocks,
                 clock_mode="paired",
+                turn_steps=self.turn_steps,
             )
             out["timing"] = timing.to_json()
         else:

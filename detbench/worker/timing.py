@@ -62,6 +62,7 @@ class Timing:
     warmup: Warmup | None = None  # what the warm-up did; None: no warm-up record
     gpu_clocks: dict[str, Any] | None = None  # ``gpuclock.ClockWatch.stop()``
     clock_mode: str | None = None  # "paired", or "exec" (``detbench exec``)
+    turn_steps: int | None = None  # paired: the untimed steps before each block
 
     def to_json(self) -> dict[str, Any]:
         """The record's ``timing``: every field, ``min_run_time`` (the budget, as older readers

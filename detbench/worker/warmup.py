@@ -57,6 +57,25 @@ def block_steps(step_seconds: float, block_seconds: float) -> int:
     return max(1, math.floor(block_seconds / step_seconds))
 
 
+#: Untimed steps before each block of a paired turn (``worker.paired``): one narrowed the A/A
+#: ratios' spread (docs/measured.md).
+TURN_STEPS = 1
+#: A block of one step at least this long takes no untimed step (``turn_steps``). What the
+#: untimed step absorbs is the cold start of a turn (caches, TLBs, sleeping threads, the launch
+#: queue after another worker's turn), a fixed cost of about a millisecond, where a block of
+#: short steps lasts about 10 ms. A step this long is its own block, and the untimed step would
+#: double its turn: on the H200 the untimed steps were 91 s of the 217 s of rounds, 86 s of them
+#: steps over 10 ms (docs/measured.md). The launch-noise experiment times both sides of this
+#: rule (``tools/launch_noise.py``, rows ``base`` and ``no untimed step``).
+LONG_STEP_SECONDS = 0.01
+
+
+def turn_steps(step_seconds: float, number: int) -> int:
+    """The untimed steps before a paired block of ``number`` steps of ``step_seconds``:
+    ``TURN_STEPS``, none where the block is one step of ``LONG_STEP_SECONDS`` or more."""
+    return 0 if number == 1 and step_seconds >= LONG_STEP_SECONDS else TURN_STEPS
+
+
 def block_size(step_seconds: float, budget: float) -> int:
     """Steps per sample: about budget / SAMPLES_PER_BUDGET seconds of steps, at least one."""
     return block_steps(step_seconds, budget / SAMPLES_PER_BUDGET)
