@@ -124,13 +124,17 @@ def _stamped(record: dict[str, Any], job: dict[str, Any], device: Any) -> dict[s
     return record
 
 
-def _verdict_then_prepare(
+Held = tuple[dict[str, Any], list[Any]]
+"""What ``hold KEY`` keeps for its ``warm KEY``: the verdict's record and the step it built."""
+
+
+def _hold(
     w: Any, job: dict[str, Any], mode: Mode, ws: Any, device: Any, out: Channel
-) -> tuple[PairedTiming | None, dict[str, Any]]:
-    """A paired run's member that owes ``w``'s verdict: every pass of a verdict worker
-    (``passes.run_workload``, its timing left to the rounds), its record sent at once; then the
-    step it built, kept, is warmed up for the rounds (built again only where its
-    batch-invariance pass rebuilt it). (the timing or None; the ``prepared`` fields)."""
+) -> tuple[Held | None, dict[str, Any]]:
+    """The first half of a verdict that is timed here: every pass of a verdict worker
+    (``passes.run_workload``, its timing left to the rounds), its record sent at once, the step
+    it built kept, not warmed up. (the record and the steps kept, None where the verdict is not
+    ok; the ``prepared`` fields: its status, and its failure's message)."""
     kept: list[Any] = []
     record, device_lost = run_workload(w, job, mode, ws, keep=kept.append)
     out.send({"type": "record", "record": _stamped(record, job, device)})
@@ -140,9 +144,71 @@ def _verdict_then_prepare(
     if record.get("status") != "ok":
         kept.clear()
         return None, {"status": record.get("status"), "message": record.get("message")}
+    return (record, kept), {"status": "ok"}
+
+
+def _warm(
+    w: Any, job: dict[str, Any], mode: Mode, ws: Any, held: Held
+) -> tuple[PairedTiming | None, dict[str, Any]]:
+    """The second half: the step ``_hold`` kept, warmed up for the rounds (built again only
+    where its batch-invariance pass rebuilt it, and kept none). (the timing or None; the
+    ``prepared`` fields)."""
+    record, kept = held
     if kept:
         return PairedTiming.from_verdict(w, job, mode, kept.pop(), record)
     return PairedTiming.prepare(w, job, mode, ws)
+
+
+def _one(
+    word: str,
+    w: Any,
+    job: dict[str, Any],
+    state: tuple[Mode, Any, Any],
+    out: Channel,
+    held: Held | None,
+) -> tuple[PairedTiming | LaunchedTiming | None, dict[str, Any], Held | None]:
+    """What ``pair`` does for a line that names a workload (``word KEY``): ``state`` = (mode,
+    the worker's settings, device); ``held``: what ``hold KEY`` kept, for ``warm KEY``. (the
+    timing, the ``prepared`` fields, what this ``hold KEY`` kept or None)."""
+    mode, ws, device = state
+    timing: PairedTiming | LaunchedTiming | None
+    said: dict[str, Any]
+    kept: Held | None = None
+    if word == "record":  # the verdict alone: another member times this computation
+        record, device_lost = run_workload(w, job, mode, ws, launch=run_distributed)
+        out.send({"type": "record", "record": _stamped(record, job, device)})
+        gc.freeze()
+        status = "failed" if device_lost else record.get("status")
+        timing, said = None, {"status": status, "message": record.get("message")}
+        # What one copy held at its peak, and what is free now that it is gone: the
+        # runner sizes the next members it asks at once by them (``copies_at_once``).
+        said.update(
+            lost=device_lost,
+            footprint_bytes=footprint_bytes(device, record.get("memory")),
+            free_bytes=free_bytes(device),
+        )
+    elif w.distributed:  # its ranks, launched for it, take the turns
+        member = PairedLaunch(verdict=word == "verdict")
+        record, _ = run_workload(w, job, mode, ws, launch=member)
+        if word == "verdict":
+            out.send({"type": "record", "record": _stamped(record, job, device)})
+        timing, said = member.timing, member.said
+    elif word == "hold":  # the verdict now, its warm-up when the runner says
+        timing, (kept, said) = None, _hold(w, job, mode, ws, device, out)
+        if kept is not None:  # as ``record KEY`` says them, but with its step kept
+            said.update(
+                held=True,
+                footprint_bytes=footprint_bytes(device, kept[0].get("memory")),
+                free_bytes=free_bytes(device),
+            )
+    elif word == "warm" and held is not None:
+        timing, said = _warm(w, job, mode, ws, held)
+    elif word == "verdict":
+        verdict, said = _hold(w, job, mode, ws, device, out)
+        timing, said = (None, said) if verdict is None else _warm(w, job, mode, ws, verdict)
+    else:
+        timing, said = PairedTiming.prepare(w, job, mode, ws)
+    return timing, said, kept
 
 
 def pair(job: dict[str, Any], out: Channel) -> int:
@@ -150,46 +216,38 @@ def pair(job: dict[str, Any], out: Channel) -> int:
     worker is, then it does what each line of stdin says, one at a time, and answers each with
     one message: ``prepare KEY`` (build and warm up: ``prepared``), ``verdict KEY`` (the
     verdict's passes first, their ``record`` sent, then the step they built warmed up:
-    ``prepared``), ``record KEY`` (the verdict's passes alone, their ``record`` sent, nothing
-    kept: ``prepared``, with the record's status), ``block`` (time one block: ``block``),
-    ``reference SECONDS`` (the step timed by a reference timer: ``reference``), ``finish`` (the
-    samples' summary, the workload freed: ``timed``); ``exit`` or the end of stdin ends it."""
+    ``prepared``), ``hold KEY`` (the verdict's passes, their ``record`` sent, the step they
+    built kept but not warmed up: ``prepared`` with ``held``, and the footprint and free memory
+    as ``record KEY`` gives them), ``warm KEY`` (the step ``hold KEY`` kept warmed up:
+    ``prepared``; ``verdict KEY`` is ``hold KEY`` then ``warm KEY``), ``record KEY`` (the
+    verdict's passes alone, their ``record`` sent, nothing kept: ``prepared``, with the record's
+    status), ``block`` (time one block: ``block``), ``reference SECONDS`` (the step timed by a
+    reference timer: ``reference``), ``finish`` (the samples' summary, the workload freed:
+    ``timed``); ``exit`` or the end of stdin ends it. A distributed workload is never held."""
     stdin = sys.stdin.buffer
     started = _start(job, out)
     if started is None:
         return 0
     mode, ws, workloads, device = started
     timing: PairedTiming | LaunchedTiming | None = None
+    # (key, what ``_hold`` kept): the workload held for its ``warm KEY``.
+    holding: tuple[str, Held] | None = None
     for raw in stdin:
         word, _, arg = raw.decode().strip().partition(" ")
-        if word in ("prepare", "verdict", "record"):  # the rest of the line is the key
+        if word in ("prepare", "verdict", "record", "hold", "warm"):  # the rest: the key
             key = arg
             w = workloads.get(key)
             if w is None:
                 raise RuntimeError(f"workload {key} is not defined in this worker's sources")
-            if word == "record":  # the verdict alone: another member times this computation
-                record, device_lost = run_workload(w, job, mode, ws, launch=run_distributed)
-                out.send({"type": "record", "record": _stamped(record, job, device)})
-                gc.freeze()
-                status = "failed" if device_lost else record.get("status")
-                timing, said = None, {"status": status, "message": record.get("message")}
-                # What one copy held at its peak, and what is free now that it is gone: the
-                # runner sizes the next members it asks at once by them (``copies_at_once``).
-                said.update(
-                    lost=device_lost,
-                    footprint_bytes=footprint_bytes(device, record.get("memory")),
-                    free_bytes=free_bytes(device),
-                )
-            elif w.distributed:  # its ranks, launched for it, take the turns
-                member = PairedLaunch(verdict=word == "verdict")
-                record, _ = run_workload(w, job, mode, ws, launch=member)
-                if word == "verdict":
-                    out.send({"type": "record", "record": _stamped(record, job, device)})
-                timing, said = member.timing, member.said
-            elif word == "verdict":
-                timing, said = _verdict_then_prepare(w, job, mode, ws, device, out)
-            else:
-                timing, said = PairedTiming.prepare(w, job, mode, ws)
+            held, holding = holding, None  # whatever the line, a held step is used or dropped
+            if word in ("hold", "warm") and w.distributed:
+                raise RuntimeError(f"paired worker: {word} {key}: a distributed workload")
+            if word == "warm" and (held is None or held[0] != key):
+                raise RuntimeError(f"paired worker: warm {key}, but {key} is not held")
+            step = None if held is None else held[1]
+            timing, said, kept = _one(word, w, job, (mode, ws, device), out, step)
+            if kept is not None:
+                holding = (key, kept)
             out.send({"type": "prepared", "workload": key, **said})
             if said.get("lost"):  # the CUDA context is unusable: a fresh worker takes over
                 print(f"detbench worker: the CUDA context is unusable after {key}; exiting")

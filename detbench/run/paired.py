@@ -11,7 +11,10 @@ interval must hold 1). For each workload:
    that owes the workload's verdict (every member, but the A/A copy) runs a verdict worker's passes
    (``passes.run_workload``), its record stored at once, and keeps the step it built; the A/A
    copy, and a member whose verdict is stored already, builds it. Each warms it up until
-   steady: one build per (workload, mode, replicate). A worker that cannot sits out;
+   steady: one build per (workload, mode, replicate). A worker that cannot sits out. On a GPU
+   (``HELD_VERDICTS``), once the baseline's copy is prepared, the members that owe a verdict
+   (but a mode that autotunes) make it side by side where all their copies fit (``hold KEY``),
+   and each warms up the step it kept at its turn (``warm KEY``);
 2. rounds (from 6 until each mode's ratio to the baseline settles, at most ``rounds``:
    ``paired_rounds``): the workers take turns in an order shuffled anew each round (seeded from
    the run's seed, the workload, the replicate and the round), one block each, none overlapping;
@@ -61,6 +64,7 @@ from detbench.run.paired_plan import PairedPlan
 from detbench.run.paired_rounds import (
     MIN_ROUNDS,
     TwinRoom,
+    copies_at_once,
     fits,
     half_width,
     log_ratios,
@@ -85,6 +89,15 @@ if TYPE_CHECKING:
 #: it (docs/measured.md); at 30,000 (about 1 ms) it does not. Within a step the gaps between
 #: parallel regions are microseconds, so the step spins as before. A count the user set is kept.
 SPIN_ENV = {"GOMP_SPINCOUNT": "30000"}
+
+#: The devices on which a group's members make their verdicts side by side (``hold KEY``, all
+#: at once, once the baseline's copy is prepared), then warm up one at a time (``warm KEY``).
+#: A verdict's passes are mostly host work (building, digests, bits compared), and the GPU
+#: serialises only their kernels: on an H200 the verdicts were ~500 s of a 1180 s plan, made one
+#: after another. The warm-up and the rounds stay one at a time: they measure time (the step
+#: time that sizes the block). Not on a CPU: two workers' OpenMP threads on the same cores slow
+#: each other's fingerprint passes 6x.
+HELD_VERDICTS = frozenset({"cuda"})
 
 
 def baseline_of(modes: Iterable[Mode]) -> Mode:
@@ -129,10 +142,13 @@ class Member:
     #: The mode whose worker times this one's computation on the device (``acts.timed_as``):
     #: set where that is another mode, which makes this member sit the rounds out.
     timed_as: str | None = None
+    #: Its verdict of the workload in hand made beside others' (``hold KEY``), its step kept in
+    #: its worker, not yet warmed up (``warm KEY``).
+    held: bool = False
 
     def reset(self) -> None:
         self.prepared, self.failure, self.timed, self.reference_timer = None, None, None, None
-        self.exit_code = None
+        self.exit_code, self.held = None, False
         self.samples, self.rounds, self.positions, self.starts = [], [], [], []
         self.references, self.subgroup, self.workers = [], 0, 0
 
@@ -143,8 +159,9 @@ class Member:
 @dataclass
 class PairedStats:
     """Where the paired phase's time went (seconds), for env.json's ``run_stats``: ``prepare``
-    includes the verdict passes of the members that owed one (``verdicts`` of them), and
-    ``rounds_taken`` counts the rounds the groups took (against ``rounds`` each at most)."""
+    includes the verdict passes of the members that owed one (``verdicts`` of them, ``held``
+    of those made side by side: ``HELD_VERDICTS``), and ``rounds_taken`` counts the rounds the
+    groups took (against ``rounds`` each at most)."""
 
     groups: int = 0
     workers: int = 0
@@ -154,6 +171,7 @@ class PairedStats:
     finish: float = 0.0
     wall: float = 0.0
     verdicts: int = 0
+    held: int = 0
     subgroups: int = 0
     rounds_taken: list[int] = field(default_factory=list)
 
@@ -319,6 +337,7 @@ class PairedPhase:
         self.c = c
         self.out, self.modes, self.replicates = c.out, c.modes, c.replicates
         self.keys = keys = [w.key for w in workloads]
+        self.distributed = {w.key for w in workloads if w.distributed}  # never held
         self.rounds = int(c.setting("rounds"))
         self.budget = float(c.setting("budget"))
         self.seed = c.seed
@@ -631,6 +650,8 @@ class GroupTimer:
                 got = m.prepared.get("footprint_bytes")
                 footprint = footprint if got is None else max(footprint or 0, int(got))
                 free = m.prepared.get("free_bytes", free)
+            if m is base:
+                self._hold_all(queue, base, key, replicate)
         if live and (len(live) > 1 or index == 0):
             self._rounds(live, key, replicate, index, subgroup, base)
         if phase.verdicts_only:
@@ -646,18 +667,46 @@ class GroupTimer:
         stats.finish += time.perf_counter() - t0
         return lines
 
-    def _prepare_all(self, ms: list[tuple[Member, int]], key: str, replicate: int) -> None:
+    def _hold_all(self, queue: list[Member], base: Member, key: str, replicate: int) -> None:
+        """On a device of ``HELD_VERDICTS``, with the baseline's copy prepared: the members of
+        ``queue`` that owe ``key``'s verdict and are timed as themselves make it side by side
+        (``hold KEY``), each its step kept for its warm-up at its turn (``warm KEY``). Not a
+        mode that autotunes (``cudnn.benchmark`` times its candidates: alone), not a distributed
+        workload, and only where all their copies fit beside the group's at once (they stay
+        held while an earlier subgroup takes its rounds)."""
+        phase = self.phase
+        if phase.device not in HELD_VERDICTS or base.prepared is None or key in phase.distributed:
+            return
+        ms = [
+            (m, position)
+            for position, m in enumerate(queue)
+            if m is not base
+            and m.copy == 0
+            and (key, m.mode.name, replicate) in phase.owed
+            and not m.mode.benchmark
+            and m.timed_as is None
+        ]
+        footprint, free = base.prepared.get("footprint_bytes"), base.prepared.get("free_bytes")
+        if not ms or footprint is None or free is None:
+            return
+        if copies_at_once(int(footprint), int(free), phase.device, len(ms)) >= len(ms):
+            self._prepare_all(ms, key, replicate, hold=True)
+
+    def _prepare_all(
+        self, ms: list[tuple[Member, int]], key: str, replicate: int, hold: bool = False
+    ) -> None:
         """Each (member, position) of ``ms`` builds and warms up ``key`` (its verdict first,
         where it owes it; ``position``: its place in the group's order of preparation, the
         verdict record's ``mode_position``), their requests all sent before the first answer is
-        read: their workers work at once (``TwinRoom``)."""
+        read: their workers work at once (``TwinRoom``). ``hold``: their verdicts alone, each
+        step kept to be warmed up later (``_hold_all``)."""
         phase = self.phase
         t0 = time.perf_counter()
         try:
             sent: list[tuple[Member, int]] = []
             for m, position in ms:
                 self._position = position
-                if self._request(m, key, replicate):
+                if self._request(m, key, replicate, hold):
                     sent.append((m, position))
             for m, position in sent:
                 self._position = position
@@ -683,10 +732,11 @@ class GroupTimer:
         finally:
             self.workers.stats.prepare += time.perf_counter() - t0
 
-    def _request(self, m: Member, key: str, replicate: int) -> bool:
+    def _request(self, m: Member, key: str, replicate: int, hold: bool = False) -> bool:
         """Send ``m``'s worker what it does with ``key`` (a fresh worker where it lost its own):
-        ``verdict``, ``record`` (a member timed as another mode) or ``prepare`` (its verdict is
-        stored). False where it sits out: no worker, or no verdict to time."""
+        ``verdict``, ``hold`` (its verdict alone, where ``hold``), ``warm`` (the step its
+        ``hold`` kept), ``record`` (a member timed as another mode) or ``prepare`` (its verdict
+        is stored). False where it sits out: no worker, or no verdict to time."""
         phase = self.phase
         owes = m.copy == 0 and (key, m.mode.name, replicate) in phase.owed
         if not owes:
@@ -696,12 +746,22 @@ class GroupTimer:
             if m.failure is not None:
                 return False
         if m.worker is None:  # lost on an earlier workload: a fresh one
+            m.held = False  # nothing of its held
             self.workers.spawn(m, replicate)
             self.workers.ready(m)
         if m.worker is None:
             return False
         m.failure = None
-        word = "record" if m.timed_as is not None else "verdict" if owes else "prepare"
+        word = (
+            "record"
+            if m.timed_as is not None
+            else ("hold" if hold else "verdict")
+            if owes
+            else "warm"
+            if m.held
+            else "prepare"
+        )
+        self.workers.stats.held += word == "hold"
         m.worker.send(f"{word} {key}")
         return True
 
@@ -720,6 +780,8 @@ class GroupTimer:
         elif m.timed_as is not None:
             m.failure = same_words(m.timed_as, self.phase.device)
             self.room.saw(key, msg)
+        elif msg.get("held"):  # its verdict made, its step kept: warmed up at its turn
+            m.held = True
         else:
             m.prepared = msg
 

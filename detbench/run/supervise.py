@@ -10,8 +10,8 @@ The protocol, over the worker's stdin (runner to worker, one line each) and a pi
    cuBLAS's and cuDNN's handles), sends ``ready`` and waits for ``go``. A paired group's
    workers are let into their device stage together, when the group starts.
 2. After ``go`` it does what each line says, one at a time (``run.child.pair`` lists them:
-   ``verdict KEY``, ``record KEY``, ``prepare KEY``, ``block``, ``reference``, ``finish``,
-   ``exit``), each answered by its messages.
+   ``verdict KEY``, ``hold KEY``, ``warm KEY``, ``record KEY``, ``prepare KEY``, ``block``,
+   ``reference``, ``finish``, ``exit``), each answered by its messages.
 3. A worker whose CUDA context a workload left unusable says so and exits (a fresh worker takes
    the workloads left); an exit without its answer is a crash (the runner reads its log), a
    silence longer than the limit is a timeout (the runner kills it).
