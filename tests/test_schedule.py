@@ -303,3 +303,29 @@ def test_a_cpu_group_prices_the_turns_of_its_timed_workers_only() -> None:
     )
     assert saved == pytest.approx(rounds * 8 / 11 + 8 * 0.05)
     assert three.to_json()["timed_per_group"] == 3
+
+
+def test_verdicts_side_by_side_cost_their_slowest_or_their_steps_one_after_another() -> None:
+    """On a GPU a group's held verdicts (``run.paired.HELD_VERDICTS``) run at once: a group's
+    costs the slowest of them, unless their steps, one process's kernels at a time, take longer.
+    Training on the H200: 10 steps a verdict, 46.6 ms with cuDNN and 305 ms without."""
+    import dataclasses
+
+    from detbench.run.figures import PAIRED_BLOCK_STEP_SECONDS, VERDICT_STEPS
+    from detbench.run.paired_plan import PairedPlan
+
+    held = (("cudnn-det", True), ("det-algos", True), ("no-cudnn", False))
+    plan = PairedPlan(groups=1, replicates=1, keys=("training/t", "conv/c", "mine/x"), workers=11,
+                      rounds=10, block_seconds=0.01, fused=True, held=held)  # fmt: skip
+    records = {"training/t": 2.0, "conv/c": 0.3, "mine/x": 5.0}
+    slots = {(0, m): (0.0, dict(records, **({"conv/c": 0.4} if not on else {}))) for m, on in held}
+    slots[(0, "default")] = (0.0, dict(records))  # the baseline's: never held
+    saved = plan.held_saving(slots, "cuda", "full")
+    steps = PAIRED_BLOCK_STEP_SECONDS[("cuda", "full")]
+    n = VERDICT_STEPS[("cuda", "full")]["training"]
+    work = 2 * n * steps[("training", True)][1] + min(2.0, n * steps[("training", False)][1])
+    training = 3 * 2.0 - max(2.0, work)  # the steps one after another outlast the slowest
+    conv = (0.3 + 0.3 + 0.4) - 0.4  # three steps of 1.5 ms or 43 ms: the slowest verdict
+    assert work > 2.0
+    assert saved == pytest.approx(training + conv)  # mine/x: no measured step, nothing saved
+    assert dataclasses.replace(plan, held=()).held_saving(slots, "cuda", "full") == 0

@@ -75,6 +75,9 @@ class Estimate:
     #: This host's speed against the figures' (``run.hostspeed.HostSpeed.to_json``); None: the
     #: figures stand as measured (a GPU plan).
     host: dict[str, Any] | None = None
+    #: Seconds of the records that the verdicts made side by side save, on paper
+    #: (``PairedPlan.held_saving``; 0: one at a time).
+    held_seconds: float = 0.0
 
     @property
     def record_seconds(self) -> float:
@@ -107,11 +110,17 @@ class Estimate:
     def seconds(self) -> float:
         """The run's seconds: with several devices side by side, the busiest device's."""
         if len(self.lane_records) > 1:
-            return self.probe_seconds + max(self.lane_seconds) + self.paired_seconds
+            return (
+                self.probe_seconds
+                + max(self.lane_seconds)
+                + self.paired_seconds
+                - self.held_seconds / len(self.lane_records)
+            )
         return (
             self.probe_seconds
             + self.paired_seconds
             + self.record_seconds
+            - self.held_seconds
             + self.launches * self.launch_seconds
             + self.invariance_seconds
         )
@@ -136,6 +145,7 @@ class Estimate:
             "own_records": self.own_records,
             "estimate_basis": self.basis,
             "paired_seconds": round(self.paired_seconds, 1),
+            "held_verdicts_saving": round(self.held_seconds, 1),
             "paired": self.paired,
             "host_speed": self.host,
             **(
@@ -229,6 +239,11 @@ def estimate(
         speed=speed,
     )
     lanes = [plan.lane_slots(d) for d in range(plan.lanes)]
+    slot_seconds = {
+        (s.replicate, s.mode.name): (p.sizes_seconds(s), {k: p.key_seconds(s, k) for k in s.keys})
+        for ss in lanes
+        for s in ss
+    }
     return Estimate(
         records=plan.records,
         workers=plan.workers,
@@ -251,17 +266,13 @@ def estimate(
             1 for s in plan.slots for k in p.runs(s) if probed and k in probed and k not in own
         ),
         own_records=sum(1 for s in plan.slots for k in p.runs(s) if k in own),
-        slot_seconds={
-            (s.replicate, s.mode.name): (
-                p.sizes_seconds(s),
-                {k: p.key_seconds(s, k) for k in s.keys},
-            )
-            for ss in lanes
-            for s in ss
-        },
+        slot_seconds=slot_seconds,
         paired_seconds=0.0
         if paired is None
         else paired.seconds(device, profile, startup_seconds, cores, probed, speed),
         paired=None if paired is None else paired.to_json(),
         host=None if host is None else host.to_json(),
+        held_seconds=0.0
+        if paired is None
+        else paired.held_saving(slot_seconds, device, profile, speed),
     )

@@ -241,7 +241,8 @@ GPU_HOST_CORES = 16
 #: round; ``tools/plan_figures.py``).
 PAIRED_TURN_SECONDS = {"cpu": 0.00104, "cuda": 0.0025}
 #: A member's mean block and step (seconds) per (suite, cuDNN on) and (device, profile), where a
-#: run measured them: a turn takes its block (at least one step), one untimed step and
+#: run measured them: a turn takes its block (at least one step), the untimed step before it
+#: (none before a block of one step of 10 ms or more: ``worker.warmup.turn_steps``) and
 #: PAIRED_TURN_SECONDS. CUDA full: the means over the paired lines of the same H200 run (495
 #: lines). A mode without cuDNN runs a native kernel: the RNNs' and ResNet-18's steps are 0.3-1.2
 #: s there, against 0.01-0.05 s with cuDNN, and those members set how long a group's rounds take.
@@ -272,6 +273,14 @@ PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[fl
         ("training", True): (0.0466, 0.0466),
         ("training", False): (0.3049, 0.3049),
     },
+}
+#: The steps a verdict runs per suite (its fingerprint steps: the records' ``step_fingerprints``),
+#: per (device, profile), where a run measured them. CUDA full: the H200 run above (every one of
+#: its 452 records: 10 for training, 3 for the others). With a suite's mean step
+#: (PAIRED_BLOCK_STEP_SECONDS) they price the verdicts a group makes side by side on a GPU
+#: (``paired_plan.PairedPlan.held_saving``).
+VERDICT_STEPS: dict[tuple[str, str], dict[str, int]] = {
+    ("cuda", "full"): {"conv": 3, "rnn": 3, "batchnorm": 3, "bmm": 3, "training": 10},
 }
 #: The share of its most rounds (``--rounds``) a paired group takes on average, the rounds stopping
 #: once every mode's ratio settles (``run/paired_rounds.py``; at least 6 are taken). CPU: the 414

@@ -461,6 +461,17 @@ class PairedPhase:
             reference=self.reference_seconds,
             budget=self.budget,
             lanes=len(self.timers),
+            # The modes whose verdicts go side by side (``GroupTimer._hold_all``'s choice).
+            held=tuple(
+                (m.name, m.cudnn_enabled)
+                for m, c in self.members_of
+                if self.device in HELD_VERDICTS
+                and self.owed
+                and c == 0
+                and m.name != self.base.name
+                and not m.benchmark
+                and self.timed_as[m.name] == m.name
+            ),
         )
 
     def run(self, before: float = 0.0) -> None:

@@ -24,6 +24,7 @@ from detbench.run.figures import (
     PAIRED_TURN_SECONDS,
     REFERENCE_CHECK_SECONDS,
     SUITE_PREPARE_SECONDS,
+    VERDICT_STEPS,
 )
 from detbench.run.hostspeed import cores as host_cores
 from detbench.run.paired_rounds import MIN_ROUNDS
@@ -76,6 +77,9 @@ class PairedPlan:
     #: The devices that time groups side by side (``--devices``): on GPUs each times its own
     #: groups; CPU entries share the cores, so they are estimated as one.
     lanes: int = 1
+    #: The modes whose verdicts a group makes side by side (``run.paired.HELD_VERDICTS``), each
+    #: with whether it runs cuDNN: every mode but the baseline and those that autotune.
+    held: tuple[tuple[str, bool], ...] = ()
 
     @property
     def turns(self) -> int:
@@ -169,6 +173,40 @@ class PairedPlan:
         off = self.here(steps.get((suite, False), steps[(suite, True)]), speed)
         turns = (self.turns - self.cudnn_off) * turn_of(*on) + self.cudnn_off * turn_of(*off)
         return rounds * (turns + self.turns * (overhead + self.checked(device, on[0])))
+
+    def held_saving(
+        self,
+        slot_seconds: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]],
+        device: str,
+        profile: str,
+        speed: float = 1.0,
+    ) -> float:
+        """Seconds the verdicts made side by side save against one at a time, on paper: per
+        (workload, replicate), the held modes' records (``slot_seconds``: the estimate's seconds
+        of each record) cost the slowest of them, or their steps one after another where those
+        take longer (the GPU runs one process's kernels at a time: each verdict's steps,
+        ``VERDICT_STEPS`` of its suite's mean step, cuDNN on or off, as measured). A workload
+        whose suite has no measured step saves nothing."""
+        steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
+        counts = VERDICT_STEPS.get((device, profile), {})
+        names = {m for m, _ in self.held}
+        groups = {(r, k) for (r, m), (_, keys) in slot_seconds.items() if m in names for k in keys}
+        saved = 0.0
+        for replicate, key in sorted(groups):
+            suite = key.partition("/")[0]
+            got = [
+                (slot_seconds[(replicate, m)][1][key], cudnn)
+                for m, cudnn in self.held
+                if key in slot_seconds.get((replicate, m), (0.0, {}))[1]
+            ]
+            if len(got) < 2 or (suite, True) not in steps or suite not in counts:
+                continue
+            work = sum(
+                min(s, counts[suite] * steps.get((suite, cudnn), steps[(suite, True)])[1] * speed)
+                for s, cudnn in got
+            )
+            saved += sum(s for s, _ in got) - max(max(s for s, _ in got), work)
+        return saved
 
     def here(self, measured: tuple[float, float], speed: float) -> tuple[float, float]:
         """A member's mean (block, step) measured on the figures' host, on a host ``speed`` times

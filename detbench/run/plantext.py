@@ -226,7 +226,14 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
             if lanes > 1 and not (est.paired or {}).get("fused")
             else ""
         )
-        + f"{records} + "
+        + records
+        + (
+            f", less {est.held_seconds:.0f} s for each group's verdicts made side by side (but "
+            "the baseline's and the autotuned modes'),"
+            if est.held_seconds
+            else ""
+        )
+        + " + "
         + (f"{est.paired_seconds:.0f} s of paired costs + " if est.paired is not None else "")
         + f"the groups' start-ups in the paired figure ({est.startup_seconds:.1f} s a worker, "
         + ("measured here" if est.measured_startup else "assumed")
