@@ -14,8 +14,9 @@ group times them, and varies each suspect alone against a base configuration:
 * **base**: ``--workers`` (11) workers alive, every one taking its turn, one block each, in an
   order shuffled anew each round; torch's own thread count; no pinning; the profile's block
   (``block_seconds``); the one untimed step before each block (``warmup.TURN_STEPS``), a
-  long step's block too (a group's turn takes none before a block that is one step of 10 ms or
-  more, ``warmup.LONG_STEP_SECONDS``: this row and (e) are the two sides of that rule);
+  long step's block too (a group's turn takes none before a block that is one step of 0.1 s or
+  more, ``warmup.LONG_STEP_SECONDS``: this row and (e) say whether a shorter one could go
+  without it, as the H200's RNN block of one 21 ms step);
 * **(a)** ``1 of 11 timed``: the same eleven alive with the workload built, only one takes turns
   (its blocks back to back, the ten others idle); ``1 alive``: the ten others have exited;
 * **(b)** ``threads N``: ``torch.set_num_threads(N)`` in every worker (``--threads``, 1);
@@ -165,9 +166,9 @@ def pair_worker(job: dict[str, Any], out: Any) -> int:
         if "cores" in settings:
             _pin(settings["cores"] or cores)
 
-    # Every block takes TURN_STEPS, a long step's too: "base" and "no untimed step" are then
-    # the two sides of the paired turn's rule for a step of 10 ms or more
-    # (``warmup.LONG_STEP_SECONDS``), which on the H200 the RNN's 21 ms step is.
+    # Every block takes TURN_STEPS, a long step's too: "base" and "no untimed step" then say
+    # whether a one-step block shorter than the paired turn's rule (``warmup.LONG_STEP_SECONDS``)
+    # could go without it, as the H200's RNN block of one 21 ms step.
     warmup.LONG_STEP_SECONDS = math.inf
     sys.stdin = _Stdin(_NoiseLines(sys.stdin.buffer, apply))
     return child.pair(job, out)

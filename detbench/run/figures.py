@@ -242,7 +242,7 @@ GPU_HOST_CORES = 16
 PAIRED_TURN_SECONDS = {"cpu": 0.00104, "cuda": 0.0025}
 #: A member's mean block and step (seconds) per (suite, cuDNN on) and (device, profile), where a
 #: run measured them: a turn takes its block (at least one step), the untimed step before it
-#: (none before a block of one step of 10 ms or more: ``worker.warmup.turn_steps``) and
+#: (none before a block of one step of 0.1 s or more: ``worker.warmup.turn_steps``) and
 #: PAIRED_TURN_SECONDS. CUDA full: the means over the paired lines of the same H200 run (495
 #: lines). A mode without cuDNN runs a native kernel: the RNNs' and ResNet-18's steps are 0.3-1.2
 #: s there, against 0.01-0.05 s with cuDNN, and those members set how long a group's rounds take.

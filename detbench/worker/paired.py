@@ -23,8 +23,8 @@ What a block is, and what it is not:
   ``floor(block_seconds / step)`` steps, at least one, so each mode's block lasts about as long
   as the others' and a round about ``workers * block_seconds``.
 * **One block, one sample**, after one untimed step (``warmup.TURN_STEPS``: the worker before
-  this one ran other code on the cores and the GPU; none before a block that is one step of 10
-  ms or more, ``warmup.turn_steps``), timed by the pass's own samplers (CUDA
+  this one ran other code on the cores and the GPU; none before a block that is one step of 0.1
+  s or more, ``warmup.turn_steps``), timed by the pass's own samplers (CUDA
   events on a GPU, one host synchronisation at the block's end, before the next worker's
   turn; ``perf_counter`` on a CPU); garbage collection off inside it. NVML is read when the
   warm-up starts, at the first block and after the last, never between blocks of a round.

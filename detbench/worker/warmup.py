@@ -62,12 +62,13 @@ def block_steps(step_seconds: float, block_seconds: float) -> int:
 TURN_STEPS = 1
 #: A block of one step at least this long takes no untimed step (``turn_steps``). What the
 #: untimed step absorbs is the cold start of a turn (caches, TLBs, sleeping threads, the launch
-#: queue after another worker's turn), a fixed cost of about a millisecond, where a block of
-#: short steps lasts about 10 ms. A step this long is its own block, and the untimed step would
-#: double its turn: on the H200 the untimed steps were 91 s of the 217 s of rounds, 86 s of them
-#: steps over 10 ms (docs/measured.md). The launch-noise experiment times both sides of this
-#: rule (``tools/launch_noise.py``, rows ``base`` and ``no untimed step``).
-LONG_STEP_SECONDS = 0.01
+#: queue after another worker's turn): a cost of its own, not a share of the step. On the 2-core
+#: VM (``tools/launch_noise.py``, three workers, docs/measured.md) a one-step block of 14 ms
+#: without it had an A/A spread 1.3 times the one with it (the median of six runs), where blocks
+#: of one step of 180-350 ms were as steady without it. Past 0.1 s that cost is a fraction of a
+#: percent of the step, and the untimed step would double the turn of the GPU's slowest members
+#: (native RNN and ResNet-18 steps of 0.3-0.4 s without cuDNN on the H200).
+LONG_STEP_SECONDS = 0.1
 
 
 def turn_steps(step_seconds: float, number: int) -> int:
