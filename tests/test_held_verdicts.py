@@ -18,7 +18,7 @@ from detbench.core.modes import get_mode
 from detbench.run import paired
 from detbench.run.config import RunConfig
 from detbench.run.runner import prepare
-from tests.conftest import WORKLOADS
+from tests.conftest import WORKLOADS, requires_cuda
 
 #: A workload that raises under deterministic algorithms alone: the baseline (default) prepares
 #: it, and det-algos' verdict, held, fails.
@@ -42,15 +42,17 @@ KEYS = ["resumable/mlp_step", "resumable/tiny_training", "heldfail/raises_when_d
 REPLICATES = 2
 
 
-def _run(out: Path, fails: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[Any]]:
+def _run(
+    out: Path, fails: Path, device: str = "cpu", modes: tuple[str, ...] = ("default", "det-algos")
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[Any]]:
     """(the paired phase's stats, the verdict records, paired.jsonl's lines) of one run."""
     config = RunConfig(
         out=out,
         workload_files=[WORKLOADS / "resumable.py", fails],
         only=list(KEYS),
-        modes=[get_mode("default"), get_mode("det-algos")],
+        modes=[get_mode(m) for m in modes],
         replicates=REPLICATES,
-        device="cpu",
+        device=device,
         rounds=6,
         budget=0.02,
     )
@@ -130,3 +132,21 @@ def test_a_held_verdict_that_fails_is_its_record_and_the_group_goes_on(
     }
     # No worker was lost on it: one per member and replicate, none spawned afresh.
     assert runs["held"][0]["workers"] == 3 * REPLICATES
+
+
+@requires_cuda
+def test_on_a_gpu_the_verdicts_go_side_by_side_by_default(tmp_path: Path) -> None:
+    """As a GPU host runs it (``HELD_VERDICTS`` as shipped): of default, cudnn-det and
+    det-algos, the two that owe a verdict and do not autotune are held in every group; each
+    held member times the step its verdict built."""
+    fails = tmp_path / "heldfail.py"
+    fails.write_text(FAILS)
+    modes = ("default", "cudnn-det", "det-algos")
+    stats, recs, lines = _run(tmp_path / "gpu", fails, device="cuda", modes=modes)
+    assert stats["held"] == 2 * len(KEYS) * REPLICATES
+    verdicts = _by_key(recs)
+    assert len(verdicts) == len(KEYS) * REPLICATES * len(modes)
+    for x in lines:
+        rec = verdicts[(f"{x['suite']}/{x['workload']}", x["mode"], x["replicate"])]
+        if x["copy"] == 0 and rec["status"] == "ok":
+            assert x["status"] == "ok" and x["same_bits"] is True, x
