@@ -93,7 +93,7 @@ SPIN_ENV = {"GOMP_SPINCOUNT": "30000"}
 #: The devices on which a group's members make their verdicts side by side (``hold KEY``, all
 #: at once, once the baseline's copy is prepared), then warm up one at a time (``warm KEY``).
 #: A verdict's passes are mostly host work (building, digests, bits compared), and the GPU
-#: serialises only their kernels: made one after another they are the largest part of a GPU
+#: serialises only their kernels: made one after another they are a large part of a GPU
 #: matrix's plan (docs/measured.md). The warm-up and the rounds stay one at a time: they measure
 #: time (the step time that sizes the block). Not on a CPU: two workers' OpenMP threads on the
 #: same cores slow each other's fingerprint passes 6x.
