@@ -416,6 +416,19 @@ class PairedPhase:
         share = estimate.paired_seconds / max(1, (estimate.paired or {}).get("groups") or 1)
         self.weights = {k: v / max(1, self.replicates) + share for k, v in records.items()}
 
+    def holds(self, mode: Mode) -> bool:
+        """Whether ``mode``'s member makes its verdicts beside the others' (``hold KEY``; the
+        module docstring): on a device of ``HELD_VERDICTS``, in a run that times its modes, but
+        the baseline's, a mode that autotunes (``cudnn.benchmark`` times its candidates: alone)
+        and one timed as another mode."""
+        return (
+            self.device in HELD_VERDICTS
+            and not self.verdicts_only
+            and mode.name != self.base.name
+            and not mode.benchmark
+            and self.timed_as[mode.name] == mode.name
+        )
+
     def owes(self, key: str, replicate: int) -> bool:
         return any((key, m.name, replicate) in self.owed for m in self.modes)
 
@@ -461,16 +474,11 @@ class PairedPhase:
             reference=self.reference_seconds,
             budget=self.budget,
             lanes=len(self.timers),
-            # The modes whose verdicts go side by side (``GroupTimer._hold_all``'s choice).
+            # The modes whose verdicts go side by side (``GroupTimer._hold_all``).
             held=tuple(
                 (m.name, m.cudnn_enabled)
                 for m, c in self.members_of
-                if self.device in HELD_VERDICTS
-                and self.owed
-                and c == 0
-                and m.name != self.base.name
-                and not m.benchmark
-                and self.timed_as[m.name] == m.name
+                if c == 0 and self.owed and self.holds(m)
             ),
         )
 
@@ -679,23 +687,18 @@ class GroupTimer:
         return lines
 
     def _hold_all(self, queue: list[Member], base: Member, key: str, replicate: int) -> None:
-        """On a device of ``HELD_VERDICTS``, with the baseline's copy prepared: the members of
-        ``queue`` that owe ``key``'s verdict and are timed as themselves make it side by side
-        (``hold KEY``), each its step kept for its warm-up at its turn (``warm KEY``). Not a
-        mode that autotunes (``cudnn.benchmark`` times its candidates: alone), not a distributed
+        """With the baseline's copy prepared: the members of ``queue`` whose mode is held
+        (``PairedPhase.holds``) and that owe ``key``'s verdict make it side by side (``hold
+        KEY``), each its step kept for its warm-up at its turn (``warm KEY``). Not a distributed
         workload, and only where all their copies fit beside the group's at once (they stay
         held while an earlier subgroup takes its rounds)."""
         phase = self.phase
-        if phase.device not in HELD_VERDICTS or base.prepared is None or key in phase.distributed:
+        if base.prepared is None or key in phase.distributed:
             return
         ms = [
             (m, position)
             for position, m in enumerate(queue)
-            if m is not base
-            and m.copy == 0
-            and (key, m.mode.name, replicate) in phase.owed
-            and not m.mode.benchmark
-            and m.timed_as is None
+            if m.copy == 0 and phase.holds(m.mode) and (key, m.mode.name, replicate) in phase.owed
         ]
         footprint, free = base.prepared.get("footprint_bytes"), base.prepared.get("free_bytes")
         if not ms or footprint is None or free is None:
@@ -763,15 +766,12 @@ class GroupTimer:
         if m.worker is None:
             return False
         m.failure = None
-        word = (
-            "record"
-            if m.timed_as is not None
-            else ("hold" if hold else "verdict")
-            if owes
-            else "warm"
-            if m.held
-            else "prepare"
-        )
+        if m.timed_as is not None:
+            word = "record"
+        elif owes:
+            word = "hold" if hold else "verdict"
+        else:
+            word = "warm" if m.held else "prepare"
         self.workers.stats.held += word == "hold"
         m.worker.send(f"{word} {key}")
         return True

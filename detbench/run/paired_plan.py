@@ -33,9 +33,9 @@ from detbench.worker.warmup import block_steps, turn_steps
 
 
 def turn_of(block: float, step: float) -> float:
-    """A member's turn on paper, from its suite's mean block and step measured on the device:
-    the block, and the untimed step before it unless the block is one long step
-    (``warmup.turn_steps``; a suite's mean stands for its workloads)."""
+    """A member's turn on paper, from its block and step (a suite's means measured on the
+    device stand for its workloads): the block, and the untimed step before it unless the block
+    is one long step (``warmup.turn_steps``)."""
     number = max(1, round(block / step)) if step > 0 else 1
     return block + step * turn_steps(step, number)
 
@@ -161,12 +161,11 @@ class PairedPlan:
         overhead = PAIRED_TURN_SECONDS.get(device, 0.001) * speed
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps and step > 0:
-            number = block_steps(step, self.block_seconds)
-            block = step * number
+            block = step * block_steps(step, self.block_seconds)
             if self.budget > 0:
                 rounds = max(float(MIN_ROUNDS), min(rounds, self.budget // block))
-            turn = block + step * turn_steps(step, number) + overhead
-            return rounds * self.turns * (turn + self.checked(device, block))
+            turn = turn_of(block, step) + overhead + self.checked(device, block)
+            return rounds * self.turns * turn
         if (suite, True) not in steps:
             return rounds * self.turns * (self.block_seconds + overhead + self.checked(device))
         on = self.here(steps[(suite, True)], speed)
