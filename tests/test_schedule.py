@@ -240,8 +240,15 @@ def test_a_cuda_group_is_priced_at_its_suites_measured_turns() -> None:
     rounds = max(6, BY_SUITE[("cuda", "full")]["rnn"] * 10)
     assert native - with_cudnn == pytest.approx(rounds * 2 * (0.3993 - 2 * 0.0347))
     # a short step's block takes its untimed step: BatchNorm's 0.4 ms steps in 10 ms blocks
-    bn = PairedPlan(groups=1, replicates=1, keys=("batchnorm/bn",), workers=11, rounds=10,
-                    block_seconds=0.01, fused=True)  # fmt: skip
+    bn = PairedPlan(
+        groups=1,
+        replicates=1,
+        keys=("batchnorm/bn",),
+        workers=11,
+        rounds=10,
+        block_seconds=0.01,
+        fused=True,
+    )
     from detbench.run.figures import PAIRED_ROUNDS_BY_SUITE, PAIRED_TURN_SECONDS
 
     rounds = max(6, PAIRED_ROUNDS_BY_SUITE[("cuda", "full")]["batchnorm"] * 10)
@@ -320,8 +327,17 @@ def test_verdicts_side_by_side_cost_their_slowest_or_their_steps_one_after_anoth
     from detbench.run.paired_plan import PairedPlan
 
     held = (("cudnn-det", True), ("det-algos", True), ("no-cudnn", False))
-    plan = PairedPlan(groups=1, replicates=1, keys=("training/t", "conv/c", "mine/x"), workers=11,
-                      rounds=10, block_seconds=0.01, fused=True, held=held)  # fmt: skip
+    keys = ("training/t", "conv/c", "mine/x")
+    plan = PairedPlan(
+        groups=1,
+        replicates=1,
+        keys=keys,
+        workers=11,
+        rounds=10,
+        block_seconds=0.01,
+        fused=True,
+        held=held,
+    )
     records = {"training/t": 2.0, "conv/c": 0.3, "mine/x": 5.0}
     slots = {(0, m): (0.0, dict(records, **({"conv/c": 0.4} if not on else {}))) for m, on in held}
     slots[(0, "default")] = (0.0, dict(records))  # the baseline's: never held
