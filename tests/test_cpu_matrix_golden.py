@@ -16,7 +16,9 @@ rnn/gru_2layer and training/resnet18_cifar. The file was recorded with these pin
 issue 30's refactoring kept (its golden at 0be270f held the same verdicts) and issue 34 kept.
 It was recorded again when the separate design was retired (2026-12-05): every record's
 ``mode_position`` moved (91 of 100: a paired group's seeded order of its modes, the same in two
-runs), every fingerprint, count and verdict stayed as it was.
+runs), every fingerprint, count and verdict stayed as it was. On 2026-12-06 ``ops_called`` began
+to name a convolution (``worker.ops``): the conv and ResNet-18 records' ``[]`` became
+``["convolution"]``, nothing else.
 
 To record the file again after an intended change of behaviour (say why in the commit)::
 

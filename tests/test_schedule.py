@@ -350,3 +350,36 @@ def test_verdicts_side_by_side_cost_their_slowest_or_their_steps_one_after_anoth
     assert work > 2.0
     assert saved == pytest.approx(training + conv)  # mine/x: no measured step, nothing saved
     assert dataclasses.replace(plan, held=()).held_saving(slots, "cuda", "full") == 0
+
+
+def test_the_autotuned_modes_and_a_later_groups_baseline_join_the_held_verdicts() -> None:
+    """bench joins the held verdicts of a workload whose step calls no convolution
+    (``figures.CONVOLUTION_FREE``), never of one that does; the baseline joins them in every
+    group of a workload but its first."""
+    from detbench.run.figures import CONVOLUTION_FREE
+    from detbench.run.paired_plan import PairedPlan
+
+    free, conv = "bmm/bmm_moe_experts_fp32", "conv/conv2d_resnet50_stem"
+    assert free in CONVOLUTION_FREE and conv not in CONVOLUTION_FREE
+    held = (("cudnn-det", True), ("det-algos", True))
+    plan = PairedPlan(
+        groups=4,
+        replicates=2,
+        keys=(free, conv, free, conv),
+        workers=5,
+        rounds=10,
+        block_seconds=0.01,
+        fused=True,
+        held=held,
+        autotuned=(("bench", True),),
+        baseline=(("default", True),),
+    )
+    modes = ("default", "cudnn-det", "det-algos", "bench")
+    slots = {(r, m): (0.0, {free: 0.2, conv: 0.3}) for r in (0, 1) for m in modes}
+    # Each verdict's three steps (6 ms for bmm, 4.5 ms for conv) are far below its 0.2-0.3 s:
+    # a held set costs its slowest, and saves the rest.
+    first = (3 - 1) * 0.2 + (2 - 1) * 0.3  # bmm: cudnn-det, det-algos, bench; conv: two
+    second = (4 - 1) * 0.2 + (3 - 1) * 0.3  # and the baseline in each
+    assert plan.held_saving(slots, "cuda", "full") == pytest.approx(first + second)
+    alone = PairedPlan(**{**plan.__dict__, "autotuned": (), "baseline": ()})
+    assert alone.held_saving(slots, "cuda", "full") == pytest.approx(2 * (0.2 + 0.3))

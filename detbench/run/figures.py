@@ -282,6 +282,37 @@ PAIRED_BLOCK_STEP_SECONDS: dict[tuple[str, str], dict[tuple[str, bool], tuple[fl
 VERDICT_STEPS: dict[tuple[str, str], dict[str, int]] = {
     ("cuda", "full"): {"conv": 3, "rnn": 3, "batchnorm": 3, "bmm": 3, "training": 10},
 }
+#: The core suites' workloads whose step calls no convolution, so that ``cudnn.benchmark`` has
+#: nothing to autotune and a GPU run makes the autotuned modes' verdicts side by side with the
+#: others (``run.paired.PairedPhase.convolves``). What ``worker.ops.OpsSeen`` saw in one step of
+#: each, on a CPU at the quick profile (``run.probe.probe_ops``; the ops a step calls from
+#: Python do not depend on the device); tests/test_held_verdicts.py checks the set against a new
+#: probe.
+CONVOLUTION_FREE = frozenset(
+    {
+        "batchnorm/batchnorm1d_train_quartznet",
+        "batchnorm/batchnorm1d_train_simclr_head",
+        "batchnorm/batchnorm2d_eval_resnet50_stage1",
+        "batchnorm/batchnorm2d_train_resnet50_stage1",
+        "batchnorm/batchnorm2d_train_resnet50_stage1_channels_last",
+        "batchnorm/batchnorm3d_eval_r3d18_stage1",
+        "batchnorm/batchnorm3d_train_r3d18_stage1",
+        "bmm/bmm_attention_scores_bf16",
+        "bmm/bmm_attention_scores_fp16",
+        "bmm/bmm_attention_scores_fp32",
+        "bmm/bmm_moe_experts_fp32",
+        "bmm/bmm_sparse_coo_fp32",
+        "rnn/gru_2layer",
+        "rnn/gru_bidir_2layer",
+        "rnn/lstm_2layer",
+        "rnn/lstm_bidir_2layer",
+        "rnn/lstm_bidir_packed",
+        "rnn/rnn_relu_bidir_2layer",
+        "rnn/rnn_tanh_2layer",
+        "training/lstm_language_model",
+        "training/transformer_encoder",
+    }
+)
 #: The share of its most rounds (``--rounds``) a paired group takes on average, the rounds stopping
 #: once every mode's ratio settles (``run/paired_rounds.py``; at least 6 are taken). CPU: the 414
 #: groups of ``make bench`` above (20261129-033852-cpu-quick). CUDA: the 45 groups of the H200 run

@@ -13,8 +13,10 @@ interval must hold 1). For each workload:
    copy, and a member whose verdict is stored already, builds it. Each warms it up until
    steady: one build per (workload, mode, replicate). A worker that cannot sits out. On a GPU
    (``HELD_VERDICTS``), once the baseline's copy is prepared, the members that owe a verdict
-   (but a mode that autotunes) make it side by side where all their copies fit (``hold KEY``),
-   and each warms up the step it kept at its turn (``warm KEY``);
+   (but a mode that autotunes a step with convolutions) make it side by side where all their
+   copies fit (``hold KEY``), and each warms up the step it kept at its turn (``warm KEY``);
+   where an earlier group of the workload showed what a copy holds, the baseline's verdict is
+   made with theirs, before its copy is warmed up;
 2. rounds (from 6 until each mode's ratio to the baseline settles, at most ``rounds``:
    ``paired_rounds``): the workers take turns in an order shuffled anew each round (seeded from
    the run's seed, the workload, the replicate and the round), one block each, none overlapping;
@@ -376,6 +378,8 @@ class PairedPhase:
         #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = done_groups(iter_paired(c.out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+        #: The records' keys of the verdicts this run made (``verdict``).
+        self.made: set[tuple[str, str, int]] = set()
         self.weights: dict[str, float] = {}
         #: Guards what the devices' threads share: the verdicts owed and made, the progress.
         self.lock = threading.RLock()
@@ -416,18 +420,31 @@ class PairedPhase:
         share = estimate.paired_seconds / max(1, (estimate.paired or {}).get("groups") or 1)
         self.weights = {k: v / max(1, self.replicates) + share for k, v in records.items()}
 
-    def holds(self, mode: Mode) -> bool:
+    def holds(self, mode: Mode, convolves: bool = True, baseline: bool = False) -> bool:
         """Whether ``mode``'s member makes its verdicts beside the others' (``hold KEY``; the
         module docstring): on a device of ``HELD_VERDICTS``, in a run that times its modes, but
-        the baseline's, a mode that autotunes (``cudnn.benchmark`` times its candidates: alone)
-        and one timed as another mode."""
+        one timed as another mode, a mode that autotunes where the step ``convolves``
+        (``cudnn.benchmark`` times a convolution's candidates: alone; a step without one gives
+        it nothing to time), and the baseline's unless ``baseline`` (an earlier group of the
+        workload showed what a copy holds: ``GroupTimer._hold_all``)."""
         return (
             self.device in HELD_VERDICTS
             and not self.verdicts_only
-            and mode.name != self.base.name
-            and not mode.benchmark
+            and (baseline or mode.name != self.base.name)
+            and not (mode.benchmark and convolves)
             and self.timed_as[mode.name] == mode.name
         )
+
+    def convolves(self, key: str) -> bool:
+        """Whether ``key``'s step may call a convolution, as far as the run knows: False only
+        where a baseline's verdict of it made by this run saw it call none (``ops_called``:
+        ``worker.ops``; a record read back may come from a detbench that did not watch for
+        convolutions)."""
+        for r in range(self.replicates):
+            if (key, self.base.name, r) in self.made:
+                called = self.recs[(key, self.base.name, r)].get("ops_called")
+                return not isinstance(called, list) or "convolution" in called
+        return True
 
     def owes(self, key: str, replicate: int) -> bool:
         return any((key, m.name, replicate) in self.owed for m in self.modes)
@@ -479,6 +496,16 @@ class PairedPhase:
                 (m.name, m.cudnn_enabled)
                 for m, c in self.members_of
                 if c == 0 and self.owed and self.holds(m)
+            ),
+            autotuned=tuple(
+                (m.name, m.cudnn_enabled)
+                for m, c in self.members_of
+                if c == 0 and self.owed and self.holds(m, False) and not self.holds(m)
+            ),
+            baseline=tuple(
+                (m.name, m.cudnn_enabled)
+                for m, c in self.members_of
+                if c == 0 and self.owed and m == self.base and self.holds(m, baseline=True)
             ),
         )
 
@@ -570,6 +597,7 @@ class PairedPhase:
             if position is not None:
                 rec["mode_position"] = position
             self.recs[key] = rec
+            self.made.add(key)
             self.stats.verdicts += 1
             if self.store is not None:
                 self.store(rec)
@@ -588,6 +616,9 @@ class GroupTimer:
         self.workers = workers
         workers.on_verdict = self._verdict
         self.room = room
+        #: Per workload key, what the baseline's copy held and the memory then free, as its
+        #: last group showed them (``_hold_all``).
+        self.copies: dict[str, tuple[Any, Any]] = {}
         self._position: int | None = None
 
     def _verdict(self, rec: dict[str, Any]) -> None:
@@ -653,6 +684,8 @@ class GroupTimer:
             n = self.room.at_once(key)
             self._prepare_all(twins[i : i + n], key, replicate)
             i += n
+        if key in self.copies:  # an earlier group showed what a copy holds: the baseline too
+            self._hold_all(queue, base, key, replicate, self.copies[key])
         for position, m in enumerate(queue):
             if m.timed_as is not None:
                 continue
@@ -686,21 +719,37 @@ class GroupTimer:
         stats.finish += time.perf_counter() - t0
         return lines
 
-    def _hold_all(self, queue: list[Member], base: Member, key: str, replicate: int) -> None:
-        """With the baseline's copy prepared: the members of ``queue`` whose mode is held
-        (``PairedPhase.holds``) and that owe ``key``'s verdict make it side by side (``hold
-        KEY``), each its step kept for its warm-up at its turn (``warm KEY``). Not a distributed
-        workload, and only where all their copies fit beside the group's at once (they stay
-        held while an earlier subgroup takes its rounds)."""
+    def _hold_all(
+        self,
+        queue: list[Member],
+        base: Member,
+        key: str,
+        replicate: int,
+        room: tuple[Any, Any] | None = None,
+    ) -> None:
+        """The members of ``queue`` that owe ``key``'s verdict and whose mode is held
+        (``PairedPhase.holds``; the autotuned too where no baseline's verdict of this run saw
+        the step call a convolution) make it side by side (``hold KEY``), each its step kept for
+        its warm-up at its turn (``warm KEY``). Once the baseline's copy is prepared, from what
+        it holds and the memory then free; or before, from what an earlier group of ``key``
+        showed (``room``: footprint, free), the baseline's verdict held with the others. Not a
+        distributed workload, and only where all their copies fit at once (they stay held while
+        an earlier subgroup takes its rounds)."""
         phase = self.phase
-        if base.prepared is None or key in phase.distributed:
+        if base.prepared is not None:
+            room = base.prepared.get("footprint_bytes"), base.prepared.get("free_bytes")
+            self.copies[key] = room
+        if room is None or key in phase.distributed:
             return
+        convolves, early = phase.convolves(key), base.prepared is None
         ms = [
             (m, position)
             for position, m in enumerate(queue)
-            if m.copy == 0 and phase.holds(m.mode) and (key, m.mode.name, replicate) in phase.owed
+            if m.copy == 0
+            and phase.holds(m.mode, convolves, baseline=early)
+            and (key, m.mode.name, replicate) in phase.owed
         ]
-        footprint, free = base.prepared.get("footprint_bytes"), base.prepared.get("free_bytes")
+        footprint, free = room
         if not ms or footprint is None or free is None:
             return
         if copies_at_once(int(footprint), int(free), phase.device, len(ms)) >= len(ms):

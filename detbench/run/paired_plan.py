@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from detbench.run.figures import (
+    CONVOLUTION_FREE,
     GROUP_START_SECONDS,
     PAIRED_BLOCK_STEP_SECONDS,
     PAIRED_PREPARE_SECONDS,
@@ -80,6 +81,12 @@ class PairedPlan:
     #: The modes whose verdicts a group makes side by side (``run.paired.HELD_VERDICTS``), each
     #: with whether it runs cuDNN: every mode but the baseline and those that autotune.
     held: tuple[tuple[str, bool], ...] = ()
+    #: The modes that autotune, held as well where a workload's step calls no convolution
+    #: (``PairedPhase.convolves``; on paper, the workloads of ``CONVOLUTION_FREE``).
+    autotuned: tuple[tuple[str, bool], ...] = ()
+    #: The baseline, held as well in a group whose workload an earlier group of the plan timed
+    #: (it showed what a copy holds: ``GroupTimer._hold_all``).
+    baseline: tuple[tuple[str, bool], ...] = ()
 
     @property
     def turns(self) -> int:
@@ -184,18 +191,24 @@ class PairedPlan:
         (workload, replicate), the held modes' records (``slot_seconds``: the estimate's seconds
         of each record) cost the slowest of them, or their steps one after another where those
         take longer (the GPU runs one process's kernels at a time: each verdict's steps,
-        ``VERDICT_STEPS`` of its suite's mean step, cuDNN on or off, as measured). A workload
-        whose suite has no measured step saves nothing."""
+        ``VERDICT_STEPS`` of its suite's mean step, cuDNN on or off, as measured). The modes
+        held are ``held``, ``autotuned`` too for a workload of ``CONVOLUTION_FREE``, and
+        ``baseline`` in every group of a workload but its first. A workload whose suite has no
+        measured step saves nothing."""
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         counts = VERDICT_STEPS.get((device, profile), {})
-        names = {m for m, _ in self.held}
+        names = {m for m, _ in self.held + self.autotuned + self.baseline}
         groups = {(r, k) for (r, m), (_, keys) in slot_seconds.items() if m in names for k in keys}
         saved = 0.0
+        seen: set[str] = set()
         for replicate, key in sorted(groups):
             suite = key.partition("/")[0]
+            held = self.held + (self.autotuned if key in CONVOLUTION_FREE else ())
+            held += self.baseline if key in seen else ()
+            seen.add(key)
             got = [
                 (slot_seconds[(replicate, m)][1][key], cudnn)
-                for m, cudnn in self.held
+                for m, cudnn in held
                 if key in slot_seconds.get((replicate, m), (0.0, {}))[1]
             ]
             if len(got) < 2 or (suite, True) not in steps or suite not in counts:

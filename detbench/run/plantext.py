@@ -229,7 +229,7 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
         + records
         + (
             f", less {est.held_seconds:.0f} s for each group's verdicts made side by side (but "
-            "the baseline's and the autotuned modes'),"
+            "the baseline's, and the autotuned modes' where the step calls a convolution),"
             if est.held_seconds
             else ""
         )

@@ -13,6 +13,12 @@ handles a call, so what a torch function calls inside itself is not seen:
 for no weights (``need_weights=False``), which is looked for in its arguments. It records names
 only and changes nothing the step computes.
 
+It watches two ops. Attention, for the reason above. A convolution, because it is all that
+``cudnn.benchmark`` autotunes: a step seen calling none has nothing for the autotuner to time,
+and a paired run on a GPU makes its autotuned modes' verdicts beside the others
+(``run.paired.PairedPhase.holds``). A convolution called where a function mode cannot see it (a
+TorchScript module, a call from C++) goes unseen; such a step is then treated as one without.
+
 The fingerprint pass runs its first step under it (``record["ops_called"]``; not under
 ``execution=compile``, where the first step is the compilation), and ``detbench attribute`` runs
 one step of each workload under it before it chooses the study's variants
@@ -27,6 +33,22 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+#: torch's entry points of a convolution (``F.conv2d`` is ``torch.conv2d``), those this torch
+#: has: what ``cudnn.benchmark`` autotunes on a GPU (cuDNN's, MIOpen's on ROCm).
+CONVOLUTIONS = (
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "convolution",
+    "_convolution",
+    "cudnn_convolution",
+    "cudnn_convolution_transpose",
+    "miopen_convolution",
+)
+
 #: The ops watched: the name a record gives each, and the torch functions that are it.
 WATCHED: dict[str, tuple[Callable[..., Any], ...]] = {
     "scaled_dot_product_attention": tuple(
@@ -37,6 +59,7 @@ WATCHED: dict[str, tuple[Callable[..., Any], ...]] = {
         )
         if f is not None
     ),
+    "convolution": tuple(getattr(torch, n) for n in CONVOLUTIONS if hasattr(torch, n)),
 }
 _MHA_FORWARD = getattr(torch.nn.functional, "multi_head_attention_forward", None)
 
