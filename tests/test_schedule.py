@@ -383,3 +383,34 @@ def test_the_autotuned_modes_and_a_later_groups_baseline_join_the_held_verdicts(
     assert plan.held_saving(slots, "cuda", "full") == pytest.approx(first + second)
     alone = PairedPlan(**{**plan.__dict__, "autotuned": (), "baseline": ()})
     assert alone.held_saving(slots, "cuda", "full") == pytest.approx(2 * (0.2 + 0.3))
+
+
+def test_a_long_steps_warm_up_is_priced_at_its_first_group_of_steps() -> None:
+    """A warm-up ends at its ceiling, or after its first group of three samples of a step at
+    least (``worker.warmup``): on the H200's figures a cuDNN-off RNN member (0.4 s steps) warms
+    up for 1.2 s, far past the 0.05 s ceiling, and a cuDNN BatchNorm member (0.5 ms) at the
+    ceiling."""
+    from detbench.run.figures import PAIRED_BLOCK_STEP_SECONDS
+    from detbench.run.paired_plan import PairedPlan
+    from detbench.worker.warmup import GROUP
+
+    plan = PairedPlan(
+        groups=1,
+        replicates=1,
+        keys=("rnn/r",),
+        workers=11,
+        rounds=10,
+        block_seconds=0.01,
+        fused=True,
+        warmup=0.05,
+        cudnn_off=2,
+    )
+    steps = PAIRED_BLOCK_STEP_SECONDS[("cuda", "full")]
+    on, off = steps[("rnn", True)][1], steps[("rnn", False)][1]
+    assert GROUP * off > 1.0 and GROUP * on > 0.05
+    want = 8 * GROUP * on + 2 * GROUP * off  # ten members but the A/A copy, two without cuDNN
+    assert plan.warm_ups("rnn/r", "cuda", "full") == pytest.approx(want)
+    assert plan.warm_ups("batchnorm/b", "cuda", "full") == pytest.approx(10 * 0.05)
+    # A suite no run measured: a probed step of 0.2 s, else the ceiling.
+    assert plan.warm_ups("mine/x", "cuda", "full", step=0.2) == pytest.approx(10 * GROUP * 0.2)
+    assert plan.warm_ups("mine/x", "cuda", "full") == pytest.approx(10 * 0.05)

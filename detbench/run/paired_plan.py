@@ -140,10 +140,8 @@ class PairedPlan:
         side = min(self.lanes, self.groups) if device == "cuda" else 1
         if self.fused:  # the A/A copy builds; the others warm the verdict's step up
             aa = sum(member(k) for k in self.keys)
-            # A warm-up ends at its ceiling, or after its first group of steps (``worker.
-            # warmup``): a step longer than the ceiling takes that group.
-            warm = sum(max(self.warmup, WARMUP_GROUP * step(k)) for k in self.keys)
-            work = aa + (self.turns - 1) * warm + timing
+            warm = sum(self.warm_ups(k, device, profile, speed, step(k)) for k in self.keys)
+            work = aa + warm + timing
         else:
             work = self.workers * sum(member(k) for k in self.keys) + timing
         return self.replicates * group_start + work / side
@@ -179,6 +177,26 @@ class PairedPlan:
         off = self.here(steps.get((suite, False), steps[(suite, True)]), speed)
         turns = (self.turns - self.cudnn_off) * turn_of(*on) + self.cudnn_off * turn_of(*off)
         return rounds * (turns + self.turns * (overhead + self.checked(device, on[0])))
+
+    def warm_ups(
+        self, key: str, device: str, profile: str, speed: float = 1.0, step: float = 0.0
+    ) -> float:
+        """One group's warm-ups on paper, one after another, but the A/A copy's (its
+        preparation holds its own): a warm-up ends at its ceiling (``warmup``), or after its
+        first group of ``WARMUP_GROUP`` samples of a step at least where that takes longer (a
+        long step's first step is its first sample: ``worker.warmup``). A member's step is its
+        suite's where a run measured it on this device (cuDNN on or off, as ``rounds_seconds``),
+        else ``step`` (a probed workload's), else none."""
+        steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
+        suite = key.partition("/")[0]
+        members = self.turns - 1
+        if (suite, True) not in steps:
+            return members * max(self.warmup, WARMUP_GROUP * step)
+        on = self.here(steps[(suite, True)], speed)[1]
+        off = self.here(steps.get((suite, False), steps[(suite, True)]), speed)[1]
+        return (members - self.cudnn_off) * max(self.warmup, WARMUP_GROUP * on) + (
+            self.cudnn_off * max(self.warmup, WARMUP_GROUP * off)
+        )
 
     def held_saving(
         self,
