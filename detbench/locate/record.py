@@ -327,32 +327,7 @@ class Recorder(TorchDispatchMode):
             r.alias_info is not None and not r.alias_info.is_write for r in returns
         )
         rec: dict[str, Any] = {"i": i, "op": name, "step": self.step}
-        if node is not None:
-            # A backward op: placed at the forward op that made its autograd node, unless user
-            # code called it (a custom autograd Function's backward, a hook): then at that line.
-            rec["phase"] = "backward"
-            rec["node"] = node.name()
-            origin = self._by_seq.get(int(node._sequence_nr()))
-            o = self.ops[origin] if origin is not None else None
-            file, line, fn, engine = self._where()
-            rec["by_engine"] = engine or not file
-            if o is not None and rec["by_engine"]:
-                file, line, fn = o["file"], o["line"], o["func"]
-            rec.update(
-                module=o["module"] if o else None,
-                module_type=o["module_type"] if o else None,
-                file=file,
-                line=line,
-                func=fn,
-                origin=origin,
-            )
-        else:
-            rec["phase"] = "optimizer" if self._in_optimizer else self.phase
-            module, mtype = self._module_path()
-            file, line, fn, _ = self._where()
-            rec.update(module=module, module_type=mtype, file=file, line=line, func=fn)
-            if seq is not None and seq > 0 and (seq - 1) not in self._by_seq:
-                self._by_seq[seq - 1] = i
+        self._place(rec, node, seq)
         uninit_reads = self._reads_uninit(tin)
         if uninit_reads:  # input position -> the op that allocated it
             rec["reads_uninitialized"] = {str(j): o for j, o in uninit_reads.items()}
@@ -397,6 +372,38 @@ class Recorder(TorchDispatchMode):
             self.saved[i] = [_keep(t) for t in tout]
         self.ops.append(rec)
         return out
+
+    def _place(self, rec: dict[str, Any], node: Any, seq: int | None) -> None:
+        """Where op ``rec`` sits in the user's code: its phase, module, file, line and function.
+        A backward op (``node``: its autograd node) is placed at the forward op that made that
+        node, unless user code called it (a custom autograd Function's backward, a hook): then
+        at that line. A forward op with an autograd sequence number (``seq``) is remembered as
+        the maker of the node that number names."""
+        i = rec["i"]
+        if node is not None:
+            rec["phase"] = "backward"
+            rec["node"] = node.name()
+            origin = self._by_seq.get(int(node._sequence_nr()))
+            o = self.ops[origin] if origin is not None else None
+            file, line, fn, engine = self._where()
+            rec["by_engine"] = engine or not file
+            if o is not None and rec["by_engine"]:
+                file, line, fn = o["file"], o["line"], o["func"]
+            rec.update(
+                module=o["module"] if o else None,
+                module_type=o["module_type"] if o else None,
+                file=file,
+                line=line,
+                func=fn,
+                origin=origin,
+            )
+            return
+        rec["phase"] = "optimizer" if self._in_optimizer else self.phase
+        module, mtype = self._module_path()
+        file, line, fn, _ = self._where()
+        rec.update(module=module, module_type=mtype, file=file, line=line, func=fn)
+        if seq is not None and seq > 0 and (seq - 1) not in self._by_seq:
+            self._by_seq[seq - 1] = i
 
     def end_step(self) -> None:
         """Resolve the step's pending device digests (one copy to the host)."""

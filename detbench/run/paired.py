@@ -384,31 +384,43 @@ class PairedPhase:
         #: Guards what the devices' threads share: the verdicts owed and made, the progress.
         self.lock = threading.RLock()
 
-        def workers(lane: str) -> GroupWorkers:
-            def env(mode: Mode) -> dict[str, str]:
-                got = env_for(mode, lane)
-                if c.device == "cpu" and not any(
-                    k in got for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
-                ):
-                    got.update(SPIN_ENV)
-                return got
-
-            return GroupWorkers(
-                c.out,
-                c.python,
-                crew,
-                lambda mode, replicate: job_for(mode, replicate, lane, keys),
-                env,
-                float(c.startup_timeout),
-                c.timeout,
-                PairedStats(),
-                self.verdict,
-                tag=f"-{lane.replace(':', '')}" if len(lanes) > 1 else "",
-            )
-
         self.timers = [
-            GroupTimer(self, lane, workers(lane), TwinRoom(self.device, most)) for lane in lanes
+            GroupTimer(
+                self, lane, self._workers(lane, job_for, env_for), TwinRoom(self.device, most)
+            )
+            for lane in lanes
         ]
+
+    def _workers(
+        self,
+        lane: str,
+        job_for: Callable[[Mode, int, str, list[str]], dict[str, Any]],
+        env_for: Callable[[Mode, str], dict[str, str]],
+    ) -> GroupWorkers:
+        """The workers of device ``lane``: each member's job and environment for it, a CPU
+        worker's OpenMP spin cut short (``SPIN_ENV``) where the user set no spin policy."""
+        c, lanes = self.c, self.c.device_names
+
+        def env(mode: Mode) -> dict[str, str]:
+            got = env_for(mode, lane)
+            if c.device == "cpu" and not any(
+                k in got for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+            ):
+                got.update(SPIN_ENV)
+            return got
+
+        return GroupWorkers(
+            c.out,
+            c.python,
+            self.crew,
+            lambda mode, replicate: job_for(mode, replicate, lane, self.keys),
+            env,
+            float(c.startup_timeout),
+            c.timeout,
+            PairedStats(),
+            self.verdict,
+            tag=f"-{lane.replace(':', '')}" if len(lanes) > 1 else "",
+        )
 
     def weigh(self, estimate: Estimate) -> None:
         """Each group's weight for the time left: its workload's records in one replicate and a
