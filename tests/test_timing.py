@@ -148,18 +148,6 @@ def test_a_step_that_scatters_without_moving_settles_within_its_scatter() -> Non
     assert w.medians == (1.0, 0.75, 0.5, 0.5) and w.settled
 
 
-def test_a_step_longer_than_the_ceiling_is_warmed_up_by_itself() -> None:
-    # A 2 s step against a 1 s ceiling: one step, its block that one step; no minimum of steps
-    # keeps it going. A step just under the ceiling takes its first group, as before.
-    dev = FakeDevice(step_cost=2.0)
-    w = warmed(dev, min_steps=5, budget=1.0, target_rel=0.01)
-    assert (w.steps, dev.steps, w.seconds, w.settled) == (1, 1, 2.0, False)
-    assert w.medians == (2.0,) and w.number_per_block == 1 and w.ceiling == 1.0
-    dev = FakeDevice(step_cost=0.9)
-    w = warmed(dev, min_steps=5, budget=1.0, target_rel=0.01)
-    assert w.steps == GROUP == dev.steps and w.medians == (0.9,)
-
-
 def test_warmup_runs_at_least_its_minimum_of_steps() -> None:
     # A constant 1 s step settles after 2 groups (6 steps), but 10 are asked for: 4 groups.
     dev = FakeDevice(step_cost=1.0)

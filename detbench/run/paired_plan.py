@@ -182,24 +182,21 @@ class PairedPlan:
         self, key: str, device: str, profile: str, speed: float = 1.0, step: float = 0.0
     ) -> float:
         """One group's warm-ups on paper, one after another, but the A/A copy's (its
-        preparation holds its own), each as ``worker.warmup`` runs it: one step where that step
-        alone outlasts the ceiling (``warmup``); else until the ceiling, or the first group of
-        ``WARMUP_GROUP`` samples of a step at least where that takes longer (a step's first is
-        its first sample). A member's step is its suite's where a run measured it on this
-        device (cuDNN on or off, as ``rounds_seconds``), else ``step`` (a probed workload's),
-        else none."""
-
-        def one(step: float) -> float:
-            return step if step >= self.warmup else max(self.warmup, WARMUP_GROUP * step)
-
+        preparation holds its own): a warm-up ends at its ceiling (``warmup``), or after its
+        first group of ``WARMUP_GROUP`` samples of a step at least where that takes longer (a
+        long step's first step is its first sample: ``worker.warmup``). A member's step is its
+        suite's where a run measured it on this device (cuDNN on or off, as ``rounds_seconds``),
+        else ``step`` (a probed workload's), else none."""
         steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         suite = key.partition("/")[0]
         members = self.turns - 1
         if (suite, True) not in steps:
-            return members * one(step)
+            return members * max(self.warmup, WARMUP_GROUP * step)
         on = self.here(steps[(suite, True)], speed)[1]
         off = self.here(steps.get((suite, False), steps[(suite, True)]), speed)[1]
-        return (members - self.cudnn_off) * one(on) + self.cudnn_off * one(off)
+        return (members - self.cudnn_off) * max(self.warmup, WARMUP_GROUP * on) + (
+            self.cudnn_off * max(self.warmup, WARMUP_GROUP * off)
+        )
 
     def held_saving(
         self,

@@ -18,12 +18,7 @@ warm-up runs until the step time stops moving:
 3. It runs at least ``min_steps`` steps (the profile's ``warmup_steps``), unless its ceiling
    comes first: ``CEILING_SHARE`` of the budget in wall time, after one group at least, settled
    or not. A step time that never settles is timed all the same, and the record says
-   ``settled: false``. A first step that alone outlasts the ceiling ends the warm-up there: a
-   group more would spend three such steps where the warm-up may spend less than one, and the
-   samples are that one step each whatever the next ones take. It is never a process's first
-   step (the paired worker has digested one, or made its verdict's, before: the one-offs are
-   behind it), and on the H200 the first group after a verdict's steps was already within the
-   rounds' spread (docs/measured.md).
+   ``settled: false``.
 
 If a group's median shows the first step was far slower than the steady ones (a factor of 2 or
 more), the block size is taken again from that median, so the samples are not needlessly short.
@@ -124,10 +119,6 @@ def warm_up(
     one = sampler.one_step(step)
     steps = 1
     number = block_size(one, budget)
-    if one >= ceiling:  # a step longer than the warm-up may take: the module docstring
-        return Warmup(
-            1, sampler.now() - start, False, (one,), number, min_steps, ceiling, tolerance
-        )
     medians: list[float] = []
     numbers: list[int] = []
     spreads: list[float] = []  # half the range of each group
