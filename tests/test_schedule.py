@@ -414,3 +414,17 @@ def test_a_long_steps_warm_up_is_priced_at_its_first_group_of_steps() -> None:
     # A suite no run measured: a probed step of 0.2 s, else the ceiling.
     assert plan.warm_ups("mine/x", "cuda", "full", step=0.2) == pytest.approx(10 * GROUP * 0.2)
     assert plan.warm_ups("mine/x", "cuda", "full") == pytest.approx(10 * 0.05)
+
+
+def test_a_plan_without_any_measured_figure_says_it_is_a_guess(tmp_path: Path) -> None:
+    """No run has measured the suites on a CPU at the full profile: the plan says every record
+    is at the model's guess and that the estimate can be several times off (a CPU full conv run
+    here said about 1:10 left after its second group, against 3:50 planned). At the quick
+    profile, measured by ``make bench``, it does not."""
+    guess = "every record is priced at the model's guess"
+    for profile, said in (("full", True), ("quick", False)):
+        args = ["run", "--suite", "conv", "--device", "cpu", "--profile", profile, "--dry-run"]
+        r = _detbench(*args, "--out", str(tmp_path / profile), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert (guess in r.stdout) is said, r.stdout
+        assert not (tmp_path / profile).exists()

@@ -353,3 +353,10 @@ REFERENCE_CHECK_SECONDS = {"cpu": (1.14, 1.0), "cuda": (0.0, 9.0)}
 #: (20261129-033852-cpu-quick: ``run_calls``' ``host_speed``), the run whose figures the CPU
 #: quick tables above hold. No GPU plan is scaled (no lent GPU host has run the reference work).
 HOST_REFERENCE_SECONDS = {"cpu": 0.01212}
+
+
+def measured_here(device: str, profile: str) -> bool:
+    """Whether a run has measured the suites' verdict records on ``device`` at ``profile``
+    (``VERDICT_RECORD_SECONDS``); where none has, a plan prices its records at the model's guess
+    and says so (``run.plantext``)."""
+    return any((device, profile, cudnn) in VERDICT_RECORD_SECONDS for cudnn in (True, False))

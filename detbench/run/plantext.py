@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from detbench.run.config import TARGET_REL, VERDICTS_ONLY, left_out
+from detbench.run.figures import measured_here
 from detbench.run.schedule import clock
 
 if TYPE_CHECKING:
@@ -137,8 +138,15 @@ def _basis_lines(c: RunConfig, est: Estimate) -> list[str]:
             f"{est.probed_records} probed on this host), the rest at the model's "
             f"{est.per_record_seconds:.3f} s (run/estimate.py says where each figure comes from)"
         )
-    elif c.device == "cuda":
-        lines.append("  (the per-record seconds on a GPU are the model's, unmeasured here)")
+    elif not measured_here(c.device, c.profile):
+        # No figure for this device and profile (a CPU at full, say): the estimate is a guess
+        # and can be several times short, which the user should read before trusting it.
+        lines.append(
+            "  every record is priced at the model's guess, not a measured figure: no run has "
+            f"measured these suites on a {c.device} at the {c.profile} profile, so the estimate "
+            "can be several times off; the progress lines' time left learns from the groups as "
+            "they end"
+        )
     if est.host is not None:
         h = est.host
         lines.append(
