@@ -164,17 +164,16 @@ class PairedPlan:
         )
         rounds = max(float(MIN_ROUNDS), share * self.rounds)
         overhead = PAIRED_TURN_SECONDS.get(device, 0.001) * speed
-        steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
-        if (suite, True) not in steps and step > 0:
+        measured = self.suite_figures(suite, device, profile, speed)
+        if measured is None and step > 0:
             block = step * block_steps(step, self.block_seconds)
             if self.budget > 0:
                 rounds = max(float(MIN_ROUNDS), min(rounds, self.budget // block))
             turn = turn_of(block, step) + overhead + self.checked(device, block)
             return rounds * self.turns * turn
-        if (suite, True) not in steps:
+        if measured is None:
             return rounds * self.turns * (self.block_seconds + overhead + self.checked(device))
-        on = self.here(steps[(suite, True)], speed)
-        off = self.here(steps.get((suite, False), steps[(suite, True)]), speed)
+        on, off = measured
         turns = (self.turns - self.cudnn_off) * turn_of(*on) + self.cudnn_off * turn_of(*off)
         return rounds * (turns + self.turns * (overhead + self.checked(device, on[0])))
 
@@ -187,16 +186,28 @@ class PairedPlan:
         long step's first step is its first sample: ``worker.warmup``). A member's step is its
         suite's where a run measured it on this device (cuDNN on or off, as ``rounds_seconds``),
         else ``step`` (a probed workload's), else none."""
-        steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
-        suite = key.partition("/")[0]
+
+        def one(step: float) -> float:
+            return max(self.warmup, WARMUP_GROUP * step)
+
         members = self.turns - 1
+        measured = self.suite_figures(key.partition("/")[0], device, profile, speed)
+        if measured is None:
+            return members * one(step)
+        (_, on), (_, off) = measured
+        return (members - self.cudnn_off) * one(on) + self.cudnn_off * one(off)
+
+    def suite_figures(
+        self, suite: str, device: str, profile: str, speed: float = 1.0
+    ) -> tuple[tuple[float, float], tuple[float, float]] | None:
+        """A member's (block, step) of ``suite`` with cuDNN on and off, where a run measured
+        them on ``device`` at ``profile`` (``PAIRED_BLOCK_STEP_SECONDS``; off is on's where only
+        on was measured), on a host ``speed`` times as slow (``here``); None where none did."""
+        steps = PAIRED_BLOCK_STEP_SECONDS.get((device, profile), {})
         if (suite, True) not in steps:
-            return members * max(self.warmup, WARMUP_GROUP * step)
-        on = self.here(steps[(suite, True)], speed)[1]
-        off = self.here(steps.get((suite, False), steps[(suite, True)]), speed)[1]
-        return (members - self.cudnn_off) * max(self.warmup, WARMUP_GROUP * on) + (
-            self.cudnn_off * max(self.warmup, WARMUP_GROUP * off)
-        )
+            return None
+        on = steps[(suite, True)]
+        return self.here(on, speed), self.here(steps.get((suite, False), on), speed)
 
     def held_saving(
         self,
