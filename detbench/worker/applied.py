@@ -1,12 +1,6 @@
 """A mode's settings inside a worker: applied once before CUDA starts, read back around every
-workload, and restored when a workload changed one.
-
-User code changes settings behind a benchmark's back: a training script sets
-``torch.backends.cudnn.benchmark = True`` on import, a model's constructor calls
-``use_deterministic_algorithms(False)``. The worker reads every flag and setting after each
-workload's build and after its last step; a change is recorded (``settings_changed``), the record's
-columns say what the steps ran under, and the mode is put back before the next workload, so one
-workload cannot change the mode of another.
+workload, and restored when a workload changed one (user code does: a script that sets
+``cudnn.benchmark = True`` on import), so one workload cannot change the mode of another.
 """
 
 from __future__ import annotations
@@ -23,10 +17,7 @@ from detbench.core.modes import Mode, current_flags
 
 
 def apply(mode: Mode) -> dict[str, str]:
-    """Put this process in ``mode``: its four flags, then the process settings it overrides, in
-    table order. Must run before any CUDA work, once per process. Returns {name: reason} for
-    each override this torch cannot apply: the worker records its workloads as unsupported with
-    that reason."""
+    """Put this process in ``mode``, before any CUDA work; {name: reason} of what cannot apply."""
     import torch
 
     if torch.cuda.is_initialized():
@@ -54,10 +45,8 @@ def apply(mode: Mode) -> dict[str, str]:
 
 
 def _inductor_tie(given: Mapping[str, str]) -> str | None:
-    """Why the compiled steps cannot run at the ``inductor_deterministic`` level asked for, or
-    None: where torch ties it to deterministic algorithms (``torchstate.inductor_tied``), a
-    different level is overwritten by torch's own compilation, so the records could not say
-    what the steps ran under."""
+    """Why compiled steps cannot run at the ``inductor_deterministic`` level asked for, or None:
+    where torch ties it to deterministic algorithms, its compilation overwrites another level."""
     level = given.get("inductor_deterministic")
     if level is None or given.get("execution", "eager") != "compile":
         return None
@@ -73,14 +62,11 @@ NOT_LOADED = "not loaded"
 
 
 def read_all(loaded_only: bool = False) -> dict[str, Any]:
-    """The four mode flags (booleans) and every process setting (its level) as torch, or the
-    environment, has them now. A setting that cannot be read is "unavailable" (no such API in
-    this torch) or "unreadable: ..." (torch refused, e.g. 2.9+ after a mix of TF32 APIs).
-
-    ``loaded_only``: a setting whose module is not imported is ``NOT_LOADED``, not imported
-    to be read. A user's command (``detbench exec``) reads this way: ``torch._inductor.config``
-    imports ``torch._dynamo`` (860 modules), work the script never asked for, and with that
-    import at exit a torchrun rank of DDP hung (``docs/measured.md``)."""
+    """The four mode flags and every process setting's level as they are now; "unavailable" (no
+    such API) or "unreadable: ..." (torch refused) where not readable. ``loaded_only``
+    (``detbench exec``): ``NOT_LOADED`` where the setting's module is not imported, rather than
+    import it (``torch._inductor.config`` pulls in ``torch._dynamo``; a DDP rank that imported
+    it at exit hung, docs/measured.md)."""
     out: dict[str, Any] = dict(current_flags())
     for s in st.SETTINGS:
         if s.scope != "process" or s.read is None:
@@ -104,20 +90,16 @@ def differ(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
 
 
 def _first_read(before: Any, after: Any, name: str) -> bool:
-    """Whether a difference is only a module imported since (``NOT_LOADED`` on one side, torch's
-    default on the other): no change."""
+    """Whether a difference is only a module imported since (``NOT_LOADED`` then the default)."""
     s = st.BY_NAME.get(name)
     pair = {before, after}
     return s is not None and NOT_LOADED in pair and s.torch_default in pair
 
 
 def changed(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """The names a workload changed: those of ``differ`` less a change torch made itself.
-
-    Where torch ties ``inductor_deterministic`` to deterministic algorithms
-    (``torchstate.inductor_tied``), inductor's setting that now equals the flag was set by torch
-    (by ``use_deterministic_algorithms``, which dynamo calls after compiling each frame), not by
-    the workload: a workload that turned the flag itself is named for the flag."""
+    """The names a workload changed: those of ``differ`` less a change torch made itself (where
+    tied, dynamo's ``use_deterministic_algorithms`` after each frame sets inductor's setting to
+    the flag: a workload that turned the flag is named for the flag)."""
     names = [k for k in differ(applied, now) if not _first_read(applied.get(k), now.get(k), k)]
     key = "inductor_deterministic"
     follows = now.get(key) == ("on" if now.get("deterministic_algorithms") else "off")
@@ -127,8 +109,7 @@ def changed(applied: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
 
 
 def columns(levels: Mapping[str, Any], mode: Mode) -> dict[str, Any]:
-    """A record's setting columns: each process setting as ``levels`` has it (a boolean for
-    on/off), each workload setting as the mode sets it (torch's default otherwise)."""
+    """A record's setting columns: process settings as ``levels`` has them, workload ones as set."""
     given = mode.overrides
     out: dict[str, Any] = {}
     for s in st.SETTINGS:
@@ -161,8 +142,7 @@ class WorkerSettings:
 
     @classmethod
     def start(cls, mode: Mode, loaded_only: bool = False) -> WorkerSettings:
-        """Apply ``mode`` (its flags, then its settings) in this fresh process; before CUDA
-        (``loaded_only``: ``read_all``'s)."""
+        """Apply ``mode`` in this fresh process, before CUDA, and read the settings back."""
         problems = apply(mode)
         return cls(mode, problems, read_all(loaded_only))
 

@@ -1,10 +1,6 @@
 """The one main of every detbench child process: ``python -m detbench.worker.child``.
 
-It reads one job (a JSON object), does what the job's ``kind`` names and sends JSON lines back;
-the protocol, with every child that speaks it, is described once, in ``detbench.worker.protocol``.
-Arguments: ``--job PATH`` (default ``-``: the first line of stdin), ``--out PATH`` (the messages
-are appended to this file) or ``--fd N`` (to this file descriptor), ``--parent PID`` (the process
-it dies with; default: its parent now).
+The protocol, with every child that speaks it, is described in ``detbench.worker.protocol``.
 """
 
 from __future__ import annotations

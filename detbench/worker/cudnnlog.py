@@ -1,26 +1,15 @@
 """Which cuDNN engine each convolution of a workload ran, read from cuDNN's own API log.
 
 With ``cudnn.benchmark`` on, torch times cuDNN's candidate engines in each process and keeps the
-fastest; the next process may keep another one, and its bits may differ. cuDNN 9 says which engine
-it executed: with ``CUDNN_LOGLEVEL_DBG=3`` (info) and ``CUDNN_LOGDEST_DBG=FILE`` it writes a block
-per API call, and each ``cudnnBackendExecuteInternal()`` block names the operation
-(``CONV_FORWARD``, ``CONV_BWD_DATA``, ``CONV_BWD_FILTER``), its tensors' dimensions, the engine
-(``engine_id``) and the engine's knobs (``CUDNN_KNOB_TYPE_TILE_SIZE`` ...). The autotuner executes
-every candidate (twice, in cuDNN 9.19); afterwards the chosen one runs at every step. So the last
-configuration executed for an (operation, shapes) is the one the process settled on, and the
-distinct configurations executed count the candidates tried. torch itself exposes no such fact
-(``TORCH_CUDNN_V8_API_DEBUG`` only says whether its v8 API is on).
+fastest; the next process may keep another, with other bits. torch does not say which; cuDNN 9's
+API log (level 3) does: each ``cudnnBackendExecuteInternal()`` block names the operation, its
+tensors' dimensions, the ``engine_id`` and its knobs. The autotuner executes every candidate,
+then the chosen one runs at every step, so the last configuration executed for an (operation,
+shapes) is the one settled on, and the distinct ones count the candidates tried.
 
-cuDNN reads these variables when it loads, so the runner sets them in a worker's environment
-before the worker starts (``detbench run --cudnn-log``; ``log_environment``). The worker notes the
-log's size before each workload (``LogWatch``) and, after the fingerprint pass, parses the bytes the
-log gained since: ``record["cudnn_engines"]``. The log costs time on every cuDNN call and can
-change what the autotuner chooses (docs/running.md), so it is never on by default, and every
-record of such a run says so (``record["cudnn_log"]``): its timings are not costs.
-
-A text this parser does not recognise (another cuDNN's format, a foreign file) gives
-``unsupported`` with the reason, never an exception; blocks cut off at either end of the bytes
-read are left out.
+cuDNN reads its variables when it loads, so the runner sets them before a worker starts
+(``--cudnn-log``). The log costs time on every cuDNN call and can change the autotuner's choice,
+so every record of such a run says so (``cudnn_log``): its timings are not costs.
 """
 
 from __future__ import annotations
@@ -76,8 +65,7 @@ class Parsed:
     unsupported: str | None = None
 
     def to_record(self) -> list[dict[str, Any]] | dict[str, str]:
-        """``record["cudnn_engines"]``: a list of ``Engine`` as dicts ([] where no cuDNN
-        execution ran), or ``{"unsupported": reason}``."""
+        """``record["cudnn_engines"]``: ``Engine``s as dicts, or ``{"unsupported": reason}``."""
         if self.unsupported is not None:
             return {"unsupported": self.unsupported}
         return [asdict(e) for e in self.engines]
@@ -108,8 +96,7 @@ def _shapes(block: str) -> str:
 
 
 def _execution(block: str) -> tuple[str, str, str] | None:
-    """(op, shapes, engine) of one execution block; None where it names no operation or no
-    engine."""
+    """(op, shapes, engine) of one execution block; None where it names none of them."""
     op, engine = OPERATION.search(block), ENGINE.search(block)
     if op is None or engine is None:
         return None
@@ -118,8 +105,7 @@ def _execution(block: str) -> tuple[str, str, str] | None:
 
 
 def parse(text: str) -> Parsed:
-    """The engines each (operation, shapes) of ``text`` (a cuDNN API log, or the bytes it gained
-    since an offset) settled on, in the order they first ran."""
+    """The engine each (operation, shapes) of a cuDNN API log settled on, in first-run order."""
     headers = list(HEADER.finditer(text))
     if not headers:
         what = text.strip().splitlines()[0][:80] if text.strip() else ""
@@ -160,8 +146,7 @@ def parse(text: str) -> Parsed:
 
 
 def read_since(path: Path, offset: int, limit: int = MAX_BYTES) -> str:
-    """The text ``path`` gained past ``offset`` (all of it where the file is now shorter: it was
-    replaced), at most its last ``limit`` bytes."""
+    """What ``path`` gained past ``offset`` (all of a replaced file), at most ``limit`` bytes."""
     with path.open("rb") as f:
         size = f.seek(0, 2)
         start = offset if offset <= size else 0
@@ -170,8 +155,7 @@ def read_since(path: Path, offset: int, limit: int = MAX_BYTES) -> str:
 
 
 def log_environment(env: MutableMapping[str, str], path: Path) -> str:
-    """Turn cuDNN's API log on in ``env`` (a worker's environment, before it starts), at level 3
-    into ``path``; returns the path as the job carries it."""
+    """Turn cuDNN's API log on in ``env`` at level 3 into ``path``; the path as a job has it."""
     env[LEVEL_ENV] = "3"
     env[DEST_ENV] = str(path)
     return str(path)
@@ -185,9 +169,8 @@ def _size(path: Path) -> int:
 
 
 class LogWatch:
-    """The bytes cuDNN's log gains during one workload: created before its build (which notes
-    the log's size, and marks the record as run with the log on), ``record`` after its
-    fingerprint pass. Does nothing where the job asks for no log (``job["cudnn_log"]``)."""
+    """The bytes cuDNN's log gains during one workload: made before its build, ``record`` after
+    its fingerprint pass. Does nothing where the job asks for no log (``job["cudnn_log"]``)."""
 
     def __init__(self, job: Mapping[str, Any], rec: dict[str, Any], distributed: bool) -> None:
         given = job.get("cudnn_log")
@@ -204,8 +187,7 @@ class LogWatch:
             }
 
     def record(self, rec: dict[str, Any]) -> None:
-        """``rec["cudnn_engines"]``; never raises: the log is a fact beside the record, and a
-        failure to read it costs that fact only."""
+        """``rec["cudnn_engines"]``; never raises: a failure costs that fact only."""
         if self.path is None:
             return
         try:

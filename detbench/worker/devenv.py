@@ -1,9 +1,6 @@
 """What a worker reports about its device: torch's threads, GPU, cuDNN, cuBLAS, precision settings,
-and the environment variables that change what the GPU does.
-
-Every probe that can be missing on some torch release (2.2 to 2.13), some driver or some host is
-read under try/except and recorded as None where unknown: the facts describe a run, they never
-stop one.
+and the environment variables that change what the GPU does. A probe missing on some torch
+release (2.2 to 2.13), driver or host reads None: the facts describe a run, never stop one.
 """
 
 from __future__ import annotations
@@ -60,8 +57,7 @@ def precision_settings() -> dict[str, Any]:
 
 
 def _new_api(*getters: Callable[[], Any]) -> str | None:
-    """The first of torch 2.9+'s ``fp32_precision`` settings (the op's, then its parents') that
-    is set: "tf32" or "ieee"; None where every one is "none" (inherit) or the API is absent."""
+    """The first of torch 2.9+'s ``fp32_precision`` settings set to "tf32" or "ieee", else None."""
     for get in getters:
         try:
             value = str(get())
@@ -89,16 +85,10 @@ def fp32_precision(
     """What fp32 matmuls and convolutions run in on ``device`` with torch's flags as they are now:
     ``{"matmul_fp32": "tf32" | "ieee", "conv_fp32": "tf32" | "ieee" | "n/a"}``.
 
-    On a CPU both are "ieee". On CUDA a matmul runs in TF32 when ``matmul.fp32_precision`` (2.9+)
-    says so, else when ``matmul.allow_tf32`` is set or ``float32_matmul_precision`` is "high" or
-    "medium". A convolution with cuDNN enabled follows cuDNN's setting (``cudnn.conv``'s, then
-    ``cudnn``'s ``fp32_precision``, else ``cudnn.allow_tf32``, True by default); with cuDNN
-    disabled torch's native convolutions are cuBLAS GEMMs, so they follow the matmul setting.
-    Both are "ieee" without TF32 hardware (before compute capability 8.0) or with
-    ``NVIDIA_TF32_OVERRIDE=0``. "n/a" for a device type this function does not know.
-
-    ``cudnn_enabled``, ``tf32_hardware`` and ``environ`` default to the process's own state
-    (``tf32_hardware`` is read from the device); tests pass them to reach the CUDA logic on a CPU.
+    With cuDNN disabled, torch's native convolutions are cuBLAS GEMMs: they follow the matmul
+    setting. Both are "ieee" before compute capability 8.0 or with ``NVIDIA_TF32_OVERRIDE=0``.
+    ``cudnn_enabled``, ``tf32_hardware`` and ``environ`` default to the process's own state;
+    tests pass them to reach the CUDA logic on a CPU.
     """
     if device.type == "cpu":
         return {"matmul_fp32": "ieee", "conv_fp32": "ieee"}
@@ -138,9 +128,7 @@ def fp32_precision(
 
 
 def cublas_version() -> str | None:
-    """The version of the cuBLAS library this process has loaded ("12.4.5"), asked of the
-    library itself (``cublasGetProperty``, which needs no handle); else the version of the
-    ``nvidia-cublas`` wheel torch depends on; None where neither can be found."""
+    """The loaded cuBLAS's version (``cublasGetProperty``), else its wheel's; None if neither."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
@@ -185,8 +173,7 @@ def _mig_mode(uuid: str | None) -> str | None:
 
 
 def _uuid_text(uuid: Any) -> str | None:
-    """torch's device UUID in nvidia-smi's and NVML's form, "GPU-xxxxxxxx-xxxx-...", so it
-    matches the ``uuid`` of a GPU in ``gpustate.snapshot()``."""
+    """torch's device UUID in NVML's form ("GPU-..."), as ``gpustate.snapshot()`` has it."""
     if uuid is None:
         return None
     text = str(uuid)
@@ -194,9 +181,7 @@ def _uuid_text(uuid: Any) -> str | None:
 
 
 def cpu_capability() -> str:
-    """The CPU instruction set torch's kernels were chosen for ("AVX2", "AVX512", "DEFAULT"):
-    exp, tanh, softmax and matmul give other bits under another. "unsupported: ..." where this
-    torch cannot say (``torch.backends.cpu.get_cpu_capability`` is torch 2.1+)."""
+    """The CPU instruction set torch's kernels were chosen for (other bits under another)."""
     try:
         return str(torch.backends.cpu.get_cpu_capability())
     except (AttributeError, RuntimeError) as exc:
@@ -209,8 +194,6 @@ def device_env(device: torch.device) -> dict[str, Any]:
         "num_threads": torch.get_num_threads(),
         "num_interop_threads": torch.get_num_interop_threads(),
         "cudnn_version": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
-        # The CUDA version torch was built with (the runtime it ships); the driver's own CUDA
-        # version is in the host facts.
         "cuda_build": torch.version.cuda,
         CUBLAS_ENV: os.environ.get(CUBLAS_ENV),
         **{name: os.environ.get(name) for name in GPU_ENV_VARS},

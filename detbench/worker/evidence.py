@@ -1,16 +1,11 @@
 """Which of what a run left decides whether two runs are the same: evidence in order of strength.
 
-A training script leaves much that is not its result: its own timings in forms no mask knows, the
-run's start time in a pickled argument object, a host name in a log's header. Two runs whose
-tensors and results agree while such text differs did not compute different things, and calling
-them "not reproducible" sends the user after a problem they do not have. So the items of a run
-(``worker.outputs``) fall into three tiers: tensors (``TENSOR_KINDS``: checkpoints' and
-safetensors' tensors, ``detbench.fingerprint`` calls, what was logged to TensorBoard), results
-(numbers that a printed line, a JSON key or a CSV column labels with one of ``RESULT_WORDS``, as
-printed) and text (every other printed line, value and file). A verdict rests on the first two
-together where a run has any item in them (``split``); the text is still compared, and where it
-alone differs the report shows it beside the verdict. A run with neither tensors nor labelled
-results is decided by its text.
+A run leaves much that is not its result (timings no mask knows, a start time in a pickled
+argument, a host name): two runs whose tensors and results agree while such text differs did not
+compute different things. So a run's items fall into three tiers: tensors (``TENSOR_KINDS``),
+results (numbers labelled with one of ``RESULT_WORDS``) and text (the rest). A verdict rests on
+the first two where a run has any (``split``); the text is still compared and shown beside it. A
+run with neither is decided by its text.
 """
 
 from __future__ import annotations
@@ -72,16 +67,13 @@ _KEY = re.compile(rf"(?:^|[^A-Za-z])(?:{_WORDS})(?:$|[^A-Za-z])|^(?:{_WORDS})\d*
 
 
 def is_result_key(key: str) -> bool:
-    """Whether a JSON key or a CSV column names a result (``eval_loss``, ``train/acc``,
-    ``best_metric``), not a time or a count."""
+    """Whether a JSON key or a CSV column names a result (``eval_loss``, ``train/acc``)."""
     last = re.split(r"[./]", key)[-1] if key else key
     return bool(_KEY.search(last) or _KEY.search(key))
 
 
 def labelled_numbers(masked: str) -> list[tuple[str, str]]:
-    """(label, number as printed) of each result a masked line labels: ``loss 8.30``,
-    ``'eval_loss': 2.1``, ``train_loss=2.300``, ``valid ppl 183.04``. Masked values (timings) are
-    placeholders, never numbers."""
+    """(label, number as printed) of each result a masked line labels: ``loss 8.30``."""
     return [(m.group("label"), m.group("v")) for m in _LABELLED.finditer(masked)]
 
 
@@ -95,8 +87,7 @@ def tier_of(kind: str) -> str:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One run's items split into what decides (``decisive``) and the rest, compared and shown
-    but not deciding (``rest``); ``basis`` names the tiers that decide."""
+    """One run's items split into what decides and the rest; ``basis`` names the deciding tiers."""
 
     decisive: Outputs
     rest: Outputs
@@ -105,7 +96,7 @@ class Evidence:
 
 
 def split(o: Outputs) -> Evidence:
-    """The verdict's evidence in ``o`` (module docstring)."""
+    """The verdict's evidence in ``o``."""
     counts = {"tensors": 0, "results": 0, "text": 0}
     for item in o.items:
         counts[tier_of(item.kind)] += 1
@@ -119,11 +110,6 @@ def split(o: Outputs) -> Evidence:
 
 def counts_text(counts: dict[str, Any]) -> str:
     """``57 tensors, 53 results, 120 lines of text``: what one run left to compare."""
-    words = {"tensors": ("tensor", "tensors"), "results": ("result", "results")}
-    words["text"] = ("other item", "other items")
-    parts = []
-    for key in ("tensors", "results", "text"):
-        n = int(counts.get(key) or 0)
-        if n:
-            parts.append(f"{n} {words[key][n != 1]}")
-    return ", ".join(parts) or "nothing"
+    words = {"tensors": "tensor", "results": "result", "text": "other item"}
+    found = ((int(counts.get(key) or 0), word) for key, word in words.items())
+    return ", ".join(f"{n} {word}{'s' * (n != 1)}" for n, word in found if n) or "nothing"

@@ -1,18 +1,10 @@
 """Bitwise fingerprints of step results, and the divergence between two results.
 
-A step digest covers every tensor a step returned: its dtype, shape and exact bits. Two runs agree
-bitwise exactly when their digests are equal. Two methods give the same verdicts:
-
-- ``"device"`` (default): ``detbench.worker.digest``'s sums, computed where the tensor lives
-  (its collision odds are worked out there); only 16 bytes per tensor reach the host, where
-  sha256 combines them with the dtypes and shapes. Equal values give the same digest on a CPU
-  and on a GPU.
-- ``"sha256"``: sha256 of the dtypes, shapes and raw bytes, copied to the host (the digest of
-  schema-1 runs, byte for byte).
-
-To say *how far* two runs drifted when they disagree, the first replicate's final outputs are kept
-as a reference (``save_reference``) and later replicates measure their maximum absolute
-difference against it.
+A step digest covers every tensor a step returned: its dtype, shape and exact bits. Two methods
+give the same verdicts: ``"device"`` (default), ``worker.digest``'s sums computed where the tensor
+lives, 16 bytes per tensor to the host, the same on a CPU and a GPU; and ``"sha256"`` of the raw
+bytes copied to the host (schema-1 runs' digest, byte for byte). To say *how far* two runs
+drifted, the first replicate's final outputs are kept as a reference (``save_reference``).
 """
 
 from __future__ import annotations
@@ -43,8 +35,7 @@ _DEVICE_TAG = b"detbench device digest v1;"
 
 
 def _dense(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
-    """The strided tensors that carry ``t``'s value (indices and values for sparse COO), with any
-    lazy conjugation or negation applied (their bits are what the value is)."""
+    """The strided tensors that carry ``t``'s value (sparse COO: indices and values)."""
     t = t.detach()
     if t.layout == torch.sparse_coo:
         t = t.coalesce()
@@ -57,10 +48,8 @@ def _dense(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
 
 
 def _host_array(t: torch.Tensor) -> np.ndarray:
-    """``t``'s bytes in logical order, on the host. Reinterpreting as bytes works for every dtype
-    (bfloat16 included) without a value cast; hashlib reads the array's memory, no second copy."""
-    flat = t.cpu().contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy()
+    """``t``'s bytes in logical order, on the host (any dtype, no value cast, no second copy)."""
+    return t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
 #: What a step may return, in words (``step_outputs``'s refusal).
@@ -72,11 +61,9 @@ class OutputError(TypeError):
 
 
 def _leaves(value: Any, path: str, out: list[Any]) -> None:
-    """Append ``value``'s leaves to ``out`` in order: dicts (a Hugging Face ``ModelOutput`` is
-    one) by their keys' order, dataclasses by their fields' order, lists and tuples by position,
-    other types registered with ``torch.utils._pytree`` as it flattens them, and a Transformers
-    KV cache through its ``to_legacy_cache()``; a leaf is a tensor or None, anything else is an
-    ``OutputError`` naming where it is."""
+    """Append ``value``'s leaves (tensors or None) to ``out`` in order: dicts (a ``ModelOutput``)
+    by key, dataclasses by field, lists and tuples by position, pytree nodes as torch flattens
+    them, a Transformers KV cache through ``to_legacy_cache()``; else an ``OutputError``."""
     if value is None or isinstance(value, torch.Tensor):
         out.append(value)
     elif isinstance(value, Mapping):
@@ -91,9 +78,7 @@ def _leaves(value: Any, path: str, out: list[Any]) -> None:
     elif type(value) in pytree.SUPPORTED_NODES:  # registered with torch's pytree
         for i, v in enumerate(pytree.tree_flatten(value)[0]):
             _leaves(v, f"{path}<{i}>", out)
-    elif callable(getattr(value, "to_legacy_cache", None)):
-        # A Transformers KV cache (a ModelOutput's past_key_values): its keys and values, per
-        # layer, through the cache's own API.
+    elif callable(getattr(value, "to_legacy_cache", None)):  # a ModelOutput's past_key_values
         _leaves(value.to_legacy_cache(), f"{path}.to_legacy_cache()", out)
     else:
         shown = repr(value)
@@ -105,9 +90,7 @@ def _leaves(value: Any, path: str, out: list[Any]) -> None:
 
 
 def step_outputs(result: Any) -> list[Any]:
-    """A step's result as the flat list of its tensors (None kept in place), in a fixed order:
-    the "outputs" that fingerprints, ``loss_output`` and the batch-invariance rows index. A
-    single tensor is one output (never its rows). Each item is a tensor or None."""
+    """A step's result as the flat, ordered list of its tensors (None kept): what outputs index."""
     out: list[Any] = []
     _leaves(result, "", out)
     return out
@@ -158,10 +141,7 @@ def step_digest(outputs: Sequence[Any], method: str = DEFAULT_METHOD) -> str:
 
 def combine(digests: Sequence[str]) -> str:
     """The fingerprint of a whole pass: sha256 over its step digests, in order."""
-    h = hashlib.sha256()
-    for d in digests:
-        h.update(d.encode())
-    return h.hexdigest()
+    return hashlib.sha256("".join(digests).encode()).hexdigest()
 
 
 def _as_numpy(t: torch.Tensor) -> np.ndarray:
@@ -206,10 +186,9 @@ def save_reference(
 def diff_against_reference(
     path: Path, fingerprint: str, outputs: Sequence[Any], replicate: int = -1
 ) -> dict[str, Any] | None:
-    """Max |this - reference| over all outputs (0.0 when the fingerprints are equal), or None
-    when there is no reference yet, or when the reference was saved by this same ``replicate``
-    in an attempt that never finished (a run interrupted and resumed): this replicate then
-    replaces it, as in an uninterrupted run."""
+    """Max |this - reference| over all outputs (0.0 for equal fingerprints), or None when there
+    is no reference yet or this same ``replicate`` saved it in an unfinished attempt (a resumed
+    run: it is replaced)."""
     if not path.is_file():
         return None
     with np.load(path, allow_pickle=False) as ref:

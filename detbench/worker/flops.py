@@ -10,21 +10,14 @@ import torch
 
 def count_flops(step: Callable[[], Any]) -> int | None:
     """Floating-point operations of one step, forward and backward, by the formulas of
-    ``torch.utils.flop_counter`` (matmuls, convolutions, attention; elementwise ops count 0).
-    None when it counts nothing.
+    ``torch.utils.flop_counter`` (elementwise ops count 0); None when it counts nothing. A plain
+    dispatch mode, since ``FlopCounterMode``'s module hooks break ``torch.autograd.grad`` on
+    leaves.
 
-    ``FlopCounterMode`` itself also attributes FLOPs to modules with backward hooks that
-    ``torch.autograd.grad`` on leaf tensors rejects, so the same registry is applied here in a
-    plain dispatch mode that sees every op of the step.
-
-    Two corrections: torch's formula for ``convolution_backward`` ignores ``groups`` and counts a
-    depthwise convolution's backward ~channels times too high; each gradient of a convolution
-    (input, weight) costs the forward's multiply-adds, so that is what is counted for it. And the
-    formulas assume dense operands: an op with a sparse argument is not counted (declare
-    ``flops_per_step`` or ``bytes_per_step`` for those). A third: torch's registry has no
-    formula for the CPU's flash attention (what ``scaled_dot_product_attention`` runs on a CPU
-    without a mask), so its forward and backward are counted with the formulas of the GPU's
-    (``_cpu_attention``)."""
+    Corrections: torch's ``convolution_backward`` formula ignores ``groups``, so each gradient
+    is counted as the forward's multiply-adds; an op with a sparse argument is not counted
+    (dense formulas); the CPU's flash attention, which torch's registry lacks, is counted with
+    the GPU's formulas (``_cpu_attention``)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import conv_flop_count, flop_registry
 
@@ -54,8 +47,7 @@ def count_flops(step: Callable[[], Any]) -> int | None:
 
 
 def _cpu_attention() -> dict[Any, Callable[..., int]]:
-    """The CPU flash attention's forward and backward, counted as torch counts the GPU's: from
-    the shapes of query, key and value (and the output's gradient): (B, H, T, D) each."""
+    """The CPU flash attention's forward and backward, counted as torch counts the GPU's."""
     from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
     aten = torch.ops.aten

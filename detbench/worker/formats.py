@@ -1,25 +1,12 @@
-"""Files that loggers and frameworks write, read for their results with their metadata set aside
-by field: TensorBoard event files, JSON (``trainer_state.json``, metrics files) and CSV logs.
+"""Files that loggers write, read by field: TensorBoard event files, JSON and CSV logs.
 
-Compared as lines or bytes, each of these differs between any two runs: an event record carries
-its wall time, ``trainer_state.json`` holds ``train_runtime`` and ``train_samples_per_second``
-beside the losses, a CSV log a ``time`` column. Read by field, what is a result is compared
-bitwise and what is a clock is set aside by name (``printed.timing_kind``), one count per file.
-
-- **TensorBoard** (``events.out.tfevents.*``), read with tensorboard's own event reader
-  (``EventFileLoader``): one ``scalar`` item per (tag, step) of a logged scalar, and of a tensor,
-  histogram or image (its serialized value); text summaries (``add_text``) as text, masked as
-  printed lines are (the ``Trainer`` logs its arguments there, with the run's start time); wall
-  times, and scalars whose tag is a timing (``train/train_runtime``), set aside. Without
-  tensorboard installed the file is unreadable and compared whole.
-- **JSON**: one item per leaf, by its key path: a number under a result key
-  (``evidence.is_result_key``: ``loss``, ``eval_accuracy``) is a ``result``, a timing key is set
-  aside, any other leaf a ``value`` (its text masked). ``.jsonl``: each line so, its number the
-  line's.
-- **CSV** with a header: one item per cell, by row and column, the columns judged as JSON keys.
-
-Each reader returns None where the file is not what its name says (a ``.json`` that does not
-parse): it is then read as text lines.
+Compared as lines or bytes, each of these differs between any two runs (an event's wall time,
+``train_runtime`` beside the losses, a ``time`` column). Read by field, a result is compared
+bitwise and a clock is set aside by name (``printed.timing_kind``): TensorBoard's values per
+(tag, step), its text summaries masked as printed lines; a JSON leaf by key path, a number under
+a result key (``evidence.is_result_key``) a ``result``, any other a masked ``value``; a CSV cell
+by row and column, as a JSON key. A reader returns None where the file does not parse as its
+name says: it is then read as text.
 """
 
 from __future__ import annotations
@@ -53,8 +40,7 @@ def _number(v: Any) -> bool:
 def _field(
     name: str, rel: str, key: str, value: Any, asides: Asides, at: dict[str, Any]
 ) -> Item | None:
-    """One leaf of a JSON document or a CSV cell under ``key``: a result, a value, or None where
-    it is a clock reading (set aside)."""
+    """A JSON leaf or CSV cell under ``key``: a result, a value, or None for a clock reading."""
     kind = timing_kind(key)
     if kind is not None:
         asides.add(name, kind, at.get("line_no", 1))
@@ -93,8 +79,7 @@ def _walk(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def json_items(text: str, name: str, rel: str, asides: Asides, lines: bool) -> list[Item] | None:
-    """A JSON file's (``lines``: a JSON-lines file's) leaves as items, or None where it does not
-    parse as one."""
+    """A JSON (``lines``: JSON-lines) file's leaves as items, or None where it does not parse."""
     docs: list[tuple[int, Any]] = []
     try:
         if lines:
@@ -114,8 +99,7 @@ def json_items(text: str, name: str, rel: str, asides: Asides, lines: bool) -> l
 
 
 def csv_items(text: str, name: str, rel: str, asides: Asides) -> list[Item] | None:
-    """A CSV log's cells by row and column (its first row the header), or None where the first
-    row is not a header (a number in it)."""
+    """A CSV log's cells by row and column, or None where the first row is not a header."""
     rows = list(csv.reader(io.StringIO(text)))
     if not rows or any(_numeric_text(c) for c in rows[0]) or not any(c.strip() for c in rows[0]):
         return None
@@ -132,7 +116,7 @@ def csv_items(text: str, name: str, rel: str, asides: Asides) -> list[Item] | No
 
 
 def tfevents_items(path: Path, name: str, rel: str, asides: Asides) -> list[Item]:
-    """A TensorBoard event file's logged values by tag and step (module docstring)."""
+    """A TensorBoard event file's logged values by tag and step."""
     try:
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     except ImportError as e:

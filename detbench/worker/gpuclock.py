@@ -1,15 +1,8 @@
 """The GPU's SM clock, power draw and throttling across one timing pass: ``timing["gpu_clocks"]``
-(its fields are listed in docs/report-and-results.md).
-
-A step time is as fast as the clock it ran at. A GPU that has idled ramps its clock up over its
-first tens of milliseconds of work; one under sustained matrix work sits at its power cap
-(``sw_power_cap``) at a lower clock. So the timing reads NVML right before its warm-up
-(``start``), when sampling begins (``mark``) and when it ends (``stop``), and nothing while steps
-run. At ``stop`` it also reads the driver's own sample buffers of the SM clock and the power draw
-over the sampling (``nvml.samples``: the driver samples them itself, so no thread of ours wakes
-up inside a sample), and NVML's cumulative throttle-time counters, whose growth says for how long
-power or heat held the clocks down. Where NVML cannot answer (a CPU, no nvidia-ml-py, no driver):
-``{"status": "unsupported", "reason": ...}``.
+(fields in docs/report-and-results.md). An idle GPU ramps its clock up, one under sustained work
+sits at its power cap at a lower clock. NVML is read at the three points ``ClockWatch`` names,
+never while steps run; at ``stop`` also the driver's own sample buffers (no thread of ours wakes
+up inside a sample) and the throttle-time counters.
 """
 
 from __future__ import annotations

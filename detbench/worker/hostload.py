@@ -1,18 +1,7 @@
-"""How busy the host was while a workload was timed: the record's ``host_load`` (its fields are
-listed in docs/report-and-results.md).
-
-A timing taken while other processes compete for the CPU (or the GPU) measures them as much as
-the workload. ``Probe.start`` and ``Probe.stop`` read the host's counters around the timed
-rounds: ``other_cpu`` is the busy jiffies of ``/proc/stat`` less this process's own CPU time,
-over wall time x ``cpus`` (0.5 on a 2-core host: another process kept one core busy), split into
-the run's own processes (the runner, ``run_pid``, and its descendants but this worker) and
-foreign ones; ``load1`` counts this worker too, and lags (a minute's average). On CUDA the GPU's
-other processes and their SM utilisation are ``procs.gpu_others``'s. The other process on a GPU
-can be detbench's own (a worker that made its CUDA context while the one before it still
-timed), so the split says whose it was.
-
-Linux only for the CPU counters: elsewhere the CPU keys are None and ``note`` says why. Nothing
-here raises: a probe that cannot read is a note, never a failed workload.
+"""How busy the host was while a workload was timed: the record's ``host_load`` (fields in
+docs/report-and-results.md). ``other_cpu`` is the busy jiffies of ``/proc/stat`` less this
+process's own CPU time, over wall time x ``cpus``, split into the run's own processes and
+foreign ones; the GPU's part is ``procs.gpu_others``'s. Linux only; nothing here raises.
 """
 
 from __future__ import annotations
@@ -27,14 +16,13 @@ from detbench.worker import procs
 
 PROC_STAT = Path("/proc/stat")
 #: /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (guest time is
-#: already inside user and nice, so it is not added again).
+#: inside user and nice already).
 IDLE_FIELDS = (3, 4)  # idle, iowait
 STEAL_FIELD = 7
 
 
 def _stat() -> tuple[list[int], int] | None:
-    """The aggregate ``cpu`` line's counters (jiffies) and the number of ``cpuN`` lines; None
-    where /proc/stat cannot be read."""
+    """The ``cpu`` line's counters (jiffies) and the number of CPUs; None where unreadable."""
     try:
         lines = PROC_STAT.read_text().splitlines()
     except OSError:
@@ -47,15 +35,13 @@ def _stat() -> tuple[list[int], int] | None:
 
 
 def _own_cpu() -> float:
-    """This process's CPU seconds (user + system, every thread)."""
     t = os.times()
     return t.user + t.system
 
 
 class Probe:
-    """Counters read at ``start`` and turned into ``host_load`` at ``stop``; ``device``: "cpu" or
-    "cuda" (the GPU part only on CUDA); ``run_pid``: the runner's pid, whose descendants are the
-    run's own processes (None: none is known)."""
+    """Counters read at ``start`` and turned into ``host_load`` at ``stop``; ``run_pid``: the
+    runner's pid, whose descendants are the run's own processes."""
 
     def __init__(self, device: str, run_pid: int | None = None) -> None:
         self.device = device
@@ -108,9 +94,7 @@ class Probe:
 
 
 def run_cpu_ticks(run_pid: int | None) -> dict[int, int] | None:
-    """CPU time (clock ticks, user + system) of each of the run's processes but this one: the
-    runner and its descendants; None where the run is not known or /proc cannot say. A process
-    that starts during the pass counts from its start at ``stop`` only (0 at ``start``)."""
+    """CPU ticks of each of the run's processes but this one; None where /proc cannot say."""
     family = None if run_pid is None else procs.descendants(run_pid)
     if family is None:
         return None

@@ -1,13 +1,10 @@
 """The batch-invariance verdict: does the same request give the same bits in a different batch?
 
-A workload that declares ``batch_sizes`` is built at each size (freshly seeded, under the worker's
-mode and settings), runs one step, and row 0 (index 0 of dim 0) of every returned tensor whose
-first dimension is the batch is kept. Row 0 is the same request at every size: the workload makes
-its input so. Each size's rows are compared bitwise with the smallest size's (the batch of 1 where
-declared). The verdict is a second one beside run-to-run equality: kernels choose their reduction
-order, blocking and split by the shape they see, so a row can change with its batch in a process
-that is perfectly reproducible run to run. ``invariant`` is over every batch-first output
-(logits that move while the completion they give does not is itself worth knowing).
+A workload that declares ``batch_sizes`` is built at each size, freshly seeded, runs one step, and
+row 0 of every batch-first output (the same request at every size) is compared bitwise with the
+smallest size's. Kernels choose their reduction order and split by the shape they see, so a row
+can change with its batch in a process that is reproducible run to run. ``invariant`` is over
+every batch-first output (logits that move while the completion does not is worth knowing).
 """
 
 from __future__ import annotations
@@ -20,8 +17,7 @@ import torch
 
 from detbench.worker.fingerprint import step_outputs
 
-#: A function that builds the workload at a batch size and returns its step, wrapped as the mode
-#: runs it (autocast, compile).
+#: Builds the workload at a batch size and returns its step, wrapped as the mode runs it.
 Build = Callable[[int], Callable[[], Sequence[Any]]]
 
 
@@ -59,8 +55,7 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Row 0 across the batch sizes: invariant or not, the first size whose row 0 differs from the
-    smallest size's, and the largest absolute difference seen."""
+    """Row 0 across the batch sizes: invariant, the first size to differ, the worst difference."""
 
     batch_sizes: tuple[int, ...]
     invariant: bool
@@ -68,10 +63,8 @@ class Verdict:
     max_abs_diff: float
     #: Per size, whether its row 0 has the smallest size's bits.
     same: dict[int, bool]
-    #: How many different row-0 results of the first batch-first output (the workload's result)
-    #: the sizes gave: for a decoder returning its generated ids first, the distinct completions
-    #: of the same request decoded in different batch compositions. 1 when invariant; it can be 1
-    #: while ``invariant`` is False (a later output, such as the logits, differs).
+    #: How many different row-0 results of the first batch-first output the sizes gave (a
+    #: decoder's distinct completions); can be 1 while a later output, such as the logits, differs.
     distinct: int = 1
 
     def to_record(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """One comparable thing a run left (``Item``), as ``worker.outputs`` and ``worker.formats`` make
-them: a name that matches it across runs, and the sha256 of its canonical content."""
+them."""
 
 from __future__ import annotations
 
@@ -12,14 +12,11 @@ from typing import Any
 class Item:
     """One comparable thing a run left: ``name`` matches it across runs, ``digest`` decides.
 
-    ``where`` says where it is: ``{"stream", "line_no", "text", "masked", "step"}`` (and
-    ``"epoch"`` where the line names one) for a printed line, ``"file"`` instead of ``"stream"``
-    for a line of a text file, and ``"label"`` beside them for a result the line labels;
-    ``{"file", "tensor", "dtype", "shape"}`` for a tensor; ``{"file", "key"}`` for another leaf
-    or a field of a JSON or CSV file; ``{"file", "tag", "step"}`` for a logged scalar;
-    ``{"file", "bytes"}`` for a whole file; ``{"name", "index", "step", "dtype", "shape"}`` for a
-    fingerprint. ``shown`` is a short rendering for reports. ``kind`` sets its tier
-    (``worker.evidence``).
+    ``where``: ``{"stream" or "file", "line_no", "text", "masked", "step", ["epoch"]}`` for a
+    line (and ``"label"`` for a result it labels); ``{"file", "tensor", "dtype", "shape"}``;
+    ``{"file", "key"}`` for another leaf or field; ``{"file", "tag", "step"}``; ``{"file",
+    "bytes"}`` for a whole file; ``{"name", "index", "step", "dtype", "shape"}`` for a
+    fingerprint. ``kind`` sets its tier (``worker.evidence``).
     """
 
     kind: str  # "line", "result", "fingerprint", "tensor", "scalar", "value" or "file"

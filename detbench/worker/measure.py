@@ -1,17 +1,15 @@
-"""The pieces of the measurement passes (``detbench.worker.passes`` runs them in order): the
-record and context they start from, the build, the FLOP count, the batch-invariance pass, the
-settings read back, the clean-up (``release``), and how a failure reads (``classify``: a failure
-is a status and a message, never an exception).
+"""The pieces of the measurement passes (``detbench.worker.passes`` runs them in order), and how
+a failure reads (``classify``: a status and a message, never an exception).
 
-On CUDA, the last statement of a workload is a synchronisation, so an asynchronous error of its
-kernels is charged to it and not to the next workload. An error that leaves the CUDA context
-unusable (an illegal address, a device-side assert) is reported to the worker as ``device_lost``:
-the worker sends the record and exits, and a fresh worker takes the workloads that remain.
+An error that leaves the CUDA context unusable (an illegal address, a device-side assert) is
+reported to the worker as ``device_lost``: the worker sends the record and exits, and a fresh
+worker takes the workloads that remain.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from collections.abc import Mapping
 from dataclasses import replace
@@ -42,14 +40,12 @@ UNSUPPORTED_MARKERS = (
 
 
 class SettingUnsupported(Unsupported):
-    """A workload that cannot run under its mode's settings (an API this torch lacks, autocast
-    not declared): recorded ``unsupported`` with the reason, without building it."""
+    """A workload that cannot run under its mode's settings: recorded ``unsupported``, unbuilt."""
 
 
 #: torch's CPU allocator reports a failed allocation as a RuntimeError with these words.
 CPU_OOM_MARKERS = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough")
-#: Out of memory inside a CUDA library: raised as a RuntimeError, not as torch's
-#: OutOfMemoryError, but a lack of memory all the same.
+#: Out of memory inside a CUDA library: a RuntimeError, not torch's OutOfMemoryError.
 LIBRARY_OOM_MARKERS = (
     "CUBLAS_STATUS_ALLOC_FAILED",
     "CUDNN_STATUS_ALLOC_FAILED",
@@ -95,8 +91,7 @@ def classify(exc: BaseException) -> tuple[str, str]:
 
 
 def is_device_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is a CUDA error other than an out-of-memory, one after which the worker's
-    CUDA context may be unusable (the worker then makes way for a fresh one)."""
+    """Whether ``exc`` is a CUDA error, not an out-of-memory, that may break the context."""
     if classify(exc)[0] != Status.ERROR:
         return False
     if ACCELERATOR_ERROR is not None and isinstance(exc, ACCELERATOR_ERROR):
@@ -109,13 +104,9 @@ def reference_path(directory: Path, key: str, mode: str) -> Path:
 
 
 def count_pass(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count: bool) -> None:
-    """FLOPs per step: declared by the workload, else counted over one step. The counter leans
-    on torch internals; its failure costs the FLOP figure (with a note), never the record. An
-    out-of-memory or CUDA error of the step itself is the workload's and is raised.
-
-    ``count`` False (replicates after the first): the same ops run in every replicate of a mode,
-    so the runner copies the first replicate's count (``flops_source`` "counted"), and this
-    worker spares the extra step under the dispatch mode."""
+    """FLOPs per step: declared, else counted over one step. The counter leans on torch
+    internals: its failure costs the figure (with a note); the step's own oom or CUDA error is
+    raised. ``count`` False (later replicates): the runner copies the first replicate's count."""
     declared = w.declared_flops(ctx)
     rec["flops_source"] = "declared" if declared is not None else "counted"
     if declared is not None:
@@ -136,8 +127,7 @@ def count_pass(w: Workload, ctx: Context, step: Any, rec: dict[str, Any], count:
 
 
 def build_step(w: Workload, ctx: Context) -> Any:
-    """``w``'s step as every pass builds it (a worker's, a rank's, locate's): the generators
-    seeded as the workload asks, its factory run, its result checked, the device synchronised."""
+    """``w``'s step as every pass builds it: seeded, its factory run and checked, synchronised."""
     seed_workload(w.seeding, ctx.seed)
     step = w.factory(ctx)
     if not callable(step):
@@ -147,8 +137,8 @@ def build_step(w: Workload, ctx: Context) -> Any:
 
 
 def with_settings(step: Any, mode: Mode, device: torch.device) -> Any:
-    """``step`` as the mode's workload settings run it: each call under ``torch.autocast`` (entered
-    per step, as a training loop does: autocast's cache of cast weights lives for one region),
+    """``step`` as the mode's workload settings run it: each call under ``torch.autocast``
+    (entered per step, as a training loop does: its cache of cast weights lives for one region),
     then through ``torch.compile``."""
     given = mode.overrides
     out = step
@@ -160,9 +150,7 @@ def with_settings(step: Any, mode: Mode, device: torch.device) -> Any:
             with torch.autocast(device.type, dtype=dtype):
                 return step()
 
-    if given.get("execution", "eager") == "compile":
-        return torch.compile(out)
-    return out
+    return torch.compile(out) if given.get("execution", "eager") == "compile" else out
 
 
 def compile_stats() -> dict[str, Any] | None:
@@ -178,11 +166,9 @@ def compile_stats() -> dict[str, Any] | None:
 
 
 def read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
-    """Compare the flags and settings now with what the worker applied; a change the workload
-    made is recorded under ``settings_changes`` and named in ``settings_changed``. The record's
-    columns take the values read now, after the build and again after the last step, so they
-    say what the steps last ran under (a change torch made itself, which ``changed`` does not
-    blame on the workload, shows in the columns too)."""
+    """Compare the flags and settings now with what the worker applied: a change the workload
+    made goes to ``settings_changes`` and ``settings_changed``, and the record's columns take
+    the values read now, so they say what the steps last ran under (torch's own changes too)."""
     now = read_all()
     # Also what the workload changed at the build and has put back since.
     moved = set(differ(ws.applied, now)) | set(rec.get("settings_changes", ()))
@@ -198,19 +184,15 @@ def read_back(rec: dict[str, Any], ws: WorkerSettings, when: str) -> None:
 
 
 def invariance_pass(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) -> None:
-    """The batch-invariance verdict (``detbench.worker.invariance``) into ``rec``: the workload
-    built at
-    each of its batch sizes, freshly seeded, under the mode's settings. A failure there (an
+    """The batch-invariance verdict (``worker.invariance``) into ``rec``. A failure there (an
     out-of-memory at the largest size, outputs that cannot be compared) is ``batch_note`` and
-    leaves the record's own verdict and timing alone; a CUDA error is the workload's."""
+    leaves the record's own verdict alone; a CUDA error is the workload's."""
     assert w.batch_sizes is not None
 
     def build(b: int) -> Any:
         return with_settings(w.factory(replace(ctx, batch_size=b)), mode, ctx.device)
 
-    def reseed() -> None:
-        seed_workload(w.seeding, ctx.seed)
-
+    reseed = functools.partial(seed_workload, w.seeding, ctx.seed)
     try:
         rec.update(invariance.check(build, w.batch_sizes, reseed).to_record())
     except invariance.InvarianceError as exc:
@@ -222,23 +204,16 @@ def invariance_pass(w: Workload, ctx: Context, mode: Mode, rec: dict[str, Any]) 
         rec["batch_note"] = f"{status}: {message}"
 
 
-# --- the passes' steps (``detbench.worker.passes`` runs them, for a worker and a rank alike) ---
-
-
 def context(w: Workload, job: Mapping[str, Any]) -> Context:
     """The workload's context as the job gives it: its device, profile and seed."""
-    device = torch.device(job["device"])
-    return Context(
-        device=device, profile=job["profile"], seed=int(job["seed"]), batch_size=w.batch_size
-    )
+    device, seed = torch.device(job["device"]), int(job["seed"])
+    return Context(device=device, profile=job["profile"], seed=seed, batch_size=w.batch_size)
 
 
 def new_record(
     w: Workload, ctx: Context, job: Mapping[str, Any], mode: Mode, ws: WorkerSettings, threads: int
 ) -> dict[str, Any]:
-    """``w``'s record before its passes (``store.record.measured``), with every setting as the
-    worker read it back after applying ``mode`` (``read_back`` catches a workload that changes
-    one)."""
+    """``w``'s record before its passes, with every setting as the worker read it back."""
     method = job.get("fingerprint") or "device"
     return record.measured(
         suite=w.suite,
@@ -258,9 +233,7 @@ def new_record(
 
 
 def release(mode: Mode, device: torch.device, empty_cache: bool = True) -> bool:
-    """Free a workload whose step was dropped (reference cycles included, its compiled graphs
-    with it) before the next is built; False where emptying CUDA's cache failed (the context
-    failed after all: the next workload would say so)."""
+    """Free a dropped workload before the next is built; False where emptying CUDA's cache fails."""
     if mode.overrides.get("execution") == "compile":
         with contextlib.suppress(Exception):
             torch._dynamo.reset()
@@ -276,9 +249,7 @@ def release(mode: Mode, device: torch.device, empty_cache: bool = True) -> bool:
 def build_pass(
     w: Workload, ctx: Context, ws: WorkerSettings, mode: Mode, rec: dict[str, Any]
 ) -> Any:
-    """Build ``w``'s step under the worker's settings (``SettingUnsupported`` where they cannot
-    apply to it), read the settings back into ``rec`` and wrap the step in the mode's execution
-    (eager, compiled, autocast): the step both passes run."""
+    """Build ``w``'s step, read the settings back into ``rec``, wrap it in the mode's execution."""
     reason = ws.unsupported(w)
     if reason is not None:
         raise SettingUnsupported(reason)
@@ -288,9 +259,7 @@ def build_pass(
 
 
 def finish_pass(rec: dict[str, Any], ws: WorkerSettings, watch: PeakWatch) -> None:
-    """After the passes, whatever happened: the workload's peak memory, the settings read back
-    after its last step, and the mode restored where the workload changed a setting (the next
-    workload runs in the mode, not in this one's)."""
+    """After the passes, whatever happened: peak memory, settings read back, the mode restored."""
     rec["peak_memory_bytes"], rec["memory"] = watch.stop()
     read_back(rec, ws, "after_steps")
     if rec["settings_changed"]:

@@ -1,8 +1,6 @@
-"""Memory figures of a worker: torch's GPU allocator and the process's host memory.
-
-Two uses: the peak memory of every workload (``PeakWatch``: what deterministic algorithms and
-cuDNN's choices cost in memory, beside what they cost in time), and what torch and the OS say
-right after an out-of-memory failure (``memory_figures``).
+"""Memory figures of a worker: the peak memory of every workload (``PeakWatch``: what settings
+cost in memory, beside time), and what torch and the OS say after an out-of-memory
+(``memory_figures``).
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ _MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
 
 def _proc_bytes(field: str, path: str = "/proc/self/status") -> int | None:
-    """A ``kB`` field of a /proc file (VmRSS, VmHWM of /proc/self/status) in bytes; None off
-    Linux."""
+    """A ``kB`` field of a /proc file (VmRSS, VmHWM) in bytes; None off Linux."""
     try:
         for line in Path(path).read_text().splitlines():
             if line.startswith(field + ":"):
@@ -35,11 +32,10 @@ def _proc_bytes(field: str, path: str = "/proc/self/status") -> int | None:
 
 
 def _available_bytes() -> int:
-    """Memory the kernel could give without swapping (MemAvailable), else free pages."""
     got = _proc_bytes("MemAvailable", "/proc/meminfo")
-    return (
-        got if got is not None else int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    )
+    if got is not None:
+        return got
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
 def _max_rss_bytes() -> int:
@@ -47,8 +43,7 @@ def _max_rss_bytes() -> int:
 
 
 def _reset_peak_rss() -> bool:
-    """Set the process's peak RSS (VmHWM) back to its current RSS, as Linux >= 4.0 allows
-    (``echo 5 > /proc/self/clear_refs``). False where that is not possible."""
+    """Set the peak RSS (VmHWM) back to the current RSS (Linux >= 4.0); False where impossible."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -59,10 +54,8 @@ def _reset_peak_rss() -> bool:
 
 @lru_cache(maxsize=1)
 def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim``, looked up once per worker; None where the C library lacks it.
-    ``malloc_trim(0)`` gives the C heap's free pages back to the system: without it, a workload
-    that reuses memory an earlier workload of the same worker freed grows the RSS by nothing,
-    and its peak reads as 0 (pages freed but kept resident are counted before it starts)."""
+    """glibc's ``malloc_trim`` (None without it): giving the heap's free pages back keeps a
+    workload that reuses an earlier one's freed memory from reading a peak of 0."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
@@ -72,15 +65,10 @@ def _malloc_trim() -> Any:
 
 
 class PeakWatch:
-    """The peak memory of one workload, from ``start()`` to ``stop()``.
-
-    On CUDA: torch's allocator peaks (``max_memory_allocated/reserved``), reset at the start, so
-    each record has its own peak and not the largest of the worker's earlier workloads.
-    On a CPU: the growth of the worker's peak RSS over the workload. Where Linux lets the peak be
-    reset (``/proc/self/clear_refs``) it is reset at the start, and the growth is the workload's
-    own peak above the RSS it started from; elsewhere it is ru_maxrss after minus before, which
-    is 0 when an earlier workload of the same worker peaked higher (``peak_reset`` says which).
-    """
+    """The peak memory of one workload, from ``start()`` to ``stop()``: on CUDA torch's
+    allocator peaks, reset at the start; on a CPU the growth of the peak RSS, reset at the start
+    where Linux allows, else ru_maxrss after minus before, 0 when an earlier workload peaked
+    higher (``peak_reset`` says which)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -102,8 +90,7 @@ class PeakWatch:
         }
 
     def stop(self) -> tuple[int | None, dict[str, Any]]:
-        """(peak_memory_bytes, memory): the record's two memory fields. Never raises: a figure
-        that cannot be read (a CUDA context lost to an error) is None, with the reason."""
+        """(peak_memory_bytes, memory): the record's two memory fields; never raises."""
         try:
             return self._stop()
         except Exception as exc:
@@ -133,9 +120,7 @@ class PeakWatch:
 
 
 def free_bytes(device: torch.device) -> int | None:
-    """Memory a new copy of a workload could take now: the GPU's free memory on CUDA (as the
-    driver counts it, every process's allocations taken), the host's available memory
-    elsewhere; None where it cannot be read."""
+    """Memory a new copy of a workload could take now (the GPU's, else the host's), or None."""
     try:
         if device.type == "cuda":
             return int(torch.cuda.mem_get_info(device)[0])
@@ -145,18 +130,14 @@ def free_bytes(device: torch.device) -> int | None:
 
 
 def footprint_bytes(device: torch.device, rec_memory: dict[str, Any] | None) -> int | None:
-    """What one copy of a workload holds at its peak, from its ``PeakWatch`` figures: torch's
-    reserved peak on CUDA (what the caching allocator took from the driver), the RSS's growth
-    elsewhere; None where they were not read."""
-    m = rec_memory or {}
+    """What one copy of a workload holds at its peak (``PeakWatch``'s figures); None if unread."""
     key = "peak_reserved_bytes" if device.type == "cuda" else "rss_growth_bytes"
-    got = m.get(key)
+    got = (rec_memory or {}).get(key)
     return None if got is None else int(got)
 
 
 def memory_figures(device: torch.device) -> dict[str, Any]:
-    """What torch and the OS say about memory right after an out-of-memory failure. Each CUDA
-    figure is read on its own: after some CUDA errors the driver answers nothing."""
+    """What torch and the OS say about memory after an out-of-memory, each figure on its own."""
     figures: dict[str, Any] = {
         "process_peak_rss_bytes": _max_rss_bytes(),
         "available_bytes": _available_bytes(),
@@ -201,17 +182,12 @@ def describe_memory(f: dict[str, Any]) -> str:
 
 
 def warm_libraries(device: torch.device) -> dict[str, int]:
-    """Create, before the first measured workload, what cuBLAS and cuBLASLt keep for the whole
-    process: their handles and workspaces (torch allocates the workspaces through its caching
-    allocator, once per handle and stream). Otherwise the first workload of a worker that
-    multiplies matrices carries them in its peak memory and the later ones do not. One small
-    product per dtype (fp32, fp16, bf16: each may take its own path) and a small convolution with
-    its backward (cuDNN's handle). Returns the bytes the allocator holds afterwards (allocated,
-    reserved: the workspaces every later workload starts with); {} on a CPU, where nothing is
-    done."""
+    """Create, before the first measured workload, the handles and workspaces cuBLAS, cuBLASLt
+    and cuDNN keep for the whole process, so that the first workload's peak memory does not
+    carry them alone. The bytes the allocator holds afterwards; {} on a CPU."""
     if device.type != "cuda":
         return {}
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):  # each may take its own path
         a = torch.randn(64, 64, device=device, dtype=dtype)
         torch.mm(a, a)
         torch.nn.functional.linear(a, a)

@@ -1,28 +1,11 @@
 """Which of the ops that settings act on a step really calls, seen while it runs.
 
-A workload may declare ``attention=True``, but a declaration can be missing (a user's Hugging
-Face model calls ``scaled_dot_product_attention`` without saying so) and a study that trusts it
-skips the ``sdpa_backend`` switch for a model whose bits that switch changes. ``OpsSeen`` is a
-``TorchFunctionMode``: every torch function called from Python while it is active passes through
-it, so it sees ``F.scaled_dot_product_attention`` wherever it is called from in Python (a model's
-module, a library's attention function), whichever backend then runs it (the math backend
-included), and ``torch._native_multi_head_attention`` (``nn.
-MultiheadAttention``'s fused path, which calls SDPA inside C++). Torch takes a mode off while it
-handles a call, so what a torch function calls inside itself is not seen:
-``F.multi_head_attention_forward`` (``nn.MultiheadAttention`` in training) calls SDPA when asked
-for no weights (``need_weights=False``), which is looked for in its arguments. It records names
-only and changes nothing the step computes.
-
-It watches two ops. Attention, for the reason above. A convolution, because it is all that
-``cudnn.benchmark`` autotunes: a step seen calling none has nothing for the autotuner to time,
-and a paired run on a GPU makes its autotuned modes' verdicts beside the others
-(``run.paired.PairedPhase.holds``). A convolution called where a function mode cannot see it (a
-TorchScript module, a call from C++) goes unseen; such a step is then treated as one without.
-
-The fingerprint pass runs its first step under it (``record["ops_called"]``; not under
-``execution=compile``, where the first step is the compilation), and ``detbench attribute`` runs
-one step of each workload under it before it chooses the study's variants
-(``detbench.run.probe``).
+A declaration can be missing (a Hugging Face model calls ``scaled_dot_product_attention`` without
+saying so). ``OpsSeen``, a ``TorchFunctionMode``, sees every torch function called from Python,
+but not what a torch function calls itself: ``F.multi_head_attention_forward``'s SDPA call (no
+weights asked for) is looked for in its arguments. It watches attention (``sdpa_backend``) and
+convolutions, all that ``cudnn.benchmark`` autotunes (``run.paired.PairedPhase.holds``); one
+called from TorchScript or C++ goes unseen.
 """
 
 from __future__ import annotations
@@ -33,8 +16,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-#: torch's entry points of a convolution (``F.conv2d`` is ``torch.conv2d``), those this torch
-#: has: what ``cudnn.benchmark`` autotunes on a GPU (cuDNN's, MIOpen's on ROCm).
+#: torch's entry points of a convolution (``F.conv2d`` is ``torch.conv2d``), those this torch has.
 CONVOLUTIONS = (
     "conv1d",
     "conv2d",
@@ -65,8 +47,7 @@ _MHA_FORWARD = getattr(torch.nn.functional, "multi_head_attention_forward", None
 
 
 class OpsSeen(TorchFunctionMode):
-    """``with OpsSeen() as seen: step()`` then ``seen.called``: the watched ops that ran, by the
-    names of ``WATCHED``, sorted."""
+    """``with OpsSeen() as seen: step()``, then ``seen.called``: the watched ops that ran."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -88,9 +69,7 @@ class OpsSeen(TorchFunctionMode):
 
 
 def attn_implementation(noted: str | None, called: list[str] | None) -> str | None:
-    """The record's ``attn_implementation``: what the factory noted (``ctx.note``), else
-    ``"sdpa"`` where the step was seen calling ``scaled_dot_product_attention``, else None (no
-    attention, or attention written out in matmuls and softmax: the two look alike)."""
+    """The record's ``attn_implementation``: the factory's note, else "sdpa" if seen, else None."""
     if noted is not None:
         return noted
     if called is not None and "scaled_dot_product_attention" in called:

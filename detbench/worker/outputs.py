@@ -1,23 +1,13 @@
 """What one run of a user's script left, as comparable items, and where two runs first part.
 
-``detbench exec`` gathers what each run of a script left into a folder: ``files/<path>`` (files
-the script created or changed), ``stdout.txt``, ``stderr.txt`` and, when the script called
-``detbench.fingerprint``, ``fingerprints.jsonl``. ``read_outputs`` turns that folder into
-``Item``s, in comparison order: printed lines, stdout then stderr (``stdout:K``, masked as
-``worker.printed`` says), each followed by the results it labels (``stdout:K:loss``:
-``worker.evidence``); fingerprints (``fingerprint:NAME#INDEX``); then files, sorted by their
-names without the run in them (``worker.runnames``). Checkpoints (.pt .pth .ckpt .bin, and any
-file in torch.save's zip or legacy format) are read with ``torch.load(weights_only=True)`` and
-walked through dicts, lists and tuples to one item per leaf tensor (``FILE:model.fc.weight``:
-dtype, shape and raw bytes) and per other leaf (``FILE:epoch``: its type and ``repr``, exact for
-a float): the file's own bytes never count, since the same state saved twice can give different
-bytes (another archive name, pickle protocol or storage sharing). .safetensors files give one
-item per tensor; event files, JSON and CSV are read by field (``worker.formats``); other text
-files (``TEXT_SUFFIXES``) give one item per line. Any other file, one that cannot be read as its
-suffix says (listed in ``unreadable``) and an empty one are one item of their whole bytes, so
-that their presence counts. Container metadata (a dict's class, a list's length) is not
-compared. Numbers are compared as bits, never with a tolerance; ``max_abs_diff`` only says how
-far apart the first differing item is.
+``read_outputs`` turns a run's folder (``files/<path>``, ``stdout.txt``, ``stderr.txt``,
+``fingerprints.jsonl``) into ``Item``s, in comparison order: printed lines, stdout then stderr
+(``stdout:K``), each followed by the results it labels (``stdout:K:loss``); fingerprints; then
+files, by their names without the run in them (``worker.runnames``). A checkpoint gives one item
+per leaf, never its file's bytes: the same state saved twice can give other bytes (archive name,
+pickle protocol, storage sharing). Event files, JSON and CSV are read by field
+(``worker.formats``), other text files by line; any other file, an unreadable one and an empty
+one are one item of their whole bytes. Numbers are compared as bits.
 """
 
 from __future__ import annotations
@@ -48,31 +38,21 @@ TEXT_SUFFIXES = frozenset(
 #: The start of a legacy (pre-1.6, non-zip) torch.save file: its magic number, pickled.
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
 #: The safetensors dtype names (the format's data is little-endian, as torch's on x86 and ARM).
-_ST_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
+_ST_DTYPES: dict[str, torch.dtype] = {
+    **{f"F{n}": getattr(torch, f"float{n}") for n in (64, 32, 16)},
+    **{f"I{n}": getattr(torch, f"int{n}") for n in (64, 32, 16, 8)},
+    **{f"U{n}": getattr(torch, f"uint{n}") for n in (64, 32, 16, 8)},
     "BF16": torch.bfloat16,
     "F8_E4M3": torch.float8_e4m3fn,
     "F8_E5M2": torch.float8_e5m2,
     "C64": torch.complex64,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U64": torch.uint64,
-    "U32": torch.uint32,
-    "U16": torch.uint16,
-    "U8": torch.uint8,
     "BOOL": torch.bool,
 }
 
 
 @dataclass(frozen=True)
 class Outputs:
-    """One run's items in comparison order. ``run_dir`` and ``trust_pickles`` let
-    ``first_parting`` read a differing tensor again, to measure how far apart the runs are,
-    without keeping every tensor in memory."""
+    """One run's items in comparison order; ``run_dir`` to read a differing tensor again."""
 
     items: list[Item]
     set_aside: list[SetAside]
@@ -97,12 +77,10 @@ class Parting:
 
 
 def _line_items(text: str, source: str, where: dict[str, Any], asides: Asides) -> list[Item]:
-    """Each comparable line, then each result it labels (``evidence.labelled_numbers``: the
-    number as printed, named by the line and its label)."""
+    """Each comparable line, then each result it labels (``evidence.labelled_numbers``)."""
     items = []
     for k, ln in enumerate(lines(text, source, asides), 1):
-        at = {**where, "line_no": ln.line_no, "text": ln.text, "masked": ln.masked}
-        at["step"] = ln.step
+        at = {**where, "line_no": ln.line_no, "text": ln.text, "masked": ln.masked, "step": ln.step}
         if ln.epoch is not None:
             at["epoch"] = ln.epoch
         items.append(Item("line", f"{source}:{k}", sha(ln.masked), at, shown(ln.text)))
@@ -117,10 +95,7 @@ def _natural(name: str) -> list[Any]:
 
 
 def read_safetensors(path: Path, *, library: bool = True) -> dict[str, torch.Tensor]:
-    """A .safetensors file's tensors in name order (digits as numbers: ``layers.2`` before
-    ``layers.10``; the file keeps no order of the user's), read with the safetensors library when
-    ``library`` and it is importable, else parsed here: an 8-byte little-endian header length, a
-    JSON header of dtype, shape and data_offsets per tensor, then the data."""
+    """A .safetensors file's tensors in natural name order (parsed here without the library)."""
     if library:
         try:
             from safetensors.torch import load_file  # an optional dependency
@@ -148,9 +123,7 @@ def read_safetensors(path: Path, *, library: bool = True) -> dict[str, torch.Ten
 
 
 def _torch_load(path: Path, trust_pickles: bool) -> Any:
-    """``torch.load`` on the CPU, unpickling beyond weights only when ``trust_pickles``; a file
-    of pickled objects that weights-only loading refuses is otherwise read as data, its classes
-    stood in for (``worker.pickles``)."""
+    """``torch.load`` on the CPU, else as data (``worker.pickles``) unless ``trust_pickles``."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
@@ -181,7 +154,6 @@ def _leaves(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:
-    """A dense, contiguous CPU copy with conjugation and negation bits resolved."""
     t = t.detach()
     if t.layout != torch.strided:
         t = t.to_dense()
@@ -223,9 +195,7 @@ def _is_torch_file(path: Path) -> bool:
 
 
 def _file_items(path: Path, rel: str, name: str, trust: bool, asides: Asides) -> list[Item]:
-    """One file's items (module docstring), named after ``name`` (its path without the run in
-    it: ``runnames.canonical``); [] for a file compared whole; raises what makes it unreadable
-    as its suffix or content says."""
+    """One file's items, named ``name``; [] for a file compared whole; raises if unreadable."""
     suffix = path.suffix.lower()
     if is_tfevents(path):
         return tfevents_items(path, name, rel, asides)
@@ -275,9 +245,8 @@ def _fingerprints(path: Path, unreadable: list[str]) -> list[Item]:
 
 
 def read_outputs(run_dir: Path, *, trust_pickles: bool = False) -> Outputs:
-    """The comparable items of one run's folder (module docstring). ``trust_pickles`` lets a
-    checkpoint that weights-only loading refuses be unpickled in full: that runs code the file
-    names, so only for files the user trusts; without it such a file is compared whole."""
+    """The comparable items of one run's folder. ``trust_pickles`` unpickles in full what
+    weights-only loading refuses: that runs code the file names, so only for trusted files."""
     run_dir = Path(run_dir)
     asides, unreadable, items = Asides(), list[str](), list[Item]()
     for stream in ("stdout", "stderr"):
@@ -310,8 +279,7 @@ def digest_of(o: Outputs) -> str:
 
 
 def _abs_diff(x: torch.Tensor, y: torch.Tensor) -> float | None:
-    """The largest |x - y| in float64 (complex128 for complex); NaN-safe: NaN and NaN (and equal
-    infinities) are 0 apart, NaN and a number inf. None for other shapes or no elements."""
+    """The largest |x - y|, NaN-safe as ``printed.num_diff``; None for other shapes or none."""
     if x.shape != y.shape or x.numel() == 0:
         return None
     wide = torch.complex128 if x.is_complex() or y.is_complex() else torch.float64
@@ -340,9 +308,8 @@ def _tensor(o: Outputs, item: Item) -> torch.Tensor | None:
 
 
 def first_parting(a: Outputs, b: Outputs) -> Parting | None:
-    """The first item, in ``a``'s order, whose digest differs or that one run lacks (an item
-    only ``b`` has counts right after the last item before it that ``a`` has too); None when
-    every item is equal."""
+    """The first item, in ``a``'s order, that differs or one run lacks (one only ``b`` has comes
+    right after the last item before it that ``a`` has too); None when all are equal."""
     in_a = {item.name: (k, item) for k, item in enumerate(a.items)}
     in_b = {item.name: item for item in b.items}
     order: dict[str, tuple[float, int]] = {name: (k, 0) for name, (k, _) in in_a.items()}

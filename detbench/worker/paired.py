@@ -1,33 +1,13 @@
 """A timing worker's side of paired timing: one workload built and warmed up, then timed one
-block at a time, each block when the runner asks for it.
+block at a time, each block when the runner asks for it (``detbench.run.paired``; why costs are
+timed in turns, docs/running.md "Costs side by side").
 
-Why: a cost is the ratio of two modes' step times. Timed in their own workers minutes apart, the
-two medians come from different clock, power and host states, and the ratio carries that drift
-(on a quiet 2-core CPU, the same computation in two workers differed by 50%, median). So every
-mode of a replicate has a worker alive at once, and the runner has them take turns, one block
-each, in an order shuffled anew each round (``detbench.run.paired``): each mode is then timed a
-few hundred milliseconds from the others, under the same conditions, and a cost is estimated
-from the rounds' ratios (``detbench.analysis.paired_costs``).
-
-What a block is, and what it is not:
-
-* **The mode's own fresh process.** The worker applied its mode once, before any CUDA work, as a
-  verdict worker does; no setting is toggled inside it. (cuDNN's convolution plan cache keys on
-  ``deterministic`` and ``allow_tf32`` but not on ``benchmark``: flipping ``cudnn.benchmark``
-  inside one process would time the plan the other setting chose.)
-* **The computation the verdict proves.** The workload is built exactly as the verdict worker
-  built it (``build_pass``: seeded, the mode's execution), and the first step's digest is sent
-  back, so the runner can say whether the timed process computed the verdict's first step bit
-  for bit (``same_bits`` in ``paired.jsonl``).
-* **Warmed up as any timing pass** (``warmup.warm_up``); then the block holds
-  ``floor(block_seconds / step)`` steps, at least one, so each mode's block lasts about as long
-  as the others' and a round about ``workers * block_seconds``.
-* **One block, one sample**, after one untimed step (``warmup.TURN_STEPS``: the worker before
-  this one ran other code on the cores and the GPU; none before a block that is one step of 0.1
-  s or more, ``warmup.turn_steps``), timed by the pass's own samplers (CUDA
-  events on a GPU, one host synchronisation at the block's end, before the next worker's
-  turn; ``perf_counter`` on a CPU); garbage collection off inside it. NVML is read when the
-  warm-up starts, at the first block and after the last, never between blocks of a round.
+The worker applied its mode once, before any CUDA work, and toggles no setting (cuDNN's plan
+cache does not key on ``benchmark``). The workload is built as the verdict worker built it
+(``build_pass``), and its first step's digest goes back for ``same_bits``. A block holds
+``floor(block_seconds / step)`` steps, at least one, so every mode's block lasts about as long;
+one block is one sample, after ``warmup.turn_steps`` untimed steps. NVML is read when the
+warm-up starts, at the first block and after the last, never between blocks of a round.
 """
 
 from __future__ import annotations
@@ -71,9 +51,8 @@ class PairedTiming:
     #: The host's load from the first block to ``finish`` (``hostload.Probe``): the other
     #: workers of the group are the run's own, anything else is foreign.
     load: Any = None
-    #: A clock the ranks of a distributed workload read alike (the latest of their
-    #: ``perf_counter``s: ``distributed.rank``), so every rank warms up and times the same steps
-    #: and a block is the slowest rank's; None: the device's own sampler.
+    #: A clock the ranks of a distributed workload read alike (``distributed.rank``), so a block
+    #: is the slowest rank's; None: the device's own sampler.
     clock: Any = None
 
     @classmethod
@@ -86,14 +65,12 @@ class PairedTiming:
         ctx: Context | None = None,
         clock: Any = None,
     ) -> tuple[PairedTiming | None, dict[str, Any]]:
-        """Build ``w``, run its first step (digested), warm it up and size its block: (the
-        timing, or None where it failed; the ``prepared`` message's fields). ``ctx``: a rank's
-        context (None: the job's), ``clock``: the ranks' shared clock."""
+        """Build ``w``, digest its first step, warm it up and size its block: (the timing, or None
+        where it failed; the ``prepared`` message's fields). ``ctx``: a rank's context."""
         ctx = ctx or context(w, job)
         device = ctx.device
         self = cls(w, ctx, mode, job, threads=torch.get_num_threads(), clock=clock)
-        # The verdict worker's record of the same build: build_pass reads the settings back into
-        # it, so a workload that changes a setting is caught here as there.
+        # build_pass reads the settings back into it: a changed setting is caught as in a verdict
         rec = new_record(w, ctx, job, mode, ws, self.threads)
         t0 = time.perf_counter()
         watch = PeakWatch(device)
@@ -123,10 +100,9 @@ class PairedTiming:
         ctx: Context | None = None,
         clock: Any = None,
     ) -> tuple[PairedTiming | None, dict[str, Any]]:
-        """Time the step this worker's verdict pass built and fingerprinted (``passes.Hooks.keep``):
-        no second build, no second first step; warmed up from where the fingerprint steps left
-        it. The digest is the verdict's own first step (``same_bits`` is then true by
-        construction: one process computed both). ``ctx``, ``clock``: as ``prepare``'s."""
+        """Time the step this worker's verdict pass built (``passes.Hooks.keep``): no second
+        build; the digest is the verdict's own first step, so ``same_bits`` holds by
+        construction."""
         threads = int(rec.get("num_threads") or torch.get_num_threads())
         ctx = ctx or context(w, job)
         self = cls(w, ctx, mode, job, step=step, threads=threads, clock=clock)
@@ -143,8 +119,7 @@ class PairedTiming:
     def _prepared(
         self, digest: Any, changed: Any, memory: dict[str, Any] | None, t0: float
     ) -> dict[str, Any]:
-        """The ``prepared`` message's fields: the block's size, and the memory the runner sizes
-        the group with (``run.paired``: a group too big for the device is split)."""
+        """The ``prepared`` message's fields, with the memory the runner sizes the group by."""
         return {
             "status": "ok",
             "first_step_digest": digest,
@@ -166,22 +141,16 @@ class PairedTiming:
         else:
             self.sampler = ClockSampler(host_clock(dev), "perf_counter")
         self.watch = ClockWatch(dev)
-        # The warm-up's ceiling: half the seconds the rounds sample (at most the budget). Its
-        # work is to leave behind the one-offs (autotuning, allocator growth, lazy set-up):
-        # the slower drift a longer warm-up would wait out is shared by both sides of a ratio.
-        rounds = int(self.job.get("rounds") or 10)
-        budget = min(float(self.job["budget"]), rounds * float(self.job["block_seconds"]) / 2)
+        # Half the seconds the rounds sample (at most the budget): the warm-up leaves behind the
+        # one-offs; a slower drift is shared by both sides of a ratio.
+        job, block = self.job, float(self.job["block_seconds"])
+        budget = min(float(job["budget"]), int(job.get("rounds") or 10) * block / 2)
+        steps, target = int(job["warmup_steps"]), float(job["target_rel"])
         with self._on_device():
             self.watch.start()
-            self.warm = warm_up(
-                self.step,
-                self.sampler,
-                int(self.job["warmup_steps"]),
-                budget,
-                float(self.job["target_rel"]),
-            )
+            self.warm = warm_up(self.step, self.sampler, steps, budget, target)
             self.watch.mark()
-        self.number = block_steps(self.warm.medians[-1], float(self.job["block_seconds"]))
+        self.number = block_steps(self.warm.medians[-1], block)
 
     def _on_device(self) -> contextlib.AbstractContextManager[Any]:
         if self.ctx.device.type == "cuda":
@@ -199,9 +168,7 @@ class PairedTiming:
             self.load = Probe(self.ctx.device.type, self.job.get("run_pid"))
             self.load.start()
         with torch_threads(self.threads), self._on_device():
-            # An untimed step first: the worker before this one ran other code on these cores
-            # (and on the GPU), so the first step of a turn pays for caches, TLBs and sleeping
-            # threads that a block of short steps would otherwise carry.
+            # Untimed steps first: they pay the turn's cold start (``warmup.LONG_STEP_SECONDS``)
             for _ in range(self.turn_steps):
                 self.step()
             sync(self.ctx.device)
@@ -211,12 +178,9 @@ class PairedTiming:
         return {"seconds": seconds, "start": start}
 
     def reference(self, seconds: float) -> dict[str, Any]:
-        """Time the step with a reference timer, in this process as it is between two of its
-        turns: ``torch.utils.benchmark.Timer.blocked_autorange`` for about ``seconds`` on a CPU
-        (its median per step), CUDA events around ``number_per_block`` steps' blocks on a GPU
-        (``samplers.CudaEventSampler``, 8 blocks after one untimed block). The ``reference``
-        message's fields; the samples of the rounds are untouched. ``--reference-check``
-        alternates it with the rounds, so a drift of the machine is shared by both."""
+        """Time the step with a reference timer between two turns (``--reference-check``):
+        ``Timer.blocked_autorange`` for about ``seconds`` on a CPU, the median of 8 CUDA-event
+        blocks after an untimed one on a GPU. The ``reference`` message's fields."""
         with torch_threads(self.threads), self._on_device():
             if self.ctx.device.type == "cuda":
                 sampler = CudaEventSampler(self.ctx.device)
@@ -226,9 +190,8 @@ class PairedTiming:
                 return {"seconds": median, "timer": "cuda events", "blocks": len(got)}
             from torch.utils.benchmark import Timer  # only when a reference is asked for
 
-            step = self.step
             # At the worker's threads: the Timer's default is one thread.
-            timer = Timer(stmt="step()", globals={"step": step}, num_threads=self.threads)
+            timer = Timer(stmt="step()", globals={"step": self.step}, num_threads=self.threads)
             m = timer.blocked_autorange(min_run_time=seconds)
             return {
                 "seconds": float(m.median),
@@ -237,8 +200,7 @@ class PairedTiming:
             }
 
     def finish(self) -> dict[str, Any]:
-        """The samples' summary as a ``Timing`` (the timing pass's JSON), then the workload
-        freed: the ``timed`` message's fields."""
+        """The samples' ``Timing``, then the workload freed: the ``timed`` message's fields."""
         gpu_clocks = self.watch.stop() if self.watch is not None else None
         out: dict[str, Any] = {"samples": len(self.samples)}
         if self.load is not None:  # how busy the host was while the rounds ran

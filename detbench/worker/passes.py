@@ -1,18 +1,10 @@
 """The one verdict pass pipeline: build, fingerprint pass, FLOP count, the batch-invariance
-pass, then, whatever happened, the peak memory, the settings read back and the clean-up. The
-costs are timed after it, paired (``worker.paired``), in the same worker where it keeps the step
-(``Hooks.keep``). Every outcome is a record, never an exception (``measure.classify``).
+pass, then, whatever happened, the peak memory, the settings read back and the clean-up. Every
+outcome is a record, never an exception (``measure.classify``).
 
-Three kinds of process run these passes, and what differs between them is a hook (``Hooks``),
-never a copy of a pass:
-
-- a run's worker (``run_workload``): the batch-invariance pass, the cuDNN log
-  (``after_fingerprint``), the step a paired member keeps (``keep``);
-- a torchrun rank (``detbench.distributed.rank``): a line in its log per phase (``say``), the
-  digest of its DDP parameters after each step (``after_step``), a reference of its own
-  (``reference``), NCCL's refusals (``classify``), the time of its failure (``on_failure``);
-- locate's recording process (``detbench.locate.worker``), the fingerprint pass alone: each step
-  under the op recorder (``around_step``), no ops watched (``watch_ops``), no reference.
+A run's worker (``run_workload``), a torchrun rank (``distributed.rank``) and locate's recording
+process (``locate.worker``) run these passes; what differs between them is a hook (``Hooks``),
+never a copy of a pass.
 """
 
 from __future__ import annotations
@@ -55,10 +47,6 @@ from detbench.worker.memory import PeakWatch, describe_memory, memory_figures
 from detbench.worker.ops import OpsSeen, attn_implementation
 
 
-def _no_context(i: int) -> AbstractContextManager[Any]:
-    return contextlib.nullcontext()
-
-
 @dataclass
 class Hooks:
     """Where a caller changes the passes (see the module docstring); the defaults are a worker's."""
@@ -66,7 +54,7 @@ class Hooks:
     #: A progress line at each phase and fingerprint step.
     say: Callable[[str], None] | None = None
     #: The context fingerprint step ``i`` runs in (its outputs are digested outside it).
-    around_step: Callable[[int], AbstractContextManager[Any]] = _no_context
+    around_step: Callable[[int], AbstractContextManager[Any]] = contextlib.nullcontext
     #: Called with each fingerprint step's index and outputs.
     after_step: Callable[[int, list[Any]], None] | None = None
     #: Called with the record after the fingerprint pass.
@@ -80,13 +68,12 @@ class Hooks:
     #: Whether a workload that declares batch sizes gets its batch-invariance pass.
     invariance: bool = True
     #: Whether a failure is followed by a synchronisation, to learn whether the CUDA context
-    #: survived it (a rank does not: a peer's failure leaves its collectives waiting).
+    #: survived (not in a rank: a peer's failure leaves its collectives waiting).
     check_device: bool = True
     #: (status, message) of an exception.
     classify: Callable[[BaseException], tuple[str, str]] = classify
-    #: Called with the built step once the fingerprint and FLOP passes are done, where no
-    #: batch-invariance pass rebuilds the workload after them: a timing worker of a paired run
-    #: keeps the step its verdict computed and times it, instead of building it again.
+    #: Called with the built step after the fingerprint and FLOP passes, where no
+    #: batch-invariance pass rebuilds it: a paired timing worker times the verdict's own step.
     keep: Callable[[Any], None] | None = None
     #: Called with the record and the exception, once the failure is in the record.
     on_failure: Callable[[dict[str, Any], BaseException], None] | None = None
@@ -101,9 +88,7 @@ def fingerprint_pass(
     rec: dict[str, Any],
     hooks: Hooks | None = None,
 ) -> None:
-    """Run the fingerprint steps and fill the record's fingerprint fields (all at the end, so a
-    pass that fails leaves none). Without ``job["reference_dir"]``, no reference is read or
-    saved."""
+    """Run the fingerprint steps; the record's fields are set last, so a failure leaves none."""
     hooks = hooks or Hooks()
     method = rec["fingerprint_method"]
     both = job.get("fingerprint") == "both"
@@ -151,8 +136,8 @@ def fingerprint_pass(
 def _against_references(
     w: Workload, job: Mapping[str, Any], mode: Mode, outputs: Any, rec: dict[str, Any], mine: str
 ) -> None:
-    """The last step's outputs against the first replicate's (saved by the first to get here),
-    and against the default mode's; ``mine``: what a rank adds to the reference's name."""
+    """The last step's outputs against the first replicate's and the default mode's; ``mine``:
+    what a rank adds to the reference's name."""
     ref = reference_path(Path(job["reference_dir"]), w.key, mode.name + mine)
     replicate = int(job["replicate"])
     diff = fp.diff_against_reference(ref, rec["fingerprint"], outputs, replicate)
@@ -172,8 +157,7 @@ def _against_references(
 
 @dataclass
 class Passes:
-    """Every pass of one workload ``w`` into its record ``rec`` (``run``); ``ws``: the settings the
-    process applied for ``mode``."""
+    """Every pass of one workload ``w`` into its record ``rec`` (``run``)."""
 
     w: Workload
     ctx: Context
@@ -290,12 +274,9 @@ def run_workload(
     launch: Callable[..., None] | None = None,
     keep: Callable[[Any], None] | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Every pass of one workload in a run's worker: (record, device_lost). Every outcome is a
-    record, never an exception. ``device_lost``: the workload failed
-    with a CUDA error after which this process's CUDA context cannot be trusted. ``ws``: the
-    settings the worker applied for ``mode`` (None reads them as they are). ``launch``: how a
-    distributed workload's ranks are launched (``distributed.launch.run_distributed``, a layer
-    above this one). ``keep``: ``Hooks.keep`` (a paired run's timing worker)."""
+    """Every pass of one workload in a run's worker: (record, device_lost: a CUDA error left
+    this process's context untrustworthy). ``ws`` None reads the settings as they are; ``launch``
+    starts a distributed workload's ranks (a layer above); ``keep``: ``Hooks.keep``."""
     if ws is None:
         ws = WorkerSettings(mode, {}, read_all())
     ctx = context(w, job)

@@ -1,17 +1,9 @@
 """A ``torch.save`` file of pickled objects, read as data without running their code.
 
-A training script saves more than state dicts: the Hugging Face ``Trainer`` writes
-``training_args.bin`` (a pickled ``TrainingArguments``, whose ``logging_dir`` holds the run's
-start time and host), and people ``torch.save(model)`` a whole module. ``torch.load(weights_only=
-True)`` refuses both, and unpickling them in full imports and runs the classes the file names.
-``load_as_data`` does neither: each class the file names (``torch.serialization.
-get_unsafe_globals_in_checkpoint``) is stood in for by a ``Stub`` that keeps the arguments and
-the state the pickle hands it, allowed through torch's own weights-only unpickler
-(``torch.serialization.safe_globals``). Tensors and parameters come back as tensors, the rest as
-the plain values they are; ``fields`` walks a stub as a dict of its arguments and its state.
-
-Both torch APIs are probed: without them (torch before 2.5) the file stays unreadable here and is
-compared as whole bytes.
+``training_args.bin`` (a pickled ``TrainingArguments``) or a ``torch.save(model)`` is refused by
+``torch.load(weights_only=True)``, and unpickling it in full runs the classes the file names.
+``load_as_data`` stands a ``Stub`` in for each class the file names, through torch's own
+weights-only unpickler (``safe_globals``; torch 2.5+, else the file is compared whole).
 """
 
 from __future__ import annotations
@@ -22,8 +14,7 @@ from typing import Any
 
 
 class Stub:
-    """An object of a class named in a pickle, rebuilt as data: ``args`` from its construction
-    (``NEWOBJ``, ``REDUCE``: an ``Enum``'s value), ``state`` from ``BUILD``."""
+    """An object of a class named in a pickle, as data: its construction ``args``, its ``state``."""
 
     args: tuple[Any, ...]
     state: Any

@@ -1,33 +1,19 @@
 """Printed lines as two runs can compare them: what a terminal shows, clock readings masked.
 
-``detbench.worker.outputs`` compares a run's stdout, stderr and text files line by line; this
-module decides what a line is and which of its parts can never be equal between two runs.
+A line is what a terminal shows at its end: text after a ``\\r`` overwrites the line from the
+first column, so a tqdm bar counts once, in its last state; the overwritten redraws, whose number
+follows the clock, are set aside, and so is a bar short of its end (``3/24``: with two bars on a
+stream, or a bar beside prints, the state a line catches follows the clock). Blank lines are
+dropped; a line with no letter or digit left outside the masks is set aside whole.
 
-A line is what a terminal shows at its end: the text is split on ``\\n``, and within a line text
-after a ``\\r`` overwrites it from the first column, so a tqdm bar counts once, in its last state
-(``100%|...| 10/10`` and its postfix, e.g. ``loss=0.41``). The overwritten redraws are set aside:
-tqdm redraws at most every ``mininterval`` (0.1 s), so how many there are follows the clock; the
-last state does not, and a bar closed with ``leave=False`` is blanked by tqdm itself. A bar short
-of its end (``3/24``) is set aside too: with two bars on a stream (a ``Trainer``'s evaluation bar
-under its training bar, drawn with cursor moves, which are removed) or a bar beside prints, the
-state a line catches follows the clock. Blank lines are dropped.
-
-Masks (``MASKS``, applied in order; each kind set aside once per stream or file, with a count):
-temporary paths (``<tmp>``: /tmp and the other roots tempfile uses, a Windows ``Temp``), dates,
-times and run folders' stamps (``<time>``), durations, tqdm's timers and the number after a time
-word or key (``<elapsed>``: ``3.2s``, ``ms/batch 78.66``, ``took 3.2``, ``"step_ms": 12.5``),
-rates (``<rate>``: ``1.5 it/s``, ``tokens/sec``, ``FLOPS``, ``mfu``, ``_per_second`` keys),
-process ids (``<pid>``) and addresses (``<addr>``: after ``at 0x``, or 9 to 12 hex digits, which
-float32 and float64 bit patterns never have). They are kept narrow, each tied to a unit, a key
-word or a clock's shape, because a mask that covers a real difference turns a verdict into
-"reproducible" when it is not; masking a value that happens to be deterministic only loses a
-comparison. Numbers outside them (losses, accuracies, ``lr 3e-4``, step counters, ``98.5%``)
-stay as printed: the printed text is the bits a user sees.
-
-A line with no letter or digit left outside the masks is set aside whole. Not masked, so a
-difference there is reported: epoch seconds, random run names (e.g. wandb ids), dates in other
-forms (``Nov 27``), and a bar sharing a stream with ``print`` (the bar's state at the print is
-the clock's choice).
+``MASKS`` (each kind set aside once per stream or file, with a count): temporary paths
+(``<tmp>``), dates, times and run stamps (``<time>``), durations and numbers after a time word
+or key (``<elapsed>``), rates (``<rate>``), process ids (``<pid>``) and addresses (``<addr>``: 9
+to 12 hex digits, which float32 and float64 bit patterns never have). They are kept narrow, each
+tied to a unit, a key word or a clock's shape, because a mask that covers a real difference
+turns a verdict into "reproducible" when it is not; masking a deterministic value only loses a
+comparison. Other numbers (losses, ``lr 3e-4``, step counters) stay as printed. Not masked, so
+a difference there is reported: epoch seconds, random run names, dates in other forms.
 """
 
 from __future__ import annotations
@@ -121,9 +107,7 @@ _TIME_KEY = re.compile(r"^(?:date|datetime|\w+_(?:at|date)|created|started|finis
 
 
 def timing_kind(key: str) -> str | None:
-    """The kind of clock reading a field's key names (a JSON key, a CSV column, a logged tag:
-    ``train_runtime``, ``log_history[3].train_samples_per_second``, ``time/step_ms``,
-    ``it/s``), or None for a key that names no clock: the same words as the masks'."""
+    """The kind of clock reading a JSON key, CSV column or logged tag names, or None."""
     key = key.strip()
     tail = key.rsplit(".", 1)[-1].split(":")[-1]
     if _RATE_KEY.search(tail):
@@ -162,8 +146,7 @@ class Line:
 
 @dataclass
 class Asides:
-    """What was set aside, counted per (source, kind) in the order first seen, and entries
-    added whole (``extra``)."""
+    """What was set aside, counted per (source, kind), and entries added whole (``extra``)."""
 
     seen: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # [count, first line]
     extra: list[SetAside] = field(default_factory=list)
@@ -180,7 +163,7 @@ class Asides:
 
 
 def mask_line(text: str) -> tuple[str, list[str]]:
-    """``text`` with ``MASKS`` applied, and the kind of each value masked (module docstring)."""
+    """``text`` with ``MASKS`` applied, and the kind of each value masked."""
     kinds: list[str] = []
     for kind, pattern in MASKS:
 
@@ -196,16 +179,14 @@ def mask_line(text: str) -> tuple[str, list[str]]:
 
 
 def step_of(text: str) -> tuple[int | None, int | None]:
-    """The step and the epoch a line names: ``step 12``, ``step 12/60``, ``iter 12``, ``it 12``,
-    ``[12/60]`` or ``12/60`` at the start; ``epoch 2``. None where it names none."""
+    """The step (``step 12``, ``[12/60]``, ``12/60`` first) and epoch a line names, or None each."""
     step = next((int(m.group(1)) for p in _STEP if (m := p.search(text))), None)
     epoch = _EPOCH.search(text)
     return step, int(epoch.group(1)) if epoch else None
 
 
 def lines(text: str, source: str, asides: Asides) -> list[Line]:
-    """The comparable lines of ``text`` (module docstring); what is set aside goes to ``asides``
-    under ``source`` (``stdout``, or a file's path)."""
+    """The comparable lines of ``text``; what is set aside goes to ``asides`` under ``source``."""
     kept: list[Line] = []
     for no, raw in enumerate(text.split("\n"), 1):
         parts = _ANSI.sub("", raw).split("\r")  # cursor moves: tqdm redrawing another line
@@ -241,8 +222,7 @@ def num_diff(x: float, y: float) -> float:
 
 
 def line_diff(x: str, y: str) -> float | None:
-    """The largest |a - b| over the numbers at the same places of two masked lines that differ
-    only in numbers; None when they differ elsewhere too, or hold no number."""
+    """The largest |a - b| of two masked lines that differ only in numbers, else None."""
     if _NUMBER.sub("#", x) != _NUMBER.sub("#", y):
         return None
     pairs = zip(_NUMBER.findall(x), _NUMBER.findall(y), strict=True)

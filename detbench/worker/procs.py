@@ -1,10 +1,6 @@
 """Whose processes share the host and the GPU during a timing pass: the run's own (the runner,
-whose pid every worker is given, and its descendants: the other workers, torchrun's ranks, a
-workload's own child processes) or foreign ones.
-
-``/proc`` gives the process tree (Linux); NVML (``detbench.worker.nvml``) the processes that hold
-a context on the worker's GPU and the SM utilisation it sampled for each. Nothing here raises:
-what cannot be read is None or a note.
+whose pid every worker is given, and its descendants) or foreign ones, from ``/proc`` and NVML.
+Nothing here raises: what cannot be read is None or a note.
 """
 
 from __future__ import annotations
@@ -15,14 +11,12 @@ from typing import Any
 
 from detbench.worker import nvml as nv
 
-#: Ancestors followed from a process up to the runner, at most (a tree deeper than this is not
-#: one detbench made).
+#: Ancestors followed up to the runner, at most (a deeper tree is not one detbench made).
 MAX_DEPTH = 64
 
 
 def proc_stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command name (0: state, 1: ppid, 11: utime,
-    12: stime), or None where the process is gone or /proc cannot be read."""
+    """``/proc/PID/stat``'s fields after the name (1: ppid, 11: utime, 12: stime), or None."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -50,8 +44,8 @@ def is_own(pid: int, run_pid: int) -> bool:
 
 
 def _children(pid: int) -> list[int] | None:
-    """Direct children of ``pid`` from ``/proc/PID/task/*/children`` (every thread's: a runner's
-    lanes spawn workers from threads of their own); None where the kernel does not say."""
+    """Direct children of ``pid``, from every thread's ``children`` file (a runner's lanes spawn
+    workers from threads of their own); None where the kernel does not say."""
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
@@ -104,8 +98,7 @@ def _cuda() -> Any:
 
 
 def gpu_processes(run_pid: int | None) -> dict[int, bool] | None:
-    """The processes holding a context on this worker's GPU now, each with whether it is the
-    run's own; None where NVML cannot say."""
+    """The processes on this worker's GPU, each with whether it is the run's own; or None."""
     nvml, handle, _ = nv.device_handle(_cuda())
     if nvml is None:
         return None
@@ -129,9 +122,7 @@ def _utilisation(nvml: Any, handle: Any, since_us: int) -> dict[int, int] | str:
 
 
 def gpu_others(since_us: int, at_start: dict[int, bool], run_pid: int | None) -> dict[str, Any]:
-    """``host_load``'s GPU part (``detbench.worker.hostload``): the other processes on this
-    worker's GPU at the start of the pass (``at_start``, from ``gpu_processes``), at its end, or
-    sampled by NVML during it; whose they are; and the SM utilisation NVML sampled for them."""
+    """``host_load``'s GPU part: the other processes on this GPU, whose they are, their SM use."""
     nvml, handle, reason = nv.device_handle(_cuda())
     if nvml is None:
         return {"gpu_note": f"NVML unavailable ({reason})"[:200]}
@@ -151,14 +142,9 @@ def gpu_others(since_us: int, at_start: dict[int, bool], run_pid: int | None) ->
     if isinstance(util, str):
         out["gpu_note"] = util
     if me not in listed or run_pid is None:
-        # NVML does not list this worker, which holds a context: its pids are another
-        # namespace's (a container); or no runner is known. Whose the others are is unknown.
-        out.update(
-            gpu_own_processes=None,
-            gpu_foreign_processes=None,
-            gpu_own_util=None,
-            gpu_foreign_util=None,
-        )
+        # NVML does not list this worker, so its pids are another namespace's (a container)
+        keys = ("gpu_own_processes", "gpu_foreign_processes", "gpu_own_util", "gpu_foreign_util")
+        out.update(dict.fromkeys(keys))
         why = (
             "no runner is known"
             if run_pid is None

@@ -2,50 +2,39 @@
 
 **One main, one job in, JSON lines out.** Every child is ``python -m detbench.worker.child``
 (``child_command``). It reads one job, a JSON object, from the first line of stdin (``--job -``)
-or a file (``--job PATH``); the job's ``kind`` names the function that does it
-(``package.module:function``, imported only in the child, so this layer names no module above
-it; the job's writer names its own), which takes the job and a ``Channel``. Every message back
-is one strict JSON object on a line (``jsonable``: NaN as None), with a ``type``, flushed at
-once, to a file descriptor (``--fd``: a pipe) or appended to a file (``--out``):
+or a file; the job's ``kind`` names the function that does it (``package.module:function``,
+imported only in the child, so this layer names no module above it), which takes the job and a
+``Channel``. Every message back is one strict JSON object on a line, with a ``type``, flushed
+at once, to a pipe (``--fd``) or appended to a file (``--out``):
 
-- ``detbench.run.child:pair``, a run's worker (spawned by ``run.supervise``), a member of a
-  paired group: its job on stdin; ``loaded``, ``ready``, then the messages that answer each line
-  of stdin (``run.child.pair`` lists them); ``exit`` or the end of stdin ends it (``done`` at the
-  end of stdin). A ``prepared`` with ``lost`` ends it too: its CUDA context is unusable, and a
-  fresh worker takes over.
+- ``detbench.run.child:pair``, a run's worker (``run.supervise``): its job on stdin; ``loaded``,
+  ``ready``, then the answers to each line of stdin (``run.child.pair`` lists them); ``exit``,
+  the end of stdin (``done``) or a ``prepared`` with ``lost`` (its CUDA context is unusable)
+  ends it.
 - ``detbench.distributed.rank:main``, a torchrun rank (``distributed.launch``): ``DIR/job.json``;
   ``ready`` (its pid), a ``record`` per workload (with its ``index`` in the launch); ``done``.
-- ``detbench.locate.worker:main`` (locate's recording process), ``detbench.run.probe:main`` (the
-  op probe), ``detbench.locate.audit:main`` (audit's probe), one-shot children: a job file; one
-  ``result``, which the parent (``run_child``) takes, or ``ChildFailed`` where there is none.
+- ``detbench.locate.worker:main``, ``detbench.run.probe:main``, ``detbench.locate.audit:main``,
+  one-shot children: a job file; one ``result``, which ``run_child`` takes, else ``ChildFailed``.
 
 A line cut short by a crash is the file's last, and ``read_messages`` leaves it out.
 
-**What is not a message**, each for a reason:
+**What is not a message**:
 
-- *The runner's lines on stdin*: after the job, a worker reads ``device`` (begin CUDA's
-  initialisation) and ``go`` (begin measuring); ``run.supervise`` describes the exchange. The
-  other kinds read nothing after the job.
-- *Dying with the parent*: the child asks Linux for SIGKILL when its parent dies
-  (``die_with_parent``; ``dies_with_us`` for a parent's ``Popen``), before its imports, then names
-  itself ``ARMED_NAME`` (/proc/PID/comm), so ``ps`` and /proc tell detbench's workers apart.
+- *The runner's lines on stdin* after the job: ``run.supervise`` describes them.
+- *Dying with the parent*: before its imports the child asks Linux for SIGKILL when its parent
+  dies (``die_with_parent``; ``dies_with_us`` for a ``Popen``), then names itself ``ARMED_NAME``
+  (/proc/PID/comm), so ``ps`` and /proc tell detbench's workers apart.
 - *The exit status*: 0 after the last message (``done``, ``lost`` or a ``result``). A rank exits
   3 after a recorded failure, so that torchrun, which reads no message, stops the other ranks at
-  once. A child that ends without its last message crashed, and its status says how
-  (``exit_description``).
-- *The log*: a child's stdout and stderr (the workloads' prints, faulthandler's stack on a fatal
-  signal) go to a log file its parent chose; of a child that died without its message, the
-  parent quotes the log's tail in the record (``crashed``).
+  once. A child that ends without its last message crashed (``exit_description``).
+- *The log*: a child's stdout and stderr (prints, faulthandler's stack) go to a log file its
+  parent chose, whose tail the parent quotes for a child that died without its message.
 
-Two children are not started by this main. **exec's boot**: ``detbench exec -- COMMAND`` runs
-the user's own command, whose interpreters import a ``sitecustomize`` that ``run.execrun`` put
-first on their path; where ``EXEC_JOB_ENV`` names a job file, the boot (``locate.scripted``)
-applies the job's mode before the script's first line, the first interpreter marks itself in
-``EXEC_ROOT_ENV`` (its pid) for the ones it starts, and each writes its facts to a
-``boot-PID.json`` file at its exit: the command's stdout and stderr are the user's. And
-``store.results.collect_env_later`` runs ``torch.utils.collect_env`` as a ``python -c`` script
-that prints one JSON object (the store sits below this layer, and that child runs no detbench
-code).
+Two children are not started by this main. **exec's boot** (``locate.scripted``): the
+interpreters of ``detbench exec -- COMMAND`` import a ``sitecustomize`` (``run.execrun``) that
+applies the mode of the job ``EXEC_JOB_ENV`` names, and each writes its facts to
+``boot-PID.json`` at exit, since stdout and stderr are the user's. And
+``store.results.collect_env_later`` runs ``torch.utils.collect_env`` in a ``python -c`` script.
 """
 
 from __future__ import annotations
@@ -70,7 +59,7 @@ DEFAULT_TIMEOUT = 900.0
 #: The name (/proc/PID/comm) a worker takes once it dies with its runner.
 ARMED_NAME = b"detbench-worker"
 #: exec's boot: the job file of a run of the user's command, and the pid of its first
-#: interpreter (set by that interpreter for the ones it starts).
+#: interpreter (which it sets for the interpreters it starts).
 EXEC_JOB_ENV = "DETBENCH_EXEC_JOB"
 EXEC_ROOT_ENV = "DETBENCH_EXEC_ROOT"
 
@@ -78,7 +67,6 @@ _PR_SET_PDEATHSIG, _PR_SET_NAME = 1, 15
 
 
 def _prctl() -> Callable[..., int] | None:
-    """Linux's prctl(2), or None off Linux."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
@@ -87,10 +75,9 @@ def _prctl() -> Callable[..., int] | None:
 
 
 def die_with_parent(parent_pid: int | None = None, name: bytes | None = None) -> None:
-    """Ask Linux to kill this process when its parent dies, even by SIGKILL. ``parent_pid``: the
-    parent expected (default: the current one); if it died before the request was made, exit
-    now. ``name``: a process name (/proc/PID/comm) to take once the request is in place, so the
-    parent can tell from /proc that it was made. Nothing off Linux."""
+    """Ask Linux to kill this process when its parent dies, even by SIGKILL; exit now if
+    ``parent_pid`` (default: the current parent) died already. ``name``: the /proc/PID/comm to
+    take once the request is in place, so the parent can tell it was made. Nothing off Linux."""
     prctl = _prctl()
     if prctl is None:
         return
@@ -103,8 +90,7 @@ def die_with_parent(parent_pid: int | None = None, name: bytes | None = None) ->
 
 
 def dies_with_us() -> Callable[[], None] | None:
-    """For ``Popen(preexec_fn=...)``: the child gets SIGKILL when this process dies, even by
-    SIGKILL. prctl is looked up here, before the fork. None off Linux."""
+    """For ``Popen(preexec_fn=...)``: SIGKILL the child when this process dies; None off Linux."""
     prctl = _prctl()
     if prctl is None:
         return None
@@ -116,8 +102,7 @@ def dies_with_us() -> Callable[[], None] | None:
 
 
 def jsonable(obj: Any) -> Any:
-    """``obj`` as strict JSON: NaN and infinities become None, unknown objects (a torch.dtype in
-    a workload's params) their ``str``."""
+    """``obj`` as strict JSON: NaN and infinities None, unknown objects their ``str``."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
@@ -146,13 +131,9 @@ NO_CACHE_ENV = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CAC
 
 
 def fresh_compile_caches(env: dict[str, str]) -> str:
-    """Give a child's environment ``env`` compile caches of its own, in a new empty directory
-    (returned, for the caller to remove when the child is done): inductor's cache and Triton's
-    inside it, the FX-graph and autograd caches off. Every worker gets them, compiling or not:
-    importing ``torch._dynamo`` (the worker does at start) makes inductor's cache directory, by
-    default a ``torchinductor_<user>`` directory in the temporary directory shared by every
-    process of the user; and a cached autotuning choice or graph from another process would
-    hide the nondeterminism of compiling."""
+    """Give ``env`` inductor and Triton caches in a new directory (returned, for the caller to
+    remove), the FX-graph and autograd caches off: a cached choice or graph from another process
+    would hide the nondeterminism of compiling (importing ``torch._dynamo`` makes the cache)."""
     import tempfile
 
     root = tempfile.mkdtemp(prefix="detbench-inductor-")
@@ -164,9 +145,7 @@ def fresh_compile_caches(env: dict[str, str]) -> str:
 
 @contextlib.contextmanager
 def child_environment() -> Iterator[dict[str, str]]:
-    """The environment of a detbench child process that is not a runner's worker (locate's
-    recording processes, audit's probe): this checkout on ``PYTHONPATH`` and compile caches of
-    its own (``fresh_compile_caches``), removed when the block ends."""
+    """A non-worker child's environment: this checkout on ``PYTHONPATH``, caches of its own."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
@@ -178,24 +157,19 @@ def child_environment() -> Iterator[dict[str, str]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-# --- the one protocol: a job in, JSON lines out ---------------------------------------------
-
-
 class ChildFailed(Exception):
     """A one-shot child ended without its result: why, in one line (with its stderr's tail)."""
 
 
 class Channel:
-    """Where a child's messages go (``--out PATH``, appended; ``--fd N``): one strict JSON object
-    per line (``jsonable``), flushed at once, so the parent reads every message whole."""
+    """Where a child's messages go: one strict JSON object per line, flushed at once."""
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
 
     @classmethod
     def open(cls, path: str | None, fd: int | None) -> Channel:
-        """``path`` may hold ``{rank}``: torchrun's ``RANK`` of this process (one command line
-        starts every rank, each with a file of its own)."""
+        """``path`` may hold ``{rank}``: torchrun's ``RANK`` (each rank a file of its own)."""
         if fd is not None:
             return cls(os.fdopen(fd, "wb"))
         assert path is not None
@@ -207,8 +181,7 @@ class Channel:
         self.stream.flush()  # a buffered writer's flush writes the whole message, however large
 
     def result(self, result: dict[str, Any]) -> int:
-        """A one-shot child's answer, its one ``result`` message, its keys in the order the child
-        made them (a probe's workloads in the run's order); the exit status 0."""
+        """A one-shot child's one ``result`` message, keys in the child's order; exit status 0."""
         self.send({"type": "result", "result": result}, sort_keys=False)
         return 0
 
@@ -218,8 +191,7 @@ class Channel:
 
 
 def read_messages(path: Path) -> list[dict[str, Any]]:
-    """The messages a child appended to ``path`` (none if it wrote none), but a last line cut
-    short (the child died while writing it)."""
+    """The messages a child appended to ``path``, but a last line cut short by its death."""
     try:
         lines = path.read_bytes().splitlines()
     except OSError:
@@ -232,8 +204,7 @@ def read_messages(path: Path) -> list[dict[str, Any]]:
 
 
 def read_job(where: str) -> dict[str, Any]:
-    """The job: the first line of stdin (``-``: the rest of stdin stays for the parent's later
-    lines), or a JSON file."""
+    """The job: the first line of stdin (``-``: the rest stays for later lines), or a JSON file."""
     text = sys.stdin.buffer.readline() if where == "-" else Path(where).read_bytes()
     job: dict[str, Any] = json.loads(text)
     return job
@@ -271,13 +242,9 @@ def run_child(
     environment: Callable[[dict[str, str]], dict[str, str]] | None = None,
     label: str | None = None,
 ) -> dict[str, Any]:
-    """Run a one-shot child: the job of ``kind`` (see ``resolve``) written to
-    ``workdir/NAME.job.json``, its messages in ``workdir/NAME.jsonl``, in
-    ``child_environment()``; its ``result`` message, or ``ChildFailed``. The child dies with this
-    process. ``environment``: what to make of the child environment before the child starts (a
-    mode's ``Mode.environment``: its ``CUBLAS_WORKSPACE_CONFIG``, as a run's worker gets it);
-    None keeps it as it is. ``label``: what the child is called in ``ChildFailed``'s message
-    (default: its kind)."""
+    """Run a one-shot child of ``kind`` in ``workdir`` and ``child_environment()``: its
+    ``result``, or ``ChildFailed`` (naming it ``label``). ``environment`` edits the child's
+    environment (a mode's ``Mode.environment``)."""
     import subprocess
 
     label = label or f"the {kind} process"

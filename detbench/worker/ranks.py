@@ -18,15 +18,10 @@ EXACT_UP_TO = 1000
 @lru_cache(maxsize=4096)
 def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
     """1-based ranks ``(j, n + 1 - j)`` of the order statistics that bound a distribution-free
-    ``confidence`` interval of the median of ``n`` samples, or None when none exists (n < 6 at
-    95 %). ``j`` is the largest rank with ``P(B <= j - 1) <= (1 - confidence) / 2``,
-    ``B ~ Binomial(n, 1/2)``: ``binom.ppf`` gives the smallest ``k`` with ``P(B <= k) >=`` the
-    tail, so every rank below ``k`` qualifies, and ``k`` itself only where ``P(B <= k)`` equals
-    the tail. Cached: every record of a run asks for the same few n.
-
-    Exactly in integers up to ``EXACT_UP_TO`` samples (``P(B <= i) = sum_{t <= i} C(n, t) /
-    2^n``); above, each term as a float from ``lgamma`` (the same ranks as scipy's for every n
-    tested, up to 20,000)."""
+    ``confidence`` interval of the median of ``n`` samples, or None (n < 6 at 95 %): ``j`` is
+    the largest rank with ``P(B <= j - 1) <= (1 - confidence) / 2``, ``B ~ Binomial(n, 1/2)``.
+    Exact in integers up to ``EXACT_UP_TO`` samples; above, each term a float from ``lgamma``
+    (scipy's ranks for every n tested, up to 20,000)."""
     tail = (1.0 - confidence) / 2.0
     j = 0
     if n <= EXACT_UP_TO:

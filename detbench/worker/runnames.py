@@ -1,15 +1,9 @@
 """A file's name without the run in it: the same item in every run of a script.
 
-Loggers name their files after the run that wrote them. TensorBoard's ``SummaryWriter`` writes
-``events.out.tfevents.<unix time>.<host>.<pid>.<n>`` into ``runs/<Mon><DD>_<HH-MM-SS>_<host>``
-by default, Lightning counts ``lightning_logs/version_N`` up from the folders already there,
-Hydra writes ``outputs/<date>/<time>/``, and many scripts a ``run-<stamp>`` folder. Compared by
-their names, each run then leaves files the other lacks, and the runs "part" at a file name.
-``canonical`` names a path with those parts replaced by a placeholder, so the items of two runs
-meet by what they are. The real path is kept beside it (``Item.where["file"]``) to read again.
-
-Each pattern is tied to a shape that holds a clock, a host, a process id or a run counter, so a
-name that carries a result (``epoch=3-step=120.ckpt``, ``checkpoint-500``) keeps it.
+Loggers name their files after the run (TensorBoard's ``runs/<Mon><DD>_<HH-MM-SS>_<host>``,
+Lightning's ``version_N``, Hydra's ``outputs/<date>/<time>/``), so by name each run leaves files
+the other lacks. Each pattern is tied to a clock's, a host's, a pid's or a run counter's shape, so
+a name that carries a result (``epoch=3-step=120.ckpt``, ``checkpoint-500``) keeps it.
 """
 
 from __future__ import annotations

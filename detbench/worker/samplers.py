@@ -1,10 +1,6 @@
-"""The clocks of a timing sample (``worker.paired``, ``worker.warmup``): how one sample, a block
-of consecutive steps, is timed. On CUDA by a pair of CUDA events around each block, with one host
-synchronisation per call of ``samples`` and none inside a sample; elsewhere by a host clock
-(``time.perf_counter``, preceded by a sync of the current CUDA device where CUDA is in use and
-no device was named), or by an injected clock (tests). Garbage collection is off inside every
-sample. Each sampler is a ``warmup.Sampler``: the warm-up and the paired blocks after it use
-the same one.
+"""The clocks of a timing sample, a block of consecutive steps: CUDA events on a GPU, a host clock
+elsewhere (or an injected one, in tests); garbage collection off inside every sample. Each is a
+``warmup.Sampler``: the warm-up and the paired blocks after it use the same one.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ Clock = Callable[[], float]
 
 @contextmanager
 def gc_off() -> Iterator[None]:
-    """Garbage collection off inside a sample (as ``timeit`` does): a collection triggered by
-    the harness's own allocations is not the step's cost."""
+    """Garbage collection off (as ``timeit`` does): one the harness triggers is not the step's."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -62,8 +57,7 @@ class ClockSampler:
 
 
 class CudaEventSampler:
-    """Samples timed on the GPU by a pair of CUDA events around each block; one host
-    synchronisation per call of ``samples``, none inside a sample."""
+    """Samples timed by CUDA events around each block, one host sync per ``samples`` call."""
 
     name = "cuda-event"
 
@@ -98,8 +92,7 @@ class CudaEventSampler:
 
 
 def host_clock(device: torch.device | None) -> Clock:
-    """perf_counter, preceded by a sync of the current CUDA device when no device was named
-    and CUDA is in use (decided here once, not at every read)."""
+    """perf_counter, after a CUDA sync where no device was named and CUDA is in use."""
     if device is None and torch.cuda.is_available() and torch.cuda.is_initialized():
 
         def synchronising_clock() -> float:

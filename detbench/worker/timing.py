@@ -1,25 +1,9 @@
 """A record's timing samples and their summary (``Timing``), as the paired phase takes them
-(``detbench.worker.paired``) and ``detbench exec`` keeps its runs' times (``run.execdoc``).
+(``worker.paired``) and ``detbench exec`` keeps its runs' times (``run.execdoc``).
 
-* **A sample is one block of ``number_per_block`` consecutive steps**, and its value is the
-  block's time divided by the step count (seconds per step, as ``Measurement.times`` gives).
-  Blocks rather than single steps because a step can be far shorter than what the clock can
-  resolve cheaply: a perf_counter read costs ~0.1 us and a CUDA event pair a few us of launch.
-  The clocks are ``detbench.worker.samplers``'s; the warm-up before the first sample is
-  ``detbench.worker.warmup``'s.
-* **The 95 % interval of the median** is the pair of order statistics ``(x_(j), x_(n+1-j))``
-  with ``j`` the largest rank with ``P(B <= j - 1) <= 0.025`` for ``B ~ Binomial(n, 1/2)``
-  (``worker.ranks``): coverage is then >= 95 % whatever the distribution of the samples (no
-  normality: step times are skewed, with long right tails). Such an interval exists only from
-  n = 6 on (at n = 5 even ``[min, max]`` covers only 93.75 %): ``MIN_CI_SAMPLES``.
-  ``reached_target``: its half-width is within ``target_rel`` of the median.
-* ``num_threads`` is set while a step is timed and restored (``torch_threads``).
-
-Median and IQR are computed as ``torch.utils.benchmark.Measurement`` computes them (linear
-interpolation between order statistics, ``torch.quantile``'s rule), without building a tensor.
-
-``ceiling`` and ``hold`` are written None: only records of the earlier separate design hold
-them (``store.schema``), and ``report`` still reads those.
+A sample is one block of ``number_per_block`` steps, in seconds per step: a step can be far
+shorter than a clock read or a CUDA event pair resolves cheaply. The interval of the median is
+distribution-free (``worker.ranks``: step times are skewed).
 """
 
 from __future__ import annotations
@@ -35,15 +19,13 @@ import torch
 from detbench.worker.ranks import median_ci
 from detbench.worker.warmup import Warmup
 
-#: The fewest samples with a 95 % interval of the median (the floor of every record).
+#: The fewest samples with a 95 % interval of the median (at 5 even [min, max] covers 93.75 %).
 MIN_CI_SAMPLES = 6
 
 
 @dataclass(frozen=True)
 class Timing:
-    """Raw samples (seconds per step, one per block of ``number_per_block`` steps), their
-    summary: the 95 % interval of the median ``[ci_low, ci_high]`` (seconds per step), its
-    half-width relative to the median, and whether that is within ``target_rel``."""
+    """Raw samples (seconds per step) and their summary: the median's 95 % interval and more."""
 
     samples: tuple[float, ...]
     number_per_block: int
@@ -66,7 +48,8 @@ class Timing:
 
     def to_json(self) -> dict[str, Any]:
         """The record's ``timing``: every field, ``min_run_time`` (the budget, as older readers
-        name it), and ``ceiling`` and ``hold`` None (module docstring)."""
+        name it), and ``ceiling`` and ``hold`` None (fields of records of the earlier separate
+        design, which ``report`` still reads)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out.update(samples=list(self.samples), min_run_time=self.budget, ceiling=None, hold=None)
         out["warmup"] = None if self.warmup is None else self.warmup.to_json()
@@ -74,8 +57,7 @@ class Timing:
 
 
 def quantile(sorted_samples: tuple[float, ...] | list[float], q: float) -> float:
-    """``torch.quantile(x, q)`` (linear interpolation) on already sorted floats, with torch's
-    two-sided lerp so results agree with ``Measurement`` to the last bit."""
+    """``torch.quantile(x, q)`` on sorted floats, with torch's lerp: ``Measurement``'s bits."""
     n = len(sorted_samples)
     pos = q * (n - 1)
     lo = math.floor(pos)
@@ -86,7 +68,7 @@ def quantile(sorted_samples: tuple[float, ...] | list[float], q: float) -> float
 
 
 def summarise(samples: tuple[float, ...] | list[float]) -> tuple[float, float]:
-    """(median, IQR) as ``torch.utils.benchmark.Measurement`` gives them."""
+    """(median, IQR) as ``torch.utils.benchmark.Measurement`` computes them."""
     s = sorted(samples)
     return quantile(s, 0.5), quantile(s, 0.75) - quantile(s, 0.25)
 
@@ -104,8 +86,7 @@ def torch_threads(n: int) -> Iterator[None]:
 
 
 def summary_of(samples: list[float], target_rel: float) -> dict[str, Any]:
-    """The ``Timing`` fields computed from its samples: the samples, their median and IQR, the
-    95 % interval of the median and whether it met ``target_rel``."""
+    """The ``Timing`` fields computed from its samples."""
     median, iqr = summarise(samples)
     ci = median_ci(samples)
     assert ci is not None  # len(samples) >= MIN_CI_SAMPLES

@@ -1,27 +1,11 @@
-"""Warm-up until steady: the steps a timing pass runs before its first sample. A fixed count of
-steps is too few where the GPU's clock is still ramping up after the worker's start, so the
-warm-up runs until the step time stops moving:
-
-1. One step alone, timed (synchronised on a GPU): what it costs sets the block size, as for the
-   samples (``block_size``); lazy set-up, autotuning and allocator growth land in it. Where a
-   step fills a sample on its own (one step a sample), it is also the first group's first sample.
-2. Then groups of ``GROUP`` samples (each a block of steps, timed as the samples will be), until
-   the median of a group is as close to the median of the group before it (two groups of the
-   same block size at least) as either ``tolerance`` allows or the groups' own scatter: the
-   warm-up has **settled**. ``tolerance`` is ``SETTLE_SHARE`` of the pass's target half-width,
-   so what the warm-up leaves moving is small beside the interval the samples will reach. The
-   scatter is half the range of the narrower of the two groups: a step whose time jumps by 10%
-   from sample to sample (an RNN) has stopped moving when its medians differ by less than that,
-   while a ramp moves each median by about three samples' worth of ramp, more than the
-   half-range of a group on it, and a group that straddles a sudden change has a narrow
-   neighbour.
-3. It runs at least ``min_steps`` steps (the profile's ``warmup_steps``), unless its ceiling
-   comes first: ``CEILING_SHARE`` of the budget in wall time, after one group at least, settled
-   or not. A step time that never settles is timed all the same, and the record says
-   ``settled: false``.
-
-If a group's median shows the first step was far slower than the steady ones (a factor of 2 or
-more), the block size is taken again from that median, so the samples are not needlessly short.
+"""Warm-up until steady: a fixed count of steps is too few where the GPU's clock is still ramping
+up. One step alone, timed, sets the block size (``block_size``); then groups of ``GROUP`` samples
+run until a group's median is as close to the one before as ``tolerance`` (``SETTLE_SHARE`` of
+the target half-width) or the groups' scatter allows: **settled**. The scatter is half the range
+of the narrower group: a step that jumps 10% from sample to sample (an RNN) has stopped moving
+when its medians differ by less, while a ramp moves each median by more than a group's
+half-range. At least ``min_steps`` steps, unless the ceiling (``CEILING_SHARE`` of the budget)
+comes first; a step time that never settles is timed all the same (``settled: false``).
 """
 
 from __future__ import annotations
@@ -60,20 +44,15 @@ def block_steps(step_seconds: float, block_seconds: float) -> int:
 #: Untimed steps before each block of a paired turn (``worker.paired``): one narrowed the A/A
 #: ratios' spread (docs/measured.md).
 TURN_STEPS = 1
-#: A block of one step at least this long takes no untimed step (``turn_steps``). What the
-#: untimed step absorbs is the cold start of a turn (caches, TLBs, sleeping threads, the launch
-#: queue after another worker's turn): a cost of its own, not a share of the step. On the 2-core
-#: VM (``tools/launch_noise.py``, three workers, docs/measured.md) a one-step block of 14 ms
-#: without it had an A/A spread 1.3 times the one with it (the median of six runs), where blocks
-#: of one step of 180-350 ms were as steady without it. Past 0.1 s that cost is a fraction of a
-#: percent of the step, and the untimed step would double the turn of the GPU's slowest members
-#: (native RNN and ResNet-18 steps of 0.3-0.4 s without cuDNN on the H200).
+#: A block of one step at least this long takes no untimed step (``turn_steps``). The untimed
+#: step absorbs a turn's cold start (caches, TLBs, sleeping threads, the launch queue after
+#: another worker's turn); past 0.1 s that is a fraction of a percent of the step, and the
+#: untimed step would double the turn of the slowest (measured, docs/measured.md).
 LONG_STEP_SECONDS = 0.1
 
 
 def turn_steps(step_seconds: float, number: int) -> int:
-    """The untimed steps before a paired block of ``number`` steps of ``step_seconds``:
-    ``TURN_STEPS``, none where the block is one step of ``LONG_STEP_SECONDS`` or more."""
+    """The untimed steps before a paired block of ``number`` steps of ``step_seconds``."""
     return 0 if number == 1 and step_seconds >= LONG_STEP_SECONDS else TURN_STEPS
 
 
@@ -84,8 +63,7 @@ def block_size(step_seconds: float, budget: float) -> int:
 
 @dataclass(frozen=True)
 class Warmup:
-    """What a warm-up did: its steps and wall time, whether the step time settled, each group's
-    median (seconds per step), and the block size it leaves for the samples."""
+    """What a warm-up did, and the block size it leaves for the samples."""
 
     steps: int
     seconds: float
@@ -123,8 +101,7 @@ def warm_up(
     numbers: list[int] = []
     spreads: list[float] = []  # half the range of each group
     settled = False
-    # A step that fills a sample on its own (one step a sample): the first step is the first
-    # group's first sample, so a long step's warm-up costs no step more than it must.
+    # A step that fills a sample on its own is also the first group's first sample.
     first: list[float] = [one] if number == 1 else []
     while True:
         group = first + sampler.samples(step, number, GROUP - len(first))
@@ -143,7 +120,7 @@ def warm_up(
         if spent >= ceiling:
             break
         better = block_size(m, budget)
-        if better >= 2 * number:  # the first step was far slower than the steady ones
+        if better >= 2 * number:  # the first step was far slower: size the block again
             number = better
     return Warmup(
         steps=steps,
