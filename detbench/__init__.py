@@ -2,29 +2,19 @@
 
 The public API, for a user's workloads and the built-in suites alike (``docs/suites.md``):
 
-* ``workload``: the decorator that registers a workload (the built-in suites use it too);
-* ``Context``: what a workload factory receives (``device``, ``profile``, ``seed``);
-* ``Unsupported``: what a factory raises when its workload cannot run here (a library that is
-  not installed): the record is ``unsupported`` with the reason, not an error;
-  ``SettingUnsupported``, the same for a setting the step pins that this torch lacks;
+* ``workload``, ``Context``: the decorator that registers a workload, and what its factory gets;
+* ``Unsupported``, ``SettingUnsupported``: what a factory raises when its workload, or a setting
+  its step pins, cannot run here (the record is ``unsupported``, not an error);
 * ``suite_helper``: a suite's helper file (``suites/_NAME.py``), imported by its path once;
-* ``SDPA_BACKENDS``: the ``sdpa_backend`` setting's levels, each with the member of
-  ``torch.nn.attention.SDPBackend`` it allows alone;
-* ``catalog``: what the installed torch documents about ``use_deterministic_algorithms``
-  (``catalog.find_all(op, *condition)``);
-* ``fingerprint``: ``detbench.fingerprint(name, tensor)``, a line a user's script may add to hand
-  a tensor to ``detbench exec``'s comparison (outside it, only the tensor's digest);
-* ``fresh_generators``: every generator as a fresh process starts it (a recipe that restarts);
+* ``SDPA_BACKENDS``: the ``sdpa_backend`` levels, each with the ``SDPBackend`` it allows alone;
+* ``catalog``: what torch documents about ``use_deterministic_algorithms`` (``find_all``);
+* ``fingerprint``: ``detbench.fingerprint(name, tensor)`` hands a tensor to ``detbench exec``;
+* ``fresh_generators``: every generator as a fresh process starts it;
 * ``MODES``, ``Mode``, ``get_mode``: the determinism mode matrix;
-* ``RunConfig``, ``run_benchmark``: a run, from its plain arguments to its results directory;
-* ``load_results``: a results directory as a pandas DataFrame.
+* ``RunConfig``, ``run_benchmark``, ``load_results``: a run, and its results as a DataFrame.
 
-Each name is imported when it is first used (PEP 562), so ``import detbench`` and the modules of
-a worker process load no run orchestration, analysis or report: a worker that imports
-``detbench.core.modes`` loads that module and what it imports, nothing of ``detbench.run``.
-
-Importing detbench changes no global state: torch's flags are set only in the worker processes
-a run starts, and matplotlib's backend only when a plot is drawn.
+Each name is imported at its first use (PEP 562), so ``import detbench`` and a worker's modules
+load no run orchestration, analysis or report. Importing detbench changes no global state.
 """
 
 from __future__ import annotations

@@ -1,13 +1,4 @@
-"""``detbench compare``, ``detbench merge`` and ``detbench submit``: runs across machines.
-
-- ``compare A B [C ...]``: the cross-machine verdict (``analysis.across``) for every workload and
-  mode found in more than one run; with two single runs, first their throughput comparison
-  (``report.compare``).
-- ``merge OUT DIR...``: shards into one run, or runs from several machines into one set
-  (``run.merge``).
-- ``submit``: a run's shards, or one run per partition, as jobs through submitit (``run.submit``),
-  merged when they end.
-"""
+"""``detbench compare``, ``detbench merge`` and ``detbench submit``: runs across machines."""
 
 from __future__ import annotations
 
@@ -22,8 +13,6 @@ from detbench.run.api import plan_run
 from detbench.run.merge import merge
 from detbench.run.submit import PARTS, submit, submitit_module, tasks
 from detbench.store.results import ENV_FILE, RESULTS_FILE, load_env, write_json_atomic
-
-# --- compare -----------------------------------------------------------------------------------
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -57,9 +46,6 @@ def compare_command(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- merge -------------------------------------------------------------------------------------
-
-
 def merge_command(args: argparse.Namespace) -> int:
     m = merge(Path(args.out), [Path(d) for d in args.dirs])
     _merged(m, args.no_report)
@@ -67,16 +53,12 @@ def merge_command(args: argparse.Namespace) -> int:
 
 
 def _merged(m: Any, no_report: bool) -> None:
-    if m.kind == "run":
-        print(
-            f"merged {'some' if m.notes else 'the'} shards of one run: {m.records} "
-            f"records in {m.out}"
-        )
-    else:
-        print(
-            f"merged runs from {len(m.machines)} machines ({', '.join(m.machines)}): "
-            f"{m.records} records in {m.out}"
-        )
+    what = (
+        f"{'some' if m.notes else 'the'} shards of one run"
+        if m.kind == "run"
+        else f"runs from {len(m.machines)} machines ({', '.join(m.machines)})"
+    )
+    print(f"merged {what}: {m.records} records in {m.out}")
     for note in m.notes:
         print(f"note: {note}")
     if not no_report:
@@ -84,9 +66,6 @@ def _merged(m: Any, no_report: bool) -> None:
 
         _, page = write_report(m.out)
         print(f"report: {page}")
-
-
-# --- submit ------------------------------------------------------------------------------------
 
 
 def _params(args: argparse.Namespace, several: bool) -> dict[str, Any]:

@@ -1,10 +1,9 @@
-"""``detbench attribute``: the attribution study as a command (the study itself, its modes and its
-effects, is ``detbench.analysis.attribution``; its report section ``detbench.report.attribution``).
-"""
+"""``detbench attribute``: the attribution study (``analysis.attribution``) as a command."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,10 +39,8 @@ def study_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfi
 def _seen_calls(
     config: RunConfig, sources: list[str], workloads: list[Any]
 ) -> dict[str, list[str]]:
-    """Which ops the workloads that do not declare attention call, from one step of each in a
-    process of its own (``run.probe``): a declaration is never the only evidence."""
-    import sys
-
+    """The ops the workloads that do not declare attention call, from one step of each
+    (``run.probe``): a declaration is never the only evidence."""
     todo = [w for w in workloads if not w.attention and not w.distributed]
     if not todo:
         return {}

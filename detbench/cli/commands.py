@@ -1,10 +1,6 @@
-"""The commands that run something or read a run: ``run``, ``report``, ``index``, ``audit``,
-``gpu-check``, ``locate``, and the table of every such command (``COMMANDS``), which
-``detbench.cli.main`` imports once the arguments are parsed.
-
-Each command checks its options before it imports what does the work (torch, pandas, scipy,
-matplotlib, the runner and the report: 3.5 s of start-up on a 2-core VM), so that a mistake is one
-line at once; those imports are in the commands' bodies, after the checks.
+"""The commands that run something or read a run, and the table of every such command
+(``COMMANDS``). Each checks its options before it imports what does the work (torch, pandas,
+scipy, matplotlib: seconds of start-up), so that a mistake is one line at once.
 """
 
 from __future__ import annotations
@@ -80,7 +76,7 @@ def gpu_check_command(args: argparse.Namespace) -> int:
 
 
 def locate_command(args: argparse.Namespace) -> int:
-    # torch and the report's modules (3 s to load): only when the command runs.
+    # torch and the report's modules: only when the command runs.
     from detbench.locate import report, stages
     from detbench.locate.script import locate_command as locate_script
 

@@ -1,7 +1,5 @@
-"""A run from the command line, for ``detbench run`` and ``detbench attribute`` alike: checks, the
-plan (printed in full for ``--dry-run``), the notes a user should see before it starts, the run
-with its interrupt message, the summary, the report and the closing line of where the time went.
-"""
+"""A run from the command line, for ``detbench run`` and ``detbench attribute`` alike: the plan,
+the notes before it starts, the run and its interrupt message; ``cli.finish`` does the rest."""
 
 from __future__ import annotations
 
@@ -34,22 +32,18 @@ if TYPE_CHECKING:
 
 
 def plan(runner: Runner, dry_run: bool, as_json: bool) -> Estimate:
-    """The run's plan and estimate; printed in full for --dry-run, in one line otherwise. A dry
-    run measures this host's start-up with a probe worker; a dry run and a real run alike probe
-    a user's own workloads (``run.planprobe``) where the plan holds enough of their records, so
-    both print the estimate the progress line then follows. Both time this host's speed first
-    and scale a CPU plan's figures by it (``run.hostspeed``)."""
+    """The run's plan and estimate, in full for --dry-run, else in one line. A dry run probes
+    this host's start-up; both probe a user's own workloads (``run.planprobe``) and scale a
+    CPU plan by this host's speed (``run.hostspeed``)."""
     c = runner.config
     gpus = visible_gpus() if c.device == "cuda" else 0
-    # A CUDA plan on a host without a GPU (a dry run only): nothing can be measured here, so the
-    # estimate is the model's on paper, for one GPU.
+    # A CUDA plan on a host without a GPU (a dry run only): an estimate on paper, for one GPU.
     paper = c.device == "cuda" and gpus == 0
     distributed = frozenset(w.key for w in runner.workloads if w.distributed)
     sizes = {w.key: len(w.batch_sizes) for w in runner.workloads if w.batch_sizes}
     skipped = planned_unsupported(runner.workloads, c.device, max(gpus, 1) if paper else gpus)
 
     own = own_seconds(runner)  # a resumed run's records estimate the records it has left
-    # The figures are seconds on the host that measured them: how fast is this one?
     host = None if paper else host_speed(c.device)
 
     def estimated(startup: float, measured: bool, probed: Any = None) -> Estimate:
@@ -122,10 +116,7 @@ def execute(
     command: str = "run",
     preface: list[str] | None = None,
 ) -> int:
-    """Check ``config``, print its plan, run it and report on it. ``preface``: lines printed
-    before the plan (an attribution study's switches); ``summary``: the text printed from the
-    records at the end (``report.console.summary_text`` where None); ``command``: the
-    subcommand a resume line names."""
+    """Print the plan, run it and report on it (``command``: the one a resume line names)."""
     out = config.out
     runner = plan_run(config, cuda=cuda, dry_run=bool(args.dry_run))
     if preface and not args.json:
@@ -149,16 +140,14 @@ def execute(
             file=sys.stderr,
         )
         return 130
-    # The analyses and the report load pandas, scipy and matplotlib: only now, once a run has
-    # records (a dry run, a refusal and a mistake in the options end before them).
+    # pandas, scipy and matplotlib: only once a run has records.
     from detbench.cli.finish import finish
 
     return finish(config, args, runner, stats, est.seconds, _lines(out), summary)
 
 
 def _notes(config: RunConfig, runner: Runner) -> bool:
-    """The notes a user should see before the run starts; False when there is nothing to run
-    (a resume of a complete run)."""
+    """Print the notes before the run starts; False when there is nothing to run."""
     out = config.out
     if config.resume:
         missing = runner.missing

@@ -1,7 +1,6 @@
-"""The end of a run that has records, for ``detbench run`` and ``detbench attribute`` alike
-(``cli.execute``): the console's summary and warnings, the failures, what ``--locate`` found, the
-report, and the closing line of where the time went. Its imports (the analyses and the report:
-pandas, scipy and matplotlib) load only when a run gets this far."""
+"""The end of a run that has records (``cli.execute``): the console's summary, warnings and
+failures, ``--locate``, the report and where the time went. Its imports (pandas, scipy,
+matplotlib) load only when a run gets this far."""
 
 from __future__ import annotations
 
@@ -32,10 +31,7 @@ def finish(
     kept: int,
     summary: Callable[[ReportRun], str] | None = None,
 ) -> int:
-    """Print what the run found and write its report; the exit status (1 where every record of
-    the user's own workloads failed). ``estimated``: the plan's seconds; ``kept``: the records
-    the results file holds; ``summary``: the console's text (``report.console.summary_text``
-    where None)."""
+    """Print what the run found, write its report and return the exit status."""
     out = config.out
     run = load_run(out)  # one reading, its analyses computed once for the console and the report
     df = run.df
@@ -56,8 +52,7 @@ def finish(
         _, page = write_report(out, run)
         print(f"\nreport: {page}")
     print(time_line(stats, estimated, out, kept))
-    # The user's own workloads (--workload FILE) all failed: their file is wrong, say so by
-    # the exit status (a built-in suite's failure is data of the machine, and exits 0).
+    # Every record of the user's own workloads failed: their file is wrong (not a suite's: exit 0).
     files = {Path(f).resolve() for f in config.workload_files}
     own = [w.key for w in runner.workloads if w.source and Path(w.source).resolve() in files]
     if all_failed(df, own):
@@ -71,17 +66,11 @@ def finish(
 
 
 def time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
-    """The closing line: the records this call made and, where it resumed a run, how many the
-    file holds in all (``kept``); where this call's time went, phase by phase, against its
-    estimate."""
+    """The closing line: the records made (and ``kept`` in all) and where the time went."""
     # With devices side by side the phases add up over them: compare device-seconds.
     paired = stats.paired or {}
-    measured = (
-        stats.wall * stats.devices
-        - stats.fingerprint
-        - stats.invariance
-        - paired.get("rounds", 0.0)
-    )
+    device_seconds = stats.wall * stats.devices
+    measured = device_seconds - stats.fingerprint - stats.invariance - paired.get("rounds", 0.0)
     resumed = kept > stats.records  # the file holds records of an earlier call
     costs = (
         f" and the costs of {int(stats.paired['groups'])} (workload, replicate) groups"
@@ -110,6 +99,6 @@ def time_line(stats: RunStats, estimated: float, out: Path, kept: int) -> str:
         f"FLOP count {stats.count:.0f} s, "
         + (f"batch invariance {stats.invariance:.0f} s, " if stats.invariance else "")
         + f"clean-up {stats.cleanup:.0f} s, other {stats.other:.0f} s; harness overhead "
-        f"{100 * measured / max(stats.wall * stats.devices, 1e-9):.0f}% of the "
+        f"{100 * measured / max(device_seconds, 1e-9):.0f}% of the "
         + ("wall time)" if stats.devices == 1 else f"device time, {stats.devices} devices)")
     )

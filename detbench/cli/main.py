@@ -1,8 +1,5 @@
-"""``detbench``: a thin front over the library. A user error is one line and exit status 2.
-
-The parser (``detbench.cli.parser``) is built first; the commands that show what there is
-(``modes``, ``settings``, ``list``) are here, and every other command's module
-(``detbench.cli.commands``) is imported only once the arguments name it."""
+"""``detbench``: a thin front over the library. A user error is one line and exit status 2. The
+commands that show what there is are here; the others (``cli.commands``) load once named."""
 
 from __future__ import annotations
 
@@ -65,24 +62,19 @@ def _load(args: argparse.Namespace) -> list:
 def _cmd_list(args: argparse.Namespace) -> int:
     workloads = _load(args)
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "suite": w.suite,
-                        "workload": w.name,
-                        "params": w.params_for(args.profile),
-                        "source": w.source,
-                        # what the settings act on: autocast=... runs it, sdpa_backend matters
-                        "autocast": getattr(w, "autocast", False),
-                        "attention": getattr(w, "attention", False),
-                    }
-                    for w in workloads
-                ],
-                indent=2,
-                default=str,
-            )
-        )
+        rows = [
+            {
+                "suite": w.suite,
+                "workload": w.name,
+                "params": w.params_for(args.profile),
+                "source": w.source,
+                # what the settings act on: autocast=... runs it, sdpa_backend matters
+                "autocast": getattr(w, "autocast", False),
+                "attention": getattr(w, "attention", False),
+            }
+            for w in workloads
+        ]
+        print(json.dumps(rows, indent=2, default=str))
         return 0
     width = max(len(w.key) for w in workloads)
     for w in workloads:
@@ -103,8 +95,7 @@ def command(name: str) -> Callable[[argparse.Namespace], int]:
     """The function of subcommand ``name``."""
     if name in SHOW:
         return SHOW[name]
-    # Imports torch, pandas, matplotlib, the runner and the report (2 s and more): only for a
-    # command that uses them, so --help, modes and settings start at once.
+    # torch, pandas, matplotlib, the runner and the report: only for a command that uses them.
     from detbench.cli.commands import COMMANDS
 
     return COMMANDS[name]

@@ -68,8 +68,7 @@ def cuda_here() -> bool:
 
 def run_config(args: argparse.Namespace, cuda: bool | None = None) -> RunConfig:
     """The run the options ask for (``--resume``: the run in DIR, with its own options).
-    ``cuda``: whether a GPU is here, for the default device; None: ask torch (``cuda_here``)
-    only where no device is named."""
+    ``cuda``: whether a GPU is here; None: ask torch only where no device is named."""
     if args.resume is not None:
         given = [
             f"--{name.replace('_', '-')}"
@@ -171,10 +170,8 @@ def mode_options(q: argparse.ArgumentParser) -> None:
     )
 
 
-# Declarative: it only declares the arguments, the one kind of function allowed over 80 lines.
 def run_options(q: argparse.ArgumentParser) -> None:
-    """The options of a run that `run` and `attribute` share: what it selects, how it measures,
-    where it writes, how it starts and ends."""
+    """The options of a run that `run` and `attribute` share."""
     selection(q)
     q.add_argument(
         "--replicates",
@@ -233,8 +230,7 @@ def _timing_options(q: argparse.ArgumentParser) -> None:
 
 
 def _course_options(q: argparse.ArgumentParser) -> None:
-    """How a run starts, is cut, resumed and ends: its time limits, dry run, selection of one
-    workload, resumption, shards and report."""
+    """How a run starts, is cut, resumed and ends."""
     q.add_argument(
         "--timeout",
         type=float,

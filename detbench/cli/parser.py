@@ -1,8 +1,5 @@
-"""The command line's parser: every subcommand and its options, argparse only.
-
-It imports nothing that the commands themselves need (torch, pandas, matplotlib, the runner):
-``detbench.cli.main`` parses first, then imports the module of the command given, so
-``detbench --help``, ``modes``, ``settings`` and ``list`` start at once."""
+"""The command line's parser, argparse only: it imports nothing the commands need (torch,
+pandas, the runner), so ``detbench --help``, ``modes``, ``settings`` and ``list`` start at once."""
 
 from __future__ import annotations
 
@@ -134,7 +131,6 @@ def _across(sub: Any) -> None:
 
 
 def _submit(sub: Any) -> None:
-    """``submit`` (``detbench.cli.across``)."""
     s = sub.add_parser(
         "submit",
         help="run a run's shards (or one run per partition) as batch jobs through submitit "
@@ -189,7 +185,6 @@ def _submit(sub: Any) -> None:
 
 
 def _attribute(sub: Any) -> None:
-    """``detbench attribute``, with the options of ``run`` that apply to a study."""
     a = sub.add_parser(
         "attribute",
         help="which switch costs what: from the default mode each switch added alone, from the "
@@ -207,7 +202,6 @@ def _attribute(sub: Any) -> None:
 
 
 def _locate(sub: Any) -> None:
-    """``detbench locate``."""
     q = sub.add_parser(
         "locate",
         help="find the op, the module and the line where two fresh runs of a workload first "
@@ -268,7 +262,6 @@ def _locate(sub: Any) -> None:
 
 
 def _exec(sub: Any) -> None:
-    """``detbench exec [options] -- COMMAND``."""
     e = sub.add_parser(
         "exec",
         help="run your command (python train.py) unchanged under each mode in fresh processes: "

@@ -1,11 +1,9 @@
 """The ops catalog: what the installed torch documents about ``use_deterministic_algorithms``.
 
-The docstring of ``torch.use_deterministic_algorithms`` has two bullet lists: the normally
-nondeterministic ops that "will act deterministically" with ``mode=True``, and those that "will
-throw a RuntimeError". Both lists change between torch releases, so they are parsed from the
-installed torch's docstring, never copied here. An entry keeps the op reference as written
-(``torch.nn.Conv1d``) and the rest of its text (``when called on CUDA tensor``) as its condition;
-an entry may span several lines, with a sub-list (the modes of ``interpolate``).
+Its docstring has two bullet lists, the ops that "will act deterministically" with ``mode=True``
+and those that "will throw a RuntimeError"; both change between releases, so they are parsed from
+the installed torch, never copied here. An entry keeps the op as written (``torch.nn.Conv1d``) and
+the rest of its text as its condition; it may span several lines, with a sub-list.
 """
 
 from __future__ import annotations
@@ -31,8 +29,7 @@ _OP = re.compile(
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One bullet of the docstring: ``op`` as written, ``condition`` (the rest of the entry,
-    whitespace collapsed, markup kept), the list it came from, and the whole entry (``raw``)."""
+    """One bullet of the docstring: ``op`` as written, the rest as ``condition``, its list."""
 
     op: str
     condition: str
@@ -103,16 +100,13 @@ def documented_ops() -> tuple[CatalogEntry, ...]:
 
 
 def find_all(op: str, *contains: str, kind: Kind | None = None) -> list[CatalogEntry]:
-    """The documented entries for ``op`` whose condition contains every string in ``contains``
-    (and of ``kind``, if given), in the docstring's order."""
+    """The documented entries for ``op`` whose condition contains all of ``contains``."""
     return [
         e
         for e in documented_ops()
         if e.op == op and all(c in e.condition for c in contains) and kind in (None, e.kind)
     ]
 
-
-# --- which entry documents an op: for ``detbench locate`` ----------------------------------
 
 #: ATen names whose catalog entry goes by another name.
 _ALIASES = {"index": "getitem", "gridsampler2d": "gridsample", "gridsampler3d": "gridsample"}
@@ -122,21 +116,17 @@ _SUFFIXES = ("backward", "withindices", "impl", "forward", "out")
 def _norm(name: str) -> str:
     name = name.rsplit(".", 1)[-1].lower()
     name = "".join(c for c in name if c.isalnum())
-    changed = True
-    while changed:
-        changed = False
-        for s in _SUFFIXES:
-            if name.endswith(s) and len(name) > len(s):
-                name, changed = name[: -len(s)], True
+    # No suffix ends another, so stripping whichever matches until none does is unambiguous.
+    while s := next((s for s in _SUFFIXES if name.endswith(s) and len(name) > len(s)), ""):
+        name = name[: -len(s)]
     return _ALIASES.get(name, name)
 
 
 def documenting(names: list[str], device: str, phase: str) -> CatalogEntry | None:
-    """The entry of the installed torch's lists that documents one of ``names`` (ATen ops such
-    as ``aten.index_put_``, autograd nodes, module classes) as nondeterministic on ``device``
-    (``cpu``, ``cuda``) in ``phase`` (an entry about differentiating applies to ``backward``
-    only), or None. Names are compared without case, underscores, ATen's overload and suffixes
-    such as ``_backward`` (``aten._adaptive_avg_pool2d_backward`` is ``AdaptiveAvgPool2d``)."""
+    """The entry that documents one of ``names`` (ATen ops, autograd nodes, module classes) as
+    nondeterministic on ``device`` in ``phase``, or None. Names are compared without case,
+    underscores, overload and suffixes (``aten._adaptive_avg_pool2d_backward`` is
+    ``AdaptiveAvgPool2d``)."""
     hits = documenting_all(names, device, phase)
     return hits[0] if hits else None
 

@@ -1,17 +1,10 @@
 """The determinism mode matrix.
 
-A mode is process state: cuDNN flags and ``torch.use_deterministic_algorithms`` are global, and
-``cudnn.benchmark`` caches its algorithm choice per process. So a mode is applied once, in a fresh
-worker process, before any CUDA work, and never toggled inside a process that measures.
-
-Nothing else is changed by the 10 modes: no ``CUDA_LAUNCH_BLOCKING``, TF32 left at torch's
-defaults. The only environment variable a mode sets is ``CUBLAS_WORKSPACE_CONFIG``: for modes with
-deterministic algorithms (older CUDA/torch combinations need it for deterministic cuBLAS) the
-user's value or ``:4096:8``, for the others none (see ``Mode.environment``); the value used is
-recorded with every result.
-
-A mode may carry overrides of the settings of ``detbench.core.settings`` (``--set``): its name is
-then the base mode's with the overrides, ``det-algos[fill_uninitialized_memory=off]``.
+A mode is process state (the flags are global, ``cudnn.benchmark`` caches its choice per
+process), so it is applied once, in a fresh worker before any CUDA work, and never toggled inside
+a process that measures. The 10 modes change nothing else but ``CUBLAS_WORKSPACE_CONFIG``
+(``Mode.environment``). A mode may carry ``--set`` overrides of ``detbench.core.settings``:
+``det-algos[fill_uninitialized_memory=off]``.
 """
 
 from __future__ import annotations
@@ -116,10 +109,9 @@ class Mode:
         return "\n".join(lines)
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
-        """The worker's environment: ``base`` plus what this mode needs, nothing else. Modes
-        without deterministic algorithms run with ``CUBLAS_WORKSPACE_CONFIG`` unset: a value
-        inherited from the user's shell would give the baseline the restricted deterministic
-        workspace too, and the cost of deterministic algorithms would read as about 1.0."""
+        """The worker's environment: ``base`` plus what this mode needs. Modes without
+        deterministic algorithms unset ``CUBLAS_WORKSPACE_CONFIG``: a value from the user's shell
+        would give the baseline the deterministic workspace too, hiding its cost."""
         env = dict(base)
         cublas = self.overrides.get("cublas_workspace_config")
         if cublas is not None:  # --set: exactly what was asked, whatever the shell has
@@ -142,17 +134,12 @@ class Mode:
         return {**out, "description": self.description, "snippet": self.snippet()}
 
 
+_WORDS = ("no-cudnn", "bench", "cudnn-det", "det-algos")
+
+
 def _name(benchmark: bool, cudnn_det: bool, det_algos: bool, cudnn_enabled: bool) -> str:
-    parts = []
-    if not cudnn_enabled:
-        parts.append("no-cudnn")
-    if benchmark:
-        parts.append("bench")
-    if cudnn_det:
-        parts.append("cudnn-det")
-    if det_algos:
-        parts.append("det-algos")
-    return "+".join(parts) or "default"
+    flags = (not cudnn_enabled, benchmark, cudnn_det, det_algos)
+    return "+".join(w for w, on in zip(_WORDS, flags, strict=True) if on) or "default"
 
 
 def _matrix() -> tuple[Mode, ...]:
@@ -184,8 +171,7 @@ def get_mode(name: str) -> Mode:
 
 
 def record_fields(mode: Mode) -> dict[str, Any]:
-    """The fields that name a record's mode: its label, its base (one of the 10), its four flags,
-    and the levels of the settings it overrides (a worker replaces them by what it read back)."""
+    """A record's mode fields: its name, base, flags and the levels of the settings it sets."""
     out: dict[str, Any] = {"mode": mode.name, "base_mode": mode.base_name}
     out.update({f: getattr(mode, f) for f in st.MODE_FLAGS})
     out.update({n: st.BY_NAME[n].column(v) for n, v in mode.settings})

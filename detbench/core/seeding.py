@@ -18,9 +18,7 @@ def seed_all(seed: int) -> None:
 
 
 def fresh_generators() -> None:
-    """Put every generator in the state a fresh process starts with: seeded from OS entropy
-    (python ``random`` and NumPy's global generator at import, torch at start-up), so a recipe
-    that seeds nothing sees what an unseeded script sees."""
+    """Every generator as a fresh process starts it: seeded from OS entropy."""
     random.seed()
     np.random.seed()
     torch.seed()
@@ -29,8 +27,7 @@ def fresh_generators() -> None:
 
 
 def seed_workload(seeding: str, seed: int) -> None:
-    """The generators as a workload's ``seeding`` asks: ``recipe`` (a recipe that seeds itself,
-    or not) sees a fresh process's generators; every other workload sees ``seed`` everywhere."""
+    """The generators as ``seeding`` asks: a fresh process's for ``recipe``, else ``seed``."""
     if seeding == "recipe":
         fresh_generators()
     else:

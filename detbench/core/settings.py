@@ -1,22 +1,8 @@
-"""The table of switches beside the modes: what each setting is, its levels, torch's default, how a
-fresh worker applies it before any CUDA work, how it is read back, and its line in the snippet
-that reproduces a mode.
-
-A mode is a named set of settings: the 10 modes of ``detbench.core.modes`` fix the four cuDNN and
-determinism flags and leave every setting here at torch's default (the cuBLAS workspace at the
-mode's own value). ``--set NAME=LEVEL`` overrides a setting for every mode of a run; the mode's
-name then carries the override, ``det-algos[fill_uninitialized_memory=off]``.
-
-Adding a switch is one row in ``SETTINGS``. Where a row's torch API is missing on the installed
-torch (2.2 has no ``fill_uninitialized_memory``, only 2.8+ has the split-K switch), its
-``unavailable()`` says why, and a run that asks for it records ``unsupported`` with that reason.
-
-Scopes: a ``process`` setting is applied once, in the fresh worker, before CUDA starts (or, for
-``cublas_workspace_config``, in the worker's environment, since cuBLAS reads it when its handle is
-created); a ``workload`` setting (``autocast``, ``execution``) wraps each workload's steps; a
-``distributed`` setting (``world_size``, ``bucket_cap_mb``, ``nccl_algo``, ``nccl_proto``) acts only
-on workloads declared ``distributed=True``: ``detbench.distributed.launch`` reads it from the mode
-when it launches the ranks (the NCCL ones as environment variables of the ranks).
+"""The table of switches beside the modes (one row each in ``SETTINGS``): levels, torch's
+default, how a fresh worker applies and reads it, and its line in a mode's snippet. ``--set
+NAME=LEVEL`` overrides one for every mode of a run (the 10 modes leave them at torch's default),
+and the mode's name carries it: ``det-algos[fill_uninitialized_memory=off]``. A row whose torch
+API is missing says why in ``unavailable()``; a run that asks for it records ``unsupported``.
 """
 
 from __future__ import annotations
@@ -53,7 +39,10 @@ class Setting:
     #: torch's default, as documented; ``default()`` reads this installation's.
     torch_default: str
     doc: str
-    scope: str = "process"  # "process" (once, before CUDA) or "workload" (around the steps)
+    #: "process": once in the fresh worker before CUDA starts (cuBLAS's workspace in its
+    #: environment); "workload": around each workload's steps; "distributed": read by
+    #: ``distributed.launch`` when it launches the ranks of a ``distributed=True`` workload.
+    scope: str = "process"
     #: The level of the fully deterministic end of an attribution study; None: not a switch of it.
     strict: str | None = None
     #: Devices where the setting changes what runs; elsewhere it is inert (an attribution skips it).
@@ -80,8 +69,7 @@ class Setting:
         return level
 
     def default(self) -> str:
-        """torch's default on this installation: the level a fresh process reads (the documented
-        default where it cannot be read)."""
+        """The level a fresh process reads here (the documented default where it cannot)."""
         if self.read is None or self.unavailable() is not None:
             return self.torch_default
         try:
@@ -108,10 +96,8 @@ _MATMUL = "torch.backends.cuda.matmul"
 
 
 def _reduction_setting(dt: str, split_k: bool) -> Setting:
-    """The row of cuBLAS's reduced-precision reduction switch for ``dt``, or of its split-K
-    half."""
-    attr = f"allow_{dt}_reduced_precision_reduction"
-    name = f"{dt}_reduced_precision_reduction" + ("_split_k" if split_k else "")
+    """The row of cuBLAS's reduced-precision reduction for ``dt``, or of its split-K half."""
+    attr, suffix = f"allow_{dt}_reduced_precision_reduction", "_split_k" if split_k else ""
     read, apply = ts.reduction(dt, split_k)
 
     def snippet(level: str) -> list[str]:
@@ -126,9 +112,8 @@ def _reduction_setting(dt: str, split_k: bool) -> Setting:
         )
     else:
         doc = f"{_MATMUL}.{attr}: {dt} GEMMs may reduce in {dt} instead of fp32 (on by default)."
-    probe_attr = attr + ("_split_k" if split_k else "")
     return Setting(
-        name,
+        f"{dt}_reduced_precision_reduction{suffix}",
         ON_OFF,
         "on",
         doc,
@@ -137,7 +122,7 @@ def _reduction_setting(dt: str, split_k: bool) -> Setting:
         read=read,
         apply=apply,
         snippet=snippet,
-        unavailable=ts.needs(read, probe_attr),
+        unavailable=ts.needs(read, attr + suffix),
     )
 
 
@@ -339,12 +324,9 @@ NAMES: tuple[str, ...] = tuple(BY_NAME)
 
 
 def get(name: str) -> Setting:
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise SettingError(
-            f"unknown setting {name!r}; known settings: {', '.join(NAMES)}"
-        ) from None
+    if name not in BY_NAME:
+        raise SettingError(f"unknown setting {name!r}; known settings: {', '.join(NAMES)}")
+    return BY_NAME[name]
 
 
 def canonical_level(setting: Setting, level: str) -> str:
@@ -363,8 +345,7 @@ Overrides = tuple[tuple[str, str], ...]
 
 
 def normalise(overrides: Mapping[str, str] | Iterable[tuple[str, str]]) -> Overrides:
-    """Overrides as a canonical tuple: known names, canonical levels, in table order. A name
-    given twice with different levels is an error."""
+    """Overrides as a canonical tuple in table order; a name given two levels is an error."""
     items = overrides.items() if isinstance(overrides, Mapping) else overrides
     chosen: dict[str, str] = {}
     for name, level in items:
@@ -420,17 +401,14 @@ def parse_label(text: str) -> tuple[str, Overrides]:
 
 
 def snippet_lines(overrides: Overrides) -> list[str]:
-    """The snippet's lines for ``overrides``. A setting the installed torch lacks is left out:
-    its line would raise there (torch 2.11 has no ``torch._inductor.config.batch_invariant``, and
-    setting an unknown inductor option raises ``AttributeError``), and a run that asked for it
-    recorded ``unsupported``, so no recommended mode needs it."""
-    lines: list[str] = []
-    for name, level in overrides:
-        setting = BY_NAME[name]
-        if setting.unavailable() is not None:
-            continue
-        lines += setting.snippet(level)
-    return lines
+    """The snippet's lines for ``overrides``, less a setting this torch lacks: its line would
+    raise here, and a run that asked for it recorded ``unsupported``."""
+    return [
+        line
+        for name, level in overrides
+        if BY_NAME[name].unavailable() is None
+        for line in BY_NAME[name].snippet(level)
+    ]
 
 
 #: Why the NCCL settings cannot act at one rank.
@@ -447,10 +425,8 @@ def visible_gpus() -> int:
 
 
 def world_size_default(device: str, gpus: int | None = None) -> str:
-    """The ranks of a distributed workload when no ``--set world_size`` says: 2 gloo ranks on a
-    CPU; on CUDA one rank per GPU, at most 2: ``min(2, gpus)`` (``gpus``: the visible GPUs when
-    None), so a one-GPU host runs its distributed workloads at world size 1 instead of recording
-    them all ``unsupported``. A host without a GPU (a dry run's paper plan) counts as one."""
+    """The ranks of a distributed workload without ``--set world_size``: 2 on a CPU; on CUDA
+    ``min(2, gpus)`` (visible GPUs when None, at least one), so a one-GPU host runs them at 1."""
     if device != "cuda":
         return "2"
     n = visible_gpus() if gpus is None else gpus
@@ -458,8 +434,7 @@ def world_size_default(device: str, gpus: int | None = None) -> str:
 
 
 def default_level(name: str, device: str, gpus: int | None = None) -> str:
-    """The level of setting ``name`` that a mode without it runs at on ``device``: torch's
-    default, but for ``world_size`` (``world_size_default``)."""
+    """The level a mode without setting ``name`` runs at on ``device``."""
     if name == "world_size":
         return world_size_default(device, gpus)
     return get(name).torch_default
@@ -468,8 +443,7 @@ def default_level(name: str, device: str, gpus: int | None = None) -> str:
 def inert_settings(
     names: Iterable[str], device: str, levels: Mapping[str, str], deterministic_algorithms: bool
 ) -> dict[str, str] | None:
-    """Setting -> why it cannot act (``inert_reason``), for those of ``names`` that cannot; None
-    when all can (a distributed record's ``settings_inert``)."""
+    """Setting -> ``inert_reason`` for those of ``names`` that cannot act; None when all can."""
     out = {n: inert_reason(n, device, levels, deterministic_algorithms) for n in names}
     return {n: r for n, r in out.items() if r is not None} or None
 
@@ -477,8 +451,7 @@ def inert_settings(
 def inert_reason(
     name: str, device: str, levels: Mapping[str, str], deterministic_algorithms: bool
 ) -> str | None:
-    """Why setting ``name`` cannot change what runs on ``device`` in a mode with these levels,
-    or None when it can."""
+    """Why setting ``name`` cannot change what runs on ``device`` at these levels, or None."""
     s = get(name)
     if device not in s.devices:
         return f"{name} acts only on {', '.join(s.devices)}"

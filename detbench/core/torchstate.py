@@ -1,8 +1,6 @@
-"""How each setting of ``detbench.core.settings`` reads and applies itself in torch, and how it
-probes whether the installed torch has it at all. Every torch attribute is reached at call time,
-never at import, so the table can be listed on any torch from 2.2 on; a missing API is a reason
-string (``unavailable``), never an exception.
-"""
+"""How each setting of ``detbench.core.settings`` reads, applies and probes itself in torch. Every
+torch attribute is reached at call time, never at import, and a missing API is a reason string
+(``unavailable``), never an exception."""
 
 from __future__ import annotations
 
@@ -30,9 +28,6 @@ def quiet(get: Callable[[], Any]) -> Any:
 
 def onoff(value: Any) -> str:
     return "on" if bool(value) else "off"
-
-
-# -- how each row reads and applies itself -----------------------------------------------------
 
 
 def switch(owner: Callable[[], Any], attr: str) -> tuple[Callable[[], str], Callable[[str], None]]:
@@ -73,10 +68,8 @@ def apply_matmul_precision(level: str) -> None:
 
 
 def _cudnn_fp32_precision_api() -> tuple[Any, Any] | None:
-    """cuDNN's per-op ``fp32_precision`` settings (conv, rnn) of torch 2.9+, or None where this
-    torch has only the legacy ``allow_tf32``. torch 2.9 deprecates the legacy flag, and mixing the
-    two in one process can raise ("cuDNN conv and cuDNN RNN have different TF32 flags",
-    pytorch#179445): where the new settings exist they are the only ones used."""
+    """cuDNN's per-op ``fp32_precision`` (conv, rnn) of torch 2.9+, or None (only ``allow_tf32``).
+    Mixing the two APIs in one process can raise (pytorch#179445), so the new one wins."""
     cudnn = torch_module().backends.cudnn
     conv, rnn = getattr(cudnn, "conv", None), getattr(cudnn, "rnn", None)
     if conv is None or rnn is None or not hasattr(conv, "fp32_precision"):
@@ -97,15 +90,13 @@ def _effective(setting: Any, parent: Any, legacy: Callable[[], bool]) -> bool:
 
 
 def read_cudnn_tf32() -> str:
-    """ "on" where cuDNN may run fp32 convolutions and RNNs in TF32. With torch 2.9+'s settings,
-    both conv's and rnn's are read (and "on" only where both say TF32); else ``allow_tf32``."""
-    torch = torch_module()
+    """ "on" where cuDNN may run fp32 convolutions and RNNs in TF32 (both, with torch 2.9+)."""
+    cudnn = torch_module().backends.cudnn
+    legacy = lambda: cudnn.allow_tf32  # noqa: E731
     api = _cudnn_fp32_precision_api()
     if api is None:
-        return onoff(quiet(lambda: torch.backends.cudnn.allow_tf32))
-    cudnn = torch.backends.cudnn
-    default = lambda: torch.backends.cudnn.allow_tf32  # noqa: E731
-    return onoff(all(_effective(op, cudnn, default) for op in api))
+        return onoff(quiet(legacy))
+    return onoff(all(_effective(op, cudnn, legacy) for op in api))
 
 
 def cudnn_tf32_snippet(level: str) -> list[str]:
@@ -117,9 +108,7 @@ def cudnn_tf32_snippet(level: str) -> list[str]:
 
 
 def apply_cudnn_tf32(level: str) -> None:
-    """TF32 for cuDNN's fp32 convolutions and RNNs, on or off, through the API this torch prefers:
-    torch 2.9+'s per-op ``fp32_precision`` (conv and rnn together, so they never differ), else
-    the legacy ``allow_tf32``."""
+    """TF32 for cuDNN's fp32 convolutions and RNNs (conv and rnn together, so they never differ)."""
     torch = torch_module()
     api = _cudnn_fp32_precision_api()
     if api is None:
@@ -130,8 +119,8 @@ def apply_cudnn_tf32(level: str) -> None:
 
 
 def reduction(dtype: str, split_k: bool) -> tuple[Callable[[], str], Callable[[str], None]]:
-    """Reader and applier of cuBLAS's reduced-precision reduction switch for fp16 or bf16, or of
-    its split-K form (torch 2.8+: a second boolean of the same attribute)."""
+    """Reader and applier of cuBLAS's reduced-precision reduction for fp16 or bf16, or of its
+    split-K half (torch 2.8+: a second boolean of the same attribute)."""
     attr = f"allow_{dtype}_reduced_precision_reduction"
 
     def read() -> str:
@@ -158,8 +147,7 @@ def read_cublas() -> str:
 
 
 def apply_cublas(level: str) -> None:
-    # The runner puts it in the worker's environment (see ``environment``); this re-states it,
-    # so restoring a workload's change to os.environ is the same call.
+    # The runner sets it in the worker's environment; this lets a restore undo a workload's change.
     if level == "unset":
         os.environ.pop(CUBLAS_ENV, None)
     else:
@@ -222,12 +210,9 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def inductor_config() -> Any:
-    """``torch._inductor.config``. Importing it imports ``torch._dynamo``, which makes inductor's
-    cache directory at once (``$TMPDIR/torchinductor_<user>`` unless ``TORCHINDUCTOR_CACHE_DIR``
-    says otherwise) and writes its path into ``os.environ``. A worker has its own fresh directory
-    there (the runner's); a process without one (the command that reads the settings' defaults)
-    imports it with a scratch directory, removed at once, so it leaves no shared cache behind
-    and passes no cache path on to the workers it starts."""
+    """``torch._inductor.config``. Its import makes inductor's cache directory and puts its path
+    in ``os.environ``; a process without a directory of its own (a worker has the runner's)
+    imports it with a scratch one, removed at once, so no cache path reaches its workers."""
     import sys
 
     if "torch._inductor.config" in sys.modules or os.environ.get(INDUCTOR_CACHE_ENV):
@@ -248,8 +233,7 @@ def inductor_config() -> Any:
 
 
 read_inductor_det, apply_inductor_det = switch(inductor_config, "deterministic")
-# batch_invariant is not in dir(config) on torch 2.13 (the config module lists only some of its
-# entries), but reading and setting it work.
+# batch_invariant is missing from dir(config) on torch 2.13, but reading and setting it work.
 read_inductor_batch_invariant, apply_inductor_batch_invariant = switch(
     inductor_config, "batch_invariant"
 )
@@ -257,12 +241,9 @@ read_inductor_batch_invariant, apply_inductor_batch_invariant = switch(
 
 @functools.cache
 def inductor_tied() -> bool:
-    """Whether this torch ties ``torch._inductor.config.deterministic`` to deterministic
-    algorithms: torch 2.13's ``use_deterministic_algorithms(mode)`` sets it to ``mode``, and
-    dynamo calls ``use_deterministic_algorithms`` again after compiling each frame (to restore
-    the flag), so a level of its own holds only until the first compilation ends. Probed by
-    re-stating the flag as it is and seeing whether inductor's setting follows; the state is
-    put back."""
+    """Whether ``use_deterministic_algorithms`` sets ``torch._inductor.config.deterministic``
+    here (torch 2.13 does, and dynamo calls it after each frame, so a level of its own does not
+    hold): probed by re-stating the flag and seeing whether inductor's follows, then restored."""
     torch = torch_module()
     try:
         cfg = inductor_config()
@@ -280,8 +261,7 @@ def inductor_tied() -> bool:
 
 
 def inductor_tie_reason(level: str) -> str:
-    """Why ``inductor_deterministic=level`` cannot hold beside deterministic algorithms at the
-    other level on this torch (see ``inductor_tied``)."""
+    """Why ``inductor_deterministic=level`` cannot hold here (``inductor_tied``)."""
     other = "off" if level == "on" else "on"
     return (
         f"torch {torch_module().__version__} ties torch._inductor.config.deterministic to "
@@ -291,13 +271,8 @@ def inductor_tie_reason(level: str) -> str:
     )
 
 
-# -- availability probes ---------------------------------------------------------------------
-
-
 def needs(probe: Callable[[], Any], what: str) -> Callable[[], str | None]:
-    """Why this torch lacks ``what`` (``probe`` failed), or None; asked once per process, since
-    an API does not come or go while it runs (a worker reads every setting around each
-    workload)."""
+    """Why this torch lacks ``what`` (``probe`` failed), or None; asked once per process."""
 
     @functools.cache
     def unavailable() -> str | None:
@@ -320,8 +295,6 @@ def compile_unavailable() -> str | None:
     return None
 
 
-# -- the distributed rows: levels, and the ranks' environment ----------------------------------
-
 #: World sizes a run may ask for (ranks per launch, one node).
 WORLD_SIZES = ("1", "2", "4", "8")
 #: DDP bucket sizes in MiB: torch's default 25, one bucket per few layers (1), one for all (100).
@@ -335,10 +308,8 @@ NCCL_ENV = {"nccl_algo": "NCCL_ALGO", "nccl_proto": "NCCL_PROTO"}
 
 
 def nccl_read_back(rec: dict[str, Any], read_back: Any) -> None:
-    """Into a distributed record: ``nccl_env``, the NCCL variables as rank 0 read them after
-    ``init_process_group``, and with NCCL the ``nccl_algo``/``nccl_proto`` columns from them:
-    what NCCL ran under, not what the launcher set (torch may set ``NCCL_ALGO`` itself: ``^NVLS``
-    under deterministic algorithms in some versions)."""
+    """Into a distributed record: ``nccl_env`` as rank 0 read it after ``init_process_group``,
+    and with NCCL the columns from it (torch may set ``NCCL_ALGO`` itself, e.g. ``^NVLS``)."""
     if not isinstance(read_back, dict):
         return
     rec["nccl_env"] = read_back
@@ -354,8 +325,7 @@ def env_snippet(var: str, level: str) -> list[str]:
 
 
 def nccl_environment(env: dict[str, str], levels: dict[str, str]) -> dict[str, str]:
-    """``env`` with the NCCL variables the levels ask for; ``unset`` removes one, so a value
-    inherited from the user's shell cannot change what the record says ran."""
+    """``env`` with the NCCL variables the levels ask for; ``unset`` removes an inherited one."""
     out = dict(env)
     for name, var in NCCL_ENV.items():
         level = levels.get(name, "unset")

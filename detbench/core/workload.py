@@ -1,9 +1,7 @@
 """The public workload API: ``@detbench.workload``, the ``Context`` a workload is built in, and the
-registry that the built-in suites and a user's own files fill alike.
-
-A workload is a factory: ``factory(ctx)`` builds models and inputs and returns ``step``, a callable
-that does one unit of work and returns the tensors whose bits define its result. The factory is
-called afresh, after seeding, for the fingerprint pass; ``step`` is then timed.
+registry that the built-in suites and a user's own files fill alike. A workload is a factory:
+``factory(ctx)`` builds models and inputs and returns ``step``, a callable that does one unit of
+work and returns the tensors whose bits define its result.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ PROFILES: tuple[str, ...] = ("quick", "full")
 #: Who seeds the generators before a workload is built: detbench, or the workload (a recipe).
 SEEDING: tuple[str, ...] = ("detbench", "recipe")
 
-#: A step returns its result: a tensor, or any nesting of lists, tuples, dicts (a Hugging Face
-#: ``ModelOutput`` is one) and dataclasses whose leaves are tensors or None
-#: (``detbench.worker.fingerprint.step_outputs`` flattens it).
+#: A step returns its result: a tensor, or any nesting of lists, tuples, dicts and dataclasses
+#: whose leaves are tensors or None (``worker.fingerprint.step_outputs`` flattens it).
 Step = Callable[[], Any]
 Factory = Callable[["Context"], Step]
 # A count per step: a number, one per profile, or a function of the context.
@@ -40,9 +37,7 @@ NOTES = ("attn_implementation",)
 
 
 class Unsupported(Exception):
-    """Raise it from a factory when the workload cannot run here (a library that is not
-    installed, a device it needs): its record is ``unsupported`` with this message, not an
-    error."""
+    """Raised by a factory whose workload cannot run here: recorded ``unsupported``."""
 
 
 @dataclass(frozen=True)
@@ -54,32 +49,27 @@ class Context:
     seed: int
     #: For a workload that declares ``batch_sizes``: the batch size to build at (None otherwise).
     batch_size: int | None = None
-    #: For a ``distributed`` workload, in each rank that torchrun started: the rank and the world
-    #: size (0 and 1 elsewhere), and DDP's ``bucket_cap_mb`` (the setting of that name).
+    #: A ``distributed`` workload's rank, world size and DDP ``bucket_cap_mb`` (0, 1 elsewhere).
     rank: int = 0
     world_size: int = 1
     bucket_cap_mb: float | None = None
-    #: The modules ``ddp`` wrapped: the rank compares their parameters across ranks after each
-    #: step (the ``ranks_agree`` verdict).
+    #: The modules ``ddp`` wrapped, compared across ranks after each step (``ranks_agree``).
     ddp_modules: list[Any] = field(default_factory=list, compare=False, repr=False)
     #: What the factory said about the workload it built (``note``), copied into its record.
     notes: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def note(self, **facts: str) -> None:
-        """Facts of the built workload for its record, known only once it is built:
-        ``attn_implementation`` (the attention the model runs: ``"eager"``, ``"sdpa"``,
-        ``"flash_attention_2"``, ...; for a Hugging Face model, its
-        ``model.config._attn_implementation``). Without a note, a record says ``"sdpa"`` where
-        its fingerprint pass saw ``scaled_dot_product_attention`` run, else nothing."""
+        """Facts of the built workload for its record: ``attn_implementation`` (``"eager"``,
+        ``"sdpa"``, ...; a Hugging Face model's ``config._attn_implementation``). Without it a
+        record says ``"sdpa"`` where its fingerprint pass saw SDPA run, else nothing."""
         for name, value in facts.items():
             if name not in NOTES:
                 raise WorkloadError(f"ctx.note knows {', '.join(NOTES)}, not {name!r}")
             self.notes[name] = str(value)
 
     def ddp(self, module: Any, **kwargs: Any) -> Any:
-        """``module`` wrapped in ``DistributedDataParallel`` as the run's settings say: on this
-        rank's GPU (``device_ids``) on CUDA, with the ``bucket_cap_mb`` setting; ``kwargs`` go to
-        DDP as they are. Its parameters are then compared across ranks after every step."""
+        """``module`` in ``DistributedDataParallel`` on this rank's device, with the
+        ``bucket_cap_mb`` setting; its parameters are compared across ranks after every step."""
         from torch.nn.parallel import DistributedDataParallel
 
         if self.device.type == "cuda":
@@ -99,63 +89,33 @@ class Workload:
     suite: str
     name: str
     factory: Factory = field(compare=False, repr=False)
-    #: What one step processes (samples, sequences): a number, a mapping ``{"quick": n,
-    #: "full": m}``, or a function of the ``Context``.
+    #: What one step processes: a number, one per profile, or a function of the ``Context``.
     items_per_step: PerStep = field(compare=False, repr=False)
-    #: Describes the case (shapes, dtypes) for listings; it may hold ``quick`` and ``full``
-    #: sub-mappings.
+    #: The case (shapes, dtypes) for listings; may hold ``quick`` and ``full`` sub-mappings.
     params: Mapping[str, Any] = field(default_factory=dict, compare=False)
     source: str = field(default="", compare=False)
-    #: Work per step: floating-point operations are counted by the runner with
-    #: ``torch.utils.flop_counter`` over one step; ``bytes_per_step`` (same forms as
-    #: ``items_per_step``) is for memory-bound ops the FLOP counter does not see, computed from
-    #: the shapes.
+    #: Bytes per step (as ``items_per_step``), for memory-bound ops the FLOP counter misses.
     bytes_per_step: PerStep | None = field(default=None, compare=False, repr=False)
-    #: Replaces the FLOP count where the counter cannot see the work on every device (fused
-    #: cuDNN RNN kernels), computed from the shapes (same forms as ``items_per_step``).
+    #: Replaces the FLOP count where the counter misses work on some device (fused cuDNN RNNs).
     flops_per_step: PerStep | None = field(default=None, compare=False, repr=False)
-    #: The index of the step output that is the scalar loss; its value at every fingerprint step
-    #: is recorded, to show where two runs first diverge.
+    #: The index of the step output that is the scalar loss, recorded at every fingerprint step.
     loss_output: int | None = field(default=None, compare=False)
-    #: Steps in the fingerprint pass (same forms as ``items_per_step``), in place of the run's
-    #: setting; a training workload takes enough steps to show how a divergence between runs
-    #: grows.
+    #: Steps in the fingerprint pass (as ``items_per_step``), in place of the run's setting.
     fingerprint_steps: PerStep | None = field(default=None, compare=False, repr=False)
-    #: ``"detbench"`` (the default) seeds every generator before the factory is called;
-    #: ``"recipe"`` leaves seeding to the workload, which then starts from the state a fresh
-    #: process has (every generator seeded from OS entropy), for experiments about seeding itself.
+    #: ``"recipe"`` leaves the generators as a fresh process has them (``SEEDING``).
     seeding: str = field(default="detbench", compare=False)
-    #: The steps can run under automatic mixed precision: when a run's ``autocast`` setting is
-    #: ``fp16`` or ``bf16``, the runner wraps each step in ``torch.autocast(device, dtype)``.
-    #: Declare it for float32 models and inputs, as a user would train them under AMP; a
-    #: workload that does not declare it is recorded ``unsupported`` under those levels (integer
-    #: or already half-precision work has nothing for autocast to do).
+    #: float32 steps that can run under ``torch.autocast`` (else unsupported at fp16 and bf16).
     autocast: bool = field(default=False, compare=False)
-    #: The steps call ``scaled_dot_product_attention``, so the ``sdpa_backend`` setting (math,
-    #: flash, efficient, cudnn) decides which kernel runs: an attribution study runs the backend
-    #: variants only on workloads that declare it.
+    #: The steps call SDPA: an attribution study varies ``sdpa_backend`` only for these.
     attention: bool = field(default=False, compare=False)
-    #: The sizes the factory can build the workload at (e.g. ``(1, 2, 16, 64)``; ascending
-    #: here), reading ``ctx.batch_size``; row 0 of every returned tensor whose first dimension
-    #: is the batch must be the same request at every size (the workload makes its input so).
-    #: detbench then builds it at each size, runs a step, and records whether row 0 kept its
-    #: bits (``batch_invariant``, over every batch-first output). ``batch_distinct_results``
-    #: counts the distinct row-0 results of the first batch-first output only, the workload's
-    #: result (return a decoder's generated ids first and it is the number of distinct
-    #: completions).
+    #: The sizes the factory can build at (``ctx.batch_size``), ascending; row 0 of every
+    #: batch-first output must be the same request at every size (``batch_invariant``).
     batch_sizes: tuple[int, ...] | None = field(default=None, compare=False)
-    #: The size of the fingerprint and timing passes (one of ``batch_sizes``; the largest by
-    #: default).
+    #: The size of the fingerprint and timing passes (the largest of ``batch_sizes`` by default).
     batch_size: int | None = field(default=None, compare=False)
-    #: Each record of the workload is one fresh ``torchrun`` launch of ``world_size`` ranks (the
-    #: setting; ``gloo`` on CPU, ``nccl`` on CUDA) and the factory runs in every rank, the
-    #: process group already initialised: ``ctx.rank`` and ``ctx.world_size`` say where it
-    #: runs, ``ctx.device`` is the rank's device, and every generator has the same seed on every
-    #: rank (data that should differ per rank is drawn from the rank). Wrap models with
-    #: ``ctx.ddp(model)``: the ``bucket_cap_mb`` setting applies, and their parameters are
-    #: compared across ranks after each step (``ranks_agree``; without ``ctx.ddp``, every output
-    #: but ``loss_output`` is compared). ``items_per_step`` is one rank's: the record's is the
-    #: sum over ranks. See ``detbench.distributed.launch``.
+    #: Each record is one fresh ``torchrun`` launch of ``world_size`` ranks, each running the
+    #: factory; wrap models with ``ctx.ddp``. ``items_per_step`` is one rank's. See
+    #: ``detbench.distributed.launch``.
     distributed: bool = field(default=False, compare=False)
 
     @property
@@ -239,17 +199,12 @@ def workload(
     batch_size: int | None = None,
     distributed: bool = False,
 ) -> Any:
-    """Register a workload factory: ``factory(ctx)`` builds the workload for a ``Context`` and
-    returns its step. ``fn``: the factory, to register it without decorating. Each keyword is
-    the ``Workload`` field of that name, documented there (``name``: the factory's by default).
-    """
+    """Register a workload factory (``fn``: without decorating); each keyword is the
+    ``Workload`` field of that name (``name``: the factory's by default)."""
     if seeding not in SEEDING:
         raise WorkloadError(f"seeding must be one of {', '.join(SEEDING)}, not {seeding!r}")
-    for flag, value in (
-        ("autocast", autocast),
-        ("attention", attention),
-        ("distributed", distributed),
-    ):
+    flags = dict(autocast=autocast, attention=attention, distributed=distributed)
+    for flag, value in flags.items():
         if not isinstance(value, bool):
             raise WorkloadError(f"workload {flag} must be True or False, not {value!r}")
     sizes = _batch_sizes(batch_sizes, batch_size)
@@ -299,8 +254,7 @@ def registry() -> dict[str, Workload]:
 
 
 def check_file(path: str | Path) -> Path:
-    """``path`` resolved, or the one line that says why it is no workload file (the CLI asks
-    before it loads torch)."""
+    """``path`` resolved, or the one line that says why it is no workload file."""
     p = Path(path).resolve()
     if not p.is_file():
         raise WorkloadError(f"workload file not found: {path}")
@@ -312,8 +266,7 @@ def check_file(path: str | Path) -> Path:
 def load_file(path: str | Path) -> list[Workload]:
     """Import a Python file that defines workloads and return the workloads it registered."""
     p = check_file(path)
-    # A stable, unique module name per path, so a file loads once per process and the same
-    # module name is used in every worker.
+    # A stable, unique module name per path: a file loads once per process, named alike in workers.
     mod_name = "detbench_user_" + p.stem + "_" + hashlib.sha1(str(p).encode()).hexdigest()[:10]
     before = set(_REGISTRY)
     if mod_name not in sys.modules:
@@ -334,18 +287,14 @@ def load_file(path: str | Path) -> list[Workload]:
 
 
 def suites_dir() -> Path:
-    """The built-in suites: ``detbench/suites/`` in an installed detbench (pyproject.toml ships the
-    checkout's ``suites/`` as the package ``detbench.suites``), else ``suites/`` beside the
-    ``detbench`` package in a checkout."""
+    """The built-in suites: ``detbench/suites/`` where installed, else a checkout's ``suites/``."""
     package = Path(__file__).resolve().parent.parent
     shipped = package / "suites"
     return shipped if shipped.is_dir() else package.parent / "suites"
 
 
 def suite_helper(stem: str) -> ModuleType:
-    """Import ``suites/STEM.py`` (a helper file of a built-in suite, its name starting with "_")
-    once per process. A suite file is imported by its path (see ``load_file``), not as part of a
-    package, so its helper files are imported by path too."""
+    """Import ``suites/STEM.py``, a suite's helper file, by its path once per process."""
     mod_name = f"detbench_suites_{stem}"
     module = sys.modules.get(mod_name)
     if module is None:

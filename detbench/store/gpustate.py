@@ -1,18 +1,11 @@
 """The GPU's state as the driver sees it: model, driver, clocks, power, temperature, throttling.
+The runner takes a ``snapshot()`` before and after a run (env.json's ``gpu_state``), and
+``throttled()`` says whether the GPU slowed itself down in between.
 
-A benchmark's numbers depend on the clocks the GPU ran at, so the runner takes a ``snapshot()``
-before and after a run and env.json keeps both (``gpu_state``); ``throttled()`` says whether the
-GPU slowed itself down in between (the report warns), and ``compare`` can tell runs on different
-GPUs, drivers or clocks apart.
-
-Sources, in order: NVML through nvidia-ml-py (``import pynvml``), which also has cumulative
-throttle-time counters; else one ``nvidia-smi --query-gpu`` call; else nothing, with the reason
-(a CPU host, no NVML, no nvidia-smi). Every field is read on its own: a field the driver does not
-support is None and its error is listed under ``unavailable``; an absence is a fact, never an
-error. Neither source creates a CUDA context, so the runner may call this freely.
-
-NVML and nvidia-smi list every GPU of the host, whatever ``CUDA_VISIBLE_DEVICES`` says (and in
-their own order): each GPU carries its ``uuid``, which the worker's ``gpu_uuid`` matches.
+Sources, in order: NVML (``pynvml``, with cumulative throttle-time counters), one ``nvidia-smi``
+call, else nothing with the reason. A field the driver lacks is None, its error under
+``unavailable``. Neither creates a CUDA context. Both list every GPU of the host, whatever
+``CUDA_VISIBLE_DEVICES`` says, so each GPU carries its ``uuid`` (the worker's ``gpu_uuid``).
 """
 
 from __future__ import annotations
@@ -77,8 +70,7 @@ SMI_FIELDS = {
     "throttle_reasons": "clocks_throttle_reasons.active",
     "mig_mode": "mig.mode.current",
 }
-#: Newer drivers call the throttle reasons "clock event reasons"; asked for when the old name is
-#: refused.
+#: Newer drivers' name for the throttle reasons, asked for when the old name is refused.
 SMI_RENAMED = {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}
 #: What nvidia-smi prints where it has no value (some in brackets).
 SMI_NO_VALUE = ("N/A", "Not Supported", "Unknown Error", "Insufficient Permissions", "Unknown")
@@ -92,9 +84,6 @@ def reasons_from_mask(mask: int) -> list[str]:
     if unknown:
         names.append(f"unknown_0x{unknown:x}")
     return names
-
-
-# --- NVML ------------------------------------------------------------------------------------
 
 
 def _text(value: Any) -> str:
@@ -140,8 +129,9 @@ def _nvml_gpu(nvml: Any, index: int, driver: str | None) -> dict[str, Any]:
     return gpu
 
 
-def _nvml_snapshot() -> tuple[list[dict[str, Any]] | None, str | None]:
-    """Every GPU as NVML sees it, or None and why NVML is not usable."""
+def open_nvml() -> tuple[Any, str | None]:
+    """The pynvml module with NVML initialised (each ``nvmlInit`` wants its ``nvmlShutdown``), or
+    None and why not. Nothing here creates a CUDA context."""
     try:
         import pynvml  # nvidia-ml-py
     except ImportError:
@@ -149,7 +139,15 @@ def _nvml_snapshot() -> tuple[list[dict[str, Any]] | None, str | None]:
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound on a host without the driver
-        return None, f"NVML: {type(exc).__name__}: {exc}"
+        return None, f"NVML: {type(exc).__name__}: {exc}"[:200]
+    return pynvml, None
+
+
+def _nvml_snapshot() -> tuple[list[dict[str, Any]] | None, str | None]:
+    """Every GPU as NVML sees it, or None and why NVML is not usable."""
+    pynvml, reason = open_nvml()
+    if pynvml is None:
+        return None, reason
     try:
         try:
             driver: str | None = _text(pynvml.nvmlSystemGetDriverVersion())
@@ -161,9 +159,6 @@ def _nvml_snapshot() -> tuple[list[dict[str, Any]] | None, str | None]:
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-
-
-# --- nvidia-smi ------------------------------------------------------------------------------
 
 
 def _smi_value(field: str, raw: str) -> Any:
@@ -183,8 +178,7 @@ def _smi_value(field: str, raw: str) -> Any:
 
 
 def parse_smi_csv(text: str) -> list[dict[str, Any]]:
-    """The GPUs of ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits`` output, one line
-    per GPU, its columns in the order of ``SMI_FIELDS``."""
+    """The GPUs of ``nvidia-smi --query-gpu`` CSV output, its columns in ``SMI_FIELDS`` order."""
     names = list(SMI_FIELDS)
     gpus = []
     for row in csv.reader(text.strip().splitlines(), skipinitialspace=True):
@@ -218,23 +212,16 @@ def _smi_snapshot() -> tuple[list[dict[str, Any]] | None, str | None]:
                 return parse_smi_csv(proc.stdout), None
             except ValueError as exc:
                 return None, f"nvidia-smi: {exc}"
-        refused = attempt == 0 and "not a valid field" in (proc.stdout + proc.stderr)
-        if not refused:
-            break
+        if attempt or "not a valid field" not in proc.stdout + proc.stderr:
+            break  # only a refused field name is asked again, under its new name
         query = [SMI_RENAMED.get(q, q) for q in query]
     message = (proc.stderr or proc.stdout).strip().splitlines()
     return None, f"nvidia-smi exit {proc.returncode}: {message[0] if message else ''}"
 
 
-# --- the public API --------------------------------------------------------------------------
-
-
 def snapshot() -> dict[str, Any]:
-    """``{"source": "nvml" | "nvidia-smi" | None, "reason": str | None, "utc": str,
-    "gpus": [per-GPU dict] | None}``. Each GPU: ``index``, ``name``, ``uuid``, ``driver``,
-    ``sm_clock_mhz``, ``mem_clock_mhz``, ``max_sm_clock_mhz``, ``power_limit_w``,
-    ``power_draw_w``, ``temperature_c``, ``throttle_reasons`` (list of str), ``violation_ns``
-    (NVML's cumulative throttle time per cause; empty from nvidia-smi), ``mig_mode``, and
+    """``{"source", "reason", "utc", "gpus"}``: each GPU the fields of ``SMI_FIELDS``,
+    ``violation_ns`` (NVML's throttle time per cause; empty from nvidia-smi) and
     ``unavailable`` (field -> why) where a field could not be read."""
     gpus, reason = _nvml_snapshot()
     source = "nvml" if gpus is not None else None
@@ -250,10 +237,8 @@ def _label(gpu: Mapping[str, Any]) -> str:
 
 
 def throttled(gpu_state: Mapping[str, Any] | None, uuid: str | None = None) -> list[str]:
-    """Lines saying the GPU throttled during the run: a throttle-time counter (power, thermal,
-    board limit, reliability) that grew between the two snapshots, or a slowdown reason (power
-    cap, thermal or hardware slowdown, power brake) active when either was taken. Empty when it
-    did not, or when nothing is known. ``uuid`` restricts it to the GPU the run used."""
+    """Lines saying a GPU (``uuid``: the run's only) throttled during the run: a
+    ``SLOWDOWN_VIOLATIONS`` counter grew, or a ``SLOWDOWN_REASONS`` was active at either end."""
     if not gpu_state:
         return []
     before = {g.get("uuid") or g.get("index"): g for g in gpu_state.get("before") or []}

@@ -1,16 +1,8 @@
-"""Which workload a record measured: what must be the same before two runs' bits of one
-(workload, mode) are compared, and the words for how it differs.
-
-A workload is the same in two runs when it ran on the same device type (a CPU's and a GPU's
-random streams differ) with the same parameters (its sizes), size profile and seed, from the same
-source of its suite: env.json's ``options.suite_sha256`` holds a digest of each suite's source files
-(runs made before it was recorded lack it); a run without it is matched on the rest, and its commit
-is all that is known of its source. The digest method is the comparison's to choose (a run with
-``--fingerprint both`` has two). The number of fingerprint steps (``len(step_fingerprints)``) may
-differ: the first steps of a longer pass are the steps of a shorter one, so two runs compare over
-the steps both ran.
-
-``detbench compare`` (``analysis.across``) and ``detbench merge`` (``run.merge``) both ask here.
+"""Which workload a record measured: what must be the same (``FIELDS``) before two runs' bits of
+one (workload, mode) are compared, and the words for how it differs. The device type matters
+since a CPU's and a GPU's random streams differ; a run without suite digests is matched on the
+rest. Fingerprint steps may differ in number: two runs compare over the steps both ran.
+``detbench compare`` and ``detbench merge`` both ask here.
 """
 
 from __future__ import annotations
@@ -45,15 +37,13 @@ def text(x: Any) -> str:
 
 
 def source_digest(paths: Iterable[str | Path]) -> str:
-    """sha256 over the sha256 of each file's bytes, sorted: the same files give the same digest
-    wherever they are checked out."""
+    """sha256 over the files' sorted sha256s: the same wherever the files are checked out."""
     each = sorted(hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths)
     return hashlib.sha256("".join(each).encode()).hexdigest()
 
 
 def suite_sources(env: Mapping[str, Any]) -> dict[str, str]:
-    """Each suite's source digest as the run recorded it ({} for a run made before the digests
-    were recorded)."""
+    """Each suite's source digest as the run recorded it ({} where it did not)."""
     return dict((env.get("options") or {}).get(SOURCES_KEY) or {})
 
 
@@ -77,8 +67,7 @@ def steps(rec: Any) -> int | None:
 
 
 def differences(a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:
-    """The fields of ``FIELDS`` whose values differ between two identities; a value one of them
-    did not record is unknown, not a difference."""
+    """The ``FIELDS`` that differ between two identities (one not recorded is no difference)."""
     return [k for k in FIELDS if a.get(k) and b.get(k) and a.get(k) != b.get(k)]
 
 

@@ -23,16 +23,14 @@ def dumps(obj: Any) -> str:
 
 
 def open_append(path: Path) -> int:
-    """A descriptor of ``path`` opened for appends (created where missing), for ``append_lines``.
-    ``O_APPEND`` makes the kernel place each write at the end, whoever else appends."""
+    """``path`` opened for ``O_APPEND`` (created where missing): each write lands at the end."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
 def append_lines(fd: int, path: Path, objs: Sequence[Any]) -> None:
-    """``objs``, a line of deterministic JSON each, in a single ``os.write``: a process killed at
-    any moment leaves all of them or none (a group of lines that only mean something together,
-    such as the workers of one paired group), never half a line that a reader would refuse."""
+    """``objs``, a JSON line each, in a single ``os.write``: a process killed at any moment
+    leaves all of them or none (a paired group's lines go together), never half a line."""
     line = "".join(dumps(obj) + "\n" for obj in objs).encode()
     written = os.write(fd, line)
     if written != len(line):  # only on a full disk; never leave half a line unflagged
@@ -40,9 +38,8 @@ def append_lines(fd: int, path: Path, objs: Sequence[Any]) -> None:
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) of each non-blank line of ``path``. A line that cannot be an
-    appended object (no end of line: truncated; not JSON; not an object) is a ``ResultsError``
-    naming the file and line: the one-write append never leaves one, so it is damage."""
+    """(line number, object) of each non-blank line of ``path``; a truncated or malformed line
+    is damage (the one-write append never leaves one): a ``ResultsError`` naming it."""
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():

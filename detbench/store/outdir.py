@@ -1,12 +1,7 @@
-"""The one check of a folder a command is about to write into (``--out``, ``merge``'s OUT).
-
-A command writes into a folder that does not exist yet, or an empty one, and nowhere else: a
-folder that holds a user's own files (a ``report.md``, a ``plots/`` of theirs) or the results of
-another run is refused in one line, with nothing in it changed. The one way back into a run's
-folder is ``--resume DIR``, which never passes through here; where the folder holds a run that
-stopped before its end, the refusal names that command. A run stopped before its first record
-measured nothing: its folder is free for a new run as well (``measured_nothing``). ``run``,
-``attribute``, ``gpu-check``, ``audit``, ``merge`` and ``submit`` all call ``refuse_used``.
+"""The one check of a folder a command is about to write into (``--out``, ``merge``'s OUT): a new
+or empty folder, or one whose run measured nothing (``measured_nothing``); anything else is
+refused in one line, nothing changed. The way back into a run is ``--resume DIR``, which the
+refusal of an interrupted run names and which never passes through here.
 """
 
 from __future__ import annotations
@@ -32,9 +27,8 @@ class OutDirError(DetbenchError):
 
 
 def refuse_used(out: Path, flag: str = "--out", *, inside: Collection[str] = ()) -> None:
-    """Raise ``OutDirError`` unless ``out`` is new or an empty folder. ``flag``: how the user
-    named the folder (``--out``, ``OUT``); ``inside``: entries of ``out`` that the command itself
-    reads (the runs ``merge`` joins where they live inside OUT), which do not count."""
+    """Raise ``OutDirError`` unless ``out`` is new or empty. ``flag``: how the user named it;
+    ``inside``: entries the command itself reads (runs ``merge`` joins inside OUT), not counted."""
     if not out.exists():
         return
     if not out.is_dir():
@@ -58,10 +52,8 @@ def refuse_used(out: Path, flag: str = "--out", *, inside: Collection[str] = ())
 
 
 def measured_nothing(out: Path) -> bool:
-    """Whether ``out`` holds nothing but a run stopped before its first record: its env.json (a
-    run's, neither finished nor merged), an empty results file and paired-timing file, its
-    workers' logs and the first replicate's reference outputs. Nothing of value is there, so a
-    new run may start in it: the logs are appended to, the rest written afresh."""
+    """Whether ``out`` holds nothing but a run stopped before its first record (env.json, empty
+    results files, logs, reference outputs), so a new run may start in it."""
     names = {p.name for p in out.iterdir()}
     env = _env(out)
     return (

@@ -1,17 +1,10 @@
 """The owner of ``paired.jsonl``: the paired timings of a run, one line per
 (workload, mode, replicate, copy), written when the group's rounds end.
 
-Why a file of its own: in the paired design the verdict workers write their records at once,
-with no timing; the costs come later, from timing workers of every mode that take turns on the
-device, one block each per round, in an order shuffled anew each round. A line holds one
-worker's samples with the round, the place in the round and the start time of each block, so the
-analysis can pair each mode's block with the baseline's of the same round (``analysis
-.paired_costs``) and split the variance between rounds, processes and time (``analysis
-.variance``). ``copy`` 1 is a second worker of the baseline's settings: the A/A check.
-
-``line`` builds and checks one line (nobody else builds its dict), and ``joined`` fills a
-verdict record whose ``timing_design`` is "paired" with its copy-0 timing, so every row of
-``results.load_results`` has a timing where its record was timed.
+Why a file of its own: the verdict records are written at once, with no timing; the costs come
+later, from workers of every mode taking turns on the device, one block each per shuffled round,
+so the analysis can pair each block with the baseline's of the same round. ``copy`` 1 is a
+second worker of the baseline's settings: the A/A check.
 """
 
 from __future__ import annotations
@@ -42,11 +35,9 @@ PAIRED_FILE = "paired.jsonl"
 PAIRED_VERSION = 1
 #: The ``timing_design`` of a verdict record whose timing is in ``paired.jsonl``.
 PAIRED = "paired"
-#: A line's status: a record's (``schema.STATUSES``: ok, or how the workload or its worker
-#: ended: unsupported, oom, crashed, ...; "message" says more), "failed" (fewer than 6 blocks
-#: were timed), "not_timed" (its verdict record was not ok, so it sat the workload out) or
-#: "same_computation" (on this device its mode runs what another mode's worker timed: on a CPU,
-#: a mode that differs from it only in cuDNN flags; "message" names that mode).
+#: A line's status: a record's (``schema.STATUSES``), "failed" (fewer than 6 blocks timed),
+#: "not_timed" (its verdict record was not ok) or "same_computation" (on this device its mode runs
+#: what another mode's worker timed, e.g. one differing only in cuDNN flags on a CPU).
 PAIRED_STATUSES = (*STATUSES, "failed", "not_timed", "same_computation")
 
 #: The fields every line has, with the types they may hold (JSON's: a number is never a bool).
@@ -85,8 +76,7 @@ OPTIONAL: dict[str, tuple[type, ...]] = {
     # a merged run's (``run.merge``): the shard or the machine whose run timed the line
     "shard": or_none(STR),
     "machine": or_none(STR),
-    # how busy the host was while this worker timed its rounds: ``worker/hostload``'s Probe,
-    # started before its first block and stopped after its last (``analysis.busy``)
+    # how busy the host was over this worker's rounds (``worker/hostload``, ``analysis.busy``)
     "host_load": or_none(DICT),
 }
 #: Every field of a line that the reader knows, with its types (a line may carry others).
@@ -96,10 +86,8 @@ PER_SAMPLE = ("samples", "rounds", "positions", "block_start")
 
 
 def problem(obj: Mapping[str, Any]) -> Problem | None:
-    """The first thing wrong with a line, or None: a missing field (``REQUIRED``; ``TIMED`` too
-    for status ok), a known field with a value of another type, an unknown version or status,
-    per-sample lists of different lengths, a non-positive or non-numeric sample, a copy
-    below 0."""
+    """The first thing wrong with a line, or None: a missing field (``TIMED`` too for status
+    ok), a type, version or status unknown, per-sample lists that disagree, a bad sample or copy."""
     if obj.get("paired_version") != PAIRED_VERSION:
         return Problem(
             "paired_version", obj.get("paired_version"), f"this detbench reads {PAIRED_VERSION}"
@@ -155,9 +143,8 @@ def line(
     settings_changed: Sequence[str] | None = None,
     host_load: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One line of ``paired.jsonl``, checked (``problem``; a ``ResultsError`` names the field).
-    ``timing``: the Timing JSON of ``worker/timing.py`` built from ``samples``; None for a worker
-    that failed before it had samples."""
+    """One line of ``paired.jsonl``, checked (a ``ResultsError`` names the field). ``timing``:
+    the Timing JSON built from ``samples`` (``worker/timing.py``); None before any sample."""
     obj: dict[str, Any] = {
         "paired_version": PAIRED_VERSION,
         "suite": suite,
@@ -190,8 +177,7 @@ def line(
 
 
 class PairedWriter:
-    """Appends lines to ``paired.jsonl`` in one write each (``lines.append_lines``): a run
-    stopped during the costs keeps every group whose rounds ended, and no half line."""
+    """Appends lines to ``paired.jsonl``, a group in one write (``lines.append_lines``)."""
 
     def __init__(self, directory: Path) -> None:
         self.path = Path(directory) / PAIRED_FILE
@@ -202,9 +188,8 @@ class PairedWriter:
         self.append_all([obj])
 
     def append_all(self, objs: Sequence[Mapping[str, Any]]) -> None:
-        """A group's lines in one write: all of them or none. Each is checked first (a line
-        without ``paired_version`` gets this version's), and a bad one raises before any is
-        written."""
+        """A group's lines in one write, all or none: a bad one raises before any is written (a
+        line without ``paired_version`` gets this version's)."""
         out = [{"paired_version": PAIRED_VERSION, **o} for o in objs]
         for o in out:
             found = problem(o)
@@ -223,9 +208,7 @@ class PairedWriter:
 
 
 def iter_paired(directory: str | Path) -> Iterator[dict[str, Any]]:
-    """The lines of ``directory``'s ``paired.jsonl``, each checked; nothing where the run has no
-    such file (a run of the separate design, or one stopped before its costs). A line that
-    fails its check is a ``ResultsError`` naming the file, line, field and value."""
+    """The lines of ``directory``'s ``paired.jsonl`` (none without one), each checked."""
     path = Path(directory) / PAIRED_FILE
     if not path.is_file():
         return
@@ -241,8 +224,7 @@ COLUMNS = tuple(FIELDS)
 
 
 def load_paired(directory: str | Path) -> pd.DataFrame:
-    """One row per line of ``paired.jsonl`` (empty, with ``COLUMNS``, where there is none); the
-    per-sample lists and ``timing`` are kept as Python objects."""
+    """One row per line of ``paired.jsonl`` (empty, with ``COLUMNS``, where there is none)."""
     import pandas as pd
 
     rows = list(iter_paired(directory))
@@ -254,11 +236,9 @@ Key = tuple[str, str, str, int, "str | None"]
 
 
 def copy0_lines(directory: str | Path) -> dict[Key, dict[str, Any]]:
-    """(suite, workload, mode, replicate, machine) -> the copy-0 line of that worker, status ok:
-    the timing a verdict record of the paired design stands for; or status "same_computation":
-    the mode that was timed for it. ``machine``: the run's name in a merged set of several
-    machines' runs (None in one run). A later line of the same key (a resumed run measured it
-    again) replaces an earlier one."""
+    """(suite, workload, mode, replicate, machine) -> the copy-0 line of status ok, or
+    "same_computation" (the mode timed for it); ``machine`` is None outside a merged set. A
+    later line of the same key (a resumed run) replaces an earlier one."""
     return {
         (o["suite"], o["workload"], o["mode"], o["replicate"], o.get("machine")): o
         for o in iter_paired(directory)
@@ -277,12 +257,9 @@ def _per_second(per_step: Any, median: float) -> float | None:
 
 
 def joined(rec: Mapping[str, Any], found: Mapping[Key, Mapping[str, Any]]) -> dict[str, Any]:
-    """A verdict record of the paired design with its copy-0 timing where ``found`` has it:
-    ``timing`` (the line's Timing JSON, with the line's ``rounds`` and ``block_start`` added as
-    ``paired_rounds`` and ``paired_block_start`` so the analysis can pair each sample with the
-    baseline's of the same round), ``seconds_per_step`` (the timing's median) and the rates
-    from the record's own per-step figures. A record without a line keeps its None timing; one
-    whose line says another mode was timed for it gets that mode as ``timed_as``."""
+    """A paired verdict record with its copy-0 timing where ``found`` has it: ``timing`` (with
+    the line's rounds and block starts, to pair samples by round), ``seconds_per_step`` (its
+    median) and the rates; ``timed_as`` where another mode was timed for it."""
     out = dict(rec)
     key = (
         rec.get("suite"),

@@ -1,8 +1,6 @@
-"""The constructors of a record, one for each kind: ``measured`` (a worker's, which its passes
-fill in), ``lost`` (a workload a worker took down with it: it died, or ran past ``--timeout``)
-and ``merged`` (a record of a shard or of one machine's run, in a merged set). Nobody else
-builds a record's dict; each constructor returns a record that ``schema.problem`` accepts, with
-every field of ``schema.ALWAYS``.
+"""The constructors of a record, one for each kind: ``measured`` (a worker's), ``lost`` (a
+workload a worker took down with it) and ``merged`` (a shard's or a machine's, in a merged set).
+Nobody else builds a record's dict; each returns one that ``schema.problem`` accepts.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from detbench.store.schema import ALWAYS, SCHEMA_VERSION, Status, check
 
 
 def _blank() -> dict[str, Any]:
-    """Every field of a version-4 record, None (a lost record's, before what the runner knows)."""
+    """Every field of a version-4 record, None."""
     return dict.fromkeys(ALWAYS)
 
 
@@ -37,10 +35,8 @@ def measured(
     batch_size: int | None,
     fingerprint_method: str,
 ) -> dict[str, Any]:
-    """A worker's record of one workload before its passes: status ``ok``, no measurement yet.
-    ``settings``: every setting's column as the worker read it back after applying ``mode``
-    (``worker.applied.columns``); the passes update them where the workload changed one.
-    The worker's main adds where it ran (``device_name``, ``worker_pid``, ``node``, ``job``)."""
+    """A worker's record of one workload before its passes: status ``ok``, nothing measured.
+    ``settings``: every setting's column as read back after applying ``mode``."""
     rec = _blank()
     rec.update(
         {
@@ -51,8 +47,6 @@ def measured(
             **record_fields(mode),
             **settings,
             "settings_changed": [],
-            # The batch-invariance verdict stays None for a workload that declares no batch
-            # sizes; ``batch_size`` is the size the fingerprint and timing passes used.
             "batch_size": batch_size,
             "replicate": replicate,
             "seed": seed,
@@ -81,10 +75,8 @@ def lost(
     replicate: int,
     **known: Any,
 ) -> dict[str, Any]:
-    """The record of workload ``key`` ("suite/name") that a worker took down with it: ``status``
-    ``crashed`` or ``timeout``, and ``exit_code`` (None where it is not known). ``known``: what else
-    the runner knows of it (``RUNNER_KNOWS``); the rest is None, and so are the settings but
-    those the mode sets: the worker never said."""
+    """The record of workload ``key`` ("suite/name") that a worker took down with it (``crashed``
+    or ``timeout``); ``known``: ``RUNNER_KNOWS``. The rest is None: the worker never said."""
     suite, name = key.split("/", 1)
     unknown = sorted(set(known) - set(RUNNER_KNOWS))
     if unknown:
@@ -99,9 +91,7 @@ def lost(
 def merged(
     rec: Mapping[str, Any], *, shard: str | None = None, machine: str | None = None
 ) -> dict[str, Any]:
-    """A copy of ``rec`` (a record read back from a run merged) that says where it came from:
-    ``shard`` ("K/N") of one run, or ``machine``, the name of its run in a set of runs from
-    several machines. Its ``schema_version`` is kept: it was made in that version's shape."""
+    """A copy of ``rec`` that names its ``shard`` ("K/N") or ``machine`` in a merged set."""
     if (shard is None) == (machine is None):
         raise TypeError("merged(): give a shard or a machine")
     where = {"shard": shard} if shard is not None else {"machine": machine}
@@ -113,8 +103,7 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fun
 
 
 def _library_dirs() -> tuple[Path, ...]:
-    """Where code that is not the user's lives: detbench, and Python's own library and its
-    installed packages (torch among them)."""
+    """Where code that is not the user's lives: detbench, Python's library and packages."""
     paths = sysconfig.get_paths()
     dirs = [Path(__file__).resolve().parents[1]]
     dirs += [Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")]
@@ -122,9 +111,7 @@ def _library_dirs() -> tuple[Path, ...]:
 
 
 def user_frame(traceback_text: object) -> str | None:
-    """Where a record's failure was raised in the user's own code: ``FILE:LINE (in FUNC)`` of
-    the deepest frame of its ``traceback`` outside detbench, Python's library and its installed
-    packages; None where the traceback holds no such frame (or there is none)."""
+    """``FILE:LINE (in FUNC)`` of the deepest user frame of a failure's traceback, or None."""
     if not isinstance(traceback_text, str):
         return None
     library = _library_dirs()

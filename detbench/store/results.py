@@ -80,11 +80,9 @@ class ResultWriter:
         self._fd = open_append(self.path)
 
     def append(self, record: Mapping[str, Any]) -> bool:
-        """Append ``record`` once ``schema.problem`` finds nothing wrong with it, and say True.
-        A record that a reader would set aside is a bug of its writer: it is said at once, in
-        one line, and kept in ``SET_ASIDE_FILE`` beside the results (with the problem) rather
-        than in them, so that a run on a lent GPU goes on, nothing measured is lost, and a
-        resume measures that record again. Then False."""
+        """Append ``record`` if ``schema.problem`` passes it: True. Else warn in one line and keep
+        it in ``SET_ASIDE_FILE`` with its problem, so the run goes on, nothing measured is lost
+        and a resume measures it again: False."""
         rec = {"schema_version": SCHEMA_VERSION, **record}
         found = problem(rec)
         if found is not None:
@@ -125,11 +123,9 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def iter_records(directory: str | Path, aside: list[str] | None = None) -> Iterator[Record]:
-    """The records of ``directory``'s results file, each migrated to the current version's shape
-    (``schema.migrate``) and checked (``schema.problem``). A record that fails the check is
-    named in one line (file, line, record, field, value and why): added to ``aside`` and left
-    out where a list is given, else raised as ``ResultsError``. A file that cannot be read as
-    records (a truncated or malformed line, an unknown version) is always an error."""
+    """The records of ``directory``'s results file, migrated and checked. One that fails the
+    check is named in one line, added to ``aside`` where a list is given, else raised as
+    ``ResultsError``; an unreadable line or an unknown version always raises."""
     path = Path(directory) / RESULTS_FILE
     if not path.is_file():
         raise ResultsError(f"no {RESULTS_FILE} in {directory}")
@@ -152,21 +148,11 @@ def iter_records(directory: str | Path, aside: list[str] | None = None) -> Itera
 
 
 def load_results(directory: str | Path) -> pd.DataFrame:
-    """One row per (workload, mode, replicate) record, with the columns of ``COLUMNS`` first.
-
-    Nested fields are kept as Python objects: ``timing`` (raw samples and block size),
-    ``step_fingerprints``, ``phases``, ``params``, ``memory`` and ``precision``. Flattened from
-    them: ``iqr``, ``timing_samples``, ``timing_ci_rel`` and ``timing_reached_target`` (from
-    ``timing``), ``matmul_fp32`` and ``conv_fp32`` (from ``precision``); None where a record
-    has no such value (a failure, or a version-1 record).
-
-    A record of the paired design takes its timing from its copy-0 line of ``paired.jsonl``
-    (``paired.joined``); the paired lines themselves are ``paired.load_paired``'s.
-
-    A record that fails its check (``schema.problem``) is not among the rows: each is named in
-    one line, logged as a warning (on stderr where logging is not set up) and listed in
-    ``df.attrs["set_aside"]``, which the report counts.
-    """
+    """One row per record, the columns of ``COLUMNS`` first; nested fields kept as Python
+    objects, a few flattened from ``timing`` and ``precision`` (None where a record has none).
+    A paired record takes its timing from its copy-0 line of ``paired.jsonl`` (``paired.joined``).
+    A record that fails its check is left out, logged as a warning and listed in
+    ``df.attrs["set_aside"]``, which the report counts."""
     import pandas as pd
 
     rows = []
@@ -179,12 +165,9 @@ def load_results(directory: str | Path) -> pd.DataFrame:
             row = paired.joined(row, lines)
         timing = cast(dict[str, Any], row.get("timing") or {})
         row["iqr"] = timing.get("iqr")
-        row["timing_samples"] = timing.get("samples")
-        row["timing_ci_rel"] = timing.get("ci_rel")
-        row["timing_reached_target"] = timing.get("reached_target")
+        row |= {f"timing_{k}": timing.get(k) for k in ("samples", "ci_rel", "reached_target")}
         precision = rec.get("precision") or {}
-        row["matmul_fp32"] = precision.get("matmul_fp32")
-        row["conv_fp32"] = precision.get("conv_fp32")
+        row |= {k: precision.get(k) for k in ("matmul_fp32", "conv_fp32")}
         rows.append(row)
     df = pd.DataFrame(rows)
     for col in COLUMNS:
@@ -209,10 +192,6 @@ def load_env(directory: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ResultsError(f"{path}: malformed JSON: {exc.msg}") from None
     return env
-
-
-# ---------------------------------------------------------------------------------------------
-# Where a result came from
 
 
 def git_info(repo: Path) -> dict[str, Any]:
@@ -246,10 +225,8 @@ def _lscpu_field(text: str, name: str) -> str | None:
     return None
 
 
-#: Runs ``torch.utils.collect_env`` in a child process and prints its facts as JSON. collect_env
-#: initialises CUDA (``get_cuda_module_loading_config`` calls ``torch.cuda.init()``, and the GPU
-#: listing reads device properties), which would hold a CUDA context in the runner for the whole
-#: run; in a short-lived child it is gone when the child exits.
+#: ``torch.utils.collect_env``'s facts as JSON, in a child process: collect_env initialises CUDA,
+#: whose context would otherwise stay in the runner for the whole run.
 _COLLECT_ENV = """
 import json
 from torch.utils import collect_env
@@ -259,20 +236,16 @@ info.pop("conda_packages", None)
 print(json.dumps(info, default=str))
 """
 COLLECT_ENV_TIMEOUT = 120.0  # seconds: it runs pip and nvidia-smi, each of which can be slow
-#: A file that keeps collect_env's facts for the runs after the first, when this variable names
-#: one. The test suite sets it: a host's facts do not change between its dozens of short runs,
-#: and each collect_env costs 2.5 s of CPU beside the first worker's start-up. Unset (users):
-#: every run collects its own.
+#: A file that keeps collect_env's facts for later runs (2.5 s of CPU each); the test suite
+#: sets it, and unset (users) every run collects its own.
 COLLECT_ENV_CACHE = "DETBENCH_COLLECT_ENV_CACHE"
 
 
 def collect_env_later(
     timeout: float = COLLECT_ENV_TIMEOUT,
 ) -> Callable[[], tuple[dict[str, Any], str | None]]:
-    """Start ``torch.utils.collect_env`` in a child process now and return the function that
-    waits for its facts (pip and conda package lists left out): (facts, None), or ({}, why)
-    when the child fails or outlives ``timeout`` seconds. The child takes seconds (it imports
-    torch, runs pip and nvidia-smi), so a caller can start it and do other work meanwhile."""
+    """Start collect_env in a child now; the function returned waits for (facts, None), or
+    ({}, why) when the child fails or outlives ``timeout`` seconds."""
     cache = os.environ.get(COLLECT_ENV_CACHE)
     if cache:
         try:
@@ -321,9 +294,8 @@ JOB_ENV = "DETBENCH_JOB"
 
 
 def where(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
-    """The node this process runs on and the batch job it belongs to: ``DETBENCH_JOB`` (set by
-    ``detbench submit``), else Slurm's array task (``JOBID_TASK``) or job id; None outside a
-    job. Every record and env.json's ``host`` carry both."""
+    """This process's node and batch job (``DETBENCH_JOB``, else Slurm's array task
+    ``JOBID_TASK`` or job id; None outside a job), as every record and env.json carry them."""
     env = os.environ if environ is None else environ
     job = env.get(JOB_ENV)
     if not job and env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
@@ -357,16 +329,12 @@ def host_env_later() -> Callable[[], dict[str, Any]]:
 
 
 def host_env() -> dict[str, Any]:
-    """Facts about this host and torch, from ``torch.utils.collect_env`` run in a child process,
-    so this process makes no CUDA context. Where the child fails, ``collect_env`` is empty and
-    ``collect_env_error`` says why."""
+    """Facts about this host and torch (``collect_env_error`` where collect_env failed)."""
     return host_env_later()()
 
 
 def env_facts(env: Mapping[str, Any]) -> dict[str, str | None]:
-    """The environment of a run in a few comparable strings (None where not known): the device,
-    GPU model, NVIDIA driver, CUDA (the version torch was built with), cuDNN, torch,
-    Python, CPU model, the CPU capability torch's kernels were chosen for, and torch's threads."""
+    """The environment of a run in a few comparable strings (None where not known)."""
     host = env.get("host") or {}
     worker = env.get("worker") or {}
     collected = host.get("collect_env") or {}

@@ -1,18 +1,10 @@
-"""The one record of ``results.jsonl``: its fields and their types (``FIELDS``), its version
-and their history, the check of a record (``problem``, and ``check``, which raises) and the
-migration of older versions (``migrate``); also the shape of ``env.json``. The constructors that
-build records are in ``detbench.store.record``; every writer goes through them, ``ResultWriter``
-checks each record it writes and ``load_results`` each record it reads, setting aside, by name, a
-record that fails (``detbench.store.results``).
+"""The one record of ``results.jsonl``: its fields and their types (``FIELDS``), its version, the
+check of a record (``problem``; ``check`` raises) and the migration of older versions
+(``migrate``). ``store.record`` builds records; ``store.results`` checks each on write and load.
 
-Why a ``TypedDict`` and not a dataclass: a record is one JSON object, the same dict on disk, on
-the worker's pipe and in a DataFrame row. Its fields are an open set: a column per setting of
-``core.settings`` (a row added there is a field here, with no edit), and a workload's extras
-(``losses``, ``batch_*``, a distributed launch's). A dataclass would need a catch-all dict for
-those and a conversion at every boundary. The passes fill a record field by field, some under
-names made at run time (``f"{unit}_per_step"``), which mypy cannot check in either form; so the
-guard is at run time: the table below, checked on every write and every load. A ``Status`` is a
-``str`` and is written as its value.
+Why a ``TypedDict`` and not a dataclass: a record is the same dict on disk, on the worker's pipe
+and in a DataFrame row, and its fields are an open set (a column per setting, a workload's
+extras, names made at run time) that mypy cannot check in either form: hence the table below.
 """
 
 from __future__ import annotations
@@ -37,13 +29,11 @@ else:  # Python 3.10: the same behaviour, spelled out
 
 
 class Status(StrEnum):
-    """What became of one (workload, mode, replicate). Equal to its value: ``Status.OK == "ok"``,
-    so records read back from JSON compare with these members directly."""
+    """What became of one (workload, mode, replicate); equal to its value (``OK == "ok"``)."""
 
     #: Both passes ran.
     OK = "ok"
-    #: Not measurable here, and not a failure: an op with no deterministic implementation under
-    #: deterministic algorithms, a setting this torch lacks, a backend this device refuses.
+    #: Not measurable here (an op, setting or backend missing), and not a failure.
     UNSUPPORTED = "unsupported"
     #: Out of memory (torch's, or a library's in disguise).
     OOM = "oom"
@@ -79,19 +69,14 @@ class TimingFields(TypedDict, total=False):
     num_threads: int
     clock: str
     turn_steps: int | None  # paired: the untimed steps before each block (worker/paired.py)
-    # The separate design's (an earlier detbench: docs/measured.md); a paired timing has None,
-    # and clock_mode "paired" ("exec" in detbench exec).
+    # The separate design's; a paired timing has None, clock_mode "paired" ("exec" in exec).
     ceiling: float | None  # the most seconds of sampling past the budget
     clock_mode: str | None  # "sustained" or "burst" (its --clocks)
     hold: dict[str, Any] | None  # what the sustained-clock hold did
 
 
 class Record(TypedDict, total=False):
-    """One line of ``results.jsonl``, for mypy (``FIELDS`` has every field and its types).
-    Identity: ``suite``, ``workload``, ``mode``, ``replicate``; outcome: ``status`` and
-    ``message``; bits: ``fingerprint`` (and the step digests); speed: ``seconds_per_step``,
-    ``items_per_second``, ``timing``. Every setting of ``core.settings`` is a column too (its
-    level as read back), as are the four flags."""
+    """One line of ``results.jsonl``, for mypy (``FIELDS`` has every field and its types)."""
 
     schema_version: int
     suite: str
@@ -141,18 +126,8 @@ class Record(TypedDict, total=False):
     cudnn_engines: list[dict[str, Any]] | dict[str, str]
 
 
-# The versions (docs/report-and-results.md, "The record", lists what each added): 1 (detbench
-# 0.1); 2 added ``SCHEMA_2_FIELDS`` and, in ``timing``, the median's interval; 3 the settings
-# beside the modes (``mode`` may carry overrides, ``base_mode`` is one of the 10 modes, a column
-# per setting holds its level as read back, ``cublas_workspace_config`` None when unset) and
-# ``SCHEMA_3_FIELDS``; fields were then added within version 3 without a bump, so a version-3
-# record may lack them. 4 names those: every version-4 record carries ``ALWAYS`` (with
-# ``SCHEMA_4_FIELDS``), a lost record too, and each record is checked on every write and load.
-# ``migrate`` gives an older record the fields it lacks, None. Added within version 4, optional:
-# ``timing_design``, "paired" where the record's timing is its copy-0 line of ``paired.jsonl``
-# (``store.paired``, which ``load_results`` joins onto it); a record without it was timed in its
-# own worker, the earlier separate design, whose ``timing`` may hold ``ceiling``, ``clock_mode``
-# ("sustained" or "burst") and ``hold``.
+# What each version added: docs/report-and-results.md, "The record". A version-4 record carries
+# every field of ``ALWAYS``; ``migrate`` gives an older one those it lacks, None.
 SCHEMA_VERSION = 4
 SUPPORTED_VERSIONS = (1, 2, 3, 4)
 #: Record fields that schema 2 added, None in a migrated version-1 record.
@@ -173,8 +148,7 @@ SCHEMA_3_FIELDS = (
     "batch_first_variant_size",
     "batch_max_abs_diff",
 )
-#: Record fields added within version 3 that every version-4 record carries; None in a migrated
-#: older record that lacks them.
+#: Fields added within version 3 without a bump, which every version-4 record carries.
 SCHEMA_4_FIELDS = (
     "device_name",
     "worker_pid",
@@ -209,8 +183,7 @@ ALWAYS: dict[str, tuple[type, ...]] = {
     "message": or_none(STR),
     "params": or_none(DICT),
     **dict.fromkeys(MODE_FLAGS, BOOL),
-    # A setting's level as read back: a boolean for on/off, a level's name, a number, None
-    # (unknown), or why it could not be read ("unavailable").
+    # A setting's level as read back, None (unknown) or why it could not be read.
     **{name: SCALAR for name in SETTING_NAMES},
     "settings_changed": or_none(LIST),
     "compile_seconds": or_none(NUM),
@@ -245,8 +218,7 @@ ALWAYS: dict[str, tuple[type, ...]] = {
     "job": or_none(STR),
     "utc": or_none(STR),
 }
-#: Fields some records carry, with their types. A field in neither table (a workload's own) is
-#: kept as it is.
+#: Fields some records carry; a field in neither table (a workload's own) is kept as it is.
 OPTIONAL: dict[str, tuple[type, ...]] = {
     "exit_code": or_none(INT),  # a lost record's: the worker's exit code, None if killed
     "traceback": STR,
@@ -303,8 +275,7 @@ TIMING_FIELDS: dict[str, tuple[type, ...]] = {
 
 @dataclass(frozen=True)
 class Problem:
-    """What is wrong with a record: the field (``timing.median`` inside the timing), the value it
-    holds (``MISSING`` where it has none) and why it is wrong."""
+    """What is wrong with a record: the field (``timing.median``), its value and why."""
 
     field: str
     value: Any
@@ -341,9 +312,8 @@ def expected_words(types: tuple[type, ...]) -> str:
 
 
 def problem(rec: Mapping[str, Any]) -> Problem | None:
-    """The first thing wrong with ``rec`` (a record of any supported version, migrated), or None:
-    a field of ``REQUIRED`` missing, a version-4 record without a field of ``ALWAYS``, a field
-    of ``FIELDS`` with a value of another type, a status that is not one of ``STATUSES``."""
+    """The first thing wrong with ``rec`` (of any supported version, migrated), or None: a
+    missing field (``ALWAYS`` in version 4, else ``REQUIRED``), a type or a status unknown."""
     version = rec.get("schema_version", MISSING)
     if not holds(version, INT) or version not in SUPPORTED_VERSIONS:
         known = ", ".join(map(str, SUPPORTED_VERSIONS))
@@ -366,10 +336,8 @@ def problem(rec: Mapping[str, Any]) -> Problem | None:
 
 
 def migrate(rec: dict[str, Any]) -> dict[str, Any]:
-    """A record of any supported version in the current version's shape: the fields a later
-    version added are None in an older record (its ``schema_version`` is kept, so a reader can
-    tell). A version-1 record has no peak memory and no precision; its ``memory``, where
-    present, is an oom's figures, kept."""
+    """``rec`` in the current version's shape, later fields None (``schema_version`` kept; a
+    version-1 record's ``memory``, where present, is an oom's figures)."""
     version = rec.get("schema_version")
     if version == 1:
         for name in SCHEMA_2_FIELDS:
