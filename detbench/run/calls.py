@@ -1,16 +1,8 @@
-"""The calls of a run, each with its time against the plan's estimate of exactly the records it
-made: ``env.json``'s ``run_calls``, one entry per call (the first, and every ``--resume``).
-With a paired phase, the estimate of a call's records includes its share of that phase: the
-groups it timed (``groups``) of those it planned.
+"""The calls of a run (the first, and every ``--resume``): ``env.json``'s ``run_calls``.
 
-A run stopped and resumed is timed by several calls. Comparing the last call's wall time with
-the estimate of the whole plan it set out on says nothing: a call stopped after a tenth of its
-plan looks 90% faster than planned. So each call keeps its wall time, the records it made, and
-the estimate of those records alone (``made_seconds``); the report sums both over the calls.
-
-An older run's env.json holds one ``run_stats`` (its last call's) and no ``run_calls``:
-``calls_of`` reads it as one call, whose estimate is comparable only where that call made its
-whole plan (a run neither resumed nor stopped).
+A call stopped after a tenth of its plan would look 90% faster than its plan's estimate, so each
+call keeps its wall time, the records it made, and the estimate of those records alone
+(``made_seconds``, plus its share of the paired phase); the report sums both over the calls.
 """
 
 from __future__ import annotations
@@ -30,11 +22,9 @@ Made = tuple[int, str, str]
 def made_seconds(
     estimate: Estimate | float | None, plan: Plan, made: Iterable[Made]
 ) -> float | None:
-    """The estimate's seconds for exactly the records ``made`` of ``plan``: each record's own
-    figure, plus what its worker takes beyond its records (start-up or wait, launch) for every
-    worker that made one; with devices side by side, the busiest device's share. A bare number
-    of seconds estimates the whole plan only: it is the answer where every record was made, and
-    None otherwise (it says nothing of a part)."""
+    """The estimate's seconds for exactly the records ``made`` of ``plan``: theirs, and their
+    workers' beyond them, on the busiest device. A bare number estimates the whole plan only:
+    None unless every record was made."""
     made = set(made)
     if estimate is None:
         return None
@@ -51,16 +41,14 @@ def made_seconds(
 
 
 def with_call(runner: Runner, estimate: Estimate | float | None) -> list[dict[str, Any]]:
-    """``run_calls`` once this call of ``runner`` ends: the earlier calls, then this one, with
-    the estimate of exactly the records it wrote."""
+    """``run_calls`` once this call of ``runner`` ends: the earlier calls, then this one."""
     made = {
         (int(r["replicate"]), str(r["mode"]), f"{r['suite']}/{r['workload']}")
         for r in runner.records
     }
     stats = runner.stats
     planned = made_seconds(estimate, runner.plan, made)
-    # The paired phase's share for the (workload, replicate) groups this call timed.
-    timed = int((stats.paired or {}).get("groups") or 0)
+    timed = int((stats.paired or {}).get("groups") or 0)  # its share of the paired phase
     paired = getattr(estimate, "paired", None) or {}
     if planned is not None and paired.get("groups"):
         phase = float(getattr(estimate, "paired_seconds", 0.0))
@@ -69,8 +57,7 @@ def with_call(runner: Runner, estimate: Estimate | float | None) -> list[dict[st
         planned += phase * timed / paired["groups"]
     if planned is not None:  # the probe worker this call ran before its plan's workers
         planned += float(getattr(estimate, "probe_seconds", 0.0))
-    # When it started, its wall time, the records it made, the estimate of those records
-    # (``planned``) and of its whole plan (``planned_call``).
+    # ``planned``: the estimate of its records; ``planned_call``: of its whole plan.
     this: dict[str, Any] = {
         "started_utc": runner.started_utc,
         "wall": round(stats.wall, 3),
@@ -87,9 +74,9 @@ def with_call(runner: Runner, estimate: Estimate | float | None) -> list[dict[st
 
 
 def calls_of(env: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The run's calls in order. An env.json without ``run_calls`` (an older detbench) gives its
-    one ``run_stats`` as the last call, preceded by one call of unknown time per earlier call
-    (``resumed_utc``), and its estimate only where that call made its whole plan."""
+    """The run's calls in order. An older env.json without ``run_calls`` gives its one
+    ``run_stats`` as the last call, after one call of unknown time per ``resumed_utc``, and its
+    estimate only where that call made its whole plan."""
     calls = env.get("run_calls")
     if isinstance(calls, list):
         return [dict(c) for c in calls]
@@ -113,8 +100,7 @@ def calls_of(env: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def total(calls: Sequence[Mapping[str, Any]]) -> tuple[float | None, float | None, int | None]:
-    """The calls' wall seconds, the estimate of their records, and their records, each summed;
-    None where a call did not record it."""
+    """The calls' wall seconds, estimate and records, each summed (None where one lacks it)."""
 
     def summed(key: str) -> Any:
         values = [c.get(key) for c in calls]

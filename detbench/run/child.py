@@ -1,15 +1,7 @@
 """The worker: one fresh process for one (mode, replicate) of a paired group, running many
-workloads.
-
-A job of kind ``supervise.WORKER_KIND`` for the one child main (``detbench.worker.protocol``):
-``detbench.run.supervise`` describes its exchange with the runner and its start-up's two stages,
-``pair`` the lines it answers. It applies the mode before any CUDA work; for each workload it is
-asked for it makes the verdict's passes (seeds every generator, builds the workload, runs the
-fingerprint pass, sends the record), and where it times the workload it warms up the step it
-built and times blocks of it when asked (``worker.paired``). Its stdout and stderr (the
-workloads' own prints and warnings) go to a log file the runner chose. The runner alone writes
-the results file.
-"""
+workloads (``supervise.WORKER_KIND``). ``detbench.run.supervise`` describes its exchange with the
+runner, ``pair`` the lines it answers. It applies the mode before any CUDA work; the runner
+alone writes the results file."""
 
 from __future__ import annotations
 
@@ -44,20 +36,14 @@ def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
     """What touches no device: the mode applied and read back, torch's threads, the workload
     files loaded. Returns (mode, the worker's settings, the registry of workloads)."""
     mode = Mode(**job["mode"])
-    # The flags, then the settings (a setting this torch lacks is noted, and its workloads are
-    # recorded unsupported); read back at once, so each workload is compared with this state.
-    ws = WorkerSettings.start(mode)
+    ws = WorkerSettings.start(mode)  # read back at once: each workload is compared with it
     flags = current_flags()
-    expected = {k: getattr(mode, k) for k in flags}
-    if flags != expected:
+    if flags != {k: getattr(mode, k) for k in flags}:
         raise RuntimeError(f"mode {mode.name} did not apply: torch reports {flags}")
-    if job.get("num_threads"):
-        # Parallel CPU workers (--devices cpu,cpu) share the host's cores: each its share of
-        # torch's threads, recorded in every record's num_threads and in device_env.
+    if job.get("num_threads"):  # parallel CPU workers: each its share of the cores
         torch.set_num_threads(int(job["num_threads"]))
-    # torch.optim imports torch._dynamo at the first optimizer, and use_deterministic_algorithms
-    # imports inductor's config (about 1 s in torch 2.13): a one-off of the process, paid here so
-    # it lands in no workload's build time and gc.freeze covers it.
+    # torch.optim and use_deterministic_algorithms import torch._dynamo (about 1 s, once per
+    # process): paid here, in no workload's build time, and under gc.freeze.
     with contextlib.suppress(Exception):  # without it, the workloads will say so if they need it
         importlib.import_module("torch._dynamo")
     for source in job["sources"]:
@@ -66,25 +52,20 @@ def _first_stage(job: dict[str, Any]) -> tuple[Any, Any, Any]:
 
 
 def _device_stage(device: Any) -> dict[str, Any]:
-    """CUDA's initialisation, its context, cuBLAS's and cuDNN's handles (nothing on a CPU); the
-    device's facts for env.json."""
-
+    """CUDA's context, cuBLAS's and cuDNN's handles (nothing on a CPU); the device's facts."""
     if device.type == "cuda":
         torch.cuda.init()
         torch.empty(1, device=device)  # create the context now: it belongs to start-up
-        # cuBLAS's and cuDNN's process-lifetime handles and workspaces, now, so the first
-        # measured workload's peak memory is its own.
-        warm_libraries(device)
-    # Everything alive now (torch, the suites) lives as long as the process: move it out of the
-    # collector's sight, so the collection after each workload scans only that workload's objects.
+        warm_libraries(device)  # so the first workload's peak memory is its own
+    # What lives now lives as long as the process: the collection after each workload scans
+    # only that workload's objects.
     gc.freeze()
     return device_env(device)
 
 
 def _start(job: dict[str, Any], out: Channel) -> tuple[Any, Any, Any, Any] | None:
-    """Both stages of a worker's start-up, each when the runner says (``run.supervise``):
-    (mode, settings, workloads, device), or None where the runner ended the run before this
-    worker's turn."""
+    """Both stages of start-up, each when the runner says: (mode, settings, workloads,
+    device), or None where the runner ended the run before this worker's turn."""
     stdin = sys.stdin.buffer
     mode, ws, workloads = _first_stage(job)
     device = torch.device(job["device"])
@@ -98,12 +79,9 @@ def _start(job: dict[str, Any], out: Channel) -> tuple[Any, Any, Any, Any] | Non
         {
             "type": "ready",
             "startup_seconds": time.time() - float(job["launched_at"]),
-            # The start-up's own work (imports, CUDA init), whatever time it waited.
-            "startup_cpu_seconds": time.process_time(),
+            "startup_cpu_seconds": time.process_time(),  # its own work, not its waits
             "device_env": facts,
             "pid": os.getpid(),
-            # When the device stage began and ended (epoch seconds), and how long the worker
-            # waited for it with its first stage done.
             "device_stage": [stage, time.time()],
             "device_wait_seconds": stage - waited,
         },
@@ -114,11 +92,9 @@ def _start(job: dict[str, Any], out: Channel) -> tuple[Any, Any, Any, Any] | Non
 
 
 def _stamped(record: dict[str, Any], job: dict[str, Any], device: Any) -> dict[str, Any]:
-    """What a worker adds to each record it sends: its pid, its place in the replicate's order,
-    its device and its node."""
+    """What a worker adds to each record it sends: pid, order, device name and node."""
     record["worker_pid"] = os.getpid()  # to tell this run's processes from others (NVML)
     record["mode_position"] = job.get("mode_position")
-    # Which device ran it ("cuda:1", "cpu:0"); ``device`` stays the device type.
     record["device_name"] = job.get("device_name") or f"{device.type}:0"
     record.update(where())  # the node and batch job (detbench submit) it ran in
     return record
@@ -131,10 +107,8 @@ Held = tuple[dict[str, Any], list[Any]]
 def _hold(
     w: Any, job: dict[str, Any], mode: Mode, ws: Any, device: Any, out: Channel
 ) -> tuple[Held | None, dict[str, Any]]:
-    """The first half of a verdict that is timed here: every pass of a verdict worker
-    (``passes.run_workload``, its timing left to the rounds), its record sent at once, the step
-    it built kept, not warmed up. (the record and the steps kept, None where the verdict is not
-    ok; the ``prepared`` fields: its status, and its failure's message)."""
+    """``hold KEY``: the verdict's passes, its record sent, the step it built kept but not
+    warmed up. (the record and the steps kept, or None; the ``prepared`` fields)."""
     kept: list[Any] = []
     record, device_lost = run_workload(w, job, mode, ws, keep=kept.append)
     out.send({"type": "record", "record": _stamped(record, job, device)})
@@ -150,9 +124,7 @@ def _hold(
 def _warm(
     w: Any, job: dict[str, Any], mode: Mode, ws: Any, held: Held
 ) -> tuple[PairedTiming | None, dict[str, Any]]:
-    """The second half: the step ``_hold`` kept, warmed up for the rounds (built again only
-    where its batch-invariance pass rebuilt it, and kept none). (the timing or None; the
-    ``prepared`` fields)."""
+    """``warm KEY``: the step ``_hold`` kept warmed up (built again where it kept none)."""
     record, kept = held
     if kept:
         return PairedTiming.from_verdict(w, job, mode, kept.pop(), record)
@@ -167,9 +139,8 @@ def _one(
     out: Channel,
     held: Held | None,
 ) -> tuple[PairedTiming | LaunchedTiming | None, dict[str, Any], Held | None]:
-    """What ``pair`` does for a line that names a workload (``word KEY``): ``state`` = (mode,
-    the worker's settings, device); ``held``: what ``hold KEY`` kept, for ``warm KEY``. (the
-    timing, the ``prepared`` fields, what this ``hold KEY`` kept or None)."""
+    """``pair``'s answer to ``word KEY``: (the timing, the ``prepared`` fields, what this
+    ``hold KEY`` kept or None); ``state`` = (mode, settings, device)."""
     mode, ws, device = state
     timing: PairedTiming | LaunchedTiming | None
     said: dict[str, Any]
@@ -180,8 +151,7 @@ def _one(
         gc.freeze()
         status = "failed" if device_lost else record.get("status")
         timing, said = None, {"status": status, "message": record.get("message")}
-        # What one copy held at its peak, and what is free now that it is gone: the
-        # runner sizes the next members it asks at once by them (``copies_at_once``).
+        # The runner sizes the next members it asks at once by these (``copies_at_once``).
         said.update(
             lost=device_lost,
             footprint_bytes=footprint_bytes(device, record.get("memory")),
@@ -212,26 +182,20 @@ def _one(
 
 
 def pair(job: dict[str, Any], out: Channel) -> int:
-    """A timing worker of the paired phase (``detbench.worker.paired``): started as a run's
-    worker is, then it does what each line of stdin says, one at a time, and answers each with
-    one message: ``prepare KEY`` (build and warm up: ``prepared``), ``verdict KEY`` (the
-    verdict's passes first, their ``record`` sent, then the step they built warmed up:
-    ``prepared``), ``hold KEY`` (the verdict's passes, their ``record`` sent, the step they
-    built kept but not warmed up: ``prepared`` with ``held``, and the footprint and free memory
-    as ``record KEY`` gives them), ``warm KEY`` (the step ``hold KEY`` kept warmed up:
-    ``prepared``; ``verdict KEY`` is ``hold KEY`` then ``warm KEY``), ``record KEY`` (the
-    verdict's passes alone, their ``record`` sent, nothing kept: ``prepared``, with the record's
-    status), ``block`` (time one block: ``block``), ``reference SECONDS`` (the step timed by a
-    reference timer: ``reference``), ``finish`` (the samples' summary, the workload freed:
-    ``timed``); ``exit`` or the end of stdin ends it. A distributed workload is never held."""
+    """A timing worker of the paired phase (``detbench.worker.paired``): after start-up it does
+    what each line of stdin says, in turn. Answered by ``prepared``: ``prepare KEY`` (build and
+    warm up), ``record KEY`` (the verdict's passes alone, with its status, footprint and free
+    memory), ``hold KEY`` (the same, its step kept: ``held``), ``warm KEY`` (the held step warmed
+    up), ``verdict KEY`` (``hold`` then ``warm``); the verdicts send their ``record`` first.
+    ``block`` and ``reference SECONDS`` are answered in kind, ``finish`` by ``timed`` (the
+    workload freed); ``exit`` or the end of stdin ends it. A distributed workload is never held."""
     stdin = sys.stdin.buffer
     started = _start(job, out)
     if started is None:
         return 0
     mode, ws, workloads, device = started
     timing: PairedTiming | LaunchedTiming | None = None
-    # (key, what ``_hold`` kept): the workload held for its ``warm KEY``.
-    holding: tuple[str, Held] | None = None
+    holding: tuple[str, Held] | None = None  # the workload held for its ``warm KEY``
     for raw in stdin:
         word, _, arg = raw.decode().strip().partition(" ")
         if word in ("prepare", "verdict", "record", "hold", "warm"):  # the rest: the key
@@ -264,9 +228,7 @@ def pair(job: dict[str, Any], out: Channel) -> int:
         elif word == "finish" and timing is not None:
             out.send({"type": "timed", **timing.finish()})
             timing = None
-            # the rounds ran the step again: a step that sets a flag (cudnn.benchmark = True)
-            # set it again after the verdict's restore; the next workload starts in the mode
-            ws.restore()
+            ws.restore()  # the rounds may have set a flag again: the next workload starts in mode
             gc.freeze()
         elif word == "exit":  # the runner is closing this worker's pipe: nothing more to say
             close_kept()

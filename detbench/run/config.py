@@ -1,6 +1,5 @@
-"""What a run is asked to do: its options (``RunConfig``), the defaults of each profile, the
-workloads it selects, the options of a run to resume, and the checks that refuse bad input before
-anything is written."""
+"""A run's options (``RunConfig``), its profiles' defaults, the workloads it selects, the options
+of a run to resume, and the checks that refuse bad input before anything is written."""
 
 from __future__ import annotations
 
@@ -19,10 +18,8 @@ from detbench.store.identity import SOURCES_KEY, source_digest
 from detbench.store.results import ENV_FILE, iter_records, load_env
 from detbench.worker.protocol import DEFAULT_TIMEOUT
 
-#: Per-profile defaults: steps hashed by the fingerprint pass, warm-up steps, and the budget: the
-#: most seconds of a record's warm-up before its rounds (half the rounds' seconds at most). The
-#: paired phase (``detbench.run.paired``): ``rounds`` of one block each, every mode's block
-#: about ``block_seconds`` long.
+#: Per-profile defaults. ``budget``: the most seconds of a record's warm-up (half the rounds'
+#: seconds at most); the paired phase has ``rounds`` blocks of about ``block_seconds`` each.
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
     "quick": {
         "fingerprint_steps": 3,
@@ -39,21 +36,15 @@ PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
         "block_seconds": 0.01,
     },
 }
-#: How a run's costs are timed: each replicate's modes side by side, in workers alive together
-#: that take turns one block at a time, after their verdicts (``detbench.run.paired``). The one
-#: design: an earlier detbench also timed each record in its own worker ("separate"), whose runs
-#: ``report`` and ``compare`` still read, and ``--resume`` refuses (``resume_config``).
+#: Costs timed with each replicate's modes side by side, taking turns one block at a time
+#: (``detbench.run.paired``); older "separate" runs are read but not resumed (``resume_config``).
 PAIRED = "paired"
-#: A run that times no cost at all: its verdict workers make the verdicts and time nothing, and
-#: it has no paired phase (``detbench audit``, which states verdicts and no cost). Not an option
-#: of ``detbench run``, whose records are there to be priced.
+#: No cost timed, no paired phase: verdicts only (``detbench audit``; not a ``run`` option).
 VERDICTS_ONLY = "none"
-#: The timing target: a step's samples reach it where the 95% interval of their median is within
-#: +-1% on a GPU, whose kernel times are stable, and +-3% on a CPU, whose shared cores are not
-#: (``Timing.reached_target``); a warm-up has settled within half of it (``worker.warmup``).
+#: The 95% interval of the median a step's samples aim for: +-1% on a GPU, whose kernel times
+#: are stable, +-3% on a CPU, whose shared cores are not; a warm-up settles within half of it.
 TARGET_REL = {"cuda": 0.01, "cpu": 0.03}
-#: The fewest samples a cost rests on: 6, the fewest that have a 95% interval of the median (with
-#: 5, even [min, max] covers only 93.75%).
+#: The fewest samples with a 95% interval of the median (with 5, [min, max] covers 93.75%).
 MIN_SAMPLES = 6
 #: Seconds a worker may take from its turn to ``ready`` (imports, CUDA initialisation).
 STARTUP_TIMEOUT = 300.0
@@ -61,13 +52,9 @@ STARTUP_TIMEOUT = 300.0
 FINGERPRINTS = ("device", "sha256", "both")
 
 
-#: The matrix on each device: with no ``--suite`` and no ``--workload`` a run takes every built-in
-#: suite but these, which its plan names; ``--suite NAME`` adds one, ``--suite all`` takes every
-#: suite. On CUDA the matrix of every suite does not fit the 15 minutes of one H100 (4110 records,
-#: about an hour on paper; docs/gpu-session.md, "The 15-minute matrix"), so its matrix is the
-#: mission's five suites (conv, rnn, batchnorm, bmm, training: about 12 minutes on paper) and the
-#: studies and the models suite (15 minutes on paper by itself) run on their own, each a command
-#: of its own.
+#: The built-in suites a device's default matrix leaves out (``--suite NAME`` adds one, ``--suite
+#: all`` takes all): on CUDA every suite would not fit 15 minutes of one H100, so the matrix is
+#: the five mission suites (docs/gpu-session.md, "The 15-minute matrix").
 MATRIX_OPT_IN: dict[str, dict[str, str]] = {
     "cuda": {
         "ops": "a catalogue of single ops, more records than the matrix itself",
@@ -79,7 +66,6 @@ MATRIX_OPT_IN: dict[str, dict[str, str]] = {
         "on their own on one H100 (a paper estimate from their FLOPs; docs/models.md)",
     },
 }
-#: ``--suite all``: every built-in suite.
 ALL_SUITES = "all"
 
 
@@ -105,16 +91,12 @@ def refuse_changed(
     here: dict[str, Any],
     measured: bool,
 ) -> None:
-    """Refuse to resume the run in ``out`` where a fact that decides its results (``before``,
-    the run's ``env_facts``) differs from this host's (``now``, of the env ``here``);
-    ``measured``: whether the run has records."""
+    """Refuse to resume ``out`` where a fact that decides results differs from this host's."""
     for key, word in RESUME_FACTS.items():
         if key in ("device", "gpu", "cudnn") and not here.get("worker"):
             continue  # known once the first worker has started
         if before[key] is None and not measured:
-            # A run stopped before its first worker was ready never recorded its host (it is
-            # collected beside that worker's start-up): it measured nothing to compare.
-            continue
+            continue  # stopped before its first worker was ready: no host recorded, nothing run
         if before[key] != now[key]:
             raise RunError(
                 f"refusing to resume {out}: {word} differs: {before[key]} (the run) vs "
@@ -138,10 +120,8 @@ class RunConfig:
     budget: float | None = None
     timeout: float | None = DEFAULT_TIMEOUT
     startup_timeout: float = STARTUP_TIMEOUT
-    #: How outputs are fingerprinted: "device", "sha256", or "both" (both recorded, to check one
-    #: against the other). None: the device digest on a GPU, where it spares copying every output
-    #: to the host; sha256 on a CPU, where the tensors are on the host already and sha256 is about
-    #: 5x faster than the integer digest (benchmarks/test_digest_speed.py).
+    #: ``FINGERPRINTS``; None: the device digest on a GPU (no copy to the host), sha256 on a CPU,
+    #: where it is faster (benchmarks/test_digest_speed.py).
     fingerprint: str | None = None
     python: str = sys.executable
     #: Only these workloads (``suite/name``), in this order; None: every selected workload.
@@ -154,15 +134,12 @@ class RunConfig:
     only_for: dict[str, list[str]] | None = None
     #: The study this run is part of (an attribution study's definition), written to env.json.
     study: dict[str, Any] | None = None
-    #: ``--devices``: the devices whose workers run in parallel, one worker per device at a time,
-    #: as names (``parse_devices``: "cuda:0", "cuda:1"; "cpu:0", "cpu:1" for two cpu entries).
-    #: None: one worker at a time on ``device``, as without the option.
+    #: ``--devices`` (``parse_devices``): one worker per device at a time, in parallel; None:
+    #: one worker at a time on ``device``.
     devices: list[str] | None = None
-    #: ``--shard K/N``: only shard K of N of the plan: its (workload, replicate) groups
-    #: (``schedule.shard_groups``).
+    #: ``--shard K/N``: only the (workload, replicate) groups of shard K (``schedule``).
     shard: tuple[int, int] | None = None
-    #: ``--cudnn-log``: cuDNN's API log on in every worker, and the engines each convolution ran
-    #: in each record (``worker.cudnnlog``); its timings are then not costs.
+    #: ``--cudnn-log``: cuDNN's API log on, each record names its engines; timings are not costs.
     cudnn_log: bool = False
     #: None: costs timed paired; ``VERDICTS_ONLY``: none timed (``detbench audit``).
     timing: str | None = None
@@ -170,10 +147,8 @@ class RunConfig:
     rounds: int | None = None
     #: Seconds of steps in one block of the paired phase (None: the profile's).
     block_seconds: float | None = None
-    #: ``--reference-check SECONDS``: after each round, every member of a paired group times its
-    #: step with a reference timer for about this long (``torch.utils.benchmark``'s
-    #: ``blocked_autorange`` on a CPU, CUDA events on a GPU), kept beside its blocks in
-    #: ``paired.jsonl`` (``reference``): ``tools/steady_check.py`` compares the two. 0: off.
+    #: ``--reference-check SECONDS``: after each round every member times its step this long
+    #: with a reference timer, kept in ``paired.jsonl`` for ``tools/steady_check.py``. 0: off.
     reference_check: float = 0.0
 
     @property
@@ -207,8 +182,7 @@ class RunConfig:
     def options_json(
         self, workloads: list[Workload], sources: list[str], threads: int | None, target: float
     ) -> dict[str, Any]:
-        """The run's options as env.json keeps them, for the report and for ``--resume``;
-        ``threads``: each parallel CPU worker's share of torch's threads (None: not parallel)."""
+        """The run's options as env.json keeps them, for the report and for ``--resume``."""
         return {
             "argv": sys.argv,
             "suites": sorted({w.suite for w in workloads}),
@@ -247,9 +221,7 @@ _HELPER = re.compile(r"""suite_helper\(\s*["'](\w+)["']\s*\)""")
 
 
 def suite_digests(workloads: list[Workload]) -> dict[str, str]:
-    """Each suite's source digest (``store.identity``) over the files that define its workloads
-    and the helper files they load: what ``compare`` and ``merge`` check before they put two
-    runs' bits of a workload side by side."""
+    """Each suite's source digest (its workloads' files and helpers) for compare and merge."""
     files: dict[str, set[str]] = {}
     for w in workloads:
         if w.source and Path(w.source).is_file():
@@ -264,12 +236,7 @@ def suite_digests(workloads: list[Workload]) -> dict[str, str]:
 
 
 def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
-    """The files a worker loads and the workloads to run, in order.
-
-    With no ``--suite`` and no ``--workload`` the device's matrix runs: every built-in suite but
-    those ``MATRIX_OPT_IN`` leaves out (``left_out``); ``--suite all`` runs every one;
-    ``--workload`` alone runs only the user's workloads; both together run both.
-    """
+    """The files a worker loads and the workloads to run, in order (``MATRIX_OPT_IN``)."""
     builtin = builtin_suite_files()
     if ALL_SUITES in config.suites:
         suites = list(builtin)
@@ -314,8 +281,7 @@ def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
 
 
 def left_out(config: RunConfig) -> dict[str, str]:
-    """The built-in suites this run's matrix leaves out, with why: none when it names suites or
-    workload files (``--suite``, ``--workload``), or resumes a run."""
+    """The built-in suites this run's matrix leaves out, with why."""
     if config.suites or config.workload_files or config.resume:
         return {}
     builtin = builtin_suite_files()
@@ -329,12 +295,9 @@ def resume_config(directory: Path) -> RunConfig:
     if not (directory / ENV_FILE).is_file():
         raise RunError(f"{directory} holds no {ENV_FILE}: not a detbench run, nothing to resume")
     env = load_env(directory)
-    for _ in iter_records(directory):  # a malformed or truncated file: its one-line error
-        pass
+    list(iter_records(directory))  # a malformed or truncated file: its one-line error
     o = env.get("options") or {}
-    # A run without the field was made before the paired design, and timed each record in its
-    # own worker, as a run of "separate" or "both" did.
-    timing = o.get("timing", "separate")
+    timing = o.get("timing", "separate")  # no field: older than the paired design
     if timing not in (PAIRED, VERDICTS_ONLY):
         raise RunError(
             f"cannot resume {directory}: its records were timed each in its own worker (the "
@@ -357,8 +320,7 @@ def resume_config(directory: Path) -> RunConfig:
             budget=o.get("budget", o.get("min_run_time")),
             timeout=o.get("timeout"),
             startup_timeout=float(o.get("startup_timeout") or STARTUP_TIMEOUT),
-            # Runs before the device digest were fingerprinted with sha256: a resumed run must
-            # hash as its first records did, or every workload would look nondeterministic.
+            # Hash as the first records did (older runs: sha256), else all look nondeterministic.
             fingerprint=str(o.get("fingerprint", "sha256")),
             only=list(o["workloads"]),
             resume=True,
@@ -382,18 +344,14 @@ def resume_config(directory: Path) -> RunConfig:
 
 
 def parse_devices(text: str) -> list[str]:
-    """The names of ``--devices cpu,cpu`` or ``--devices cuda:0,cuda:1``: ``cuda:N`` as given
-    (each at most once: one worker per GPU at a time), and ``cpu`` entries numbered in order
-    (``cpu:0``, ``cpu:1``), since several CPU workers share one host. Refused: an empty or
-    unknown entry, a GPU named twice, and a list that mixes cpu and cuda (their timings and
-    fingerprints would be compared as if from one kind of device)."""
+    """The names of ``--devices``: ``cuda:N`` as given, ``cpu`` entries numbered in order
+    (``cpu:0``, ``cpu:1``). A list that mixes cpu and cuda is refused: their timings and
+    fingerprints would be compared as if from one kind of device."""
     names: list[str] = []
-    kinds: set[str] = set()
     for entry in text.split(","):
         e = entry.strip().lower()
         if e == "cpu":
             names.append(f"cpu:{sum(n.startswith('cpu') for n in names)}")
-            kinds.add("cpu")
             continue
         kind, colon, index = e.partition(":")
         if kind != "cuda" or not colon or not index.isdigit():
@@ -405,15 +363,13 @@ def parse_devices(text: str) -> list[str]:
         if name in names:
             raise RunError(f"--devices: {name} is listed twice; one worker per GPU at a time")
         names.append(name)
-        kinds.add("cuda")
-    if len(kinds) > 1:
+    if len({n.split(":")[0] for n in names}) > 1:
         raise RunError(f"--devices {text}: mixes cpu and cuda; give only GPUs or only cpu entries")
     return names
 
 
 def check_devices(config: RunConfig, cuda_available: bool) -> None:
-    """Refuse a ``--devices`` list this machine cannot run: a GPU index beyond the GPUs torch
-    sees here, or more cpu workers than cores."""
+    """Refuse a ``--devices`` list this machine cannot run."""
     if not config.devices:
         return
     kind = config.devices[0].split(":")[0]
@@ -442,20 +398,16 @@ def check_devices(config: RunConfig, cuda_available: bool) -> None:
 
 
 def validate(config: RunConfig, cuda_available: bool, paper: bool = False) -> None:
-    """``paper``: a dry run of a CUDA plan on a host without a GPU, which plans and estimates
-    but measures nothing here, so the GPU checks are left to the real run."""
+    """Refuse bad options; ``paper``: a dry CUDA plan on a host without a GPU (no GPU checks)."""
     check_options(config)
-    if paper:
-        cuda_available = True
-    if config.device == "cuda" and not cuda_available:
+    if config.device == "cuda" and not (cuda_available or paper):
         raise RunError("--device cuda: no CUDA GPU is available to torch on this machine")
     if not (paper and config.device == "cuda"):
         check_devices(config, cuda_available)
 
 
 def check_options(config: RunConfig) -> None:
-    """The checks of ``validate`` that need neither torch nor the workloads: the CLI makes them
-    before either loads, so a mistake in the options is one line at once."""
+    """The checks of ``validate`` that need neither torch nor the workloads (the CLI's first)."""
     if config.replicates < 2:
         raise RunError(
             f"--replicates {config.replicates}: at least 2 are needed, since one replicate "

@@ -1,8 +1,6 @@
-"""How long a plan should take: the model behind ``--dry-run``, the plan line of every run
-and the progress line's first guess. Every record takes its overhead plus the expected share of
-its timing budget; the first worker's start-up (measured by a dry run) and what later workers'
-start-ups cannot hide are added, and so are torchrun launches and invariance passes. The figures
-it estimates with, and where each was measured or that it is a guess, are in ``run/figures.py``.
+"""How long a plan should take: the model behind ``--dry-run``, the plan line of every run and
+the progress line's first guess: the records, torchrun launches, invariance passes, the paired
+phase and the probe. The figures, and where each was measured, are in ``run/figures.py``.
 """
 
 from __future__ import annotations
@@ -23,60 +21,48 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Seconds a plan should take: its records (each at its measured or modelled seconds), its
-    torchrun launches and invariance passes, the paired phase (its groups' start-ups, warm-ups
-    and rounds: ``paired_seconds``) and the probe worker's."""
+    """Seconds a plan should take, and what they are made of."""
 
     records: int
     workers: int
     startup_seconds: float
     per_record_seconds: float
     measured_startup: bool
-    #: Records whose step is compiled (execution=compile): their compile time is not estimated.
+    #: Records under execution=compile: their compile time is not estimated.
     compiled_records: int = 0
     #: Per device (``--devices``): its records; empty: one device.
     lane_records: tuple[int, ...] = ()
-    #: torchrun launches (one per worker with distributed workloads), per device, and the
-    #: seconds of one.
+    #: Per device: torchrun launches, and the seconds of one.
     lane_launches: tuple[int, ...] = ()
     launch_seconds: float = 0.0
     #: Per device: the batch sizes its records' invariance passes build, and the seconds of one.
     lane_sizes: tuple[int, ...] = ()
     size_seconds: float = 0.0
-    #: Per device: the seconds of its records (each at its suite's or workload's measured seconds
-    #: where known, else ``per_record_seconds``); empty: records x ``per_record_seconds``.
+    #: Per device: the seconds of its records; empty: records x ``per_record_seconds``.
     lane_record_seconds: tuple[float, ...] = ()
-    #: Records that will be ``unsupported`` (known when planning: more ranks than GPUs, a setting
-    #: this torch lacks), charged nothing; and records estimated from a measured or declared figure
-    #: (its JSON key is ``costed_records``, the name plans already written hold).
+    #: Records known to be ``unsupported``, charged nothing; records at a measured or declared
+    #: figure (JSON ``costed_records``, the name plans already written hold).
     unsupported_records: int = 0
     figure_records: int = 0
-    #: "measured start-up" (a dry run started a worker here), "model" (a real run's first guess),
-    #: or "paper" (a CUDA plan on a host without a GPU: nothing here could be measured).
+    #: "measured start-up" (a dry run's), "model" (a real run's), "paper" (CUDA, no GPU here).
     basis: str = "model"
     #: Records measured by a probe worker on this host (a user's own workloads).
     probed_records: int = 0
-    #: Per slot (replicate, mode name): the seconds it takes beyond its records (start-up or
-    #: wait, launch, invariance passes) and each record's seconds: the paired phase's weights
-    #: for the time left (``PairedPhase.weigh``) and a call's planned seconds (``run.calls``).
+    #: Per slot (replicate, mode name): its seconds beyond its records, and each record's
+    #: (``PairedPhase.weigh``, ``run.calls``).
     slot_seconds: Mapping[tuple[int, str], tuple[float, Mapping[str, float]]] = field(
         default_factory=dict, compare=False, repr=False
     )
-    #: The paired phase (``run/paired_plan.py``): its seconds on paper, after the verdicts, and
-    #: what it times (None: a run without one).
+    #: The paired phase's seconds on paper and ``PairedPlan.to_json`` (None: no paired phase).
     paired_seconds: float = 0.0
     paired: dict[str, Any] | None = None
-    #: Seconds of the probe worker (``run.planprobe``) that measures the user's own workloads
-    #: before the run: a dry run's (a real run repeats it) or, in a real run's plan, the probe
-    #: this call has just run. 0: no probe measured a workload.
+    #: Seconds of the probe worker (``run.planprobe``); 0: no probe measured a workload.
     probe_seconds: float = 0.0
     #: Records estimated from the run's own records of the same workload (a resumed run).
     own_records: int = 0
-    #: This host's speed against the figures' (``run.hostspeed.HostSpeed.to_json``); None: the
-    #: figures stand as measured (a GPU plan).
+    #: ``run.hostspeed.HostSpeed.to_json``; None: the figures stand as measured (a GPU plan).
     host: dict[str, Any] | None = None
-    #: Seconds of the records that the verdicts made side by side save, on paper
-    #: (``PairedPlan.held_saving``; 0: one at a time).
+    #: Seconds the verdicts made side by side save (``PairedPlan.held_saving``).
     held_seconds: float = 0.0
 
     @property
@@ -95,7 +81,6 @@ class Estimate:
 
     @property
     def lane_seconds(self) -> tuple[float, ...]:
-        """Each device's share of the records, launches and invariance passes."""
         launches = self.lane_launches or (0,) * len(self.lane_records)
         sizes = self.lane_sizes or (0,) * len(self.lane_records)
         records = self.lane_record_seconds or tuple(
@@ -160,9 +145,7 @@ def planned_unsupported(
     workloads: Sequence[Any], device: str, gpus: int
 ) -> Callable[[Mode, str], bool]:
     """Whether a record (mode, workload key) will be ``unsupported``, as far as a plan can know:
-    a ``--set`` setting this torch lacks, autocast for a workload that does not declare it, and
-    on CUDA a distributed workload with more ranks than ``gpus`` (its world size as the mode sets
-    it, else ``min(2, gpus)``)."""
+    a setting this torch lacks, undeclared autocast, or more ranks than ``gpus``."""
     by_key = {w.key: w for w in workloads}
 
     def unsupported(mode: Mode, key: str) -> bool:
@@ -184,11 +167,9 @@ def planned_unsupported(
 def _launches(
     lanes: list[list[Slot]], p: SlotSeconds, paired: PairedPlan | None, distributed: frozenset[str]
 ) -> tuple[int, ...]:
-    """torchrun launches per device: one per verdict worker with distributed workloads; where
-    the paired phase's groups make the verdicts, one per member of a replicate's group (a
-    member's ranks are kept for its distributed workloads), on each device that has some."""
+    """torchrun launches per device: one per worker with distributed workloads (with a fused
+    paired phase: per member of a replicate's group, and its A/A copy)."""
     if paired is not None and paired.fused:
-        # Each mode's member whose distributed records will run, and each replicate's A/A copy.
         slots = [s for ss in lanes for s in ss if distributed & set(p.runs(s))]
         n = len(slots) + len({s.replicate for s in slots})
         return (n,) + (0,) * (len(lanes) - 1)
@@ -212,18 +193,10 @@ def estimate(
     own: Mapping[str, Probed] | None = None,
     host: HostSpeed | None = None,
 ) -> Estimate:
-    """``distributed``: the keys of the plan's distributed workloads (each worker that has any
-    that will run makes one torchrun launch; on CUDA the launch's figure includes their
-    measurement). ``batch_sizes``: per workload key that declares batch sizes, how many (each of
-    its records builds and steps it at every one, unless the workload's own figure includes
-    it). ``unsupported(mode, key)``: whether that record will be ``unsupported`` (charged
-    nothing, and a launch of nothing but such records is not made). ``probed``: the workloads a
-    probe worker measured on this host (their figure includes their invariance pass). ``paired``:
-    the plan's paired phase, whose group of workers starts on ``cores`` cores (None: this
-    host's). ``own``: the workloads a resumed run has records of, estimated from them as a
-    probe's are (``run.planprobe.own_seconds``); a probe's figure, where both are, wins.
-    ``host``: this host's speed against the figures' (``run.hostspeed``), which scales them
-    (``startup_seconds`` is this host's already)."""
+    """The seconds of ``plan``. ``distributed``: on CUDA the launch's figure includes their
+    records; ``probed``: measured by a probe here; ``own``: from a resumed run's records
+    (``run.planprobe.own_seconds``), a probe's winning; ``host`` scales all but
+    ``startup_seconds``, measured here."""
     speed = host.factor if host is not None else 1.0
     per_record = per_record_seconds(device, profile, budget)
     own = {k: v for k, v in (own or {}).items() if not probed or k not in probed}

@@ -1,15 +1,8 @@
-"""An exec run's records, in a run's layout (``run.execrun``): ``results.jsonl`` (a verdict record
-per mode and round, copy 0), ``paired.jsonl`` (a line per run, the round its replicate), and
-``env.json``; and, once the rounds are done, where each mode's replicates first part
-(``partings``, into ``exec.json``).
-
-A record's ``fingerprint`` is the digest of the evidence its verdict rests on
-(``worker.evidence.split``: the run's tensors and labelled results where it left any, else all it
-left that can be compared; ``worker.outputs.digest_of``); its setting columns are what the
-script's interpreter ran under at its end (the boot's read-back), and ``settings_changed`` names
-what the script changed that makes the record measure another mode (``acting``).
-``suite`` is "exec", ``workload`` the command's name (``execrun.name_of``).
-"""
+"""An exec run's records in a run's layout: ``results.jsonl`` (a verdict record per mode and
+round, copy 0), ``paired.jsonl`` (a line per run), ``env.json``, and where each mode's replicates
+first part (``partings``, into ``exec.json``). A record's ``fingerprint`` is the digest of the
+evidence its verdict rests on (``worker.evidence.split``); its setting columns are what the
+script's interpreter ended with."""
 
 from __future__ import annotations
 
@@ -36,20 +29,16 @@ from detbench.worker.outputs import Outputs, digest_of, first_parting, read_outp
 from detbench.worker.protocol import PACKAGE_ROOT
 from detbench.worker.timing import Timing
 
-#: What an exec run calls its suite.
 SUITE = "exec"
 #: The mode's flags that act through cuDNN only: inert where the script used no GPU.
 CUDNN_FLAGS = ("benchmark", "cudnn_deterministic", "cudnn_enabled")
 
 
 def acting(names: list[str], device: str, mode: Mode | None = None) -> list[str]:
-    """Of the settings a script changed, those that make its records measure another mode than
-    the one asked for: one of the four flags that acts on ``device``, or a setting the mode
-    itself sets (``--set``). A record that lists one does not count toward a verdict or a cost
-    (``analysis.labels.changed_mask``). A script that sets ``cudnn.benchmark`` and runs on a CPU
-    measured the mode it was given. A setting beyond the mode that the script sets itself (TF32,
-    say) is the script's own choice, the same in every mode: its records count, and the report
-    names the line either way."""
+    """Of the settings a script changed, those that make its records measure another mode: one
+    of the four flags that acts on ``device``, or a setting the mode sets (``--set``); such a
+    record counts toward no verdict or cost. Another setting (TF32, say) is the script's own
+    choice, the same in every mode: its records count."""
     given = dict(mode.overrides) if mode is not None else {}
     out = []
     for n in names:
@@ -64,16 +53,9 @@ def acting(names: list[str], device: str, mode: Mode | None = None) -> list[str]
 
 
 def device_of(facts: dict[str, Any]) -> str:
-    """Where the script ran its tensors: "cuda" where one of its interpreters initialised
-    CUDA (``execrun.seen_in``)."""
+    """Where the script ran: "cuda" where one of its interpreters initialised CUDA."""
     seen = facts.get("script") or facts.get("boot") or {}
     return str(seen.get("device") or "cpu")
-
-
-def record_status(facts: dict[str, Any]) -> str:
-    """A run's status as a record's (``schema.Status``): a run killed as hung (twice: once is
-    run again) timed out."""
-    return "timeout" if facts["status"] == "hung" else str(facts["status"])
 
 
 class ExecRecords:
@@ -84,7 +66,6 @@ class ExecRecords:
         self.name = name_of(c.command)
         self.results = ResultWriter(c.out)
         self.paired = PairedWriter(c.out)
-        self.modes = {m.name: m for m in c.modes}
 
     def write_env(self, started: str) -> None:
         doc = {
@@ -119,7 +100,9 @@ class ExecRecords:
         facts["counts"] = evidence.counts
         facts["set_aside"] = [f"{s.what}: {s.why}" for s in outputs.set_aside]
         facts["unreadable"] = list(outputs.unreadable)
-        status, device = record_status(facts), device_of(facts)
+        # A run killed as hung (twice) timed out, as a record's status.
+        status = "timeout" if facts["status"] == "hung" else str(facts["status"])
+        device = device_of(facts)
         ok = status == "ok"
         changed = acting(changed_by(facts), device, slot.mode)
         sample = facts["body"] if facts.get("body") else facts["wall"]
@@ -185,8 +168,7 @@ class ExecRecords:
 
 
 def changed_by(facts: dict[str, Any]) -> list[str]:
-    """The settings a run's script changed: those its main interpreter ended with that differ
-    from what the mode applied, and those any of its interpreters was seen to set."""
+    """The settings a run's script changed, as its main interpreter ended or as any was seen."""
     boot = facts.get("boot") or {}
     names = list(boot.get("changed") or [])
     for ch in (facts.get("script") or {}).get("changes") or []:
@@ -196,8 +178,7 @@ def changed_by(facts: dict[str, Any]) -> list[str]:
 
 
 def timing_of(seconds: float) -> dict[str, Any]:
-    """A run's one sample as the paired analysis reads a line's timing: the command's time less
-    its start-up (or its wall time where the boot did not report), one block of one "step"."""
+    """A run's one sample as the paired analysis reads a line's timing: one block of one step."""
     return Timing(
         samples=(seconds,),
         number_per_block=1,
@@ -236,12 +217,10 @@ def _first_partings(
     decided: bool,
     cache: dict[str, Outputs] | None,
 ) -> dict[str, Any]:
-    """Per mode: where its replicates (copy 0, by round) first part from its first replicate in
-    ``part`` of their evidence (``evidence.split``: "decisive" or "rest"), comparing runs whose
-    digest ``key`` differs; ``decided``: only modes whose decisive evidence agreed in every
-    replicate and rests on more than text (each of these is None where they agree); ``cache``:
-    the runs' outputs already read, by key (``partings`` and ``text_partings`` share one, so
-    each run's checkpoints are read once)."""
+    """Per mode: where its replicates (copy 0) first part from its first in ``part`` of their
+    evidence ("decisive" or "rest"), comparing runs whose digest ``key`` differs; None where they
+    agree. ``decided``: only modes whose decisive evidence agreed and is more than text;
+    ``cache``: outputs read, by key, shared so each run's checkpoints are read once."""
     cache = {} if cache is None else cache
 
     def outputs(k: str) -> Outputs:
@@ -270,23 +249,20 @@ def _first_partings(
 def partings(
     out: Path, facts: dict[str, dict[str, Any]], cache: dict[str, Outputs] | None = None
 ) -> dict[str, Any]:
-    """Per mode: where its replicates first part in the evidence the verdict rests on, or None
-    where they agree."""
+    """Per mode: where its replicates first part in their decisive evidence, or None."""
     return _first_partings(out, facts, "decisive", "digest", False, cache)
 
 
 def text_partings(
     out: Path, facts: dict[str, dict[str, Any]], cache: dict[str, Outputs] | None = None
 ) -> dict[str, Any]:
-    """Per mode whose verdict evidence agreed in every replicate: where the rest (the text that
-    does not decide) first parts, if it does; the report shows it for the user to judge."""
+    """Per mode whose decisive evidence agreed: where the rest (text) first parts, if it does."""
     found = _first_partings(out, facts, "rest", "digest_rest", True, cache)
     return {m: p for m, p in found.items() if p is not None}
 
 
 def finish(out: Path, doc_partings: dict[str, Any], text: dict[str, Any] | None = None) -> None:
-    """Add the partings (and the text partings: ``text_partings``) to ``exec.json``, and the
-    end to env.json."""
+    """Add the partings to ``exec.json``, and the end to env.json."""
     path = out / EXEC_FILE
     doc = json.loads(path.read_text())
     doc["partings"] = doc_partings

@@ -1,29 +1,13 @@
-"""What one run of a user's command leaves, gathered for ``detbench exec`` (``run.execrun``): its
-output streams, line by line with the time each arrived, and the files it wrote.
+"""What one run of a user's command leaves, gathered for ``detbench exec``: its output streams,
+piece by piece with the time each arrived (split on ``\\r`` too, for tqdm's bars), the steps a
+second it printed, and the files it wrote.
 
-**Streams.** The command's stdout and stderr are read by two threads as they come, split on
-``\\n`` and ``\\r`` (a tqdm bar redraws itself with ``\\r``), each piece kept with its arrival
-time (``Stream``), and written to ``stdout.txt`` / ``stderr.txt`` in the run's folder as they
-came.
-
-**Steps.** ``steps_per_second`` reads the steps a script prints: "step 12", "iter 12", "it 12",
-"[12/60]", "12/60" at the start of a line (tqdm's "12/60 [00:03<...]" too). The rate is the
-steps between the first and the last such line over the time between their arrival; None where
-fewer than two distinct steps were printed, or where they came within ``MIN_SPAN`` seconds (a
-script that prints all its losses at the end).
-
-**Files.** ``Snapshot`` notes every file under the watched folders (the user's folder, and the
-folders the command's arguments name elsewhere: ``named_folders``; size and modification time)
-before a run; ``changed`` lists those the run created or modified after it, which ``keep``
-takes into the run's ``files/`` folder: a file the run created is moved there (with the folders
-it made, once empty), so every run starts from the folder as it was before the first. A logger
-that counts the runs in its folder (Lightning's ``version_N``) then counts the same in each, and
-a script that resumes from what it finds resumes from the same thing. A file that was there
-before and that a run changed is copied, and stays as that run left it. ``put_back`` returns
-one run's created files to where the script wrote them: after the last run, the folder is as
-the script leaves it after one run. Hidden folders, ``__pycache__``, virtual environments and the
-run's own output folder are not watched; at most ``MAX_FILES`` files are looked at and
-``MAX_BYTES`` a file kept (a larger one is named and left out).
+**Files.** ``Snapshot`` notes every file under the watched folders before a run; ``keep`` takes
+those the run created or changed into the run's ``files/`` folder. A created file is moved there,
+so every run starts from the folder as it was before the first: a logger that counts the runs in
+its folder (Lightning's ``version_N``), or a script that resumes from what it finds, sees the
+same in each. A changed file is copied, and stays as that run left it. ``put_back`` returns the
+last run's created files, so the folder ends as the script leaves it after one run.
 """
 
 from __future__ import annotations
@@ -43,7 +27,7 @@ SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "
 MAX_FILES = 20_000
 #: The largest file kept for the comparison (bytes).
 MAX_BYTES = 2 << 30
-#: Steps printed within this many seconds of each other give no rate.
+#: Steps printed within this many seconds of each other give no rate (all printed at the end).
 MIN_SPAN = 0.2
 
 _STEP = re.compile(
@@ -88,7 +72,7 @@ class Stream:
 
 
 def step_of(text: str) -> int | None:
-    """The step a printed line names (see the module docstring), or None."""
+    """The step a printed line names ("step 12", "iter 12", "[12/60]", "12/60 ..."), or None."""
     m = _STEP.search(text)
     if m is None:
         return None
@@ -100,22 +84,20 @@ def steps_per_second(streams: list[Stream]) -> tuple[float | None, int]:
     seen = sorted(
         (t, s) for st in streams for t, text in st.pieces if (s := step_of(text)) is not None
     )
-    if len({s for _, s in seen}) < 2:
-        return None, len({s for _, s in seen})
+    distinct = len({s for _, s in seen})
+    if distinct < 2:
+        return None, distinct
     first = min(seen, key=lambda x: (x[1], x[0]))
     last = max(seen, key=lambda x: (x[1], -x[0]))
-    span = last[0] - first[0]
-    steps = last[1] - first[1]
+    span, steps = last[0] - first[0], last[1] - first[1]
     if span < MIN_SPAN or steps <= 0:
-        return None, len({s for _, s in seen})
-    return steps / span, len({s for _, s in seen})
+        return None, distinct
+    return steps / span, distinct
 
 
 class Snapshot:
-    """The files under ``roots`` (size, mtime in ns), but those under ``skip``, each by the name
-    the comparison gives it: its path relative to the first root (the user's folder), or, under
-    another root (a folder the command names, such as ``--out /scratch/run``), its absolute path
-    without the leading ``/``."""
+    """The files under ``roots`` but ``skip`` (size, mtime in ns), named by their path relative to
+    the user's folder, or under another root by their absolute path without the leading ``/``."""
 
     def __init__(self, roots: list[Path], skip: list[Path]) -> None:
         self.roots = [r.resolve() for r in roots]
@@ -164,8 +146,7 @@ class Snapshot:
         return sorted(k for k, v in now.items() if self.files.get(k) != v)
 
     def keep(self, names: list[str], dest: Path) -> list[str]:
-        """Take ``names`` into ``dest`` (under their names): moved where the run created them,
-        copied where they were there before (module docstring); returns those left out."""
+        """Take ``names`` into ``dest``: moved if the run made them, else copied; those left out."""
         left = []
         before = set(self.files)
         for name in names:
@@ -209,8 +190,7 @@ def path_of(name: str, roots: list[Path]) -> Path:
 
 
 def put_back(names: list[str], kept: Path, roots: list[Path]) -> list[str]:
-    """Copy the files ``names`` from a run's ``kept`` folder (its ``files/``) back to where the
-    run wrote them, where nothing lies there now; returns those that could not be."""
+    """Copy ``names`` back from a run's ``files/`` where nothing lies now; those that failed."""
     failed = []
     for name in names:
         src, target = kept / name, path_of(name, roots)
@@ -225,9 +205,8 @@ def put_back(names: list[str], kept: Path, roots: list[Path]) -> list[str]:
 
 
 def named_folders(command: list[str], cwd: Path) -> list[Path]:
-    """The folders a command's arguments name outside ``cwd`` (``--out /scratch/run``,
-    ``--output_dir=/tmp/x``): watched too, the folder itself where it exists or its parent
-    does (a folder the run will make)."""
+    """The folders a command's arguments name outside ``cwd`` (``--out /scratch/run``), where
+    they or their parents (a folder the run will make) exist."""
     out: list[Path] = []
     home = cwd.resolve()
     for arg in command[1:]:

@@ -1,6 +1,4 @@
-"""An exec run's options and its plan (``run.execrun`` runs it): the command, the modes, the
-rounds, and every run in a balanced order (``orders``), and the names of what the runs leave.
-"""
+"""An exec run's options and its plan: every run in a balanced order (``orders``)."""
 
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ from typing import Any
 from detbench.core.errors import DetbenchError
 from detbench.core.modes import Mode
 
-#: The exec run's own file in its folder.
 EXEC_FILE = "exec.json"
 
 
@@ -63,8 +60,7 @@ class ExecConfig:
 
 
 def name_of(command: list[str]) -> str:
-    """What the reports call the command: its first ``.py`` argument's name, else the
-    program's."""
+    """What the reports call the command: its first ``.py`` argument's name, else the program's."""
     script = next((a for a in command[1:] if a.endswith(".py")), None)
     return Path(script or command[0]).name
 
@@ -72,10 +68,6 @@ def name_of(command: list[str]) -> str:
 def script_of(command: list[str], cwd: Path) -> str | None:
     script = next((a for a in command[1:] if a.endswith(".py")), None)
     return str((cwd / script).resolve()) if script else None
-
-
-def folder_name(r: int, mode: str, copy: int) -> str:
-    return f"r{r}-{re.sub(r'[^A-Za-z0-9_.+=-]', '_', mode)}-c{copy}"
 
 
 @dataclass(frozen=True)
@@ -89,7 +81,7 @@ class RunSlot:
 
     @property
     def key(self) -> str:
-        return folder_name(self.round, self.mode.name, self.copy)
+        return f"r{self.round}-{re.sub(r'[^A-Za-z0-9_.+=-]', '_', self.mode.name)}-c{self.copy}"
 
 
 def plan(c: ExecConfig) -> list[RunSlot]:
@@ -103,13 +95,9 @@ def plan(c: ExecConfig) -> list[RunSlot]:
 
 
 def orders(members: int, rounds: int, seed: int) -> list[list[int]]:
-    """Each round's order of the ``members`` (indices), balanced over blocks of ``members``
-    rounds: in a block, member ``labels[j]`` takes place ``(j - k) mod members`` in the round
-    whose row is ``k``, so over a whole block it takes every place once (the rows of a cyclic
-    Latin square); ``labels`` and the rows' order are drawn from ``seed`` and the block. A
-    place that runs slower (the first after the round before, a drift through the round) falls
-    on every member alike over a block; shuffled orders leave it on some members more than
-    others in 3 rounds, the same ones in every run of the same seed."""
+    """Each round's order of the ``members``: in each block of ``members`` rounds every member
+    takes every place once (a cyclic Latin square drawn from ``seed``), so a place that runs
+    slower falls on every member alike, which shuffled orders do not do in 3 rounds."""
     out: list[list[int]] = []
     for block in range(-(-rounds // members)):
         rng = random.Random(f"{seed}-exec-{block}")

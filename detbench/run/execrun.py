@@ -1,35 +1,11 @@
 """``detbench exec -- COMMAND``: a user's command, unchanged, run under each mode in fresh
 processes; what it leaves compared bitwise, its time compared in pairs.
 
-**The runs.** ``replicates`` rounds. In each round every mode runs the command once, and the
-baseline (the first mode) a second time (``copy`` 1: the A/A check, as in a paired run), in an order
-balanced over the rounds (``orders``: every mode takes every place in a round once in 3 rounds of 2
-modes and the copy): so drift in the machine, and a place in the round that runs slower, fall on
-every mode alike, and each mode's time is compared with the baseline's of the same round. A run is a
-fresh process tree: the command, started in the user's folder with no stdin (a command that reads
-its input gets end-of-file), in its own session (``--timeout`` kills the whole group), with
-``detbench.locate.scripted``'s ``sitecustomize`` first on ``PYTHONPATH``, which puts each Python
-interpreter of the command in the run's mode before the script's first line.
-``CUBLAS_WORKSPACE_CONFIG`` is the mode's (``Mode.environment``).
-
-**What a run leaves** (``execio``): its stdout and stderr, the files it created or changed under
-the watched folder (copied into the run's folder), ``fingerprints.jsonl`` (``detbench.
-fingerprint``), and each interpreter's ``boot-PID.json`` (the mode as applied, what the script
-changed of it and where, its seeding calls and DataLoaders). ``worker.outputs`` turns them into
-the items compared bitwise; a record per (mode, round) of copy 0 carries their digest
-(``results.jsonl``), so ``detbench report`` and ``compare`` read an exec run as any run.
-
-**Time.** Each run's wall time, its start-up (from the start of the process to the end of the
-boot: the interpreter, torch's import, the mode applied) and the rest, the command's own time,
-which is the paired sample (``paired.jsonl``: a round is a replicate, one block each); the steps
-a second where the script prints its steps (``execio.steps_per_second``).
-
-**The untimed first run** (``ExecRunner.first``). Before the rounds, one run of the baseline,
-untimed and not compared: the census, which counts the ops that can race (``locate.census``),
-or a warm-up where ``census`` is off or already done (a resumed run). The first run after a
-pause reads the interpreter, torch and the script's data from disk; untimed, it costs no mode.
-
-``exec.json`` in the folder holds every run's facts as they come (``--resume`` reads it).
+Each round every mode runs the command once, and the baseline a second time (the A/A copy), in a
+balanced order (``execplan.orders``). A run is a fresh process tree in the user's folder, with no
+stdin, in its own session, with a ``sitecustomize`` first on ``PYTHONPATH`` that puts each
+interpreter in the mode before the script's first line (``locate.scripted``). Its sample is its
+time less its start-up. ``exec.json`` holds every run's facts as they come (``--resume``).
 """
 
 from __future__ import annotations
@@ -67,10 +43,8 @@ from detbench.store.results import write_json_atomic
 from detbench.worker.hostload import Probe
 from detbench.worker.protocol import EXEC_JOB_ENV, EXEC_ROOT_ENV, PACKAGE_ROOT
 
-#: Without ``--timeout``, a timed run is called hung once it has run this many times the longest
-#: run so far, and at least ``HANG_FLOOR`` seconds; it is killed and run once more. A command
-#: can hang where a plain run would too: a torchrun rank whose interpreter never ends (torch's
-#: gloo group freed at exit while its thread waits for the GIL) held exec for ever.
+#: Without ``--timeout``, a timed run past this many times the longest run so far (and
+#: ``HANG_FLOOR`` seconds) is hung: killed and run once more (``execwait`` for how runs hang).
 HANG_FACTOR = 5.0
 HANG_FLOOR = 60.0
 
@@ -85,31 +59,6 @@ if _os.environ.get("{env}"):
     _scripted.boot()
     _scripted.chain(__file__)
 """
-
-
-def _streams(
-    proc: subprocess.Popen[bytes], d: Path
-) -> tuple[tuple[Stream, Stream], list[threading.Thread]]:
-    """The run's stdout and stderr, each read as it comes by a thread of its own and kept in
-    ``d``: reading both keeps a command that fills one pipe from blocking on it."""
-    assert proc.stdout is not None and proc.stderr is not None
-    out, err = Stream("stdout"), Stream("stderr")
-    return (out, err), [
-        out.read(proc.stdout, d / "stdout.txt"),
-        err.read(proc.stderr, d / "stderr.txt"),
-    ]
-
-
-def _main_boot(
-    boots: list[dict[str, Any]], t_unix: float
-) -> tuple[dict[str, Any] | None, float | None]:
-    """The boot report of the command's own interpreter (not its children's), and its start-up:
-    the seconds from the run's start until the boot there was done, just before the script's
-    first line."""
-    main = next((b for b in boots if b.get("main")), None)
-    if main is None or not main.get("ready"):
-        return main, None
-    return main, max(0.0, float(main["ready"]) - t_unix)
 
 
 class ExecRunner:
@@ -127,7 +76,6 @@ class ExecRunner:
         self.last: dict[str, Any] | None = None  # the latest run's facts (``leave_folder``)
         self.hung: list[dict[str, Any]] = []  # the runs killed as hung, each run once more
 
-    # -- checks before anything runs -------------------------------------------------------
     def check(self) -> None:
         c = self.c
         if not c.command:
@@ -146,7 +94,6 @@ class ExecRunner:
         if not c.resume:
             refuse_used(c.out)
 
-    # -- the runs ----------------------------------------------------------------------------
     def prepare(self) -> None:
         """The run's folder, with the boot's ``sitecustomize.py``."""
         boot = self.c.out / "boot"
@@ -154,8 +101,7 @@ class ExecRunner:
         (boot / "sitecustomize.py").write_text(SITECUSTOMIZE.format(env=EXEC_JOB_ENV))
 
     def run(self, on_run: Any = None) -> None:
-        """The untimed first run (``first``), then every run still to do (a resumed run skips
-        those in ``exec.json``); ``on_run(slot, facts)`` after each timed run (the records)."""
+        """The untimed first run, then every run not in ``exec.json``, ``on_run`` after each."""
         self.prepare()
         self._load()
         todo = [s for s in self.slots if s.key not in self.facts]
@@ -178,13 +124,11 @@ class ExecRunner:
             self.leave_folder()
 
     def roots(self) -> list[Path]:
-        """The folders watched for the files a run writes (``execio.Snapshot``)."""
+        """The folders watched for the files a run writes."""
         return [self.c.cwd, *named_folders(self.c.command, self.c.cwd)]
 
     def leave_folder(self) -> list[str]:
-        """The files the latest run created, put back where the script wrote them: the user's
-        folder is left as the script leaves it after one run (``execio``); returns those that
-        could not be."""
+        """The latest run's created files put back (``execio.put_back``); those that could not."""
         f = self.last
         if f is None:
             return []
@@ -192,11 +136,9 @@ class ExecRunner:
         return put_back(list(f.get("created") or []), kept, self.roots())
 
     def first(self, timed_to_come: bool) -> None:
-        """One untimed run of the baseline before the timed ones: the census, while it is owed,
-        else (``--no-census``, or a resumed run) a warm-up. Either fills the caches that the
-        first run after a pause would pay for: measured on this 2-core VM after dropping the
-        page cache, the first run of ``hf_tiny_lm.py`` took 2.79 s against 1.97-2.06 s for the
-        eight after it, at half their steps a second, and it fell on one mode alone."""
+        """One untimed run of the baseline before the timed ones: the census (the ops that can
+        race) while it is owed, else a warm-up. Either fills the caches that a first run after
+        a pause pays for, which would fall on one mode alone (docs/measured.md)."""
         c = self.c
         base = RunSlot(-1, c.modes[0], 0, 0)
         if c.census and self.census is None:
@@ -227,9 +169,7 @@ class ExecRunner:
         self._check_first(base, self.warmup)
 
     def limit(self) -> tuple[float, str] | None:
-        """(seconds, status) a timed run may take before it is killed: ``--timeout``'s, else
-        ``HANG_FACTOR`` times the longest finished run (``HANG_FLOOR`` at least), or None
-        before any run has finished."""
+        """(seconds, status) a timed run may take (``HANG_FACTOR``); None before any run ended."""
         if self.c.timeout is not None:
             return self.c.timeout, "timeout"
         runs = [*self.facts.values(), self.census, self.warmup]
@@ -239,9 +179,7 @@ class ExecRunner:
         return max(HANG_FLOOR, HANG_FACTOR * max(walls)), "hung"
 
     def _set_hung_aside(self, slot: RunSlot, facts: dict[str, Any]) -> None:
-        """A run killed past its limit, or stuck (``execwait``): its folder kept beside the runs as
-        ``KEY-hung``, a line said, and the run noted in ``exec.json``'s ``hung`` (the report
-        names it)."""
+        """A run killed past its limit or stuck: kept as ``KEY-hung``, said, noted in ``hung``."""
         runs = self.c.out / "runs"
         aside = runs / f"{facts['key']}-hung"
         if aside.exists():
@@ -268,37 +206,25 @@ class ExecRunner:
         self._save()
 
     def _progress(self, n: int, total: int, slot: RunSlot) -> None:
-        elapsed = time.monotonic() - self.started
         done = [f["wall"] for f in self.facts.values() if f.get("wall")]
         if not done:  # the untimed first run's, until a timed one is done
             done = [f["wall"] for f in (self.warmup, self.census) if f and f.get("wall")][:1]
-        left = ""
-        if done:
-            each = sum(done) / len(done)
-            rest = each * (total - n)
-            left = f" left ~{clock(rest)}"
+        left = f" left ~{clock(sum(done) / len(done) * (total - n))}" if done else ""
         copy = " (A/A copy)" if slot.copy else ""
         self.stream.write(
             f"exec [{n + 1:>2}/{total}] round {slot.round + 1}/{self.c.replicates} "
-            f"{slot.mode.name}{copy}  elapsed {clock(elapsed)}{left}\n"
+            f"{slot.mode.name}{copy}  elapsed {clock(time.monotonic() - self.started)}{left}\n"
         )
         self.stream.flush()
 
     def _job(self, slot: RunSlot, folder: Path, census: bool, record: bool = False) -> Path:
-        job = {
-            "folder": str(folder),
-            "mode": asdict(slot.mode),
-            "census": census,
-            "record": record,
-            "script": self.script,
-        }
+        job = {"folder": str(folder), "mode": asdict(slot.mode), "census": census}
         path = folder / "job.json"
-        path.write_text(json.dumps(job))
+        path.write_text(json.dumps({**job, "record": record, "script": self.script}))
         return path
 
     def environment(self, mode: Mode, job: Path) -> dict[str, str]:
-        """The command's environment: the user's, the mode's cuBLAS variable, the boot first on
-        ``PYTHONPATH`` with detbench's package after it."""
+        """The command's environment: the user's, the mode's, the boot first on ``PYTHONPATH``."""
         env = mode.environment({k: v for k, v in os.environ.items() if k != EXEC_ROOT_ENV})
         path = [str(self.c.out.resolve() / "boot"), str(PACKAGE_ROOT)]
         if env.get("PYTHONPATH"):
@@ -316,8 +242,7 @@ class ExecRunner:
         limit: tuple[float, str] | None = None,
     ) -> dict[str, Any]:
         """One run of the command: started, waited for, its output and files gathered
-        (``record``: under ``locate``'s recorder, for ``detbench locate -- COMMAND``; ``limit``:
-        ``self.limit()``'s, the untimed first run's ``--timeout`` where None)."""
+        (``record``: under ``locate``'s recorder; ``limit``: None gives ``--timeout``'s)."""
         c = self.c
         if limit is None and c.timeout is not None:
             limit = c.timeout, "timeout"
@@ -340,7 +265,10 @@ class ExecRunner:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        (out, err), readers = _streams(proc, d)
+        assert proc.stdout is not None and proc.stderr is not None
+        # Both read as they come, each by a thread: a command that fills one pipe would block.
+        out, err = Stream("stdout"), Stream("stderr")
+        readers = [out.read(proc.stdout, d / "stdout.txt"), err.read(proc.stderr, d / "stderr.txt")]
         status, code, stuck = wait(proc, limit, d)
         wall = time.monotonic() - t0
         host_load = own_children(load.stop(), ru0)
@@ -350,7 +278,10 @@ class ExecRunner:
         if status == "ok" and code != 0:
             status = "error" if code is not None and code > 0 else "crashed"
         boots = _boots(d)
-        main, startup = _main_boot(boots, t_unix)
+        # The command's own interpreter's boot, and its start-up: until the script's first line.
+        main = next((b for b in boots if b.get("main")), None)
+        ready = (main or {}).get("ready")
+        startup = max(0.0, float(ready) - t_unix) if ready else None
         rate, steps = steps_per_second([out, err])
         kept = snap.changed()
         left_out = snap.keep(kept, d / "files")
@@ -386,8 +317,7 @@ class ExecRunner:
         return facts
 
     def _check_first(self, slot: RunSlot, facts: dict[str, Any]) -> None:
-        """The first run of each mode that fails (the untimed first run too) stops exec: one
-        line, all kept."""
+        """The first run of each mode that fails (the untimed first run too) stops exec."""
         if facts["status"] == "ok":
             return
         if any(f["mode"] == slot.mode.name and f["status"] == "ok" for f in self.facts.values()):
@@ -409,7 +339,6 @@ class ExecRunner:
             f"(its output: {where})"
         )
 
-    # -- exec.json -------------------------------------------------------------------------
     def _save(self) -> None:
         doc = {
             "exec_version": 1,
@@ -435,8 +364,7 @@ class ExecRunner:
 
 @contextlib.contextmanager
 def held_interrupt() -> Iterator[None]:
-    """Ctrl-C (SIGINT) held until the block ends, then raised: a run noted in ``exec.json``
-    has its records, so ``--resume`` neither runs it again nor leaves it without them."""
+    """Ctrl-C held until the block ends, then raised: a run in ``exec.json`` has its records."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -451,10 +379,8 @@ def held_interrupt() -> Iterator[None]:
 
 
 def own_children(h: dict[str, Any], before: Any) -> dict[str, Any]:
-    """``h`` (a ``Probe``'s reading over one run) with the command's own CPU time counted as the
-    run's: the Probe counts the run's live processes, and the command has exited (and been
-    reaped) when it stops, so its time would read as foreign. ``before``: this process's
-    ``RUSAGE_CHILDREN`` at the start (the command and every descendant it waited for)."""
+    """``h`` (a ``Probe``'s reading) with the command's own CPU time (``RUSAGE_CHILDREN`` since
+    ``before``) counted as the run's: reaped before the Probe stops, it would read as foreign."""
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     child = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     other, seconds, cpus = h.get("other_cpu"), h.get("seconds"), h.get("cpus")
@@ -472,8 +398,7 @@ def run_name(round_: int, mode: str, copy: int, key: str) -> str:
 
 
 def _past(facts: dict[str, Any]) -> str:
-    """``ran past --timeout 8 s``, ``ran past 64 s (5x the longest run so far, ...: hung)``,
-    or ``hung at exit (...)`` (``execwait.stuck_words``)."""
+    """``ran past --timeout 8 s``, ``ran past 64 s (5x ...: hung)``, or ``stuck_words``'s."""
     if facts["status"] == "timeout":
         return f"ran past --timeout {facts['limit']:g} s"
     if facts.get("stuck"):
@@ -490,9 +415,7 @@ def census_failure(f: dict[str, Any]) -> str:
 
 
 def seen_in(boots: list[dict[str, Any]]) -> dict[str, Any]:
-    """What every interpreter of one run saw the script do (``locate.watched``): its setting
-    changes, seeding calls and DataLoaders, each (file, line) once, and "cuda" where any of them
-    used the GPU. A launcher (torchrun) seeds nothing itself: its ranks do."""
+    """What the run's interpreters saw the script do (``locate.watched``), each line once."""
     out: dict[str, Any] = {"changes": [], "seeds": [], "dataloaders": [], "device": "cpu"}
     seen: set[tuple[str, Any, Any, Any]] = set()
     for b in boots:
@@ -510,8 +433,6 @@ def seen_in(boots: list[dict[str, Any]]) -> dict[str, Any]:
 def _boots(d: Path) -> list[dict[str, Any]]:
     out = []
     for p in sorted(d.glob("boot-*.json")):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             out.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
-            continue
     return out

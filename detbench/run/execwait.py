@@ -1,25 +1,17 @@
-"""The wait for one run of a user's command to end, for ``detbench exec`` (``run.execrun``).
+"""The wait for one run of a user's command to end, for ``detbench exec``.
 
-A run ends when its process does; it is killed (its whole process group, the command runs in a
-session of its own, and every process below it: torchrun starts each rank in a session of its
-own) when it runs past its limit (``--timeout``'s, or the hang limit of a timed
-run), and when it is **stuck** (``Stuck``), seen from outside on Linux's ``/proc``:
+A run is killed (its process group and every process below it: torchrun starts each rank in a
+session of its own) past its limit, and when it is **stuck** (``Stuck``, read from ``/proc``):
 
-* **hung at exit**: an interpreter of the run wrote its at-exit report (the boot's
-  ``boot-PID.json``, ``locate.scripted``) and still lives ``EXIT_GRACE`` seconds later: the
-  script's work was done, its teardown is stuck;
-* **a rank left behind**: a torchrun rank (a process with ``RANK`` in its environment whose
-  parent has none: a DataLoader worker's parent is its rank) still lives after another rank of
-  the run ended, and has used under ``IDLE_SHARE`` of a core for ``RANK_GRACE`` seconds (gloo's
-  network thread wakes every 10 ms, so a deadlocked rank is not at 0). That is how a DDP rank on
-  gloo deadlocks when its script's ``main`` returns: freeing the model frees its process group,
-  whose destructor joins gloo's worker thread while holding the GIL, and that thread waits for
-  the GIL to free an all-reduce's saved thread-local state (``gdb`` on a hung rank, torch 2.13,
-  ``docs/measured.md``). A plain run of the same script on a loaded machine ends in
-  ``terminate called without an active exception`` instead, now and then.
+* **hung at exit**: an interpreter wrote its at-exit report (``boot-PID.json``) and still lives
+  ``EXIT_GRACE`` seconds later;
+* **a rank left behind**: a torchrun rank (``RANK`` in its environment, but not its parent's)
+  lives on after another rank ended, under ``IDLE_SHARE`` of a core for ``RANK_GRACE`` seconds
+  (gloo's thread wakes every 10 ms, so a deadlocked rank is not at 0). A DDP rank on gloo
+  deadlocks so at exit: the process group's destructor joins gloo's thread holding the GIL,
+  which that thread waits for (``docs/measured.md``).
 
-Either can hang the untimed first run, which has no limit of its own (no run has ended yet whose
-time would give one).
+Either can hang the untimed first run, which has no limit of its own.
 """
 
 from __future__ import annotations
@@ -36,9 +28,8 @@ from typing import Any
 #: Seconds an interpreter may take to end after its at-exit report. A plain interpreter ends in
 #: well under a second; one that frees a large CUDA context takes seconds.
 EXIT_GRACE = 30.0
-#: Seconds a rank may stay idle (under ``IDLE_SHARE`` of a core) after another rank ended: a
-#: rank at work uses a core, if only to launch GPU kernels; one that uploads its checkpoint
-#: after the others left waits on the network, and gets a minute.
+#: Seconds a rank may stay idle after another rank ended: a rank at work uses a core, if only to
+#: launch kernels; one uploading its checkpoint waits on the network, and gets a minute.
 RANK_GRACE = 60.0
 IDLE_SHARE = 0.01
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -57,8 +48,7 @@ class Proc:
 
 
 def tree(root: int) -> dict[int, Proc]:
-    """``root`` and every process below it, by their parents; empty where there is no
-    ``/proc``."""
+    """``root`` and every process below it; empty where there is no ``/proc``."""
     every: dict[int, Proc] = {}
     with contextlib.suppress(OSError):
         for name in os.listdir("/proc"):
@@ -86,8 +76,7 @@ def _has_rank(pid: int) -> bool:
 
 
 class Stuck:
-    """What the run's processes did while it lasted (module docstring): ``check`` names an
-    interpreter hung at exit or a rank left behind, with its pid."""
+    """What the run's processes did while it lasted: ``check`` names one stuck."""
 
     def __init__(self, folder: Path, root: int, grace: float, rank_grace: float) -> None:
         self.folder = folder
@@ -161,10 +150,9 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 def wait(
     proc: subprocess.Popen[bytes], limit: tuple[float, str] | None, folder: Path
 ) -> tuple[str, int | None, tuple[str, int] | None]:
-    """The run's status, its exit code, and what was stuck: ("ok", code, None) once it ends;
-    (``limit``'s status, None, None) once killed past ``limit`` (seconds, status); ("hung",
-    None, (how, pid)) once killed stuck (``Stuck.check``). A Ctrl-C here kills the process group
-    and goes on up: the command's own session hears none."""
+    """(status, exit code, what was stuck): ("ok", code, None), (``limit``'s status, None,
+    None) once killed past ``limit`` (seconds, status), or ("hung", None, (how, pid)). A Ctrl-C
+    kills the process group and goes on up: the command's own session hears none."""
     deadline = time.monotonic() + limit[0] if limit else None
     watch = Stuck(folder, proc.pid, EXIT_GRACE, RANK_GRACE)
     try:

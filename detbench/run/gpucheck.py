@@ -1,10 +1,8 @@
 """``detbench gpu-check``: the smoke test to run first on a new GPU host.
 
 One small workload of each suite, in the default mode and the fully deterministic one, two fresh
-processes each, on CUDA at the quick sizes: about 28 records, well under two minutes on one GPU.
-Then it says in plain words what worked: the device and its facts, every record's status, the
-bitwise verdicts, whether the timing reached its target, and the fingerprint method. The exit
-status is 0 when every check passed and 1 otherwise.
+processes each, at the quick sizes; then what worked, in plain words. Exit status 0 when every
+check passed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -21,9 +19,7 @@ from detbench.store.paired import copy0_lines, joined
 from detbench.store.results import iter_records, load_env
 from detbench.store.schema import Status
 
-#: One small workload per suite: the GPU paths each suite exercises (cuDNN conv, cuDNN RNN,
-#: cuDNN BatchNorm, cuBLAS batched matmul in fp16, an atomic-add race, a DataLoader with worker
-#: processes, a whole training step).
+#: One small workload per suite, each a GPU path of its own.
 WORKLOADS = (
     "conv/conv2d_resnet50_stem",
     "rnn/lstm_2layer",
@@ -51,15 +47,13 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Gp
     out: list[GpuCheck] = []
     worker = env.get("worker") or {}
     if worker.get("device") == "cuda":
-        out.append(
-            GpuCheck(
-                True,
-                f"CUDA device: {worker.get('gpu_name')} (compute capability "
-                f"{worker.get('gpu_capability')}, {worker.get('sm_count')} SMs), CUDA build "
-                f"{worker.get('cuda_build') or worker.get('cuda_runtime')}, cuDNN "
-                f"{worker.get('cudnn_version')}",
-            )
+        facts = (
+            f"CUDA device: {worker.get('gpu_name')} (compute capability "
+            f"{worker.get('gpu_capability')}, {worker.get('sm_count')} SMs), CUDA build "
+            f"{worker.get('cuda_build') or worker.get('cuda_runtime')}, cuDNN "
+            f"{worker.get('cudnn_version')}"
         )
+        out.append(GpuCheck(True, facts))
     else:
         device = worker.get("device")
         out.append(GpuCheck(device is not None, f"device: {device} (not a GPU: a rehearsal)"))
@@ -74,11 +68,8 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Gp
             continue
         if statuses != [Status.OK]:
             first = next(r for r in recs if r["status"] != Status.OK)
-            out.append(
-                GpuCheck(
-                    False, f"{key} [{mode}]: {first['status']}: {(first['message'] or '')[:160]}"
-                )
-            )
+            why = f"{first['status']}: {(first['message'] or '')[:160]}"
+            out.append(GpuCheck(False, f"{key} [{mode}]: {why}"))
             continue
         prints = {r["fingerprint"] for r in recs}
         verdict = "reproducible" if len(prints) == 1 else f"{len(prints)} different results"
@@ -98,8 +89,7 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Gp
                 f"timing {samples}+ samples, interval +-{100 * ci:.1f}%, target reached in "
                 f"{reached}/{len(recs)}"
             )
-        # In the deterministic mode every supported workload must give the same bits twice;
-        # in the default mode a difference is a finding, not a failure.
+        # A difference fails the deterministic mode; in the default mode it is a finding.
         out.append(
             GpuCheck(
                 (len(prints) == 1 or not deterministic) and timed,
@@ -113,8 +103,7 @@ def checks(records: Sequence[Mapping[str, Any]], env: dict[str, Any]) -> list[Gp
 
 
 def engines_check(records: Sequence[Mapping[str, Any]], device: str) -> GpuCheck:
-    """``--cudnn-log``: on CUDA, whether every conv record that ran names the cuDNN engines of its
-    convolutions; on a CPU, whether every record that ran says why it names none."""
+    """``--cudnn-log``: every conv record that ran names its cuDNN engines (on a CPU: why not)."""
     ran = [r for r in records if r["status"] == Status.OK]
     if device != "cuda":
         why = {
@@ -139,9 +128,7 @@ def engines_check(records: Sequence[Mapping[str, Any]], device: str) -> GpuCheck
 
 
 def run_check(device: str, out: Path, cudnn_log: bool = False) -> tuple[list[GpuCheck], Path]:
-    """Run the check's workloads and judge them; the run's directory keeps everything.
-    ``cudnn_log``: with cuDNN's API log on (``run --cudnn-log``), and a check that the records
-    name the engines their convolutions ran."""
+    """Run the check's workloads and judge them; ``cudnn_log``: with ``engines_check`` too."""
     config = RunConfig(
         out=out,
         modes=[get_mode(m) for m in MODES],
@@ -160,7 +147,6 @@ def run_check(device: str, out: Path, cudnn_log: bool = False) -> tuple[list[Gpu
 
 
 def timed_records(out: Path) -> list[dict[str, Any]]:
-    """The run's records, each joined with its copy-0 timing from ``paired.jsonl`` (a verdict
-    record itself times nothing)."""
+    """The run's records, each joined with its copy-0 timing from ``paired.jsonl``."""
     found = copy0_lines(out)
     return [joined(r, found) for r in iter_records(out)]

@@ -1,24 +1,16 @@
 """How fast this host runs the work a CPU plan estimates, against the host where the plan's CPU
 figures were measured: the factor that scales them.
 
-A CPU plan's figures (``run/figures.py``) are seconds on one machine: a verdict record of each
-suite, a paired member's preparation and untimed step, a turn, a torchrun launch, a worker's
-start-up. Another CPU runs the same work at another speed, and so does one VM from one day to the
-next (docs/measured.md, "A CPU plan priced for its host"). So before a CPU plan is estimated, the
-parent times a fixed piece of reference work here (``measure``), and the plan multiplies the figures
-that are seconds of work by the ratio of that time to the reference's, measured beside the figures
-(``HOST_REFERENCE_SECONDS``). What is measured here already is not scaled: a dry run's start-up, a
-probe's or a resumed run's own records. Nor is what is a time by design: the timing budget, a paired
-block's length, the warm-up's ceiling.
+A CPU plan's figures (``run/figures.py``) are seconds of work on one machine; another CPU, or
+the same VM another day, runs it at another speed (docs/measured.md, "A CPU plan priced for its
+host"). So the parent times a fixed reference work here (``measure``), and the plan multiplies
+those figures by its ratio to ``HOST_REFERENCE_SECONDS``. Not scaled: what was measured here (a
+dry run's start-up, a probe's or a resumed run's records), and what is a time by design.
 
-**The reference work** is a verdict record in miniature, the shape of most of a CPU run's time:
-small modules built from a seed (two convolutions with BatchNorm, an LSTM, an MLP), three forward
-and backward steps of each and a batched matmul, every output and gradient digested with sha256,
-on torch's threads as the workers have them. One pass takes about 12 ms on the development VM;
-the figure is the median of ``PASSES`` passes after an untimed one, so a pass slowed by a
-neighbour for a moment does not move it. The VM's own speed drifts more than that, so a plan
-carries about +-15% from its factor (docs/measured.md). A GPU plan is not scaled: its figures
-were measured on the lent GPU hosts, whose CPUs this reference has not run on.
+**The reference work** is a verdict record in miniature (seeded convolutions with BatchNorm, an
+LSTM, an MLP, a batched matmul; steps forward and backward, outputs digested), its figure the
+median of ``PASSES`` passes; the VM's own drift leaves a plan about +-15% off (docs/measured.md).
+A GPU plan is not scaled: this reference has not run on the GPU hosts' CPUs.
 """
 
 from __future__ import annotations
@@ -34,8 +26,8 @@ from detbench.run.figures import HOST_REFERENCE_SECONDS
 
 #: Timed passes of the reference work (after one untimed); their median is the host's figure.
 PASSES = 11
-#: The factor's bounds: beyond them the measurement, not the host, is the likelier cause (a
-#: process that took every core for the whole measurement), and the plan keeps the bound.
+#: The factor's bounds: beyond them the measurement (a process that took every core), not the
+#: host, is the likelier cause, and the plan keeps the bound.
 FACTOR_BOUNDS = (0.05, 20.0)
 
 
@@ -48,7 +40,6 @@ class HostSpeed:
 
     @property
     def factor(self) -> float:
-        """What a figure measured on the reference host is multiplied by here."""
         low, high = FACTOR_BOUNDS
         return min(high, max(low, self.seconds / self.reference))
 
@@ -94,8 +85,8 @@ def reference_pass() -> str:
 
 
 def measure(passes: int = PASSES) -> float:
-    """Seconds of one pass of the reference work on this host: the median of ``passes`` timed
-    passes, after one untimed (torch's first calls load kernels and start its threads)."""
+    """Seconds of one pass of the reference work here: the median of ``passes``, after one
+    untimed (torch's first calls load kernels and start its threads)."""
     reference_pass()
     times = []
     for _ in range(passes):
@@ -107,16 +98,14 @@ def measure(passes: int = PASSES) -> float:
 
 def cores() -> int:
     """The cores this process may run on: its affinity where the platform has one (a Slurm job,
-    ``taskset`` or a container's cpuset gives a process fewer than the machine's), else the
-    machine's. torch's own thread count follows the affinity too."""
+    ``taskset``, a cpuset), as torch's thread count, else the machine's."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
 
 
 def host_speed(device: str) -> HostSpeed | None:
-    """This host's speed against the reference host of ``device``'s figures; None where the
-    plan is not scaled (a GPU plan)."""
+    """This host's speed against ``device``'s figures' host; None for a GPU plan."""
     reference = HOST_REFERENCE_SECONDS.get(device)
     if reference is None:
         return None

@@ -1,26 +1,14 @@
 """``detbench merge OUT DIR...``: shards of one run into one run, or runs from several machines
 into one set.
 
-- Shards (``run --shard K/N``, env.json's ``options.shard``) of one run, made in one environment,
-  become one run in OUT: the same set of (workload, mode, replicate) records as the run made
-  whole, each record saying which shard made it (``shard``: "K/N"), and their costs: the lines
-  of each shard's ``paired.jsonl`` (a shard times whole (workload, replicate) groups), each
-  saying its shard too. A later replicate's FLOP
-  count, which the first replicate counts, is filled in where the first replicate ran in another
-  shard. env.json is the first shard's, with ``shards`` saying where and when each ran.
-- Whole runs (and at most one run's shards) from two or more machines become a set: every record
-  says which machine made it (``machine``), as does each line of ``paired.jsonl``, and env.json's
-  ``machines`` holds each one's env.json.
-  ``detbench compare`` and the report read it as one run per machine.
+- Shards (``run --shard K/N``) of one run, made in one environment, become the run made whole,
+  each record and ``paired.jsonl`` line saying its shard; env.json is the first shard's, with
+  ``shards`` saying where and when each ran.
+- Whole runs (and at most one run's shards) from several machines become a set: every record and
+  line says its ``machine``, and env.json's ``machines`` holds each one's env.json.
 
-Everything is checked before anything is written; a refusal is one line: shards that overlap (the
-same shard twice, a record in two of them), shards whose options differ (another selection, seed
-or split, another source of a suite), shards of one run from different environments, shards that
-ran one workload as two (``store.identity``: other parameters, size profile or seed, another
-number of hashed steps or another digest), and an OUT that is neither new nor empty
-(``store.outdir``: a run already, or anyone's files). Runs from several machines whose workloads
-differ are merged, with a note: ``detbench compare`` reads them over the steps all ran, or calls
-them not comparable.
+Everything is checked before anything is written (``check_shards``); a refusal is one line. Runs
+from several machines whose workloads differ are merged, with a note (``machine_notes``).
 """
 
 from __future__ import annotations
@@ -46,11 +34,9 @@ from detbench.store.results import (
     write_json_atomic,
 )
 
-#: Options that may differ between the shards of one run: the command line that started each,
-#: the shard itself, and the absolute paths of the workload files (another checkout per node).
+#: Options that may differ between the shards of one run (``sources``: another checkout per node).
 SHARD_FREE = ("argv", "shard", "sources", "inherited_cublas_workspace_config")
-#: What a later replicate's record says when its first replicate, which counts the FLOPs, ran in
-#: another shard (``runner._flops_from_first_replicate``).
+#: A later replicate's note when its first replicate, which counts the FLOPs, ran in another shard.
 NO_COUNT = "the first replicate, which counts the FLOPs, has no count"
 
 
@@ -60,12 +46,11 @@ class MergeError(DetbenchError):
 
 @dataclass
 class Part:
-    """One directory given to merge."""
+    """One directory given to merge, with its records and ``paired.jsonl`` lines."""
 
     path: Path
     env: dict[str, Any]
     records: list[dict[str, Any]]
-    #: Its ``paired.jsonl`` lines: the costs of its records (the paired design).
     lines: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -83,8 +68,7 @@ class Part:
 
 @dataclass
 class Merged:
-    """What merge wrote: ``kind`` "run" (shards joined) or "machines" (a set), the records, the
-    machines' names (a set), and notes for the user (a missing shard)."""
+    """What merge wrote: ``kind`` "run" (shards joined) or "machines" (a set)."""
 
     out: Path
     kind: str
@@ -110,15 +94,9 @@ def load_part(d: Path) -> Part:
     return Part(d, env, [dict(r) for r in iter_records(d)], [dict(o) for o in iter_paired(d)])
 
 
-def _first_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
-    for k in sorted(set(a) | set(b)):
-        if k not in SHARD_FREE and a.get(k) != b.get(k):
-            return k
-    return None
-
-
 def check_shards(shards: list[Part]) -> None:
-    """Refuse shards that are not the disjoint shards of one run made in one environment."""
+    """Refuse shards that are not the disjoint shards of one run made in one environment, with
+    the same options and suite sources, each workload run alike (``store.identity``)."""
     first = shards[0]
     k0, n0 = first.shard or (0, 0)
     seen: dict[int, Path] = {}
@@ -129,10 +107,13 @@ def check_shards(shards: list[Part]) -> None:
                 f"{first.path} is shard {k0}/{n0} but {p.path} is shard {k}/{n}: "
                 "the shards of one run split it the same way"
             )
-        name = _first_difference(first.options, p.options)
+        o1, o2 = first.options, p.options
+        name = next(
+            (x for x in sorted({*o1, *o2} - set(SHARD_FREE)) if o1.get(x) != o2.get(x)), None
+        )
         if name == SOURCES_KEY:
-            a, b = first.options.get(name) or {}, p.options.get(name) or {}
-            suites = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+            a, b = o1.get(name) or {}, o2.get(name) or {}
+            suites = sorted(x for x in {*a, *b} if a.get(x) != b.get(x))
             raise MergeError(
                 f"the shards ran another source of the suite {', '.join(suites)}: "
                 f"its files differ between {first.path} and {p.path}; merge only "
@@ -140,10 +121,8 @@ def check_shards(shards: list[Part]) -> None:
             )
         if name is not None:
             raise MergeError(
-                f"the shards' options differ in {name}: "
-                f"{first.options.get(name)!r} ({first.path}) vs "
-                f"{p.options.get(name)!r} ({p.path}); merge only the shards of "
-                "one run"
+                f"the shards' options differ in {name}: {o1.get(name)!r} ({first.path}) vs "
+                f"{o2.get(name)!r} ({p.path}); merge only the shards of one run"
             )
         if k in seen:
             raise MergeError(f"{seen[k]} and {p.path} are both shard {k}/{n}: they overlap")
@@ -176,8 +155,7 @@ def check_shards(shards: list[Part]) -> None:
 
 
 def _workloads(p: Part) -> dict[str, dict[str, str]]:
-    """Each workload of ``p`` as its first record with a fingerprint ran it: its identity, the
-    steps it hashed and its digest method."""
+    """Each workload of ``p``'s identity, hashed steps and digest method (its first record's)."""
     out: dict[str, dict[str, str]] = {}
     for rec in p.records:
         key = f"{rec['suite']}/{rec['workload']}"
@@ -191,8 +169,7 @@ def _workloads(p: Part) -> dict[str, dict[str, str]]:
 
 
 def workload_differences(parts: list[Part], names: list[str]) -> list[tuple[str, str]]:
-    """(workload, what differs) for each workload that ``parts`` (named ``names``) ran as two:
-    each compared with the first part that ran it."""
+    """(workload, what differs) for each workload that ``parts`` (named ``names``) ran as two."""
     words = {"steps": "hashed steps", "method": "digest method"}
     seen: dict[str, tuple[str, dict[str, str]]] = {}
     out: list[tuple[str, str]] = []
@@ -271,8 +248,7 @@ Joined = tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], list[
 
 def join_shards(shards: list[Part]) -> Joined:
     """The records, ``paired.jsonl`` lines and env.json of the run the shards make, and notes
-    (missing shards). Each shard timed whole (workload, replicate) groups, so its lines are
-    kept as they are, each saying its shard."""
+    (missing shards). A shard times whole groups, so its lines are kept as they are."""
     shards = sorted(shards, key=lambda p: p.shard)  # type: ignore[arg-type, return-value]
     n = shards[0].shard[1]  # type: ignore[index]
     records, lines = [], []
@@ -305,9 +281,7 @@ def join_shards(shards: list[Part]) -> Joined:
         if all(isinstance(s.get(k, 0), (int, float)) for s in stats)
     }
     env["run_stats_note"] = f"sums over the {len(shards)} shards"
-    workers: dict[str, Any] = {}
-    for p in shards:
-        workers.update(p.env.get("device_workers") or {})
+    workers = {k: v for p in shards for k, v in (p.env.get("device_workers") or {}).items()}
     if workers:
         env["device_workers"] = workers
     have = {p.shard[0] for p in shards}  # type: ignore[index]
@@ -336,17 +310,13 @@ def _names(parts: list[list[Part]]) -> list[str]:
 def _inside(out: Path, dirs: Sequence[Path]) -> set[str]:
     """The entries of ``out`` that hold one of ``dirs``."""
     top = out.resolve()
-    names = set()
-    for d in dirs:
-        path = Path(d).resolve()
-        if path != top and path.is_relative_to(top):
-            names.add(path.relative_to(top).parts[0])
-    return names
+    paths = [Path(d).resolve() for d in dirs]
+    return {p.relative_to(top).parts[0] for p in paths if p != top and p.is_relative_to(top)}
 
 
 def merge(out: Path, dirs: Sequence[Path]) -> Merged:
-    """Merge ``dirs`` into ``out`` (see the module docstring); nothing is written on a refusal."""
-    # The runs merged may live inside OUT (submit's jobs write under OUT/parts/): not counted.
+    """Merge ``dirs`` into ``out``; nothing is written on a refusal."""
+    # submit's jobs write under OUT/parts/: those are not counted as OUT's files.
     refuse_used(out, "OUT", inside=_inside(out, dirs))
     if len(dirs) < 2:
         raise MergeError(

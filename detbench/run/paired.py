@@ -1,48 +1,29 @@
 """The paired phase: every replicate's modes timed side by side, and, by default, their verdicts
 made in the same workers.
 
-A cost measured as the ratio of two medians taken in two workers minutes apart carries whatever
-changed in between: the GPU's clock and power state, the host's load. So each replicate's
-workloads are measured by a **group** of fresh workers alive together: one per mode, and a second
-worker of the baseline's settings (``copy`` 1: the A/A check, a mode against itself, whose
-interval must hold 1). For each workload:
+A ratio of two medians taken minutes apart carries whatever changed in between (the GPU's clock,
+the host's load). So each replicate's workloads are measured by a **group** of fresh workers
+alive together: one per mode, and a second of the baseline's settings (``copy`` 1: the A/A check,
+whose interval must hold 1). For each workload:
 
-1. each worker prepares it, one at a time (the baseline's first, the others shuffled): a worker
-   that owes the workload's verdict (every member, but the A/A copy) runs a verdict worker's passes
-   (``passes.run_workload``), its record stored at once, and keeps the step it built; the A/A
-   copy, and a member whose verdict is stored already, builds it. Each warms it up until
-   steady: one build per (workload, mode, replicate). A worker that cannot sits out. On a GPU
-   (``HELD_VERDICTS``), once the baseline's copy is prepared, the members that owe a verdict
-   (but a mode that autotunes a step with convolutions) make it side by side where all their
-   copies fit (``hold KEY``), and each warms up the step it kept at its turn (``warm KEY``);
-   where an earlier group of the workload showed what a copy holds, the baseline's verdict is
-   made with theirs, before its copy is warmed up;
-2. rounds (from 6 until each mode's ratio to the baseline settles, at most ``rounds``:
-   ``paired_rounds``): the workers take turns in an order shuffled anew each round (seeded from
-   the run's seed, the workload, the replicate and the round), one block each, none overlapping;
-3. each worker summarises its samples (``finish``) and frees the workload; the group's lines go
-   to ``paired.jsonl`` together, so a stopped run keeps the verdicts it stored and none of a
-   half-measured group, which ``--resume`` times again.
+1. each worker prepares it, one at a time (the baseline's first, the others shuffled): a member
+   that owes its verdict (all but the A/A copy) makes it (``passes.run_workload``), stored at
+   once, and keeps the step it built; the others build it. Each warms it up until steady. On a
+   GPU the verdicts are made side by side where the copies fit (``HELD_VERDICTS``);
+2. rounds (``paired_rounds``): the workers take turns, one block each, in an order shuffled
+   anew each round (``round_order``);
+3. each worker summarises its samples and frees the workload; the group's lines go to
+   ``paired.jsonl`` together, so a stopped run keeps none of a half-measured group.
 
-**A group too big for the device** (``paired_rounds.fits``) is timed as subgroups that each
-hold the baseline's copy, their rounds numbered on from the subgroup before (``subgroup`` in the
-lines); an out-of-memory error of one member is that member's record.
+A group too big for the device (``paired_rounds.fits``) is timed as subgroups that each hold the
+baseline's copy (``subgroup`` in the lines); an out-of-memory error is that member's record.
+Several devices (``--devices``) each time one group at a time (``PairedPhase.lane_of``). A run
+that times nothing (``detbench audit``) has no A/A copy and no rounds: each member makes its
+verdicts (``record KEY``) and ``paired.jsonl`` gets no line.
 
-**Several devices** (``--devices``) time groups side by side, one group per device at a time,
-each device with its own workers: a workload's replicates take the devices in turn
-(``PairedPhase.lane_of``), so its records span them. CPU entries share the cores.
-
-The workers (``supervise.WorkerProcess``, kind ``supervise.WORKER_KIND``) of a group start at
-once; on a CPU their OpenMP threads stop spinning ~1 ms after a turn (``SPIN_ENV``).
-
-**A run that times nothing** (``detbench audit``: ``RunConfig.timing`` ``VERDICTS_ONLY``)
-goes through the same groups with no A/A copy and no rounds: each member makes its verdicts
-(``record KEY``) and keeps nothing, and ``paired.jsonl`` gets no line.
-
-**On a CPU the cuDNN flags act on nothing** (``acts.timed_as``): a mode that differs from another
-only in them makes its verdict in its own worker (``record KEY``) and sits the rounds out; its
-line says ``same_computation``, naming the mode that was timed. Of the 10 modes, default and
-det-algos take turns (with the A/A copy): three workers a round, not eleven.
+On a CPU the cuDNN flags act on nothing (``acts.timed_as``): a mode that differs from another
+only in them makes its verdict (``record KEY``) and sits the rounds out, its line saying
+``same_computation``. Of the 10 modes, default and det-algos take turns (with the A/A copy).
 """
 
 from __future__ import annotations
@@ -85,35 +66,28 @@ if TYPE_CHECKING:
     from detbench.run.schedule import Slot
 
 
-#: A CPU worker's OpenMP threads spin this many times waiting for work before they sleep
-#: (libgomp's ``GOMP_SPINCOUNT``; its default, 300,000, is about 10 ms): at the default, a worker
-#: that has just taken its turn still spins on the cores through the next one's block and slows
-#: it (docs/measured.md); at 30,000 (about 1 ms) it does not. Within a step the gaps between
-#: parallel regions are microseconds, so the step spins as before. A count the user set is kept.
+#: libgomp's ``GOMP_SPINCOUNT`` for a CPU worker: its default (about 10 ms of spinning after a
+#: turn) slows the next worker's block (docs/measured.md); 30,000 is about 1 ms, still far above
+#: the gaps between a step's parallel regions. A count the user set is kept.
 SPIN_ENV = {"GOMP_SPINCOUNT": "30000"}
 
-#: The devices on which a group's members make their verdicts side by side (``hold KEY``, all
-#: at once, once the baseline's copy is prepared), then warm up one at a time (``warm KEY``).
-#: A verdict's passes are mostly host work (building, digests, bits compared), and the GPU
-#: serialises only their kernels: made one after another they are a large part of a GPU
-#: matrix's plan (docs/measured.md). The warm-up and the rounds stay one at a time: they measure
-#: time (the step time that sizes the block). Not on a CPU: two workers' OpenMP threads on the
-#: same cores slow each other's fingerprint passes 6x.
+#: The devices on which a group's members make their verdicts side by side (``hold KEY``), then
+#: warm up one at a time (``warm KEY``: it measures the step that sizes the block). A verdict's
+#: passes are mostly host work, and one after another they are a large part of a GPU matrix's
+#: plan (docs/measured.md). Not on a CPU: two workers' OpenMP threads on the same cores slow
+#: each other's fingerprint passes 6x.
 HELD_VERDICTS = frozenset({"cuda"})
 
 
 def baseline_of(modes: Iterable[Mode]) -> Mode:
-    """The mode every cost is relative to: torch's default where the run has it, else its first
-    mode (as ``analysis.labels.baseline_mode`` reads the records)."""
+    """torch's default where the run has it, else the first (as ``labels.baseline_mode``)."""
     modes = list(modes)
     return next((m for m in modes if m.name == DEFAULT_MODE.name), modes[0])
 
 
 def round_order(seed: int, key: str, replicate: int, index: int, n: int) -> list[int]:
-    """The order in which ``n`` workers take their turns in round ``index``: a permutation drawn
-    from a generator of its own, seeded from SHA-256 of the run's seed and the round's name, so
-    the same run plans the same rounds on every host and a resumed run repeats them. Index -1:
-    the order in which the members other than the baseline's copy prepare."""
+    """The order of ``n`` workers' turns in round ``index`` (-1: the others' preparation after
+    the baseline's), seeded from SHA-256 so every host and a resumed run plan the same."""
     name = f"{seed}|{key}|{replicate}|{index}"
     rng = random.Random(int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big"))
     order = list(range(n))
@@ -123,8 +97,7 @@ def round_order(seed: int, key: str, replicate: int, index: int, n: int) -> list
 
 @dataclass
 class Member:
-    """One worker of a group: its mode, its copy (1: the A/A second worker), its process, and
-    what it measured of the workload in hand."""
+    """One worker of a group (``copy`` 1: the A/A copy) and what it measured of the workload."""
 
     mode: Mode
     copy: int
@@ -141,11 +114,9 @@ class Member:
     workers: int = 0  # members timed side by side in its subgroup
     failure: tuple[str, str] | None = None  # (status, message) of the workload in hand
     exit_code: int | None = None  # its worker's, where the worker died on it
-    #: The mode whose worker times this one's computation on the device (``acts.timed_as``):
-    #: set where that is another mode, which makes this member sit the rounds out.
+    #: Another mode whose worker times this one's computation (``acts.timed_as``): sits out.
     timed_as: str | None = None
-    #: Its verdict of the workload in hand made beside others' (``hold KEY``), its step kept in
-    #: its worker, not yet warmed up (``warm KEY``).
+    #: Its verdict made beside others' (``hold KEY``), its step kept, not yet warmed up.
     held: bool = False
 
     def reset(self) -> None:
@@ -160,10 +131,7 @@ class Member:
 
 @dataclass
 class PairedStats:
-    """Where the paired phase's time went (seconds), for env.json's ``run_stats``: ``prepare``
-    includes the verdict passes of the members that owed one (``verdicts`` of them, ``held``
-    of those made side by side: ``HELD_VERDICTS``), and ``rounds_taken`` counts the rounds the
-    groups took (against ``rounds`` each at most)."""
+    """Where the paired phase's time went (seconds), for env.json's ``run_stats``."""
 
     groups: int = 0
     workers: int = 0
@@ -183,15 +151,13 @@ class PairedStats:
     def absorb(self, other: PairedStats) -> None:
         """Add ``other``'s figures (one device's) to these."""
         for f in fields(self):
-            mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            setattr(self, f.name, mine + theirs)
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 def line_of(
     m: Member, key: str, replicate: int, recs: Mapping[tuple[str, str, int], Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """``m``'s line of ``paired.jsonl`` for ``key``: its samples and summary, or why it has
-    none; ``recs``: the run's verdict records (its ``same_bits``)."""
+    """``m``'s line of ``paired.jsonl`` for ``key``; ``recs``: the run's verdict records."""
     suite, name = key.split("/", 1)
     line: dict[str, Any] = {
         "suite": suite,
@@ -247,8 +213,7 @@ def done_groups(
 
 
 def not_timed(verdict: Mapping[str, Any] | None) -> tuple[str, str] | None:
-    """(status, why) of a member that sits a workload out because its verdict record is missing
-    or not ok; None where the record is ok."""
+    """(status, why) of a member whose verdict record is missing or not ok; None where ok."""
     if verdict is not None and verdict.get("status") == "ok":
         return None
     why = "no verdict record" if verdict is None else f"a verdict {verdict['status']}"
@@ -256,8 +221,7 @@ def not_timed(verdict: Mapping[str, Any] | None) -> tuple[str, str] | None:
 
 
 def same_words(rep: str, device: str) -> tuple[str, str]:
-    """(status, why) of a member that sits the rounds out: its mode runs the same computation as
-    ``rep`` on ``device`` (``acts.timed_as``)."""
+    """(status, why) of a member timed as ``rep`` on ``device`` (``acts.timed_as``)."""
     return (
         "same_computation",
         f"the same computation as {rep} on {device} (the switches it changes act on nothing "
@@ -271,11 +235,9 @@ def time_left(
     startups: tuple[float, float, float],
     estimated: bool = False,
 ) -> float | None:
-    """Seconds left: the groups' time so far, start-ups apart, at the pace of the plan's seconds
-    done (``weights`` = (planned, done)) for those left; plus, for each replicate's group still
-    to start, a start-up as long as those so far (``startups`` = (seconds, started, in all)).
-    Before a group is done, the plan's seconds less those spent where ``estimated`` (the weights
-    are the estimate's seconds, so the first line agrees with the plan line), else None."""
+    """Seconds left: the plan's (``weights`` = (planned, done)) at the pace so far, plus a
+    start-up per group to start (``startups`` = (seconds, started, in all)). Before a group is
+    done: the plan's seconds less those spent where ``estimated``, else None."""
     (planned, spent), (startup, started, groups) = weights, startups
     if spent <= 0 or started <= 0:
         return max(0.0, planned - elapsed) if estimated else None
@@ -291,11 +253,9 @@ def group_line(
     workers: tuple[int, int],
     time: tuple[float, float | None],
 ) -> str:
-    """The progress line of group ``count`` = (n, total) starting, which makes ``verdicts``
-    or only costs: ``workers`` = (the group's workers, those of them that take turns);
-    ``time`` = (elapsed, the seconds left, None where not known)."""
-    (n, total), (r, replicates), (elapsed, left) = count, replicate, time
-    started, turns = workers
+    """The progress line of group ``count`` = (n, total) starting: ``workers`` = (started,
+    taking turns); ``time`` = (elapsed, seconds left or None)."""
+    (n, total), (r, replicates), (elapsed, left), (started, turns) = count, replicate, time, workers
     side = (
         f"{started} workers"
         if not turns
@@ -313,16 +273,9 @@ def group_line(
 
 
 class PairedPhase:
-    """The paired phase of the run ``c`` of ``workloads`` (see the module docstring): which
-    groups are left, the verdicts it owes, the order, progress and ``paired.jsonl``. Each device
-    times one group at a time with workers of its own (``GroupTimer``); several devices time
-    their groups (``lane_of``) side by side, each in a thread of its own. A distributed
-    workload's member is a torchrun launch of its ranks (``distributed.launch.PairedLaunch``).
-    ``job_for(mode, replicate, device, keys)`` and ``env_for(mode, device)``: the runner's job
-    and environment of a worker; ``crew``: the run's workers (its halt ends the phase);
-    ``owed``: the plan's slots, whose verdicts the groups make, stored through ``store``;
-    ``shard``: the (workload, replicate) groups of ``--shard K/N``
-    (``schedule.shard_groups``)."""
+    """The paired phase of the run ``c`` (module docstring); each device's ``GroupTimer`` runs in
+    a thread of its own. ``owed``: the plan's slots, whose verdicts the groups make, stored
+    through ``store``; ``shard``: the groups of ``--shard K/N`` (``schedule.shard_groups``)."""
 
     def __init__(
         self,
@@ -353,20 +306,15 @@ class PairedPhase:
         self.shard = shard
         self.store = store
         self.base = baseline_of(c.modes)
-        #: Verdicts and no costs (``detbench audit``): no A/A copy, no rounds, no lines.
         self.verdicts_only = not c.paired
         self.members_of = [(m, 0) for m in c.modes] + (
             [] if self.verdicts_only else [(self.base, 1)]
         )
-        #: Each mode -> the mode whose worker times its computation (``acts.timed_as``, the
-        #: baseline first; the module docstring).
         order = [self.base] + [m for m in c.modes if m.name != self.base.name]
         self.timed_as = acts.timed_as(order, self.device)
         lanes = c.device_names
-        #: How many of the members timed as another mode make their verdicts at once, on each
-        #: device: as many as the cores hold workers of their threads, so one where a worker takes
-        #: every core (torch's own count, the default): two at once on too few cores wait on each
-        #: other's OpenMP threads. CPU lanes share the cores.
+        # Members timed as another mode make their verdicts as many at once as the cores hold
+        # workers of their threads: more would wait on each other's OpenMP threads.
         cores = host_cores() // (len(lanes) if self.device == "cpu" else 1)
         threads = job_for(c.modes[0], 0, lanes[0], keys).get("num_threads")
         most = cores // int(threads or cores or 1)
@@ -375,15 +323,11 @@ class PairedPhase:
             if self.verdicts_only
             else sum(1 for m, n in self.members_of if n or self.timed_as[m.name] == m.name)
         )
-        #: (workload key, replicate) whose group is in paired.jsonl already (a resumed run).
         self.done = done_groups(iter_paired(c.out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
-        #: The records' keys of the verdicts this run made (``verdict``).
         self.made: set[tuple[str, str, int]] = set()
         self.weights: dict[str, float] = {}
-        #: Guards what the devices' threads share: the verdicts owed and made, the progress.
-        self.lock = threading.RLock()
-
+        self.lock = threading.RLock()  # the devices' threads share the verdicts and progress
         self.timers = [
             GroupTimer(
                 self, lane, self._workers(lane, job_for, env_for), TwinRoom(self.device, most)
@@ -397,8 +341,7 @@ class PairedPhase:
         job_for: Callable[[Mode, int, str, list[str]], dict[str, Any]],
         env_for: Callable[[Mode, str], dict[str, str]],
     ) -> GroupWorkers:
-        """The workers of device ``lane``: each member's job and environment for it, a CPU
-        worker's OpenMP spin cut short (``SPIN_ENV``) where the user set no spin policy."""
+        """The workers of device ``lane``, a CPU worker's spin cut short (``SPIN_ENV``)."""
         c, lanes = self.c, self.c.device_names
 
         def env(mode: Mode) -> dict[str, str]:
@@ -423,8 +366,7 @@ class PairedPhase:
         )
 
     def weigh(self, estimate: Estimate) -> None:
-        """Each group's weight for the time left: its workload's records in one replicate and a
-        group's share of the paired phase's own seconds, as ``estimate`` reckons them."""
+        """Each group's weight for the time left, from ``estimate``'s seconds."""
         records: dict[str, float] = {}
         for _, keys in estimate.slot_seconds.values():
             for k, seconds in keys.items():
@@ -433,12 +375,9 @@ class PairedPhase:
         self.weights = {k: v / max(1, self.replicates) + share for k, v in records.items()}
 
     def holds(self, mode: Mode, convolves: bool = True, baseline: bool = False) -> bool:
-        """Whether ``mode``'s member makes its verdicts beside the others' (``hold KEY``; the
-        module docstring): on a device of ``HELD_VERDICTS``, in a run that times its modes, but
-        one timed as another mode, a mode that autotunes where the step ``convolves``
-        (``cudnn.benchmark`` times a convolution's candidates: alone; a step without one gives
-        it nothing to time), and the baseline's unless ``baseline`` (an earlier group of the
-        workload showed what a copy holds: ``GroupTimer._hold_all``)."""
+        """Whether ``mode``'s member makes its verdicts beside the others' (``hold KEY``): not a
+        twin, nor one that autotunes where the step ``convolves`` (``cudnn.benchmark`` times a
+        convolution's candidates: alone), nor the baseline's unless ``baseline``."""
         return (
             self.device in HELD_VERDICTS
             and not self.verdicts_only
@@ -448,10 +387,8 @@ class PairedPhase:
         )
 
     def convolves(self, key: str) -> bool:
-        """Whether ``key``'s step may call a convolution, as far as the run knows: False only
-        where a baseline's verdict of it made by this run saw it call none (``ops_called``:
-        ``worker.ops``; a record read back may come from a detbench that did not watch for
-        convolutions)."""
+        """False only where a baseline's verdict made by this run saw ``key``'s step call no
+        convolution (a record read back may come from a detbench that did not watch for them)."""
         for r in range(self.replicates):
             if (key, self.base.name, r) in self.made:
                 called = self.recs[(key, self.base.name, r)].get("ops_called")
@@ -462,8 +399,7 @@ class PairedPhase:
         return any((key, m.name, replicate) in self.owed for m in self.modes)
 
     def todo(self) -> list[tuple[int, list[str]]]:
-        """Per replicate, the workloads whose group is still to be timed, or whose verdicts are
-        still to be made."""
+        """Per replicate, the workloads whose group or verdicts are still to be made."""
         out = []
         for r in range(self.replicates):
             keys = [
@@ -481,8 +417,12 @@ class PairedPhase:
         return sum(len(keys) for _, keys in self.todo())
 
     def plan(self, block_seconds: float) -> PairedPlan:
-        """What is left to time, for the estimate."""
         todo = self.todo()
+        owing = [m for m, c in self.members_of if c == 0 and self.owed]
+
+        def named(keep: Callable[[Mode], bool]) -> tuple[tuple[str, bool], ...]:
+            return tuple((m.name, m.cudnn_enabled) for m in owing if keep(m))
+
         return PairedPlan(
             groups=sum(len(keys) for _, keys in todo),
             replicates=len(todo),
@@ -494,7 +434,6 @@ class PairedPhase:
             fused=bool(self.owed),
             verdicts_only=self.verdicts_only,
             warmup=min(self.budget, self.rounds * block_seconds / 2),
-            # The members with cuDNN off that take turns: the A/A copies, each mode timed as itself.
             cudnn_off=sum(
                 1
                 for m, c in self.members_of
@@ -503,30 +442,14 @@ class PairedPhase:
             reference=self.reference_seconds,
             budget=self.budget,
             lanes=len(self.timers),
-            # The modes whose verdicts go side by side (``GroupTimer._hold_all``).
-            held=tuple(
-                (m.name, m.cudnn_enabled)
-                for m, c in self.members_of
-                if c == 0 and self.owed and self.holds(m)
-            ),
-            autotuned=tuple(
-                (m.name, m.cudnn_enabled)
-                for m, c in self.members_of
-                if c == 0 and self.owed and self.holds(m, False) and not self.holds(m)
-            ),
-            baseline=tuple(
-                (m.name, m.cudnn_enabled)
-                for m, c in self.members_of
-                if c == 0 and self.owed and m == self.base and self.holds(m, baseline=True)
-            ),
+            held=named(self.holds),
+            autotuned=named(lambda m: self.holds(m, False) and not self.holds(m)),
+            baseline=named(lambda m: m == self.base and self.holds(m, baseline=True)),
         )
 
     def run(self, before: float = 0.0) -> None:
-        """Time every group still to be timed, making the verdicts the phase owes on the way:
-        each verdict record of the run (this call's and earlier calls') gives its timing
-        ``same_bits``, and a mode whose verdict record is not ``ok`` (unsupported, failed, or
-        not run) sits out. ``before``: the run's seconds so far, where its lines' elapsed goes
-        on from. With several devices, each times its own groups (``lane_of``) side by side."""
+        """Time every group left, making the verdicts owed on the way (``before``: the run's
+        seconds so far)."""
         self.recs = {
             (f"{r['suite']}/{r['workload']}", r["mode"], int(r["replicate"])): r
             for r in iter_records(self.out)
@@ -539,15 +462,13 @@ class PairedPhase:
                 queues[self.lane_of(k, r)].append((r, k))
         weight = {k: self.weights.get(k, 1.0) for _, keys in todo for k in keys}
         planned = sum(weight[k] for q in queues for _, k in q)
-        total = sum(len(q) for q in queues)
-        progress = {"n": 0, "spent": 0.0, "started": 0, "total": total}
+        progress = {"n": 0, "spent": 0.0, "started": 0, "total": sum(len(q) for q in queues)}
         starts = sum(len({r for r, _ in q}) for q in queues)
 
         def line(lane: GroupTimer, key: str, replicate: int) -> None:
             with self.lock:
                 progress["n"] += 1
-                # The devices start their groups side by side: a start-up's wall time is the
-                # devices' mean.
+                # The devices start their groups side by side: a start-up takes their mean.
                 n = len(self.timers)
                 startup = sum(t.workers.stats.startup for t in self.timers)
                 left = time_left(
@@ -595,10 +516,8 @@ class PairedPhase:
             self.stats.wall += time.perf_counter() - t0
 
     def lane_of(self, key: str, replicate: int) -> int:
-        """The device that times group (``key``, ``replicate``): the workload's place in the
-        plan plus the replicate, around the devices, so a workload's replicates take each
-        device in turn (a difference between devices shows as one, not as run-to-run noise:
-        ``report.devices``) and every device gets a share of each workload."""
+        """The device of group (``key``, ``replicate``): a workload's replicates take each device
+        in turn, so a difference between devices shows as one (``report.devices``)."""
         return (self.keys.index(key) + replicate) % len(self.timers)
 
     def verdict(self, rec: dict[str, Any], position: int | None = None) -> None:
@@ -616,9 +535,7 @@ class PairedPhase:
 
 
 class GroupTimer:
-    """One device's share of the paired phase: its group's workers (``workers``, one per member,
-    fresh for each replicate) and one group at a time: prepare, rounds, finish. ``phase``: what
-    the devices share (the verdicts owed, the run's records, the order's seed)."""
+    """One device's share of the paired phase: fresh workers per replicate, a group at a time."""
 
     def __init__(
         self, phase: PairedPhase, lane: str, workers: GroupWorkers, room: TwinRoom
@@ -628,8 +545,7 @@ class GroupTimer:
         self.workers = workers
         workers.on_verdict = self._verdict
         self.room = room
-        #: Per workload key, what the baseline's copy held and the memory then free, as its
-        #: last group showed them (``_hold_all``).
+        #: Per workload key, (footprint, free) of the baseline's copy in its last group.
         self.copies: dict[str, tuple[Any, Any]] = {}
         self._position: int | None = None
 
@@ -643,8 +559,7 @@ class GroupTimer:
         done: Callable[[str, bool], None],
         writer: PairedWriter,
     ) -> None:
-        """Time the groups ``take`` gives until it gives none: a fresh set of workers for each
-        replicate, the group's lines appended through ``writer``."""
+        """Time the groups ``take`` gives until it gives none, their lines through ``writer``."""
         members: list[Member] = []
         replicate: int | None = None
         try:
@@ -671,8 +586,7 @@ class GroupTimer:
         self.workers.end(members)
 
     def group(self, members: list[Member], key: str, replicate: int) -> list[dict[str, Any]]:
-        """Prepare, rounds, finish, in as many subgroups as the device's memory needs: the
-        group's lines for ``key``."""
+        """Prepare, rounds, finish, in as many subgroups as memory needs: the group's lines."""
         phase, stats = self.phase, self.workers.stats
         for m in members:
             m.reset()
@@ -687,9 +601,8 @@ class GroupTimer:
         footprint: int | None = None
         free: int | None = None
         index, subgroup = 0, 0
-        # The members timed as another mode make their verdicts first, a few at once: nothing
-        # is timed while they work, and a verdict compares bits, not time. As many at once as
-        # the memory holds: the first of a workload alone, until one copy's footprint is known.
+        # Members timed as another mode make their verdicts first, as many at once as memory
+        # holds (``TwinRoom``): nothing is timed while they work.
         twins = [(m, p) for p, m in enumerate(queue) if m.timed_as is not None]
         i = 0
         while i < len(twins):
@@ -739,14 +652,9 @@ class GroupTimer:
         replicate: int,
         room: tuple[Any, Any] | None = None,
     ) -> None:
-        """The members of ``queue`` that owe ``key``'s verdict and whose mode is held
-        (``PairedPhase.holds``; the autotuned too where no baseline's verdict of this run saw
-        the step call a convolution) make it side by side (``hold KEY``), each its step kept for
-        its warm-up at its turn (``warm KEY``). Once the baseline's copy is prepared, from what
-        it holds and the memory then free; or before, from what an earlier group of ``key``
-        showed (``room``: footprint, free), the baseline's verdict held with the others. Not a
-        distributed workload, and only where all their copies fit at once (they stay held while
-        an earlier subgroup takes its rounds)."""
+        """The held members of ``queue`` that owe ``key``'s verdict make it side by side where all
+        their copies fit: once the baseline's copy is prepared, or before, from the ``room``
+        (footprint, free) an earlier group showed, the baseline's verdict held too."""
         phase = self.phase
         if base.prepared is not None:
             room = base.prepared.get("footprint_bytes"), base.prepared.get("free_bytes")
@@ -770,11 +678,8 @@ class GroupTimer:
     def _prepare_all(
         self, ms: list[tuple[Member, int]], key: str, replicate: int, hold: bool = False
     ) -> None:
-        """Each (member, position) of ``ms`` builds and warms up ``key`` (its verdict first,
-        where it owes it; ``position``: its place in the group's order of preparation, the
-        verdict record's ``mode_position``), their requests all sent before the first answer is
-        read: their workers work at once (``TwinRoom``). ``hold``: their verdicts alone, each
-        step kept to be warmed up later (``_hold_all``)."""
+        """Each (member, ``mode_position``) of ``ms`` prepares ``key``, all requests sent before
+        the first answer is read so the workers work at once (``hold``: ``_hold_all``)."""
         phase = self.phase
         t0 = time.perf_counter()
         try:
@@ -808,10 +713,8 @@ class GroupTimer:
             self.workers.stats.prepare += time.perf_counter() - t0
 
     def _request(self, m: Member, key: str, replicate: int, hold: bool = False) -> bool:
-        """Send ``m``'s worker what it does with ``key`` (a fresh worker where it lost its own):
-        ``verdict``, ``hold`` (its verdict alone, where ``hold``), ``warm`` (the step its
-        ``hold`` kept), ``record`` (a member timed as another mode) or ``prepare`` (its verdict
-        is stored). False where it sits out: no worker, or no verdict to time."""
+        """Send ``m``'s worker (a fresh one where it lost its own) what it does with ``key``;
+        False where it sits out: no worker, or no verdict to time."""
         phase = self.phase
         owes = m.copy == 0 and (key, m.mode.name, replicate) in phase.owed
         if not owes:
@@ -838,7 +741,6 @@ class GroupTimer:
         return True
 
     def _answer(self, m: Member, key: str, replicate: int, msg: dict[str, Any] | None) -> None:
-        """What ``m``'s ``prepared`` message (None: its worker lost) makes of it."""
         if msg is None:
             return
         if msg.get("lost"):
@@ -860,8 +762,8 @@ class GroupTimer:
     def _rounds(
         self, live: list[Member], key: str, replicate: int, first: int, subgroup: int, base: Member
     ) -> int:
-        """The rounds of one subgroup, numbered from ``first``, until every member's ratio to
-        ``base`` settles (``paired_rounds``) or the cap: the next round's number."""
+        """One subgroup's rounds, numbered from ``first``, until every ratio to ``base`` settles
+        (``paired_rounds``) or the cap: the next round's number."""
         phase, stats = self.phase, self.workers.stats
         t0 = time.perf_counter()
         cap = most_rounds([m.prepared for m in live if m.prepared], phase.rounds, phase.budget)

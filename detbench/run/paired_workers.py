@@ -1,7 +1,5 @@
-"""The workers of a paired group (``run/paired.py``): spawned all at once for a replicate, each
-released and started, one lost where it crashes or stays silent, all ended when the replicate's
-workloads are done. What a group does with its workers (prepare, rounds, finish) is the paired
-phase's; this module owns their processes and the messages that wait on them."""
+"""The processes of a paired group's workers (``run/paired.py``), one per member for a
+replicate, and the messages that wait on them."""
 
 from __future__ import annotations
 
@@ -19,10 +17,8 @@ if TYPE_CHECKING:
 
 
 class GroupWorkers:
-    """A replicate's workers, one per ``Member`` (its ``worker``). ``job_for``: the runner's job
-    for a worker of (mode, replicate), ``env_for`` its environment; ``on_verdict``: where a
-    verdict record a worker sends before the message asked for goes (stored at once);
-    ``on_ready``: told each worker's ready message (the runner checks its environment there)."""
+    """A replicate's workers, one per ``Member``. ``on_verdict``: where a verdict record sent
+    before the message asked for goes; ``on_ready``: told each worker's ready message."""
 
     def __init__(
         self,
@@ -46,23 +42,18 @@ class GroupWorkers:
         self.timeout = timeout
         self.stats = stats
         self.on_verdict = on_verdict
-        #: Added to its workers' log names: the device's, where several time groups at once.
-        self.tag = tag
+        self.tag = tag  # in its workers' log names: the device's, where several time groups
         self.on_ready: Callable[[dict[str, Any]], None] | None = None
-        #: Groups in a row none of whose workers started (a broken install or GPU).
-        self.failed_starts = 0
+        self.failed_starts = 0  # groups in a row none of whose workers started
 
     def spawn(self, member: Member, replicate: int) -> None:
         job = {**self.job_for(member.mode, replicate), "copy": member.copy}
         env = self.env_for(member.mode)
         name = f"r{replicate}-{member.mode.name}-timing{member.copy}{self.tag}.log"
-        log = self.out / "logs" / name
-        member.worker = self.crew.spawn(self.python, job, env, log)
+        member.worker = self.crew.spawn(self.python, job, env, self.out / "logs" / name)
         self.stats.workers += 1
 
     def start(self, members: list[Member], replicate: int) -> None:
-        """Spawn the group's workers all at once, let them all initialise, wait until each is
-        ready, and start them."""
         t0 = time.perf_counter()
         for m in members:
             self.spawn(m, replicate)
@@ -86,7 +77,7 @@ class GroupWorkers:
             m.worker.send("go")
 
     def lose(self, m: Member, what: str, status: str = "crashed") -> None:
-        """``m``'s worker is gone (crashed, or silent past its limit): killed and reaped."""
+        """``m``'s worker is gone (crashed, or silent): killed and reaped."""
         if m.worker is not None:
             m.worker.kill()
             code = self.crew.finish(m.worker)
@@ -99,26 +90,24 @@ class GroupWorkers:
         """The members' workers told to exit and reaped; ``kill``: killed instead (a worker
         held in its start-up, or busy, would keep a Ctrl-C waiting 60 s for each)."""
         for m in members:
-            if m.worker is not None:
-                if kill:
-                    m.worker.kill()
-                else:
-                    m.worker.send("exit")
+            if m.worker is not None and kill:
+                m.worker.kill()
+            elif m.worker is not None:
+                m.worker.send("exit")
         for m in members:
             if m.worker is not None:
                 self.crew.finish(m.worker)
                 m.worker = None
 
     def ask(self, m: Member, line: str, kind: str) -> dict[str, Any] | None:
-        """Send ``line`` to ``m``'s worker and wait for its message of type ``kind`` (a
-        ``record`` message before it is stored at once); None (the worker lost) where it exits
-        or stays silent past the run's ``--timeout``."""
+        """Send ``line`` to ``m``'s worker and ``wait`` for its message of type ``kind``."""
         assert m.worker is not None
         m.worker.send(line)
         return self.wait(m, kind)
 
     def wait(self, m: Member, kind: str) -> dict[str, Any] | None:
-        """``ask``'s wait: ``m``'s next message of type ``kind``, the records before it stored."""
+        """``m``'s next message of type ``kind``, the records before it stored; None (the worker
+        lost) where it exits or stays silent past ``--timeout``."""
         assert m.worker is not None
         msg = m.worker.answer(self.timeout, self.on_verdict)
         if msg is None or msg is TIMEOUT or msg.get("type") != kind:
@@ -128,8 +117,8 @@ class GroupWorkers:
 
 
 def lost_words(what: str, code: int | None, timeout: Any, status: str) -> tuple[str, str]:
-    """(status, why) of a member whose worker is gone, in a verdict worker's words
-    (``supervise.ending``): ``what`` it did ("was silent", "ended", ...), its exit ``code``."""
+    """(status, why) of a member whose worker ``what`` ("was silent", "ended", ...), in a verdict
+    worker's words (``supervise.ending``)."""
     if what == "was silent":
         return "timeout", f"exceeded the --timeout of {timeout:g} s; worker killed"
     if what == "ended":

@@ -1,25 +1,13 @@
-"""What a plan measures on this host before it is estimated: one worker's start-up, and for a
-user's own workloads (no suite figure estimates them) one record of each.
+"""What a plan measures on this host before it is estimated: one worker's start-up, and one
+record of each of a user's own workloads, which no suite figure estimates and which can take
+anything from a millisecond to seconds a step (the model's guess can be several times short).
 
-A workload of the built-in suites is estimated with its suite's measured figure or by the model,
-which was measured on those suites. A user's workload can take anything from a millisecond to
-seconds a step, and its record takes its build, its fingerprint steps, its FLOP count, its
-warm-up and its samples: the model's per-record guess was 7x short for a decoder LM on the CPU.
-So the probe worker, the same worker a run starts (its first mode, replicate 1, a temporary
-directory for its log and its reference outputs), measures one record of each such workload; the
-dry run, the plan line and the progress line all take their estimate from it.
-
-A probe takes a worker's start-up and one record per user workload: a workload is probed only
-where the plan holds at least ``PROBE_MIN_RECORDS`` of its records (a run of 3 modes x 3
-replicates is, and the probe adds a ninth to it; a run of 2 modes x 2 replicates, whose
-model error is seconds, is not), by a dry run and a real run alike. A workload whose probe
-record did not come back ``ok`` (out of memory, unsupported in the probe's mode, or the probe ran
-out of time) keeps the model's seconds, and the plan says so. A step that raised (status
-``error``) is a bug in the user's code that every worker would meet: where every workload the
-probe ran raised, the probe stops the run before it starts, with one line naming the file and
-line of that code (nothing would be measured); where only some did, the run goes on for the
-others, and the plan's probe line names each failing one with its file and line, before the first
-worker starts (a workload file may hold a workload that fails on purpose, as the tests' do).
+The probe worker is the same worker a run starts (its first mode, replicate 1, a temporary
+directory). A workload is probed where the plan holds ``PROBE_MIN_RECORDS`` of its records or
+more; one whose probe record is not ``ok`` keeps the model's seconds. A step that raised is a bug
+every worker would meet: where every probed workload raised, the run stops before it starts,
+naming the file and line; where only some did, the plan's probe line names each (a workload file
+may hold one that fails on purpose, as the tests' do).
 """
 
 from __future__ import annotations
@@ -27,6 +15,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +33,7 @@ if TYPE_CHECKING:
     from detbench.run.runner import Runner
 
 #: The fewest records of a workload in the plan for the probe to measure it: with fewer, the probe
-#: (a worker's start-up and a record of it) would be a large share of the run it plans.
+#: would be a large share of the run it plans (2 modes x 2 replicates: not; 3 x 3: probed).
 PROBE_MIN_RECORDS = 6
 #: Seconds a probe's record may run (each), before the probe gives up and the model's seconds stand.
 PROBE_RECORD_LIMIT = 120.0
@@ -53,8 +42,7 @@ MESSAGE_WIDTH = 200
 
 
 def raised(rec: dict[str, Any]) -> str:
-    """A record whose step raised, in a few words: its error's first line and where in the
-    user's code it was raised."""
+    """A record whose step raised: its error's first line and where in the user's code."""
     message = str(rec.get("message") or "(no message)").strip().splitlines()[0]
     if len(message) > MESSAGE_WIDTH:
         message = message[: MESSAGE_WIDTH - 3] + "..."
@@ -65,8 +53,7 @@ def raised(rec: dict[str, Any]) -> str:
 
 
 def failed_line(rec: dict[str, Any], mode: str, others: int = 0) -> str:
-    """The one line of a run whose every probed workload raised in the probe worker: the first
-    such workload, in which mode, its error, and where in the user's code it was raised."""
+    """The one line of a run whose every probed workload raised: the first one, and ``raised``."""
     also = f" (and {others} other workload{'s' if others > 1 else ''} of yours)" if others else ""
     return (
         f"your workload {rec['suite']}/{rec['workload']}{also} failed in the probe worker (mode "
@@ -77,8 +64,7 @@ def failed_line(rec: dict[str, Any], mode: str, others: int = 0) -> str:
 
 @dataclass
 class ProbeReport:
-    """What the probe worker measured: its start-up, a record of each workload it measured, the
-    workloads it could not measure (with why), and its own wall time."""
+    """What the probe worker measured, what it could not (with why), and its wall time."""
 
     startup: float
     records: dict[str, Probed] = field(default_factory=dict)
@@ -87,11 +73,8 @@ class ProbeReport:
 
 
 def own_seconds(runner: Runner) -> dict[str, Probed]:
-    """A resumed run's workloads, each estimated from the run's own records of it on this host (the
-    mean over them of their phases summed; the FLOP count, which a run makes in its first
-    replicate only, apart, as a probe's record): the records left are
-    estimated from what the same run measured, not from a suite's figure measured elsewhere or the
-    model's guess. Empty for a new run."""
+    """A resumed run's workloads, each estimated from the mean of the run's own records of it
+    (the FLOP count, made in the first replicate only, apart). Empty for a new run."""
     if not runner.config.resume:
         return {}
     per: dict[str, list[Probed]] = {}
@@ -109,20 +92,16 @@ def own_seconds(runner: Runner) -> dict[str, Probed]:
 
 
 def to_probe(runner: Runner) -> list[str]:
-    """The keys of the plan's workloads that only the model could estimate and that the probe
-    measures: a user's own (defined outside the built-in suites), not distributed (a torchrun
-    launch's figure holds those), with ``PROBE_MIN_RECORDS`` records planned or more."""
+    """The keys of the plan's workloads that the probe measures: a user's own, not distributed,
+    with no figure and ``PROBE_MIN_RECORDS`` records planned or more."""
     c = runner.config
     per = per_record_seconds(c.device, c.profile, c.setting("budget"))
     builtin = suites_dir().resolve()
-    planned: dict[str, int] = {}
-    for s in runner.plan.slots:
-        for k in s.keys:
-            planned[k] = planned.get(k, 0) + 1
+    planned = Counter(k for s in runner.plan.slots for k in s.keys)
     return [
         w.key
         for w in runner.workloads
-        if planned.get(w.key, 0) >= PROBE_MIN_RECORDS
+        if planned[w.key] >= PROBE_MIN_RECORDS
         and not w.distributed
         and not (w.source and Path(w.source).resolve().is_relative_to(builtin))
         and not record_seconds(w.key, c.device, c.profile, per)[1]
@@ -130,8 +109,8 @@ def to_probe(runner: Runner) -> list[str]:
 
 
 def probe(runner: Runner, keys: list[str]) -> ProbeReport:
-    """Start one worker of ``runner``'s run with ``keys`` to measure (none: its start-up only) and
-    return what it measured; it writes nothing but into a temporary directory."""
+    """Start one worker of ``runner``'s run to measure ``keys`` (none: its start-up only); it
+    writes nothing but into a temporary directory."""
     c = runner.config
     slot = Slot(0, 0, c.modes[0], tuple(keys))
     records: dict[str, dict[str, Any]] = {}
@@ -183,9 +162,8 @@ def probe(runner: Runner, keys: list[str]) -> ProbeReport:
 def _records(
     worker: WorkerProcess, keys: list[str], limit: float, records: dict[str, dict[str, Any]]
 ) -> str | None:
-    """Ask ``worker`` for the record of each of ``keys`` in turn (a verdict alone, nothing
-    kept), each within ``limit`` seconds of silence, into ``records``; why it stopped short
-    (None: every one answered)."""
+    """Ask ``worker`` for the record of each of ``keys`` into ``records``, each within ``limit``
+    seconds of silence; why it stopped short (None: every one answered)."""
 
     def keep(rec: dict[str, Any]) -> None:
         records[f"{rec['suite']}/{rec['workload']}"] = rec

@@ -1,6 +1,5 @@
-"""The plan of a run in words and as JSON: what ``--dry-run`` prints (the records, the workers,
-the warm-up, the estimate and where each of its figures comes from, the suites the device's
-matrix leaves out), and the plan line every run starts with."""
+"""The plan of a run in words and as JSON: what ``--dry-run`` prints, and the plan line every
+run starts with."""
 
 from __future__ import annotations
 
@@ -21,13 +20,11 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
     """The plan of ``runner`` and its estimate: as JSON (``--dry-run --json``) and as lines."""
     c = runner.config
     skipped = left_out(c)
-    # A paired member's warm-up stops at half the seconds its rounds sample, within the budget
-    # (``worker.paired``).
+    # A paired member's warm-up stops at half the seconds its rounds sample (``worker.paired``).
     budget = c.setting("budget")
     if c.paired:
         budget = min(budget, c.setting("rounds") * c.setting("block_seconds") / 2)
     doc = _plan_doc(runner, est, skipped)
-    names = c.device_names
     lines = [
         f"plan: {len(runner.workloads)} workloads x {len(c.modes)} modes x {c.replicates} "
         "replicates"
@@ -44,7 +41,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
             if c.timing_design == VERDICTS_ONLY
             else "no timing pass: each mode is timed beside the others once its verdict is made"
         ),
-        _estimate_line(est, len(names)),
+        _estimate_line(est, len(c.device_names)),
     ]
     if est.paired is not None:
         lines.append(_paired_line(est))
@@ -58,8 +55,7 @@ def describe_plan(runner: Runner, est: Estimate) -> tuple[dict[str, Any], list[s
 
 
 def _plan_doc(runner: Runner, est: Estimate, skipped: dict[str, str]) -> dict[str, Any]:
-    """The plan of ``runner`` and its estimate as JSON (``--dry-run --json``); ``skipped``: the
-    suites its matrix leaves out, with why."""
+    """``describe_plan``'s JSON; ``skipped``: the suites its matrix leaves out, with why."""
     c = runner.config
     doc = {
         **est.to_json(),
@@ -93,8 +89,7 @@ def _plan_doc(runner: Runner, est: Estimate, skipped: dict[str, str]) -> dict[st
 
 
 def _basis_lines(c: RunConfig, est: Estimate) -> list[str]:
-    """The lines under the estimate: what it includes (torchrun launches, invariance passes),
-    what it leaves out (compile time, unsupported records) and where its figures come from."""
+    """What the estimate includes and leaves out, and where its figures come from."""
     lines: list[str] = []
     if est.launches:
         lines.append(
@@ -139,8 +134,6 @@ def _basis_lines(c: RunConfig, est: Estimate) -> list[str]:
             f"{est.per_record_seconds:.3f} s (run/estimate.py says where each figure comes from)"
         )
     elif not measured_here(c.device, c.profile):
-        # No figure for this device and profile (a CPU at full, say): the estimate is a guess
-        # and can be several times short, which the user should read before trusting it.
         lines.append(
             "  every record is priced at the model's guess, not a measured figure: no run has "
             f"measured these suites on a {c.device} at the {c.profile} profile, so the estimate "
@@ -211,8 +204,7 @@ def _paired_line(est: Estimate) -> str:
 def _estimate_line(est: Estimate, lanes: int) -> str:
     busiest = max(est.lane_records) if lanes > 1 else est.records
     lane_seconds = est.lane_record_seconds or (est.record_seconds,)
-    # Each record at the model's figure: say it; else (a measured figure, an unsupported record,
-    # a verdict record without its timing pass) their sum.
+    # Each record at the model's figure: say it; else their sum.
     uniform = abs(max(lane_seconds) - busiest * est.per_record_seconds) < 0.05
     records = (
         f"{busiest} records x {est.per_record_seconds:.3f} s"
@@ -250,8 +242,8 @@ def _estimate_line(est: Estimate, lanes: int) -> str:
 
 
 def _device_lines(runner: Runner) -> list[str]:
-    """Which device times which (workload, replicate) group (``PairedPhase.lane_of``), and what
-    parallel CPU workers mean for their timings."""
+    """Which device times which group (``PairedPhase.lane_of``), and what parallel CPU workers
+    mean for their timings."""
     paired, names = runner.paired, runner.config.device_names
     width = max(len(n) for n in names)
     lines = [

@@ -1,12 +1,9 @@
 """Which ops each workload really calls, seen by running one step of it: what ``detbench
 attribute`` asks before it chooses its variants, instead of trusting declarations alone.
 
-One process of its own (the one-shot child protocol of ``worker/protocol.py``; torch's defaults,
-nothing applied), on the run's device and profile: each workload is built as a worker builds it
-(seeded, ``measure.build_step``) and one step runs under ``worker.ops.OpsSeen``. A workload that
-fails here is named with its first error line and keeps its declarations only; the run itself
-will record its failure. Distributed workloads are not probed (their step needs the ranks of a
-``torchrun`` launch) and keep their declarations.
+One child process (``worker/protocol.py``; torch's defaults) builds each workload as a worker
+does and runs one step under ``worker.ops.OpsSeen``. A workload that fails here, or is
+distributed (its step needs a ``torchrun`` launch), keeps its declarations only.
 """
 
 from __future__ import annotations
@@ -26,8 +23,8 @@ TIMEOUT = 1800.0
 
 @dataclass
 class ProbedOps:
-    """What the probe saw: per workload key, the watched ops its step called (``ops.WATCHED``
-    names); the keys it could not probe, with why."""
+    """Per workload key, the watched ops its step called (``ops.WATCHED``); those not probed,
+    with why."""
 
     calls: dict[str, list[str]] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
@@ -39,8 +36,7 @@ class ProbedOps:
 def probe_ops(
     workloads: Sequence[Workload], sources: Sequence[str], device: str, profile: str, seed: int
 ) -> ProbedOps:
-    """Run one step of each of ``workloads`` (but the distributed ones) in a fresh process and
-    say which watched ops each called. ``sources``: the files that define them."""
+    """Which watched ops one step of each of ``workloads`` (defined in ``sources``) calls."""
     keys = [w.key for w in workloads if not w.distributed]
     if not keys:
         return ProbedOps()
@@ -68,7 +64,7 @@ def probe_ops(
 
 def _probe_job(job: dict[str, Any]) -> dict[str, Any]:
     """The child: build each workload and run one step under ``OpsSeen``."""
-    # torch and the passes: the probe's child needs them, its parent (the CLI) does not
+    # imported here: the probe's child needs torch, its parent (the CLI) does not
     import torch
 
     from detbench.worker.fingerprint import step_outputs

@@ -1,11 +1,5 @@
-"""The orchestrator of a run: its plan (``schedule``, reckoned by the estimate, run by the paired
-phase: ``paired``), its folder and env.json, its records written as they come, and its statistics.
-
-Each verdict record is stored the moment it arrives; env.json keeps the first worker's facts and
-each device's, and on ``--resume`` a host whose facts differ from the run's is refused. A later
-replicate's record waits while the first replicate of its (workload, mode), whose FLOP count it
-takes, still measures on another device (``--devices``).
-"""
+"""The orchestrator of a run: its plan (``schedule``, run by ``paired``), its folder and
+env.json, its records written as they come, and its statistics."""
 
 from __future__ import annotations
 
@@ -58,8 +52,7 @@ class Runner:
         self._counted_flops: dict[tuple[str, str, str], float | None] = {}
         self._host_later: Callable[[], dict[str, Any]] = host_env
         names = config.device_names
-        #: (workload, mode, replicate) -> the device its kept record ran on: the rest of the
-        #: run spreads beside them.
+        #: (workload, mode, replicate) -> the device its kept record ran on.
         self._placed: dict[tuple[str, str, int], int] = {}
         if config.resume:
             self.previous_env = load_env(config.out)
@@ -100,13 +93,11 @@ class Runner:
         self.device_env: dict[str, Any] | None = None
         self.gpu_state: dict[str, Any] = dict(self.previous_env.get("gpu_state") or {})
         self.cache_dirs: list[str] = []  # compile caches of this run's workers, removed at the end
-        #: Each device's worker facts (its first worker's), for env.json and the report.
+        #: Each device's first worker's facts.
         self.device_envs: dict[str, Any] = dict(self.previous_env.get("device_workers") or {})
-        # Shared by the devices' threads: records, statistics, env.json; the workers alive.
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # records, statistics, env.json: shared by devices
         self.crew = Crew()
-        # (suite, workload, mode) whose first replicate this run still has to store, and the
-        # later replicates' records that wait for its FLOP count.
+        # Whose first replicate is still to store, and later replicates waiting for its FLOPs.
         self._first_todo = {
             (*k.split("/", 1), s.mode.name)
             for s in self.plan.slots
@@ -125,7 +116,7 @@ class Runner:
             store=self._store_now,
             shard=self._shard_groups(),
         )
-        for timer in self.paired.timers:  # each device's first worker's facts go to env.json
+        for timer in self.paired.timers:
             timer.workers.on_ready = partial(self._ready, lane=timer.lane)
 
     def _shard_groups(self) -> set[tuple[str, int]] | None:
@@ -143,19 +134,20 @@ class Runner:
         return self.plan.records
 
     def check_environment(self, here: dict[str, Any]) -> None:
-        """Refuse to resume where the facts that decide the results differ from the run's."""
         if self.config.resume:
             before, now = env_facts(self.previous_env), env_facts(here)
             refuse_changed(self.config.out, before, now, here, bool(self.done))
 
-    # -- environment -------------------------------------------------------------------------
     def _env_doc(self) -> dict[str, Any]:
-        """env.json's document as it stands: the run's provenance, its plan's order and its
-        options (``run_stats`` and ``run_calls`` are added at the end of a call)."""
+        """env.json as it stands (``run_stats`` and ``run_calls`` come at the end of a call)."""
         c = self.config
         resumed = list(self.previous_env.get("resumed_utc") or [])
         if c.resume:
             resumed.append(self.started_utc)
+        parallel = (
+            f"{len(c.device_names)} CPU workers ran side by side with {self.threads_per_worker} "
+            "thread(s) each: their timings are not comparable with a serial run's"
+        )
         return {
             "schema_version": 1,
             "started_utc": self.previous_env.get("started_utc", self.started_utc),
@@ -167,24 +159,13 @@ class Runner:
             "mode_order": self.plan.order_json(),
             **({"run_calls": calls} if (calls := calls_of(self.previous_env)) else {}),
             **({"device_workers": self.device_envs} if c.devices else {}),
-            **(
-                {
-                    "parallel_timing_note": (
-                        f"{len(c.device_names)} CPU workers ran side by side with "
-                        f"{self.threads_per_worker} thread(s) each: their timings are not "
-                        "comparable with a serial run's"
-                    )
-                }
-                if self.threads_per_worker is not None
-                else {}
-            ),
+            **({"parallel_timing_note": parallel} if self.threads_per_worker is not None else {}),
             "study": c.study,
             "options": c.options_json(
                 self.workloads, self.sources, self.threads_per_worker, TARGET_REL[c.device]
             ),
         }
 
-    # -- workers -------------------------------------------------------------------------------
     def _job(self, mode: Mode, replicate: int, lane: str, keys: list[str]) -> dict[str, Any]:
         return worker_job(
             self.config, self.sources, self.threads_per_worker, mode, replicate, lane, keys
@@ -194,7 +175,6 @@ class Runner:
         return pair_job(self.config, self._job(mode, replicate, lane, keys))
 
     def _store_now(self, rec: dict[str, Any]) -> None:
-        """A verdict record from the paired phase, written at once."""
         with self._lock:
             self._store(rec, self._writer)
 
@@ -204,8 +184,7 @@ class Runner:
         return env
 
     def spawn(self, slot: Slot, keys: list[str], logs: Path, reference: Path) -> WorkerProcess:
-        """Start a worker of ``slot`` for ``keys`` (the probe's), its log in ``logs``;
-        ``reference``: where the first replicate's outputs go (not the run's directory)."""
+        """Start the probe's worker of ``slot``, its first outputs in ``reference``."""
         name = self.config.device_names[slot.lane]
         job = {
             **self._pair_job(slot.mode, slot.replicate, name, keys),
@@ -216,8 +195,7 @@ class Runner:
         return self.crew.spawn(self.config.python, job, self._environment(slot.mode, name), log)
 
     def _ready(self, msg: dict[str, Any], lane: str) -> None:
-        """A worker is ready: the first one's facts are checked (resume) and go to env.json, and
-        so does the first worker's of each device."""
+        """A worker is ready: the run's first one's and each device's facts go to env.json."""
         with self._lock:
             self.stats.startup_cpu += float(msg.get("startup_cpu_seconds") or 0.0)
             if self.host is None:
@@ -233,8 +211,7 @@ class Runner:
                 write_json_atomic(self.config.out / ENV_FILE, self._env_doc())
 
     def _flops_from_first_replicate(self, rec: dict[str, Any]) -> None:
-        """Fill the FLOPs of a later replicate from the first replicate's count of the same
-        (workload, mode), or keep the first's so the later ones can take it."""
+        """Keep a first replicate's FLOP count, or fill a later replicate's from it."""
         key = (rec["suite"], rec["workload"], rec["mode"])
         if rec.get("replicate") == 0 and rec.get("flops_source") == "counted":
             self._counted_flops[key] = rec.get("flops_per_step")
@@ -249,8 +226,7 @@ class Runner:
             rec["flops_per_second"] = flops / rec["seconds_per_step"]
 
     def _store(self, rec: dict[str, Any], writer: ResultWriter) -> None:
-        """Write ``rec`` now; or, for a later replicate whose FLOPs come from a first replicate
-        still measuring on another device, when that one's record is written."""
+        """Write ``rec``, or hold a later replicate until its first replicate is written."""
         key = (rec["suite"], rec["workload"], rec["mode"])
         if rec.get("flops_pending") and key in self._first_todo:
             self._held.setdefault(key, []).append(rec)
@@ -266,32 +242,23 @@ class Runner:
         writer.append(rec)
         self.records.append(rec)
         self.stats.records += 1
+        phases = rec.get("phases") or {}
         for phase in ("build", "fingerprint", "count", "invariance", "cleanup"):
-            setattr(
-                self.stats,
-                phase,
-                getattr(self.stats, phase) + (rec.get("phases") or {}).get(phase, 0.0),
-            )
+            setattr(self.stats, phase, getattr(self.stats, phase) + phases.get(phase, 0.0))
 
-    # -- the whole run -------------------------------------------------------------------------
     def _open_folder(self) -> Path:
-        """The run's folder made ready for its first worker, and its logs/ folder: refused where
-        another run used it, the checkout's git state and the GPUs' state before the run noted,
-        env.json written (a resumed run keeps its own until its first worker is checked)."""
+        """The run's folder made ready for its first worker, git and GPU state noted; its logs/."""
         c = self.config
         out = c.out
         if not c.resume:
             refuse_used(self.config.out)
-            # A folder free for a new run may hold a run stopped before its first record: its
-            # reference outputs, if any, are no reference for this one.
+            # A run stopped before its first record may have left reference outputs.
             shutil.rmtree(out / ".reference", ignore_errors=True)
         out.mkdir(parents=True, exist_ok=True)
         logs = out / "logs"
         logs.mkdir(exist_ok=True)
         self.git = git_info(PACKAGE_ROOT)
-        # The GPUs' clocks, power and throttling before and after (a resumed run keeps its first
-        # "before"); on a host without NVML or nvidia-smi the reason is recorded instead.
-        snap = gpustate.snapshot()
+        snap = gpustate.snapshot()  # a resumed run keeps its first "before"
         self.gpu_state.update(
             source=snap["source"],
             reason=snap["reason"],
@@ -306,9 +273,8 @@ class Runner:
         out = c.out
         self.started_utc = utc_now()
         if self.host is None:
-            # collect_env runs in a child process (so the runner never initialises CUDA) and
-            # takes seconds: it overlaps the first group's start-up and is collected when its
-            # first worker is ready (``_ready``).
+            # collect_env takes seconds in a child process (the runner never initialises
+            # CUDA): it overlaps the first start-up and is collected in ``_ready``.
             self._host_later = host_env_later()
         self._open_folder()
         if isinstance(estimate, int | float):
@@ -341,8 +307,7 @@ class Runner:
                 doc = self._env_doc()
                 doc.update(run_stats=self.stats.to_json(), run_calls=with_call(self, estimate))
                 if finished:
-                    # The first replicate's outputs served the later ones' differences; an
-                    # interrupted run keeps them for the run that resumes it.
+                    # An interrupted run keeps the reference outputs for its resumption.
                     shutil.rmtree(out / ".reference", ignore_errors=True)
                     doc["finished_utc"] = utc_now()
                 else:
@@ -359,8 +324,7 @@ class Runner:
 
 
 def prepare(config: RunConfig, stream: TextIO = sys.stderr) -> Runner:
-    """A runner whose workloads are loaded and checked: every input error is raised here, before
-    anything is written."""
+    """A runner whose workloads are loaded and checked: input errors are raised here."""
     try:
         return Runner(config, stream)
     except WorkloadError as exc:

@@ -1,6 +1,4 @@
-"""Where the wall time of a run went: the seconds of each phase of its records, the paired
-phase's own figures and the probe's, summed over a call of the run (``run.runner`` counts them;
-``cli.finish`` prints them and env.json keeps them)."""
+"""Where the wall time of a run's call went (``run.runner`` counts it, ``cli.finish`` prints it)."""
 
 from __future__ import annotations
 
@@ -30,9 +28,8 @@ class RunStats:
 
     @property
     def other(self) -> float:
-        """The rest of the wall time; with devices side by side, of their device-seconds (wall
-        x devices), since the phases add up over the devices. The records' phases ran inside the
-        paired phase's wall time, where its groups made their verdicts."""
+        """The rest of the wall time x devices (the phases add up over them); the records'
+        phases ran inside the paired phase's wall where its groups made the verdicts."""
         paired = self.paired or {}
         inside = self.records_phases if paired.get("verdicts") else 0.0
         return (

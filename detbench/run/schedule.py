@@ -1,33 +1,27 @@
-"""Which (mode, replicate) makes which verdicts, in what order, and on which device: the plan,
-which the estimate reckons and the paired phase's verdicts follow (``Slot``, ``make_plan``), and
-the shards of a plan (``--shard K/N``).
+"""Which (mode, replicate) makes which verdicts, in what order, and on which device (``Slot``,
+``make_plan``), and the shards of a plan (``--shard K/N``). The plan is fixed before the first
+worker starts, so ``--dry-run`` can print it and a resumed run rebuilds it from the same seed.
 
-The plan is fixed before the first worker starts, so ``--dry-run`` can print it without writing
-anything, and a resumed run rebuilds the same order from the same seed.
+Order: replicates are the outer loop; within one the modes run in an order shuffled from
+``--seed``. With a fixed order, a machine that slows down for a minute makes whichever modes run
+at that point look expensive; shuffled, the drift shows as spread between replicates, not a bias.
 
-Order: replicates are the outer loop, so every mode's replicates are spread over the whole run.
-Within a replicate the modes run in a shuffled order, drawn from a generator seeded by the run's
-``--seed`` (and recorded in env.json). With a fixed order, a machine that slows down for a minute
-makes whichever modes always run at that point of a replicate look expensive; shuffled, the same
-drift falls on different modes in each replicate and shows as spread between replicates instead of
-a bias (the report shows that spread).
-
-Devices (``--devices``): every slot is given a device in plan order, for the estimate's share of
-each device: the device that has run the fewest replicates of the slot's mode so far (replicates
-of one mode spread over the devices, never stacked on one while another has none), then the one
-with the least work (records) planned, then the lowest index.
+Devices (``--devices``): every slot is given, in plan order, the device that has run the fewest
+replicates of its mode so far, then the one with the least records planned, then the lowest index.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from detbench.core.modes import Mode
 from detbench.run.config import RunError
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -42,10 +36,8 @@ class Slot:
 
 
 def mode_order(modes: Sequence[Mode], replicates: int, seed: int) -> list[list[Mode]]:
-    """The modes of each replicate in run order: a seeded shuffle per replicate.
-
-    Seeded with a string, which Python hashes with sha512 (not the per-process hash seed), so the
-    same ``seed`` gives the same order in every process and on every machine."""
+    """The modes of each replicate in run order. Seeded with a string, which Python hashes with
+    sha512 (not the per-process hash seed): the same order in every process and machine."""
     rng = random.Random(f"detbench-mode-order-{seed}")
     order = []
     for _ in range(replicates):
@@ -97,24 +89,17 @@ def make_plan(
     shard: tuple[int, int] | None = None,
     by_group: bool = True,
 ) -> Plan:
-    """Every (replicate, mode) that still has a workload to measure, in run order; ``done`` holds
-    the (workload, mode, replicate) records a resumed run already has. ``only_for`` limits a
-    mode (by name) to some of the workloads (an attribution study's attention-backend variants
-    run only on the workloads that use attention). ``lanes``: the devices that run workers side
-    by side, each slot given one (see the module docstring); ``placed``: for a resumed run, the
-    devices its kept records ran on: the rest of a replicate goes where it began when that
-    stacks nothing, and the other replicates spread beside them. ``shard`` (K, N): only the
-    (workload, replicate) groups ``shard_groups`` gives shard K of N (``run --shard K/N``); where
-    not ``by_group`` (the plan of an earlier detbench's run that timed nothing paired, read back),
-    the workers ``shard_slots`` gives it."""
+    """Every (replicate, mode) that still has a workload to measure, in run order, but the
+    records ``done``. ``only_for``: per mode name, the only workloads it runs. ``placed``: the
+    devices a resumed run's kept records ran on. ``shard`` (K, N): the groups ``shard_groups``
+    gives shard K, or where not ``by_group`` (an earlier detbench's run that timed nothing
+    paired) the workers ``shard_slots`` gives it."""
     if shard is not None:
         full = make_plan(keys, modes, replicates, seed, only_for=only_for)
         if by_group:
-            groups = shard_groups(full, shard)
-            mine = {(k, m.name, r) for k, r in groups for m in modes}
-        else:  # an earlier detbench's shard of a run that timed nothing paired: its workers
-            workers = shard_slots(full, shard)
-            mine = {(k, name, r) for r, name in workers for k in keys}
+            mine = {(k, m.name, r) for k, r in shard_groups(full, shard) for m in modes}
+        else:
+            mine = {(k, name, r) for r, name in shard_slots(full, shard) for k in keys}
         done = set(done) | {
             (k, m.name, r)
             for r in range(replicates)
@@ -164,40 +149,22 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard_slots(full: Plan, shard: tuple[int, int]) -> set[tuple[int, str]]:
-    """The (replicate, mode) workers of shard K of N: the whole plan's workers (of a fresh run,
-    whatever a resumed one has kept) dealt in plan order, each to the shard with the fewest
-    records so far (ties: the lowest K). Whole workers, so every replicate stays a fresh process;
-    the same options give every machine the same deal, and the N shards together are the plan."""
+    """The (replicate, mode) workers of shard K of N: the fresh run's, dealt in plan order."""
     k, n = shard
     if n > len(full.slots):
         raise RunError(
             f"--shard {k}/{n}: the plan has {len(full.slots)} workers, fewer than "
             f"{n} shards; give at most {len(full.slots)}"
         )
-    load = [0] * n
-    mine: set[tuple[int, str]] = set()
-    for s in full.slots:
-        i = min(range(n), key=lambda j: (load[j], j))
-        load[i] += len(s.keys)
-        if i == k - 1:
-            mine.add((s.replicate, s.mode.name))
-    return mine
+    return _deal((((s.replicate, s.mode.name), len(s.keys)) for s in full.slots), shard)
 
 
 def shard_groups(full: Plan, shard: tuple[int, int]) -> set[tuple[str, int]]:
-    """The (workload, replicate) groups of shard K of N in a run with a paired phase, whose
-    groups time a workload's modes side by side in one replicate: the whole plan's groups (of a
-    fresh run) dealt in order, replicates outer and the workloads in the plan's order turned by
-    one place each replicate, each to the shard with the fewest records so far (ties: the lowest
-    K). Every record of a group is in one shard, so its modes are timed together and its
-    verdicts made by its own workers; turning the order spreads a workload's replicates over the
-    shards, so a shard lost costs each workload a replicate, not every replicate of some. The
-    same options give every machine the same deal, and the N shards together are the plan."""
+    """The (workload, replicate) groups of shard K of N, dealt as ``shard_slots`` deals workers,
+    whole groups so a group's modes are timed together. The workloads' order turns by one place
+    each replicate, so a shard lost costs each workload a replicate, not every replicate of some."""
     k, n = shard
-    sizes: dict[tuple[str, int], int] = {}
-    for s in full.slots:
-        for key in s.keys:
-            sizes[(key, s.replicate)] = sizes.get((key, s.replicate), 0) + 1
+    sizes = Counter((key, s.replicate) for s in full.slots for key in s.keys)
     order: list[tuple[str, int]] = []
     for r in sorted({g[1] for g in sizes}):
         keys = [g for g in sizes if g[1] == r]
@@ -207,13 +174,20 @@ def shard_groups(full: Plan, shard: tuple[int, int]) -> set[tuple[str, int]]:
             f"--shard {k}/{n}: the plan has {len(order)} (workload, replicate) groups, fewer "
             f"than {n} shards; give at most {len(order)}"
         )
+    return _deal(((g, sizes[g]) for g in order), shard)
+
+
+def _deal(items: Iterable[tuple[_T, int]], shard: tuple[int, int]) -> set[_T]:
+    """The items of shard K of N: each (item, records) dealt to the shard with the fewest records
+    so far (ties: the lowest K)."""
+    k, n = shard
     load = [0] * n
-    mine: set[tuple[str, int]] = set()
-    for g in order:
+    mine: set[_T] = set()
+    for item, size in items:
         i = min(range(n), key=lambda j: (load[j], j))
-        load[i] += sizes[g]
+        load[i] += size
         if i == k - 1:
-            mine.add(g)
+            mine.add(item)
     return mine
 
 

@@ -1,6 +1,5 @@
-"""The seconds each slot of a plan takes on one device and profile (``SlotSeconds``): ``estimate``'s
-arithmetic per worker and per record, shared by the estimate's totals and its per-worker
-``slot_seconds``. The figures are in ``run/figures.py``."""
+"""The seconds each slot of a plan takes on one device and profile (``SlotSeconds``): the
+estimate's arithmetic per worker and per record. The figures are in ``run/figures.py``."""
 
 from __future__ import annotations
 
@@ -26,10 +25,8 @@ if TYPE_CHECKING:
 
 
 def timing_seconds(device: str, budget: float) -> float:
-    """Seconds the model's figures hold for a record's timing pass (its warm-up and its samples,
-    as shares of its budget): the figures were measured when each record was timed in its own
-    worker, and a verdict record, which has no timing pass, is estimated at a figure less this
-    (``record_seconds``)."""
+    """Seconds the model's figures hold for a record's timing pass (warm-up and samples): a
+    verdict record, which has none, is estimated at a figure less this (``record_seconds``)."""
     return (BUDGET_SHARE[device] + WARMUP_SHARE[device]) * budget
 
 
@@ -40,14 +37,12 @@ def per_record_seconds(device: str, profile: str, budget: float) -> float:
 
 @dataclass(frozen=True)
 class Probed:
-    """A workload with no measured figure (a user's own), measured by a probe worker on this host
-    (``run.planprobe``): one record's phases summed, and that record's FLOP count (a run counts
-    FLOPs in its first replicate only)."""
+    """A workload measured on this host (``run.planprobe``): one record's phases summed, and its
+    FLOP count (a run counts FLOPs in its first replicate only)."""
 
     seconds: float
     count: float = 0.0
-    #: Its step's seconds (``step_seconds``; 0: not known): a paired member times blocks of at
-    #: least one step, so a long step sets the seconds of its group's turns.
+    #: Its step's seconds (0: not known): a long step sets the seconds of its group's turns.
     step: float = 0.0
 
     def record(self, replicate: int) -> float:
@@ -55,15 +50,13 @@ class Probed:
 
     @classmethod
     def of(cls, rec: Mapping[str, Any]) -> Probed:
-        """A record's phases summed, its FLOP count and its step."""
         phases = {k: float(v or 0.0) for k, v in (rec.get("phases") or {}).items()}
         return cls(sum(phases.values()), phases.get("count", 0.0), step_seconds(rec))
 
 
 def step_seconds(rec: Mapping[str, Any]) -> float:
-    """A record's step, in seconds: its timing pass's median where it had one, else its
-    fingerprint steps' but the first (which carries the one-offs: lazy set-up, allocator growth),
-    else its first step; 0 where the record shows none."""
+    """A record's step, in seconds: its timing median, else its fingerprint steps' but the first
+    (which carries the one-offs), else its first step; 0 where it shows none."""
     median = (rec.get("timing") or {}).get("median")
     if median:
         return float(median)
@@ -85,19 +78,14 @@ def record_seconds(
     replicate: int = 0,
     speed: float = 1.0,
 ) -> tuple[float, bool]:
-    """Seconds of one record of ``key`` (SUITE/NAME) in a mode with cuDNN on or off, and whether
-    the figure is measured (a probe's here, the workload's or its suite's) rather than the
-    model's ``per_record``. A workload's figure includes its invariance pass. A verdict worker's
-    records have no timing pass (the paired phase times them): a figure measured with one
-    (a suite's before the paired design, the model's) is taken less the model's timing
-    (``timing_seconds``; a probe's own), at least a third of it. ``speed``: this host's factor on
-    the figures (``run.hostspeed``), which scales all but a probe's record, measured here."""
+    """Seconds of one record of ``key``, and whether the figure is measured (not ``per_record``).
+    A figure measured with a timing pass is taken less the model's timing, at least a third of
+    it; ``speed`` scales all but a probe's record, measured here."""
     if probed and key in probed:
         return probed[key].record(replicate), True
     budget_timing = timing_seconds(device, _budget(per_record, device, profile))
 
     def untimed(figure: float) -> float:
-        """``figure`` on this host, less its timing pass."""
         return max(figure / 3, figure - budget_timing) * speed
 
     own = WORKLOAD_RECORD_SECONDS.get((device, profile), {})
@@ -124,9 +112,7 @@ def _budget(per_record: float, device: str, profile: str) -> float:
 
 @dataclass(frozen=True)
 class SlotSeconds:
-    """The seconds each slot of a plan takes on one device and profile: ``estimate``'s
-    arithmetic, per slot and per record, shared by the estimate's totals and its per-worker
-    ``slot_seconds``."""
+    """The seconds each slot of a plan takes on one device and profile (module docstring)."""
 
     device: str
     profile: str
@@ -135,7 +121,6 @@ class SlotSeconds:
     sizes: Mapping[str, int]
     skip: Callable[[Mode, str], bool]
     probed: Mapping[str, Probed] | None
-    #: This host's factor on the figures (``run.hostspeed``; 1: as measured).
     speed: float = 1.0
 
     @property
@@ -152,13 +137,12 @@ class SlotSeconds:
     def key_seconds(self, s: Slot, k: str) -> float:
         if self.skip(s.mode, k) or (k in self.distributed and self.device == "cuda"):
             return 0.0  # unsupported, or in the launch's measured figure
-        cudnn = s.mode.cudnn_enabled
         return record_seconds(
             k,
             self.device,
             self.profile,
             self.per_record,
-            cudnn,
+            s.mode.cudnn_enabled,
             self.probed,
             s.replicate,
             self.speed,
@@ -175,7 +159,6 @@ class SlotSeconds:
         )
 
     def launches(self, s: Slot) -> bool:
-        """Whether the worker of slot ``s`` makes a torchrun launch."""
         return bool(self.distributed & set(self.runs(s)))
 
     def slot_sizes(self, s: Slot) -> int:
@@ -184,16 +167,13 @@ class SlotSeconds:
         return sum(self.sizes.get(k, 0) for k in self.runs(s) if k not in own)
 
     def sizes_seconds(self, s: Slot) -> float:
-        """The seconds of slot ``s``'s invariance passes: all a slot takes beyond its records
-        where the paired phase's groups make its verdicts (their start-ups are its)."""
+        """The seconds of slot ``s``'s invariance passes."""
         return self.size_seconds * self.slot_sizes(s)
 
     @property
     def size_seconds(self) -> float:
-        """Seconds of one batch size built in an invariance pass, on this host."""
         return INVARIANCE_SECONDS_PER_SIZE.get((self.device, self.profile), 0.0) * self.speed
 
     @property
     def launch_seconds(self) -> float:
-        """Seconds of one torchrun launch, on this host."""
         return LAUNCH_SECONDS.get(self.device, 0.0) * self.speed

@@ -1,18 +1,10 @@
 """``detbench submit``: a run's shards, or one whole run per GPU type, as batch jobs through
 submitit (Slurm, or submitit's local executor on this machine), gathered and merged when they end.
 
-- ``shards=N``: the run's N shards (``run --shard K/N``) as one job array; merged, they are the
-  run. ``partitions=[P, ...]``: one whole run per Slurm partition (a GPU type each), merged into
-  one multi-machine set for the cross-machine verdict.
-- Each job runs the run API in the job's process (``RunJob``), with ``DETBENCH_JOB`` set to the
-  job's id, so every record and env.json name the job and the node.
-- A job that fails, times out or is preempted resumes its own directory (``--resume``: only the
-  records it lacks) when it starts again: submitit requeues a job that Slurm times out or
-  preempts (``checkpoint``), and ``submit`` resubmits a failed one up to ``retries`` times. Each
-  job's fate is reported as a status line, and kept in the merged env.json (``jobs``).
-
-submitit is an optional dependency (``pip install detbench[slurm]``): without it, ``submit``
-refuses in one line.
+Each job runs the run API in its own process (``RunJob``) and names the job and node in its
+records. A job that fails, times out or is preempted resumes its own directory when it starts
+again: submitit requeues a job Slurm times out or preempts (``checkpoint``), and ``submit``
+resubmits a failed one up to ``retries`` times. submitit is optional (``detbench[slurm]``).
 """
 
 from __future__ import annotations
@@ -22,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -52,10 +44,8 @@ def submitit_module() -> Any:
 
 
 class RunJob:
-    """What one job runs: the run of ``config`` (its shard, or its partition's whole run); where
-    its directory holds records already (a requeued or resubmitted job), the rest of it only.
-    Checkpointable: submitit calls ``checkpoint`` when Slurm times the job out or preempts it,
-    and requeues it with the same arguments, which then resume."""
+    """What one job runs: the run of ``config``, resumed where it holds records already.
+    Checkpointable: submitit requeues it when Slurm times it out or preempts it."""
 
     def __call__(self, config: RunConfig) -> dict[str, Any]:
         job = _job_id()
@@ -82,7 +72,7 @@ def _job_id() -> str | None:
 
 @dataclass
 class Task:
-    """One job of a submission: its name, its run, and its partition (one run per GPU type)."""
+    """One job of a submission: its name, its run, and its partition."""
 
     name: str
     config: RunConfig
@@ -91,7 +81,7 @@ class Task:
 
 @dataclass
 class Outcome:
-    """A job's fate: its name, the ids of its attempts, its final state and where it ran."""
+    """A job's fate: its attempts' ids, its final state and where it ran."""
 
     name: str
     out: Path
@@ -101,14 +91,7 @@ class Outcome:
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "out": str(self.out),
-            "job_ids": self.job_ids,
-            "state": self.state,
-            "node": self.node,
-            "error": self.error,
-        }
+        return {**asdict(self), "out": str(self.out)}
 
     def line(self) -> str:
         jobs = ", then ".join(self.job_ids)
@@ -119,8 +102,8 @@ class Outcome:
 
 
 def tasks(config: RunConfig, shards: int | None, partitions: Sequence[str] | None) -> list[Task]:
-    """The jobs of a submission of ``config`` (whose ``out`` is where the merged run goes): its
-    shards, or one whole run per partition, each writing under ``OUT/parts/``."""
+    """The jobs of a submission of ``config``: its shards, or one whole run per partition,
+    each writing under ``OUT/parts/`` (``out`` takes the merged run)."""
     parts = config.out / PARTS
     if partitions:
         if len(set(partitions)) < len(partitions):
@@ -139,10 +122,7 @@ def tasks(config: RunConfig, shards: int | None, partitions: Sequence[str] | Non
 
 
 def executor(kind: str, folder: Path, params: Mapping[str, Any]) -> Any:
-    """submitit's executor for ``kind`` ("slurm" or "local"), its options passed through:
-    ``timeout_min``, ``slurm_partition``, ``slurm_gres``, ``slurm_account``,
-    ``slurm_constraint``, ``cpus_per_task``, ``slurm_array_parallelism``,
-    ``slurm_additional_parameters`` (the local executor ignores the ``slurm_`` ones)."""
+    """submitit's executor for ``kind``, ``params`` passed through (``slurm_`` ones: Slurm only)."""
     submitit = submitit_module()
     if kind not in EXECUTORS:
         raise SubmitError(f"unknown --executor {kind!r}; use {' or '.join(EXECUTORS)}")
@@ -156,8 +136,7 @@ def executor(kind: str, folder: Path, params: Mapping[str, Any]) -> Any:
 
 
 def launch(kind: str, todo: Sequence[Task], folder: Path, params: Mapping[str, Any]) -> list[Any]:
-    """Submit ``todo``: shards as one job array, runs per partition one job each (a partition
-    per job). The submitit jobs, in the order of ``todo``."""
+    """Submit ``todo``: shards as one job array, runs per partition one job each; the jobs."""
     if todo and todo[0].partition is None:
         ex = executor(kind, folder, params)
         return list(ex.map_array(RunJob(), [t.config for t in todo]))
@@ -192,11 +171,8 @@ def wait(
             except Exception as exc:  # the job's own failure, or one submitit saw
                 o.state = str(getattr(job, "state", "") or "FAILED")
                 o.state = "FAILED" if o.state in ("UNKNOWN", "COMPLETED", "FINISHED") else o.state
-                o.error = (
-                    str(exc).strip().splitlines()[-1][:300]
-                    if str(exc).strip()
-                    else type(exc).__name__
-                )
+                said = str(exc).strip()
+                o.error = said.splitlines()[-1][:300] if said else type(exc).__name__
                 failed.append(i)
             print(f"detbench submit: {o.line()}", file=stream)
         if left:
@@ -205,8 +181,8 @@ def wait(
 
 
 def _vanished(job: Any) -> bool:
-    """A Slurm job that left the queue without a result where ``sacct`` cannot say so (a cluster
-    without accounting storage): submitit would wait for it for ever."""
+    """A Slurm job that left the queue without a result on a cluster without accounting
+    storage (``sacct``): submitit would wait for it for ever."""
     if type(job).__name__ != "SlurmJob" or job.state != "UNKNOWN":
         return False
     try:
@@ -226,8 +202,7 @@ def submit(
     stream: TextIO = sys.stderr,
     poll: float = 5.0,
 ) -> list[Outcome]:
-    """Submit ``todo``, wait for every job, resubmit the failed ones (they resume) up to
-    ``retries`` times; each job's outcome."""
+    """Submit ``todo``, wait, and resubmit failed jobs (they resume) up to ``retries`` times."""
     if not todo:
         return []
     folder = todo[0].config.out.parent / "submitit"

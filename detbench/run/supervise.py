@@ -1,24 +1,17 @@
 """One worker's life seen from the runner: spawn, messages, limits, and how it ended.
 
-The protocol, over the worker's stdin (runner to worker, one line each) and a pipe of JSON lines
-(worker to runner):
+The protocol, over the worker's stdin (one line each) and a pipe of JSON lines back:
 
-1. The runner spawns the one child main, ``python -m detbench.worker.child --job - --fd FD
-   --parent RUNNER_PID``, and writes the job (one JSON line, of kind ``WORKER_KIND``). The
-   worker imports torch, applies its mode and loads the workload files: nothing that touches a
-   device. It sends ``loaded`` and waits for ``device``, then initialises CUDA (its context,
-   cuBLAS's and cuDNN's handles), sends ``ready`` and waits for ``go``. A paired group's
-   workers are let into their device stage together, when the group starts.
-2. After ``go`` it does what each line says, one at a time (``run.child.pair`` lists them:
-   ``verdict KEY``, ``hold KEY``, ``warm KEY``, ``record KEY``, ``prepare KEY``, ``block``,
-   ``reference``, ``finish``, ``exit``), each answered by its messages.
-3. A worker whose CUDA context a workload left unusable says so and exits (a fresh worker takes
-   the workloads left); an exit without its answer is a crash (the runner reads its log), a
-   silence longer than the limit is a timeout (the runner kills it).
+1. The runner spawns the one child main and writes the job (one JSON line, of kind
+   ``WORKER_KIND``). The worker does what touches no device, sends ``loaded`` and waits for
+   ``device``, then initialises CUDA, sends ``ready`` and waits for ``go``: a paired group's
+   workers enter their device stage together, when the group starts.
+2. After ``go`` it answers each line in turn (``run.child.pair`` lists them).
+3. A worker whose CUDA context a workload left unusable says so and exits; an exit without its
+   answer is a crash (the runner reads its log), a silence past the limit a timeout (killed).
 
-With several devices (``--devices``) each device's groups are driven from a thread of their own
-(``side_by_side``), and a ``Crew`` knows every worker alive, so that stopping the run (Ctrl-C, or a
-device whose workers do not start) kills them all and starts none.
+With ``--devices`` each device's groups run in a thread of their own (``side_by_side``), and a
+``Crew`` knows every worker alive, so that stopping the run kills them all and starts none.
 """
 
 from __future__ import annotations
@@ -75,7 +68,7 @@ class WorkerProcess:
         self.sel.register(read_fd, selectors.EVENT_READ)
         self.closed = False
         self.released = False
-        # ``run_pid``: whose processes share the device while it times, the run's or others'.
+        # ``run_pid``: to tell the run's processes on the device from others'.
         self.send(json.dumps({**job, "kind": kind, "run_pid": os.getpid()}))
 
     @property
@@ -90,15 +83,13 @@ class WorkerProcess:
             self.proc.stdin.flush()
 
     def release(self) -> None:
-        """Let the worker begin its device stage (CUDA's initialisation), once: a paired group's
-        worker when its group starts, a verdict worker as soon as it is spawned."""
+        """Let the worker begin its device stage (CUDA's initialisation), once."""
         if not self.released:
             self.released = True
             self.send("device")
 
     def next(self, limit: float | None) -> dict[str, Any] | None:
-        """The next message; ``TIMEOUT`` after ``limit`` seconds of silence; None when the worker
-        closed its pipe (it exited)."""
+        """The next message; ``TIMEOUT`` after ``limit`` seconds of silence; None once it exited."""
         deadline = None if limit is None else time.monotonic() + limit
         while b"\n" not in self.buf:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -115,9 +106,7 @@ class WorkerProcess:
     def answer(
         self, limit: float | None, on_record: Callable[[dict[str, Any]], None]
     ) -> dict[str, Any] | None:
-        """The worker's answer to what it was last asked: its next message that is not a
-        ``record``, each record before it given to ``on_record``; ``TIMEOUT`` or None as
-        ``next``."""
+        """The worker's next message that is not a ``record`` (each given to ``on_record``)."""
         while True:
             msg = self.next(limit)
             if msg is None or msg is TIMEOUT or msg.get("type") != "record":
@@ -125,8 +114,7 @@ class WorkerProcess:
             on_record(msg["record"])
 
     def ready(self, limit: float | None) -> dict[str, Any] | None:
-        """The next message but ``loaded`` (the end of its first stage, which only a test
-        waits for): ``ready``, or ``TIMEOUT`` after ``limit`` seconds in all, or None."""
+        """The next message but ``loaded`` (only a test waits for it), within ``limit`` in all."""
         deadline = None if limit is None else time.monotonic() + limit
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -170,10 +158,8 @@ def log_tail(path: Path, lines: int = 6) -> str:
 
 
 def gpu_visible(name: str, environ: Mapping[str, str]) -> str:
-    """``CUDA_VISIBLE_DEVICES`` for a worker of GPU ``name`` ("cuda:N"): it sees that GPU alone,
-    as cuda:0, so a workload that says "cuda" (or a library that uses the current device) cannot
-    reach another device's GPU. N counts among the GPUs the user's own ``CUDA_VISIBLE_DEVICES``
-    leaves, as torch's indices do."""
+    """``CUDA_VISIBLE_DEVICES`` for a worker of GPU ``name`` ("cuda:N"): that GPU alone, so
+    "cuda" cannot reach another. N counts among the GPUs the user's own setting leaves."""
     index = int(name.split(":")[1])
     given = environ.get("CUDA_VISIBLE_DEVICES")
     return [v.strip() for v in given.split(",")][index] if given else str(index)
@@ -184,8 +170,7 @@ class Stopped(Exception):
 
 
 class Crew:
-    """The workers alive in a run, spawned and reaped from the devices' threads: ``halt`` kills
-    every one of them and refuses new ones."""
+    """The workers alive in a run: ``halt`` kills every one and refuses new ones."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -208,7 +193,6 @@ class Crew:
         return worker
 
     def finish(self, worker: WorkerProcess) -> int | None:
-        """``worker.finish()``, and it is no longer alive."""
         code = worker.finish()
         with self._lock:
             self._alive.discard(worker)
@@ -222,9 +206,8 @@ class Crew:
 
 
 def side_by_side(lanes: Sequence[Callable[[], None]], names: Sequence[str], crew: Crew) -> None:
-    """Run each of ``lanes`` (a device's workers, one after another) in a thread of its own.
-    Ctrl-C, or a lane that raises, halts ``crew`` (every worker killed, none started), and the
-    first error is raised here, in the calling thread."""
+    """Run each of ``lanes`` in a thread of its own. Ctrl-C, or a lane that raises, halts
+    ``crew``, and the first error is raised here, in the calling thread."""
     errors: list[BaseException] = []
 
     def main(lane: Callable[[], None]) -> None:
