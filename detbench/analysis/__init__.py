@@ -1,10 +1,6 @@
-"""The analysis layer: verdicts, costs, recommendations, quality, attribution, invariance tables.
-
-``detbench.analysis`` is also the library a user reads a run with: the names below are the
-functions of ``verdicts`` and ``recommend`` (``verdicts(df)``, ``costs(df)``,
-``recommendations(df)``, ...), and two of ``stats`` (``bootstrap_throughput``,
-``median_throughput``). Modules inside this layer import their neighbours' modules, never this
-package, so importing it cannot make a cycle.
+"""The analysis layer, and the library a user reads a run with (``verdicts(df)``, ``costs(df)``,
+``recommendations(df)``, ...). Its modules import their neighbours, never this package, so
+importing it cannot make a cycle.
 """
 
 from detbench.analysis.cost_intervals import NOISY_IQR, costs, replicate_samples

@@ -1,15 +1,9 @@
 """The A/A check: how often a run reports a cost that is not there.
 
-An interval that claims 95% must contain the true ratio 95% of the time. Where two measured sides
-are the same computation under the same settings, the true ratio is 1, so the share of their
-intervals that exclude 1 (false costs) is what the run's intervals are worth, measured on the
-run itself.
-
-``paired``: the run times a second worker of the baseline's settings (copy 1 of
-``paired.jsonl``) beside every other; copy 1 against copy 0, per workload, through the very
-estimator of the costs (``paired_costs.ratio``). ``twins``: on a CPU, the modes that differ from
-the baseline only in cuDNN switches, which act on nothing there: more A/A comparisons
-(``tools/aa_check.py``).
+Where two measured sides are the same computation, the true ratio is 1, so the share of their 95%
+intervals that exclude 1 (false costs) measures the run's intervals on the run itself.
+``paired``: copy 1 of the baseline's worker against copy 0, through the costs' own estimator.
+``twins``: on a CPU, the modes that differ from the baseline only in inert cuDNN switches.
 """
 
 from __future__ import annotations
@@ -47,9 +41,7 @@ COLUMNS = (
 def paired(
     lines: pd.DataFrame, baseline: str | None = None, seed: int = stats.SEED
 ) -> pd.DataFrame:
-    """Per workload of the ``paired.jsonl`` rows ``lines`` (``store.paired.load_paired``): copy
-    1 of the baseline against copy 0, the interval of ``paired_costs.ratio``, and whether it
-    excludes 1 (``false_cost``). Empty where the run has no copy 1."""
+    """Per workload of ``paired.jsonl`` rows ``lines``: copy 1 of the baseline against copy 0."""
     rows = []
     for suite, workload, p in paired_costs.aa_pairs(lines, baseline):
         name = stats.key(f"{suite}/{workload}", "aa-copy-1", "copy-0")
@@ -62,9 +54,7 @@ def paired(
 
 
 def twins(df: pd.DataFrame, baseline: str) -> list[str]:
-    """The modes of ``df`` that differ from ``baseline`` only in cuDNN switches: the same
-    computation on a CPU. Empty on another device, or when the run does not say it ran on a
-    CPU."""
+    """The modes of ``df`` that differ from ``baseline`` only in cuDNN switches, on a CPU."""
     if run_device(df) != "cpu":
         return []
     base = mode_of(baseline)
@@ -82,11 +72,7 @@ def twins(df: pd.DataFrame, baseline: str) -> list[str]:
 
 
 def summary(aa: pd.DataFrame) -> dict[str, Any]:
-    """comparisons, false_costs, false_share (NaN for none) and median_half_width of an A/A
-    table (``paired``); ``workloads`` and ``false_workloads``: workloads, and
-    those with at least one false cost; ``says_nothing``: the comparisons whose interval is too
-    wide to say anything (``stats.says_nothing``: it holds both half and twice the speed, so it
-    holds 1 and could not have shown a cost, false or not)."""
+    """The counts of an A/A table, ``says_nothing``: intervals too wide to show any cost."""
     n = len(aa)
     false = int(aa["false_cost"].sum()) if n else 0
     by_workload = aa.groupby(["suite", "workload"], sort=False)["false_cost"].any() if n else None

@@ -1,25 +1,9 @@
-"""The cross-machine verdict: do two or more runs (two GPUs, two CPUs, two torch releases, two CPU
-capabilities) give the same bits for the same workload in the same mode and settings?
-
-Computed from each run's records and env.json alone. For every (suite, workload, mode) found in
-more than one run (the mode's label carries its settings, ``default[sdpa_backend=math]``):
-
-- each run's own verdict first: its ok replicates reproducible (one fingerprint), one replicate
-  only, nondeterministic (several fingerprints), or not run (a status);
-- like with like (``analysis.comparable``): fingerprints count as comparable only where the
-  workload is the same and a digest method is shared; other runs are "not comparable: <what
-  differs>", never "different". Runs that hashed a different number of steps are compared over
-  the steps all of them ran (``compared_steps``);
-- a workload nondeterministic inside a run has no cross-machine verdict: its runs differ from
-  themselves, and that is what it is called;
-- otherwise the runs fall into groups of equal fingerprints: one group is ``same_bits`` True,
-  more are False, and the facts of the runs' environments that differ between the groups (GPU,
-  SM count, driver, CUDA, cuDNN, torch, CPU capability, ...) say what may explain it;
-- a workload whose runs differ only in modes with cudnn.benchmark on has those differences put
-  down to the autotuner's choice (``analysis.autotuner``), never to the machines.
-
-A set of runs merged from several machines (``detbench merge``: env.json has ``machines``, each
-record its ``machine``) counts as one run per machine.
+"""The cross-machine verdict (docs/across-machines.md): do two or more runs give the same bits for
+the same workload in the same mode and settings? Only like is compared with like
+(``analysis.comparable``): other runs are "not comparable", never "different". A workload
+nondeterministic inside a run gets no cross-machine verdict, and one that differs only in modes with
+cudnn.benchmark on is put down to the autotuner (``analysis.autotuner``). A merged multi-machine set
+counts as one run per machine.
 """
 
 from __future__ import annotations
@@ -67,8 +51,7 @@ VERDICTS = (
 
 @dataclass
 class Run:
-    """One run as the verdict sees it: its name (the path given, or ``DIR:machine`` for a
-    machine of a merged set), its records and its env.json."""
+    """One run: its name (the path, or ``DIR:machine`` in a merged set), records and env.json."""
 
     name: str
     df: pd.DataFrame
@@ -117,11 +100,9 @@ class Side:
     fingerprints: list[str] = field(default_factory=list)
     #: The workload it ran (``store.identity``).
     inputs: dict[str, str] = field(default_factory=dict)
-    #: Its distinct fingerprints by digest method: a run with ``--fingerprint both`` has both,
-    #: so it compares with a run of either method.
+    #: Distinct fingerprints by digest method (``--fingerprint both``: both methods).
     digests: dict[str, list[str]] = field(default_factory=dict)
-    #: By digest method, the first ok record's step digests (its own verdict says whether the
-    #: others agree).
+    #: By digest method, the first ok record's step digests.
     steps: dict[str, list[str]] = field(default_factory=dict)
     #: cudnn.benchmark was on (the records' read-back).
     benchmark: bool = False
@@ -169,8 +150,7 @@ def _side(run: Run, mode: str, g: pd.DataFrame) -> Side:
 
 
 def _autotuned(rec: pd.Series, mode: str) -> bool:
-    """Whether cuDNN's autotuner ran: cudnn.benchmark on with cuDNN on, as the record read them
-    back, else as the mode says (``cause.autotuned``)."""
+    """Whether cuDNN's autotuner ran, as the record read it back, else as the mode says."""
     bench, cudnn = rec.get("benchmark"), rec.get("cudnn_enabled")
     if isinstance(bench, (bool, np.bool_)):
         return bool(bench) and not (isinstance(cudnn, (bool, np.bool_)) and not cudnn)
@@ -191,9 +171,8 @@ def sides(run: Run) -> dict[tuple[str, str, str], Side]:
 def _differs(
     groups: list[list[str]], facts: Mapping[str, Mapping[str, str | None]]
 ) -> dict[str, list[str]]:
-    """The facts whose values differ between ``groups`` of runs: fact -> each group's value(s)
-    ("?" where a run did not record it; "a / b" where a group's runs differ among themselves).
-    A fact whose recorded values are all the same is no difference, whoever left it out."""
+    """Fact -> each group's value(s) ("?": not recorded; "a / b": the group's runs differ), for
+    the facts whose recorded values differ between ``groups``."""
     out: dict[str, list[str]] = {}
     for k in FACTS:
         per = [" / ".join(dict.fromkeys(facts[r].get(k) or "?" for r in g)) for g in groups]
@@ -258,17 +237,13 @@ def _row(key: tuple[str, str, str], present: list[Side]) -> dict[str, Any]:
 def verdict(
     key: tuple[str, str, str], present: list[Side], facts: Mapping[str, Mapping[str, str | None]]
 ) -> dict[str, Any]:
-    """The verdict of one (suite, workload, mode) over the runs that have it (see the module
-    docstring), as a plain dict (the JSON of ``detbench compare --json``)."""
+    """The verdict of one (suite, workload, mode), as the JSON of ``detbench compare --json``."""
     row = _row(key, present)
     ran = [s for s in present if s.ran]
     row["not_run"] = {s.run: s.state for s in present if not s.ran}
     if len(ran) < 2:
-        row["note"] = "ran in fewer than two runs" + (
-            ": " + ", ".join(f"{r} {st}" for r, st in row["not_run"].items())
-            if row["not_run"]
-            else ""
-        )
+        why = ", ".join(f"{r} {st}" for r, st in row["not_run"].items())
+        row["note"] = "ran in fewer than two runs" + (f": {why}" if why else "")
         return row
     best, method = _comparable(ran)
     row["not_comparable"] = {s.run: _unlike(best[0], s, method) for s in ran if s not in best}
@@ -310,8 +285,7 @@ def verdict(
 
 
 def across(runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """The verdict of every (suite, workload, mode) found in more than one of ``runs``, ordered
-    by suite, the order workloads first appear, and mode."""
+    """The verdict of every (suite, workload, mode) found in more than one of ``runs``."""
     per = [sides(r) for r in runs]
     facts = {r.name: r.facts for r in runs}
     keys = list(dict.fromkeys(k for s in per for k in s))

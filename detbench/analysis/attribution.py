@@ -1,14 +1,10 @@
 """``detbench attribute``: which switch costs what, and which is needed for reproducibility.
 
-The study has two ends: the default mode (torch's defaults) and the fully deterministic mode
-(``cudnn-det+det-algos`` with every setting at its ``strict`` level where it acts on the device).
-From the default end each switch is added alone; from the deterministic end each is removed alone
-(set to each of its loose levels). Every variant is a mode with settings, so the study runs as an
-ordinary run: ``load_results`` reads it and ``detbench report`` rebuilds its report, whose
-``Attribution`` section (``detbench.report.attribution``) reads the study from env.json.
-
-``build_study`` is pure: which variants, which workloads each runs, what is skipped and why.
-``effects`` turns a run's records into the effect of each switch, per workload.
+The study has two ends: the default mode and the fully deterministic one (``cudnn-det+det-algos``
+with every setting strict where it acts on the device). Each switch is added alone at the default
+end and removed alone (to each loose level) at the deterministic end. Every variant is a mode
+with settings, so the study is an ordinary run whose env.json holds the study (``build_study``,
+pure); ``effects`` turns its records into each switch's effect per workload.
 """
 
 from __future__ import annotations
@@ -164,19 +160,13 @@ def build_study(
     tied: bool | None = None,
     called: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """The attribution study of ``workloads`` on ``device`` (see the module's doc), as the dict
-    written to env.json: its ends, its variants (one per switch, end and level; a mode shared
-    by several is listed for each) and the switches skipped with the reason.
+    """The study of ``workloads`` on ``device`` as written to env.json: its ends, its variants
+    (one per switch, end and level) and the switches skipped with the reason.
 
-    ``compile``: execution=compile is a switch at both ends, and ``inductor_deterministic`` is
-    switched in the compiled mode of each end (a variant with ``against``: the mode it is
-    compared with instead of its end). ``tied``: whether torch ties inductor's deterministic
-    setting to deterministic algorithms (``torchstate.inductor_tied``, probed when None); where
-    it does, that switch cannot be set apart from them and is skipped with the reason.
-
-    ``called``: per workload key, the ops a step of it was seen calling (``run.probe``): the
-    ``sdpa_backend`` variants run on the workloads seen calling ``scaled_dot_product_attention``
-    and on those that declare ``attention=True`` (a declaration adds, never hides)."""
+    ``compile``: execution=compile is a switch, and ``inductor_deterministic`` one in each end's
+    compiled mode unless ``tied`` to deterministic algorithms (probed when None). ``called``:
+    per workload, the ops a step was seen calling; ``sdpa_backend`` runs on those calling SDPA
+    or declaring ``attention=True``."""
     declared = [w.key for w in workloads if getattr(w, "attention", False)]
     seen = [k for k, ops in (called or {}).items() if SDPA in ops]
     attention = [w.key for w in workloads if w.key in declared or w.key in seen]
@@ -198,14 +188,12 @@ def build_study(
         "deterministic_end": det.mode().name,
         "variants": plan.variants,
         "skipped": plan.skipped,
-        # Which workloads call SDPA, and how that is known: declared, seen in a step, or both.
         "attention": {"declared": declared, "seen": seen_keys},
     }
 
 
 def _deterministic_end(device: str, attention: list[str]) -> _State:
-    """Both flags on, and every setting at its strict level where that level acts on
-    ``device`` (``sdpa_backend`` only where a workload calls attention)."""
+    """Both flags on, every setting strict where that acts on ``device`` (SDPA: if called)."""
     strict = {}
     for sw in switches():
         s = st.get(sw.name) if not sw.flag else None
@@ -228,8 +216,7 @@ def _add_switch(
     attention: list[str],
     called: Mapping[str, Sequence[str]] | None,
 ) -> None:
-    """Switch ``sw`` alone at ``end``: added at the default end, removed (each loose level) at
-    the deterministic end; or skipped with the reason."""
+    """Switch ``sw`` alone at ``end`` (added, or removed to each loose level), or skip it."""
     only = None
     reason = _inert(sw, device, state)
     if reason is None and not sw.flag and st.get(sw.name).unavailable() is not None:
@@ -256,8 +243,7 @@ def _add_switch(
 
 
 def _add_compiled(plan: _Plan, end: str, state: _State, tied: bool | None) -> None:
-    """execution=compile added at ``end``, then ``inductor_deterministic`` switched in that
-    compiled mode (compared with it), unless torch ties it to deterministic algorithms."""
+    """execution=compile at ``end``, then ``inductor_deterministic`` switched in that mode."""
     compiled = state.with_level("execution", "compile")
     if end == "deterministic":
         compiled = compiled.with_level(_INDUCTOR, "on")
@@ -289,8 +275,7 @@ def end_label(study: dict[str, Any], end: str) -> str:
 
 
 def against(study: dict[str, Any], variant: dict[str, Any]) -> str:
-    """The mode a variant is compared with: its end's, or its own ``against`` (the compiled mode
-    of its end, for inductor's switch)."""
+    """The mode a variant is compared with: its own ``against``, else its end's."""
     return str(variant.get("against") or end_label(study, variant["end"]))
 
 
@@ -302,8 +287,7 @@ def study_modes(study: dict[str, Any]) -> list[Mode]:
 
 
 def only_for(study: dict[str, Any]) -> dict[str, list[str]]:
-    """Mode label -> the workloads it runs, for the modes that run only some (an end, or a mode
-    any of whose variants runs every workload, runs them all)."""
+    """Mode label -> the workloads it runs, for the modes that run only some."""
     everyone = {study["default_end"], study["deterministic_end"]}
     everyone |= {v["mode"] for v in study["variants"] if v["workloads"] is None}
     everyone |= {v["against"] for v in study["variants"] if v.get("against")}
@@ -316,8 +300,7 @@ def only_for(study: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def skipped(study: dict[str, Any]) -> list[str]:
-    """The skipped switches, grouped by reason: "a, b (act only on cuda)"; the end is named
-    where a switch was skipped at one end only."""
+    """The skipped switches grouped by reason, naming the end where skipped at one only."""
     groups: dict[tuple[str, str], list[str]] = {}
     ends: dict[tuple[str, str], list[str]] = {}
     for x in study["skipped"]:
@@ -346,21 +329,15 @@ def describe(study: dict[str, Any]) -> list[str]:
             f"  {sign} {v['switch']}={v['level']} at the {v['end']} end: {v['mode']}{where}"
         )
     lines += [f"  skipped: {x}" for x in skipped(study)]
-    if compile:
-        lines.append(
-            "  --compile: every workload is also compiled with torch.compile (inductor) in the "
-            "compiled modes above: each worker compiles afresh, which takes long (tens of "
-            "seconds per small graph on a CPU)"
-        )
-    else:
-        lines.append(
-            "  execution=compile is not a switch of this study unless --compile is given (off "
-            "by default: it compiles every workload)"
-        )
+    lines.append(
+        "  --compile: every workload is also compiled with torch.compile (inductor) in the "
+        "compiled modes above: each worker compiles afresh, which takes long (tens of "
+        "seconds per small graph on a CPU)"
+        if compile
+        else "  execution=compile is not a switch of this study unless --compile is given (off "
+        "by default: it compiles every workload)"
+    )
     return lines
-
-
-# -- effects -----------------------------------------------------------------------------------
 
 
 def _bits(end: dict[str, Any] | None, var: dict[str, Any] | None) -> Any:
@@ -378,11 +355,9 @@ def _bits(end: dict[str, Any] | None, var: dict[str, Any] | None) -> Any:
 
 
 def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
-    """One row per (suite, workload, variant): the switch, its end, direction and level; the
-    variant's throughput relative to its end's mode with a 95% interval (``analysis.costs``);
-    ``bits_changed``; the variant's ``verdict`` and the end's; ``needed`` (deterministic end:
-    the end is reproducible and the variant is not) and ``sufficient`` (default end: the
-    default is not reproducible and the variant is)."""
+    """One row per (suite, workload, variant): the switch, its cost against its end's mode,
+    ``bits_changed``, both verdicts, ``needed`` (deterministic end: the end is reproducible and
+    the variant is not) and ``sufficient`` (default end: the other way round)."""
     df = counted(df)
     if df.empty:
         return pd.DataFrame()

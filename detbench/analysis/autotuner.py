@@ -1,13 +1,9 @@
 """The autotuner's choice: a difference across runs found only in modes with cudnn.benchmark on.
 
-With ``torch.backends.cudnn.benchmark`` on, each process times the candidate algorithms of every
-convolution shape it meets and keeps the fastest; the next process, on the same GPU or another,
-may keep another algorithm, with other bits (seed 001). So where a workload's runs on a GPU differ
-only in modes with benchmark on (the records' ``benchmark`` read back), the difference is put down
-to that choice, never to the machines' arithmetic, and the modes without it say whether the
-machines agree. On a CPU the flag acts on nothing, and nothing is relabelled. A workload that
-differs in a mode without benchmark keeps "different bits" in every mode: there the machines
-differ whatever the autotuner chose.
+With cudnn.benchmark on, each process times the candidate algorithms of every convolution and
+keeps the fastest, so the next process, on any GPU, may keep another with other bits. Such a
+difference is put down to that choice, and the modes without it say whether the machines agree.
+A workload that also differs in a mode without benchmark keeps "different bits" everywhere.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from typing import Any
 #: The verdict of a difference found only in modes with cudnn.benchmark on.
 AUTOTUNER = "autotuner's choice"
 
-#: Why, in words (the module docstring and the Across machines section say the rest).
+#: Why, in words.
 WHY = "cudnn.benchmark was on, and its autotuner may pick another algorithm in each process"
 
 
@@ -41,22 +37,19 @@ def _plain(rows: Sequence[MutableMapping[str, Any]]) -> str:
 
 
 def label(rows: Sequence[MutableMapping[str, Any]]) -> None:
-    """Relabel, in place, the rows of each workload whose only differences are in modes with
-    cudnn.benchmark on (``row["benchmark"]``): their verdict becomes ``AUTOTUNER``, the facts of
-    the machines move from ``differs`` to ``machine_facts`` (they may differ, but they are not
-    what the bits show), and the note says why and what the modes without it say. A row of such
-    a mode that is nondeterministic within a run, where no mode without it is, gets the same
-    cause in its note."""
+    """Relabel, in place, the rows of each GPU workload whose only differences are in modes with
+    cudnn.benchmark on: verdict ``AUTOTUNER``, ``differs`` moved to ``machine_facts``, and a note
+    saying why (also on such a mode nondeterministic within a run where no plain mode is)."""
     by_workload: dict[tuple[str, str], list[MutableMapping[str, Any]]] = {}
     for r in rows:
         by_workload.setdefault((str(r["suite"]), str(r["workload"])), []).append(r)
     for group in by_workload.values():
         if any(r.get("device") != "cuda" for r in group):
-            continue  # cudnn.benchmark acts on cuDNN's convolutions alone: on a GPU
+            continue  # cudnn.benchmark acts on cuDNN alone: on a GPU
         bench = [r for r in group if r["benchmark"]]
         plain = [r for r in group if not r["benchmark"]]
         if not bench or any(r["verdict"] == "different bits" for r in plain):
-            continue
+            continue  # cudnn.benchmark acts on cuDNN alone: on a GPU
         words = _plain(group)
         for r in bench:
             if r["verdict"] == "different bits":

@@ -1,20 +1,10 @@
-"""Was the host busy while the run timed? From the ``host_load`` of each line of ``paired.jsonl``
-(``PAIRED_FIELD``), and of each record of a run of detbench's earlier design, which timed each
-record in its own worker (``worker/hostload``).
-
-A timing was busy when other work took at least ``OTHER_CPU`` of the host's CPU time (the foreign
-share, ``other_cpu_foreign``, where it is known: the run's own other workers are busy by design,
-each timing while the others wait their turn), the hypervisor stole at least ``STEAL`` of it, or a
-foreign process ran on its GPU (with utilisation above ``GPU_UTIL`` percent, where NVML sampled
-it). A run is busy when at least ``BUSY_SHARE`` of its timings were. Its timings (every ratio and
-interval) are then not to be trusted; its bitwise verdicts are, since the bits do not depend on
-the host's load.
-
-A record that does not say whose the other process on its GPU was (those of the published runs
-of the earlier design: docs/measured.md) counts it as busy unless NVML sampled it idle, and the
-sentence names those timings apart. A run recorded before ``host_load`` existed says nothing
-about its host (``host_load`` returns None); a paired run whose lines do not carry it says that
-the host's load during its costs is not known (``HostLoad.unrecorded``), rather than nothing.
+"""Was the host busy while the run timed (the ``host_load`` of paired lines and earlier records)?
+A timing was busy when other work took ``OTHER_CPU`` of the host's CPU (the foreign share where
+known: the run's own workers are busy by design), the hypervisor stole ``STEAL``, or a foreign
+process used its GPU above ``GPU_UTIL``. A run is busy when ``BUSY_SHARE`` of its timings were:
+its timings are then not to be trusted, its bitwise verdicts still are. A record that does not
+say whose the other process on its GPU was (the earlier design's published runs) counts it as
+busy unless NVML sampled it idle.
 """
 
 from __future__ import annotations
@@ -32,10 +22,9 @@ from detbench.store.schema import Status
 OTHER_CPU = 0.25
 #: ... or the hypervisor stole this share.
 STEAL = 0.05
-#: ... judged on a record's own window only where it held this many CPU-seconds (its ``seconds``
-#: x ``cpus``): /proc/stat counts in ticks of 10 ms, so a 0.15 s window on 2 CPUs holds 30 and
-#: two stolen ticks read 7%. Shorter windows count in the run's pooled steal (``HostLoad.steal``:
-#: stolen CPU-seconds over all the timings' CPU-seconds).
+#: ... judged on a record's own window only where it held this many CPU-seconds: /proc/stat
+#: counts 10 ms ticks, so two stolen ticks of a 0.15 s window on 2 CPUs read 7%. Shorter windows
+#: count in the run's pooled steal.
 STEAL_MIN_CPU_SECONDS = 2.0
 #: ... or another process used the GPU above this SM utilisation (percent).
 GPU_UTIL = 5
@@ -62,8 +51,7 @@ class HostLoad:
 
     @property
     def gpu_others(self) -> int:
-        """Timings with another process on their GPU: a foreign one, or one whose owner the
-        record does not say."""
+        """Timings with another process on their GPU: foreign, or of an unknown owner."""
         return self.gpu_foreign + self.gpu_unknown
 
     @property
@@ -72,11 +60,7 @@ class HostLoad:
         return (self.timed > 0 and self.busy >= BUSY_SHARE * self.timed) or stolen
 
     def sentence(self) -> str:
-        """The host's state in sentences, for the first screen and the console, e.g. "The host
-        was busy while this run timed: 5 of 10 timings ran beside other work; other processes
-        used 35% of its CPU (the median over the 10 timings; load 1.4 on 2 CPUs). Do not trust
-        its timings (every ratio and interval); its bitwise verdicts still hold, since the load
-        does not change the bits." """
+        """The host's state in sentences, for the first screen and the console."""
         parts = []
         if self.timed:
             usage = self._usage()
@@ -107,8 +91,7 @@ class HostLoad:
         )
 
     def unknown(self) -> str:
-        """What the run cannot say of its paired timings whose lines lack the host's load; ""
-        where every one has it."""
+        """The sentence on paired timings whose lines lack the host's load; "" for none."""
         if not self.unrecorded:
             return ""
         n = self.unrecorded
@@ -121,7 +104,6 @@ class HostLoad:
         )
 
     def _usage(self) -> str:
-        """How much of the CPU other processes used, with the load and steal, as a clause."""
         if self.other_cpu is None:
             return ""
         facts = ["the median over " + ("the " if self.busy else "") + _timings(self.timed)]
@@ -141,16 +123,13 @@ def _pct(x: float) -> str:
 
 
 def _gpu_busy(h: Mapping[str, Any]) -> bool:
-    """Whether a foreign process, or one whose owner ``h`` does not say, used the GPU while it
-    was timed (see the docstring)."""
     whose = _whose(h)
     util = h.get("gpu_other_util" if whose == "unknown" else "gpu_foreign_util")
     return whose is not None and (util is None or util > GPU_UTIL)
 
 
 def _stolen(h: Mapping[str, Any]) -> bool:
-    """Whether the hypervisor stole ``STEAL`` or more of a timing's window, judged only where the
-    window was long enough to say (``STEAL_MIN_CPU_SECONDS``; unknown length: as it reads)."""
+    """``STEAL`` or more stolen, where the window was long enough to say (or of unknown length)."""
     steal = h.get("steal")
     if steal is None or steal < STEAL:
         return False
@@ -159,14 +138,12 @@ def _stolen(h: Mapping[str, Any]) -> bool:
 
 
 def _busy(h: Mapping[str, Any]) -> bool:
-    """A timing's ``host_load`` (see the docstring): busy by what is not the run's."""
     other = _other(h)
     return bool((other is not None and other >= OTHER_CPU) or _stolen(h) or _gpu_busy(h))
 
 
 def _whose(h: Mapping[str, Any]) -> str | None:
-    """Whose the other processes on a timing's GPU were: "foreign" (one at least), "unknown"
-    (the record does not say), or None where there were none or only the run's own."""
+    """ "foreign", "unknown" (not recorded) or None (none but the run's own) on a timing's GPU."""
     if not h.get("gpu_other_processes"):
         return None
     if h.get("gpu_own_processes") is None or h.get("gpu_foreign_processes") is None:
@@ -175,8 +152,7 @@ def _whose(h: Mapping[str, Any]) -> str | None:
 
 
 def pooled_steal(loads: Iterable[Mapping[str, Any]]) -> float | None:
-    """The share of the timings' CPU time the hypervisor stole: each timing weighted by its
-    CPU-seconds (``seconds`` x ``cpus``), or equally where a timing does not say its length."""
+    """The share of the timings' CPU time stolen, weighted by CPU-seconds where all say them."""
     pairs = []
     for h in loads:
         if h.get("steal") is None:
@@ -201,8 +177,7 @@ def _other(h: Mapping[str, Any]) -> float | None:
 def paired_loads(
     lines: Iterable[Mapping[str, Any]] | None,
 ) -> tuple[list[Mapping[str, Any]], int]:
-    """(the ``host_load`` of each ok line of ``paired.jsonl`` that has one, the ok lines that
-    have none)."""
+    """(the ``host_load`` of each ok paired line that has one, the ok lines without)."""
     loads: list[Mapping[str, Any]] = []
     missing = 0
     for line in lines or ():
@@ -219,9 +194,7 @@ def paired_loads(
 def host_load(
     df: pd.DataFrame, lines: Iterable[Mapping[str, Any]] | None = None
 ) -> HostLoad | None:
-    """The run's ``HostLoad``, from its records and ``lines``, the lines of its ``paired.jsonl``
-    (``store.paired.iter_paired``) where the caller has them; None where neither says anything
-    about the host (nor that a paired timing did not record it)."""
+    """The run's ``HostLoad`` from its records and paired ``lines``; None where they say none."""
     if df.empty:
         return None
     ok = df[df["status"] == Status.OK]

@@ -1,13 +1,8 @@
-"""Which switch made a mode nondeterministic: a verdict per (workload, mode) that gave different
-bits in different processes.
+"""Which switch made a mode nondeterministic (different bits in different processes).
 
-A mode's nondeterminism is put down to a switch when the run has a neighbour of that mode, a
-mode that differs from it in that switch alone (``switches.pairs``), and the workload was
-reproducible in the neighbour. So ``bench+cudnn-det+det-algos`` nondeterministic beside a
-reproducible ``cudnn-det+det-algos`` names ``cudnn.benchmark``: the autotuner timed candidate
-algorithms in each process and the processes did not all pick the same one. A mode with no such
-neighbour has no named cause; only where no switch the run varied separates reproducible from
-not does the report say that the nondeterminism lies beyond what PyTorch sets.
+A mode's nondeterminism is put down to a switch when the run has a mode that differs from it in
+that switch alone (``switches.pairs``) and the workload was reproducible there: ``bench+cudnn-det
++det-algos`` nondeterministic beside a reproducible ``cudnn-det+det-algos`` names cudnn.benchmark.
 """
 
 from __future__ import annotations
@@ -54,14 +49,9 @@ class Cause:
 
 
 def causes(df: pd.DataFrame, v: pd.DataFrame | None = None) -> list[Cause]:
-    """Every (workload, nondeterministic mode, switch) the run's modes can name.
-
-    For each workload and switch, each pair of modes that differ in the switch alone either
-    breaks (nondeterministic with the switch on, reproducible without), fixes (the other way
-    round) or tells nothing. A switch is named only where its pairs all point one way: a switch
-    that breaks in one pair and fixes in another (``cudnn.deterministic`` beside
-    ``cudnn.benchmark``, whose autotuner may or may not agree with itself between processes) is
-    chance, not a cause."""
+    """Every (workload, nondeterministic mode, switch) the run's modes can name. A switch is
+    named only where all its pairs point one way (breaks with it on, or fixes): one that breaks
+    in one pair and fixes in another (beside cudnn.benchmark's autotuner, say) is chance."""
     v = verdicts(df) if v is None else v
     if v.empty:
         return []
@@ -73,8 +63,7 @@ def causes(df: pd.DataFrame, v: pd.DataFrame | None = None) -> list[Cause]:
         for suite, w in keys:
             breaks, fixes = [], []
             for without, with_ in ps:
-                # Two draws of the autotuner, whose choice may differ from process to process:
-                # such a pair names no other switch (on a CPU the cuDNN flags act on nothing).
+                # Two draws of the autotuner, whose choice may differ: it names no other switch.
                 if lottery and sw != "benchmark" and autotuned(without) and autotuned(with_):
                     continue
                 a, b = verdict.get((suite, w, without)), verdict.get((suite, w, with_))
@@ -94,15 +83,13 @@ def autotuned(label: str) -> bool:
 
 
 def lottery(df: pd.DataFrame, v: pd.DataFrame | None = None) -> set[tuple[str, str]]:
-    """The (suite, workload) pairs in which cudnn.benchmark made a mode nondeterministic: there a
-    mode with the autotuner that agreed with itself only drew the same algorithm each time."""
+    """The (suite, workload) pairs in which cudnn.benchmark made a mode nondeterministic."""
     return {(c.suite, c.workload) for c in causes(df, v) if c.switch == "benchmark" and c.on}
 
 
 def by_luck(drawn: set[tuple[str, str]], suite: str, mode: str, workloads: Iterable[str]) -> bool:
-    """Whether ``mode`` runs the autotuner and cudnn.benchmark broke one of ``workloads`` of
-    ``suite`` elsewhere (``drawn``: ``lottery``): its own agreement was then luck, and it is never
-    the answer (``recommend`` and ``suite_answer`` both ask here)."""
+    """Whether ``mode`` runs the autotuner where cudnn.benchmark broke one of ``workloads``
+    elsewhere (``drawn``: ``lottery``): its own agreement was then luck, never the answer."""
     return autotuned(mode) and any((suite, w) in drawn for w in workloads)
 
 
@@ -125,8 +112,7 @@ def by_switch(found: Iterable[Cause]) -> dict[tuple[str, bool], dict[str, list[s
 
 
 def sentences(found: Sequence[Cause]) -> list[str]:
-    """One sentence per switch that broke reproducibility (named while on), for the report and
-    the console: which workloads, in which modes, and what to do."""
+    """One sentence per switch that broke reproducibility while on: where, and what to do."""
     out = []
     for (sw, on), where in by_switch(found).items():
         if not on:
@@ -144,5 +130,5 @@ def sentences(found: Sequence[Cause]) -> list[str]:
 
 
 def text(df: pd.DataFrame, v: pd.DataFrame | None = None) -> str:
-    """The console's lines: ``sentences`` of the run, one per line."""
+    """The console's lines: ``sentences`` of the run."""
     return "\n".join(sentences(causes(df, v)))

@@ -1,11 +1,6 @@
-"""The clock state a rate was measured at, in a few words beside each rate.
-
-From each record's ``timing``: the clock mode (``clock_mode``: "paired"; a record of detbench's
-earlier design names its own, or none where it timed in bursts) and the SM clock during the
-counted samples (``gpu_clocks``: the median of NVML's samples, else its reading at the end). A
-CPU's rates carry no clock state. Per (suite, workload, mode), the replicates' states are
-joined: one state with its clock range where they agree, each state with its count where they
-do not.
+"""The clock state a rate was measured at, in a few words beside each rate: the record's clock
+mode and the SM clock during its counted samples; per (suite, workload, mode), one state with
+its clock range where the replicates agree, each state with its count where they do not.
 """
 
 from __future__ import annotations
@@ -23,9 +18,8 @@ CPU = "n/a (CPU)"
 
 
 def record_state(timing: Mapping[str, Any] | None, device: str | None) -> str:
-    """One record's clock state, without the clock: "side by side, no hold" (the paired design:
-    the modes take turns beside each other, so their clocks are shared), else the clock mode an
-    earlier record names ("burst" where it names none: sampled right after its warm-up)."""
+    """One record's clock state, without the clock: "side by side, no hold" (paired: the modes
+    share their clocks), else the clock mode an earlier record names ("burst" for none)."""
     if not timing:
         return "not timed"
     if not str(device or "").startswith("cuda") and timing.get("clock") != "cuda-event":
@@ -35,7 +29,7 @@ def record_state(timing: Mapping[str, Any] | None, device: str | None) -> str:
 
 
 def sm_clock(timing: Mapping[str, Any] | None) -> float | None:
-    """The SM clock (MHz) during the counted samples, where NVML said."""
+    """The SM clock (MHz) during the counted samples (NVML's median, else its end reading)."""
     clocks = (timing or {}).get("gpu_clocks") or {}
     sm = clocks.get("sm_clock_mhz") or {}
     value = sm.get("median") if sm.get("median") is not None else sm.get("end")

@@ -1,13 +1,6 @@
-"""Like with like across runs: which runs ran the same workload, over how many steps their bits
-can be compared, and what is known of their suites' source.
-
-Before any cross-run verdict (``analysis.across``), the runs of one (workload, mode) are sorted
-into classes with the same workload (``store.identity``: device type, since a CPU's and a GPU's
-random streams differ; parameters; size profile; seed; the suite's source where both runs
-recorded it). Runs of another class are "not comparable: <what differs>", never "different".
-Within a class the number of fingerprint steps may differ (the training suite hashed 20 steps
-at first and 10 later): the runs are compared over the steps all of them ran, the first steps
-of every pass, and the verdict says so ("same bits over the 10 steps both ran").
+"""Like with like across runs: which runs ran the same workload (``store.identity``), over how
+many steps their bits can be compared (the steps all of them hashed), and what is known of
+their suites' source.
 """
 
 from __future__ import annotations
@@ -20,8 +13,7 @@ from detbench.worker.fingerprint import combine
 
 
 def classes(identities: Sequence[Mapping[str, str]]) -> list[list[int]]:
-    """The indexes of ``identities`` in classes of the same workload, in order of their first
-    member; a value one run did not record matches any (``identity.differences``)."""
+    """The indexes of ``identities`` in classes of the same workload (unrecorded: any)."""
     out: list[list[int]] = []
     for i, ident in enumerate(identities):
         home = next((c for c in out if not differences(identities[c[0]], ident)), None)
@@ -35,22 +27,19 @@ def classes(identities: Sequence[Mapping[str, str]]) -> list[list[int]]:
 def not_comparable(
     ref: Mapping[str, str], other: Mapping[str, str], ref_name: str, other_name: str
 ) -> str:
-    """What differs between two runs' workloads, in words ("size profile quick (A) vs full
-    (B)"); "" where nothing does."""
+    """What differs between two runs' workloads, in words; "" where nothing does."""
     return "; ".join(
         describe(k, ref[k], other[k], ref_name, other_name) for k in differences(ref, other)
     )
 
 
 def prefix(steps: Sequence[str], n: int) -> str:
-    """The fingerprint of a pass's first ``n`` steps: the fingerprint a pass of ``n`` steps
-    would have had (``worker.fingerprint.combine``)."""
+    """The fingerprint a pass of its first ``n`` steps would have had."""
     return combine(list(steps[:n]))
 
 
 def step_differences(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The workloads compared over a prefix of their steps, by suite and step counts: one entry
-    per (suite, steps in each run) with its workloads and the steps compared."""
+    """One entry per (suite, steps in each run) compared over a prefix of their steps."""
     out: dict[tuple[str, tuple[tuple[str, int], ...]], dict[str, Any]] = {}
     for r in rows:
         if r.get("compared_steps") is None:
@@ -71,8 +60,7 @@ def step_differences(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def source_lines(runs: Sequence[Any], lab: Mapping[str, str]) -> list[str]:
-    """What is known of the suites' source in each run (``runs``: objects with ``name`` and
-    ``env``): where a run did not record its suites' digests, its commit is all there is."""
+    """What is known of the suites' source in each of ``runs`` (with ``name`` and ``env``)."""
     unrecorded = [r for r in runs if not suite_sources(r.env)]
     if not unrecorded:
         digests: dict[str, set[str]] = {}

@@ -1,11 +1,6 @@
-"""Costs with confidence intervals: each mode's throughput relative to the baseline, per
-workload, with a 95% interval, and whether the timing behind it was noisy.
-
-Where a workload's mode and baseline were timed side by side (``timing_design`` "paired": their
-rows carry the rounds of ``paired.jsonl``), the cost comes from the pairs (``paired_costs``: a
-t-interval on the per-process means of the log per-round ratios). Records timed each in their
-own worker (``earlier_design``) give ``stats.ratio`` of their own samples. ``design`` says which,
-for every row.
+"""Costs: each mode's throughput relative to the baseline, per workload, with a 95% interval and
+whether its timing was noisy. From the pairs where the two were timed side by side
+(``paired_costs``), else ``stats.ratio`` of the records' own samples (``earlier_design``).
 """
 
 from __future__ import annotations
@@ -25,10 +20,8 @@ NOISY_IQR = 0.10
 
 
 def replicate_samples(g: pd.DataFrame) -> list[np.ndarray]:
-    """Seconds-per-step samples of each successful replicate (one array per record) that counts
-    (not one whose workload changed a setting, see ``counted``). For a paired record: its
-    copy-0 worker's samples, one per round (``store.paired.joined``), which ``stats.ratio``
-    reads as independent samples; ``ratio`` pairs them instead."""
+    """Seconds-per-step samples of each successful replicate that counts (one array per record;
+    a paired record's are its copy-0 worker's, one per round)."""
     g = counted(g)
     ok = g[g["status"] == Status.OK]
     return [np.asarray(s, dtype=float) for s in ok["timing_samples"] if s]
@@ -40,13 +33,8 @@ def costs(
     n_boot: int = stats.N_BOOT,
     seed: int = stats.SEED,
 ) -> pd.DataFrame:
-    """Each mode's throughput relative to ``baseline`` (``baseline_mode`` of the run when None),
-    per workload, with a 95% interval: ``ratio`` of the mode's records against the baseline's,
-    in the columns ``COLUMNS``. ``significant``: the interval excludes 1; ``noisy``: the mode or
-    the baseline has a replicate whose IQR exceeds ``NOISY_IQR`` of its median; ``half_width``:
-    max(point - low, high - point) / point; ``rounds``, ``design``, ``limited_by`` and
-    ``rests_on``: ``paired_costs.row`` for a paired cost, ``earlier_design.row`` (no rounds, the
-    last two None) for records timed in their own worker."""
+    """Each mode's throughput relative to ``baseline`` per workload (``ratio``); ``noisy``: the
+    mode or the baseline has a replicate whose IQR exceeds ``NOISY_IQR`` of its median."""
     baseline = baseline_mode(df["mode"]) if baseline is None else baseline
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in df.groupby(["suite", "workload"], sort=False):
@@ -89,9 +77,7 @@ COLUMNS = (
 
 
 def on_one_replicate(c: pd.DataFrame) -> pd.Series:
-    """The rows of ``costs`` ``c`` whose paired interval rests on one replicate (one process):
-    its rounds, with the process level assumed at ``paired_costs.PROCESS_FLOOR`` rounds' spreads
-    (``paired_costs.rests_on``), not measured."""
+    """The rows of ``costs`` ``c`` whose paired interval rests on one process."""
     if c.empty or "design" not in c.columns:
         return pd.Series(False, index=c.index, dtype=bool)
     reps = pd.to_numeric(c["replicates"], errors="coerce")
@@ -99,8 +85,7 @@ def on_one_replicate(c: pd.DataFrame) -> pd.Series:
 
 
 def paired(a: pd.DataFrame, b: pd.DataFrame) -> bool:
-    """Both groups of records were timed in the paired design and share a round: their ratio
-    comes from the pairs."""
+    """Both groups of records were timed in the paired design and share a round."""
     if "timing" not in a.columns or "timing" not in b.columns:
         return False
     ta, tb = counted(a)["timing"], counted(b)["timing"]
@@ -116,10 +101,8 @@ def ratio(
     seed: int = stats.SEED,
     n_boot: int = stats.N_BOOT,
 ) -> stats.Ratio:
-    """The throughput of records ``a`` over records ``b`` (one workload, two modes): from the
-    pairs where both were timed side by side (``paired_costs.ratio``), else ``stats.ratio`` of
-    their own samples (``earlier_design``). The one call for every interval of one workload
-    (costs, recommendations, the plane), so every table states the same numbers."""
+    """The throughput of records ``a`` over records ``b`` (one workload, two modes): the one
+    call for every interval of one workload, so every table states the same numbers."""
     if paired(a, b):
         p = pair(side_from_records(b), side_from_records(a))
         return paired_costs.ratio(p, name, seed, n_boot)

@@ -1,9 +1,6 @@
 """detbench's earlier timing design, read here and nowhere else: each record timed in its own
-worker, so a mode and the baseline it is compared with were timed in different processes,
-minutes apart (env.json ``timing`` "separate" or "both", or no ``timing`` in the earliest runs).
-The runner times no new run so, but the published runs made so are still read: their costs
-(``row``: ``stats.ratio`` of the two modes' own samples; ``replicate_ratios``), their plan
-(``planned_by_group``) and the report's words on them (``words``, ``timing_words``).
+worker, minutes apart from the baseline (env.json ``timing`` "separate", "both" or none). No new
+run is timed so, but the published runs are still read: their costs, plan and report's words.
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ DESIGN = "separate"
 def row(
     suite: Any, workload: Any, mode: Any, r: stats.Ratio, noisy: bool, replicates: int
 ) -> dict[str, Any]:
-    """One row of ``cost_intervals.costs`` for a cost of records timed in their own workers:
-    no rounds, and nothing said of what limits its interval."""
+    """One row of ``cost_intervals.costs`` for records timed in their own workers."""
     return {
         **paired_costs.ratio_fields(suite, workload, mode, r, noisy),
         "replicates": replicates,
@@ -37,9 +33,7 @@ def row(
 
 
 def replicate_ratios(m: pd.DataFrame, b: pd.DataFrame) -> tuple[dict[int, float], float]:
-    """The ok records ``m`` of a mode and ``b`` of the baseline (one workload, with ``ips``):
-    (replicate -> the mode's items/s over the baseline's in that replicate, the pooled ratio:
-    the ratio of the medians over replicates, which can fall outside the replicates' range)."""
+    """(replicate -> mode's items/s over baseline's, ratio of medians) of ok records with ips."""
     mi = m.groupby("replicate")["ips"].median()
     bi = b.groupby("replicate")["ips"].median()
     within = (mi / bi.reindex(mi.index)).dropna()
@@ -48,14 +42,12 @@ def replicate_ratios(m: pd.DataFrame, b: pd.DataFrame) -> tuple[dict[int, float]
 
 
 def planned_by_group(options: Mapping[str, Any]) -> bool:
-    """Whether the plan of the run with env.json ``options`` was laid out in paired groups: a
-    paired run's, and a run that timed each record in its own worker and paired too ("both")."""
+    """Whether the run with env.json ``options`` planned in paired groups ("paired", "both")."""
     return options.get("timing") in ("paired", "both")
 
 
 def words(costs: pd.DataFrame | None) -> str | None:
-    """The Method's sentence on the costs of ``costs`` (``cost_intervals.costs``) that this
-    design timed; None where none was."""
+    """The Method's sentence on the costs this design timed; None where none was."""
     if costs is None or costs.empty or "design" not in costs.columns:
         return None
     k, n = int((costs["design"] == DESIGN).sum()), len(costs)
@@ -73,9 +65,7 @@ def words(costs: pd.DataFrame | None) -> str | None:
 
 
 def timing_words(df: pd.DataFrame) -> str | None:
-    """The Timing section's one paragraph for the records that this design timed with its
-    stopping rule (a ``timing`` with ``reached_target``: schema 2 on): how many reached their
-    target before their budget ran out. None where no record was so timed."""
+    """The Timing section's paragraph on the records timed with this design's stopping rule."""
     if "timing" not in df.columns:
         return None
     ok = df[df["status"] == Status.OK]

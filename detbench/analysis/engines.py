@@ -1,12 +1,7 @@
 """Which cuDNN engine each process settled on, from the records of ``run --cudnn-log``
-(``worker/cudnnlog.py`` reads cuDNN's API log into ``record["cudnn_engines"]``).
-
-With ``cudnn.benchmark`` on, each process times cuDNN's candidates and keeps the fastest, so two
-processes may run a convolution with different engines. This shows it: for each (workload, mode),
-the engine each replicate chose for each convolution, and those whose choice differed. A different
-engine can change the bits but need not, so the report shows it beside the bitwise verdict, never
-as one. A run with the log on is timed with it on, which slows a step several-fold, so
-``timings_logged`` marks the records whose timings are not costs.
+(``record["cudnn_engines"]``), and the convolutions whose choice differed between replicates.
+A different engine can change the bits but need not, so it is shown beside the verdict, never
+as one. The log slows a step several-fold, so ``timings_logged`` marks timings that are no cost.
 """
 
 from __future__ import annotations
@@ -20,8 +15,7 @@ Choices = dict[tuple[str, str], dict[int, dict[str, str]]]
 
 
 def engine_choices(df: pd.DataFrame) -> Choices:
-    """The engines each replicate of each (workload, mode) settled on, for every record whose
-    ``cudnn_engines`` lists them; pairs with none (a CPU, a run without the log) are left out."""
+    """The engines each replicate of each (workload, mode) settled on, where the log lists any."""
     out: Choices = {}
     if "cudnn_engines" not in df.columns:
         return out
@@ -36,8 +30,7 @@ def engine_choices(df: pd.DataFrame) -> Choices:
 
 
 def differs(by_replicate: Mapping[int, Mapping[str, str]]) -> dict[str, dict[str, list[int]]]:
-    """The convolutions ("OP shapes") whose engine was not the same in every replicate that ran
-    them: for each, engine -> the replicates that chose it."""
+    """Convolution -> engine -> replicates, for those whose engine differed between replicates."""
     chosen: dict[str, dict[str, list[int]]] = {}
     for rep in sorted(by_replicate):
         for conv, engine in by_replicate[rep].items():
@@ -59,8 +52,7 @@ def describe(conv: str, engines: Mapping[str, Sequence[int]]) -> str:
 
 
 def timings_logged(df: pd.DataFrame) -> pd.Series:
-    """Whether each record was timed with cuDNN's API log on (``--cudnn-log`` on a GPU): such a
-    timing is not a cost. On a CPU cuDNN never loads, and the log slows nothing."""
+    """Whether each record was timed with cuDNN's API log on a GPU (on a CPU it slows nothing)."""
     if "cudnn_log" not in df.columns:
         return pd.Series(False, index=df.index)
     return (df["cudnn_log"] == True) & (df["device"] == "cuda")  # noqa: E712  (None: not on)

@@ -1,23 +1,10 @@
-"""The verdicts of a ``detbench exec`` run, read from its ``exec.json``: per mode, whether its
-replicates left the same bits and on what evidence, its cost against the baseline with a 95%
-interval, and what differing runs truly point to.
-
-**A verdict** compares the evidence each run's record carries (``worker.evidence``): the
-tensors and labelled results where the runs left any, else everything comparable. A mode's
-replicates agree when every such item does; the rest (text that does not decide) is compared
-too, and where it alone differs the verdict says so beside "reproducible" and names where.
-
-**A cost** is the geometric mean over rounds of ``mode / baseline`` (throughput: the baseline's
-time over the mode's, the command's own time, its start-up apart; steps a second: the mode's rate
-over the baseline's), paired by round, with a 95% t-interval (rounds - 1 degrees of freedom).
-
-**Diagnoses** (``diagnoses``) are said only where every mode's replicates differ, and only where
-true of what the script did (``locate.watched`` saw it): "unseeded" only where no seeding call
-of any kind was seen in any of its interpreters; a DataLoader's order only where it shuffles
-without a generator of its own *and* torch's global generator, which it draws from otherwise,
-was never seeded; its workers only where they have no ``worker_init_fn`` and their base seed
-comes from an unseeded generator (since torch 1.9 each worker seeds ``random``, numpy and torch
-from it). Each line once.
+"""The verdicts of a ``detbench exec`` run, from its ``exec.json``: per mode, whether its replicates
+left the same bits and on what evidence, its cost against the baseline, paired by round, and what
+differing runs truly point to. **Diagnoses** are said only where every mode's replicates differ, and
+only where true of what the script was seen to do (``locate.watched``): a DataLoader's order only
+where it shuffles without a generator of its own *and* torch's global generator was never seeded;
+its workers only where they have no ``worker_init_fn`` and their base seed comes from an unseeded
+generator (each worker seeds ``random``, numpy and torch from it).
 """
 
 from __future__ import annotations
@@ -46,8 +33,7 @@ def modes_of(doc: dict[str, Any]) -> list[str]:
 
 
 def ratio_interval(pairs: list[tuple[float, float]]) -> Interval | None:
-    """Geometric mean of ``mode / base`` over rounds with a 95% t-interval (rounds - 1 degrees
-    of freedom), or None below 2 rounds."""
+    """Geometric mean of ``mode / base`` over rounds with a 95% t-interval; None below 2."""
     logs = [math.log(m / b) for b, m in pairs if b and m and b > 0 and m > 0]
     if len(logs) < 2:
         return None
@@ -65,23 +51,19 @@ def _by_round(runs: list[dict[str, Any]], mode: str, copy: int, key: str) -> dic
 
 
 def mode_costs(doc: dict[str, Any], mode: str, copy: int = 0) -> tuple[Any, Any]:
-    """The (throughput, steps a second) of ``mode``'s ``copy`` against the baseline's copy 0,
-    each ``ratio_interval``'s (point, low, high) or None."""
-    runs = runs_ok(doc)
-    base = modes_of(doc)[0]
+    """The (throughput, steps a second) of ``mode``'s ``copy`` against the baseline's copy 0."""
+    runs, base = runs_ok(doc), modes_of(doc)[0]
     out = []
     for key in ("body", "steps_per_second"):
         b, m = _by_round(runs, base, 0, key), _by_round(runs, mode, copy, key)
-        if key == "steps_per_second":
-            out.append(ratio_interval([(b[r], m[r]) for r in sorted(m) if r in b]))
-        else:  # a time: the baseline's over the mode's is the mode's relative throughput
-            out.append(ratio_interval([(m[r], b[r]) for r in sorted(m) if r in b]))
+        if key == "body":  # a time: the baseline's over the mode's is its relative throughput
+            b, m = m, b
+        out.append(ratio_interval([(b[r], m[r]) for r in sorted(m) if r in b]))
     return out[0], out[1]
 
 
 def false_costs(body: Any, steps: Any) -> list[tuple[str, Interval]]:
-    """The A/A copy's (name, interval) of throughput and steps a second whose interval excludes
-    1 (``stats.within_noise``): costs that are not there."""
+    """The A/A copy's (name, interval) whose interval excludes 1: costs that are not there."""
     named = (("throughput", body), ("steps/s", steps))
     return [(name, r) for name, r in named if r is not None and not within_noise(r[1], r[2])]
 
@@ -104,10 +86,8 @@ class ModeVerdict:
 
 def verdicts(doc: dict[str, Any]) -> list[ModeVerdict]:
     """Each mode's verdict, in the run's order, then the A/A copy's."""
-    runs = runs_ok(doc)
-    modes = modes_of(doc)
-    parts = doc.get("partings") or {}
-    text = doc.get("text_partings") or {}
+    runs, modes = runs_ok(doc), modes_of(doc)
+    parts, text = doc.get("partings") or {}, doc.get("text_partings") or {}
     out = []
     for mode, copy in [(m, 0) for m in modes] + [(modes[0], 1)]:
         mine = [f for f in runs if f["mode"] == mode and f["copy"] == copy]
@@ -140,8 +120,7 @@ def verdicts(doc: dict[str, Any]) -> list[ModeVerdict]:
 
 
 def seen(doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    """What the script's interpreters were seen to do (``execrun.seen_in``: "changes", "seeds",
-    "dataloaders"), over every run, each (what, file, line) once."""
+    """What the script's interpreters were seen to do (``key``), each (what, file, line) once."""
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
     for f in runs_ok(doc):
         view = f.get("script") or f.get("boot") or {}

@@ -10,8 +10,7 @@ import pandas as pd
 from detbench.store.record import user_frame
 from detbench.store.schema import Status
 
-#: The statuses that are a failure of the workload (``unsupported`` is not: it is a fact of the
-#: machine or of torch, recorded as data).
+#: The statuses that are a failure (``unsupported`` is a fact of the machine, recorded as data).
 FAILED = (Status.ERROR, Status.CRASHED, Status.TIMEOUT, Status.OOM)
 #: Characters of a message shown on the console; the report and results.jsonl have it whole.
 WIDTH = 160
@@ -25,10 +24,8 @@ def first_line(message: object) -> str:
 
 
 def failure_lines(df: pd.DataFrame) -> list[str]:
-    """One line per failing workload: its key, its statuses, in how many of its records and in
-    which modes, the first line of its first failure's message (failures with other first
-    lines are counted), and where in the user's code a failure was raised, where its traceback
-    says."""
+    """One line per failing workload: its statuses, how many records, which modes, its first
+    failure's first line, and where in the user's code it was raised."""
     if df.empty or "status" not in df:
         return []
     bad = df[df["status"].isin([str(s) for s in FAILED])]
@@ -53,11 +50,8 @@ def failure_lines(df: pd.DataFrame) -> list[str]:
 def failures_text(df: pd.DataFrame) -> str:
     """The failing workloads as a block for the console, or "" when nothing failed."""
     lines = failure_lines(df)
-    if not lines:
-        return ""
-    return "failed (the first line of each message; the whole in results.jsonl):\n" + "\n".join(
-        lines
-    )
+    head = "failed (the first line of each message; the whole in results.jsonl):\n"
+    return head + "\n".join(lines) if lines else ""
 
 
 def all_failed(df: pd.DataFrame, keys: Iterable[str]) -> bool:

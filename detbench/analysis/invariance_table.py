@@ -1,8 +1,4 @@
-"""The batch-invariance table computed from a run's records (``table``): each workload's verdict
-per mode, the price of invariance where the suite has an invariant reference (a workload whose
-params hold ``REFERENCE_KEY``), the price of a setting beside its base mode, and for a decoder
-its distinct completions and tokens/s. ``detbench.report.invariance`` words and draws it.
-"""
+"""The batch-invariance table of a run's records (``table``), which ``report.invariance`` draws."""
 
 from __future__ import annotations
 
@@ -20,16 +16,13 @@ from detbench.store.schema import Status
 
 #: The params key that names the workload a reference computes invariantly.
 REFERENCE_KEY = "invariant_reference_of"
-#: The params key of a workload that decodes tokens: its first output is a completion (its
-#: distinct row-0 results are distinct completions) and its items are tokens.
+#: The params key of a workload that decodes tokens: its results are completions, items tokens.
 COMPLETION_KEY = "new_tokens"
 N_BOOT = stats.N_BOOT
 
 
 def _sized(df: pd.DataFrame) -> pd.DataFrame:
-    """The records that count of the workloads that declare batch sizes: a workload is in when a
-    record of it carries a verdict, a note or its ``batch_size`` (a record that could not run,
-    an unsupported SDPA backend say, has only that), so one that ran in no mode still shows."""
+    """The records that count of the workloads with a batch verdict, note or size anywhere."""
     if df.empty or "batch_invariant" not in df.columns:
         return df.iloc[:0]
     df = counted(df)
@@ -56,17 +49,14 @@ def _sizes(values: pd.Series) -> tuple[int, ...]:
 
 
 def short(message: Any, n: int = 90) -> str:
-    """A failure message cut to its first sentence of its first line, at most ``n``
-    characters."""
+    """A failure message's first sentence of its first line, at most ``n`` characters."""
     text = str(message).strip().splitlines()[0] if str(message).strip() else ""
     text = text.split(". ")[0].rstrip(".")
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
 def _verdict(g: pd.DataFrame) -> tuple[bool | None, str | None]:
-    """(invariant, note) over a group's replicates: False if any ok replicate said False, True
-    only if every ok replicate said True, else None with a note saying why (for a group that
-    did not run: its status and first message, shortened)."""
+    """(invariant, note): False if any ok replicate said so, True if all said True, else None."""
     ok = g[g["status"] == Status.OK]
     said = [x for x in ok["batch_invariant"] if isinstance(x, (bool, np.bool_))]
     if any(not x for x in said):
@@ -92,10 +82,7 @@ def _items_per_step(g: pd.DataFrame) -> float:
 def _price(
     ref: pd.DataFrame, base: pd.DataFrame, name: str, seed: int, n_boot: int
 ) -> tuple[float, float, float]:
-    """The reference's items/s over the base's: ``stats.ratio`` of their throughputs (``name``
-    names the comparison for its generator) times their items per step; from the median items/s
-    without an interval where the records hold no timing samples. NaN where either has no
-    throughput."""
+    """The reference's items/s over the base's, with a 95% interval where both have samples."""
     ref, base = ref[ref["status"] == Status.OK], base[base["status"] == Status.OK]
     a, b = replicate_samples(ref), replicate_samples(base)
     if a and b:
@@ -116,10 +103,8 @@ def _none(x: float) -> float | None:
 
 
 def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
-    """The mode a mode with settings is a variant of, among the run's modes ``present``: the one
-    with the same base mode and the most of its settings at the same levels, but not all
-    (``default[execution=compile]`` for ``default[execution=compile,inductor_batch_invariant=on]``,
-    else ``default``); without ``present``, the plain base mode. None for a plain mode."""
+    """The mode of ``present`` that a mode with settings is a variant of: same base, the most of
+    its settings but not all (else the plain base mode). None for a plain mode."""
     m = mode_of(mode)
     if m is None:
         base, bracket, _ = str(mode).partition("[")
@@ -140,8 +125,7 @@ def base_mode_of(mode: str, present: Collection[str] = ()) -> str | None:
 def _row(
     suite: Any, workload: Any, mode: Any, g: pd.DataFrame, invariant: bool | None, note: str | None
 ) -> dict[str, Any]:
-    """The measured columns of ``table``'s row for the records ``g`` of one (suite, workload,
-    mode), with the prices still None."""
+    """``table``'s row for the records ``g`` of one (suite, workload, mode), prices None."""
     ok = g[g["status"] == Status.OK]
     first = pd.to_numeric(ok["batch_first_variant_size"], errors="coerce").dropna()
     diff = pd.to_numeric(ok["batch_max_abs_diff"], errors="coerce").dropna()
@@ -183,18 +167,10 @@ def _row(
 
 
 def table(df: pd.DataFrame, n_boot: int = N_BOOT, seed: int = stats.SEED) -> pd.DataFrame:
-    """One row per (suite, workload, mode) of the workloads that declare batch sizes:
-    ``invariant`` (True, False, or None with ``note``), ``ran`` (some replicate ok),
-    ``first_variant_size`` (smallest over replicates), ``max_abs_diff`` (largest),
-    ``batch_sizes``, ``distinct_results`` (the most distinct row-0 results of the first output
-    over the sizes, in any replicate), ``completion`` (the workload decodes ``COMPLETION_KEY``
-    tokens: its results are completions, its items tokens), ``items_per_second`` (median),
-    ``replicates`` (ok ones); for an invariant reference ``reference_of`` (its base), ``price``
-    with ``price_low``/``price_high`` (its throughput relative to the base in the same mode, 95%
-    interval), ``reference_invariant`` and ``base_invariant``; for a mode with settings whose
-    base mode the run has, ``base_mode``, ``base_mode_invariant`` and ``setting_price`` with
-    ``setting_price_low``/``_high`` (its throughput relative to the base mode, same workload).
-    Records whose workload changed a setting (``settings_changed``) are left out."""
+    """One row per (suite, workload, mode) of the workloads that declare batch sizes: its
+    invariance verdict and measurements; for an invariant reference (params ``REFERENCE_KEY``)
+    its ``price`` against its base workload in the same mode; for a mode with settings its
+    ``setting_price`` against its base mode (``base_mode_of``). Prices have 95% intervals."""
     s = _sized(df)
     if s.empty:
         return pd.DataFrame()

@@ -17,8 +17,7 @@ _ORDER = {m.name: i for i, m in enumerate(MODES)}
 
 
 def mode_of(label: str) -> Mode | None:
-    """The mode a record's label names (one of the 10, or one with settings); None for a label
-    this detbench cannot parse."""
+    """The mode a record's label names; None for a label this detbench cannot parse."""
     try:
         return get_mode(str(label))
     except DetbenchError:
@@ -26,17 +25,15 @@ def mode_of(label: str) -> Mode | None:
 
 
 def mode_key(label: str) -> tuple[int, str]:
-    """Sort key of a mode label: its base mode's place among the 10 modes, then the label (so a
-    plain mode comes before its variants with settings); unknown labels last."""
+    """Sort key of a mode label: its base mode's place among the 10, then the label."""
     return _ORDER.get(str(label).partition("[")[0], len(_ORDER)), str(label)
 
 
 def in_report_order(
     rows: pd.DataFrame, workloads: Iterable[Any], variants_after: bool = False
 ) -> pd.DataFrame:
-    """``rows`` (with suite, workload and mode columns) by suite, then workload in the order of
-    ``workloads`` (the run's records), then mode in ``mode_key`` order; ``variants_after``: a
-    mode's variants by their number of settings before their label."""
+    """``rows`` by suite, workload in the order of ``workloads``, then ``mode_key``;
+    ``variants_after``: a mode's variants by their number of settings, then label."""
     keys = rows["mode"].map(mode_key)
     order = {w: i for i, w in enumerate(dict.fromkeys(workloads))}
     label = (lambda k: (k[1].count("="), k[1])) if variants_after else (lambda k: k[1])
@@ -50,8 +47,7 @@ def in_report_order(
 
 
 def run_device(df: pd.DataFrame) -> str | None:
-    """The device the records say they ran on ("cpu", "cuda"); None where they do not say, or
-    disagree."""
+    """The device the records say they ran on; None where they do not say, or disagree."""
     if "device" not in df.columns:
         return None
     devices = set(df["device"].dropna().astype(str))
@@ -59,8 +55,7 @@ def run_device(df: pd.DataFrame) -> str | None:
 
 
 def simplicity_key(label: str) -> tuple[int, tuple[int, str]]:
-    """Fewest changes from torch's default first, then the order of the 10 modes, then the
-    label (an unparsable label last)."""
+    """Fewest changes from torch's default first, then ``mode_key``."""
     mode = mode_of(label)
     changes = None if mode is None else mode.changes()
     return (len(changes) if changes is not None else 1 << 20), mode_key(label)
@@ -72,18 +67,15 @@ def ordered_modes(labels: Iterable[Any]) -> list[str]:
 
 
 def baseline_mode(labels: Iterable[Any]) -> str | None:
-    """The mode every relative throughput is measured against: ``default`` where the run has
-    it; else the mode based on ``default`` with the fewest overrides (a run of ``--set ...``
-    has ``default[autocast=bf16]``, not ``default``); else the first mode in ``mode_key``
-    order. None for no modes."""
+    """The mode every relative throughput is measured against: ``default``, else the mode
+    based on it with the fewest overrides (``--set``), else the first by ``mode_key``."""
     modes = ordered_modes(labels)
     if DEFAULT_MODE.name in modes:
         return DEFAULT_MODE.name
-    based = [(m, mode_of(m)) for m in modes]
     on_default = [
         (len(x.settings), mode_key(m), m)
-        for m, x in based
-        if x is not None and x.base_name == DEFAULT_MODE.name
+        for m in modes
+        if (x := mode_of(m)) is not None and x.base_name == DEFAULT_MODE.name
     ]
     if on_default:
         return min(on_default)[2]
@@ -91,16 +83,14 @@ def baseline_mode(labels: Iterable[Any]) -> str | None:
 
 
 def changed_settings(value: Any) -> list[str]:
-    """A record's ``settings_changed`` as a list of names ([] for none, and for a record of
-    schema 2 or older, which has None or nothing)."""
+    """A record's ``settings_changed`` as a list of names ([] for none or not recorded)."""
     if isinstance(value, (list, tuple, np.ndarray)):
         return [str(x) for x in value]
     return []
 
 
 def changed_mask(df: pd.DataFrame) -> pd.Series:
-    """True for the records whose workload changed a setting the mode applied: they do not
-    count toward a verdict, a throughput or a memory figure."""
+    """The records whose workload changed a setting the mode applied: they count nowhere."""
     if "settings_changed" not in df.columns:
         return pd.Series(False, index=df.index)
     return df["settings_changed"].map(lambda x: bool(changed_settings(x))).astype(bool)

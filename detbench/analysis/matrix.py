@@ -1,6 +1,5 @@
-"""Verdicts and relative throughput per (workload, mode), computed from the raw records: the
-summary table of workloads x modes, peak memory, the training loss divergence and the recipes.
-The costs with their intervals are in ``cost_intervals``, the plane in ``tradeoff``."""
+"""Verdicts and relative throughput per (workload, mode) from the raw records: the summary table,
+peak memory, the training loss divergence and the recipes."""
 
 from __future__ import annotations
 
@@ -45,10 +44,8 @@ ONE_REPLICATE = "one replicate only (a run-to-run verdict needs two)"
 
 
 def unjudged(v: pd.DataFrame) -> list[str]:
-    """The workloads of verdicts ``v`` (one suite's) that ran in some mode with one replicate
-    only and in no mode with two or more: nothing is known of their run-to-run behaviour (a run
-    stopped after its first replicate), so no sentence may say that no mode made them
-    reproducible."""
+    """The workloads of ``v`` (one suite's) that ran with one replicate only in every mode:
+    nothing is known run to run, so no sentence may say no mode made them reproducible."""
     ran = v[v["verdict"].isin(RAN)]
     judged = set(ran.loc[ran["verdict"].isin(JUDGED), "workload"].astype(str))
     return [str(w) for w in dict.fromkeys(ran["workload"].astype(str)) if w not in judged]
@@ -60,8 +57,7 @@ def _present(x: Any) -> bool:
 
 
 def _number(x: Any) -> float | None:
-    """``x`` as a finite-or-infinite float, None where it is missing, NaN or not a number (as
-    ``pd.to_numeric(errors="coerce").dropna()`` keeps it)."""
+    """``x`` as ``pd.to_numeric(errors="coerce").dropna()`` keeps it: a float, else None."""
     if x is None or isinstance(x, bool):
         return None if x is None else float(x)
     try:
@@ -73,12 +69,9 @@ def _number(x: Any) -> float | None:
 
 def verdicts(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (suite, workload, mode): verdict, replicate counts, distinct fingerprints,
-    median items/s over the replicates' medians, and the largest difference measured.
-
-    A record whose workload changed a setting behind detbench's back (``settings_changed``) does
-    not vote: it is left out of the fingerprints, the throughput and the status; when every
-    replicate did, the verdict is ``settings_changed``. ``changed`` counts such records and
-    ``changed_settings`` names what they changed."""
+    median items/s and the largest difference measured. A record whose workload changed a
+    setting (``changed``, ``changed_settings``) does not vote; when all did, the verdict is
+    ``settings_changed``."""
     rows: list[dict[str, Any]] = []
     used = [
         "suite",
@@ -91,8 +84,7 @@ def verdicts(df: pd.DataFrame) -> pd.DataFrame:
         "message",
         "settings_changed",
     ]
-    # Per group, plain lists of its rows' values, not pandas selections: a report calls this
-    # many times on thousands of records.
+    # Plain lists, not pandas selections: a report calls this often on thousands of records.
     col = {c: (df[c].tolist() if c in df.columns else [None] * len(df)) for c in used}
     changed = changed_mask(df).to_numpy()
     groups = df.groupby(["suite", "workload", "mode"], sort=False).indices
@@ -157,11 +149,7 @@ def relative_throughput(v: pd.DataFrame, baseline: str) -> pd.Series:
 
 
 def cost_points(v: pd.DataFrame, baseline: str, c: pd.DataFrame) -> pd.Series:
-    """Each row's throughput relative to ``baseline`` as its cost states it: ``c``'s point
-    (``costs``) where the mode and the baseline were timed side by side (``design`` "paired"),
-    else ``relative_throughput`` (the ratio of the medians of replicates, the point of a cost of
-    records timed in their own worker). So the console's table, the heatmaps and the answer give
-    one number."""
+    """Each row's throughput relative to ``baseline`` as its cost ``c`` states it (one number)."""
     rel = pd.to_numeric(relative_throughput(v, baseline), errors="coerce").to_numpy(dtype=float)
     if c.empty or "design" not in c.columns:
         return pd.Series(rel, index=v.index)
@@ -175,14 +163,9 @@ def cost_points(v: pd.DataFrame, baseline: str, c: pd.DataFrame) -> pd.Series:
 def summary_table(
     df: pd.DataFrame, v: pd.DataFrame | None = None, c: pd.DataFrame | None = None
 ) -> tuple[str, str]:
-    """Workloads x modes: throughput relative to the default mode and a reproducibility mark.
-
-    Returns (baseline mode name, text table). The baseline is ``baseline_mode``: the default
-    mode, else the mode based on it with the fewest overrides, else the first mode. A ratio is
-    printed only where it is significant (``costs``: its 95% interval excludes 1), with ``~``
-    where the timing was noisy; elsewhere the cell reads ``n.s.``, and the baseline's ``base``.
-    ``v`` and ``c``: ``verdicts(df)`` and ``costs(df, baseline)`` where the caller has them.
-    """
+    """(``baseline_mode``, the text table of workloads x modes): throughput relative to the
+    baseline where significant, and a reproducibility mark. ``v`` and ``c``: ``verdicts(df)``
+    and ``costs(df, baseline)`` where the caller has them."""
     v = verdicts(df) if v is None else v
     modes = ordered_modes(v["mode"])
     baseline = str(baseline_mode(modes))
@@ -240,10 +223,8 @@ def summary_table(
 
 
 def peak_memory(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
-    """Per (suite, workload, mode): the median over successful replicates of
-    ``peak_memory_bytes`` and its ratio to ``baseline``'s median for the same workload (NaN where
-    either is missing or the baseline's is 0). Empty when no record carries the field (runs
-    before schema 2). ``baseline``: ``baseline_mode`` of the run when None."""
+    """Per (suite, workload, mode): the median ``peak_memory_bytes`` of the ok replicates and
+    its ratio to ``baseline``'s (NaN where unknown or 0). Empty where no record has it."""
     if "peak_memory_bytes" not in df.columns:
         return pd.DataFrame()
     baseline = baseline_mode(df["mode"]) if baseline is None else baseline
@@ -268,10 +249,8 @@ def ran_somewhere(v: pd.DataFrame) -> list[Any]:
 
 
 def divergence(df: pd.DataFrame) -> pd.DataFrame:
-    """For workloads that record their loss at every fingerprint step (training workloads): one
-    row per (suite, workload, mode, step) where the replicates are not all identical, with the
-    largest absolute loss difference from the first replicate at that step and whether any
-    replicate's step fingerprint (loss and every parameter) differs there."""
+    """Per (suite, workload, mode, step) of the training workloads whose replicates differ: the
+    largest loss difference from the first replicate, and whether a step fingerprint differs."""
     if "losses" not in df.columns:
         return pd.DataFrame()
     rows: list[dict[str, Any]] = []
@@ -303,14 +282,9 @@ def divergence(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# --- Recipes -----------------------------------------------------------------------------------
-
-
 def recipes(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per recipe workload (``params["recipe"]``): its verdict in each mode that ran,
-    summarised; whether its results were the same bits as the workload named in
-    ``params["compare_with"]`` (True, False, or None where either was not reproducible); and its
-    median throughput in the baseline mode (``baseline_mode``: the default mode, else ...)."""
+    """One row per recipe workload: its verdicts summarised, whether its bits equal those of
+    ``params["compare_with"]`` (None: not both reproducible), its throughput in the baseline."""
     if df.empty or "params" not in df.columns:
         return pd.DataFrame()
     recs = df[df["params"].map(lambda p: isinstance(p, dict) and "recipe" in p)]

@@ -1,12 +1,8 @@
 """Pairing two sides of a paired comparison: a mode's blocks with the baseline's of the same round.
 
-In the paired design (``store.paired``) every worker of a replicate times one block per round,
-the workers taking turns a few hundred milliseconds apart; the pair of one round shares the
-machine's clock, power and host state. A cost is then a ratio per round, not a ratio of two
-medians taken minutes apart. This module turns either source of paired timings into the one
-shape the estimators read (``Paired``): the lines of ``paired.jsonl`` (``store.paired
-.load_paired``: copy 1 included, for the A/A check) or the verdict rows ``load_results`` joined
-them onto (copy 0 only, with ``timing["paired_rounds"]``).
+In the paired design every worker of a replicate times one block per round, taking turns, so the
+pair of one round shares the machine's clock, power and host state. Either source of paired
+timings, the lines of ``paired.jsonl`` or the verdict rows joined to them, becomes ``Paired``.
 """
 
 from __future__ import annotations
@@ -27,10 +23,8 @@ Side = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 @dataclass(frozen=True)
 class Paired:
-    """The log ratios of one comparison, one array per process (replicate) in round order:
-    ``log(t_base / t_other)``, the log of the other side's throughput relative to the base's
-    (> 0: faster); ``start``: when each pair's blocks began, in seconds since the process's
-    first paired block (the time level of the variance)."""
+    """The log ratios ``log(t_base / t_other)`` of one comparison, one array per replicate in
+    round order; ``start``: seconds from the process's first paired block to each pair's."""
 
     replicates: tuple[int, ...]
     log_ratio: tuple[np.ndarray, ...] = field(repr=False)
@@ -47,8 +41,7 @@ class Paired:
 
 
 def side_from_lines(rows: pd.DataFrame) -> Side:
-    """The side of the ``paired.jsonl`` rows of one (workload, mode, copy): its ok lines by
-    replicate (a later line of a replicate, measured again on a resume, replaces an earlier)."""
+    """The side of the ``paired.jsonl`` rows of one (workload, mode, copy) (later lines win)."""
     out: Side = {}
     for r in rows.to_dict("records"):
         if r["status"] == "ok" and r["samples"]:
@@ -66,13 +59,11 @@ def is_paired(timing: Any) -> bool:
 
 
 def side_from_records(g: pd.DataFrame) -> Side:
-    """The side of the verdict rows of one (workload, mode) whose timing is paired: the records
-    that count (``labels.counted``), status ok, by replicate."""
+    """The side of the verdict rows of one (workload, mode): its ok paired records that count."""
     out: Side = {}
     g = counted(g)
     ok = g[g["status"] == Status.OK]
-    # Two columns, not ``to_dict("records")`` of every column: a report reads these sides
-    # thousands of times.
+    # Two columns, not ``to_dict("records")``: a report reads these sides thousands of times.
     for replicate, t in zip(ok["replicate"], ok["timing"], strict=True):
         if isinstance(t, Mapping) and is_paired(t) and t.get("samples"):
             out[int(replicate)] = (
@@ -84,9 +75,7 @@ def side_from_records(g: pd.DataFrame) -> Side:
 
 
 def pair(base: Side, other: Side) -> Paired:
-    """Join ``other`` to ``base`` on (replicate, round): a replicate or a round that one side
-    lacks (a worker that failed, a run stopped in a group) adds nothing. A replicate with no
-    common round is left out."""
+    """Join ``other`` to ``base`` on (replicate, round); what one side lacks adds nothing."""
     reps, logs, starts = [], [], []
     for rep in sorted(set(base) & set(other)):
         (rb, tb, sb), (ro, to, so) = base[rep], other[rep]

@@ -1,19 +1,6 @@
 """The price of full determinism, per suite: what every determinism switch on costs against the
-baseline, stated beside the answer whatever mode it recommends. A user who reads
-"torch's defaults" still learns what turning everything on would cost, and how sure the run is.
-
-**Which mode.** Full determinism is ``modes.DETERMINISTIC_MODE`` (cudnn.deterministic and
-deterministic algorithms on), or an attribution study's deterministic end (that mode with every
-setting at its strict level), where the run is one. On a CPU, where the cuDNN flags act on
-nothing (``acts.acts_on``), ``det-algos`` is the same computation, and stands in for it when
-the run did not time the mode itself.
-
-**Its number** is the mode's point of ``tradeoff.points``: the geometric mean over the suite's
-workloads of ``cost_intervals.ratio``, with its 95% interval: the same figures as the trade-off
-plot and the recommendations.
-
-**Too wide to say anything** (``Price.too_wide``, ``stats.says_nothing``): the answer says so in
-one sentence instead of letting the numbers stand alone.
+baseline, stated beside the answer whatever mode it recommends, with the same figures as the
+trade-off plot (``tradeoff.points``).
 """
 
 from __future__ import annotations
@@ -35,8 +22,7 @@ WITHOUT_CUDNN_FLAGS = "det-algos"
 
 @dataclass(frozen=True)
 class Price:
-    """A suite's price of full determinism: ``mode``'s throughput relative to the baseline
-    (``point``, its 95% interval ``low``-``high``; None where the run has no interval)."""
+    """A suite's price of full determinism: ``mode``'s throughput relative to the baseline."""
 
     suite: str
     mode: str
@@ -49,8 +35,7 @@ class Price:
 
     @property
     def too_wide(self) -> bool:
-        """The interval holds both half and twice the baseline's throughput
-        (``stats.says_nothing``)."""
+        """The interval is too wide to say anything (``stats.says_nothing``)."""
         return stats.says_nothing(self.low, self.high)
 
 
@@ -60,12 +45,10 @@ def full_mode(
     study: Mapping[str, Any] | None = None,
     timed: Iterable[Any] | None = None,
 ) -> tuple[str, str | None] | None:
-    """(the mode of full determinism the run timed, the mode it stands in for or None), or None
-    where the run has none: the study's deterministic end, else ``DETERMINISTIC_MODE``, else on a
-    device where cudnn.deterministic acts on nothing ``WITHOUT_CUDNN_FLAGS`` (standing in for
-    ``DETERMINISTIC_MODE``). ``timed``: the modes with a cost (None: all of ``modes``); on a CPU
-    the paired phase times ``DETERMINISTIC_MODE``'s computation as ``WITHOUT_CUDNN_FLAGS``
-    (``acts.timed_as``), which then stands in for it."""
+    """(the mode of full determinism the run timed, the mode it stands in for or None), or None:
+    the study's deterministic end, else ``DETERMINISTIC_MODE``, else where cudnn.deterministic
+    acts on nothing ``WITHOUT_CUDNN_FLAGS``, which also stands in where only it was ``timed``
+    (the modes with a cost; None: all)."""
     ran = {str(m) for m in modes}
     costed = ran if timed is None else {str(m) for m in timed}
     end = (study or {}).get("deterministic_end")
@@ -84,7 +67,7 @@ def full_mode(
 
 
 def costed_modes(points: pd.DataFrame) -> list[str]:
-    """The modes of ``points`` (``tradeoff.points``) with a throughput: those the run timed."""
+    """The modes of ``tradeoff.points`` with a throughput: those the run timed."""
     if points.empty or "relative_throughput" not in points:
         return []
     return sorted(set(points.loc[points["relative_throughput"].notna(), "mode"].astype(str)))
@@ -101,7 +84,7 @@ def _num(x: Any) -> float | None:
 
 
 def prices(points: pd.DataFrame, mode: str) -> list[Price]:
-    """Per suite of ``points`` (``tradeoff.points``), ``mode``'s place: its price."""
+    """``mode``'s price in each suite of ``tradeoff.points``."""
     if points.empty:
         return []
     out = []

@@ -1,9 +1,6 @@
-"""How far a run's numbers can be trusted, from its records and env.json: the float32 precision
-each mode ran in, what the paired timing sampled, how much each mode's cost moved from one
-replicate to the next (drift), and the GPU's state before and after the run.
-
-Every function here tolerates runs written before these fields existed: it returns an empty
-result, never an error, and the report then leaves the matching section out.
+"""How far a run's numbers can be trusted: the float32 precision each mode ran in, what the paired
+timing sampled, the drift of each mode's cost across replicates, and the GPU's state. A run
+without these fields gets an empty result, never an error.
 """
 
 from __future__ import annotations
@@ -32,12 +29,8 @@ def _mode_order(modes: list[Any]) -> list[Any]:
     return sorted(dict.fromkeys(modes), key=lambda m: order.get(m, len(order)))
 
 
-# --- Precision ---------------------------------------------------------------------------------
-
-
 def precision_by_mode(df: pd.DataFrame) -> dict[str, list[tuple[str, ...]]]:
-    """Per mode (canonical order): the distinct (matmul_fp32, conv_fp32) pairs its records ran
-    in, e.g. ``[("tf32", "tf32")]``. Empty when no record carries ``precision``."""
+    """Per mode: the distinct (matmul_fp32, conv_fp32) pairs its records ran in."""
     if "precision" not in df.columns:
         return {}
     out: dict[str, list[tuple[str, ...]]] = {}
@@ -51,15 +44,9 @@ def precision_by_mode(df: pd.DataFrame) -> dict[str, list[tuple[str, ...]]]:
     return out
 
 
-# --- Paired timing ----------------------------------------------------------------------------
-
-
 def sampled(df: pd.DataFrame) -> dict[str, Any] | None:
-    """What the successful records' paired timing (``pairs.is_paired``) sampled, from their
-    samples (each the seconds per step of a block of ``number_per_block`` steps): ``records``,
-    ``seconds`` (min, median, max of a record's seconds of sampling), ``samples`` (min, max per
-    record) and ``block`` (min, max seconds of one block). None where no such record has
-    samples."""
+    """What the ok records' paired timing sampled: ``records``, ``seconds`` (min, median, max
+    per record), ``samples`` (min, max per record), ``block`` (min, max seconds). None: none."""
     if "timing" not in df.columns:
         return None
     ok = df[df["status"] == Status.OK]
@@ -82,28 +69,14 @@ def sampled(df: pd.DataFrame) -> dict[str, Any] | None:
     }
 
 
-# --- Drift: the spread across replicates -------------------------------------------------------
-
-
 def replicate_spread(
     df: pd.DataFrame, baseline: str = DEFAULT_MODE.name, c: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """Per (suite, mode): the geometric mean over the suite's workloads of throughput relative
-    to ``baseline`` within each replicate, its min and max over replicates, and ``pooled``: the
-    geometric mean over the same workloads of each workload's cost as the report states it
-    (``matrix.cost_points`` of ``c``, the run's ``costs``, where given).
-
-    Within a replicate, a workload's ratio is, where the mode and the baseline were timed side
-    by side, that process's median per-round ratio (``paired_costs.process_points``: the
-    paired cost is the geometric mean of these, so ``pooled`` lies within min and max); for
-    records timed in their own worker, ``earlier_design.replicate_ratios``.
-
-    The workloads are those with a ratio in every replicate, so each replicate's mean is over
-    the same set. A machine that slows down for a while makes the modes that ran then look
-    slower in that replicate only: the spread shows it. Empty without ``baseline`` or with one
-    replicate. ``design``: ``paired_costs.DESIGN`` where every workload's ratio came from pairs,
-    ``earlier_design.DESIGN`` where none did, "mixed" otherwise.
-    """
+    """Per (suite, mode): the geometric mean over the suite's workloads (those with a ratio in
+    every replicate) of throughput relative to ``baseline`` within each replicate, its min and
+    max over replicates, and ``pooled``, the same of the costs as the report states them (of
+    ``c`` where given). A machine that slows down for a while shows as spread. Empty without
+    ``baseline`` or with one replicate."""
     ok = df[df["status"] == Status.OK].assign(
         ips=lambda d: pd.to_numeric(d["items_per_second"], errors="coerce")
     )
@@ -142,12 +115,9 @@ def replicate_spread(
 def _cost_points(
     df: pd.DataFrame, baseline: str, c: pd.DataFrame | None
 ) -> dict[tuple[str, str, str], float]:
-    """(suite, workload, mode) -> the cost's point as the report's tables state it
-    (``matrix.cost_points``); {} where ``c`` is not given."""
-    if c is None:
-        return {}
-    v = verdicts(df)
-    if v.empty:
+    """(suite, workload, mode) -> ``matrix.cost_points`` of ``c``; {} without ``c``."""
+    v = verdicts(df) if c is not None else pd.DataFrame()
+    if v.empty or c is None:
         return {}
     rel = cost_points(v, baseline, c)
     keys = v[["suite", "workload", "mode"]].astype(str).itertuples(index=False, name=None)
@@ -157,9 +127,7 @@ def _cost_points(
 def _workload_ratios(
     s: pd.DataFrame, mode: str, baseline: str
 ) -> tuple[pd.DataFrame, pd.Series, dict[Any, str]]:
-    """One suite's ok records ``s`` (with ``ips``): (workloads x replicates of ``mode``'s
-    throughput relative to ``baseline`` within each replicate, each workload's pooled ratio,
-    each workload's ``design``); see ``replicate_spread``."""
+    """(workloads x replicates ratios, pooled ratios, designs) of one suite's ok records."""
     per: dict[Any, dict[int, float]] = {}
     pooled: dict[Any, float] = {}
     design: dict[Any, str] = {}
@@ -179,12 +147,8 @@ def _workload_ratios(
     return ratio, pd.Series(pooled, dtype=float), design
 
 
-# --- GPU state ---------------------------------------------------------------------------------
-
-
 def gpu_snapshot(env: Mapping[str, Any], when: str) -> dict[str, Any] | None:
-    """The run's GPU in ``env["gpu_state"][when]`` (``"before"`` or ``"after"``): the entry whose
-    UUID is the worker's ``gpu_uuid``, else the first. None where not recorded."""
+    """The run's GPU (by the worker's UUID, else the first) in ``env["gpu_state"][when]``."""
     state = env.get("gpu_state") or {}
     snap = state.get(when)
     if not isinstance(snap, list) or not snap:
@@ -198,31 +162,23 @@ def gpu_snapshot(env: Mapping[str, Any], when: str) -> dict[str, Any] | None:
 
 
 def throttle_lines(env: Mapping[str, Any]) -> list[str]:
-    """``detbench.store.gpustate.throttled`` on the run's GPU state (restricted to the worker's GPU
-    where its UUID is known): lines saying the GPU throttled during the run; empty when it did
-    not, or when unknown."""
+    """Lines saying the run's GPU throttled during the run (``store.gpustate.throttled``)."""
     state = env.get("gpu_state")
     if not state:
         return []
     uuid = (env.get("worker") or {}).get("gpu_uuid")
-    lines = throttled(state, uuid=uuid) if uuid else throttled(state)  # uuid: the run's GPU only
+    lines = throttled(state, uuid=uuid) if uuid else throttled(state)
     return [str(line) for line in lines]
 
 
-# --- Fingerprint cross-check -------------------------------------------------------------------
-
-
 def _partition(values: list[Any]) -> tuple[int, ...]:
-    """Which replicates share a fingerprint: each value replaced by the index of its first
-    occurrence, so two methods agree exactly when their partitions are equal."""
+    """Each value replaced by the index of its first occurrence: equal for equal partitions."""
     first: dict[Any, int] = {}
     return tuple(first.setdefault(v, i) for i, v in enumerate(values))
 
 
 def fingerprint_agreement(df: pd.DataFrame) -> pd.DataFrame:
-    """For a run made with ``--fingerprint both``: per (suite, workload, mode), whether the
-    device digest and sha256 split the replicates the same way (equal fingerprints for exactly
-    the same pairs of replicates), hence give the same verdict. Empty for other runs."""
+    """Per (suite, workload, mode) of a ``--fingerprint both`` run: do both digests agree?"""
     if "fingerprint_sha256" not in df.columns:
         return pd.DataFrame()
     rows = []

@@ -1,25 +1,7 @@
-"""Which mode to use, per workload and per suite, and why: the Recommendations of
-``detbench report`` and the closing lines of ``detbench run``.
-
-The rule (``RULE``): among the modes whose results were bitwise identical in every replicate, the
-one that changes the fewest settings from torch's default (``Mode.changes``; ties broken by the
-order of the 10 modes, then the label), unless another reproducible mode is significantly
-faster: the 95% interval of its throughput over the first's lies entirely above 1. Then, of
-those, the one with the highest point estimate. A difference within the noise never moves the
-choice away from the simplest mode.
-
-On a CPU (the records' ``device``), the cuDNN flags (``benchmark``, ``cudnn_deterministic``,
-``cudnn_enabled``) act on nothing: a mode that changes one is the same computation as its twin
-without it. Such a mode is never recommended, nor named the fastest: its difference from its twin
-is noise.
-
-Intervals: per workload, ``cost_intervals.ratio`` of the mode against the baseline, the same
-numbers as ``analysis.costs``; per suite, ``stats.geometric_mean`` of those over the suite's
-workloads. Whether a mode is significantly faster than the simplest is the same statistic of the
-one against the other: a direct comparison, not two intervals against the baseline, each
-holding the baseline's own noise, checked for overlap. Every comparison draws from its own
-generator, seeded from ``seed`` and its names (``stats.comparison_key``): a report is
-reproducible, and a mode's interval does not depend on which other modes ran.
+"""Which mode to use, per workload and per suite, and why (``RULE``). Whether a mode is
+significantly faster than the simplest is ``cost_intervals.ratio`` of the one against the other (per
+suite, ``stats.geometric_mean`` over its workloads): a direct comparison, not two intervals against
+the baseline, each holding the baseline's own noise.
 """
 
 from __future__ import annotations
@@ -49,7 +31,8 @@ from detbench.core.modes import get_mode
 #: The flags of the 10 modes that only cuDNN reads: inert on a CPU (``acts.FLAG_DEVICES``).
 CUDNN_FLAGS = tuple(f for f in st.MODE_FLAGS if not acts.acts_on(f, "cpu"))
 
-#: The rule, in one sentence (the report and ``detbench run`` print it).
+#: The rule, in one sentence (the report and ``detbench run`` print it). Ties among the fewest
+#: changes go by ``simplicity_key``; of the significantly faster modes, the fastest point wins.
 RULE = (
     "the mode bitwise identical in every replicate that changes the fewest settings from "
     "torch's default, unless another such mode is significantly faster (the 95% interval of its "
@@ -62,9 +45,8 @@ RULE = (
 
 
 def inert_changes(label: str, device: str | None) -> list[str]:
-    """The changes of mode ``label`` from torch's default that cannot act on ``device``: the
-    cuDNN flags on a CPU. (A setting that ``--set`` gives every mode of a run is not one of
-    them, even where it is inert: every mode of the run would go.)"""
+    """The changes of mode ``label`` that cannot act on ``device``: the cuDNN flags on a CPU (not
+    an inert ``--set`` setting: every mode of the run has it)."""
     mode = mode_of(label)
     if mode is None or device != "cpu":
         return []
@@ -91,8 +73,7 @@ class ThroughputRatio:
 
 
 class _Throughput:
-    """Point estimates and ratios (``stats.ratio``) of each (suite, workload, mode)'s throughput
-    against the baseline's, computed once each."""
+    """Point estimates and ratios of each (suite, workload, mode)'s throughput, computed once."""
 
     def __init__(self, df: pd.DataFrame, baseline: str, n_boot: int, seed: int) -> None:
         self.groups = {
@@ -113,8 +94,7 @@ class _Throughput:
         return stats.median_throughput(reps) if reps else None
 
     def point(self, suite: str, workload: str, mode: str, fallback: Any) -> float:
-        """From the timing samples (the statistic the bootstrap resamples); ``fallback`` (the
-        ratio of median items/s) for records without samples."""
+        """From the timing samples; ``fallback`` (ratio of median items/s) without them."""
         reps, base = self.reps((suite, workload, mode)), self.base(suite, workload)
         if reps and base:
             a = self.groups.get((suite, workload, mode))
@@ -159,11 +139,9 @@ def _choose(
     versus: Versus,
     baseline: str,
 ) -> tuple[str, ThroughputRatio, str, str]:
-    """``cands``: (label, point estimate) in ``simplicity_key`` order; ``estimate`` adds the
-    interval against the baseline, ``versus(label, simplest)`` the ratio of one mode to the
-    other (bootstraps: only drawn for the simplest mode and the modes whose point estimate is
-    above its, the only ones that can be significantly faster). Returns the pick, its estimate,
-    why, and the simplest mode."""
+    """(pick, its estimate, why, the simplest mode) of ``cands`` ((label, point) in
+    ``simplicity_key`` order) by ``RULE``; ``versus(label, simplest)`` is drawn only for modes
+    whose point is above the simplest's, the only ones that can be significantly faster."""
     simplest, first = cands[0][0], estimate(*cands[0])
     faster: list[tuple[str, ThroughputRatio, stats.Ratio]] = []
     for label, point in cands[1:]:
@@ -266,19 +244,10 @@ def recommendations(
     n_boot: int = stats.N_BOOT,
     seed: int = stats.SEED,
 ) -> pd.DataFrame:
-    """Per workload, and per suite (workload ``*``): the recommended mode by ``RULE``, and why.
-
-    Columns: ``mode`` (None when no mode qualifies), ``relative_throughput`` with ``ci_low`` and
-    ``ci_high`` (its 95% interval, None without timing samples) against ``baseline``
-    (``analysis.baseline_mode`` when None), ``fastest_mode`` (the fastest mode that ran, the
-    same-computation twins left out) and ``cost_vs_fastest``, ``changes`` (the recommended
-    mode's changes from torch's default), ``reason`` (why it was picked), ``simplest`` (the
-    reproducible mode with the fewest changes) and ``snippet`` (the Python lines that set it).
-
-    Per suite, a mode qualifies when it was reproducible for every workload of the suite that
-    ran in some mode (a workload that ran in no mode, a broken workload, is left out; the report
-    warns about it); its throughput is the geometric mean over those workloads.
-    """
+    """Per workload, and per suite (workload ``*``): the recommended mode by ``RULE`` (None when
+    none qualifies), its throughput against ``baseline``, the fastest mode, why, and the
+    ``snippet`` that sets it. Per suite, a mode qualifies when it was reproducible for every
+    workload that ran in some mode; its throughput is the geometric mean over them."""
     v = verdicts(df)
     if v.empty:
         return pd.DataFrame(columns=_COLUMNS, dtype=object)
@@ -302,7 +271,6 @@ def recommendations(
 def _workload_rows(
     v: pd.DataFrame, tp: _Throughput, drawn: set[tuple[str, str]], baseline: str
 ) -> list[dict[str, Any]]:
-    """One row per workload: the mode ``RULE`` picks among those reproducible on it."""
     rows: list[dict[str, Any]] = []
     for (suite, workload), g in v.groupby(["suite", "workload"], sort=False):
         s, w = str(suite), str(workload)
@@ -331,8 +299,6 @@ def _suite_rows(
     inert: dict[str, bool],
     baseline: str,
 ) -> list[dict[str, Any]]:
-    """One row per suite (workload ``*``): the modes reproducible on every workload of the suite
-    that ran in some mode, by ``RULE`` on their geometric-mean throughput."""
     rows: list[dict[str, Any]] = []
     for suite, g in v.groupby("suite", sort=False):
         s = str(suite)

@@ -1,11 +1,6 @@
-"""The run's state in one line, for the first screen and the console: complete or partial
-(records measured of those planned, and which suites and modes fall short), whether the GPU
-throttled, and whether the host or the GPU was shared.
-
-The plan is rebuilt from env.json's options with the scheduler's own ``make_plan`` (the
-workloads, the modes, the replicates, ``only_for`` and the shard), so "planned" is what the run
-set out to measure, not what its records happen to hold. A run whose env.json does not name its
-workloads and modes (an older run, or a merge) says how many records it has, and no more.
+"""The run's state in one line, for the first screen and the console: complete or partial, whether
+the GPU throttled, and whether the host or the GPU was shared. "Planned" is the plan rebuilt from
+env.json's options with the scheduler's own ``make_plan``, not what the records happen to hold.
 """
 
 from __future__ import annotations
@@ -25,24 +20,22 @@ from detbench.run.schedule import clock, make_plan
 
 @dataclass(frozen=True)
 class RunState:
+    """What ``run_state`` reads of a run."""
+
     records: int  # records of the run (every status)
     planned: int | None  # records the plan asked for; None where env.json cannot say
     short: dict[str, tuple[int, int, list[str]]]  # suite -> (measured, planned, modes short)
     finished: bool  # env.json has finished_utc
     throttle: list[str]  # quality.throttle_lines
     load: busy.HostLoad | None
-    #: The run's calls (``run.calls.calls_of``): each call's wall time, records and the plan's
-    #: estimate of exactly those records.
+    #: The run's calls (``run.calls.calls_of``).
     calls: tuple[dict[str, Any], ...] = ()
-    #: The calls the run had: the first and one per ``--resume`` (env.json's ``resumed_utc``);
-    #: a call killed before its end left no entry in ``calls``.
+    #: The first call and one per ``--resume``, including those killed before leaving an entry.
     calls_made: int = 1
     set_aside: int = 0  # records load_results set aside: they fail the record's check
-    #: The paired timing phase, where the records defer their timing to it: per
-    #: replicate, the (workload) groups its lines time so far and those its verdicts planned.
+    #: Per replicate, the workload groups the paired phase timed so far and those planned.
     paired: dict[int, tuple[int, int]] | None = None
-    #: The records by status (every record of the run): a run none of whose records is ``ok``
-    #: measured nothing, whether or not it made its whole plan.
+    #: The records by status.
     statuses: tuple[tuple[str, int], ...] = ()
 
     @property
@@ -64,8 +57,7 @@ class RunState:
         return self.short_of_verdicts or self.costs_short
 
     def costs(self) -> str:
-        """What a run with a paired timing phase has of its costs, as a sentence; empty where
-        it timed every group (or timed each record in its own worker)."""
+        """What a run with a paired timing phase has of its costs; empty where it has them all."""
         if not self.costs_short or self.paired is None:
             return ""
         timed = sum(t for t, _ in self.paired.values())
@@ -141,9 +133,7 @@ class RunState:
         )
 
     def timing(self) -> str:
-        """The run's wall time against the plan's estimate of the same records, summed over its
-        calls (the first and every resume), as a sentence; empty where the run recorded neither
-        (a merge, or a run of an older detbench)."""
+        """The run's wall time over its calls against the plan's estimate, as a sentence."""
         calls = self.calls
         wall, planned, made = total(calls)
         n = len(calls)
@@ -177,11 +167,8 @@ class RunState:
         )
 
     def line(self) -> str:
-        """One line: completeness, then the conditions, the time against the plan, and the
-        records set aside."""
-        cond = self.conditions()
-        took = self.timing()
-        costs = self.costs()
+        """One line: completeness, conditions, costs, time against the plan, records set aside."""
+        cond, took, costs = self.conditions(), self.timing(), self.costs()
         return (
             self.completeness()
             + (f". Conditions: {cond}." if cond else ".")
@@ -192,8 +179,6 @@ class RunState:
 
 
 def _gpu_shared(load: busy.HostLoad) -> str:
-    """Who shared the GPU with the timings: a foreign program, or a process the records do not
-    name."""
     parts = []
     if load.gpu_foreign:
         parts.append(f"{load.gpu_foreign} shared the GPU with another program")
@@ -205,8 +190,7 @@ def _gpu_shared(load: busy.HostLoad) -> str:
 
 
 def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | None:
-    """(workload key "suite/name", mode) -> replicates planned; None where the options do not
-    name the workloads, the modes and the replicates."""
+    """("suite/name", mode) -> replicates planned; None where the options cannot say."""
     keys, labels, reps = options.get("workloads"), options.get("modes"), options.get("replicates")
     if not keys or not labels or not reps:
         return None
@@ -233,9 +217,8 @@ def planned_counts(options: Mapping[str, Any]) -> dict[tuple[str, str], int] | N
 def paired_groups(
     df: pd.DataFrame, lines: Iterable[Mapping[str, Any]] | None
 ) -> dict[int, tuple[int, int]] | None:
-    """Per replicate, the workloads the paired phase has timed (a line of ``paired.jsonl``
-    in ``lines``, whatever its status) and those it has to time: the workloads whose records
-    defer their timing to it (``timing_design`` "paired"). None where no record does."""
+    """Per replicate, (the workloads with a ``paired.jsonl`` line, those whose records defer
+    their timing to the paired phase). None where no record does."""
     if "timing_design" not in df.columns:
         return None
     p = df[df["timing_design"] == "paired"]
@@ -258,8 +241,7 @@ def paired_groups(
 
 
 def run_state(df: pd.DataFrame, env: Mapping[str, Any]) -> RunState:
-    """``env``: the run's env.json, with the lines of its ``paired.jsonl`` under
-    ``paired_lines`` where the caller read them (``report.write``, the console's summary)."""
+    """The ``RunState`` of records ``df`` and env.json ``env`` (with any ``paired_lines``)."""
     planned = planned_counts(env.get("options") or {})
     short: dict[str, tuple[int, int, list[str]]] = {}
     if planned is not None and len(df):

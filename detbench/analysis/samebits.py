@@ -1,13 +1,6 @@
-"""Within one run: which modes and settings give the same bits as the default mode?
-
-Turning determinism on may change a model's results, and a setting beside it
-(``default[sdpa_backend=math]``) may too. For every workload this groups the run's modes by their
-fingerprint, counting only the modes whose replicates are themselves reproducible (one
-fingerprint over at least two replicates): a nondeterministic mode has no bits of its own to
-compare. The baseline is the run's (``baseline_mode``: ``default`` where the run has it).
-
-Where a mode's bits differ, ``max_abs_diff_vs_default`` (recorded by the worker against the
-default mode's first replicate, when that one had run already) says by how much.
+"""Within one run: which modes and settings give the same bits as the baseline mode? Per
+workload, the reproducible modes grouped by fingerprint (a nondeterministic mode has no bits of
+its own to compare), with ``max_abs_diff_vs_default`` where the bits differ.
 """
 
 from __future__ import annotations
@@ -23,13 +16,8 @@ from detbench.store.schema import Status
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (suite, workload) of a run with two or more modes: ``baseline`` (the mode
-    compared with) and its ``baseline_verdict``; ``same`` (the reproducible modes with the
-    baseline's bits), ``other`` (groups of reproducible modes with other bits, each a list, the
-    largest first), ``nondeterministic`` (modes whose replicates disagree), ``not_run`` (mode ->
-    verdict: unsupported, error, one replicate only, ...); ``max_diff`` (mode -> the largest
-    recorded difference from the default mode's outputs, for the modes with other bits).
-    Empty for a run of one mode."""
+    """One row per (suite, workload) of a run with two or more modes: ``same`` (the modes with
+    the baseline's bits), ``other`` (groups of modes with other bits, largest first), ..."""
     if df.empty or df["mode"].nunique() < 2:
         return pd.DataFrame()
     base = str(baseline_mode(df["mode"]))
@@ -83,7 +71,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def diff_text(t: dict[str, float], modes: list[str]) -> str:
-    """ " (max |diff| X)": the largest recorded difference from default of ``modes``, if any."""
+    """ " (max |diff| X)" of ``modes``, where recorded."""
     d = [t[m] for m in modes if m in t]
     return f" (max |diff| {max(d):.3g})" if d else ""
 
@@ -108,8 +96,7 @@ def describe(r: Mapping[Any, Any]) -> str:
 
 
 def text(df: pd.DataFrame) -> str:
-    """The summary's lines: the workloads where a reproducible mode gives other bits than the
-    baseline (or the baseline itself is not reproducible), and a count of the rest."""
+    """The summary's lines: workloads with bits unlike the baseline's, and a count of the rest."""
     t = table(df)
     if t.empty:
         return ""

@@ -1,21 +1,9 @@
 """The one statistic of a throughput comparison: a ratio of median throughputs with a 95% interval.
 
-Every throughput interval detbench states comes from ``ratio`` here but a paired cost's
-(``paired_costs``), and every geometric mean over a suite's workloads from ``geometric_mean``.
-
-* **The statistic.** Throughput is steps per second: per replicate (one process), 1 / the median
-  of its seconds-per-step samples; over replicates, the median of those. A mode against its
-  baseline is the ratio of the two (``median_throughput``).
-* **The interval.** ``bootstrap_throughput`` resamples both levels: the samples within each
-  replicate, then the replicates (the between-process variation, usually the larger). The
-  numerator and the denominator are resampled independently, ``N_BOOT`` times each; the interval
-  is the 2.5th-97.5th percentile of the ``N_BOOT`` ratios, ``significant`` when it excludes 1.
-* **One seeding rule.** Each interval draws from a generator of its own, seeded from the run's
-  ``seed`` and a stable key of what is compared (``key``: for a mode against its baseline
-  ``"suite/workload|mode|baseline"``), hashed with SHA-256 (``generator``). No generator is
-  shared across a loop, so an interval never depends on what else ran, or in which order: the
-  same comparison gives the same numbers whichever function asks for it, and whatever other
-  modes or workloads the records hold.
+Every throughput interval but a paired cost's comes from ``ratio``, and every geometric mean
+over a suite's workloads from ``geometric_mean``. Each interval draws from a generator of its
+own, seeded from the run's ``seed`` and the name of what is compared (``generator``), so it never
+depends on what else ran, or in which order.
 """
 
 from __future__ import annotations
@@ -46,24 +34,21 @@ def comparison_key(suite: object, workload: object, mode: object, baseline: obje
 
 
 def generator(seed: int, name: str) -> np.random.Generator:
-    """The generator of the comparison named ``name`` in a run with ``seed``: the same for the
-    same pair in every process and on every platform (SHA-256 of the name, not ``hash``)."""
+    """The generator of comparison ``name``, the same in every process (SHA-256, not ``hash``)."""
     digest = int.from_bytes(hashlib.sha256(name.encode()).digest(), "big")
     return np.random.default_rng(np.random.SeedSequence([int(seed), digest]))
 
 
 def median_throughput(reps: Sequence[np.ndarray]) -> float:
-    """The point estimate of throughput (steps/s): the median over replicates of each replicate's
-    median, the statistic that ``bootstrap_throughput`` resamples."""
+    """Throughput (steps/s): the median over replicates of 1 / each replicate's median."""
     return float(np.median([1.0 / np.median(s) for s in reps]))
 
 
 def bootstrap_throughput(
     reps: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int = N_BOOT
 ) -> np.ndarray:
-    """Bootstrap distribution of the median over replicates of each replicate's median
-    throughput (1 / seconds per step), resampling both levels: replicates (the between-process
-    variation, usually the larger) and the samples within each replicate."""
+    """Bootstrap draws of ``median_throughput``, resampling both levels: the samples within each
+    replicate, then the replicates (the between-process variation, usually the larger)."""
     per_rep = np.empty((len(reps), n_boot))
     for i, s in enumerate(reps):
         s = np.asarray(s, dtype=float)
@@ -81,13 +66,11 @@ def interval(draws: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-#: What every sentence and cell says of a ratio whose 95% interval contains 1, and of no other:
-#: ``noise_words`` is the one rule.
+#: What every sentence and cell says of a ratio whose 95% interval contains 1 (``noise_words``).
 NOISE = "within the noise"
 
 
 def _bounds(low: float | None, high: float | None) -> tuple[float, float] | None:
-    """An interval's ends as floats; None where there is no interval."""
     if low is None or high is None:
         return None
     try:
@@ -97,20 +80,17 @@ def _bounds(low: float | None, high: float | None) -> tuple[float, float] | None
 
 
 def within_noise(low: float | None, high: float | None) -> bool:
-    """The one rule: a ratio is within the noise where its 95% interval contains 1 (False where
-    there is no interval)."""
+    """The one rule: a ratio is within the noise where its 95% interval contains 1."""
     b = _bounds(low, high)
     return b is not None and b[0] <= 1.0 <= b[1]
 
 
-#: A ratio whose 95% interval holds both 1/TOO_WIDE and TOO_WIDE is not measured: the interval
-#: cannot tell a halving from a doubling (``says_nothing``).
+#: An interval holding both 1/TOO_WIDE and TOO_WIDE cannot tell a halving from a doubling.
 TOO_WIDE = 2.0
 
 
 def says_nothing(low: float | None, high: float | None) -> bool:
-    """The one rule for an interval too wide to say anything: it holds both half and twice
-    (``TOO_WIDE``). False where there is no interval."""
+    """The one rule for an interval too wide to say anything (``TOO_WIDE``)."""
     b = _bounds(low, high)
     return b is not None and b[0] <= 1 / TOO_WIDE and b[1] >= TOO_WIDE
 
@@ -122,8 +102,7 @@ def noise_words(low: float | None, high: float | None) -> str:
 
 @dataclass(frozen=True)
 class Ratio:
-    """A throughput ratio: point estimate, 95% interval, and the bootstrap draws it came from
-    (what a geometric mean over workloads resamples)."""
+    """A throughput ratio: point estimate, 95% interval, and the draws it came from."""
 
     point: float
     low: float
@@ -149,9 +128,7 @@ def ratio(
     seed: int = SEED,
     n_boot: int = N_BOOT,
 ) -> Ratio:
-    """``reps``' throughput over ``base_reps``' (each a list of one sample array per replicate),
-    with the percentile interval of ``n_boot`` two-level bootstrap resamples of each side, drawn
-    from ``generator(seed, name)``: the numerator's draws first, then the denominator's."""
+    """``reps``' throughput over ``base_reps``', with ``n_boot`` bootstrap draws of each side."""
     rng = generator(seed, name)
     draws = bootstrap_throughput(reps, rng, n_boot) / bootstrap_throughput(base_reps, rng, n_boot)
     point = median_throughput(reps) / median_throughput(base_reps)
@@ -159,9 +136,7 @@ def ratio(
 
 
 def geometric_mean(ratios: Sequence[Ratio]) -> Ratio:
-    """The geometric mean of ratios (one per workload, each resampled independently), with the
-    percentile interval of the geometric means of their draws. One ratio is returned as it is,
-    so a suite of one workload states the workload's own numbers."""
+    """The geometric mean of ratios and of their draws; one ratio is returned as it is."""
     if not ratios:
         raise ValueError("geometric_mean of no ratios")
     if len(ratios) == 1:

@@ -1,15 +1,7 @@
-"""Each suite's answer, decided once: the console's closing lines and the report's answer table
-both print what ``answers`` says.
-
-Where one mode made every workload of the suite reproducible, the answer is the recommended mode
-(``recommend.RULE``). Where none did, the answer never names a mode that gives different bits
-for a workload another mode makes reproducible. Among the modes that do not, it takes the one
-that makes the most workloads reproducible (ties: the simplest), and says what is true of the
-rest: a workload the mode cannot run (no deterministic implementation), with the mode that does
-make it reproducible, and the workloads no mode makes reproducible. Only where every mode gives
-different bits somewhere that another mode fixes does it name the best mode with its exception.
-On a CPU, a mode that changes only cuDNN flags is the same computation as its twin and is never
-the answer (``recommend.inert_changes``).
+"""Each suite's answer, decided once for the console and the report: the recommended mode
+(``recommend.RULE``) where one made every workload reproducible. Else the mode that makes the
+most reproducible (ties: the simplest) among those that give no different bits for a workload
+another mode makes reproducible (if there are any), with what is true of the rest.
 """
 
 from __future__ import annotations
@@ -24,11 +16,7 @@ import pandas as pd
 from detbench.analysis import cause
 from detbench.analysis.labels import baseline_mode, run_device, simplicity_key
 from detbench.analysis.matrix import ONE_REPLICATE, RAN, ran_somewhere, unjudged, verdicts
-from detbench.analysis.recommend import (
-    RULE,
-    inert_changes,
-    recommendations,
-)
+from detbench.analysis.recommend import RULE, inert_changes, recommendations
 
 #: How an unsupported record's message names an op with no deterministic implementation.
 NO_DET = re.compile(r"(\w+) does not have a deterministic implementation")
@@ -38,6 +26,8 @@ SHOWN = 4
 
 @dataclass(frozen=True)
 class SuiteAnswer:
+    """One suite's answer."""
+
     suite: str
     mode: str | None  # the mode to use, or the best partial one; None where no mode helps
     complete: bool  # ``mode`` makes every workload of the suite that ran reproducible
@@ -56,8 +46,7 @@ def names(items: Sequence[str], shown: int = SHOWN) -> str:
 def _not_run(
     missing: list[str], g: pd.DataFrame, mode: str, fixers: Mapping[str, list[str]]
 ) -> list[str]:
-    """Why the ``missing`` workloads have no verdict under ``mode`` (grouped by reason), and
-    which mode makes them reproducible (grouped by mode)."""
+    """Why ``missing`` have no verdict under ``mode``, and which mode makes them reproducible."""
     reasons: dict[str, list[str]] = {}
     for w in missing:
         row = g[(g["workload"] == w) & (g["mode"] == mode)]
@@ -84,8 +73,7 @@ def _not_run(
 def _partial(
     suite: str, g: pd.DataFrame, device: str | None, drawn: set[tuple[str, str]]
 ) -> SuiteAnswer:
-    """The answer for a suite in which no one mode made every workload reproducible; ``drawn``:
-    ``cause.lottery``, where a mode with the autotuner is never the answer."""
+    """The answer where no one mode made every workload reproducible."""
     workloads = [str(w) for w in dict.fromkeys(g["workload"])]
     n = len(workloads)
     modes = [
@@ -131,9 +119,7 @@ def _partial(
 
 
 def _none(n: int, open_: list[str]) -> str:
-    """The answer where no mode made a workload reproducible: which workloads that is true of,
-    and which have no run-to-run verdict yet (``open_``): a run stopped after one replicate
-    knows nothing of whether its workloads are reproducible."""
+    """The answer where no mode made a workload reproducible (``open_``: one replicate only)."""
     if len(open_) == n:
         return f"no verdict yet: every workload has {ONE_REPLICATE}"
     if not open_:
@@ -170,9 +156,7 @@ def answers(
 def recommendation_text(
     df: pd.DataFrame, rec: pd.DataFrame | None = None, v: pd.DataFrame | None = None
 ) -> str:
-    """The rule, then one line per suite: its answer, why, and its throughput (the console's
-    closing lines); ``rec`` and ``v``: ``recommendations(df)`` and ``verdicts(df)`` where the
-    caller has them."""
+    """The console's closing lines: the rule, then per suite its answer, why and throughput."""
     rec = recommendations(df) if rec is None else rec
     by_suite: dict[Any, Any] = {
         r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")

@@ -1,20 +1,8 @@
 """Which switch changed the bits, and which only cost time, as far as the run measured it.
 
-A switch is one of the four mode flags or one setting. Two modes of the run that differ in that
-switch alone (``default`` and ``det-algos`` for deterministic algorithms; ``det-algos`` and
-``det-algos[fill_uninitialized_memory=off]`` for the fill) are a pair that measured it. For every
-workload that ran in both modes of a pair, the switch:
-
-- made it reproducible: nondeterministic with the switch at one level, reproducible at the other;
-- changed its bits: its fingerprints under the two modes differ (both reproducible with other
-  results, or reproducible in one mode only); a workload nondeterministic in both tells nothing;
-- else it changed nothing in the bits, only (perhaps) the time.
-
-The time a switch costs is the geometric mean over the run's workloads of its first pair's
-throughput ratio (``cost_intervals.ratio``, then ``stats.geometric_mean``), the pair whose first
-mode changes the fewest settings from torch's default. A switch that acts on nothing on the run's
-device (``acts.acts_on``: the cuDNN flags on a CPU) gets no cost: its two modes are the same
-computation, and a ratio between them is noise.
+A switch (a mode flag or a setting) is measured by each pair of the run's modes that differ in
+it alone (``default`` and ``det-algos``). Its cost is the geometric mean over the workloads of
+its simplest pair's ratio; a switch inert on the run's device gets none, a ratio there is noise.
 """
 
 from __future__ import annotations
@@ -46,6 +34,8 @@ FLAG_WORDS = {
 
 @dataclass(frozen=True)
 class SwitchEffect:
+    """What one switch did to the run's bits and time."""
+
     switch: str  # a flag of MODE_FLAGS or a setting's name
     words: str  # how the report names it
     pairs: tuple[tuple[str, str], ...]  # (without, with) mode labels
@@ -73,8 +63,7 @@ def _state(m: Mode) -> dict[str, Any]:
 
 
 def _difference(a: Mode, b: Mode) -> str | None:
-    """The one switch ``a`` and ``b`` differ in; None for none or several. A mode with cuDNN
-    off has no cuDNN flags that act, so only cudnn_enabled is compared against it."""
+    """The one switch ``a`` and ``b`` differ in, else None (cuDNN off: its flags do not count)."""
     sa, sb = _state(a), _state(b)
     if not a.cudnn_enabled or not b.cudnn_enabled:
         for f in ("benchmark", "cudnn_deterministic"):
@@ -85,8 +74,7 @@ def _difference(a: Mode, b: Mode) -> str | None:
 
 
 def _first_is_without(switch: str, a: Mode, b: Mode) -> bool:
-    """Whether ``a`` is the pair's "without" side: the flag off (cuDNN on for cudnn_enabled),
-    the setting at torch's default."""
+    """Whether ``a`` is the "without" side: flag off (cuDNN on), setting at torch's default."""
     if switch == "cudnn_enabled":
         return a.cudnn_enabled
     if switch in st.MODE_FLAGS:
@@ -96,8 +84,7 @@ def _first_is_without(switch: str, a: Mode, b: Mode) -> bool:
 
 
 def pairs(labels: Iterable[Any]) -> dict[str, list[tuple[str, str]]]:
-    """Per switch, the (without, with) pairs of the given mode labels that differ in it alone,
-    the pair whose "without" mode is simplest first."""
+    """Per switch, the (without, with) pairs of ``labels`` differing in it alone, simplest first."""
     modes = [(str(x), m) for x in dict.fromkeys(labels) if (m := mode_of(str(x))) is not None]
     out: dict[str, list[tuple[str, str]]] = {}
     for (la, a), (lb, b) in combinations(modes, 2):
@@ -115,8 +102,7 @@ def pairs(labels: Iterable[Any]) -> dict[str, list[tuple[str, str]]]:
 def effects(
     df: pd.DataFrame, seed: int = stats.SEED, v: pd.DataFrame | None = None
 ) -> list[SwitchEffect]:
-    """Every switch the run measured (see the module's docstring), in the order of the flags,
-    then the settings; ``v``: ``matrix.verdicts(df)`` where the caller has it already."""
+    """Every switch the run measured, flags first; ``v``: ``matrix.verdicts(df)`` if known."""
     v = verdicts(df) if v is None else v
     if v.empty:
         return []
@@ -167,8 +153,7 @@ def effects(
 def _time(
     groups: dict[Any, pd.DataFrame], keys: list[tuple[str, str]], pair: tuple[str, str], seed: int
 ) -> stats.Ratio | None:
-    """The pair's throughput ratio, with over without; ``groups``: the run's records by
-    (suite, workload, mode), grouped once for every switch."""
+    """The pair's throughput ratio, with over without, over the workloads."""
     without, with_ = pair
     ratios = []
     for suite, w in keys:

@@ -1,20 +1,8 @@
-"""Whether a run's timings can be cited: three checks, read from the lines of its ``paired.jsonl``
-(where the paired design keeps its timings; its verdict records time nothing).
-
-- (i) **No timing shared with detbench's own workers.** The group's workers take turns: no
-  block may begin before another worker's block has ended (``overlaps``).
-- (ii) **No worker's first workload drifts.** For each worker's first line (``worker_pid``; its
-  samples are one per round), the median of the first quarter of its samples against the median
-  of the last quarter: at most ``DRIFT`` apart. The later lines' drift is given beside it, to
-  compare.
-- (iii) **Enough samples.** Of the lines whose step takes 5-100 ms, at least ``REACHED`` reach
-  +-``target`` (the 95% interval of the median within it: ``timing.ci_rel``).
-
-A check with nothing to read fails: "0 of 0" proves nothing. A run of detbench's earlier design
-(each record timed in its own worker) has no paired lines to check.
-
-``tools/timing_check.py DIR`` prints one PASS or FAIL line per check with its numbers; it is run
-by hand on a run before its timings are cited.
+"""Whether a run's timings can be cited: three checks of the lines of its ``paired.jsonl``, which
+``tools/timing_check.py DIR`` prints as PASS or FAIL lines: (i) no worker's block began before
+another's had ended, (ii) no worker's first workload drifts more than ``DRIFT``, (iii) enough of
+the 5-100 ms steps reach their target. A check with nothing to read fails: "0 of 0" proves
+nothing.
 """
 
 from __future__ import annotations
@@ -49,8 +37,7 @@ def _ok(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def blocks(line: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """The (start, end) epoch seconds of each block a paired line timed: its ``block_start``,
-    and ``number_per_block`` steps of that round's sample (seconds a step)."""
+    """The (start, end) epoch seconds of each block a paired line timed."""
     n = int(line.get("number_per_block") or 1)
     starts, samples = line.get("block_start") or [], line.get("samples") or []
     return [(float(a), float(a) + n * float(x)) for a, x in zip(starts, samples, strict=False)]
@@ -62,8 +49,7 @@ SLACK = 1e-4
 
 
 def overlaps(lines: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
-    """(how many blocks of ``lines`` began before another line's block had ended, by more than
-    ``SLACK``; how many blocks in all)."""
+    """(blocks of ``lines`` begun over ``SLACK`` before another line's block ended, blocks)."""
     spans = sorted((a, b, i) for i, line in enumerate(lines) for a, b in blocks(line))
     count, end, owner = 0, float("-inf"), -1
     for a, b, i in spans:
@@ -85,8 +71,7 @@ def check_turns(lines: list[Mapping[str, Any]]) -> TimingCheck:
 
 
 def drift(rec: Mapping[str, Any]) -> float | None:
-    """The relative difference of the median of the first quarter of ``rec``'s timing samples
-    and that of its last quarter; None with fewer than 4 samples."""
+    """The relative drift from the first quarter of ``rec``'s samples to the last (median)."""
     samples = [float(x) for x in rec["timing"].get("samples") or []]
     q = len(samples) // 4
     if q < 1:
@@ -96,8 +81,7 @@ def drift(rec: Mapping[str, Any]) -> float | None:
 
 
 def first_of_each_worker(lines: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The first line of each worker (its ``worker_pid`` in a replicate), in the file's
-    order."""
+    """The first line of each worker (``worker_pid`` in a replicate), in the file's order."""
     seen: set[tuple[Any, ...]] = set()
     firsts = []
     for r in lines:
@@ -149,8 +133,7 @@ def _step(rec: Mapping[str, Any]) -> float:
 
 
 def check_timing(paired: Iterable[Mapping[str, Any]], target: float = 0.01) -> list[TimingCheck]:
-    """Checks (i)-(iii) of a run's ``paired`` lines; ``target``: the interval check (iii) asks
-    for."""
+    """Checks (i)-(iii) of a run's ``paired`` lines; ``target``: for check (iii)."""
     lines = list(paired)
     ok = _ok(lines)
     return [check_turns(ok), check_drift(ok, lines), check_samples(ok, target)]

@@ -1,18 +1,10 @@
-"""The speed-versus-reproducibility plane: where each mode of a suite sits (``plane``: its
-geometric-mean throughput relative to the baseline, the fraction of workloads it made
-reproducible), the frontier of the modes no other mode beats on both (``mark_frontier``), and the
-plane with its noise (``points``): each point with the 95% interval of its mean
-(``stats.geometric_mean`` of the workloads' ``cost_intervals.ratio``, the very ratios of
-``cost_intervals.costs``), so a figure can draw it, and a frontier that agrees with the
-recommendation.
-
-``mark_frontier`` compares point estimates, so a mode faster by noise alone sits on it while the
-recommendation, which moves only for a significant difference, picks another. In ``points``,
-among the modes reproducible on every workload, the frontier holds the recommended mode alone;
-a less reproducible mode is on it only when no mode at least as reproducible beats its point
-estimate and its interval lies above the interval of every frontier mode more reproducible than
-it (faster beyond the noise). A mode the recommendation never picks on this device (a cuDNN flag
-on a CPU: ``recommend.inert_changes``) is ``inert`` and never on the frontier.
+"""The speed-versus-reproducibility plane: where each mode of a suite sits (``plane``), the modes
+no other beats on both axes (``mark_frontier``), and the plane with its noise (``points``).
+``mark_frontier`` compares point estimates, so a mode faster by noise alone sits on it. In
+``points`` the frontier agrees with the recommendation: among the modes reproducible on every
+workload it holds the recommended mode alone, and a less reproducible mode is on it only when
+nothing at least as reproducible beats its point and its interval lies above that of every
+more reproducible frontier mode. An ``inert`` mode is never on it.
 """
 
 from __future__ import annotations
@@ -30,17 +22,9 @@ from detbench.analysis.recommend import inert_changes
 
 
 def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
-    """One row per (suite, mode): where the mode sits on the speed-versus-reproducibility plane.
-
-    ``relative_throughput`` is the geometric mean over the suite's workloads that the mode ran
-    (``ran`` of ``workloads``) of its throughput relative to ``baseline``; ``reproducible`` is
-    the fraction of the suite's workloads that were bitwise identical in every replicate (a
-    workload the mode could not run counts as not reproducible; one that ran in no mode is left
-    out, as in ``recommendations``). A mode the run gave only some of the suite's workloads (an
-    attribution study's attention-backend variants) is not on the plane: its fraction would
-    count what it never ran. ``frontier`` marks the modes no other mode beats on both
-    axes: the best choices. ``baseline``: ``baseline_mode`` of the run when None.
-    """
+    """One row per (suite, mode): the geometric mean over the workloads it ran of its throughput
+    relative to ``baseline``, and the fraction of the suite's workloads (those that ran in some
+    mode) it made reproducible. A mode run on some workloads only is left out."""
     v = verdicts(df)
     baseline = baseline_mode(v["mode"]) if baseline is None else baseline
     v = v.assign(rel=relative_throughput(v, str(baseline)))
@@ -49,7 +33,7 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
         g = g[g["workload"].isin(ran_somewhere(g))]
         n = int(g["workload"].nunique())
         for mode, m in g.groupby("mode", sort=False):
-            if m["workload"].nunique() < n:  # run on some workloads only (an attribution variant)
+            if m["workload"].nunique() < n:  # its fraction would count what it never ran
                 continue
             ran = m[m["verdict"].isin(RAN)]
             rel = pd.to_numeric(ran["rel"], errors="coerce").dropna()
@@ -77,8 +61,7 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
 
 
 def mark_frontier(points: pd.DataFrame) -> None:
-    """Set ``points["frontier"]``: per suite, True for the modes that no other mode beats on both
-    ``relative_throughput`` and ``reproducible`` (at least as good on both, better on one)."""
+    """Set ``points["frontier"]``: per suite, the modes no other mode beats on both axes."""
     points["frontier"] = False
     for _, g in points.groupby("suite", sort=False):
         pts = g.dropna(subset=["relative_throughput"])
@@ -101,13 +84,9 @@ def points(
     seed: int = stats.SEED,
     v: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """``plane`` with ``ci_low``/``ci_high`` (None for the baseline, which is 1 by
-    definition, and where a workload has no samples), and, where a mode has them, its
-    ``relative_throughput`` the point of the same ratios (``cost_intervals.ratio``: for a paired
-    run the pairs' estimate, not the ratio of the records' medians), so a point and its interval
-    are one statistic's and agree with the recommendations; ``inert``, ``recommended`` and the
-    noise-aware ``frontier``; ``rec``: ``recommend.recommendations`` of ``df``; ``v``:
-    ``matrix.verdicts(df)`` where the caller has it already."""
+    """``plane`` with each point and its 95% interval from ``cost_intervals.ratio`` (None for the
+    baseline and without samples), ``inert``, ``recommended`` and the noise-aware ``frontier``;
+    ``rec``: ``recommend.recommendations`` of ``df``; ``v``: ``matrix.verdicts(df)`` if known."""
     baseline = str(baseline_mode(df["mode"]) if baseline is None else baseline)
     p = plane(df, baseline)
     if p.empty:

@@ -1,27 +1,15 @@
 """Where the variance of a cost sits, so the repetitions at each level are chosen from measurement.
 
-**Levels** (``split``). The log of one round's ratio (``pairs.Paired``) varies at three
-levels, estimated as a one-way random-effects model with a common within-process trend:
+**Levels** (``split``): a one-way random-effects model of the log per-round ratio with a common
+within-process trend. **time**: the variance of the trend fitted on the pairs' start times,
+pooled over processes; **rounds**: what is left within a process; **processes**: the variance of
+the process means less the share the within-process variance ``s_w^2`` puts into each,
+``max(0, var(m_p) - s_w^2 / n)`` (Kalibera & Jones's ``T_2^2``). ``limited_by`` names the largest
+term of ``processes + (rounds + time) / n``.
 
-* **time**: a drift of the ratio over a process's rounds (a clock that ramps, a neighbour that
-  starts). The slope ``b`` of the log ratio on the pair's start time, pooled over processes
-  (each process centred on its own means); its variance is that of the fitted trend,
-  ``sum((b * t_c)^2) / (N - P)``.
-* **rounds**: what is left within a process around its mean and trend,
-  ``sum(residual^2) / (N - P - 1)``.
-* **processes**: between replicates, the variance of the process means less the share the
-  within-process variance ``s_w^2`` puts into each mean: ``max(0, var(m_p) - s_w^2 / n)``
-  (Kalibera & Jones's ``T_2^2``; ``n`` the mean number of rounds per process).
-
-A cost's interval (``paired_costs``) is a t-interval on the process means, whose variance is
-``processes + (rounds + time) / n``: ``limited_by`` names the largest of the three terms. With
-one process the between level cannot be estimated, and ``limited_by`` says "processes".
-
-**Repetitions** (``repetitions``): Kalibera & Jones (ISMM 2013, section 4): with ``c_process``
-the seconds a fresh process costs before its first round (start-up, build, warm-up) and
-``c_round`` the seconds of one round, the rounds per process that make the interval narrowest
-for the time spent are ``ceil(sqrt(c_process / c_round * s_w^2 / processes))``; then the number
-of processes that brings the t-interval within the target.
+**Repetitions** (Kalibera & Jones, ISMM 2013, section 4): the rounds per process that make the
+interval narrowest for the time spent, ``ceil(sqrt(c_process / c_round * s_w^2 / processes))``,
+then the processes that bring the t-interval within the target.
 """
 
 from __future__ import annotations
@@ -40,9 +28,8 @@ LEVELS = ("rounds", "processes", "time")
 
 @dataclass(frozen=True)
 class Split:
-    """The variance of the log per-round ratio at each level (see the module docstring), the
-    mean rounds per process and the processes it came from. NaN where a level cannot be
-    estimated (``processes`` with one process; ``rounds`` with one round per process)."""
+    """The variance of the log per-round ratio at each level, the mean rounds per process and
+    the processes it came from; NaN where a level cannot be estimated."""
 
     rounds: float
     processes: float
@@ -56,15 +43,13 @@ class Split:
         return self.rounds + self.time
 
     def contributions(self) -> dict[str, float]:
-        """Each level's share of the variance of a process mean, the quantity the interval's
-        width follows: processes as they are, rounds and time divided by the rounds."""
+        """Each level's term in the variance of a process mean, which the interval follows."""
         n = max(self.per_process, 1.0)
         return {"rounds": self.rounds / n, "processes": self.processes, "time": self.time / n}
 
     @property
     def limited_by(self) -> str:
-        """The level whose term in the variance of a process mean is the largest; "processes"
-        where there is one process (the level the interval cannot count)."""
+        """The level with the largest term; "processes" with one process (it cannot count it)."""
         if self.n_processes < 2 or not np.isfinite(self.processes):
             return "processes"
         c = {k: (v if np.isfinite(v) else 0.0) for k, v in self.contributions().items()}
@@ -99,8 +84,7 @@ def split(p: Paired) -> Split:
 
 @dataclass(frozen=True)
 class Repetitions:
-    """Kalibera & Jones's choice: rounds per process, processes for the target, and what the
-    resulting 95% half-width (relative) would be."""
+    """Rounds per process, processes for the target, and the resulting relative half-width."""
 
     rounds: int
     processes: int
@@ -116,9 +100,7 @@ def repetitions(
     max_rounds: int = 1000,
     max_processes: int = 100,
 ) -> Repetitions | None:
-    """The rounds per process and processes that make a cost's 95% interval narrowest for the
-    seconds spent (module docstring), with the processes that reach ``target`` (a relative
-    half-width), at most ``max_processes``. None where the split cannot say (one process)."""
+    """The ``Repetitions`` that reach ``target`` for the least time; None with one process."""
     if s.n_processes < 2 or not np.isfinite(s.processes) or not np.isfinite(s.within):
         return None
     if s.processes > 0:
