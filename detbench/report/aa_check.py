@@ -1,8 +1,5 @@
-"""The report's account of the costs' own honesty: the A/A line beside the costs, how the
-costs were timed in paired rounds (true to env.json's ``timing`` and the records), what limits
-their intervals, and which of them rest on one replicate (``MARK`` in the tables), whose
-interval assumes the spread between replicates.
-"""
+"""The costs' own honesty: the A/A line, how the costs were timed, what limits their intervals,
+and which rest on one replicate (``MARK`` in the tables)."""
 
 from __future__ import annotations
 
@@ -31,9 +28,7 @@ def _pct(x: float) -> str:
 
 
 def aa_sentence(lines: pd.DataFrame | None, baseline: str) -> str:
-    """ "A/A check: k of N workloads showed a cost between two workers of the same settings
-    (median interval ±x%)", where the run timed a copy of the baseline side by side; else that
-    its false costs were not measured."""
+    """The A/A line: how many workloads showed a cost between two workers of the baseline."""
     p = aa.paired(lines, baseline) if lines is not None and len(lines) else None
     if p is None or not len(p):
         return (
@@ -49,9 +44,7 @@ def aa_sentence(lines: pd.DataFrame | None, baseline: str) -> str:
 
 
 def _too_wide(s: Mapping[str, Any]) -> str:
-    """The clause an A/A summary ``s`` (``aa.summary``) needs where its intervals were too wide
-    to show a cost (``stats.says_nothing``: each holds both half and twice the speed, hence 1),
-    so its count of false costs is no evidence; "" where none was."""
+    """The clause ``s`` (``aa.summary``) needs where its intervals could not show a cost."""
     k, n = int(s.get("says_nothing") or 0), int(s["comparisons"])
     if not k:
         return ""
@@ -68,8 +61,7 @@ def _too_wide(s: Mapping[str, Any]) -> str:
 
 
 def aa_blocks(lines: pd.DataFrame | None, baseline: str, costs: pd.DataFrame) -> list[Block]:
-    """The A/A line, what limits the costs' intervals and which rest on one replicate, beside
-    the costs."""
+    """The A/A line, what limits the intervals and which rest on one replicate."""
     mine = costs[costs["mode"] != baseline] if len(costs) else costs
     said = [aa_sentence(lines, baseline), limits_sentence(mine), rests_sentence(mine, True)]
     return [Para(" ".join(x for x in said if x))]
@@ -87,10 +79,7 @@ def assumed_words() -> str:
 
 
 def one_replicate(costs: pd.DataFrame) -> pd.Series:
-    """The rows of ``costs`` (``analysis.costs``) the report marks (``MARK``): an interval
-    that says something (both bounds finite) and rests on one replicate
-    (``cost_intervals.on_one_replicate``: a paired cost of a run stopped after its first
-    replicate, or where the baseline's second was not timed)."""
+    """The rows of ``costs`` marked ``MARK``: a finite interval that rests on one replicate."""
     if costs.empty:
         return on_one_replicate(costs)
     finite = [np.isfinite(pd.to_numeric(costs[k], errors="coerce")) for k in ("ci_low", "ci_high")]
@@ -98,9 +87,7 @@ def one_replicate(costs: pd.DataFrame) -> pd.Series:
 
 
 def rests_sentence(costs: pd.DataFrame, marked: bool = False) -> str:
-    """How many of ``costs`` (``analysis.costs``, the baseline's rows left out) rest on one
-    replicate (``one_replicate``), and what their intervals assume there; "" where none does.
-    ``marked``: the tables mark them (``MARK``)."""
+    """How many of ``costs`` rest on one replicate, and what their intervals assume; or ""."""
     one = costs[one_replicate(costs)] if len(costs) else costs
     k, n = len(one), len(costs)
     if not k:
@@ -141,10 +128,7 @@ def _span(values: list[float], fmt: str) -> str:
 def costs_item(
     df: pd.DataFrame, env: Mapping[str, Any], baseline: str, aa_copy: bool = True
 ) -> str | None:
-    """The Method's account of how the costs were timed side by side, true to env.json's
-    ``timing`` option and to what the records carry (rounds, block sizes, clocks); ``aa_copy``:
-    paired.jsonl holds a second worker of the baseline. None for a run that has no paired timing
-    and was not set to time any (``earlier_design.words`` says how such costs were timed)."""
+    """How the costs were timed side by side; ``aa_copy``: with a second baseline worker."""
     o = env.get("options") or {}
     design = o.get("timing")
     timed = [t for t in df["timing"] if is_paired(t)] if "timing" in df.columns else []
@@ -191,8 +175,7 @@ def costs_item(
 
 
 def limits_sentence(costs: pd.DataFrame) -> str:
-    """What limits the costs' intervals, counted over ``costs``' ``limited_by`` ("" where the
-    costs do not say)."""
+    """What limits the costs' intervals (``limited_by``), or ""."""
     if costs.empty or "limited_by" not in costs.columns:
         return ""
     counts = costs["limited_by"].dropna().value_counts()

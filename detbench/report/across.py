@@ -1,6 +1,5 @@
-"""The cross-machine verdict (``detbench.analysis.across``) as text, Markdown and a report section:
-``detbench compare A B [C ...]`` prints it, and the report of a set of runs merged from several
-machines (``detbench merge``) opens with it."""
+"""The cross-machine verdict (``detbench.analysis.across``) as text, Markdown and a report
+section, for ``detbench compare A B [C ...]`` and a set merged by ``detbench merge``."""
 
 from __future__ import annotations
 
@@ -112,8 +111,7 @@ def rows(verdicts: Sequence[Mapping[str, Any]], lab: Mapping[str, str]) -> list[
 
 
 def like_lines(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Whether the runs ran the same workloads: the workloads compared over a prefix of their
-    steps, and what is known of the suites' source."""
+    """Whether the runs ran the same workloads (steps hashed, suites' source)."""
     lab = labels(runs)
     out = []
     for d in comparable.step_differences(verdicts):
@@ -177,8 +175,7 @@ def to_markdown(runs: Sequence[Run], verdicts: Sequence[Mapping[str, Any]]) -> s
 
 
 def set_blocks(directory: Path) -> list[Block]:
-    """The report of a set of runs merged from several machines (``detbench merge``): the
-    "Across machines" section, then each machine's summary and its same-bits groups."""
+    """The report of a set of runs merged from several machines (``detbench merge``)."""
     runs = load_runs([directory])
     verdicts = across(runs)
     out: list[Block] = [

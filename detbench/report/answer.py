@@ -1,20 +1,5 @@
-"""The report's first section, "The answer": what to set, what it costs, and what stays
-irreproducible, in about fifteen lines.
-
-- Per suite, the recommended settings as one line of Python (what they change from torch's
-  defaults) and their throughput against the baseline with its 95% interval ("within the noise"
-  where the interval contains 1, ``stats.noise_words``; the baseline itself has no interval: it
-  is 1 by definition). A suite no one mode made reproducible gets the mode that made the most of
-  its workloads so. Beside it, whatever the recommendation, the price of full determinism
-  (``analysis.price``) with its interval, and one sentence where that interval is too wide to
-  say anything. An interval that rests on one replicate in some of the suite's workloads (a
-  run stopped after its first replicate) is marked, and a line under the table says where.
-- The workloads no mode made bitwise reproducible, and what the run knows of why (``_why``).
-- Which switches changed the bits and which only the time (``analysis.switches``).
-- A run on a CPU, and a run timed on a busy host (``analysis.busy``), say so here.
-
-How the recommendation is chosen is told in the Method section, not here.
-"""
+"""The report's first section, "The answer": per suite what to set and what it costs, then what
+stays irreproducible and why, in about fifteen lines. How the mode is chosen is told in Method."""
 
 from __future__ import annotations
 
@@ -36,8 +21,7 @@ SHOWN = 6
 
 
 def one_line(mode: str) -> str:
-    """The Python that puts a script in ``mode``, as one line: the lines of its snippet that
-    differ from torch's defaults ("" for the default mode)."""
+    """The lines of ``mode``'s snippet that differ from torch's defaults, as one line."""
     base = set(DEFAULT_MODE.snippet().splitlines())
     lines = [
         ln
@@ -48,8 +32,7 @@ def one_line(mode: str) -> str:
 
 
 def interval_text(point: Any, low: Any, high: Any) -> str:
-    """``0.94x [0.91, 0.97]``, with ", within the noise" where the interval contains 1
-    (``stats.noise_words``, the one rule)."""
+    """``0.94x [0.91, 0.97]``, with ``stats.noise_words`` where the interval contains 1."""
     text = num(point, ".2f") + "x"
     if low is None or high is None or num(low) == "–" or num(high) == "–":
         return text + " (no interval)"
@@ -66,9 +49,7 @@ def suite_rows(
     baseline: str,
     full: Mapping[str, price.Price] | None = None,
 ) -> list[list[str | Code]]:
-    """One row per suite, from ``suite_answer.answers`` (what the console prints too): the
-    suite and its answer, the one line of Python, the throughput against the baseline, and where
-    ``full`` is given (``analysis.price``, by suite) the price of full determinism."""
+    """One row per suite of ``suite_answer.answers``; ``full``: ``analysis.price`` by suite."""
     by_suite = {r["suite"]: r for r in rec[rec["workload"] == "*"].to_dict("records")}
     rows: list[list[str | Code]] = []
     for a in suite_answer.answers(df, rec, v):
@@ -94,8 +75,7 @@ def suite_rows(
 
 
 def price_cell(p: price.Price, baseline: str) -> str:
-    """A suite's price of full determinism in words: its ratio to ``baseline`` with the 95%
-    interval, and how many of the suite's workloads ran in that mode where some did not."""
+    """A suite's price of full determinism, with how many workloads ran where some did not."""
     cell = _cost(p.mode, baseline, p.point, p.low, p.high)
     if p.ran < p.workloads:
         cell += f" ({p.ran} of {p.workloads} workloads ran)"
@@ -114,19 +94,11 @@ def _why(
     """What the run knows of why no mode made (suite, workload) reproducible."""
     if isinstance(params, Mapping) and "recipe" in params:
         return f"seeding recipe {params['recipe']}/{params.get('variant', workload)}, by design"
-    culprits = sorted(
-        {
-            str(c["op"])
-            for loc in located
-            if loc.get("workload") == workload
-            for c in loc.get("culprits") or []
-        }
-    )
-    if culprits:
+    mine = [loc for loc in located if loc.get("workload") == workload]
+    if culprits := sorted({str(c["op"]) for loc in mine for c in loc.get("culprits") or []}):
         return "culprit " + ", ".join(culprits) + " (located)"
     plain = g[g["mode"].map(lambda m: not (analysis.mode_of(str(m)) or DEFAULT_MODE).settings)]
-    with_settings = g[(g["verdict"] == "reproducible") & ~g.index.isin(plain.index)]
-    if len(with_settings):
+    if len(with_settings := g[(g["verdict"] == "reproducible") & ~g.index.isin(plain.index)]):
         return "reproducible only with a setting beyond the four flags: " + ", ".join(
             map(str, with_settings["mode"])
         )
@@ -171,23 +143,19 @@ def irreproducible(df: pd.DataFrame, v: pd.DataFrame, env: Mapping[str, Any]) ->
 
 
 def open_lines(v: pd.DataFrame) -> list[str]:
-    """The workloads that ran with one replicate only in every mode (a run stopped after its
-    first replicate): no sentence may count them as made reproducible by no mode."""
+    """The workloads with one replicate only in every mode: no verdict run to run yet."""
     names = [f"{suite}/{w}" for suite, g in v.groupby("suite", sort=False) for w in unjudged(g)]
     if not names:
         return []
-    n = len(names)
     return [
         f"No run-to-run verdict yet for {suite_answer.names(names, SHOWN)}: "
-        + ("it has" if n == 1 else "each has")
+        + ("it has" if len(names) == 1 else "each has")
         + " one replicate only in every mode that ran it, and a verdict needs two."
     ]
 
 
 def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str:
-    """Which switches changed the bits, which only the time (with their cost), and which act on
-    nothing on ``device`` (``acts.acts_on``: no cost is put on them, their modes being the
-    same computation)."""
+    """Which switches changed the bits, which only the time, and which act on nothing."""
     effects = [replace(e, device=device) if e.device != device else e for e in effects]
     changed = [e for e in effects if e.changed_bits]
     inert = [e for e in effects if not e.changed_bits and e.workloads and e.inert]
@@ -212,21 +180,19 @@ def switch_line(effects: list[switches.SwitchEffect], device: str | None) -> str
         ]
         parts.append("changed no bits, only the time: " + "; ".join(words))
     if inert and device:
-        verb = "acts" if len(inert) == 1 else "act"
+        verb, it, which = (
+            ("acts", "it", "it") if len(inert) == 1 else ("act", "them", "one of them")
+        )
         parts.append(
             f"{', '.join(e.words for e in inert)} {verb} on nothing on a {device.upper()}: "
-            "no cost is put on "
-            + ("it" if len(inert) == 1 else "them")
-            + " (the modes that differ in "
-            + ("it" if len(inert) == 1 else "one of them")
-            + " alone are the same computation)"
+            f"no cost is put on {it} (the modes that differ in {which} alone are the same "
+            "computation)"
         )
     return "Switches, " + "; ".join(parts) + "." if parts else ""
 
 
 def engine_lines(df: pd.DataFrame) -> list[str]:
-    """Where a run recorded cuDNN's engines (``--cudnn-log``) and the processes of one
-    (workload, mode) chose differently: one line each, beside the verdicts, never as one."""
+    """Where one (workload, mode)'s processes chose different cuDNN engines (``--cudnn-log``)."""
     out = []
     for (workload, mode), reps in engines.engine_choices(df).items():
         for conv, chosen in engines.differs(reps).items():
@@ -246,8 +212,7 @@ def _full_words(mode: str, stands_for: str | None, device: str | None) -> str:
 def price_line(
     prices: list[price.Price], full: tuple[str, str | None] | None, baseline: str
 ) -> str:
-    """The one sentence on the price of full determinism the table cannot say: that the run
-    timed no such mode, or that its interval is too wide to say anything (``Price.too_wide``)."""
+    """That no mode of full determinism was timed, or that its price is ``Price.too_wide``."""
     if full is None:
         return (
             f"The price of full determinism is not known from this run: it timed no mode with "
@@ -268,8 +233,7 @@ def price_line(
 def price_text(
     v: pd.DataFrame, points: pd.DataFrame, env: Mapping[str, Any], baseline: str, device: str | None
 ) -> str:
-    """The price of full determinism for the console, in the answer table's words: per suite, the
-    ratio with its interval, and the sentence ``price_line`` adds where it says nothing."""
+    """The price of full determinism for the console, in the answer table's words."""
     full = price.full_mode(v["mode"], device, env.get("study"), price.costed_modes(points))
     if full is None:
         return price_line([], None, baseline)
@@ -298,10 +262,7 @@ def one_replicate_marks(
     baseline: str,
     full: str | None,
 ) -> str:
-    """Marks (``MARK``) the cells of ``rows`` (``suite_rows``) whose interval rests, in some or
-    all of the suite's workloads, on costs of one replicate (``aa_check.one_replicate``):
-    the throughput of the suite's mode, and the price of ``full`` (the mode of full
-    determinism; None: no such column). Returns the legend ("" where nothing is marked)."""
+    """Marks the intervals of ``rows`` that rest on one replicate; returns the legend, or ""."""
     if costs.empty:
         return ""
     c = costs[costs["mode"] != baseline]
@@ -339,9 +300,7 @@ def blocks(
     device: str | None,
     costs: pd.DataFrame | None = None,
 ) -> list[Block]:
-    """The section; ``points``: ``analysis.tradeoff.points``; ``device``: ``run_device``;
-    ``costs``: ``analysis.costs`` (None: no mark of the intervals that rest on one
-    replicate)."""
+    """The section; ``costs`` None: no mark of the intervals that rest on one replicate."""
     out: list[Block] = [Heading(2, "The answer")]
     state = runstate.run_state(df, env)
     alert = state.partial or bool(state.throttle) or bool(state.set_aside)
@@ -360,11 +319,9 @@ def blocks(
     if full is not None:
         header.append(f"full determinism: {_full_words(*full, device)} vs {baseline}")
     rows = suite_rows(df, rec, v, points, baseline, by_suite)
-    marks = (
-        ""
-        if costs is None
-        else one_replicate_marks(df, rec, v, rows, costs, baseline, full[0] if full else None)
-    )
+    marks = ""
+    if costs is not None:
+        marks = one_replicate_marks(df, rec, v, rows, costs, baseline, full[0] if full else None)
     out.append(Table(header, rows))
     stuck = irreproducible(df, v, env)
     items = [

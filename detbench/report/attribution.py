@@ -1,12 +1,4 @@
-"""The report's ``Attribution`` section, for a run made by ``detbench attribute``: its numbers
-per suite (``suite_effects``), its sentences, its table and its chart (per suite, one bar per
-switch: the geometric mean over the suite's workloads of the variant's throughput relative to its
-end, with its 95% interval, on a log axis).
-
-Everything here is computed from the records and the study in env.json
-(``detbench.analysis.attribution.effects`` and ``suite_effects``); a run that is not an
-attribution study gets no section and no chart.
-"""
+"""The ``Attribution`` section and chart of a run made by ``detbench attribute``."""
 
 from __future__ import annotations
 
@@ -38,15 +30,13 @@ def study_of(env: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _words(switch: str, level: str) -> str:
-    """A switch at a level, as the conclusions say it."""
     if switch in at.FLAG_WORDS:
         return f"{at.FLAG_WORDS[switch]} {level}"
     return f"{switch}={level}"
 
 
 def _end_level(switch: str, end: str, end_mode: str) -> str:
-    """The level the switch has in the mode the variant is compared with (its end's, or the
-    compiled mode of its end for inductor's switch)."""
+    """The level the switch has in the mode the variant is compared with."""
     if switch in at.FLAG_WORDS:
         return "off" if end == "default" else "on"
     if switch == "execution":
@@ -59,10 +49,7 @@ def change_words(r: Any) -> str:
 
 
 def near_noise(r: Any) -> str | None:
-    """Why a significant cost is still no finding, or None: its timing is noisy (a replicate's
-    IQR above ``analysis.NOISY_IQR`` of its median) and its interval reaches within that
-    fraction of 1. Such an interval excludes 1, so it is never called within the noise
-    (``stats.NOISE``: only an interval that contains 1 is)."""
+    """Why a significant cost is no finding (noisy, and within ``NOISY_IQR`` of 1), or None."""
     rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
     if not all(math.isfinite(x) and x > 0 for x in (rel, low, high)):
         return None
@@ -76,8 +63,7 @@ def near_noise(r: Any) -> str | None:
 
 
 def uncertain(r: Any) -> bool:
-    """A significant cost whose size is uncertain: its interval (on a log scale) is wider than
-    the point estimate's distance from 1. The direction is measured; the amount is not."""
+    """Whether a cost's interval (log scale) is wider than its distance from 1."""
     rel, low, high = (float(r[k]) for k in ("relative_throughput", "ci_low", "ci_high"))
     if not all(math.isfinite(x) and x > 0 for x in (rel, low, high)):
         return False
@@ -98,8 +84,7 @@ def _speed(r: Any, than: str) -> str:
         return f"throughput {stats.NOISE} ({interval})"
     if not r["significant"]:
         return f"throughput not significantly different ({interval})"
-    noise = near_noise(r)
-    if noise is not None:
+    if (noise := near_noise(r)) is not None:
         return (
             f"throughput not a finding ({interval}: the interval excludes 1 but reaches within "
             f"{analysis.NOISY_IQR:.0%} of it; {noise})"
@@ -114,8 +99,7 @@ def _speed(r: Any, than: str) -> str:
 
 
 def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]:
-    """Per suite, one sentence per switch: what its variant did to reproducibility and speed,
-    from the measured numbers only."""
+    """Per suite, one sentence per switch: what its variant did to reproducibility and speed."""
     s = suite_effects(df, study)
     out: dict[str, list[str]] = {}
     if s.empty:
@@ -158,13 +142,9 @@ def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]
 def suite_effects(
     df: pd.DataFrame, study: dict[str, Any], n_boot: int = stats.N_BOOT, seed: int = stats.SEED
 ) -> pd.DataFrame:
-    """Per (suite, variant): the geometric mean over the suite's workloads of the variant's
-    throughput relative to its end, with its 95% interval (``stats.geometric_mean`` of each
-    workload's ``cost_intervals.ratio``: paired where the two were timed side by side; the very
-    numbers of ``analysis.costs`` and so of the table: a
-    suite of one workload states the table's numbers), and how many of the workloads the switch
-    is needed for (deterministic end) or alone sufficient for (default end), were reproducible
-    under the variant, and had their bits changed."""
+    """Per (suite, variant): the geometric mean over the workloads of the variant's throughput
+    relative to its end, with its 95% interval (of the ratios ``analysis.costs`` states), and
+    the counts of workloads by what the switch did."""
     e = at.effects(df, study)
     if e.empty:
         return pd.DataFrame()
@@ -277,16 +257,12 @@ def _method(study: dict[str, Any], dropped: int) -> Para:
 
 
 def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Block]:
-    """The ``Attribution`` section: how the study was made, then per suite the table of every
-    switch and workload, the chart, and the conclusions in words. [] when ``env`` holds no
-    attribution study."""
+    """The ``Attribution`` section: [] when ``env`` holds no attribution study."""
     study = study_of(env)
     if study is None:
         return []
-    out: list[Block] = [
-        Heading(2, "Attribution"),
-        _method(study, len(df) - len(analysis.counted(df))),
-    ]
+    dropped = len(df) - len(analysis.counted(df))
+    out: list[Block] = [Heading(2, "Attribution"), _method(study, dropped)]
     e = at.effects(df, study)
     if e.empty:
         return [*out, Para("No record of this study counts yet.")]
@@ -351,8 +327,7 @@ TICKS = (
 
 
 def _ticks(lo: float, hi: float) -> list[float]:
-    """Ticks between 2**lo and 2**hi: the friendly ratios of ``TICKS`` over a narrow range, at
-    most about 8 powers of two over a wide one."""
+    """Ticks between 2**lo and 2**hi: ``TICKS`` over a narrow range, powers of two over a wide."""
     if hi - lo <= 3:
         return [t for t in TICKS if 2**lo <= t <= 2**hi]
     powers = list(range(math.ceil(lo), math.floor(hi) + 1))
@@ -367,9 +342,7 @@ def _tick_label(x: float) -> str:
 
 
 def figure(s: pd.DataFrame, suite: str) -> MplFigure:
-    """One bar per switch: the geometric mean over the suite's workloads of the variant's
-    throughput relative to its end, with its 95% interval; hatched where the switch is needed
-    for reproducibility (deterministic end) or alone sufficient (default end) on a workload."""
+    """One bar per switch (``suite_effects``), hatched where it is needed or alone sufficient."""
     s = s.reset_index(drop=True)
     n = len(s)
     fig, ax = subplots(figsize=(10.5, 1.7 + 0.42 * n))
@@ -383,7 +356,7 @@ def figure(s: pd.DataFrame, suite: str) -> MplFigure:
     _notes(ax, y, rel, records)
     labels = [
         f"{change_words(r)}  [{'from default' if r['end'] == 'default' else 'from det. end'}]"
-        for r in s.to_dict("records")
+        for r in records
     ]
     ax.set_yticks(y, labels, fontsize=9)
     ax.axvline(1.0, color="black", lw=1)
@@ -409,8 +382,6 @@ def _bars(
     high: np.ndarray,
     records: Sequence[Mapping[Any, Any]],
 ) -> None:
-    """A bar from 1 to each variant's relative throughput (to 1 where it has none), hatched
-    where the switch is needed or alone sufficient, with its interval as an error bar."""
     shown = np.where(np.isfinite(rel), rel, 1.0)
     for k, r in enumerate(records):
         marked = (r["end"] == "deterministic" and r["needed"]) or (
@@ -427,19 +398,11 @@ def _bars(
             edgecolor="black" if marked else "none",
         )
         if np.isfinite(rel[k]):
-            ax.errorbar(
-                rel[k],
-                y[k],
-                xerr=[[rel[k] - low[k]], [high[k] - rel[k]]],
-                fmt="none",
-                ecolor="black",
-                capsize=3,
-                lw=1,
-            )
+            err = [[rel[k] - low[k]], [high[k] - rel[k]]]
+            ax.errorbar(rel[k], y[k], xerr=err, fmt="none", ecolor="black", capsize=3, lw=1)
 
 
 def _log_axis(ax: Axes, low: np.ndarray, high: np.ndarray) -> None:
-    """A log-2 axis over the intervals and 1, padded, with the ticks of ``_ticks``."""
     finite = np.concatenate([low[np.isfinite(low)], high[np.isfinite(high)], [1.0]])
     lo, hi = float(np.log2(finite.min())), float(np.log2(finite.max()))
     pad = 0.08 * (hi - lo) + 0.05
@@ -451,8 +414,7 @@ def _log_axis(ax: Axes, low: np.ndarray, high: np.ndarray) -> None:
 
 
 def _notes(ax: Axes, y: np.ndarray, rel: np.ndarray, records: Sequence[Mapping[Any, Any]]) -> None:
-    """Right of the axes, each bar's number and what qualifies it (n.s., no finding,
-    amount uncertain), and where the switch is needed or alone sufficient."""
+    """Right of the axes, each bar's number and what qualifies it."""
     for i, r in enumerate(records):
         failed = ", ".join(r.get("failures") or []) or "no timing"
         note = num(rel[i], ".2f") + "x" if np.isfinite(rel[i]) else f"did not run: {failed}"
@@ -478,32 +440,19 @@ def _notes(ax: Axes, y: np.ndarray, rel: np.ndarray, records: Sequence[Mapping[A
 
 
 def _legend(fig: MplFigure) -> None:
-    """Below the axes: the two ends' colours and the hatch."""
-    fig.legend(
-        handles=[
-            Patch(color=COLOURS["default"], alpha=0.75, label="added to the default mode"),
-            Patch(
-                color=COLOURS["deterministic"],
-                alpha=0.75,
-                label="removed from the deterministic mode",
-            ),
-            Patch(
-                facecolor="white",
-                edgecolor="black",
-                hatch="///",
-                label="needed for (or alone sufficient for) reproducibility",
-            ),
-        ],
-        loc="outside lower center",
-        ncol=3,
-        fontsize=8,
-        frameon=False,
-    )
+    needed = "needed for (or alone sufficient for) reproducibility"
+    handles = [
+        Patch(color=COLOURS["default"], alpha=0.75, label="added to the default mode"),
+        Patch(
+            color=COLOURS["deterministic"], alpha=0.75, label="removed from the deterministic mode"
+        ),
+        Patch(facecolor="white", edgecolor="black", hatch="///", label=needed),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
 
 
 def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[Plot]:
-    """The attribution chart of each suite, PNG and SVG, under ``directory``; none when the run
-    is not an attribution study."""
+    """The attribution chart of each suite, PNG and SVG, under ``directory``."""
     study = study_of(env)
     if study is None or df.empty:
         return []
@@ -512,15 +461,10 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
         return []
     directory.mkdir(parents=True, exist_ok=True)
     plots = []
-    for suite in dict.fromkeys(s["suite"]):
-        fig = figure(s[s["suite"] == suite], str(suite))
+    for suite in map(str, dict.fromkeys(s["suite"])):
+        fig = figure(s[s["suite"] == suite], suite)
         title = f"{suite}: what each switch costs, and where it is needed"
         plots.append(
-            Plot(
-                "attribution",
-                str(suite),
-                title,
-                *save_figure(fig, directory, f"{suite}-attribution"),
-            )
+            Plot("attribution", suite, title, *save_figure(fig, directory, f"{suite}-attribution"))
         )
     return plots

@@ -1,15 +1,5 @@
-"""``detbench compare DIR_A DIR_B``: two runs side by side (two GPUs, two torch versions).
-
-Per (workload, mode) found in both runs: the change in throughput from A to B with a 95%
-bootstrap interval and whether it is significant, each run's cost against its own default mode,
-and any change of verdict. The runs' environments are compared first, and every difference in
-GPU, driver, CUDA, cuDNN or torch, SM count, MIG mode, clocks or power limit is a warning, as is
-a GPU that throttled during either run: a difference is usually what the comparison is for, but
-the reader must know which of them changed. A workload is compared on throughput only where it
-is the same workload in both runs (``store.identity``: parameters, size profile, suite source);
-a verdict that changed in a mode with cudnn.benchmark on is said to be the autotuner's choice,
-which can change from process to process on one GPU.
-"""
+"""``detbench compare DIR_A DIR_B``: two runs side by side (two GPUs, two torch versions). Every
+difference of environment is a warning: the reader must know which facts changed."""
 
 from __future__ import annotations
 
@@ -53,18 +43,14 @@ class Comparison:
 def compare(
     dir_a: str | Path, dir_b: str | Path, n_boot: int = stats.N_BOOT, seed: int = stats.SEED
 ) -> Comparison:
-    """Compare run B with run A. ``change`` is B's throughput over A's, ``stats.ratio`` (the
-    ratio of the medians over replicates of each replicate's median), with the 2.5th-97.5th
-    percentile of the same ratio over ``n_boot`` two-level bootstrap resamples of each run, from
-    a generator seeded with ``seed`` and the comparison's name ("suite/workload|mode|run B|run
-    A"), so the output is reproducible and no row depends on the others; ``significant`` when
-    the interval excludes 1."""
+    """Compare run B with run A: ``change`` is B's throughput over A's (``stats.ratio``, seeded
+    per comparison so that no row depends on the others)."""
     a, b = Path(dir_a), Path(dir_b)
     df_a, df_b = load_results(a), load_results(b)
     env_a = load_env(a) if (a / "env.json").exists() else {}
     env_b = load_env(b) if (b / "env.json").exists() else {}
     facts_a, facts_b = env_facts(env_a), env_facts(env_b)
-    warnings = _env_warnings(env_a, env_b, facts_a, facts_b)
+    warnings = _env_warnings(env_a, env_b)
 
     va, vb = analysis.verdicts(df_a), analysis.verdicts(df_b)
     base_a = analysis.baseline_mode(va["mode"]) or DEFAULT_MODE.name
@@ -102,15 +88,8 @@ def compare(
     return Comparison(a, b, facts_a, facts_b, pd.DataFrame(rows), warnings, only_a, only_b)
 
 
-def _env_warnings(
-    env_a: dict[str, Any],
-    env_b: dict[str, Any],
-    facts_a: dict[str, str | None],
-    facts_b: dict[str, str | None],
-) -> list[str]:
-    """Every difference between the two runs' environments that the reader must know of: the
-    device, the facts of ``WARN_FACTS``, the GPUs themselves (``gpu_warnings``) and the size
-    profile."""
+def _env_warnings(env_a: dict[str, Any], env_b: dict[str, Any]) -> list[str]:
+    facts_a, facts_b = env_facts(env_a), env_facts(env_b)
     # On one device type a fact one run did not record (an older run) is unknown, not a
     # difference; across device types "none" says what is there (no GPU).
     same_device = facts_a["device"] == facts_b["device"]
@@ -145,9 +124,7 @@ def _row(
     seed: int,
     n_boot: int,
 ) -> dict[str, Any]:
-    """One (workload, mode) of both runs: ``r`` and ``rb`` its verdicts in A and B, ``ga`` and
-    ``gb`` its records; compared on throughput only where ``unlike`` is empty (the same
-    workload in both runs)."""
+    """One (workload, mode) of both runs; compared on throughput only where ``unlike`` is ""."""
     row: dict[str, Any] = {
         "suite": r["suite"],
         "workload": r["workload"],
@@ -157,10 +134,7 @@ def _row(
         "verdict_changed": r["verdict"] != rb["verdict"],
         "items_per_second_a": r["items_per_second"],
         "items_per_second_b": rb["items_per_second"],
-        "change": None,
-        "ci_low": None,
-        "ci_high": None,
-        "significant": None,
+        **dict.fromkeys(("change", "ci_low", "ci_high", "significant")),
         "rel_default_a": r["rel"],
         "rel_default_b": rb["rel"],
         "comparable": not unlike,
@@ -176,9 +150,7 @@ def _row(
     return row
 
 
-#: GPU facts of env.json compared beyond ``WARN_FACTS``: (where, key, words, unit). ``where`` is
-#: "worker" (env["worker"]) or "state" (the run's GPU in the gpu_state snapshot before the run,
-#: else after it).
+#: GPU facts compared beyond ``WARN_FACTS``: (env["worker"] or gpu_state, key, words, unit).
 GPU_FACTS = (
     ("worker", "sm_count", "SM count (cuBLAS promises the same bits only on the same count)", ""),
     ("worker", "mig_mode", "MIG mode", ""),
@@ -188,9 +160,7 @@ GPU_FACTS = (
 
 
 def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool) -> list[str]:
-    """Differences in the GPUs themselves (SM count, MIG, clocks, power limit, the physical GPU
-    where the model is the same) and any throttling during either run. A fact recorded in only
-    one run (an older run, or no NVML) is unknown, not a difference."""
+    """Differences in the GPUs themselves (a fact one run lacks is unknown) and throttling."""
     out: list[str] = []
     worker_a, worker_b = env_a.get("worker") or {}, env_b.get("worker") or {}
     state_a = quality.gpu_snapshot(env_a, "before") or quality.gpu_snapshot(env_a, "after") or {}
@@ -206,15 +176,13 @@ def gpu_warnings(env_a: dict[str, Any], env_b: dict[str, Any], same_model: bool)
             f"the runs are on two different GPUs of the same model: {uuid_a} (A) vs {uuid_b} (B)"
         )
     for name, env in (("A", env_a), ("B", env_b)):
-        lines = quality.throttle_lines(env)
-        if lines:
+        if lines := quality.throttle_lines(env):
             out.append(f"in run {name}, " + "; ".join(lines))  # "GPU 0 (...) held its clocks..."
     return out
 
 
 def _autotuned(g: pd.DataFrame) -> bool:
-    """Whether cuDNN's autotuner ran in any of ``g``'s records: cudnn.benchmark on, cuDNN on, on
-    a GPU (on a CPU the flag changes nothing)."""
+    """Whether cuDNN's autotuner ran in any of ``g``'s records (it does nothing on a CPU)."""
     return bool(
         (g["benchmark"].eq(True) & g["cudnn_enabled"].ne(False) & g["device"].eq("cuda")).any()
     )
@@ -228,15 +196,12 @@ THROUGHPUT_FIELDS = ("params", "profile", "source")
 def _unlike(
     ga: pd.DataFrame, gb: pd.DataFrame, env_a: dict[str, Any], env_b: dict[str, Any]
 ) -> str:
-    """How a workload's records in A differ from its records in B ("" where they are the same
-    workload), from each run's first record."""
+    """How a workload's first record in A differs from its first in B ("" where it does not)."""
     ia, ib = identity(ga.iloc[0], env_a), identity(gb.iloc[0], env_b)
     return "; ".join(
         describe(f, ia[f], ib[f], "A", "B") for f in differences(ia, ib) if f in THROUGHPUT_FIELDS
     )
 
-
-# --- Rendering ---------------------------------------------------------------------------------
 
 HEADER = (
     "workload",
@@ -297,8 +262,7 @@ def summary_lines(c: Comparison) -> list[str]:
             f"verdict changed: {r['suite']}/{r['workload']} under {r['mode']}: "
             f"{r['verdict_a']} (A) -> {r['verdict_b']} (B)"
         )
-    tuned = int(changed["benchmark"].sum()) if len(changed) else 0
-    if tuned:
+    if tuned := int(changed["benchmark"].sum()) if len(changed) else 0:
         lines.append(
             f"{tuned} of the {len(changed)} changed verdicts are in modes with cudnn.benchmark "
             "on. It times candidate algorithms in each process and may pick another one in the "

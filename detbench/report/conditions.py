@@ -1,10 +1,5 @@
-"""The report's sections on the conditions of a run, beside its results: the warnings a reader
-must see before citing a number, and the float32 precision the modes ran in.
-
-Each reads the fields of env.json and of the records (see ``detbench.analysis.quality``) and
-leaves out what an older run did not record, so an old run's report keeps its old sections
-unchanged.
-"""
+"""The conditions of a run: the warnings a reader must see before citing a number, and the
+float32 precision the modes ran in. What an older run did not record is left out."""
 
 from __future__ import annotations
 
@@ -24,22 +19,16 @@ PRECISION_WORDS = {"tf32": "TF32", "ieee": "full fp32 (IEEE)", "n/a": "n/a"}
 
 
 def of(n: int, total: int, noun: str) -> str:
-    """The subject of a warning's first sentence: "3 of 18 timed records", "1 of 18 timed
-    records", "The one timed record"."""
+    """A warning's subject: "3 of 18 timed records", "The one timed record"."""
     return f"The one {noun}" if total == 1 else f"{n} of {total} {noun}s"
 
 
 def pairs(n: int) -> str:
-    """As in "1 (workload, mode) pair", "3 (workload, mode) pairs"."""
     return f"{n} (workload, mode) pair{'' if n == 1 else 's'}"
 
 
 def be(n: int) -> str:
-    """The verb that agrees with ``n`` things."""
     return "is" if n == 1 else "are"
-
-
-# --- Precision ---------------------------------------------------------------------------------
 
 
 def _precision_words(ps: list[tuple[str, ...]]) -> str:
@@ -54,9 +43,7 @@ def _precision_words(ps: list[tuple[str, ...]]) -> str:
 
 
 def precision_blocks(df: pd.DataFrame, baseline: str | None = None) -> list[Block]:
-    """What float32 matmuls and convolutions ran in under the baseline mode (of every relative
-    throughput; ``analysis.baseline_mode`` when None). Nothing for runs that did not record
-    it."""
+    """What float32 matmuls and convolutions ran in under the baseline mode, where recorded."""
     baseline = analysis.baseline_mode(df["mode"]) if baseline is None else baseline
     base = quality.precision_by_mode(df).get(str(baseline))
     if not base:
@@ -71,14 +58,12 @@ def precision_blocks(df: pd.DataFrame, baseline: str | None = None) -> list[Bloc
 
 
 def precision_warning(df: pd.DataFrame) -> str | None:
-    """A warning when the modes of one run did not all run float32 in the same precision: their
-    throughput ratios then mix precision with determinism."""
+    """A warning when the modes did not all run float32 in the same precision."""
     groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
     for mode, ps in quality.precision_by_mode(df).items():
         groups.setdefault(tuple(ps), []).append(mode)
     if len(groups) < 2:
         return None
-    # The smaller groups first; the largest last, as "the other N modes" when it is long.
     ordered = sorted(groups.items(), key=lambda g: len(g[1]))
     parts = []
     for i, (kinds, ms) in enumerate(ordered):
@@ -98,14 +83,10 @@ def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-# --- Warnings ----------------------------------------------------------------------------------
-
-
 def warnings(
     df: pd.DataFrame, v: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame
 ) -> list[str]:
-    """What a reader must know before trusting or citing the numbers: the run's conditions,
-    then the verdicts, the timing and the precision they rest on, in that order."""
+    """What a reader must know before citing the numbers, in the order they rest on it."""
     facts = env_facts(env)
     options = env.get("options") or {}
     out = _run_warnings(
@@ -136,9 +117,7 @@ def warnings(
 def _run_warnings(
     env: dict[str, Any], facts: dict[str, str | None], timed_once: bool = False
 ) -> list[str]:
-    """Where the run ran, whether the GPU throttled, whether the run finished, and whether
-    the checkout was clean. ``timed_once``: the paired phase timed each computation once
-    (``acts.timed_as``), so the twins have no timing of their own."""
+    """``timed_once``: the paired phase timed each computation once (``acts.timed_as``)."""
     out: list[str] = []
     if facts["device"] == "cpu":
         out.append(
@@ -152,8 +131,7 @@ def _run_warnings(
                 else ""
             )
         )
-    throttle = quality.throttle_lines(env)
-    if throttle:
+    if throttle := quality.throttle_lines(env):
         out.append(
             "The GPU throttled during the run, so modes measured while it did look slower than "
             "they are (see the GPU state under Environment): " + "; ".join(throttle)
@@ -171,9 +149,6 @@ def _run_warnings(
 
 
 def _verdict_warnings(df: pd.DataFrame, v: pd.DataFrame, modes: set[str]) -> list[str]:
-    """What the verdicts cannot say: a workload not reproducible even with deterministic
-    algorithms, timings taken with cuDNN's API log on, settings a workload changed, workloads
-    that ran in no mode, failures and single replicates."""
     out: list[str] = []
     det = {
         m for m in modes if (x := analysis.mode_of(m)) is not None and x.deterministic_algorithms
@@ -189,8 +164,7 @@ def _verdict_warnings(df: pd.DataFrame, v: pd.DataFrame, modes: set[str]) -> lis
             "nondeterminism comes from something PyTorch does not set: seeding, threads, data "
             "order or the workload itself."
         )
-    logged = int(engines.timings_logged(df).sum())
-    if logged:
+    if logged := int(engines.timings_logged(df).sum()):
         out.append(
             f"{logged} records were timed with cuDNN's API log on (--cudnn-log), which slows "
             "convolutions and changes what the autotuner picks: their timings are not costs."
@@ -217,21 +191,17 @@ def _verdict_warnings(df: pd.DataFrame, v: pd.DataFrame, modes: set[str]) -> lis
 
 
 def _timing_warnings(costs: pd.DataFrame, baseline: str | None) -> list[str]:
-    """Noisy costs, and differences from the baseline that are not significant. (How many of
-    an earlier run's records hit their timing budget is said under Timing, not here.)"""
     out: list[str] = []
     # A cost is a mode's against the baseline: the baseline's own row (1 by definition) is none.
     costs = costs[costs["mode"] != baseline] if len(costs) else costs
     if len(costs):
-        noisy = int(costs["noisy"].sum())
-        if noisy:
+        if noisy := int(costs["noisy"].sum()):
             out.append(
                 f"{of(noisy, len(costs), 'cost')} {be(noisy)} marked noisy: a "
                 "replicate's timing samples had an interquartile range above "
                 f"{analysis.NOISY_IQR:.0%} of their median."
             )
-        insig = int((~costs["significant"]).sum())
-        if insig:
+        if insig := int((~costs["significant"]).sum()):
             out.append(
                 f"{of(insig, len(costs), 'throughput difference')} from the "
                 f"{baseline} mode {be(insig)} not significant (the 95% interval contains 1)."
@@ -242,23 +212,14 @@ def _timing_warnings(costs: pd.DataFrame, baseline: str | None) -> list[str]:
 def _precision_warnings(
     df: pd.DataFrame, env: dict[str, Any], facts: dict[str, str | None], baseline: str | None
 ) -> list[str]:
-    """Modes that ran float32 in different precisions, TF32 left allowed, and a baseline that
-    had cuBLAS's deterministic workspace."""
     out: list[str] = []
-    mixed = precision_warning(df)
-    if mixed:
+    if mixed := precision_warning(df):
         out.append(mixed)
     precision = (env.get("worker") or {}).get("precision") or {}
-    if (
-        not quality.precision_by_mode(df)  # the records say it more exactly; see Precision
-        and facts["device"] == "cuda"
-        and (precision.get("cuda_matmul_allow_tf32") or precision.get("cudnn_allow_tf32"))
-    ):
-        allowed = [
-            name
-            for name, key in (("cuDNN", "cudnn_allow_tf32"), ("cuBLAS", "cuda_matmul_allow_tf32"))
-            if precision.get(key)
-        ]
+    flags = (("cuDNN", "cudnn_allow_tf32"), ("cuBLAS", "cuda_matmul_allow_tf32"))
+    allowed = [name for name, key in flags if precision.get(key)]
+    # Where the records say the precision, they say it more exactly (see Precision).
+    if allowed and facts["device"] == "cuda" and not quality.precision_by_mode(df):
         out.append(
             f"TF32 was allowed for {' and '.join(allowed)} (torch's defaults, left as they "
             "were): it changes float32 results against full precision, not their "
@@ -277,8 +238,7 @@ def _precision_warnings(
 
 
 def settings_changed_warnings(v: pd.DataFrame) -> list[str]:
-    """One warning per (workload, mode) with records whose workload changed a setting that the
-    mode applied (``settings_changed``), naming the settings: those records are not counted."""
+    """One warning per (workload, mode) whose workload changed a setting its mode applied."""
     out: list[str] = []
     if "changed" not in v.columns:
         return out
@@ -295,6 +255,3 @@ def settings_changed_warnings(v: pd.DataFrame) -> list[str]:
                 f"are not counted in its verdict ({r['verdict']})."
             )
     return out
-
-
-# --- Method ------------------------------------------------------------------------------------

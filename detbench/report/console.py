@@ -1,5 +1,4 @@
-"""What a run prints when it ends, read from the same ``ReportRun`` its report is then written
-from (``report.write.load_run``): the analyses are computed once, and the console and the report
+"""What a run prints when it ends, from the ``ReportRun`` its report is written from, so the two
 say the same thing in the same words."""
 
 from __future__ import annotations
@@ -13,10 +12,7 @@ from detbench.report.sections import ReportRun
 
 
 def summary_text(r: ReportRun) -> str:
-    """The matrix of verdicts and costs, the recommendation per suite with the price of full
-    determinism and the A/A line (the report's, beside its costs), how many costs rest on one
-    replicate (the report's words, less its mark), why a workload parted, which modes give the
-    baseline's bits, and the state of the run."""
+    """The run's summary: verdicts and costs, the answer, and the report's sentences on them."""
     same = samebits.text(r.df)
     why = cause.text(r.df, r.verdicts)
     cost = answer.price_text(r.verdicts, r.points, r.env, r.baseline, r.device)
@@ -35,7 +31,6 @@ def summary_text(r: ReportRun) -> str:
 
 
 def warnings_text(r: ReportRun) -> str:
-    """The report's Warnings, one ``WARNING:`` line each ("" where there are none): the console
-    and the report give the same warnings."""
+    """The report's Warnings, one ``WARNING:`` line each."""
     said = warnings(r.df, r.verdicts, r.env, r.costs)
     return "\n".join(f"WARNING: {w}" for w in said)

@@ -1,20 +1,6 @@
-"""The verdict ``same bits across GPUs`` and its report section, for a run whose workers ran on
-several devices side by side (``detbench run --devices cuda:0,cuda:1,...``).
-
-Computed from the records alone: each record says where it ran (``device_name``: "cuda:1", or
-"cpu:0" for the first of ``--devices cpu,cpu``). For each (workload, mode) whose replicates ran on
-more than one device, the verdict says whether their fingerprints agree across the devices:
-
-- True: every ok replicate, on every device, gave the same bits;
-- False: some two differ. ``note`` says whether each device agreed with itself (the devices
-  compute differently: a GPU model, SM count, library or clock that changes a kernel's choice) or
-  the replicates differ on one device too (run-to-run nondeterminism, seen across devices as well);
-- None: the (workload, mode) ran on one device only, or has fewer than two ok replicates.
-
-A run on one device has no such verdict and no section. The scheduler spreads the replicates of a
-mode over the devices (``detbench.run.schedule``), so with at least as many replicates as devices
-every (workload, mode) gets one.
-"""
+"""The verdict ``same bits across GPUs`` and its section, for a run on several devices side by
+side (``detbench run --devices``). True: every ok replicate on every device gave the same bits;
+False: some two differ (``note``: whether each device agreed with itself); None: no verdict."""
 
 from __future__ import annotations
 
@@ -48,18 +34,13 @@ def _verdict(g: pd.DataFrame) -> tuple[bool | None, str | None]:
         return None, f"ran on {devices[0]} only"
     if ok["fingerprint"].nunique() == 1:
         return True, None
-    each_alone = all(d["fingerprint"].nunique() == 1 for _, d in ok.groupby("device_name"))
-    if each_alone:
+    if all(d["fingerprint"].nunique() == 1 for _, d in ok.groupby("device_name")):
         return False, "each device gave the same bits every time, but not the others' bits"
     return False, "the replicates differ on one device too (run-to-run nondeterminism)"
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (suite, workload, mode) of a run with ``device_name``: ``same_bits`` (True,
-    False, None; see the module docstring) with ``note``, ``devices`` (where its ok replicates
-    ran), ``replicates`` (ok ones) and ``fingerprints`` (distinct, over all devices). Records
-    whose workload changed a setting (``settings_changed``) are left out, as in every verdict.
-    Empty for records without ``device_name`` (runs before ``--devices``)."""
+    """One row per (suite, workload, mode): ``same_bits`` and ``note``, over its ok records."""
     if df.empty or "device_name" not in df.columns:
         return pd.DataFrame()
     df = analysis.counted(df)
@@ -92,7 +73,6 @@ def _cell(r: Mapping[Any, Any]) -> str:
 
 
 def _device_facts(names: list[str], env: dict[str, Any]) -> str:
-    """Each device's GPU model and SM count, from its first worker's facts in env.json."""
     workers = env.get("device_workers") or {}
     parts = []
     for n in names:
@@ -104,8 +84,7 @@ def _device_facts(names: list[str], env: dict[str, Any]) -> str:
 
 
 def conclusion(t: pd.DataFrame, gpus: bool) -> str:
-    """One sentence from the verdicts: how many (workload, mode) gave the same bits on every
-    device, and which did not."""
+    """How many (workload, mode) gave the same bits on every device, and which did not."""
     judged = t[t["same_bits"].notna()]
     where = "GPUs" if gpus else "devices"
     if judged.empty:
@@ -155,12 +134,6 @@ def blocks(df: pd.DataFrame, env: dict[str, Any]) -> list[Block]:
         for r in t.to_dict("records")
     ]
     name = VERDICT if gpus else "same bits across devices"
-    out.append(
-        Table(
-            ["workload", "mode", "devices", "ok replicates", name],
-            rows,
-            caption=f"{name}, per workload and mode",
-        )
-    )
-    out.append(Para(conclusion(t, gpus)))
-    return out
+    header = ["workload", "mode", "devices", "ok replicates", name]
+    verdicts = Table(header, rows, caption=f"{name}, per workload and mode")
+    return [*out, verdicts, Para(conclusion(t, gpus))]

@@ -1,11 +1,5 @@
-"""The report's ``Distributed`` section, for a run with distributed workloads
-(``detbench.distributed.launch``): per workload and mode, how it was launched (world size, backend,
-DDP
-bucket size, NCCL algorithm and protocol), the run-to-run verdict over its fresh launches, and the
-verdict of its own that data parallelism adds: whether every rank held the same parameters after
-every step (``ranks_agree``). Ranks that disagree are a bug worth reporting, and the section says
-so in a warning of its own. A run without distributed records gets no section.
-"""
+"""The ``Distributed`` section (``detbench.distributed.launch``): per workload and mode, its launch,
+its verdict run to run, and whether the ranks held the same parameters (``ranks_agree``)."""
 
 from __future__ import annotations
 
@@ -35,8 +29,7 @@ def _first(g: pd.DataFrame, column: str) -> Any:
 
 
 def _agree(g: pd.DataFrame) -> tuple[bool | None, int | None]:
-    """(ranks agree, first step where they did not) over a group's ok launches: False if any
-    launch saw ranks disagree, True only if every ok launch had the verdict and it was True."""
+    """(ranks agree, first step where they did not) over a group's ok launches; None: unknown."""
     ok = g[g["status"] == Status.OK] if "ranks_agree" in g.columns else g.iloc[:0]
     said = [
         x for x in ok.get("ranks_agree", pd.Series(dtype=object)) if isinstance(x, (bool, np.bool_))
@@ -54,12 +47,7 @@ def _agree(g: pd.DataFrame) -> tuple[bool | None, int | None]:
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (suite, workload, mode) of the distributed records: the launch columns,
-    ``verdict`` (run to run, over fresh launches, as ``analysis.verdicts``), ``ranks_agree`` and
-    ``first_disagree_step``, ``launches`` (records) and ``ok``, ``items_per_second`` (median over
-    replicates; total items across ranks per second of the slowest rank) and
-    ``launch_seconds`` (median wall time of the launches that ran it: torchrun, the ranks' start-up
-    and the passes of every workload of the launch)."""
+    """One row per (suite, workload, mode); ``launch_seconds``: a whole launch's, median."""
     if df.empty or "world_size" not in df.columns:
         return pd.DataFrame()
     d = analysis.counted(df)
@@ -115,7 +103,6 @@ def _launch_cell(r: Mapping[Any, Any]) -> str:
 
 
 def _rate(x: Any) -> str:
-    """Items per second: whole numbers with thousands separators from 100 up."""
     if x is None or not isinstance(x, (int, float)) or x != x:
         return "–"
     return f"{x:,.0f}" if x >= 100 else num(x, ".3g")

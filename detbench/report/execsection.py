@@ -1,12 +1,5 @@
-"""The report of ``detbench exec``: a page about one command, from the run's ``exec.json``.
-
-Its first screen answers the user's questions about their command: each mode's verdict with what
-was compared and where the runs part (``analysis.exec_verdict``), its cost with its interval, the
-A/A line, the flags and settings the script set itself (file and line), the ops that can race,
-and what differing runs point to. Below it: what was compared and set aside, the text that
-differed where the verdict did not, the times, how the runs were made, and the machine. No suite
-words and no plot: one command is one point.
-"""
+"""The report of ``detbench exec``: a page about one command, from its ``exec.json``
+(``analysis.exec_verdict``). No suite words and no plot: one command is one point."""
 
 from __future__ import annotations
 
@@ -51,8 +44,7 @@ def load(d: Path) -> dict[str, Any] | None:
 
 
 def fmt_interval(r: ev.Interval | None) -> str:
-    """``1.06x [1.01, 1.12]``, with as many decimals (2 to 4) as show whether the interval
-    holds 1: ``0.990x [0.981, 0.998]``, not ``[0.98, 1.00]``."""
+    """``1.06x [1.01, 1.12]``, with as many decimals (2 to 4) as show whether it holds 1."""
     if r is None:
         return "–"
     holds = within_noise(r[1], r[2])
@@ -246,8 +238,7 @@ _ASIDE = re.compile(
 
 
 def _set_aside(doc: dict[str, Any]) -> list[str]:
-    """What was set aside, a line per kind with the places it came from: ``elapsed times
-    (stdout, trainer_state.json): durations follow ...``."""
+    """What was set aside, a line per kind with the places it came from."""
     kinds: dict[tuple[str, str], list[str]] = {}
     for f in ev.runs_ok(doc):
         for entry in f.get("set_aside") or []:
@@ -290,22 +281,18 @@ def exec_blocks(doc: dict[str, Any]) -> list[Block]:
         ),
         Table(HEADER, mode_rows(doc)),
     ]
-    warning = aa_warning(doc)
-    if warning:
+    if warning := aa_warning(doc):
         out.append(Para(warning[0].upper() + warning[1:]))
-    changes = changes_lines(doc)
-    if changes:
+    if changes := changes_lines(doc):
         out += [Para("The script sets these itself:", alert=True), Bullets(changes)]
     if hung := hung_lines(doc):
         out += [Para("Runs that did not end:", alert=True), Bullets(hung)]
-    why = ev.diagnoses(doc)
-    if why:
+    if why := ev.diagnoses(doc):
         out += [
             Para(f"Every mode's replicates differ. What that points to (see {RECIPE}):"),
             Bullets(why),
         ]
-    rows = census_rows(doc)
-    if rows:
+    if rows := census_rows(doc):
         out += [
             Para(
                 "Ops the script calls that the installed torch documents as nondeterministic "
@@ -336,17 +323,14 @@ def detail_blocks(doc: dict[str, Any]) -> list[Block]:
             "by what they are."
         ),
     ]
-    differed = _text_differed(doc)
-    if differed:
+    if differed := _text_differed(doc):
         out += [
             Para("Other text that differed between replicates whose verdict evidence agreed:"),
             Bullets(differed),
         ]
-    aside = _set_aside(doc)
-    if aside:
+    if aside := _set_aside(doc):
         out += [Para("Set aside, never equal between runs:"), Bullets(aside)]
-    unreadable = sorted({u for f in ev.runs_ok(doc) for u in f.get("unreadable") or []})
-    if unreadable:
+    if unreadable := sorted({u for f in ev.runs_ok(doc) for u in f.get("unreadable") or []}):
         more = f" and {len(unreadable) - 10} more" if len(unreadable) > 10 else ""
         out += [Para(f"Read as whole bytes{more}:"), Bullets(unreadable[:10])]
     rows: list[list[str | Code]] = []

@@ -1,20 +1,5 @@
-"""The report's ``Batch invariance`` section and its plane, for a run whose workloads declare
-``batch_sizes`` (``detbench.worker.invariance``, ``detbench.worker.measure._invariance``).
-
-Everything here is computed from the records: each workload's batch-invariance verdict per mode
-(over its replicates), and the price of invariance where the suite has an invariant reference (a
-workload whose params hold ``"invariant_reference_of": "<base workload>"``): its throughput
-relative to the base in the same suite and mode, with a 95% interval from the two-level bootstrap
-of ``analysis.costs``; the price of a setting where the run has a mode with settings beside its
-base mode (same bootstrap); and for a decoder its distinct completions and tokens/s. A workload
-that ran in no mode is listed with its reason. A run without such workloads gets no section and
-no figure.
-
-Per suite the section gives a compact table (one row per workload and batch verdict), a matrix
-of symbols where the verdict depends on the mode, the full table (workload x mode, collapsed),
-the plane and the sentences. The plane places each mode at its throughput against the fraction
-of the suite's workloads batch invariant in it; ``detbench.report.tradeoff`` draws the panel.
-"""
+"""The ``Batch invariance`` section and plane, for workloads that declare ``batch_sizes``. An
+invariant reference (params ``"invariant_reference_of": "<base>"``) is the price of invariance."""
 
 from __future__ import annotations
 
@@ -33,8 +18,6 @@ from detbench.report.plots import Plot, save_figure, subplots
 from detbench.report.render import Block, Bullets, Code, Details, Figure, Heading, Para, Table, num
 from detbench.report.tradeoff import draw_panel, drawn, finish, key_parts
 
-# --- The tables ---------------------------------------------------------------------------------
-
 
 def verdict_cell(r: Mapping[Any, Any]) -> str:
     if not r.get("ran", True):
@@ -48,8 +31,7 @@ def verdict_cell(r: Mapping[Any, Any]) -> str:
 
 
 def price_text(r: Mapping[Any, Any], key: str = "price") -> str:
-    """``0.35x [0.30, 0.40]``: a price (``key``: ``price`` or ``setting_price``), with its 95%
-    interval where there is one."""
+    """``0.35x [0.30, 0.40]``: ``key`` (``price`` or ``setting_price``) with its interval."""
     if r.get(key) is None:
         return "no throughput to compare"
     text = num(r[key], ".2f") + "x"
@@ -84,8 +66,6 @@ def speed_text(r: Mapping[Any, Any]) -> str:
 
 
 def suite_table(t: pd.DataFrame, suite: str) -> Table:
-    """Workload x mode; the price columns only where the suite has an invariant reference, the
-    setting's price only where the run has a mode with settings beside its base mode."""
     refs = bool(t["reference_of"].notna().any())
     variants = bool(t["base_mode"].notna().any())
     rows: list[list[Any]] = []
@@ -127,8 +107,6 @@ def suite_table(t: pd.DataFrame, suite: str) -> Table:
 
 
 def matrix_symbol(r: Mapping[Any, Any]) -> str:
-    """A mode's batch verdict in a matrix cell: = invariant, ≠N varies from batch N, u did not
-    run, ? no verdict."""
     if not r.get("ran", True):
         return "u"
     if r["invariant"] is True:
@@ -160,9 +138,7 @@ def _sizes_text(sizes: Any) -> str:
 
 
 def compact_table(t: pd.DataFrame, suite: str, baseline: str) -> Table:
-    """One row per workload and batch verdict: the modes that share it ("all 10 modes" when
-    every mode does), its numbers over those modes, the price in the baseline mode where it is
-    among them (else the first), with its interval."""
+    """One row per workload and batch verdict; the price in the baseline mode where it can."""
     refs = bool(t["reference_of"].notna().any())
     n = int(t["mode"].nunique())
     groups = t.assign(_v=[verdict_cell(r) for r in t.to_dict("records")])
@@ -210,7 +186,6 @@ def _join(modes: list[str]) -> str:
 
 
 def _workload_words(w: str, m: pd.DataFrame) -> str:
-    """Which modes ``w`` is batch invariant in, varies in, or did not run in."""
     ran = m[m["ran"] == True]  # noqa: E712
     if ran.empty:
         return f"{w} ran in no mode ({'; '.join(dict.fromkeys(str(x) for x in m['note']))})"
@@ -231,8 +206,7 @@ def _workload_words(w: str, m: pd.DataFrame) -> str:
     text = f"{w} is batch invariant in {_join(inv) or 'no mode'}"
     if len(var):
         text += f" and not in {_join(list(var['mode']))}"
-    rest = len(ran) - len(inv) - len(var)
-    if rest:
+    if rest := len(ran) - len(inv) - len(var):
         text += f" (no verdict in {rest} mode(s))"
     for note, nm in m[m["ran"] != True].groupby("note", sort=False):  # noqa: E712
         text += f" (did not run in {_join(list(nm['mode']))}: {note})"
@@ -240,8 +214,7 @@ def _workload_words(w: str, m: pd.DataFrame) -> str:
 
 
 def completion_words(w: str, m: pd.DataFrame) -> str:
-    """The study's measure for a decoder: ``N distinct completions of the same request over K
-    batch compositions, at X tokens/s``, per mode that ran."""
+    """A decoder's distinct completions over K batch compositions, per mode that ran."""
     said = []
     for r in m[(m["ran"] == True) & m["distinct_results"].notna()].to_dict("records"):  # noqa: E712
         d = int(r["distinct_results"])
@@ -253,9 +226,7 @@ def completion_words(w: str, m: pd.DataFrame) -> str:
 
 
 def _added(mode: str, base: str) -> str:
-    """The settings ``mode`` has beyond ``base`` (``inductor_batch_invariant=on`` for
-    ``default[execution=compile,inductor_batch_invariant=on]`` against
-    ``default[execution=compile]``)."""
+    """The settings ``mode`` has beyond ``base``, as ``name=level``."""
     m, b = analysis.mode_of(mode), analysis.mode_of(base)
     if m is None or b is None:
         return mode.partition("[")[2].rstrip("]") or mode
@@ -264,8 +235,7 @@ def _added(mode: str, base: str) -> str:
 
 
 def setting_words(mode: str, m: pd.DataFrame) -> str:
-    """What a mode's settings do to batch invariance against its base mode, workload by
-    workload, and at what price."""
+    """What a mode's settings do to batch invariance against its base mode, and at what price."""
     base = str(m["base_mode"].iloc[0])
     setting = _added(mode, base)
     head = f"The setting {setting} ({mode} against {base})"
@@ -287,17 +257,13 @@ def setting_words(mode: str, m: pd.DataFrame) -> str:
         parts.append(f"{r['workload']}: {what} ({verdict_cell(r)}{price})")
     for r in m[was & ~now].to_dict("records"):
         parts.append(f"{r['workload']} is invariant in {base} but not with it ({verdict_cell(r)})")
-    kept = int((was & now).sum())
-    if kept:
+    if kept := int((was & now).sum()):
         parts.append(f"{kept} workload(s) invariant in {base} stay invariant (prices in the table)")
     return head + ": " + "; ".join(parts)
 
 
 def conclusions(t: pd.DataFrame) -> dict[str, list[str]]:
-    """Per suite, sentences from the numbers: which workloads are batch invariant in which
-    modes, what each invariant reference costs (and whether it is invariant itself), a
-    decoder's distinct completions and tokens/s, and what each mode's settings do against its
-    base mode."""
+    """Per suite, the section's sentences, from the numbers only."""
     out: dict[str, list[str]] = {}
     for suite, g in t.groupby("suite", sort=False):
         parts: list[str] = []
@@ -315,8 +281,7 @@ def conclusions(t: pd.DataFrame) -> dict[str, list[str]]:
                     spread = value_range([r["price"] for r in rs], ".2f", "x")
                     prices += f" ({spread} over the {len(rs)} modes it ran in)"
                 text += f"; its invariant reference {rw} costs {prices}"
-                bad = [r["mode"] for r in rm.to_dict("records") if r["invariant"] is not True]
-                if bad:
+                if bad := [r["mode"] for r in rm.to_dict("records") if r["invariant"] is not True]:
                     text += (
                         f", but {rw} is NOT batch invariant itself in {_join(bad)}, "
                         "so that is not the price of invariance"
@@ -349,12 +314,8 @@ PLANE_AXIS = "workloads batch invariant\n(invariant references left out)"
 
 
 def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
-    """One row per (suite, mode) over the suite's workloads with batch sizes that are not
-    invariant references (a reference is the price of invariance, not a mode's behaviour) and
-    ran in some mode: ``relative_throughput`` (geometric mean of the mode's throughput relative
-    to ``baseline``, as ``analysis.plane``), ``reproducible`` (here: the fraction of those
-    workloads batch invariant in the mode; no verdict counts as not invariant), ``invariant``,
-    ``workloads`` and ``frontier``. A mode run on only some of them is not on the plane."""
+    """As ``analysis.plane``, ``reproducible`` the share of workloads batch invariant in a mode.
+    Invariant references are a price, not a mode's behaviour: they are left out."""
     t = table(df, n_boot=1)
     if t.empty:
         return pd.DataFrame()
@@ -394,13 +355,12 @@ def plane(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:
 
 
 def write_plots(df: pd.DataFrame, directory: Path) -> list[Plot]:
-    """Per suite with batch verdicts, its speed-versus-batch-invariance plane, PNG and SVG, under
-    ``directory``; none when no record has batch sizes or no mode has a throughput to place."""
+    """Per suite, its speed-versus-batch-invariance plane (PNG and SVG) under ``directory``."""
     points = plane(df)
     if points.empty or points["relative_throughput"].isna().all():
         return []
     baseline = str(analysis.baseline_mode(df["mode"]))
-    # The intervals of the same geometric means, over the same workloads (the one statistic).
+    # The intervals of the same geometric means, over the same workloads.
     sub = df[df["workload"].isin(set(points.attrs.get("workloads", ())))]
     ci = tradeoff.points(sub, pd.DataFrame(columns=["suite", "workload", "mode"]), baseline)
     if len(ci):
@@ -421,8 +381,7 @@ def write_plots(df: pd.DataFrame, directory: Path) -> list[Plot]:
             "counted)"
         )
         missing = draw_panel(ax, p, title, PLANE_AXIS, baseline)
-        key = [k.split(" (")[0] for k in key_parts(drawn(fig))]  # short: the title is long
-        if key:
+        if key := [k.split(" (")[0] for k in key_parts(drawn(fig))]:  # short: the title is long
             ax.set_title(title + "; " + "; ".join(key), fontsize=10)
         if missing:
             fig.text(0.01, 0.0, "Not placed: " + "; ".join(missing), fontsize=8, va="bottom")
@@ -499,25 +458,15 @@ def blocks(df: pd.DataFrame, plots: list[Plot]) -> list[Block]:
         _, differ = split(cells)
         if len(differ):
             modes = analysis.ordered_modes(g["mode"])
-            out.append(
-                symbol_matrix(differ, modes, f"{s}: where the batch verdict depends on the mode")
-            )
-            out.append(
-                key_para(
-                    list(differ["symbol"]),
-                    modes,
-                    {
-                        "=": "batch invariant",
-                        "u": "did not run",
-                        "?": "no verdict",
-                        **{
-                            x: f"varies from batch {x[1:]}" if len(x) > 1 else "varies"
-                            for x in differ["symbol"]
-                            if x.startswith("≠")
-                        },
-                    },
-                )
-            )
+            key = {"=": "batch invariant", "u": "did not run", "?": "no verdict"}
+            for x in differ["symbol"]:
+                if x.startswith("≠"):
+                    key[x] = f"varies from batch {x[1:]}" if len(x) > 1 else "varies"
+            caption = f"{s}: where the batch verdict depends on the mode"
+            out += [
+                symbol_matrix(differ, modes, caption),
+                key_para(list(differ["symbol"]), modes, key),
+            ]
         out.append(Details(f"{s}: every workload and mode (full table)", [suite_table(g, s)]))
         bad = g[
             g["reference_of"].notna()

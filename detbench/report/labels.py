@@ -1,12 +1,5 @@
-"""Names beside points that never cover each other: each point of a plane gets its own label,
-placed where it overlaps no other label and no point.
-
-Labels are placed once the figure's layout is settled (``place``), in the order they were added
-(the most important first). Each takes the first free place nearest its point: right of it,
-left of it, above, below, then in lanes further above and below, shifted sideways; a label away
-from its point gets a thin leader line to it. Where no place is free (a crowded panel), the one
-that overlaps least is taken. Every label stays inside its axes.
-"""
+"""Names beside points that never cover each other: once the layout is settled (``place``), each
+label takes the cheapest place near its point, with a leader line where it is away from it."""
 
 from __future__ import annotations
 
@@ -49,8 +42,8 @@ _PENDING: WeakKeyDictionary[Axes, list[_Label]] = WeakKeyDictionary()
 
 
 def add(ax: Axes, xy: tuple[float, float], text: str, radius: float, **kw: object) -> Annotation:
-    """A label for the point ``xy`` of ``ax`` (``radius``: its marker's, in points), placed by
-    ``place``; ``kw`` go to the text (colour, size)."""
+    """A label for the point ``xy`` of ``ax`` (``radius``: its marker's, in points)."""
+    arrow = {"arrowstyle": "-", "lw": 0.5, "color": "0.5", "shrinkA": 0, "shrinkB": radius + 1}
     a = ax.annotate(
         text,
         xy,
@@ -59,13 +52,7 @@ def add(ax: Axes, xy: tuple[float, float], text: str, radius: float, **kw: objec
         ha="center",
         va="center",
         bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85},
-        arrowprops={
-            "arrowstyle": "-",
-            "lw": 0.5,
-            "color": "0.5",
-            "shrinkA": 0,
-            "shrinkB": radius + 1,
-        },
+        arrowprops=arrow,
         zorder=6,
         **kw,  # type: ignore[arg-type]
     )
@@ -85,8 +72,6 @@ def place(fig: Figure) -> None:
 
 @dataclass(frozen=True)
 class _Item:
-    """One label to place, in pixels: its point, its marker's box, its size."""
-
     x: float
     y: float
     marker: Box
@@ -96,9 +81,7 @@ class _Item:
 
 
 def _place_axes(ax: Axes, labels: list[_Label], px: float) -> None:
-    """The labels of one axes: laid out in several orders (the given one, then all but the first
-    shuffled with a fixed seed, so a report drawn twice is the same), keeping the layout that
-    costs least."""
+    """The labels of one axes, in the cheapest of several orders (shuffled with a fixed seed)."""
     frame = ax.get_window_extent()
     inside: Box = (frame.x0 + 2, frame.y0 + 2, frame.x1 - 2, frame.y1 - 2)
     items = []
@@ -106,26 +89,13 @@ def _place_axes(ax: Axes, labels: list[_Label], px: float) -> None:
         x, y = (float(v) for v in ax.transData.transform(lab.xy))
         r = (lab.radius + 1) * px
         ext = Text.get_window_extent(lab.text)  # the words (an annotation's adds its line)
-        items.append(
-            _Item(
-                x,
-                y,
-                (x - r, y - r, x + r, y + r),
-                ext.width + 2 * px,
-                ext.height + 2 * px,
-                lab.radius * px,
-            )
-        )
+        box = (x - r, y - r, x + r, y + r)
+        items.append(_Item(x, y, box, ext.width + 2 * px, ext.height + 2 * px, lab.radius * px))
     rng = random.Random(0)
     orders = [list(range(len(items)))]
     for _ in range(TRIES - 1):  # the first label (the recommended mode's) keeps its place
         orders.append(orders[0][:1] + rng.sample(orders[0][1:], len(items) - 1))
-    best: tuple[float, dict[int, Box]] | None = None
-    for order in orders:
-        total, boxes = _layout(items, order, inside, px)
-        if best is None or total < best[0]:
-            best = (total, boxes)
-    assert best is not None
+    best = min((_layout(items, order, inside, px) for order in orders), key=lambda x: x[0])
     for i, (lab, it) in enumerate(zip(labels, items, strict=True)):
         box = best[1][i]
         cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
@@ -142,8 +112,7 @@ def _near(it: _Item, px: float) -> float:
 def _layout(
     items: list[_Item], order: list[int], inside: Box, px: float
 ) -> tuple[float, dict[int, Box]]:
-    """Each label in ``order`` at its cheapest place given those placed before it: the total
-    cost and the boxes."""
+    """Each label in ``order`` at its cheapest place given those before it: (cost, boxes)."""
     markers = [it.marker for it in items]
     placed: list[Box] = []
     leaders: list[Segment] = []
@@ -215,7 +184,6 @@ def _overlap(a: Box, b: Box) -> float:
 
 
 def _distance(box: Box, x: float, y: float) -> float:
-    """From the point (x, y) to the nearest point of ``box``."""
     dx = max(box[0] - x, 0.0, x - box[2])
     dy = max(box[1] - y, 0.0, y - box[3])
     return float((dx * dx + dy * dy) ** 0.5)

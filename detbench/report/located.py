@@ -23,9 +23,7 @@ def blocks(located: list[dict[str, Any]]) -> list[Any]:
             rows.append([name, what, "", "", "", ""])
             continue
         for c in loc["culprits"]:
-            fixed = {True: "yes", False: "no", None: "unknown"}[
-                c.get("fixed_by_deterministic_mode")
-            ]
+            fixed = {True: "yes", False: "no"}.get(c.get("fixed_by_deterministic_mode"), "unknown")
             rows.append(
                 [
                     name,

@@ -1,10 +1,5 @@
-"""Compact matrices instead of long tables.
-
-A verdict that is the same in every mode is said once ("all 10 modes"); where the verdicts of a
-workload differ between modes, the modes are the columns of a workload x mode matrix of short
-symbols, with their key. The full per-record tables stay in the report, collapsed, and every
-record is in ``results.jsonl``.
-"""
+"""Compact matrices instead of long tables: a verdict the same in every mode is said once ("all
+10 modes"); where a workload's verdicts differ, a workload x mode matrix of symbols and its key."""
 
 from __future__ import annotations
 
@@ -46,8 +41,7 @@ def all_modes(n: int) -> str:
 
 
 def split(cells: pd.DataFrame, key: str = "symbol") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``cells`` (one row per workload and mode) split into the workloads whose ``key`` is the
-    same in every mode of the run and the rest."""
+    """``cells`` split into the workloads whose ``key`` is the same in every mode, and the rest."""
     n = cells["mode"].nunique()
     same = cells.groupby("workload", sort=False)[key].agg(lambda s: s.nunique() == 1)
     full = cells.groupby("workload", sort=False)["mode"].nunique() == n
@@ -80,8 +74,7 @@ def key_para(
 
 
 def verdict_blocks(v: pd.DataFrame, suite: str) -> list[Block]:
-    """The bitwise verdicts of ``suite`` (``analysis.verdicts`` rows): one row per verdict shared
-    by every mode, with its workloads; a matrix for the workloads whose verdict differs."""
+    """The bitwise verdicts of ``suite`` (``analysis.verdicts``), compacted."""
     g = v[v["suite"] == suite]
     if g.empty:
         return []
@@ -97,13 +90,8 @@ def verdict_blocks(v: pd.DataFrame, suite: str) -> list[Block]:
             rows.append(
                 [f"{verdict} in {all_modes(len(modes))}", str(len(names)), ", ".join(names)]
             )
-        out.append(
-            Table(
-                ["verdict", "workloads", "which"],
-                rows,
-                caption=f"{suite}: the same verdict in every mode",
-            )
-        )
+        caption = f"{suite}: the same verdict in every mode"
+        out.append(Table(["verdict", "workloads", "which"], rows, caption=caption))
     if len(differ):
         out.append(symbol_matrix(differ, modes, f"{suite}: where the verdict depends on the mode"))
         out.append(key_para(list(differ["symbol"]), modes))
@@ -116,12 +104,10 @@ def grouped_rows(
     label: Callable[[Mapping[Any, Any]], str],
     row: Callable[[Mapping[Any, Any], str], list[str | Code]],
 ) -> list[list[str | Code]]:
-    """One row per workload and distinct ``label`` of its modes: ``row(first record, modes)``,
-    where ``modes`` is "all N modes" when every mode agrees, else the modes' names."""
+    """One row per workload and distinct ``label`` of its modes: ``row(first record, modes)``."""
     out: list[list[str | Code]] = []
     for _, g in cells.groupby("workload", sort=False):
-        labels = [label(r) for r in g.to_dict("records")]
-        g = g.assign(_label=labels)
+        g = g.assign(_label=[label(r) for r in g.to_dict("records")])
         for _, m in g.groupby("_label", sort=False):
             modes = list(map(str, m["mode"]))
             where = all_modes(n_modes) if len(modes) == n_modes else ", ".join(modes)

@@ -1,7 +1,5 @@
-"""The report's Measurement quality section: how much each mode's cost moved between replicates
-(the spread, pooled into the very costs the tables state), how many records of an earlier run
-met their stopping rule (``earlier_design.timing_words``), and whether the two fingerprints
-agreed (a run made with ``--fingerprint both``)."""
+"""The report's Measurement quality section: the spread of the costs between replicates, an
+earlier run's timing, and whether the two fingerprints agreed (``--fingerprint both``)."""
 
 from __future__ import annotations
 
@@ -15,23 +13,18 @@ from detbench.report.render import Block, Code, Heading, Para, Table, num
 
 
 def spread_table(s: pd.DataFrame, baseline: str) -> Table | None:
-    """Per suite and mode of ``s`` (``quality.replicate_spread``): the geometric mean relative
-    throughput within each replicate, its min and max, next to the pooled estimate: the costs as
-    the tables state them."""
+    """Per suite and mode of ``s`` (``quality.replicate_spread``), each replicate's figure."""
     if s.empty:
         return None
     rows: list[list[str | Code]] = []
     for r in s[s["mode"] != baseline].to_dict("records"):  # the baseline's is 1 always
-        per = r["per_replicate"]
         rows.append(
             [
                 str(r["suite"]),
                 str(r["mode"]),
-                num(r["pooled"], ".3f"),
-                num(r["min"], ".3f"),
-                num(r["max"], ".3f"),
+                *(num(r[k], ".3f") for k in ("pooled", "min", "max")),
                 num(r["max"] / r["min"], ".2f") + "x",
-                ", ".join(f"{k}: {num(x, '.3f')}" for k, x in per.items()),
+                ", ".join(f"{k}: {num(x, '.3f')}" for k, x in r["per_replicate"].items()),
                 str(r["workloads"]),
             ]
         )
@@ -44,8 +37,7 @@ def spread_table(s: pd.DataFrame, baseline: str) -> Table | None:
 
 
 def spread_words(s: pd.DataFrame, baseline: str) -> str:
-    """How the spread table's figures were computed for a cost timed side by side, where its
-    rows have one (``replicate_spread``'s ``design``); "" where none has."""
+    """How the spread table's figures were computed for a cost timed side by side, or ""."""
     if "design" not in s.columns or not s["design"].isin([paired_costs.DESIGN, "mixed"]).any():
         return ""
     return (
@@ -58,13 +50,10 @@ def spread_words(s: pd.DataFrame, baseline: str) -> str:
 def quality_blocks(
     df: pd.DataFrame, env: dict[str, Any], costs: pd.DataFrame | None = None
 ) -> list[Block]:
-    """How much each mode's cost moved between replicates, how an earlier run's timing
-    converged, and whether the two fingerprints agreed."""
     blocks: list[Block] = []
     baseline = str(analysis.baseline_mode(df["mode"]))
     s = quality.replicate_spread(analysis.counted(df), baseline, costs)
-    table = spread_table(s, baseline)
-    if table is not None:
+    if (table := spread_table(s, baseline)) is not None:
         order = env.get("mode_order") or {}
         how = (
             f"The modes ran in a shuffled order in each replicate (seed {order.get('seed')}), "

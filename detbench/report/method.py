@@ -1,6 +1,4 @@
-"""The report's account of how a run was made (timing, fingerprints, the rule, settings read back)
-and where (the environment and the GPU's state before and after), from env.json and the records.
-"""
+"""The report's Method (how a run was made) and Environment (where), from env.json and records."""
 
 from __future__ import annotations
 
@@ -30,9 +28,7 @@ def _range(lo: float, hi: float, unit: str = " s") -> str:
 
 
 def _timing_item(df: pd.DataFrame) -> str | None:
-    """What the records' paired timing sampled (``quality.sampled``): "... the records sampled
-    0.039-7.0 s each, median 0.098 s, in 6-10 samples of 0.0038-1.3 s"; None where no record
-    has a paired timing (``earlier_design.words`` says how an earlier run's costs were timed)."""
+    """What the records' paired timing sampled (``quality.sampled``); None where none has one."""
     got = quality.sampled(df)
     if got is None:
         return None
@@ -52,24 +48,15 @@ def _timing_item(df: pd.DataFrame) -> str | None:
 
 
 def _digest_words(df: pd.DataFrame) -> str:
-    """What a fingerprint is, in the words of the fingerprint methods the records name."""
-    methods = (
-        [str(m) for m in dict.fromkeys(df["fingerprint_method"].dropna())]
-        if "fingerprint_method" in df.columns
-        else []
-    )
-    return (
-        "a digest taken over the dtype, shape and bits of every output of every step ("
-        + "; ".join(f"{m}: {FINGERPRINT_WORDS.get(m, m)}" for m in methods)
-        + ")"
-        if methods
-        else "a sha256 taken over the dtype, shape and bytes of every output of every step"
-    )
+    methods = dict.fromkeys(df.get("fingerprint_method", pd.Series(dtype=object)).dropna())
+    if not methods:
+        return "a sha256 taken over the dtype, shape and bytes of every output of every step"
+    words = "; ".join(f"{m}: {FINGERPRINT_WORDS.get(str(m), str(m))}" for m in methods)
+    return f"a digest taken over the dtype, shape and bits of every output of every step ({words})"
 
 
 def _intervals_item(df: pd.DataFrame, costs: pd.DataFrame | None) -> str:
-    """How the intervals were made: the paired costs' t-intervals, where the run has any (a
-    cost of records timed in their own worker says its own, ``earlier_design.words``)."""
+    """How the intervals were made (the paired costs' t-intervals, where the run has any)."""
     baseline = analysis.baseline_mode(df["mode"])
     paired = costs is not None and len(costs) and (costs["design"] == paired_costs.DESIGN).any()
     said = (
@@ -95,6 +82,8 @@ def method_blocks(
     facts = env_facts(env)
     order = env.get("mode_order") or {}
     digest = _digest_words(df)
+    baseline = str(analysis.baseline_mode(df["mode"]))
+    timing = [_timing_item(df), costs_item(df, env, baseline, aa_copy), earlier_design.words(costs)]
     items = [
         f"Modes: {', '.join(o.get('modes') or [])}. Each mode is applied once in a fresh worker "
         "process before any work, and checked against what torch reports.",
@@ -112,14 +101,7 @@ def method_blocks(
         f"count) are run and {digest}. A (workload, mode) is reproducible when every "
         "replicate's fingerprint is equal; the maximum absolute difference is measured against "
         "the first replicate.",
-        *filter(
-            None,
-            [
-                _timing_item(df),
-                costs_item(df, env, str(analysis.baseline_mode(df["mode"])), aa_copy),
-                earlier_design.words(costs),
-            ],
-        ),
+        *filter(None, timing),
         _intervals_item(df, costs),
         f"Recommendations: {RULE}. Per suite, a mode qualifies when it is reproducible for "
         "every workload; its throughput is the geometric mean over the workloads. The intervals "
@@ -144,7 +126,7 @@ def method_blocks(
             "per workload through /proc/self/clear_refs (where Linux refuses that reset, the "
             "record says so in memory.peak_reset and its figure is a lower bound: 0 when an "
             "earlier workload of the worker peaked higher). The tables show the median over "
-            f"replicates and its ratio to the {analysis.baseline_mode(df['mode'])} mode's."
+            f"replicates and its ratio to the {baseline} mode's."
         )
     items.append(
         f"Profile {o.get('profile')} on {facts['device']}; {len(df)} records, started "
@@ -166,9 +148,6 @@ def method_blocks(
     return [Heading(2, "Method"), Bullets(items)]
 
 
-# --- Environment -------------------------------------------------------------------------------
-
-
 def _before_after(
     before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, key: str, unit: str
 ) -> str:
@@ -186,8 +165,7 @@ def _reasons(snap: Mapping[str, Any] | None) -> str:
 
 
 def gpu_state_rows(env: dict[str, Any]) -> list[list[str | Code]]:
-    """The GPU's clocks, power and temperature before and after the run; "not recorded" (with
-    the reason) where the run has no snapshot. Nothing for an older CPU run."""
+    """The GPU's clocks, power and temperature before and after the run."""
     state = env.get("gpu_state")
     if state is None:
         return [["GPU state", "not recorded"]] if env_facts(env)["device"] == "cuda" else []
@@ -211,9 +189,7 @@ def gpu_state_rows(env: dict[str, Any]) -> list[list[str | Code]]:
 
 
 def cublas_words(df: pd.DataFrame | None, env: Mapping[str, Any]) -> tuple[str, str]:
-    """The environment table's row on ``CUBLAS_WORKSPACE_CONFIG``: set per mode, so from the
-    records ("':4096:8' in det-algos, ...; not set in default"); where they do not say, the
-    first worker's value, named as such (it ran one mode, not all)."""
+    """The row on ``CUBLAS_WORKSPACE_CONFIG``: set per mode, so from the records if they say."""
     column = CUBLAS_ENV.lower()
     if df is not None and column in df.columns and len(df):
         by_value: dict[str, list[str]] = {}
@@ -270,11 +246,6 @@ def environment_table(env: dict[str, Any], df: pd.DataFrame | None = None) -> Ta
                 "not set" if inherited is None else str(inherited),
             ]
         )
-    rows += [
-        [
-            "precision settings",
-            Code(", ".join(f"{k}={v}" for k, v in sorted((worker.get("precision") or {}).items()))),
-        ],
-        ["detbench commit", _commit(git)],
-    ]
+    precision = ", ".join(f"{k}={v}" for k, v in sorted((worker.get("precision") or {}).items()))
+    rows += [["precision settings", Code(precision)], ["detbench commit", _commit(git)]]
     return Table(["", "value"], rows)

@@ -1,13 +1,5 @@
-"""The x axis of the speed-versus-reproducibility plane, fitted so that its numbers can be read.
-
-Throughput relative to the baseline goes on a linear axis, or on a log axis where the ratios span
-more than ``LOG_ABOVE``. Where the modes fall in two groups far apart on it (the no-cudnn modes
-near 0.1x, the rest near 1x), the empty stretch between the groups is cut out: it takes
-``CUT`` of the width, shaded and marked on the axis, and each group gets room in proportion to
-its modes, so that modes 2% apart near 1x do not sit on one pixel. Ticks are chosen from steps of
-1, 2 and 5 (down to a hundredth of the values) wherever their labels fit, so a value can be read
-to about 0.02 near 1x.
-"""
+"""The x axis of the plane, fitted so its numbers can be read: where the modes fall in two groups
+far apart (no-cudnn near 0.1x, the rest near 1x), the stretch between is cut out (``CUT``)."""
 
 from __future__ import annotations
 
@@ -24,16 +16,14 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 #: Ratios that span more than this go on a log axis.
 LOG_ABOVE = 3.0
-#: The empty stretch between two groups is cut out when it is more than this share of the log
-#: axis and more than ``CUT_RATIO`` wide.
+#: The stretch between two groups is cut out past this share of the log axis and ``CUT_RATIO``.
 CUT_SHARE = 0.5
 CUT_RATIO = 2.5
 #: The share of the width the cut takes.
 CUT = 0.05
 #: Tick labels, in points.
 TICK_FONT = 8.0
-#: The least share of the axis's width between a value and an edge of the cut, so that no point
-#: (a marker is a few points wide) sits at the cut or inside it.
+#: The least share of the axis's width between a value and the cut, so no marker sits in it.
 MARGIN = 0.05
 #: The least share of the axis's width for each side of a cut: room for ``MARGIN`` on both ends.
 PIECE = 0.2
@@ -41,9 +31,8 @@ PIECE = 0.2
 
 @dataclass(frozen=True)
 class XAxis:
-    """A piecewise linear map from the values (their logarithms on a log axis) to the axis, 0 to
-    1: ``knots`` are values where the map bends and ``at`` where they land. One piece, or three
-    where the axis is cut (the middle piece is the cut)."""
+    """A piecewise linear map from the values (logarithms on a log axis) to 0-1: ``knots`` bend
+    it, landing at ``at``. One piece, or three where the axis is cut (the middle one)."""
 
     log: bool
     knots: tuple[float, ...]
@@ -75,8 +64,7 @@ class XAxis:
         return np.exp(t) if self.log else t
 
     def ticks(self, width: float) -> list[float]:
-        """Tick values whose labels fit ``width`` points of axis: in each piece, the finest of
-        ``_tick_sets`` whose labels keep apart (none next to the cut's marks)."""
+        """In each piece, the finest of ``_tick_sets`` whose labels keep apart at ``width`` pt."""
         edges = [u * width for u in self.at[1:-1]]  # the cut's, whose marks want room
         out: list[float] = []
         for i in range(0, len(self.knots) - 1, 2):
@@ -96,8 +84,7 @@ class XAxis:
 
 
 def _thinned(at: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Every k-th of the ticks ``at`` (place in points, value), for the least k whose labels
-    keep apart (an axis over many decades, whose powers of ten are crowded)."""
+    """Every k-th of the ticks ``at`` (points, value), for the least k whose labels keep apart."""
     for k in range(2, len(at) + 1):
         for start in range(k):
             some = at[start::k]
@@ -112,8 +99,7 @@ def _clear(u: float, v: float, edge: float) -> bool:
 
 
 def _apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether the labels of two ticks, each (place in points, value), leave a gap: a character
-    of a tick label is about 0.56 of its size wide."""
+    """Whether two ticks' labels (points, value) leave a gap; a character is 0.56 of its size."""
     half = (len(label(a[1])) + len(label(b[1]))) / 2 * 0.56 * TICK_FONT
     return abs(a[0] - b[0]) >= half + 4
 
@@ -137,9 +123,7 @@ def _through(t: np.ndarray, xs: Sequence[float], ys: Sequence[float]) -> np.ndar
 
 
 def _tick_sets(lo: float, hi: float, log: bool) -> list[list[float]]:
-    """Ever finer sets of tick values in [lo, hi], each sorted. On a log axis over more than a
-    factor of 2: 1 times the powers of ten, then 1, 2 and 5 times, then 1 to 9 times. Else all
-    the multiples of 1, 0.5, 0.2, 0.1, ... down to a thousandth of ``hi``'s decade."""
+    """Ever finer sorted sets of tick values in [lo, hi]: 1, 2, 5 times the powers of ten."""
     if hi <= 0 or (log and lo <= 0):
         return []
     out = []
@@ -183,9 +167,7 @@ def fit(values: Sequence[float]) -> XAxis:
 
 
 def _padded(t: np.ndarray, width: float = 1.0) -> tuple[float, float]:
-    """The piece of the axis for the sorted values ``t`` (logarithms), ``width`` of the axis
-    wide: padded so that every value lies at least ``MARGIN`` of the axis from the piece's ends
-    (where the piece has room for that), and by at least a tenth of its span."""
+    """The piece of the axis for the sorted values ``t``, padded to keep ``MARGIN`` if it can."""
     s = float(t[-1] - t[0])
     pad = max(0.1 * s, 0.012)
     if s > 0 and width > 2 * MARGIN:
@@ -196,8 +178,7 @@ def _padded(t: np.ndarray, width: float = 1.0) -> tuple[float, float]:
 
 
 def apply(ax: Axes, axis: XAxis) -> None:
-    """Put ``axis`` on ``ax``: the scale, the limits and, where the axis is cut, the cut shaded
-    and marked on the axis line. Its ticks wait for the layout (``fit_ticks``)."""
+    """Put ``axis`` on ``ax``, the cut shaded; its ticks wait for the layout (``fit_ticks``)."""
     ax.set_xscale("function", functions=(axis.forward, axis.inverse))
     ax.set_xlim(*axis.limits)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: label(v)))
@@ -207,26 +188,17 @@ def apply(ax: Axes, axis: XAxis) -> None:
     width = 0.8 * ax.get_position().width * fig.get_figwidth() * 72  # for now
     ax.xaxis.set_major_locator(FixedLocator(axis.ticks(width)))
     _AXES[ax] = axis
-    cut = axis.cut
-    if cut is not None:
+    if (cut := axis.cut) is not None:
         ax.axvspan(*cut, color="0.93", lw=0, zorder=0)
         for u in axis.at[1:3]:  # a slash across the axis line at each edge of the cut
-            ax.plot(
-                [u - 0.008, u + 0.008],
-                [-0.025, 0.025],
-                transform=ax.transAxes,
-                color="black",
-                lw=1,
-                clip_on=False,
-                zorder=5,
-            )
+            xs, ys = [u - 0.008, u + 0.008], [-0.025, 0.025]
+            ax.plot(xs, ys, transform=ax.transAxes, color="black", lw=1, clip_on=False, zorder=5)
 
 
 def fit_ticks(fig: Figure) -> None:
     """The ticks of every plane axis of ``fig``, fitted to its width once laid out."""
     fig.draw_without_rendering()
     for ax in fig.axes:
-        axis = _AXES.pop(ax, None)
-        if axis is not None:
+        if (axis := _AXES.pop(ax, None)) is not None:
             width = ax.get_window_extent().width * 72 / fig.dpi
             ax.xaxis.set_major_locator(FixedLocator(axis.ticks(width)))

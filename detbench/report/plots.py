@@ -1,14 +1,5 @@
-"""The report's per-suite figures (matplotlib, written as PNG and SVG); the headline plane of
-every suite is ``detbench.report.tradeoff``'s.
-
-- ``heatmap``: per suite, workloads x modes, coloured by throughput relative to the default mode
-  where the difference is significant ("n.s." and uncoloured where not, hatched where the timing
-  was noisy), each cell marked reproducible (=), nondeterministic (≠, outlined) or, in grey, with
-  the status that stopped it (unsupported, error, ...). Its key names only what its cells show
-  (``heat_key``).
-- ``divergence``: for workloads that record their loss every step (training), how far the
-  replicates' losses drift apart step by step, in the modes where they are not bitwise identical.
-"""
+"""The report's per-suite figures, as PNG and SVG: the ``heatmap`` of workloads x modes and, for
+training workloads, the ``divergence`` of the replicates' losses step by step."""
 
 from __future__ import annotations
 
@@ -36,17 +27,14 @@ LOG2_CLIP = 2.0
 
 
 def subplots(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Figure, Any]:
-    """A figure and its axes, made without pyplot: no backend is chosen and no global state
-    changes (``Figure.savefig`` picks the writer from the file's extension), so importing or
-    calling detbench never switches a user's matplotlib backend."""
+    """A figure and its axes, made without pyplot, so detbench never switches a user's
+    matplotlib backend (``Figure.savefig`` picks the writer from the file's extension)."""
     fig = Figure(figsize=kw.pop("figsize", None), layout="constrained")
     return fig, fig.subplots(nrows, ncols, **kw)
 
 
 def _undrawn_tick_labels(fig: Figure) -> set[int]:
-    """The ids of ``fig``'s tick labels that matplotlib does not draw: those of ticks outside
-    their axis's span. The locator makes them, with stale positions (a tick at 25 on an axis
-    that ends at 20), and they stay visible though never drawn."""
+    """The ids of ``fig``'s tick labels outside their axis's span: visible, but never drawn."""
     out: set[int] = set()
     for ax in fig.axes:
         box = ax.bbox
@@ -75,10 +63,7 @@ def drawn_texts(fig: Figure) -> tuple[Any, list[tuple[Text, Any]]]:
 
 
 def grow_to_fit(fig: Figure, tries: int = 6) -> None:
-    """Make ``fig`` larger until every text a reader sees (``drawn_texts``) fits inside it, to a
-    pixel: by what sticks out, on both sides (a title is centred), as the constrained layout lays
-    it out again. For figures whose texts do not wait on the layout (the heatmap, the
-    divergence)."""
+    """Make ``fig`` larger until every text a reader sees (``drawn_texts``) fits inside it."""
     for _ in range(tries):
         box, texts = drawn_texts(fig)
         over_x = over_y = 0.0
@@ -94,8 +79,6 @@ def grow_to_fit(fig: Figure, tries: int = 6) -> None:
 
 @dataclass(frozen=True)
 class Plot:
-    """One figure as written: its kind, suite, title and the PNG and SVG paths."""
-
     kind: str
     suite: str
     title: str
@@ -124,11 +107,7 @@ def heatmap_figure(
     baseline: str = DEFAULT_MODE.name,
     costs: pd.DataFrame | None = None,
 ) -> Figure:
-    """Workloads x modes: colour = relative throughput, text = ratio and reproducibility mark.
-
-    ``costs``: ``analysis.costs`` of the suite. A cell whose difference from the baseline is not
-    significant (its 95% interval contains 1) is not coloured and reads "n.s."; a significant
-    one whose timing was noisy is hatched; the baseline's own column reads "base"."""
+    """Workloads x modes: colour = significant relative throughput, text = ratio and mark."""
     modes = analysis.ordered_modes(v["mode"])
     workloads = list(dict.fromkeys(v["workload"]))
     cell = v.set_index(["workload", "mode"])
@@ -144,21 +123,16 @@ def heatmap_figure(
     norm = TwoSlopeNorm(vmin=-LOG2_CLIP, vcenter=0.0, vmax=LOG2_CLIP)
     im = ax.imshow(np.ma.masked_invalid(logs), cmap=cmap, norm=norm, aspect="auto")
     drawn = _heat_cells(ax, cell, c, workloads, modes, baseline, rel, shown, logs)
+    names = [mode_tick(m) for m in modes]
     ax.set_xticks(
-        range(len(modes)),
-        [mode_tick(m) for m in modes],
-        rotation=35,
-        ha="right",
-        fontsize=9,
-        rotation_mode="anchor",
+        range(len(modes)), names, rotation=35, ha="right", fontsize=9, rotation_mode="anchor"
     )
     ax.set_yticks(range(len(workloads)), workloads, fontsize=9)
     ticks = np.arange(-LOG2_CLIP, LOG2_CLIP + 1)
     bar = fig.colorbar(im, ax=ax, ticks=ticks, shrink=min(1.0, 6 / max(len(workloads), 1)) + 0.2)
     bar.ax.set_yticklabels([f"{2.0**t:g}x" for t in ticks])
     bar.set_label(f"throughput relative\nto the {baseline} mode")
-    # The key, of what the cells show only, wrapped to the figure's width (a 9 pt character is
-    # about 0.075 in wide).
+    # A 9 pt character is about 0.075 in wide.
     key = textwrap.fill(heat_key(drawn), width=max(40, int(width / 0.075)))
     ax.set_title(
         f"{suite}: relative throughput per workload and mode (coloured where significant)"
@@ -176,9 +150,7 @@ def _heat_values(
     modes: list[str],
     baseline: str,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Workloads x modes: each cell's relative throughput where it ran, and the same where it
-    is coloured (significant, not the baseline), NaN elsewhere; ``c``: the costs by
-    (workload, mode), None when not known."""
+    """Each cell's relative throughput where it ran, and where it is coloured; NaN elsewhere."""
     rel = np.full((len(workloads), len(modes)), np.nan)
     shown = np.full((len(workloads), len(modes)), np.nan)  # coloured: significant only
     for i, w in enumerate(workloads):
@@ -209,8 +181,7 @@ NOT_RUN_GREY = "0.82"
 
 
 def heat_key(drawn: set[str]) -> str:
-    """The heatmap's key: an entry for each thing ``drawn`` (``_heat_cells``), none for what
-    the figure does not show. "≠" alone reads as its own sentence."""
+    """The heatmap's key: an entry for each thing ``drawn`` (``_heat_cells``), and no other."""
     parts = [HEAT_KEY[k] for k in HEAT_KEY if k in drawn]
     if "nondeterministic" in drawn and "reproducible" not in drawn:
         parts[0] = "≠ (outlined): not bitwise identical in every replicate"
@@ -220,7 +191,6 @@ def heat_key(drawn: set[str]) -> str:
 
 
 def _box(ax: Axes, i: int, j: int, **kw: Any) -> None:
-    """Cell (row ``i``, column ``j``) of the heatmap, drawn with ``kw``: a fill, a hatch, a rim."""
     ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, **kw))
 
 
@@ -235,10 +205,7 @@ def _heat_cells(
     shown: np.ndarray,
     logs: np.ndarray,
 ) -> set[str]:
-    """Each cell's text (its ratio, "base" or "n.s.", and the reproducibility mark), hatched
-    where its timing was noisy (whether or not its difference is significant), grey where it
-    did not run (or has no record), outlined where nondeterministic. Returns what was drawn, by
-    ``HEAT_KEY``'s names: the key says those and nothing else."""
+    """Each cell's text and marks; returns what was drawn, by ``HEAT_KEY``'s names."""
     drawn: set[str] = set()
     for i, w in enumerate(workloads):
         for j, m in enumerate(modes):
@@ -277,15 +244,13 @@ def _heat_cells(
 
 
 def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
-    """One panel per workload: the largest loss difference between replicates at each step, one
-    line per mode; a hollow marker where the loss is still equal but a parameter differs."""
+    """One panel per workload: the largest loss difference between replicates at each step."""
     workloads = list(dict.fromkeys(d["workload"]))
     fig, axes = subplots(len(workloads), 1, figsize=(8, 2.8 * len(workloads) + 0.6), squeeze=False)
     for ax, w in zip(axes[:, 0], workloads, strict=True):
         g = d[d["workload"] == w]
         nonzero = g.loc[g["max_abs_loss_diff"] > 0, "max_abs_loss_diff"]
-        # Where the loss is equal but parameters differ: a hollow marker below the lowest
-        # difference (on the log axis), or at 0 when no loss differs at all.
+        # Equal loss, differing parameters: a hollow marker below the lowest difference, or at 0.
         floor = float(nonzero.min()) / 10 if len(nonzero) else 0.0
         for mode, m in g.groupby("mode", sort=False):
             m = m.sort_values("step")
@@ -294,28 +259,15 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
             (line,) = ax.plot(m["step"], shown, marker="o", ms=4, label=str(mode))
             hidden = (y == 0) & m["step_fingerprint_differs"].to_numpy()
             if hidden.any():
-                ax.scatter(
-                    m["step"][hidden],
-                    np.full(hidden.sum(), floor),
-                    marker="o",
-                    facecolor="none",
-                    edgecolor=line.get_color(),
-                    s=30,
-                )
-            first = m.loc[m["step_fingerprint_differs"], "step"]
-            if len(first):
+                xs, ys = m["step"][hidden], np.full(hidden.sum(), floor)
+                ax.scatter(xs, ys, marker="o", facecolor="none", edgecolor=line.get_color(), s=30)
+            if len(first := m.loc[m["step_fingerprint_differs"], "step"]):
                 ax.axvline(int(first.min()), color=line.get_color(), ls=":", lw=1)
         if len(nonzero):
             ax.set_yscale("log")
         else:
-            ax.text(
-                0.5,
-                0.6,
-                "the loss is identical at every step; the parameters are not",
-                transform=ax.transAxes,
-                ha="center",
-                fontsize=9,
-            )
+            note = "the loss is identical at every step; the parameters are not"
+            ax.text(0.5, 0.6, note, transform=ax.transAxes, ha="center", fontsize=9)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title(f"{w}", fontsize=10)
         ax.set_xlabel("training step")
@@ -340,9 +292,7 @@ HEATMAP_DPI = 80
 
 
 def save_figure(fig: Figure, directory: Path, stem: str, dpi: int = DPI) -> tuple[Path, Path]:
-    """The figure as SVG and as a compressed PNG: quantised to an adaptive palette of 256
-    colours (a plot has few; this makes the PNG, and the HTML that embeds it, 3-4 times
-    smaller with no visible change)."""
+    """The figure as SVG and as a PNG of 256 colours (3-4 times smaller, nothing visible lost)."""
     png, svg = directory / f"{stem}.png", directory / f"{stem}.svg"
     fig.savefig(png, dpi=dpi)
     # No date, and ids salted by the file's name, not at random: a report rewritten from the
@@ -356,8 +306,7 @@ def save_figure(fig: Figure, directory: Path, stem: str, dpi: int = DPI) -> tupl
 
 
 def write_plots(df: pd.DataFrame, directory: Path, costs: pd.DataFrame | None = None) -> list[Plot]:
-    """The per-suite figures of a result set (heatmap, divergence), written under ``directory``
-    as PNG and SVG; ``costs``: ``analysis.costs`` of ``df`` where the caller has it."""
+    """The per-suite figures of a result set, under ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     v = analysis.verdicts(df)
     if v.empty:

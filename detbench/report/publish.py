@@ -1,10 +1,5 @@
-"""``detbench index [DIR]``: the index of published runs, ``DIR/README.md`` (default ``results/``).
-
-Every folder of ``DIR`` that holds a ``results.jsonl`` is a run. The index lists each with its
-device, profile, torch version, date, record count and links to its report; a run's own words
-(what it was for, what to watch out for) go in ``NOTE.md`` in its folder, whose first paragraph
-becomes the row's notes. The index is generated: edit the notes, not the index.
-"""
+"""``detbench index [DIR]``: ``DIR/README.md``, the generated index of published runs, a row per
+folder with a ``results.jsonl``; the first paragraph of its ``NOTE.md`` is the row's notes."""
 
 from __future__ import annotations
 
@@ -57,25 +52,19 @@ def index_text(directory: Path) -> str:
             for name in (REPORT_HTML, REPORT_MD)
             if (run / name).is_file()
         ]
-        rows.append(
-            "| "
-            + " | ".join(
-                [
-                    f"[{run.name}]({run.name}/)",
-                    device,
-                    str((env.get("options") or {}).get("profile") or "–"),
-                    md_text(facts["torch"] or "–"),
-                    str(env.get("started_utc") or "–")[:10],
-                    str(records),
-                    ", ".join(links) or "none yet",
-                    _note(run),
-                ]
-            )
-            + " |"
-        )
+        cells = [
+            f"[{run.name}]({run.name}/)",
+            device,
+            str((env.get("options") or {}).get("profile") or "–"),
+            md_text(facts["torch"] or "–"),
+            str(env.get("started_utc") or "–")[:10],
+            str(records),
+            ", ".join(links) or "none yet",
+            _note(run),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
     if not any(r for r in rows if "**CPU only**" not in r):
-        rows.append("")
-        rows.append("No GPU run has been published yet.")
+        rows += ["", "No GPU run has been published yet."]
     return HEADER + "\n".join(rows) + "\n"
 
 

@@ -1,10 +1,5 @@
-"""The report's blocks (headings, paragraphs, bullets, tables, figures) and their two renderings.
-
-A report is one list of blocks rendered to Markdown and to a self-contained HTML page, so the two
-say the same thing. The HTML embeds its figures as base64 PNG and its style inline: it needs no
-network and no other file. Every piece of text is escaped for the format it goes into (text from
-a run, such as workload names or error messages, may hold markup).
-"""
+"""The report's blocks and their two renderings, Markdown and a self-contained HTML page (figures
+and style inline), so the two say the same thing. All text is escaped: a run's may hold markup."""
 
 from __future__ import annotations
 
@@ -18,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from detbench.report.plots import Plot
-
-# --- Blocks: the report's content, rendered twice ----------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -61,8 +54,7 @@ class Figure:
 
 @dataclass(frozen=True)
 class Details:
-    """Blocks shown collapsed under a one-line summary (``<details>`` in both renderings:
-    GitHub's Markdown collapses it too)."""
+    """Blocks collapsed under a one-line summary (``<details>``: GitHub's Markdown too)."""
 
     summary: str
     blocks: Sequence[Block]
@@ -72,8 +64,7 @@ Block = Heading | Para | Bullets | Table | Figure | Code | Details
 
 
 def md_text(s: str) -> str:
-    """Text for Markdown: HTML special characters escaped (a Markdown renderer passes raw HTML
-    through), and the characters Markdown would read as markup."""
+    """Text for Markdown: HTML (passed through by a renderer) and Markdown's markup escaped."""
     out = html.escape(s, quote=False)
     for ch in "\\`*_[]|":
         out = out.replace(ch, "\\" + ch)
@@ -95,8 +86,7 @@ def to_markdown(blocks: Sequence[Block], base: Path) -> str:
             out.append(
                 f"<details><summary>{html.escape(b.summary)}</summary>\n\n{inner}\n\n</details>"
             )
-            continue
-        if isinstance(b, Heading):
+        elif isinstance(b, Heading):
             out.append(f"{'#' * b.level} {md_text(b.text)}")
         elif isinstance(b, Para):
             out.append(f"**{md_text(b.text)}**" if b.alert else md_text(b.text))
@@ -105,16 +95,13 @@ def to_markdown(blocks: Sequence[Block], base: Path) -> str:
         elif isinstance(b, Code):
             out.append(f"```python\n{b.text}\n```")
         elif isinstance(b, Table):
-            lines = []
-            if b.caption:
-                lines.append(f"*{md_text(b.caption)}*\n")
+            lines = [f"*{md_text(b.caption)}*\n"] if b.caption else []
             lines.append("| " + " | ".join(md_text(h) for h in b.header) + " |")
             lines.append("|" + "---|" * len(b.header))
             lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
             out.append("\n".join(lines))
         elif isinstance(b, Figure):
-            png = os.path.relpath(b.plot.png, base)
-            svg = os.path.relpath(b.plot.svg, base)
+            png, svg = (os.path.relpath(p, base) for p in (b.plot.png, b.plot.svg))
             out.append(f"![{md_text(b.plot.title)}]({png})\n\n[SVG]({svg})")
     return "\n\n".join(out) + "\n"
 
@@ -203,9 +190,6 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
     )
 
 
-# --- Numbers as the report writes them ---------------------------------------------------------
-
-
 def _finite(x: Any) -> float | None:
     try:
         f = float(x)
@@ -231,8 +215,7 @@ GIB = float(1 << 30)
 
 
 def size(nbytes: Any) -> str:
-    """A byte count in KiB below 1 MiB, MiB below 1 GiB, else GiB (binary units, as torch's
-    allocator reports)."""
+    """A byte count in KiB, MiB or GiB (binary units, as torch's allocator reports)."""
     f = _finite(nbytes)
     if f is None:
         return "–"

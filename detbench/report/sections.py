@@ -1,10 +1,5 @@
-"""The report's sections, in the order a reader meets them, and what they all read.
-
-``SECTIONS`` is the report: a list of functions, each taking the ``ReportRun`` (the records,
-env.json, the plots and the analyses computed once) and returning its blocks ([] when it has
-nothing to say for this run). A new section is a module of its own, put into ``SECTIONS`` where
-it belongs with what it reads of the run; the answer stays first.
-"""
+"""The report's sections, in the order a reader meets them (``SECTIONS``), and the ``ReportRun``
+they all read. A section returns [] when it has nothing to say; the answer stays first."""
 
 from __future__ import annotations
 
@@ -20,15 +15,7 @@ from detbench.analysis import runstate
 from detbench.analysis import tradeoff as tradeoff_points
 from detbench.analysis.clocks import clock_states
 from detbench.analysis.recommend import run_device
-from detbench.report import (
-    answer,
-    devices,
-    located,
-    matrices,
-    samebits,
-    tables,
-    tradeoff,
-)
+from detbench.report import answer, devices, located, matrices, samebits, tables, tradeoff
 from detbench.report import attribution as attribution_report
 from detbench.report import distributed as distributed_report
 from detbench.report import invariance as invariance_report
@@ -120,8 +107,7 @@ def warnings_section(r: ReportRun) -> list[Block]:
 
 
 def verdicts_and_plots(r: ReportRun) -> list[Block]:
-    """Per suite: the compact verdict matrix, the workloads whose own pick differs from the
-    suite's, the heatmap and divergence, then the full tables collapsed."""
+    """Per suite: the verdicts, the workloads whose own pick differs, the figures, the tables."""
     out: list[Block] = [Heading(2, "Per suite")]
     picks = r.rec[r.rec["workload"] == "*"].set_index("suite")["mode"].to_dict()
     states = clock_states(r.df)  # the clock state beside each rate
@@ -129,8 +115,7 @@ def verdicts_and_plots(r: ReportRun) -> list[Block]:
         out.append(Heading(3, suite))
         out += matrices.verdict_blocks(r.verdicts, suite)
         mine = r.rec[(r.rec["suite"] == suite) & (r.rec["workload"] != "*")]
-        other = mine[mine["mode"] != picks.get(suite)]
-        if len(other):
+        if len(other := mine[mine["mode"] != picks.get(suite)]):
             table = tables.workload_recommendation_table(other, suite, r.memory, r.baseline)
             caption = f"{suite}: workloads whose own pick differs from the suite's"
             out.append(replace(table, caption=caption))

@@ -1,6 +1,5 @@
-"""The report's tables: the recommendations per suite and per workload, the recipes, every
-(workload, mode) with its verdict and cost (collapsed in the HTML; a cost whose interval rests
-on one replicate marked, with its legend under the table), and the failures."""
+"""The report's tables: the recommendations, the recipes, every (workload, mode) with its
+verdict and cost, and the failures."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from detbench.store.schema import Status
 
 
 def _significant(costs: pd.DataFrame, suite: str, mode: str, baseline: str) -> str:
-    """In how many of the suite's workloads ``mode``'s throughput differs significantly from the
-    baseline's."""
+    """In how many of the suite's workloads ``mode`` differs significantly from the baseline."""
     if costs.empty or mode == baseline:
         return "–"
     c = costs[(costs["suite"] == suite) & (costs["mode"] == mode)]
@@ -26,8 +24,7 @@ def _significant(costs: pd.DataFrame, suite: str, mode: str, baseline: str) -> s
 
 
 def _throughput(r: Mapping[Any, Any], baseline: str) -> str:
-    """``1.31x [1.22, 1.40]``: a recommendation's relative throughput and its 95% interval
-    ("n.s." where it contains 1); the baseline's own is 1 by definition, with no interval."""
+    """``1.31x [1.22, 1.40]``: a recommendation's relative throughput and its 95% interval."""
     if r["mode"] is None:
         return "–"
     if r["mode"] == baseline:
@@ -38,9 +35,7 @@ def _throughput(r: Mapping[Any, Any], baseline: str) -> str:
 def recommendation_blocks(
     rec: pd.DataFrame, costs: pd.DataFrame, baseline: str = "default", device: str | None = None
 ) -> list[Block]:
-    """Per suite, the recommended mode and why (the rule is told in the Method section; the
-    Python that sets it is in The answer). ``rec``: ``analysis.recommendations``; ``costs``:
-    ``analysis.costs`` (or empty), both against ``baseline``; ``device``: where the run ran."""
+    """Per suite, the recommended mode and why (``analysis.recommendations``)."""
     suites = rec[rec["workload"] == "*"]
     rows: list[list[str | Code]] = []
     for r in suites.to_dict("records"):
@@ -120,8 +115,7 @@ def recipe_blocks(df: pd.DataFrame) -> list[Block]:
 def workload_recommendation_table(
     rec: pd.DataFrame, suite: str, memory: pd.DataFrame | None = None, baseline: str = "default"
 ) -> Table:
-    """``memory``: ``analysis.peak_memory`` indexed by (suite, workload, mode), or None when the
-    run recorded no memory (no memory column then)."""
+    """``memory``: ``analysis.peak_memory`` by (suite, workload, mode); None: no such column."""
     rec = rec[(rec["suite"] == suite) & (rec["workload"] != "*")]
     rows: list[list[str | Code]] = []
     for r in rec.to_dict("records"):
@@ -153,9 +147,7 @@ def full_table(
     baseline: str = "default",
     clocks: Mapping[tuple[str, str, str], str] | None = None,
 ) -> Table:
-    """``v``: ``analysis.verdicts`` of the whole run; ``memory``: as for
-    ``workload_recommendation_table``; ``clocks``: ``analysis.clocks.clock_states``, the clock
-    state beside each rate."""
+    """Every (workload, mode) of ``suite``; ``clocks``: ``analysis.clocks.clock_states``."""
     clocks = clocks or {}
     v = v[v["suite"] == suite]
     c = costs[costs["suite"] == suite].set_index(["workload", "mode"]) if len(costs) else None
@@ -218,8 +210,6 @@ def full_table(
 
 
 def _one_replicate(costs: pd.DataFrame, suite: str) -> set[tuple[str, str]]:
-    """(workload, mode) of ``suite`` whose cost the report marks (``aa_check.one_replicate``):
-    ``full_table`` marks their interval."""
     if costs.empty:
         return set()
     c = costs[(costs["suite"] == suite) & one_replicate(costs)]
@@ -234,8 +224,7 @@ def full_blocks(
     baseline: str = "default",
     clocks: Mapping[tuple[str, str, str], str] | None = None,
 ) -> list[Block]:
-    """``full_table`` and, where it marks a cost that rests on one replicate, the mark's
-    legend under it."""
+    """``full_table``, with the legend of its mark where it has one."""
     table = full_table(v, suite, costs, memory, baseline, clocks)
     ci = list(table.header).index("95% CI")
     marked = any(str(row[ci]).endswith(MARK) for row in table.rows)

@@ -1,15 +1,5 @@
-"""The report's headline picture: speed versus reproducibility, one panel per suite.
-
-Each panel places every mode at its throughput relative to the baseline (x: geometric mean over
-the suite's workloads, with its 95% interval as an error bar) and the fraction of the suite's
-workloads it made bitwise reproducible (y). The axes are fitted to the points. Modes are named
-beside their points, not in a legend: modes whose points fall together (on a CPU, the modes that
-differ only in cuDNN flags) share one label. The frontier (``analysis.tradeoff``: it agrees with
-the recommendation) is the green line and the green halo of its modes, the recommended mode the
-star; a mode the recommendation cannot pick on this device (cuDNN flags on a CPU) is grey, and a
-mode that ran no workload of the suite is listed under the panel as not run, with why. The key
-names only what the panels draw (``drawn``: the gids of their artists).
-"""
+"""The headline picture: per suite, each mode's throughput against the baseline (x, with its 95%
+interval) and the share of workloads it made reproducible (y), named beside its point."""
 
 from __future__ import annotations
 
@@ -26,8 +16,6 @@ from detbench.report.plots import Plot, save_figure, subplots
 
 KIND = "tradeoff"
 FRONTIER = "tab:green"
-
-
 #: Marker radii, in points: a mode's point, and the recommended mode's star.
 DOT = 2.5
 STAR = 8.0
@@ -35,13 +23,8 @@ STAR = 8.0
 
 def _bounds(placed: pd.DataFrame, col: str) -> pd.Series:
     """An interval's end per mode, the point itself where the mode has no interval."""
-    return pd.Series(
-        [
-            float(v) if v is not None and not pd.isna(v) else float(p)
-            for v, p in zip(placed[col], placed["relative_throughput"], strict=True)
-        ],
-        index=placed.index,
-    )
+    point = placed["relative_throughput"].astype(float)
+    return pd.to_numeric(placed[col], errors="coerce").astype(float).fillna(point)
 
 
 def times(x: float) -> str:
@@ -52,11 +35,7 @@ def times(x: float) -> str:
 def draw_panel(
     ax: Axes, pts: pd.DataFrame, title: str, y_label: str, baseline: str = "default"
 ) -> list[str]:
-    """One suite's plane on ``ax``; returns the names of the modes that could not be placed
-    (ran no workload), with why. ``pts``: ``analysis.tradeoff.points`` of one suite (or a frame
-    with ``mode``, ``relative_throughput``, ``reproducible``, ``frontier``, and optionally
-    ``ci_low``, ``ci_high``, ``inert``, ``recommended``, ``failed``, ``workloads``). The names
-    beside the points are placed by ``labels.place`` once the figure is laid out."""
+    """One suite's plane on ``ax``; returns the modes that ran no workload, with why."""
     defaults = {"ci_low": None, "ci_high": None, "inert": False, "recommended": False, "failed": 0}
     pts = pts.assign(**{c: d for c, d in defaults.items() if c not in pts.columns})
     placed = pts[pts["relative_throughput"].notna()]
@@ -72,15 +51,9 @@ def draw_panel(
     ax.axvline(1.0, color="0.7", lw=1, zorder=0)
     front = placed[placed["frontier"]].sort_values("relative_throughput")
     if len(front) > 1:
+        xy = (front["relative_throughput"], front["reproducible"])
         ax.plot(
-            front["relative_throughput"],
-            front["reproducible"],
-            color=FRONTIER,
-            lw=2,
-            alpha=0.6,
-            zorder=1,
-            drawstyle="steps-post",
-            gid="frontier",
+            *xy, color=FRONTIER, lw=2, alpha=0.6, zorder=1, drawstyle="steps-post", gid="frontier"
         )
     _draw_points(ax, placed, x, low, high)
     _name_points(ax, placed, baseline)
@@ -94,16 +67,14 @@ def draw_panel(
 def _draw_points(
     ax: Axes, placed: pd.DataFrame, x: pd.Series, low: pd.Series, high: pd.Series
 ) -> None:
-    """Each mode's point with its interval (grey and hollow where the mode changed nothing),
-    the frontier's halo and the recommended mode's star."""
     for i in placed.index:
         r = placed.loc[i]
+        xy = (x.loc[i], r["reproducible"])
         grey = bool(r["inert"])
         colour = "0.6" if grey else "tab:blue"
         bar = ax.errorbar(
-            x.loc[i],
-            r["reproducible"],
-            xerr=[[max(0.0, x.loc[i] - low[i])], [max(0.0, high[i] - x.loc[i])]],
+            *xy,
+            xerr=[[max(0.0, xy[0] - low[i])], [max(0.0, high[i] - xy[0])]],
             fmt="o",
             ms=2 * DOT,
             color=colour,
@@ -114,32 +85,15 @@ def _draw_points(
         )
         bar.lines[0].set_gid("inert" if grey else "mode")
         if r["frontier"] and not r["recommended"]:  # the star would hide the green under it
-            ax.scatter(
-                x.loc[i],
-                r["reproducible"],
-                s=220,
-                color=FRONTIER,
-                alpha=0.3,
-                lw=0,
-                zorder=2,
-                gid="frontier",
-            )
+            ax.scatter(*xy, s=220, color=FRONTIER, alpha=0.3, lw=0, zorder=2, gid="frontier")
         if r["recommended"]:
             ax.scatter(
-                x.loc[i],
-                r["reproducible"],
-                marker="*",
-                s=260,
-                color="gold",
-                edgecolor="black",
-                zorder=4,
-                gid="recommended",
+                *xy, marker="*", s=260, color="gold", edgecolor="black", zorder=4, gid="recommended"
             )
 
 
 def _name_points(ax: Axes, placed: pd.DataFrame, baseline: str) -> None:
-    """Each mode's name and ratio beside its point: the recommended mode's first, then the
-    frontier's, then the rest from the top right (the order in which they take their places)."""
+    """Each mode's name and ratio beside its point, in the order they take their places."""
     order = placed.assign(
         _first=~placed["recommended"].astype(bool),
         _front=~placed["frontier"].astype(bool),
@@ -152,20 +106,14 @@ def _name_points(ax: Axes, placed: pd.DataFrame, baseline: str) -> None:
         name = f"{r['mode']} {value}" + (" ★" if r["recommended"] else "")
         if r.get("failed"):
             name += f" ({int(r['failed'])} not run)"
+        xy, colour = (x, float(r["reproducible"])), "0.45" if bool(r["inert"]) else "black"
         labels.add(
-            ax,
-            (x, float(r["reproducible"])),
-            _wrap([name]),
-            STAR if r["recommended"] else DOT,
-            fontsize=7,
-            color="0.45" if bool(r["inert"]) else "black",
+            ax, xy, _wrap([name]), STAR if r["recommended"] else DOT, fontsize=7, color=colour
         )
 
 
 def _y_axis(ax: Axes, placed: pd.DataFrame, y_label: str) -> None:
-    """The share of the suite's workloads, as "k/n": the whole 0 to n where the modes differ;
-    where every mode has the same share, one row across the middle (a strip), whose one tick
-    says it."""
+    """The share of the suite's workloads, as "k/n"; one strip where every mode has the same."""
     n = int(placed["workloads"].iloc[0]) if "workloads" in placed.columns else 0
     levels = sorted({float(v) for v in placed["reproducible"]}, reverse=True)
 
@@ -190,8 +138,7 @@ def _y_axis(ax: Axes, placed: pd.DataFrame, y_label: str) -> None:
 
 
 def _wrap(names: list[str], width: int = 40) -> str:
-    """Mode names joined with commas, wrapped before ``width`` characters; a long name breaks
-    between its settings."""
+    """Mode names joined with commas, wrapped between settings before ``width`` characters."""
     text = ", ".join(n.replace(",", ", ") for n in names)
     return textwrap.fill(text, width=width, break_long_words=False, break_on_hyphens=False)
 
@@ -251,8 +198,7 @@ def key_parts(shown: set[str]) -> list[str]:
 
 
 def finish(fig: Figure) -> None:
-    """Once every panel of ``fig`` is drawn: their ticks fitted to the laid-out axes, then the
-    names placed beside the points."""
+    """Once every panel of ``fig`` is drawn: fit the ticks, then place the names."""
     planeaxis.fit_ticks(fig)
     labels.place(fig)
 

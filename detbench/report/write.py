@@ -1,9 +1,5 @@
-"""``detbench report DIR``: ``DIR/report.md`` and a self-contained ``DIR/report.html``, both
-rendered from one list of blocks (``detbench.report.sections``'; a merged set's from
-``detbench.report.across``, an exec run's from ``detbench.report.execsection``). Everything in
-them is computed from ``results.jsonl`` and ``env.json``; the report files and ``plots/`` are
-derived and rewritten on every call.
-"""
+"""``detbench report DIR``: ``DIR/report.md``, ``DIR/report.html`` and ``plots/``, from one list
+of blocks, computed from the run's files and rewritten on every call."""
 
 from __future__ import annotations
 
@@ -26,9 +22,7 @@ PLOTS_DIR = "plots"
 
 
 def load_run(directory: str | Path, df: pd.DataFrame | None = None) -> ReportRun:
-    """The run in ``directory`` as the report and the console read it: its records (``df``:
-    ``load_results(directory)`` where the caller has it), its env.json with the lines of its
-    paired phase, and its ``paired.jsonl``."""
+    """The run in ``directory`` as the report and the console read it."""
     d = Path(directory)
     df = load_results(d) if df is None else df  # one clear line on a missing or malformed file
     if df.empty:
@@ -39,11 +33,9 @@ def load_run(directory: str | Path, df: pd.DataFrame | None = None) -> ReportRun
 
 
 def write_report(directory: str | Path, run: ReportRun | None = None) -> tuple[Path, Path]:
-    """Write ``report.md``, ``report.html`` and ``plots/`` for the run in ``directory``;
-    ``run``: ``load_run(directory)`` where the caller has it (its analyses are reused)."""
+    """Write the report of ``directory``; ``run``: ``load_run(directory)`` where known."""
     d = Path(directory)
-    if run is None:
-        run = load_run(d)
+    run = load_run(d) if run is None else run
     if run.env.get("machines"):  # a set of runs from several machines (detbench merge)
         return _write(d, across_report.set_blocks(d))
     exec_doc = execsection.load(d)  # a detbench exec run: a page about one command
@@ -70,8 +62,7 @@ def _write(d: Path, blocks: list[Block]) -> tuple[Path, Path]:
 
 
 def _remove_stale(directory: Path, plots: list[Plot]) -> None:
-    """Remove the figures an earlier report wrote that this one does not (``plots/`` is the
-    report's and rewritten each time): a stale figure would read as this run's."""
+    """Remove an earlier report's figures that this one lacks: they would read as this run's."""
     keep = {p.png.name for p in plots} | {p.svg.name for p in plots}
     for f in directory.glob("*"):
         if f.suffix in PLOTS_SUFFIXES and f.name not in keep:
