@@ -1,23 +1,16 @@
-"""One record from the ranks' results of a launch (:class:`detbench.distributed.torchrun.Launch`),
-for each of its workloads: the usual fields, so analysis and the report treat it like any other,
-plus:
+"""One record per workload of a launch (:class:`detbench.distributed.torchrun.Launch`) from its
+ranks' results: the usual fields, plus:
 
-- ``fingerprint``: step ``i``'s digest is ``combine`` of the ranks' digests of step ``i`` in rank
-  order, the fingerprint ``combine`` of those (``fingerprint_sha256`` likewise);
-  ``rank_fingerprints`` has each rank's own;
-- ``ranks_agree``: True when after every fingerprint step every rank held bitwise the same
-  parameters (of the modules wrapped with ``ctx.ddp``), False otherwise, a bug worth reporting;
-  ``ranks_first_disagree_step`` the first step where they did not;
-- throughput: the ranks time on a shared clock, so ``seconds_per_step`` is the slowest rank's;
-  ``items_per_step``, FLOPs and bytes per step are sums over ranks;
-- ``losses``, ``ops_called``: rank 0's; ``peak_memory_bytes``, ``max_abs_diff`` and
-  ``max_abs_diff_vs_default``: the largest over ranks (each rank keeps its own references);
-- ``launch``: how the launch ran (its seconds, limit, directory, torchrun's exit code, its
-  workloads and this one's position among them).
+- ``fingerprint``: step ``i``'s digest is ``combine`` of the ranks' step-``i`` digests in rank
+  order (``fingerprint_sha256`` likewise); ``rank_fingerprints`` has each rank's own;
+- ``ranks_agree``: every rank held bitwise the same ``ctx.ddp`` parameters after every step (False
+  is a bug worth reporting); ``ranks_first_disagree_step`` the first step where they did not;
+- ``seconds_per_step``: the slowest rank's (a shared clock); items, FLOPs and bytes: summed;
+- ``losses``, ``ops_called``: rank 0's; peak memory and the ``max_abs_diff`` fields: the largest;
+- ``launch``: how the launch ran.
 
-Faults stay data. A rank that records a failure gives the record its status (the earliest failing
-rank's). A rank that dies without its result makes the record ``crashed``, with the tail of its
-log. A launch that outlives its limit is ``timeout``.
+Faults stay data: the earliest failing rank's status; a rank that dies without its result makes
+it ``crashed`` (with its log's tail); a launch past its limit is ``timeout``.
 """
 
 from __future__ import annotations
@@ -33,6 +26,8 @@ from detbench.store.schema import Status
 from detbench.worker import fingerprint as fp
 from detbench.worker.protocol import exit_description
 
+#: What every record carries as rank 0 ran it (the same settings on every rank).
+_RANK0_FIELDS = ("precision", "num_threads", "settings_changed", "settings_changes")
 _FAILURE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
@@ -42,18 +37,14 @@ def exit_codes(ln: Launch) -> dict[int, int]:
     with contextlib.suppress(OSError):
         text = (ln.directory / "launcher.log").read_text(errors="replace")
     start = text.rfind("Failures:")
-    if start < 0:
-        return {}
-    return {int(r): int(c) for r, c in _FAILURE.findall(text, start)}
+    return {int(r): int(c) for r, c in _FAILURE.findall(text, start)} if start >= 0 else {}
 
 
 def outcome(ln: Launch, i: int) -> tuple[str, str | None] | None:
-    """(status, message) of workload ``i`` of a launch, or None where it did not run (the
-    launch ended in an earlier one). Before the one the launch ended in: ``ok``. In it:
-    ``timeout`` at the limit; else a rank that died without its result, other than by the
-    SIGTERM with which torchrun stops the others after a failure (a signal, an exit of its
-    own): ``crashed`` (the others' errors, "connection closed by peer", follow from it); else
-    the earliest failure a rank recorded (``oom``, ``unsupported``, ``error``)."""
+    """(status, message) of workload ``i``, or None where it did not run. In the workload the
+    launch ended in: ``timeout``; else ``crashed`` where a rank died without its result other
+    than by torchrun's SIGTERM after a failure (the others' errors follow from it); else the
+    earliest failure a rank recorded."""
     end = ln.ended_at
     if i < end:
         return Status.OK, None
@@ -96,21 +87,17 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
     if not ranks:
         return
     first = ranks[0]
-    # What every record carries, as rank 0 ran it (the same settings on every rank).
-    for k in ("precision", "num_threads", "settings_changed", "settings_changes"):
-        if k in first:
-            rec[k] = first[k]
+    rec.update({k: first[k] for k in _RANK0_FIELDS if k in first})
     ts.nccl_read_back(rec, first.get("nccl_env"))
     rec["peak_memory_bytes"] = max((r.get("peak_memory_bytes") or 0 for r in ranks), default=None)
     rec["memory"] = first.get("memory")
     rec["phases"] = {**rec.get("phases", {}), **first.get("phases", {})}
     if "traceback" in first or status != Status.OK:
-        failed = [r for r in ranks if r.get("traceback")]
-        if failed:
-            rec["traceback"] = failed[0]["traceback"]
-    complete = len(ranks) == ln.world_size
+        tb = next((r["traceback"] for r in ranks if r.get("traceback")), None)
+        if tb:
+            rec["traceback"] = tb
     steps: list[list[str]] = [r.get("step_fingerprints") or [] for r in ranks]
-    if complete and all(steps) and len({len(s) for s in steps}) == 1:
+    if len(ranks) == ln.world_size and all(steps) and len({len(s) for s in steps}) == 1:
         step_digests = [fp.combine(list(ds)) for ds in zip(*steps, strict=True)]
         rec["step_fingerprints"] = step_digests
         rec["fingerprint"] = fp.combine(step_digests)
@@ -146,10 +133,10 @@ def merge(rec: dict[str, Any], ln: Launch, i: int) -> None:
 
 
 def _diff(rec: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
-    """``max_abs_diff`` against the first replicate, and ``max_abs_diff_vs_default``: the largest
-    over ranks (None, with the note, where one rank's outputs have no finite distance)."""
+    """``max_abs_diff`` and ``max_abs_diff_vs_default``: the largest over ranks (None where one
+    rank's outputs have no finite distance)."""
     vs = [r.get("max_abs_diff_vs_default") for r in ranks if "max_abs_diff_vs_default" in r]
-    if vs:  # the largest over ranks, each against the default mode's reference of its own
+    if vs:
         rec["max_abs_diff_vs_default"] = None if None in vs else max(float(v or 0) for v in vs)
     refs = [r.get("diff_reference") for r in ranks]
     if all(d == "self" for d in refs):
@@ -158,18 +145,16 @@ def _diff(rec: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
     dicts = [(r["rank"], d) for r, d in zip(ranks, refs, strict=True) if isinstance(d, dict)]
     if not dicts:
         return
-    worst = next(((k, d) for k, d in dicts if d.get("max_abs_diff") is None), None)
-    if worst is None:
-        worst = max(dicts, key=lambda kd: float(kd[1]["max_abs_diff"]))
-    rank, d = worst
+    rank, d = next(((k, d) for k, d in dicts if d.get("max_abs_diff") is None), None) or max(
+        dicts, key=lambda kd: float(kd[1]["max_abs_diff"])
+    )
     rec["max_abs_diff"] = d.get("max_abs_diff")
     rec["diff_reference"] = {**d, "rank": rank}
 
 
 def fill(rec: dict[str, Any], ln: Launch, i: int, launched: bool) -> None:
-    """Workload ``i``'s record of launch ``ln``: how the launch ran (``launch``) and its ranks'
-    results (:func:`merge`); ``launched``: this workload started it, so the launch's seconds are
-    among its phases."""
+    """Workload ``i``'s record of launch ``ln``; ``launched``: this workload started it (its
+    phases count the launch's seconds)."""
     rec["launch"] = {
         "seconds": ln.seconds,
         "limit_seconds": ln.limit,

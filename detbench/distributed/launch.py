@@ -1,20 +1,15 @@
-"""Distributed workloads: their records come from fresh ``torchrun`` launches of ``world_size``
-ranks, one launch per worker (that is, per mode and replicate).
+"""Distributed workloads (``@detbench.workload(..., distributed=True)``): their records come from
+fresh ``torchrun`` launches of ``world_size`` ranks, handed here by the worker's ``run_workload``.
 
-A workload declared ``@detbench.workload(..., distributed=True)`` is handed here by the worker's
-``run_workload``, which runs none of its steps. At the first distributed workload of a worker, one
-launch runs it and the distributed workloads after it in that worker's list, in order, each
-freshly seeded and built; the later ones take their records from it at their turn, so torchrun's
-start-up (about 5 s on a CPU) is paid once per worker. A launch that ends early (a fault) leaves
-the workloads after the one it ended in to a fresh launch.
+At a worker's first distributed workload, one launch runs it and the distributed workloads after
+it in the worker's list, each freshly seeded and built; the later ones take their records from it
+at their turn, so torchrun's start-up (about 5 s on a CPU) is paid once per worker. A launch that
+ends in a fault leaves the workloads after it to a fresh launch.
 
-The launch and its processes are :mod:`detbench.distributed.torchrun`'s. Each rank
-(:mod:`detbench.distributed.rank`) runs the worker's passes, and
-:mod:`detbench.distributed.combine` makes each workload's results ONE record, with the fields
-described there. From here, the record also says how the ranks ran: ``world_size`` (int),
-``backend``, ``bucket_cap_mb``, ``nccl_algo``/``nccl_proto`` (None when unset; with NCCL, as rank 0
-read them after ``init_process_group``, ``nccl_env``), and ``settings_inert``: the NCCL settings
-that cannot act here, and why.
+Processes: :mod:`~detbench.distributed.torchrun`; ranks: :mod:`~detbench.distributed.rank`; one
+record from their results: :mod:`~detbench.distributed.combine`. From here the record also says
+how the ranks ran: ``world_size``, ``backend``, ``bucket_cap_mb``, ``nccl_algo``/``nccl_proto``
+(None when unset) and ``settings_inert`` (the NCCL settings that cannot act here, and why).
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ from detbench.core import torchstate as ts
 from detbench.core.modes import Mode
 from detbench.core.workload import Context, Workload, registry
 from detbench.distributed.combine import fill, outcome
-from detbench.distributed.torchrun import Launch, Running, launch, start
+from detbench.distributed.torchrun import Launch, Running, start
 from detbench.store.schema import Status
 from detbench.worker.protocol import DEFAULT_TIMEOUT
 
@@ -47,22 +42,18 @@ def backend_for(device_type: str) -> str:
 
 
 def launch_limit(job: dict[str, Any]) -> float | None:
-    """Seconds a launch may run: ``LIMIT_SHARE`` of the job's timeout (the runner's
-    ``--timeout``, the longest silence of a worker, which is silent while its launch runs), and
-    at least the timeout less ``LIMIT_MARGIN``, so the launcher gives up, kills and records
-    first; None when the run has no timeout."""
-    timeout = job.get("timeout", DEFAULT_TIMEOUT)  # an explicit None: the run has no timeout
+    """Seconds a launch may run, within the job's timeout (a worker is silent while its launch
+    runs), so the launcher gives up, kills and records first; None: the run has no timeout."""
+    timeout = job.get("timeout", DEFAULT_TIMEOUT)
     if timeout is None:
         return None
-    timeout = float(timeout)
-    return max(LIMIT_SHARE * timeout, timeout - LIMIT_MARGIN)
+    return max(LIMIT_SHARE * float(timeout), float(timeout) - LIMIT_MARGIN)
 
 
 def _levels(mode: Mode, device_type: str) -> dict[str, str]:
     """The mode's distributed settings, else their default on ``device_type``."""
-    given = mode.overrides
     return {
-        s.name: given.get(s.name, st.default_level(s.name, device_type))
+        s.name: mode.overrides.get(s.name, st.default_level(s.name, device_type))
         for s in st.SETTINGS
         if s.scope == "distributed"
     }
@@ -78,8 +69,7 @@ def _unsupported(device_type: str, world: int) -> str | None:
     if device_type == "cuda":
         if not dist.is_nccl_available():
             return f"torch {torch.__version__} has no NCCL backend"
-        count = torch.cuda.device_count()
-        if world > count:
+        if world > (count := torch.cuda.device_count()):
             return f"world_size={world} needs {world} GPUs (one per rank); this host has {count}"
     elif not dist.is_gloo_available():
         return f"torch {torch.__version__} has no gloo backend"
@@ -87,11 +77,9 @@ def _unsupported(device_type: str, world: int) -> str | None:
 
 
 def launch_dir(job: dict[str, Any], w: Workload, mode: Mode) -> Path:
-    """``OUT/logs/distributed/r{R}-{mode}-{suite}__{name}``: the job, torchrun's log and each
-    rank's log and result, kept for a look after the run."""
-    out = Path(job["reference_dir"]).parent
+    """``OUT/logs/distributed/r{R}-{mode}-{suite}__{name}``: the launch's files, kept."""
     name = f"r{job['replicate']}-{mode.name}-{w.key.replace('/', '__')}"
-    base = out / "logs" / "distributed" / name
+    base = Path(job["reference_dir"]).parent / "logs" / "distributed" / name
     d, n = base, 1
     while d.exists():  # a resumed run measures this record again: keep the first one's files
         n += 1
@@ -99,14 +87,13 @@ def launch_dir(job: dict[str, Any], w: Workload, mode: Mode) -> Path:
     return d
 
 
-#: Launches whose later workloads have not had their turn in this worker yet: (run directory,
-#: mode, replicate, key) -> (the launch, the workload's index in it).
+#: Launches whose later workloads await their turn: (run dir, mode, replicate, key) -> (ln, i).
 _PENDING: dict[tuple[str, str, int, str], tuple[Launch, int]] = {}
 
 
 def _group(w: Workload, job: dict[str, Any], ws: Any) -> list[str]:
-    """The workloads one launch runs: ``w``, then the distributed workloads after it in this
-    worker's list that this mode can run (each gets its record when its turn comes)."""
+    """``w``, then the distributed workloads after it in this worker's list that this mode can
+    run."""
     keys = list(job.get("workloads") or [w.key])
     later = keys[keys.index(w.key) + 1 :] if w.key in keys else []
     known = registry()
@@ -123,9 +110,8 @@ def run_distributed(
     ws: Any,
     rec: dict[str, Any],
 ) -> None:
-    """Fill ``rec`` (the worker's record of ``w``) from a torchrun launch (module docstring): a
-    fresh one, or the one an earlier workload of this worker started that already ran it. Never
-    raises for a fault of the workload or of its ranks."""
+    """Fill ``rec`` from a torchrun launch: a fresh one, or an earlier workload's that ran ``w``
+    too. Never raises for a fault of the workload or its ranks."""
     levels = _launchable(w, ctx, mode, ws, rec)
     if levels is None:
         return
@@ -135,23 +121,19 @@ def run_distributed(
         ln, i = pending
         fill(rec, ln, i, launched=False)
         return
-    limit = launch_limit(job)
     keys = _group(w, job, ws)
-    rank_job = _rank_job(job, keys, mode, ctx, levels, rec, limit)
-    env = ts.nccl_environment(dict(os.environ), levels)
-    directory = launch_dir(job, w, mode)
-    ln = launch(rank_job, directory, rec["world_size"], env, limit)
+    ln = _start_ranks(w, ctx, job, mode, levels, rec, keys).end(launch_limit(job))
     for i, key in enumerate(keys[1:], start=1):
         if outcome(ln, i) is not None:
-            _PENDING[(ident[0], ident[1], ident[2], key)] = (ln, i)
+            _PENDING[(*ident[:3], key)] = (ln, i)
     fill(rec, ln, 0, launched=True)
 
 
 def _launchable(
     w: Workload, ctx: Context, mode: Mode, ws: Any, rec: dict[str, Any]
 ) -> dict[str, str] | None:
-    """The mode's distributed levels, the record describing how its ranks are to run; None
-    where this host cannot launch them (the record is then ``unsupported``, with why)."""
+    """The mode's distributed levels (``rec`` described); None where this host cannot launch
+    them (``rec`` is then ``unsupported``, with why)."""
     levels = _levels(mode, ctx.device.type)
     _describe(w, ctx, mode, levels, rec)
     reason = ws.unsupported(w) or _unsupported(ctx.device.type, rec["world_size"])
@@ -169,7 +151,7 @@ def _nccl(levels: dict[str, str]) -> dict[str, str | None]:
 def _describe(
     w: Workload, ctx: Context, mode: Mode, levels: dict[str, str], rec: dict[str, Any]
 ) -> None:
-    """What the record says before any launch: how the ranks are to run, and what a step is."""
+    """What the record says before any launch."""
     world = int(levels["world_size"])
     rec.update(
         world_size=world,
@@ -184,8 +166,7 @@ def _describe(
         ts.NCCL_ENV, ctx.device.type, levels, mode.deterministic_algorithms
     )
     rec["items_per_step"] = w.items(ctx) * world
-    per_rank_bytes = w.bytes(ctx)
-    rec["bytes_per_step"] = None if per_rank_bytes is None else per_rank_bytes * world
+    rec["bytes_per_step"] = None if (b := w.bytes(ctx)) is None else b * world
     rec["seeding"] = w.seeding
 
 
@@ -206,19 +187,21 @@ _FROM_JOB = (
 )
 
 
-def _rank_job(
-    job: dict[str, Any],
-    keys: list[str],
-    mode: Mode,
+def _start_ranks(
+    w: Workload,
     ctx: Context,
+    job: dict[str, Any],
+    mode: Mode,
     levels: dict[str, str],
     rec: dict[str, Any],
-    limit: float | None,
-) -> dict[str, Any]:
-    """The job every rank of the launch gets: the worker's job, for the workloads ``keys``."""
+    keys: list[str],
+    **extra: Any,
+) -> Running:
+    """A fresh launch of ``w``'s ranks for the workloads ``keys``, ``extra`` added to their job."""
+    limit = launch_limit(job)
     nccl = _nccl(levels)
     world = int(levels["world_size"])
-    return {
+    rank_job = {
         **{k: job[k] for k in _FROM_JOB if k in job},
         "keys": keys,
         "mode": asdict(mode),
@@ -231,25 +214,25 @@ def _rank_job(
         "device_index": ctx.device.index if world == 1 and ctx.device.index else 0,
         # Past the launch's limit: the launcher, not a rank's collective, decides a timeout.
         "collective_timeout": None if limit is None else limit + 60,
+        **extra,
     }
+    env = ts.nccl_environment(dict(os.environ), levels)
+    return start(rank_job, launch_dir(job, w, mode), rec["world_size"], env, limit)
 
 
-#: Seconds between two reads of rank 0's result file while a paired member waits for its answer
-#: (the wait is outside the block the ranks time).
+#: Seconds between two reads of rank 0's result file while a paired member waits for its answer.
 POLL_SECONDS = 0.005
 #: Seconds a member's launch may take to end once its ranks are told to exit.
 KILL_AFTER = 30.0
-#: Seconds a member's ranks wait for their next word: between two of its turns the group's
-#: other members make their verdicts, which no launch limit bounds. The ranks die with their
-#: worker (torchrun's agent dies with it, and they with the agent), so they never outlive it.
+#: Seconds a member's ranks wait for their next word: between its turns the group's other
+#: members make their verdicts, unbounded. The ranks die with their worker, never outlive it.
 RANKS_WAIT = 24 * 3600.0
 
 
 class KeptLaunch:
-    """The ranks of one paired member (``rank.serve``), launched at its worker's first
-    distributed workload and kept for the next ones: each word set in the store the worker
-    holds (every rank reads it), answered by rank 0 in its result file. ``verdicts``: the
-    workloads whose verdicts the ranks made, in order (their records' indices)."""
+    """The ranks of one paired member (``rank.serve``), kept for its worker's distributed
+    workloads: words set in the worker's store, answered by rank 0 in its result file.
+    ``verdicts``: the workloads whose verdicts the ranks made, in order."""
 
     def __init__(self, running: Running, store: Any, wait: float | None) -> None:
         self.running, self.store, self.wait = running, store, wait
@@ -260,9 +243,8 @@ class KeptLaunch:
         self.pending: list[dict[str, Any]] = []
 
     def _new_lines(self) -> None:
-        """Rank 0's whole lines appended since the last read. Only the new bytes are read, and
-        only once the file has grown: the wait polls while the ranks time a block on the same
-        cores, so it must cost them next to nothing."""
+        """Rank 0's whole lines appended since the last read: only new bytes, read once the file
+        has grown, since the wait polls while the ranks time a block on the same cores."""
         path = self.running.directory / "rank0.jsonl"
         try:
             if path.stat().st_size <= self.offset:
@@ -279,8 +261,8 @@ class KeptLaunch:
                 self.pending.append(json.loads(line))
 
     def answer(self, kind: str) -> dict[str, Any]:
-        """Rank 0's next message of type ``kind``; a ``RuntimeError`` where the launch ends, or
-        stays silent past the wait, first."""
+        """Rank 0's next message of type ``kind``; ``RuntimeError`` where the launch ends or
+        stays silent past the wait first."""
         t0 = time.monotonic()
         while True:
             self._new_lines()
@@ -315,8 +297,7 @@ class KeptLaunch:
 
 
 class LaunchedTiming:
-    """A member's timing of one distributed workload in its kept launch: what
-    ``worker.paired.PairedTiming`` does (``block``, ``finish``, ``free``), asked of the ranks."""
+    """``worker.paired.PairedTiming``'s ``block``, ``finish`` and ``free``, asked of the ranks."""
 
     def __init__(self, kept: KeptLaunch) -> None:
         self.kept = kept
@@ -337,8 +318,7 @@ class LaunchedTiming:
         close_kept()
 
 
-#: The launch a paired worker keeps for its distributed workloads (one mode and replicate per
-#: worker: one launch at a time).
+#: The launch a paired worker keeps for its distributed workloads (one at a time).
 _KEPT: list[KeptLaunch] = []
 
 
@@ -349,12 +329,10 @@ def close_kept() -> None:
 
 
 class PairedLaunch:
-    """The ``launch`` of ``passes.run_workload`` for a member of a paired group: the workload
-    asked of the worker's kept launch (a fresh one where it has none, or the last one ended),
-    its verdict made in the ranks where ``verdict`` (the record filled as ``run_distributed``
-    fills it, the ranks' timing left to their turns), then the step warmed up for the turns.
-    ``timing``: the member's ``LaunchedTiming`` (None where it cannot be timed), ``said``: the
-    ``prepared`` message's fields."""
+    """``passes.run_workload``'s ``launch`` for a paired member: the workload asked of the
+    worker's kept launch (started afresh where needed), its verdict made in the ranks where
+    ``verdict``, then the step warmed up for the turns. ``timing``: its ``LaunchedTiming`` (None
+    where it cannot be timed); ``said``: the ``prepared`` message's fields."""
 
     def __init__(self, verdict: bool) -> None:
         self.verdict = verdict
@@ -379,10 +357,9 @@ class PairedLaunch:
         if not _KEPT:
             _KEPT.append(_start_kept(w, ctx, job, mode, levels, rec))
         kept = _KEPT[0]
-        word = "verdict" if self.verdict else "prepare"
         if self.verdict:
             kept.verdicts.append(w.key)
-        kept.say(f"{word} {w.key}")
+        kept.say(f"{'verdict' if self.verdict else 'prepare'} {w.key}")
         try:
             said = kept.answer("prepared")
         except RuntimeError as exc:
@@ -422,11 +399,7 @@ def _start_kept(
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=limit if limit is not None else RANKS_WAIT),
     )
-    rank_job = {
-        **_rank_job(job, [], mode, ctx, levels, rec, limit),
-        "paired": {"port": store.port, "wait": RANKS_WAIT},
-        **{k: job.get(k) for k in ("rounds", "block_seconds", "run_pid")},
-    }
-    env = ts.nccl_environment(dict(os.environ), levels)
-    running = start(rank_job, launch_dir(job, w, mode), rec["world_size"], env, limit)
+    paired = {"port": store.port, "wait": RANKS_WAIT}
+    extra = {k: job.get(k) for k in ("rounds", "block_seconds", "run_pid")}
+    running = _start_ranks(w, ctx, job, mode, levels, rec, [], paired=paired, **extra)
     return KeptLaunch(running, store, limit)

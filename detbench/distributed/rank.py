@@ -1,28 +1,15 @@
-"""One rank of a launch of distributed workloads: the process that ``torchrun`` starts, per rank.
+"""One rank of a launch of distributed workloads: a job of kind ``detbench.distributed.rank:main``
+for the one child main (``detbench.worker.protocol``), logging to ``DIR/rank{R}.log``, its
+messages to ``DIR/rank{R}.jsonl``. Per workload it runs the worker's passes with a rank's hooks:
 
-A job of kind ``detbench.distributed.rank:main`` for the one child main
-(``detbench.worker.protocol``), started by ``detbench.distributed.torchrun`` with ``RANK``,
-``LOCAL_RANK`` and ``WORLD_SIZE`` in its environment. Its output goes to ``DIR/rank{R}.log``, its
-messages to ``DIR/rank{R}.jsonl``: ``ready`` (its pid), a ``record`` (with the workload's
-``index`` in the launch) once each workload is done, and ``done``.
+- every rank is seeded alike (a workload draws its per-rank data from ``ctx.rank``);
+- the fingerprint pass also digests the ``ctx.ddp`` modules' parameters (``ranks_agree``);
+- the timing pass reads a clock the ranks share (``_shared_clock``), so every rank stops at the
+  same check (one step more would wait in a collective forever); a sample is the slowest rank's.
 
-Once: the mode and its settings before any CUDA work (``worker.applied.WorkerSettings``), then
-``init_process_group`` (``gloo`` on CPU; ``nccl`` on CUDA, on the GPU of its local rank). Then,
-for each workload, the worker's passes (``worker.passes``) with a rank's hooks:
-
-- every generator is seeded with the run's seed, the same on every rank (DDP broadcasts rank 0's
-  parameters anyway; a workload draws its per-rank data from ``ctx.rank``);
-- the fingerprint pass also digests the parameters of the modules wrapped with ``ctx.ddp``, so
-  the launcher can say whether every rank holds the same parameters after every step
-  (``ranks_agree``);
-- the timing pass reads a clock the ranks share (``_shared_clock``), so every rank takes the same
-  samples and stops at the same check (a rank that ran one step more would wait for the others
-  in a collective forever), and a sample is the block's time on the slowest rank.
-
-A failure is data here too: the rank writes the workload's status (``classify``) with the time it
-failed and exits with ``EXIT_FAILED``, so torchrun stops the other ranks at once instead of
-leaving them waiting in a collective; the launcher takes the earliest failure as the cause, and
-launches the workloads after it afresh.
+A failure is data: the rank writes the workload's status with the time it failed and exits with
+``EXIT_FAILED``, so torchrun stops the other ranks at once instead of leaving them in a
+collective; the launcher blames the earliest failure and launches the workloads after it afresh.
 """
 
 from __future__ import annotations
@@ -53,26 +40,22 @@ from detbench.worker.protocol import Channel
 
 #: The exit status of a rank that recorded a failure in its result file.
 EXIT_FAILED = 3
-#: Words of an NCCL error that, with NCCL_ALGO or NCCL_PROTO set, mean the installed NCCL (or
-#: this GPU) cannot run what was asked: NCCL reports an algorithm or protocol it cannot use as
-#: "invalid usage" (its WARN line, with NCCL_DEBUG=WARN, says "no algorithm/protocol available").
-#: Recorded as ``unsupported``, like an op without a deterministic kernel.
+#: Words of an NCCL error that, with NCCL_ALGO or NCCL_PROTO set, mean this NCCL or GPU cannot run
+#: what was asked (NCCL calls it "invalid usage"): recorded as ``unsupported``.
 NCCL_REFUSALS = ("NCCL_ALGO", "NCCL_PROTO", "no algorithm/protocol available", "invalid usage")
 
 
 def nccl_refusal(job: dict[str, Any], text: str) -> str | None:
     """The NCCL variables the job set, when ``text`` (an error) says NCCL refused them."""
     given = {k: v for k, v in (job.get("nccl") or {}).items() if v}
-    if not given or "nccl" not in text.lower():
-        return None
-    if not any(m.lower() in text.lower() for m in NCCL_REFUSALS):
+    low = text.lower()
+    if not given or "nccl" not in low or not any(m.lower() in low for m in NCCL_REFUSALS):
         return None
     return ", ".join(f"{k}={v}" for k, v in sorted(given.items()))
 
 
 def _log_to(path: Path) -> None:
-    """Send this process's stdout and stderr (its prints, torch's warnings, faulthandler's stack
-    on a fatal signal) to ``path``."""
+    """Send this process's stdout and stderr (faulthandler's stack included) to ``path``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -87,8 +70,8 @@ def _say(rank: int, what: str) -> None:
 
 
 def _shared_clock(device: Any) -> Any:
-    """A clock every rank reads alike: the latest ``perf_counter`` of the ranks (CLOCK_MONOTONIC,
-    one clock for every process of a host), after the rank's device has finished its work."""
+    """A clock every rank reads alike: the ranks' latest ``perf_counter`` (CLOCK_MONOTONIC, one
+    per host), after the rank's device has finished its work."""
     t = torch.zeros(1, dtype=torch.float64, device=device)
 
     def clock() -> float:
@@ -103,7 +86,7 @@ def _shared_clock(device: Any) -> Any:
 
 def _init_group(backend: str, device: Any, timeout: float | None) -> None:
     """``init_process_group`` with the rank's device bound where this torch can (``device_id``,
-    2.3+: NCCL then connects eagerly, on that GPU), and a collective timeout from the launch's."""
+    2.3+: NCCL then connects eagerly, on that GPU)."""
     kwargs: dict[str, Any] = {}
     if timeout is not None:
         kwargs["timeout"] = datetime.timedelta(seconds=timeout)
@@ -114,8 +97,8 @@ def _init_group(backend: str, device: Any, timeout: float | None) -> None:
 
 
 def _agreement(ctx: Any, outputs: list[Any], loss_output: int | None) -> list[Any]:
-    """What must be equal on every rank after a step: the parameters of the modules wrapped with
-    ``ctx.ddp``; without any, every output but the loss (each rank's loss is of its own data)."""
+    """What must be equal on every rank after a step: the ``ctx.ddp`` modules' parameters; without
+    any, every output but the loss (each rank's loss is of its own data)."""
     if ctx.ddp_modules:
         return [p.detach() for m in ctx.ddp_modules for p in m.parameters()]
     return [o for i, o in enumerate(outputs) if i != loss_output]
@@ -131,15 +114,13 @@ class RankState:
     mode: Any
     ws: Any
     device: Any
-    #: The NCCL variables as this rank read them right after ``init_process_group`` (None:
-    #: unset): torch may set ``NCCL_ALGO`` itself (``^NVLS`` under deterministic algorithms, in
-    #: some versions), so the record says what NCCL ran under, not what the launcher set.
+    #: The NCCL variables as read after ``init_process_group``: torch may set ``NCCL_ALGO`` itself
+    #: (``^NVLS`` under deterministic algorithms), so the record says what NCCL ran under.
     nccl_env: dict[str, str | None] | None = None
 
 
 def setup(job: dict[str, Any], rank: int, local_rank: int, world: int) -> RankState:
-    """The mode (before any CUDA work), the rank's device, the workload files, the process
-    group."""
+    """The mode (before any CUDA work), the device, the workload files, the process group."""
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode)
     if job["device"].startswith("cuda"):
@@ -172,11 +153,10 @@ def context(st: RankState, w: Any) -> Context:
 
 
 def run(st: RankState, key: str, res: dict[str, Any], keep: Any = None) -> None:
-    """Every pass of workload ``key`` in this rank (the worker's pipeline, ``worker.passes``,
-    with a rank's hooks); fills ``res``, a failure included. ``keep``: given the step the
-    passes built (a paired member times it after its verdict)."""
-    job, rank, device = st.job, st.rank, st.device
-    res["device"] = str(device)
+    """Every pass of workload ``key`` in this rank; fills ``res``, a failure included.
+    ``keep``: given the step the passes built (a paired member times it after its verdict)."""
+    job, rank = st.job, st.rank
+    res["device"] = str(st.device)
     res["nccl_env"] = st.nccl_env
     w = registry()[key]
     ctx = context(st, w)
@@ -212,8 +192,7 @@ def _classify(job: dict[str, Any], exc: BaseException) -> tuple[str, str]:
 
 
 def _failed(res: dict[str, Any], exc: BaseException) -> None:
-    """When the failure happened (the launcher blames the earliest), and its traceback in the
-    log."""
+    """When the failure happened (the launcher blames the earliest); its traceback to the log."""
     res["failed_at"] = time.time()
     traceback.print_exc()
 
@@ -236,8 +215,7 @@ def _result(job: dict[str, Any], st_ids: tuple[int, int, int], key: str) -> dict
 
 
 def _failure(job: dict[str, Any], res: dict[str, Any], where: str, exc: BaseException) -> None:
-    """A failure outside the passes (theirs are in ``res`` already) into ``res``: the failure is
-    data, written before torchrun stops the other ranks."""
+    """A failure outside the passes (theirs are in ``res`` already) into ``res``."""
     status, message = _classify(job, exc)
     res.update(status=status, message=f"{where}: {message}")
     res["traceback"] = traceback.format_exc(limit=-8)
@@ -245,14 +223,11 @@ def _failure(job: dict[str, Any], res: dict[str, Any], where: str, exc: BaseExce
 
 
 def serve(job: dict[str, Any], out: Channel, ids: tuple[int, int, int]) -> int:
-    """The ranks of a member of paired groups (``job["paired"]``), kept for every distributed
-    workload its worker times: each word the worker sets in its store (``c0``, ``c1``, ...),
-    every rank alike. ``verdict KEY``: the passes (the ``record``, its index counting the
-    launch's verdicts), then the step they built warmed up on the ranks' shared clock;
-    ``prepare KEY``: the step built and warmed up; ``block``: one block, every rank's steps in
-    step, its time the slowest rank's; ``finish``: the summary; ``exit``. Rank 0 answers
-    (``prepared``, ``block``, ``timed``). A failure ends the launch: the worker launches the
-    next workload afresh."""
+    """The ranks of a paired member (``job["paired"]``), kept for every distributed workload its
+    worker times, obeying each word the worker sets in its store (``c0``, ``c1``, ...):
+    ``verdict KEY`` (the passes, then the step warmed up), ``prepare KEY`` (the step built and
+    warmed up), ``block``, ``finish``, ``exit``. Rank 0 answers (``prepared``, ``block``,
+    ``timed``). A failure ends the launch."""
     rank, local_rank, world = ids
     t0 = time.perf_counter()
     try:
@@ -278,9 +253,9 @@ def serve(job: dict[str, Any], out: Channel, ids: tuple[int, int, int]) -> int:
         if word in ("verdict", "prepare"):
             w = registry()[key]
             ctx = context(st, w)
+            kept: list[Any] = []
             if word == "verdict":
                 res = _result(job, ids, key)
-                kept: list[Any] = []
                 if index == 0:  # the first record carries the rank's set-up
                     res["phases"]["rank_setup"] = setup_seconds
                 try:
@@ -291,13 +266,11 @@ def serve(job: dict[str, Any], out: Channel, ids: tuple[int, int, int]) -> int:
                 index += 1
                 if res["status"] != Status.OK:
                     return EXIT_FAILED
-                timing, said = (
-                    PairedTiming.from_verdict(w, job, st.mode, kept.pop(), res, ctx, clock)
-                    if kept
-                    else PairedTiming.prepare(w, job, st.mode, st.ws, ctx, clock)
-                )
-            else:
-                timing, said = PairedTiming.prepare(w, job, st.mode, st.ws, ctx, clock)
+            timing, said = (
+                PairedTiming.from_verdict(w, job, st.mode, kept.pop(), res, ctx, clock)
+                if kept
+                else PairedTiming.prepare(w, job, st.mode, st.ws, ctx, clock)
+            )
             # The first step's digest over the ranks, combined as a record's step digests are
             # (``combine.merge``), so the line's ``same_bits`` compares like with like.
             digests: list[Any] = [None] * st.world
@@ -327,7 +300,7 @@ def serve(job: dict[str, Any], out: Channel, ids: tuple[int, int, int]) -> int:
 
 def main(job: dict[str, Any], out: Channel) -> int:
     """Each workload of the launch in turn, one ``record`` message each; the first failure ends
-    the rank (the launcher launches the workloads after it afresh)."""
+    the rank."""
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     world = int(os.environ["WORLD_SIZE"])

@@ -1,20 +1,13 @@
-"""One ``torchrun`` launch of a worker's distributed workloads, and its processes. The launcher
-is PyTorch's own::
+"""One ``torchrun`` launch of a worker's distributed workloads, and its processes::
 
     python -m torch.distributed.run --nnodes 1 --nproc-per-node N --rdzv-backend c10d
         --rdzv-endpoint 127.0.0.1:PORT --rdzv-id UUID --max-restarts 0
         -m detbench.worker.child --job DIR/job.json --out DIR/rank{rank}.jsonl
 
-(its rendezvous on a free port, its id the launch's marker). Each rank
-(``detbench.distributed.rank``) runs the worker's passes and sends a result per workload, as JSON
-lines (``detbench.worker.protocol``); a :class:`Launch` holds them as read, with torchrun's exit
-code and log, and :mod:`detbench.distributed.combine` makes each workload's record of them.
-
 A launch runs in a session of its own, and every process it starts carries a unique marker in its
-environment (``DETBENCH_LAUNCH``). A launch that outlives its limit: torchrun gets SIGTERM (it
-stops its ranks), then the rest of the launch SIGKILL. In every case, every process that carries
-the marker is killed and waited for, so nothing of the launch (no port) is left behind, and the
-worker goes on with its next workload.
+environment (``DETBENCH_LAUNCH``). Past its limit torchrun gets SIGTERM (it stops its ranks), then
+the rest SIGKILL. In every case every process with the marker is killed and waited for, so
+nothing of the launch (no port) is left behind.
 """
 
 from __future__ import annotations
@@ -53,8 +46,7 @@ def _free_port() -> int:
 
 
 def _command(world_size: int, marker: str, directory: Path) -> list[str]:
-    """torchrun's command line: ``world_size`` ranks on this node, a rendezvous on a free port of
-    its own, no restart, and each rank the one child main with its job and its result file."""
+    """torchrun's command line (module docstring)."""
     options = {
         "--nnodes": "1",
         "--nproc-per-node": str(world_size),
@@ -93,10 +85,8 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 def kill_launch(proc: subprocess.Popen[bytes], marker: str, directory: Path) -> list[int]:
-    """SIGKILL every process of the launch: torchrun's session, each rank's session (torchrun
-    starts each rank in a session of its own), and anything else carrying the marker; then reap
-    torchrun and wait until nothing of the launch is alive. Returns what was still alive at the
-    end (empty unless a process could not be killed)."""
+    """SIGKILL torchrun's session, each rank's own session and anything else with the marker,
+    then reap torchrun and wait until nothing of the launch is alive. Returns what still was."""
     _kill_group(proc.pid, signal.SIGKILL)
     for messages in directory.glob("rank*.jsonl"):
         for pid in [m["pid"] for m in read_messages(messages) if m.get("type") == "ready"]:
@@ -116,9 +106,8 @@ def kill_launch(proc: subprocess.Popen[bytes], marker: str, directory: Path) -> 
 
 @dataclass
 class Launch:
-    """How one launch ended: its workloads (``keys``, in the order the ranks ran them),
-    torchrun's exit code (None: killed at the limit), the ranks' result files as read (workload
-    index -> rank -> result), and the seconds it took."""
+    """How one launch ended: ``code`` is torchrun's exit code (None: killed at the limit),
+    ``results`` workload index -> rank -> result."""
 
     directory: Path
     keys: list[str]
@@ -139,8 +128,7 @@ class Launch:
 
     @property
     def ended_at(self) -> int:
-        """The index of the workload the launch ended in (``len(keys)`` when all were done):
-        the workloads after it did not run."""
+        """The index of the workload the launch ended in (``len(keys)`` when all were done)."""
         return next((i for i in range(len(self.keys)) if not self.done(i)), len(self.keys))
 
     def log_tail(self, name: str, lines: int = 6) -> str:
@@ -156,8 +144,7 @@ class Launch:
 
 @dataclass
 class Running:
-    """A launch whose ranks still run (``start``): its torchrun process, the marker of its
-    processes, and what ``end`` needs to make its ``Launch``."""
+    """A launch whose ranks still run (``start``)."""
 
     proc: subprocess.Popen[bytes]
     marker: str
@@ -171,7 +158,7 @@ class Running:
         return self.proc.poll() is None
 
     def snapshot(self) -> Launch:
-        """The launch as it stands, its ranks still running: the results they wrote so far."""
+        """The launch as it stands: the results the ranks wrote so far."""
         return self._launch(None, False, [])
 
     def _launch(self, code: int | None, timed_out: bool, leftovers: list[int]) -> Launch:
@@ -188,8 +175,8 @@ class Running:
         return out
 
     def end(self, wait: float | None, timed_out: bool = False) -> Launch:
-        """Wait up to ``wait`` seconds for torchrun to end by itself (SIGTERM at that limit,
-        as on Ctrl-C), kill whatever is left of the launch, and read the ranks' results."""
+        """Wait up to ``wait`` seconds for torchrun to end (then SIGTERM, as on Ctrl-C), kill
+        whatever is left of the launch, and read the ranks' results."""
         code: int | None = None
         try:
             try:
@@ -207,13 +194,11 @@ class Running:
 def start(
     job: dict[str, Any], directory: Path, world_size: int, env: dict[str, str], limit: float | None
 ) -> Running:
-    """Start one torchrun launch of ``world_size`` ranks for the workloads ``job["keys"]`` (the
-    job is written to ``directory/job.json``)."""
+    """Start one torchrun launch of ``world_size`` ranks for the workloads ``job["keys"]``."""
     directory.mkdir(parents=True, exist_ok=True)
     job = {**job, "kind": RANK_KIND, "directory": str(directory)}
     (directory / "job.json").write_text(json.dumps(job, sort_keys=True))
     marker = uuid.uuid4().hex
-    env = {**env, LAUNCH_ENV: marker}
     cmd = _command(world_size, marker, directory)
     t0 = time.monotonic()
     with open(directory / "launcher.log", "ab") as log:
@@ -222,16 +207,8 @@ def start(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env,
+            env={**env, LAUNCH_ENV: marker},
             start_new_session=True,
             preexec_fn=dies_with_us(),
         )
     return Running(proc, marker, directory, list(job["keys"]), world_size, limit, t0)
-
-
-def launch(
-    job: dict[str, Any], directory: Path, world_size: int, env: dict[str, str], limit: float | None
-) -> Launch:
-    """Run one torchrun launch of ``world_size`` ranks for the workloads ``job["keys"]``, wait
-    for it up to ``limit`` seconds, kill whatever is left of it, and read the ranks' results."""
-    return start(job, directory, world_size, env, limit).end(limit)

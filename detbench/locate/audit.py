@@ -1,16 +1,12 @@
-"""``detbench audit FILE.py[:WORKLOAD]``: which ops in my model break reproducibility?
+"""``detbench audit FILE.py[:WORKLOAD]``: which ops in my model break reproducibility? Two steps,
+each in fresh processes:
 
-Two steps, each in fresh processes:
-
-1. **Probe.** A worker runs the workload (seeded, two steps) under
-   ``torch.use_deterministic_algorithms(True, warn_only=True)`` with cuDNN deterministic, so
-   every op without a deterministic implementation on this device warns instead of raising. Each
-   warning is caught as it is issued, with the Python stack at that moment: the innermost frame in
-   the user's file is the line that called the op (for an op in a backward pass, the line that
-   called ``backward``).
-2. **Verdict.** The workload runs like any other in fresh processes, in the default mode and in
-   the fully deterministic mode (``cudnn-det+det-algos``), and each is reproducible or not
-   (bitwise equal fingerprints across replicates), or unsupported.
+1. **Probe.** The workload runs (seeded, two steps) under
+   ``torch.use_deterministic_algorithms(True, warn_only=True)`` with cuDNN deterministic, so every
+   op without a deterministic implementation here warns instead of raising; each warning is
+   placed at the innermost frame of the user's file (for a backward op, the ``backward`` call).
+2. **Verdict.** The workload runs like any other, in the default mode and in the fully
+   deterministic mode (``cudnn-det+det-algos``): reproducible or not, or unsupported.
 
 The answer ends with the settings to use, or with the ops that must be replaced.
 """
@@ -68,23 +64,19 @@ class Audit:
     results_dir: str | None = None
     #: Where the default mode's runs first part (``detbench.locate.stages``), when they do.
     located: dict[str, Any] | None = None
-    #: Every op the probe's steps called that torch documents as nondeterministic by default on
-    #: this device, with its count and line (``locate.census``), whether or not the runs agree.
+    #: The probe's ops that torch documents as nondeterministic by default here (``locate.census``).
     can_race: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-# --- The probe, inside a fresh process ---------------------------------------------------------
-
-
 def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
-    # torch: the probe's child needs it, its parent (the CLI) not before the audit's run
+    # The probe's child's imports: the CLI needs no torch before the audit's run.
     import torch
 
     from detbench.core.seeding import seed_all
-    from detbench.locate.census import Census  # torch: the probe's child's, as above
+    from detbench.locate.census import Census
 
     user_file = str(Path(source).resolve())
     torch.backends.cudnn.benchmark = False
@@ -131,24 +123,18 @@ def _probe(source: str, key: str, device_name: str) -> dict[str, Any]:
                 torch.cuda.synchronize(device)
         except Exception as exc:  # the op list so far still answers the question
             error = f"{phase}: {type(exc).__name__}: {exc}"
-    can_race = census.stop()
     return {
         "findings": list(found.values()),
-        "can_race": can_race,
+        "can_race": census.stop(),
         "error": error,
         "torch": torch.__version__,
         "cublas_workspace_config": os.environ.get(CUBLAS_ENV),
     }
 
 
-# --- The audit ---------------------------------------------------------------------------------
-
-
 def run_probe(source: Path, key: str, device: str) -> dict[str, Any]:
-    """The probe of ``key`` under deterministic algorithms (warn only), in a process of its own
-    (the one-shot child protocol of ``worker/protocol.py``), with the environment the fully
-    deterministic mode's workers get (its ``CUBLAS_WORKSPACE_CONFIG``), so the probe meets what
-    a run in that mode meets: on CUDA, cuBLAS refuses to be deterministic without it."""
+    """The probe of ``key``, in a process of its own with the fully deterministic mode's
+    environment: on CUDA, cuBLAS refuses to be deterministic without its workspace config."""
     job = {"source": str(source.resolve()), "key": key, "device": device}
     with tempfile.TemporaryDirectory(prefix="detbench-probe-") as tmp:
         try:
@@ -169,14 +155,13 @@ def audit(
     target: str, device: str, replicates: int = 3, out: Path | None = None, stream: Any = sys.stderr
 ) -> list[Audit]:
     """Audit every workload that ``target`` names; ``out`` keeps the verdict runs' records."""
-    try:  # a missing file: one line, before torch loads (2 s here)
+    try:  # a missing file: one line, before torch loads
         source, keys = select_target(target)
     except WorkloadError as exc:
         raise AuditError(str(exc)) from None
     import torch
 
-    # The parent's modules: this module is also the probe's child process (its kind), which
-    # loads no analysis and no runner.
+    # The parent's: the probe's child process (this module) loads no analysis and no runner.
     from detbench.analysis import verdicts
     from detbench.run.api import plan_run, run_planned
 
@@ -193,8 +178,7 @@ def audit(
         profile="quick",
         device=device,
         budget=0.05,
-        # The audit states verdicts and no cost: it times none.
-        timing=VERDICTS_ONLY,
+        timing=VERDICTS_ONLY,  # the audit states verdicts and no cost
     )
     runner = plan_run(config, stream, cuda=cuda)
     audits = []
@@ -222,13 +206,9 @@ def audit(
     for a in audits:
         suite, name = a.workload.split("/", 1)
         rows = v[(v["suite"] == suite) & (v["workload"] == name)]
+        fields = ("verdict", "distinct_fingerprints", "max_abs_diff", "message")
         for r in rows.to_dict("records"):
-            a.verdicts[str(r["mode"])] = {
-                "verdict": r["verdict"],
-                "distinct_fingerprints": r["distinct_fingerprints"],
-                "max_abs_diff": r["max_abs_diff"],
-                "message": r["message"],
-            }
+            a.verdicts[str(r["mode"])] = {k: r[k] for k in fields}
         a.results_dir = str(run_dir)
         det = a.verdicts.get(DETERMINISTIC_MODE, {}).get("verdict")
         default = a.verdicts.get("default", {}).get("verdict")
@@ -242,8 +222,7 @@ def audit(
 
 
 def _locate(source: Path, device: str, audits: list[Audit], stream: Any) -> None:
-    """Locate the culprits of every workload the default mode left nondeterministic. The
-    deterministic mode's own verdict (already measured) says whether it fixes them."""
+    """Locate the culprits of every workload the default mode left nondeterministic."""
     from detbench.locate.stages import locate  # the parent's: not in the probe's process
 
     keys = [
@@ -263,16 +242,14 @@ def _locate(source: Path, device: str, audits: list[Audit], stream: Any) -> None
         if loc is None:
             continue
         det = a.verdicts.get(DETERMINISTIC_MODE, {}).get("verdict")
+        fixed = {"reproducible": True, "nondeterministic": False}.get(str(det))
         for c in loc.culprits:
-            c.fixed_by_deterministic_mode = {"reproducible": True, "nondeterministic": False}.get(
-                str(det)
-            )
+            c.fixed_by_deterministic_mode = fixed
             c.deterministic_mode_note = f"{DETERMINISTIC_MODE} is {det} in fresh processes"
         a.located = loc.to_json()
 
 
 def _shown(path: str) -> str:
-    """A path relative to the current directory when it is inside it (locate's rule)."""
     from detbench.locate.report import shown  # the parent's: not in the probe's process
 
     return shown(path)
@@ -306,19 +283,15 @@ def to_text(audits: list[Audit]) -> str:
         for mode, r in a.verdicts.items():
             what = r["verdict"]
             if what == "nondeterministic":
-                diff = r["max_abs_diff"]
-                what += f" ({r['distinct_fingerprints']} distinct results" + (
-                    f", max abs diff {diff:.3g})" if diff is not None else ")"
-                )
+                d = r["max_abs_diff"]
+                size = f", max abs diff {d:.3g}" if d is not None else ""
+                what += f" ({r['distinct_fingerprints']} distinct results{size})"
             elif what not in ("reproducible", "single"):
                 first = re.split(r"(?<=\.)\s", str(r["message"]).strip())[0]
                 what += f": {first[:200]}"
             lines.append(f"    {mode:<22} {what}")
-        if (
-            a.settings is not None
-            and a.findings
-            and a.verdicts.get("default", {}).get("verdict") == "reproducible"
-        ):
+        default_agrees = a.verdicts.get("default", {}).get("verdict") == "reproducible"
+        if a.settings is not None and a.findings and default_agrees:
             lines.append(
                 f"  caution: bitwise equal in every replicate here, but the {len(a.findings)} "
                 "ops above have no deterministic implementation: other sizes, thread counts or "
@@ -328,11 +301,8 @@ def to_text(audits: list[Audit]) -> str:
             lines += _located_lines(a.located)
         if a.settings is not None:
             default = a.settings == get_mode("default").snippet()
-            lines.append(
-                "  use these settings (torch's defaults: nothing to change):"
-                if default
-                else "  use these settings:"
-            )
+            note = " (torch's defaults: nothing to change)" if default else ""
+            lines.append(f"  use these settings{note}:")
             lines += [f"    {s}" for s in a.settings.splitlines()]
         elif a.replace:
             lines.append(
@@ -349,8 +319,7 @@ def to_text(audits: list[Audit]) -> str:
 
 
 def _located_lines(loc: dict[str, Any]) -> list[str]:
-    # the parent's: not in the probe's process
-    from detbench.locate.report import culprit_lines, parting
+    from detbench.locate.report import culprit_lines, parting  # the parent's, as above
 
     if loc.get("error"):
         return [f"  where the default mode's runs part: could not be recorded: {loc['error']}"]
@@ -362,8 +331,8 @@ def _located_lines(loc: dict[str, Any]) -> list[str]:
         ]
     if not loc["culprits"]:
         return [f"  where the default mode's runs part: {parting(loc)}"]
-    out = ["  where the default mode's runs part (detbench locate):"]
-    return out + [line for c in loc["culprits"] for line in culprit_lines(c, indent="    ")]
+    lines = [line for c in loc["culprits"] for line in culprit_lines(c, indent="    ")]
+    return ["  where the default mode's runs part (detbench locate):", *lines]
 
 
 def main(job: dict[str, Any], out: Channel) -> int:

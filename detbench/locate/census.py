@@ -1,20 +1,13 @@
-"""The ops of a user's script that can race, named even when its runs agreed.
-
-A run whose replicates agree has not shown that it is reproducible: a race that happened to fall
-the same way in 3 runs falls another way in the fourth.
-
-``Census`` is ``locate.record.Recorder`` with its digests switched off: it sees every ATen op
-(the backward's ops too, placed at the line of the forward op that made their autograd node)
-and counts those that the installed torch documents as nondeterministic by default on the
-device the op ran on (``core.catalog.documenting_all``: both of ``use_deterministic_algorithms``'
-lists, the ops it makes deterministic and those it makes raise). An entry whose condition names
-``accumulate=True`` or ``accumulate=False`` counts a call only with that argument; an
-``index_put`` without accumulation through a boolean mask (``ids[noise] = x``, which
-``hf_tiny_lm.py`` does at each step) writes each place once and is not counted. Each op is
-counted per (op, phase, file, line) of the user's code.
+"""The ops of a user's script that can race, named even when its runs agreed (a race that fell the
+same way in 3 runs can fall another way in the fourth). ``Census`` is ``locate.record.Recorder``
+without digests: it counts, per (op, phase, file, line), the ATen ops that the installed torch
+documents as nondeterministic by default on their device (``core.catalog.documenting_all``). An
+entry whose condition names ``accumulate=True`` or ``accumulate=False`` counts only calls with that
+argument; an ``index_put`` without accumulation through a boolean mask (``ids[noise] = x``) writes
+each place once and is not counted.
 
 ``start_recorder`` and ``stop_recorder`` are ``detbench locate -- COMMAND``'s: the whole
-``Recorder``, digests and all, over the script's life, a step ending at each optimizer step.
+``Recorder`` over the script's life, a step ending at each optimizer step.
 """
 
 from __future__ import annotations
@@ -28,8 +21,8 @@ from detbench.core import catalog
 from detbench.locate.record import Recorder, base_name
 
 _ACCUMULATE = re.compile(r"accumulate=(True|False)")
-#: ATen ops and the position of their ``accumulate`` argument (``index_put_(self, indices,
-#: values, accumulate)``, ``put_(self, index, source, accumulate)``).
+#: ATen ops -> the position of their ``accumulate`` argument (``index_put_(self, indices, values,
+#: accumulate)``).
 _ACCUMULATE_AT = {"index_put_": 3, "index_put": 3, "_index_put_impl_": 3, "put_": 3, "put": 3}
 
 
@@ -43,8 +36,7 @@ def _accumulate(op: str, args: Any, kwargs: Any) -> bool | None:
 
 
 def _masked(args: Any) -> bool:
-    """Whether an ``index_put`` indexes by a boolean mask (``ids[noise] = ...``): each place is
-    written at most once, so the writes cannot race, whatever torch documents of the op."""
+    """Whether an ``index_put`` indexes by a boolean mask: its writes cannot race."""
     indices = args[1] if len(args) > 1 and isinstance(args[1], list | tuple) else ()
     return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in indices)
 
@@ -63,7 +55,7 @@ class Census(Recorder):
         self._cache: dict[tuple[str, str, str, bool | None], catalog.CatalogEntry | None] = {}
 
     def _digest(self, t: torch.Tensor) -> str | int:
-        return ""  # the census compares nothing: no digests, no cost of them
+        return ""  # the census compares nothing
 
     def start(self) -> None:
         _start(self, end_step=False)
@@ -74,10 +66,9 @@ class Census(Recorder):
             return out
         rec = self.ops[-1]
         op = base_name(rec["op"])
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        device = tensors[0].device.type if tensors else "cpu"
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
         acc = _accumulate(op, args, kwargs)
-        if acc is False and _masked(args):  # a mask writes each place once: no order to race
+        if acc is False and _masked(args):
             return out
         key = (op, device, rec["phase"], acc)
         if key not in self._cache:
@@ -110,16 +101,12 @@ class Census(Recorder):
         """The census, one entry per (op, phase, line), most calls first; recording ends."""
         self.__exit__(None, None, None)
         self.remove()
-        out = []
-        for seen in self.found.values():
-            steps = seen.pop("steps")
-            out.append({**seen, "steps": len(steps)})
+        out = [{**seen, "steps": len(seen.pop("steps"))} for seen in self.found.values()]
         return sorted(out, key=lambda e: (-e["count"], e["file"], e["line"]))
 
 
 def _start(rec: Recorder, end_step: bool) -> None:
-    """``rec`` recording from now on, ``rec.step`` counting on after each optimizer step (its
-    step's digests ended first where ``end_step``); the hook is removed with ``rec``'s others."""
+    """``rec`` recording from now on, each optimizer step ending a step."""
     import torch.optim.optimizer as optim
 
     def stepped(*_: Any) -> None:

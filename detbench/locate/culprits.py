@@ -1,17 +1,12 @@
-"""Two op streams of the same workload compared: its culprits, and each looked up in the catalog.
+"""Two op streams of the same workload compared op by op, on their bits only: each op's name and the
+digests of its inputs and outputs. Where an op was called from (file, line, module, ...) may differ
+between processes while the bits agree (torch-geometric writes each layer's code to a temporary file
+whose name differs in each process), so it is never compared.
 
-Two streams are compared op by op, on their bits only: each op's name and the digests of its
-inputs and outputs (a digest names the tensor's dtype and shape too). Everything else an op's
-record holds says where it was called from (file, line, function, module, autograd node) and may
-differ between processes while the bits agree: torch-geometric, for one, writes the code of each
-layer to a temporary file whose name differs in each process. Such metadata is never compared.
-
-The **culprit** is an op whose inputs were bitwise equal in both runs and whose outputs were not.
-Ops after it that received the difference only carry it. Several independent culprits are
-possible (each is listed); the same line at several steps is one culprit. A stream that calls
-other ops than the first (control flow on values) is compared up to where the two part. Each
-culprit is looked up in the catalog of the ops the installed torch documents as nondeterministic
-(:mod:`detbench.core.catalog`).
+A **culprit** is an op whose inputs were bitwise equal in both runs and whose outputs were not;
+ops after it only carry the difference. Each is listed once per line, whatever its steps, and
+looked up in :mod:`detbench.core.catalog`. Streams that call other ops (control flow on values)
+are compared up to where they part.
 """
 
 from __future__ import annotations
@@ -55,9 +50,7 @@ class Culprit:
 
     @property
     def place(self) -> tuple[str, str, int, str, str, str | None]:
-        """Where the culprit is, as another process names it: ``where`` with the line's code in
-        place of the file's name (code generated into a temporary file, as torch-geometric
-        writes it, has another file name in each process)."""
+        """``where`` as another process names it: the line's code in place of the file's name."""
         return (self.op, self.function, self.line, self.code, self.phase, self.module)
 
 
@@ -78,9 +71,8 @@ def _inputs_equal(x: dict[str, Any], y: dict[str, Any]) -> bool:
 
 
 def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> StreamComparison:
-    """Culprits (op indices) of two streams of the same workload; see the module docstring. The
-    first difference is the first op whose outputs differ, or whose inputs do (a tensor changed
-    where the recorder cannot see it); the streams part where they call other ops."""
+    """Culprits (op indices) of two streams of the same workload. The first difference is the
+    first op whose outputs or inputs differ (a tensor changed where the recorder cannot see)."""
     culprits: list[int] = []
     first = parted = None
     carried = 0
@@ -91,11 +83,10 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> StreamCompariso
         if x.get("view") or x.get("uninitialized"):
             continue
         same_inputs = _inputs_equal(x, y)
+        if first is None and not (same_inputs and x.get("out") == y.get("out")):
+            first = i
         if x.get("out") == y.get("out"):
-            if not same_inputs and first is None:
-                first = i
             continue
-        first = i if first is None else first
         if same_inputs:
             culprits.append(i)
         else:
@@ -106,8 +97,7 @@ def compare(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> StreamCompariso
 
 
 def same_bits(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
-    """Whether two op streams hold the same bits: the same ops in the same order, each with
-    equal digests of its inputs and outputs (metadata aside: see the module docstring)."""
+    """Whether two op streams hold the same bits (the same ops, with equal digests)."""
     cmp = compare(a, b)
     return cmp.first_difference is None and cmp.parted_at is None
 

@@ -1,35 +1,23 @@
 """The recorder of ``detbench locate``: every op a workload calls, with a digest of its inputs and
 outputs, in order, in one fresh process (:mod:`detbench.locate.worker`).
 
-A ``TorchDispatchMode`` sees each ATen op below autograd: the forward pass, the ops the autograd
-engine runs for the backward pass (on its own threads on a GPU: the mode is thread-local state the
-engine carries over), the optimizer's step, and the ops the workload's factory runs to build it.
-For each op it notes:
+A ``TorchDispatchMode`` sees each ATen op below autograd, the backward's too (the engine carries
+the thread-local mode over to its threads). For each op it notes its **phase** (``build``,
+``forward``, ``backward``, ``optimizer``), its **module** (the innermost running ``nn.Module``'s
+path, such as ``encoder.layers.3.attn``; the root's is ``""``, None outside every module) and the
+innermost frame of the user's code (``NOT_USER``). A backward op takes the module and line of the
+forward op that made its autograd node (by the node's sequence number, which the forward op saw as
+``_get_sequence_nr() - 1``): a race in the backward of ``x[idx]`` is placed at ``x[idx]``.
 
-- **phase**: ``build`` (the factory), ``forward`` (a step, outside the two below), ``backward``
-  (the autograd engine is running a node), ``optimizer`` (between torch's global optimizer step
-  hooks);
-- **module**: the path of the innermost ``nn.Module`` whose ``forward`` is running, such as
-  ``encoder.layers.3.attn`` (the outermost module's own is ``""``), or None outside every module;
-- **where**: the innermost frame of the user's code (``NOT_USER``);
-- for a backward op, the forward op that made its autograd node (matched by the node's sequence
-  number, which the forward op saw as ``_get_sequence_nr() - 1``): its module and line are the
-  backward op's, so a race in the backward of ``x[idx]`` is placed at the line of ``x[idx]``.
+Digests: sha256 of the bytes on a CPU; on a GPU, :mod:`detbench.worker.digest`'s, copied to the
+host once per step (no synchronisation per op). Tensors above ``SAMPLE_ABOVE`` elements are
+digested on a strided sample; views are not digested (equal inputs give equal views).
 
-Digests: sha256 of the bytes on a CPU; on a GPU, :mod:`detbench.worker.digest`'s device digest,
-whose 16 bytes per tensor stay on the device until the end of each step and then reach the host
-in one copy (no synchronisation per op). A tensor of more than ``SAMPLE_ABOVE`` elements is
-digested on an evenly strided sample and flagged ``sampled`` (a difference outside the sample
-shows up in a later op instead). Views (outputs that alias an input without writing it) are
-recorded without digests: equal inputs give equal views.
-
-Memory that ``torch.empty`` and its kin leave uninitialised holds whatever was there, different
-in each process: their outputs are recorded as ``uninitialized`` (not digested), and an op that
-reads such a buffer is flagged, so the comparison can blame the read, not the allocation. A
-workspace that an op returns for its own backward (``WORKSPACE_OUTPUTS``) is treated the same
-way: its bytes are scratch, partly left as they were found (oneDNN's LSTM workspace on a CPU
-differed from process to process while every result agreed), so it is recorded as ``workspace``
-and its reader, the backward op, is the one compared.
+The outputs of ``torch.empty`` and its kin hold whatever was there: they are recorded as
+``uninitialized``, and an op that reads such a buffer is flagged, so the comparison blames the
+read, not the allocation. A workspace an op returns for its own backward (``WORKSPACE_OUTPUTS``)
+is scratch too (oneDNN's LSTM workspace differed between processes whose results agreed): it is
+recorded as ``workspace``, and its reader, the backward op, is compared.
 """
 
 from __future__ import annotations
@@ -57,8 +45,7 @@ SAVE_MAX_ELEMENTS = 1 << 22
 UNINITIALIZED_OPS = frozenset(
     {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 )
-#: Outputs (by position) that are an op's scratch workspace for its backward, not a result: what
-#: their bytes hold is the library's business (see the module docstring). Measured on a CPU:
+#: Outputs (by position) that are an op's scratch workspace for its backward, not a result:
 #: ``mkldnn_rnn_layer`` (oneDNN's LSTM) returns (output, hy, cy, workspace).
 WORKSPACE_OUTPUTS = {"mkldnn_rnn_layer": frozenset({3})}
 
@@ -67,9 +54,8 @@ _ENGINE_FILES = tuple(
     os.sep + os.path.join("torch", *p)
     for p in (("_tensor.py",), ("autograd", "__init__.py"), ("autograd", "graph.py"))
 )
-#: Where code that is not the user's lives: torch, detbench's package, the standard library and
-#: site-packages, each as given and with symbolic links resolved (a virtual environment may be a
-#: link, and a frame names its file by the path it was imported from).
+#: Where code that is not the user's lives: torch, detbench, the standard library, site-packages,
+#: as given and resolved (a frame names its file by the path it was imported from, maybe a link).
 NOT_USER = tuple(
     {
         form + os.sep
@@ -102,8 +88,7 @@ def base_name(op: str) -> str:
 
 
 class _Hasher:
-    """Digests of tensors: sha256 on a CPU at once; on other devices, device sums kept pending
-    (an int handle) until ``flush`` copies them all to the host in one go."""
+    """Digests of tensors: sha256 on a CPU at once; elsewhere an int handle until ``flush``."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[int, torch.Tensor, str]] = []
@@ -127,8 +112,7 @@ class _Hasher:
         if t.device.type == "cpu":
             if not t.is_contiguous():
                 t = t.contiguous()
-            # The bytes read straight from memory: no tensor op per digest (ops cost more than
-            # hashing the few bytes most of them produce).
+            # The bytes read straight from memory: a tensor op costs more than hashing most.
             data = ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
             return head + ":" + hashlib.sha256(data).hexdigest()[:32]
         self.handles += 1
@@ -136,7 +120,7 @@ class _Hasher:
         return self.handles
 
     def flush(self, ops: list[dict[str, Any]]) -> None:
-        """Resolve every pending handle (one copy to the host) and put the digests in ``ops``."""
+        """Resolve every pending handle (one copy to the host) into ``ops``."""
         if self.pending:
             host = torch.stack([p[1] for p in self.pending]).cpu().tolist()
             for (h, _, head), lanes in zip(self.pending, host, strict=True):
@@ -151,7 +135,7 @@ class _Hasher:
 
 
 class Recorder(TorchDispatchMode):
-    """Records every op (see the module docstring) into ``ops``."""
+    """Records every op into ``ops`` (module docstring)."""
 
     def __init__(self, user_file: str | None = None) -> None:
         super().__init__()
@@ -178,8 +162,6 @@ class Recorder(TorchDispatchMode):
                 "this torch lacks the autograd sequence numbers or the current-node query: "
                 "backward ops are placed where backward() was called, not at their forward line"
             )
-
-    # --- hooks -------------------------------------------------------------------------------
 
     def install(self) -> None:
         import torch.optim.optimizer as optim
@@ -210,8 +192,7 @@ class Recorder(TorchDispatchMode):
         ]
 
     def keep_hook(self, handle: Any) -> None:
-        """A hook another module registered for this recording, removed with the recorder's own
-        by ``remove``."""
+        """A hook another module registered for this recording, removed by ``remove``."""
         self._handles.append(handle)
 
     def remove(self) -> None:
@@ -227,8 +208,7 @@ class Recorder(TorchDispatchMode):
         return s
 
     def _path_in(self, s: list[tuple[torch.nn.Module, str, str]], child: torch.nn.Module) -> str:
-        """``child``'s path: its caller's path and its name in the caller (computed once per
-        call of a module, not per op)."""
+        """``child``'s path: its caller's path and its name in the caller."""
         if not s:
             return ""
         parent, path, _ = s[-1]
@@ -246,16 +226,12 @@ class Recorder(TorchDispatchMode):
         return (s[-1][1], s[-1][2]) if s else (None, None)
 
     def _where(self) -> tuple[str, int, str, bool]:
-        """The innermost frame of the user's code: (file, line, function, called_backward),
-        where ``called_backward`` says that frame called ``backward()`` or ``autograd.grad()``,
-        itself or through a framework's code (the op itself was called by the autograd engine,
-        not by it)."""
+        """(file, line, function, through_backward) of the innermost frame of the user's code."""
         try:
             f: Any = sys._getframe(2)
         except ValueError:  # a stack under 3 frames: autograd's device thread on torch < 2.11
             f = None
-        engine = False
-        fallback = None
+        engine, fallback = False, None
         while f is not None:
             code = f.f_code
             user = self._user_code.get(code)
@@ -265,8 +241,7 @@ class Recorder(TorchDispatchMode):
                 self._user_code[code] = user
             if user:
                 return code.co_filename, f.f_lineno, code.co_name, engine
-            # called through backward() or autograd.grad(), directly or through a framework's
-            # own call of it (accelerate's backward under the Trainer, Lightning's loop)
+            # directly or through a framework's call (accelerate's backward, Lightning's loop)
             engine = engine or code.co_filename.endswith(_ENGINE_FILES)
             if fallback is None and self.user_file and code.co_filename == self.user_file:
                 fallback = f
@@ -275,17 +250,14 @@ class Recorder(TorchDispatchMode):
             return fallback.f_code.co_filename, fallback.f_lineno, fallback.f_code.co_name, False
         return "", 0, "", False
 
-    # --- digests -----------------------------------------------------------------------------
-
     def _digest(self, t: torch.Tensor) -> str | int:
         """Every tensor is digested each time an op reads or writes it: a cache keyed on the
-        version counter would miss writes through ``.data`` (a separate counter) and in-place
-        ops seen here before autograd's layer bumps the counter."""
+        version counter would miss writes through ``.data`` and in-place ops seen here before
+        autograd's layer bumps the counter."""
         try:
-            d = self.hasher(t)
+            return self.hasher(t)
         except Exception as exc:  # an exotic tensor: compared by its description only
-            d = f"{t.dtype}{list(t.shape)}:unhashable ({type(exc).__name__})"
-        return d
+            return f"{t.dtype}{list(t.shape)}:unhashable ({type(exc).__name__})"
 
     def _storage(self, t: torch.Tensor) -> int | None:
         try:
@@ -295,12 +267,8 @@ class Recorder(TorchDispatchMode):
 
     def _reads_uninit(self, tensors: list[torch.Tensor]) -> dict[int, int]:
         """Input position -> the op that allocated its uninitialised storage."""
-        found = {}
-        for j, t in enumerate(tensors):
-            ptr = self._storage(t)
-            if ptr and ptr in self._uninit:
-                found[j] = self._uninit[ptr]
-        return found
+        ptrs = [self._storage(t) for t in tensors]
+        return {j: self._uninit[p] for j, p in enumerate(ptrs) if p and p in self._uninit}
 
     def _written(self, t: torch.Tensor) -> None:
         """``t`` was written in place: its storage is initialised once the write covers it."""
@@ -309,8 +277,6 @@ class Recorder(TorchDispatchMode):
             with_storage = t.untyped_storage().nbytes()
             if t.is_contiguous() and t.numel() * t.element_size() >= with_storage:
                 del self._uninit[ptr]
-
-    # --- the mode ----------------------------------------------------------------------------
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -329,7 +295,7 @@ class Recorder(TorchDispatchMode):
         rec: dict[str, Any] = {"i": i, "op": name, "step": self.step}
         self._place(rec, node, seq)
         uninit_reads = self._reads_uninit(tin)
-        if uninit_reads:  # input position -> the op that allocated it
+        if uninit_reads:
             rec["reads_uninitialized"] = {str(j): o for j, o in uninit_reads.items()}
         if not view:  # uninitialised memory is not compared: its bits are garbage by contract
             rec["in"] = [
@@ -365,20 +331,15 @@ class Recorder(TorchDispatchMode):
             for t, wrote in zip(tout, writes, strict=False):
                 if wrote:
                     self._written(t)
-            scalars = [repr(o) for o in flat_out if isinstance(o, int | float | bool)]
-            if scalars:
-                rec["out"] += scalars
+            rec["out"] += [repr(o) for o in flat_out if isinstance(o, int | float | bool)]
         if i in self.save:
             self.saved[i] = [_keep(t) for t in tout]
         self.ops.append(rec)
         return out
 
     def _place(self, rec: dict[str, Any], node: Any, seq: int | None) -> None:
-        """Where op ``rec`` sits in the user's code: its phase, module, file, line and function.
-        A backward op (``node``: its autograd node) is placed at the forward op that made that
-        node, unless user code called it (a custom autograd Function's backward, a hook): then
-        at that line. A forward op with an autograd sequence number (``seq``) is remembered as
-        the maker of the node that number names."""
+        """Where op ``rec`` sits in the user's code. A backward op (``node``) is placed at the
+        forward op that made its node, unless user code called it (a custom Function, a hook)."""
         i = rec["i"]
         if node is not None:
             rec["phase"] = "backward"
@@ -412,8 +373,7 @@ class Recorder(TorchDispatchMode):
 
 
 def _tensors(values: Any) -> list[torch.Tensor]:
-    """The tensors among an op's arguments or results (ATen's are flat but for lists of
-    tensors: a faster walk than a general pytree flatten)."""
+    """The tensors among an op's arguments or results (flat but for lists: no pytree walk)."""
     out: list[torch.Tensor] = []
     for v in values:
         if isinstance(v, torch.Tensor):

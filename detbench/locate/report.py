@@ -80,14 +80,11 @@ def culprit_lines(c: dict[str, Any], indent: str = "    ") -> list[str]:
 
 
 def parting(loc: dict[str, Any]) -> str:
-    """How the fresh processes of a locate that is not reproducible differed (on their bits
-    only: ``locate.culprits``), in one sentence: at the culprits, at the op it names, or, where
-    every op gave the same bits and only the step's outputs differed, at no op."""
+    """How the fresh processes of a locate that is not reproducible differed, in one sentence:
+    at the culprits, at the op where they part, or at no op (only the step's outputs differ)."""
     p = loc["processes"]
     same_outputs = loc.get("outputs_reproducible") is not False
-    outputs = (
-        "the step's outputs differ too" if not same_outputs else "the step's outputs were the same"
-    )
+    outputs = "the step's outputs " + ("were the same" if same_outputs else "differ too")
     if loc.get("outputs_reproducible") is None:  # a script's (locate -- COMMAND): ops only
         same_outputs, outputs = False, "compare what the runs leave with detbench exec"
     first = loc.get("first_difference")
@@ -95,8 +92,6 @@ def parting(loc: dict[str, Any]) -> str:
     if loc["culprits"]:
         n = len(loc["culprits"])
         rounded = ": the difference was rounded away" if same_outputs else ""
-        if loc.get("outputs_reproducible") is None:
-            rounded = ""
         return (
             f"{p} fresh processes parted at {n} op{'s' if n > 1 else ''} that gave other bits "
             f"from equal inputs (below); {outputs}{rounded}"
@@ -130,14 +125,12 @@ def to_text(located: list[dict[str, Any]]) -> str:
         if loc.get("error"):
             out.append(f"  could not be recorded: {loc['error']}")
         elif loc["reproducible"]:
+            also = (
+                "" if loc.get("outputs_reproducible") is None else ", and so did the step's outputs"
+            )
             out.append(
                 f"  reproducible: all {loc['ops']} ops gave the same bits in "
-                f"{loc['processes']} fresh processes"
-                + (
-                    ""
-                    if loc.get("outputs_reproducible") is None
-                    else ", and so did the step's outputs"
-                )
+                f"{loc['processes']} fresh processes{also}"
             )
         else:
             n = len(loc["culprits"])
@@ -181,18 +174,14 @@ def load(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / LOCATED_FILE
     if not path.exists():
         return []
-    doc = json.loads(path.read_text())
-    return list(doc.get("located", []))
+    return list(json.loads(path.read_text()).get("located", []))
 
 
 def locate_run(run_dir: Path, stream: Any) -> list[dict[str, Any]]:
-    """``run --locate``: locate every nondeterministic (workload, mode) of the run in
-    ``run_dir``, and keep the answers in its ``located.json``."""
-    df = load_results(run_dir)
-    env = load_env(run_dir)
-    v = analysis.verdicts(df)
+    """``run --locate``: locate each nondeterministic (workload, mode), kept in ``located.json``."""
+    v = analysis.verdicts(load_results(run_dir))
     bad = v[v["verdict"] == "nondeterministic"]
-    options = env.get("options") or {}
+    options = load_env(run_dir).get("options") or {}
     for src in options.get("sources") or []:
         load_file(src)
     known = registry()
@@ -204,16 +193,10 @@ def locate_run(run_dir: Path, stream: Any) -> list[dict[str, Any]]:
             continue
         todo.setdefault((w.source, str(r["mode"])), []).append(key)
     found: list[dict[str, Any]] = []
+    device, profile = options.get("device"), options.get("profile")
     for (source, mode), keys in todo.items():
         print(f"detbench: locating {', '.join(keys)} in {mode}", file=stream)
-        for loc in locate(
-            source,
-            options.get("device"),
-            mode,
-            profile=options.get("profile"),
-            stream=stream,
-            only=keys,
-        ):
-            found.append(loc.to_json())
+        located = locate(source, device, mode, profile=profile, stream=stream, only=keys)
+        found += [loc.to_json() for loc in located]
     write_text_atomic(run_dir / LOCATED_FILE, json.dumps({"located": found}, indent=1, default=str))
     return found

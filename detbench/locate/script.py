@@ -1,12 +1,9 @@
 """``detbench locate -- COMMAND``: the op, the module and the line of the user's code where two
-fresh runs of an unchanged script first part.
-
-The command runs as ``detbench exec`` runs it (``run.execrun``: fresh processes, the mode applied
-in the script's interpreter before its first line), with ``locate.record``'s recorder over the
-whole script (``locate.census.start_recorder``: a step ends at each optimizer step). The streams
-of ``replicates`` runs, and more up to ``until`` while they agree, are compared as ``locate``
-compares a workload's (``stages.conclude``). The runs keep nothing but their recording: they run
-in a temporary folder, and the files the script writes are not compared here (``exec`` does that).
+fresh runs of an unchanged script first part. The command runs as ``detbench exec`` runs it
+(``run.execrun``), under the recorder (``locate.census.start_recorder``). The streams of
+``replicates`` runs, and more up to ``until`` while they agree, are compared as a workload's
+(``stages.conclude``). The runs keep nothing but their recording: the files the script writes are
+``exec``'s to compare.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ def locate_command(
     timeout: float | None = None,
     stream: TextIO = sys.stderr,
 ) -> Located:
-    """Where two fresh runs of ``command`` first part (module docstring)."""
+    """Where two fresh runs of ``command`` first part."""
     check_replicates(replicates)
     m = get_mode(mode)
     with tempfile.TemporaryDirectory(prefix="detbench-locate-") as tmp:

@@ -1,33 +1,19 @@
-"""A user's script, unchanged, inside ``detbench exec`` and ``detbench locate -- COMMAND``: what
-runs in the script's own interpreter.
+"""What runs in a user's unchanged script's own interpreter under ``detbench exec`` and ``detbench
+locate -- COMMAND``: ``run.execrun.SITECUSTOMIZE``, imported before the script's first line, calls
+``boot`` when ``EXEC_JOB_ENV`` names a job: it flushes stdout at each line (through a pipe, a
+script's step lines would otherwise reach the runner all at once at its exit), applies the job's
+mode, watches the script (``locate.watched``), counts or records its ops where the job asks, and
+at exit writes ``boot-PID.json`` into the job's folder.
 
-The runner (``detbench.run.execrun``) starts the command with a folder of its own first on
-``PYTHONPATH``; that folder holds a ``sitecustomize.py`` (``run.execrun.SITECUSTOMIZE``), which
-Python imports at start-up, before the script's first line. When ``EXEC_JOB_ENV`` names a job, it
-calls ``boot``, which, in this order:
-
-0. flushes stdout at each line, as on a terminal (``_line_buffered``): through a pipe, a
-   script's step lines would otherwise reach the runner all at once at its exit;
-1. puts the interpreter in the job's mode (``worker.applied.WorkerSettings.start``: the four
-   flags, then the ``--set`` settings; ``CUBLAS_WORKSPACE_CONFIG`` is in the environment the
-   runner gave), and reads every setting back;
-2. watches what the script does to that state (``locate.watched``): the settings it changes
-   itself, its seeding calls and its DataLoaders, each with the user's line;
-3. where the job asks ``census``, counts the ops that can race (``locate.census``); where it asks
-   ``record``, records every op, as ``detbench locate`` does for a workload (``locate.record``);
-4. at exit (``atexit``), writes ``boot-PID.json`` into the job's folder: the mode as applied,
-   the settings as they were at the end and which of them the script changed, where, and the
-   rest.
-
-A process the script starts (a DataLoader worker under ``spawn``, a subprocess) imports the same
-``sitecustomize`` and is put in the same mode; its report is its own ``boot-PID.json``, marked
-not ``main``. A forked worker inherits the state and writes nothing (it leaves through
-``os._exit``).
+A process the script starts (a DataLoader worker under ``spawn``, a subprocess) is booted alike,
+its report marked not ``main``. A forked worker inherits the state and writes nothing (it leaves
+through ``os._exit``).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import hashlib
 import json
@@ -51,19 +37,12 @@ FINGERPRINTS = "fingerprints.jsonl"
 _state: dict[str, Any] = {}
 
 
-def _job() -> dict[str, Any]:
-    with open(os.environ[EXEC_JOB_ENV]) as f:
-        job: dict[str, Any] = json.load(f)
-    return job
-
-
 def boot() -> None:
-    """Steps 1-4 of the module docstring, once per interpreter."""
+    """The module docstring's boot, once per interpreter."""
     if _state:
         return
     t0 = time.time()
-    job = _job()
-    folder = Path(job["folder"])
+    job: dict[str, Any] = json.loads(Path(os.environ[EXEC_JOB_ENV]).read_text())
     main = os.environ.get(EXEC_ROOT_ENV) is None
     if main:
         os.environ[EXEC_ROOT_ENV] = str(os.getpid())
@@ -71,7 +50,7 @@ def boot() -> None:
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode, loaded_only=True)
     _state.update(
-        folder=folder,
+        folder=Path(job["folder"]),
         main=main,
         mode=mode.name,
         applied=dict(ws.applied),
@@ -84,26 +63,21 @@ def boot() -> None:
     )
     Watch(_state["changes"]).install()
     watch_seeding(_state["seeds"], _state["dataloaders"])
-    census = None
-    if job.get("census") and main:
-        census = Census(job.get("script"))
+    census = Census(job.get("script")) if job.get("census") and main else None
+    if census is not None:
         census.start()
-    recorder = None
-    if job.get("record") and main:
-        recorder = start_recorder(job.get("script"))
+    recorder = start_recorder(job.get("script")) if job.get("record") and main else None
     _state.update(census=census, recorder=recorder, ready=time.time())
     atexit.register(_at_exit)
 
 
 def _line_buffered() -> None:
-    """Step 0 of the module docstring: stdout written out at every newline."""
+    """stdout flushed at each line (module docstring)."""
     out = sys.stdout
     if out is None or getattr(out, "line_buffering", True) or not hasattr(out, "reconfigure"):
         return
-    try:
+    with contextlib.suppress(OSError, ValueError):  # else it keeps its buffering
         out.reconfigure(line_buffering=True)
-    except (OSError, ValueError):  # a stream that cannot be reconfigured keeps its buffering
-        return
 
 
 def chain(ours: str) -> None:
@@ -116,11 +90,7 @@ def chain(ours: str) -> None:
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None or spec.origin == os.path.abspath(ours):
         return
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-
-
-# --- fingerprints ------------------------------------------------------------------------------
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
 def tensor_digest(t: Any) -> tuple[str, str, list[int]]:
@@ -128,8 +98,7 @@ def tensor_digest(t: Any) -> tuple[str, str, list[int]]:
     import torch
 
     if not isinstance(t, torch.Tensor):
-        text = repr(t)
-        return hashlib.sha256(text.encode()).hexdigest(), type(t).__name__, []
+        return hashlib.sha256(repr(t).encode()).hexdigest(), type(t).__name__, []
     c = t.detach().to("cpu").contiguous()
     h = hashlib.sha256(f"{c.dtype}{list(c.shape)}".encode())
     if c.numel():
@@ -138,9 +107,8 @@ def tensor_digest(t: Any) -> tuple[str, str, list[int]]:
 
 
 def fingerprint(name: str, tensor: Any) -> str:
-    """``detbench.fingerprint``: hand ``tensor`` to ``detbench exec``'s comparison under ``name``
-    (each call of a name is numbered: ``name#0``, ``name#1``, ...) in the job's
-    ``fingerprints.jsonl``; returns its digest. Outside ``detbench exec`` it writes nothing."""
+    """``detbench.fingerprint``: hand ``tensor`` to ``detbench exec``'s comparison as ``name#0``,
+    ``name#1``, ...; returns its digest (and writes nothing outside ``detbench exec``)."""
     digest, dtype, shape = tensor_digest(tensor)
     if not os.environ.get(EXEC_JOB_ENV):
         return digest
@@ -154,19 +122,16 @@ def fingerprint(name: str, tensor: Any) -> str:
     return digest
 
 
-# --- at exit -----------------------------------------------------------------------------------
-
-
 def kept_changes(changes: list[dict[str, Any]], netted: list[str]) -> list[dict[str, Any]]:
     """The writes to report: those to a setting the script ended with changed, and writes of
-    the level already there."""
+    the level already there (a write undone before the end is no change: accelerate's
+    patch_environment sets CUBLAS_WORKSPACE_CONFIG and puts it back)."""
     return [c for c in changes if c["setting"] in netted or c.get("same")]
 
 
 def _at_exit() -> None:
-    # No collection of the script's objects from here: a plain run frees them in the
-    # interpreter's teardown, and one while it lives is the likely path by which a torchrun
-    # rank hung at exit (DDP's gloo group joined a thread that waited for the GIL; measured.md).
+    # No collection from here: one while the interpreter lives is the likely path by which a
+    # torchrun rank hung at exit (gloo joined a thread waiting for the GIL; docs/measured.md).
     gc.disable()
     import torch
 
@@ -181,9 +146,6 @@ def _at_exit() -> None:
         "problems": _state["problems"],
         "final": final,
         "changed": netted,
-        # a write undone before the end is no change (accelerate's patch_environment sets
-        # CUBLAS_WORKSPACE_CONFIG and puts it back): only what the script ended with counts, and
-        # a write of the level already there ("same")
         "changes": kept_changes(_state["changes"], netted),
         "seeds": _state["seeds"],
         "dataloaders": _state["dataloaders"],

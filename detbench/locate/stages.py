@@ -3,22 +3,18 @@
 Three stages, each in fresh processes (:mod:`detbench.locate.worker`) that run the workload under
 the recorder (:mod:`detbench.locate.record`):
 
-1. **Find.** The workload's build and fingerprint steps run under the recorder in ``replicates``
-   fresh processes (default 2), and in more, up to ``until``, while every stream is still equal.
-   The streams' culprits, each looked up in the catalog, are :mod:`detbench.locate.culprits`'.
-2. **Measure.** The outputs of the culprit ops are saved in up to ``MEASURE_PROCESSES`` further
-   processes, until two of them, with equal inputs, gave different bits: their largest absolute
-   difference is the size of the difference (its lower bound when the output was sampled).
-3. **Check.** The same find stage runs in the fully deterministic mode
-   (``cudnn-det+det-algos``): a culprit that is no longer one there is fixed by it, and one whose
-   op raises there has no deterministic implementation.
+1. **Find.** The build and fingerprint steps run in ``replicates`` processes, and in more, up to
+   ``until``, while every stream is still equal; their culprits: :mod:`detbench.locate.culprits`.
+2. **Measure.** The culprits' outputs are saved in up to ``MEASURE_PROCESSES`` more processes,
+   until two with equal inputs gave different bits: their largest absolute difference is its size
+   (a lower bound when the output was sampled).
+3. **Check.** The find stage again in the fully deterministic mode (``cudnn-det+det-algos``): a
+   culprit no longer one there is fixed by it; one whose op raises has no deterministic kernel.
 
-What the recorder cannot see: work that does not pass through PyTorch's dispatcher (a CUDA kernel
-launched from C++ or Triton without an ATen op, NCCL), and code compiled with ``torch.compile``:
-dynamo steps aside while a dispatch mode is active, so under the recorder compiled functions run
-eagerly, op by op. A difference that only the compiled kernels make (inductor's fused reductions,
-an autotuned kernel choice) is therefore not located; the result says when the workload called
-``torch.compile``.
+The recorder cannot see work outside PyTorch's dispatcher (a kernel launched from C++ or Triton
+without an ATen op, NCCL), nor compiled code: dynamo steps aside under a dispatch mode, so
+compiled functions run eagerly and a difference only their kernels make is not located (the
+result says when the workload called ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -65,8 +61,7 @@ class Located:
     torch: str
     #: Every op's bits and the step's outputs alike in every process; None: the workload failed
     reproducible: bool | None
-    #: The step's outputs (what the fingerprint covers) alike in every process: a difference
-    #: inside can be rounded away before it reaches them.
+    #: The step's outputs (what the fingerprint covers) alike in every process.
     outputs_reproducible: bool | None = None
     #: Every op's bits (its name, the digests of its inputs and outputs) alike in every process.
     ops_reproducible: bool | None = None
@@ -76,8 +71,7 @@ class Located:
     carried: int = 0  # ops whose outputs differed because their inputs did
     first_difference: dict[str, Any] | None = None
     parted_at: dict[str, Any] | None = None
-    #: Not reproducible, but no op with equal inputs gave other outputs (the difference came
-    #: from where the recorder cannot see)
+    #: Not reproducible, but no op with equal inputs gave other outputs
     unlocated: bool = False
     error: str | None = None
     compiled: list[dict[str, Any]] = field(default_factory=list)
@@ -89,11 +83,8 @@ class Located:
         return asdict(self)
 
 
-# --- running the recorder --------------------------------------------------------------------
-
-
 class _Runs:
-    """Recording processes of one locate: where their files go, how many ran."""
+    """The recording processes of one locate."""
 
     def __init__(
         self, source: Path, device: str, profile: str, seed: int, workdir: Path, stream: TextIO
@@ -122,9 +113,7 @@ class _Runs:
             "save": save or {},
         }
         print(f"detbench locate: process {self.count} ({why}, {mode.name})", file=self.stream)
-        try:
-            # The mode's environment, as a run's worker gets it: with deterministic algorithms,
-            # CUBLAS_WORKSPACE_CONFIG (the user's or :4096:8); without them, none.
+        try:  # in the mode's environment, as a run's worker
             return run_child(
                 "detbench.locate.worker:main",
                 job,
@@ -171,8 +160,7 @@ def _alike(streams: list[dict[str, Any]]) -> bool:
 def _measure(
     runs: _Runs, mode: Any, steps: dict[str, int], culprits: dict[str, list[Culprit]]
 ) -> None:
-    """Stage 2: the size of each culprit's difference, from saved outputs (every workload that
-    has culprits, in the same processes)."""
+    """Stage 2: the size of each culprit's difference, from saved outputs."""
     import torch
 
     seen: dict[str, dict[int, list[tuple[str, list[Any], list[Any]]]]] = {
@@ -248,13 +236,14 @@ def _check(
             msg = str(bad[0].get("error") or "failed")
             raises = MARKER in msg
             loc.deterministic_mode = {"mode": det.name, "error": msg, "raises": raises}
+            note = (
+                f"raises in {det.name}: an op has no deterministic implementation ({msg[:200]})"
+                if raises
+                else f"{det.name} failed: {msg[:200]}"
+            )
             for c in loc.culprits:
                 c.fixed_by_deterministic_mode = False if raises else None
-                c.deterministic_mode_note = (
-                    f"raises in {det.name}: an op has no deterministic implementation ({msg[:200]})"
-                    if raises
-                    else f"{det.name} failed: {msg[:200]}"
-                )
+                c.deterministic_mode_note = note
             continue
         still, _ = culprits_of(streams, loc.device)
         places = {c.place for c in still}  # other processes: a generated file has another name
@@ -286,8 +275,7 @@ def locate(
     stream: TextIO = sys.stderr,
     only: list[str] | None = None,
 ) -> list[Located]:
-    """Locate every workload ``target`` names (see the module docstring), or those of them whose
-    keys are in ``only``."""
+    """Locate every workload ``target`` names (or those of them in ``only``)."""
     import torch
 
     check_replicates(replicates)

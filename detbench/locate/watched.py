@@ -1,23 +1,9 @@
-"""What a user's script does, inside ``detbench exec``, to the state that decides its bits: the
-settings it sets itself, its seeding calls and its DataLoaders, each noted with the file, line and
-code of the user's code that did it (``locate.scripted`` installs the watches after the mode is
-applied, so the mode's own writes are not noted).
-
-**Settings.** Every way a script commonly sets a row of ``detbench settings`` or one of the four
-flags is watched (``Watch.install``): writes to ``torch.backends.cudnn`` (``CUDNN_ATTRS``), to
-``torch.backends.cuda.matmul`` and torch 2.9+'s ``fp32_precision`` objects, to
-``fill_uninitialized_memory`` and ``os.environ["CUBLAS_WORKSPACE_CONFIG"]``, and the calls
-``torch.use_deterministic_algorithms`` and ``torch.set_float32_matmul_precision``. Around each,
-the settings it can move are read (the table's own ``read``) before and after; each that changed
-is noted with the API the script used (``via``).
-
-**Seeding.** ``torch.manual_seed`` (and ``torch.random.manual_seed``), ``torch.cuda.manual_seed``
-and ``manual_seed_all``, ``random.seed`` and ``numpy.random.seed``; the helpers of Transformers
-(``set_seed``), Lightning (``seed_everything``) and accelerate (``set_seed``) call these, and are
-noted through them at the user's line that called the helper.
-
-**DataLoaders.** Each one made: its workers, whether it shuffles, its generator and its
-``worker_init_fn``.
+"""What a user's script does, inside ``detbench exec``, to the state that decides its bits, each
+noted with the file, line and code of the user's code that did it (``locate.scripted`` installs
+the watches after applying the mode, so the mode's own writes are not noted): every common way to
+set a row of ``detbench settings`` or one of the four flags (``Watch.install``), each setting it
+moved noted with the API used (``via``); the seeding calls (which the helpers of Transformers,
+Lightning and accelerate make); and each DataLoader made.
 """
 
 from __future__ import annotations
@@ -31,8 +17,7 @@ from typing import Any
 from detbench.core import settings as st
 from detbench.locate.record import NOT_USER, code_line
 
-#: The cuDNN flags a write to is watched: the attribute of ``torch.backends.cudnn`` -> the
-#: settings it can move (the mode's flags by their record names, then the table's rows).
+#: The attribute of ``torch.backends.cudnn`` -> the settings a write to it can move.
 CUDNN_ATTRS = {
     "enabled": ("cudnn_enabled",),
     "benchmark": ("benchmark",),
@@ -49,11 +34,11 @@ MATMUL = (
     "bf16_reduced_precision_reduction_split_k",
 )
 PRECISION = ("float32_matmul_precision", "cudnn_tf32")
+_WHERE = ("file", "line", "code")
 
 
 def user_frame(depth: int = 2) -> tuple[str, int, str]:
-    """(file, line, the line's code) of the innermost frame of the user's code above the caller:
-    not torch, not detbench, not the standard library or site-packages (``locate.record``)."""
+    """(file, line, code) of the innermost frame of the user's code above the caller."""
     f: Any = sys._getframe(depth)
     while f is not None:
         name = f.f_code.co_filename
@@ -92,10 +77,8 @@ class Watch:
         self.inside = False  # a watched call inside another (the API's own) notes nothing
 
     def around(self, names: tuple[str, ...], via: str, act: Any, one: bool = False) -> Any:
-        """``act()``, noting each of ``names`` whose level it changed, with the user's line;
-        ``one``: the write names one setting (``names[0]``), noted even where it leaves the
-        level as it was (``"same"``: a script's ``cudnn.allow_tf32 = True`` on torch's default
-        is still a line the user wrote, and on another torch it may not be the default)."""
+        """``act()``, noting each of ``names`` whose level it changed; ``one``: ``names[0]`` even
+        where it stays (``"same"``: a line the user wrote, maybe not the default elsewhere)."""
         if self.inside:
             return act()
         before = {n: _level(n) for n in names}
@@ -108,19 +91,9 @@ class Watch:
             after = _level(n)
             same = after == before[n]
             if not same or (one and n == names[0]):
-                file, line, code = user_frame(3)
-                self.changes.append(
-                    {
-                        "setting": n,
-                        "from": before[n],
-                        "to": after,
-                        "via": via,
-                        "file": file,
-                        "line": line,
-                        "code": code,
-                        **({"same": True} if same else {}),
-                    }
-                )
+                where = dict(zip(_WHERE, user_frame(3), strict=True))
+                change = {"setting": n, "from": before[n], "to": after, "via": via, **where}
+                self.changes.append({**change, "same": True} if same else change)
         return out
 
     def install(self) -> None:
@@ -202,8 +175,7 @@ class Watch:
 
 
 def watch_seeding(seeds: list[dict[str, Any]], dataloaders: list[dict[str, Any]]) -> None:
-    """Note every seeding call into ``seeds`` and every DataLoader into ``dataloaders``, with
-    the user's line (module docstring)."""
+    """Note every seeding call into ``seeds`` and every DataLoader into ``dataloaders``."""
     import random
 
     import torch
@@ -219,8 +191,7 @@ def watch_seeding(seeds: list[dict[str, Any]], dataloaders: list[dict[str, Any]]
         def seeded(*args: Any, **kwargs: Any) -> Any:
             if inside:  # torch.manual_seed calls torch.cuda.manual_seed_all: one call, not two
                 return original(*args, **kwargs)
-            file, line, code = user_frame()
-            seeds.append({"call": what, "file": file, "line": line, "code": code})
+            seeds.append({"call": what, **dict(zip(_WHERE, user_frame(), strict=True))})
             inside.append(what)
             try:
                 return original(*args, **kwargs)
@@ -246,7 +217,7 @@ def watch_seeding(seeds: list[dict[str, Any]], dataloaders: list[dict[str, Any]]
     @functools.wraps(init)
     def made(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
         init(self, dataset, *args, **kwargs)
-        file, line, code = user_frame()
+        where = dict(zip(_WHERE, user_frame(), strict=True))
         sampler = type(getattr(self, "sampler", None)).__name__
         dataloaders.append(
             {
@@ -254,9 +225,7 @@ def watch_seeding(seeds: list[dict[str, Any]], dataloaders: list[dict[str, Any]]
                 "shuffle": sampler == "RandomSampler",
                 "generator": getattr(self, "generator", None) is not None,
                 "worker_init_fn": getattr(self, "worker_init_fn", None) is not None,
-                "file": file,
-                "line": line,
-                "code": code,
+                **where,
             }
         )
 

@@ -1,13 +1,9 @@
 """One recording process of ``detbench locate``: a job of kind ``detbench.locate.worker:main`` for
-the one child main (``detbench.worker.protocol``).
-
-The job names the workload file and keys, the mode, the device, the steps per workload and the op
-indices whose outputs to save (the second stage of ``detbench locate``, which measures the size of
-a difference). The process applies the mode before any CUDA work (as a worker does), then for each
-workload seeds every generator, builds it and runs its steps under
-:class:`detbench.locate.record.Recorder`, and writes every op stream to the job's ``out`` file as
-its ``result`` message, with the step outputs' digests (outside the recorder, as the fingerprint
-sees them).
+the one child main (``detbench.worker.protocol``). It applies the job's mode before any CUDA work,
+then for each workload seeds, builds and runs its steps under
+:class:`detbench.locate.record.Recorder`, saving the outputs of the op indices the job names (stage
+2 of ``locate.stages``); its ``result`` message holds every op stream, with the step outputs'
+digests (taken outside the recorder, as the fingerprint sees them).
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ from detbench.worker.protocol import Channel
 
 
 class _CompileWatch:
-    """Notes where the workload calls ``torch.compile`` (under the recorder, dynamo steps aside
-    while a dispatch mode is active, so compiled code runs eagerly and is seen op by op)."""
+    """Notes where the workload calls ``torch.compile`` (run eagerly under the recorder)."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
@@ -68,8 +63,7 @@ def record_workload(
     save: set[int],
     saved_dir: Path,
 ) -> dict[str, Any]:
-    """One workload's op stream in this process: build and ``steps`` steps under the recorder
-    (the worker's build and fingerprint pass, ``worker.passes``, each step recorded)."""
+    """One workload's op stream in this process: its build and ``steps`` fingerprint steps."""
     ctx = Context(device=device, profile=profile, seed=seed, batch_size=w.batch_size)
     rec = Recorder(user_file=w.source or None)
     rec.save = save
@@ -82,7 +76,6 @@ def record_workload(
             yield
         rec.end_step()
 
-    # The step outputs' digests, as the fingerprint sees them (outside the recorder).
     digests: dict[str, Any] = {"fingerprint_method": "sha256" if device.type == "cpu" else "device"}
     hooks = Hooks(around_step=recording, steps=steps, watch_ops=False)
     with _CompileWatch() as watch:
@@ -112,8 +105,7 @@ def record_workload(
 
 
 def record(job: dict[str, Any]) -> dict[str, Any]:
-    """The job of one recording process (see ``locate.stages``): each named workload's op stream
-    under the job's mode, in this fresh process."""
+    """Each workload the job names: its op stream under the job's mode."""
     mode = Mode(**job["mode"])
     ws = WorkerSettings.start(mode)  # flags and settings before any CUDA work
     device = torch.device(job["device"])
@@ -136,15 +128,9 @@ def record(job: dict[str, Any]) -> dict[str, Any]:
             out["workloads"][key] = {"status": Status.UNSUPPORTED, "error": reason, "ops": []}
             continue
         save = {int(i) for i in job.get("save", {}).get(key, [])}
+        steps, seed = int(job["steps"][key]), int(job["seed"])
         out["workloads"][key] = record_workload(
-            w,
-            mode,
-            device,
-            int(job["steps"][key]),
-            int(job["seed"]),
-            job["profile"],
-            save,
-            saved_dir,
+            w, mode, device, steps, seed, job["profile"], save, saved_dir
         )
         ws.restore()
     return out
