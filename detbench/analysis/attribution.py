@@ -217,16 +217,14 @@ def _add_switch(
     called: Mapping[str, Sequence[str]] | None,
 ) -> None:
     """Switch ``sw`` alone at ``end`` (added, or removed to each loose level), or skip it."""
-    only = None
+    only = attention if sw.name == "sdpa_backend" else None
     reason = _inert(sw, device, state)
     if reason is None and not sw.flag and st.get(sw.name).unavailable() is not None:
         reason = str(st.get(sw.name).unavailable())
-    if reason is None and sw.name == "sdpa_backend":
-        if not attention:
-            reason = "no selected workload calls scaled_dot_product_attention" + (
-                " (one step of each was run to see)" if called is not None else ""
-            )
-        only = attention
+    if reason is None and sw.name == "sdpa_backend" and not attention:
+        reason = "no selected workload calls scaled_dot_product_attention" + (
+            " (one step of each was run to see)" if called is not None else ""
+        )
     now = state.level(sw)
     if reason is None and end == "default" and now == sw.strict:
         reason = f"{sw.name} is already {now} in the default mode (torch's default)"
@@ -235,11 +233,9 @@ def _add_switch(
     if reason is not None:
         plan.skip(sw.name, end, reason)
         return
-    if end == "default":
-        plan.add(state.with_level(sw.name, sw.strict), sw.name, sw.strict, end, "added", only)
-    else:
-        for level in sw.loose:
-            plan.add(state.with_level(sw.name, level), sw.name, level, end, "removed", only)
+    levels, direction = ((sw.strict,), "added") if end == "default" else (sw.loose, "removed")
+    for level in levels:
+        plan.add(state.with_level(sw.name, level), sw.name, level, end, direction, only)
 
 
 def _add_compiled(plan: _Plan, end: str, state: _State, tied: bool | None) -> None:
@@ -248,22 +244,15 @@ def _add_compiled(plan: _Plan, end: str, state: _State, tied: bool | None) -> No
     if end == "deterministic":
         compiled = compiled.with_level(_INDUCTOR, "on")
     plan.add(compiled, "execution", "compile", end, "added", None)
-    level = "on" if end == "default" else "off"
+    level, direction = ("on", "added") if end == "default" else ("off", "removed")
     reason = st.get(_INDUCTOR).unavailable()
     if reason is None and (ts.inductor_tied() if tied is None else tied):
         reason = ts.inductor_tie_reason(level)
     if reason is not None:
         plan.skip(_INDUCTOR, end, reason)
         return
-    plan.add(
-        compiled.with_level(_INDUCTOR, level),
-        _INDUCTOR,
-        level,
-        end,
-        "added" if end == "default" else "removed",
-        None,
-        against=compiled,
-    )
+    inductor = compiled.with_level(_INDUCTOR, level)
+    plan.add(inductor, _INDUCTOR, level, end, direction, None, against=compiled)
 
 
 def is_study(study: Any) -> bool:
@@ -304,9 +293,7 @@ def skipped(study: dict[str, Any]) -> list[str]:
     groups: dict[tuple[str, str], list[str]] = {}
     ends: dict[tuple[str, str], list[str]] = {}
     for x in study["skipped"]:
-        reason = str(x["reason"])
-        if reason.startswith(x["switch"] + " "):  # "cudnn_tf32 acts only on cuda"
-            reason = reason[len(x["switch"]) + 1 :]
+        reason = str(x["reason"]).removeprefix(x["switch"] + " ")  # "cudnn_tf32 acts only on cuda"
         ends.setdefault((x["switch"], reason), []).append(x["end"])
     for (sw, reason), where in ends.items():
         one = "" if len(where) > 1 else f" at the {where[0]} end"
@@ -366,10 +353,8 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
     by: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
     for r in matrix.verdicts(df).to_dict("records"):
         key3 = (r["suite"], r["workload"], r["mode"])
-        by[key3] = {
-            **{str(k): x for k, x in r.items()},
-            "fingerprints": prints.get(key3, frozenset()),
-        }
+        by[key3] = {str(k): x for k, x in r.items()}
+        by[key3]["fingerprints"] = prints.get(key3, frozenset())
     cost_tables = []
     for label in dict.fromkeys(against(study, x) for x in study["variants"]):
         modes = {label} | {x["mode"] for x in study["variants"] if against(study, x) == label}
@@ -381,8 +366,7 @@ def effects(df: pd.DataFrame, study: dict[str, Any]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for suite, workload in dict.fromkeys(zip(df["suite"], df["workload"], strict=True)):
         for x in study["variants"]:
-            key = f"{suite}/{workload}"
-            if x["workloads"] is not None and key not in x["workloads"]:
+            if x["workloads"] is not None and f"{suite}/{workload}" not in x["workloads"]:
                 continue
             base = against(study, x)
             at_end = by.get((suite, workload, base))

@@ -102,36 +102,28 @@ def conclusions(df: pd.DataFrame, study: dict[str, Any]) -> dict[str, list[str]]
     """Per suite, one sentence per switch: what its variant did to reproducibility and speed."""
     s = suite_effects(df, study)
     out: dict[str, list[str]] = {}
-    if s.empty:
-        return out
     for r in s.to_dict("records"):
         n = r["workloads"]
-        base = _end_level(r["switch"], r["end"], r["end_mode"])
+        base = _words(r["switch"], _end_level(r["switch"], r["end"], r["end_mode"]))
         start = "the default mode" if r["end_mode"] == study["default_end"] else r["end_mode"]
         head = f"{start} with {_words(r['switch'], r['level'])}: "
         if r["failed"] == n:
             text = f"did not run ({', '.join(r['failures'])}; see Failures)"
         else:
-            parts = []
             if r["reproducible"] == n:
-                parts.append("bitwise reproducible" + ("" if n == 1 else f" on all {n} workloads"))
+                parts = ["bitwise reproducible" + ("" if n == 1 else f" on all {n} workloads")]
             else:
-                parts.append(f"bitwise reproducible on {r['reproducible']} of {n} workloads")
+                parts = [f"bitwise reproducible on {r['reproducible']} of {n} workloads"]
             if r["end"] == "deterministic" and r["needed"]:
-                parts.append(
-                    f"{_words(r['switch'], base)} is needed for reproducibility on "
-                    f"{r['needed']} of {n}"
-                )
+                parts.append(f"{base} is needed for reproducibility on {r['needed']} of {n}")
             if r["end"] == "default" and r["sufficient"]:
                 parts.append(
                     f"alone makes {r['sufficient']} of {n} reproducible that the default "
                     "mode does not"
                 )
             if r["bits_changed"]:
-                parts.append(
-                    f"other bits than {_words(r['switch'], base)} on {r['bits_changed']} of {n}"
-                )
-            parts.append(_speed(r, "with " + _words(r["switch"], base)))
+                parts.append(f"other bits than {base} on {r['bits_changed']} of {n}")
+            parts.append(_speed(r, "with " + base))
             text = ", ".join(parts)
             if r["failed"]:
                 text += f"; did not run on {r['failed']} of {n} ({', '.join(r['failures'])})"
@@ -150,9 +142,9 @@ def suite_effects(
         return pd.DataFrame()
     df = analysis.counted(df)
     rows: list[dict[str, Any]] = []
-    for (suite, mode, end, switch, level, direction), g in e.groupby(
-        ["suite", "mode", "end", "switch", "level", "direction"], sort=False
-    ):
+    keys = ["suite", "mode", "end", "switch", "level", "direction"]
+    for values, g in e.groupby(keys, sort=False):
+        suite, mode = values[:2]
         end_mode = g["end_mode"].iloc[0]
         ratios = []
         for w in g["workload"]:
@@ -167,12 +159,7 @@ def suite_effects(
             point, low, high = both.point, both.low, both.high
         rows.append(
             {
-                "suite": suite,
-                "mode": mode,
-                "end": end,
-                "switch": switch,
-                "level": level,
-                "direction": direction,
+                **dict(zip(keys, values, strict=True)),
                 "end_mode": end_mode,
                 "relative_throughput": point,
                 "ci_low": low,
@@ -222,7 +209,6 @@ def _method(study: dict[str, Any], dropped: int) -> Para:
     variants = study["variants"]
     added = list(dict.fromkeys(v["switch"] for v in variants if v["end"] == "default"))
     removed = list(dict.fromkeys(v["switch"] for v in variants if v["end"] == "deterministic"))
-    skipped = at.skipped(study)
     text = (
         f"How this study was made, on {study['device']}: two ends, the default mode "
         f"({study['default_end']}) and the fully deterministic mode ({study['deterministic_end']}: "
@@ -246,7 +232,7 @@ def _method(study: dict[str, Any], dropped: int) -> Para:
         "not reproducible and the switch alone made it so. The chart's bars are geometric means "
         "over the suite's workloads, their intervals from the same draws."
     )
-    if skipped:
+    if skipped := at.skipped(study):
         text += " Skipped: " + "; ".join(skipped) + "."
     if dropped:
         text += (
@@ -268,9 +254,8 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
         return [*out, Para("No record of this study counts yet.")]
     said = conclusions(df, study)
     for suite in dict.fromkeys(e["suite"]):
-        g = e[e["suite"] == suite]
         rows: list[list[Any]] = []
-        for r in g.to_dict("records"):
+        for r in e[e["suite"] == suite].to_dict("records"):
             rel = num(r["relative_throughput"], ".3f")
             if rel != "–":
                 rel += f"x [{num(r['ci_low'], '.3f')}, {num(r['ci_high'], '.3f')}]"
@@ -288,17 +273,10 @@ def blocks(df: pd.DataFrame, env: dict[str, Any], plots: list[Plot]) -> list[Blo
                     _needed_cell(r),
                 ]
             )
+        header = ["workload", "switch", "change", "end", "throughput vs end [95% interval]"]
+        header += ["bits changed", "verdict", "needed for reproducibility"]
         table = Table(
-            [
-                "workload",
-                "switch",
-                "change",
-                "end",
-                "throughput vs end [95% interval]",
-                "bits changed",
-                "verdict",
-                "needed for reproducibility",
-            ],
+            header,
             rows,
             caption=f"{suite}: each switch against its end, per workload "
             "(n.s.: the interval contains 1; noisy: a replicate's timing samples had an "
@@ -384,9 +362,7 @@ def _bars(
 ) -> None:
     shown = np.where(np.isfinite(rel), rel, 1.0)
     for k, r in enumerate(records):
-        marked = (r["end"] == "deterministic" and r["needed"]) or (
-            r["end"] == "default" and r["sufficient"]
-        )
+        marked = r["needed"] if r["end"] == "deterministic" else r["sufficient"]
         ax.barh(
             y[k],
             shown[k] - 1.0,
@@ -424,10 +400,9 @@ def _notes(ax: Axes, y: np.ndarray, rel: np.ndarray, records: Sequence[Mapping[A
             note += " (no finding: noisy timing)"
         elif np.isfinite(rel[i]) and uncertain(r):
             note += " (amount uncertain)"
-        if r["end"] == "deterministic" and r["needed"]:
-            note += f"  needed on {r['needed']} of {r['workloads']}"
-        if r["end"] == "default" and r["sufficient"]:
-            note += f"  sufficient on {r['sufficient']} of {r['workloads']}"
+        what = "needed" if r["end"] == "deterministic" else "sufficient"
+        if r[what]:
+            note += f"  {what} on {r[what]} of {r['workloads']}"
         ax.annotate(
             note,
             (1.0, y[i]),
@@ -464,7 +439,6 @@ def write_plots(df: pd.DataFrame, env: dict[str, Any], directory: Path) -> list[
     for suite in map(str, dict.fromkeys(s["suite"])):
         fig = figure(s[s["suite"] == suite], suite)
         title = f"{suite}: what each switch costs, and where it is needed"
-        plots.append(
-            Plot("attribution", suite, title, *save_figure(fig, directory, f"{suite}-attribution"))
-        )
+        files = save_figure(fig, directory, f"{suite}-attribution")
+        plots.append(Plot("attribution", suite, title, *files))
     return plots

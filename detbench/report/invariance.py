@@ -77,7 +77,7 @@ def suite_table(t: pd.DataFrame, suite: str) -> Table:
             "/".join(str(b) for b in r["batch_sizes"]) or "–",
             verdict_cell(r),
             _distinct(r),
-            num(r["max_abs_diff"], ".3g") if r["max_abs_diff"] is not None else "–",
+            num(r["max_abs_diff"], ".3g"),
             speed_text(r),
         ]
         if refs:
@@ -90,15 +90,8 @@ def suite_table(t: pd.DataFrame, suite: str) -> Table:
                 f"{price_text(r, 'setting_price')} vs {r['base_mode']}" if r["base_mode"] else "–"
             )
         rows.append(row)
-    header = [
-        "workload",
-        "mode",
-        "batch sizes",
-        "row 0 across batch sizes",
-        "distinct row-0 results (of K sizes)",
-        "max abs diff",
-        "items/s (median)",
-    ]
+    header = ["workload", "mode", "batch sizes", "row 0 across batch sizes"]
+    header += ["distinct row-0 results (of K sizes)", "max abs diff", "items/s (median)"]
     if refs:
         header += ["price of invariance (throughput vs base)", "reference invariant"]
     if variants:
@@ -123,7 +116,7 @@ def _short(x: float, fmt: str) -> str:
 
 def value_range(values: list[Any], fmt: str, unit: str = "") -> str:
     """``lo–hi`` (one value where they are equal) in ``fmt``, exponents without padding."""
-    xs = sorted(float(x) for x in values if x is not None and num(x) != "–")
+    xs = sorted(float(x) for x in values if num(x) != "–")
     if not xs:
         return "–"
     lo, hi = _short(xs[0], fmt), _short(xs[-1], fmt)
@@ -140,7 +133,6 @@ def _sizes_text(sizes: Any) -> str:
 def compact_table(t: pd.DataFrame, suite: str, baseline: str) -> Table:
     """One row per workload and batch verdict; the price in the baseline mode where it can."""
     refs = bool(t["reference_of"].notna().any())
-    n = int(t["mode"].nunique())
     groups = t.assign(_v=[verdict_cell(r) for r in t.to_dict("records")])
 
     def row(first: Mapping[Any, Any], where: str) -> list[str | Code]:
@@ -162,16 +154,9 @@ def compact_table(t: pd.DataFrame, suite: str, baseline: str) -> Table:
             cells += [price, _yes_no(r["reference_invariant"]) if ref else "–"]
         return cells
 
-    rows = grouped_rows(groups, n, lambda r: str(r["_v"]), row)
-    header = [
-        "workload",
-        "modes",
-        "batch sizes",
-        "row 0 across batch sizes",
-        "distinct row-0 results",
-        "max abs diff",
-        "items/s",
-    ]
+    rows = grouped_rows(groups, int(t["mode"].nunique()), lambda r: str(r["_v"]), row)
+    header = ["workload", "modes", "batch sizes", "row 0 across batch sizes"]
+    header += ["distinct row-0 results", "max abs diff", "items/s"]
     if refs:
         header += ["price of invariance", "reference invariant"]
     return Table(header, rows, caption=f"{suite}: batch invariance, one row per verdict")
@@ -193,10 +178,8 @@ def _workload_words(w: str, m: pd.DataFrame) -> str:
     inv = list(ran.loc[ran["invariant"] == True, "mode"])  # noqa: E712
     var = ran[ran["invariant"] == False]  # noqa: E712
     if len(inv) == len(modes):
-        return (
-            f"{w} is batch invariant in {'every' if len(modes) > 1 else 'the'} mode"
-            f" ({_join(modes)})"
-        )
+        every = "every" if len(modes) > 1 else "the"
+        return f"{w} is batch invariant in {every} mode ({_join(modes)})"
     if len(var) == len(modes):
         first = sorted({int(x) for x in var["first_variant_size"] if x is not None})
         det = bool(var["deterministic_algorithms"].map(lambda x: x is True).any())
@@ -248,12 +231,11 @@ def setting_words(mode: str, m: pd.DataFrame) -> str:
             f" the throughput of {base}"
         )
     for r in m[~was & ~now].to_dict("records"):
-        what = (
-            "the setting does not make it invariant on this device"
-            if r["ran"]
-            else (f"it did not run with the setting ({r['note']})")
-        )
-        price = f"; {price_text(r, 'setting_price')} the throughput of {base}" if r["ran"] else ""
+        if r["ran"]:
+            what = "the setting does not make it invariant on this device"
+            price = f"; {price_text(r, 'setting_price')} the throughput of {base}"
+        else:
+            what, price = f"it did not run with the setting ({r['note']})", ""
         parts.append(f"{r['workload']}: {what} ({verdict_cell(r)}{price})")
     for r in m[was & ~now].to_dict("records"):
         parts.append(f"{r['workload']} is invariant in {base} but not with it ({verdict_cell(r)})")
@@ -269,19 +251,17 @@ def conclusions(t: pd.DataFrame) -> dict[str, list[str]]:
         parts: list[str] = []
         ran = set(g.loc[g["ran"] == True, "workload"])  # noqa: E712
         refs = g[g["reference_of"].notna() & g["workload"].isin(ran)]
-        for w, m in g[g["reference_of"].isna() & g["workload"].isin(ran)].groupby(
-            "workload", sort=False
-        ):
+        bases = g[g["reference_of"].isna() & g["workload"].isin(ran)]
+        for w, m in bases.groupby("workload", sort=False):
             text = _workload_words(str(w), m)
             for rw, rm in refs[refs["reference_of"] == w].groupby("workload", sort=False):
-                rm = rm[rm["ran"] == True]  # noqa: E712
-                rs = rm.to_dict("records")
+                rs = rm[rm["ran"].eq(True)].to_dict("records")
                 prices = "; ".join(f"{price_text(r)} in {r['mode']}" for r in rs[:1])
                 if len(rs) > 1:
                     spread = value_range([r["price"] for r in rs], ".2f", "x")
                     prices += f" ({spread} over the {len(rs)} modes it ran in)"
                 text += f"; its invariant reference {rw} costs {prices}"
-                if bad := [r["mode"] for r in rm.to_dict("records") if r["invariant"] is not True]:
+                if bad := [r["mode"] for r in rs if r["invariant"] is not True]:
                     text += (
                         f", but {rw} is NOT batch invariant itself in {_join(bad)}, "
                         "so that is not the price of invariance"
@@ -291,13 +271,11 @@ def conclusions(t: pd.DataFrame) -> dict[str, list[str]]:
         for rw, rm in orphans.groupby("workload", sort=False):
             parts.append(
                 f"{_workload_words(str(rw), rm)}; it is the invariant reference of "
-                f"{rm['reference_of'].iloc[0]}, which ran in no mode with a batch "
-                "verdict: no price"
+                f"{rm['reference_of'].iloc[0]}, which ran in no mode with a batch verdict: no price"
             )
         idle = g[~g["workload"].isin(ran)]
         for note, m in idle.groupby(idle["note"].astype(str), sort=False):
-            names = ", ".join(dict.fromkeys(m["workload"]))
-            parts.append(f"Ran in no mode: {names} ({note})")
+            parts.append(f"Ran in no mode: {', '.join(dict.fromkeys(m['workload']))} ({note})")
         for w, m in g[g["completion"] == True].groupby("workload", sort=False):  # noqa: E712
             parts.append(completion_words(str(w), m))
         for mode, m in g[g["base_mode"].notna()].groupby("mode", sort=False):
@@ -369,16 +347,14 @@ def write_plots(df: pd.DataFrame, directory: Path) -> list[Plot]:
         )
     directory.mkdir(parents=True, exist_ok=True)
     plots = []
-    for suite in dict.fromkeys(points["suite"]):
-        s = str(suite)
-        p = points[points["suite"] == suite]
+    for s in map(str, dict.fromkeys(points["suite"])):
+        p = points[points["suite"] == s]
         if p["relative_throughput"].isna().all():
             continue
         fig, ax = subplots(figsize=(8, 4.6))
         title = (
-            f"{s}: speed versus batch invariance, per mode ({int(p['workloads'].iloc[0])} "
-            "workloads with batch sizes;\ntheir invariant references are the price, not "
-            "counted)"
+            f"{s}: speed versus batch invariance, per mode ({int(p['workloads'].iloc[0])} workloads"
+            " with batch sizes;\ntheir invariant references are the price, not counted)"
         )
         missing = draw_panel(ax, p, title, PLANE_AXIS, baseline)
         if key := [k.split(" (")[0] for k in key_parts(drawn(fig))]:  # short: the title is long
@@ -395,9 +371,7 @@ def write_plots(df: pd.DataFrame, directory: Path) -> list[Plot]:
 
 
 def _method(t: pd.DataFrame) -> Para:
-    refs = t["reference_of"].notna().any()
-    variants = t["base_mode"].notna().any()
-    return Para(
+    text = (
         "What was compared: in a fresh worker under each mode, every workload that declares "
         "batch sizes was built at each declared size (freshly seeded) and ran one step; row 0 "
         "(index 0 of dim 0) of every batch-first output at each size was compared bitwise with "
@@ -410,23 +384,22 @@ def _method(t: pd.DataFrame) -> Para:
         "the K sizes (the most in any replicate): for a decoder, distinct completions of the "
         "same request over K batch compositions, the study's measure, and its items/s are "
         "tokens/s. Timing stays at the workload's own batch size."
-        + (
+    )
+    if t["reference_of"].notna().any():
+        text += (
             " The price of invariance: an invariant reference (a workload that computes the same "
             "thing in a batch-invariant way) against its base in the same mode, throughput "
             "relative to the base (ratio of the medians over replicates of each replicate's "
             "median, 95% interval from a two-level bootstrap over replicates and samples). A "
             "reference that is not itself invariant is marked NO: its speed is then no price."
-            if refs
-            else ""
         )
-        + (
+    if t["base_mode"].notna().any():
+        text += (
             " The price of a setting: a mode with settings (name[setting=level]) against its "
             "base mode, same workload, throughput relative to the base mode with the same "
             "bootstrap interval; its own verdict is in the row-0 column."
-            if variants
-            else ""
         )
-    )
+    return Para(text)
 
 
 def blocks(df: pd.DataFrame, plots: list[Plot]) -> list[Block]:
@@ -439,19 +412,16 @@ def blocks(df: pd.DataFrame, plots: list[Plot]) -> list[Block]:
     for suite, g in t.groupby("suite", sort=False):
         s = str(suite)
         out.append(Heading(3, s))
-        if not (g["ran"] == True).any():  # noqa: E712
-            why = g["note"].astype(str).value_counts(sort=False)
-            out.append(
-                Para(
-                    f"Nothing in {s} could run: every workload that declares batch sizes failed in "
-                    "every mode, so there is no batch-invariance verdict. Why: "
-                    + "; ".join(
-                        f"{note} ({n} workload/mode pair{'s' if n != 1 else ''})"
-                        for note, n in why.items()
-                    )
-                    + "."
-                )
+        if not g["ran"].eq(True).any():
+            why = "; ".join(
+                f"{note} ({n} workload/mode pair{'s' if n != 1 else ''})"
+                for note, n in g["note"].astype(str).value_counts(sort=False).items()
             )
+            text = (
+                f"Nothing in {s} could run: every workload that declares batch sizes failed in "
+                f"every mode, so there is no batch-invariance verdict. Why: {why}."
+            )
+            out.append(Para(text))
         baseline = str(analysis.baseline_mode(df["mode"]))
         out.append(compact_table(g, s, baseline))
         cells = g.assign(symbol=[matrix_symbol(r) for r in g.to_dict("records")])
@@ -459,28 +429,21 @@ def blocks(df: pd.DataFrame, plots: list[Plot]) -> list[Block]:
         if len(differ):
             modes = analysis.ordered_modes(g["mode"])
             key = {"=": "batch invariant", "u": "did not run", "?": "no verdict"}
-            for x in differ["symbol"]:
+            symbols = list(differ["symbol"])
+            for x in symbols:
                 if x.startswith("≠"):
                     key[x] = f"varies from batch {x[1:]}" if len(x) > 1 else "varies"
             caption = f"{s}: where the batch verdict depends on the mode"
-            out += [
-                symbol_matrix(differ, modes, caption),
-                key_para(list(differ["symbol"]), modes, key),
-            ]
+            out += [symbol_matrix(differ, modes, caption), key_para(symbols, modes, key)]
         out.append(Details(f"{s}: every workload and mode (full table)", [suite_table(g, s)]))
-        bad = g[
-            g["reference_of"].notna()
-            & (g["ran"] == True)  # noqa: E712
-            & (g["reference_invariant"] != True)  # noqa: E712
-        ]
+        bad = g[g["reference_of"].notna() & g["ran"].eq(True) & g["reference_invariant"].ne(True)]
         for w, b in bad.groupby("workload", sort=False):
             where = ", ".join(f"{r['mode']} ({verdict_cell(r)})" for r in b.to_dict("records"))
-            out.append(
-                Para(
-                    f"Warning: {w}, the invariant reference of {b['reference_of'].iloc[0]}, is NOT "
-                    f"batch invariant in {where}: its throughput is not the price of invariance."
-                )
+            text = (
+                f"Warning: {w}, the invariant reference of {b['reference_of'].iloc[0]}, is NOT "
+                f"batch invariant in {where}: its throughput is not the price of invariance."
             )
+            out.append(Para(text))
         out += [Figure(p) for p in plots if p.kind == KIND and p.suite == s]
         if words[s]:
             out.append(Bullets(words[s]))

@@ -65,8 +65,7 @@ def place(fig: Figure) -> None:
     """Place the pending labels of every axes of ``fig`` (after settling its layout)."""
     fig.draw_without_rendering()
     for ax in fig.axes:
-        labels = _PENDING.pop(ax, [])
-        if labels:
+        if labels := _PENDING.pop(ax, []):
             _place_axes(ax, labels, fig.dpi / 72)
 
 

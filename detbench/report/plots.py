@@ -66,10 +66,8 @@ def grow_to_fit(fig: Figure, tries: int = 6) -> None:
     """Make ``fig`` larger until every text a reader sees (``drawn_texts``) fits inside it."""
     for _ in range(tries):
         box, texts = drawn_texts(fig)
-        over_x = over_y = 0.0
-        for _t, e in texts:
-            over_x = max(over_x, box.x0 - e.x0, e.x1 - box.x1)
-            over_y = max(over_y, box.y0 - e.y0, e.y1 - box.y1)
+        over_x = max((max(box.x0 - e.x0, e.x1 - box.x1) for _t, e in texts), default=0.0)
+        over_y = max((max(box.y0 - e.y0, e.y1 - box.y1) for _t, e in texts), default=0.0)
         if over_x <= 1 and over_y <= 1:
             return
         w, h = fig.get_size_inches()
@@ -157,10 +155,8 @@ def _heat_values(
         for j, m in enumerate(modes):
             if (w, m) in cell.index and cell.loc[(w, m), "verdict"] in analysis.RAN:
                 rel[i, j] = cell.loc[(w, m), "rel"]
-                significant = c is None or (
-                    (w, m) in c.index and bool(c.loc[(w, m), "significant"])
-                )
-                if m != baseline and significant:
+                sig = c is None or ((w, m) in c.index and bool(c.loc[(w, m), "significant"]))
+                if m != baseline and sig:
                     shown[i, j] = rel[i, j]
     return rel, shown
 
@@ -210,12 +206,10 @@ def _heat_cells(
     for i, w in enumerate(workloads):
         for j, m in enumerate(modes):
             if (w, m) not in cell.index:  # no record of this mode for this workload
-                _box(ax, i, j, color=NOT_RUN_GREY, lw=0)
-                ax.text(j, i, "–", ha="center", va="center", fontsize=9)
-                drawn.add("no_record")
-                continue
-            verdict = str(cell.loc[(w, m), "verdict"])
-            mark = analysis.MARKS.get(verdict, verdict)
+                verdict, mark = "no_record", "–"
+            else:
+                verdict = str(cell.loc[(w, m), "verdict"])
+                mark = analysis.MARKS.get(verdict, verdict)
             if verdict in analysis.RAN:
                 drawn.add(verdict)
                 r = rel[i, j]
@@ -233,11 +227,10 @@ def _heat_cells(
             else:
                 text = mark
                 _box(ax, i, j, color=NOT_RUN_GREY, lw=0)
-                drawn.add("settings_changed" if verdict == "settings_changed" else "not_run")
+                drawn.add(verdict if verdict in ("settings_changed", "no_record") else "not_run")
             dark = np.isfinite(logs[i, j]) and abs(logs[i, j]) > 0.6 * LOG2_CLIP
-            ax.text(
-                j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black"
-            )
+            colour = "white" if dark else "black"
+            ax.text(j, i, text, ha="center", va="center", fontsize=9, color=colour)
             if verdict == "nondeterministic":
                 _box(ax, i, j, fill=False, lw=2, ec="black")
     return drawn
@@ -270,8 +263,7 @@ def divergence_figure(d: pd.DataFrame, suite: str) -> Figure:
             ax.text(0.5, 0.6, note, transform=ax.transAxes, ha="center", fontsize=9)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title(f"{w}", fontsize=10)
-        ax.set_xlabel("training step")
-        ax.set_ylabel("max |loss difference|")
+        ax.set(xlabel="training step", ylabel="max |loss difference|")
         ax.grid(alpha=0.2)
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle(
@@ -316,8 +308,7 @@ def write_plots(df: pd.DataFrame, directory: Path, costs: pd.DataFrame | None = 
     v = v.assign(rel=analysis.cost_points(v, baseline, costs))  # the answer's numbers
     div = analysis.divergence(df)
     plots: list[Plot] = []
-    for suite in dict.fromkeys(v["suite"]):
-        s = str(suite)
+    for s in map(str, dict.fromkeys(v["suite"])):
         here = costs[costs["suite"] == s] if len(costs) else costs
         fig = heatmap_figure(v[v["suite"] == s], s, baseline, here)
         title = f"{s}: relative throughput and reproducibility per workload"
