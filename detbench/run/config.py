@@ -21,20 +21,8 @@ from detbench.worker.protocol import DEFAULT_TIMEOUT
 #: Per-profile defaults. ``budget``: the most seconds of a record's warm-up (half the rounds'
 #: seconds at most); the paired phase has ``rounds`` blocks of about ``block_seconds`` each.
 PROFILE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "quick": {
-        "fingerprint_steps": 3,
-        "warmup_steps": 2,
-        "budget": 0.1,
-        "rounds": 12,
-        "block_seconds": 0.008,
-    },
-    "full": {
-        "fingerprint_steps": 3,
-        "warmup_steps": 5,
-        "budget": 0.3,
-        "rounds": 10,
-        "block_seconds": 0.01,
-    },
+    "quick": dict(fingerprint_steps=3, warmup_steps=2, budget=0.1, rounds=12, block_seconds=0.008),
+    "full": dict(fingerprint_steps=3, warmup_steps=5, budget=0.3, rounds=10, block_seconds=0.01),
 }
 #: Costs timed with each replicate's modes side by side, taking turns one block at a time
 #: (``detbench.run.paired``); older "separate" runs are read but not resumed (``resume_config``).
@@ -264,10 +252,11 @@ def resolve_sources(config: RunConfig) -> tuple[list[str], list[Workload]]:
             )
         chosen += defined
         sources.append(str(Path(f).resolve()))
-    seen: set[str] = set()
-    unique = [w for w in chosen if not (w.key in seen or seen.add(w.key))]  # type: ignore[func-returns-value]
+    by_key: dict[str, Workload] = {}
+    for w in chosen:
+        by_key.setdefault(w.key, w)  # a key defined twice: its first workload
+    unique = list(by_key.values())
     if config.only is not None:
-        by_key = {w.key: w for w in unique}
         missing = [k for k in config.only if k not in by_key]
         if missing:
             raise RunError(

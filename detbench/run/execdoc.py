@@ -40,16 +40,14 @@ def acting(names: list[str], device: str, mode: Mode | None = None) -> list[str]
     record counts toward no verdict or cost. Another setting (TF32, say) is the script's own
     choice, the same in every mode: its records count."""
     given = dict(mode.overrides) if mode is not None else {}
-    out = []
-    for n in names:
+
+    def acts(n: str) -> bool:
         if n in CUDNN_FLAGS:
-            if device == "cuda":
-                out.append(n)
-        elif (n in st.MODE_FLAGS or n in given) and (
-            n not in st.BY_NAME or device in st.BY_NAME[n].devices
-        ):
-            out.append(n)
-    return out
+            return device == "cuda"
+        by_mode = n in st.MODE_FLAGS or n in given
+        return by_mode and (n not in st.BY_NAME or device in st.BY_NAME[n].devices)
+
+    return [n for n in names if acts(n)]
 
 
 def device_of(facts: dict[str, Any]) -> str:
@@ -90,8 +88,7 @@ class ExecRecords:
 
     def add(self, slot: RunSlot, facts: dict[str, Any]) -> None:
         """The paired line of one run, and its verdict record where it is copy 0."""
-        d = self.c.out / "runs" / facts["key"]
-        outputs = read_outputs(d)
+        outputs = read_outputs(self.c.out / "runs" / facts["key"])
         evidence = split(outputs)
         facts["comparable"] = len(outputs.items)
         facts["digest"] = digest_of(evidence.decisive)
@@ -204,9 +201,7 @@ def _ok_by_mode(facts: dict[str, dict[str, Any]]) -> dict[str, list[dict[str, An
     for f in facts.values():
         if f.get("copy") == 0 and f.get("status") == "ok":
             by_mode.setdefault(f["mode"], []).append(f)
-    for runs in by_mode.values():
-        runs.sort(key=lambda f: f["round"])
-    return by_mode
+    return {mode: sorted(runs, key=lambda f: f["round"]) for mode, runs in by_mode.items()}
 
 
 def _first_partings(

@@ -226,10 +226,8 @@ class ExecRunner:
     def environment(self, mode: Mode, job: Path) -> dict[str, str]:
         """The command's environment: the user's, the mode's, the boot first on ``PYTHONPATH``."""
         env = mode.environment({k: v for k, v in os.environ.items() if k != EXEC_ROOT_ENV})
-        path = [str(self.c.out.resolve() / "boot"), str(PACKAGE_ROOT)]
-        if env.get("PYTHONPATH"):
-            path.append(env["PYTHONPATH"])
-        env["PYTHONPATH"] = os.pathsep.join(path)
+        path = [str(self.c.out.resolve() / "boot"), str(PACKAGE_ROOT), env.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         env[EXEC_JOB_ENV] = str(job)
         return env
 

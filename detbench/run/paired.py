@@ -32,7 +32,7 @@ import hashlib
 import random
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
@@ -256,13 +256,9 @@ def group_line(
     """The progress line of group ``count`` = (n, total) starting: ``workers`` = (started,
     taking turns); ``time`` = (elapsed, seconds left or None)."""
     (n, total), (r, replicates), (elapsed, left), (started, turns) = count, replicate, time, workers
-    side = (
-        f"{started} workers"
-        if not turns
-        else f"{started} workers side by side"
-        if turns == started
-        else f"{started} workers, {turns} timed side by side"
-    )
+    side = f"{started} workers"
+    if turns:
+        side += " side by side" if turns == started else f", {turns} timed side by side"
     width = len(str(total))
     rest = f" left ~{clock(left)}" if left is not None else ""
     what = "verdicts and costs" if verdicts and turns else "verdicts" if verdicts else "costs"
@@ -307,9 +303,8 @@ class PairedPhase:
         self.store = store
         self.base = baseline_of(c.modes)
         self.verdicts_only = not c.paired
-        self.members_of = [(m, 0) for m in c.modes] + (
-            [] if self.verdicts_only else [(self.base, 1)]
-        )
+        copies = [] if self.verdicts_only else [(self.base, 1)]  # the A/A copy
+        self.members_of = [(m, 0) for m in c.modes] + copies
         order = [self.base] + [m for m in c.modes if m.name != self.base.name]
         self.timed_as = acts.timed_as(order, self.device)
         lanes = c.device_names
@@ -318,11 +313,9 @@ class PairedPhase:
         cores = host_cores() // (len(lanes) if self.device == "cpu" else 1)
         threads = job_for(c.modes[0], 0, lanes[0], keys).get("num_threads")
         most = cores // int(threads or cores or 1)
-        self.turns = (
-            0
-            if self.verdicts_only
-            else sum(1 for m, n in self.members_of if n or self.timed_as[m.name] == m.name)
-        )
+        #: The modes of the members that take turns: the A/A copy's, and each not timed as another.
+        self.turning = [m for m, n in self.members_of if n or self.timed_as[m.name] == m.name]
+        self.turns = 0 if self.verdicts_only else len(self.turning)
         self.done = done_groups(iter_paired(c.out), self.members_of)
         self.recs: dict[tuple[str, str, int], Mapping[str, Any]] = {}
         self.made: set[tuple[str, str, int]] = set()
@@ -346,9 +339,7 @@ class PairedPhase:
 
         def env(mode: Mode) -> dict[str, str]:
             got = env_for(mode, lane)
-            if c.device == "cpu" and not any(
-                k in got for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
-            ):
+            if c.device == "cpu" and not got.keys() & {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"}:
                 got.update(SPIN_ENV)
             return got
 
@@ -367,10 +358,9 @@ class PairedPhase:
 
     def weigh(self, estimate: Estimate) -> None:
         """Each group's weight for the time left, from ``estimate``'s seconds."""
-        records: dict[str, float] = {}
+        records: Counter[str] = Counter()
         for _, keys in estimate.slot_seconds.values():
-            for k, seconds in keys.items():
-                records[k] = records.get(k, 0.0) + seconds
+            records.update(keys)
         share = estimate.paired_seconds / max(1, (estimate.paired or {}).get("groups") or 1)
         self.weights = {k: v / max(1, self.replicates) + share for k, v in records.items()}
 
@@ -434,11 +424,7 @@ class PairedPhase:
             fused=bool(self.owed),
             verdicts_only=self.verdicts_only,
             warmup=min(self.budget, self.rounds * block_seconds / 2),
-            cudnn_off=sum(
-                1
-                for m, c in self.members_of
-                if not m.cudnn_enabled and (c or self.timed_as[m.name] == m.name)
-            ),
+            cudnn_off=sum(not m.cudnn_enabled for m in self.turning),
             reference=self.reference_seconds,
             budget=self.budget,
             lanes=len(self.timers),
@@ -543,14 +529,11 @@ class GroupTimer:
         self.phase = phase
         self.lane = lane
         self.workers = workers
-        workers.on_verdict = self._verdict
+        workers.on_verdict = lambda rec: phase.verdict(rec, self._position)
         self.room = room
         #: Per workload key, (footprint, free) of the baseline's copy in its last group.
         self.copies: dict[str, tuple[Any, Any]] = {}
         self._position: int | None = None
-
-    def _verdict(self, rec: dict[str, Any]) -> None:
-        self.phase.verdict(rec, self._position)
 
     def run(
         self,
@@ -604,11 +587,10 @@ class GroupTimer:
         # Members timed as another mode make their verdicts first, as many at once as memory
         # holds (``TwinRoom``): nothing is timed while they work.
         twins = [(m, p) for p, m in enumerate(queue) if m.timed_as is not None]
-        i = 0
-        while i < len(twins):
+        while twins:
             n = self.room.at_once(key)
-            self._prepare_all(twins[i : i + n], key, replicate)
-            i += n
+            self._prepare_all(twins[:n], key, replicate)
+            twins = twins[n:]
         if key in self.copies:  # an earlier group showed what a copy holds: the baseline too
             self._hold_all(queue, base, key, replicate, self.copies[key])
         for position, m in enumerate(queue):
@@ -747,10 +729,8 @@ class GroupTimer:
             self.workers.lose(m, "lost its CUDA context")
         elif msg.get("status") != "ok":
             verdict = self.phase.recs.get((key, m.mode.name, replicate)) if m.copy == 0 else None
-            m.failure = (None if verdict is None else not_timed(verdict)) or (
-                str(msg.get("status")),
-                str(msg.get("message")),
-            )
+            failed = str(msg.get("status")), str(msg.get("message"))
+            m.failure = (None if verdict is None else not_timed(verdict)) or failed
         elif m.timed_as is not None:
             m.failure = same_words(m.timed_as, self.phase.device)
             self.room.saw(key, msg)
