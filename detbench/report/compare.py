@@ -50,7 +50,7 @@ def compare(
     env_a = load_env(a) if (a / "env.json").exists() else {}
     env_b = load_env(b) if (b / "env.json").exists() else {}
     facts_a, facts_b = env_facts(env_a), env_facts(env_b)
-    warnings = _env_warnings(env_a, env_b)
+    warnings = _env_warnings(env_a, env_b, facts_a, facts_b)
 
     va, vb = analysis.verdicts(df_a), analysis.verdicts(df_b)
     base_a = analysis.baseline_mode(va["mode"]) or DEFAULT_MODE.name
@@ -88,8 +88,12 @@ def compare(
     return Comparison(a, b, facts_a, facts_b, pd.DataFrame(rows), warnings, only_a, only_b)
 
 
-def _env_warnings(env_a: dict[str, Any], env_b: dict[str, Any]) -> list[str]:
-    facts_a, facts_b = env_facts(env_a), env_facts(env_b)
+def _env_warnings(
+    env_a: dict[str, Any],
+    env_b: dict[str, Any],
+    facts_a: dict[str, str | None],
+    facts_b: dict[str, str | None],
+) -> list[str]:
     # On one device type a fact one run did not record (an older run) is unknown, not a
     # difference; across device types "none" says what is there (no GPU).
     same_device = facts_a["device"] == facts_b["device"]

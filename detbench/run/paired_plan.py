@@ -114,9 +114,12 @@ class PairedPlan:
         )
         side = min(self.lanes, self.groups) if device == "cuda" else 1
         builds = sum(member(k) for k in self.keys)
-        # Fused: the A/A copy builds; the others warm the verdict's step up.
-        warm = sum(self.warm_ups(k, device, profile, speed, step(k)) for k in self.keys)
-        work = builds + warm if self.fused else self.workers * builds
+        if self.fused:  # the A/A copy builds; the others warm the verdict's step up
+            work = builds + sum(
+                self.warm_ups(k, device, profile, speed, step(k)) for k in self.keys
+            )
+        else:
+            work = self.workers * builds
         return self.replicates * group_start + (work + timing) / side
 
     def rounds_seconds(
